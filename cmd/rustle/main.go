@@ -1,0 +1,260 @@
+// Command rustle is a fast, lean forward proxy.
+//
+// Usage:
+//
+//	rustle [-c FILE] [-L URL]...   run (the embedded default config without -c)
+//	rustle check -c FILE           validate a config file
+//	rustle passwd USER             print an htpasswd line (bcrypt) for USER
+//	rustle version                 print the version
+//
+// rustle only parses flags, loads the configuration and runs until
+// SIGTERM or SIGINT; everything else lives in internal/.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// listenFlags collects repeated -L flags.
+type listenFlags []string
+
+func (l *listenFlags) String() string     { return strings.Join(*l, ",") }
+func (l *listenFlags) Set(v string) error { *l = append(*l, v); return nil }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "version", "-version", "--version":
+			fmt.Fprintln(stdout, "rustle", versionString())
+			return 0
+		case "passwd":
+			return passwd(args[1:], stdin, stdout, stderr)
+		case "check":
+			return check(args[1:], stdout, stderr)
+		case "help", "-h", "--help":
+			usage(stdout)
+			return 0
+		}
+	}
+	fs := flag.NewFlagSet("rustle", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { usage(stderr) }
+	file := fs.String("c", "", "configuration `file` (TOML); default: the embedded config")
+	var listens listenFlags
+	fs.Var(&listens, "L", "listener `URL`, e.g. http://user:pass@127.0.0.1:8080 (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "rustle: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg, err := loadConfig(*file, listens)
+	if err != nil {
+		fmt.Fprintln(stderr, "rustle:", err)
+		return 1
+	}
+	logger := newLogger(cfg.Log, stderr)
+	srv, err := server.New(cfg, logger)
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	if err := srv.Start(); err != nil {
+		srv.Close()
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	logger.Info("rustle started", "version", versionString(), "workers", cfg.WorkerCount())
+	if addrs := srv.Addrs(); len(addrs) > 0 && *file == "" && len(listens) == 0 {
+		fmt.Fprintf(stderr, "rustle is listening on %s. Try:\n  curl -x http://%s http://example.com/\n",
+			addrs[0].Addr, addrs[0].Addr)
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	sig := <-sigs
+	signal.Stop(sigs)
+	logger.Info("shutting down", "signal", sig.String(), "drain", cfg.Timeouts.Drain.Duration)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts.Drain.Duration)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		logger.Warn("drain timeout: closed remaining connections and tunnels", "err", err)
+	}
+	logger.Info("stopped")
+	return 0
+}
+
+// loadConfig reads file (or the embedded default), adds the -L
+// listeners, fills defaults and validates.
+func loadConfig(file string, listens []string) (*config.Config, error) {
+	var cfg *config.Config
+	if file != "" {
+		c, err := config.Load(file)
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	} else {
+		cfg = config.Default()
+		if len(listens) > 0 {
+			cfg.Listen = nil // -L replaces the default listener
+		}
+	}
+	for _, u := range listens {
+		l, user, err := config.ParseListenURL(u)
+		if err != nil {
+			return nil, fmt.Errorf("-L: %w", err)
+		}
+		if user != nil {
+			if err := addUser(cfg, *user); err != nil {
+				return nil, fmt.Errorf("-L: %w", err)
+			}
+		}
+		cfg.Listen = append(cfg.Listen, l)
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// addUser adds a user from a -L URL, accepting the same user twice with
+// the same password.
+func addUser(cfg *config.Config, u config.User) error {
+	for _, have := range cfg.Auth.Users {
+		if have.Name == u.Name {
+			if have.Password == u.Password && have.Bcrypt == "" {
+				return nil
+			}
+			return fmt.Errorf("user %q is defined twice with different passwords", u.Name)
+		}
+	}
+	cfg.Auth.Users = append(cfg.Auth.Users, u)
+	return nil
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func check(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rustle check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("c", "", "configuration `file` to validate")
+	var listens listenFlags
+	fs.Var(&listens, "L", "listener `URL` to add (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *file == "" && len(listens) == 0 {
+		fmt.Fprintln(stderr, "rustle check: -c FILE is required")
+		return 2
+	}
+	cfg, err := loadConfig(*file, listens)
+	if err != nil {
+		fmt.Fprintln(stderr, "rustle check:", err)
+		return 1
+	}
+	// Users files are read by the server; load them here too so that a
+	// bad htpasswd line is caught by check.
+	if cfg.HasUsers() {
+		if _, err := server.New(cfg, nil); err != nil {
+			fmt.Fprintln(stderr, "rustle check:", err)
+			return 1
+		}
+	}
+	name := *file
+	if name == "" {
+		name = "flags"
+	}
+	fmt.Fprintf(stdout, "%s: OK (%d listener(s), %d worker(s))\n", name, len(cfg.Listen), cfg.WorkerCount())
+	return 0
+}
+
+func passwd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) != 1 || args[0] == "" || strings.ContainsAny(args[0], ":\r\n") {
+		fmt.Fprintln(stderr, "usage: rustle passwd USER   (reads the password from standard input)")
+		return 2
+	}
+	if f, ok := stdin.(*os.File); ok && isTerminal(f) {
+		fmt.Fprint(stderr, "Password (echoed): ")
+	}
+	line, err := bufio.NewReader(stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		fmt.Fprintln(stderr, "rustle passwd:", err)
+		return 1
+	}
+	pw := strings.TrimRight(line, "\r\n")
+	if pw == "" {
+		fmt.Fprintln(stderr, "rustle passwd: empty password")
+		return 1
+	}
+	h, err := auth.HashPassword(pw)
+	if err != nil {
+		fmt.Fprintln(stderr, "rustle passwd:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s:%s\n", args[0], h)
+	return 0
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage:
+  rustle [-c FILE] [-L URL]...   run the proxy (the embedded default config
+                                 listens on 127.0.0.1:3128 without auth)
+  rustle check -c FILE           validate a config file and exit
+  rustle passwd USER             print "USER:bcrypt-hash" for an htpasswd file;
+                                 the password is read from standard input
+  rustle version                 print the version
+
+Flags:
+  -c FILE   configuration file (TOML); see rustle.example.toml
+  -L URL    add a listener, e.g. -L http://user:pass@127.0.0.1:8080
+            (without -c, -L listeners replace the default one)
+`)
+}

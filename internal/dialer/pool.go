@@ -1,0 +1,194 @@
+package dialer
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// PoolConfig configures a Pool.
+type PoolConfig struct {
+	// MaxIdlePerHost bounds idle connections per origin. 0 = 64; a
+	// negative value disables pooling.
+	MaxIdlePerHost int
+	// MaxIdle bounds idle connections in all. 0 = 4096.
+	MaxIdle int
+	// IdleTimeout closes a connection idle this long. 0 = 90s.
+	IdleTimeout time.Duration
+}
+
+// Pool keeps idle upstream keep-alive connections, keyed by "host:port",
+// for reuse by any client connection. The most recently returned
+// connection is handed out first. Safe for concurrent use.
+type Pool struct {
+	cfg PoolConfig
+
+	mu     sync.Mutex
+	idle   map[string][]idleConn // guarded by mu
+	total  int                   // guarded by mu
+	closed bool                  // guarded by mu
+
+	stop chan struct{}
+	done chan struct{}
+
+	// Hits and Misses count Get calls that found or did not find a
+	// connection; guarded by mu.
+	hits, misses uint64
+}
+
+type idleConn struct {
+	c     *net.TCPConn
+	since time.Time
+}
+
+// NewPool returns a Pool and starts its reaper, which closes connections
+// idle longer than the timeout. Close stops it.
+func NewPool(cfg PoolConfig) *Pool {
+	if cfg.MaxIdlePerHost == 0 {
+		cfg.MaxIdlePerHost = 64
+	}
+	if cfg.MaxIdle == 0 {
+		cfg.MaxIdle = 4096
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 90 * time.Second
+	}
+	p := &Pool{
+		cfg:  cfg,
+		idle: make(map[string][]idleConn),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	go p.reapLoop()
+	return p
+}
+
+// Enabled reports whether the pool keeps connections at all.
+func (p *Pool) Enabled() bool { return p.cfg.MaxIdlePerHost > 0 }
+
+// Get returns an idle connection to key, or nil. key is a byte slice so
+// that a caller's reused buffer serves as the lookup key without
+// allocating.
+func (p *Pool) Get(key []byte) *net.TCPConn {
+	now := time.Now()
+	p.mu.Lock()
+	list := p.idle[string(key)]
+	for len(list) > 0 {
+		ic := list[len(list)-1]
+		list[len(list)-1] = idleConn{}
+		list = list[:len(list)-1]
+		p.total--
+		if now.Sub(ic.since) < p.cfg.IdleTimeout {
+			p.idle[string(key)] = list
+			p.hits++
+			p.mu.Unlock()
+			return ic.c
+		}
+		ic.c.Close()
+	}
+	if list != nil {
+		p.idle[string(key)] = list
+	}
+	p.misses++
+	p.mu.Unlock()
+	return nil
+}
+
+// Put offers an idle connection for reuse. It reports whether the pool
+// kept it; when it did not, Put closed it.
+func (p *Pool) Put(key string, c *net.TCPConn) bool {
+	p.mu.Lock()
+	list := p.idle[key]
+	if p.closed || len(list) >= p.cfg.MaxIdlePerHost || p.total >= p.cfg.MaxIdle {
+		p.mu.Unlock()
+		c.Close()
+		return false
+	}
+	p.idle[key] = append(list, idleConn{c: c, since: time.Now()})
+	p.total++
+	p.mu.Unlock()
+	return true
+}
+
+// Len returns the number of idle connections held.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.total
+}
+
+// Stats returns how many Get calls found a connection and how many did not.
+func (p *Pool) Stats() (hits, misses uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hits, p.misses
+}
+
+// Close closes every idle connection and stops the reaper; later Puts
+// close their connection. Close is idempotent.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	for k, list := range p.idle {
+		for _, ic := range list {
+			ic.c.Close()
+		}
+		delete(p.idle, k)
+	}
+	p.total = 0
+	p.mu.Unlock()
+	close(p.stop)
+	<-p.done
+	return nil
+}
+
+// reapLoop closes expired idle connections until Close.
+func (p *Pool) reapLoop() {
+	defer close(p.done)
+	period := p.cfg.IdleTimeout / 2
+	if period < time.Second {
+		period = time.Second
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-t.C:
+			p.reap(now)
+		}
+	}
+}
+
+func (p *Pool) reap(now time.Time) {
+	var expired []*net.TCPConn
+	p.mu.Lock()
+	for k, list := range p.idle {
+		keep := list[:0]
+		for _, ic := range list {
+			if now.Sub(ic.since) >= p.cfg.IdleTimeout {
+				expired = append(expired, ic.c)
+				p.total--
+			} else {
+				keep = append(keep, ic)
+			}
+		}
+		for i := len(keep); i < len(list); i++ {
+			list[i] = idleConn{}
+		}
+		if len(keep) == 0 {
+			delete(p.idle, k)
+		} else {
+			p.idle[k] = keep
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range expired {
+		c.Close()
+	}
+}

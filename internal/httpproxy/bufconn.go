@@ -1,0 +1,143 @@
+package httpproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Buffer sizes. A client connection starts with a small buffer that grows
+// only for large heads; an upstream connection reads responses into a
+// larger one so that a 10 KB response arrives in one read.
+const (
+	clientBufSize   = 8 << 10
+	upstreamBufSize = 32 << 10
+)
+
+var (
+	clientBufs   = sync.Pool{New: func() any { b := make([]byte, clientBufSize); return &b }}
+	upstreamBufs = sync.Pool{New: func() any { b := make([]byte, upstreamBufSize); return &b }}
+)
+
+// bufConn is a TCP connection with a read buffer of its own. buf[r:w]
+// holds bytes read but not consumed. A bufConn is owned by one goroutine
+// at a time.
+type bufConn struct {
+	c    *net.TCPConn
+	buf  []byte
+	r, w int
+	pool *sync.Pool // where buf came from; nil for a grown buffer
+}
+
+func (b *bufConn) attach(c *net.TCPConn, pool *sync.Pool) {
+	b.c = c
+	b.pool = pool
+	b.buf = *(pool.Get().(*[]byte))
+	b.r, b.w = 0, 0
+}
+
+// release returns the buffer to its pool. The bufConn must not be read
+// again before attach.
+func (b *bufConn) release() {
+	if b.buf != nil && b.pool != nil {
+		buf := b.buf[:cap(b.buf)]
+		b.pool.Put(&buf)
+	}
+	b.buf, b.pool = nil, nil
+	b.r, b.w = 0, 0
+}
+
+// buffered returns the bytes read and not consumed.
+func (b *bufConn) buffered() []byte { return b.buf[b.r:b.w] }
+
+// fill reads once more into the buffer, compacting or growing it when it
+// is full, never past limit bytes of unconsumed data.
+func (b *bufConn) fill(limit int) error {
+	if b.r == b.w {
+		b.r, b.w = 0, 0
+	}
+	if b.w == len(b.buf) {
+		if b.r > 0 {
+			b.w = copy(b.buf, b.buf[b.r:b.w])
+			b.r = 0
+		} else {
+			if len(b.buf) >= limit {
+				return errHeadTooLarge
+			}
+			n := 2 * len(b.buf)
+			if n > limit {
+				n = limit
+			}
+			nb := make([]byte, n)
+			copy(nb, b.buf[:b.w])
+			if b.pool != nil {
+				old := b.buf
+				b.pool.Put(&old)
+			}
+			b.buf, b.pool = nb, nil
+		}
+	}
+	n, err := b.c.Read(b.buf[b.w:])
+	b.w += n
+	if n > 0 {
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+// errIdle is returned by readHead when the connection was closed or timed
+// out before a byte of a new message arrived: not an error to answer.
+var errIdle = errors.New("httpproxy: connection idle or closed")
+
+// readHead reads until buf[r:] holds a whole message head and returns its
+// length. Empty lines before a head are skipped (RFC 9112 §2.2). idle is
+// the deadline for the first byte, then the head must complete within
+// headTimeout of it. A clean close or idle timeout before any byte yields
+// errIdle.
+func (b *bufConn) readHead(limit int, idle time.Time, headTimeout time.Duration) (int, error) {
+	scanned := 0
+	started := false
+	if b.r < b.w {
+		started = true
+		if headTimeout > 0 {
+			b.c.SetReadDeadline(time.Now().Add(headTimeout))
+		}
+	} else {
+		b.c.SetReadDeadline(idle)
+	}
+	for {
+		for b.r < b.w && scanned == 0 && (b.buf[b.r] == '\r' || b.buf[b.r] == '\n') {
+			b.r++ // leading empty lines
+		}
+		if b.w-b.r >= 4 {
+			if n := findHeadEnd(b.buf[b.r:b.w], scanned-3); n > 0 {
+				return n, nil
+			}
+			scanned = b.w - b.r
+		}
+		if b.w-b.r >= limit {
+			return 0, errHeadTooLarge
+		}
+		err := b.fill(limit)
+		if err != nil {
+			if !started && b.r == b.w {
+				return 0, errIdle
+			}
+			if err == errHeadTooLarge {
+				return 0, err
+			}
+			return 0, err
+		}
+		if !started {
+			started = true
+			if headTimeout > 0 {
+				b.c.SetReadDeadline(time.Now().Add(headTimeout))
+			}
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package httpproxy
+
+import "errors"
+
+// Chunked framing errors.
+var (
+	errChunkSize     = errors.New("httpproxy: malformed chunk size")
+	errChunkOverflow = errors.New("httpproxy: chunk size overflows")
+	errChunkLine     = errors.New("httpproxy: chunk line too long or malformed")
+	errChunkCRLF     = errors.New("httpproxy: missing CRLF after chunk data")
+	errTrailer       = errors.New("httpproxy: malformed or oversized trailer section")
+)
+
+// Limits of the chunked framing rustle accepts.
+const (
+	maxChunkLine    = 4096     // size line with its extensions
+	maxTrailerBytes = 64 << 10 // the whole trailer section
+	maxChunkHex     = 15       // 15 hex digits: sizes below 2^60
+)
+
+// chunkedScanner follows the framing of a chunked body (RFC 9112 §7.1) as
+// its bytes pass through the proxy, so that the body can be forwarded
+// verbatim (or decoded) while its end is found and malformed framing, the
+// food of request smuggling, is refused.
+type chunkedScanner struct {
+	state    uint8
+	digits   int   // hex digits of the current size
+	size     int64 // the size being parsed, then the data bytes left
+	lineLen  int   // bytes of the current size or trailer line
+	trailers int   // bytes of the trailer section so far
+}
+
+const (
+	csSize        uint8 = iota // reading hex digits of a chunk size
+	csExt                      // after the size: BWS and extensions, up to CR
+	csSizeLF                   // saw the CR of a size line
+	csData                     // inside chunk data
+	csDataCR                   // expect the CR after chunk data
+	csDataLF                   // expect the LF after chunk data
+	csTrailerBOL               // at the start of a trailer line (or the final empty line)
+	csTrailerLine              // inside a trailer line
+	csTrailerLF                // saw the CR of a trailer line
+	csFinalLF                  // saw the CR of the final empty line
+	csDone
+)
+
+// done reports whether the whole body has been seen.
+func (s *chunkedScanner) done() bool { return s.state == csDone }
+
+// step consumes a prefix of p that is either all framing or all chunk data
+// and returns its length and which it was. It consumes nothing past the
+// end of the body. p must not be empty unless the body is done.
+func (s *chunkedScanner) step(p []byte) (n int, data bool, err error) {
+	if s.state == csData {
+		n = len(p)
+		if int64(n) > s.size {
+			n = int(s.size)
+		}
+		s.size -= int64(n)
+		if s.size == 0 {
+			s.state = csDataCR
+		}
+		return n, true, nil
+	}
+	for n < len(p) && s.state != csDone {
+		c := p[n]
+		n++
+		switch s.state {
+		case csSize:
+			s.lineLen++
+			if v, ok := unhex(c); ok {
+				if s.digits == maxChunkHex {
+					return n, false, errChunkOverflow
+				}
+				s.size = s.size<<4 | int64(v)
+				s.digits++
+				continue
+			}
+			if s.digits == 0 {
+				return n, false, errChunkSize
+			}
+			switch c {
+			case '\r':
+				s.state = csSizeLF
+			case ';', ' ', '\t':
+				s.state = csExt
+			default:
+				return n, false, errChunkSize
+			}
+		case csExt:
+			s.lineLen++
+			if s.lineLen > maxChunkLine {
+				return n, false, errChunkLine
+			}
+			if c == '\r' {
+				s.state = csSizeLF
+			} else if !fieldVChar[c] {
+				return n, false, errChunkLine
+			}
+		case csSizeLF:
+			if c != '\n' {
+				return n, false, errChunkLine
+			}
+			s.lineLen, s.digits = 0, 0
+			if s.size == 0 {
+				s.state = csTrailerBOL
+				continue
+			}
+			s.state = csData
+			return n, false, nil
+		case csDataCR:
+			if c != '\r' {
+				return n, false, errChunkCRLF
+			}
+			s.state = csDataLF
+		case csDataLF:
+			if c != '\n' {
+				return n, false, errChunkCRLF
+			}
+			s.state = csSize
+		case csTrailerBOL:
+			s.trailers++
+			if c == '\r' {
+				s.state = csFinalLF
+				continue
+			}
+			if c == ' ' || c == '\t' || !fieldVChar[c] {
+				return n, false, errTrailer
+			}
+			s.state = csTrailerLine
+		case csTrailerLine:
+			s.trailers++
+			if s.trailers > maxTrailerBytes {
+				return n, false, errTrailer
+			}
+			if c == '\r' {
+				s.state = csTrailerLF
+			} else if !fieldVChar[c] {
+				return n, false, errTrailer
+			}
+		case csTrailerLF:
+			if c != '\n' {
+				return n, false, errTrailer
+			}
+			s.trailers++
+			s.state = csTrailerBOL
+		case csFinalLF:
+			if c != '\n' {
+				return n, false, errTrailer
+			}
+			s.state = csDone
+		}
+	}
+	return n, false, nil
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

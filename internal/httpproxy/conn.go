@@ -1,0 +1,669 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// spliceMin is the body remainder from which bytes are moved with splice
+// rather than copied through the upstream buffer.
+const spliceMin = 64 << 10
+
+// spliceSegment bounds one splice call so that write deadlines are
+// refreshed as a long body flows.
+const spliceSegment = 4 << 20
+
+// body framing of a response.
+const (
+	bodyNone = iota
+	bodyLength
+	bodyChunked
+	bodyClose
+)
+
+// conn is the state of one client connection. It is owned by the
+// goroutine running ServeConn, except that while a request body streams,
+// the client's reads and the upstream's writes belong to the sendBody
+// goroutine until it is joined.
+type conn struct {
+	p          *Proxy
+	eng        *tunnel.Engine
+	ctx        context.Context
+	client     bufConn
+	clientAddr netip.Addr
+	idle       atomic.Bool // waiting for the next request head; read by wake
+
+	up       bufConn // current upstream; up.c nil when none
+	upKey    string  // pool key of up
+	upReused bool    // up came from the pool
+
+	req, resp head
+	tgt       target
+	reqChunk  chunkedScanner
+	respChunk chunkedScanner
+
+	out     []byte // a head under construction
+	key     []byte // the pool key under construction
+	ip      []byte // the client address, for Forwarded headers
+	vec     vec    // writes of the serving goroutine
+	bodyVec vec    // writes of the sendBody goroutine
+
+	bodyErr chan error // the sendBody goroutine's result
+	nreq    int
+}
+
+func (cn *conn) reset() {
+	cn.p, cn.eng, cn.ctx = nil, nil, nil
+	cn.clientAddr = netip.Addr{}
+	cn.up = bufConn{}
+	cn.upKey = ""
+	cn.req.buf, cn.resp.buf = nil, nil
+	cn.tgt = target{}
+	cn.ip = cn.ip[:0]
+	cn.nreq = 0
+	if cap(cn.out) > 64<<10 {
+		cn.out = nil
+	}
+}
+
+// wake interrupts a connection waiting for its next request so that it
+// notices a shutdown.
+func (cn *conn) wake() {
+	if cn.idle.Load() {
+		if c := cn.client.c; c != nil {
+			c.SetReadDeadline(time.Unix(1, 0))
+		}
+	}
+}
+
+// serve runs the request loop. It reports whether the connection was
+// handed to a tunnel (and so must not be closed by the caller).
+func (cn *conn) serve() bool {
+	p := cn.p
+	for {
+		if cn.ctx.Err() != nil {
+			return false
+		}
+		wait := p.cfg.IdleTimeout
+		if cn.nreq == 0 {
+			wait = p.cfg.ReadHeaderTimeout
+		}
+		cn.idle.Store(true)
+		if cn.ctx.Err() != nil { // a wake may have run before idle was set
+			return false
+		}
+		n, err := cn.client.readHead(p.cfg.MaxHeaderBytes, time.Now().Add(wait), p.cfg.ReadHeaderTimeout)
+		cn.idle.Store(false)
+		if err != nil {
+			var pe *parseError
+			var ne net.Error
+			switch {
+			case err == errIdle:
+			case errors.As(err, &pe):
+				cn.writeError(pe.status, pe.reason, false)
+			case errors.As(err, &ne) && ne.Timeout() && cn.ctx.Err() == nil:
+				cn.writeError(408, "request head not received in time", false)
+			}
+			return false
+		}
+		cn.nreq++
+		if err := cn.req.parseRequest(cn.client.buf[cn.client.r : cn.client.r+n]); err != nil {
+			var pe *parseError
+			if errors.As(err, &pe) {
+				cn.writeError(pe.status, pe.reason, false)
+			}
+			return false
+		}
+		cn.client.r += n
+		keep, handedOff := cn.handle()
+		if handedOff {
+			return true
+		}
+		if !keep {
+			return false
+		}
+	}
+}
+
+// handle serves one parsed request. It reports whether the client
+// connection stays open for another request, and whether it became a
+// tunnel.
+func (cn *conn) handle() (keep, handedOff bool) {
+	p := cn.p
+	req := &cn.req
+	method := req.method.of(req.buf)
+	hasBody := req.chunked || req.contentLength > 0
+
+	if p.cfg.Auth != nil {
+		ok := false
+		if !req.proxyAuth.empty() {
+			_, ok = p.cfg.Auth.Check(req.proxyAuth.of(req.buf))
+		}
+		if !ok {
+			keep := !hasBody && req.minor == 1 && !req.connClose
+			cn.writeError(407, "proxy authentication required", keep)
+			return keep, false
+		}
+	}
+
+	if string(method) == "CONNECT" {
+		return false, cn.connect()
+	}
+	if err := parseAbsoluteTarget(req.target.of(req.buf), &cn.tgt); err != nil {
+		var pe *parseError
+		errors.As(err, &pe)
+		cn.writeError(pe.status, pe.reason, false)
+		return false, false
+	}
+
+	clientKeep := !req.connClose && (req.minor == 1 || req.connKeepAlive)
+	isHead := string(method) == "HEAD"
+	idempotent := isIdempotent(method)
+	clientMinor := req.minor
+	req.dropConnectionListed()
+	cn.buildRequestHead()
+	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
+
+	// The part of the request body already buffered goes out with the head.
+	var inBuf []byte
+	var remaining int64 // Content-Length bytes not yet buffered
+	bodyDone := true
+	switch {
+	case req.chunked:
+		cn.reqChunk = chunkedScanner{}
+		avail := cn.client.buffered()
+		m, err := scanChunked(&cn.reqChunk, avail)
+		if err != nil {
+			cn.writeError(400, "malformed chunked request body", false)
+			return false, false
+		}
+		inBuf = avail[:m]
+		cn.client.r += m
+		bodyDone = cn.reqChunk.done()
+	case req.contentLength > 0:
+		avail := cn.client.buffered()
+		n := int64(len(avail))
+		if n > req.contentLength {
+			n = req.contentLength
+		}
+		inBuf = avail[:n]
+		cn.client.r += int(n)
+		remaining = req.contentLength - n
+		bodyDone = remaining == 0
+	}
+
+	// Send the request, retrying once on a fresh connection when a pooled
+	// one turns out dead and the request can be replayed.
+	canRetry := idempotent && bodyDone
+	var err error
+	for attempt := 0; ; attempt++ {
+		if err = cn.getUpstream(attempt > 0); err != nil {
+			cn.writeDialError(err)
+			return false, false
+		}
+		cn.up.c.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+		err = cn.vec.write(cn.up.c, cn.out, inBuf)
+		if err == nil && bodyDone {
+			err = cn.readResponseHead(clientMinor)
+		}
+		if err == nil || !(cn.upReused && canRetry && isDeadConnErr(err)) || attempt > 0 {
+			break
+		}
+		cn.dropUpstream()
+	}
+	if err != nil {
+		cn.dropUpstream()
+		cn.writeUpstreamError(err)
+		return false, false
+	}
+
+	streaming := false
+	if !bodyDone {
+		streaming = true
+		go cn.sendBody(remaining, req.chunked)
+		if err := cn.readResponseHead(clientMinor); err != nil {
+			cn.finishBody()
+			cn.dropUpstream()
+			cn.writeUpstreamError(err)
+			return false, false
+		}
+	}
+
+	// Frame and forward the response.
+	resp := &cn.resp
+	mode := bodyClose
+	switch {
+	case isHead || resp.status == 204 || resp.status == 304:
+		mode = bodyNone
+	case resp.chunked:
+		mode = bodyChunked
+	case resp.contentLength >= 0:
+		mode = bodyLength
+	}
+	dechunk := mode == bodyChunked && clientMinor == 0
+	if mode == bodyClose || dechunk {
+		clientKeep = false
+	}
+	upKeep := resp.minor == 1 && !resp.connClose && mode != bodyClose
+	resp.dropConnectionListed()
+	cn.buildResponseHead(clientKeep, clientMinor, dechunk)
+
+	cn.client.c.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+	err = cn.forwardResponseBody(mode, dechunk)
+	if streaming && cn.finishBody() != nil {
+		// The response ended before the request body did: neither
+		// connection is at a message boundary.
+		clientKeep, upKeep = false, false
+	}
+	if err != nil {
+		cn.dropUpstream()
+		return false, false
+	}
+	if upKeep && cn.up.r == cn.up.w {
+		cn.putUpstream()
+	} else {
+		cn.dropUpstream()
+	}
+	return clientKeep, false
+}
+
+// isIdempotent reports whether a request of this method may be sent again
+// after a connection failure (RFC 9110 §9.2.2).
+func isIdempotent(m []byte) bool {
+	switch string(m) {
+	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}
+
+// isDeadConnErr reports whether err shows a pooled connection that the
+// origin had already closed: nothing of a response arrived.
+func isDeadConnErr(err error) bool {
+	return errors.Is(err, errUpstreamClosed) || errors.Is(err, io.EOF) ||
+		errors.Is(err, errConnReset) || errors.Is(err, errBrokenPipe)
+}
+
+// getUpstream takes an idle connection for cn.key from the pool or dials
+// one. fresh forces a dial.
+func (cn *conn) getUpstream(fresh bool) error {
+	p := cn.p
+	var c *net.TCPConn
+	cn.upReused = false
+	if !fresh && p.cfg.Pool != nil {
+		if c = p.cfg.Pool.Get(cn.key); c != nil {
+			cn.upReused = true
+		}
+	}
+	if c == nil {
+		addr := string(cn.key)
+		var err error
+		c, err = p.cfg.Dialer.Dial(context.WithoutCancel(cn.ctx), addr)
+		if err != nil {
+			return err
+		}
+		cn.upKey = addr
+	} else if cn.upKey == "" || cn.upKey != string(cn.key) {
+		cn.upKey = string(cn.key)
+	}
+	cn.up.attach(c, &upstreamBufs)
+	return nil
+}
+
+// putUpstream returns the current upstream to the pool.
+func (cn *conn) putUpstream() {
+	if cn.up.c == nil {
+		return
+	}
+	c := cn.up.c
+	cn.up.release()
+	cn.up.c = nil
+	if cn.p.cfg.Pool == nil {
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	cn.p.cfg.Pool.Put(cn.upKey, c)
+}
+
+// dropUpstream closes the current upstream.
+func (cn *conn) dropUpstream() {
+	if cn.up.c == nil {
+		return
+	}
+	cn.up.c.Close()
+	cn.up.release()
+	cn.up.c = nil
+}
+
+var (
+	errUpstreamClosed = errors.New("httpproxy: upstream closed the connection without a response")
+	errConnReset      = syscall.ECONNRESET
+	errBrokenPipe     = syscall.EPIPE
+)
+
+// readResponseHead reads the final response head into cn.resp, passing
+// 1xx informational responses on to HTTP/1.1 clients.
+func (cn *conn) readResponseHead(clientMinor int) error {
+	p := cn.p
+	for {
+		n, err := cn.up.readHead(p.cfg.MaxHeaderBytes, time.Now().Add(p.cfg.ResponseHeaderTimeout), p.cfg.ResponseHeaderTimeout)
+		if err != nil {
+			if err == errIdle {
+				return errUpstreamClosed
+			}
+			if err == errHeadTooLarge {
+				return errRespTooLarge
+			}
+			return err
+		}
+		if err := cn.resp.parseResponse(cn.up.buf[cn.up.r : cn.up.r+n]); err != nil {
+			return err
+		}
+		cn.up.r += n
+		if cn.resp.status >= 200 {
+			return nil
+		}
+		if cn.resp.status == 101 {
+			return errUnexpected101
+		}
+		if clientMinor == 1 {
+			cn.resp.dropConnectionListed()
+			cn.buildInterimHead()
+			cn.client.c.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+			if _, err := cn.client.c.Write(cn.out); err != nil {
+				return &clientError{err}
+			}
+		}
+	}
+}
+
+var (
+	errRespTooLarge  = errors.New("httpproxy: response head too large")
+	errUnexpected101 = errors.New("httpproxy: upstream switched protocols without an upgrade request")
+)
+
+// clientError marks a failure on the client side of an exchange.
+type clientError struct{ err error }
+
+func (e *clientError) Error() string { return "httpproxy: write to client: " + e.err.Error() }
+func (e *clientError) Unwrap() error { return e.err }
+
+// forwardResponseBody writes the response head in cn.out and the body.
+func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
+	up := &cn.up
+	client := cn.client.c
+	switch mode {
+	case bodyNone:
+		_, err := client.Write(cn.out)
+		return err
+	case bodyLength:
+		avail := up.buffered()
+		n := int64(len(avail))
+		if n > cn.resp.contentLength {
+			n = cn.resp.contentLength
+		}
+		if err := cn.vec.write(client, cn.out, avail[:n]); err != nil {
+			return err
+		}
+		up.r += int(n)
+		return cn.copyN(client, up, cn.resp.contentLength-n)
+	case bodyChunked:
+		cn.respChunk = chunkedScanner{}
+		return cn.copyChunked(&cn.vec, client, up, &cn.respChunk, cn.out, dechunk)
+	default: // bodyClose
+		avail := up.buffered()
+		if err := cn.vec.write(client, cn.out, avail); err != nil {
+			return err
+		}
+		up.r = up.w
+		for {
+			up.c.SetReadDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+			err := up.fill(len(up.buf))
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+			if _, err := client.Write(up.buffered()); err != nil {
+				return err
+			}
+			up.r = up.w
+		}
+	}
+}
+
+// copyN moves n bytes from src (its buffer empty) to dst: with splice
+// for large remainders, through src's buffer otherwise.
+func (cn *conn) copyN(dst *net.TCPConn, src *bufConn, n int64) error {
+	timeout := cn.p.cfg.WriteTimeout
+	for n > 0 {
+		if n >= spliceMin && src.r == src.w {
+			seg := n
+			if seg > spliceSegment {
+				seg = spliceSegment
+			}
+			dl := time.Now().Add(timeout)
+			dst.SetWriteDeadline(dl)
+			src.c.SetReadDeadline(dl)
+			lr := io.LimitedReader{R: src.c, N: seg}
+			m, err := dst.ReadFrom(&lr)
+			n -= m
+			if err != nil {
+				return err
+			}
+			if m < seg {
+				return io.ErrUnexpectedEOF
+			}
+			continue
+		}
+		if src.r == src.w {
+			src.c.SetReadDeadline(time.Now().Add(timeout))
+			if err := src.fill(len(src.buf)); err != nil {
+				if err == io.EOF {
+					return io.ErrUnexpectedEOF
+				}
+				return err
+			}
+		}
+		b := src.buffered()
+		if int64(len(b)) > n {
+			b = b[:n]
+		}
+		dst.SetWriteDeadline(time.Now().Add(timeout))
+		if _, err := dst.Write(b); err != nil {
+			return err
+		}
+		src.r += len(b)
+		n -= int64(len(b))
+	}
+	return nil
+}
+
+// copyChunked forwards a chunked body from src to dst, verbatim or, when
+// dechunk is set, as its bare data, after first writing head (which may
+// be nil).
+func (cn *conn) copyChunked(v *vec, dst *net.TCPConn, src *bufConn, cs *chunkedScanner, head []byte, dechunk bool) error {
+	timeout := cn.p.cfg.WriteTimeout
+	for {
+		avail := src.buffered()
+		var out []byte
+		if dechunk {
+			// Gather the data runs of the buffered bytes in place.
+			w, m := 0, 0
+			for m < len(avail) && !cs.done() {
+				k, data, err := cs.step(avail[m:])
+				if err != nil {
+					return err
+				}
+				if data {
+					w += copy(avail[w:], avail[m:m+k])
+				}
+				m += k
+			}
+			out = avail[:w]
+			src.r += m
+		} else {
+			m, err := scanChunked(cs, avail)
+			if err != nil {
+				return err
+			}
+			out = avail[:m]
+			src.r += m
+		}
+		if len(head) > 0 || len(out) > 0 {
+			dst.SetWriteDeadline(time.Now().Add(timeout))
+			if err := v.write(dst, head, out); err != nil {
+				return err
+			}
+			head = nil
+		}
+		if cs.done() {
+			return nil
+		}
+		src.c.SetReadDeadline(time.Now().Add(timeout))
+		if err := src.fill(len(src.buf)); err != nil {
+			if err == io.EOF {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+}
+
+// scanChunked advances cs over as much of p as belongs to the body and
+// returns how many bytes that is.
+func scanChunked(cs *chunkedScanner, p []byte) (int, error) {
+	m := 0
+	for m < len(p) && !cs.done() {
+		k, _, err := cs.step(p[m:])
+		if err != nil {
+			return m, err
+		}
+		m += k
+	}
+	return m, nil
+}
+
+// sendBody streams the rest of a request body from the client to the
+// upstream; it runs on its own goroutine, joined by finishBody.
+func (cn *conn) sendBody(remaining int64, chunked bool) {
+	var err error
+	if chunked {
+		err = cn.copyChunked(&cn.bodyVec, cn.up.c, &cn.client, &cn.reqChunk, nil, false)
+	} else {
+		err = cn.copyN(cn.up.c, &cn.client, remaining)
+	}
+	cn.bodyErr <- err
+}
+
+// finishBody joins sendBody once the response is over (or failed),
+// cutting it short if it is still waiting on either side, and returns its
+// error: nil only when the whole body was sent.
+func (cn *conn) finishBody() error {
+	select {
+	case err := <-cn.bodyErr:
+		return err
+	default:
+	}
+	past := time.Unix(1, 0)
+	cn.client.c.SetReadDeadline(past)
+	cn.up.c.SetWriteDeadline(past)
+	return <-cn.bodyErr
+}
+
+// vec writes two buffers with one writev; its fields are reused so that
+// a write allocates nothing. A vec is used by one goroutine at a time.
+type vec struct {
+	iov  [2][]byte
+	bufs net.Buffers
+}
+
+// write writes a and b with one system call where it can.
+func (v *vec) write(c *net.TCPConn, a, b []byte) error {
+	if len(b) == 0 {
+		_, err := c.Write(a)
+		return err
+	}
+	if len(a) == 0 {
+		_, err := c.Write(b)
+		return err
+	}
+	v.iov[0], v.iov[1] = a, b
+	v.bufs = v.iov[:]
+	_, err := v.bufs.WriteTo(c)
+	v.iov[0], v.iov[1] = nil, nil
+	v.bufs = nil
+	return err
+}
+
+// connect serves a CONNECT request: dial, answer 200, and hand both
+// connections to the tunnel engine. It reports whether the client
+// connection was handed off.
+func (cn *conn) connect() bool {
+	req := &cn.req
+	if err := parseAuthorityForm(req.target.of(req.buf), &cn.tgt); err != nil {
+		var pe *parseError
+		errors.As(err, &pe)
+		cn.writeError(pe.status, pe.reason, false)
+		return false
+	}
+	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
+	upc, err := cn.p.cfg.Dialer.Dial(context.WithoutCancel(cn.ctx), string(cn.key))
+	if err != nil {
+		cn.writeDialError(err)
+		return false
+	}
+	client := cn.client.c
+	client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+	if _, err := client.Write(connectEstablished); err != nil {
+		upc.Close()
+		return false
+	}
+	if rest := cn.client.buffered(); len(rest) > 0 {
+		// Bytes the client sent right behind its CONNECT (a TLS
+		// ClientHello, say) belong to the tunnel.
+		upc.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+		if _, err := upc.Write(rest); err != nil {
+			upc.Close()
+			return false
+		}
+		cn.client.r = cn.client.w
+	}
+	client.SetDeadline(time.Time{})
+	upc.SetDeadline(time.Time{})
+	if cn.eng == nil {
+		relay(client, upc)
+		client.Close()
+		upc.Close()
+		return true
+	}
+	cn.eng.Add(client, upc, nil)
+	return true
+}
+
+var connectEstablished = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
+
+// relay copies both ways between a and b until both directions end,
+// passing half-closes through. It serves when no tunnel engine is given.
+func relay(a, b *net.TCPConn) {
+	done := make(chan struct{})
+	go func() {
+		io.Copy(b, a)
+		b.CloseWrite()
+		close(done)
+	}()
+	io.Copy(a, b)
+	a.CloseWrite()
+	<-done
+}

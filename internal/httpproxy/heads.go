@@ -1,0 +1,220 @@
+package httpproxy
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
+)
+
+const crlf = "\r\n"
+
+// buildRequestHead writes into cn.out the head forwarded upstream for
+// cn.req: the request line in origin-form, the client's header lines in
+// their order and case less the hop-by-hop ones, Host set to the target's
+// authority, and the Forwarded and Via headers the configuration asks for.
+func (cn *conn) buildRequestHead() {
+	req := &cn.req
+	b := req.buf
+	out := append(cn.out[:0], req.method.of(b)...)
+	out = append(out, ' ')
+	if cn.tgt.path[0] == '?' {
+		out = append(out, '/')
+	}
+	out = append(out, cn.tgt.path...)
+	out = append(out, " HTTP/1.1\r\n"...)
+	fwd := cn.p.cfg.Forwarded
+	var prior []byte // an existing Forwarded/X-Forwarded-For value
+	for i := range req.headers {
+		f := &req.headers[i]
+		if f.drop {
+			continue
+		}
+		name := f.name.of(b)
+		if i == req.hostIdx {
+			out = append(out, name...)
+			out = append(out, ": "...)
+			out = append(out, cn.tgt.authority...)
+			out = append(out, crlf...)
+			continue
+		}
+		if fwd != ForwardedNone && len(prior) == 0 &&
+			(fwd == ForwardedRFC && equalFold(name, "forwarded") || fwd == ForwardedXFF && equalFold(name, "x-forwarded-for")) {
+			prior = f.value.of(b)
+			continue
+		}
+		out = append(out, f.line.of(b)...)
+		out = append(out, crlf...)
+	}
+	if req.hostIdx < 0 {
+		out = append(out, "Host: "...)
+		out = append(out, cn.tgt.authority...)
+		out = append(out, crlf...)
+	}
+	switch fwd {
+	case ForwardedRFC:
+		out = append(out, "Forwarded: "...)
+		if len(prior) > 0 {
+			out = append(out, prior...)
+			out = append(out, ", "...)
+		}
+		out = append(out, "for="...)
+		if cn.clientAddr.Is6() {
+			out = append(out, "\"["...)
+			out = cn.clientAddr.AppendTo(out)
+			out = append(out, "]\""...)
+		} else {
+			out = cn.clientAddr.AppendTo(out)
+		}
+		out = append(out, crlf...)
+	case ForwardedXFF:
+		out = append(out, "X-Forwarded-For: "...)
+		if len(prior) > 0 {
+			out = append(out, prior...)
+			out = append(out, ", "...)
+		}
+		out = cn.clientAddr.AppendTo(out)
+		out = append(out, crlf...)
+	}
+	if cn.p.cfg.Via {
+		out = append(out, "Via: 1.1 rustle\r\n"...)
+	}
+	cn.out = append(out, crlf...)
+}
+
+// buildResponseHead writes into cn.out the head of cn.resp as the client
+// gets it.
+func (cn *conn) buildResponseHead(keep bool, clientMinor int, dechunk bool) {
+	out := cn.appendStatusAndFields(cn.out[:0], dechunk)
+	if !keep {
+		out = append(out, "Connection: close\r\n"...)
+	} else if clientMinor == 0 {
+		out = append(out, "Connection: keep-alive\r\n"...)
+	}
+	if cn.p.cfg.Via {
+		out = append(out, "Via: 1.1 rustle\r\n"...)
+	}
+	cn.out = append(out, crlf...)
+}
+
+// buildInterimHead writes into cn.out a 1xx response head.
+func (cn *conn) buildInterimHead() {
+	cn.out = append(cn.appendStatusAndFields(cn.out[:0], false), crlf...)
+}
+
+func (cn *conn) appendStatusAndFields(out []byte, dechunk bool) []byte {
+	resp := &cn.resp
+	b := resp.buf
+	out = append(out, "HTTP/1.1 "...)
+	out = append(out, b[9:12]...)
+	if !resp.statusReason.empty() {
+		out = append(out, ' ')
+		out = append(out, resp.statusReason.of(b)...)
+	} else {
+		out = append(out, ' ')
+	}
+	out = append(out, crlf...)
+	for i := range resp.headers {
+		f := &resp.headers[i]
+		if f.drop || dechunk && equalFold(f.name.of(b), "transfer-encoding") {
+			continue
+		}
+		out = append(out, f.line.of(b)...)
+		out = append(out, crlf...)
+	}
+	return out
+}
+
+// statusText holds the reason phrases of the answers rustle makes itself.
+var statusText = map[int]string{
+	400: "Bad Request",
+	403: "Forbidden",
+	405: "Method Not Allowed",
+	407: "Proxy Authentication Required",
+	408: "Request Timeout",
+	429: "Too Many Requests",
+	431: "Request Header Fields Too Large",
+	501: "Not Implemented",
+	502: "Bad Gateway",
+	504: "Gateway Timeout",
+	505: "HTTP Version Not Supported",
+}
+
+// writeError answers the client with status and a one-line reason. keep
+// leaves the connection open for another request.
+func (cn *conn) writeError(status int, reason string, keep bool) {
+	out := append(cn.out[:0], "HTTP/1.1 "...)
+	out = appendInt(out, int64(status))
+	out = append(out, ' ')
+	out = append(out, statusText[status]...)
+	out = append(out, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
+	out = appendInt(out, int64(len("rustle: \n")+len(reason)))
+	out = append(out, crlf...)
+	if status == 407 && cn.p.cfg.Auth != nil {
+		out = append(out, "Proxy-Authenticate: "...)
+		out = append(out, cn.p.cfg.Auth.Challenge()...)
+		out = append(out, crlf...)
+	}
+	if keep {
+		if cn.req.minor == 0 {
+			out = append(out, "Connection: keep-alive\r\n"...)
+		}
+	} else {
+		out = append(out, "Connection: close\r\n"...)
+	}
+	out = append(out, "\r\nrustle: "...)
+	out = append(out, reason...)
+	out = append(out, '\n')
+	cn.out = out
+	cn.client.c.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+	cn.client.c.Write(out)
+}
+
+// writeDialError answers a failed upstream dial: 504 on a timeout, 502
+// otherwise.
+func (cn *conn) writeDialError(err error) {
+	var de *dialer.Error
+	if errors.As(err, &de) {
+		status := 502
+		if de.Timeout {
+			status = 504
+		}
+		cn.writeError(status, de.Reason(), false)
+		return
+	}
+	cn.writeError(502, "cannot connect to upstream", false)
+}
+
+// writeUpstreamError answers a request whose upstream exchange failed
+// before any of the response reached the client.
+func (cn *conn) writeUpstreamError(err error) {
+	var ce *clientError
+	if errors.As(err, &ce) {
+		return // the client is gone
+	}
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		cn.writeError(504, "upstream "+cn.upKeyOrTarget()+" did not answer in time", false)
+	case errors.Is(err, errUpstreamClosed):
+		cn.writeError(502, "upstream "+cn.upKeyOrTarget()+" closed the connection without a response", false)
+	case errors.Is(err, errRespTooLarge):
+		cn.writeError(502, "upstream response head too large", false)
+	case errors.Is(err, errUnexpected101):
+		cn.writeError(502, "upstream switched protocols without an upgrade request", false)
+	case errors.Is(err, errBadStatusLine), errors.Is(err, errBadResponseHead):
+		cn.writeError(502, "malformed response from upstream "+cn.upKeyOrTarget(), false)
+	default:
+		var de *dialer.Error
+		if errors.As(err, &de) {
+			cn.writeDialError(err)
+			return
+		}
+		cn.writeError(502, "upstream "+cn.upKeyOrTarget()+" failed: connection error", false)
+	}
+}
+
+func (cn *conn) upKeyOrTarget() string {
+	return string(cn.key)
+}

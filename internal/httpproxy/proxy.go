@@ -1,0 +1,139 @@
+// Package httpproxy serves the HTTP/1.1 forward-proxy protocol on a client
+// connection: absolute-form requests of every method forwarded to origins
+// over pooled keep-alive connections, and CONNECT tunnels handed to the
+// splice engine.
+//
+// The per-request path is written by hand rather than on net/http: a head
+// parser that works on spans of the connection's read buffer and allocates
+// nothing per request, heads rebuilt into a reused buffer, head and body
+// sent with one writev, and large bodies moved with splice. Everything a
+// client controls is bounded (head size, header count, chunk lines,
+// trailers) and every wait has a deadline.
+package httpproxy
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// Authenticator checks Proxy-Authorization values; *auth.Authenticator
+// implements it.
+type Authenticator interface {
+	// Check returns the user and true when value holds valid credentials.
+	Check(value []byte) (user string, ok bool)
+	// Challenge returns the Proxy-Authenticate value of a 407 answer.
+	Challenge() string
+}
+
+// Forwarded modes: which client-address header forwarded requests carry.
+const (
+	ForwardedNone = "none"
+	ForwardedRFC  = "rfc7239"
+	ForwardedXFF  = "x-forwarded-for"
+)
+
+// Config configures a Proxy.
+type Config struct {
+	// Auth checks credentials; nil = no authentication.
+	Auth Authenticator
+	// Dialer dials upstreams; required.
+	Dialer *dialer.Dialer
+	// Pool keeps idle upstream connections; nil = no upstream keep-alive.
+	Pool *dialer.Pool
+	// Forwarded is ForwardedNone (or ""), ForwardedRFC or ForwardedXFF.
+	Forwarded string
+	// Via adds "Via: 1.1 rustle" to forwarded messages. false = none.
+	Via bool
+	// MaxHeaderBytes bounds a request or response head. 0 = 64 KiB.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds reading a request head from its first byte.
+	// 0 = 30s.
+	ReadHeaderTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a response head. 0 = 60s.
+	ResponseHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive client connection idle this long.
+	// 0 = 60s.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds each blocked write. 0 = 60s.
+	WriteTimeout time.Duration
+	// SocketBufferBytes sets SO_SNDBUF/SO_RCVBUF on client sockets.
+	// 0 = kernel autotuning.
+	SocketBufferBytes int
+	// Logger receives connection-level events; nil = discard.
+	Logger *slog.Logger
+}
+
+// Proxy serves HTTP/1.1 proxy connections. It is safe for concurrent use
+// by many connections.
+type Proxy struct {
+	cfg Config
+	log *slog.Logger
+
+	conns sync.Pool // *conn, reused across client connections
+}
+
+// New returns a Proxy for cfg.
+func New(cfg Config) *Proxy {
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = 64 << 10
+	}
+	if cfg.ReadHeaderTimeout <= 0 {
+		cfg.ReadHeaderTimeout = 30 * time.Second
+	}
+	if cfg.ResponseHeaderTimeout <= 0 {
+		cfg.ResponseHeaderTimeout = 60 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 60 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 60 * time.Second
+	}
+	if cfg.Forwarded == "" {
+		cfg.Forwarded = ForwardedNone
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{cfg: cfg, log: log}
+	p.conns.New = func() any { return &conn{bodyErr: make(chan error, 1)} }
+	return p
+}
+
+// ServeConn serves one client connection until it closes, fails, is
+// handed to the tunnel engine eng, or ctx is done (checked between
+// requests: a request in progress finishes first). ServeConn owns c: it
+// closes it or hands it on. eng may be nil, in which case tunnels are
+// relayed by two goroutines instead.
+func (p *Proxy) ServeConn(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine) {
+	if p.cfg.SocketBufferBytes > 0 {
+		if rc, err := c.SyscallConn(); err == nil {
+			dialer.SetBuffers(rc, p.cfg.SocketBufferBytes)
+		}
+	}
+	cn := p.conns.Get().(*conn)
+	cn.p = p
+	cn.eng = eng
+	cn.ctx = ctx
+	cn.client.attach(c, &clientBufs)
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		cn.clientAddr = ap.Addr().Unmap()
+	}
+	stop := context.AfterFunc(ctx, cn.wake)
+	handedOff := cn.serve()
+	stop()
+	if !handedOff {
+		c.Close()
+	}
+	cn.client.release()
+	cn.reset()
+	p.conns.Put(cn)
+}

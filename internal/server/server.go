@@ -1,0 +1,337 @@
+// Package server runs rustle from a configuration: it builds the shared
+// pieces (authenticator, dialer, upstream pool), starts one worker per
+// core, each with its own SO_REUSEPORT listening socket per configured
+// listener and its own tunnel engine, and drains on shutdown.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// Server is a running rustle. Create it with New, then Start; stop it with
+// Shutdown or Close.
+type Server struct {
+	cfg *config.Config
+	log *slog.Logger
+
+	pool    *dialer.Pool
+	engines []*tunnel.Engine // one per worker
+	proxies []*httpproxy.Proxy
+
+	// connCtx is the context of every client connection; cancelling it
+	// asks idle connections to close.
+	connCtx    context.Context
+	connCancel context.CancelFunc
+
+	mu        sync.Mutex
+	listeners []*listener // guarded by mu
+	started   bool        // guarded by mu
+	closed    bool        // guarded by mu
+
+	accepts sync.WaitGroup // accept loops
+	conns   sync.WaitGroup // connection goroutines
+
+	connMu sync.Mutex
+	active map[*net.TCPConn]struct{} // client connections served now; guarded by connMu
+}
+
+// listener is one configured listener: one socket per worker.
+type listener struct {
+	cfg   config.Listener
+	proxy *httpproxy.Proxy
+	lns   []net.Listener
+}
+
+// Addr names the address a listener is bound to.
+type Addr struct {
+	Name     string
+	Protocol string
+	Addr     net.Addr
+}
+
+// New builds a Server from a validated configuration. logger may be nil.
+func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, log: logger, active: make(map[*net.TCPConn]struct{})}
+
+	var authn httpproxy.Authenticator
+	var authr *auth.Authenticator
+	if cfg.HasUsers() {
+		users := make([]auth.User, len(cfg.Auth.Users))
+		for i, u := range cfg.Auth.Users {
+			users[i] = auth.User{Name: u.Name, Password: u.Password, Bcrypt: u.Bcrypt}
+		}
+		a, err := auth.New(auth.Config{
+			Realm:     cfg.Auth.Realm,
+			Files:     cfg.Auth.Htpasswd,
+			Users:     users,
+			CacheTTL:  cfg.Auth.CacheTTL.Duration,
+			CacheSize: cfg.Auth.CacheSize,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("server: load users: %w", err)
+		}
+		authr, authn = a, a
+	}
+
+	d := dialer.New(dialer.Config{
+		Timeout:           cfg.Timeouts.Connect.Duration,
+		SocketBufferBytes: cfg.SocketBufferBytes,
+	})
+	if cfg.Upstream.MaxIdlePerHost > 0 {
+		s.pool = dialer.NewPool(dialer.PoolConfig{
+			MaxIdlePerHost: cfg.Upstream.MaxIdlePerHost,
+			MaxIdle:        cfg.Upstream.MaxIdle,
+			IdleTimeout:    cfg.Upstream.IdleTimeout.Duration,
+		})
+	}
+	s.connCtx, s.connCancel = context.WithCancel(context.Background())
+
+	for i := 0; i < cfg.WorkerCount(); i++ {
+		e, err := tunnel.New(tunnel.Config{
+			IdleTimeout: cfg.Timeouts.IdleTunnel.Duration,
+			Logger:      logger,
+		})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("server: start tunnel engine: %w", err)
+		}
+		s.engines = append(s.engines, e)
+	}
+
+	for _, lc := range cfg.Listen {
+		pc := httpproxy.Config{
+			Dialer:                d,
+			Pool:                  s.pool,
+			Forwarded:             cfg.Forwarded,
+			Via:                   cfg.Via,
+			MaxHeaderBytes:        cfg.MaxHeaderBytes,
+			ReadHeaderTimeout:     cfg.Timeouts.ReadHeader.Duration,
+			ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.Duration,
+			IdleTimeout:           cfg.Timeouts.IdleClient.Duration,
+			WriteTimeout:          cfg.Timeouts.Write.Duration,
+			SocketBufferBytes:     cfg.SocketBufferBytes,
+			Logger:                logger.With("listener", lc.Name),
+		}
+		if cfg.EffectiveAuth(lc) == "basic" {
+			if authr == nil {
+				s.Close()
+				return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
+			}
+			pc.Auth = authn
+		}
+		s.listeners = append(s.listeners, &listener{cfg: lc, proxy: httpproxy.New(pc)})
+	}
+	return s, nil
+}
+
+// Start opens every listener (one SO_REUSEPORT socket per worker, all on
+// the same port even when the configured port is 0) and starts serving.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("server: closed")
+	}
+	if s.started {
+		return errors.New("server: already started")
+	}
+	s.started = true
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil {
+		s.log.Info("open file limit", "soft", lim.Cur, "hard", lim.Max)
+	}
+	workers := len(s.engines)
+	for _, l := range s.listeners {
+		addr := l.cfg.Address
+		for w := 0; w < workers; w++ {
+			ln, err := listenReusePort(addr)
+			if err != nil {
+				s.closeListenersLocked()
+				return fmt.Errorf("server: listen %s on %s: %w", l.cfg.Name, l.cfg.Address, err)
+			}
+			if w == 0 {
+				addr = ln.Addr().String() // the other workers bind the same port
+			}
+			l.lns = append(l.lns, ln)
+		}
+		s.log.Info("listening", "listener", l.cfg.Name, "protocol", l.cfg.Protocol,
+			"addr", l.lns[0].Addr().String(), "auth", s.cfg.EffectiveAuth(l.cfg), "workers", workers)
+	}
+	for _, l := range s.listeners {
+		for w, ln := range l.lns {
+			s.accepts.Add(1)
+			go s.acceptLoop(ln, l.proxy, s.engines[w])
+		}
+	}
+	return nil
+}
+
+// Addrs returns the bound address of every listener, in configuration
+// order. It is meaningful after Start.
+func (s *Server) Addrs() []Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Addr
+	for _, l := range s.listeners {
+		if len(l.lns) > 0 {
+			out = append(out, Addr{Name: l.cfg.Name, Protocol: l.cfg.Protocol, Addr: l.lns[0].Addr()})
+		}
+	}
+	return out
+}
+
+// Tunnels returns the number of open tunnels.
+func (s *Server) Tunnels() int {
+	n := 0
+	for _, e := range s.engines {
+		n += e.Len()
+	}
+	return n
+}
+
+func listenReusePort(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{
+		KeepAlive: -1,
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		},
+	}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
+
+// acceptLoop accepts connections on ln until it is closed. When accept
+// fails for want of resources (EMFILE, ENFILE, ENOBUFS) it backs off
+// instead of spinning, and the connections already open keep being
+// served.
+func (s *Server) acceptLoop(ln net.Listener, p *httpproxy.Proxy, eng *tunnel.Engine) {
+	defer s.accepts.Done()
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if backoff == 0 {
+				backoff = 5 * time.Millisecond
+			} else if backoff *= 2; backoff > time.Second {
+				backoff = time.Second
+			}
+			s.log.Warn("accept failed; backing off", "addr", ln.Addr().String(), "err", err, "backoff", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.conns.Add(1)
+		go s.serveConn(p, c.(*net.TCPConn), eng)
+	}
+}
+
+func (s *Server) serveConn(p *httpproxy.Proxy, c *net.TCPConn, eng *tunnel.Engine) {
+	defer s.conns.Done()
+	s.connMu.Lock()
+	s.active[c] = struct{}{}
+	s.connMu.Unlock()
+	p.ServeConn(s.connCtx, c, eng)
+	s.connMu.Lock()
+	delete(s.active, c)
+	s.connMu.Unlock()
+}
+
+// Shutdown drains the server: it stops accepting, lets requests in
+// flight finish and closes idle keep-alive connections, waits for
+// connections and tunnels to end until ctx is done, then closes the
+// tunnels that remain. It returns ctx's error when it had to cut
+// connections or tunnels short.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closeListenersLocked()
+	s.mu.Unlock()
+	s.accepts.Wait()
+	s.connCancel()
+
+	done := make(chan struct{})
+	go func() {
+		s.conns.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+		// Requests are over; give tunnels the rest of the drain time.
+		t := time.NewTicker(50 * time.Millisecond)
+		for s.Tunnels() > 0 && err == nil {
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-t.C:
+			}
+		}
+		t.Stop()
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	s.Close()
+	<-done
+	return err
+}
+
+// Close stops the server at once: listeners, tunnels and idle upstream
+// connections are closed; requests in progress fail. Close is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.closeListenersLocked()
+	s.mu.Unlock()
+	s.accepts.Wait()
+	s.connCancel()
+	s.connMu.Lock()
+	for c := range s.active {
+		c.Close() // ServeConn closes it again, harmlessly
+	}
+	s.connMu.Unlock()
+	for _, e := range s.engines {
+		e.Close()
+	}
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	return nil
+}
+
+func (s *Server) closeListenersLocked() {
+	for _, l := range s.listeners {
+		for _, ln := range l.lns {
+			ln.Close()
+		}
+	}
+}
