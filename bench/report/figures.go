@@ -1,0 +1,83 @@
+package report
+
+// Cell is the figure of one row for one proxy, as the tables show it.
+type Cell struct {
+	// OK is true when Value holds a figure from a clean level.
+	OK    bool
+	Value float64
+	// Text is what the table prints: the formatted value, "—" for an
+	// unsupported mode, "not run" or "no clean run".
+	Text string
+	// Level is the concurrency level the figure comes from; its Conns is
+	// the at_conns of the report.
+	Level Level
+	// Levels are all the levels measured for the row's test and the proxy.
+	Levels []Level
+}
+
+// Cell texts other than figures.
+const (
+	TextUnsupported = "—"
+	TextNotRun      = "not run"
+	TextNoClean     = "no clean run"
+)
+
+// Figures computes the cell of every row and proxy of c, keyed by row ID
+// and then proxy name. The level of a test is chosen once, on the row of
+// the test that Selects, and every other row of the test reads its value
+// at that level.
+func Figures(c Campaign) map[string]map[string]Cell {
+	selector := map[string]Row{}
+	for _, r := range c.Rows {
+		if r.Selects {
+			selector[r.Test] = r
+		}
+	}
+	out := map[string]map[string]Cell{}
+	for _, row := range c.Rows {
+		out[row.ID] = map[string]Cell{}
+		for _, p := range c.Proxies {
+			out[row.ID][p.Name] = figure(c, row, selector[row.Test], p)
+		}
+	}
+	return out
+}
+
+// figure computes one cell.
+func figure(c Campaign, row, sel Row, p Proxy) Cell {
+	if row.unsupported(p.Name) {
+		return Cell{Text: TextUnsupported}
+	}
+	if p.Skipped != "" {
+		return Cell{Text: TextNotRun}
+	}
+	levels := Levels(c.Runs, row.Test, p.Name)
+	if len(levels) == 0 {
+		return Cell{Text: TextNotRun}
+	}
+	if sel.ID == "" {
+		sel = row
+	}
+	best, ok := Best(levels, sel.ID, sel.LessIsBetter)
+	if !ok {
+		return Cell{Text: TextNoClean, Levels: levels}
+	}
+	v, ok := best.Values[row.ID]
+	if !ok {
+		return Cell{Text: TextNoClean, Level: best, Levels: levels}
+	}
+	return Cell{OK: true, Value: v, Text: FormatValue(v, row.Decimals), Level: best, Levels: levels}
+}
+
+// RatioText returns the ratio cell of the reference proxy against peer for
+// one row: "3.6× more", "11× less", "—" when either lacks the mode, or
+// "n/a" when either has no figure.
+func RatioText(ref, peer Cell) string {
+	if ref.Text == TextUnsupported || peer.Text == TextUnsupported {
+		return TextUnsupported
+	}
+	if !ref.OK || !peer.OK {
+		return "n/a"
+	}
+	return Ratio(ref.Value, peer.Value)
+}

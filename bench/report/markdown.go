@@ -1,0 +1,261 @@
+package report
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Chart file names written beside report.md; the report links to them.
+const (
+	ThroughputChart = "throughput.svg"
+	MemoryChart     = "memory.svg"
+)
+
+// Caveats are printed in every report under "What these numbers do not
+// show".
+var Caveats = []string{
+	"One machine with 2 cores: the proxy has one core; wrk or the Go load tool and the origin share the other. Where the load core is near 100 % busy, the load side, not the proxy, set the number (see the busy % table). The \"no proxy\" column is the ceiling of the load core itself.",
+	"Loopback only: no NIC, no interrupts on a third core, no real RTT. Tunnel and large-body figures are memory-bandwidth figures, far above what a 25 Gbit/s network carries, and none of the absolute numbers compare with the seed campaign's dedicated hosts.",
+	"Shared virtual machine: absolute numbers drift from one campaign to the next, typically by ±5 to 10 %. Compare proxies within one campaign (the ratio columns), and treat differences below the noise as no difference.",
+	"Closed loop at each concurrency level (no open-loop rate). CPU per request is measured with the proxy fully loaded, not at the same request rate for every proxy.",
+	"CPU per request is utime+stime of all the proxy's processes from /proc/PID/stat, divided by completed requests; softirq time the kernel spends on the load core is not attributed.",
+	"The origin is static with Content-Length. Chunked bodies, uploads, IPv6, many origins and large header sets are not measured here.",
+	"The tunnel test measures the upload direction only, as bytes the sink received.",
+	"Memory is VmRSS summed over the proxy's processes; it includes shared pages (libraries) counted once per process.",
+}
+
+// Markdown writes the report of c. Chart links point to ThroughputChart and
+// MemoryChart in the same directory.
+func Markdown(w io.Writer, c Campaign) error {
+	bw := bufio.NewWriter(w)
+	figs := Figures(c)
+	labels := map[string]string{}
+	for _, p := range c.Proxies {
+		labels[p.Name] = p.Label
+	}
+	var names []string
+	for _, p := range c.Proxies {
+		if p.Name != NoProxy && p.Name != Reference {
+			names = append(names, p.Label)
+		}
+	}
+	fmt.Fprintf(bw, "# Benchmarks: rustle against %s\n\n", joinAnd(names))
+	fmt.Fprintf(bw, "One campaign on one machine, %s. Raw runs: `runs.json` beside this file.\n\n", c.Started.UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(bw, "%s\n\n", conditions(c))
+
+	bw.WriteString("## How it was measured\n\n")
+	for _, l := range procedure(c) {
+		fmt.Fprintf(bw, "- %s\n", l)
+	}
+	bw.WriteString("\n## Versions and tuning\n\n")
+	for _, p := range c.Proxies {
+		if p.Name == NoProxy {
+			continue
+		}
+		fmt.Fprintf(bw, "**%s** %s\n", p.Label, p.Version)
+		if p.Skipped != "" {
+			fmt.Fprintf(bw, "- not run: %s\n", p.Skipped)
+		}
+		for _, t := range p.Tuning {
+			fmt.Fprintf(bw, "- %s\n", t)
+		}
+		bw.WriteString("\n")
+	}
+	if len(c.Tools) > 0 {
+		bw.WriteString("**Load and origin**\n")
+		for _, t := range c.Tools {
+			fmt.Fprintf(bw, "- %s\n", t)
+		}
+		bw.WriteString("\n")
+	}
+
+	bw.WriteString("## Results\n\n")
+	fmt.Fprintf(bw, "Best clean concurrency level of each proxy, median of %d run(s). ", c.Repeats)
+	fmt.Fprintf(bw, "“%s” means the proxy does not support that mode; “%s” that it was not measured; “%s” that every level tried saw errors. ", TextUnsupported, TextNotRun, TextNoClean)
+	bw.WriteString("The ratio columns give rustle's figure against the peer's: how many times more or less. For CPU and memory, less is better.\n\n")
+	refIn := false
+	var peers []Proxy
+	for _, p := range c.Proxies {
+		switch p.Name {
+		case Reference:
+			refIn = true
+		case NoProxy:
+		default:
+			peers = append(peers, p)
+		}
+	}
+	if !refIn {
+		peers = nil
+	}
+	for _, sec := range sections(c.Rows) {
+		fmt.Fprintf(bw, "### %s\n\n", sec)
+		hdr := []string{"Test", "Unit"}
+		for _, p := range c.Proxies {
+			hdr = append(hdr, p.Label)
+		}
+		for _, p := range peers {
+			hdr = append(hdr, labels[Reference]+" ÷ "+p.Label)
+		}
+		var rows [][]string
+		var notes []string
+		for _, r := range c.Rows {
+			if r.Section != sec {
+				continue
+			}
+			line := []string{r.Title, r.Unit}
+			for _, p := range c.Proxies {
+				line = append(line, figs[r.ID][p.Name].Text)
+			}
+			for _, p := range peers {
+				line = append(line, RatioText(figs[r.ID][Reference], figs[r.ID][p.Name]))
+			}
+			rows = append(rows, line)
+			if r.Note != "" {
+				notes = append(notes, r.Title+": "+r.Note)
+			}
+		}
+		Table(bw, hdr, rows, 2)
+		for _, n := range notes {
+			fmt.Fprintf(bw, "\n%s\n", n)
+		}
+		bw.WriteString("\n")
+	}
+
+	bw.WriteString("## Concurrency kept and core load\n\n")
+	bw.WriteString("For every test and proxy: the levels tried (✓ clean, ✗ not clean), the level kept (at_conns) and the median busy % of the proxy core and of the load core over the runs at that level. A load core near 100 % means wrk or the load tool and the origin, not the proxy, were the limit.\n\n")
+	var rows [][]string
+	var problems []string
+	for _, r := range c.Rows {
+		if !r.Selects {
+			continue
+		}
+		for _, p := range c.Proxies {
+			cell := figs[r.ID][p.Name]
+			if len(cell.Levels) == 0 {
+				continue
+			}
+			var tried []string
+			for _, l := range cell.Levels {
+				mark := "✓"
+				if !l.Clean {
+					mark = "✗"
+					problems = append(problems, fmt.Sprintf("%s, %s at %d: %s", r.Test, p.Label, l.Conns, l.Problem))
+				}
+				tried = append(tried, fmt.Sprintf("%d %s", l.Conns, mark))
+			}
+			at, pb, lb := "—", "—", "—"
+			if cell.OK {
+				at = fmt.Sprint(cell.Level.Conns)
+				pb = fmt.Sprintf("%.0f %%", cell.Level.CoreBusy[0])
+				lb = fmt.Sprintf("%.0f %%", cell.Level.CoreBusy[1])
+			}
+			rows = append(rows, []string{r.Test, p.Label, strings.Join(tried, ", "), at, pb, lb})
+		}
+	}
+	Table(bw, []string{"Test", "Proxy", "Levels tried", "at_conns", "Proxy core busy", "Load core busy"}, rows, 3)
+	if len(problems) > 0 {
+		bw.WriteString("\nWhy levels were not clean (first problem of each):\n\n")
+		for _, p := range problems {
+			fmt.Fprintf(bw, "- %s\n", p)
+		}
+	}
+
+	bw.WriteString("\n## Charts\n\n")
+	fmt.Fprintf(bw, "![Throughput by test and proxy](%s)\n\n", ThroughputChart)
+	fmt.Fprintf(bw, "![Memory against open tunnels](%s)\n\n", MemoryChart)
+
+	bw.WriteString("## What these numbers do not show\n\n")
+	for _, l := range append(append([]string(nil), Caveats...), c.Notes...) {
+		fmt.Fprintf(bw, "- %s\n", l)
+	}
+	return bw.Flush()
+}
+
+// conditions is the one-line summary under the title, as in the seed.
+func conditions(c Campaign) string {
+	parts := []string{"1 core per proxy", "authentication on"}
+	if c.Machine != "" {
+		parts = append(parts, c.Machine)
+	}
+	parts = append(parts, "loopback")
+	parts = append(parts, fmt.Sprintf("median of %d run(s) of %s", c.Repeats, durationText(c.DurationS)))
+	parts = append(parts, fmt.Sprintf("seed %d", c.Seed))
+	if c.Quick {
+		parts = append(parts, "quick mode")
+	}
+	parts = append(parts, "campaign of "+c.Started.UTC().Format("2006-01-02"))
+	return strings.Join(parts, " · ") + "."
+}
+
+// procedure lists how the runs were made.
+func procedure(c Campaign) []string {
+	return []string{
+		fmt.Sprintf("Each proxy pinned to CPU %d with taskset, one worker; wrk or the Go load tool and the origin pinned to CPU %d.", c.ProxyCore, c.LoadCore),
+		"Authentication on for every proxy (HTTP Basic, Proxy-Authorization on every request).",
+		fmt.Sprintf("Test order shuffled with seed %d; the proxy is restarted before each test and each test starts with a warm-up run that is recorded apart and never counted.", c.Seed),
+		fmt.Sprintf("A concurrency sweep per test: every level runs %d time(s) for %s; a level with any error, non-2xx response, short body or failed tunnel is not clean; the clean level with the best median is kept (at_conns).", c.Repeats, durationText(c.DurationS)),
+		"Throughput: requests completed per second as wrk counts them; tunnels: bytes the sink received over the measuring window, in Gbit/s.",
+		"CPU per request: utime+stime of all the proxy's processes (/proc/PID/stat) over the HTTP 1 KB runs at the kept level, divided by the requests completed.",
+		"Memory: VmRSS summed over all the proxy's processes with N open tunnels (CONNECT answered, one small exchange through each, then idle); the slope is (RSS at the largest N − RSS with none open) ÷ N.",
+		"The busy % of both cores is recorded for every run from /proc/stat.",
+	}
+}
+
+// durationText prints seconds as "10 s".
+func durationText(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(100 * time.Millisecond).String()
+}
+
+// sections returns the row sections in first-seen order.
+func sections(rows []Row) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if !seen[r.Section] {
+			seen[r.Section] = true
+			out = append(out, r.Section)
+		}
+	}
+	return out
+}
+
+// joinAnd joins names as "A", "A and B", "A, B and C".
+func joinAnd(names []string) string {
+	switch len(names) {
+	case 0:
+		return "no peer"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// Table writes a markdown table. Columns from index numericFrom on are
+// right-aligned. Pipes in cells are escaped.
+func Table(w io.Writer, header []string, rows [][]string, numericFrom int) {
+	esc := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	line := func(cells []string) {
+		var b strings.Builder
+		b.WriteString("|")
+		for _, c := range cells {
+			b.WriteString(" " + esc(c) + " |")
+		}
+		b.WriteString("\n")
+		io.WriteString(w, b.String())
+	}
+	line(header)
+	sep := make([]string, len(header))
+	for i := range sep {
+		sep[i] = "---"
+		if i >= numericFrom {
+			sep[i] = "---:"
+		}
+	}
+	io.WriteString(w, "|"+strings.Join(sep, "|")+"|\n")
+	for _, r := range rows {
+		line(r)
+	}
+}

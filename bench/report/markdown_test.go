@@ -1,0 +1,162 @@
+package report
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// testCampaign is a small campaign: rustle, squid, tinyproxy (skipped) and
+// no proxy, an HTTP test with a derived CPU row and a memory test.
+func testCampaign() Campaign {
+	c := Campaign{
+		Started: time.Date(2026, 10, 28, 12, 0, 0, 0, time.UTC), Seed: 42, Repeats: 3, DurationS: 10,
+		Machine: "AMD EPYC, 2 cores", ProxyCore: 0, LoadCore: 1,
+		Proxies: []Proxy{
+			{Name: "rustle", Label: "rustle"},
+			{Name: "squid", Label: "Squid", Version: "5.7", Tuning: []string{"cache deny all"}},
+			{Name: "tinyproxy", Label: "Tinyproxy", Skipped: "not installed"},
+			{Name: NoProxy, Label: "no proxy"},
+		},
+		Rows: []Row{
+			{ID: "http-1k", Test: "http-1k", Section: "Plain HTTP proxy port", Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+			{ID: "cpu-1k", Test: "http-1k", Section: "Plain HTTP proxy port", Title: "CPU cost per request (1 KB)", Unit: "µs/req", LessIsBetter: true, Decimals: 1, Unsupported: []string{NoProxy}},
+			{ID: "mem-1000", Test: "mem", Section: "Plain HTTP proxy port", Title: "Memory with 1,000 open tunnels", Unit: "MB", LessIsBetter: true, Selects: true, Unsupported: []string{NoProxy}, Chart: "memory", Tunnels: 1000},
+		},
+	}
+	add := func(test, proxy string, conns int, clean bool, m map[string]float64) {
+		c.Runs = append(c.Runs, Run{Test: test, Proxy: proxy, Conns: conns, Clean: clean, Metrics: m, CoreBusy: []float64{99, 60}})
+	}
+	for _, v := range []float64{50000, 55258, 56000} {
+		add("http-1k", "rustle", 64, true, map[string]float64{"http-1k": v, "cpu-1k": 18.1})
+	}
+	add("http-1k", "rustle", 256, false, map[string]float64{"http-1k": 90000, "cpu-1k": 10})
+	for _, v := range []float64{15140, 15000, 16000} {
+		add("http-1k", "squid", 256, true, map[string]float64{"http-1k": v, "cpu-1k": 66.0})
+	}
+	add("http-1k", NoProxy, 64, true, map[string]float64{"http-1k": 120000})
+	add("mem", "rustle", 1000, true, map[string]float64{"mem-1000": 14})
+	add("mem", "squid", 1000, true, map[string]float64{"mem-1000": 150})
+	return c
+}
+
+func TestFiguresCells(t *testing.T) {
+	f := Figures(testCampaign())
+	got := map[string]string{}
+	for row, m := range f {
+		for p, c := range m {
+			got[row+"/"+p] = c.Text
+		}
+	}
+	want := map[string]string{
+		"http-1k/rustle": "55,258", "http-1k/squid": "15,140", "http-1k/tinyproxy": "not run", "http-1k/none": "120,000",
+		"cpu-1k/rustle": "18.1", "cpu-1k/squid": "66.0", "cpu-1k/tinyproxy": "not run", "cpu-1k/none": "—",
+		"mem-1000/rustle": "14", "mem-1000/squid": "150", "mem-1000/tinyproxy": "not run", "mem-1000/none": "—",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Figures texts (-want +got):\n%s", diff)
+	}
+	if at := f["http-1k"]["rustle"].Level.Conns; at != 64 {
+		t.Errorf("rustle at_conns = %d, want 64 (256 had an unclean run)", at)
+	}
+}
+
+func TestRatioText(t *testing.T) {
+	ok := func(v float64) Cell { return Cell{OK: true, Value: v} }
+	tests := []struct {
+		ref, peer Cell
+		want      string
+	}{
+		{ok(55258), ok(15140), "3.6× more"},
+		{ok(14), ok(150), "11× less"},
+		{Cell{Text: TextUnsupported}, ok(1), "—"},
+		{ok(1), Cell{Text: TextUnsupported}, "—"},
+		{Cell{Text: TextNotRun}, ok(1), "n/a"},
+		{ok(1), Cell{Text: TextNoClean}, "n/a"},
+	}
+	for _, tt := range tests {
+		if got := RatioText(tt.ref, tt.peer); got != tt.want {
+			t.Errorf("RatioText(%+v, %+v) = %q, want %q", tt.ref, tt.peer, got, tt.want)
+		}
+	}
+}
+
+func TestTable(t *testing.T) {
+	var b strings.Builder
+	Table(&b, []string{"Test", "Unit", "a|b"}, [][]string{{"x", "req/s", "1,000"}}, 2)
+	want := "| Test | Unit | a\\|b |\n|---|---|---:|\n| x | req/s | 1,000 |\n"
+	if b.String() != want {
+		t.Errorf("Table =\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestMarkdownResultsTable(t *testing.T) {
+	var b bytes.Buffer
+	if err := Markdown(&b, testCampaign()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"# Benchmarks: rustle against Squid and Tinyproxy\n",
+		"| Test | Unit | rustle | Squid | Tinyproxy | no proxy | rustle ÷ Squid | rustle ÷ Tinyproxy |\n",
+		"| HTTP, 1 KB responses | req/s | 55,258 | 15,140 | not run | 120,000 | 3.6× more | n/a |\n",
+		"| CPU cost per request (1 KB) | µs/req | 18.1 | 66.0 | not run | — | 3.6× less | n/a |\n",
+		"| Memory with 1,000 open tunnels | MB | 14 | 150 | not run | — | 11× less | n/a |\n",
+		"| http-1k | rustle | 64 ✓, 256 ✗ | 64 | 99 % | 60 % |\n",
+		"- not run: not installed\n",
+		"seed 42",
+		"(" + ThroughputChart + ")",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q; report:\n%s", want, out)
+		}
+	}
+}
+
+// wellFormed fails the test unless svg parses as XML.
+func wellFormed(t *testing.T, svg []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v\n%s", err, svg)
+		}
+	}
+}
+
+func TestCharts(t *testing.T) {
+	c := testCampaign()
+	var tp, mem bytes.Buffer
+	if err := ThroughputSVG(&tp, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := MemorySVG(&mem, c); err != nil {
+		t.Fatal(err)
+	}
+	wellFormed(t, tp.Bytes())
+	wellFormed(t, mem.Bytes())
+	// Three proxies have an HTTP 1 KB figure, so three bars.
+	if n := strings.Count(tp.String(), "<rect x=\"110\""); n != 3 {
+		t.Errorf("throughput chart has %d bars, want 3", n)
+	}
+	if n := strings.Count(mem.String(), "<polyline"); n != 2 {
+		t.Errorf("memory chart has %d lines, want 2 (rustle and Squid)", n)
+	}
+}
+
+func TestNiceCeil(t *testing.T) {
+	for _, tt := range []struct{ in, want float64 }{{0, 1}, {1, 1}, {1.2, 2}, {3, 5}, {7, 10}, {9000, 10000}, {150, 200}} {
+		if got := niceCeil(tt.in); got != tt.want {
+			t.Errorf("niceCeil(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package report
+
+import "time"
+
+// Reference is the proxy every peer is compared with in the ratio columns.
+const Reference = "rustle"
+
+// NoProxy is the name of the column where the client talks straight to the
+// origin: the ceiling any proxy can reach on the machine.
+const NoProxy = "none"
+
+// Proxy describes one column of the report.
+type Proxy struct {
+	// Name is the identifier used in runs and flags ("rustle", "squid").
+	Name string `json:"name"`
+	// Label is the column heading ("rustle", "Squid", "no proxy").
+	Label string `json:"label"`
+	// Version is what the proxy reports about itself; empty if unknown.
+	Version string `json:"version,omitempty"`
+	// Tuning lists the settings the campaign gave the proxy, one per line.
+	Tuning []string `json:"tuning,omitempty"`
+	// Skipped, when not empty, says why the proxy was not run at all. Its
+	// cells read "not run", never zero.
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// Row is one line of a results table: one figure measured per proxy.
+type Row struct {
+	// ID names the figure in Run.Metrics ("http-1k", "cpu-1k", "mem-1000").
+	ID string `json:"id"`
+	// Test is the test whose runs carry the figure ("http-1k" for "cpu-1k").
+	Test string `json:"test"`
+	// Section is the table the row belongs to ("Plain HTTP proxy port").
+	Section string `json:"section"`
+	// Title is the row's description ("HTTP, 1 KB responses").
+	Title string `json:"title"`
+	// Unit is the unit of the figure ("req/s", "Gbit/s", "µs/req", "MB").
+	Unit string `json:"unit"`
+	// LessIsBetter is true for costs (CPU, memory, latency); false for
+	// throughput.
+	LessIsBetter bool `json:"less_is_better,omitempty"`
+	// Decimals is the number of decimals shown; 0 prints an integer with
+	// thousands separators.
+	Decimals int `json:"decimals,omitempty"`
+	// Unsupported lists the proxies that lack the mode; their cells read
+	// "—".
+	Unsupported []string `json:"unsupported,omitempty"`
+	// Selects is true when the concurrency level of the test is chosen on
+	// this row's figure. Exactly one row per test selects; the other rows
+	// of the test take their values from the runs at that level.
+	Selects bool `json:"selects,omitempty"`
+	// Chart says in which chart the row appears: "" (none), "throughput"
+	// or "memory".
+	Chart string `json:"chart,omitempty"`
+	// Tunnels is the number of open tunnels of a memory row, its x value in
+	// the memory chart.
+	Tunnels int `json:"tunnels,omitempty"`
+	// Note is a footnote printed under the table, if any.
+	Note string `json:"note,omitempty"`
+}
+
+// unsupported reports whether proxy lacks the row's mode.
+func (r Row) unsupported(proxy string) bool {
+	for _, p := range r.Unsupported {
+		if p == proxy {
+			return true
+		}
+	}
+	return false
+}
+
+// Run is one measured run of one test against one proxy at one concurrency
+// level.
+type Run struct {
+	Test   string `json:"test"`
+	Proxy  string `json:"proxy"`
+	Conns  int    `json:"conns"`
+	Repeat int    `json:"repeat"`
+	// Warmup runs are recorded but never enter a figure.
+	Warmup    bool      `json:"warmup,omitempty"`
+	Start     time.Time `json:"start"`
+	DurationS float64   `json:"duration_s"`
+	// Metrics maps row IDs to the run's figure in the row's unit.
+	Metrics map[string]float64 `json:"metrics"`
+	// Clean is false when the run saw any error, non-2xx response, short
+	// response or failed tunnel. A level with an unclean run is not clean.
+	Clean bool `json:"clean"`
+	// Problem says why the run is not clean.
+	Problem  string `json:"problem,omitempty"`
+	Requests int64  `json:"requests,omitempty"`
+	Bytes    int64  `json:"bytes,omitempty"`
+	// ProxyCPUSeconds is utime+stime of all the proxy's processes over the
+	// run.
+	ProxyCPUSeconds float64 `json:"proxy_cpu_s,omitempty"`
+	// ProxyRSSKB is VmRSS summed over the proxy's processes at the end of
+	// the run.
+	ProxyRSSKB int64 `json:"proxy_rss_kb,omitempty"`
+	// CoreBusy is the busy percentage of the proxy core and of the load
+	// core over the run, in that order.
+	CoreBusy []float64 `json:"core_busy_pct,omitempty"`
+	// Raw is the measuring tool's output, for the record.
+	Raw string `json:"raw,omitempty"`
+}
+
+// Campaign is everything a report is made from; it is also the JSON written
+// beside the report.
+type Campaign struct {
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Seed     int64     `json:"seed"`
+	Quick    bool      `json:"quick"`
+	Repeats  int       `json:"repeats"`
+	// DurationS is the length of one measured run in seconds.
+	DurationS float64 `json:"duration_s"`
+	// Machine describes the host in one line (CPU model, cores, kernel).
+	Machine string `json:"machine"`
+	// ProxyCore and LoadCore are the CPU numbers the proxy and the load
+	// generator with the origin were pinned to.
+	ProxyCore int `json:"proxy_core"`
+	LoadCore  int `json:"load_core"`
+	// Tools lists the load tools and their versions, one per line.
+	Tools []string `json:"tools,omitempty"`
+	// Order is the shuffled order in which test/proxy pairs ran.
+	Order   []string `json:"order,omitempty"`
+	Proxies []Proxy  `json:"proxies"`
+	Rows    []Row    `json:"rows"`
+	Runs    []Run    `json:"runs"`
+	// Notes are extra lines for the "What these numbers do not show"
+	// section, after the standard caveats.
+	Notes []string `json:"notes,omitempty"`
+}
