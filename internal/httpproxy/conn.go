@@ -52,12 +52,12 @@ type conn struct {
 
 	out     []byte // a head under construction
 	key     []byte // the pool key under construction
-	ip      []byte // the client address, for Forwarded headers
 	vec     vec    // writes of the serving goroutine
 	bodyVec vec    // writes of the sendBody goroutine
 
 	bodyErr chan error // the sendBody goroutine's result
 	nreq    int
+	isHead  bool // the request being served is a HEAD: answers carry no body
 }
 
 func (cn *conn) reset() {
@@ -67,20 +67,9 @@ func (cn *conn) reset() {
 	cn.upKey = ""
 	cn.req.buf, cn.resp.buf = nil, nil
 	cn.tgt = target{}
-	cn.ip = cn.ip[:0]
 	cn.nreq = 0
 	if cap(cn.out) > 64<<10 {
 		cn.out = nil
-	}
-}
-
-// wake interrupts a connection waiting for its next request so that it
-// notices a shutdown.
-func (cn *conn) wake() {
-	if cn.idle.Load() {
-		if c := cn.client.c; c != nil {
-			c.SetReadDeadline(time.Unix(1, 0))
-		}
 	}
 }
 
@@ -96,6 +85,7 @@ func (cn *conn) serve() bool {
 		if cn.nreq == 0 {
 			wait = p.cfg.ReadHeaderTimeout
 		}
+		cn.isHead = false
 		cn.idle.Store(true)
 		if cn.ctx.Err() != nil { // a wake may have run before idle was set
 			return false
@@ -123,6 +113,7 @@ func (cn *conn) serve() bool {
 			return false
 		}
 		cn.client.r += n
+		cn.isHead = string(cn.req.method.of(cn.req.buf)) == "HEAD"
 		keep, handedOff := cn.handle()
 		if handedOff {
 			return true
@@ -165,7 +156,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	}
 
 	clientKeep := !req.connClose && (req.minor == 1 || req.connKeepAlive)
-	isHead := string(method) == "HEAD"
+	isHead := cn.isHead
 	idempotent := isIdempotent(method)
 	clientMinor := req.minor
 	req.dropConnectionListed()

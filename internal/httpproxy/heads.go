@@ -163,9 +163,12 @@ func (cn *conn) writeError(status int, reason string, keep bool) {
 	} else {
 		out = append(out, "Connection: close\r\n"...)
 	}
-	out = append(out, "\r\nrustle: "...)
-	out = append(out, reason...)
-	out = append(out, '\n')
+	out = append(out, crlf...)
+	if !cn.isHead {
+		out = append(out, "rustle: "...)
+		out = append(out, reason...)
+		out = append(out, '\n')
+	}
 	cn.out = out
 	cn.client.c.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
 	cn.client.c.Write(out)

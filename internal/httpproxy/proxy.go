@@ -15,7 +15,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -124,10 +123,16 @@ func (p *Proxy) ServeConn(ctx context.Context, c *net.TCPConn, eng *tunnel.Engin
 	cn.eng = eng
 	cn.ctx = ctx
 	cn.client.attach(c, &clientBufs)
-	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		cn.clientAddr = ap.Addr().Unmap()
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		cn.clientAddr = ta.AddrPort().Addr().Unmap()
 	}
-	stop := context.AfterFunc(ctx, cn.wake)
+	// On shutdown, a connection waiting for its next request is woken so
+	// that it closes; one in the middle of a request finishes it first.
+	stop := context.AfterFunc(ctx, func() {
+		if cn.idle.Load() {
+			c.SetReadDeadline(time.Unix(1, 0))
+		}
+	})
 	handedOff := cn.serve()
 	stop()
 	if !handedOff {

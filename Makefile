@@ -1,0 +1,40 @@
+# rustle: make test runs every test, installing what it needs first.
+GO        ?= go
+FUZZTIME  ?= 3s
+BENCHFLAGS ?=
+
+.PHONY: all build test deps vet fmt-check unit fuzz-short fuzz-long bench clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o rustle ./cmd/rustle
+
+## test: everything CI runs: dependencies, formatting, vet, race tests, short fuzzing.
+test: deps fmt-check vet unit fuzz-short
+
+## deps: Debian packages and Go modules the tests need (apt-get only when missing).
+deps:
+	@bash scripts/deps.sh
+	$(GO) mod download
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+## fuzz-short: every native fuzz target for FUZZTIME (3s) each.
+fuzz-short:
+	@bash scripts/fuzz.sh $(FUZZTIME)
+
+## fuzz-long: the same for 2 minutes each.
+fuzz-long:
+	@bash scripts/fuzz.sh 2m
+
+clean:
+	rm -f rustle
