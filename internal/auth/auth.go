@@ -1,0 +1,343 @@
+package auth
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// DefaultRealm is the realm used when Config.Realm is empty.
+const DefaultRealm = "rustle"
+
+// DefaultCacheTTL is the verdict cache TTL used when Config.CacheTTL is zero.
+const DefaultCacheTTL = 5 * time.Minute
+
+// DefaultCacheSize is the verdict cache size used when Config.CacheSize is zero.
+const DefaultCacheSize = 10000
+
+// maxBcryptPassword is the longest password bcrypt hashes in full; it
+// ignores bytes after the 72nd, so a longer candidate is refused outright
+// for a bcrypt user instead of matching on its first 72 bytes.
+const maxBcryptPassword = 72
+
+// User is one configured user: exactly one of Password (plain text, compared
+// in constant time) or Bcrypt (a bcrypt hash) is set.
+type User struct {
+	Name     string // user name; not empty, no ':' and no control characters
+	Password string // plain-text password; "" when Bcrypt is set
+	Bcrypt   string // bcrypt hash ($2a$, $2b$ or $2y$); "" when Password is set
+}
+
+// Config configures an Authenticator.
+type Config struct {
+	// Realm is the realm sent in the Proxy-Authenticate challenge.
+	// "" means DefaultRealm ("rustle"). It must not contain control characters.
+	Realm string
+	// Files are htpasswd files read by New. Only bcrypt lines ($2a$, $2b$,
+	// $2y$) are accepted; any other format is an error naming the file and
+	// line. Blank lines and # comments are skipped. nil means none.
+	Files []string
+	// Users are inline users, in addition to those in Files; a name given
+	// in both, or twice, is an error. nil means none.
+	Users []User
+	// CacheTTL is how long a verdict on a Proxy-Authorization value is
+	// cached. 0 means DefaultCacheTTL (5m); negative is an error.
+	CacheTTL time.Duration
+	// CacheSize is the most verdicts cached. 0 means DefaultCacheSize
+	// (10000); negative is an error.
+	CacheSize int
+}
+
+// account is a configured user, ready for checking.
+type account struct {
+	name    string
+	nameSum [32]byte // SHA-256 of name
+	hash    []byte   // bcrypt hash; nil for a plain-password user
+	passSum [32]byte // SHA-256 of the plain password; zero for a bcrypt user
+}
+
+// Authenticator checks Basic Proxy-Authorization values against a fixed set
+// of users. It is safe for concurrent use. Create one with New.
+type Authenticator struct {
+	challenge string
+	accounts  []account // read-only after New
+	dummy     []byte    // bcrypt hash of a random password, compared on a miss for an unknown or plain user
+	salt      [16]byte  // random prefix of hashed cache keys
+	cache     *cache
+
+	// now and compare are time.Now and bcrypt.CompareHashAndPassword, set
+	// by New and replaced only by tests before first use.
+	now     func() time.Time
+	compare func(hash, password []byte) error
+}
+
+// New returns an Authenticator for cfg, reading cfg.Files. Errors from a
+// file name it, and the line for a bad line (as a *ParseError).
+func New(cfg Config) (*Authenticator, error) {
+	realm := cfg.Realm
+	if realm == "" {
+		realm = DefaultRealm
+	}
+	if hasControl(realm) {
+		return nil, fmt.Errorf("auth: realm %q contains a control character", realm)
+	}
+	ttl := cfg.CacheTTL
+	switch {
+	case ttl == 0:
+		ttl = DefaultCacheTTL
+	case ttl < 0:
+		return nil, fmt.Errorf("auth: negative cache TTL %v", ttl)
+	}
+	size := cfg.CacheSize
+	switch {
+	case size == 0:
+		size = DefaultCacheSize
+	case size < 0:
+		return nil, fmt.Errorf("auth: negative cache size %d", size)
+	}
+
+	type origin struct {
+		file string
+		line int
+	}
+	where := make(map[string]origin)
+	var accounts []account
+	for _, file := range cfg.Files {
+		fus, err := readHtpasswd(file)
+		if err != nil {
+			return nil, err
+		}
+		for _, fu := range fus {
+			if prev, dup := where[fu.Name]; dup {
+				return nil, fmt.Errorf("auth: htpasswd %s:%d: user %q already defined in %s:%d",
+					fu.file, fu.line, fu.Name, prev.file, prev.line)
+			}
+			where[fu.Name] = origin{fu.file, fu.line}
+			accounts = append(accounts, newAccount(fu.User))
+		}
+	}
+	for i, u := range cfg.Users {
+		if err := checkUser(u); err != nil {
+			return nil, fmt.Errorf("auth: user %d (%q): %w", i+1, u.Name, err)
+		}
+		if prev, dup := where[u.Name]; dup {
+			if prev.file == "" {
+				return nil, fmt.Errorf("auth: user %q defined twice in the inline users", u.Name)
+			}
+			return nil, fmt.Errorf("auth: inline user %q also defined in %s:%d", u.Name, prev.file, prev.line)
+		}
+		where[u.Name] = origin{}
+		accounts = append(accounts, newAccount(u))
+	}
+
+	dummy, err := dummyHash(accounts)
+	if err != nil {
+		return nil, err
+	}
+	a := &Authenticator{
+		challenge: "Basic realm=" + quote(realm),
+		accounts:  accounts,
+		dummy:     dummy,
+		cache:     newCache(size, ttl),
+		now:       time.Now,
+		compare:   bcrypt.CompareHashAndPassword,
+	}
+	if _, err := rand.Read(a.salt[:]); err != nil {
+		return nil, fmt.Errorf("auth: read random salt: %w", err)
+	}
+	return a, nil
+}
+
+func readHtpasswd(file string) ([]fileUser, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("auth: open htpasswd %s: %w", file, err)
+	}
+	defer f.Close()
+	return parseHtpasswd(f, file)
+}
+
+// checkUser validates an inline user.
+func checkUser(u User) error {
+	if err := checkName(u.Name); err != nil {
+		return err
+	}
+	switch {
+	case u.Password != "" && u.Bcrypt != "":
+		return errors.New("both password and bcrypt set")
+	case u.Password == "" && u.Bcrypt == "":
+		return errors.New("neither password nor bcrypt set")
+	case u.Bcrypt != "":
+		return checkBcrypt(u.Bcrypt)
+	}
+	return nil
+}
+
+func newAccount(u User) account {
+	acc := account{name: u.Name, nameSum: sha256.Sum256([]byte(u.Name))}
+	if u.Bcrypt != "" {
+		acc.hash = []byte(u.Bcrypt)
+	} else {
+		acc.passSum = sha256.Sum256([]byte(u.Password))
+	}
+	return acc
+}
+
+// dummyHash returns a bcrypt hash of a random password at the cost most
+// configured bcrypt hashes use (the higher on a tie), or bcrypt.MinCost when
+// there are none, so that a miss for an unknown user costs about what a
+// miss for a known one does.
+func dummyHash(accounts []account) ([]byte, error) {
+	counts := make(map[int]int)
+	cost, best := bcrypt.MinCost, 0
+	for _, acc := range accounts {
+		if acc.hash == nil {
+			continue
+		}
+		c, err := strconv.Atoi(string(acc.hash[4:6])) // checked by checkBcrypt
+		if err != nil {
+			continue
+		}
+		counts[c]++
+		if n := counts[c]; n > best || (n == best && c > cost) {
+			cost, best = c, n
+		}
+	}
+	var pw [16]byte
+	if _, err := rand.Read(pw[:]); err != nil {
+		return nil, fmt.Errorf("auth: read random dummy password: %w", err)
+	}
+	h, err := bcrypt.GenerateFromPassword(pw[:], cost)
+	if err != nil {
+		return nil, fmt.Errorf("auth: hash dummy password at cost %d: %w", cost, err)
+	}
+	return h, nil
+}
+
+// quote returns s as an HTTP quoted-string, escaping '"' and '\'.
+func quote(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// Challenge returns the Proxy-Authenticate header value, for example
+// `Basic realm="rustle"`, with the realm quoted and escaped.
+func (a *Authenticator) Challenge() string { return a.challenge }
+
+// Len returns the number of users known.
+func (a *Authenticator) Len() int { return len(a.accounts) }
+
+// Check verifies a Proxy-Authorization header value such as
+// "Basic dXNlcjpwYXNz"; the scheme is matched case-insensitively. It returns
+// the user name and true when the credentials are valid, and "" and false
+// otherwise.
+//
+// Verdicts, wrong ones included, are cached by the salted SHA-256 of value
+// for Config.CacheTTL, so bcrypt runs once per distinct value, not per
+// request; a hit allocates nothing. Values longer than MaxValueLen and
+// malformed values are refused without bcrypt and are not cached. Check is
+// safe for concurrent use.
+func (a *Authenticator) Check(value []byte) (user string, ok bool) {
+	if len(value) == 0 || len(value) > MaxValueLen {
+		return "", false
+	}
+	key := a.key(value)
+	if v, hit := a.cache.shard(&key).get(&key, a.now()); hit {
+		return v.user, v.ok
+	}
+	name, pass, ok := parseBasic(value)
+	if !ok {
+		return "", false
+	}
+	return a.cache.resolve(&key, a.now, func() (string, bool) { return a.verify(name, pass) })
+}
+
+// key returns the cache key of value: the SHA-256 of a.salt followed by value.
+func (a *Authenticator) key(value []byte) cacheKey {
+	var buf [len(a.salt) + MaxValueLen]byte
+	n := copy(buf[:], a.salt[:])
+	n += copy(buf[n:], value)
+	return sha256.Sum256(buf[:n])
+}
+
+// lookup returns the account named name, or nil. It compares the SHA-256 of
+// name with every account's in constant time, so its time depends only on
+// the number of accounts.
+func (a *Authenticator) lookup(name []byte) *account {
+	sum := sha256.Sum256(name)
+	idx := -1
+	for i := range a.accounts {
+		eq := subtle.ConstantTimeCompare(a.accounts[i].nameSum[:], sum[:])
+		idx = subtle.ConstantTimeSelect(eq, i, idx)
+	}
+	if idx < 0 {
+		return nil
+	}
+	return &a.accounts[idx]
+}
+
+// verify checks a user name and password, running exactly one bcrypt
+// comparison: against the user's hash for a bcrypt user, against the dummy
+// hash otherwise.
+func (a *Authenticator) verify(name, pass []byte) (string, bool) {
+	acc := a.lookup(name)
+	switch {
+	case acc != nil && acc.hash != nil:
+		if len(pass) > maxBcryptPassword {
+			_ = a.compare(a.dummy, pass[:maxBcryptPassword])
+			return "", false
+		}
+		if a.compare(acc.hash, pass) != nil {
+			return "", false
+		}
+		return acc.name, true
+	case acc != nil:
+		_ = a.compare(a.dummy, truncate(pass))
+		sum := sha256.Sum256(pass)
+		if subtle.ConstantTimeCompare(sum[:], acc.passSum[:]) != 1 {
+			return "", false
+		}
+		return acc.name, true
+	default:
+		_ = a.compare(a.dummy, truncate(pass))
+		return "", false
+	}
+}
+
+func truncate(pass []byte) []byte {
+	if len(pass) > maxBcryptPassword {
+		return pass[:maxBcryptPassword]
+	}
+	return pass
+}
+
+// HashPassword returns a bcrypt hash of password at bcrypt.DefaultCost, for
+// the hash field of an htpasswd line ("user:" + hash). The password must be
+// 1 to 72 bytes long.
+func HashPassword(password string) (string, error) {
+	if password == "" {
+		return "", errors.New("auth: hash password: empty password")
+	}
+	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.DefaultCost)
+	if err != nil {
+		return "", fmt.Errorf("auth: hash password: %w", err)
+	}
+	return string(h), nil
+}
