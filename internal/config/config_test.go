@@ -1,0 +1,188 @@
+package config
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// exampleFile is the documented example configuration, the specification
+// of every key and default.
+const exampleFile = "../../rustle.example.toml"
+
+// documentedDefaults is what rustle.example.toml says each key defaults
+// to, written out independently of SetDefaults.
+func documentedDefaults() Config {
+	return Config{
+		Workers:           0,
+		SocketBufferBytes: 0,
+		Forwarded:         "none",
+		Via:               false,
+		MaxHeaderBytes:    65536,
+		Log:               Log{Level: "info", Format: "text"},
+		Timeouts: Timeouts{
+			ReadHeader:     Duration{30 * time.Second},
+			Connect:        Duration{10 * time.Second},
+			ResponseHeader: Duration{60 * time.Second},
+			IdleClient:     Duration{60 * time.Second},
+			IdleTunnel:     Duration{time.Hour},
+			Write:          Duration{60 * time.Second},
+			Drain:          Duration{15 * time.Second},
+		},
+		Upstream: Upstream{MaxIdlePerHost: 64, MaxIdle: 4096, IdleTimeout: Duration{90 * time.Second}},
+		Auth:     Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},
+	}
+}
+
+func TestSetDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		in   Config
+		want func() Config
+	}{
+		{
+			name: "zero",
+			in:   Config{},
+			want: documentedDefaults,
+		},
+		{
+			name: "listeners named and given a protocol",
+			in: Config{Listen: []Listener{
+				{Address: "127.0.0.1:3128"},
+				{Name: "mine", Address: "[::1]:8080", Protocol: "http", Auth: "none"},
+			}},
+			want: func() Config {
+				c := documentedDefaults()
+				c.Listen = []Listener{
+					{Name: "http 127.0.0.1:3128", Address: "127.0.0.1:3128", Protocol: "http"},
+					{Name: "mine", Address: "[::1]:8080", Protocol: "http", Auth: "none"},
+				}
+				return c
+			},
+		},
+		{
+			name: "set values kept",
+			in: Config{
+				Workers: 3, MaxHeaderBytes: 1024, Forwarded: "rfc7239",
+				Log:      Log{Level: "debug", Format: "json"},
+				Timeouts: Timeouts{Connect: Duration{time.Second}, Drain: Duration{-time.Second}},
+				Upstream: Upstream{MaxIdlePerHost: -1},
+				Auth:     Auth{Realm: "r", CacheSize: 5},
+			},
+			want: func() Config {
+				c := documentedDefaults()
+				c.Workers, c.MaxHeaderBytes, c.Forwarded = 3, 1024, "rfc7239"
+				c.Log = Log{Level: "debug", Format: "json"}
+				c.Timeouts.Connect = Duration{time.Second}
+				c.Timeouts.Drain = Duration{-time.Second} // Validate's business
+				c.Upstream.MaxIdlePerHost = -1
+				c.Auth.Realm, c.Auth.CacheSize = "r", 5
+				return c
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := tt.in
+			c.SetDefaults()
+			if diff := cmp.Diff(tt.want(), c); diff != "" {
+				t.Errorf("SetDefaults (-want +got):\n%s", diff)
+			}
+			again := c
+			again.Listen = append([]Listener(nil), c.Listen...)
+			again.SetDefaults()
+			if diff := cmp.Diff(c, again); diff != "" {
+				t.Errorf("second SetDefaults changed the config (-first +second):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDefault(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
+	}
+	want := documentedDefaults()
+	want.Listen = []Listener{{Name: "http 127.0.0.1:3128", Address: "127.0.0.1:3128", Protocol: "http"}}
+	if diff := cmp.Diff(&want, c); diff != "" {
+		t.Errorf("Default() (-want +got):\n%s", diff)
+	}
+	c.Listen[0].Address = "changed:1"
+	if got := Default().Listen[0].Address; got != "127.0.0.1:3128" {
+		t.Errorf("Default() shares state between calls: address %q after changing an earlier result", got)
+	}
+}
+
+// TestExampleFile checks that the example file parses, validates and says
+// what SetDefaults does: its values are the documented defaults.
+func TestExampleFile(t *testing.T) {
+	c, err := Load(exampleFile)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", exampleFile, err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	want := documentedDefaults()
+	want.Listen = []Listener{{Name: "main", Address: "127.0.0.1:3128", Protocol: "http"}}
+	want.Auth.Htpasswd = []string{}
+	if diff := cmp.Diff(&want, c); diff != "" {
+		t.Errorf("example file differs from the documented defaults (-want +got):\n%s", diff)
+	}
+}
+
+func TestWorkerCount(t *testing.T) {
+	for _, tt := range []struct {
+		workers, want int
+	}{
+		{0, runtime.GOMAXPROCS(0)},
+		{-1, runtime.GOMAXPROCS(0)},
+		{7, 7},
+	} {
+		if got := (&Config{Workers: tt.workers}).WorkerCount(); got != tt.want {
+			t.Errorf("WorkerCount with workers = %d: %d, want %d", tt.workers, got, tt.want)
+		}
+	}
+}
+
+func TestEffectiveAuth(t *testing.T) {
+	users := Auth{Users: []User{{Name: "a", Password: "p"}}}
+	files := Auth{Htpasswd: []string{"/etc/rustle/htpasswd"}}
+	tests := []struct {
+		name   string
+		auth   Auth
+		listen string
+		want   string
+	}{
+		{"no users", Auth{}, "", "none"},
+		{"inline users", users, "", "basic"},
+		{"htpasswd files", files, "", "basic"},
+		{"explicit none with users", users, "none", "none"},
+		{"explicit basic", Auth{}, "basic", "basic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Config{Auth: tt.auth}
+			if got := c.EffectiveAuth(Listener{Auth: tt.listen}); got != tt.want {
+				t.Errorf("EffectiveAuth = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDurationText(t *testing.T) {
+	var d Duration
+	if err := d.UnmarshalText([]byte("1m30s")); err != nil || d.Duration != 90*time.Second {
+		t.Errorf("UnmarshalText(1m30s) = %v, %v; want 1m30s", d.Duration, err)
+	}
+	if err := d.UnmarshalText([]byte("90")); err == nil {
+		t.Errorf("UnmarshalText(90) succeeded; a duration needs a unit")
+	}
+	b, err := Duration{90 * time.Second}.MarshalText()
+	if err != nil || string(b) != "1m30s" {
+		t.Errorf("MarshalText = %q, %v; want 1m30s", b, err)
+	}
+}

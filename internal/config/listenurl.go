@@ -1,0 +1,86 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// ParseListenURL parses a gost-style -L flag value such as
+// "http://127.0.0.1:8080", "http://user:pass@[::1]:3128" or "http://:3128".
+//
+// The scheme is the listener's protocol (see the protocol key). The
+// userinfo, percent-decoded, becomes a user with a plain password, returned
+// as the *User, and sets the listener's Auth to "basic"; without userinfo
+// the *User is nil and Auth is "". The port is required. Query parameters,
+// a path and a fragment are errors. The Listener's Name is "", for
+// [Config.SetDefaults] to fill in; nothing else is validated here that
+// [Config.Validate] checks later, except the address.
+//
+// Error messages never repeat the password.
+func ParseListenURL(s string) (Listener, *User, error) {
+	fail := func(format string, args ...any) (Listener, *User, error) {
+		return Listener{}, nil, fmt.Errorf("config: listen URL %s: %s", redactURL(s), fmt.Sprintf(format, args...))
+	}
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok {
+		return fail("want scheme://[user:password@]host:port, as in http://127.0.0.1:3128")
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // ue.Error() would quote the URL, password and all
+		}
+		return fail("%v", err)
+	}
+	if !slices.Contains(protocols, u.Scheme) {
+		return fail("scheme %q is not one of %s", scheme, strings.Join(protocols, ", "))
+	}
+	if u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
+		return fail("want no path or fragment after host:port")
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		return fail("query parameters are not supported")
+	}
+	if u.Port() == "" {
+		return fail("missing port")
+	}
+	if _, _, err := splitListenAddress(u.Host); err != nil {
+		return fail("%v", err)
+	}
+	l := Listener{Address: u.Host, Protocol: u.Scheme}
+	if u.User == nil {
+		return l, nil, nil
+	}
+	name := u.User.Username()
+	password, ok := u.User.Password()
+	switch {
+	case name == "":
+		return fail("empty user name")
+	case strings.Contains(name, ":"):
+		return fail("user name %q contains ':'", name)
+	case !ok || password == "":
+		return fail("user %q has no password", name)
+	}
+	l.Auth = AuthBasic
+	return l, &User{Name: name, Password: password}, nil
+}
+
+// redactURL returns s with any password replaced by "xxxxx", or, when s
+// does not parse, with everything before its last '@' replaced.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	if i := strings.LastIndexByte(s, '@'); i >= 0 {
+		scheme, _, ok := strings.Cut(s, "://")
+		if !ok {
+			return "xxxxx" + s[i:]
+		}
+		return scheme + "://xxxxx" + s[i:]
+	}
+	return s
+}

@@ -1,0 +1,126 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseListenURL(t *testing.T) {
+	tests := []struct {
+		in       string
+		want     Listener
+		wantUser *User
+		wantErr  string // substring of the error; "" for success
+	}{
+		{in: "http://127.0.0.1:8080", want: Listener{Address: "127.0.0.1:8080", Protocol: "http"}},
+		{in: "http://:3128", want: Listener{Address: ":3128", Protocol: "http"}},
+		{in: "http://[::1]:3128", want: Listener{Address: "[::1]:3128", Protocol: "http"}},
+		{in: "HTTP://localhost:3128/", want: Listener{Address: "localhost:3128", Protocol: "http"}},
+		{
+			in:       "http://user:pass@127.0.0.1:8080",
+			want:     Listener{Address: "127.0.0.1:8080", Protocol: "http", Auth: "basic"},
+			wantUser: &User{Name: "user", Password: "pass"},
+		},
+		{
+			in:       "http://al%20ice:p%40ss%3Aw0rd%2F@[::1]:3128",
+			want:     Listener{Address: "[::1]:3128", Protocol: "http", Auth: "basic"},
+			wantUser: &User{Name: "al ice", Password: "p@ss:w0rd/"},
+		},
+		{in: "http://127.0.0.1", wantErr: "missing port"},
+		{in: "http://[::1]", wantErr: "missing port"},
+		{in: "http://user:hunter2@127.0.0.1", wantErr: "missing port"},
+		{in: "http://::1:3128", wantErr: "invalid port"},
+		{in: "socks5://127.0.0.1:1080", wantErr: `scheme "socks5" is not one of http`},
+		{in: "ftp://127.0.0.1:21", wantErr: "scheme"},
+		{in: "127.0.0.1:8080", wantErr: "want scheme://"},
+		{in: ":8080", wantErr: "want scheme://"},
+		{in: "http://127.0.0.1:8080?cert=a.pem", wantErr: "query parameters are not supported"},
+		{in: "http://127.0.0.1:8080?", wantErr: "query parameters are not supported"},
+		{in: "http://127.0.0.1:8080/path", wantErr: "no path"},
+		{in: "http://127.0.0.1:8080#frag", wantErr: "no path or fragment"},
+		{in: "http://127.0.0.1:99999", wantErr: "not a number from 0 to 65535"},
+		{in: "http://[127.0.0.1]:80", wantErr: "invalid IP-literal"},
+		{in: "http://user@127.0.0.1:8080", wantErr: `user "user" has no password`},
+		{in: "http://user:@127.0.0.1:8080", wantErr: `user "user" has no password`},
+		{in: "http://:hunter2@127.0.0.1:8080", wantErr: "empty user name"},
+		{in: "http://a%3Ab:hunter2@127.0.0.1:8080", wantErr: `user name "a:b" contains ':'`},
+		{in: "http://user:hunter2@127.0.0.1:8080?x=1", wantErr: "query"},
+		{in: "http://user:hunter2 x@127.0.0.1:8080", wantErr: "invalid userinfo"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			l, u, err := ParseListenURL(tt.in)
+			if tt.wantErr != "" {
+				if err == nil {
+					t.Fatalf("ParseListenURL = %+v, %+v; want an error containing %q", l, u, tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "config: listen URL ") {
+					t.Errorf("error %q: want a config: listen URL error containing %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "hunter2") {
+					t.Errorf("error %q repeats the password", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseListenURL: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, l); diff != "" {
+				t.Errorf("listener (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantUser, u); diff != "" {
+				t.Errorf("user (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestListenURLValidates checks that a listener and user from -L flags make
+// a configuration that validates, once defaults are set.
+func TestListenURLValidates(t *testing.T) {
+	c := &Config{}
+	for _, s := range []string{"http://alice:secret@:3128", "http://[::1]:3129"} {
+		l, u, err := ParseListenURL(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Listen = append(c.Listen, l)
+		if u != nil {
+			c.Auth.Users = append(c.Auth.Users, *u)
+		}
+	}
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if got := c.Listen[0].Name; got != "http :3128" {
+		t.Errorf("default name %q, want %q", got, "http :3128")
+	}
+}
+
+// FuzzParseListenURL checks that ParseListenURL never panics and that
+// what it accepts has a protocol rustle speaks and an address Validate
+// accepts.
+func FuzzParseListenURL(f *testing.F) {
+	for _, s := range []string{"http://127.0.0.1:8080", "http://u:p%40@[::1]:3128", "http://:3128", "http://x@y:1?z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, u, err := ParseListenURL(s)
+		if err != nil {
+			return
+		}
+		if !slices.Contains(protocols, l.Protocol) {
+			t.Fatalf("ParseListenURL(%q): protocol %q", s, l.Protocol)
+		}
+		if _, _, err := splitListenAddress(l.Address); err != nil {
+			t.Fatalf("ParseListenURL(%q): address %q: %v", s, l.Address, err)
+		}
+		if (u != nil) != (l.Auth == AuthBasic) || u != nil && (u.Name == "" || u.Password == "" || strings.Contains(u.Name, ":")) {
+			t.Fatalf("ParseListenURL(%q) = %+v, %+v", s, l, u)
+		}
+	})
+}

@@ -1,0 +1,311 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// ErrUnknownKey is the Err of an [*Error] for a key rustle does not know.
+var ErrUnknownKey = errors.New("unknown key")
+
+// Error is one problem with a configuration, located as precisely as
+// possible. Decoding errors name the file and line; [Config.Validate]
+// errors name only the key.
+type Error struct {
+	// File is the name given to [Parse] or the path given to [Load]; ""
+	// for an error from [Config.Validate].
+	File string
+	// Line is the 1-based line of the key in File; 0 when unknown.
+	Line int
+	// Key is the dotted key, such as "timeouts.connect"; Validate adds
+	// array indices, as in "listen[1].address". "" for a TOML syntax error.
+	Key string
+	// Err is what is wrong: ErrUnknownKey, a [toml.ParseError] for a
+	// syntax error, or a description of the bad value.
+	Err error
+}
+
+// Error formats the error as "file:line: key: problem", or
+// "file:line: unknown key key" for an unknown key; a Validate error starts
+// with "config: " instead of a position.
+func (e *Error) Error() string {
+	var b strings.Builder
+	switch {
+	case e.File == "":
+		b.WriteString("config: ")
+	case e.Line > 0:
+		b.WriteString(e.File + ":" + strconv.Itoa(e.Line) + ": ")
+	default:
+		b.WriteString(e.File + ": ")
+	}
+	var pe toml.ParseError
+	switch {
+	case errors.Is(e.Err, ErrUnknownKey):
+		b.WriteString("unknown key " + e.Key)
+		return b.String()
+	case e.Key != "":
+		b.WriteString(e.Key + ": ")
+	}
+	if errors.As(e.Err, &pe) {
+		b.WriteString(pe.Message)
+	} else {
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns e.Err.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Load reads and decodes the configuration file at path, as [Parse] does,
+// then resolves relative htpasswd paths against the file's directory. It
+// fills defaults but does not validate.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: read %s: %w", path, err)
+	}
+	c, err := Parse(data, path)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Dir(path)
+	for i, p := range c.Auth.Htpasswd {
+		if p != "" && !filepath.IsAbs(p) {
+			c.Auth.Htpasswd[i] = filepath.Join(dir, p)
+		}
+	}
+	return c, nil
+}
+
+// maxFileBytes bounds a configuration file, so that a mistaken path such
+// as /dev/zero fails rather than exhausting memory.
+const maxFileBytes = 1 << 20
+
+// Parse decodes a configuration from data, strictly: a TOML syntax error,
+// an unknown key, a value of the wrong type or an unparsable duration is an
+// error, and every such problem is reported (joined with [errors.Join], in
+// line order), each an [*Error] naming name, the line and the key. Parse
+// fills defaults ([Config.SetDefaults]) but does not validate. Data over
+// 1 MiB is refused.
+func Parse(data []byte, name string) (*Config, error) {
+	if len(data) > maxFileBytes {
+		return nil, &Error{File: name, Err: fmt.Errorf("larger than the %d-byte limit for a configuration", maxFileBytes)}
+	}
+	var raw map[string]any
+	if err := toml.Unmarshal(data, &raw); err != nil {
+		line := 0
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			line = pe.Position.Line
+		}
+		return nil, &Error{File: name, Line: line, Err: err}
+	}
+	d := decoder{name: name, lines: locateKeys(data)}
+	c := new(Config)
+	d.value(raw, reflect.ValueOf(c).Elem(), nil)
+	if len(d.errs) > 0 {
+		slices.SortFunc(d.errs, func(a, b *Error) int {
+			return cmp.Or(cmp.Compare(a.Line, b.Line), strings.Compare(a.Key, b.Key))
+		})
+		errs := make([]error, len(d.errs))
+		for i, e := range d.errs {
+			errs[i] = e
+		}
+		return nil, errors.Join(errs...)
+	}
+	c.SetDefaults()
+	return c, nil
+}
+
+// decoder copies a decoded TOML document into a Go value, following the
+// fields' toml tags, and records every unknown key and mistyped value.
+type decoder struct {
+	name  string
+	lines map[string]int // from locateKeys
+	errs  []*Error
+}
+
+var durationType = reflect.TypeFor[Duration]()
+
+// value stores v, found at path, in rv. path holds keys and array indices
+// (see indexElem).
+func (d *decoder) value(v any, rv reflect.Value, path []string) {
+	if rv.Type() == durationType {
+		s, ok := v.(string)
+		if !ok {
+			d.typeError(path, v, `a duration string such as "10s"`)
+			return
+		}
+		dur, err := parseDuration(s)
+		if err != nil {
+			d.fail(path, err)
+			return
+		}
+		rv.Set(reflect.ValueOf(Duration{dur}))
+		return
+	}
+	switch rv.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			d.typeError(path, v, "a table")
+			return
+		}
+		d.table(m, rv, path)
+	case reflect.Slice:
+		elems, ok := arrayElems(v)
+		if !ok {
+			d.typeError(path, v, "an array")
+			return
+		}
+		s := reflect.MakeSlice(rv.Type(), len(elems), len(elems))
+		for i, e := range elems {
+			d.value(e, s.Index(i), append(path[:len(path):len(path)], indexElem(i)))
+		}
+		rv.Set(s)
+	case reflect.String:
+		s, ok := v.(string)
+		if !ok {
+			d.typeError(path, v, "a string")
+			return
+		}
+		rv.SetString(s)
+	case reflect.Bool:
+		b, ok := v.(bool)
+		if !ok {
+			d.typeError(path, v, "a boolean")
+			return
+		}
+		rv.SetBool(b)
+	case reflect.Int:
+		n, ok := v.(int64)
+		if !ok {
+			d.typeError(path, v, "an integer")
+			return
+		}
+		if n < math.MinInt || n > math.MaxInt {
+			d.fail(path, fmt.Errorf("%d is out of range", n))
+			return
+		}
+		rv.SetInt(n)
+	default:
+		panic("config: no decoding for field type " + rv.Type().String())
+	}
+}
+
+// table stores the keys of m in the fields of the struct rv.
+func (d *decoder) table(m map[string]any, rv reflect.Value, path []string) {
+	t := rv.Type()
+	for key, v := range m {
+		sub := append(path[:len(path):len(path)], key)
+		f, ok := fieldByTag(t, key)
+		if !ok {
+			d.errs = append(d.errs, &Error{File: d.name, Line: d.line(sub), Key: displayKey(sub), Err: ErrUnknownKey})
+			continue
+		}
+		d.value(v, rv.FieldByIndex(f.Index), sub)
+	}
+}
+
+// fieldByTag returns the field of struct type t whose toml tag is key.
+func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("toml"), ","); name == key && f.IsExported() {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// arrayElems returns the elements of a decoded TOML array: an array of
+// tables decodes as []map[string]any, any other array as []any.
+func arrayElems(v any) ([]any, bool) {
+	switch a := v.(type) {
+	case []any:
+		return a, true
+	case []map[string]any:
+		elems := make([]any, len(a))
+		for i, m := range a {
+			elems[i] = m
+		}
+		return elems, true
+	}
+	return nil, false
+}
+
+func (d *decoder) typeError(path []string, v any, want string) {
+	d.fail(path, fmt.Errorf("want %s, not %s", want, tomlTypeName(v)))
+}
+
+func (d *decoder) fail(path []string, err error) {
+	d.errs = append(d.errs, &Error{File: d.name, Line: d.line(path), Key: displayKey(path), Err: err})
+}
+
+// line returns the line where path is first written, or 0.
+func (d *decoder) line(path []string) int {
+	return d.lines[pathString(path)]
+}
+
+// tomlTypeName names the TOML type of a decoded value, with an article.
+func tomlTypeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case time.Time:
+		return "a datetime"
+	case []any:
+		return "an array"
+	case []map[string]any:
+		return "an array of tables"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("a %T", v)
+}
+
+// indexPrefix starts a path element that is an array index rather than a
+// key. Keys cannot hold it unless escaped, which only a hostile file does,
+// and then the worst outcome is a wrong line number.
+const indexPrefix = "\x00"
+
+func indexElem(i int) string { return indexPrefix + strconv.Itoa(i) }
+
+// pathString is the map key of path in the locator's table.
+func pathString(path []string) string { return strings.Join(path, "\x01") }
+
+// displayKey formats path as a dotted TOML key without array indices, as
+// the user writes it: "listen.address", not "listen[1].address".
+func displayKey(path []string) string {
+	k := make(toml.Key, 0, len(path))
+	for _, p := range path {
+		if !strings.HasPrefix(p, indexPrefix) {
+			k = append(k, p)
+		}
+	}
+	return k.String()
+}

@@ -1,0 +1,253 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// ErrOpenProxy is wrapped by the [Config.Validate] error for a listener on
+// a non-loopback address without authentication and without allow_open.
+var ErrOpenProxy = errors.New("open proxy refused")
+
+// protocols lists the listener protocols rustle speaks: the valid values
+// of a listener's protocol key and of a -L URL's scheme.
+var protocols = []string{"http"}
+
+// Choices for the keys that take one of a few strings.
+var (
+	forwardedModes = []string{"none", "rfc7239", "x-forwarded-for"}
+	logLevels      = []string{"debug", "info", "warn", "error"}
+	logFormats     = []string{"text", "json"}
+	authModes      = []string{"", AuthBasic, AuthNone}
+	bcryptPrefixes = []string{"$2a$", "$2b$", "$2y$"}
+)
+
+// Validate checks a configuration whose defaults are set (see
+// [Config.SetDefaults]) and reports every problem, joined with
+// [errors.Join], each an [*Error] whose Key names the key, as in
+// "listen[1].address". It returns nil for a usable configuration.
+//
+// Beyond the type and range of each key, it refuses duplicate listener
+// names and addresses, auth = "basic" with no users, user names that are
+// empty, repeated or contain ':', users with not exactly one of password
+// and bcrypt, and an open proxy by accident: a listener whose host is not
+// loopback (127.0.0.0/8, ::1 or "localhost"; ":3128", "0.0.0.0" and "[::]"
+// are not) whose effective auth is "none", unless its allow_open is true.
+func (c *Config) Validate() error {
+	v := &validator{}
+
+	v.check(c.Workers >= 0, "workers", "%d is negative", c.Workers)
+	v.check(c.SocketBufferBytes >= 0, "socket_buffer_bytes", "%d is negative", c.SocketBufferBytes)
+	v.oneOf("forwarded", c.Forwarded, forwardedModes)
+	v.check(c.MaxHeaderBytes > 0, "max_header_bytes", "%d is not positive", c.MaxHeaderBytes)
+	v.oneOf("log.level", c.Log.Level, logLevels)
+	v.oneOf("log.format", c.Log.Format, logFormats)
+
+	t := c.Timeouts
+	v.positive("timeouts.read_header", t.ReadHeader)
+	v.positive("timeouts.connect", t.Connect)
+	v.positive("timeouts.response_header", t.ResponseHeader)
+	v.positive("timeouts.idle_client", t.IdleClient)
+	v.positive("timeouts.idle_tunnel", t.IdleTunnel)
+	v.positive("timeouts.write", t.Write)
+	v.positive("timeouts.drain", t.Drain)
+
+	u := c.Upstream
+	v.check(u.MaxIdlePerHost > 0 || u.MaxIdlePerHost == -1, "upstream.max_idle_per_host",
+		"%d is neither positive nor -1 (no keep-alive)", u.MaxIdlePerHost)
+	v.check(u.MaxIdle > 0, "upstream.max_idle", "%d is not positive", u.MaxIdle)
+	v.positive("upstream.idle_timeout", u.IdleTimeout)
+
+	c.validateAuth(v)
+	c.validateListeners(v)
+	return v.err()
+}
+
+func (c *Config) validateAuth(v *validator) {
+	a := c.Auth
+	v.check(a.Realm != "", "auth.realm", "is empty")
+	v.check(!strings.ContainsFunc(a.Realm, func(r rune) bool { return r < ' ' || r == 0x7f || r == '"' || r == '\\' }),
+		"auth.realm", "%q has a control character, '\"' or '\\'", a.Realm)
+	for i, p := range a.Htpasswd {
+		v.check(p != "", fmt.Sprintf("auth.htpasswd[%d]", i), "is empty")
+	}
+	v.positive("auth.cache_ttl", a.CacheTTL)
+	v.check(a.CacheSize > 0, "auth.cache_size", "%d is not positive", a.CacheSize)
+
+	seen := make(map[string]int)
+	for i, u := range a.Users {
+		key := fmt.Sprintf("auth.users[%d]", i)
+		switch {
+		case u.Name == "":
+			v.add(key+".name", errors.New("is empty"))
+		case strings.Contains(u.Name, ":"):
+			v.add(key+".name", fmt.Errorf("%q contains ':'", u.Name))
+		default:
+			if j, dup := seen[u.Name]; dup {
+				v.add(key+".name", fmt.Errorf("%q is also auth.users[%d]", u.Name, j))
+			} else {
+				seen[u.Name] = i
+			}
+		}
+		switch {
+		case (u.Password == "") == (u.Bcrypt == ""):
+			v.add(key, errors.New("give exactly one of password and bcrypt"))
+		case u.Bcrypt != "":
+			if err := checkBcrypt(u.Bcrypt); err != nil {
+				v.add(key+".bcrypt", err)
+			}
+		}
+	}
+}
+
+// checkBcrypt checks that h looks like a bcrypt hash rustle accepts.
+// The error does not quote h: it is a secret, if a weak one.
+func checkBcrypt(h string) error {
+	if !slices.ContainsFunc(bcryptPrefixes, func(p string) bool { return strings.HasPrefix(h, p) }) {
+		return fmt.Errorf("not a bcrypt hash: want a $2a$, $2b$ or $2y$ prefix")
+	}
+	if _, err := bcrypt.Cost([]byte(h)); err != nil {
+		return fmt.Errorf("not a bcrypt hash: %w", err)
+	}
+	return nil
+}
+
+func (c *Config) validateListeners(v *validator) {
+	if len(c.Listen) == 0 {
+		v.add("listen", errors.New("no listeners: add a [[listen]] table or a -L flag"))
+	}
+	names := make(map[string]int)
+	addrs := make(map[string]int)
+	for i, l := range c.Listen {
+		key := fmt.Sprintf("listen[%d]", i)
+		if l.Name != "" {
+			if j, dup := names[l.Name]; dup {
+				v.add(key+".name", fmt.Errorf("%q is also the name of listen[%d]", l.Name, j))
+			} else {
+				names[l.Name] = i
+			}
+		}
+		if !slices.Contains(protocols, l.Protocol) {
+			v.add(key+".protocol", fmt.Errorf("%q is not one of %s", l.Protocol, strings.Join(protocols, ", ")))
+		}
+		if !slices.Contains(authModes, l.Auth) {
+			v.add(key+".auth", fmt.Errorf("%q is not \"basic\", \"none\" or \"\"", l.Auth))
+		} else if l.Auth == AuthBasic && !c.HasUsers() {
+			v.add(key+".auth", errors.New(`"basic" but no users: add [[auth.users]] or auth.htpasswd files`))
+		}
+
+		host, canon, err := splitListenAddress(l.Address)
+		if err != nil {
+			v.add(key+".address", err)
+			continue
+		}
+		if canon != "" {
+			if j, dup := addrs[canon]; dup {
+				v.add(key+".address", fmt.Errorf("%q is also the address of listen[%d]", l.Address, j))
+			} else {
+				addrs[canon] = i
+			}
+		}
+		if !isLoopback(host) && c.EffectiveAuth(l) == AuthNone && !l.AllowOpen {
+			v.add(key, fmt.Errorf("%w: %q is not a loopback address and its auth is \"none\"; configure users, or set allow_open = true",
+				ErrOpenProxy, l.Address))
+		}
+	}
+}
+
+// splitListenAddress checks a listen address, host:port with a numeric
+// port and a bracketed IPv6 host, and returns its host and a canonical form
+// for finding duplicates ("" for port 0, which never collides).
+func splitListenAddress(addr string) (host, canon string, err error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			err = errors.New(ae.Err)
+		}
+		return "", "", fmt.Errorf("%q is not host:port (an IPv6 host is bracketed, as in \"[::1]:3128\"): %w", addr, err)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return "", "", fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if strings.HasPrefix(addr, "[") && !strings.Contains(host, ":") {
+		return "", "", fmt.Errorf("%q: only an IPv6 host is bracketed", addr)
+	}
+	canonHost := strings.ToLower(host)
+	if ip, err := netip.ParseAddr(host); err == nil {
+		canonHost = ip.String()
+	} else if host != "" && !isHostname(host) {
+		return "", "", fmt.Errorf("%q: host %q is neither an IP address nor a host name", addr, host)
+	}
+	if n == 0 {
+		return host, "", nil
+	}
+	return host, net.JoinHostPort(canonHost, strconv.FormatUint(n, 10)), nil
+}
+
+// isHostname reports whether s is a plausible DNS name: dot-separated
+// labels of letters, digits and hyphens.
+func isHostname(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(strings.TrimSuffix(s, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := range len(label) {
+			if c := label[i]; !isBareKeyByte(c) || c == '_' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// isLoopback reports whether a listen host only accepts local clients:
+// "localhost" or an address in 127.0.0.0/8 or ::1. The empty host (every
+// address) is not loopback.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// validator collects Validate's errors.
+type validator struct {
+	errs []error
+}
+
+func (v *validator) add(key string, err error) {
+	v.errs = append(v.errs, &Error{Key: key, Err: err})
+}
+
+func (v *validator) check(ok bool, key, format string, args ...any) {
+	if !ok {
+		v.add(key, fmt.Errorf(format, args...))
+	}
+}
+
+func (v *validator) oneOf(key, val string, choices []string) {
+	if !slices.Contains(choices, val) {
+		v.add(key, fmt.Errorf("%q is not one of %s", val, strings.Join(choices, ", ")))
+	}
+}
+
+func (v *validator) positive(key string, d Duration) {
+	v.check(d.Duration > 0, key, "%s is not positive", d.Duration)
+}
+
+func (v *validator) err() error {
+	return errors.Join(v.errs...)
+}

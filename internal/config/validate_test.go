@@ -1,0 +1,201 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/bcrypt"
+)
+
+// errorKeys returns the Key of each *Error joined in err.
+func errorKeys(t *testing.T, err error) []string {
+	t.Helper()
+	var keys []string
+	for _, e := range unwrapAll(err) {
+		if e == nil {
+			continue
+		}
+		var ce *Error
+		if !errors.As(e, &ce) {
+			t.Fatalf("error %T %q is not a *config.Error", e, e)
+		}
+		if ce.File != "" || !strings.HasPrefix(ce.Error(), "config: "+ce.Key+": ") {
+			t.Errorf("error %q: want a config: prefix and the key %q, no file", ce, ce.Key)
+		}
+		keys = append(keys, ce.Key)
+	}
+	return keys
+}
+
+// listener returns a plain HTTP listener named after its address.
+func listener(addr string) Listener {
+	return Listener{Name: addr, Address: addr, Protocol: "http"}
+}
+
+func TestValidate(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("secret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := User{Name: "alice", Password: "secret"}
+
+	type test struct {
+		name   string
+		modify func(c *Config)
+		want   []string // keys of the errors, in order
+	}
+	tests := []test{
+		{"default", func(c *Config) {}, nil},
+		{"workers negative", func(c *Config) { c.Workers = -1 }, []string{"workers"}},
+		{"workers positive", func(c *Config) { c.Workers = 8 }, nil},
+		{"socket buffer negative", func(c *Config) { c.SocketBufferBytes = -1 }, []string{"socket_buffer_bytes"}},
+		{"socket buffer set", func(c *Config) { c.SocketBufferBytes = 1 << 20 }, nil},
+		{"forwarded unknown", func(c *Config) { c.Forwarded = "all" }, []string{"forwarded"}},
+		{"forwarded empty", func(c *Config) { c.Forwarded = "" }, []string{"forwarded"}},
+		{"forwarded rfc7239", func(c *Config) { c.Forwarded = "rfc7239" }, nil},
+		{"forwarded x-forwarded-for", func(c *Config) { c.Forwarded = "x-forwarded-for" }, nil},
+		{"max header bytes zero", func(c *Config) { c.MaxHeaderBytes = 0 }, []string{"max_header_bytes"}},
+		{"log level", func(c *Config) { c.Log.Level = "trace" }, []string{"log.level"}},
+		{"log level debug", func(c *Config) { c.Log.Level = "debug" }, nil},
+		{"log format", func(c *Config) { c.Log.Format = "xml" }, []string{"log.format"}},
+		{"log format json", func(c *Config) { c.Log.Format = "json" }, nil},
+		{"max idle per host -1", func(c *Config) { c.Upstream.MaxIdlePerHost = -1 }, nil},
+		{"max idle per host -2", func(c *Config) { c.Upstream.MaxIdlePerHost = -2 }, []string{"upstream.max_idle_per_host"}},
+		{"max idle per host 0", func(c *Config) { c.Upstream.MaxIdlePerHost = 0 }, []string{"upstream.max_idle_per_host"}},
+		{"max idle negative", func(c *Config) { c.Upstream.MaxIdle = -1 }, []string{"upstream.max_idle"}},
+		{"realm empty", func(c *Config) { c.Auth.Realm = "" }, []string{"auth.realm"}},
+		{"realm with CRLF", func(c *Config) { c.Auth.Realm = "r\r\nX-Evil: 1" }, []string{"auth.realm"}},
+		{"realm with quote", func(c *Config) { c.Auth.Realm = `r"` }, []string{"auth.realm"}},
+		{"realm with spaces", func(c *Config) { c.Auth.Realm = "my proxy" }, nil},
+		{"htpasswd path empty", func(c *Config) { c.Auth.Htpasswd = []string{"/a", ""} }, []string{"auth.htpasswd[1]"}},
+		{"cache size negative", func(c *Config) { c.Auth.CacheSize = -1 }, []string{"auth.cache_size"}},
+
+		{"user valid password", func(c *Config) { c.Auth.Users = []User{alice} }, nil},
+		{"user valid bcrypt", func(c *Config) { c.Auth.Users = []User{{Name: "bob", Bcrypt: string(hash)}} }, nil},
+		{"user name empty", func(c *Config) { c.Auth.Users = []User{{Password: "p"}} }, []string{"auth.users[0].name"}},
+		{"user name with colon", func(c *Config) { c.Auth.Users = []User{{Name: "a:b", Password: "p"}} }, []string{"auth.users[0].name"}},
+		{"user names repeated", func(c *Config) { c.Auth.Users = []User{alice, {Name: "bob", Password: "x"}, alice} },
+			[]string{"auth.users[2].name"}},
+		{"user with password and bcrypt", func(c *Config) { c.Auth.Users = []User{{Name: "a", Password: "p", Bcrypt: string(hash)}} },
+			[]string{"auth.users[0]"}},
+		{"user with neither", func(c *Config) { c.Auth.Users = []User{{Name: "a"}} }, []string{"auth.users[0]"}},
+		{"user bcrypt wrong prefix", func(c *Config) { c.Auth.Users = []User{{Name: "a", Bcrypt: "$1$" + string(hash[4:])}} },
+			[]string{"auth.users[0].bcrypt"}},
+		{"user bcrypt truncated", func(c *Config) { c.Auth.Users = []User{{Name: "a", Bcrypt: string(hash[:20])}} },
+			[]string{"auth.users[0].bcrypt"}},
+
+		{"no listeners", func(c *Config) { c.Listen = nil }, []string{"listen"}},
+		{"address IPv6 loopback", func(c *Config) { c.Listen = []Listener{listener("[::1]:3128")} }, nil},
+		{"address localhost", func(c *Config) { c.Listen = []Listener{listener("LocalHost:3128")} }, nil},
+		{"address in 127/8", func(c *Config) { c.Listen = []Listener{listener("127.4.5.6:3128")} }, nil},
+		{"address port 0", func(c *Config) { c.Listen = []Listener{listener("127.0.0.1:0")} }, nil},
+		{"address without port", func(c *Config) { c.Listen = []Listener{listener("127.0.0.1")} }, []string{"listen[0].address"}},
+		{"address empty", func(c *Config) { c.Listen = []Listener{listener("")} }, []string{"listen[0].address"}},
+		{"address IPv6 unbracketed", func(c *Config) { c.Listen = []Listener{listener("::1:3128")} }, []string{"listen[0].address"}},
+		{"address IPv4 bracketed", func(c *Config) { c.Listen = []Listener{listener("[127.0.0.1]:3128")} }, []string{"listen[0].address"}},
+		{"address port name", func(c *Config) { c.Listen = []Listener{listener("127.0.0.1:http")} }, []string{"listen[0].address"}},
+		{"address port too big", func(c *Config) { c.Listen = []Listener{listener("127.0.0.1:65536")} }, []string{"listen[0].address"}},
+		{"address bad host", func(c *Config) { c.Listen = []Listener{listener("local host:3128")} }, []string{"listen[0].address"}},
+		{"protocol unknown", func(c *Config) { c.Listen[0].Protocol = "gopher" }, []string{"listen[0].protocol"}},
+		{"protocol empty", func(c *Config) { c.Listen[0].Protocol = "" }, []string{"listen[0].protocol"}},
+		{"auth unknown", func(c *Config) { c.Listen[0].Auth = "digest" }, []string{"listen[0].auth"}},
+		{"auth none", func(c *Config) { c.Listen[0].Auth = "none" }, nil},
+		{"auth basic without users", func(c *Config) { c.Listen[0].Auth = "basic" }, []string{"listen[0].auth"}},
+		{"auth basic with inline users", func(c *Config) { c.Listen[0].Auth = "basic"; c.Auth.Users = []User{alice} }, nil},
+		{"auth basic with htpasswd", func(c *Config) { c.Listen[0].Auth = "basic"; c.Auth.Htpasswd = []string{"/etc/h"} }, nil},
+		{"duplicate names", func(c *Config) {
+			c.Listen = []Listener{listener("127.0.0.1:1"), listener("127.0.0.1:2")}
+			c.Listen[1].Name = c.Listen[0].Name
+		}, []string{"listen[1].name"}},
+		{"duplicate addresses", func(c *Config) {
+			c.Listen = []Listener{listener("127.0.0.1:1"), listener("127.0.0.2:1"), listener("127.0.0.1:1")}
+			c.Listen[2].Name = "other"
+		}, []string{"listen[2].address"}},
+		{"duplicate addresses written differently", func(c *Config) {
+			c.Listen = []Listener{listener("[::1]:3128"), listener("[0:0::1]:03128")}
+		}, []string{"listen[1].address"}},
+		{"port 0 twice", func(c *Config) {
+			c.Listen = []Listener{listener("127.0.0.1:0"), listener("127.0.0.1:00")}
+		}, nil},
+
+		{"open: all addresses", func(c *Config) { c.Listen = []Listener{listener(":3128")} }, []string{"listen[0]"}},
+		{"open: 0.0.0.0", func(c *Config) { c.Listen = []Listener{listener("0.0.0.0:3128")} }, []string{"listen[0]"}},
+		{"open: [::]", func(c *Config) { c.Listen = []Listener{listener("[::]:3128")} }, []string{"listen[0]"}},
+		{"open: LAN address", func(c *Config) { c.Listen = []Listener{listener("192.168.1.10:3128")} }, []string{"listen[0]"}},
+		{"open: host name", func(c *Config) { c.Listen = []Listener{listener("proxy.example:3128")} }, []string{"listen[0]"}},
+		{"open: auth none despite users", func(c *Config) {
+			c.Auth.Users = []User{alice}
+			c.Listen = []Listener{listener(":3128")}
+			c.Listen[0].Auth = "none"
+		}, []string{"listen[0]"}},
+		{"open: allowed", func(c *Config) {
+			c.Listen = []Listener{listener(":3128")}
+			c.Listen[0].AllowOpen = true
+		}, nil},
+		{"open: users make auth basic", func(c *Config) {
+			c.Auth.Users = []User{alice}
+			c.Listen = []Listener{listener("0.0.0.0:3128")}
+		}, nil},
+		{"open: explicit basic", func(c *Config) {
+			c.Auth.Htpasswd = []string{"/etc/h"}
+			c.Listen = []Listener{listener("[::]:3128")}
+			c.Listen[0].Auth = "basic"
+		}, nil},
+
+		{"every problem reported", func(c *Config) {
+			c.Workers = -1
+			c.Log.Level = "loud"
+			c.Timeouts.Connect.Duration = -time.Second
+			c.Auth.Users = []User{{Name: "x"}}
+			c.Listen = append(c.Listen, listener("nope"))
+		}, []string{"workers", "log.level", "timeouts.connect", "auth.users[0]", "listen[1].address"}},
+	}
+	durations := map[string]func(c *Config) *Duration{
+		"timeouts.read_header":     func(c *Config) *Duration { return &c.Timeouts.ReadHeader },
+		"timeouts.connect":         func(c *Config) *Duration { return &c.Timeouts.Connect },
+		"timeouts.response_header": func(c *Config) *Duration { return &c.Timeouts.ResponseHeader },
+		"timeouts.idle_client":     func(c *Config) *Duration { return &c.Timeouts.IdleClient },
+		"timeouts.idle_tunnel":     func(c *Config) *Duration { return &c.Timeouts.IdleTunnel },
+		"timeouts.write":           func(c *Config) *Duration { return &c.Timeouts.Write },
+		"timeouts.drain":           func(c *Config) *Duration { return &c.Timeouts.Drain },
+		"upstream.idle_timeout":    func(c *Config) *Duration { return &c.Upstream.IdleTimeout },
+		"auth.cache_ttl":           func(c *Config) *Duration { return &c.Auth.CacheTTL },
+	}
+	for key, field := range durations {
+		for _, d := range []time.Duration{0, -time.Second} {
+			tests = append(tests, test{key + " " + d.String(), func(c *Config) { field(c).Duration = d }, []string{key}})
+		}
+	}
+
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.modify(c)
+			err := c.Validate()
+			if diff := cmp.Diff(tt.want, errorKeys(t, err)); diff != "" {
+				t.Errorf("Validate() = %v\nerror keys (-want +got):\n%s", err, diff)
+			}
+			if strings.HasPrefix(tt.name, "open:") && tt.want != nil && !errors.Is(err, ErrOpenProxy) {
+				t.Errorf("errors.Is(%v, ErrOpenProxy) = false", err)
+			}
+		})
+	}
+}
+
+func TestValidateMessages(t *testing.T) {
+	c := Default()
+	c.Auth.Users = []User{{Name: "a", Bcrypt: "$2y$10$tooshort-secret"}}
+	c.Listen = []Listener{listener("0.0.0.0:3128"), listener("::1:3128")}
+	c.Listen[0].Auth = "none"
+	want := []string{
+		`config: auth.users[0].bcrypt: not a bcrypt hash: crypto/bcrypt: hashedSecret too short to be a bcrypted password`,
+		`config: listen[0]: open proxy refused: "0.0.0.0:3128" is not a loopback address and its auth is "none"; configure users, or set allow_open = true`,
+		`config: listen[1].address: "::1:3128" is not host:port (an IPv6 host is bracketed, as in "[::1]:3128"): too many colons in address`,
+	}
+	if diff := cmp.Diff(want, errorStrings(t, c.Validate())); diff != "" {
+		t.Errorf("Validate messages (-want +got):\n%s", diff)
+	}
+}
