@@ -1,0 +1,133 @@
+// Command origin is the benchmark campaign's origin server: the far end of
+// every request and tunnel the proxies under test forward.
+//
+// It runs three listeners on loopback, each on its own port:
+//
+//   - http: a minimal HTTP/1.1 server with fixed bodies and Content-Length:
+//     /1k (1,024 bytes), /10k, /1m (1 MiB) and /10m, keep-alive unless the
+//     request says otherwise, and /_stats with the counters below as JSON.
+//   - sink: accepts TCP connections and discards what it reads, counting
+//     the bytes; CONNECT bulk tunnels end here and their throughput is the
+//     byte count's growth.
+//   - hold: accepts TCP connections, echoes what it reads and otherwise
+//     keeps them open and idle; the tunnels of the memory test end here.
+//
+// At start it prints one JSON line to stdout with the address of each
+// listener, e.g. {"http":"127.0.0.1:40001","sink":"127.0.0.1:40002",...}.
+// It stops on SIGTERM or SIGINT, or after -lifetime.
+//
+// The HTTP server is written by hand rather than with net/http so that the
+// origin, which shares one core with the load generator, costs as little
+// CPU per request as possible.
+//
+// Usage:
+//
+//	origin [-http ADDR] [-sink ADDR] [-hold ADDR] [-lifetime D]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("origin: ")
+	httpAddr := flag.String("http", "127.0.0.1:0", "`address` of the HTTP origin")
+	sinkAddr := flag.String("sink", "127.0.0.1:0", "`address` of the TCP sink")
+	holdAddr := flag.String("hold", "127.0.0.1:0", "`address` of the TCP hold (echo, then idle) port")
+	lifetime := flag.Duration("lifetime", 6*time.Hour, "exit after this long even without a signal")
+	flag.Parse()
+
+	o := newOrigin()
+	// services lists the listeners the origin runs, in the order of the
+	// address line. A new kind of endpoint (the WebSocket echo, the TLS
+	// variant of the HTTP origin) is one more entry here: a name, a flag
+	// for its address and a per-connection handler.
+	services := []service{
+		{name: "http", addr: *httpAddr, handle: o.serveHTTP},
+		{name: "sink", addr: *sinkAddr, handle: o.serveSink},
+		{name: "hold", addr: *holdAddr, handle: o.serveHold},
+	}
+	addrs := map[string]string{}
+	for i := range services {
+		s := &services[i]
+		ln, err := net.Listen("tcp", s.addr)
+		if err != nil {
+			log.Fatalf("listen %s on %s: %v", s.name, s.addr, err)
+		}
+		s.ln = ln
+		addrs[s.name] = ln.Addr().String()
+	}
+	line, err := json.Marshal(addrs)
+	if err != nil {
+		log.Fatalf("encode addresses: %v", err)
+	}
+	fmt.Println(string(line))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *lifetime)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	for i := range services {
+		s := &services[i]
+		wg.Go(func() { acceptLoop(s.ln, s.handle) })
+	}
+	<-ctx.Done()
+	for i := range services {
+		services[i].ln.Close()
+	}
+	// Accept loops return once their listener is closed; connections still
+	// open end with the process.
+	wg.Wait()
+}
+
+// service is one listener of the origin.
+type service struct {
+	name   string
+	addr   string
+	handle func(net.Conn)
+	ln     net.Listener
+}
+
+// acceptLoop serves every connection of ln in its own goroutine until ln is
+// closed. Running out of file descriptors pauses accepting briefly instead
+// of ending the loop.
+func acceptLoop(ln net.Listener, handle func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			if isTemporary(err) {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return
+		}
+		go handle(c)
+	}
+}
+
+// isTemporary reports whether an accept error is worth retrying (EMFILE,
+// ENFILE, ECONNABORTED).
+func isTemporary(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ECONNABORTED, syscall.ENOBUFS} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// serve runs handle on a port-0 loopback listener for the test's lifetime
+// and returns the listener's address.
+func serve(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { acceptLoop(ln, handle) })
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// dial connects to addr and closes the connection at the end of the test.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestHTTP(t *testing.T) {
+	o := newOrigin()
+	addr := serve(t, o.serveHTTP)
+	tests := []struct {
+		name      string
+		reqs      string
+		method    string
+		wantCodes []int
+		wantLens  []int64
+		wantClose bool
+	}{
+		{
+			name:      "keep-alive serves several requests",
+			reqs:      "GET /1k HTTP/1.1\r\nHost: x\r\n\r\nGET /10k HTTP/1.1\r\nHost: x\r\n\r\n",
+			wantCodes: []int{200, 200}, wantLens: []int64{1024, 10240},
+		},
+		{
+			name:      "absolute form and query",
+			reqs:      "GET http://127.0.0.1:1/1m?x=1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\nProxy-Authorization: Basic eDp5\r\n\r\n",
+			wantCodes: []int{200}, wantLens: []int64{1 << 20},
+		},
+		{
+			name:      "connection close",
+			reqs:      "GET /1k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+			wantCodes: []int{200}, wantLens: []int64{1024}, wantClose: true,
+		},
+		{
+			name:      "HTTP/1.0 closes by default",
+			reqs:      "GET /1k HTTP/1.0\r\n\r\n",
+			wantCodes: []int{200}, wantLens: []int64{1024}, wantClose: true,
+		},
+		{
+			name:      "HTTP/1.0 keep-alive",
+			reqs:      "GET /1k HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /1k HTTP/1.0\r\n\r\n",
+			wantCodes: []int{200, 200}, wantLens: []int64{1024, 1024}, wantClose: true,
+		},
+		{
+			name:      "request body is skipped",
+			reqs:      "POST /1k HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /1k HTTP/1.1\r\n\r\n",
+			wantCodes: []int{200, 200}, wantLens: []int64{1024, 1024},
+		},
+		{
+			name:      "HEAD has no body",
+			reqs:      "HEAD /10m HTTP/1.1\r\n\r\n",
+			method:    "HEAD",
+			wantCodes: []int{200}, wantLens: []int64{10 << 20},
+		},
+		{
+			name:      "unknown path",
+			reqs:      "GET /nope HTTP/1.1\r\n\r\n",
+			wantCodes: []int{404}, wantLens: []int64{0}, wantClose: true,
+		},
+		{
+			name:      "chunked upload refused",
+			reqs:      "POST /1k HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+			wantCodes: []int{501}, wantLens: []int64{0}, wantClose: true,
+		},
+		{
+			name:      "bad version",
+			reqs:      "GET /1k HTTP/2.0\r\n\r\n",
+			wantCodes: []int{505}, wantLens: []int64{0}, wantClose: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := dial(t, addr)
+			if _, err := io.WriteString(c, tt.reqs); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			method := tt.method
+			if method == "" {
+				method = "GET"
+			}
+			for i, code := range tt.wantCodes {
+				resp, err := http.ReadResponse(br, &http.Request{Method: method})
+				if err != nil {
+					t.Fatalf("response %d: %v", i, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				if err != nil {
+					t.Fatalf("response %d body: %v", i, err)
+				}
+				if resp.StatusCode != code || resp.ContentLength != tt.wantLens[i] {
+					t.Errorf("response %d: status %d, Content-Length %d; want %d, %d", i, resp.StatusCode, resp.ContentLength, code, tt.wantLens[i])
+				}
+				if method == "GET" && int64(len(body)) != tt.wantLens[i] {
+					t.Errorf("response %d: body of %d bytes, want %d", i, len(body), tt.wantLens[i])
+				}
+			}
+			if tt.wantClose {
+				if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+					t.Errorf("after the last response: read %d, %v; want EOF", n, err)
+				}
+			}
+		})
+	}
+}
+
+func TestStatsCountSinkAndHold(t *testing.T) {
+	o := newOrigin()
+	sink := serve(t, o.serveSink)
+	hold := serve(t, o.serveHold)
+
+	s := dial(t, sink)
+	if _, err := s.Write(make([]byte, 100000)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	h := dial(t, hold)
+	if _, err := io.WriteString(h, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(h, got); err != nil || string(got) != "ping" {
+		t.Fatalf("hold echo = %q, %v; want ping", got, err)
+	}
+	// The sink counts asynchronously; poll a bounded number of times.
+	var st Stats
+	for i := 0; i < 200; i++ {
+		if st = o.stats(); st.SinkBytes == 100000 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st.SinkBytes != 100000 || st.SinkConns != 1 || st.HoldConns != 1 {
+		t.Errorf("stats = %+v, want 100000 sink bytes, 1 sink conn, 1 hold conn", st)
+	}
+
+	httpAddr := serve(t, o.serveHTTP)
+	c := dial(t, httpAddr)
+	io.WriteString(c, "GET /_stats HTTP/1.1\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), `"sink_bytes":100000`) {
+		t.Errorf("/_stats = %s, want sink_bytes 100000", body)
+	}
+}
+
+func TestMain(m *testing.M) {
+	before := runtime.NumGoroutine()
+	code := m.Run()
+	// Connection goroutines end when their peers close; allow them a
+	// bounded moment.
+	for i := 0; i < 100 && runtime.NumGoroutine() > before; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); code == 0 && n > before {
+		buf := make([]byte, 1<<16)
+		println("origin: leaked goroutines:", n-before, string(buf[:runtime.Stack(buf, true)]))
+		code = 1
+	}
+	os.Exit(code)
+}
