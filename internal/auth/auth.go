@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -267,6 +268,31 @@ func (a *Authenticator) Check(value []byte) (user string, ok bool) {
 		return "", false
 	}
 	return a.cache.resolve(&key, a.now, func() (string, bool) { return a.verify(name, pass) })
+}
+
+// CheckUserPassword verifies a user name and password given apart, as in
+// SOCKS5 username/password authentication (RFC 1929). It returns what
+// [Authenticator.Check] returns for the Basic value
+// "Basic " + base64(user ":" pass), which it builds on the stack: verdicts
+// are shared with Check through the same cache, a hit allocates nothing, and
+// a miss runs the same single bcrypt comparison with the same constant-time
+// look-up. An empty user name or one containing ':' (no configured user has
+// one), and a pair too long to encode within [MaxValueLen], are refused
+// without bcrypt and are not cached. It is safe for concurrent use.
+func (a *Authenticator) CheckUserPassword(user, pass []byte) (string, bool) {
+	const prefix = "Basic "
+	n := len(user) + 1 + len(pass)
+	if len(user) == 0 || bytes.IndexByte(user, ':') >= 0 || len(prefix)+basicEncoding.EncodedLen(n) > MaxValueLen {
+		return "", false
+	}
+	var raw [MaxValueLen]byte // n < MaxValueLen, as its encoding is longer
+	copy(raw[:], user)
+	raw[len(user)] = ':'
+	copy(raw[len(user)+1:], pass)
+	var value [MaxValueLen]byte
+	copy(value[:], prefix)
+	basicEncoding.Encode(value[len(prefix):], raw[:n])
+	return a.Check(value[:len(prefix)+basicEncoding.EncodedLen(n)])
 }
 
 // key returns the cache key of value: the SHA-256 of a.salt followed by value.

@@ -588,6 +588,89 @@ func TestHashPassword(t *testing.T) {
 	}
 }
 
+func TestCheckUserPassword(t *testing.T) {
+	long255 := strings.Repeat("u", 255)
+	tests := []struct {
+		name     string
+		user     string
+		pass     string
+		wantUser string
+		compares int64 // bcrypt comparisons expected on the first call
+	}{
+		{"bcrypt user", "alice", alicePW, "alice", 1},
+		{"plain user", "bob", bobPW, "bob", 1},
+		{"colons in password", "carol", carolPW, "carol", 1},
+		{"utf-8 plain password", "dave", davePW, "dave", 1},
+		{"72-byte password", "long", long72, "long", 1},
+
+		{"bcrypt user wrong password", "alice", "alice-pW", "", 1},
+		{"plain user wrong password", "bob", "bob-pwx", "", 1},
+		{"empty password", "bob", "", "", 1},
+		{"password over 72 bytes", "long", long72 + "y", "", 1},
+		{"unknown user", "mallory", alicePW, "", 1},
+		{"user name is case-sensitive", "Alice", alicePW, "", 1},
+		{"longest RFC 1929 pair", long255, long255, "", 1},
+
+		{"empty user", "", alicePW, "", 0},
+		{"colon in user", "alice:alice", "pw", "", 0},
+		{"colon moved from password", "carol:pa", "ss:word", "", 0},
+		{"too long to encode", long255, strings.Repeat("p", 600), "", 0},
+	}
+	a := newAuth(t, auth.Config{})
+	compares := auth.CountCompares(a)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i := range 2 { // the second call is served from the cache
+				before := compares.Load()
+				user, ok := a.CheckUserPassword([]byte(tt.user), []byte(tt.pass))
+				if user != tt.wantUser || ok != (tt.wantUser != "") {
+					t.Errorf("call %d: CheckUserPassword(%q, %q) = %q, %v; want %q, %v",
+						i+1, tt.user, tt.pass, user, ok, tt.wantUser, tt.wantUser != "")
+				}
+				want := tt.compares
+				if i > 0 {
+					want = 0
+				}
+				if got := compares.Load() - before; got != want {
+					t.Errorf("call %d: ran bcrypt %d times, want %d", i+1, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckUserPasswordSharesCache checks that a verdict reached through
+// Check serves CheckUserPassword and the other way round, and that hits
+// allocate nothing.
+func TestCheckUserPasswordSharesCache(t *testing.T) {
+	a := newAuth(t, auth.Config{})
+	compares := auth.CountCompares(a)
+	if _, ok := a.Check(basic("alice", alicePW)); !ok {
+		t.Fatal("Check(alice) not ok")
+	}
+	if user, ok := a.CheckUserPassword([]byte("alice"), []byte(alicePW)); !ok || user != "alice" {
+		t.Fatalf("CheckUserPassword(alice) = %q, %v; want alice, true", user, ok)
+	}
+	if _, ok := a.CheckUserPassword([]byte("bob"), []byte("wrong")); ok {
+		t.Fatal("CheckUserPassword(bob, wrong) ok")
+	}
+	if _, ok := a.Check(basic("bob", "wrong")); ok {
+		t.Fatal("Check(bob, wrong) ok")
+	}
+	if n := compares.Load(); n != 2 {
+		t.Errorf("bcrypt ran %d times for two distinct credentials checked both ways, want 2", n)
+	}
+	user, pass := []byte("alice"), []byte(alicePW)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, ok := a.CheckUserPassword(user, pass); !ok {
+			t.Fatal("CheckUserPassword not ok on a hit")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("CheckUserPassword on a cache hit: %v allocations, want 0", allocs)
+	}
+}
+
 func BenchmarkCheckHit(b *testing.B) {
 	a := newAuth(b, auth.Config{})
 	v := basic("alice", alicePW)

@@ -3,7 +3,9 @@
 //
 // An [Authenticator] holds the configured users, loaded from htpasswd files
 // that contain only bcrypt hashes and from inline [User] entries, and checks
-// Proxy-Authorization header values with [Authenticator.Check].
+// Proxy-Authorization header values with [Authenticator.Check], and SOCKS5
+// user names and passwords (RFC 1929) with [Authenticator.CheckUserPassword],
+// which shares Check's cache and timing rules.
 //
 // bcrypt is slow by design, so verdicts are cached: the key is the SHA-256 of
 // the header value (prefixed with a random per-Authenticator salt), the
