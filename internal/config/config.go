@@ -84,6 +84,9 @@ type Timeouts struct {
 	// Drain is how long in-flight requests and tunnels get to finish after
 	// SIGTERM or SIGINT; zero means 15s.
 	Drain Duration `toml:"drain"`
+	// UDPIdle closes a SOCKS5 UDP association when no datagram has passed
+	// through it in either direction for this long; zero means 60s.
+	UDPIdle Duration `toml:"udp_idle"`
 }
 
 // Upstream configures the pool of keep-alive upstream connections.
@@ -135,8 +138,9 @@ type Listener struct {
 	// Address is the host:port to listen on; an IPv6 host is bracketed
 	// ("[::1]:3128") and an empty host (":3128") means every address.
 	Address string `toml:"address"`
-	// Protocol is what the listener speaks; only "http" exists so far.
-	// "" means "http".
+	// Protocol is what the listener speaks: "http" (an HTTP proxy),
+	// "socks5" (SOCKS5, and SOCKS4 and 4a for CONNECT) or "mixed" (all
+	// three on one port, told apart by the first byte). "" means "http".
 	Protocol string `toml:"protocol"`
 	// Auth is "basic" or "none"; "" means "basic" when any user is
 	// configured and "none" otherwise (see [Config.EffectiveAuth]).
@@ -190,6 +194,7 @@ const (
 	defaultIdleTunnel     = time.Hour
 	defaultWrite          = 60 * time.Second
 	defaultDrain          = 15 * time.Second
+	defaultUDPIdle        = 60 * time.Second
 	defaultMaxIdlePerHost = 64
 	defaultMaxIdle        = 4096
 	defaultIdleTimeout    = 90 * time.Second
@@ -217,6 +222,7 @@ func (c *Config) SetDefaults() {
 	setDuration(&t.IdleTunnel, defaultIdleTunnel)
 	setDuration(&t.Write, defaultWrite)
 	setDuration(&t.Drain, defaultDrain)
+	setDuration(&t.UDPIdle, defaultUDPIdle)
 
 	setInt(&c.Upstream.MaxIdlePerHost, defaultMaxIdlePerHost)
 	setInt(&c.Upstream.MaxIdle, defaultMaxIdle)

@@ -30,6 +30,7 @@ func documentedDefaults() Config {
 			IdleTunnel:     Duration{time.Hour},
 			Write:          Duration{60 * time.Second},
 			Drain:          Duration{15 * time.Second},
+			UDPIdle:        Duration{60 * time.Second},
 		},
 		Upstream: Upstream{MaxIdlePerHost: 64, MaxIdle: 4096, IdleTimeout: Duration{90 * time.Second}},
 		Auth:     Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},

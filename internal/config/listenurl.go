@@ -9,7 +9,8 @@ import (
 )
 
 // ParseListenURL parses a gost-style -L flag value such as
-// "http://127.0.0.1:8080", "http://user:pass@[::1]:3128" or "http://:3128".
+// "http://127.0.0.1:8080", "http://user:pass@[::1]:3128", "http://:3128",
+// "socks5://user:pass@127.0.0.1:1080" or "mixed://127.0.0.1:3128".
 //
 // The scheme is the listener's protocol (see the protocol key). The
 // userinfo, percent-decoded, becomes a user with a plain password, returned

@@ -33,7 +33,20 @@ func TestParseListenURL(t *testing.T) {
 		{in: "http://[::1]", wantErr: "missing port"},
 		{in: "http://user:hunter2@127.0.0.1", wantErr: "missing port"},
 		{in: "http://::1:3128", wantErr: "invalid port"},
-		{in: "socks5://127.0.0.1:1080", wantErr: `scheme "socks5" is not one of http`},
+		{in: "socks5://127.0.0.1:1080", want: Listener{Address: "127.0.0.1:1080", Protocol: "socks5"}},
+		{
+			in:       "socks5://user:pass@127.0.0.1:1080",
+			want:     Listener{Address: "127.0.0.1:1080", Protocol: "socks5", Auth: "basic"},
+			wantUser: &User{Name: "user", Password: "pass"},
+		},
+		{
+			in:       "mixed://user:pass@127.0.0.1:3128",
+			want:     Listener{Address: "127.0.0.1:3128", Protocol: "mixed", Auth: "basic"},
+			wantUser: &User{Name: "user", Password: "pass"},
+		},
+		{in: "mixed://[::1]:3128", want: Listener{Address: "[::1]:3128", Protocol: "mixed"}},
+		{in: "socks4://127.0.0.1:1080", wantErr: `scheme "socks4" is not one of http, socks5, mixed`},
+		{in: "socks5h://127.0.0.1:1080", wantErr: `scheme "socks5h"`},
 		{in: "ftp://127.0.0.1:21", wantErr: "scheme"},
 		{in: "127.0.0.1:8080", wantErr: "want scheme://"},
 		{in: ":8080", wantErr: "want scheme://"},
@@ -82,7 +95,7 @@ func TestParseListenURL(t *testing.T) {
 // a configuration that validates, once defaults are set.
 func TestListenURLValidates(t *testing.T) {
 	c := &Config{}
-	for _, s := range []string{"http://alice:secret@:3128", "http://[::1]:3129"} {
+	for _, s := range []string{"http://alice:secret@:3128", "http://[::1]:3129", "socks5://bob:secret@:1080", "mixed://127.0.0.1:3130"} {
 		l, u, err := ParseListenURL(s)
 		if err != nil {
 			t.Fatal(err)

@@ -18,7 +18,7 @@ var ErrOpenProxy = errors.New("open proxy refused")
 
 // protocols lists the listener protocols rustle speaks: the valid values
 // of a listener's protocol key and of a -L URL's scheme.
-var protocols = []string{"http"}
+var protocols = []string{"http", "socks5", "mixed"}
 
 // Choices for the keys that take one of a few strings.
 var (
@@ -58,6 +58,7 @@ func (c *Config) Validate() error {
 	v.positive("timeouts.idle_tunnel", t.IdleTunnel)
 	v.positive("timeouts.write", t.Write)
 	v.positive("timeouts.drain", t.Drain)
+	v.positive("timeouts.udp_idle", t.UDPIdle)
 
 	u := c.Upstream
 	v.check(u.MaxIdlePerHost > 0 || u.MaxIdlePerHost == -1, "upstream.max_idle_per_host",

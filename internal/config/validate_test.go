@@ -100,6 +100,10 @@ func TestValidate(t *testing.T) {
 		{"address port too big", func(c *Config) { c.Listen = []Listener{listener("127.0.0.1:65536")} }, []string{"listen[0].address"}},
 		{"address bad host", func(c *Config) { c.Listen = []Listener{listener("local host:3128")} }, []string{"listen[0].address"}},
 		{"protocol unknown", func(c *Config) { c.Listen[0].Protocol = "gopher" }, []string{"listen[0].protocol"}},
+		{"protocol socks5", func(c *Config) { c.Listen[0].Protocol = "socks5" }, nil},
+		{"protocol mixed", func(c *Config) { c.Listen[0].Protocol = "mixed" }, nil},
+		{"protocol socks4", func(c *Config) { c.Listen[0].Protocol = "socks4" }, []string{"listen[0].protocol"}},
+		{"protocol upper case", func(c *Config) { c.Listen[0].Protocol = "SOCKS5" }, []string{"listen[0].protocol"}},
 		{"protocol empty", func(c *Config) { c.Listen[0].Protocol = "" }, []string{"listen[0].protocol"}},
 		{"auth unknown", func(c *Config) { c.Listen[0].Auth = "digest" }, []string{"listen[0].auth"}},
 		{"auth none", func(c *Config) { c.Listen[0].Auth = "none" }, nil},
@@ -131,6 +135,19 @@ func TestValidate(t *testing.T) {
 			c.Listen = []Listener{listener(":3128")}
 			c.Listen[0].Auth = "none"
 		}, []string{"listen[0]"}},
+		{"open: socks5 on all addresses", func(c *Config) {
+			c.Listen = []Listener{listener(":1080")}
+			c.Listen[0].Protocol = "socks5"
+		}, []string{"listen[0]"}},
+		{"open: mixed on a LAN address", func(c *Config) {
+			c.Listen = []Listener{listener("10.0.0.1:3128")}
+			c.Listen[0].Protocol = "mixed"
+		}, []string{"listen[0]"}},
+		{"open: socks5 with users", func(c *Config) {
+			c.Auth.Users = []User{alice}
+			c.Listen = []Listener{listener("0.0.0.0:1080")}
+			c.Listen[0].Protocol = "socks5"
+		}, nil},
 		{"open: allowed", func(c *Config) {
 			c.Listen = []Listener{listener(":3128")}
 			c.Listen[0].AllowOpen = true
@@ -161,6 +178,7 @@ func TestValidate(t *testing.T) {
 		"timeouts.idle_tunnel":     func(c *Config) *Duration { return &c.Timeouts.IdleTunnel },
 		"timeouts.write":           func(c *Config) *Duration { return &c.Timeouts.Write },
 		"timeouts.drain":           func(c *Config) *Duration { return &c.Timeouts.Drain },
+		"timeouts.udp_idle":        func(c *Config) *Duration { return &c.Timeouts.UDPIdle },
 		"upstream.idle_timeout":    func(c *Config) *Duration { return &c.Upstream.IdleTimeout },
 		"auth.cache_ttl":           func(c *Config) *Duration { return &c.Auth.CacheTTL },
 	}
