@@ -32,7 +32,8 @@ type chunkedScanner struct {
 
 const (
 	csSize        uint8 = iota // reading hex digits of a chunk size
-	csExt                      // after the size: BWS and extensions, up to CR
+	csSizeBWS                  // whitespace after the size: more, ';' or CR may follow
+	csExt                      // inside the extensions, up to CR
 	csSizeLF                   // saw the CR of a size line
 	csData                     // inside chunk data
 	csDataCR                   // expect the CR after chunk data
@@ -82,8 +83,26 @@ func (s *chunkedScanner) step(p []byte) (n int, data bool, err error) {
 			switch c {
 			case '\r':
 				s.state = csSizeLF
-			case ';', ' ', '\t':
+			case ';':
 				s.state = csExt
+			case ' ', '\t':
+				s.state = csSizeBWS
+			default:
+				return n, false, errChunkSize
+			}
+		case csSizeBWS:
+			// Only BWS may come between the size and its extensions:
+			// "5 5" is no size that every parser reads as 5.
+			s.lineLen++
+			if s.lineLen > maxChunkLine {
+				return n, false, errChunkLine
+			}
+			switch c {
+			case ' ', '\t':
+			case ';':
+				s.state = csExt
+			case '\r':
+				s.state = csSizeLF
 			default:
 				return n, false, errChunkSize
 			}

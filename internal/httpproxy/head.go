@@ -195,7 +195,7 @@ func (h *head) parseResponse(b []byte) error {
 	h.reset(b)
 	eol, err := lineEnd(b, 0)
 	if err != nil {
-		return err
+		return errBadStatusLine
 	}
 	line := b[:eol]
 	// HTTP-version SP 3DIGIT SP reason-phrase (the last SP is tolerated
@@ -465,15 +465,16 @@ func (h *head) checkFraming(request bool) error {
 			return errTEHTTP10
 		}
 		// An HTTP/1.0 response with Transfer-Encoding: framing is
-		// faulty; read it as close-delimited.
-		h.chunked, h.teOther, h.contentLength = false, true, -1
-		return nil
+		// faulty; read it as close-delimited, and drop Content-Length
+		// below as for any response with both.
+		h.chunked, h.teOther = false, true
 	}
 	if h.contentLength >= 0 {
 		if request {
 			return errCLAndTE
 		}
-		// RFC 9112 §6.3: Transfer-Encoding overrides Content-Length.
+		// RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and
+		// an intermediary removes Content-Length before forwarding.
 		h.contentLength = -1
 		for i := range h.headers {
 			if equalFold(h.headers[i].name.of(h.buf), "content-length") {
@@ -558,10 +559,16 @@ func (h *head) fieldIndex(name string) int {
 	return -1
 }
 
-// dropConnectionListed marks the fields named in Connection as hop-by-hop.
+// dropConnectionListed marks the fields named in Connection as hop-by-hop,
+// except those the body is framed by or that the forwarder rewrites:
+// dropping Content-Length or Transfer-Encoding while forwarding the body
+// by them would desynchronise the next hop (request smuggling).
 func (h *head) dropConnectionListed() {
 	for t := 0; t < h.nConnTokens; t++ {
 		tok := h.connTokens[t].of(h.buf)
+		if equalFold(tok, "content-length") || equalFold(tok, "transfer-encoding") || equalFold(tok, "host") {
+			continue
+		}
 		for i := range h.headers {
 			if bytes.EqualFold(h.headers[i].name.of(h.buf), tok) {
 				h.headers[i].drop = true
