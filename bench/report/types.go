@@ -88,7 +88,12 @@ type Run struct {
 	// Problem says why the run is not clean.
 	Problem  string `json:"problem,omitempty"`
 	Requests int64  `json:"requests,omitempty"`
-	Bytes    int64  `json:"bytes,omitempty"`
+	// ToleratedReadErrors counts wrk read errors not held against the
+	// proxy: those of a proxy that closes the client connection after
+	// every response without a "Connection: close" header, at most one per
+	// request.
+	ToleratedReadErrors int64 `json:"tolerated_read_errors,omitempty"`
+	Bytes               int64 `json:"bytes,omitempty"`
 	// ProxyCPUSeconds is utime+stime of all the proxy's processes over the
 	// run.
 	ProxyCPUSeconds float64 `json:"proxy_cpu_s,omitempty"`

@@ -1,0 +1,352 @@
+// Command campaign re-runs the benchmark campaign of the seed on this
+// machine: rustle built from the tree against Squid and Tinyproxy from
+// Debian, and the client straight to the origin ("no proxy"), every proxy
+// pinned to one core with authentication on, and the load generator with
+// the origin pinned to the other core.
+//
+// It installs what is missing (wrk, squid, tinyproxy, with apt-get, as
+// root, without letting the packages start their services), builds the
+// origin, the load tool and rustle, shuffles the test/proxy pairs with a
+// printed seed, restarts the proxy before each test, runs a warm-up and a
+// concurrency sweep with repeats, and writes under -out:
+//
+//	runs.json       every run, raw, with the campaign's settings
+//	report.md       the tables, ratios, levels kept and core load
+//	throughput.svg  throughput by test and proxy
+//	memory.svg      proxy memory against open tunnels
+//
+// Every process it starts is stopped by PID when a test ends, on exit and
+// on interrupt. See bench/README.md.
+//
+// Usage:
+//
+//	go run ./bench/campaign [-quick] [-tests http-1k,connect-bulk] [-proxies rustle,squid]
+//	go run ./bench/campaign -report bench/results/DIR   # re-render a report
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rustle-proxy/rustle/bench/report"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	testsFlag := flag.String("tests", "all", "comma-separated tests or rows ("+testIDs()+", or row IDs such as cpu-1k)")
+	proxiesFlag := flag.String("proxies", "rustle,squid,tinyproxy,none", "comma-separated proxies (rustle, squid, tinyproxy, none)")
+	quick := flag.Bool("quick", false, "fewer levels, 1 repeat, 3 s runs: under 10 minutes in all")
+	repeats := flag.Int("repeats", 0, "runs per level (default 3, quick 1)")
+	duration := flag.Duration("duration", 0, "length of a measured run (default 10s, quick 3s)")
+	seed := flag.Int64("seed", 0, "seed of the test order shuffle (default: from the clock)")
+	outFlag := flag.String("out", "", "output directory (default bench/results/<date-time>)")
+	rustleBin := flag.String("rustle", "", "rustle binary to use instead of building ./cmd/rustle")
+	install := flag.Bool("install", true, "install missing packages (wrk, squid, tinyproxy) with apt-get when root")
+	reportDir := flag.String("report", "", "only re-render report.md and the charts from DIR/runs.json")
+	flag.Parse()
+
+	if *reportDir != "" {
+		return rerender(*reportDir)
+	}
+
+	pl := plan{repeats: 3, duration: 10 * time.Second, warmup: 3 * time.Second, settle: 2 * time.Second, quick: *quick}
+	if *quick {
+		pl.repeats, pl.duration, pl.warmup, pl.settle = 1, 3*time.Second, time.Second, time.Second
+	}
+	if *repeats > 0 {
+		pl.repeats = *repeats
+	}
+	if *duration > 0 {
+		pl.duration = *duration
+	}
+	if *seed == 0 {
+		*seed = time.Now().UnixNano() % 1e10
+	}
+	selected, err := selectTests(*testsFlag)
+	if err != nil {
+		return err
+	}
+	var defs []*proxyDef
+	for _, name := range strings.Split(*proxiesFlag, ",") {
+		d := proxyByName(strings.TrimSpace(name))
+		if d == nil {
+			return fmt.Errorf("campaign: unknown proxy %q (rustle, squid, tinyproxy, none)", name)
+		}
+		defs = append(defs, d)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	defer stopAll()
+
+	root, err := findRoot()
+	if err != nil {
+		return err
+	}
+	e := &env{root: root, benchDir: filepath.Join(root, "bench"), out: os.Stdout, rustleBin: *rustleBin, silentClosers: map[string]bool{}}
+	if e.proxyCore, e.loadCore, err = pickCores(); err != nil {
+		return err
+	}
+	e.clkTck = clockTicks(ctx)
+	e.setIdentity()
+	out := *outFlag
+	if out == "" {
+		out = filepath.Join(root, "bench", "results", time.Now().Format("2006-01-02T150405"))
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	if e.tmp, err = os.MkdirTemp("", "rustle-bench-"); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	defer os.RemoveAll(e.tmp)
+	// Squid and Tinyproxy switch to an unprivileged user when run as root
+	// and must reach their directories and the htpasswd file.
+	if err := os.Chmod(e.tmp, 0o755); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	e.bin = filepath.Join(e.tmp, "bin")
+	if err := os.Mkdir(e.bin, 0o755); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+
+	fmt.Fprintf(e.out, "campaign: seed %d, %d test(s), proxies %s, %d repeat(s) of %s, output %s\n",
+		*seed, len(selected), *proxiesFlag, pl.repeats, pl.duration, out)
+	if err := e.ensureTools(ctx, defs, *install); err != nil {
+		return err
+	}
+	if err := e.buildTools(ctx); err != nil {
+		return err
+	}
+	if err := e.makeCredentials(); err != nil {
+		return err
+	}
+
+	c := report.Campaign{
+		Started: time.Now().UTC(), Seed: *seed, Quick: *quick, Repeats: pl.repeats, DurationS: pl.duration.Seconds(),
+		Machine: machine(), ProxyCore: e.proxyCore, LoadCore: e.loadCore,
+	}
+	c.Tools = e.toolVersions(ctx)
+	for _, t := range selected {
+		c.Rows = append(c.Rows, t.rows...)
+	}
+	skipped := map[string]string{}
+	for _, d := range defs {
+		p := report.Proxy{Name: d.name, Label: d.label, Tuning: d.tuning}
+		v, err := d.prepare(ctx, e)
+		if err != nil {
+			p.Skipped = err.Error()
+			skipped[d.name] = p.Skipped
+			fmt.Fprintf(e.out, "SKIP %s: %s\n", d.name, p.Skipped)
+		}
+		p.Version = v
+		c.Proxies = append(c.Proxies, p)
+	}
+	if idle := idleLoad(ctx); idle > 10 {
+		note := fmt.Sprintf("Before the campaign the two cores were already %.0f %% busy with other work over one second: figures from this campaign are noisier than usual.", idle)
+		fmt.Fprintln(e.out, "WARNING: "+note)
+		c.Notes = append(c.Notes, note)
+	}
+
+	originProc, err := e.startOrigin(ctx)
+	if err != nil {
+		return err
+	}
+	defer originProc.stop(2 * time.Second)
+	fmt.Fprintf(e.out, "origin: http %s, sink %s, hold %s\n", e.origin.HTTP, e.origin.Sink, e.origin.Hold)
+
+	var pairs []pair
+	for _, t := range selected {
+		for _, d := range defs {
+			pairs = append(pairs, pair{t, d})
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(*seed), uint64(*seed)>>1|1))
+	rng.Shuffle(len(pairs), func(i, j int) { pairs[i], pairs[j] = pairs[j], pairs[i] })
+	for _, p := range pairs {
+		c.Order = append(c.Order, p.t.id+"/"+p.def.name)
+	}
+	fmt.Fprintf(e.out, "order (seed %d): %s\n", *seed, strings.Join(c.Order, " "))
+	fmt.Fprintf(e.out, "estimated time: %s\n", estimate(pl, pairs).Round(time.Minute))
+
+	save := func() error {
+		c.Finished = time.Now().UTC()
+		final := c
+		final.Notes = append([]string(nil), c.Notes...)
+		for label := range e.silentClosers {
+			final.Notes = append(final.Notes, label+" closes the client connection after every response without a \"Connection: close\" header (no keep-alive to clients). wrk counts each such close as a read error and reconnects; up to one such read error per request is not held against "+label+" (runs.json: tolerated_read_errors), any other error is.")
+		}
+		return writeOutputs(out, final)
+	}
+	start := time.Now()
+	for i, p := range pairs {
+		if ctx.Err() != nil {
+			break
+		}
+		if _, ok := skipped[p.def.name]; ok {
+			continue
+		}
+		if p.t.kind == kindHold && p.def.name == "none" {
+			continue // no proxy, no proxy memory
+		}
+		fmt.Fprintf(e.out, "[%d/%d %s] %s against %s\n", i+1, len(pairs), time.Since(start).Round(time.Second), p.t.id, p.def.label)
+		err := e.runTest(ctx, pl, p.t, p.def, func(r report.Run) { c.Runs = append(c.Runs, r) })
+		if err != nil && ctx.Err() == nil {
+			// A proxy that cannot start or fails its check is skipped for
+			// the rest of the campaign, with the reason in the report.
+			reason := "did not start or failed its check: " + firstLines(err.Error(), 12)
+			fmt.Fprintf(e.out, "SKIP %s from now on: %v\n", p.def.name, err)
+			skipped[p.def.name] = reason
+			for j := range c.Proxies {
+				if c.Proxies[j].Name == p.def.name {
+					c.Notes = append(c.Notes, fmt.Sprintf("%s stopped being run during the campaign: %s", c.Proxies[j].Label, reason))
+				}
+			}
+		}
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		c.Notes = append(c.Notes, "The campaign was interrupted: some tests did not run.")
+		fmt.Fprintln(e.out, "interrupted: writing what was measured")
+	}
+	if err := save(); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "done in %s: %s\n", time.Since(start).Round(time.Second), filepath.Join(out, "report.md"))
+	printSummary(e, c)
+	return nil
+}
+
+// pair is one test against one proxy: the unit of the shuffled order.
+type pair struct {
+	t   testDef
+	def *proxyDef
+}
+
+// estimate guesses the campaign's length from its runs, with a few seconds
+// per run for setup and a proxy restart per test.
+func estimate(pl plan, pairs []pair) time.Duration {
+	var total time.Duration
+	for _, p := range pairs {
+		switch p.t.kind {
+		case kindHold:
+			if p.def.name != "none" {
+				total += time.Duration(pl.repeats) * (5*time.Second + time.Duration(len(p.t.steps)+1)*(pl.settle+2*time.Second))
+			}
+		default:
+			n := len(pl.levels(p.t)) * pl.repeats
+			total += 4*time.Second + pl.warmup + time.Duration(n)*(pl.duration+time.Second)
+		}
+	}
+	return total
+}
+
+// idleLoad returns how busy the CPUs are over one second before anything
+// runs, in percent of all cores.
+func idleLoad(ctx context.Context) float64 {
+	a, err := cpuSample()
+	if err != nil {
+		return 0
+	}
+	sleep(ctx, time.Second)
+	b, err := cpuSample()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for cpu := range a {
+		sum += report.BusyPercent(a[cpu], b[cpu])
+	}
+	return sum / float64(len(a))
+}
+
+// writeOutputs writes runs.json, report.md and the charts into dir.
+func writeOutputs(dir string, c report.Campaign) error {
+	js, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return fmt.Errorf("campaign: encode runs: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, "runs.json"), js); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	return render(dir, c)
+}
+
+// render writes report.md and the charts of c into dir.
+func render(dir string, c report.Campaign) error {
+	for _, f := range []struct {
+		name string
+		fn   func(*bytes.Buffer, report.Campaign) error
+	}{
+		{"report.md", func(b *bytes.Buffer, c report.Campaign) error { return report.Markdown(b, c) }},
+		{report.ThroughputChart, func(b *bytes.Buffer, c report.Campaign) error { return report.ThroughputSVG(b, c) }},
+		{report.MemoryChart, func(b *bytes.Buffer, c report.Campaign) error { return report.MemorySVG(b, c) }},
+	} {
+		var b bytes.Buffer
+		if err := f.fn(&b, c); err != nil {
+			return fmt.Errorf("campaign: render %s: %w", f.name, err)
+		}
+		if err := writeFileAtomic(filepath.Join(dir, f.name), b.Bytes()); err != nil {
+			return fmt.Errorf("campaign: %w", err)
+		}
+	}
+	return nil
+}
+
+// rerender rebuilds the report of an earlier campaign from its runs.json.
+func rerender(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "runs.json"))
+	if err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	var c report.Campaign
+	if err := json.Unmarshal(b, &c); err != nil {
+		return fmt.Errorf("campaign: decode %s/runs.json: %w", dir, err)
+	}
+	if err := render(dir, c); err != nil {
+		return err
+	}
+	fmt.Println(filepath.Join(dir, "report.md"))
+	return nil
+}
+
+// printSummary prints the figures of every row, as in the report.
+func printSummary(e *env, c report.Campaign) {
+	figs := report.Figures(c)
+	var hdr []string
+	hdr = append(hdr, "row")
+	for _, p := range c.Proxies {
+		hdr = append(hdr, p.Label)
+	}
+	fmt.Fprintln(e.out, strings.Join(hdr, " | "))
+	for _, r := range c.Rows {
+		line := []string{r.ID + " (" + r.Unit + ")"}
+		for _, p := range c.Proxies {
+			cell := figs[r.ID][p.Name]
+			txt := cell.Text
+			if cell.OK && r.Selects {
+				txt += fmt.Sprintf(" @%d", cell.Level.Conns)
+			}
+			line = append(line, txt)
+		}
+		fmt.Fprintln(e.out, strings.Join(line, " | "))
+	}
+}

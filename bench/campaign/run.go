@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rustle-proxy/rustle/bench/report"
+)
+
+// plan holds the settings of one campaign.
+type plan struct {
+	repeats  int
+	duration time.Duration
+	warmup   time.Duration
+	settle   time.Duration // pause before reading memory
+	quick    bool
+}
+
+// levels returns the concurrency levels of t under p.
+func (p plan) levels(t testDef) []int {
+	if p.quick && len(t.quickLevels) > 0 {
+		return t.quickLevels
+	}
+	return t.levels
+}
+
+// runTest runs one test against one proxy: for throughput tests a fresh
+// proxy, a warm-up run, then every level repeats times; for the memory
+// test a fresh proxy per repeat. Every run is passed to record as soon as
+// it ends. An error means the proxy could not be started or checked.
+func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, record func(report.Run)) error {
+	if t.kind == kindHold {
+		for rep := 1; rep <= pl.repeats; rep++ {
+			r, err := e.startProxy(ctx, def)
+			if err != nil {
+				return err
+			}
+			run := e.holdRun(ctx, pl, t, r)
+			r.stop()
+			run.Repeat = rep
+			e.logRun(run, t)
+			record(run)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	r, err := e.startProxy(ctx, def)
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+	levels := pl.levels(t)
+	warm := e.measure(ctx, t, r, levels[len(levels)/2], pl.warmup)
+	warm.Warmup = true
+	e.logRun(warm, t)
+	record(warm)
+	for rep := 1; rep <= pl.repeats; rep++ {
+		for _, conns := range levels {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			run := e.measure(ctx, t, r, conns, pl.duration)
+			run.Repeat = rep
+			e.logRun(run, t)
+			record(run)
+		}
+	}
+	return nil
+}
+
+// measure runs one throughput run of t at conns against r, sampling the
+// proxy's CPU and both cores around it.
+func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d time.Duration) report.Run {
+	run := report.Run{Test: t.id, Proxy: r.def.name, Conns: conns, Start: time.Now().UTC(), Metrics: map[string]float64{}}
+	var u0 treeUsage
+	if r.p != nil {
+		var err error
+		if u0, err = usage(r.p.pid()); err != nil {
+			run.Problem = "proxy gone before the run: " + err.Error()
+			return run
+		}
+	}
+	c0, _ := cpuSample()
+	var err error
+	switch t.kind {
+	case kindWrk:
+		err = e.wrkRun(ctx, t, r, conns, d, &run)
+	case kindBulk:
+		err = e.bulkRun(ctx, r, conns, d, &run)
+	}
+	c1, _ := cpuSample()
+	run.CoreBusy = e.busy(c0, c1)
+	if r.p != nil {
+		u1, uerr := usage(r.p.pid())
+		if uerr != nil {
+			err = errors.Join(err, fmt.Errorf("proxy gone after the run: %w", uerr))
+		} else {
+			run.ProxyCPUSeconds = float64(u1.ticks-u0.ticks) / e.clkTck
+			run.ProxyRSSKB = u1.rssKB
+		}
+	}
+	if err != nil {
+		run.Clean = false
+		run.Problem = strings.TrimSpace(strings.Join([]string{run.Problem, err.Error()}, " "))
+	}
+	// CPU per request, for the rows that ask for it.
+	for _, row := range t.rows {
+		if row.Unit == "µs/req" && r.p != nil && run.Requests > 0 {
+			run.Metrics[row.ID] = run.ProxyCPUSeconds * 1e6 / float64(run.Requests)
+		}
+	}
+	return run
+}
+
+// wrkRun runs wrk through the proxy (or straight to the origin) and fills
+// run from its summary.
+func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) error {
+	secs := int(math.Ceil(d.Seconds()))
+	target, url := "http://"+e.origin.HTTP+t.path, "http://"+r.addr+"/"
+	auth := e.authHeader
+	if r.addr == "" {
+		target, url, auth = t.path, "http://"+e.origin.HTTP+"/", ""
+	}
+	closeEnv := "0"
+	if t.newConn {
+		closeEnv = "1"
+	}
+	argv := []string{e.lookPath["wrk"], "-t1", "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(secs) + "s",
+		"--timeout", "10s", "-s", filepath.Join(e.benchDir, "wrk", "proxy.lua"), url}
+	env := []string{"BENCH_TARGET=" + target, "BENCH_HOST=" + e.origin.HTTP, "BENCH_AUTH=" + auth, "BENCH_CLOSE=" + closeEnv}
+	out, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, env)
+	run.Raw = out
+	if err != nil {
+		return err
+	}
+	w, err := report.ParseWrk(out)
+	if err != nil {
+		return err
+	}
+	run.DurationS = float64(w.DurationUS) / 1e6
+	run.Requests, run.Bytes = w.Requests, w.Bytes
+	run.Metrics[t.rows[0].ID] = w.RequestsPerSec()
+	var problems []string
+	if r.closesSilently && w.Errors.Read > 0 && w.Errors.Read <= w.Requests+int64(conns) {
+		// One read error per silent close after a complete response.
+		run.ToleratedReadErrors = w.Errors.Read
+		w.Errors.Read = 0
+	}
+	if n := w.Errors.Total(); n > 0 {
+		problems = append(problems, fmt.Sprintf("wrk errors: connect %d, read %d, write %d, timeout %d, status>399 %d",
+			w.Errors.Connect, w.Errors.Read, w.Errors.Write, w.Errors.Timeout, w.Errors.Status))
+	}
+	if w.Requests == 0 {
+		problems = append(problems, "no request completed")
+	} else if w.Bytes < w.Requests*t.body {
+		problems = append(problems, fmt.Sprintf("short responses: %d bytes for %d requests of %d", w.Bytes, w.Requests, t.body))
+	}
+	run.Clean = len(problems) == 0
+	run.Problem = strings.Join(problems, "; ")
+	return nil
+}
+
+// bulkResult mirrors the JSON line of "load bulk".
+type bulkResult struct {
+	Conns       int     `json:"conns"`
+	Established int     `json:"established"`
+	Errors      int64   `json:"errors"`
+	FirstError  string  `json:"first_error"`
+	SinkBytes   int64   `json:"sink_bytes"`
+	ClientBytes int64   `json:"client_bytes"`
+	ElapsedS    float64 `json:"elapsed_s"`
+	Gbps        float64 `json:"gbps"`
+}
+
+// bulkRun runs "load bulk" through the proxy (or straight to the sink).
+func (e *env) bulkRun(ctx context.Context, r *running, conns int, d time.Duration, run *report.Run) error {
+	argv := []string{filepath.Join(e.bin, "load"), "bulk", "-proxy", r.addr, "-auth", e.user + ":" + e.pass,
+		"-target", e.origin.Sink, "-stats", "http://" + e.origin.HTTP + "/_stats",
+		"-conns", strconv.Itoa(conns), "-duration", d.String()}
+	out, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
+	run.Raw = out
+	if err != nil {
+		return err
+	}
+	var b bulkResult
+	if err := json.Unmarshal([]byte(lastLine(out)), &b); err != nil {
+		return fmt.Errorf("parse load bulk output: %w", err)
+	}
+	run.DurationS = b.ElapsedS
+	run.Bytes = b.SinkBytes
+	run.Metrics["connect-bulk"] = b.Gbps
+	switch {
+	case b.Errors > 0 || b.Established < b.Conns:
+		run.Problem = fmt.Sprintf("%d of %d tunnels established, %d errors, first: %s", b.Established, b.Conns, b.Errors, b.FirstError)
+	case b.SinkBytes <= 0:
+		run.Problem = "the sink received nothing"
+	default:
+		run.Clean = true
+	}
+	return nil
+}
+
+// holdStep mirrors a JSON line of "load hold".
+type holdStep struct {
+	Step       int     `json:"step"`
+	Open       int     `json:"open"`
+	Errors     int64   `json:"errors"`
+	FirstError string  `json:"first_error"`
+	ElapsedS   float64 `json:"elapsed_s"`
+}
+
+// holdRun measures the proxy's memory with no tunnel and at each step of
+// open tunnels held by "load hold".
+func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) report.Run {
+	last := t.steps[len(t.steps)-1]
+	run := report.Run{Test: t.id, Proxy: r.def.name, Conns: last, Start: time.Now().UTC(), Metrics: map[string]float64{}}
+	fail := func(format string, args ...any) report.Run {
+		run.Clean = false
+		run.Problem = fmt.Sprintf(format, args...)
+		return run
+	}
+	sleep(ctx, pl.settle)
+	u, err := usage(r.p.pid())
+	if err != nil {
+		return fail("proxy gone: %v", err)
+	}
+	run.Metrics["mem-0"] = float64(u.rssKB) / 1024
+	base := u.rssKB
+	c0, _ := cpuSample()
+
+	var steps []string
+	for _, s := range t.steps {
+		steps = append(steps, strconv.Itoa(s))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "taskset", "-c", strconv.Itoa(e.loadCore), filepath.Join(e.bin, "load"), "hold",
+		"-proxy", r.addr, "-auth", e.user+":"+e.pass, "-target", e.origin.Hold, "-steps", strings.Join(steps, ","), "-timeout", "9m")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fail("%v", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail("%v", err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return fail("start load hold: %v", err)
+	}
+	defer func() {
+		stdin.Close()
+		cmd.Wait()
+	}()
+	sc := bufio.NewScanner(stdout)
+	var raw []string
+	var problems []string
+	var rss int64
+	for _, want := range t.steps {
+		if !sc.Scan() {
+			return fail("load hold ended before %d tunnels: %s", want, strings.TrimSpace(stderr.String()))
+		}
+		raw = append(raw, sc.Text())
+		var st holdStep
+		if err := json.Unmarshal(sc.Bytes(), &st); err != nil {
+			return fail("parse load hold output %q: %v", sc.Text(), err)
+		}
+		if st.Open < want || st.Errors > 0 {
+			problems = append(problems, fmt.Sprintf("%d of %d tunnels open, %d errors, first: %s", st.Open, want, st.Errors, st.FirstError))
+		}
+		sleep(ctx, pl.settle)
+		u, err := usage(r.p.pid())
+		if err != nil {
+			return fail("proxy gone at %d tunnels: %v", want, err)
+		}
+		rss = u.rssKB
+		run.Metrics[fmt.Sprintf("mem-%d", want)] = float64(u.rssKB) / 1024
+		if want != last {
+			io.WriteString(stdin, "next\n")
+		}
+	}
+	c1, _ := cpuSample()
+	run.CoreBusy = e.busy(c0, c1)
+	run.ProxyRSSKB = rss
+	run.Metrics["mem-slope"] = float64(rss-base) / float64(last)
+	run.Raw = strings.Join(raw, "\n")
+	run.DurationS = time.Since(run.Start).Seconds()
+	run.Clean = len(problems) == 0
+	run.Problem = strings.Join(problems, "; ")
+	return run
+}
+
+// logRun prints one line per run.
+func (e *env) logRun(r report.Run, t testDef) {
+	var figs []string
+	for _, row := range t.rows {
+		if v, ok := r.Metrics[row.ID]; ok {
+			figs = append(figs, fmt.Sprintf("%s %s", report.FormatValue(v, max(row.Decimals, 1)), row.Unit))
+		}
+	}
+	state := "clean"
+	if !r.Clean {
+		state = "NOT CLEAN: " + firstLines(r.Problem, 1)
+	}
+	kind := fmt.Sprintf("rep %d", r.Repeat)
+	if r.Warmup {
+		kind = "warm-up"
+	}
+	busy := ""
+	if len(r.CoreBusy) == 2 {
+		busy = fmt.Sprintf(" [busy: proxy core %.0f%%, load core %.0f%%]", r.CoreBusy[0], r.CoreBusy[1])
+	}
+	fmt.Fprintf(e.out, "  %-15s %-9s %5d conns %-7s %s %s%s\n", t.id, r.Proxy, r.Conns, kind, strings.Join(figs, ", "), state, busy)
+}
+
+// lastLine returns the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// writeFileAtomic writes data to path through a temporary file.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

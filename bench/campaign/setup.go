@@ -1,0 +1,366 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+	"golang.org/x/sys/unix"
+)
+
+// env is what every step of the campaign needs. It is owned by the main
+// goroutine.
+type env struct {
+	root     string // repository root
+	benchDir string // root/bench: templates and the wrk script
+	tmp      string // temporary directory, removed at the end
+	bin      string // tmp/bin: origin, load and rustle binaries
+	out      io.Writer
+
+	rustleBin string // rustle binary (built, or -rustle)
+	lookPath  map[string]string
+
+	user, pass string
+	bcryptHash string
+	passwdFile string // user:bcrypt, for Squid
+	authHeader string // "Basic ..." for wrk
+	asRoot     bool
+	dropUser   string // Squid's and Tinyproxy's user when run as root
+	dropGroup  string
+	maxFD      int
+
+	proxyCore, loadCore int
+	clkTck              float64
+
+	origin originAddrs
+	starts int // proxy starts so far, names their directories
+	// silentClosers holds the labels of proxies seen closing client
+	// connections after every response without "Connection: close".
+	silentClosers map[string]bool
+}
+
+// originAddrs is the address line the origin prints.
+type originAddrs struct {
+	HTTP string `json:"http"`
+	Sink string `json:"sink"`
+	Hold string `json:"hold"`
+}
+
+// findRoot returns the directory holding go.mod, from the working directory
+// up.
+func findRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for range 64 {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "bench", "squid.conf")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return "", errors.New("campaign: run from inside the rustle repository (no go.mod with bench/ above the working directory)")
+}
+
+// pickCores returns the first two CPUs this process may run on: the proxy's
+// and the load generator's.
+func pickCores() (int, int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0, 0, fmt.Errorf("campaign: read CPU affinity: %w", err)
+	}
+	var cpus []int
+	for i := 0; i < 1024 && len(cpus) < 2; i++ {
+		if set.IsSet(i) {
+			cpus = append(cpus, i)
+		}
+	}
+	if len(cpus) < 2 {
+		return 0, 0, errors.New("campaign: needs at least 2 CPUs (one for the proxy, one for load and origin)")
+	}
+	return cpus[0], cpus[1], nil
+}
+
+// ensureTools finds the programs the campaign runs and installs the Debian
+// packages of those missing, with apt-get, as root. Proxies that stay
+// missing are reported by their prepare step. wrk and taskset are required.
+func (e *env) ensureTools(ctx context.Context, want []*proxyDef, install bool) error {
+	e.lookPath = map[string]string{}
+	find := func(name string) {
+		if p, err := exec.LookPath(name); err == nil {
+			e.lookPath[name] = p
+			return
+		}
+		for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/local/sbin"} {
+			p := filepath.Join(dir, name)
+			if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
+				e.lookPath[name] = p
+				return
+			}
+		}
+	}
+	need := map[string]string{"wrk": "wrk", "taskset": "util-linux"}
+	for _, p := range want {
+		if p.binary != "" {
+			need[p.binary] = p.pkg
+		}
+	}
+	var missing []string
+	for bin, pkg := range need {
+		find(bin)
+		if _, ok := e.lookPath[bin]; !ok {
+			missing = append(missing, pkg)
+		}
+	}
+	if len(missing) > 0 && install {
+		if !e.asRoot {
+			fmt.Fprintf(e.out, "missing packages %v, and not root: not installing them\n", missing)
+		} else if err := aptInstall(ctx, e.out, missing); err != nil {
+			fmt.Fprintf(e.out, "installing %v failed: %v\n", missing, err)
+		}
+		for bin := range need {
+			find(bin)
+		}
+	}
+	for _, bin := range []string{"wrk", "taskset"} {
+		if _, ok := e.lookPath[bin]; !ok {
+			return fmt.Errorf("campaign: %s is required (Debian package %s)", bin, need[bin])
+		}
+	}
+	return nil
+}
+
+// policyRC is the path of Debian's service start policy; a script there
+// that exits 101 keeps packages from starting their services on install.
+const policyRC = "/usr/sbin/policy-rc.d"
+
+// aptInstall installs pkgs with apt-get, with service starts forbidden for
+// the duration, and stops any peer process the installation left running.
+func aptInstall(ctx context.Context, out io.Writer, pkgs []string) error {
+	fmt.Fprintf(out, "installing %s with apt-get (services kept from starting)\n", strings.Join(pkgs, " "))
+	if _, err := os.Stat(policyRC); errors.Is(err, os.ErrNotExist) {
+		if err := os.WriteFile(policyRC, []byte("#!/bin/sh\n# written by rustle bench/campaign for the time of an apt-get install\nexit 101\n"), 0o755); err != nil {
+			return fmt.Errorf("write %s: %w", policyRC, err)
+		}
+		defer os.Remove(policyRC)
+	}
+	before := peerPIDs()
+	run := func(args ...string) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("apt-get %s: %w", strings.Join(args, " "), err)
+		}
+		return nil
+	}
+	if err := run("update"); err != nil {
+		return err
+	}
+	err := run(append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)...)
+	for pid, comm := range peerPIDs() {
+		if _, ok := before[pid]; !ok {
+			fmt.Fprintf(out, "stopping %s (pid %d), started by the package installation\n", comm, pid)
+			syscall.Kill(pid, syscall.SIGTERM)
+		}
+	}
+	return err
+}
+
+// peerPIDs returns the PIDs of running squid and tinyproxy processes.
+func peerPIDs() map[int]string {
+	out := map[int]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", en.Name(), "comm"))
+		if err != nil {
+			continue
+		}
+		comm := strings.TrimSpace(string(b))
+		if comm == "squid" || comm == "tinyproxy" {
+			out[pid] = comm
+		}
+	}
+	return out
+}
+
+// buildTools builds the origin and the load tool into e.bin.
+func (e *env) buildTools(ctx context.Context) error {
+	for _, pkg := range []string{"origin", "load"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(e.bin, pkg), "./bench/"+pkg)
+		cmd.Dir = e.root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("campaign: go build ./bench/%s: %w\n%s", pkg, err, out)
+		}
+	}
+	return nil
+}
+
+// makeCredentials creates the benchmark user with a random password, its
+// bcrypt hash (rustle, Squid's htpasswd file) and the Basic header (wrk).
+func (e *env) makeCredentials() error {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	e.user, e.pass = "bench", hex.EncodeToString(b[:])
+	h, err := bcrypt.GenerateFromPassword([]byte(e.pass), bcrypt.DefaultCost)
+	if err != nil {
+		return fmt.Errorf("campaign: bcrypt: %w", err)
+	}
+	e.bcryptHash = string(h)
+	e.passwdFile = filepath.Join(e.tmp, "htpasswd")
+	if err := os.WriteFile(e.passwdFile, []byte(e.user+":"+e.bcryptHash+"\n"), 0o644); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	e.authHeader = "Basic " + base64.StdEncoding.EncodeToString([]byte(e.user+":"+e.pass))
+	return nil
+}
+
+// setIdentity decides which user Squid and Tinyproxy switch to when the
+// campaign runs as root, and the descriptor limit given to Squid.
+func (e *env) setIdentity() {
+	e.asRoot = os.Geteuid() == 0
+	e.dropUser, e.dropGroup = "nobody", "nogroup"
+	if _, err := user.Lookup("proxy"); err == nil {
+		e.dropUser = "proxy"
+		e.dropGroup = "proxy"
+	}
+	if _, err := user.LookupGroup(e.dropGroup); err != nil {
+		e.dropGroup = e.dropUser
+	}
+	var rl syscall.Rlimit
+	e.maxFD = 16384
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Max > 0 && rl.Max < 1<<20 {
+		e.maxFD = int(rl.Max)
+	}
+}
+
+// startOrigin starts the origin pinned to the load core and reads its
+// addresses.
+func (e *env) startOrigin(ctx context.Context) (*proc, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	p, err := startProc("origin", e.loadCore, []string{filepath.Join(e.bin, "origin"), "-lifetime", "12h"}, nil, filepath.Join(e.tmp, "origin.log"), w)
+	w.Close()
+	if err != nil {
+		return nil, err
+	}
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(r).ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		if err := json.Unmarshal([]byte(s), &e.origin); err != nil || e.origin.HTTP == "" {
+			p.stop(time.Second)
+			return nil, fmt.Errorf("campaign: origin address line %q: %v", s, err)
+		}
+	case <-time.After(10 * time.Second):
+		p.stop(time.Second)
+		return nil, errors.New("campaign: origin printed no addresses within 10s")
+	case <-ctx.Done():
+		p.stop(time.Second)
+		return nil, ctx.Err()
+	}
+	return p, nil
+}
+
+// machine describes the host in one line.
+func machine() string {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	var uts unix.Utsname
+	kernel := ""
+	if unix.Uname(&uts) == nil {
+		kernel = "Linux " + unix.ByteSliceToString(uts.Release[:])
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) > 1 {
+			if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
+				mem = fmt.Sprintf("%.0f GiB RAM", kb/(1<<20))
+			}
+		}
+	}
+	return strings.Join(nonEmpty(model, fmt.Sprintf("%d cores", runtime.NumCPU()), mem, kernel), ", ")
+}
+
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// toolVersions describes wrk, the Go load tool and the origin.
+func (e *env) toolVersions(ctx context.Context) []string {
+	wrkv := "wrk"
+	out, _ := exec.CommandContext(ctx, e.lookPath["wrk"], "-v").CombinedOutput()
+	if line, _, _ := strings.Cut(string(out), "\n"); line != "" {
+		wrkv = strings.TrimSpace(line)
+	}
+	return []string{
+		wrkv + ", 1 thread, --timeout 10s, bench/wrk/proxy.lua (absolute-form requests with Proxy-Authorization; origin form for no proxy)",
+		"bench/load (" + runtime.Version() + "): CONNECT bulk and held tunnels",
+		"bench/origin (" + runtime.Version() + "): hand-written HTTP/1.1 origin with fixed bodies and Content-Length, TCP sink, TCP hold port",
+		fmt.Sprintf("proxy on CPU %d; load tool and origin on CPU %d", e.proxyCore, e.loadCore),
+	}
+}
+
+// clockTicks returns the kernel's clock ticks per second (getconf CLK_TCK),
+// 100 if it cannot be read.
+func clockTicks(ctx context.Context) float64 {
+	out, err := exec.CommandContext(ctx, "getconf", "CLK_TCK").Output()
+	if err != nil {
+		return 100
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+	if err != nil || v <= 0 {
+		return 100
+	}
+	return v
+}
