@@ -1,0 +1,1075 @@
+package httpproxy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// rawHead joins a start line and field lines with CRLF and ends the head
+// with the empty line.
+func rawHead(lines ...string) []byte {
+	return []byte(strings.Join(lines, "\r\n") + "\r\n\r\n")
+}
+
+// statusOf returns the status a client is answered for err: 0 for nil,
+// the parseError's status, or -1 for an error of another type.
+func statusOf(err error) int {
+	if err == nil {
+		return 0
+	}
+	var pe *parseError
+	if errors.As(err, &pe) {
+		return pe.status
+	}
+	return -1
+}
+
+// fieldLines lists the header lines of h in order, each dropped one
+// prefixed with "-".
+func fieldLines(h *head) []string {
+	var out []string
+	for _, f := range h.headers {
+		l := string(f.line.of(h.buf))
+		if f.drop {
+			l = "-" + l
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// connTokens lists the Connection options h recorded.
+func connTokens(h *head) []string {
+	var out []string
+	for _, s := range h.connTokens[:h.nConnTokens] {
+		out = append(out, string(s.of(h.buf)))
+	}
+	return out
+}
+
+// checkSpans reports a span of h that does not lie within h.buf, or a
+// header whose name and value are not inside its line.
+func checkSpans(h *head) error {
+	n := int32(len(h.buf))
+	in := func(what string, s span) error {
+		if s.start < 0 || s.end < s.start || s.end > n {
+			return fmt.Errorf("%s span %v outside buffer of %d bytes", what, s, n)
+		}
+		return nil
+	}
+	if err := errors.Join(in("method", h.method), in("target", h.target),
+		in("statusReason", h.statusReason), in("proxyAuth", h.proxyAuth)); err != nil {
+		return err
+	}
+	for i, f := range h.headers {
+		if err := errors.Join(in("line", f.line), in("name", f.name), in("value", f.value)); err != nil {
+			return fmt.Errorf("header %d: %w", i, err)
+		}
+		if f.name.start != f.line.start || f.name.end >= f.line.end && f.name.end != f.line.end ||
+			f.value.start < f.name.end || f.value.end > f.line.end {
+			return fmt.Errorf("header %d: name %v or value %v outside line %v", i, f.name, f.value, f.line)
+		}
+	}
+	for i, s := range h.connTokens[:h.nConnTokens] {
+		if err := in(fmt.Sprintf("connection token %d", i), s); err != nil {
+			return err
+		}
+	}
+	if h.hostIdx < -1 || h.hostIdx >= len(h.headers) {
+		return fmt.Errorf("hostIdx %d with %d headers", h.hostIdx, len(h.headers))
+	}
+	return nil
+}
+
+func TestParseRequestMethods(t *testing.T) {
+	methods := []string{
+		"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+		// Extension and unknown methods are tokens like any other.
+		"PROPFIND", "MKCOL", "M-SEARCH", "BREW", "X_CUSTOM.1", "get", "!#$%&'*+-.^_`|~",
+	}
+	for _, m := range methods {
+		t.Run(m, func(t *testing.T) {
+			var h head
+			b := rawHead(m+" http://example.com/ HTTP/1.1", "Host: example.com")
+			if err := h.parseRequest(b); err != nil {
+				t.Fatalf("parseRequest: %v", err)
+			}
+			if got := string(h.method.of(h.buf)); got != m {
+				t.Errorf("method = %q, want %q", got, m)
+			}
+			if got := string(h.target.of(h.buf)); got != "http://example.com/" {
+				t.Errorf("target = %q", got)
+			}
+			if err := checkSpans(&h); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	bad := []string{"GE(T", "GE\"T", "G,ET", "GE/T", "GE:T", "GE@T", "G\xc3\x89T", "GE\x00T", "GE\x7fT", "GET\t/"}
+	for _, m := range bad {
+		t.Run(fmt.Sprintf("bad%q", m), func(t *testing.T) {
+			var h head
+			err := h.parseRequest(rawHead(m + " / HTTP/1.1"))
+			if err != errBadMethod {
+				t.Fatalf("parseRequest: %v, want %v", err, errBadMethod)
+			}
+			if statusOf(err) != 400 {
+				t.Errorf("status %d, want 400", statusOf(err))
+			}
+		})
+	}
+}
+
+func TestParseRequestVersion(t *testing.T) {
+	tests := []struct {
+		version   string
+		wantMinor int
+		wantErr   error
+	}{
+		{"HTTP/1.1", 1, nil},
+		{"HTTP/1.0", 0, nil},
+		// A later HTTP/1.x minor is accepted (RFC 9110 §6.2) and treated
+		// as neither 1.0 nor 1.1 by the forwarder.
+		{"HTTP/1.2", 2, nil},
+		{"HTTP/2.0", 0, errVersion},
+		{"HTTP/0.9", 0, errVersion},
+		{"HTTP/3.0", 0, errVersion},
+		{"HTTP/9.9", 0, errVersion},
+		{"HTTP/2", 0, errBadVersion},
+		{"HTTP/1", 0, errBadVersion},
+		{"HTTP/1.", 0, errBadVersion},
+		{"HTTP/1.10", 0, errBadVersion},
+		{"HTTP/11.1", 0, errBadVersion},
+		{"HTTP/1.x", 0, errBadVersion},
+		{"HTTP/x.1", 0, errBadVersion},
+		{"HTTP/1,1", 0, errBadVersion},
+		{"http/1.1", 0, errBadVersion},
+		{"HTTPS/1.1", 0, errBadVersion},
+		{"HTTP/1.1 ", 0, errBadVersion},
+		{"HTTP/1.1\t", 0, errBadVersion},
+		{"XTTP/1.1", 0, errBadVersion},
+	}
+	for _, tt := range tests {
+		t.Run(tt.version, func(t *testing.T) {
+			var h head
+			err := h.parseRequest(rawHead("GET http://h/ "+tt.version, "Host: h"))
+			if err != tt.wantErr {
+				t.Fatalf("parseRequest: %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				want := 400
+				if tt.wantErr == errVersion {
+					want = 505
+				}
+				if statusOf(err) != want {
+					t.Errorf("status %d, want %d", statusOf(err), want)
+				}
+				return
+			}
+			if h.minor != tt.wantMinor {
+				t.Errorf("minor = %d, want %d", h.minor, tt.wantMinor)
+			}
+		})
+	}
+}
+
+func TestParseRequestLine(t *testing.T) {
+	tests := []struct {
+		name    string
+		head    string
+		wantErr error
+	}{
+		{"empty line", "\r\n\r\n", errBadRequestLine},
+		// readHead strips empty lines before a head (see
+		// TestReadHeadLeadingEmptyLines); parseRequest itself refuses them.
+		{"leading empty line", "\r\nGET / HTTP/1.1\r\n\r\n", errBadRequestLine},
+		{"leading space", " GET / HTTP/1.1\r\n\r\n", errBadRequestLine},
+		{"method only", "GET\r\n\r\n", errBadRequestLine},
+		{"no version", "GET /\r\n\r\n", errBadRequestLine},
+		{"no version trailing space", "GET / \r\n\r\n", errBadVersion},
+		{"double space", "GET  / HTTP/1.1\r\n\r\n", errBadRequestLine},
+		{"space in target", "GET /a b HTTP/1.1\r\n\r\n", errBadVersion},
+		{"tab separator", "GET\t/\tHTTP/1.1\r\n\r\n", errBadRequestLine},
+		{"tab in target", "GET /a\tb HTTP/1.1\r\n\r\n", errBadTarget},
+		{"NUL in target", "GET /a\x00b HTTP/1.1\r\n\r\n", errBadTarget},
+		{"DEL in target", "GET /a\x7fb HTTP/1.1\r\n\r\n", errBadTarget},
+		{"control in target", "GET /a\x01b HTTP/1.1\r\n\r\n", errBadTarget},
+		{"bare CR in request line", "GET /a\rb HTTP/1.1\r\n\r\n", errBareCR},
+		{"bare LF ends request line", "GET / HTTP/1.1\n\r\n", errBareCR},
+		{"bare LF in request line", "GET /\n HTTP/1.1\r\n\r\n", errBareCR},
+		{"no CRLF at all", "GET / HTTP/1.1", errBareCR},
+		{"no empty line", "GET / HTTP/1.1\r\n", errBareCR},
+		{"half empty line", "GET / HTTP/1.1\r\n\r", errBareCR},
+		{"empty", "", errBareCR},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h head
+			err := h.parseRequest([]byte(tt.head))
+			if err != tt.wantErr {
+				t.Fatalf("parseRequest(%q): %v, want %v", tt.head, err, tt.wantErr)
+			}
+			if statusOf(err) != 400 {
+				t.Errorf("status %d, want 400", statusOf(err))
+			}
+		})
+	}
+}
+
+func TestParseRequestHeaderSyntax(t *testing.T) {
+	tests := []struct {
+		name      string
+		field     string
+		wantErr   error
+		wantValue string
+	}{
+		{"plain", "X-Foo: bar", nil, "bar"},
+		{"no space", "X-Foo:bar", nil, "bar"},
+		{"OWS trimmed", "X-Foo: \t bar \t", nil, "bar"},
+		{"inner spaces kept", "X-Foo: a  \tb", nil, "a  \tb"},
+		{"empty value", "X-Foo:", nil, ""},
+		{"only OWS", "X-Foo: \t ", nil, ""},
+		{"all tchars", "!#$%&'*+-.^_`|~09azAZ: v", nil, "v"},
+		{"obs-text value", "X-Foo: caf\xc3\xa9 \xff", nil, "caf\xc3\xa9 \xff"},
+		{"colon in value", "X-Foo: a:b::", nil, "a:b::"},
+		{"space before colon", "Host : h", errBadHeaderName, ""},
+		{"tab before colon", "Host\t: h", errBadHeaderName, ""},
+		{"space in name", "X Foo: v", errBadHeaderName, ""},
+		{"empty name", ": v", errBadHeaderName, ""},
+		{"no colon", "X-Foo", errBadHeaderName, ""},
+		{"separator in name", "X(Foo): v", errBadHeaderName, ""},
+		{"slash in name", "X/Foo: v", errBadHeaderName, ""},
+		{"non-ASCII name", "X-F\xc3\xb6o: v", errBadHeaderName, ""},
+		{"NUL in name", "X-F\x00o: v", errBadHeaderName, ""},
+		{"NUL in value", "X-Foo: a\x00b", errBadHeaderValue, ""},
+		{"NUL ends value", "X-Foo: ab\x00", errBadHeaderValue, ""},
+		{"DEL in value", "X-Foo: a\x7fb", errBadHeaderValue, ""},
+		{"control in value", "X-Foo: a\x01b", errBadHeaderValue, ""},
+		{"VT in value", "X-Foo: \x0bb", errBadHeaderValue, ""},
+		{"FF in value", "X-Foo: a\x0c", errBadHeaderValue, ""},
+		{"bare CR in value", "X-Foo: a\rb", errBareCR, ""},
+		{"bare CR ends line", "X-Foo: a\r\rX-Bar: b", errBareCR, ""},
+		{"bare LF in value", "X-Foo: a\nb", errBareCR, ""},
+		{"bare LF ends line", "X-Foo: a\nX-Bar: b", errBareCR, ""},
+		{"bare CR in name", "X-F\roo: a", errBareCR, ""},
+		{"obs-fold space", "X-Foo: a\r\n b", errObsFold, ""},
+		{"obs-fold tab", "X-Foo: a\r\n\tb", errObsFold, ""},
+		{"obs-fold first line", " X-Foo: a", errObsFold, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h head
+			err := h.parseRequest(rawHead("GET http://h/ HTTP/1.1", "Host: h", tt.field))
+			if err != tt.wantErr {
+				t.Fatalf("parseRequest(%q): %v, want %v", tt.field, err, tt.wantErr)
+			}
+			if err != nil {
+				if statusOf(err) != 400 {
+					t.Errorf("status %d, want 400", statusOf(err))
+				}
+				return
+			}
+			if err := checkSpans(&h); err != nil {
+				t.Fatal(err)
+			}
+			if len(h.headers) != 2 {
+				t.Fatalf("%d headers, want 2", len(h.headers))
+			}
+			f := h.headers[1]
+			if got := string(f.value.of(h.buf)); got != tt.wantValue {
+				t.Errorf("value = %q, want %q", got, tt.wantValue)
+			}
+			if got := string(f.line.of(h.buf)); got != tt.field {
+				t.Errorf("line = %q, want %q", got, tt.field)
+			}
+			if got, want := string(f.name.of(h.buf)), tt.field[:strings.IndexByte(tt.field, ':')]; got != want {
+				t.Errorf("name = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestParseRequestHeaderCount(t *testing.T) {
+	for _, tt := range []struct {
+		n       int
+		wantErr error
+	}{
+		{0, nil},
+		{1, nil},
+		{maxHeaders, nil},
+		{maxHeaders + 1, errTooManyHeaders},
+		{maxHeaders + 50, errTooManyHeaders},
+	} {
+		t.Run(fmt.Sprint(tt.n), func(t *testing.T) {
+			lines := []string{"GET http://h/ HTTP/1.1"}
+			for i := range tt.n {
+				lines = append(lines, fmt.Sprintf("X-H%d: %d", i, i))
+			}
+			var h head
+			err := h.parseRequest(rawHead(lines...))
+			if err != tt.wantErr {
+				t.Fatalf("parseRequest with %d fields: %v, want %v", tt.n, err, tt.wantErr)
+			}
+			if err != nil {
+				if statusOf(err) != 431 {
+					t.Errorf("status %d, want 431", statusOf(err))
+				}
+				return
+			}
+			if len(h.headers) != tt.n {
+				t.Errorf("%d headers, want %d", len(h.headers), tt.n)
+			}
+		})
+	}
+}
+
+// TestParseRequestFraming covers the message-length rules, the shapes of
+// request smuggling among them.
+func TestParseRequestFraming(t *testing.T) {
+	tests := []struct {
+		name       string
+		version    string // HTTP/1.1 when empty
+		fields     []string
+		wantErr    error
+		wantStatus int
+		wantCL     int64
+		wantChunk  bool
+		wantLines  []string // when set, the header lines with drop marks
+	}{
+		{name: "no body", wantCL: -1},
+		{name: "CL", fields: []string{"Content-Length: 5"}, wantCL: 5},
+		{name: "CL zero", fields: []string{"Content-Length: 0"}, wantCL: 0},
+		{name: "CL OWS", fields: []string{"Content-Length: \t 42 \t"}, wantCL: 42},
+		{name: "CL leading zeros", fields: []string{"Content-Length: 007"}, wantCL: 7},
+		{name: "CL lower case name", fields: []string{"content-length: 3"}, wantCL: 3},
+		{name: "CL 18 digits", fields: []string{"Content-Length: 999999999999999999"}, wantCL: 999999999999999999},
+		{name: "CL 19 digits", fields: []string{"Content-Length: 1000000000000000000"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL overflows int64", fields: []string{"Content-Length: 9223372036854775808"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL overflows uint64", fields: []string{"Content-Length: 18446744073709551616"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL plus sign", fields: []string{"Content-Length: +5"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL minus sign", fields: []string{"Content-Length: -1"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL inner space", fields: []string{"Content-Length: 5 5"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL list", fields: []string{"Content-Length: 5,5"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL list OWS", fields: []string{"Content-Length: 5, 5"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL list different", fields: []string{"Content-Length: 5, 6"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL hex", fields: []string{"Content-Length: 0x5"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL trailing junk", fields: []string{"Content-Length: 5a"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL decimal point", fields: []string{"Content-Length: 5.0"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL empty", fields: []string{"Content-Length:"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL non-ASCII digit", fields: []string{"Content-Length: \xd9\xa5"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL NUL", fields: []string{"Content-Length: 5\x00"}, wantErr: errBadHeaderValue, wantStatus: 400},
+		{name: "CL space before colon", fields: []string{"Content-Length : 5"}, wantErr: errBadHeaderName, wantStatus: 400},
+		{name: "CL obs-fold", fields: []string{"Content-Length:", " 5"}, wantErr: errBadCL, wantStatus: 400},
+		{name: "CL duplicate different", fields: []string{"Content-Length: 5", "Content-Length: 6"}, wantErr: errDupCL, wantStatus: 400},
+		{name: "CL duplicate different case", fields: []string{"Content-Length: 5", "CONTENT-LENGTH: 50"}, wantErr: errDupCL, wantStatus: 400},
+		{name: "CL duplicate second bad", fields: []string{"Content-Length: 5", "Content-Length: x"}, wantErr: errBadCL, wantStatus: 400},
+		{
+			name:   "CL duplicate identical",
+			fields: []string{"Content-Length: 5", "X-A: 1", "content-length: 5"},
+			wantCL: 5, wantLines: []string{"Host: h", "Content-Length: 5", "X-A: 1", "-content-length: 5"},
+		},
+		{
+			name:   "CL duplicate same value",
+			fields: []string{"Content-Length: 5", "Content-Length: 005"},
+			wantCL: 5, wantLines: []string{"Host: h", "Content-Length: 5", "-Content-Length: 005"},
+		},
+		{
+			name:   "CL three identical",
+			fields: []string{"Content-Length: 1", "Content-Length: 1", "Content-Length: 1"},
+			wantCL: 1, wantLines: []string{"Host: h", "Content-Length: 1", "-Content-Length: 1", "-Content-Length: 1"},
+		},
+
+		{
+			name: "TE chunked", fields: []string{"Transfer-Encoding: chunked"}, wantCL: -1, wantChunk: true,
+			wantLines: []string{"Host: h", "Transfer-Encoding: chunked"},
+		},
+		{name: "TE odd casing", fields: []string{"transfer-encoding: ChUnKeD"}, wantCL: -1, wantChunk: true},
+		{name: "TE OWS", fields: []string{"Transfer-Encoding: \tchunked\t "}, wantCL: -1, wantChunk: true},
+		{name: "TE chunked twice", fields: []string{"Transfer-Encoding: chunked, chunked"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE chunked twice in two fields", fields: []string{"Transfer-Encoding: chunked", "Transfer-Encoding: chunked"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE gzip then chunked", fields: []string{"Transfer-Encoding: gzip, chunked"}, wantErr: errTEUnsupported, wantStatus: 501},
+		{name: "TE gzip then chunked in two fields", fields: []string{"Transfer-Encoding: gzip", "Transfer-Encoding: chunked"}, wantErr: errTEUnsupported, wantStatus: 501},
+		{name: "TE chunked then gzip", fields: []string{"Transfer-Encoding: chunked, gzip"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE chunked then gzip in two fields", fields: []string{"Transfer-Encoding: chunked", "Transfer-Encoding: gzip"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE identity", fields: []string{"Transfer-Encoding: identity"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE gzip", fields: []string{"Transfer-Encoding: gzip"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE chunky", fields: []string{"Transfer-Encoding: chunky"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE quoted", fields: []string{`Transfer-Encoding: "chunked"`}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE empty", fields: []string{"Transfer-Encoding:"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE trailing comma", fields: []string{"Transfer-Encoding: chunked,"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE leading comma", fields: []string{"Transfer-Encoding: ,chunked"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE obs-fold", fields: []string{"Transfer-Encoding: gzip", " chunked"}, wantErr: errObsFold, wantStatus: 400},
+		{name: "TE obs-fold tab", fields: []string{"Transfer-Encoding: gzip", "\tchunked"}, wantErr: errObsFold, wantStatus: 400},
+		// The empty first line is refused before the fold is seen.
+		{name: "TE obs-fold empty first line", fields: []string{"Transfer-Encoding:", " chunked"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE obs-fold list", fields: []string{"Transfer-Encoding: gzip,", "\tchunked"}, wantErr: errTENotChunked, wantStatus: 400},
+		{name: "TE space before colon", fields: []string{"Transfer-Encoding : chunked"}, wantErr: errBadHeaderName, wantStatus: 400},
+		{name: "TE vertical tab", fields: []string{"Transfer-Encoding: \x0bchunked"}, wantErr: errBadHeaderValue, wantStatus: 400},
+		{name: "TE bare CR", fields: []string{"Transfer-Encoding: chunked\r"}, wantErr: errBareCR, wantStatus: 400},
+		{name: "TE in HTTP/1.0", version: "HTTP/1.0", fields: []string{"Transfer-Encoding: chunked"}, wantErr: errTEHTTP10, wantStatus: 400},
+		{name: "TE and CL in HTTP/1.0", version: "HTTP/1.0", fields: []string{"Content-Length: 3", "Transfer-Encoding: chunked"}, wantErr: errTEHTTP10, wantStatus: 400},
+		{name: "CL then TE", fields: []string{"Content-Length: 3", "Transfer-Encoding: chunked"}, wantErr: errCLAndTE, wantStatus: 400},
+		{name: "TE then CL", fields: []string{"Transfer-Encoding: chunked", "Content-Length: 3"}, wantErr: errCLAndTE, wantStatus: 400},
+		{name: "TE gzip and CL", fields: []string{"Transfer-Encoding: gzip", "Content-Length: 3"}, wantErr: errCLAndTE, wantStatus: 400},
+		{name: "CL zero and TE", fields: []string{"Content-Length: 0", "Transfer-Encoding: chunked"}, wantErr: errCLAndTE, wantStatus: 400},
+		{name: "HTTP/1.0 CL", version: "HTTP/1.0", fields: []string{"Content-Length: 9"}, wantCL: 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			version := tt.version
+			if version == "" {
+				version = "HTTP/1.1"
+			}
+			lines := append([]string{"POST http://h/ " + version, "Host: h"}, tt.fields...)
+			var h head
+			err := h.parseRequest(rawHead(lines...))
+			if err != tt.wantErr {
+				t.Fatalf("parseRequest(%q): %v, want %v", tt.fields, err, tt.wantErr)
+			}
+			if got := statusOf(err); got != tt.wantStatus {
+				t.Errorf("status %d, want %d", got, tt.wantStatus)
+			}
+			if err != nil {
+				return
+			}
+			if err := checkSpans(&h); err != nil {
+				t.Fatal(err)
+			}
+			if h.contentLength != tt.wantCL || h.chunked != tt.wantChunk {
+				t.Errorf("contentLength, chunked = %d, %v; want %d, %v", h.contentLength, h.chunked, tt.wantCL, tt.wantChunk)
+			}
+			if h.teOther {
+				t.Errorf("teOther set on an accepted request")
+			}
+			if tt.wantLines != nil {
+				if diff := cmp.Diff(tt.wantLines, fieldLines(&h)); diff != "" {
+					t.Errorf("header lines (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
+func TestParseRequestConnection(t *testing.T) {
+	tests := []struct {
+		name          string
+		version       string
+		fields        []string
+		wantErr       error
+		wantClose     bool
+		wantKeepAlive bool
+		wantTokens    []string
+		wantLines     []string // after dropConnectionListed
+	}{
+		{name: "none", fields: []string{"X-A: 1"}, wantLines: []string{"Host: h", "X-A: 1"}},
+		{name: "close", fields: []string{"Connection: close"}, wantClose: true, wantLines: []string{"Host: h", "-Connection: close"}},
+		{name: "close casing", fields: []string{"connection: CLOSE"}, wantClose: true, wantLines: []string{"Host: h", "-connection: CLOSE"}},
+		{
+			name: "keep-alive 1.0", version: "HTTP/1.0", fields: []string{"Connection: Keep-Alive", "Keep-Alive: timeout=5"},
+			wantKeepAlive: true, wantLines: []string{"Host: h", "-Connection: Keep-Alive", "-Keep-Alive: timeout=5"},
+		},
+		{
+			name: "both and empty elements", fields: []string{"Connection: , keep-alive ,,\tclose ,"},
+			wantClose: true, wantKeepAlive: true, wantLines: []string{"Host: h", "-Connection: , keep-alive ,,\tclose ,"},
+		},
+		{
+			name:       "listed names",
+			fields:     []string{"Connection: X-Foo, close, x-bar", "X-Foo: 1", "X-Bar: 2", "X-Foobar: 3", "x-foo: 4"},
+			wantClose:  true,
+			wantTokens: []string{"X-Foo", "x-bar"},
+			wantLines:  []string{"Host: h", "-Connection: X-Foo, close, x-bar", "-X-Foo: 1", "-X-Bar: 2", "X-Foobar: 3", "-x-foo: 4"},
+		},
+		{
+			name:          "listed in two fields",
+			fields:        []string{"Connection: a", "A: 1", "B: 2", "Connection: b, keep-alive"},
+			wantKeepAlive: true,
+			wantTokens:    []string{"a", "b"},
+			wantLines:     []string{"Host: h", "-Connection: a", "-A: 1", "-B: 2", "-Connection: b, keep-alive"},
+		},
+		{
+			name:          "proxy-connection",
+			fields:        []string{"Proxy-Connection: keep-alive, X-P", "X-P: 1"},
+			wantKeepAlive: true,
+			wantTokens:    []string{"X-P"},
+			wantLines:     []string{"Host: h", "-Proxy-Connection: keep-alive, X-P", "-X-P: 1"},
+		},
+		{
+			// Fields the proxy frames the body by, or rewrites, are kept
+			// even when listed: dropping Content-Length or
+			// Transfer-Encoding would send the body unframed upstream.
+			name:       "framing fields listed",
+			fields:     []string{"Connection: Content-Length, Transfer-Encoding, Host, X-A", "Content-Length: 4", "X-A: 1"},
+			wantTokens: []string{"Content-Length", "Transfer-Encoding", "Host", "X-A"},
+			wantLines:  []string{"Host: h", "-Connection: Content-Length, Transfer-Encoding, Host, X-A", "Content-Length: 4", "-X-A: 1"},
+		},
+		{
+			name:       "max options",
+			fields:     []string{"Connection: a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,close"},
+			wantClose:  true,
+			wantTokens: strings.Split("a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p", ","),
+			wantLines:  []string{"Host: h", "-Connection: a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,close"},
+		},
+		{name: "too many options", fields: []string{"Connection: a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q"}, wantErr: errTooManyConnOpts},
+		{name: "too many options in two fields", fields: []string{"Connection: a,b,c,d,e,f,g,h", "Proxy-Connection: i,j,k,l,m,n,o,p,q"}, wantErr: errTooManyConnOpts},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			version := tt.version
+			if version == "" {
+				version = "HTTP/1.1"
+			}
+			var h head
+			err := h.parseRequest(rawHead(append([]string{"GET http://h/ " + version, "Host: h"}, tt.fields...)...))
+			if err != tt.wantErr {
+				t.Fatalf("parseRequest: %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				if statusOf(err) != 400 {
+					t.Errorf("status %d, want 400", statusOf(err))
+				}
+				return
+			}
+			if h.connClose != tt.wantClose || h.connKeepAlive != tt.wantKeepAlive {
+				t.Errorf("connClose, connKeepAlive = %v, %v; want %v, %v", h.connClose, h.connKeepAlive, tt.wantClose, tt.wantKeepAlive)
+			}
+			if diff := cmp.Diff(tt.wantTokens, connTokens(&h)); diff != "" {
+				t.Errorf("connection tokens (-want +got):\n%s", diff)
+			}
+			if err := checkSpans(&h); err != nil {
+				t.Fatal(err)
+			}
+			h.dropConnectionListed()
+			if diff := cmp.Diff(tt.wantLines, fieldLines(&h)); diff != "" {
+				t.Errorf("header lines after dropConnectionListed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseRequestHopByHop(t *testing.T) {
+	var h head
+	b := rawHead("GET http://example.com/ HTTP/1.1",
+		"Host: example.com",
+		"User-Agent: t",
+		"Connection: keep-alive",
+		"Keep-Alive: timeout=5",
+		"Proxy-Connection: keep-alive",
+		"Proxy-Authorization: Basic dXNlcjpwYXNz ",
+		"TE: trailers",
+		"Trailer: X-Sum",
+		"Upgrade: websocket",
+		"Proxy-Authenticate: Basic realm=x",
+		"X-TE: 1",
+		"Trailers: 1",
+		"Upgrade-Insecure-Requests: 1",
+		"Proxy-Authorization-X: 1",
+		"Accept: */*",
+		"Expect: 100-continue",
+		"Cookie: a=b",
+	)
+	if err := h.parseRequest(b); err != nil {
+		t.Fatalf("parseRequest: %v", err)
+	}
+	want := []string{
+		"Host: example.com",
+		"User-Agent: t",
+		"-Connection: keep-alive",
+		"-Keep-Alive: timeout=5",
+		"-Proxy-Connection: keep-alive",
+		"-Proxy-Authorization: Basic dXNlcjpwYXNz ",
+		"-TE: trailers",
+		"-Trailer: X-Sum",
+		"-Upgrade: websocket",
+		"-Proxy-Authenticate: Basic realm=x",
+		"X-TE: 1",
+		"Trailers: 1",
+		"Upgrade-Insecure-Requests: 1",
+		"Proxy-Authorization-X: 1",
+		"Accept: */*",
+		"Expect: 100-continue",
+		"Cookie: a=b",
+	}
+	if diff := cmp.Diff(want, fieldLines(&h)); diff != "" {
+		t.Errorf("header lines (-want +got):\n%s", diff)
+	}
+	if got := string(h.proxyAuth.of(h.buf)); got != "Basic dXNlcjpwYXNz" {
+		t.Errorf("proxyAuth = %q, want the trimmed value", got)
+	}
+	if h.hostIdx != 0 {
+		t.Errorf("hostIdx = %d, want 0", h.hostIdx)
+	}
+	if !h.expectContinue {
+		t.Error("expectContinue not set")
+	}
+	if h.fieldIndex("cookie") != 16 || h.fieldIndex("x-absent") != -1 {
+		t.Errorf("fieldIndex(cookie), fieldIndex(x-absent) = %d, %d; want 16, -1", h.fieldIndex("cookie"), h.fieldIndex("x-absent"))
+	}
+	if err := checkSpans(&h); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestParseRequestProxyAuth(t *testing.T) {
+	tests := []struct {
+		name   string
+		fields []string
+		want   string
+	}{
+		{"absent", []string{"Authorization: Basic x"}, ""},
+		{"casing", []string{"proxy-AUTHORIZATION:Basic abc"}, "Basic abc"},
+		{"empty", []string{"Proxy-Authorization:  "}, ""},
+		{"last wins", []string{"Proxy-Authorization: Basic a", "Proxy-Authorization: Basic b"}, "Basic b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h head
+			if err := h.parseRequest(rawHead(append([]string{"GET http://h/ HTTP/1.1"}, tt.fields...)...)); err != nil {
+				t.Fatalf("parseRequest: %v", err)
+			}
+			if got := string(h.proxyAuth.of(h.buf)); got != tt.want {
+				t.Errorf("proxyAuth = %q, want %q", got, tt.want)
+			}
+			if h.proxyAuth.empty() != (tt.want == "") {
+				t.Errorf("proxyAuth.empty() = %v", h.proxyAuth.empty())
+			}
+		})
+	}
+}
+
+func TestParseRequestHost(t *testing.T) {
+	tests := []struct {
+		name    string
+		fields  []string
+		wantErr error
+		wantIdx int
+	}{
+		{"absent", []string{"X-A: 1"}, nil, -1},
+		{"first", []string{"Host: h", "X-A: 1"}, nil, 0},
+		{"third", []string{"X-A: 1", "X-B: 2", "host: h"}, nil, 2},
+		{"empty value", []string{"Host:"}, nil, 0},
+		{"Hosts is another field", []string{"Hosts: a", "Host: h"}, nil, 1},
+		{"duplicate", []string{"Host: a", "Host: b"}, errDupHost, 0},
+		{"duplicate identical", []string{"Host: a", "X: 1", "host: a"}, errDupHost, 0},
+		{"duplicate casing", []string{"HOST: a", "hOsT: a"}, errDupHost, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h head
+			err := h.parseRequest(rawHead(append([]string{"GET http://h/ HTTP/1.1"}, tt.fields...)...))
+			if err != tt.wantErr {
+				t.Fatalf("parseRequest: %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				if statusOf(err) != 400 {
+					t.Errorf("status %d, want 400", statusOf(err))
+				}
+				return
+			}
+			if h.hostIdx != tt.wantIdx {
+				t.Errorf("hostIdx = %d, want %d", h.hostIdx, tt.wantIdx)
+			}
+		})
+	}
+}
+
+func TestParseRequestExpect(t *testing.T) {
+	for _, tt := range []struct {
+		field string
+		want  bool
+	}{
+		{"", false},
+		{"Expect: 100-continue", true},
+		{"expect: 100-Continue", true},
+		{"Expect:\t100-continue\t", true},
+		{"Expect: 200-ok", false},
+		{"Expect: 100-continue, x", false},
+		{"Expects: 100-continue", false},
+	} {
+		t.Run(tt.field, func(t *testing.T) {
+			lines := []string{"PUT http://h/ HTTP/1.1", "Content-Length: 1"}
+			if tt.field != "" {
+				lines = append(lines, tt.field)
+			}
+			var h head
+			if err := h.parseRequest(rawHead(lines...)); err != nil {
+				t.Fatalf("parseRequest: %v", err)
+			}
+			if h.expectContinue != tt.want {
+				t.Errorf("expectContinue = %v, want %v", h.expectContinue, tt.want)
+			}
+		})
+	}
+}
+
+// TestParseRequestReuse parses heads one after another into one head, as
+// a connection does, and checks nothing leaks from one to the next.
+func TestParseRequestReuse(t *testing.T) {
+	var h head
+	first := rawHead("POST http://a/ HTTP/1.0",
+		"Host: a", "Content-Length: 10", "Connection: keep-alive, X-A", "Expect: 100-continue",
+		"Proxy-Authorization: Basic x", "X-A: 1")
+	if err := h.parseRequest(first); err != nil {
+		t.Fatalf("parseRequest(first): %v", err)
+	}
+	second := rawHead("GET http://b/ HTTP/1.1", "Transfer-Encoding: chunked")
+	if err := h.parseRequest(second); err != nil {
+		t.Fatalf("parseRequest(second): %v", err)
+	}
+	if h.contentLength != -1 || !h.chunked || h.minor != 1 || h.connKeepAlive || h.connClose ||
+		h.nConnTokens != 0 || h.expectContinue || h.hostIdx != -1 || !h.proxyAuth.empty() || len(h.headers) != 1 {
+		t.Errorf("state carried over: %+v", h)
+	}
+	// A refused head leaves nothing of the previous one either.
+	if err := h.parseRequest(rawHead("GET http://c/ HTTP/1.1", "Host: c", "Host: c")); err != errDupHost {
+		t.Fatalf("parseRequest(third): %v, want %v", err, errDupHost)
+	}
+	if err := h.parseRequest(rawHead("GET http://d/ HTTP/1.1")); err != nil {
+		t.Fatalf("parseRequest(fourth): %v", err)
+	}
+	if h.hostIdx != -1 || h.chunked || len(h.headers) != 0 {
+		t.Errorf("state carried over: %+v", h)
+	}
+}
+
+func TestParseResponseStatusLine(t *testing.T) {
+	tests := []struct {
+		line       string
+		wantErr    error
+		wantStatus int
+		wantMinor  int
+		wantReason string
+	}{
+		{"HTTP/1.1 200 OK", nil, 200, 1, "OK"},
+		{"HTTP/1.0 404 Not Found", nil, 404, 0, "Not Found"},
+		{"HTTP/1.1 200 ", nil, 200, 1, ""},
+		{"HTTP/1.1 200", nil, 200, 1, ""},
+		{"HTTP/1.1 599 x", nil, 599, 1, "x"},
+		{"HTTP/1.1 100 Continue", nil, 100, 1, "Continue"},
+		{"HTTP/1.1 301  two  spaces ", nil, 301, 1, " two  spaces "},
+		{"HTTP/1.1 200 \tOK\xe2\x9c\x93", nil, 200, 1, "\tOK\xe2\x9c\x93"},
+		{"HTTP/1.1 200OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 2000 OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 20 OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 20", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 099 x", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 600 x", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 2x0 OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 abc OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 -20 OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1  200 OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1\t200 OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/2.0 200 OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/0.9 200 OK", errBadStatusLine, 0, 0, ""},
+		{"http/1.1 200 OK", errBadStatusLine, 0, 0, ""},
+		{"ICY 200 OK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 200 O\x7fK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 200 O\x00K", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 200 O\rK", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 200 OK\n", errBadStatusLine, 0, 0, ""},
+		{"", errBadStatusLine, 0, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.line, func(t *testing.T) {
+			var h head
+			err := h.parseResponse(rawHead(tt.line, "Content-Length: 0"))
+			if err != tt.wantErr {
+				t.Fatalf("parseResponse(%q): %v, want %v", tt.line, err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if h.status != tt.wantStatus || h.minor != tt.wantMinor {
+				t.Errorf("status, minor = %d, %d; want %d, %d", h.status, h.minor, tt.wantStatus, tt.wantMinor)
+			}
+			if got := string(h.statusReason.of(h.buf)); got != tt.wantReason {
+				t.Errorf("reason = %q, want %q", got, tt.wantReason)
+			}
+			if err := checkSpans(&h); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func TestParseResponseFraming(t *testing.T) {
+	tests := []struct {
+		name      string
+		line      string // HTTP/1.1 200 OK when empty
+		fields    []string
+		wantErr   error
+		wantCL    int64
+		wantChunk bool
+		wantOther bool
+		wantLines []string
+	}{
+		{name: "close-delimited", wantCL: -1},
+		{name: "CL", fields: []string{"Content-Length: 12"}, wantCL: 12},
+		{name: "chunked", fields: []string{"Transfer-Encoding: chunked"}, wantCL: -1, wantChunk: true},
+		{name: "chunked casing", fields: []string{"TRANSFER-ENCODING: Chunked"}, wantCL: -1, wantChunk: true},
+		{
+			name: "TE overrides CL", fields: []string{"Content-Length: 7", "Transfer-Encoding: chunked", "Content-Length: 7"},
+			wantCL: -1, wantChunk: true,
+			wantLines: []string{"-Content-Length: 7", "Transfer-Encoding: chunked", "-Content-Length: 7"},
+		},
+		{
+			name: "TE before CL", fields: []string{"Transfer-Encoding: chunked", "content-length: 3"},
+			wantCL: -1, wantChunk: true,
+			wantLines: []string{"Transfer-Encoding: chunked", "-content-length: 3"},
+		},
+		{
+			name: "TE gzip is close-delimited", fields: []string{"Transfer-Encoding: gzip", "Content-Length: 3"},
+			wantCL: -1, wantOther: true,
+			wantLines: []string{"Transfer-Encoding: gzip", "-Content-Length: 3"},
+		},
+		// The forwarder does not decode codings; a response whose chunked
+		// framing wraps another coding is passed through verbatim and
+		// delimited by close.
+		{name: "TE gzip then chunked", fields: []string{"Transfer-Encoding: gzip, chunked"}, wantCL: -1, wantOther: true},
+		{name: "TE identity", fields: []string{"Transfer-Encoding: identity"}, wantCL: -1, wantOther: true},
+		{
+			name: "HTTP/1.0 with TE is close-delimited", line: "HTTP/1.0 200 OK",
+			fields: []string{"Transfer-Encoding: chunked"}, wantCL: -1, wantOther: true,
+		},
+		{
+			name: "HTTP/1.0 with TE and CL", line: "HTTP/1.0 200 OK",
+			fields: []string{"Content-Length: 5", "Transfer-Encoding: chunked"}, wantCL: -1, wantOther: true,
+			wantLines: []string{"-Content-Length: 5", "Transfer-Encoding: chunked"},
+		},
+		{name: "HTTP/1.0 CL", line: "HTTP/1.0 200 OK", fields: []string{"Content-Length: 5"}, wantCL: 5},
+		{
+			name: "CL duplicate identical", fields: []string{"Content-Length: 5", "Content-Length: 5"}, wantCL: 5,
+			wantLines: []string{"Content-Length: 5", "-Content-Length: 5"},
+		},
+		{name: "1xx", line: "HTTP/1.1 100 Continue", wantCL: -1},
+		{
+			name: "101", line: "HTTP/1.1 101 Switching Protocols", fields: []string{"Upgrade: websocket", "Connection: Upgrade"},
+			wantCL: -1, wantLines: []string{"-Upgrade: websocket", "-Connection: Upgrade"},
+		},
+		{name: "204", line: "HTTP/1.1 204 No Content", wantCL: -1},
+		{name: "304 with CL", line: "HTTP/1.1 304 Not Modified", fields: []string{"Content-Length: 100"}, wantCL: 100},
+		{name: "Proxy-Authenticate dropped", line: "HTTP/1.1 407 x", fields: []string{"Proxy-Authenticate: Basic"}, wantCL: -1, wantLines: []string{"-Proxy-Authenticate: Basic"}},
+		{name: "CL duplicate different", fields: []string{"Content-Length: 5", "Content-Length: 6"}, wantErr: errBadResponseHead},
+		{name: "CL bad", fields: []string{"Content-Length: -1"}, wantErr: errBadResponseHead},
+		{name: "CL list", fields: []string{"Content-Length: 5, 5"}, wantErr: errBadResponseHead},
+		{name: "TE chunked then gzip", fields: []string{"Transfer-Encoding: chunked, gzip"}, wantErr: errBadResponseHead},
+		{name: "TE chunked twice", fields: []string{"Transfer-Encoding: chunked", "Transfer-Encoding: chunked"}, wantErr: errBadResponseHead},
+		{name: "TE empty", fields: []string{"Transfer-Encoding: "}, wantErr: errBadResponseHead},
+		{name: "obs-fold", fields: []string{"X-A: 1", " 2"}, wantErr: errBadResponseHead},
+		{name: "space before colon", fields: []string{"Content-Length : 1"}, wantErr: errBadResponseHead},
+		{name: "NUL in value", fields: []string{"X-A: \x00"}, wantErr: errBadResponseHead},
+		{name: "bare LF", fields: []string{"X-A: 1\nX-B: 2"}, wantErr: errBadResponseHead},
+		{name: "bare CR", fields: []string{"X-A: 1\rX-B: 2"}, wantErr: errBadResponseHead},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			line := tt.line
+			if line == "" {
+				line = "HTTP/1.1 200 OK"
+			}
+			var h head
+			err := h.parseResponse(rawHead(append([]string{line}, tt.fields...)...))
+			if err != tt.wantErr {
+				t.Fatalf("parseResponse(%q): %v, want %v", tt.fields, err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if err := checkSpans(&h); err != nil {
+				t.Fatal(err)
+			}
+			if h.contentLength != tt.wantCL || h.chunked != tt.wantChunk || h.teOther != tt.wantOther {
+				t.Errorf("contentLength, chunked, teOther = %d, %v, %v; want %d, %v, %v",
+					h.contentLength, h.chunked, h.teOther, tt.wantCL, tt.wantChunk, tt.wantOther)
+			}
+			if tt.wantLines != nil {
+				if diff := cmp.Diff(tt.wantLines, fieldLines(&h)); diff != "" {
+					t.Errorf("header lines (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
+func TestParseResponseHeaderCount(t *testing.T) {
+	lines := []string{"HTTP/1.1 200 OK"}
+	for i := range maxHeaders + 1 {
+		lines = append(lines, fmt.Sprintf("X-%d: v", i))
+	}
+	var h head
+	if err := h.parseResponse(rawHead(lines[:maxHeaders+1]...)); err != nil {
+		t.Fatalf("parseResponse with %d fields: %v", maxHeaders, err)
+	}
+	if err := h.parseResponse(rawHead(lines...)); err != errBadResponseHead {
+		t.Fatalf("parseResponse with %d fields: %v, want %v", maxHeaders+1, err, errBadResponseHead)
+	}
+}
+
+func TestParseResponseConnection(t *testing.T) {
+	var h head
+	b := rawHead("HTTP/1.1 200 OK", "Connection: close, X-Hop", "X-Hop: 1", "Keep-Alive: timeout=1",
+		"Transfer-Encoding: chunked", "Content-Type: text/plain")
+	if err := h.parseResponse(b); err != nil {
+		t.Fatalf("parseResponse: %v", err)
+	}
+	if !h.connClose || h.connKeepAlive {
+		t.Errorf("connClose, connKeepAlive = %v, %v; want true, false", h.connClose, h.connKeepAlive)
+	}
+	h.dropConnectionListed()
+	want := []string{"-Connection: close, X-Hop", "-X-Hop: 1", "-Keep-Alive: timeout=1", "Transfer-Encoding: chunked", "Content-Type: text/plain"}
+	if diff := cmp.Diff(want, fieldLines(&h)); diff != "" {
+		t.Errorf("header lines (-want +got):\n%s", diff)
+	}
+}
+
+func TestFindHeadEnd(t *testing.T) {
+	tests := []struct {
+		in   string
+		from int
+		want int
+	}{
+		{"", 0, -1},
+		{"GET / HTTP/1.1\r\n", 0, -1},
+		{"GET / HTTP/1.1\r\n\r\n", 0, 18},
+		{"GET / HTTP/1.1\r\n\r\nbody\r\n\r\n", 0, 18},
+		{"GET / HTTP/1.1\r\n\r\n", -3, 18},
+		{"GET / HTTP/1.1\r\n\r\n", 14, 18},
+		{"GET / HTTP/1.1\n\n", 0, -1},
+		{"GET / HTTP/1.1\r\n\r\r\n\r\n", 0, 21},
+	}
+	for _, tt := range tests {
+		if got := findHeadEnd([]byte(tt.in), tt.from); got != tt.want {
+			t.Errorf("findHeadEnd(%q, %d) = %d, want %d", tt.in, tt.from, got, tt.want)
+		}
+	}
+}
+
+// TestReadHeadLeadingEmptyLines checks that empty lines before a request
+// head are skipped (RFC 9112 §2.2) before the head reaches parseRequest.
+// The heads are already buffered, so readHead never touches the socket.
+func TestReadHeadLeadingEmptyLines(t *testing.T) {
+	for _, tt := range []struct{ name, in string }{
+		{"none", "GET http://h/ HTTP/1.1\r\n\r\n"},
+		{"one", "\r\nGET http://h/ HTTP/1.1\r\n\r\n"},
+		{"several", "\r\n\r\n\r\nGET http://h/ HTTP/1.1\r\n\r\n"},
+		{"bare LF", "\nGET http://h/ HTTP/1.1\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := bufConn{buf: []byte(tt.in + "rest")}
+			b.w = len(tt.in) + len("rest")
+			n, err := b.readHead(1<<10, time.Time{}, 0)
+			if err != nil {
+				t.Fatalf("readHead: %v", err)
+			}
+			got := b.buf[b.r : b.r+n]
+			if string(got) != "GET http://h/ HTTP/1.1\r\n\r\n" {
+				t.Fatalf("head = %q", got)
+			}
+			var h head
+			if err := h.parseRequest(got); err != nil {
+				t.Fatalf("parseRequest: %v", err)
+			}
+		})
+	}
+}
+
+// browserRequest is a realistic head as Chrome sends it through a proxy.
+var browserRequest = rawHead(
+	"GET http://www.example.com/articles/2024/some-page.html?utm_source=feed&id=12345 HTTP/1.1",
+	"Host: www.example.com",
+	"Proxy-Connection: keep-alive",
+	"Upgrade-Insecure-Requests: 1",
+	"User-Agent: Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0.0.0 Safari/537.36",
+	"Accept: text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,image/apng,*/*;q=0.8",
+	"Accept-Encoding: gzip, deflate",
+	"Accept-Language: en-US,en;q=0.9,de;q=0.8",
+	"Cookie: session=3f2a9c1e8b7d4f6a; prefs=dark; _ga=GA1.2.1234567890.1700000000",
+	"Proxy-Authorization: Basic dXNlcjpwYXNzd29yZA==",
+	"If-Modified-Since: Tue, 02 Jul 2024 10:00:00 GMT",
+)
+
+var sampleResponse = rawHead(
+	"HTTP/1.1 200 OK",
+	"Date: Tue, 02 Jul 2024 10:00:00 GMT",
+	"Server: nginx/1.25.3",
+	"Content-Type: text/html; charset=utf-8",
+	"Content-Length: 10240",
+	"Connection: keep-alive",
+	"Cache-Control: max-age=600",
+	"ETag: \"66a1b2c3-2800\"",
+)
+
+func BenchmarkParseRequest(b *testing.B) {
+	var h head
+	b.ReportAllocs()
+	b.SetBytes(int64(len(browserRequest)))
+	for b.Loop() {
+		if err := h.parseRequest(browserRequest); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseResponse(b *testing.B) {
+	var h head
+	b.ReportAllocs()
+	b.SetBytes(int64(len(sampleResponse)))
+	for b.Loop() {
+		if err := h.parseResponse(sampleResponse); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestParseAllocs checks that the parsers allocate nothing once their
+// state has been used: the hot path of every request.
+func TestParseAllocs(t *testing.T) {
+	var h head
+	connReq := rawHead("POST http://h/ HTTP/1.1", "Host: h", "Connection: X-A, close", "X-A: 1", "Transfer-Encoding: chunked")
+	badReq := rawHead("GET http://h/ HTTP/1.1", "Content-Length: 1", "Content-Length: 2")
+	body := []byte("4;ext=1\r\nWiki\r\n5\r\npedia\r\n0\r\nX-Sum: 1\r\n\r\n")
+	var cs chunkedScanner
+	tests := []struct {
+		name string
+		f    func()
+	}{
+		{"parseRequest", func() {
+			if err := h.parseRequest(browserRequest); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"parseRequest connection options", func() {
+			if err := h.parseRequest(connReq); err != nil {
+				t.Fatal(err)
+			}
+			h.dropConnectionListed()
+		}},
+		{"parseRequest refused", func() {
+			if err := h.parseRequest(badReq); err != errDupCL {
+				t.Fatal(err)
+			}
+		}},
+		{"parseResponse", func() {
+			if err := h.parseResponse(sampleResponse); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"chunkedScanner", func() {
+			cs = chunkedScanner{}
+			if n, err := scanChunked(&cs, body); err != nil || n != len(body) || !cs.done() {
+				t.Fatalf("scanChunked = %d, %v, done %v", n, err, cs.done())
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if n := testing.AllocsPerRun(100, tt.f); n != 0 {
+				t.Errorf("%s: %v allocs per run, want 0", tt.name, n)
+			}
+		})
+	}
+}
