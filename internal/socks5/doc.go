@@ -1,0 +1,48 @@
+// Package socks5 serves SOCKS5 (RFC 1928) on client connections accepted
+// by rustle, and SOCKS4 and SOCKS4a for old clients.
+//
+// A [Server] answers one connection at a time through [Server.ServeConn],
+// which reads the first byte to tell SOCKS5 (0x05) from SOCKS4 (0x04). It
+// supports:
+//
+//   - CONNECT to an IPv4 address, an IPv6 address or a domain name, which
+//     the proxy resolves (so socks5h:// clients work). The upstream is dialed
+//     with the shared [dialer.Dialer], and once the success reply is sent
+//     both sockets are handed to the worker's [tunnel.Engine], which relays
+//     them with splice(2) like an HTTP CONNECT tunnel.
+//   - UDP ASSOCIATE: a UDP relay socket bound per association on the IP
+//     address the client connected to. It relays only datagrams from the
+//     client's IP address (and, once learned from the request or the first
+//     datagram, its port), drops fragments (FRAG != 0), and passes back only
+//     datagrams from addresses the client has sent to. The association ends
+//     when its TCP control connection closes, after Config.UDPIdleTimeout
+//     without a relayed datagram, or when ServeConn's context is done.
+//   - username/password authentication (RFC 1929) against the same
+//     [auth.Authenticator] as HTTP Basic. "No authentication required" is
+//     offered only when the listener has no authenticator.
+//   - SOCKS4 and SOCKS4a CONNECT, refused (0x5B) when the listener requires
+//     authentication, since SOCKS4 carries no password.
+//
+// BIND is answered "command not supported" (0x07): it needs the proxy to
+// accept an inbound connection on the client's behalf, which almost no
+// client uses (active-mode FTP) and which would open a listening port per
+// request.
+//
+// # Replies
+//
+// Dial failures map to reply codes: connection refused 0x05, network
+// unreachable 0x03, host unreachable 0x04, a name that does not resolve or
+// is not a valid host name 0x04, a connect timeout 0x06 (TTL expired),
+// anything else 0x01. An unknown command gets 0x07 and an unknown address
+// type 0x08. A SOCKS4 request that is refused or fails gets 0x5B.
+//
+// # Bad input
+//
+// Every read of the handshake runs under Config.HandshakeTimeout, counted
+// from the connection's start: a client that stops mid-greeting is closed
+// when it expires, never waited on. A wrong version byte closes the
+// connection without a reply (there is no reply format to use); no
+// acceptable method gets 0xFF, a wrong password status 0x01, each followed
+// by a close. The parsers in request.go, udp.go and socks4.go are pure
+// functions on byte slices with native fuzz targets.
+package socks5

@@ -1,0 +1,284 @@
+package socks5
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// udpEcho is a UDP echo server that records what it receives.
+type udpEcho struct {
+	addr netip.AddrPort
+
+	mu  sync.Mutex
+	got []string // payloads received, in order; guarded by mu
+}
+
+// startUDPEcho starts a UDP echo server on network's loopback ("udp4" or
+// "udp6").
+func startUDPEcho(t testing.TB, network string) *udpEcho {
+	t.Helper()
+	host := "127.0.0.1"
+	if network == "udp6" {
+		host = "::1"
+	}
+	pc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(host), 0)))
+	if err != nil {
+		t.Fatalf("listen udp echo: %v", err)
+	}
+	e := &udpEcho{addr: pc.LocalAddr().(*net.UDPAddr).AddrPort()}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		buf := make([]byte, 65535)
+		for {
+			n, from, err := pc.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			e.mu.Lock()
+			e.got = append(e.got, string(buf[:n]))
+			e.mu.Unlock()
+			pc.WriteToUDPAddrPort(buf[:n], from)
+		}
+	})
+	t.Cleanup(func() {
+		pc.Close()
+		wg.Wait()
+	})
+	return e
+}
+
+// received returns what the echo server has received so far.
+func (e *udpEcho) received() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.got)
+}
+
+// associate opens a control connection to srv, authenticating when user
+// is not empty, sends UDP ASSOCIATE with hint and returns the control
+// connection and the relay's address.
+func associate(t testing.TB, srv *testServer, user, pass string, hint netip.AddrPort) (net.Conn, netip.AddrPort) {
+	t.Helper()
+	c := dial(t, srv.addr)
+	if user != "" {
+		login(t, c, user, pass)
+	} else {
+		greet(t, c, methodNoAuth, methodNoAuth)
+	}
+	send(t, c, requestMsg(cmdAssociate, hint))
+	rep, relay := readReply(t, c)
+	if rep != repSucceeded {
+		t.Fatalf("UDP ASSOCIATE reply %d, want 0", rep)
+	}
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr()
+	if relay.Addr() != srv.tcpAddr().Addr() || relay.Port() == 0 {
+		t.Fatalf("relay address %v, want %v (the address the client connected to; client is %v) and a port", relay, srv.tcpAddr().Addr(), local)
+	}
+	c.SetDeadline(time.Time{}) // the association lives as long as c
+	return c, relay
+}
+
+func (ts *testServer) tcpAddr() netip.AddrPort { return netip.MustParseAddrPort(ts.addr) }
+
+// datagram returns a client datagram for dst carrying payload, with frag
+// as its FRAG field.
+func datagram(frag byte, dst netip.AddrPort, payload string) []byte {
+	b := requestMsg(0, dst) // 05 00 00 ATYP ADDR PORT; RSV RSV FRAG replaces the first three
+	b[0], b[1], b[2] = 0, 0, frag
+	return append(b, payload...)
+}
+
+// domainDatagram returns a client datagram for host:port carrying payload.
+func domainDatagram(host string, port uint16, payload string) []byte {
+	b := []byte{0, 0, 0, atypDomain, byte(len(host))}
+	b = append(b, host...)
+	b = binary.BigEndian.AppendUint16(b, port)
+	return append(b, payload...)
+}
+
+// udpClient is a client's UDP socket, on network's loopback.
+func udpClient(t testing.TB, ip netip.Addr) *net.UDPConn {
+	t.Helper()
+	pc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
+	if err != nil {
+		t.Fatalf("listen udp client: %v", err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	return pc
+}
+
+// roundTrip sends b to the relay and reads one datagram back, which must
+// come from relay and carry a header naming from and then payload.
+func roundTrip(t testing.TB, pc *net.UDPConn, relay netip.AddrPort, b []byte, from netip.AddrPort, payload string) {
+	t.Helper()
+	if _, err := pc.WriteToUDPAddrPort(b, relay); err != nil {
+		t.Fatalf("send to relay: %v", err)
+	}
+	expectDatagram(t, pc, relay, from, payload)
+}
+
+// expectDatagram reads one datagram from pc, which must come from relay
+// and carry a header naming from and then payload.
+func expectDatagram(t testing.TB, pc *net.UDPConn, relay, from netip.AddrPort, payload string) {
+	t.Helper()
+	pc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 65535)
+	n, src, err := pc.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		t.Fatalf("read from relay: %v", err)
+	}
+	if netip.AddrPortFrom(src.Addr().Unmap(), src.Port()) != relay {
+		t.Fatalf("datagram from %v, want the relay %v", src, relay)
+	}
+	want := datagram(0, from, payload)
+	if string(buf[:n]) != string(want) {
+		t.Fatalf("datagram %x, want %x", buf[:n], want)
+	}
+}
+
+func TestUDPAssociate(t *testing.T) {
+	t.Run("IPv4 with auth", func(t *testing.T) {
+		echo := startUDPEcho(t, "udp4")
+		srv := startServer(t, "tcp4", Config{Auth: newAuth(t)})
+		_, relay := associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
+		pc := udpClient(t, relay.Addr())
+		roundTrip(t, pc, relay, datagram(0, echo.addr, "hello"), echo.addr, "hello")
+		roundTrip(t, pc, relay, domainDatagram("localhost", echo.addr.Port(), "by name"), echo.addr, "by name")
+		big := string(make([]byte, 60000))
+		roundTrip(t, pc, relay, datagram(0, echo.addr, big), echo.addr, big)
+	})
+	t.Run("IPv6", func(t *testing.T) {
+		skipWithoutIPv6(t)
+		echo := startUDPEcho(t, "udp6")
+		srv := startServer(t, "tcp6", Config{})
+		_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("[::]:0"))
+		pc := udpClient(t, relay.Addr())
+		roundTrip(t, pc, relay, datagram(0, echo.addr, "hello6"), echo.addr, "hello6")
+	})
+}
+
+// TestUDPDrops checks that fragments, malformed datagrams and datagrams
+// from anyone but the client are not relayed. Datagrams are sent in order
+// on loopback, so a valid datagram sent after a dropped one proves the
+// dropped one was handled (and not relayed) first.
+func TestUDPDrops(t *testing.T) {
+	echo := startUDPEcho(t, "udp4")
+	srv := startServer(t, "tcp4", Config{})
+	_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
+	loop := netip.MustParseAddr("127.0.0.1")
+
+	// A stranger on another loopback address, before the client has sent
+	// anything, must not become the client.
+	stranger2 := udpClient(t, netip.MustParseAddr("127.0.0.2"))
+	if _, err := stranger2.WriteToUDPAddrPort(datagram(0, echo.addr, "from 127.0.0.2"), relay); err != nil {
+		t.Fatal(err)
+	}
+	pc := udpClient(t, loop)
+	for _, b := range [][]byte{
+		datagram(1, echo.addr, "fragment 1"),
+		datagram(0x81, echo.addr, "last fragment"),
+		{0, 0, 0, atypIPv4, 127, 0}, // shorter than its header
+		{0, 0, 0, 0x02, 127, 0, 0, 1, 0, 80},
+		domainDatagram("no such host!", echo.addr.Port(), "bad name"),
+	} {
+		if _, err := pc.WriteToUDPAddrPort(b, relay); err != nil {
+			t.Fatal(err)
+		}
+	}
+	roundTrip(t, pc, relay, datagram(0, echo.addr, "first"), echo.addr, "first")
+
+	// Now that the client's port is known, a stranger on the client's own
+	// address but another port is dropped too.
+	stranger := udpClient(t, loop)
+	if _, err := stranger.WriteToUDPAddrPort(datagram(0, echo.addr, "from another port"), relay); err != nil {
+		t.Fatal(err)
+	}
+	// A datagram straight from a host the client never sent to is not
+	// passed back to the client.
+	if _, err := stranger.WriteToUDPAddrPort([]byte("unsolicited"), relay); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, pc, relay, datagram(0, echo.addr, "second"), echo.addr, "second")
+
+	if got, want := echo.received(), []string{"first", "second"}; !slices.Equal(got, want) {
+		t.Errorf("echo received %q, want %q", got, want)
+	}
+}
+
+// TestUDPHintedPort checks that a port given in UDP ASSOCIATE is the only
+// one accepted from the client's address.
+func TestUDPHintedPort(t *testing.T) {
+	echo := startUDPEcho(t, "udp4")
+	srv := startServer(t, "tcp4", Config{})
+	loop := netip.MustParseAddr("127.0.0.1")
+	pc := udpClient(t, loop)
+	other := udpClient(t, loop)
+	_, relay := associate(t, srv, "", "", pc.LocalAddr().(*net.UDPAddr).AddrPort())
+	if _, err := other.WriteToUDPAddrPort(datagram(0, echo.addr, "other"), relay); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, pc, relay, datagram(0, echo.addr, "hinted"), echo.addr, "hinted")
+	if got, want := echo.received(), []string{"hinted"}; !slices.Equal(got, want) {
+		t.Errorf("echo received %q, want %q", got, want)
+	}
+}
+
+// TestUDPTeardown checks that closing the control connection closes the
+// relay socket.
+func TestUDPTeardown(t *testing.T) {
+	echo := startUDPEcho(t, "udp4")
+	srv := startServer(t, "tcp4", Config{})
+	ctrl, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
+	// A connected socket reports the ICMP port unreachable that a closed
+	// relay port answers with.
+	uc, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(relay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	if _, err := uc.Write(datagram(0, echo.addr, "alive")); err != nil {
+		t.Fatal(err)
+	}
+	expectDatagram(t, uc, relay, echo.addr, "alive")
+
+	ctrl.Close()
+	waitFor(t, "the association to end", func() bool { return srv.activeConns() == 0 })
+	if _, err := uc.Write(datagram(0, echo.addr, "dead")); err != nil {
+		t.Fatal(err)
+	}
+	uc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = uc.Read(make([]byte, 100))
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("read after teardown: %v, want connection refused (relay port closed)", err)
+	}
+}
+
+// TestUDPIdleTimeout checks that an association that relays nothing is
+// ended, control connection included, after the idle timeout, and that
+// traffic dropped meanwhile does not keep it alive.
+func TestUDPIdleTimeout(t *testing.T) {
+	srv := startServer(t, "tcp4", Config{UDPIdleTimeout: 300 * time.Millisecond})
+	ctrl, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
+	stranger := udpClient(t, netip.MustParseAddr("127.0.0.2"))
+	stranger.WriteToUDPAddrPort([]byte("ignored"), relay)
+	ctrl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	expectClosed(t, ctrl)
+	waitFor(t, "the association to end", func() bool { return srv.activeConns() == 0 })
+}
+
+// TestUDPShutdown checks that an association ends when ServeConn's context
+// is done.
+func TestUDPShutdown(t *testing.T) {
+	srv := startServer(t, "tcp4", Config{})
+	ctrl, _ := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
+	srv.cancel()
+	ctrl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	expectClosed(t, ctrl)
+}
