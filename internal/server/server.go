@@ -20,6 +20,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -54,6 +55,8 @@ type Server struct {
 type listener struct {
 	cfg   config.Listener
 	proxy *httpproxy.Proxy
+	socks *socks5.Server // for "socks5" and "mixed" listeners; nil otherwise
+	peek  time.Duration  // how long a "mixed" listener waits for a first byte
 	lns   []net.Listener
 }
 
@@ -137,7 +140,12 @@ func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
 			}
 			pc.Auth = authn
 		}
-		s.listeners = append(s.listeners, &listener{cfg: lc, proxy: httpproxy.New(pc)})
+		l := &listener{cfg: lc, proxy: httpproxy.New(pc)}
+		if lc.Protocol != "http" {
+			l.socks = newSOCKS(cfg, lc, d, authr, pc.Logger)
+			l.peek = cfg.Timeouts.ReadHeader.Duration
+		}
+		s.listeners = append(s.listeners, l)
 	}
 	return s, nil
 }
@@ -178,7 +186,7 @@ func (s *Server) Start() error {
 	for _, l := range s.listeners {
 		for w, ln := range l.lns {
 			s.accepts.Add(1)
-			go s.acceptLoop(ln, l.proxy, s.engines[w])
+			go s.acceptLoop(ln, l, s.engines[w])
 		}
 	}
 	return nil
@@ -228,7 +236,7 @@ func listenReusePort(addr string) (net.Listener, error) {
 // fails for want of resources (EMFILE, ENFILE, ENOBUFS) it backs off
 // instead of spinning, and the connections already open keep being
 // served.
-func (s *Server) acceptLoop(ln net.Listener, p *httpproxy.Proxy, eng *tunnel.Engine) {
+func (s *Server) acceptLoop(ln net.Listener, l *listener, eng *tunnel.Engine) {
 	defer s.accepts.Done()
 	var backoff time.Duration
 	for {
@@ -248,16 +256,16 @@ func (s *Server) acceptLoop(ln net.Listener, p *httpproxy.Proxy, eng *tunnel.Eng
 		}
 		backoff = 0
 		s.conns.Add(1)
-		go s.serveConn(p, c.(*net.TCPConn), eng)
+		go s.serveConn(l, c.(*net.TCPConn), eng)
 	}
 }
 
-func (s *Server) serveConn(p *httpproxy.Proxy, c *net.TCPConn, eng *tunnel.Engine) {
+func (s *Server) serveConn(l *listener, c *net.TCPConn, eng *tunnel.Engine) {
 	defer s.conns.Done()
 	s.connMu.Lock()
 	s.active[c] = struct{}{}
 	s.connMu.Unlock()
-	p.ServeConn(s.connCtx, c, eng)
+	l.serve(s.connCtx, c, eng)
 	s.connMu.Lock()
 	delete(s.active, c)
 	s.connMu.Unlock()

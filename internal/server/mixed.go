@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/socks5"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// newSOCKS returns the SOCKS server of a "socks5" or "mixed" listener lc.
+// authr is the users' authenticator, nil when none are configured; it is
+// used when the listener's effective auth is "basic".
+func newSOCKS(cfg *config.Config, lc config.Listener, d *dialer.Dialer, authr *auth.Authenticator, log *slog.Logger) *socks5.Server {
+	sc := socks5.Config{
+		Dialer:            d,
+		HandshakeTimeout:  cfg.Timeouts.ReadHeader.Duration,
+		UDPIdleTimeout:    cfg.Timeouts.UDPIdle.Duration,
+		SocketBufferBytes: cfg.SocketBufferBytes,
+		Logger:            log,
+	}
+	if cfg.EffectiveAuth(lc) == config.AuthBasic {
+		sc.Auth = authr
+	}
+	return socks5.New(sc)
+}
+
+// serve hands a client connection to what the listener speaks. A "mixed"
+// listener looks at the connection's first byte without consuming it:
+// 0x05 (SOCKS5) and 0x04 (SOCKS4) go to the SOCKS server, anything else
+// to the HTTP proxy.
+func (l *listener) serve(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine) {
+	switch l.cfg.Protocol {
+	case "socks5":
+		l.socks.ServeConn(ctx, c, eng)
+		return
+	case "mixed":
+		b, err := peekByte(ctx, c, l.peek)
+		if err != nil {
+			c.Close()
+			return
+		}
+		if b == 0x05 || b == 0x04 {
+			l.socks.ServeConn(ctx, c, eng)
+			return
+		}
+	}
+	l.proxy.ServeConn(ctx, c, eng)
+}
+
+// peekByte returns the first byte c has received, leaving it unread
+// (recv with MSG_PEEK). It waits at most timeout, and no longer than ctx
+// is live.
+func peekByte(ctx context.Context, c *net.TCPConn, timeout time.Duration) (byte, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("server: peek first byte: %w", err)
+	}
+	c.SetReadDeadline(time.Now().Add(timeout))
+	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
+	var b [1]byte
+	var n int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			n, _, rerr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK)
+			if rerr != unix.EINTR {
+				return rerr != unix.EAGAIN
+			}
+		}
+	})
+	if !stop() {
+		// ctx is done: the AfterFunc has run or is running; its
+		// deadline stays, which is what a closing connection wants.
+		return 0, fmt.Errorf("server: peek first byte: %w", ctx.Err())
+	}
+	c.SetReadDeadline(time.Time{})
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("server: peek first byte: %w", err)
+	case rerr != nil:
+		return 0, fmt.Errorf("server: peek first byte: %w", rerr)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return b[0], nil
+}

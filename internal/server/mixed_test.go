@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/config"
+)
+
+// mixedOrigin starts an HTTP origin on 127.0.0.1 that answers "origin
+// says " and the request path, and returns its port.
+func mixedOrigin(t *testing.T) int {
+	t.Helper()
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "origin says "+r.URL.Path)
+	}))
+	t.Cleanup(origin.Close)
+	return origin.Listener.Addr().(*net.TCPAddr).Port
+}
+
+// startListeners runs a Server with the given listeners (and user
+// alice:pw) on loopback ports until the test ends, and returns the bound
+// address of each listener.
+func startListeners(t *testing.T, readHeader time.Duration, ls ...config.Listener) (*Server, []string) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Workers = 2
+	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}}
+	cfg.Timeouts.ReadHeader.Duration = readHeader
+	cfg.Listen = ls
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := s.Start(); err != nil {
+		s.Close()
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var addrs []string
+	for _, a := range s.Addrs() {
+		addrs = append(addrs, a.Addr.String())
+	}
+	return s, addrs
+}
+
+// runCurl runs curl with a 10s limit and --fail, and returns its output.
+func runCurl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	path, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	args = append([]string{"-sS", "--fail", "--max-time", "10", "--noproxy", ""}, args...)
+	out, err := exec.CommandContext(ctx, path, args...).CombinedOutput()
+	return string(out), err
+}
+
+// TestMixedCurl drives "mixed" and "socks5" listeners with curl as an
+// HTTP proxy (plain and CONNECT), a SOCKS5 client and a SOCKS4a client.
+func TestMixedCurl(t *testing.T) {
+	port := mixedOrigin(t)
+	_, addrs := startListeners(t, 5*time.Second,
+		config.Listener{Name: "open", Address: "127.0.0.1:0", Protocol: "mixed", Auth: config.AuthNone},
+		config.Listener{Name: "authed", Address: "127.0.0.1:0", Protocol: "mixed"},
+		config.Listener{Name: "socks", Address: "127.0.0.1:0", Protocol: "socks5"},
+	)
+	open, authed, socks := addrs[0], addrs[1], addrs[2]
+	tests := []struct {
+		name string
+		args []string
+		ok   bool
+	}{
+		{"mixed: http proxy", []string{"-x", "http://" + open}, true},
+		{"mixed: http CONNECT", []string{"-x", "http://" + open, "--proxytunnel"}, true},
+		{"mixed: socks5h", []string{"--socks5-hostname", open}, true},
+		{"mixed: socks4a", []string{"--socks4a", open}, true},
+
+		{"mixed with auth: http proxy", []string{"-x", "http://alice:pw@" + authed}, true},
+		{"mixed with auth: http CONNECT", []string{"-x", "http://alice:pw@" + authed, "--proxytunnel"}, true},
+		{"mixed with auth: socks5h", []string{"--socks5-hostname", authed, "--proxy-user", "alice:pw"}, true},
+		{"mixed with auth: http proxy without credentials", []string{"-x", "http://" + authed}, false},
+		{"mixed with auth: socks5h wrong password", []string{"--socks5-hostname", authed, "--proxy-user", "alice:nope"}, false},
+		{"mixed with auth: socks4a refused", []string{"--socks4a", authed}, false},
+
+		{"socks5: socks5h", []string{"--socks5-hostname", socks, "--proxy-user", "alice:pw"}, true},
+		{"socks5: socks4a refused", []string{"--socks4a", socks}, false},
+		{"socks5: http proxy refused", []string{"-x", "http://alice:pw@" + socks}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := "/" + strings.NewReplacer(" ", "-", ":", "").Replace(tt.name)
+			out, err := runCurl(t, append(tt.args, fmt.Sprintf("http://localhost:%d%s", port, path))...)
+			want := "origin says " + path
+			if tt.ok && (err != nil || out != want) {
+				t.Fatalf("curl %s: %v: %q, want %q", strings.Join(tt.args, " "), err, out, want)
+			}
+			if !tt.ok && (err == nil || strings.Contains(out, "origin says")) {
+				t.Fatalf("curl %s succeeded: %q", strings.Join(tt.args, " "), out)
+			}
+		})
+	}
+}
+
+// TestMixedPeek checks that a "mixed" listener closes a client that sends
+// nothing once the read-header timeout expires, and that Shutdown does not
+// wait for such a client.
+func TestMixedPeek(t *testing.T) {
+	t.Run("read-header timeout", func(t *testing.T) {
+		_, addrs := startListeners(t, 300*time.Millisecond,
+			config.Listener{Address: "127.0.0.1:0", Protocol: "mixed", Auth: config.AuthNone})
+		c, err := net.Dial("tcp", addrs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		if n != 0 || err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("read from a silent client's connection: %d, %v; want it closed by the proxy", n, err)
+		}
+	})
+	t.Run("shutdown", func(t *testing.T) {
+		s, addrs := startListeners(t, time.Minute,
+			config.Listener{Address: "127.0.0.1:0", Protocol: "mixed", Auth: config.AuthNone})
+		c, err := net.Dial("tcp", addrs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for range 1000 { // until the connection is being served
+			s.connMu.Lock()
+			n := len(s.active)
+			s.connMu.Unlock()
+			if n == 1 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Fatalf("Shutdown with a client that sent nothing: %v, want nil", err)
+		}
+	})
+}
