@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -92,7 +93,8 @@ type testServer struct {
 
 // startServer serves cfg on network ("tcp4" or "tcp6") at a loopback
 // port, with its own tunnel engine, until the test ends. A nil
-// cfg.Dialer gets one with a 5s timeout; a zero HandshakeTimeout is 5s.
+// cfg.Dialer gets one with a 5s timeout, a zero HandshakeTimeout is 5s,
+// and a nil Logger is one that discards debug-level records.
 func startServer(t testing.TB, network string, cfg Config) *testServer {
 	t.Helper()
 	if cfg.Dialer == nil {
@@ -100,6 +102,10 @@ func startServer(t testing.TB, network string, cfg Config) *testServer {
 	}
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		// Debug level, so that every log call's arguments are built.
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	eng, err := tunnel.New(tunnel.Config{IdleTimeout: time.Minute})
 	if err != nil {

@@ -192,8 +192,12 @@ func (s *Server) serve5(ctx context.Context, cn *conn, eng *tunnel.Engine) bool 
 		return false
 	}
 	method := s.selectMethod(g.methods)
-	if err := cn.write([]byte{version5, method}); err != nil || method == methodNoAcceptable {
-		s.debug(ctx, cn, "socks5: no acceptable authentication method", err)
+	if err := cn.write(append(cn.out[:0], version5, method)); err != nil {
+		s.debug(ctx, cn, "socks5: write method selection", err)
+		return false
+	}
+	if method == methodNoAcceptable {
+		s.debug(ctx, cn, "socks5: no acceptable authentication method", nil)
 		return false
 	}
 	if method == methodUserPass && !s.authenticate(ctx, cn) {
@@ -214,7 +218,7 @@ func (s *Server) serve5(ctx context.Context, cn *conn, eng *tunnel.Engine) bool 
 	case cmdConnect:
 		if err != nil {
 			cn.reply5(repHostUnreachable, netip.AddrPort{})
-			s.debug(ctx, cn, "socks5: connect "+req.dst.String(), err)
+			s.debug(ctx, cn, "socks5: connect", err, slog.Any("target", req.dst))
 			return false
 		}
 		return s.connect(ctx, cn, req.dst, eng, false)
@@ -248,7 +252,7 @@ func (s *Server) authenticate(ctx context.Context, cn *conn) bool {
 	up, err := read(cn, parseUserPass)
 	if err != nil {
 		if err == errAuthVersion {
-			cn.write([]byte{userPassVersion, userPassFailure})
+			cn.write(append(cn.out[:0], userPassVersion, userPassFailure))
 		}
 		s.debug(ctx, cn, "socks5: read username/password", err)
 		return false
@@ -258,8 +262,12 @@ func (s *Server) authenticate(ctx context.Context, cn *conn) bool {
 	if !ok {
 		status = userPassFailure
 	}
-	if err := cn.write([]byte{userPassVersion, status}); err != nil || !ok {
-		s.debug(ctx, cn, "socks5: authentication failed", err)
+	if err := cn.write(append(cn.out[:0], userPassVersion, status)); err != nil {
+		s.debug(ctx, cn, "socks5: write authentication status", err)
+		return false
+	}
+	if !ok {
+		s.debug(ctx, cn, "socks5: authentication failed", nil)
 		return false
 	}
 	if s.log.Enabled(ctx, slog.LevelDebug) {
@@ -290,7 +298,7 @@ func (s *Server) serve4(ctx context.Context, cn *conn, eng *tunnel.Engine) bool 
 		return false
 	case err != nil:
 		cn.reply4(socks4Rejected, netip.AddrPort{})
-		s.debug(ctx, cn, "socks5: socks4 connect "+req.dst.String(), err)
+		s.debug(ctx, cn, "socks5: socks4 connect", err, slog.Any("target", req.dst))
 		return false
 	}
 	return s.connect(ctx, cn, req.dst, eng, true)
@@ -318,7 +326,7 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 	upc, err := s.cfg.Dialer.Dial(context.WithoutCancel(ctx), dst.String())
 	if err != nil {
 		reply(dialReply(err), netip.AddrPort{})
-		s.debug(ctx, cn, "socks5: connect", err)
+		s.debug(ctx, cn, "socks5: connect", err, slog.Any("target", dst))
 		return false
 	}
 	bnd := upc.LocalAddr().(*net.TCPAddr).AddrPort()
