@@ -50,6 +50,12 @@ type Config struct {
 	// configuration must get at least one listener from the file or from
 	// the command line before it validates.
 	Listen []Listener `toml:"listen"`
+
+	// src and lines locate keys in the file the configuration was parsed
+	// from, so that Validate's errors can name file and line; both are
+	// zero for a configuration not parsed from a file.
+	src   string
+	lines map[string]int
 }
 
 // Log configures logging.
@@ -306,5 +312,6 @@ func Default() *Config {
 	if err != nil {
 		panic("config: embedded default.toml: " + err.Error())
 	}
+	c.src, c.lines = "", nil // errors in it come from flags, not a file
 	return c
 }

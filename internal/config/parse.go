@@ -131,6 +131,7 @@ func Parse(data []byte, name string) (*Config, error) {
 		}
 		return nil, errors.Join(errs...)
 	}
+	c.src, c.lines = name, d.lines
 	c.SetDefaults()
 	return c, nil
 }

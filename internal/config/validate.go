@@ -41,7 +41,7 @@ var (
 // loopback (127.0.0.0/8, ::1 or "localhost"; ":3128", "0.0.0.0" and "[::]"
 // are not) whose effective auth is "none", unless its allow_open is true.
 func (c *Config) Validate() error {
-	v := &validator{}
+	v := &validator{c: c}
 
 	v.check(c.Workers >= 0, "workers", "%d is negative", c.Workers)
 	v.check(c.SocketBufferBytes >= 0, "socket_buffer_bytes", "%d is negative", c.SocketBufferBytes)
@@ -226,11 +226,33 @@ func isLoopback(host string) bool {
 
 // validator collects Validate's errors.
 type validator struct {
+	c    *Config
 	errs []error
 }
 
+// add records a problem with key ("listen[1].address"), located in the
+// configuration's file when it came from one.
 func (v *validator) add(key string, err error) {
-	v.errs = append(v.errs, &Error{Key: key, Err: err})
+	e := &Error{Key: key, Err: err}
+	if v.c.src != "" {
+		e.File = v.c.src
+		e.Line = v.c.lines[pathString(keyPath(key))]
+	}
+	v.errs = append(v.errs, e)
+}
+
+// keyPath turns a Validate key such as "listen[1].address" into the path
+// form the key locator records.
+func keyPath(key string) []string {
+	var path []string
+	for _, part := range strings.Split(key, ".") {
+		if i := strings.IndexByte(part, '['); i > 0 && strings.HasSuffix(part, "]") {
+			path = append(path, part[:i], indexPrefix+part[i+1:len(part)-1])
+			continue
+		}
+		path = append(path, part)
+	}
+	return path
 }
 
 func (v *validator) check(ok bool, key, format string, args ...any) {

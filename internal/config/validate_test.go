@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +216,29 @@ func TestValidateMessages(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, errorStrings(t, c.Validate())); diff != "" {
 		t.Errorf("Validate messages (-want +got):\n%s", diff)
+	}
+}
+
+func TestValidateNamesFileAndLine(t *testing.T) {
+	src := "workers = 1\n\n[[listen]]\naddress = \"127.0.0.1:0\"\n\n[[listen]]\naddress = \"127.0.0.1:1\"\nprotocol = \"gopher\"\n\n[log]\nlevel = \"loud\"\n"
+	c, err := Parse([]byte(src), "r.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := errorStrings(t, c.Validate())
+	want := []string{
+		`r.toml:11: log.level: "loud" is not one of debug, info, warn, error`,
+		`r.toml:8: listen[1].protocol: "gopher" is not one of ` + strings.Join(protocols, ", "),
+	}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("Validate errors %q lack %q", got, w)
+		}
+	}
+	// A configuration not read from a file has no position to give.
+	d := Default()
+	d.Log.Level = "loud"
+	if got := errorStrings(t, d.Validate()); len(got) != 1 || !strings.HasPrefix(got[0], "config: log.level") {
+		t.Errorf("Default().Validate() = %q, want a config: prefix", got)
 	}
 }
