@@ -59,6 +59,7 @@ func run() error {
 	rustleBin := flag.String("rustle", "", "rustle binary to use instead of building ./cmd/rustle")
 	install := flag.Bool("install", true, "install missing packages (wrk, squid, tinyproxy) with apt-get when root")
 	reportDir := flag.String("report", "", "only re-render report.md and the charts from DIR/runs.json")
+	quietWait := flag.Duration("quiet-wait", 0, "before each test, wait up to this long for other load on the cores to drop below 15 % (default 60s, quick 15s; negative: never wait)")
 	flag.Parse()
 
 	if *reportDir != "" {
@@ -66,8 +67,16 @@ func run() error {
 	}
 
 	pl := plan{repeats: 3, duration: 10 * time.Second, warmup: 3 * time.Second, settle: 2 * time.Second, quick: *quick}
+	// maxQuiet bounds each wait for other load to leave, quietBudget all
+	// of them together.
+	maxQuiet, quietBudget := time.Minute, 15*time.Minute
 	if *quick {
+		quietBudget = 90 * time.Second
 		pl.repeats, pl.duration, pl.warmup, pl.settle = 1, 3*time.Second, time.Second, time.Second
+		maxQuiet = 15 * time.Second
+	}
+	if *quietWait != 0 {
+		maxQuiet = max(0, *quietWait)
 	}
 	if *repeats > 0 {
 		pl.repeats = *repeats
@@ -169,6 +178,7 @@ func run() error {
 		return err
 	}
 	defer originProc.stop(2 * time.Second)
+	e.originPID = originProc.pid()
 	fmt.Fprintf(e.out, "origin: http %s, sink %s, hold %s\n", e.origin.HTTP, e.origin.Sink, e.origin.Hold)
 
 	var pairs []pair
@@ -204,6 +214,14 @@ func run() error {
 		}
 		if p.t.kind == kindHold && p.def.name == "none" {
 			continue // no proxy, no proxy memory
+		}
+		waitStart := time.Now()
+		other := e.waitQuiet(ctx, min(maxQuiet, quietBudget))
+		quietBudget = max(0, quietBudget-time.Since(waitStart))
+		if other > quietLimit {
+			note := fmt.Sprintf("%s against %s started while other processes used %.0f %% of the cores.", p.t.id, p.def.label, other)
+			fmt.Fprintln(e.out, "WARNING: "+note)
+			c.Notes = append(c.Notes, note)
 		}
 		fmt.Fprintf(e.out, "[%d/%d %s] %s against %s\n", i+1, len(pairs), time.Since(start).Round(time.Second), p.t.id, p.def.label)
 		err := e.runTest(ctx, pl, p.t, p.def, func(r report.Run) { c.Runs = append(c.Runs, r) })
@@ -257,6 +275,39 @@ func estimate(pl plan, pairs []pair) time.Duration {
 		}
 	}
 	return total
+}
+
+// quietLimit is the share of the cores other processes may use when a test
+// starts, in percent.
+const quietLimit = 15
+
+// waitQuiet samples the load of other processes on the two cores for half
+// a second at a time until it is at most quietLimit or maxWait has passed,
+// and returns the last sample.
+func (e *env) waitQuiet(ctx context.Context, maxWait time.Duration) float64 {
+	deadline := time.Now().Add(maxWait)
+	said := false
+	for {
+		o0, _ := usage(e.originPID)
+		a, err := cpuSample()
+		if err != nil {
+			return 0
+		}
+		sleep(ctx, 500*time.Millisecond)
+		b, err := cpuSample()
+		if err != nil {
+			return 0
+		}
+		o1, _ := usage(e.originPID)
+		other := report.OtherPercent(a, b, []int{e.proxyCore, e.loadCore}, delta(o0.ticks, o1.ticks))
+		if other <= quietLimit || ctx.Err() != nil || time.Now().After(deadline) {
+			return other
+		}
+		if !said {
+			fmt.Fprintf(e.out, "waiting up to %s for other processes to leave the cores (%.0f %% busy)\n", time.Until(deadline).Round(time.Second), other)
+			said = true
+		}
+	}
 }
 
 // idleLoad returns how busy the CPUs are over one second before anything

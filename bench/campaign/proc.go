@@ -224,8 +224,9 @@ func (e *env) busy(before, after map[int]report.CPUTimes) []float64 {
 }
 
 // runTool runs a load tool pinned to the load core to completion, bounded
-// by ctx and timeout, and returns its stdout and stderr together.
-func runTool(ctx context.Context, core int, timeout time.Duration, argv, env []string) (string, error) {
+// by ctx and timeout, and returns its stdout and stderr together and the
+// CPU seconds (user+system) it used.
+func runTool(ctx context.Context, core int, timeout time.Duration, argv, env []string) (string, float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	args := append([]string{"-c", strconv.Itoa(core)}, argv...)
@@ -234,13 +235,17 @@ func runTool(ctx context.Context, core int, timeout time.Duration, argv, env []s
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
+	var cpu float64
+	if cmd.ProcessState != nil {
+		cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
-		return string(out), fmt.Errorf("campaign: %s: %w", argv[0], err)
+		return string(out), cpu, fmt.Errorf("campaign: %s: %w", filepath.Base(argv[0]), err)
 	}
-	return string(out), nil
+	return string(out), cpu, nil
 }
 
 // errNotReady is returned when a proxy does not accept connections in time.

@@ -94,25 +94,31 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 			return run
 		}
 	}
+	o0, _ := usage(e.originPID)
 	c0, _ := cpuSample()
 	var err error
+	var toolCPU float64
 	switch t.kind {
 	case kindWrk:
-		err = e.wrkRun(ctx, t, r, conns, d, &run)
+		toolCPU, err = e.wrkRun(ctx, t, r, conns, d, &run)
 	case kindBulk:
-		err = e.bulkRun(ctx, r, conns, d, &run)
+		toolCPU, err = e.bulkRun(ctx, r, conns, d, &run)
 	}
 	c1, _ := cpuSample()
+	o1, _ := usage(e.originPID)
 	run.CoreBusy = e.busy(c0, c1)
+	ours := delta(o0.ticks, o1.ticks) + uint64(toolCPU*e.clkTck)
 	if r.p != nil {
 		u1, uerr := usage(r.p.pid())
 		if uerr != nil {
 			err = errors.Join(err, fmt.Errorf("proxy gone after the run: %w", uerr))
 		} else {
-			run.ProxyCPUSeconds = float64(u1.ticks-u0.ticks) / e.clkTck
+			run.ProxyCPUSeconds = float64(delta(u0.ticks, u1.ticks)) / e.clkTck
 			run.ProxyRSSKB = u1.rssKB
+			ours += delta(u0.ticks, u1.ticks)
 		}
 	}
+	run.OtherBusy = report.OtherPercent(c0, c1, []int{e.proxyCore, e.loadCore}, ours)
 	if err != nil {
 		run.Clean = false
 		run.Problem = strings.TrimSpace(strings.Join([]string{run.Problem, err.Error()}, " "))
@@ -126,9 +132,9 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 	return run
 }
 
-// wrkRun runs wrk through the proxy (or straight to the origin) and fills
-// run from its summary.
-func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) error {
+// wrkRun runs wrk through the proxy (or straight to the origin), fills run
+// from its summary and returns the CPU seconds wrk used.
+func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
 	secs := int(math.Ceil(d.Seconds()))
 	target, url := "http://"+e.origin.HTTP+t.path, "http://"+r.addr+"/"
 	auth := e.authHeader
@@ -142,14 +148,14 @@ func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d ti
 	argv := []string{e.lookPath["wrk"], "-t1", "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(secs) + "s",
 		"--timeout", "10s", "-s", filepath.Join(e.benchDir, "wrk", "proxy.lua"), url}
 	env := []string{"BENCH_TARGET=" + target, "BENCH_HOST=" + e.origin.HTTP, "BENCH_AUTH=" + auth, "BENCH_CLOSE=" + closeEnv}
-	out, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, env)
+	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, env)
 	run.Raw = out
 	if err != nil {
-		return err
+		return cpu, err
 	}
 	w, err := report.ParseWrk(out)
 	if err != nil {
-		return err
+		return cpu, err
 	}
 	run.DurationS = float64(w.DurationUS) / 1e6
 	run.Requests, run.Bytes = w.Requests, w.Bytes
@@ -171,7 +177,7 @@ func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d ti
 	}
 	run.Clean = len(problems) == 0
 	run.Problem = strings.Join(problems, "; ")
-	return nil
+	return cpu, nil
 }
 
 // bulkResult mirrors the JSON line of "load bulk".
@@ -186,19 +192,20 @@ type bulkResult struct {
 	Gbps        float64 `json:"gbps"`
 }
 
-// bulkRun runs "load bulk" through the proxy (or straight to the sink).
-func (e *env) bulkRun(ctx context.Context, r *running, conns int, d time.Duration, run *report.Run) error {
+// bulkRun runs "load bulk" through the proxy (or straight to the sink) and
+// returns the CPU seconds the load tool used.
+func (e *env) bulkRun(ctx context.Context, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
 	argv := []string{filepath.Join(e.bin, "load"), "bulk", "-proxy", r.addr, "-auth", e.user + ":" + e.pass,
 		"-target", e.origin.Sink, "-stats", "http://" + e.origin.HTTP + "/_stats",
 		"-conns", strconv.Itoa(conns), "-duration", d.String()}
-	out, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
+	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
 	run.Raw = out
 	if err != nil {
-		return err
+		return cpu, err
 	}
 	var b bulkResult
 	if err := json.Unmarshal([]byte(lastLine(out)), &b); err != nil {
-		return fmt.Errorf("parse load bulk output: %w", err)
+		return cpu, fmt.Errorf("parse load bulk output: %w", err)
 	}
 	run.DurationS = b.ElapsedS
 	run.Bytes = b.SinkBytes
@@ -211,7 +218,7 @@ func (e *env) bulkRun(ctx context.Context, r *running, conns int, d time.Duratio
 	default:
 		run.Clean = true
 	}
-	return nil
+	return cpu, nil
 }
 
 // holdStep mirrors a JSON line of "load hold".
@@ -240,6 +247,7 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 	}
 	run.Metrics["mem-0"] = float64(u.rssKB) / 1024
 	base := u.rssKB
+	o0, _ := usage(e.originPID)
 	c0, _ := cpuSample()
 
 	var steps []string
@@ -265,10 +273,15 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 	if err := cmd.Start(); err != nil {
 		return fail("start load hold: %v", err)
 	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
+	waited := false
+	finish := func() {
+		if !waited {
+			waited = true
+			stdin.Close()
+			cmd.Wait()
+		}
+	}
+	defer finish()
 	sc := bufio.NewScanner(stdout)
 	var raw []string
 	var problems []string
@@ -296,8 +309,18 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 			io.WriteString(stdin, "next\n")
 		}
 	}
+	// The proxy's CPU is read before the tunnels close, the load tool's
+	// once it has exited.
+	u1, _ := usage(r.p.pid())
+	finish()
 	c1, _ := cpuSample()
+	o1, _ := usage(e.originPID)
 	run.CoreBusy = e.busy(c0, c1)
+	ours := delta(u.ticks, u1.ticks) + delta(o0.ticks, o1.ticks)
+	if cmd.ProcessState != nil {
+		ours += uint64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() * e.clkTck)
+	}
+	run.OtherBusy = report.OtherPercent(c0, c1, []int{e.proxyCore, e.loadCore}, ours)
 	run.ProxyRSSKB = rss
 	run.Metrics["mem-slope"] = float64(rss-base) / float64(last)
 	run.Raw = strings.Join(raw, "\n")
@@ -325,7 +348,7 @@ func (e *env) logRun(r report.Run, t testDef) {
 	}
 	busy := ""
 	if len(r.CoreBusy) == 2 {
-		busy = fmt.Sprintf(" [busy: proxy core %.0f%%, load core %.0f%%]", r.CoreBusy[0], r.CoreBusy[1])
+		busy = fmt.Sprintf(" [busy: proxy core %.0f%%, load core %.0f%%, other load %.0f%%]", r.CoreBusy[0], r.CoreBusy[1], r.OtherBusy)
 	}
 	fmt.Fprintf(e.out, "  %-15s %-9s %5d conns %-7s %s %s%s\n", t.id, r.Proxy, r.Conns, kind, strings.Join(figs, ", "), state, busy)
 }
@@ -351,4 +374,13 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// delta returns after-before, or 0 when a counter went backwards (a process
+// that exited between the two samples).
+func delta(before, after uint64) uint64 {
+	if after < before {
+		return 0
+	}
+	return after - before
 }

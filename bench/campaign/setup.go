@@ -48,8 +48,9 @@ type env struct {
 	proxyCore, loadCore int
 	clkTck              float64
 
-	origin originAddrs
-	starts int // proxy starts so far, names their directories
+	origin    originAddrs
+	originPID int
+	starts    int // proxy starts so far, names their directories
 	// silentClosers holds the labels of proxies seen closing client
 	// connections after every response without "Connection: close".
 	silentClosers map[string]bool

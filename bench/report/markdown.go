@@ -125,7 +125,7 @@ func Markdown(w io.Writer, c Campaign) error {
 	}
 
 	bw.WriteString("## Concurrency kept and core load\n\n")
-	bw.WriteString("For every test and proxy: the levels tried (✓ clean, ✗ not clean), the level kept (at_conns) and the median busy % of the proxy core and of the load core over the runs at that level. A load core near 100 % means wrk or the load tool and the origin, not the proxy, were the limit.\n\n")
+	bw.WriteString("For every test and proxy: the levels tried (✓ clean, ✗ not clean), the level kept (at_conns) and the median busy % of the proxy core and of the load core over the runs at that level. A load core near 100 % means wrk or the load tool and the origin, not the proxy, were the limit. \"Other load\" is the share of both cores used by processes outside the benchmark during those runs (approximate): above a few % the figure was disturbed.\n\n")
 	var rows [][]string
 	var problems []string
 	for _, r := range c.Rows {
@@ -146,16 +146,17 @@ func Markdown(w io.Writer, c Campaign) error {
 				}
 				tried = append(tried, fmt.Sprintf("%d %s", l.Conns, mark))
 			}
-			at, pb, lb := "—", "—", "—"
+			at, pb, lb, ob := "—", "—", "—", "—"
 			if cell.OK {
 				at = fmt.Sprint(cell.Level.Conns)
 				pb = fmt.Sprintf("%.0f %%", cell.Level.CoreBusy[0])
 				lb = fmt.Sprintf("%.0f %%", cell.Level.CoreBusy[1])
+				ob = fmt.Sprintf("%.0f %%", cell.Level.OtherBusy)
 			}
-			rows = append(rows, []string{r.Test, p.Label, strings.Join(tried, ", "), at, pb, lb})
+			rows = append(rows, []string{r.Test, p.Label, strings.Join(tried, ", "), at, pb, lb, ob})
 		}
 	}
-	Table(bw, []string{"Test", "Proxy", "Levels tried", "at_conns", "Proxy core busy", "Load core busy"}, rows, 3)
+	Table(bw, []string{"Test", "Proxy", "Levels tried", "at_conns", "Proxy core busy", "Load core busy", "Other load"}, rows, 3)
 	if len(problems) > 0 {
 		bw.WriteString("\nWhy levels were not clean (first problem of each):\n\n")
 		for _, p := range problems {

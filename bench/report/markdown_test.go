@@ -107,7 +107,7 @@ func TestMarkdownResultsTable(t *testing.T) {
 		"| HTTP, 1 KB responses | req/s | 55,258 | 15,140 | not run | 120,000 | 3.6× more | n/a |\n",
 		"| CPU cost per request (1 KB) | µs/req | 18.1 | 66.0 | not run | — | 3.6× less | n/a |\n",
 		"| Memory with 1,000 open tunnels | MB | 14 | 150 | not run | — | 11× less | n/a |\n",
-		"| http-1k | rustle | 64 ✓, 256 ✗ | 64 | 99 % | 60 % |\n",
+		"| http-1k | rustle | 64 ✓, 256 ✗ | 64 | 99 % | 60 % | 0 % |\n",
 		"- not run: not installed\n",
 		"seed 42",
 		"(" + ThroughputChart + ")",

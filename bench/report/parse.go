@@ -252,6 +252,8 @@ type CPUTimes struct {
 	Busy uint64
 	// Idle is idle+iowait.
 	Idle uint64
+	// IRQ is irq+softirq, the part of Busy no process is charged for.
+	IRQ uint64
 }
 
 // ParseCPUStat returns the per-CPU counters of /proc/stat, keyed by CPU
@@ -274,12 +276,30 @@ func ParseCPUStat(stat string) (map[int]CPUTimes, error) {
 			}
 		}
 		// user nice system idle iowait irq softirq steal
-		out[n] = CPUTimes{Busy: v[0] + v[1] + v[2] + v[5] + v[6] + v[7], Idle: v[3] + v[4]}
+		out[n] = CPUTimes{Busy: v[0] + v[1] + v[2] + v[5] + v[6] + v[7], Idle: v[3] + v[4], IRQ: v[5] + v[6]}
 	}
 	if len(out) == 0 {
 		return nil, errors.New("report: parse /proc/stat: no cpuN lines")
 	}
 	return out, nil
+}
+
+// OtherPercent returns the share of the given CPUs' time, in percent, that
+// was busy in processes other than ours: busy time minus interrupt time
+// minus ourTicks (the utime+stime of our processes over the same interval),
+// at least 0. It is how much other work disturbed a run.
+func OtherPercent(before, after map[int]CPUTimes, cpus []int, ourTicks uint64) float64 {
+	var busy, total float64
+	for _, c := range cpus {
+		b, a := before[c], after[c]
+		db := float64(a.Busy) - float64(b.Busy)
+		busy += db - (float64(a.IRQ) - float64(b.IRQ))
+		total += db + float64(a.Idle) - float64(b.Idle)
+	}
+	if total <= 0 {
+		return 0
+	}
+	return max(0, 100*(busy-float64(ourTicks))/total)
 }
 
 // BusyPercent returns the busy share of a CPU between two samples, in

@@ -168,6 +168,21 @@ func TestParseCPUStatAndBusy(t *testing.T) {
 	if got := BusyPercent(before[1], before[1]); got != 0 {
 		t.Errorf("BusyPercent with no time = %v, want 0", got)
 	}
+	// Both CPUs: 80 busy ticks of 200; ours 50, so 30 ticks (15 %) other.
+	if got := OtherPercent(before, after, []int{0, 1}, 50); got != 15 {
+		t.Errorf("OtherPercent = %v, want 15", got)
+	}
+	if got := OtherPercent(before, after, []int{0, 1}, 500); got != 0 {
+		t.Errorf("OtherPercent with more of ours than busy = %v, want 0", got)
+	}
+	irq, err := ParseCPUStat("cpu0 0 0 0 0 0 30 10 0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := map[int]CPUTimes{0: {}}
+	if got := OtherPercent(zero, irq, []int{0}, 0); got != 0 {
+		t.Errorf("OtherPercent with interrupt time only = %v, want 0", got)
+	}
 	if _, err := ParseCPUStat("intr 1 2\n"); err == nil {
 		t.Error("ParseCPUStat without cpu lines: nil error")
 	}

@@ -35,6 +35,8 @@ type Level struct {
 	Values map[string]float64
 	// CoreBusy holds the median busy % of the proxy core and the load core.
 	CoreBusy [2]float64
+	// OtherBusy is the median share of both cores used by other processes.
+	OtherBusy float64
 }
 
 // Levels groups the measured runs of test against proxy by concurrency
@@ -52,7 +54,9 @@ func Levels(runs []Run, test, proxy string) []Level {
 		l := Level{Conns: conns, Runs: len(rs), Clean: true, Values: map[string]float64{}}
 		metrics := map[string][]float64{}
 		var busy [2][]float64
+		var other []float64
 		for _, r := range rs {
+			other = append(other, r.OtherBusy)
 			if !r.Clean {
 				if l.Clean {
 					l.Problem = r.Problem
@@ -72,6 +76,7 @@ func Levels(runs []Run, test, proxy string) []Level {
 		for i := range busy {
 			l.CoreBusy[i], _ = Median(busy[i])
 		}
+		l.OtherBusy, _ = Median(other)
 		out = append(out, l)
 	}
 	slices.SortFunc(out, func(a, b Level) int { return a.Conns - b.Conns })

@@ -103,6 +103,10 @@ type Run struct {
 	// CoreBusy is the busy percentage of the proxy core and of the load
 	// core over the run, in that order.
 	CoreBusy []float64 `json:"core_busy_pct,omitempty"`
+	// OtherBusy is the share of both cores' time used by processes that
+	// are not part of the benchmark (other work on a shared machine), in
+	// percent; noise that a reader should see.
+	OtherBusy float64 `json:"other_busy_pct"`
 	// Raw is the measuring tool's output, for the record.
 	Raw string `json:"raw,omitempty"`
 }
