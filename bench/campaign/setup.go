@@ -341,7 +341,9 @@ func nonEmpty(ss ...string) []string {
 func (e *env) toolVersions(ctx context.Context) []string {
 	wrkv := "wrk"
 	out, _ := exec.CommandContext(ctx, e.lookPath["wrk"], "-v").CombinedOutput()
+	// "wrk debian/4.1.0-3+b2 [epoll] Copyright (C) 2012 Will Glozer"
 	if line, _, _ := strings.Cut(string(out), "\n"); line != "" {
+		line, _, _ = strings.Cut(line, " [")
 		wrkv = strings.TrimSpace(line)
 	}
 	return []string{

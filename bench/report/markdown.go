@@ -45,6 +45,13 @@ func Markdown(w io.Writer, c Campaign) error {
 	fmt.Fprintf(bw, "# Benchmarks: rustle against %s\n\n", joinAnd(names))
 	fmt.Fprintf(bw, "One campaign on one machine, %s. Raw runs: `runs.json` beside this file.\n\n", c.Started.UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(bw, "%s\n\n", conditions(c))
+	if lines := shortVersion(c, figs); len(lines) > 0 {
+		bw.WriteString("## The short version\n\n")
+		for _, l := range lines {
+			fmt.Fprintf(bw, "- %s\n", l)
+		}
+		bw.WriteString("\n")
+	}
 
 	bw.WriteString("## How it was measured\n\n")
 	for _, l := range procedure(c) {
@@ -173,6 +180,57 @@ func Markdown(w io.Writer, c Campaign) error {
 		fmt.Fprintf(bw, "- %s\n", l)
 	}
 	return bw.Flush()
+}
+
+// noise is the relative difference below which two figures are called
+// even in the short version.
+const noise = 0.05
+
+// shortVersion counts, for every peer, the rows where the reference proxy
+// had the better figure, the worse one, or one within noise of the peer's.
+func shortVersion(c Campaign, figs map[string]map[string]Cell) []string {
+	ref := false
+	for _, p := range c.Proxies {
+		if p.Name == Reference && p.Skipped == "" {
+			ref = true
+		}
+	}
+	if !ref {
+		return nil
+	}
+	var out []string
+	for _, p := range c.Proxies {
+		if p.Name == Reference || p.Name == NoProxy {
+			continue
+		}
+		var both, better, worse, even int
+		for _, r := range c.Rows {
+			a, b := figs[r.ID][Reference], figs[r.ID][p.Name]
+			if !a.OK || !b.OK || !(a.Value > 0) || !(b.Value > 0) {
+				continue
+			}
+			both++
+			rel := a.Value/b.Value - 1
+			if r.LessIsBetter {
+				rel = b.Value/a.Value - 1
+			}
+			switch {
+			case rel > noise:
+				better++
+			case rel < -noise:
+				worse++
+			default:
+				even++
+			}
+		}
+		if both == 0 {
+			out = append(out, fmt.Sprintf("rustle and %s have no row measured cleanly on both.", p.Label))
+			continue
+		}
+		out = append(out, fmt.Sprintf("Against %s: rustle had the better figure in %d of the %d rows measured cleanly on both, the worse in %d, and %d were within %.0f %% of each other.",
+			p.Label, better, both, worse, even, noise*100))
+	}
+	return out
 }
 
 // conditions is the one-line summary under the title, as in the seed.
