@@ -1,0 +1,245 @@
+package proxytest
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// StartProxy serves cfg on 127.0.0.1:0 and returns the address. See
+// StartProxyOn.
+func StartProxy(t testing.TB, cfg httpproxy.Config) string {
+	t.Helper()
+	return StartProxyOn(t, "127.0.0.1:0", cfg)
+}
+
+// StartProxyOn serves an httpproxy.Proxy built from cfg on addr (a
+// loopback address with port 0) and returns the address it is bound to.
+// Each accepted connection is served by ServeConn on its own goroutine,
+// with a tunnel engine of its own. A nil cfg.Dialer is replaced by one
+// with a 5s timeout.
+//
+// t.Cleanup cancels the connections' context, closes the listener and
+// every client connection, waits for every ServeConn to return and closes
+// the engine. A ServeConn waiting on an upstream returns only when that
+// wait ends, so tests of upstreams that never answer set a short
+// ResponseHeaderTimeout.
+func StartProxyOn(t testing.TB, addr string, cfg httpproxy.Config) string {
+	t.Helper()
+	if cfg.Dialer == nil {
+		cfg.Dialer = dialer.New(dialer.Config{Timeout: 5 * time.Second})
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("proxytest: proxy listen %s: %v", addr, err)
+	}
+	eng, err := tunnel.New(tunnel.Config{})
+	if err != nil {
+		ln.Close()
+		t.Fatalf("proxytest: start tunnel engine: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &proxyServer{p: httpproxy.New(cfg), eng: eng, ctx: ctx, conns: map[*net.TCPConn]bool{}}
+	s.wg.Add(1)
+	go s.acceptLoop(ln.(*net.TCPListener))
+	t.Cleanup(func() {
+		cancel()
+		s.mu.Lock()
+		s.closed = true
+		ln.Close()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+		eng.Close()
+	})
+	return ln.Addr().String()
+}
+
+// proxyServer is the accept loop of StartProxyOn.
+type proxyServer struct {
+	p   *httpproxy.Proxy
+	eng *tunnel.Engine
+	ctx context.Context
+	wg  sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[*net.TCPConn]bool // client connections being served; guarded by mu
+	closed bool                  // guarded by mu
+}
+
+func (s *proxyServer) acceptLoop(ln *net.TCPListener) {
+	defer s.wg.Done()
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = true
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c)
+	}
+}
+
+func (s *proxyServer) serve(c *net.TCPConn) {
+	defer s.wg.Done()
+	s.p.ServeConn(s.ctx, c, s.eng)
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// NewPool returns an upstream pool for cfg, closed by t.Cleanup.
+func NewPool(t testing.TB, cfg dialer.PoolConfig) *dialer.Pool {
+	t.Helper()
+	p := dialer.NewPool(cfg)
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+var ipv6 = sync.OnceValue(func() bool {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+})
+
+// IPv6Loopback reports whether the host can listen on [::1].
+func IPv6Loopback() bool { return ipv6() }
+
+// ClosedPort returns a loopback address ("127.0.0.1:port") on which
+// nothing listens: a port that was just bound and released.
+func ClosedPort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxytest: listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// WaitFor polls cond every few milliseconds until it holds, failing the
+// test with what if it still does not after DefaultTimeout.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(DefaultTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("proxytest: timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// StaticOrigin answers every request with the same bytes and allocates
+// nothing per request, so that a benchmark's allocations are the
+// proxy's. It expects requests without bodies, one at a time per
+// connection. Create one with NewStaticOrigin.
+type StaticOrigin struct {
+	// Addr is its loopback address ("127.0.0.1:port").
+	Addr string
+
+	resp []byte
+	ln   net.Listener
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[net.Conn]bool // guarded by mu
+	closed bool              // guarded by mu
+}
+
+// NewStaticOrigin starts a StaticOrigin answering resp, closed by
+// t.Cleanup.
+func NewStaticOrigin(t testing.TB, resp string) *StaticOrigin {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxytest: static origin listen: %v", err)
+	}
+	s := &StaticOrigin{Addr: ln.Addr().String(), resp: []byte(resp), ln: ln, conns: map[net.Conn]bool{}}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close stops the origin and waits for its goroutines. It is idempotent.
+func (s *StaticOrigin) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		s.ln.Close()
+		for c := range s.conns {
+			c.Close()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+func (s *StaticOrigin) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = true
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serveConn(c)
+	}
+}
+
+// serveConn answers each request head (found by its final CRLF CRLF)
+// with the fixed response.
+func (s *StaticOrigin) serveConn(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	buf := make([]byte, 64<<10)
+	n := 0
+	for {
+		m, err := c.Read(buf[n:])
+		if err != nil {
+			return
+		}
+		n += m
+		if n >= 4 && string(buf[n-4:n]) == "\r\n\r\n" {
+			n = 0
+			if _, err := c.Write(s.resp); err != nil {
+				return
+			}
+		} else if n == len(buf) {
+			return
+		}
+	}
+}
