@@ -90,15 +90,28 @@ func (b *bufConn) fill(limit int) error {
 	return err
 }
 
-// errIdle is returned by readHead when the connection was closed or timed
-// out before a byte of a new message arrived: not an error to answer.
-var errIdle = errors.New("httpproxy: connection idle or closed")
+// errIdle is returned by readHead when the connection was closed (or
+// failed) before a byte of a new message arrived: not an error to answer.
+var errIdle = errors.New("httpproxy: connection closed before a message")
+
+// errIdleTimeout is returned by readHead when the deadline for the first
+// byte of a message passed. For a client connection it is an idle
+// timeout, not an error to answer; for an upstream it is a response that
+// never came (a net.Error whose Timeout is true, answered with 504).
+var errIdleTimeout error = idleTimeoutError{}
+
+type idleTimeoutError struct{}
+
+func (idleTimeoutError) Error() string   { return "httpproxy: no message before the deadline" }
+func (idleTimeoutError) Timeout() bool   { return true }
+func (idleTimeoutError) Temporary() bool { return true }
 
 // readHead reads until buf[r:] holds a whole message head and returns its
 // length. Empty lines before a head are skipped (RFC 9112 §2.2). idle is
 // the deadline for the first byte, then the head must complete within
-// headTimeout of it. A clean close or idle timeout before any byte yields
-// errIdle.
+// headTimeout of it. A close before any byte yields errIdle, the idle
+// deadline passing errIdleTimeout, and a head over limit bytes
+// errHeadTooLarge.
 func (b *bufConn) readHead(limit int, idle time.Time, headTimeout time.Duration) (int, error) {
 	scanned := 0
 	started := false
@@ -115,7 +128,11 @@ func (b *bufConn) readHead(limit int, idle time.Time, headTimeout time.Duration)
 			b.r++ // leading empty lines
 		}
 		if b.w-b.r >= 4 {
-			if n := findHeadEnd(b.buf[b.r:b.w], scanned-3); n > 0 {
+			if n := findHeadEnd(b.buf[b.r:b.w], scanned-3); n > limit {
+				// The buffer may hold more than limit bytes when the head
+				// arrived in one read.
+				return 0, errHeadTooLarge
+			} else if n > 0 {
 				return n, nil
 			}
 			scanned = b.w - b.r
@@ -126,6 +143,9 @@ func (b *bufConn) readHead(limit int, idle time.Time, headTimeout time.Duration)
 		err := b.fill(limit)
 		if err != nil {
 			if !started && b.r == b.w {
+				if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+					return 0, errIdleTimeout
+				}
 				return 0, errIdle
 			}
 			if err == errHeadTooLarge {

@@ -96,7 +96,7 @@ func (cn *conn) serve() bool {
 			var pe *parseError
 			var ne net.Error
 			switch {
-			case err == errIdle:
+			case err == errIdle, err == errIdleTimeout:
 			case errors.As(err, &pe):
 				cn.writeError(pe.status, pe.reason, false)
 			case errors.As(err, &ne) && ne.Timeout() && cn.ctx.Err() == nil:
@@ -240,10 +240,18 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		mode = bodyLength
 	}
 	dechunk := mode == bodyChunked && clientMinor == 0
-	if mode == bodyClose || dechunk {
+	if mode == bodyClose || dechunk || cn.ctx.Err() != nil {
+		// These bodies end with the connection; and once a shutdown
+		// has begun, this is the connection's last answer.
 		clientKeep = false
 	}
 	upKeep := resp.minor == 1 && !resp.connClose && mode != bodyClose
+	if streaming && !upKeep {
+		// The upstream closes after this response and the request body
+		// may still be coming: if so it is cut off and the client
+		// connection closed, so say so in any case.
+		clientKeep = false
+	}
 	resp.dropConnectionListed()
 	cn.buildResponseHead(clientKeep, clientMinor, dechunk)
 

@@ -24,8 +24,16 @@ func (cn *conn) buildRequestHead() {
 	}
 	out = append(out, cn.tgt.path...)
 	out = append(out, " HTTP/1.1\r\n"...)
-	fwd := cn.p.cfg.Forwarded
-	var prior []byte // an existing Forwarded/X-Forwarded-For value
+	// The client-address header rustle extends: every existing line of
+	// it is left out here and its values are joined, in order, in front
+	// of the client's address at the end.
+	var fwdName string
+	switch cn.p.cfg.Forwarded {
+	case ForwardedRFC:
+		fwdName = "forwarded"
+	case ForwardedXFF:
+		fwdName = "x-forwarded-for"
+	}
 	for i := range req.headers {
 		f := &req.headers[i]
 		if f.drop {
@@ -39,9 +47,7 @@ func (cn *conn) buildRequestHead() {
 			out = append(out, crlf...)
 			continue
 		}
-		if fwd != ForwardedNone && len(prior) == 0 &&
-			(fwd == ForwardedRFC && equalFold(name, "forwarded") || fwd == ForwardedXFF && equalFold(name, "x-forwarded-for")) {
-			prior = f.value.of(b)
+		if fwdName != "" && equalFold(name, fwdName) {
 			continue
 		}
 		out = append(out, f.line.of(b)...)
@@ -52,13 +58,10 @@ func (cn *conn) buildRequestHead() {
 		out = append(out, cn.tgt.authority...)
 		out = append(out, crlf...)
 	}
-	switch fwd {
+	switch cn.p.cfg.Forwarded {
 	case ForwardedRFC:
 		out = append(out, "Forwarded: "...)
-		if len(prior) > 0 {
-			out = append(out, prior...)
-			out = append(out, ", "...)
-		}
+		out = req.appendValues(out, fwdName)
 		out = append(out, "for="...)
 		if cn.clientAddr.Is6() {
 			out = append(out, "\"["...)
@@ -70,10 +73,7 @@ func (cn *conn) buildRequestHead() {
 		out = append(out, crlf...)
 	case ForwardedXFF:
 		out = append(out, "X-Forwarded-For: "...)
-		if len(prior) > 0 {
-			out = append(out, prior...)
-			out = append(out, ", "...)
-		}
+		out = req.appendValues(out, fwdName)
 		out = cn.clientAddr.AppendTo(out)
 		out = append(out, crlf...)
 	}
@@ -81,6 +81,20 @@ func (cn *conn) buildRequestHead() {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}
 	cn.out = append(out, crlf...)
+}
+
+// appendValues appends the non-empty values of the fields named name
+// (lower case) that are not dropped, each followed by ", ".
+func (h *head) appendValues(out []byte, name string) []byte {
+	for i := range h.headers {
+		f := &h.headers[i]
+		if f.drop || f.value.empty() || !equalFold(f.name.of(h.buf), name) {
+			continue
+		}
+		out = append(out, f.value.of(h.buf)...)
+		out = append(out, ", "...)
+	}
+	return out
 }
 
 // buildResponseHead writes into cn.out the head of cn.resp as the client
