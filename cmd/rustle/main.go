@@ -63,7 +63,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Usage = func() { usage(stderr) }
 	file := fs.String("c", "", "configuration `file` (TOML); default: the embedded config")
 	var listens listenFlags
-	fs.Var(&listens, "L", "listener `URL`, e.g. http://user:pass@127.0.0.1:8080 (repeatable)")
+	fs.Var(&listens, "L", "listener `URL`: http://, socks5:// or mixed://[user:pass@]host:port (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -254,7 +254,8 @@ func usage(w io.Writer) {
 
 Flags:
   -c FILE   configuration file (TOML); see rustle.example.toml
-  -L URL    add a listener, e.g. -L http://user:pass@127.0.0.1:8080
+  -L URL    add a listener: http://, socks5:// or mixed://, with optional
+            user:pass@, e.g. -L http://user:pass@127.0.0.1:8080
             (without -c, -L listeners replace the default one)
 `)
 }
