@@ -1,0 +1,46 @@
+// Package tunnel relays established TCP tunnels (CONNECT, SOCKS5 CONNECT,
+// 101 Upgrade) between a client socket and an upstream socket without a
+// goroutine, a buffer or a pipe per idle tunnel. It is Linux only.
+//
+// # Design
+//
+// An [Engine] owns one epoll instance and one goroutine. [Engine.Add] takes
+// the two sockets out of Go's netpoller (it duplicates each descriptor and
+// closes the *net.TCPConn) and hands them to the engine's goroutine, which
+// registers each descriptor once, edge-triggered, for input, output and peer
+// half-close. After that a tunnel is a small struct (about 100 bytes) and two
+// file descriptors: an idle tunnel costs no goroutine stack, no user-space
+// buffer and no pipe. With two goroutines and io.Copy per tunnel the same
+// tunnel costs tens of kilobytes and six descriptors.
+//
+// Bytes move with splice(2): socket to pipe, pipe to socket, so the payload
+// never enters user space. A pipe is borrowed from the engine's pool when a
+// socket becomes readable and goes back to the pool as soon as it is empty
+// again, so pipes exist only for bytes in flight; a pool bounded by
+// [Config.MaxIdlePipes] keeps the pipe2 and fcntl calls off the common path.
+//
+// Each edge-triggered event is drained until the kernel answers EAGAIN. The
+// engine remembers per socket whether it is readable and writable, so it
+// never makes a call it knows will fail. When a destination is not writable
+// the engine stops reading the source once the pipe is full; the bytes wait
+// in the pipe (and then in the source's receive buffer, which closes the TCP
+// window) until EPOLLOUT on the destination resumes the flow. A tunnel that
+// keeps moving bytes yields after a bounded amount of work so that one bulk
+// transfer cannot starve the others.
+//
+// # Half-close and errors
+//
+// When one side sends FIN (splice returns 0), the engine first delivers what
+// is still in that direction's pipe, then shuts down the write half of the
+// other socket, so the other side sees EOF exactly where the sender stopped;
+// the opposite direction keeps flowing. A tunnel ends cleanly when both
+// directions have ended this way. Any socket error (a reset, EPIPE) ends the
+// tunnel at once: both sockets are closed with SO_LINGER 0, so the peer
+// that is still there sees a reset rather than a clean end of a truncated
+// stream. Tunnels with no bytes in either direction for [Config.IdleTimeout]
+// are closed by a coarse periodic sweep; there are no per-tunnel timers.
+//
+// [Result] counts bytes delivered to the destination socket, not bytes read
+// from the source, so bytes lost in a pipe when a tunnel fails are not
+// counted.
+package tunnel

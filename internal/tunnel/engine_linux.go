@@ -1,0 +1,428 @@
+package tunnel
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrClosed is the error of [Engine.Add] on a closed engine, and the
+// [Result.Err] of tunnels still open when [Engine.Close] is called.
+var ErrClosed = errors.New("tunnel: engine closed")
+
+// ErrIdleTimeout is the [Result.Err] of a tunnel closed because no byte
+// moved in either direction for [Config.IdleTimeout].
+var ErrIdleTimeout = errors.New("tunnel: idle timeout")
+
+const (
+	defaultPipeSize     = 256 << 10
+	defaultMaxIdlePipes = 64
+
+	// maxSweepEvery bounds the period of the idle sweep; shorter idle
+	// timeouts are swept more often (an eighth of the timeout, at least
+	// every minSweepEvery).
+	maxSweepEvery = time.Second
+	minSweepEvery = 5 * time.Millisecond
+
+	// eventBatch is how many epoll events one epoll_wait returns at most.
+	eventBatch = 256
+
+	// epollFlags is the one registration of every tunnel socket.
+	epollFlags = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+)
+
+// Config configures an Engine.
+type Config struct {
+	// IdleTimeout closes a tunnel when no byte has moved in either
+	// direction for this long; 0 means tunnels are never closed for being
+	// idle. The check is coarse: a tunnel may outlive its timeout by up to
+	// an eighth of it (at most one second).
+	IdleTimeout time.Duration
+	// PipeSize is the capacity asked for each splice pipe with
+	// F_SETPIPE_SZ; 0 means 256 KiB. If the kernel refuses the size the
+	// pipe keeps the kernel default (64 KiB) and no error is reported.
+	PipeSize int
+	// MaxIdlePipes is how many empty pipes the engine keeps for reuse;
+	// 0 means 64, a negative value means none.
+	MaxIdlePipes int
+	// Logger receives the engine's own failures (not tunnel results, which
+	// go to the done callback); nil discards them.
+	Logger *slog.Logger
+}
+
+// Result describes a finished tunnel.
+type Result struct {
+	// Up is the number of bytes delivered from the client to the upstream.
+	Up int64
+	// Down is the number of bytes delivered from the upstream to the client.
+	Down int64
+	// Duration is the time from Add to the tunnel's end.
+	Duration time.Duration
+	// Err is nil when both sides ended their stream cleanly (FIN both
+	// ways); otherwise it says why the tunnel ended: a wrapped socket
+	// error such as ECONNRESET or EPIPE, ErrIdleTimeout or ErrClosed.
+	Err error
+}
+
+// Engine relays tunnels on one epoll loop. Its methods may be called from
+// any goroutine.
+type Engine struct {
+	log         *slog.Logger
+	idleTimeout time.Duration
+	sweepEvery  time.Duration
+	pipeSize    int
+	maxIdle     int
+	epfd        int
+	evfd        int
+	start       time.Time            // monotonic origin of the engine clock
+	fakeClock   func() time.Duration // tests only: replaces the engine clock
+
+	open   atomic.Int64  // tunnels added and not yet finished
+	exited chan struct{} // closed when the loop goroutine has returned
+
+	mu      sync.Mutex
+	closed  bool      // guarded by mu
+	pending []*tunnel // guarded by mu; added but not yet registered
+	wakeBuf [8]byte   // guarded by mu; the eventfd increment
+
+	// Owned by the loop goroutine.
+	now        time.Duration // engine clock, refreshed after each epoll_wait
+	nextSweep  time.Duration
+	gen        uint32    // registration counter, tags epoll events
+	byFD       []*tunnel // index: file descriptor
+	all        []*tunnel // every registered tunnel; tunnel.idx is its index
+	again      []*tunnel // tunnels that yielded with work left
+	againSpare []*tunnel // reused backing array for again
+	spare      []*tunnel // reused backing array for pending
+	pool       []*pipe   // empty pipes for reuse
+	pipeWarn   bool      // whether a refused F_SETPIPE_SZ was logged
+	events     []unix.EpollEvent
+}
+
+// New creates an Engine and starts its loop goroutine. Call [Engine.Close]
+// to stop it.
+func New(cfg Config) (*Engine, error) {
+	return newWithClock(cfg, nil)
+}
+
+// newWithClock is New with the engine clock replaced by clock, if not nil.
+func newWithClock(cfg Config, clock func() time.Duration) (*Engine, error) {
+	if cfg.IdleTimeout < 0 {
+		return nil, fmt.Errorf("tunnel: negative idle timeout %v", cfg.IdleTimeout)
+	}
+	if cfg.PipeSize < 0 {
+		return nil, fmt.Errorf("tunnel: negative pipe size %d", cfg.PipeSize)
+	}
+	e := &Engine{
+		log:         cfg.Logger,
+		idleTimeout: cfg.IdleTimeout,
+		pipeSize:    cfg.PipeSize,
+		maxIdle:     cfg.MaxIdlePipes,
+		exited:      make(chan struct{}),
+		start:       time.Now(),
+		fakeClock:   clock,
+		events:      make([]unix.EpollEvent, eventBatch),
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.pipeSize == 0 {
+		e.pipeSize = defaultPipeSize
+	}
+	if e.maxIdle == 0 {
+		e.maxIdle = defaultMaxIdlePipes
+	} else if e.maxIdle < 0 {
+		e.maxIdle = 0
+	}
+	if e.idleTimeout > 0 {
+		e.sweepEvery = min(max(e.idleTimeout/8, minSweepEvery), maxSweepEvery)
+		e.nextSweep = e.sweepEvery
+	}
+	binary.NativeEndian.PutUint64(e.wakeBuf[:], 1)
+
+	var err error
+	e.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel: epoll_create1: %w", err)
+	}
+	e.evfd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(e.epfd)
+		return nil, fmt.Errorf("tunnel: eventfd: %w", err)
+	}
+	// The eventfd is level-triggered: it stays ready until the loop reads it.
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(e.evfd), Pad: -1}
+	if err := unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, e.evfd, &ev); err != nil {
+		unix.Close(e.evfd)
+		unix.Close(e.epfd)
+		return nil, fmt.Errorf("tunnel: register eventfd: %w", err)
+	}
+	go e.loop()
+	return e, nil
+}
+
+// Add hands two connected TCP sockets to the engine, which takes ownership
+// of both: their descriptors are duplicated out of Go's netpoller and the
+// *net.TCPConn values are closed, so the caller must not use them again
+// (bytes the caller has already read and buffered are its own to forward
+// before calling Add). The engine relays client to upstream and upstream to
+// client until both directions have ended or one side fails.
+//
+// done, if not nil, is called exactly once with the tunnel's [Result] when
+// it ends, from the engine's goroutine; it must not block, and it must not
+// call [Engine.Close]. If Add returns an error, both conns have been closed
+// and done is never called.
+func (e *Engine) Add(client, upstream *net.TCPConn, done func(Result)) error {
+	cfd, cerr := takeFD(client)
+	ufd, uerr := takeFD(upstream)
+	if err := errors.Join(cerr, uerr); err != nil {
+		closeFD(cfd)
+		closeFD(ufd)
+		return err
+	}
+	t := &tunnel{
+		fd:      [2]int32{int32(cfd), int32(ufd)},
+		done:    done,
+		idx:     -1,
+		started: e.clock(),
+	}
+
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		closeFD(cfd)
+		closeFD(ufd)
+		return ErrClosed
+	}
+	e.pending = append(e.pending, t)
+	e.open.Add(1)
+	if len(e.pending) == 1 {
+		e.wakeLocked()
+	}
+	return nil
+}
+
+// Len returns the number of tunnels open now: added and not yet finished.
+func (e *Engine) Len() int {
+	return int(e.open.Load())
+}
+
+// Close ends every open tunnel (their done callbacks get [ErrClosed]),
+// closes the engine's pipes and descriptors, stops the loop goroutine and
+// waits for it. It is idempotent and always returns nil.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if !e.closed {
+		e.closed = true
+		e.wakeLocked()
+	}
+	e.mu.Unlock()
+	<-e.exited
+	return nil
+}
+
+// wakeLocked makes the loop's epoll_wait return. e.mu must be held, which
+// also keeps the loop from closing the eventfd underneath.
+func (e *Engine) wakeLocked() {
+	for {
+		_, err := unix.Write(e.evfd, e.wakeBuf[:])
+		// EAGAIN means the counter is at its maximum: the loop is
+		// going to wake anyway.
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// clock returns the engine clock: the monotonic time since New.
+func (e *Engine) clock() time.Duration {
+	if e.fakeClock != nil {
+		return e.fakeClock()
+	}
+	return time.Since(e.start)
+}
+
+// takeFD duplicates c's descriptor as a non-blocking close-on-exec
+// descriptor owned by the caller, then closes c.
+func takeFD(c *net.TCPConn) (int, error) {
+	if c == nil {
+		return -1, errors.New("tunnel: nil connection")
+	}
+	defer c.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, fmt.Errorf("tunnel: take socket %s: %w", c.RemoteAddr(), err)
+	}
+	nfd := -1
+	var dupErr error
+	err = rc.Control(func(fd uintptr) {
+		nfd, dupErr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+	})
+	if err == nil {
+		err = dupErr
+	}
+	if err != nil {
+		return -1, fmt.Errorf("tunnel: duplicate socket %s: %w", c.RemoteAddr(), err)
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return -1, fmt.Errorf("tunnel: set socket %s non-blocking: %w", c.RemoteAddr(), err)
+	}
+	return nfd, nil
+}
+
+func closeFD(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// loop is the engine's goroutine: it waits for socket events, relays bytes,
+// registers added tunnels and sweeps idle ones until Close.
+func (e *Engine) loop() {
+	defer close(e.exited)
+	for {
+		timeout := -1
+		if len(e.again) > 0 {
+			timeout = 0
+		} else if e.idleTimeout > 0 {
+			wait := e.nextSweep - e.clock()
+			// Round up so that the sweep is not missed by a millisecond.
+			timeout = max(int((wait+time.Millisecond-1)/time.Millisecond), 0)
+		}
+		n, err := unix.EpollWait(e.epfd, e.events, timeout)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			err = fmt.Errorf("tunnel: epoll_wait: %w", err)
+			e.log.Error("tunnel engine stopped", "err", err)
+			e.shutdown(err)
+			return
+		}
+		e.now = e.clock()
+		woken := false
+		for i := range n {
+			ev := &e.events[i]
+			if ev.Pad == -1 {
+				woken = true
+				continue
+			}
+			fd := int(ev.Fd)
+			if fd >= len(e.byFD) {
+				continue
+			}
+			t := e.byFD[fd]
+			if t == nil || t.gen != uint32(ev.Pad) {
+				continue // stale event of a finished tunnel
+			}
+			side := 0
+			if t.fd[1] == ev.Fd {
+				side = 1
+			}
+			e.handle(t, side, ev.Events)
+		}
+		if len(e.again) > 0 {
+			e.resume()
+		}
+		if woken {
+			var buf [8]byte
+			unix.Read(e.evfd, buf[:])
+			if !e.register() {
+				e.shutdown(ErrClosed)
+				return
+			}
+		}
+		if e.idleTimeout > 0 && e.now >= e.nextSweep {
+			e.sweep()
+			e.nextSweep = e.now + e.sweepEvery
+		}
+	}
+}
+
+// register takes the pending tunnels and adds their sockets to the epoll
+// set. It reports false when the engine has been closed.
+func (e *Engine) register() bool {
+	e.mu.Lock()
+	batch := e.pending
+	e.pending = e.spare[:0]
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		e.spare = batch
+		for _, t := range batch {
+			e.finish(t, ErrClosed)
+		}
+		return false
+	}
+	for i, t := range batch {
+		batch[i] = nil
+		e.gen++
+		if e.gen == 1<<32-1 { // Pad -1 is the eventfd
+			e.gen = 0
+		}
+		t.gen = e.gen
+		t.last = e.now
+		t.idx = len(e.all)
+		e.all = append(e.all, t)
+		for _, fd := range t.fd {
+			if int(fd) >= len(e.byFD) {
+				e.byFD = append(e.byFD, make([]*tunnel, int(fd)+1-len(e.byFD))...)
+			}
+			e.byFD[fd] = t
+		}
+		for s, fd := range t.fd {
+			ev := unix.EpollEvent{Events: epollFlags, Fd: fd, Pad: int32(t.gen)}
+			if err := unix.EpollCtl(e.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); err != nil {
+				e.finish(t, fmt.Errorf("tunnel: register %s socket: %w", sideName[s], err))
+				break
+			}
+		}
+	}
+	e.spare = batch[:0]
+	return true
+}
+
+// sweep finishes the tunnels that have been idle for the idle timeout.
+func (e *Engine) sweep() {
+	// Backwards, because finish moves the last tunnel into the hole.
+	for i := len(e.all) - 1; i >= 0; i-- {
+		if i >= len(e.all) {
+			continue
+		}
+		if t := e.all[i]; e.now-t.last >= e.idleTimeout {
+			e.finish(t, ErrIdleTimeout)
+		}
+	}
+}
+
+// shutdown finishes every tunnel with err, closes the pooled pipes and the
+// engine's descriptors. It runs on the loop goroutine as it exits.
+func (e *Engine) shutdown(err error) {
+	e.mu.Lock()
+	e.closed = true
+	batch := e.pending
+	e.pending = nil
+	e.mu.Unlock()
+	for _, t := range batch {
+		e.finish(t, err)
+	}
+	for len(e.all) > 0 {
+		e.finish(e.all[len(e.all)-1], err)
+	}
+	for _, p := range e.pool {
+		p.close()
+	}
+	e.pool = nil
+	e.again = nil
+	// No Add writes to the eventfd any more: e.closed was set under e.mu.
+	unix.Close(e.evfd)
+	unix.Close(e.epfd)
+}

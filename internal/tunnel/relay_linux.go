@@ -1,0 +1,262 @@
+package tunnel
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// maxRounds bounds the splice round trips (socket to pipe, pipe to
+	// socket) one direction makes per turn before the engine serves other
+	// tunnels; with 256 KiB pipes that is up to 4 MiB per turn.
+	maxRounds = 16
+
+	spliceFlags = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
+
+	// Bits of tunnel.ready, per side.
+	canRead  = 1 << 0
+	canWrite = 1 << 1
+)
+
+// Sides and directions share indexes: side 0 is the client and direction 0
+// runs from the client to the upstream; side 1 is the upstream and
+// direction 1 runs from the upstream to the client.
+var sideName = [2]string{"client", "upstream"}
+
+// tunnel is one relayed pair of sockets. All fields except fd, done and
+// started (set before the tunnel is handed to the loop) are owned by the
+// loop goroutine.
+type tunnel struct {
+	fd      [2]int32 // client and upstream descriptors, owned by the engine
+	gen     uint32   // registration tag carried by this tunnel's epoll events
+	ready   [2]uint8 // per side: canRead, canWrite as last learned from the kernel
+	queued  bool     // in Engine.again
+	moved   bool     // bytes moved during this turn
+	dead    bool     // finished; its descriptors are closed
+	idx     int      // index in Engine.all, -1 while not registered
+	dir     [2]direction
+	started time.Duration // engine clock at Add
+	last    time.Duration // engine clock when a byte last moved
+	done    func(Result)
+}
+
+// direction is one way of a tunnel: from side d to side 1-d.
+type direction struct {
+	p     *pipe // borrowed while bytes are in flight, else nil
+	n     int64 // bytes delivered to the destination
+	eof   bool  // the source has sent FIN
+	full  bool  // a read into the non-empty pipe got EAGAIN: the pipe may be full
+	ended bool  // eof, pipe drained and the destination's write half shut down
+}
+
+// handle applies the events epoll reported for one side of t and relays
+// what they allow.
+func (e *Engine) handle(t *tunnel, side int, events uint32) {
+	if events&unix.EPOLLERR != 0 {
+		// A pending socket error (a reset, typically) that no splice
+		// might otherwise see if neither direction has bytes to move.
+		soErr, err := unix.GetsockoptInt(int(t.fd[side]), unix.SOL_SOCKET, unix.SO_ERROR)
+		if err == nil && soErr != 0 {
+			err = unix.Errno(soErr)
+		}
+		if err != nil {
+			e.finish(t, fmt.Errorf("tunnel: %s socket: %w", sideName[side], err))
+			return
+		}
+	}
+	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		t.ready[side] |= canRead
+	}
+	if events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		t.ready[side] |= canWrite
+	}
+	e.run(t)
+}
+
+// run relays both directions of t as far as the sockets allow (or until
+// the per-turn budget is spent, in which case t is queued to resume), and
+// finishes t when both directions have ended or one failed.
+func (e *Engine) run(t *tunnel) {
+	more0, err := e.pump(t, 0)
+	more1 := false
+	if err == nil {
+		more1, err = e.pump(t, 1)
+	}
+	if t.moved {
+		// Read the clock after the turn, so that activity is never
+		// stamped earlier than it happened.
+		t.moved = false
+		t.last = e.clock()
+	}
+	switch {
+	case err != nil:
+		e.finish(t, err)
+	case t.dir[0].ended && t.dir[1].ended:
+		e.finish(t, nil)
+	case (more0 || more1) && !t.queued:
+		t.queued = true
+		e.again = append(e.again, t)
+	}
+}
+
+// resume gives another turn to the tunnels that spent their budget.
+func (e *Engine) resume() {
+	batch := e.again
+	e.again = e.againSpare[:0]
+	for i, t := range batch {
+		batch[i] = nil
+		t.queued = false
+		if !t.dead {
+			e.run(t)
+		}
+	}
+	e.againSpare = batch[:0]
+}
+
+// pump moves bytes of direction d of t: it drains the pipe into the
+// destination while the destination is writable and refills it from the
+// source while the source is readable and the pipe has room, until neither
+// is possible. It reports more when it stopped only because its budget was
+// spent.
+func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
+	dr := &t.dir[d]
+	if dr.ended {
+		return false, nil
+	}
+	src, dst := int(t.fd[d]), int(t.fd[1-d])
+	for range maxRounds {
+		progress := false
+		if p := dr.p; p != nil && p.n > 0 && t.ready[1-d]&canWrite != 0 {
+			n, err := unix.Splice(p.r, nil, dst, nil, int(p.n), spliceFlags)
+			switch err {
+			case nil:
+				p.n -= int64(n)
+				dr.n += int64(n)
+				dr.full = false
+				progress = true
+				t.moved = true
+			case unix.EAGAIN:
+				t.ready[1-d] &^= canWrite
+			case unix.EINTR:
+				progress = true
+			default:
+				return false, fmt.Errorf("tunnel: write to %s: %w", sideName[1-d], err)
+			}
+			if p.n == 0 {
+				e.putPipe(p)
+				dr.p = nil
+			}
+		}
+		if dr.eof {
+			if dr.p != nil {
+				if !progress {
+					return false, nil // wait for the destination
+				}
+				continue
+			}
+			// Everything the source sent has been delivered: pass
+			// its FIN on.
+			if err := unix.Shutdown(dst, unix.SHUT_WR); err != nil {
+				if err == unix.ENOTCONN {
+					// The destination was reset; say so if the
+					// socket still holds the error.
+					if soErr, _ := unix.GetsockoptInt(dst, unix.SOL_SOCKET, unix.SO_ERROR); soErr != 0 {
+						err = unix.Errno(soErr)
+					}
+				}
+				return false, fmt.Errorf("tunnel: shut down writes to %s: %w", sideName[1-d], err)
+			}
+			dr.ended = true
+			return false, nil
+		}
+		if dr.p != nil && dr.p.n >= dr.p.cap {
+			dr.full = true
+		}
+		if t.ready[d]&canRead != 0 && !dr.full {
+			p := dr.p
+			if p == nil {
+				if p, err = e.getPipe(); err != nil {
+					return false, err
+				}
+				dr.p = p
+			}
+			n, err := unix.Splice(src, nil, p.w, nil, int(p.cap-p.n), spliceFlags)
+			switch {
+			case err == nil && n == 0:
+				dr.eof = true
+				progress = true
+			case err == nil:
+				p.n += int64(n)
+				progress = true
+				t.moved = true
+			case err == unix.EAGAIN && p.n == 0:
+				// The pipe is empty, so the socket is.
+				t.ready[d] &^= canRead
+			case err == unix.EAGAIN:
+				// Either the socket is empty or the pipe is full;
+				// try again once the pipe has drained some.
+				dr.full = true
+			case err == unix.EINTR:
+				progress = true
+			}
+			if p.n == 0 {
+				e.putPipe(p)
+				dr.p = nil
+			}
+			if err != nil && err != unix.EAGAIN && err != unix.EINTR {
+				return false, fmt.Errorf("tunnel: read from %s: %w", sideName[d], err)
+			}
+		}
+		if !progress {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// finish ends t: it closes both sockets (abortively when err is a failure,
+// so that the surviving peer sees a reset), returns or closes its pipes and
+// calls its done callback.
+func (e *Engine) finish(t *tunnel, err error) {
+	if t.dead {
+		return
+	}
+	t.dead = true
+	if i := t.idx; i >= 0 {
+		last := len(e.all) - 1
+		e.all[i] = e.all[last]
+		e.all[i].idx = i
+		e.all[last] = nil
+		e.all = e.all[:last]
+		t.idx = -1
+	}
+	abort := err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrIdleTimeout)
+	for _, fd := range t.fd {
+		if int(fd) < len(e.byFD) && e.byFD[fd] == t {
+			e.byFD[fd] = nil
+		}
+		if abort {
+			unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1})
+		}
+		unix.Close(int(fd)) // also removes it from the epoll set
+	}
+	for d := range t.dir {
+		if p := t.dir[d].p; p != nil {
+			e.putPipe(p) // closes it if bytes are left
+			t.dir[d].p = nil
+		}
+	}
+	e.open.Add(-1)
+	if done := t.done; done != nil {
+		t.done = nil
+		done(Result{
+			Up:       t.dir[0].n,
+			Down:     t.dir[1].n,
+			Duration: e.clock() - t.started,
+			Err:      err,
+		})
+	}
+}
