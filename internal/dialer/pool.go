@@ -24,9 +24,9 @@ type Pool struct {
 	cfg PoolConfig
 
 	mu     sync.Mutex
-	idle   map[string][]idleConn // guarded by mu
-	total  int                   // guarded by mu
-	closed bool                  // guarded by mu
+	idle   map[string]*hostIdle // guarded by mu
+	total  int                  // guarded by mu
+	closed bool                 // guarded by mu
 
 	stop chan struct{}
 	done chan struct{}
@@ -35,6 +35,11 @@ type Pool struct {
 	// connection; guarded by mu.
 	hits, misses uint64
 }
+
+// hostIdle holds one origin's idle connections, most recent last. The
+// map holds pointers so that Get never stores under a key it converted
+// from bytes (which would allocate).
+type hostIdle struct{ conns []idleConn }
 
 type idleConn struct {
 	c     *net.TCPConn
@@ -55,7 +60,7 @@ func NewPool(cfg PoolConfig) *Pool {
 	}
 	p := &Pool{
 		cfg:  cfg,
-		idle: make(map[string][]idleConn),
+		idle: make(map[string]*hostIdle),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
@@ -72,22 +77,20 @@ func (p *Pool) Enabled() bool { return p.cfg.MaxIdlePerHost > 0 }
 func (p *Pool) Get(key []byte) *net.TCPConn {
 	now := time.Now()
 	p.mu.Lock()
-	list := p.idle[string(key)]
-	for len(list) > 0 {
-		ic := list[len(list)-1]
-		list[len(list)-1] = idleConn{}
-		list = list[:len(list)-1]
-		p.total--
-		if now.Sub(ic.since) < p.cfg.IdleTimeout {
-			p.idle[string(key)] = list
-			p.hits++
-			p.mu.Unlock()
-			return ic.c
+	if h := p.idle[string(key)]; h != nil {
+		for len(h.conns) > 0 {
+			last := len(h.conns) - 1
+			ic := h.conns[last]
+			h.conns[last] = idleConn{}
+			h.conns = h.conns[:last]
+			p.total--
+			if now.Sub(ic.since) < p.cfg.IdleTimeout {
+				p.hits++
+				p.mu.Unlock()
+				return ic.c
+			}
+			ic.c.Close()
 		}
-		ic.c.Close()
-	}
-	if list != nil {
-		p.idle[string(key)] = list
 	}
 	p.misses++
 	p.mu.Unlock()
@@ -98,13 +101,17 @@ func (p *Pool) Get(key []byte) *net.TCPConn {
 // kept it; when it did not, Put closed it.
 func (p *Pool) Put(key string, c *net.TCPConn) bool {
 	p.mu.Lock()
-	list := p.idle[key]
-	if p.closed || len(list) >= p.cfg.MaxIdlePerHost || p.total >= p.cfg.MaxIdle {
+	h := p.idle[key]
+	if p.closed || h != nil && len(h.conns) >= p.cfg.MaxIdlePerHost || p.total >= p.cfg.MaxIdle {
 		p.mu.Unlock()
 		c.Close()
 		return false
 	}
-	p.idle[key] = append(list, idleConn{c: c, since: time.Now()})
+	if h == nil {
+		h = &hostIdle{}
+		p.idle[key] = h
+	}
+	h.conns = append(h.conns, idleConn{c: c, since: time.Now()})
 	p.total++
 	p.mu.Unlock()
 	return true
@@ -133,8 +140,8 @@ func (p *Pool) Close() error {
 		return nil
 	}
 	p.closed = true
-	for k, list := range p.idle {
-		for _, ic := range list {
+	for k, h := range p.idle {
+		for _, ic := range h.conns {
 			ic.c.Close()
 		}
 		delete(p.idle, k)
@@ -168,7 +175,8 @@ func (p *Pool) reapLoop() {
 func (p *Pool) reap(now time.Time) {
 	var expired []*net.TCPConn
 	p.mu.Lock()
-	for k, list := range p.idle {
+	for k, h := range p.idle {
+		list := h.conns
 		keep := list[:0]
 		for _, ic := range list {
 			if now.Sub(ic.since) >= p.cfg.IdleTimeout {
@@ -184,7 +192,7 @@ func (p *Pool) reap(now time.Time) {
 		if len(keep) == 0 {
 			delete(p.idle, k)
 		} else {
-			p.idle[k] = keep
+			h.conns = keep
 		}
 	}
 	p.mu.Unlock()

@@ -21,31 +21,34 @@ var (
 	upstreamBufs = sync.Pool{New: func() any { b := make([]byte, upstreamBufSize); return &b }}
 )
 
-// bufConn is a TCP connection with a read buffer of its own. buf[r:w]
-// holds bytes read but not consumed. A bufConn is owned by one goroutine
-// at a time.
+// bufConn is a connection with a read buffer of its own. buf[r:w] holds
+// bytes read but not consumed. A bufConn is owned by one goroutine at a
+// time.
 type bufConn struct {
-	c    *net.TCPConn
+	c    net.Conn
+	tcp  *net.TCPConn // c when it is a plain TCP connection (splice, writev), else nil
 	buf  []byte
 	r, w int
-	pool *sync.Pool // where buf came from; nil for a grown buffer
+	bp   *[]byte    // the pooled slice header buf came from; nil for a grown buffer
+	pool *sync.Pool // where bp goes back
 }
 
-func (b *bufConn) attach(c *net.TCPConn, pool *sync.Pool) {
+func (b *bufConn) attach(c net.Conn, pool *sync.Pool) {
 	b.c = c
+	b.tcp, _ = c.(*net.TCPConn)
 	b.pool = pool
-	b.buf = *(pool.Get().(*[]byte))
+	b.bp = pool.Get().(*[]byte)
+	b.buf = *b.bp
 	b.r, b.w = 0, 0
 }
 
 // release returns the buffer to its pool. The bufConn must not be read
 // again before attach.
 func (b *bufConn) release() {
-	if b.buf != nil && b.pool != nil {
-		buf := b.buf[:cap(b.buf)]
-		b.pool.Put(&buf)
+	if b.bp != nil {
+		b.pool.Put(b.bp)
 	}
-	b.buf, b.pool = nil, nil
+	b.buf, b.bp, b.pool = nil, nil, nil
 	b.r, b.w = 0, 0
 }
 
@@ -72,11 +75,11 @@ func (b *bufConn) fill(limit int) error {
 			}
 			nb := make([]byte, n)
 			copy(nb, b.buf[:b.w])
-			if b.pool != nil {
-				old := b.buf
-				b.pool.Put(&old)
+			if b.bp != nil {
+				b.pool.Put(b.bp)
+				b.bp = nil
 			}
-			b.buf, b.pool = nb, nil
+			b.buf = nb
 		}
 	}
 	n, err := b.c.Read(b.buf[b.w:])

@@ -200,8 +200,8 @@ func (cn *conn) handle() (keep, handedOff bool) {
 			cn.writeDialError(err)
 			return false, false
 		}
-		cn.up.c.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
-		err = cn.vec.write(cn.up.c, cn.out, inBuf)
+		cn.up.tcp.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+		err = cn.vec.write(cn.up.tcp, cn.out, inBuf)
 		if err == nil && bodyDone {
 			err = cn.readResponseHead(clientMinor)
 		}
@@ -322,9 +322,9 @@ func (cn *conn) putUpstream() {
 	if cn.up.c == nil {
 		return
 	}
-	c := cn.up.c
+	c := cn.up.tcp
 	cn.up.release()
-	cn.up.c = nil
+	cn.up.c, cn.up.tcp = nil, nil
 	if cn.p.cfg.Pool == nil {
 		c.Close()
 		return
@@ -340,7 +340,7 @@ func (cn *conn) dropUpstream() {
 	}
 	cn.up.c.Close()
 	cn.up.release()
-	cn.up.c = nil
+	cn.up.c, cn.up.tcp = nil, nil
 }
 
 var (
@@ -442,12 +442,13 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 	}
 }
 
-// copyN moves n bytes from src (its buffer empty) to dst: with splice
-// for large remainders, through src's buffer otherwise.
-func (cn *conn) copyN(dst *net.TCPConn, src *bufConn, n int64) error {
+// copyN moves n bytes from src to dst: with splice for large remainders
+// between TCP sockets, through src's buffer otherwise.
+func (cn *conn) copyN(dst net.Conn, src *bufConn, n int64) error {
 	timeout := cn.p.cfg.WriteTimeout
+	dstTCP, _ := dst.(*net.TCPConn)
 	for n > 0 {
-		if n >= spliceMin && src.r == src.w {
+		if n >= spliceMin && src.r == src.w && dstTCP != nil && src.tcp != nil {
 			seg := n
 			if seg > spliceSegment {
 				seg = spliceSegment
@@ -455,8 +456,8 @@ func (cn *conn) copyN(dst *net.TCPConn, src *bufConn, n int64) error {
 			dl := time.Now().Add(timeout)
 			dst.SetWriteDeadline(dl)
 			src.c.SetReadDeadline(dl)
-			lr := io.LimitedReader{R: src.c, N: seg}
-			m, err := dst.ReadFrom(&lr)
+			lr := io.LimitedReader{R: src.tcp, N: seg}
+			m, err := dstTCP.ReadFrom(&lr)
 			n -= m
 			if err != nil {
 				return err
@@ -492,7 +493,7 @@ func (cn *conn) copyN(dst *net.TCPConn, src *bufConn, n int64) error {
 // copyChunked forwards a chunked body from src to dst, verbatim or, when
 // dechunk is set, as its bare data, after first writing head (which may
 // be nil).
-func (cn *conn) copyChunked(v *vec, dst *net.TCPConn, src *bufConn, cs *chunkedScanner, head []byte, dechunk bool) error {
+func (cn *conn) copyChunked(v *vec, dst net.Conn, src *bufConn, cs *chunkedScanner, head []byte, dechunk bool) error {
 	timeout := cn.p.cfg.WriteTimeout
 	for {
 		avail := src.buffered()
@@ -586,16 +587,33 @@ func (cn *conn) finishBody() error {
 type vec struct {
 	iov  [2][]byte
 	bufs net.Buffers
+	join []byte // a and b joined, for connections without writev (TLS)
 }
 
+// maxJoin bounds what vec.write copies together for a connection without
+// writev, so that head and a small body leave in one TLS record.
+const maxJoin = 16 << 10
+
 // write writes a and b with one system call where it can.
-func (v *vec) write(c *net.TCPConn, a, b []byte) error {
+func (v *vec) write(c net.Conn, a, b []byte) error {
 	if len(b) == 0 {
 		_, err := c.Write(a)
 		return err
 	}
 	if len(a) == 0 {
 		_, err := c.Write(b)
+		return err
+	}
+	if _, ok := c.(*net.TCPConn); !ok {
+		if len(a)+len(b) > maxJoin {
+			if _, err := c.Write(a); err != nil {
+				return err
+			}
+			_, err := c.Write(b)
+			return err
+		}
+		v.join = append(append(v.join[:0], a...), b...)
+		_, err := c.Write(v.join)
 		return err
 	}
 	v.iov[0], v.iov[1] = a, b
@@ -641,21 +659,25 @@ func (cn *conn) connect() bool {
 	}
 	client.SetDeadline(time.Time{})
 	upc.SetDeadline(time.Time{})
-	if cn.eng == nil {
-		relay(client, upc)
-		client.Close()
-		upc.Close()
+	if cn.eng != nil && cn.client.tcp != nil {
+		cn.eng.Add(cn.client.tcp, upc, nil)
 		return true
 	}
-	cn.eng.Add(client, upc, nil)
+	relay(client, upc)
+	client.Close()
+	upc.Close()
 	return true
 }
 
 var connectEstablished = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
 
+// closeWriter is a connection whose write half can be shut down alone.
+type closeWriter interface{ CloseWrite() error }
+
 // relay copies both ways between a and b until both directions end,
-// passing half-closes through. It serves when no tunnel engine is given.
-func relay(a, b *net.TCPConn) {
+// passing half-closes through. It serves when no tunnel engine is given
+// or the client connection is not a plain TCP socket.
+func relay(a net.Conn, b *net.TCPConn) {
 	done := make(chan struct{})
 	go func() {
 		io.Copy(b, a)
@@ -663,6 +685,8 @@ func relay(a, b *net.TCPConn) {
 		close(done)
 	}()
 	io.Copy(a, b)
-	a.CloseWrite()
+	if cw, ok := a.(closeWriter); ok {
+		cw.CloseWrite()
+	}
 	<-done
 }

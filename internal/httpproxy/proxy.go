@@ -110,11 +110,13 @@ func New(cfg Config) *Proxy {
 // ServeConn serves one client connection until it closes, fails, is
 // handed to the tunnel engine eng, or ctx is done (checked between
 // requests: a request in progress finishes first). ServeConn owns c: it
-// closes it or hands it on. eng may be nil, in which case tunnels are
-// relayed by two goroutines instead.
-func (p *Proxy) ServeConn(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine) {
-	if p.cfg.SocketBufferBytes > 0 {
-		if rc, err := c.SyscallConn(); err == nil {
+// closes it or hands it on. c is a *net.TCPConn on a plain port, or a
+// connection whose handshake is done on a TLS port. Tunnels of a plain
+// connection go to eng; with eng nil, or for other connections, they are
+// relayed by goroutines instead.
+func (p *Proxy) ServeConn(ctx context.Context, c net.Conn, eng *tunnel.Engine) {
+	if tc, ok := c.(*net.TCPConn); ok && p.cfg.SocketBufferBytes > 0 {
+		if rc, err := tc.SyscallConn(); err == nil {
 			dialer.SetBuffers(rc, p.cfg.SocketBufferBytes)
 		}
 	}

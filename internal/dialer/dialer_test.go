@@ -1,0 +1,201 @@
+package dialer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pair returns the client end of a loopback TCP connection; the server
+// end is closed when the test ends.
+func pair(t *testing.T, ln net.Listener) *net.TCPConn {
+	t.Helper()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn)
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func TestPoolGetPut(t *testing.T) {
+	ln := listen(t)
+	p := NewPool(PoolConfig{MaxIdlePerHost: 2, MaxIdle: 3, IdleTimeout: time.Minute})
+	t.Cleanup(func() { p.Close() })
+
+	if c := p.Get([]byte("a:1")); c != nil {
+		t.Fatal("Get on an empty pool returned a connection")
+	}
+	c1, c2, c3 := pair(t, ln), pair(t, ln), pair(t, ln)
+	if !p.Put("a:1", c1) || !p.Put("a:1", c2) {
+		t.Fatal("Put refused below the per-host limit")
+	}
+	if p.Put("a:1", c3) {
+		t.Fatal("Put kept a third connection for one host with MaxIdlePerHost 2")
+	}
+	c4, c5 := pair(t, ln), pair(t, ln)
+	if !p.Put("b:1", c4) {
+		t.Fatal("Put refused for another host below MaxIdle")
+	}
+	if p.Put("c:1", c5) {
+		t.Fatal("Put kept a connection past MaxIdle")
+	}
+	if got := p.Len(); got != 3 {
+		t.Fatalf("Len = %d, want 3", got)
+	}
+	// Most recent first.
+	if got := p.Get([]byte("a:1")); got != c2 {
+		t.Fatal("Get did not return the most recently put connection")
+	}
+	if got := p.Get([]byte("a:1")); got != c1 {
+		t.Fatal("Get did not return the remaining connection")
+	}
+	if got := p.Get([]byte("a:1")); got != nil {
+		t.Fatal("Get returned a connection from an empty host list")
+	}
+	hits, misses := p.Stats()
+	if hits != 2 || misses != 2 {
+		t.Errorf("Stats = %d hits, %d misses; want 2, 2", hits, misses)
+	}
+}
+
+func TestPoolGetAllocs(t *testing.T) {
+	ln := listen(t)
+	p := NewPool(PoolConfig{})
+	t.Cleanup(func() { p.Close() })
+	c := pair(t, ln)
+	key := []byte("origin:80")
+	p.Put(string(key), c)
+	allocs := testing.AllocsPerRun(100, func() {
+		got := p.Get(key)
+		p.Put("origin:80", got)
+	})
+	// Put's constant key is not converted; Get must not allocate.
+	if allocs != 0 {
+		t.Errorf("Get+Put allocate %v times per run, want 0", allocs)
+	}
+}
+
+func TestPoolIdleTimeout(t *testing.T) {
+	ln := listen(t)
+	p := NewPool(PoolConfig{IdleTimeout: 50 * time.Millisecond})
+	t.Cleanup(func() { p.Close() })
+	c := pair(t, ln)
+	p.Put("a:1", c)
+	time.Sleep(80 * time.Millisecond)
+	if got := p.Get([]byte("a:1")); got != nil {
+		t.Fatal("Get returned a connection idle past the timeout")
+	}
+	// The expired connection was closed.
+	if _, err := c.Write([]byte("x")); err == nil {
+		t.Error("expired connection still open")
+	}
+}
+
+func TestPoolReaper(t *testing.T) {
+	ln := listen(t)
+	p := NewPool(PoolConfig{IdleTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { p.Close() })
+	p.Put("a:1", pair(t, ln))
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("reaper did not close the idle connection")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestPoolClose(t *testing.T) {
+	ln := listen(t)
+	p := NewPool(PoolConfig{})
+	c := pair(t, ln)
+	p.Put("a:1", c)
+	p.Close()
+	p.Close() // idempotent
+	if p.Len() != 0 {
+		t.Fatal("Close left idle connections")
+	}
+	if p.Put("a:1", pair(t, ln)) {
+		t.Fatal("Put after Close kept the connection")
+	}
+}
+
+func TestDialErrors(t *testing.T) {
+	ln := listen(t)
+	closed := ln.Addr().String()
+	ln.Close()
+	d := New(Config{Timeout: 2 * time.Second})
+	tests := []struct {
+		name, addr string
+		timeout    bool
+		reason     string
+	}{
+		{"refused", closed, false, "refused"},
+		{"no such host", "no-such-host.invalid:80", false, "cannot resolve"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := d.Dial(context.Background(), tt.addr)
+			var de *Error
+			if !errors.As(err, &de) {
+				t.Fatalf("Dial error %v is not a *dialer.Error", err)
+			}
+			if de.Timeout != tt.timeout {
+				t.Errorf("Timeout = %v, want %v", de.Timeout, tt.timeout)
+			}
+			if !strings.Contains(de.Reason(), tt.reason) {
+				t.Errorf("Reason() = %q, want it to contain %q", de.Reason(), tt.reason)
+			}
+			if !strings.HasPrefix(de.Error(), "dialer: dial upstream ") {
+				t.Errorf("Error() = %q lacks the package prefix and action", de.Error())
+			}
+		})
+	}
+	t.Run("timeout", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+		defer cancel()
+		time.Sleep(time.Millisecond)
+		_, err := d.Dial(ctx, "127.0.0.1:9")
+		var de *Error
+		if !errors.As(err, &de) || !de.Timeout {
+			t.Fatalf("Dial with an expired context = %v, want a timeout *dialer.Error", err)
+		}
+	})
+}
+
+func TestDialSocketBuffers(t *testing.T) {
+	ln := listen(t)
+	d := New(Config{SocketBufferBytes: 256 << 10})
+	c, err := d.Dial(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, _ := c.SyscallConn()
+	var got int
+	rc.Control(func(fd uintptr) {
+		got, _ = getsockoptInt(int(fd))
+	})
+	// Linux doubles the value it was given.
+	if got < 256<<10 {
+		t.Errorf("SO_RCVBUF = %d, want at least %d", got, 256<<10)
+	}
+}
