@@ -58,6 +58,7 @@ type conn struct {
 	bodyErr chan error // the sendBody goroutine's result
 	nreq    int
 	isHead  bool // the request being served is a HEAD: answers carry no body
+	upgrade bool // the request being served is a WebSocket handshake
 }
 
 func (cn *conn) reset() {
@@ -159,6 +160,12 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	isHead := cn.isHead
 	idempotent := isIdempotent(method)
 	clientMinor := req.minor
+	// A WebSocket handshake keeps its Upgrade field; the connection becomes
+	// a tunnel if the origin switches protocols.
+	cn.upgrade = clientMinor == 1 && string(method) == "GET" && !hasBody && req.upgradesTo("websocket")
+	if cn.upgrade {
+		req.headers[req.upgradeIdx].drop = false
+	}
 	req.dropConnectionListed()
 	cn.buildRequestHead()
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
@@ -226,6 +233,10 @@ func (cn *conn) handle() (keep, handedOff bool) {
 			cn.writeUpstreamError(err)
 			return false, false
 		}
+	}
+
+	if cn.resp.status == 101 {
+		return false, cn.switchProtocols()
 	}
 
 	// Frame and forward the response.
@@ -372,6 +383,9 @@ func (cn *conn) readResponseHead(clientMinor int) error {
 			return nil
 		}
 		if cn.resp.status == 101 {
+			if cn.upgrade && cn.resp.upgradesTo("websocket") {
+				return nil
+			}
 			return errUnexpected101
 		}
 		if clientMinor == 1 {
@@ -657,6 +671,43 @@ func (cn *conn) connect() bool {
 		}
 		cn.client.r = cn.client.w
 	}
+	return cn.tunnel(upc)
+}
+
+// switchProtocols completes a WebSocket handshake the origin accepted:
+// it passes the 101 on, with any bytes that came behind either head, and
+// turns the connection into a tunnel. It reports whether the client
+// connection was handed off.
+func (cn *conn) switchProtocols() bool {
+	cn.resp.headers[cn.resp.upgradeIdx].drop = false
+	cn.resp.dropConnectionListed()
+	cn.buildSwitchHead()
+	upc := cn.up.tcp
+	client := cn.client.c
+	client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+	if err := cn.vec.write(client, cn.out, cn.up.buffered()); err != nil {
+		cn.dropUpstream()
+		return false
+	}
+	// The upstream leaves the exchange: it belongs to the tunnel now.
+	cn.up.release()
+	cn.up.c, cn.up.tcp = nil, nil
+	if rest := cn.client.buffered(); len(rest) > 0 {
+		upc.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+		if _, err := upc.Write(rest); err != nil {
+			upc.Close()
+			return false
+		}
+		cn.client.r = cn.client.w
+	}
+	return cn.tunnel(upc)
+}
+
+// tunnel relays the client connection and upc until both directions end:
+// on the worker's splice engine for a plain client socket, by goroutines
+// otherwise. It takes ownership of both connections and reports true.
+func (cn *conn) tunnel(upc *net.TCPConn) bool {
+	client := cn.client.c
 	client.SetDeadline(time.Time{})
 	upc.SetDeadline(time.Time{})
 	if cn.eng != nil && cn.client.tcp != nil {

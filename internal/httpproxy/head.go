@@ -89,7 +89,9 @@ type head struct {
 	nConnTokens              int
 
 	expectContinue bool
-	hostIdx        int // index in headers of the Host field, -1 if none
+	hostIdx        int  // index in headers of the Host field, -1 if none
+	upgradeIdx     int  // index in headers of the Upgrade field, -1 if none
+	connUpgrade    bool // Connection lists "upgrade"
 	proxyAuth      span
 }
 
@@ -104,6 +106,8 @@ func (h *head) reset(buf []byte) {
 	h.nConnTokens = 0
 	h.expectContinue = false
 	h.hostIdx = -1
+	h.upgradeIdx = -1
+	h.connUpgrade = false
 	h.proxyAuth = span{}
 }
 
@@ -341,8 +345,14 @@ func (h *head) noteField(i int) error {
 			h.expectContinue = true
 		}
 	case 7:
-		if equalFold(name, "trailer") || equalFold(name, "upgrade") {
+		if equalFold(name, "trailer") {
 			f.drop = true
+		}
+		if equalFold(name, "upgrade") {
+			// Hop-by-hop: forwarded only when rustle relays the
+			// upgrade itself (WebSocket).
+			f.drop = true
+			h.upgradeIdx = i
 		}
 	case 10:
 		if equalFold(name, "connection") {
@@ -407,6 +417,8 @@ func (h *head) noteConnection(v []byte) error {
 			h.connClose = true
 		case equalFold(tok, "keep-alive"):
 			h.connKeepAlive = true
+		case equalFold(tok, "upgrade"):
+			h.connUpgrade = true
 		default:
 			if h.nConnTokens == maxConnTokens {
 				return errTooManyConnOpts
@@ -557,6 +569,12 @@ func (h *head) fieldIndex(name string) int {
 		}
 	}
 	return -1
+}
+
+// upgradesTo reports whether the head asks to switch to protocol (lower
+// case): Connection lists "upgrade" and Upgrade names exactly protocol.
+func (h *head) upgradesTo(protocol string) bool {
+	return h.connUpgrade && h.upgradeIdx >= 0 && equalFold(h.headers[h.upgradeIdx].value.of(h.buf), protocol)
 }
 
 // dropConnectionListed marks the fields named in Connection as hop-by-hop,

@@ -77,6 +77,20 @@ func (cn *conn) buildRequestHead() {
 		out = cn.clientAddr.AppendTo(out)
 		out = append(out, crlf...)
 	}
+	if cn.upgrade {
+		out = append(out, "Connection: Upgrade\r\n"...)
+	}
+	if cn.p.cfg.Via {
+		out = append(out, "Via: 1.1 rustle\r\n"...)
+	}
+	cn.out = append(out, crlf...)
+}
+
+// buildSwitchHead writes into cn.out the 101 Switching Protocols head of
+// an accepted WebSocket handshake.
+func (cn *conn) buildSwitchHead() {
+	out := cn.appendStatusAndFields(cn.out[:0], false)
+	out = append(out, "Connection: Upgrade\r\n"...)
 	if cn.p.cfg.Via {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}

@@ -26,16 +26,21 @@ type target struct {
 }
 
 // parseAbsoluteTarget parses an absolute-form request target
-// (http://authority/path?query).
+// (http://authority/path?query, or ws:// for a WebSocket handshake).
 func parseAbsoluteTarget(b []byte, t *target) error {
 	if len(b) > 0 && (b[0] == '/' || b[0] == '*') {
 		return errOriginForm
 	}
-	const scheme = "http://"
-	if len(b) < len(scheme) || !equalFold(b[:len(scheme)], scheme) {
+	var rest []byte
+	switch {
+	case len(b) >= 7 && equalFold(b[:7], "http://"):
+		rest = b[7:]
+	case len(b) >= 5 && equalFold(b[:5], "ws://"):
+		// A WebSocket URL: the handshake is an HTTP request.
+		rest = b[5:]
+	default:
 		return errScheme
 	}
-	rest := b[len(scheme):]
 	end := len(rest)
 	for i, c := range rest {
 		if c == '/' || c == '?' || c == '#' {
