@@ -28,6 +28,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -250,6 +251,9 @@ func run() error {
 	}
 	fmt.Fprintf(e.out, "done in %s: %s\n", time.Since(start).Round(time.Second), filepath.Join(out, "report.md"))
 	printSummary(e, c)
+	if ctx.Err() != nil {
+		return errors.New("campaign: interrupted")
+	}
 	return nil
 }
 

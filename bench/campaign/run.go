@@ -49,6 +49,9 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 			}
 			run := e.holdRun(ctx, pl, t, r)
 			r.stop()
+			if ctx.Err() != nil {
+				return ctx.Err() // an interrupted run is not recorded
+			}
 			run.Repeat = rep
 			e.logRun(run, t)
 			record(run)
@@ -65,6 +68,9 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 	defer r.stop()
 	levels := pl.levels(t)
 	warm := e.measure(ctx, t, r, levels[len(levels)/2], pl.warmup)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	warm.Warmup = true
 	e.logRun(warm, t)
 	record(warm)
@@ -74,6 +80,9 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 				return ctx.Err()
 			}
 			run := e.measure(ctx, t, r, conns, pl.duration)
+			if ctx.Err() != nil {
+				return ctx.Err() // an interrupted run is not recorded
+			}
 			run.Repeat = rep
 			e.logRun(run, t)
 			record(run)
