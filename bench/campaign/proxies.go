@@ -201,8 +201,20 @@ type running struct {
 
 // startProxy starts a fresh instance of def on a free port, pinned to the
 // proxy core, and checks it: a request with credentials must get the 1 KB
-// body, one without must get 407.
+// body, one without must get 407. A failed start is tried once more, on
+// another port, before it counts.
 func (e *env) startProxy(ctx context.Context, def *proxyDef) (*running, error) {
+	r, err := e.startProxyOnce(ctx, def)
+	if err == nil || ctx.Err() != nil {
+		return r, err
+	}
+	fmt.Fprintf(e.out, "%s did not start, trying once more: %s\n", def.name, firstLines(err.Error(), 2))
+	sleep(ctx, time.Second)
+	return e.startProxyOnce(ctx, def)
+}
+
+// startProxyOnce makes one attempt of startProxy.
+func (e *env) startProxyOnce(ctx context.Context, def *proxyDef) (*running, error) {
 	if def.name == "none" {
 		return &running{def: def}, e.preflight(ctx, "")
 	}
