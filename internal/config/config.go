@@ -145,8 +145,9 @@ type Listener struct {
 	// ("[::1]:3128") and an empty host (":3128") means every address.
 	Address string `toml:"address"`
 	// Protocol is what the listener speaks: "http" (an HTTP proxy),
-	// "socks5" (SOCKS5, and SOCKS4 and 4a for CONNECT) or "mixed" (all
-	// three on one port, told apart by the first byte). "" means "http".
+	// "https" (the same over TLS: set TLS), "socks5" (SOCKS5, and SOCKS4
+	// and 4a for CONNECT) or "mixed" (http, socks5 and socks4 on one port,
+	// told apart by the first byte). "" means "http".
 	Protocol string `toml:"protocol"`
 	// Auth is "basic" or "none"; "" means "basic" when any user is
 	// configured and "none" otherwise (see [Config.EffectiveAuth]).
@@ -154,6 +155,30 @@ type Listener struct {
 	// AllowOpen permits a non-loopback listener without authentication;
 	// false refuses such an open proxy.
 	AllowOpen bool `toml:"allow_open"`
+	// TLS is the certificate of an "https" listener, required for it and
+	// refused for the other protocols; its zero value means no TLS.
+	TLS ListenerTLS `toml:"tls"`
+}
+
+// ListenerTLS configures TLS towards the clients of an "https" listener.
+type ListenerTLS struct {
+	// Cert and Key are PEM files of the certificate chain and its key;
+	// relative paths are resolved against the config file's directory.
+	// Both are required on an "https" listener; "" means unset.
+	Cert string `toml:"cert"`
+	Key  string `toml:"key"`
+	// ClientCA is a PEM bundle of CAs whose client certificates
+	// authenticate a connection, as an alternative to Basic credentials;
+	// "" means client certificates are not asked for.
+	ClientCA string `toml:"client_ca"`
+	// KTLS asks for kernel TLS. false (the default) uses Go's TLS; true
+	// is refused at start with the reason, as this build has no kTLS.
+	KTLS bool `toml:"ktls"`
+}
+
+// Set reports whether any TLS key is set.
+func (t ListenerTLS) Set() bool {
+	return t.Cert != "" || t.Key != "" || t.ClientCA != "" || t.KTLS
 }
 
 // Duration is a [time.Duration] written in TOML as a Go duration string

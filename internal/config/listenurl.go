@@ -10,13 +10,15 @@ import (
 
 // ParseListenURL parses a gost-style -L flag value such as
 // "http://127.0.0.1:8080", "http://user:pass@[::1]:3128", "http://:3128",
-// "socks5://user:pass@127.0.0.1:1080" or "mixed://127.0.0.1:3128".
+// "socks5://user:pass@127.0.0.1:1080", "mixed://127.0.0.1:3128" or
+// "https://127.0.0.1:8443?cert=server.pem&key=server.key".
 //
 // The scheme is the listener's protocol (see the protocol key). The
 // userinfo, percent-decoded, becomes a user with a plain password, returned
 // as the *User, and sets the listener's Auth to "basic"; without userinfo
-// the *User is nil and Auth is "". The port is required. Query parameters,
-// a path and a fragment are errors. The Listener's Name is "", for
+// the *User is nil and Auth is "". The port is required. An https URL
+// needs the query parameters cert and key (client_ca is optional); other
+// query parameters, a path and a fragment are errors. The Listener's Name is "", for
 // [Config.SetDefaults] to fill in; nothing else is validated here that
 // [Config.Validate] checks later, except the address.
 //
@@ -43,8 +45,33 @@ func ParseListenURL(s string) (Listener, *User, error) {
 	if u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.Fragment != "" {
 		return fail("want no path or fragment after host:port")
 	}
+	var tlsc ListenerTLS
 	if u.RawQuery != "" || u.ForceQuery {
-		return fail("query parameters are not supported")
+		if u.Scheme != "https" {
+			return fail("query parameters are only for https:// (cert, key, client_ca)")
+		}
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return fail("bad query: %v", err)
+		}
+		for k, vs := range q {
+			if len(vs) != 1 {
+				return fail("query parameter %q given %d times", k, len(vs))
+			}
+			switch k {
+			case "cert":
+				tlsc.Cert = vs[0]
+			case "key":
+				tlsc.Key = vs[0]
+			case "client_ca":
+				tlsc.ClientCA = vs[0]
+			default:
+				return fail("unknown query parameter %q (want cert, key, client_ca)", k)
+			}
+		}
+	}
+	if u.Scheme == "https" && (tlsc.Cert == "" || tlsc.Key == "") {
+		return fail("https:// needs ?cert=FILE&key=FILE")
 	}
 	if u.Port() == "" {
 		return fail("missing port")
@@ -52,7 +79,7 @@ func ParseListenURL(s string) (Listener, *User, error) {
 	if _, _, err := splitListenAddress(u.Host); err != nil {
 		return fail("%v", err)
 	}
-	l := Listener{Address: u.Host, Protocol: u.Scheme}
+	l := Listener{Address: u.Host, Protocol: u.Scheme, TLS: tlsc}
 	if u.User == nil {
 		return l, nil, nil
 	}

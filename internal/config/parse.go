@@ -87,10 +87,19 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 	dir := filepath.Dir(path)
-	for i, p := range c.Auth.Htpasswd {
-		if p != "" && !filepath.IsAbs(p) {
-			c.Auth.Htpasswd[i] = filepath.Join(dir, p)
+	resolve := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
 		}
+	}
+	for i := range c.Auth.Htpasswd {
+		resolve(&c.Auth.Htpasswd[i])
+	}
+	for i := range c.Listen {
+		t := &c.Listen[i].TLS
+		resolve(&t.Cert)
+		resolve(&t.Key)
+		resolve(&t.ClientCA)
 	}
 	return c, nil
 }

@@ -18,7 +18,7 @@ var ErrOpenProxy = errors.New("open proxy refused")
 
 // protocols lists the listener protocols rustle speaks: the valid values
 // of a listener's protocol key and of a -L URL's scheme.
-var protocols = []string{"http", "socks5", "mixed"}
+var protocols = []string{"http", "https", "socks5", "mixed"}
 
 // Choices for the keys that take one of a few strings.
 var (
@@ -137,6 +137,12 @@ func (c *Config) validateListeners(v *validator) {
 		}
 		if !slices.Contains(protocols, l.Protocol) {
 			v.add(key+".protocol", fmt.Errorf("%q is not one of %s", l.Protocol, strings.Join(protocols, ", ")))
+		}
+		if l.Protocol == "https" {
+			v.check(l.TLS.Cert != "", key+".tls.cert", "is required on an https listener")
+			v.check(l.TLS.Key != "", key+".tls.key", "is required on an https listener")
+		} else if l.TLS.Set() {
+			v.add(key+".tls", fmt.Errorf("is only for https listeners, not %q", l.Protocol))
 		}
 		if !slices.Contains(authModes, l.Auth) {
 			v.add(key+".auth", fmt.Errorf("%q is not \"basic\", \"none\" or \"\"", l.Auth))

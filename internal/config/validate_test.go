@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -240,5 +242,48 @@ func TestValidateNamesFileAndLine(t *testing.T) {
 	d.Log.Level = "loud"
 	if got := errorStrings(t, d.Validate()); len(got) != 1 || !strings.HasPrefix(got[0], "config: log.level") {
 		t.Errorf("Default().Validate() = %q, want a config: prefix", got)
+	}
+}
+
+func TestValidateTLS(t *testing.T) {
+	tests := []struct {
+		name string
+		l    Listener
+		want []string // keys of the errors
+	}{
+		{"https with a pair", Listener{Address: "127.0.0.1:8443", Protocol: "https", TLS: ListenerTLS{Cert: "c", Key: "k"}}, nil},
+		{"https without a pair", Listener{Address: "127.0.0.1:8443", Protocol: "https"}, []string{"listen[0].tls.cert", "listen[0].tls.key"}},
+		{"tls on http", Listener{Address: "127.0.0.1:3128", Protocol: "http", TLS: ListenerTLS{Cert: "c", Key: "k"}}, []string{"listen[0].tls"}},
+		{"ktls on socks5", Listener{Address: "127.0.0.1:1080", Protocol: "socks5", TLS: ListenerTLS{KTLS: true}}, []string{"listen[0].tls"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &Config{Listen: []Listener{tt.l}}
+			c.SetDefaults()
+			var got []string
+			if err := c.Validate(); err != nil {
+				got = errorKeys(t, err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Validate error keys (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadResolvesTLSPaths(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r.toml")
+	src := "[[listen]]\naddress = \"127.0.0.1:8443\"\nprotocol = \"https\"\ntls = { cert = \"s.pem\", key = \"/abs/s.key\", client_ca = \"ca/ca.pem\" }\n"
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ListenerTLS{Cert: filepath.Join(dir, "s.pem"), Key: "/abs/s.key", ClientCA: filepath.Join(dir, "ca/ca.pem")}
+	if diff := cmp.Diff(want, c.Listen[0].TLS); diff != "" {
+		t.Errorf("TLS paths (-want +got):\n%s", diff)
 	}
 }
