@@ -5,10 +5,12 @@
 //	rustle [-c FILE] [-L URL]...   run (the embedded default config without -c)
 //	rustle check -c FILE           validate a config file
 //	rustle passwd USER             print an htpasswd line (bcrypt) for USER
+//	rustle cert [-hosts H,...] DIR write a self-signed CA and server pair
 //	rustle version                 print the version
 //
 // rustle only parses flags, loads the configuration and runs until
-// SIGTERM or SIGINT; everything else lives in internal/.
+// SIGTERM or SIGINT (SIGHUP re-reads TLS certificates); everything else
+// lives in internal/.
 package main
 
 import (
@@ -28,6 +30,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/server"
+	"github.com/rustle-proxy/rustle/internal/tlsconf"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -53,6 +56,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return passwd(args[1:], stdin, stdout, stderr)
 		case "check":
 			return check(args[1:], stdout, stderr)
+		case "cert":
+			return cert(args[1:], stdout, stderr)
 		case "help", "-h", "--help":
 			usage(stdout)
 			return 0
@@ -94,8 +99,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	sig := <-sigs
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	var sig os.Signal
+	for sig = range sigs {
+		if sig != syscall.SIGHUP {
+			break
+		}
+		if err := srv.ReloadTLS(); err != nil {
+			logger.Error("reload: certificates kept as they were", "err", err)
+		} else {
+			logger.Info("reload: certificates re-read")
+		}
+	}
 	signal.Stop(sigs)
 	logger.Info("shutting down", "signal", sig.String(), "drain", cfg.Timeouts.Drain.Duration)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts.Drain.Duration)
@@ -201,6 +216,27 @@ func check(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+func cert(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rustle cert", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	hosts := fs.String("hosts", strings.Join(tlsconf.DefaultHosts, ","), "comma-separated IP addresses and names the server certificate is for")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: rustle cert [-hosts 127.0.0.1,::1,localhost] DIR")
+		return 2
+	}
+	ca, crt, key, err := tlsconf.WriteSelfSigned(fs.Arg(0), strings.Split(*hosts, ","))
+	if err != nil {
+		fmt.Fprintln(stderr, "rustle cert:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s, %s and %s\ntry: rustle -L 'https://user:pass@127.0.0.1:8443?cert=%s&key=%s'\n"+
+		"     curl --proxy https://user:pass@127.0.0.1:8443 --proxy-cacert %s http://...\n", ca, crt, key, crt, key, ca)
+	return 0
+}
+
 func passwd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) != 1 || args[0] == "" || strings.ContainsAny(args[0], ":\r\n") {
 		fmt.Fprintln(stderr, "usage: rustle passwd USER   (reads the password from standard input)")
@@ -250,12 +286,15 @@ func usage(w io.Writer) {
   rustle check -c FILE           validate a config file and exit
   rustle passwd USER             print "USER:bcrypt-hash" for an htpasswd file;
                                  the password is read from standard input
+  rustle cert [-hosts H,...] DIR write a self-signed CA (ca.pem) and a server
+                                 pair (server.pem, server.key) to try https
   rustle version                 print the version
 
 Flags:
   -c FILE   configuration file (TOML); see rustle.example.toml
-  -L URL    add a listener: http://, socks5:// or mixed://, with optional
-            user:pass@, e.g. -L http://user:pass@127.0.0.1:8080
+  -L URL    add a listener: http://, https://, socks5:// or mixed://, with
+            optional user:pass@, e.g. -L http://user:pass@127.0.0.1:8080 or
+            -L 'https://u:p@127.0.0.1:8443?cert=server.pem&key=server.key'
             (without -c, -L listeners replace the default one)
 `)
 }

@@ -59,10 +59,14 @@ type conn struct {
 	nreq    int
 	isHead  bool // the request being served is a HEAD: answers carry no body
 	upgrade bool // the request being served is a WebSocket handshake
+
+	certAuth bool   // a verified TLS client certificate authenticated the connection
+	certUser string // its subject's common name
 }
 
 func (cn *conn) reset() {
 	cn.p, cn.eng, cn.ctx = nil, nil, nil
+	cn.certAuth, cn.certUser = false, ""
 	cn.clientAddr = netip.Addr{}
 	cn.up = bufConn{}
 	cn.upKey = ""
@@ -134,7 +138,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	method := req.method.of(req.buf)
 	hasBody := req.chunked || req.contentLength > 0
 
-	if p.cfg.Auth != nil {
+	if p.cfg.Auth != nil && !cn.certAuth {
 		ok := false
 		if !req.proxyAuth.empty() {
 			_, ok = p.cfg.Auth.Check(req.proxyAuth.of(req.buf))

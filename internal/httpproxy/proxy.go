@@ -13,6 +13,7 @@ package httpproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"sync"
@@ -127,6 +128,14 @@ func (p *Proxy) ServeConn(ctx context.Context, c net.Conn, eng *tunnel.Engine) {
 	cn.client.attach(c, &clientBufs)
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		cn.clientAddr = ta.AddrPort().Addr().Unmap()
+	}
+	if tc, ok := c.(*tls.Conn); ok {
+		// A client certificate verified during the handshake (the
+		// listener's client_ca) authenticates every request.
+		if cs := tc.ConnectionState(); len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
+			cn.certUser = cs.VerifiedChains[0][0].Subject.CommonName
+			cn.certAuth = true
+		}
 	}
 	// On shutdown, a connection waiting for its next request is woken so
 	// that it closes; one in the middle of a request finishes it first.

@@ -40,6 +40,9 @@ func newSOCKS(cfg *config.Config, lc config.Listener, d *dialer.Dialer, authr *a
 // to the HTTP proxy.
 func (l *listener) serve(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine) {
 	switch l.cfg.Protocol {
+	case "https":
+		l.serveTLS(ctx, c, eng)
+		return
 	case "socks5":
 		l.socks.ServeConn(ctx, c, eng)
 		return

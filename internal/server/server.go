@@ -21,6 +21,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/socks5"
+	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -55,8 +56,9 @@ type Server struct {
 type listener struct {
 	cfg   config.Listener
 	proxy *httpproxy.Proxy
-	socks *socks5.Server // for "socks5" and "mixed" listeners; nil otherwise
-	peek  time.Duration  // how long a "mixed" listener waits for a first byte
+	socks *socks5.Server   // for "socks5" and "mixed" listeners; nil otherwise
+	tls   *tlsconf.Manager // for "https" listeners; nil otherwise
+	peek  time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
 	lns   []net.Listener
 }
 
@@ -140,10 +142,17 @@ func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
 			}
 			pc.Auth = authn
 		}
-		l := &listener{cfg: lc, proxy: httpproxy.New(pc)}
-		if lc.Protocol != "http" {
+		l := &listener{cfg: lc, proxy: httpproxy.New(pc), peek: cfg.Timeouts.ReadHeader.Duration}
+		switch lc.Protocol {
+		case "socks5", "mixed":
 			l.socks = newSOCKS(cfg, lc, d, authr, pc.Logger)
-			l.peek = cfg.Timeouts.ReadHeader.Duration
+		case "https":
+			m, err := newTLS(lc, pc.Logger)
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
+			}
+			l.tls = m
 		}
 		s.listeners = append(s.listeners, l)
 	}
@@ -329,6 +338,11 @@ func (s *Server) Close() error {
 	s.connMu.Unlock()
 	for _, e := range s.engines {
 		e.Close()
+	}
+	for _, l := range s.listeners {
+		if l.tls != nil {
+			l.tls.Close()
+		}
 	}
 	if s.pool != nil {
 		s.pool.Close()

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// newTLS loads the certificate of an "https" listener.
+func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
+	return tlsconf.New(tlsconf.Config{
+		Cert:       lc.TLS.Cert,
+		Key:        lc.TLS.Key,
+		ClientCA:   lc.TLS.ClientCA,
+		KTLS:       lc.TLS.KTLS,
+		NextProtos: []string{"http/1.1"},
+		Logger:     log,
+	})
+}
+
+// serveTLS completes the TLS handshake of a client of an "https" listener
+// within the read-header timeout, then serves HTTP/1.1 proxying over it.
+// The socket is wrapped so that crypto/tls never reads past a record it
+// needs, which lets an idle tunnel park on socket readiness with no
+// buffer (see tunnel.RecordConn).
+func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine) {
+	tc := tls.Server(tunnel.RecordConn(c), l.tls.TLSConfig())
+	c.SetDeadline(time.Now().Add(l.peek))
+	err := tc.HandshakeContext(ctx)
+	if err != nil {
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	l.proxy.ServeConn(ctx, tc, eng)
+}
+
+// ReloadTLS re-reads the certificate and key (and client CA) of every
+// https listener; connections keep running. A listener whose new files
+// are invalid keeps its old ones, and the first such error is returned.
+func (s *Server) ReloadTLS() error {
+	var first error
+	for _, l := range s.listeners {
+		if l.tls == nil {
+			continue
+		}
+		if err := l.tls.Reload(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
