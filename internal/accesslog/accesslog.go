@@ -1,0 +1,456 @@
+// Package accesslog writes rustle's access log: one line per HTTP request,
+// CONNECT or SOCKS tunnel, or SOCKS UDP association, as JSON lines or as a
+// compact positional text format.
+//
+// The data path never waits for the log. [Logger.Log] copies a [Record]
+// into a slot of a fixed pool and hands it to one writer goroutine through
+// a bounded queue; when every slot is taken (a slow disk, a stalled pipe on
+// standard output) the record is dropped and counted ([Logger.Dropped])
+// instead. The writer formats queued records in batches and writes each
+// batch with one write call, so a busy proxy makes few system calls.
+//
+// A log written to a file is reopened by [Logger.Reopen], which rustle
+// calls on SIGUSR1: logrotate renames the file, then signals, and the next
+// lines go to a new file at the configured path.
+package accesslog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Protocol is what a logged request or tunnel spoke to rustle.
+type Protocol uint8
+
+// The protocols of a [Record]. The zero Protocol is logged as "-".
+const (
+	// ProtoHTTP is a plain HTTP request (absolute-form, any method but
+	// CONNECT).
+	ProtoHTTP Protocol = iota + 1
+	// ProtoConnect is an HTTP CONNECT tunnel.
+	ProtoConnect
+	// ProtoWebSocket is an HTTP/1.1 request upgraded to WebSocket and
+	// relayed as a tunnel.
+	ProtoWebSocket
+	// ProtoH2 is a request or tunnel carried in an HTTP/2 stream.
+	ProtoH2
+	// ProtoSOCKS5 is a SOCKS5 (or SOCKS4/4a) CONNECT tunnel.
+	ProtoSOCKS5
+	// ProtoSOCKS5UDP is a SOCKS5 UDP association.
+	ProtoSOCKS5UDP
+)
+
+var protoNames = [...]string{
+	ProtoHTTP:      "http",
+	ProtoConnect:   "connect",
+	ProtoWebSocket: "websocket",
+	ProtoH2:        "h2",
+	ProtoSOCKS5:    "socks5",
+	ProtoSOCKS5UDP: "socks5-udp",
+}
+
+// String returns the protocol's name as logged: "http", "connect",
+// "websocket", "h2", "socks5", "socks5-udp", or "-" for the zero value
+// and unknown values.
+func (p Protocol) String() string {
+	if int(p) < len(protoNames) && protoNames[p] != "" {
+		return protoNames[p]
+	}
+	return "-"
+}
+
+// Record is one access log entry. Every field may be left zero; a zero
+// field is logged as "-" in the text format and as "" or 0 in JSON.
+//
+// [Logger.Log] copies the record, strings included, before it returns, so
+// the caller may reuse the Record and the memory its strings point to at
+// once (strings made with unsafe.String over a reused buffer are fine).
+type Record struct {
+	// Time is when the request or tunnel started; zero means the time Log
+	// is called.
+	Time time.Time
+	// Listener is the name of the listener that accepted the client.
+	Listener string
+	// Client is the client's address (after PROXY protocol, when used).
+	Client netip.AddrPort
+	// User is the authenticated user name; "" when there was no
+	// authentication or it failed.
+	User string
+	// Protocol is what the client spoke.
+	Protocol Protocol
+	// Method is the HTTP method ("GET", "CONNECT"); for SOCKS, "CONNECT"
+	// or "UDP".
+	Method string
+	// Target is the request target: an absolute URL for plain HTTP, or
+	// host:port for tunnels and SOCKS.
+	Target string
+	// Status is the HTTP status sent to the client; for SOCKS, the reply
+	// code (0 is success). Zero when no response was sent.
+	Status int
+	// BytesUp counts bytes from the client to the upstream: the request
+	// body, or everything sent into a tunnel.
+	BytesUp int64
+	// BytesDown counts bytes from the upstream to the client: the
+	// response body, or everything received from a tunnel.
+	BytesDown int64
+	// Duration is how long the request or tunnel lasted.
+	Duration time.Duration
+	// Upstream is the address rustle connected to; zero when it did not
+	// connect.
+	Upstream netip.AddrPort
+	// Rule names the ACL rule that decided the request; "" when none did.
+	Rule string
+}
+
+// Format is an access log line format.
+type Format string
+
+// The formats a [Logger] writes.
+const (
+	// FormatText is the compact positional format, one line per record,
+	// fields separated by one space in the order of [Record]'s fields:
+	//
+	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE
+	//
+	// Empty fields are "-"; bytes outside '!'..'~', '\' and a value of
+	// exactly "-" are escaped as \xHH, so a field never holds a space and
+	// every line splits into exactly 13 fields.
+	FormatText Format = "text"
+	// FormatJSON writes one JSON object per line with the keys time,
+	// listener, client, user, protocol, method, target, status, bytes_up,
+	// bytes_down, duration_ms, upstream and rule, always all of them.
+	// Invalid UTF-8 is replaced by U+FFFD.
+	FormatJSON Format = "json"
+)
+
+// ErrClosed is returned by [Logger.Reopen] after [Logger.Close].
+var ErrClosed = errors.New("accesslog: logger closed")
+
+// Config configures a [Logger].
+type Config struct {
+	// Format is the line format; "" means [FormatText].
+	Format Format
+	// Path is the file the log is appended to, created with mode 0640 if
+	// missing; "" means Writer.
+	Path string
+	// Writer receives the log when Path is ""; nil means standard output.
+	Writer io.Writer
+	// QueueSize is the number of records that may wait for the writer;
+	// past it records are dropped. 0 means 4096.
+	QueueSize int
+	// Logger receives the logger's own errors (a failed write or
+	// reopen); nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultQueueSize is the queue size used when [Config.QueueSize] is 0.
+const DefaultQueueSize = 4096
+
+// Field size limits. A longer string field is cut and ends in "...".
+const (
+	// MaxTargetBytes is the most bytes of Record.Target kept.
+	MaxTargetBytes = 2048
+	// MaxFieldBytes is the most bytes kept of each other string field.
+	MaxFieldBytes = 256
+)
+
+// batchBytes is roughly how much the writer formats before it writes.
+const batchBytes = 64 << 10
+
+// Logger writes access log records asynchronously. Its methods are safe
+// for concurrent use.
+type Logger struct {
+	format Format
+	path   string
+	log    *slog.Logger
+
+	free  chan *slot // slots available to Log
+	queue chan *slot // filled slots waiting for the writer
+
+	reopenReq chan chan error
+	stop      chan struct{}
+	done      chan struct{} // closed when run returns
+
+	dropped atomic.Uint64
+	closed  atomic.Bool
+
+	closeOnce sync.Once
+
+	// Owned by run once New returns.
+	w       io.Writer
+	file    *os.File // the open file when path is set; nil otherwise
+	failing bool     // the last write failed
+}
+
+// slot holds one queued record. The record's string fields point into
+// buf, which the slot owns.
+type slot struct {
+	rec Record
+	buf []byte
+}
+
+// New starts a Logger. It opens Path, if set, and returns its error.
+func New(cfg Config) (*Logger, error) {
+	switch cfg.Format {
+	case "":
+		cfg.Format = FormatText
+	case FormatText, FormatJSON:
+	default:
+		return nil, fmt.Errorf("accesslog: unknown format %q", cfg.Format)
+	}
+	n := cfg.QueueSize
+	if n <= 0 {
+		n = DefaultQueueSize
+	}
+	l := &Logger{
+		format:    cfg.Format,
+		path:      cfg.Path,
+		log:       cfg.Logger,
+		free:      make(chan *slot, n),
+		queue:     make(chan *slot, n),
+		reopenReq: make(chan chan error),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		w:         cfg.Writer,
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.path != "" {
+		f, err := openFile(l.path)
+		if err != nil {
+			return nil, err
+		}
+		l.file, l.w = f, f
+	} else if l.w == nil {
+		l.w = os.Stdout
+	}
+	slots := make([]slot, n)
+	for i := range slots {
+		l.free <- &slots[i]
+	}
+	go l.run()
+	return l, nil
+}
+
+func openFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("accesslog: open %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Log queues a copy of r for writing and returns at once. When the queue
+// is full, or the Logger is closed, the record is dropped and counted in
+// [Logger.Dropped]. Log does not allocate, except to grow a slot's buffer
+// the first time a slot holds a record with longer strings than before.
+func (l *Logger) Log(r *Record) {
+	if l.closed.Load() {
+		l.dropped.Add(1)
+		return
+	}
+	var s *slot
+	select {
+	case s = <-l.free:
+	default:
+		l.dropped.Add(1)
+		return
+	}
+	s.fill(r)
+	l.queue <- s // never blocks: there are as many places as slots
+}
+
+// fill copies r into s, its strings into s.buf.
+func (s *slot) fill(r *Record) {
+	user, method := clip(r.User, MaxFieldBytes), clip(r.Method, MaxFieldBytes)
+	target, rule := clip(r.Target, MaxTargetBytes), clip(r.Rule, MaxFieldBytes)
+	listener := clip(r.Listener, MaxFieldBytes)
+	need := len(user) + len(method) + len(target) + len(rule) + len(listener) + 5*len(ellipsis)
+	if cap(s.buf) < need {
+		s.buf = make([]byte, 0, max(need, 256))
+	}
+	s.buf = s.buf[:0]
+	s.rec = *r
+	if s.rec.Time.IsZero() {
+		s.rec.Time = time.Now()
+	}
+	s.rec.User = s.keep(user, r.User)
+	s.rec.Method = s.keep(method, r.Method)
+	s.rec.Target = s.keep(target, r.Target)
+	s.rec.Rule = s.keep(rule, r.Rule)
+	s.rec.Listener = s.keep(listener, r.Listener)
+}
+
+const ellipsis = "..."
+
+// clip returns the part of v that is kept when v is longer than limit.
+func clip(v string, limit int) string {
+	if len(v) > limit {
+		return v[:limit-len(ellipsis)]
+	}
+	return v
+}
+
+// keep appends part (and an ellipsis when it was cut from orig) to s.buf
+// and returns a string over the appended bytes. s.buf has room for it, so
+// earlier strings stay valid.
+func (s *slot) keep(part, orig string) string {
+	if orig == "" {
+		return ""
+	}
+	start := len(s.buf)
+	s.buf = append(s.buf, part...)
+	if len(part) < len(orig) {
+		s.buf = append(s.buf, ellipsis...)
+	}
+	return unsafe.String(&s.buf[start], len(s.buf)-start)
+}
+
+// Dropped returns the number of records dropped so far: those that found
+// the queue full or the Logger closed, and those whose write failed.
+func (l *Logger) Dropped() uint64 { return l.dropped.Load() }
+
+// Reopen closes the log file and opens Path again, so that after
+// logrotate renamed the file the next lines go to a new file. Records
+// queued before Reopen are written to the old file. If the new file
+// cannot be opened the old one stays in use and the error is returned.
+// Reopen is a no-op for a log without a Path, and returns [ErrClosed]
+// after Close.
+func (l *Logger) Reopen() error {
+	if l.path == "" {
+		return nil
+	}
+	res := make(chan error, 1)
+	select {
+	case l.reopenReq <- res:
+		return <-res
+	case <-l.done:
+		return ErrClosed
+	}
+}
+
+// Close writes every queued record, closes the file and stops the
+// writer. Records logged concurrently with Close may be dropped. Close is
+// idempotent; it returns the error of closing the file, if any, from the
+// first call.
+func (l *Logger) Close() error {
+	var err error
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.stop)
+		<-l.done
+		if l.file != nil {
+			if cerr := l.file.Close(); cerr != nil {
+				err = fmt.Errorf("accesslog: close %s: %w", l.path, cerr)
+			}
+		}
+	})
+	return err
+}
+
+// run is the writer goroutine: it formats queued records in batches and
+// writes them, and serves reopen requests, until stop is closed, then
+// writes what is left in the queue.
+func (l *Logger) run() {
+	defer close(l.done)
+	buf := make([]byte, 0, batchBytes+4096)
+	for {
+		select {
+		case s := <-l.queue:
+			var n int
+			buf, n = l.batch(buf[:0], s)
+			l.write(buf, n)
+		case res := <-l.reopenReq:
+			buf = l.drain(buf)
+			res <- l.reopen()
+		case <-l.stop:
+			l.drain(buf)
+			return
+		}
+	}
+}
+
+// drain writes every record queued now, formatting into buf, and
+// returns buf, perhaps grown.
+func (l *Logger) drain(buf []byte) []byte {
+	for {
+		select {
+		case s := <-l.queue:
+			var n int
+			buf, n = l.batch(buf[:0], s)
+			l.write(buf, n)
+		default:
+			return buf
+		}
+	}
+}
+
+// batch formats s and then whatever else is queued, without waiting, up
+// to about batchBytes, returning the slots to the free list. It returns
+// the lines and how many there are.
+func (l *Logger) batch(buf []byte, s *slot) ([]byte, int) {
+	n := 0
+	for {
+		buf = l.appendRecord(buf, &s.rec)
+		n++
+		s.rec = Record{} // drop references to the caller's values
+		l.free <- s
+		if len(buf) >= batchBytes {
+			return buf, n
+		}
+		select {
+		case s = <-l.queue:
+		default:
+			return buf, n
+		}
+	}
+}
+
+func (l *Logger) appendRecord(buf []byte, r *Record) []byte {
+	if l.format == FormatJSON {
+		return appendJSON(buf, r)
+	}
+	return appendText(buf, r)
+}
+
+// write writes n lines in buf, counting them as dropped if the write
+// fails. It logs the first failure and the recovery, not every failure.
+func (l *Logger) write(buf []byte, n int) {
+	_, err := l.w.Write(buf)
+	switch {
+	case err != nil:
+		l.dropped.Add(uint64(n))
+		if !l.failing {
+			l.failing = true
+			l.log.Warn("access log: write failed; dropping lines until a write succeeds",
+				"path", l.path, "err", err)
+		}
+	case l.failing:
+		l.failing = false
+		l.log.Info("access log: writes succeed again", "path", l.path, "dropped_total", l.dropped.Load())
+	}
+}
+
+// reopen opens the path again and, on success, closes the old file.
+func (l *Logger) reopen() error {
+	f, err := openFile(l.path)
+	if err != nil {
+		return err
+	}
+	old := l.file
+	l.file, l.w = f, f
+	l.failing = false
+	if err := old.Close(); err != nil {
+		return fmt.Errorf("accesslog: close old %s: %w", l.path, err)
+	}
+	return nil
+}
