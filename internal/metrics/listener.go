@@ -1,0 +1,143 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ListenerMetrics are the series of one listener and protocol, resolved
+// once by [Metrics.Listener]. Its methods are safe for concurrent use, do
+// not allocate, and do nothing on a nil receiver.
+type ListenerMetrics struct {
+	accepted  prometheus.Counter
+	open      prometheus.Gauge
+	requests  [len(statusClasses)]prometheus.Counter
+	up, down  prometheus.Counter
+	tunnels   prometheus.Counter
+	authFails prometheus.Counter
+	aclDenies prometheus.Counter
+	dialOK    prometheus.Observer
+	dialErr   prometheus.Observer
+	ttfb      prometheus.Observer
+}
+
+// Accepted counts an accepted client connection, which is open until
+// [ListenerMetrics.Closed].
+func (l *ListenerMetrics) Accepted() {
+	if l == nil {
+		return
+	}
+	l.accepted.Inc()
+	l.open.Inc()
+}
+
+// Closed counts the end of a connection counted by Accepted.
+func (l *ListenerMetrics) Closed() {
+	if l != nil {
+		l.open.Dec()
+	}
+}
+
+// Request counts a request answered with an HTTP status (a tunnel's
+// counts when it is established, with the status of its reply) and
+// adds its body bytes: up from the client, down from the upstream.
+func (l *ListenerMetrics) Request(status int, up, down int64) {
+	if l == nil {
+		return
+	}
+	i := status / 100
+	if status < 100 || i >= len(l.requests) {
+		i = 0
+	}
+	l.requests[i].Inc()
+	l.Bytes(up, down)
+}
+
+// Bytes adds bytes relayed outside requests, such as a tunnel's, when it
+// closes or periodically while it runs.
+func (l *ListenerMetrics) Bytes(up, down int64) {
+	if l == nil {
+		return
+	}
+	if up > 0 {
+		l.up.Add(float64(up))
+	}
+	if down > 0 {
+		l.down.Add(float64(down))
+	}
+}
+
+// TunnelOpened counts a tunnel established (CONNECT, WebSocket, SOCKS
+// CONNECT or UDP association).
+func (l *ListenerMetrics) TunnelOpened() {
+	if l != nil {
+		l.tunnels.Inc()
+	}
+}
+
+// AuthFailed counts a request refused for missing or wrong credentials.
+func (l *ListenerMetrics) AuthFailed() {
+	if l != nil {
+		l.authFails.Inc()
+	}
+}
+
+// ACLDenied counts a request refused by the access policy.
+func (l *ListenerMetrics) ACLDenied() {
+	if l != nil {
+		l.aclDenies.Inc()
+	}
+}
+
+// Dialed observes the time a dial to an upstream took, and whether it
+// succeeded. A request served by a pooled connection does not dial.
+func (l *ListenerMetrics) Dialed(d time.Duration, ok bool) {
+	if l == nil {
+		return
+	}
+	if ok {
+		l.dialOK.Observe(d.Seconds())
+	} else {
+		l.dialErr.Observe(d.Seconds())
+	}
+}
+
+// FirstByte observes the time from a request's head being written
+// upstream to the first byte of the response.
+func (l *ListenerMetrics) FirstByte(d time.Duration) {
+	if l != nil {
+		l.ttfb.Observe(d.Seconds())
+	}
+}
+
+// UserMetrics are the series of one user, resolved by [Metrics.User].
+// Its methods are safe for concurrent use, do not allocate, and do
+// nothing on a nil receiver.
+type UserMetrics struct {
+	requests prometheus.Counter
+	up, down prometheus.Counter
+}
+
+// Request counts a request or tunnel of the user and adds its bytes.
+func (u *UserMetrics) Request(up, down int64) {
+	if u == nil {
+		return
+	}
+	u.requests.Inc()
+	u.Bytes(up, down)
+}
+
+// Bytes adds bytes relayed for the user outside a request, as a
+// tunnel's.
+func (u *UserMetrics) Bytes(up, down int64) {
+	if u == nil {
+		return
+	}
+	if up > 0 {
+		u.up.Add(float64(up))
+	}
+	if down > 0 {
+		u.down.Add(float64(down))
+	}
+}
