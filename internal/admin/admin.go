@@ -1,0 +1,172 @@
+// Package admin serves rustle's admin HTTP listener: Prometheus metrics
+// at /metrics, liveness at /healthz and readiness at /readyz.
+//
+// The listener is for operators and their monitoring, not for clients:
+// bind it to loopback or to a network only the scraper and the
+// orchestrator reach. It serves no proxy traffic and has no
+// authentication.
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Timeouts of the admin HTTP server. A scrape of a busy process takes
+// milliseconds; these only bound misbehaving clients.
+const (
+	readHeaderTimeout = 5 * time.Second
+	readTimeout       = 10 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 16 << 10
+)
+
+// Server is the admin HTTP server. Create it with [New], then Start; stop
+// it with Shutdown or Close.
+type Server struct {
+	addr  string
+	log   *slog.Logger
+	ready func() bool
+	http  *http.Server
+
+	mu      sync.Mutex
+	ln      net.Listener // guarded by mu; set by Start
+	started bool         // guarded by mu
+
+	served chan struct{} // closed when serve returns
+}
+
+// New creates an admin server for addr (host:port; port 0 picks a free
+// port). metrics serves /metrics; nil answers it with 404. ready reports
+// readiness for /readyz; nil means always ready. logger receives the
+// server's errors; nil discards them.
+func New(addr string, metrics http.Handler, ready func() bool, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if ready == nil {
+		ready = func() bool { return true }
+	}
+	if metrics == nil {
+		metrics = http.NotFoundHandler()
+	}
+	s := &Server{addr: addr, log: logger, ready: ready, served: make(chan struct{})}
+	s.http = &http.Server{
+		Handler:           s.routes(metrics),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+// Handler returns the server's routes, for tests that serve them
+// elsewhere.
+func (s *Server) Handler() http.Handler { return s.http.Handler }
+
+// routes maps the endpoints. GET patterns also answer HEAD; other
+// methods get 405.
+func (s *Server) routes(metrics http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeText(w, http.StatusOK, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.ready() {
+			writeText(w, http.StatusOK, "ready\n")
+			return
+		}
+		writeText(w, http.StatusServiceUnavailable, "not ready\n")
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		writeText(w, http.StatusOK, "rustle admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while starting or draining)\n")
+	})
+	return mux
+}
+
+func writeText(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	w.Write([]byte(body))
+}
+
+// Start listens on the address and serves in the background. It returns
+// the error of listening, such as the address being in use.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("admin: already started")
+	}
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("admin: listen on %s: %w", s.addr, err)
+	}
+	s.started = true
+	s.ln = ln
+	go s.serve(ln)
+	return nil
+}
+
+// serve runs the HTTP server on ln until Shutdown or Close.
+func (s *Server) serve(ln net.Listener) {
+	defer close(s.served)
+	if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Error("admin: serve failed", "addr", ln.Addr().String(), "err", err)
+	}
+}
+
+// Addr returns the address the server listens on, or nil before Start.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Shutdown stops accepting, waits for requests in progress to finish
+// until ctx is done, then closes what is left and returns ctx's error.
+// Calling it before Start or again is harmless.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.http.Shutdown(ctx)
+	if err != nil {
+		s.http.Close()
+	}
+	s.wait()
+	if err != nil {
+		return fmt.Errorf("admin: shutdown: %w", err)
+	}
+	return nil
+}
+
+// Close stops the server at once. It is idempotent.
+func (s *Server) Close() error {
+	err := s.http.Close()
+	s.wait()
+	return err
+}
+
+// wait waits for serve to return, if it was started.
+func (s *Server) wait() {
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	if started {
+		<-s.served
+	}
+}
