@@ -37,9 +37,17 @@ type Config struct {
 	// MaxHeaderBytes is the largest request or response head accepted;
 	// 0 means 65536.
 	MaxHeaderBytes int `toml:"max_header_bytes"`
+	// Admin is the host:port of the admin HTTP listener, which serves
+	// /metrics, /healthz and /readyz; "" means no admin listener.
+	Admin string `toml:"admin"`
 
 	// Log configures logging.
 	Log Log `toml:"log"`
+	// AccessLog configures the access log, one line per request or
+	// tunnel.
+	AccessLog AccessLog `toml:"access_log"`
+	// Metrics configures optional metric series.
+	Metrics Metrics `toml:"metrics"`
 	// Timeouts holds every timeout rustle applies.
 	Timeouts Timeouts `toml:"timeouts"`
 	// Upstream configures the pool of keep-alive upstream connections.
@@ -64,6 +72,30 @@ type Log struct {
 	Level string `toml:"level"`
 	// Format is "text" (logfmt) or "json"; "" means "text".
 	Format string `toml:"format"`
+}
+
+// AccessLog configures the access log.
+type AccessLog struct {
+	// Enabled writes one line per request or tunnel; false writes none.
+	Enabled bool `toml:"enabled"`
+	// Format is "text" (compact, positional) or "json" (JSON lines); ""
+	// means "text".
+	Format string `toml:"format"`
+	// Path is the file lines are appended to, reopened on SIGUSR1; ""
+	// means standard output. [Load] resolves a relative path against the
+	// configuration file's directory.
+	Path string `toml:"path"`
+}
+
+// Metrics configures optional metric series; the others are always
+// served when an admin listener is configured.
+type Metrics struct {
+	// PerUser adds request and byte counters labelled by user name;
+	// false means none.
+	PerUser bool `toml:"per_user"`
+	// MaxUsers bounds the users with series of their own; the rest share
+	// one "_other" series. 0 means 100.
+	MaxUsers int `toml:"max_users"`
 }
 
 // Timeouts holds every timeout rustle applies. A zero field means its
@@ -218,6 +250,8 @@ const (
 	defaultMaxHeaderBytes = 65536
 	defaultLogLevel       = "info"
 	defaultLogFormat      = "text"
+	defaultAccessLogFmt   = "text"
+	defaultMaxUsers       = 100
 	defaultReadHeader     = 30 * time.Second
 	defaultConnect        = 10 * time.Second
 	defaultResponseHeader = 60 * time.Second
@@ -237,13 +271,16 @@ const (
 
 // SetDefaults replaces every zero value that has a documented default with
 // that default. It is the one place defaults live, and it is idempotent.
-// Values with a meaning at zero (Workers, SocketBufferBytes, Via, a
-// listener's Auth, AllowOpen) are left alone.
+// Values with a meaning at zero (Workers, SocketBufferBytes, Via, Admin,
+// AccessLog.Enabled and Path, Metrics.PerUser, a listener's Auth,
+// AllowOpen) are left alone.
 func (c *Config) SetDefaults() {
 	setString(&c.Forwarded, defaultForwarded)
 	setInt(&c.MaxHeaderBytes, defaultMaxHeaderBytes)
 	setString(&c.Log.Level, defaultLogLevel)
 	setString(&c.Log.Format, defaultLogFormat)
+	setString(&c.AccessLog.Format, defaultAccessLogFmt)
+	setInt(&c.Metrics.MaxUsers, defaultMaxUsers)
 
 	t := &c.Timeouts
 	setDuration(&t.ReadHeader, defaultReadHeader)

@@ -23,6 +23,8 @@ func documentedDefaults() Config {
 		Via:               false,
 		MaxHeaderBytes:    65536,
 		Log:               Log{Level: "info", Format: "text"},
+		AccessLog:         AccessLog{Format: "text"},
+		Metrics:           Metrics{MaxUsers: 100},
 		Timeouts: Timeouts{
 			ReadHeader:     Duration{30 * time.Second},
 			Connect:        Duration{10 * time.Second},

@@ -70,8 +70,8 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Load reads and decodes the configuration file at path, as [Parse] does,
-// then resolves relative htpasswd paths against the file's directory. It
-// fills defaults but does not validate.
+// then resolves relative htpasswd, certificate and access log paths
+// against the file's directory. It fills defaults but does not validate.
 func Load(path string) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -101,6 +101,7 @@ func Load(path string) (*Config, error) {
 		resolve(&t.Key)
 		resolve(&t.ClientCA)
 	}
+	resolve(&c.AccessLog.Path)
 	return c, nil
 }
 

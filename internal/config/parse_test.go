@@ -49,6 +49,11 @@ func TestParseUnknownKeys(t *testing.T) {
 			want: []string{"rustle.toml:2: unknown key wrokers"},
 		},
 		{
+			name: "in [access_log]",
+			src:  lines(`[access_log]`, `enabled = true`, `file = "/var/log/a"`),
+			want: []string{"rustle.toml:3: unknown key access_log.file"},
+		},
+		{
 			name: "in [timeouts]",
 			src:  lines(`via = true`, ``, `[timeouts]`, `connect = "5s"`, `# a comment`, `conect = "5s"`),
 			want: []string{"rustle.toml:6: unknown key timeouts.conect"},
@@ -222,6 +227,16 @@ func TestParseBadValues(t *testing.T) {
 			want: []string{"rustle.toml:2: auth.htpasswd: want an array, not a string"},
 		},
 		{
+			name: "string for boolean in [access_log]",
+			src:  lines(`admin = "127.0.0.1:9090"`, `[access_log]`, `enabled = "yes"`),
+			want: []string{"rustle.toml:3: access_log.enabled: want a boolean, not a string"},
+		},
+		{
+			name: "integer for admin",
+			src:  lines(`admin = 9090`),
+			want: []string{"rustle.toml:1: admin: want a string, not an integer"},
+		},
+		{
 			name: "integer in string array",
 			src:  lines(`[auth]`, `htpasswd = [`, `  "a",`, `  2,`, `]`),
 			want: []string{"rustle.toml:4: auth.htpasswd: want a string, not an integer"},
@@ -290,8 +305,16 @@ func TestParseValues(t *testing.T) {
 		`workers = 4`,
 		`forwarded = "x-forwarded-for"`,
 		`via = true`,
+		`admin = "127.0.0.1:9090"`,
 		`[log]`,
 		`format = "json"`,
+		`[access_log]`,
+		`enabled = true`,
+		`format = "json"`,
+		`path = "logs/access.log"`,
+		`[metrics]`,
+		`per_user = true`,
+		`max_users = 20`,
 		`[timeouts]`,
 		`connect = "1m30s"`,
 		`[upstream]`,
@@ -319,6 +342,9 @@ func TestParseValues(t *testing.T) {
 	want := documentedDefaults()
 	want.Workers, want.Forwarded, want.Via = 4, "x-forwarded-for", true
 	want.Log.Format = "json"
+	want.Admin = "127.0.0.1:9090"
+	want.AccessLog = AccessLog{Enabled: true, Format: "json", Path: "logs/access.log"} // Parse does not resolve
+	want.Metrics = Metrics{PerUser: true, MaxUsers: 20}
 	want.Timeouts.Connect.Duration = 90e9
 	want.Upstream.MaxIdlePerHost = -1
 	want.Auth.Htpasswd = []string{"rel/htpasswd", "/abs/htpasswd"} // Parse does not resolve
@@ -335,7 +361,7 @@ func TestParseValues(t *testing.T) {
 func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "rustle.toml")
-	src := lines(`[auth]`, `htpasswd = ["users", "sub/more", "/abs/htpasswd"]`)
+	src := lines(`[auth]`, `htpasswd = ["users", "sub/more", "/abs/htpasswd"]`, `[access_log]`, `path = "log/access.log"`)
 	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -346,6 +372,9 @@ func TestLoad(t *testing.T) {
 	want := []string{filepath.Join(dir, "users"), filepath.Join(dir, "sub", "more"), "/abs/htpasswd"}
 	if diff := cmp.Diff(want, c.Auth.Htpasswd); diff != "" {
 		t.Errorf("htpasswd paths (-want +got):\n%s", diff)
+	}
+	if want := filepath.Join(dir, "log", "access.log"); c.AccessLog.Path != want {
+		t.Errorf("access_log.path = %q, want %q", c.AccessLog.Path, want)
 	}
 
 	if err := os.WriteFile(path, []byte(lines(`[log]`, `levle = "debug"`)), 0o600); err != nil {

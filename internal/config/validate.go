@@ -40,6 +40,7 @@ var (
 // and bcrypt, and an open proxy by accident: a listener whose host is not
 // loopback (127.0.0.0/8, ::1 or "localhost"; ":3128", "0.0.0.0" and "[::]"
 // are not) whose effective auth is "none", unless its allow_open is true.
+// The admin address must be host:port and differ from every listener's.
 func (c *Config) Validate() error {
 	v := &validator{c: c}
 
@@ -49,6 +50,9 @@ func (c *Config) Validate() error {
 	v.check(c.MaxHeaderBytes > 0, "max_header_bytes", "%d is not positive", c.MaxHeaderBytes)
 	v.oneOf("log.level", c.Log.Level, logLevels)
 	v.oneOf("log.format", c.Log.Format, logFormats)
+	v.oneOf("access_log.format", c.AccessLog.Format, logFormats)
+	v.check(!strings.ContainsRune(c.AccessLog.Path, 0), "access_log.path", "contains a NUL byte")
+	v.check(c.Metrics.MaxUsers > 0, "metrics.max_users", "%d is not positive", c.Metrics.MaxUsers)
 
 	t := c.Timeouts
 	v.positive("timeouts.read_header", t.ReadHeader)
@@ -68,7 +72,29 @@ func (c *Config) Validate() error {
 
 	c.validateAuth(v)
 	c.validateListeners(v)
+	c.validateAdmin(v)
 	return v.err()
+}
+
+// validateAdmin checks the admin listener's address: host:port like a
+// listener's, and not the address of a listener.
+func (c *Config) validateAdmin(v *validator) {
+	if c.Admin == "" {
+		return
+	}
+	_, canon, err := splitListenAddress(c.Admin)
+	if err != nil {
+		v.add("admin", err)
+		return
+	}
+	if canon == "" {
+		return
+	}
+	for i, l := range c.Listen {
+		if _, lc, err := splitListenAddress(l.Address); err == nil && lc == canon {
+			v.add("admin", fmt.Errorf("%q is also the address of listen[%d]", c.Admin, i))
+		}
+	}
 }
 
 func (c *Config) validateAuth(v *validator) {

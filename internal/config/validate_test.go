@@ -65,6 +65,26 @@ func TestValidate(t *testing.T) {
 		{"log level debug", func(c *Config) { c.Log.Level = "debug" }, nil},
 		{"log format", func(c *Config) { c.Log.Format = "xml" }, []string{"log.format"}},
 		{"log format json", func(c *Config) { c.Log.Format = "json" }, nil},
+		{"access log format", func(c *Config) { c.AccessLog.Format = "clf" }, []string{"access_log.format"}},
+		{"access log format empty", func(c *Config) { c.AccessLog.Format = "" }, []string{"access_log.format"}},
+		{"access log json to a file", func(c *Config) {
+			c.AccessLog = AccessLog{Enabled: true, Format: "json", Path: "/var/log/rustle/access.log"}
+		}, nil},
+		{"access log path with NUL", func(c *Config) { c.AccessLog.Path = "/tmp/a\x00b" }, []string{"access_log.path"}},
+		{"metrics max users zero", func(c *Config) { c.Metrics.MaxUsers = 0 }, []string{"metrics.max_users"}},
+		{"metrics per user", func(c *Config) { c.Metrics = Metrics{PerUser: true, MaxUsers: 5} }, nil},
+		{"admin loopback", func(c *Config) { c.Admin = "127.0.0.1:9090" }, nil},
+		{"admin port 0", func(c *Config) { c.Admin = "127.0.0.1:0" }, nil},
+		{"admin all addresses", func(c *Config) { c.Admin = ":9090" }, nil},
+		{"admin ipv6", func(c *Config) { c.Admin = "[::1]:9090" }, nil},
+		{"admin no port", func(c *Config) { c.Admin = "127.0.0.1" }, []string{"admin"}},
+		{"admin bad port", func(c *Config) { c.Admin = "127.0.0.1:99999" }, []string{"admin"}},
+		{"admin unbracketed ipv6", func(c *Config) { c.Admin = "::1:9090" }, []string{"admin"}},
+		{"admin on a listener's address", func(c *Config) { c.Admin = "127.0.0.1:3128" }, []string{"admin"}},
+		{"admin on a listener's address, other spelling", func(c *Config) {
+			c.Listen = []Listener{listener("[::1]:3128")}
+			c.Admin = "[0:0::1]:3128"
+		}, []string{"admin"}},
 		{"max idle per host -1", func(c *Config) { c.Upstream.MaxIdlePerHost = -1 }, nil},
 		{"max idle per host -2", func(c *Config) { c.Upstream.MaxIdlePerHost = -2 }, []string{"upstream.max_idle_per_host"}},
 		{"max idle per host 0", func(c *Config) { c.Upstream.MaxIdlePerHost = 0 }, []string{"upstream.max_idle_per_host"}},
