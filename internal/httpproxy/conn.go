@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -708,8 +709,9 @@ func (cn *conn) switchProtocols() bool {
 }
 
 // tunnel relays the client connection and upc until both directions end:
-// on the worker's splice engine for a plain client socket, by goroutines
-// otherwise. It takes ownership of both connections and reports true.
+// on the worker's splice engine for a plain client socket, with
+// tunnel.RelayTLS for a TLS client, by goroutines otherwise. It takes
+// ownership of both connections and reports true.
 func (cn *conn) tunnel(upc *net.TCPConn) bool {
 	client := cn.client.c
 	client.SetDeadline(time.Time{})
@@ -717,6 +719,15 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 	if cn.eng != nil && cn.client.tcp != nil {
 		cn.eng.Add(cn.client.tcp, upc, nil)
 		return true
+	}
+	if tc, ok := client.(*tls.Conn); ok {
+		if raw, ok := tunnel.RawTCP(tc); ok {
+			// Parked on socket readiness with no buffer while idle.
+			// Shutdown lets it run until the drain ends and the server
+			// closes the socket.
+			tunnel.RelayTLS(context.WithoutCancel(cn.ctx), tc, raw, upc, cn.p.cfg.TunnelIdleTimeout)
+			return true
+		}
 	}
 	relay(client, upc)
 	client.Close()

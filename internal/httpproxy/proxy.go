@@ -63,6 +63,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// WriteTimeout bounds each blocked write. 0 = 60s.
 	WriteTimeout time.Duration
+	// TunnelIdleTimeout closes a TLS client's tunnel with no bytes either
+	// way for this long (plain tunnels follow their engine's setting).
+	// 0 = 1h.
+	TunnelIdleTimeout time.Duration
 	// SocketBufferBytes sets SO_SNDBUF/SO_RCVBUF on client sockets.
 	// 0 = kernel autotuning.
 	SocketBufferBytes int
@@ -95,6 +99,9 @@ func New(cfg Config) *Proxy {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 60 * time.Second
+	}
+	if cfg.TunnelIdleTimeout <= 0 {
+		cfg.TunnelIdleTimeout = time.Hour
 	}
 	if cfg.Forwarded == "" {
 		cfg.Forwarded = ForwardedNone

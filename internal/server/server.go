@@ -132,6 +132,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
 			ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.Duration,
 			IdleTimeout:           cfg.Timeouts.IdleClient.Duration,
 			WriteTimeout:          cfg.Timeouts.Write.Duration,
+			TunnelIdleTimeout:     cfg.Timeouts.IdleTunnel.Duration,
 			SocketBufferBytes:     cfg.SocketBufferBytes,
 			Logger:                logger.With("listener", lc.Name),
 		}

@@ -248,6 +248,17 @@ func RecordConn(c *net.TCPConn) net.Conn {
 	return &recordConn{tc: c}
 }
 
+// RawTCP returns the TCP socket under a TLS connection made over
+// [RecordConn], which [RelayTLS] needs beside it, and false for any other
+// connection.
+func RawTCP(c *tls.Conn) (*net.TCPConn, bool) {
+	rc, ok := c.NetConn().(*recordConn)
+	if !ok {
+		return nil, false
+	}
+	return rc.tc, true
+}
+
 // Read reads from the socket, never past the end of the current record's
 // header or body.
 func (c *recordConn) Read(p []byte) (int, error) {
