@@ -194,7 +194,7 @@ func run() error {
 		c.Order = append(c.Order, p.t.id+"/"+p.def.name)
 	}
 	fmt.Fprintf(e.out, "order (seed %d): %s\n", *seed, strings.Join(c.Order, " "))
-	fmt.Fprintf(e.out, "estimated time: %s\n", estimate(pl, pairs).Round(time.Minute))
+	fmt.Fprintf(e.out, "estimated time: %s\n", estimate(pl, pairs).Round(10*time.Second))
 
 	save := func() error {
 		c.Finished = time.Now().UTC()
