@@ -2,15 +2,16 @@
 //
 // Usage:
 //
-//	rustle [-c FILE] [-L URL]...   run (the embedded default config without -c)
+//	rustle [-c FILE] [-L URL]... [--admin ADDR]
+//	                               run (the embedded default config without -c)
 //	rustle check -c FILE           validate a config file
 //	rustle passwd USER             print an htpasswd line (bcrypt) for USER
 //	rustle cert [-hosts H,...] DIR write a self-signed CA and server pair
 //	rustle version                 print the version
 //
 // rustle only parses flags, loads the configuration and runs until
-// SIGTERM or SIGINT (SIGHUP re-reads TLS certificates); everything else
-// lives in internal/.
+// SIGTERM or SIGINT (SIGHUP re-reads TLS certificates, SIGUSR1 reopens the
+// access log file); everything else lives in internal/.
 package main
 
 import (
@@ -69,6 +70,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	file := fs.String("c", "", "configuration `file` (TOML); default: the embedded config")
 	var listens listenFlags
 	fs.Var(&listens, "L", "listener `URL`: http://, socks5:// or mixed://[user:pass@]host:port (repeatable)")
+	var adminAddr optionalString
+	fs.Var(&adminAddr, "admin", "admin listener `host:port` for /metrics, /healthz and /readyz (overrides the file's admin)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -76,7 +79,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rustle: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, err := loadConfig(*file, listens)
+	cfg, err := loadConfig(*file, listens, &adminAddr)
 	if err != nil {
 		fmt.Fprintln(stderr, "rustle:", err)
 		return 1
@@ -87,8 +90,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		logger.Error("cannot start", "err", err)
 		return 1
 	}
+	o, err := startOps(cfg, logger, stdout)
+	if err != nil {
+		srv.Close()
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	o.attach(srv)
 	if err := srv.Start(); err != nil {
 		srv.Close()
+		o.close(context.Background())
 		logger.Error("cannot start", "err", err)
 		return 1
 	}
@@ -98,33 +109,43 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			addrs[0].Addr, addrs[0].Addr)
 	}
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
+	o.started(srv.Addrs())
 	var sig os.Signal
 	for sig = range sigs {
+		if sig == syscall.SIGUSR1 {
+			o.reopen()
+			continue
+		}
 		if sig != syscall.SIGHUP {
 			break
 		}
+		o.reloading()
 		if err := srv.ReloadTLS(); err != nil {
 			logger.Error("reload: certificates kept as they were", "err", err)
 		} else {
 			logger.Info("reload: certificates re-read")
 		}
+		o.reloaded()
 	}
 	signal.Stop(sigs)
+	o.stopping()
 	logger.Info("shutting down", "signal", sig.String(), "drain", cfg.Timeouts.Drain.Duration)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts.Drain.Duration)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		logger.Warn("drain timeout: closed remaining connections and tunnels", "err", err)
 	}
+	o.close(ctx)
 	logger.Info("stopped")
 	return 0
 }
 
 // loadConfig reads file (or the embedded default), adds the -L
-// listeners, fills defaults and validates.
-func loadConfig(file string, listens []string) (*config.Config, error) {
+// listeners, applies --admin (when adminAddr is not nil), fills defaults
+// and validates.
+func loadConfig(file string, listens []string, adminAddr *optionalString) (*config.Config, error) {
 	var cfg *config.Config
 	if file != "" {
 		c, err := config.Load(file)
@@ -149,6 +170,9 @@ func loadConfig(file string, listens []string) (*config.Config, error) {
 			}
 		}
 		cfg.Listen = append(cfg.Listen, l)
+	}
+	if adminAddr != nil {
+		adminAddr.apply(&cfg.Admin)
 	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -195,7 +219,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rustle check: -c FILE is required")
 		return 2
 	}
-	cfg, err := loadConfig(*file, listens)
+	cfg, err := loadConfig(*file, listens, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
@@ -281,7 +305,8 @@ func versionString() string {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
-  rustle [-c FILE] [-L URL]...   run the proxy (the embedded default config
+  rustle [-c FILE] [-L URL]... [--admin ADDR]
+                                 run the proxy (the embedded default config
                                  listens on 127.0.0.1:3128 without auth)
   rustle check -c FILE           validate a config file and exit
   rustle passwd USER             print "USER:bcrypt-hash" for an htpasswd file;
@@ -296,5 +321,11 @@ Flags:
             optional user:pass@, e.g. -L http://user:pass@127.0.0.1:8080 or
             -L 'https://u:p@127.0.0.1:8443?cert=server.pem&key=server.key'
             (without -c, -L listeners replace the default one)
+  --admin ADDR
+            serve /metrics, /healthz and /readyz on ADDR (host:port),
+            e.g. --admin 127.0.0.1:9090; overrides the file's admin key
+
+Signals: SIGTERM/SIGINT drain and stop, SIGHUP re-reads TLS certificates,
+SIGUSR1 reopens the access log file (for logrotate).
 `)
 }

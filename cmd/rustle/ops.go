@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/admin"
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/sdnotify"
+	"github.com/rustle-proxy/rustle/internal/server"
+)
+
+// ops is what runs beside the proxy for its operators: the access log,
+// the metrics and admin listener, readiness and systemd notifications.
+type ops struct {
+	log     *slog.Logger
+	access  *accesslog.Logger // nil when the access log is off
+	metrics *metrics.Metrics  // nil without an admin listener
+	admin   *admin.Server     // nil without an admin listener
+	ready   atomic.Bool       // what /readyz reports
+}
+
+// startOps opens the access log and starts the admin listener, not yet
+// ready. Access log lines without a path go to stdout.
+func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, error) {
+	o := &ops{log: logger}
+	if cfg.AccessLog.Enabled {
+		al, err := accesslog.New(accesslog.Config{
+			Format: accesslog.Format(cfg.AccessLog.Format),
+			Path:   cfg.AccessLog.Path,
+			Writer: stdout,
+			Logger: logger,
+		})
+		if err != nil {
+			return nil, err
+		}
+		o.access = al
+	}
+	if cfg.Admin != "" {
+		o.metrics = metrics.New(metrics.Config{
+			PerUser:  cfg.Metrics.PerUser,
+			MaxUsers: cfg.Metrics.MaxUsers,
+			Version:  versionString(),
+			Logger:   logger,
+		})
+		if o.access != nil {
+			o.metrics.SetAccessLogDropped(o.access.Dropped)
+		}
+		o.admin = admin.New(cfg.Admin, o.metrics.Handler(), o.ready.Load, logger)
+		if err := o.admin.Start(); err != nil {
+			o.close(context.Background())
+			return nil, err
+		}
+		logger.Info("admin listening", "addr", o.admin.Addr().String(),
+			"endpoints", "/metrics /healthz /readyz")
+	}
+	return o, nil
+}
+
+// attach lets the metrics read the server's pool and tunnel counts.
+func (o *ops) attach(srv *server.Server) {
+	srv.RegisterMetrics(o.metrics)
+}
+
+// started turns readiness on and tells systemd that rustle is ready.
+func (o *ops) started(addrs []server.Addr) {
+	o.ready.Store(true)
+	parts := make([]string, len(addrs))
+	for i, a := range addrs {
+		parts[i] = a.Protocol + " " + a.Addr.String()
+	}
+	o.notify(sdnotify.Ready())
+	o.notify(sdnotify.Status("serving " + strings.Join(parts, ", ")))
+}
+
+// reloading and reloaded bracket a reload for systemd.
+func (o *ops) reloading() { o.notify(sdnotify.Reloading()) }
+func (o *ops) reloaded()  { o.notify(sdnotify.Ready()) }
+
+// stopping turns readiness off, so that load balancers stop sending new
+// clients, and tells systemd that rustle is stopping.
+func (o *ops) stopping() {
+	o.ready.Store(false)
+	o.notify(sdnotify.Stopping())
+	o.notify(sdnotify.Status("draining"))
+}
+
+// reopen reopens the access log file, for logrotate.
+func (o *ops) reopen() {
+	if o.access == nil {
+		o.log.Info("SIGUSR1: no access log to reopen")
+		return
+	}
+	if err := o.access.Reopen(); err != nil {
+		o.log.Error("access log: reopen failed; still writing to the old file", "err", err)
+		return
+	}
+	o.log.Info("access log reopened")
+}
+
+// close stops the admin listener, waiting for scrapes in progress until
+// ctx is done, then flushes and closes the access log.
+func (o *ops) close(ctx context.Context) {
+	if o.admin != nil {
+		if err := o.admin.Shutdown(ctx); err != nil {
+			o.log.Warn("admin listener: shutdown cut short", "err", err)
+		}
+	}
+	if o.access != nil {
+		if err := o.access.Close(); err != nil {
+			o.log.Warn("access log: close failed", "err", err)
+		}
+		if n := o.access.Dropped(); n > 0 {
+			o.log.Warn("access log: lines dropped", "dropped", n)
+		}
+	}
+}
+
+// notify logs a failed systemd notification; it never stops rustle.
+func (o *ops) notify(err error) {
+	if err != nil {
+		o.log.Warn("systemd notification failed", "err", err)
+	}
+}
+
+// optionalString is a flag value that remembers whether it was set, so
+// that --admin "" can turn off an admin listener set in the file.
+type optionalString struct {
+	set bool
+	v   string
+}
+
+func (s *optionalString) String() string { return s.v }
+
+func (s *optionalString) Set(v string) error {
+	s.set, s.v = true, v
+	return nil
+}
+
+// apply sets *dst to the flag's value if the flag was given.
+func (s *optionalString) apply(dst *string) {
+	if s.set {
+		*dst = s.v
+	}
+}

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/server"
+)
+
+// TestMain fails the run when an access log writer or an admin server
+// outlives the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := checkGoroutines(5*time.Second, "internal/accesslog.", "internal/admin."); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func checkGoroutines(wait time.Duration, substrs ...string) error {
+	deadline := time.Now().Add(wait)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var left []string
+		for _, st := range strings.Split(string(buf), "\n\n")[1:] {
+			for _, s := range substrs {
+				if strings.Contains(st, s) {
+					left = append(left, st)
+					break
+				}
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("rustle: %d goroutine(s) leaked:\n\n%s", len(left), strings.Join(left, "\n\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer written and read from different
+// goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor waits until re matches what b holds and returns the submatches.
+func waitFor(t *testing.T, b *syncBuffer, re *regexp.Regexp) []string {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(b.String()); m != nil {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log:\n%s", re, b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// fakeSystemd listens on a unixgram socket in a temporary directory and
+// points NOTIFY_SOCKET at it.
+func fakeSystemd(t *testing.T) *net.UnixConn {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify.sock")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	t.Setenv("NOTIFY_SOCKET", path)
+	return c
+}
+
+// notification reads the next datagram sent to the fake systemd.
+func notification(t *testing.T, c *net.UnixConn) string {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	buf := make([]byte, 4096)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("no notification: %v", err)
+	}
+	return string(buf[:n])
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// TestRunOps runs rustle in-process with an admin listener, an access log
+// file and a fake systemd, and walks through its life: READY, the admin
+// endpoints, SIGUSR1 reopening the log after a rename, then SIGTERM with
+// STOPPING and exit status 0.
+func TestRunOps(t *testing.T) {
+	notify := fakeSystemd(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "rustle.toml")
+	logPath := filepath.Join(dir, "access.log")
+	src := "workers = 1\n[access_log]\nenabled = true\nformat = \"json\"\npath = \"access.log\"\n" +
+		"[[listen]]\naddress = \"127.0.0.1:0\"\n"
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"-c", cfgPath, "--admin", "127.0.0.1:0"}, nil, &stdout, &stderr) }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			<-done
+		}
+	})
+
+	if got := notification(t, notify); got != "READY=1" {
+		t.Fatalf("first notification %q, want READY=1", got)
+	}
+	if got := notification(t, notify); !regexp.MustCompile(`^STATUS=serving http 127\.0\.0\.1:\d+$`).MatchString(got) {
+		t.Errorf("status %q, want STATUS=serving http 127.0.0.1:PORT", got)
+	}
+	admin := waitFor(t, &stderr, regexp.MustCompile(`msg="admin listening" addr=(\S+)`))[1]
+	base := "http://" + admin
+	if code, body := httpGet(t, base+"/readyz"); code != 200 {
+		t.Errorf("/readyz = %d %q after READY, want 200", code, body)
+	}
+	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
+		t.Errorf("/healthz = %d, want 200", code)
+	}
+	code, body := httpGet(t, base+"/metrics")
+	for _, want := range []string{"rustle_build_info{", "rustle_tunnels_open 0", "rustle_upstream_pool_hits_total 0",
+		"rustle_access_log_dropped_total 0", "go_goroutines "} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("/metrics = %d without %q", code, want)
+		}
+	}
+
+	if _, err := os.Stat(logPath); err != nil {
+		t.Fatalf("access log file not created: %v", err)
+	}
+	if err := os.Rename(logPath, logPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(os.Getpid(), syscall.SIGUSR1)
+	waitFor(t, &stderr, regexp.MustCompile(`msg="access log reopened"`))
+	if _, err := os.Stat(logPath); err != nil {
+		t.Errorf("no new access log file after SIGUSR1: %v", err)
+	}
+
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	if got := notification(t, notify); got != "STOPPING=1" {
+		t.Errorf("notification after SIGTERM %q, want STOPPING=1", got)
+	}
+	select {
+	case code := <-done:
+		stopped = true
+		if code != 0 {
+			t.Errorf("exit status %d, want 0\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("rustle did not stop after SIGTERM:\n%s", stderr.String())
+	}
+	if c, err := net.DialTimeout("tcp", admin, time.Second); err == nil {
+		c.Close()
+		t.Errorf("the admin listener still accepts after exit")
+	}
+}
+
+// TestOpsReadiness checks /readyz through a start and a drain: 503 until
+// started, 200 while serving, 503 from the start of the drain.
+func TestOpsReadiness(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	cfg := config.Default()
+	cfg.Admin = "127.0.0.1:0"
+	cfg.SetDefaults()
+	o, err := startOps(cfg, slog.New(slog.DiscardHandler), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.close(context.Background()) })
+	url := "http://" + o.admin.Addr().String() + "/readyz"
+	for _, step := range []struct {
+		name string
+		do   func()
+		want int
+	}{
+		{"starting", func() {}, 503},
+		{"started", func() { o.started(nil) }, 200},
+		{"draining", o.stopping, 503},
+	} {
+		step.do()
+		if code, _ := httpGet(t, url); code != step.want {
+			t.Errorf("%s: /readyz = %d, want %d", step.name, code, step.want)
+		}
+	}
+}
+
+// TestStartOpsErrors checks that a bad access log path or a used admin
+// address fails the start and leaves nothing running.
+func TestStartOpsErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name   string
+		modify func(c *config.Config)
+		want   string
+	}{
+		{"access log in a missing directory", func(c *config.Config) {
+			c.AccessLog = config.AccessLog{Enabled: true, Path: filepath.Join(dir, "no", "access.log")}
+		}, "no such file"},
+		{"admin address in use", func(c *config.Config) {
+			c.AccessLog = config.AccessLog{Enabled: true, Path: filepath.Join(dir, "access.log")}
+			c.Admin = ln.Addr().String()
+		}, ln.Addr().String()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default()
+			tt.modify(cfg)
+			cfg.SetDefaults()
+			_, err := startOps(cfg, slog.New(slog.DiscardHandler), io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("startOps = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAdminFlag(t *testing.T) {
+	dir := t.TempDir()
+	withAdmin := filepath.Join(dir, "admin.toml")
+	if err := os.WriteFile(withAdmin, []byte("admin = \"127.0.0.1:9090\"\n[[listen]]\nname = \"main\"\naddress = \"127.0.0.1:0\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		file    string
+		flag    *optionalString
+		want    string
+		wantErr string
+	}{
+		{"no flag, no key", "", nil, "", ""},
+		{"flag", "", &optionalString{set: true, v: "127.0.0.1:9091"}, "127.0.0.1:9091", ""},
+		{"file", withAdmin, &optionalString{}, "127.0.0.1:9090", ""},
+		{"flag overrides file", withAdmin, &optionalString{set: true, v: "[::1]:9092"}, "[::1]:9092", ""},
+		{"empty flag turns it off", withAdmin, &optionalString{set: true, v: ""}, "", ""},
+		{"bad flag", "", &optionalString{set: true, v: "localhost"}, "", "admin"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadConfig(tt.file, []string{"http://127.0.0.1:0"}, tt.flag)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("loadConfig = %v, want an error about %s", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Admin != tt.want {
+				t.Errorf("admin = %q, want %q", cfg.Admin, tt.want)
+			}
+		})
+	}
+}
+
+// TestNotifyFailureLogged checks that a broken NOTIFY_SOCKET is logged,
+// not fatal.
+func TestNotifyFailureLogged(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", filepath.Join(t.TempDir(), "missing.sock"))
+	var logs syncBuffer
+	o := &ops{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	o.started([]server.Addr{{Protocol: "http", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}}})
+	if !o.ready.Load() {
+		t.Errorf("not ready after started")
+	}
+	if !strings.Contains(logs.String(), "systemd notification failed") {
+		t.Errorf("a failed notification was not logged:\n%s", logs.String())
+	}
+}
