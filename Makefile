@@ -36,5 +36,10 @@ fuzz-short:
 fuzz-long:
 	@bash scripts/fuzz.sh 2m
 
+## bench: the benchmark campaign, rustle against Squid and Tinyproxy (bench/README.md).
+##        make bench BENCHFLAGS="-quick"  or  BENCHFLAGS="-quick -tests http-1k,connect-bulk"
+bench:
+	$(GO) run ./bench/campaign $(BENCHFLAGS)
+
 clean:
 	rm -f rustle
