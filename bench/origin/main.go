@@ -1,7 +1,7 @@
 // Command origin is the benchmark campaign's origin server: the far end of
 // every request and tunnel the proxies under test forward.
 //
-// It runs three listeners on loopback, each on its own port:
+// It runs these listeners on loopback, each on its own port:
 //
 //   - http: a minimal HTTP/1.1 server with fixed bodies and Content-Length:
 //     /1k (1,024 bytes), /10k, /1m (1 MiB) and /10m, keep-alive unless the
@@ -11,6 +11,13 @@
 //     byte count's growth.
 //   - hold: accepts TCP connections, echoes what it reads and otherwise
 //     keeps them open and idle; the tunnels of the memory test end here.
+//   - ws: a WebSocket echo (any path): answers the upgrade, then sends
+//     every message back; the WebSocket tests end here.
+//
+// With -cert and -key (PEM) it also runs TLS variants for the "no proxy"
+// column of the TLS tests, where the client talks TLS straight to the
+// origin: https (the HTTP origin), wss (the WebSocket echo) and sinktls
+// (the sink). Through a proxy the origin side is always plain.
 //
 // At start it prints one JSON line to stdout with the address of each
 // listener, e.g. {"http":"127.0.0.1:40001","sink":"127.0.0.1:40002",...}.
@@ -22,11 +29,12 @@
 //
 // Usage:
 //
-//	origin [-http ADDR] [-sink ADDR] [-hold ADDR] [-lifetime D]
+//	origin [-http ADDR] [-sink ADDR] [-hold ADDR] [-ws ADDR] [-cert PEM -key PEM] [-lifetime D]
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -45,6 +53,9 @@ func main() {
 	httpAddr := flag.String("http", "127.0.0.1:0", "`address` of the HTTP origin")
 	sinkAddr := flag.String("sink", "127.0.0.1:0", "`address` of the TCP sink")
 	holdAddr := flag.String("hold", "127.0.0.1:0", "`address` of the TCP hold (echo, then idle) port")
+	wsAddr := flag.String("ws", "127.0.0.1:0", "`address` of the WebSocket echo")
+	certFile := flag.String("cert", "", "PEM certificate `file` for the TLS listeners (https, wss, sinktls); none without it")
+	keyFile := flag.String("key", "", "PEM key `file` of -cert")
 	lifetime := flag.Duration("lifetime", 6*time.Hour, "exit after this long even without a signal")
 	flag.Parse()
 
@@ -57,6 +68,19 @@ func main() {
 		{name: "http", addr: *httpAddr, handle: o.serveHTTP},
 		{name: "sink", addr: *sinkAddr, handle: o.serveSink},
 		{name: "hold", addr: *holdAddr, handle: o.serveHold},
+		{name: "ws", addr: *wsAddr, handle: o.serveWS},
+	}
+	if *certFile != "" || *keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			log.Fatalf("load TLS certificate %s: %v", *certFile, err)
+		}
+		conf := &tls.Config{Certificates: []tls.Certificate{cert}}
+		services = append(services,
+			service{name: "https", addr: "127.0.0.1:0", handle: withTLS(conf, o.serveHTTP)},
+			service{name: "wss", addr: "127.0.0.1:0", handle: withTLS(conf, o.serveWS)},
+			service{name: "sinktls", addr: "127.0.0.1:0", handle: withTLS(conf, o.serveSink)},
+		)
 	}
 	addrs := map[string]string{}
 	for i := range services {
@@ -99,6 +123,12 @@ type service struct {
 	addr   string
 	handle func(net.Conn)
 	ln     net.Listener
+}
+
+// withTLS returns a handler that runs handle on the server side of a TLS
+// connection over c; the handshake happens on its first read.
+func withTLS(conf *tls.Config, handle func(net.Conn)) func(net.Conn) {
+	return func(c net.Conn) { handle(tls.Server(c, conf)) }
 }
 
 // acceptLoop serves every connection of ln in its own goroutine until ln is

@@ -2,7 +2,15 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // serve runs handle on a port-0 loopback listener for the test's lifetime
@@ -199,4 +209,151 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
+}
+
+func TestWebSocketEcho(t *testing.T) {
+	o := newOrigin()
+	addr := serve(t, o.serveWS)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "ws://"+addr+"/echo", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadLimit(1 << 20)
+	tests := []struct {
+		name string
+		typ  websocket.MessageType
+		size int
+	}{
+		{"text 64 B", websocket.MessageText, 64},
+		{"binary 64 B", websocket.MessageBinary, 64},
+		{"binary 200 B (16-bit length)", websocket.MessageBinary, 200},
+		{"binary 64 KB (64-bit length)", websocket.MessageBinary, 64 << 10},
+		{"empty", websocket.MessageBinary, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			msg := bytes.Repeat([]byte("x"), tt.size)
+			for i := range msg {
+				msg[i] = byte('a' + i%26)
+			}
+			if err := c.Write(ctx, tt.typ, msg); err != nil {
+				t.Fatal(err)
+			}
+			typ, got, err := c.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if typ != tt.typ || !bytes.Equal(got, msg) {
+				t.Errorf("echo = %v with %d bytes, want %v with %d equal bytes", typ, len(got), tt.typ, len(msg))
+			}
+		})
+	}
+	if err := c.Close(websocket.StatusNormalClosure, "done"); err != nil {
+		t.Errorf("close handshake: %v", err)
+	}
+	if st := o.stats(); st.WSConns != 1 || st.WSMessages != int64(len(tests)) {
+		t.Errorf("stats = %+v, want 1 WebSocket connection and %d messages", st, len(tests))
+	}
+}
+
+func TestWebSocketRawFrames(t *testing.T) {
+	o := newOrigin()
+	addr := serve(t, o.serveWS)
+	tests := []struct {
+		name    string
+		request string
+		want    string // prefix of the answer
+		wantEOF bool   // the origin closes after it
+	}{
+		{"no key", "GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n", "HTTP/1.1 400 ", false},
+		{"not an upgrade", "GET /echo HTTP/1.1\r\nHost: x\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", "HTTP/1.1 400 ", false},
+		{"absolute form, zero mask key, ping", "GET http://x/echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n" +
+			"\x82\x83\x00\x00\x00\x00abc" + "\x89\x81\x01\x02\x03\x04" + string([]byte{'p' ^ 1}),
+			"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n" +
+				"\x82\x03abc" + "\x8a\x01p", false},
+		{"oversized frame", "GET / HTTP/1.1\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n\x82\xff\x00\x00\x00\x00\x01\x00\x00\x01",
+			"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: cai0HFWL7DEHZkyHxdyv1Pn3R6M=\r\n\r\n", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := dial(t, addr)
+			if _, err := io.WriteString(c, tt.request); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, len(tt.want))
+			if _, err := io.ReadFull(c, got); err != nil {
+				t.Fatalf("read answer: %v (got %q)", err, got)
+			}
+			if string(got) != tt.want {
+				t.Errorf("answer = %q, want %q", got, tt.want)
+			}
+			if tt.wantEOF {
+				if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+					t.Errorf("after the answer: read %d, %v; want EOF", n, err)
+				}
+			}
+		})
+	}
+}
+
+func TestTLSServices(t *testing.T) {
+	cert, pool := testCert(t)
+	o := newOrigin()
+	conf := &tls.Config{Certificates: []tls.Certificate{cert}}
+	addr := serve(t, withTLS(conf, o.serveHTTP))
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Get("https://" + addr + "/10k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(body) != 10<<10 {
+		t.Errorf("GET https /10k = %d with %d bytes (%v), want 200 with 10240", resp.StatusCode, len(body), err)
+	}
+
+	ws := serve(t, withTLS(conf, o.serveWS))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, "wss://"+ws+"/", &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if err := c.Write(ctx, websocket.MessageBinary, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err := c.Read(ctx); err != nil || string(got) != "hello" {
+		t.Errorf("wss echo = %q, %v; want hello", got, err)
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+}
+
+// testCert returns a self-signed certificate for 127.0.0.1 and a pool that
+// trusts it.
+func testCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }

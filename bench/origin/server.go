@@ -33,7 +33,7 @@ type response struct {
 	keep10    []byte // answer to HTTP/1.0 with "Connection: keep-alive"
 }
 
-// origin serves the three listeners. Its counters are updated atomically by
+// origin serves the listeners. Its counters are updated atomically by
 // every connection goroutine.
 type origin struct {
 	responses map[string]*response
@@ -42,6 +42,8 @@ type origin struct {
 	sinkBytes    atomic.Int64
 	sinkConns    atomic.Int64
 	holdConns    atomic.Int64 // currently open
+	wsConns      atomic.Int64 // upgrades answered
+	wsMessages   atomic.Int64 // data frames echoed
 }
 
 func newOrigin() *origin {
@@ -243,6 +245,8 @@ type Stats struct {
 	SinkBytes    int64 `json:"sink_bytes"`
 	SinkConns    int64 `json:"sink_conns"`
 	HoldConns    int64 `json:"hold_conns"`
+	WSConns      int64 `json:"ws_conns"`
+	WSMessages   int64 `json:"ws_messages"`
 }
 
 func (o *origin) stats() Stats {
@@ -251,6 +255,8 @@ func (o *origin) stats() Stats {
 		SinkBytes:    o.sinkBytes.Load(),
 		SinkConns:    o.sinkConns.Load(),
 		HoldConns:    o.holdConns.Load(),
+		WSConns:      o.wsConns.Load(),
+		WSMessages:   o.wsMessages.Load(),
 	}
 }
 
