@@ -1,0 +1,314 @@
+// Package acl decides which requests rustle serves: an ordered list of
+// allow and deny rules, the first matching rule wins, as in Squid's
+// http_access. A rule matches on the client's address, the user and the
+// groups the user belongs to, the destination host (exact name, "*.suffix",
+// ".suffix", IP address or CIDR), the destination port, the method and the
+// protocol; every criterion a rule leaves empty matches anything, and the
+// entries of one criterion are alternatives.
+//
+// When no rule matches, the policy's default applies: deny unless the
+// configuration says otherwise. A configuration without rules builds no
+// Policy at all, and then every request that passes authentication and the
+// private-destination guard is served.
+//
+// A [Policy] is compiled once from its [Config]; [Policy.Decide] and
+// [Policy.Check] allocate nothing and are safe for concurrent use.
+//
+// Rules with IP or CIDR host entries match the address a host name resolves
+// to: for a request that names a host, [Policy.Decide] may return a pending
+// [Decision], which the dialer completes for each resolved address with
+// [Decision.Permit] before connecting to it.
+package acl
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Protocol is the protocol a request arrived with; a rule's protocols
+// criterion is a set of them.
+type Protocol uint8
+
+// The protocols a rule can name, with their configuration names.
+const (
+	// HTTP is a forwarded HTTP request ("http").
+	HTTP Protocol = 1 << iota
+	// Connect is an HTTP CONNECT tunnel ("connect").
+	Connect
+	// WebSocket is an HTTP WebSocket handshake ("websocket").
+	WebSocket
+	// SOCKS5 is a SOCKS5 CONNECT ("socks5").
+	SOCKS5
+	// SOCKS5UDP is a datagram of a SOCKS5 UDP association ("socks5-udp").
+	SOCKS5UDP
+	// SOCKS4 is a SOCKS4 or SOCKS4a CONNECT ("socks4").
+	SOCKS4
+)
+
+var protocolNames = []struct {
+	p    Protocol
+	name string
+}{
+	{HTTP, "http"}, {Connect, "connect"}, {WebSocket, "websocket"},
+	{SOCKS5, "socks5"}, {SOCKS5UDP, "socks5-udp"}, {SOCKS4, "socks4"},
+}
+
+// ProtocolNames lists the protocol names a rule accepts, in order.
+func ProtocolNames() []string {
+	names := make([]string, len(protocolNames))
+	for i, pn := range protocolNames {
+		names[i] = pn.name
+	}
+	return names
+}
+
+// String returns the configuration name of p, or "" for a value that is
+// not one protocol.
+func (p Protocol) String() string {
+	for _, pn := range protocolNames {
+		if pn.p == p {
+			return pn.name
+		}
+	}
+	return ""
+}
+
+// ParseProtocol returns the Protocol named s ("http", "connect",
+// "websocket", "socks5", "socks5-udp" or "socks4").
+func ParseProtocol(s string) (Protocol, error) {
+	for _, pn := range protocolNames {
+		if pn.name == s {
+			return pn.p, nil
+		}
+	}
+	return 0, fmt.Errorf("acl: protocol %q is not one of %s", s, strings.Join(ProtocolNames(), ", "))
+}
+
+// Actions a rule takes.
+const (
+	Allow = "allow"
+	Deny  = "deny"
+)
+
+// DefaultRule is the rule name a [Decision] carries when no rule matched.
+const DefaultRule = "default"
+
+// Rule is one rule as configured: a name, an action and the criteria, each
+// a list of alternatives in the syntax of the configuration file; an empty
+// list matches anything.
+type Rule struct {
+	// Name names the rule in logs; "" means "rules[N]", N its index from 0.
+	Name string
+	// Action is Allow or Deny.
+	Action string
+	// Clients are client addresses: IP addresses or CIDR prefixes.
+	Clients []string
+	// Users are user names.
+	Users []string
+	// Groups are names of groups defined in Config.Groups; a user who is a
+	// member of one matches, as if listed in Users.
+	Groups []string
+	// Hosts are destinations: a name ("example.com", matched without
+	// regard to case), "*.example.com" (names under example.com, not
+	// example.com itself), ".example.com" (example.com and the names under
+	// it), an IP address or a CIDR prefix (matched against IP literals
+	// and the addresses names resolve to).
+	Hosts []string
+	// Ports are destination ports ("443") and ranges ("8000-8999").
+	Ports []string
+	// Methods are request methods, compared exactly ("GET", "CONNECT").
+	// A SOCKS CONNECT has the method "CONNECT"; a SOCKS5 UDP datagram has
+	// none, so a rule with methods never matches it.
+	Methods []string
+	// Protocols are protocol names (see [ParseProtocol]).
+	Protocols []string
+	// AllowPrivate lists private destination ranges (CIDR prefixes) that
+	// requests this rule allows may reach despite the private-destination
+	// guard. Only for allow rules; empty means none.
+	AllowPrivate []string
+}
+
+// Config is a policy as configured.
+type Config struct {
+	// Rules are tried in order; the first that matches decides.
+	Rules []Rule
+	// Groups maps a group name to its members' user names.
+	Groups map[string][]string
+	// Default is the action when no rule matches, Allow or Deny; "" means
+	// Deny.
+	Default string
+}
+
+// Policy is a compiled rule list. It is immutable and safe for concurrent
+// use.
+type Policy struct {
+	rules        []rule
+	defaultAllow bool
+}
+
+// New compiles cfg. It fails when a rule has an unknown action, an entry
+// that does not parse, a group that is not defined, or allow_private on a
+// deny rule; the error names the rule and the criterion.
+func New(cfg Config) (*Policy, error) {
+	p := &Policy{}
+	switch cfg.Default {
+	case "", Deny:
+	case Allow:
+		p.defaultAllow = true
+	default:
+		return nil, fmt.Errorf("acl: default %q is neither %q nor %q", cfg.Default, Allow, Deny)
+	}
+	var errs []error
+	for i, rc := range cfg.Rules {
+		r, err := compile(rc, cfg.Groups)
+		if err != nil {
+			name := rc.Name
+			if name == "" {
+				name = fmt.Sprintf("rules[%d]", i)
+			}
+			errs = append(errs, fmt.Errorf("acl: rule %s: %w", name, err))
+			continue
+		}
+		if r.name == "" {
+			r.name = fmt.Sprintf("rules[%d]", i)
+		}
+		p.rules = append(p.rules, r)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Len returns the number of rules.
+func (p *Policy) Len() int { return len(p.rules) }
+
+// Request is what a policy decides on. Its strings are only read during
+// the call.
+type Request struct {
+	// Client is the client's address; the zero Addr matches no clients
+	// criterion.
+	Client netip.Addr
+	// User is the authenticated user; "" (no authentication) matches no
+	// users or groups criterion.
+	User string
+	// Host is the destination as the client named it: a host name or an
+	// IP literal without brackets.
+	Host string
+	// Addr is the address Host resolved to; the zero Addr before
+	// resolution. It is set from Host when Host is an IP literal.
+	Addr netip.Addr
+	// Port is the destination port.
+	Port uint16
+	// Method is the request method; "" for none.
+	Method string
+	// Protocol is the protocol the request arrived with.
+	Protocol Protocol
+}
+
+// Decision is the outcome of [Policy.Decide]. Its zero value allows, with
+// no rule and no private exceptions, as a missing policy does.
+type Decision struct {
+	// Allow reports whether the request may proceed. For a pending
+	// decision it is true: the verdict is made per address by Permit.
+	Allow bool
+	// Rule names the rule that decided, DefaultRule when none matched, or
+	// "" while pending (Permit sets it to the rule that decided the last
+	// address it was asked about).
+	Rule string
+
+	policy  *Policy
+	req     Request
+	matched *rule // nil when the default decided or while pending
+	pending bool
+}
+
+// Pending reports whether the verdict depends on the address the
+// destination resolves to, to be decided by Permit for each address.
+func (d *Decision) Pending() bool { return d.pending }
+
+// AddrDependent reports whether Permit may refuse an address or allow a
+// private one: the decision is pending, or its rule has allow_private
+// ranges. A connection made under another decision for the same
+// destination must then be checked with Permit before it is reused.
+func (d *Decision) AddrDependent() bool {
+	return d.pending || d.matched != nil && len(d.matched.allowPrivate) > 0
+}
+
+// Permit decides an allowed request for one address its destination
+// resolved to: ok reports whether the address may be connected to, and
+// private whether the deciding rule lets it through the private-
+// destination guard (its allow_private contains ip). Permit is not safe
+// for concurrent use on one Decision.
+func (d *Decision) Permit(ip netip.Addr) (ok, private bool) {
+	if !d.Allow {
+		return false, false
+	}
+	m := d.matched
+	if d.pending {
+		r := d.req
+		r.Addr = ip.Unmap()
+		nd := d.policy.Decide(r)
+		d.Rule = nd.Rule
+		if !nd.Allow {
+			return false, false
+		}
+		m = nd.matched
+	}
+	if m == nil {
+		return true, false
+	}
+	ip = ip.Unmap()
+	for _, pfx := range m.allowPrivate {
+		if pfx.Contains(ip) {
+			return true, true
+		}
+	}
+	return true, false
+}
+
+// Check decides r and returns whether it is allowed and the name of the
+// deciding rule (DefaultRule when none matched). A decision that depends
+// on the destination's address, for a host name, is made as if the name
+// resolved to no address; use Decide and Permit to decide it per address.
+func (p *Policy) Check(r Request) (allow bool, rule string) {
+	d := p.Decide(r)
+	if d.pending {
+		return p.decideUnresolved(&r)
+	}
+	return d.Allow, d.Rule
+}
+
+// decideUnresolved decides r treating IP host entries as not matching a
+// host name.
+func (p *Policy) decideUnresolved(r *Request) (bool, string) {
+	var buf [maxName]byte
+	host, addr := normalizeHost(r, &buf)
+	for i := range p.rules {
+		ru := &p.rules[i]
+		if m := ru.match(r, host, addr); m == matchYes {
+			return ru.allow, ru.name
+		}
+	}
+	return p.defaultAllow, DefaultRule
+}
+
+// Decide decides r. The result is pending (see [Decision.Pending]) when r
+// names a host, no earlier rule decides, and the first rule that could
+// match depends on the address the name resolves to.
+func (p *Policy) Decide(r Request) Decision {
+	var buf [maxName]byte
+	host, addr := normalizeHost(&r, &buf)
+	for i := range p.rules {
+		ru := &p.rules[i]
+		switch ru.match(&r, host, addr) {
+		case matchYes:
+			return Decision{Allow: ru.allow, Rule: ru.name, policy: p, req: r, matched: ru}
+		case matchPending:
+			return Decision{Allow: true, policy: p, req: r, pending: true}
+		}
+	}
+	return Decision{Allow: p.defaultAllow, Rule: DefaultRule, policy: p, req: r}
+}

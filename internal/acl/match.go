@@ -1,0 +1,387 @@
+package acl
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// maxName is the longest host name a rule can match (253 characters and
+// a trailing dot); longer names match no name entry.
+const maxName = 256
+
+// rule is a compiled Rule. Empty criteria match anything.
+type rule struct {
+	name  string
+	allow bool
+
+	clients   []netip.Prefix
+	users     map[string]struct{} // users and members of the groups; nil = any
+	hosts     hostSet
+	ports     []portRange
+	methods   []string
+	protocols Protocol // 0 = any
+
+	allowPrivate []netip.Prefix
+}
+
+type portRange struct{ lo, hi uint16 }
+
+// hostSet is a compiled hosts criterion.
+type hostSet struct {
+	set      bool                // the criterion is not empty
+	exact    map[string]struct{} // "example.com"
+	under    map[string]struct{} // "*.example.com": names under example.com
+	apex     map[string]struct{} // ".example.com": example.com and the names under it
+	prefixes []netip.Prefix      // IP addresses and CIDR prefixes
+}
+
+// match results.
+const (
+	matchNo = iota
+	matchYes
+	matchPending // decided by the address the host name resolves to
+)
+
+// compile compiles one configured rule.
+func compile(rc Rule, groups map[string][]string) (rule, error) {
+	r := rule{name: rc.Name}
+	var errs []error
+	fail := func(key string, err error) { errs = append(errs, fmt.Errorf("%s: %w", key, err)) }
+	switch rc.Action {
+	case Allow:
+		r.allow = true
+	case Deny:
+	default:
+		fail("action", fmt.Errorf("%q is neither %q nor %q", rc.Action, Allow, Deny))
+	}
+	for _, s := range rc.Clients {
+		p, err := ParsePrefix(s)
+		if err != nil {
+			fail("clients", err)
+			continue
+		}
+		r.clients = append(r.clients, p)
+	}
+	if len(rc.Users) > 0 || len(rc.Groups) > 0 {
+		r.users = make(map[string]struct{})
+	}
+	for _, u := range rc.Users {
+		if err := ParseUser(u); err != nil {
+			fail("users", err)
+			continue
+		}
+		r.users[u] = struct{}{}
+	}
+	for _, g := range rc.Groups {
+		members, ok := groups[g]
+		if !ok {
+			fail("groups", fmt.Errorf("group %q is not defined", g))
+			continue
+		}
+		for _, u := range members {
+			r.users[u] = struct{}{}
+		}
+	}
+	for _, h := range rc.Hosts {
+		if err := r.hosts.add(h); err != nil {
+			fail("hosts", err)
+		}
+	}
+	for _, s := range rc.Ports {
+		lo, hi, err := ParsePorts(s)
+		if err != nil {
+			fail("ports", err)
+			continue
+		}
+		r.ports = append(r.ports, portRange{lo, hi})
+	}
+	for _, m := range rc.Methods {
+		if err := ParseMethod(m); err != nil {
+			fail("methods", err)
+			continue
+		}
+		r.methods = append(r.methods, m)
+	}
+	for _, s := range rc.Protocols {
+		p, err := ParseProtocol(s)
+		if err != nil {
+			fail("protocols", err)
+			continue
+		}
+		r.protocols |= p
+	}
+	if len(rc.AllowPrivate) > 0 && !r.allow && rc.Action == Deny {
+		fail("allow_private", errors.New("is only for allow rules"))
+	}
+	for _, s := range rc.AllowPrivate {
+		p, err := ParsePrefix(s)
+		if err != nil {
+			fail("allow_private", err)
+			continue
+		}
+		r.allowPrivate = append(r.allowPrivate, p)
+	}
+	return r, errors.Join(errs...)
+}
+
+// ParsePrefix parses a client or allow_private entry: an IP address (a
+// single-address prefix) or a CIDR prefix, which is masked. IPv4-mapped
+// IPv6 forms are unmapped.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
+		}
+		if a := p.Addr(); a.Is4In6() {
+			bits := p.Bits() - 96
+			if bits < 0 {
+				return netip.Prefix{}, fmt.Errorf("%q: an IPv4-mapped prefix needs at least 96 bits", s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), bits)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// ParseUser checks a user name entry: not empty, no ':' and no control
+// characters.
+func ParseUser(s string) error {
+	if s == "" {
+		return errors.New("empty user name")
+	}
+	if strings.ContainsFunc(s, func(r rune) bool { return r == ':' || r < ' ' || r == 0x7f }) {
+		return fmt.Errorf("user name %q has ':' or a control character", s)
+	}
+	return nil
+}
+
+// ParseHost checks a hosts entry: a host name, "*.name", ".name", an IP
+// address (IPv6 with or without brackets) or a CIDR prefix.
+func ParseHost(s string) error {
+	var h hostSet
+	return h.add(s)
+}
+
+// add compiles one hosts entry into h.
+func (h *hostSet) add(s string) error {
+	h.set = true
+	if p, err := ParsePrefix(s); err == nil {
+		h.prefixes = append(h.prefixes, p)
+		return nil
+	}
+	if strings.Contains(s, "/") || strings.Contains(s, ":") {
+		return fmt.Errorf("%q is not a host name, *.suffix, .suffix, IP address or CIDR prefix", s)
+	}
+	name := strings.TrimSuffix(strings.ToLower(s), ".")
+	var m *map[string]struct{}
+	switch {
+	case strings.HasPrefix(name, "*."):
+		name, m = name[2:], &h.under
+	case strings.HasPrefix(name, "."):
+		name, m = name[1:], &h.apex
+	default:
+		m = &h.exact
+	}
+	if !validName(name) {
+		return fmt.Errorf("%q is not a host name, *.suffix, .suffix, IP address or CIDR prefix", s)
+	}
+	if *m == nil {
+		*m = make(map[string]struct{})
+	}
+	(*m)[name] = struct{}{}
+	return nil
+}
+
+// validName reports whether s is a plausible lower-case DNS name: labels
+// of letters, digits, '-' and '_', at most 253 characters.
+func validName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i := range len(label) {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ParsePorts parses a ports entry, "443" or "8000-8999", into the range it
+// covers; ports run from 1 to 65535.
+func ParsePorts(s string) (lo, hi uint16, err error) {
+	a, b, isRange := strings.Cut(s, "-")
+	if !isRange {
+		b = a
+	}
+	l, err1 := strconv.ParseUint(a, 10, 16)
+	h, err2 := strconv.ParseUint(b, 10, 16)
+	if err1 != nil || err2 != nil || l == 0 || h == 0 || l > h {
+		return 0, 0, fmt.Errorf("%q is not a port (1-65535) or a range such as \"8000-8999\"", s)
+	}
+	return uint16(l), uint16(h), nil
+}
+
+// ParseMethod checks a methods entry: an HTTP token.
+func ParseMethod(s string) error {
+	if s == "" {
+		return errors.New("empty method")
+	}
+	for i := range len(s) {
+		if !isTokenByte(s[i]) {
+			return fmt.Errorf("method %q is not an HTTP token", s)
+		}
+	}
+	return nil
+}
+
+func isTokenByte(c byte) bool {
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// normalizeHost returns r's host lower-cased, without a trailing dot,
+// written into buf (nil when it is an IP literal or too long to match a
+// name), and the destination address: r.Addr, or the IP literal.
+func normalizeHost(r *Request, buf *[maxName]byte) ([]byte, netip.Addr) {
+	addr := r.Addr.Unmap()
+	h := r.Host
+	if h == "" {
+		return nil, addr
+	}
+	if c := h[0]; '0' <= c && c <= '9' || strings.IndexByte(h, ':') >= 0 {
+		if ip, err := netip.ParseAddr(h); err == nil {
+			return nil, ip.WithZone("").Unmap()
+		}
+	}
+	if h[len(h)-1] == '.' {
+		h = h[:len(h)-1]
+	}
+	if len(h) > len(buf) {
+		return nil, addr
+	}
+	n := copy(buf[:], h)
+	for i := range n {
+		if c := buf[i]; 'A' <= c && c <= 'Z' {
+			buf[i] = c + 'a' - 'A'
+		}
+	}
+	return buf[:n], addr
+}
+
+// match reports whether the rule matches r, whose normalized host name is
+// host (nil for an IP literal) and destination address addr.
+func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
+	if ru.protocols != 0 && ru.protocols&r.Protocol == 0 {
+		return matchNo
+	}
+	if len(ru.clients) > 0 && !containsAddr(ru.clients, r.Client.Unmap()) {
+		return matchNo
+	}
+	if ru.users != nil {
+		if r.User == "" {
+			return matchNo
+		}
+		if _, ok := ru.users[r.User]; !ok {
+			return matchNo
+		}
+	}
+	if len(ru.ports) > 0 {
+		ok := false
+		for _, pr := range ru.ports {
+			if pr.lo <= r.Port && r.Port <= pr.hi {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return matchNo
+		}
+	}
+	if len(ru.methods) > 0 {
+		ok := false
+		for _, m := range ru.methods {
+			if m == r.Method {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return matchNo
+		}
+	}
+	if !ru.hosts.set {
+		return matchYes
+	}
+	if len(host) > 0 && ru.hosts.matchName(host) {
+		return matchYes
+	}
+	if len(ru.hosts.prefixes) == 0 {
+		return matchNo
+	}
+	if addr.IsValid() {
+		if containsAddr(ru.hosts.prefixes, addr) {
+			return matchYes
+		}
+		return matchNo
+	}
+	if len(host) > 0 {
+		return matchPending
+	}
+	return matchNo
+}
+
+// matchName reports whether the normalized name host matches a name entry.
+func (h *hostSet) matchName(host []byte) bool {
+	if _, ok := h.exact[string(host)]; ok {
+		return true
+	}
+	if _, ok := h.apex[string(host)]; ok {
+		return true
+	}
+	if h.under == nil && h.apex == nil {
+		return false
+	}
+	for i := 0; i < len(host); i++ {
+		if host[i] != '.' {
+			continue
+		}
+		suffix := host[i+1:]
+		if _, ok := h.under[string(suffix)]; ok {
+			return true
+		}
+		if _, ok := h.apex[string(suffix)]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func containsAddr(ps []netip.Prefix, a netip.Addr) bool {
+	if !a.IsValid() {
+		return false
+	}
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
