@@ -2,6 +2,12 @@
 // the configured socket options, classifies failures so that callers can
 // answer 502 or 504, and keeps idle keep-alive connections per origin in a
 // Pool shared by all client connections.
+//
+// With a [Guard], a Dialer resolves host names itself and connects only to
+// addresses it has checked: private, local and reserved addresses and the
+// proxy's own listening addresses are refused (answered 403 by a proxy)
+// unless an exception allows them, and the address checked is the address
+// dialed, so a second DNS answer cannot slip past the check.
 package dialer
 
 import (
@@ -9,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -21,12 +29,37 @@ type Config struct {
 	// SocketBufferBytes sets SO_SNDBUF and SO_RCVBUF on dialed sockets.
 	// 0 = kernel autotuning.
 	SocketBufferBytes int
+	// Guard refuses private destinations and the proxy's own addresses;
+	// nil = no such check (and names are resolved by net.Dialer).
+	Guard *Guard
+	// Resolver resolves host names when Guard is set; nil =
+	// net.DefaultResolver.
+	Resolver *net.Resolver
 }
 
 // Dialer dials upstream TCP connections.
 type Dialer struct {
-	nd net.Dialer
+	nd       net.Dialer
+	timeout  time.Duration
+	guard    *Guard
+	resolver *net.Resolver
 }
+
+// Permitter decides, for one dial, whether each address the destination
+// resolved to may be connected to; *acl.Decision implements it.
+type Permitter interface {
+	// Permit reports whether ip may be dialed, and whether it may be even
+	// though the guard refuses it as private.
+	Permit(ip netip.Addr) (ok, private bool)
+}
+
+// fallbackDelay is how long the first address family gets before the
+// other is tried in parallel (RFC 8305's Happy Eyeballs, as net.Dialer).
+const fallbackDelay = 300 * time.Millisecond
+
+// minAttempt is the least time one address of several gets, when the
+// timeout allows it.
+const minAttempt = 2 * time.Second
 
 // New returns a Dialer for cfg.
 func New(cfg Config) *Dialer {
@@ -36,7 +69,10 @@ func New(cfg Config) *Dialer {
 	d := &Dialer{nd: net.Dialer{
 		Timeout:   cfg.Timeout,
 		KeepAlive: -1, // rustle bounds idle connections with its own timeouts
-	}}
+	}, timeout: cfg.Timeout, guard: cfg.Guard, resolver: cfg.Resolver}
+	if d.resolver == nil {
+		d.resolver = net.DefaultResolver
+	}
 	if n := cfg.SocketBufferBytes; n > 0 {
 		d.nd.Control = func(_, _ string, rc syscall.RawConn) error {
 			return SetBuffers(rc, n)
@@ -46,12 +82,15 @@ func New(cfg Config) *Dialer {
 }
 
 // Error is a failed dial. Timeout is set when the connect timeout (or the
-// caller's deadline) expired, which a proxy answers with 504; other
-// failures are answered with 502.
+// caller's deadline) expired, which a proxy answers with 504; Forbidden
+// when every address was refused by the guard or the policy (Err wraps
+// ErrPrivate, ErrOwnAddress or ErrDenied), which a proxy answers with 403;
+// other failures are answered with 502.
 type Error struct {
-	Addr    string
-	Timeout bool
-	Err     error
+	Addr      string
+	Timeout   bool
+	Forbidden bool
+	Err       error
 }
 
 func (e *Error) Error() string {
@@ -65,6 +104,12 @@ func (e *Error) Unwrap() error { return e.Err }
 func (e *Error) Reason() string {
 	var dnsErr *net.DNSError
 	switch {
+	case errors.Is(e.Err, ErrOwnAddress):
+		return "destination " + e.Addr + " is this proxy"
+	case errors.Is(e.Err, ErrPrivate):
+		return "destination " + e.Addr + " is a private or local address"
+	case e.Forbidden:
+		return "destination " + e.Addr + " is not allowed"
 	case e.Timeout:
 		return "connect to " + e.Addr + " timed out"
 	case errors.As(e.Err, &dnsErr):
@@ -80,15 +125,196 @@ func (e *Error) Reason() string {
 	return "cannot connect to " + e.Addr
 }
 
-// Dial connects to addr ("host:port", IPv6 literals in brackets).
+// Dial connects to addr ("host:port", IPv6 literals in brackets), with the
+// guard's checks and no policy; see DialPermit.
 func (d *Dialer) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
-	c, err := d.nd.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		var ne net.Error
-		timeout := errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
-		return nil, &Error{Addr: addr, Timeout: timeout, Err: err}
+	return d.DialPermit(ctx, addr, nil)
+}
+
+// DialPermit connects to addr ("host:port", IPv6 literals in brackets).
+// With a guard, or a non-nil p, it resolves the host itself, drops every
+// address that p or the guard refuses, and connects to the addresses left,
+// the first address family first and the other after fallbackDelay. When
+// nothing is left it returns an [*Error] with Forbidden set. Errors are
+// always *Error.
+func (d *Dialer) DialPermit(ctx context.Context, addr string, p Permitter) (*net.TCPConn, error) {
+	if d.guard == nil && p == nil {
+		c, err := d.nd.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, dialError(addr, err)
+		}
+		return c.(*net.TCPConn), nil
 	}
-	return c.(*net.TCPConn), nil
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, &Error{Addr: addr, Err: err}
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, &Error{Addr: addr, Err: fmt.Errorf("bad port %q", portStr)}
+	}
+	var ips []netip.Addr
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ips = []netip.Addr{ip}
+	} else {
+		ips, err = d.resolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, dialError(addr, err)
+		}
+	}
+	addrs := make([]netip.AddrPort, 0, len(ips))
+	var refused error
+	for _, ip := range ips {
+		ap := netip.AddrPortFrom(ip.Unmap(), uint16(port))
+		if err := d.check(ap, p); err != nil {
+			if refused == nil {
+				refused = fmt.Errorf("%w (%s)", err, ap.Addr())
+			}
+			continue
+		}
+		addrs = append(addrs, ap)
+	}
+	if len(addrs) == 0 {
+		if refused == nil {
+			refused = &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+			return nil, &Error{Addr: addr, Err: refused}
+		}
+		return nil, &Error{Addr: addr, Forbidden: true, Err: refused}
+	}
+	c, err := d.dialAddrs(ctx, addrs)
+	if err != nil {
+		return nil, dialError(addr, err)
+	}
+	return c, nil
+}
+
+// Check applies the guard and p to the remote address of a connection made
+// for another request (a pooled one) before it is reused: nil, or the
+// error a dial to ap would have been refused with.
+func (d *Dialer) Check(ap netip.AddrPort, p Permitter) error {
+	if d.guard == nil && p == nil {
+		return nil
+	}
+	return d.check(netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), p)
+}
+
+func (d *Dialer) check(ap netip.AddrPort, p Permitter) error {
+	ok, private := true, false
+	if p != nil {
+		ok, private = p.Permit(ap.Addr())
+	}
+	if !ok {
+		return ErrDenied
+	}
+	if d.guard != nil {
+		return d.guard.Check(ap, private)
+	}
+	return nil
+}
+
+// dialError wraps a failed resolution or connection.
+func dialError(addr string, err error) *Error {
+	var ne net.Error
+	timeout := errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded)
+	return &Error{Addr: addr, Timeout: timeout, Err: err}
+}
+
+// dialAddrs connects to one of addrs: those of the first address's family
+// in turn, and after fallbackDelay (or as soon as they have all failed)
+// those of the other family in parallel. It returns the first connection
+// made and closes any other.
+func (d *Dialer) dialAddrs(ctx context.Context, addrs []netip.AddrPort) (*net.TCPConn, error) {
+	var primaries, fallbacks []netip.AddrPort
+	for _, a := range addrs {
+		if a.Addr().Is4() == addrs[0].Addr().Is4() {
+			primaries = append(primaries, a)
+		} else {
+			fallbacks = append(fallbacks, a)
+		}
+	}
+	if len(fallbacks) == 0 {
+		return d.dialSerial(ctx, primaries)
+	}
+	type result struct {
+		c       *net.TCPConn
+		err     error
+		primary bool
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan result, 2)
+	start := func(list []netip.AddrPort, primary bool) {
+		go func() {
+			c, err := d.dialSerial(ctx, list)
+			results <- result{c, err, primary}
+		}()
+	}
+	start(primaries, true)
+	running, fallbackStarted := 1, false
+	timer := time.NewTimer(fallbackDelay)
+	defer timer.Stop()
+	var firstErr error
+	for running > 0 {
+		select {
+		case <-timer.C:
+			if !fallbackStarted {
+				fallbackStarted = true
+				start(fallbacks, false)
+				running++
+			}
+		case r := <-results:
+			running--
+			if r.err == nil {
+				cancel()
+				for ; running > 0; running-- {
+					if o := <-results; o.c != nil {
+						o.c.Close()
+					}
+				}
+				return r.c, nil
+			}
+			if firstErr == nil || r.primary {
+				firstErr = r.err
+			}
+			if !fallbackStarted {
+				fallbackStarted = true
+				start(fallbacks, false)
+				running++
+			}
+		}
+	}
+	return nil, firstErr
+}
+
+// dialSerial tries addrs in turn, giving each an even share of the time
+// left (at least minAttempt when there is that much).
+func (d *Dialer) dialSerial(ctx context.Context, addrs []netip.AddrPort) (*net.TCPConn, error) {
+	var firstErr error
+	for i, a := range addrs {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if dl, ok := ctx.Deadline(); ok && len(addrs)-i > 1 {
+			left := time.Until(dl)
+			share := left / time.Duration(len(addrs)-i)
+			if share < minAttempt {
+				share = min(minAttempt, left)
+			}
+			actx, cancel = context.WithTimeout(ctx, share)
+		}
+		c, err := d.nd.DialContext(actx, "tcp", a.String())
+		cancel()
+		if err == nil {
+			return c.(*net.TCPConn), nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, firstErr
 }
 
 // SetBuffers sets SO_SNDBUF and SO_RCVBUF to n bytes on a socket.
