@@ -40,6 +40,10 @@ type Config struct {
 	// Admin is the host:port of the admin HTTP listener, which serves
 	// /metrics, /healthz and /readyz; "" means no admin listener.
 	Admin string `toml:"admin"`
+	// AllowPrivate lists destination ranges (IP addresses or CIDR
+	// prefixes) that the private-destination guard lets through; empty
+	// means the guard refuses every private, local and reserved address.
+	AllowPrivate []string `toml:"allow_private"`
 
 	// Log configures logging.
 	Log Log `toml:"log"`
@@ -54,6 +58,11 @@ type Config struct {
 	Upstream Upstream `toml:"upstream"`
 	// Auth configures proxy authentication.
 	Auth Auth `toml:"auth"`
+	// ACL is the access policy: ordered allow and deny rules.
+	ACL ACL `toml:"acl"`
+	// Limits bounds connections, handshakes, failed authentications and
+	// per-user byte rates.
+	Limits Limits `toml:"limits"`
 	// Listen holds one entry per listening address. Empty means none: a
 	// configuration must get at least one listener from the file or from
 	// the command line before it validates.
@@ -168,6 +177,109 @@ type User struct {
 	Bcrypt string `toml:"bcrypt"`
 }
 
+// ACL is the access policy: rules tried in order, the first that matches
+// deciding (see package acl). With no rules every request is allowed, as
+// far as authentication and the private-destination guard let it through.
+type ACL struct {
+	// Default is the action when rules exist and none matches: "allow" or
+	// "deny"; "" means "deny".
+	Default string `toml:"default"`
+	// Groups maps a group name to its members' user names, for rules'
+	// groups criterion; nil means no groups.
+	Groups map[string][]string `toml:"groups"`
+	// Rules are tried in order; empty means no policy.
+	Rules []ACLRule `toml:"rules"`
+}
+
+// ACLRule is one access rule. Every criterion is a list of alternatives;
+// an empty list matches anything, and a rule matches when all its
+// criteria do.
+type ACLRule struct {
+	// Name names the rule in logs; "" means "rules[N]" (N from 0).
+	Name string `toml:"name"`
+	// Action is "allow" or "deny"; "" is refused by Validate.
+	Action string `toml:"action"`
+	// Clients are client IP addresses and CIDR prefixes.
+	Clients []string `toml:"clients"`
+	// Users are user names.
+	Users []string `toml:"users"`
+	// Groups are names of groups in [acl.groups].
+	Groups []string `toml:"groups"`
+	// Hosts are destinations: "example.com", "*.example.com" (names
+	// under it), ".example.com" (it and names under it), IP addresses
+	// and CIDR prefixes.
+	Hosts []string `toml:"hosts"`
+	// Ports are destination ports ("443") and ranges ("8000-8999").
+	Ports []string `toml:"ports"`
+	// Methods are request methods ("GET", "CONNECT").
+	Methods []string `toml:"methods"`
+	// Protocols are "http", "connect", "websocket", "socks5", "socks5-udp"
+	// and "socks4".
+	Protocols []string `toml:"protocols"`
+	// AllowPrivate lists private destination ranges that requests this
+	// (allow) rule matches may reach; empty means none beyond the
+	// top-level allow_private.
+	AllowPrivate []string `toml:"allow_private"`
+}
+
+// Limits bounds what clients may hold and how fast they may come. A zero
+// field means its documented default; see each field.
+type Limits struct {
+	// MaxConnections bounds the client connections open at once, tunnels
+	// included; 0 means derived from the open-file limit at start (see
+	// [Limits.ConnectionLimit]) and -1 means no limit.
+	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerClient bounds the connections of one client IP
+	// address; 0 means no limit.
+	MaxConnectionsPerClient int `toml:"max_connections_per_client"`
+	// MaxConnectionsPerUser bounds the connections authenticated as one
+	// user; 0 means no limit.
+	MaxConnectionsPerUser int `toml:"max_connections_per_user"`
+	// ConnectionRate is the new connections per second one client IP
+	// address may open (a token bucket); 0 means no limit.
+	ConnectionRate int `toml:"connection_rate"`
+	// ConnectionBurst is that bucket's size; 0 means twice
+	// ConnectionRate.
+	ConnectionBurst int `toml:"connection_burst"`
+	// MaxTLSHandshakes bounds the TLS handshakes in progress at once on
+	// https listeners; 0 means 256.
+	MaxTLSHandshakes int `toml:"max_tls_handshakes"`
+	// AuthFailures is the number of failed authentications from one
+	// client address within AuthFailureWindow after which the address is
+	// refused for AuthCooldown; 0 means 10 and -1 turns the check off.
+	AuthFailures int `toml:"auth_failures"`
+	// AuthFailureWindow is the window failures are counted in; zero
+	// means 1m.
+	AuthFailureWindow Duration `toml:"auth_failure_window"`
+	// AuthCooldown is how long an address that reached AuthFailures is
+	// refused; zero means 5m.
+	AuthCooldown Duration `toml:"auth_cooldown"`
+	// UserBytesPerSecond bounds the bytes each user moves per second, both
+	// directions together (a token bucket); 0 means no limit.
+	UserBytesPerSecond int `toml:"user_bytes_per_second"`
+	// UserBytesBurst is that bucket's size; 0 means UserBytesPerSecond
+	// (one second's worth).
+	UserBytesBurst int `toml:"user_bytes_burst"`
+}
+
+// ConnectionLimit returns the connection limit in effect for a process
+// whose soft open-file limit is nofile: MaxConnections when positive, 0
+// (no limit) when it is -1, and otherwise (nofile - 128) / 2, at least 64,
+// as a proxied connection holds two descriptors.
+func (l Limits) ConnectionLimit(nofile uint64) int {
+	switch {
+	case l.MaxConnections > 0:
+		return l.MaxConnections
+	case l.MaxConnections < 0:
+		return 0
+	}
+	n := 64
+	if nofile > 128+2*64 {
+		n = int(min(nofile, 1<<40)-128) / 2
+	}
+	return n
+}
+
 // Listener is one listening address.
 type Listener struct {
 	// Name is used in logs; "" means protocol and address, as in
@@ -267,13 +379,18 @@ const (
 	defaultCacheTTL       = 5 * time.Minute
 	defaultCacheSize      = 10000
 	defaultProtocol       = "http"
+	defaultACLDefault     = "deny"
+	defaultTLSHandshakes  = 256
+	defaultAuthFailures   = 10
+	defaultAuthWindow     = time.Minute
+	defaultAuthCooldown   = 5 * time.Minute
 )
 
 // SetDefaults replaces every zero value that has a documented default with
 // that default. It is the one place defaults live, and it is idempotent.
 // Values with a meaning at zero (Workers, SocketBufferBytes, Via, Admin,
 // AccessLog.Enabled and Path, Metrics.PerUser, a listener's Auth,
-// AllowOpen) are left alone.
+// AllowOpen, AllowPrivate, the connection limits) are left alone.
 func (c *Config) SetDefaults() {
 	setString(&c.Forwarded, defaultForwarded)
 	setInt(&c.MaxHeaderBytes, defaultMaxHeaderBytes)
@@ -299,6 +416,23 @@ func (c *Config) SetDefaults() {
 	setString(&c.Auth.Realm, defaultRealm)
 	setDuration(&c.Auth.CacheTTL, defaultCacheTTL)
 	setInt(&c.Auth.CacheSize, defaultCacheSize)
+
+	setString(&c.ACL.Default, defaultACLDefault)
+	for i := range c.ACL.Rules {
+		setString(&c.ACL.Rules[i].Name, "rules["+strconv.Itoa(i)+"]")
+	}
+
+	lim := &c.Limits
+	if lim.ConnectionBurst == 0 {
+		lim.ConnectionBurst = 2 * lim.ConnectionRate
+	}
+	setInt(&lim.MaxTLSHandshakes, defaultTLSHandshakes)
+	setInt(&lim.AuthFailures, defaultAuthFailures)
+	setDuration(&lim.AuthFailureWindow, defaultAuthWindow)
+	setDuration(&lim.AuthCooldown, defaultAuthCooldown)
+	if lim.UserBytesBurst == 0 {
+		lim.UserBytesBurst = lim.UserBytesPerSecond
+	}
 
 	for i := range c.Listen {
 		l := &c.Listen[i]

@@ -37,6 +37,13 @@ func documentedDefaults() Config {
 		},
 		Upstream: Upstream{MaxIdlePerHost: 64, MaxIdle: 4096, IdleTimeout: Duration{90 * time.Second}},
 		Auth:     Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},
+		ACL:      ACL{Default: "deny"},
+		Limits: Limits{
+			MaxTLSHandshakes:  256,
+			AuthFailures:      10,
+			AuthFailureWindow: Duration{time.Minute},
+			AuthCooldown:      Duration{5 * time.Minute},
+		},
 	}
 }
 
@@ -133,6 +140,8 @@ func TestExampleFile(t *testing.T) {
 	want := documentedDefaults()
 	want.Listen = []Listener{{Name: "main", Address: "127.0.0.1:3128", Protocol: "http"}}
 	want.Auth.Htpasswd = []string{}
+	want.AllowPrivate = []string{}
+	want.ACL.Groups = map[string][]string{}
 	if diff := cmp.Diff(&want, c, ignoreLocation); diff != "" {
 		t.Errorf("example file differs from the documented defaults (-want +got):\n%s", diff)
 	}

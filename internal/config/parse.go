@@ -181,6 +181,19 @@ func (d *decoder) value(v any, rv reflect.Value, path []string) {
 			return
 		}
 		d.table(m, rv, path)
+	case reflect.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			d.typeError(path, v, "a table")
+			return
+		}
+		mv := reflect.MakeMapWithSize(rv.Type(), len(m))
+		for key, e := range m {
+			ev := reflect.New(rv.Type().Elem()).Elem()
+			d.value(e, ev, append(path[:len(path):len(path)], key))
+			mv.SetMapIndex(reflect.ValueOf(key).Convert(rv.Type().Key()), ev)
+		}
+		rv.Set(mv)
 	case reflect.Slice:
 		elems, ok := arrayElems(v)
 		if !ok {

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
 )
 
 // ErrOpenProxy is wrapped by the [Config.Validate] error for a listener on
@@ -73,7 +76,94 @@ func (c *Config) Validate() error {
 	c.validateAuth(v)
 	c.validateListeners(v)
 	c.validateAdmin(v)
+	for i, p := range c.AllowPrivate {
+		if _, err := acl.ParsePrefix(p); err != nil {
+			v.add(fmt.Sprintf("allow_private[%d]", i), err)
+		}
+	}
+	c.validateACL(v)
+	c.validateLimits(v)
 	return v.err()
+}
+
+// validateACL checks the access rules: actions, every criterion's
+// entries, groups that exist, unique rule names, and allow_private on
+// allow rules only.
+func (c *Config) validateACL(v *validator) {
+	a := c.ACL
+	v.check(a.Default == acl.Allow || a.Default == acl.Deny, "acl.default", "%q is neither \"allow\" nor \"deny\"", a.Default)
+	for _, g := range slices.Sorted(maps.Keys(a.Groups)) {
+		members := a.Groups[g]
+		key := "acl.groups." + g
+		if g == "" || strings.ContainsFunc(g, func(r rune) bool {
+			return !(r == '-' || r == '_' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z')
+		}) {
+			v.add("acl.groups", fmt.Errorf("group name %q: use letters, digits, '-' and '_'", g))
+			continue
+		}
+		for j, u := range members {
+			if err := acl.ParseUser(u); err != nil {
+				v.add(fmt.Sprintf("%s[%d]", key, j), err)
+			}
+		}
+	}
+	names := make(map[string]int)
+	for i, r := range a.Rules {
+		key := fmt.Sprintf("acl.rules[%d]", i)
+		if j, dup := names[r.Name]; dup {
+			v.add(key+".name", fmt.Errorf("%q is also the name of acl.rules[%d]", r.Name, j))
+		} else {
+			names[r.Name] = i
+		}
+		switch r.Action {
+		case acl.Allow:
+		case acl.Deny:
+			v.check(len(r.AllowPrivate) == 0, key+".allow_private", "is only for allow rules")
+		case "":
+			v.add(key, errors.New(`action is required: "allow" or "deny"`))
+		default:
+			v.add(key+".action", fmt.Errorf("%q is neither \"allow\" nor \"deny\"", r.Action))
+		}
+		each := func(field string, list []string, check func(string) error) {
+			for j, s := range list {
+				if err := check(s); err != nil {
+					v.add(fmt.Sprintf("%s.%s[%d]", key, field, j), err)
+				}
+			}
+		}
+		prefix := func(s string) error { _, err := acl.ParsePrefix(s); return err }
+		each("clients", r.Clients, prefix)
+		each("users", r.Users, acl.ParseUser)
+		each("groups", r.Groups, func(g string) error {
+			if _, ok := a.Groups[g]; !ok {
+				return fmt.Errorf("group %q is not defined in [acl.groups]", g)
+			}
+			return nil
+		})
+		each("hosts", r.Hosts, acl.ParseHost)
+		each("ports", r.Ports, func(s string) error { _, _, err := acl.ParsePorts(s); return err })
+		each("methods", r.Methods, acl.ParseMethod)
+		each("protocols", r.Protocols, func(s string) error { _, err := acl.ParseProtocol(s); return err })
+		each("allow_private", r.AllowPrivate, prefix)
+	}
+}
+
+// validateLimits checks the [limits] table.
+func (c *Config) validateLimits(v *validator) {
+	l := c.Limits
+	v.check(l.MaxConnections >= -1, "limits.max_connections", "%d is neither positive, 0 (derived) nor -1 (no limit)", l.MaxConnections)
+	v.check(l.MaxConnectionsPerClient >= 0, "limits.max_connections_per_client", "%d is negative", l.MaxConnectionsPerClient)
+	v.check(l.MaxConnectionsPerUser >= 0, "limits.max_connections_per_user", "%d is negative", l.MaxConnectionsPerUser)
+	v.check(l.ConnectionRate >= 0, "limits.connection_rate", "%d is negative", l.ConnectionRate)
+	v.check(l.ConnectionBurst >= 1 || l.ConnectionBurst == 0 && l.ConnectionRate <= 0, "limits.connection_burst",
+		"%d is less than 1", l.ConnectionBurst)
+	v.check(l.MaxTLSHandshakes > 0, "limits.max_tls_handshakes", "%d is not positive", l.MaxTLSHandshakes)
+	v.check(l.AuthFailures > 0 || l.AuthFailures == -1, "limits.auth_failures", "%d is neither positive nor -1 (off)", l.AuthFailures)
+	v.positive("limits.auth_failure_window", l.AuthFailureWindow)
+	v.positive("limits.auth_cooldown", l.AuthCooldown)
+	v.check(l.UserBytesPerSecond >= 0, "limits.user_bytes_per_second", "%d is negative", l.UserBytesPerSecond)
+	v.check(l.UserBytesBurst >= 1 || l.UserBytesBurst == 0 && l.UserBytesPerSecond <= 0, "limits.user_bytes_burst",
+		"%d is less than 1", l.UserBytesBurst)
 }
 
 // validateAdmin checks the admin listener's address: host:port like a

@@ -307,3 +307,115 @@ func TestLoadResolvesTLSPaths(t *testing.T) {
 		t.Errorf("TLS paths (-want +got):\n%s", diff)
 	}
 }
+
+func TestValidateACLAndLimits(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(c *Config)
+		want   []string
+	}{
+		{"allow_private", func(c *Config) { c.AllowPrivate = []string{"127.0.0.1/32", "::1", "ten"} }, []string{"allow_private[2]"}},
+		{"good rules", func(c *Config) {
+			c.ACL.Groups = map[string][]string{"admins": {"alice"}}
+			c.ACL.Rules = []ACLRule{
+				{Name: "a", Action: "allow", Groups: []string{"admins"}, AllowPrivate: []string{"10.0.0.0/8"}},
+				{Name: "b", Action: "deny", Clients: []string{"192.0.2.0/24"}, Hosts: []string{"*.example.com", ".example.org", "10.0.0.0/8", "::1"},
+					Ports: []string{"25", "8000-8999"}, Methods: []string{"GET"}, Protocols: []string{"http", "socks5-udp"}, Users: []string{"bob"}},
+			}
+		}, nil},
+		{"bad rules", func(c *Config) {
+			c.ACL.Default = "maybe"
+			c.ACL.Groups = map[string][]string{"ad mins": {"alice"}, "ok": {"a:b"}}
+			c.ACL.Rules = []ACLRule{
+				{Name: "a", Action: "permit"},
+				{Name: "a", Action: "deny", AllowPrivate: []string{"10.0.0.0/8"}},
+				{Name: "c", Clients: []string{"300.0.0.1"}, Users: []string{""}, Groups: []string{"nobody"}, Hosts: []string{"a b"},
+					Ports: []string{"0", "1-2-3"}, Methods: []string{"G T"}, Protocols: []string{"gopher"}, AllowPrivate: []string{"x"}},
+			}
+		}, []string{
+			"acl.default", "acl.groups", "acl.groups.ok[0]",
+			"acl.rules[0].action",
+			"acl.rules[1].name", "acl.rules[1].allow_private",
+			"acl.rules[2]", "acl.rules[2].clients[0]", "acl.rules[2].users[0]", "acl.rules[2].groups[0]", "acl.rules[2].hosts[0]",
+			"acl.rules[2].ports[0]", "acl.rules[2].ports[1]", "acl.rules[2].methods[0]", "acl.rules[2].protocols[0]", "acl.rules[2].allow_private[0]",
+		}},
+		{"limits", func(c *Config) {
+			c.Limits = Limits{MaxConnections: -2, MaxConnectionsPerClient: -1, MaxConnectionsPerUser: -1, ConnectionRate: -1,
+				ConnectionBurst: -1, MaxTLSHandshakes: -1, AuthFailures: -2, AuthFailureWindow: Duration{-1}, AuthCooldown: Duration{-1},
+				UserBytesPerSecond: -1, UserBytesBurst: -1}
+		}, []string{"limits.max_connections", "limits.max_connections_per_client", "limits.max_connections_per_user",
+			"limits.connection_rate", "limits.connection_burst", "limits.max_tls_handshakes", "limits.auth_failures",
+			"limits.auth_failure_window", "limits.auth_cooldown", "limits.user_bytes_per_second", "limits.user_bytes_burst"}},
+		{"limits off", func(c *Config) { c.Limits.MaxConnections, c.Limits.AuthFailures = -1, -1 }, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.modify(c)
+			c.SetDefaults()
+			if diff := cmp.Diff(tt.want, errorKeys(t, c.Validate())); diff != "" {
+				t.Errorf("Validate error keys (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestACLFileAndLine checks that rules and groups parse from TOML and that
+// Validate's errors point at the offending entry's line.
+func TestACLFileAndLine(t *testing.T) {
+	src := `allow_private = ["127.0.0.1/32"]
+
+[acl.groups]
+admins = ["alice", "bob"]
+
+[[acl.rules]]
+name = "admins"
+action = "allow"
+groups = ["admins"]
+
+[[acl.rules]]
+action = "deny"
+hosts = [
+  "example.com",
+  "bad host",
+]
+
+[[listen]]
+address = "127.0.0.1:0"
+`
+	c, err := Parse([]byte(src), "acl.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ACL{Default: "deny", Groups: map[string][]string{"admins": {"alice", "bob"}}, Rules: []ACLRule{
+		{Name: "admins", Action: "allow", Groups: []string{"admins"}},
+		{Name: "rules[1]", Action: "deny", Hosts: []string{"example.com", "bad host"}},
+	}}
+	if diff := cmp.Diff(want, c.ACL); diff != "" {
+		t.Errorf("ACL (-want +got):\n%s", diff)
+	}
+	got := errorStrings(t, c.Validate())
+	if len(got) != 1 || !strings.HasPrefix(got[0], `acl.toml:15: acl.rules[1].hosts[1]: "bad host"`) {
+		t.Errorf("Validate = %q, want one error at acl.toml:15", got)
+	}
+	if _, err := Parse([]byte("[acl]\ngroups = 3\n"), "g.toml"); err == nil || !strings.Contains(err.Error(), "g.toml:2") {
+		t.Errorf("groups = 3: %v", err)
+	}
+	if _, err := Parse([]byte("[acl.groups]\nadmins = \"alice\"\n"), "g.toml"); err == nil || !strings.Contains(err.Error(), "g.toml:2") {
+		t.Errorf("admins = \"alice\": %v", err)
+	}
+}
+
+func TestConnectionLimit(t *testing.T) {
+	for _, tt := range []struct {
+		max    int
+		nofile uint64
+		want   int
+	}{
+		{0, 20000, 9936}, {0, 1024, 448}, {0, 100, 64}, {0, 1 << 62, (1<<40 - 128) / 2}, {500, 20000, 500}, {-1, 20000, 0},
+	} {
+		if got := (Limits{MaxConnections: tt.max}).ConnectionLimit(tt.nofile); got != tt.want {
+			t.Errorf("ConnectionLimit(max %d, nofile %d) = %d, want %d", tt.max, tt.nofile, got, tt.want)
+		}
+	}
+}
