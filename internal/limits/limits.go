@@ -1,0 +1,417 @@
+// Package limits enforces rustle's resource limits: client connections
+// open in total, per client address and per user; new connections per
+// second per client address; failed authentications per client address,
+// after which the address cools down; and bytes per second per user.
+//
+// A [Limiter] is shared by every listener. The server asks [Limiter.Admit]
+// for each accepted connection and calls [Limiter.Release] when it ends;
+// the proxies report users ([Limiter.UserConn], [Limiter.UserDone]) and
+// failed authentications ([Limiter.AuthFailed]) and pace users' bytes
+// through [Limiter.Throttle]. Per-address state is dropped once it no longer
+// holds anything, so memory follows the clients active recently.
+package limits
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Config configures a Limiter. A zero field turns its limit off.
+type Config struct {
+	// MaxConns bounds client connections open at once; 0 = no limit.
+	MaxConns int
+	// MaxConnsPerClient bounds the connections of one client address;
+	// 0 = no limit.
+	MaxConnsPerClient int
+	// MaxConnsPerUser bounds the connections authenticated as one user;
+	// 0 = no limit.
+	MaxConnsPerUser int
+	// ConnRate is the new connections per second one client address may
+	// open, from a bucket of ConnBurst; 0 = no limit.
+	ConnRate float64
+	// ConnBurst is the size of that bucket; 0 = max(1, 2*ConnRate).
+	ConnBurst int
+	// AuthFailures is the failed authentications from one address within
+	// AuthWindow that start a cool-down of AuthCooldown; 0 = off.
+	AuthFailures int
+	// AuthWindow is the window failures are counted in; 0 = 1m.
+	AuthWindow time.Duration
+	// AuthCooldown is how long an address is refused; 0 = 5m.
+	AuthCooldown time.Duration
+	// UserBytesPerSecond paces each user's bytes; 0 = no limit.
+	UserBytesPerSecond int64
+	// UserBytesBurst is the size of each user's byte bucket; 0 =
+	// UserBytesPerSecond.
+	UserBytesBurst int64
+	// Logger receives the cool-down and refusal warnings; nil = discard.
+	Logger *slog.Logger
+}
+
+// Verdict is Admit's answer.
+type Verdict uint8
+
+// Admit's verdicts.
+const (
+	// OK admits the connection; Release must follow.
+	OK Verdict = iota
+	// TooMany refuses a connection past MaxConns (HTTP: 503).
+	TooMany
+	// TooManyFromClient refuses a connection past MaxConnsPerClient
+	// (HTTP: 429).
+	TooManyFromClient
+	// TooFast refuses a connection past ConnRate (HTTP: 429).
+	TooFast
+	// CoolingDown refuses an address that failed to authenticate too
+	// often (HTTP: 429 with Retry-After).
+	CoolingDown
+)
+
+var verdictNames = [...]string{"ok", "too many connections", "too many connections from the client",
+	"too many new connections from the client", "client cooling down after failed authentications"}
+
+// String describes v.
+func (v Verdict) String() string {
+	if int(v) < len(verdictNames) {
+		return verdictNames[v]
+	}
+	return "unknown"
+}
+
+// sweepEvery is how often Admit drops per-address state that holds
+// nothing.
+const sweepEvery = 30 * time.Second
+
+// warnEvery bounds the refusal warnings to one per kind per interval.
+const warnEvery = 10 * time.Second
+
+// Limiter enforces the limits of its Config. It is safe for concurrent
+// use.
+type Limiter struct {
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
+
+	mu        sync.Mutex
+	total     int                          // connections admitted and not released; guarded by mu
+	clients   map[netip.Addr]*client       // guarded by mu
+	users     map[string]*user             // guarded by mu
+	lastSweep time.Time                    // guarded by mu
+	refused   [len(verdictNames)]int       // refusals since the last warning, by verdict; guarded by mu
+	lastWarn  [len(verdictNames)]time.Time // guarded by mu
+}
+
+// client is the state of one client address.
+type client struct {
+	conns       int
+	tokens      float64   // connection-rate bucket
+	refilled    time.Time // when tokens was last brought up to date
+	failures    int
+	windowStart time.Time
+	bannedUntil time.Time
+}
+
+// user is the state of one user.
+type user struct {
+	conns  int
+	bucket *Bucket
+}
+
+// New returns a Limiter for cfg.
+func New(cfg Config) *Limiter {
+	if cfg.ConnRate > 0 && cfg.ConnBurst <= 0 {
+		cfg.ConnBurst = max(1, int(2*cfg.ConnRate))
+	}
+	if cfg.AuthWindow <= 0 {
+		cfg.AuthWindow = time.Minute
+	}
+	if cfg.AuthCooldown <= 0 {
+		cfg.AuthCooldown = 5 * time.Minute
+	}
+	if cfg.UserBytesPerSecond > 0 && cfg.UserBytesBurst <= 0 {
+		cfg.UserBytesBurst = cfg.UserBytesPerSecond
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Limiter{
+		cfg:     cfg,
+		log:     log,
+		now:     time.Now,
+		clients: make(map[netip.Addr]*client),
+		users:   make(map[string]*user),
+	}
+}
+
+// Admit decides whether a new connection from addr may be served. On OK
+// the connection is counted until Release(addr); otherwise nothing is
+// counted, and for CoolingDown retry is the time left.
+func (l *Limiter) Admit(addr netip.Addr) (v Verdict, retry time.Duration) {
+	addr = addr.Unmap()
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.lastSweep) >= sweepEvery {
+		l.sweepLocked(now)
+	}
+	c := l.clients[addr]
+	switch {
+	case c != nil && now.Before(c.bannedUntil):
+		v, retry = CoolingDown, c.bannedUntil.Sub(now)
+	case l.cfg.MaxConns > 0 && l.total >= l.cfg.MaxConns:
+		v = TooMany
+	case l.cfg.MaxConnsPerClient > 0 && c != nil && c.conns >= l.cfg.MaxConnsPerClient:
+		v = TooManyFromClient
+	}
+	if v == OK && l.cfg.ConnRate > 0 {
+		if c == nil {
+			c = l.newClientLocked(addr, now)
+		}
+		l.refillLocked(c, now)
+		if c.tokens < 1 {
+			v = TooFast
+		} else {
+			c.tokens--
+		}
+	}
+	if v != OK {
+		l.refusedLocked(v, now)
+		return v, retry
+	}
+	if c == nil {
+		c = l.newClientLocked(addr, now)
+	}
+	c.conns++
+	l.total++
+	return OK, 0
+}
+
+func (l *Limiter) newClientLocked(addr netip.Addr, now time.Time) *client {
+	c := &client{tokens: float64(l.cfg.ConnBurst), refilled: now}
+	l.clients[addr] = c
+	return c
+}
+
+// refillLocked brings c's connection-rate bucket up to date.
+func (l *Limiter) refillLocked(c *client, now time.Time) {
+	if el := now.Sub(c.refilled); el > 0 {
+		c.tokens = min(float64(l.cfg.ConnBurst), c.tokens+el.Seconds()*l.cfg.ConnRate)
+		c.refilled = now
+	}
+}
+
+// refusedLocked counts a refusal and logs a warning at most every
+// warnEvery per verdict.
+func (l *Limiter) refusedLocked(v Verdict, now time.Time) {
+	l.refused[v]++
+	if now.Sub(l.lastWarn[v]) < warnEvery {
+		return
+	}
+	l.log.Warn("connections refused", "reason", v.String(), "refused", l.refused[v], "open", l.total)
+	l.refused[v] = 0
+	l.lastWarn[v] = now
+}
+
+// Release ends the count of a connection Admit admitted.
+func (l *Limiter) Release(addr netip.Addr) {
+	addr = addr.Unmap()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total--
+	if c := l.clients[addr]; c != nil {
+		c.conns--
+	}
+}
+
+// Conns returns the number of connections admitted and not released.
+func (l *Limiter) Conns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// sweepLocked drops the state of addresses that hold no connection, no
+// failure, no cool-down and a full rate bucket.
+func (l *Limiter) sweepLocked(now time.Time) {
+	l.lastSweep = now
+	for a, c := range l.clients {
+		if c.conns > 0 || now.Before(c.bannedUntil) || c.failures > 0 && now.Sub(c.windowStart) < l.cfg.AuthWindow {
+			continue
+		}
+		if l.cfg.ConnRate > 0 {
+			l.refillLocked(c, now)
+			if c.tokens < float64(l.cfg.ConnBurst) {
+				continue
+			}
+		}
+		delete(l.clients, a)
+	}
+	for name, u := range l.users {
+		if u.conns == 0 && u.bucket == nil {
+			delete(l.users, name)
+		}
+	}
+}
+
+// AuthFailed records a failed authentication from addr. It returns the
+// cool-down left when addr is (now) cooling down, in which case the
+// connection is to be refused; 0 otherwise. The failure that starts a
+// cool-down logs one warning:
+//
+//	msg="auth failures" client=ADDR failures=N window=W cooldown=C
+func (l *Limiter) AuthFailed(addr netip.Addr) time.Duration {
+	if l.cfg.AuthFailures <= 0 {
+		return 0
+	}
+	addr = addr.Unmap()
+	now := l.now()
+	l.mu.Lock()
+	c := l.clients[addr]
+	if c == nil {
+		c = l.newClientLocked(addr, now)
+	}
+	if now.Before(c.bannedUntil) {
+		left := c.bannedUntil.Sub(now)
+		l.mu.Unlock()
+		return left
+	}
+	if c.failures == 0 || now.Sub(c.windowStart) >= l.cfg.AuthWindow {
+		c.failures, c.windowStart = 0, now
+	}
+	c.failures++
+	if c.failures < l.cfg.AuthFailures {
+		l.mu.Unlock()
+		return 0
+	}
+	n := c.failures
+	c.failures = 0
+	c.bannedUntil = now.Add(l.cfg.AuthCooldown)
+	l.mu.Unlock()
+	l.log.LogAttrs(context.Background(), slog.LevelWarn, "auth failures",
+		slog.String("client", addr.String()), slog.Int("failures", n),
+		slog.Duration("window", l.cfg.AuthWindow), slog.Duration("cooldown", l.cfg.AuthCooldown))
+	return l.cfg.AuthCooldown
+}
+
+// CoolingDown returns the cool-down left for addr, or 0.
+func (l *Limiter) CoolingDown(addr netip.Addr) time.Duration {
+	if l.cfg.AuthFailures <= 0 {
+		return 0
+	}
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.clients[addr.Unmap()]; c != nil && now.Before(c.bannedUntil) {
+		return c.bannedUntil.Sub(now)
+	}
+	return 0
+}
+
+// UserConn counts a connection as name's and reports whether it is within
+// MaxConnsPerUser; every true is to be matched by one UserDone(name).
+func (l *Limiter) UserConn(name string) bool {
+	if l.cfg.MaxConnsPerUser <= 0 {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := l.users[name]
+	if u == nil {
+		u = &user{}
+		l.users[name] = u
+	}
+	if u.conns >= l.cfg.MaxConnsPerUser {
+		l.refusedLocked(TooManyFromClient, l.now())
+		return false
+	}
+	u.conns++
+	return true
+}
+
+// UserDone ends the count of a connection UserConn admitted.
+func (l *Limiter) UserDone(name string) {
+	if l.cfg.MaxConnsPerUser <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u := l.users[name]; u != nil && u.conns > 0 {
+		u.conns--
+	}
+}
+
+// Throttle returns the byte bucket of user name, shared by all the user's
+// connections, or nil when bytes are not limited (or name is "").
+func (l *Limiter) Throttle(name string) *Bucket {
+	if l.cfg.UserBytesPerSecond <= 0 || name == "" {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := l.users[name]
+	if u == nil {
+		u = &user{}
+		l.users[name] = u
+	}
+	if u.bucket == nil {
+		u.bucket = NewBucket(float64(l.cfg.UserBytesPerSecond), float64(l.cfg.UserBytesBurst))
+	}
+	return u.bucket
+}
+
+// Bucket is a token bucket of bytes. It is safe for concurrent use.
+type Bucket struct {
+	rate, burst float64
+	now         func() time.Time
+
+	mu       sync.Mutex
+	tokens   float64   // may go negative: a debt paid by waiting; guarded by mu
+	refilled time.Time // guarded by mu
+}
+
+// NewBucket returns a full bucket filling at rate tokens per second up to
+// burst.
+func NewBucket(rate, burst float64) *Bucket {
+	now := time.Now
+	return &Bucket{rate: rate, burst: burst, now: now, tokens: burst, refilled: now()}
+}
+
+// Burst returns the bucket's size.
+func (b *Bucket) Burst() int { return int(b.burst) }
+
+// Take takes n tokens, going into debt when there are not enough, and
+// returns how long the caller must wait for the debt to be paid: 0 when
+// the tokens were there.
+func (b *Bucket) Take(n int) time.Duration {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if el := now.Sub(b.refilled); el > 0 {
+		b.tokens = min(b.burst, b.tokens+el.Seconds()*b.rate)
+		b.refilled = now
+	}
+	b.tokens -= float64(n)
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-b.tokens / b.rate * float64(time.Second))
+}
+
+// Wait takes n tokens and sleeps until they are paid for, or ctx is done.
+func (b *Bucket) Wait(ctx context.Context, n int) error {
+	d := b.Take(n)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,220 @@
+package limits_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/netip"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/limits"
+)
+
+// clock is a settable time source.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var (
+	a = netip.MustParseAddr("192.0.2.1")
+	b = netip.MustParseAddr("192.0.2.2")
+)
+
+func newLimiter(cfg limits.Config) (*limits.Limiter, *clock) {
+	l := limits.New(cfg)
+	c := newClock()
+	l.SetClock(c.now)
+	return l, c
+}
+
+func admit(t *testing.T, l *limits.Limiter, addr netip.Addr, want limits.Verdict) {
+	t.Helper()
+	if v, _ := l.Admit(addr); v != want {
+		t.Fatalf("Admit(%s) = %v, want %v", addr, v, want)
+	}
+}
+
+func TestConnectionLimits(t *testing.T) {
+	l, _ := newLimiter(limits.Config{MaxConns: 3, MaxConnsPerClient: 2})
+	admit(t, l, a, limits.OK)
+	admit(t, l, netip.MustParseAddr("::ffff:192.0.2.1"), limits.OK) // the same client
+	admit(t, l, a, limits.TooManyFromClient)
+	admit(t, l, b, limits.OK)
+	admit(t, l, b, limits.TooMany)
+	l.Release(a)
+	admit(t, l, b, limits.OK)
+	if n := l.Conns(); n != 3 {
+		t.Errorf("Conns() = %d, want 3", n)
+	}
+	for _, x := range []netip.Addr{a, b, b} {
+		l.Release(x)
+	}
+	if n := l.Conns(); n != 0 {
+		t.Errorf("Conns() = %d after releasing all, want 0", n)
+	}
+}
+
+func TestConnectionRate(t *testing.T) {
+	l, clk := newLimiter(limits.Config{ConnRate: 2, ConnBurst: 3})
+	for range 3 {
+		admit(t, l, a, limits.OK)
+	}
+	admit(t, l, a, limits.TooFast)
+	admit(t, l, b, limits.OK) // other clients have their own bucket
+	clk.advance(500 * time.Millisecond)
+	admit(t, l, a, limits.OK)
+	admit(t, l, a, limits.TooFast)
+	clk.advance(10 * time.Second)
+	for range 3 {
+		admit(t, l, a, limits.OK)
+	}
+	admit(t, l, a, limits.TooFast)
+}
+
+func TestAuthFailures(t *testing.T) {
+	var logs bytes.Buffer
+	l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthWindow: time.Minute, AuthCooldown: 5 * time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if d := l.AuthFailed(a); d != 0 {
+		t.Fatalf("first failure: cool-down %v", d)
+	}
+	clk.advance(2 * time.Minute) // the window starts again
+	l.AuthFailed(a)
+	l.AuthFailed(a)
+	if d := l.CoolingDown(a); d != 0 {
+		t.Fatalf("two failures in the window: cool-down %v", d)
+	}
+	if d := l.AuthFailed(a); d != 5*time.Minute {
+		t.Fatalf("third failure in the window: cool-down %v, want 5m", d)
+	}
+	fail2ban := regexp.MustCompile(`(?m)^time=\S+ level=WARN msg="auth failures" client=192\.0\.2\.1 failures=3 window=1m0s cooldown=5m0s$`)
+	if !fail2ban.MatchString(logs.String()) {
+		t.Errorf("log %q lacks the fail2ban line", logs.String())
+	}
+	clk.advance(time.Minute)
+	if v, retry := l.Admit(a); v != limits.CoolingDown || retry != 4*time.Minute {
+		t.Errorf("Admit while cooling down = %v, %v", v, retry)
+	}
+	admit(t, l, b, limits.OK)
+	if d := l.AuthFailed(a); d != 4*time.Minute {
+		t.Errorf("failure while cooling down: %v, want 4m", d)
+	}
+	if n := bytes.Count(logs.Bytes(), []byte("auth failures")); n != 1 {
+		t.Errorf("%d warnings, want one per cool-down", n)
+	}
+	clk.advance(4 * time.Minute)
+	admit(t, l, a, limits.OK)
+
+	off, _ := newLimiter(limits.Config{})
+	for range 100 {
+		if d := off.AuthFailed(a); d != 0 {
+			t.Fatalf("AuthFailed with the check off = %v", d)
+		}
+	}
+}
+
+func TestUserConns(t *testing.T) {
+	l, _ := newLimiter(limits.Config{MaxConnsPerUser: 2})
+	if !l.UserConn("alice") || !l.UserConn("alice") || !l.UserConn("bob") {
+		t.Fatal("UserConn refused within the limit")
+	}
+	if l.UserConn("alice") {
+		t.Fatal("UserConn allowed a third connection")
+	}
+	l.UserDone("alice")
+	if !l.UserConn("alice") {
+		t.Fatal("UserConn refused after UserDone")
+	}
+	unlimited, _ := newLimiter(limits.Config{})
+	for range 10 {
+		if !unlimited.UserConn("alice") {
+			t.Fatal("UserConn refused without a limit")
+		}
+	}
+}
+
+func TestSweep(t *testing.T) {
+	l, clk := newLimiter(limits.Config{ConnRate: 1, AuthFailures: 5})
+	for i := range 100 {
+		addr := netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
+		admit(t, l, addr, limits.OK)
+		l.Release(addr)
+	}
+	l.AuthFailed(a)
+	admit(t, l, b, limits.OK) // b stays connected
+	clk.advance(time.Hour)
+	admit(t, l, netip.MustParseAddr("203.0.113.1"), limits.OK) // sweeps
+	if n := l.Clients(); n != 2 {
+		t.Errorf("%d client addresses kept after the sweep, want 2 (b and the new one)", n)
+	}
+}
+
+func TestThrottle(t *testing.T) {
+	l, _ := newLimiter(limits.Config{UserBytesPerSecond: 1000, UserBytesBurst: 500})
+	if l.Throttle("") != nil {
+		t.Error("Throttle(\"\") is not nil")
+	}
+	bk := l.Throttle("alice")
+	if bk == nil || l.Throttle("alice") != bk || l.Throttle("bob") == bk {
+		t.Fatal("Throttle does not return one bucket per user")
+	}
+	if bk.Burst() != 500 {
+		t.Errorf("Burst() = %d", bk.Burst())
+	}
+	clk := newClock()
+	bk.SetClock(clk.now)
+	if d := bk.Take(400); d != 0 {
+		t.Errorf("Take(400) of 500 = %v", d)
+	}
+	if d := bk.Take(600); d != 500*time.Millisecond {
+		t.Errorf("Take(600) with 100 left = %v, want 500ms", d)
+	}
+	clk.advance(time.Second) // pays the debt of 500 and refills 500
+	if d := bk.Take(500); d != 0 {
+		t.Errorf("Take(500) after a second = %v", d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := bk.Wait(ctx, 1000); err == nil {
+		t.Error("Wait with a done context and a debt returned nil")
+	}
+	none, _ := newLimiter(limits.Config{})
+	if none.Throttle("alice") != nil {
+		t.Error("Throttle without a byte limit is not nil")
+	}
+}
+
+func TestVerdictString(t *testing.T) {
+	for v := limits.OK; v <= limits.CoolingDown; v++ {
+		if s := v.String(); s == "" || s == "unknown" {
+			t.Errorf("Verdict(%d).String() = %q", v, s)
+		}
+	}
+}
+
+func BenchmarkAdmitRelease(b *testing.B) {
+	l := limits.New(limits.Config{MaxConns: 1 << 20, MaxConnsPerClient: 1 << 20, ConnRate: 1e9})
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Admit(a)
+		l.Release(a)
+	}
+}
