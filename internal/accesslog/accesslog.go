@@ -253,7 +253,11 @@ func openFile(path string) (*os.File, error) {
 // is full, or the Logger is closed, the record is dropped and counted in
 // [Logger.Dropped]. Log does not allocate, except to grow a slot's buffer
 // the first time a slot holds a record with longer strings than before.
+// On a nil Logger (the access log is off) it does nothing.
 func (l *Logger) Log(r *Record) {
+	if l == nil {
+		return
+	}
 	if l.closed.Load() {
 		l.dropped.Add(1)
 		return

@@ -342,6 +342,11 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
+func TestNilLogger(t *testing.T) {
+	var l *Logger
+	l.Log(rec("http://x/")) // the access log is off: nothing happens
+}
+
 func TestReopenWithoutPath(t *testing.T) {
 	l := newTestLogger(t, Config{Writer: io.Discard})
 	if err := l.Reopen(); err != nil {
