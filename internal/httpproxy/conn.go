@@ -5,12 +5,16 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -63,11 +67,22 @@ type conn struct {
 
 	certAuth bool   // a verified TLS client certificate authenticated the connection
 	certUser string // its subject's common name
+
+	user       string         // the user the current request authenticated as; "" none
+	limUser    string         // the user the connection is counted for (Limiter.UserConn); "" none
+	throttle   *limits.Bucket // limUser's byte bucket; nil = not paced
+	decision   acl.Decision   // the current request's access decision (with Access set)
+	hostStr    string         // the last target host as a string, reused while it repeats
+	methodStr  string         // the last method as a string, reused while it repeats
+	retryAfter time.Duration  // Retry-After of the next 429 answer
 }
 
 func (cn *conn) reset() {
 	cn.p, cn.eng, cn.ctx = nil, nil, nil
 	cn.certAuth, cn.certUser = false, ""
+	cn.user, cn.limUser, cn.throttle = "", "", nil
+	cn.decision = acl.Decision{}
+	cn.retryAfter = 0
 	cn.clientAddr = netip.Addr{}
 	cn.up = bufConn{}
 	cn.upKey = ""
@@ -139,16 +154,28 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	method := req.method.of(req.buf)
 	hasBody := req.chunked || req.contentLength > 0
 
+	cn.user = cn.certUser
 	if p.cfg.Auth != nil && !cn.certAuth {
 		ok := false
 		if !req.proxyAuth.empty() {
-			_, ok = p.cfg.Auth.Check(req.proxyAuth.of(req.buf))
+			cn.user, ok = p.cfg.Auth.Check(req.proxyAuth.of(req.buf))
+			if !ok && p.cfg.Limiter != nil {
+				if wait := p.cfg.Limiter.AuthFailed(cn.clientAddr); wait > 0 {
+					cn.retryAfter = wait
+					cn.writeError(429, "too many failed authentications from this address; try again later", false)
+					return false, false
+				}
+			}
 		}
 		if !ok {
 			keep := !hasBody && req.minor == 1 && !req.connClose
 			cn.writeError(407, "proxy authentication required", keep)
 			return keep, false
 		}
+	}
+	if !cn.countUser(cn.user) {
+		cn.writeError(429, "too many connections for this user", false)
+		return false, false
 	}
 
 	if string(method) == "CONNECT" {
@@ -170,6 +197,15 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	cn.upgrade = clientMinor == 1 && string(method) == "GET" && !hasBody && req.upgradesTo("websocket")
 	if cn.upgrade {
 		req.headers[req.upgradeIdx].drop = false
+	}
+	proto := acl.HTTP
+	if cn.upgrade {
+		proto = acl.WebSocket
+	}
+	if !cn.decide(proto, method) {
+		keep := !hasBody && clientKeep
+		cn.writeError(403, "access denied by policy", keep)
+		return keep, false
 	}
 	req.dropConnectionListed()
 	cn.buildRequestHead()
@@ -316,12 +352,20 @@ func (cn *conn) getUpstream(fresh bool) error {
 	if !fresh && p.cfg.Pool != nil {
 		if c = p.cfg.Pool.Get(cn.key); c != nil {
 			cn.upReused = true
+			// A pooled connection may have been made under another
+			// request's rule: check its address against this one's.
+			if p.cfg.Access != nil {
+				if err := p.cfg.Dialer.Check(remoteAddrPort(c), &cn.decision); err != nil {
+					c.Close()
+					c, cn.upReused = nil, false
+				}
+			}
 		}
 	}
 	if c == nil {
 		addr := string(cn.key)
 		var err error
-		c, err = p.cfg.Dialer.Dial(context.WithoutCancel(cn.ctx), addr)
+		c, err = p.cfg.Dialer.DialPermit(context.WithoutCancel(cn.ctx), addr, cn.permitter())
 		if err != nil {
 			return err
 		}
@@ -331,6 +375,99 @@ func (cn *conn) getUpstream(fresh bool) error {
 	}
 	cn.up.attach(c, &upstreamBufs)
 	return nil
+}
+
+// remoteAddrPort returns the address c is connected to.
+func remoteAddrPort(c *net.TCPConn) netip.AddrPort {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort()
+	}
+	return netip.AddrPort{}
+}
+
+// countUser counts the connection as user's with the Limiter when the
+// user changes, and fetches the user's byte bucket. It reports false when
+// the user has too many connections.
+func (cn *conn) countUser(user string) bool {
+	lim := cn.p.cfg.Limiter
+	if lim == nil || user == cn.limUser {
+		return true
+	}
+	if cn.limUser != "" {
+		lim.UserDone(cn.limUser)
+		cn.limUser, cn.throttle = "", nil
+	}
+	if user == "" {
+		return true
+	}
+	if !lim.UserConn(user) {
+		return false
+	}
+	cn.limUser = user
+	cn.throttle = lim.Throttle(user)
+	return true
+}
+
+// decide asks the Access policy about the request for cn.tgt and records
+// the decision for the dial. It reports whether the request may proceed,
+// logging a refusal at debug level with the rule that made it.
+func (cn *conn) decide(proto acl.Protocol, method []byte) bool {
+	a := cn.p.cfg.Access
+	if a == nil {
+		return true
+	}
+	if string(cn.tgt.host) != cn.hostStr {
+		cn.hostStr = string(cn.tgt.host)
+	}
+	if string(method) != cn.methodStr {
+		cn.methodStr = string(method)
+	}
+	cn.decision = a.Decide(acl.Request{
+		Client:   cn.clientAddr,
+		User:     cn.user,
+		Host:     cn.hostStr,
+		Port:     uint16(cn.tgt.port),
+		Method:   cn.methodStr,
+		Protocol: proto,
+	})
+	if cn.decision.Allow {
+		return true
+	}
+	cn.logDenied(cn.decision.Rule, "")
+	return false
+}
+
+// logDenied logs a refused request at debug level.
+func (cn *conn) logDenied(rule, reason string) {
+	log := cn.p.log
+	if !log.Enabled(cn.ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("client", cn.clientAddr.String()), slog.String("user", cn.user),
+		slog.String("target", string(appendHostPort(nil, &cn.tgt))), slog.String("rule", rule),
+	}
+	if reason != "" {
+		attrs = append(attrs, slog.String("reason", reason))
+	}
+	log.LogAttrs(cn.ctx, slog.LevelDebug, "httpproxy: access denied", attrs...)
+}
+
+// permitter returns what the dialer checks resolved addresses with: the
+// request's decision, or nil without an Access policy.
+func (cn *conn) permitter() dialer.Permitter {
+	if cn.p.cfg.Access == nil {
+		return nil
+	}
+	return &cn.decision
+}
+
+// pace waits, for a user whose bytes are paced, until n more bytes may
+// pass; it is called before the bytes are written.
+func (cn *conn) pace(n int) {
+	if cn.throttle != nil && n > 0 {
+		cn.throttle.Wait(cn.ctx, n)
+	}
 }
 
 // putUpstream returns the current upstream to the pool.
@@ -429,6 +566,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 		if n > cn.resp.contentLength {
 			n = cn.resp.contentLength
 		}
+		cn.pace(int(n))
 		if err := cn.vec.write(client, cn.out, avail[:n]); err != nil {
 			return err
 		}
@@ -439,6 +577,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 		return cn.copyChunked(&cn.vec, client, up, &cn.respChunk, cn.out, dechunk)
 	default: // bodyClose
 		avail := up.buffered()
+		cn.pace(len(avail))
 		if err := cn.vec.write(client, cn.out, avail); err != nil {
 			return err
 		}
@@ -452,6 +591,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 			if err != nil {
 				return err
 			}
+			cn.pace(len(up.buffered()))
 			client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
 			if _, err := client.Write(up.buffered()); err != nil {
 				return err
@@ -471,6 +611,10 @@ func (cn *conn) copyN(dst net.Conn, src *bufConn, n int64) error {
 			seg := n
 			if seg > spliceSegment {
 				seg = spliceSegment
+			}
+			if cn.throttle != nil {
+				seg = min(seg, int64(max(cn.throttle.Burst(), 16<<10)))
+				cn.pace(int(seg))
 			}
 			dl := time.Now().Add(timeout)
 			dst.SetWriteDeadline(dl)
@@ -499,6 +643,7 @@ func (cn *conn) copyN(dst net.Conn, src *bufConn, n int64) error {
 		if int64(len(b)) > n {
 			b = b[:n]
 		}
+		cn.pace(len(b))
 		dst.SetWriteDeadline(time.Now().Add(timeout))
 		if _, err := dst.Write(b); err != nil {
 			return err
@@ -541,6 +686,7 @@ func (cn *conn) copyChunked(v *vec, dst net.Conn, src *bufConn, cs *chunkedScann
 			src.r += m
 		}
 		if len(head) > 0 || len(out) > 0 {
+			cn.pace(len(out))
 			dst.SetWriteDeadline(time.Now().Add(timeout))
 			if err := v.write(dst, head, out); err != nil {
 				return err
@@ -654,8 +800,12 @@ func (cn *conn) connect() bool {
 		cn.writeError(pe.status, pe.reason, false)
 		return false
 	}
+	if !cn.decide(acl.Connect, req.method.of(req.buf)) {
+		cn.writeError(403, "access denied by policy", false)
+		return false
+	}
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	upc, err := cn.p.cfg.Dialer.Dial(context.WithoutCancel(cn.ctx), string(cn.key))
+	upc, err := cn.p.cfg.Dialer.DialPermit(context.WithoutCancel(cn.ctx), string(cn.key), cn.permitter())
 	if err != nil {
 		cn.writeDialError(err)
 		return false
@@ -716,8 +866,34 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 	client := cn.client.c
 	client.SetDeadline(time.Time{})
 	upc.SetDeadline(time.Time{})
+	if cn.throttle != nil {
+		// A paced user's tunnel is relayed by goroutines that can wait.
+		relayPaced(cn.ctx, client, upc, cn.throttle, cn.p.cfg.TunnelIdleTimeout)
+		client.Close()
+		upc.Close()
+		return true
+	}
 	if cn.eng != nil && cn.client.tcp != nil {
-		cn.eng.Add(cn.client.tcp, upc, nil)
+		var done func(tunnel.Result)
+		if lim := cn.p.cfg.Limiter; lim != nil {
+			// The tunnel outlives ServeConn: it carries the
+			// connection's counts until it ends.
+			release, user := lim.Handoff(client), cn.limUser
+			cn.limUser = ""
+			if release != nil || user != "" {
+				done = func(tunnel.Result) {
+					if user != "" {
+						lim.UserDone(user)
+					}
+					if release != nil {
+						release()
+					}
+				}
+			}
+		}
+		if err := cn.eng.Add(cn.client.tcp, upc, done); err != nil && done != nil {
+			done(tunnel.Result{Err: err})
+		}
 		return true
 	}
 	if tc, ok := client.(*tls.Conn); ok {
@@ -736,6 +912,44 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 }
 
 var connectEstablished = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
+
+// relayPaced relays like relay, taking every chunk's bytes from bucket
+// first, and ends both directions when neither has moved a byte for idle.
+func relayPaced(ctx context.Context, a net.Conn, b *net.TCPConn, bucket *limits.Bucket, idle time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		copyPaced(ctx, b, a, bucket, idle)
+		b.CloseWrite()
+		close(done)
+	}()
+	copyPaced(ctx, a, b, bucket, idle)
+	if cw, ok := a.(closeWriter); ok {
+		cw.CloseWrite()
+	}
+	<-done
+}
+
+// copyPaced copies src to dst in chunks of at most the bucket's burst
+// (16 KiB at least, 64 KiB at most), waiting on bucket for each.
+func copyPaced(ctx context.Context, dst, src net.Conn, bucket *limits.Bucket, idle time.Duration) {
+	buf := make([]byte, min(max(bucket.Burst(), 16<<10), 64<<10))
+	for {
+		src.SetReadDeadline(time.Now().Add(idle))
+		n, err := src.Read(buf)
+		if n > 0 {
+			if bucket.Wait(ctx, n) != nil {
+				return
+			}
+			dst.SetWriteDeadline(time.Now().Add(idle))
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 // closeWriter is a connection whose write half can be shut down alone.
 type closeWriter interface{ CloseWrite() error }

@@ -179,6 +179,12 @@ func (cn *conn) writeError(status int, reason string, keep bool) {
 	out = append(out, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
 	out = appendInt(out, int64(len("rustle: \n")+len(reason)))
 	out = append(out, crlf...)
+	if status == 429 && cn.retryAfter > 0 {
+		out = append(out, "Retry-After: "...)
+		out = appendInt(out, int64((cn.retryAfter+time.Second-1)/time.Second))
+		out = append(out, crlf...)
+		cn.retryAfter = 0
+	}
 	if status == 407 && cn.p.cfg.Auth != nil {
 		out = append(out, "Proxy-Authenticate: "...)
 		out = append(out, cn.p.cfg.Auth.Challenge()...)
@@ -208,7 +214,11 @@ func (cn *conn) writeDialError(err error) {
 	var de *dialer.Error
 	if errors.As(err, &de) {
 		status := 502
-		if de.Timeout {
+		switch {
+		case de.Forbidden:
+			status = 403
+			cn.logDenied(cn.decision.Rule, de.Err.Error())
+		case de.Timeout:
 			status = 504
 		}
 		cn.writeError(status, de.Reason(), false)

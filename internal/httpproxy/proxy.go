@@ -16,10 +16,13 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -30,6 +33,35 @@ type Authenticator interface {
 	Check(value []byte) (user string, ok bool)
 	// Challenge returns the Proxy-Authenticate value of a 407 answer.
 	Challenge() string
+}
+
+// Access decides whether a request may proceed; *acl.Policy implements
+// it.
+type Access interface {
+	// Decide decides r; see acl.Policy.Decide.
+	Decide(r acl.Request) acl.Decision
+}
+
+// Limiter enforces the limits that depend on what a client connection
+// says: failed authentications, connections per user, users' byte rates,
+// and the end of connections handed to the tunnel engine.
+type Limiter interface {
+	// AuthFailed records wrong credentials from client and returns the
+	// cool-down left, when positive: the request is answered 429 with
+	// Retry-After and the connection closed.
+	AuthFailed(client netip.Addr) time.Duration
+	// UserConn counts the connection as user's; false refuses it (429).
+	// Each true is matched by one UserDone.
+	UserConn(user string) bool
+	// UserDone ends a count UserConn made.
+	UserDone(user string)
+	// Throttle returns user's byte bucket, or nil when user's bytes are
+	// not paced.
+	Throttle(user string) *limits.Bucket
+	// Handoff is called before client is handed to the tunnel engine,
+	// after which ServeConn returns while the tunnel lives on; the
+	// function it returns (nil = none) is called once the tunnel ends.
+	Handoff(client net.Conn) func()
 }
 
 // Forwarded modes: which client-address header forwarded requests carry.
@@ -47,6 +79,13 @@ type Config struct {
 	Dialer *dialer.Dialer
 	// Pool keeps idle upstream connections; nil = no upstream keep-alive.
 	Pool *dialer.Pool
+	// Access decides each request (HTTP, CONNECT, WebSocket) before it
+	// is dialed, and each address it resolves to; refusals are answered
+	// 403. nil allows every request.
+	Access Access
+	// Limiter enforces per-user and authentication-failure limits; nil =
+	// none.
+	Limiter Limiter
 	// Forwarded is ForwardedNone (or ""), ForwardedRFC or ForwardedXFF.
 	Forwarded string
 	// Via adds "Via: 1.1 rustle" to forwarded messages. false = none.
@@ -155,6 +194,9 @@ func (p *Proxy) ServeConn(ctx context.Context, c net.Conn, eng *tunnel.Engine) {
 	stop()
 	if !handedOff {
 		c.Close()
+	}
+	if cn.limUser != "" {
+		p.cfg.Limiter.UserDone(cn.limUser)
 	}
 	cn.client.release()
 	cn.reset()

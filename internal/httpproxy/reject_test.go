@@ -3,14 +3,20 @@ package httpproxy_test
 import (
 	"context"
 	"encoding/base64"
+	"io"
+	"maps"
 	"net"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -334,5 +340,308 @@ func TestServeConnCancel(t *testing.T) {
 			}
 			c.ExpectClosed()
 		})
+	}
+}
+
+// fakeLimiter is a Limiter whose answers the test sets.
+type fakeLimiter struct {
+	mu        sync.Mutex
+	failures  int            // AuthFailed calls
+	coolAfter int            // AuthFailed returns a cool-down from this many failures on; 0 = never
+	maxUser   int            // connections per user; 0 = no limit
+	users     map[string]int // connections counted per user
+	bucket    *limits.Bucket // Throttle's answer
+	handoffs  int
+	released  int
+}
+
+func (f *fakeLimiter) AuthFailed(netip.Addr) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failures++
+	if f.coolAfter > 0 && f.failures >= f.coolAfter {
+		return 90 * time.Second
+	}
+	return 0
+}
+
+func (f *fakeLimiter) UserConn(u string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.users == nil {
+		f.users = map[string]int{}
+	}
+	if f.maxUser > 0 && f.users[u] >= f.maxUser {
+		return false
+	}
+	f.users[u]++
+	return true
+}
+
+func (f *fakeLimiter) UserDone(u string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.users[u]--
+}
+
+func (f *fakeLimiter) Throttle(string) *limits.Bucket { return f.bucket }
+
+func (f *fakeLimiter) Handoff(net.Conn) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.handoffs++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.released++
+	}
+}
+
+func (f *fakeLimiter) counts() (users map[string]int, handoffs, released int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.users), f.handoffs, f.released
+}
+
+func basicAuth(user, pass string) string {
+	return "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
+}
+
+func mustPolicy(t *testing.T, cfg acl.Config) *acl.Policy {
+	t.Helper()
+	p, err := acl.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAccessPolicy checks that requests the policy refuses (HTTP, CONNECT,
+// WebSocket) get 403 without reaching the origin, that the rule is not
+// named in the answer, and that allowed requests pass.
+func TestAccessPolicy(t *testing.T) {
+	t.Parallel()
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	echo := proxytest.NewEcho(t)
+	_, oport, _ := net.SplitHostPort(o.Addr)
+	_, eport, _ := net.SplitHostPort(echo.Addr)
+	policy := mustPolicy(t, acl.Config{Rules: []acl.Rule{
+		{Name: "secret-no-ws", Action: acl.Deny, Protocols: []string{"websocket"}},
+		{Name: "secret-no-post", Action: acl.Deny, Methods: []string{"POST"}},
+		{Name: "web", Action: acl.Allow, Protocols: []string{"http"}, Ports: []string{oport}},
+		{Name: "tunnels", Action: acl.Allow, Protocols: []string{"connect"}, Ports: []string{eport}},
+	}})
+	proxy := proxytest.StartProxy(t, httpproxy.Config{Access: policy, Pool: proxytest.NewPool(t, dialer.PoolConfig{})})
+
+	c := proxytest.Dial(t, proxy)
+	for _, tt := range []struct {
+		req    string
+		status int
+	}{
+		{request("GET", o.URL("/"), 1, "", "Host: "+o.Addr), 200},
+		{request("POST", o.URL("/"), 1, "", "Host: "+o.Addr), 403},
+		{request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, "Connection: Upgrade", "Upgrade: websocket",
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13"), 403},
+		{request("GET", "http://"+echo.Addr+"/", 1, "", "Host: "+echo.Addr), 403}, // not the origin's port
+		{request("GET", o.URL("/again"), 1, "", "Host: "+o.Addr), 200},            // still keep-alive
+	} {
+		n := o.NumRequests()
+		r, _ := c.RoundTrip(tt.req)
+		if r.Status != tt.status {
+			t.Fatalf("%q: answer %q, want %d", tt.req, r.Head, tt.status)
+		}
+		if tt.status == 403 {
+			if strings.Contains(string(r.Body), "secret") || !strings.Contains(string(r.Body), "denied") {
+				t.Errorf("403 body %q: want a reason without the rule's name", r.Body)
+			}
+			if o.NumRequests() != n {
+				t.Errorf("a refused request reached the origin")
+			}
+		}
+	}
+
+	r, _ := proxytest.Dial(t, proxy).RoundTrip("CONNECT " + o.Addr + " HTTP/1.1\r\nHost: " + o.Addr + "\r\n\r\n")
+	if r.Status != 403 {
+		t.Errorf("CONNECT to a port the policy does not allow: %q", r.Head)
+	}
+	checkEcho(t, proxytest.Connect(t, proxy, echo.Addr), []byte("allowed tunnel"))
+}
+
+// TestPrivateGuard checks the private-destination guard through the
+// proxy: a loopback origin is refused with 403 unless the guard or the
+// request's rule allows it, and a pooled connection to it is not reused
+// for a request whose rule does not.
+func TestPrivateGuard(t *testing.T) {
+	t.Parallel()
+	a, err := auth.New(auth.Config{Users: []auth.User{{Name: "alice", Password: "a"}, {Name: "bob", Password: "b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	echo := proxytest.NewEcho(t)
+	guarded := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
+
+	t.Run("refused", func(t *testing.T) {
+		proxy := proxytest.StartProxy(t, httpproxy.Config{Dialer: guarded})
+		c := proxytest.Dial(t, proxy)
+		r, _ := c.RoundTrip(get(o, "/"))
+		if r.Status != 403 || !strings.Contains(string(r.Body), "private or local address") {
+			t.Fatalf("answer %q %q", r.Head, r.Body)
+		}
+		checkOneLineReason(t, r)
+		r, _ = proxytest.Dial(t, proxy).RoundTrip("CONNECT " + echo.Addr + " HTTP/1.1\r\nHost: " + echo.Addr + "\r\n\r\n")
+		if r.Status != 403 || echo.Conns() != 0 {
+			t.Fatalf("CONNECT to loopback: %q", r.Head)
+		}
+		if o.NumRequests() != 0 {
+			t.Errorf("the origin saw %d requests", o.NumRequests())
+		}
+	})
+	t.Run("allowed by the guard", func(t *testing.T) {
+		d := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
+		proxy := proxytest.StartProxy(t, httpproxy.Config{Dialer: d})
+		if r, _ := proxytest.Dial(t, proxy).RoundTrip(get(o, "/")); r.Status != 200 {
+			t.Fatalf("answer %q", r.Head)
+		}
+	})
+	t.Run("allowed by a rule, not reused for another", func(t *testing.T) {
+		policy := mustPolicy(t, acl.Config{Rules: []acl.Rule{
+			{Name: "alice-local", Action: acl.Allow, Users: []string{"alice"}, AllowPrivate: []string{"127.0.0.1/32"}},
+			{Name: "others", Action: acl.Allow},
+		}})
+		pool := proxytest.NewPool(t, dialer.PoolConfig{})
+		proxy := proxytest.StartProxy(t, httpproxy.Config{Dialer: guarded, Access: policy, Auth: a, Pool: pool})
+		n := o.NumRequests()
+		ca := proxytest.Dial(t, proxy)
+		if r, _ := ca.RoundTrip(request("GET", o.URL("/a"), 1, "", "Host: "+o.Addr, basicAuth("alice", "a"))); r.Status != 200 {
+			t.Fatalf("alice: %q", r.Head)
+		}
+		proxytest.WaitFor(t, "the upstream connection to be pooled", func() bool { return pool.Len() == 1 })
+		r, _ := proxytest.Dial(t, proxy).RoundTrip(request("GET", o.URL("/b"), 1, "", "Host: "+o.Addr, basicAuth("bob", "b")))
+		if r.Status != 403 {
+			t.Fatalf("bob through alice's pooled connection: %q", r.Head)
+		}
+		if got := o.NumRequests() - n; got != 1 {
+			t.Errorf("the origin saw %d requests, want alice's only", got)
+		}
+		tc := proxytest.Connect(t, proxy, echo.Addr, basicAuth("alice", "a"))
+		checkEcho(t, tc, []byte("alice's tunnel"))
+	})
+}
+
+// TestLimiter checks the answers the Limiter drives: 429 with Retry-After
+// once failed authentications start a cool-down, 429 past the per-user
+// limit, and the counts of a tunnel handed to the engine carried until it
+// ends.
+func TestLimiter(t *testing.T) {
+	t.Parallel()
+	a, err := auth.New(auth.Config{Users: []auth.User{{Name: "u", Password: "p"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	echo := proxytest.NewEcho(t)
+	lim := &fakeLimiter{coolAfter: 2, maxUser: 1}
+	proxy := proxytest.StartProxy(t, httpproxy.Config{Auth: a, Limiter: lim})
+
+	c := proxytest.Dial(t, proxy)
+	if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "x"))); r.Status != 407 {
+		t.Fatalf("first wrong password: %q", r.Head)
+	}
+	if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr)); r.Status != 407 {
+		t.Fatalf("no credentials: %q", r.Head)
+	}
+	r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "y")))
+	if r.Status != 429 || r.Header.Get("Retry-After") != "90" {
+		t.Fatalf("second wrong password: %q", r.Head)
+	}
+	c.ExpectClosed()
+	if lim.failures != 2 {
+		t.Errorf("%d failures recorded, want 2 (a request without credentials is not a failure)", lim.failures)
+	}
+
+	c1 := proxytest.Dial(t, proxy)
+	if r, _ := c1.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "p"))); r.Status != 200 {
+		t.Fatalf("first connection of u: %q", r.Head)
+	}
+	c2 := proxytest.Dial(t, proxy)
+	if r, _ := c2.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "p"))); r.Status != 429 {
+		t.Fatalf("second connection of u: %q", r.Head)
+	}
+	c1.Close()
+	proxytest.WaitFor(t, "the first connection's count to end", func() bool { u, _, _ := lim.counts(); return u["u"] == 0 })
+
+	tc := proxytest.Connect(t, proxy, echo.Addr, basicAuth("u", "p"))
+	checkEcho(t, tc, []byte("tunnel"))
+	tc.Close()
+	proxytest.WaitFor(t, "the tunnel's counts to end", func() bool {
+		u, h, rel := lim.counts()
+		return u["u"] == 0 && h == 1 && rel == 1
+	})
+}
+
+// TestPacedUser checks that a paced user's bodies and tunnels arrive
+// whole, and no sooner than the byte rate allows.
+func TestPacedUser(t *testing.T) {
+	t.Parallel()
+	a, err := auth.New(auth.Config{Users: []auth.User{{Name: "u", Password: "p"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 96 << 10
+	body := strings.Repeat("x", size)
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, body))
+	echo := proxytest.NewEcho(t)
+	lim := &fakeLimiter{bucket: limits.NewBucket(256<<10, 16<<10)}
+	proxy := proxytest.StartProxy(t, httpproxy.Config{Auth: a, Limiter: lim})
+
+	start := time.Now()
+	r, _ := proxytest.Dial(t, proxy).RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "p")))
+	if r.Status != 200 || string(r.Body) != body {
+		t.Fatalf("answer %q with %d bytes", r.Head, len(r.Body))
+	}
+	// 96 KiB at 256 KiB/s with 16 KiB of burst takes at least 0.31s.
+	if el := time.Since(start); el < 280*time.Millisecond {
+		t.Errorf("a paced 96 KiB response took %v, less than the rate allows", el)
+	}
+	tc := proxytest.Connect(t, proxy, echo.Addr, basicAuth("u", "p"))
+	checkEcho(t, tc, []byte(body[:32<<10]))
+}
+
+// BenchmarkForward1KPolicy is BenchmarkForward1K with an access policy
+// and the private-destination guard.
+func BenchmarkForward1KPolicy(b *testing.B) {
+	body := strings.Repeat("b", 1024)
+	resp := "HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + body
+	o := proxytest.NewStaticOrigin(b, resp)
+	policy, err := acl.New(acl.Config{Rules: []acl.Rule{
+		{Name: "no-smtp", Action: acl.Deny, Ports: []string{"25"}},
+		{Name: "no-metadata", Action: acl.Deny, Hosts: []string{"169.254.0.0/16", "*.internal"}},
+		{Name: "rest", Action: acl.Allow},
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := dialer.New(dialer.Config{Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
+	proxy := proxytest.StartProxy(b, httpproxy.Config{Dialer: d, Access: policy, Pool: proxytest.NewPool(b, dialer.PoolConfig{})})
+	c := proxytest.Dial(b, proxy)
+	req := []byte("GET http://" + o.Addr + "/1k HTTP/1.1\r\nHost: " + o.Addr + "\r\n\r\n")
+	buf := make([]byte, len(resp))
+	exchange := func() error {
+		if _, err := c.Conn.Write(req); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(c.Conn, buf)
+		return err
+	}
+	c.Conn.SetDeadline(time.Now().Add(5 * time.Minute))
+	if err := exchange(); err != nil || string(buf) != resp {
+		b.Fatalf("first exchange: %v, got %q", err, buf)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := exchange(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
