@@ -3,15 +3,16 @@ GO        ?= go
 FUZZTIME  ?= 3s
 BENCHFLAGS ?=
 
-.PHONY: all build test deps vet fmt-check unit fuzz-short fuzz-long bench clean
+.PHONY: all build test deps vet fmt-check unit fuzz-short fuzz-long bench helm-lint image clean
 
 all: build
 
 build:
 	$(GO) build -trimpath -o rustle ./cmd/rustle
 
-## test: everything CI runs: dependencies, formatting, vet, race tests, short fuzzing.
-test: deps fmt-check vet unit fuzz-short
+## test: everything CI runs: dependencies, formatting, vet, race tests, short
+## fuzzing, and helm lint/template of the chart.
+test: deps fmt-check vet unit fuzz-short helm-lint
 
 ## deps: Debian packages and Go modules the tests need (apt-get only when missing).
 deps:
@@ -40,6 +41,19 @@ fuzz-long:
 ##        make bench BENCHFLAGS="-quick"  or  BENCHFLAGS="-quick -tests http-1k,connect-bulk"
 bench:
 	$(GO) run ./bench/campaign $(BENCHFLAGS)
+
+## helm-lint: helm lint and helm template on deploy/helm/rustle, and rustle
+## check on the rendered config. helm comes from the Go module proxy: the
+## first run builds it (about 3 minutes from a cold cache), later runs take
+## seconds.
+HELM_VERSION ?= v3.22.0
+helm-lint:
+	HELM_VERSION=$(HELM_VERSION) bash deploy/helm/check.sh
+
+## image: the FROM scratch container image with podman (or buildah).
+IMAGE ?= localhost/rustle:dev
+image:
+	bash deploy/container/build.sh $(IMAGE)
 
 clean:
 	rm -f rustle
