@@ -868,7 +868,7 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 	upc.SetDeadline(time.Time{})
 	if cn.throttle != nil {
 		// A paced user's tunnel is relayed by goroutines that can wait.
-		relayPaced(cn.ctx, client, upc, cn.throttle, cn.p.cfg.TunnelIdleTimeout)
+		limits.RelayPaced(cn.ctx, client, upc, cn.throttle, cn.p.cfg.TunnelIdleTimeout)
 		client.Close()
 		upc.Close()
 		return true
@@ -912,44 +912,6 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 }
 
 var connectEstablished = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
-
-// relayPaced relays like relay, taking every chunk's bytes from bucket
-// first, and ends both directions when neither has moved a byte for idle.
-func relayPaced(ctx context.Context, a net.Conn, b *net.TCPConn, bucket *limits.Bucket, idle time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		copyPaced(ctx, b, a, bucket, idle)
-		b.CloseWrite()
-		close(done)
-	}()
-	copyPaced(ctx, a, b, bucket, idle)
-	if cw, ok := a.(closeWriter); ok {
-		cw.CloseWrite()
-	}
-	<-done
-}
-
-// copyPaced copies src to dst in chunks of at most the bucket's burst
-// (16 KiB at least, 64 KiB at most), waiting on bucket for each.
-func copyPaced(ctx context.Context, dst, src net.Conn, bucket *limits.Bucket, idle time.Duration) {
-	buf := make([]byte, min(max(bucket.Burst(), 16<<10), 64<<10))
-	for {
-		src.SetReadDeadline(time.Now().Add(idle))
-		n, err := src.Read(buf)
-		if n > 0 {
-			if bucket.Wait(ctx, n) != nil {
-				return
-			}
-			dst.SetWriteDeadline(time.Now().Add(idle))
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // closeWriter is a connection whose write half can be shut down alone.
 type closeWriter interface{ CloseWrite() error }

@@ -3,7 +3,9 @@ package limits_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"regexp"
 	"sync"
@@ -216,5 +218,61 @@ func BenchmarkAdmitRelease(b *testing.B) {
 	for b.Loop() {
 		l.Admit(a)
 		l.Release(a)
+	}
+}
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+// TestRelayPaced relays 64 KiB each way through a paced relay and checks
+// that both arrive whole, half-closes included, no faster than the bucket
+// allows.
+func TestRelayPaced(t *testing.T) {
+	client, a := tcpPair(t)
+	b, upstream := tcpPair(t)
+	bucket := limits.NewBucket(1<<20, 16<<10)
+	start := time.Now()
+	var wg sync.WaitGroup
+	wg.Go(func() { limits.RelayPaced(context.Background(), a, b, bucket, 10*time.Second) })
+	data := bytes.Repeat([]byte("0123456789abcdef"), 4096)
+	echoed := make(chan []byte, 1)
+	go func() {
+		got, _ := io.ReadAll(upstream)
+		upstream.Write(got)
+		upstream.(*net.TCPConn).CloseWrite()
+		echoed <- got
+	}()
+	if _, err := client.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	client.(*net.TCPConn).CloseWrite()
+	back, err := io.ReadAll(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-echoed; !bytes.Equal(got, data) || !bytes.Equal(back, data) {
+		t.Errorf("relayed %d bytes up and %d down, want %d each way", len(got), len(back), len(data))
+	}
+	wg.Wait()
+	// 128 KiB at 1 MiB/s from a 16 KiB bucket takes at least 107ms.
+	if el := time.Since(start); el < 90*time.Millisecond {
+		t.Errorf("128 KiB relayed in %v, faster than the bucket allows", el)
 	}
 }

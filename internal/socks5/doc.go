@@ -30,7 +30,11 @@
 //
 // # Replies
 //
-// Dial failures map to reply codes: connection refused 0x05, network
+// A CONNECT that the access policy (Config.Access), the private-destination
+// guard of the Dialer or the per-user connection limit refuses gets 0x02
+// (connection not allowed by ruleset); a UDP datagram the policy or the
+// guard refuses is dropped. Dial failures map to reply codes: connection
+// refused 0x05, network
 // unreachable 0x03, host unreachable 0x04, a name that does not resolve or
 // is not a valid host name 0x04, a connect timeout 0x06 (TTL expired),
 // anything else 0x01. An unknown command gets 0x07 and an unknown address

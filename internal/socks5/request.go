@@ -31,11 +31,10 @@ const (
 )
 
 // Reply codes (the REP field) of RFC 1928 section 6 that rustle sends.
-// 0x02 (connection not allowed by ruleset) is not among them: rustle has
-// no destination rules.
 const (
 	repSucceeded          = 0x00
 	repGeneralFailure     = 0x01
+	repNotAllowed         = 0x02 // refused by the access policy, the private-destination guard or a limit
 	repNetUnreachable     = 0x03
 	repHostUnreachable    = 0x04
 	repConnRefused        = 0x05

@@ -12,10 +12,40 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
+
+// Access decides whether a request may proceed; *acl.Policy implements
+// it.
+type Access interface {
+	// Decide decides r; see acl.Policy.Decide.
+	Decide(r acl.Request) acl.Decision
+}
+
+// Limiter enforces the limits that depend on what a client says: failed
+// authentications, connections per user, users' byte rates, and the end
+// of connections handed to the tunnel engine.
+type Limiter interface {
+	// AuthFailed records a failed username/password from client; the
+	// connection is closed in any case, and a cool-down is enforced when
+	// the client connects again.
+	AuthFailed(client netip.Addr) time.Duration
+	// UserConn counts the connection as user's; false refuses it with
+	// "not allowed". Each true is matched by one UserDone.
+	UserConn(user string) bool
+	// UserDone ends a count UserConn made.
+	UserDone(user string)
+	// Throttle returns user's byte bucket, or nil when user's bytes are
+	// not paced.
+	Throttle(user string) *limits.Bucket
+	// Handoff is called before client is handed to the tunnel engine; the
+	// function it returns (nil = none) is called once the tunnel ends.
+	Handoff(client net.Conn) func()
+}
 
 // Config configures a Server.
 type Config struct {
@@ -26,6 +56,14 @@ type Config struct {
 	Auth *auth.Authenticator
 	// Dialer dials upstreams; required.
 	Dialer *dialer.Dialer
+	// Access decides each CONNECT (before it is dialed, and each address
+	// it resolves to) and each UDP datagram's destination; a refused
+	// CONNECT gets "not allowed" (0x02, SOCKS4 0x5B) and a refused
+	// datagram is dropped. nil allows everything.
+	Access Access
+	// Limiter enforces authentication-failure, per-user and byte-rate
+	// limits; nil = none.
+	Limiter Limiter
 	// HandshakeTimeout bounds the handshake: every read and write from the
 	// connection's first byte to the request's reply (the upstream dial,
 	// bounded by the Dialer, aside). 0 means 30s.
@@ -33,6 +71,10 @@ type Config struct {
 	// UDPIdleTimeout ends a UDP association that relayed no datagram in
 	// either direction for this long. 0 means 60s.
 	UDPIdleTimeout time.Duration
+	// TunnelIdleTimeout ends a paced user's tunnel (relayed by goroutines
+	// rather than the engine) that moved no byte for this long. 0 means
+	// 1h.
+	TunnelIdleTimeout time.Duration
 	// SocketBufferBytes sets SO_SNDBUF and SO_RCVBUF on client sockets;
 	// 0 leaves the kernel's autotuning alone.
 	SocketBufferBytes int
@@ -68,6 +110,9 @@ func New(cfg Config) *Server {
 	if cfg.UDPIdleTimeout <= 0 {
 		cfg.UDPIdleTimeout = defaultUDPIdleTimeout
 	}
+	if cfg.TunnelIdleTimeout <= 0 {
+		cfg.TunnelIdleTimeout = time.Hour
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -80,10 +125,14 @@ func New(cfg Config) *Server {
 // conn is one client connection during its handshake. It is used by one
 // goroutine at a time.
 type conn struct {
-	c    *net.TCPConn
-	buf  [bufSize]byte // bytes read and not yet parsed are buf[r:w]
-	r, w int
-	out  [4 + 16 + 2]byte // a reply being written
+	c        *net.TCPConn
+	buf      [bufSize]byte // bytes read and not yet parsed are buf[r:w]
+	r, w     int
+	out      [4 + 16 + 2]byte // a reply being written
+	client   netip.Addr       // the client's address
+	user     string           // the authenticated user; "" none
+	limUser  string           // the user counted with Limiter.UserConn; "" none
+	decision acl.Decision     // the current CONNECT's access decision
 }
 
 // errBufferFull means a message did not fit the handshake buffer, which
@@ -160,10 +209,16 @@ func (s *Server) ServeConn(ctx context.Context, c *net.TCPConn, eng *tunnel.Engi
 	}
 	cn := s.conns.Get().(*conn)
 	cn.c, cn.r, cn.w = c, 0, 0
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		cn.client = ta.AddrPort().Addr().Unmap()
+	}
 	if !s.serve(ctx, cn, eng) {
 		c.Close()
 	}
-	cn.c = nil
+	if cn.limUser != "" {
+		s.cfg.Limiter.UserDone(cn.limUser)
+	}
+	cn.c, cn.client, cn.user, cn.limUser, cn.decision = nil, netip.Addr{}, "", "", acl.Decision{}
 	s.conns.Put(cn)
 }
 
@@ -203,6 +258,12 @@ func (s *Server) serve5(ctx context.Context, cn *conn, eng *tunnel.Engine) bool 
 	if method == methodUserPass && !s.authenticate(ctx, cn) {
 		return false
 	}
+	userOK := true
+	if s.cfg.Limiter != nil && cn.user != "" {
+		if userOK = s.cfg.Limiter.UserConn(cn.user); userOK {
+			cn.limUser = cn.user
+		}
+	}
 
 	req, err := read(cn, parseRequest)
 	switch {
@@ -212,6 +273,11 @@ func (s *Server) serve5(ctx context.Context, cn *conn, eng *tunnel.Engine) bool 
 		return false
 	case err != nil && err != errBadHost && err != errUnspecified:
 		s.debug(ctx, cn, "socks5: read request", err)
+		return false
+	}
+	if !userOK && (req.cmd == cmdConnect || req.cmd == cmdAssociate) {
+		cn.reply5(repNotAllowed, netip.AddrPort{})
+		s.debug(ctx, cn, "socks5: too many connections for the user", nil, slog.String("user", cn.user))
 		return false
 	}
 	switch req.cmd {
@@ -261,6 +327,9 @@ func (s *Server) authenticate(ctx context.Context, cn *conn) bool {
 	status := byte(userPassOK)
 	if !ok {
 		status = userPassFailure
+		if s.cfg.Limiter != nil {
+			s.cfg.Limiter.AuthFailed(cn.client)
+		}
 	}
 	if err := cn.write(append(cn.out[:0], userPassVersion, status)); err != nil {
 		s.debug(ctx, cn, "socks5: write authentication status", err)
@@ -274,6 +343,7 @@ func (s *Server) authenticate(ctx context.Context, cn *conn) bool {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "socks5: authenticated", slog.String("user", user),
 			slog.String("client", cn.c.RemoteAddr().String()))
 	}
+	cn.user = user
 	return true
 }
 
@@ -304,6 +374,34 @@ func (s *Server) serve4(ctx context.Context, cn *conn, eng *tunnel.Engine) bool 
 	return s.connect(ctx, cn, req.dst, eng, true)
 }
 
+// decide asks the Access policy about a CONNECT to dst and records the
+// decision for the dial. It reports whether the request may proceed,
+// logging a refusal at debug level with the rule that made it.
+func (s *Server) decide(ctx context.Context, cn *conn, dst addr, proto acl.Protocol) bool {
+	if s.cfg.Access == nil {
+		return true
+	}
+	cn.decision = s.cfg.Access.Decide(acl.Request{
+		Client: cn.client, User: cn.user, Host: dst.host, Addr: dst.ip, Port: dst.port,
+		Method: "CONNECT", Protocol: proto,
+	})
+	if cn.decision.Allow {
+		return true
+	}
+	s.debug(ctx, cn, "socks5: access denied", nil, slog.Any("target", dst), slog.String("user", cn.user),
+		slog.String("rule", cn.decision.Rule))
+	return false
+}
+
+// permitter returns what the dialer checks resolved addresses with: the
+// request's decision, or nil without an Access policy.
+func (s *Server) permitter(cn *conn) dialer.Permitter {
+	if s.cfg.Access == nil {
+		return nil
+	}
+	return &cn.decision
+}
+
 // connect dials dst, replies (in SOCKS4 form when v4 is set) and hands the
 // client and upstream connections to eng. It reports whether it did.
 func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.Engine, v4 bool) bool {
@@ -323,10 +421,18 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 		s.log.Error("socks5: no tunnel engine for a CONNECT")
 		return false
 	}
-	upc, err := s.cfg.Dialer.Dial(context.WithoutCancel(ctx), dst.String())
+	proto := acl.SOCKS5
+	if v4 {
+		proto = acl.SOCKS4
+	}
+	if !s.decide(ctx, cn, dst, proto) {
+		reply(repNotAllowed, netip.AddrPort{})
+		return false
+	}
+	upc, err := s.cfg.Dialer.DialPermit(context.WithoutCancel(ctx), dst.String(), s.permitter(cn))
 	if err != nil {
 		reply(dialReply(err), netip.AddrPort{})
-		s.debug(ctx, cn, "socks5: connect", err, slog.Any("target", dst))
+		s.debug(ctx, cn, "socks5: connect", err, slog.Any("target", dst), slog.String("rule", cn.decision.Rule))
 		return false
 	}
 	bnd := upc.LocalAddr().(*net.TCPAddr).AddrPort()
@@ -348,17 +454,50 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 		cn.r = cn.w
 	}
 	cn.c.SetDeadline(time.Time{})
-	var done func(tunnel.Result)
+	lim := s.cfg.Limiter
+	if lim != nil {
+		if bucket := lim.Throttle(cn.user); bucket != nil {
+			// A paced user's tunnel is relayed by goroutines that can
+			// wait; ServeConn returns when it ends.
+			limits.RelayPaced(ctx, cn.c, upc, bucket, s.cfg.TunnelIdleTimeout)
+			upc.Close()
+			return false
+		}
+	}
+	var logDone func(tunnel.Result)
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		client, target := cn.c.RemoteAddr().String(), dst.String()
-		done = func(r tunnel.Result) {
+		logDone = func(r tunnel.Result) {
 			s.log.LogAttrs(context.Background(), slog.LevelDebug, "socks5: tunnel closed",
 				slog.String("client", client), slog.String("target", target),
 				slog.Int64("up", r.Up), slog.Int64("down", r.Down), slog.Any("err", r.Err))
 		}
 	}
+	done := logDone
+	if lim != nil {
+		// The tunnel outlives ServeConn: it carries the connection's
+		// counts until it ends.
+		release, user := lim.Handoff(cn.c), cn.limUser
+		cn.limUser = ""
+		if release != nil || user != "" {
+			done = func(r tunnel.Result) {
+				if logDone != nil {
+					logDone(r)
+				}
+				if user != "" {
+					lim.UserDone(user)
+				}
+				if release != nil {
+					release()
+				}
+			}
+		}
+	}
 	if err := eng.Add(cn.c, upc, done); err != nil {
 		s.debug(ctx, cn, "socks5: hand tunnel to engine", err)
+		if done != nil {
+			done(tunnel.Result{Err: err})
+		}
 	}
 	return true
 }
@@ -368,6 +507,8 @@ func dialReply(err error) byte {
 	var dnsErr *net.DNSError
 	var de *dialer.Error
 	switch {
+	case errors.As(err, &de) && de.Forbidden:
+		return repNotAllowed
 	case errors.As(err, &dnsErr):
 		return repHostUnreachable
 	case errors.As(err, &de) && de.Timeout, errors.Is(err, syscall.ETIMEDOUT):
@@ -399,6 +540,9 @@ func (s *Server) associate(ctx context.Context, cn *conn, hint addr) {
 		client = netip.AddrPortFrom(client.Addr(), hint.port)
 	}
 	a, err := newAssociation(local, client, s.cfg.UDPIdleTimeout, s.log)
+	if err == nil {
+		a.access, a.dialer, a.user = s.cfg.Access, s.cfg.Dialer, cn.user
+	}
 	if err != nil {
 		cn.reply5(repGeneralFailure, netip.AddrPort{})
 		s.log.Warn("socks5: udp associate failed", "err", err)

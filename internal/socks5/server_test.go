@@ -10,14 +10,18 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/net/proxy"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/limits"
 )
 
 // get fetches url through a SOCKS5 proxy at proxyAddr with Go's
@@ -366,4 +370,149 @@ func TestDialReply(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testLimiter is a Limiter that counts what it is told.
+type testLimiter struct {
+	mu       sync.Mutex
+	failures int
+	maxUser  int
+	users    map[string]int
+	handoffs int
+	released int
+}
+
+func (l *testLimiter) AuthFailed(netip.Addr) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failures++
+	return 0
+}
+
+func (l *testLimiter) UserConn(u string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.users == nil {
+		l.users = map[string]int{}
+	}
+	if l.maxUser > 0 && l.users[u] >= l.maxUser {
+		return false
+	}
+	l.users[u]++
+	return true
+}
+
+func (l *testLimiter) UserDone(u string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.users[u]--
+}
+
+func (l *testLimiter) Throttle(string) *limits.Bucket { return nil }
+
+func (l *testLimiter) Handoff(net.Conn) func() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.handoffs++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.released++
+	}
+}
+
+func (l *testLimiter) snapshot() (failures, users, handoffs, released int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failures, l.users[testUser], l.handoffs, l.released
+}
+
+func mustPolicy(t *testing.T, cfg acl.Config) *acl.Policy {
+	t.Helper()
+	p, err := acl.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAccess checks that CONNECTs the policy, the private-destination
+// guard or the per-user limit refuse get "not allowed" (0x02; SOCKS4
+// 0x5B) and reach nothing, and that the limiter hears of failed logins and
+// of tunnels handed to the engine.
+func TestAccess(t *testing.T) {
+	allowed := startEcho(t, "tcp4")
+	denied := startEcho(t, "tcp4")
+	policy := mustPolicy(t, acl.Config{Default: acl.Allow, Rules: []acl.Rule{
+		{Name: "no-denied", Action: acl.Deny, Ports: []string{strconv.Itoa(int(denied.Port()))}},
+	}})
+	connect := func(t *testing.T, srv *testServer, dst netip.AddrPort, user string) (net.Conn, byte) {
+		t.Helper()
+		c := dial(t, srv.addr)
+		if user != "" {
+			login(t, c, user, testPass)
+		} else {
+			greet(t, c, methodNoAuth, methodNoAuth)
+		}
+		send(t, c, requestMsg(cmdConnect, dst))
+		rep, _ := readReply(t, c)
+		return c, rep
+	}
+
+	t.Run("policy", func(t *testing.T) {
+		srv := startServer(t, "tcp4", Config{Access: policy})
+		if _, rep := connect(t, srv, denied, ""); rep != repNotAllowed {
+			t.Errorf("CONNECT to a denied port: reply %d, want %d", rep, repNotAllowed)
+		}
+		c, rep := connect(t, srv, allowed, "")
+		if rep != repSucceeded {
+			t.Fatalf("CONNECT to an allowed port: reply %d", rep)
+		}
+		send(t, c, []byte("ping"))
+		expect(t, c, []byte("ping"))
+		c4 := dial(t, srv.addr)
+		send(t, c4, socks4ConnectMsg(denied))
+		expect(t, c4, []byte{0, socks4Rejected, 0, 0, 0, 0, 0, 0})
+	})
+	t.Run("guard", func(t *testing.T) {
+		d := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
+		srv := startServer(t, "tcp4", Config{Dialer: d})
+		if _, rep := connect(t, srv, allowed, ""); rep != repNotAllowed {
+			t.Errorf("CONNECT to loopback: reply %d, want %d", rep, repNotAllowed)
+		}
+		c := dial(t, srv.addr)
+		greet(t, c, methodNoAuth, methodNoAuth)
+		send(t, c, domainRequestMsg(cmdConnect, "localhost", allowed.Port()))
+		if rep, _ := readReply(t, c); rep != repNotAllowed {
+			t.Errorf("CONNECT to a name resolving to loopback: reply %d, want %d", rep, repNotAllowed)
+		}
+	})
+	t.Run("limiter", func(t *testing.T) {
+		lim := &testLimiter{maxUser: 1}
+		srv := startServer(t, "tcp4", Config{Auth: newAuth(t), Limiter: lim})
+		bad := dial(t, srv.addr)
+		greet(t, bad, methodUserPass, methodUserPass)
+		send(t, bad, userPassMsg(testUser, "wrong"))
+		expect(t, bad, []byte{1, 1})
+		expectClosed(t, bad)
+		c, rep := connect(t, srv, allowed, testUser)
+		if rep != repSucceeded {
+			t.Fatalf("first CONNECT of the user: reply %d", rep)
+		}
+		if _, rep := connect(t, srv, allowed, testUser); rep != repNotAllowed {
+			t.Errorf("second connection of the user: reply %d, want %d", rep, repNotAllowed)
+		}
+		c.Close()
+		waitFor(t, "the tunnel's counts to end", func() bool {
+			f, u, h, r := lim.snapshot()
+			return f == 1 && u == 0 && h == 1 && r == 1
+		})
+	})
+}
+
+// socks4ConnectMsg is a SOCKS4 CONNECT to ap with an empty user ID.
+func socks4ConnectMsg(ap netip.AddrPort) []byte {
+	a := ap.Addr().As4()
+	b := []byte{4, 1, byte(ap.Port() >> 8), byte(ap.Port())}
+	return append(append(b, a[:]...), 0)
 }

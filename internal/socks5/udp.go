@@ -9,6 +9,9 @@ import (
 	"net/netip"
 	"os"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // UDP relay limits.
@@ -74,6 +77,11 @@ type association struct {
 	names    map[string]resolved         // host names looked up
 	lastUsed time.Time                   // when a datagram was last relayed
 	buf      []byte                      // replyRoom + maxDatagram bytes
+
+	access   Access         // decides each datagram's destination; nil = allow all
+	dialer   *dialer.Dialer // its guard checks each destination address; nil = none
+	user     string         // the user the control connection authenticated as
+	decision acl.Decision   // the last datagram's decision
 }
 
 // newAssociation binds a relay socket on local (the address the client's
@@ -157,6 +165,10 @@ func (a *association) fromClient(ctx context.Context, src netip.AddrPort, n int)
 		a.drop("destination not reachable from the relay", src)
 		return
 	}
+	if why := a.refuse(h.dst, dst); why != "" {
+		a.drop(why, dst)
+		return
+	}
 	if _, known := a.peers[dst]; !known {
 		if len(a.peers) >= maxPeers {
 			for p := range a.peers {
@@ -171,6 +183,28 @@ func (a *association) fromClient(ctx context.Context, src netip.AddrPort, n int)
 		return
 	}
 	a.lastUsed = time.Now()
+}
+
+// refuse returns why a datagram to dst (requested as req) is refused by
+// the access policy or the private-destination guard, or "".
+func (a *association) refuse(req addr, dst netip.AddrPort) string {
+	var p dialer.Permitter
+	if a.access != nil {
+		a.decision = a.access.Decide(acl.Request{
+			Client: a.client.Addr(), User: a.user, Host: req.host, Addr: dst.Addr(), Port: dst.Port(),
+			Protocol: acl.SOCKS5UDP,
+		})
+		if !a.decision.Allow {
+			return "denied by rule " + a.decision.Rule
+		}
+		p = &a.decision
+	}
+	if a.dialer != nil {
+		if err := a.dialer.Check(dst, p); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
 }
 
 // toClient relays the n-byte datagram at a.buf[replyRoom:] from the

@@ -6,10 +6,14 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // udpEcho is a UDP echo server that records what it receives.
@@ -281,4 +285,36 @@ func TestUDPShutdown(t *testing.T) {
 	srv.cancel()
 	ctrl.SetReadDeadline(time.Now().Add(10 * time.Second))
 	expectClosed(t, ctrl)
+}
+
+// TestUDPAccess checks that datagrams to destinations the policy or the
+// private-destination guard refuse are dropped, and others relayed.
+func TestUDPAccess(t *testing.T) {
+	allowed := startUDPEcho(t, "udp4")
+	denied := startUDPEcho(t, "udp4")
+	policy := mustPolicy(t, acl.Config{Default: acl.Allow, Rules: []acl.Rule{
+		{Name: "no-denied", Action: acl.Deny, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(denied.addr.Port()))}},
+	}})
+	loopbackOnly := dialer.New(dialer.Config{Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})})
+	srv := startServer(t, "tcp4", Config{Access: policy, Dialer: loopbackOnly})
+	_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
+	pc := udpClient(t, relay.Addr())
+	guarded := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), allowed.addr.Port())
+	for _, b := range [][]byte{
+		datagram(0, denied.addr, "denied by the policy"),
+		domainDatagram("localhost", denied.addr.Port(), "denied by name"),
+		datagram(0, guarded, "refused by the guard"),
+		datagram(0, netip.MustParseAddrPort("169.254.169.254:80"), "metadata"),
+	} {
+		if _, err := pc.WriteToUDPAddrPort(b, relay); err != nil {
+			t.Fatal(err)
+		}
+	}
+	roundTrip(t, pc, relay, datagram(0, allowed.addr, "allowed"), allowed.addr, "allowed")
+	if got := denied.received(); len(got) != 0 {
+		t.Errorf("the denied destination received %q", got)
+	}
+	if got := allowed.received(); !slices.Equal(got, []string{"allowed"}) {
+		t.Errorf("the allowed destination received %q", got)
+	}
 }
