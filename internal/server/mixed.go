@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
@@ -19,14 +20,21 @@ import (
 
 // newSOCKS returns the SOCKS server of a "socks5" or "mixed" listener lc.
 // authr is the users' authenticator, nil when none are configured; it is
-// used when the listener's effective auth is "basic".
-func newSOCKS(cfg *config.Config, lc config.Listener, d *dialer.Dialer, authr *auth.Authenticator, log *slog.Logger) *socks5.Server {
+// used when the listener's effective auth is "basic". policy is the access
+// policy, nil for none.
+func newSOCKS(cfg *config.Config, lc config.Listener, d *dialer.Dialer, authr *auth.Authenticator, log *slog.Logger,
+	policy *acl.Policy, lim socks5.Limiter) *socks5.Server {
 	sc := socks5.Config{
 		Dialer:            d,
 		HandshakeTimeout:  cfg.Timeouts.ReadHeader.Duration,
 		UDPIdleTimeout:    cfg.Timeouts.UDPIdle.Duration,
+		TunnelIdleTimeout: cfg.Timeouts.IdleTunnel.Duration,
 		SocketBufferBytes: cfg.SocketBufferBytes,
+		Limiter:           lim,
 		Logger:            log,
+	}
+	if policy != nil {
+		sc.Access = policy
 	}
 	if cfg.EffectiveAuth(lc) == config.AuthBasic {
 		sc.Auth = authr

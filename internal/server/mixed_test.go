@@ -36,6 +36,7 @@ func startListeners(t *testing.T, readHeader time.Duration, ls ...config.Listene
 	cfg.Workers = 2
 	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}}
 	cfg.Timeouts.ReadHeader.Duration = readHeader
+	cfg.AllowPrivate = []string{"127.0.0.0/8", "::1/128"} // the test origins are on loopback
 	cfg.Listen = ls
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {

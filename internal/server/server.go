@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -34,6 +36,11 @@ type Server struct {
 	pool    *dialer.Pool
 	engines []*tunnel.Engine // one per worker
 	proxies []*httpproxy.Proxy
+
+	guard      *dialer.Guard   // the private-destination guard
+	lim        *limits.Limiter // connection and authentication limits
+	connLimits *connLimits     // lim as the proxies see it
+	handshakes chan struct{}   // TLS handshake slots: a send takes one
 
 	// connCtx is the context of every client connection; cancelling it
 	// asks idle connections to close.
@@ -60,6 +67,8 @@ type listener struct {
 	tls   *tlsconf.Manager // for "https" listeners; nil otherwise
 	peek  time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
 	lns   []net.Listener
+
+	handshakes chan struct{} // the server's TLS handshake slots
 }
 
 // Addr names the address a listener is bound to.
@@ -96,9 +105,22 @@ func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
 		authr, authn = a, a
 	}
 
+	guard, err := newGuard(cfg.AllowPrivate)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	policy, err := newPolicy(cfg.ACL)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.guard = guard
+	s.lim = newLimiter(cfg.Limits, logger)
+	s.connLimits = newConnLimits(s.lim)
+	s.handshakes = make(chan struct{}, max(1, cfg.Limits.MaxTLSHandshakes))
 	d := dialer.New(dialer.Config{
 		Timeout:           cfg.Timeouts.Connect.Duration,
 		SocketBufferBytes: cfg.SocketBufferBytes,
+		Guard:             guard,
 	})
 	if cfg.Upstream.MaxIdlePerHost > 0 {
 		s.pool = dialer.NewPool(dialer.PoolConfig{
@@ -134,7 +156,11 @@ func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
 			WriteTimeout:          cfg.Timeouts.Write.Duration,
 			TunnelIdleTimeout:     cfg.Timeouts.IdleTunnel.Duration,
 			SocketBufferBytes:     cfg.SocketBufferBytes,
+			Limiter:               s.connLimits,
 			Logger:                logger.With("listener", lc.Name),
+		}
+		if policy != nil {
+			pc.Access = policy
 		}
 		if cfg.EffectiveAuth(lc) == "basic" {
 			if authr == nil {
@@ -143,10 +169,10 @@ func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
 			}
 			pc.Auth = authn
 		}
-		l := &listener{cfg: lc, proxy: httpproxy.New(pc), peek: cfg.Timeouts.ReadHeader.Duration}
+		l := &listener{cfg: lc, proxy: httpproxy.New(pc), peek: cfg.Timeouts.ReadHeader.Duration, handshakes: s.handshakes}
 		switch lc.Protocol {
 		case "socks5", "mixed":
-			l.socks = newSOCKS(cfg, lc, d, authr, pc.Logger)
+			l.socks = newSOCKS(cfg, lc, d, authr, pc.Logger, policy, s.connLimits)
 		case "https":
 			m, err := newTLS(lc, pc.Logger)
 			if err != nil {
@@ -193,6 +219,8 @@ func (s *Server) Start() error {
 		s.log.Info("listening", "listener", l.cfg.Name, "protocol", l.cfg.Protocol,
 			"addr", l.lns[0].Addr().String(), "auth", s.cfg.EffectiveAuth(l.cfg), "workers", workers)
 	}
+	s.setOwnAddrsLocked()
+	s.logGuard()
 	for _, l := range s.listeners {
 		for w, ln := range l.lns {
 			s.accepts.Add(1)
@@ -265,12 +293,20 @@ func (s *Server) acceptLoop(ln net.Listener, l *listener, eng *tunnel.Engine) {
 			continue
 		}
 		backoff = 0
+		tc := c.(*net.TCPConn)
+		ip := remoteIP(tc)
+		if v, retry := s.lim.Admit(ip); v != limits.OK {
+			refuse(l, tc, v, retry)
+			continue
+		}
 		s.conns.Add(1)
-		go s.serveConn(l, c.(*net.TCPConn), eng)
+		go s.serveConn(l, tc, ip, eng)
 	}
 }
 
-func (s *Server) serveConn(l *listener, c *net.TCPConn, eng *tunnel.Engine) {
+// serveConn serves an admitted connection from ip and releases its
+// admission, unless the connection went on as a tunnel (see connLimits).
+func (s *Server) serveConn(l *listener, c *net.TCPConn, ip netip.Addr, eng *tunnel.Engine) {
 	defer s.conns.Done()
 	s.connMu.Lock()
 	s.active[c] = struct{}{}
@@ -279,6 +315,7 @@ func (s *Server) serveConn(l *listener, c *net.TCPConn, eng *tunnel.Engine) {
 	s.connMu.Lock()
 	delete(s.active, c)
 	s.connMu.Unlock()
+	s.connLimits.served(c, ip)
 }
 
 // Shutdown drains the server: it stops accepting, lets requests in

@@ -30,9 +30,14 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 // needs, which lets an idle tunnel park on socket readiness with no
 // buffer (see tunnel.RecordConn).
 func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine) {
+	if !l.acquireHandshake(ctx) { // limits.max_tls_handshakes
+		c.Close()
+		return
+	}
 	tc := tls.Server(tunnel.RecordConn(c), l.tls.TLSConfig())
 	c.SetDeadline(time.Now().Add(l.peek))
 	err := tc.HandshakeContext(ctx)
+	l.releaseHandshake()
 	if err != nil {
 		c.Close()
 		return

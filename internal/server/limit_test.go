@@ -1,0 +1,344 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/config"
+)
+
+// logBuffer collects log output; it is safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer // guarded by mu
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startConfigured runs a Server on the default configuration changed by
+// modify (one http listener on 127.0.0.1:0 unless modify sets others) and
+// returns it, its listener addresses and its log.
+func startConfigured(t *testing.T, modify func(c *config.Config)) (*Server, []string, *logBuffer) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.Listen = []config.Listener{{Address: "127.0.0.1:0"}}
+	modify(cfg)
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	logs := &logBuffer{}
+	s, err := New(cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := s.Start(); err != nil {
+		s.Close()
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var addrs []string
+	for _, a := range s.Addrs() {
+		addrs = append(addrs, a.Addr.String())
+	}
+	return s, addrs, logs
+}
+
+// rawGet sends one request for target through the proxy at addr (from
+// local, when not empty) and returns the status line and body, or the
+// read error.
+func rawGet(t *testing.T, addr, local, target string, header ...string) (string, string, error) {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if local != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(local)}
+	}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	req := "GET " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+	for _, h := range header {
+		req += h + "\r\n"
+	}
+	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+		return "", "", err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return "", "", err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	return resp.Status + " " + resp.Header.Get("Retry-After"), string(body), nil
+}
+
+func TestGuardByDefault(t *testing.T) {
+	port := mixedOrigin(t)
+	_, addrs, logs := startConfigured(t, func(c *config.Config) {})
+	status, body, err := rawGet(t, addrs[0], "", fmt.Sprintf("http://127.0.0.1:%d/x", port))
+	if err != nil || !strings.HasPrefix(status, "403") || !strings.Contains(body, "private or local address") {
+		t.Errorf("GET of a loopback origin with the default config: %q %q %v", status, body, err)
+	}
+	if !strings.Contains(logs.String(), `msg="private-destination guard on" allowed_private=none`) {
+		t.Errorf("no start line naming the allowed private ranges:\n%s", logs)
+	}
+}
+
+func TestGuardAllowedAndOwnAddress(t *testing.T) {
+	port := mixedOrigin(t)
+	_, addrs, logs := startConfigured(t, func(c *config.Config) { c.AllowPrivate = []string{"127.0.0.0/8", "::1"} })
+	if status, body, err := rawGet(t, addrs[0], "", fmt.Sprintf("http://localhost:%d/x", port)); err != nil || body != "origin says /x" {
+		t.Errorf("GET of an allowed loopback origin: %q %q %v", status, body, err)
+	}
+	status, body, err := rawGet(t, addrs[0], "", "http://"+addrs[0]+"/loop")
+	if err != nil || !strings.HasPrefix(status, "403") || !strings.Contains(body, "is this proxy") {
+		t.Errorf("GET of the proxy itself: %q %q %v", status, body, err)
+	}
+	if !strings.Contains(logs.String(), `allowed_private=127.0.0.0/8,::1/128`) {
+		t.Errorf("start line does not list the allowed ranges:\n%s", logs)
+	}
+}
+
+func TestACLFromConfig(t *testing.T) {
+	port := mixedOrigin(t)
+	_, addrs, _ := startConfigured(t, func(c *config.Config) {
+		c.ACL.Default = "allow"
+		c.ACL.Rules = []config.ACLRule{{Name: "no-x", Action: "deny", Hosts: []string{"localhost"}},
+			{Name: "local", Action: "allow", AllowPrivate: []string{"127.0.0.1"}}}
+	})
+	if status, _, err := rawGet(t, addrs[0], "", fmt.Sprintf("http://localhost:%d/x", port)); err != nil || !strings.HasPrefix(status, "403") {
+		t.Errorf("denied host: %q %v", status, err)
+	}
+	if _, body, err := rawGet(t, addrs[0], "", fmt.Sprintf("http://127.0.0.1:%d/y", port)); err != nil || body != "origin says /y" {
+		t.Errorf("allowed by the rule's allow_private: %q %v", body, err)
+	}
+}
+
+// held opens n idle connections to addr that the server admits, and
+// closes them when the test ends.
+func held(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	var cs []net.Conn
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+func TestConnectionLimits(t *testing.T) {
+	port := mixedOrigin(t)
+	echo := tcpEcho(t)
+	s, addrs, logs := startConfigured(t, func(c *config.Config) {
+		c.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Limits.MaxConnections = 2
+	})
+	target := fmt.Sprintf("http://127.0.0.1:%d/ok", port)
+	idle := held(t, addrs[0], 2)
+	waitFor(t, "two admitted connections", func() bool { return s.lim.Conns() == 2 })
+	if status, _, err := rawGet(t, addrs[0], "", target); err == nil && !strings.HasPrefix(status, "503") {
+		t.Errorf("third connection: %q, want 503 or a closed connection", status)
+	}
+	idle[0].Close()
+	waitFor(t, "the closed connection released", func() bool { return s.lim.Conns() == 1 })
+	if _, body, err := rawGet(t, addrs[0], "", target); err != nil || body != "origin says /ok" {
+		t.Errorf("after a connection closed: %q %v", body, err)
+	}
+
+	// A CONNECT tunnel in the engine keeps its admission until it ends.
+	tc, err := net.Dial("tcp", addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	fmt.Fprintf(tc, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", echo, echo)
+	br := bufio.NewReader(tc)
+	if line, err := br.ReadString('\n'); err != nil || !strings.Contains(line, " 200 ") {
+		t.Fatalf("CONNECT: %q %v", line, err)
+	}
+	waitFor(t, "the tunnel in the engine", func() bool { return s.Tunnels() == 1 })
+	if n := s.lim.Conns(); n != 2 {
+		t.Errorf("%d connections counted with a tunnel and an idle connection, want 2", n)
+	}
+	tc.Close()
+	waitFor(t, "the tunnel's admission released", func() bool { return s.lim.Conns() == 1 })
+	if !strings.Contains(logs.String(), `msg="connections refused" reason="too many connections"`) {
+		t.Errorf("no refusal warning:\n%s", logs)
+	}
+}
+
+// tcpEcho starts a TCP echo server on loopback and returns its address.
+func tcpEcho(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				io.Copy(c, c)
+				c.Close()
+			})
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+func TestPerClientLimits(t *testing.T) {
+	port := mixedOrigin(t)
+	target := fmt.Sprintf("http://127.0.0.1:%d/ok", port)
+	t.Run("connections", func(t *testing.T) {
+		s, addrs, _ := startConfigured(t, func(c *config.Config) {
+			c.AllowPrivate = []string{"127.0.0.0/8"}
+			c.Limits.MaxConnectionsPerClient = 1
+		})
+		held(t, addrs[0], 1)
+		waitFor(t, "the first connection admitted", func() bool { return s.lim.Conns() == 1 })
+		if status, _, err := rawGet(t, addrs[0], "", target); err == nil && !strings.HasPrefix(status, "429") {
+			t.Errorf("second connection from 127.0.0.1: %q", status)
+		}
+		if _, body, err := rawGet(t, addrs[0], "127.0.0.2", target); err != nil || body != "origin says /ok" {
+			t.Errorf("first connection from 127.0.0.2: %q %v", body, err)
+		}
+	})
+	t.Run("rate", func(t *testing.T) {
+		_, addrs, _ := startConfigured(t, func(c *config.Config) {
+			c.AllowPrivate = []string{"127.0.0.0/8"}
+			c.Limits.ConnectionRate, c.Limits.ConnectionBurst = 1, 2
+		})
+		for i := range 2 {
+			if _, body, err := rawGet(t, addrs[0], "", target); err != nil || body != "origin says /ok" {
+				t.Fatalf("connection %d within the burst: %q %v", i, body, err)
+			}
+		}
+		if status, _, err := rawGet(t, addrs[0], "", target); err == nil && !strings.HasPrefix(status, "429") {
+			t.Errorf("third connection at once: %q", status)
+		}
+	})
+}
+
+func TestAuthCooldown(t *testing.T) {
+	port := mixedOrigin(t)
+	target := fmt.Sprintf("http://127.0.0.1:%d/ok", port)
+	_, addrs, logs := startConfigured(t, func(c *config.Config) {
+		c.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Auth.Users = []config.User{{Name: "alice", Password: "pw"}}
+		c.Limits.AuthFailures = 2
+		c.Limits.AuthCooldown.Duration = time.Hour
+		c.Listen = append(c.Listen, config.Listener{Address: "127.0.0.1:0", Protocol: "socks5"})
+	})
+	wrong := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("alice:wrong"))
+	right := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("alice:pw"))
+	if status, _, _ := rawGet(t, addrs[0], "", target, wrong); !strings.HasPrefix(status, "407") {
+		t.Fatalf("first wrong password: %q", status)
+	}
+	if status, _, _ := rawGet(t, addrs[0], "", target, wrong); status != "429 Too Many Requests 3600" {
+		t.Fatalf("second wrong password: %q, want 429 with Retry-After 3600", status)
+	}
+	status, _, err := rawGet(t, addrs[0], "", target, right)
+	if err != nil || !strings.HasPrefix(status, "429 ") || strings.HasSuffix(status, " ") {
+		t.Errorf("right password while cooling down: %q %v, want 429 with Retry-After", status, err)
+	}
+	if _, body, err := rawGet(t, addrs[0], "127.0.0.2", target, right); err != nil || body != "origin says /ok" {
+		t.Errorf("another address: %q %v", body, err)
+	}
+	// The SOCKS listener closes the cooling address at once.
+	c, err := net.Dial("tcp", addrs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte{5, 1, 2})
+	if n, err := c.Read(make([]byte, 2)); err == nil {
+		t.Errorf("SOCKS from a cooling address read %d bytes, want a closed connection", n)
+	}
+	if got := strings.Count(logs.String(), `msg="auth failures" client=127.0.0.1 failures=2 window=1m0s cooldown=1h0m0s`); got != 1 {
+		t.Errorf("%d fail2ban lines, want 1:\n%s", got, logs)
+	}
+}
+
+func TestTLSHandshakeLimit(t *testing.T) {
+	cert, roots := proxyCerts(t)
+	_, addrs, _ := startConfigured(t, func(c *config.Config) {
+		c.Limits.MaxTLSHandshakes = 1
+		c.Listen = []config.Listener{{Address: "127.0.0.1:0", Protocol: "https", TLS: cert}}
+	})
+	silent, err := net.Dial("tcp", addrs[0]) // holds the only handshake slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the server start its handshake
+	done := make(chan error, 1)
+	go func() {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addrs[0], &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+		if err == nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a second handshake finished while the only slot was held: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	silent.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("handshake after the slot was freed: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second handshake did not finish after the slot was freed")
+	}
+}
+
+// waitFor polls cond for up to 10 seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
