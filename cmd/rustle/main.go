@@ -2,7 +2,7 @@
 //
 // Usage:
 //
-//	rustle [-c FILE] [-L URL]... [--admin ADDR]
+//	rustle [-c FILE] [-L URL]... [--admin ADDR] [--allow-private CIDR]...
 //	                               run (the embedded default config without -c)
 //	rustle check -c FILE           validate a config file
 //	rustle passwd USER             print an htpasswd line (bcrypt) for USER
@@ -28,6 +28,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/server"
@@ -46,6 +47,19 @@ type listenFlags []string
 
 func (l *listenFlags) String() string     { return strings.Join(*l, ",") }
 func (l *listenFlags) Set(v string) error { *l = append(*l, v); return nil }
+
+// allowPrivateFlags collects repeated --allow-private flags, each checked
+// as an IP address or CIDR prefix when given.
+type allowPrivateFlags []string
+
+func (a *allowPrivateFlags) String() string { return strings.Join(*a, ",") }
+func (a *allowPrivateFlags) Set(v string) error {
+	if _, err := acl.ParsePrefix(v); err != nil {
+		return err
+	}
+	*a = append(*a, v)
+	return nil
+}
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
@@ -72,6 +86,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Var(&listens, "L", "listener `URL`: http://, socks5:// or mixed://[user:pass@]host:port (repeatable)")
 	var adminAddr optionalString
 	fs.Var(&adminAddr, "admin", "admin listener `host:port` for /metrics, /healthz and /readyz (overrides the file's admin)")
+	var allowPrivate allowPrivateFlags
+	fs.Var(&allowPrivate, "allow-private", "let the private-destination guard through to `CIDR` (repeatable), e.g. 127.0.0.0/8 for a local origin")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -84,6 +100,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rustle:", err)
 		return 1
 	}
+	cfg.AllowPrivate = append(cfg.AllowPrivate, allowPrivate...) // checked by allowPrivateFlags.Set
 	logger := newLogger(cfg.Log, stderr)
 	srv, err := server.New(cfg, logger)
 	if err != nil {
@@ -107,6 +124,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if addrs := srv.Addrs(); len(addrs) > 0 && *file == "" && len(listens) == 0 {
 		fmt.Fprintf(stderr, "rustle is listening on %s. Try:\n  curl -x http://%s http://example.com/\n",
 			addrs[0].Addr, addrs[0].Addr)
+		if len(cfg.AllowPrivate) == 0 {
+			fmt.Fprintln(stderr, "Private and local destinations are refused; for a local origin, start rustle with --allow-private 127.0.0.0/8")
+		}
 	}
 
 	sigs := make(chan os.Signal, 4)
@@ -305,7 +325,7 @@ func versionString() string {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
-  rustle [-c FILE] [-L URL]... [--admin ADDR]
+  rustle [-c FILE] [-L URL]... [--admin ADDR] [--allow-private CIDR]...
                                  run the proxy (the embedded default config
                                  listens on 127.0.0.1:3128 without auth)
   rustle check -c FILE           validate a config file and exit
@@ -324,6 +344,11 @@ Flags:
   --admin ADDR
             serve /metrics, /healthz and /readyz on ADDR (host:port),
             e.g. --admin 127.0.0.1:9090; overrides the file's admin key
+  --allow-private CIDR
+            let requests reach a private or local range the guard refuses
+            by default (loopback, RFC 1918, link-local, ...), in addition to
+            the file's allow_private; repeatable. To try rustle against a
+            local origin: --allow-private 127.0.0.0/8
 
 Signals: SIGTERM/SIGINT drain and stop, SIGHUP re-reads TLS certificates,
 SIGUSR1 reopens the access log file (for logrotate).
