@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -148,10 +149,22 @@ func (p *proc) signal(t testing.TB, sig syscall.Signal) {
 	}
 }
 
-// startRustle starts the binary with args and registers a cleanup that
-// kills it by pid and waits for it. It does not wait for the listeners;
-// see waitStarted.
+// allowLoopback lifts the private-destination guard for the loopback
+// addresses the tests' origins listen on.
+var allowLoopback = []string{"--allow-private", "127.0.0.0/8", "--allow-private", "::1/128"}
+
+// startRustle starts the binary with allowLoopback and args; see
+// startGuarded.
 func startRustle(t testing.TB, args ...string) *proc {
+	t.Helper()
+	return startGuarded(t, append(slices.Clone(allowLoopback), args...)...)
+}
+
+// startGuarded starts the binary with args alone (its private-destination
+// guard refuses the loopback origins unless args lift it) and registers a
+// cleanup that kills it by pid and waits for it. It does not wait for the
+// listeners; see waitStarted.
+func startGuarded(t testing.TB, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(rustleBin, args...)
 	cmd.Env = cleanEnv(t)
