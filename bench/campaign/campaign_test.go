@@ -167,11 +167,15 @@ func TestTinyproxyConf(t *testing.T) {
 
 func TestRustleConf(t *testing.T) {
 	var c struct {
-		Workers           int   `toml:"workers"`
-		SocketBufferBytes int64 `toml:"socket_buffer_bytes"`
+		Workers           int      `toml:"workers"`
+		SocketBufferBytes int64    `toml:"socket_buffer_bytes"`
+		AllowPrivate      []string `toml:"allow_private"`
 		Log               struct {
 			Level string `toml:"level"`
 		} `toml:"log"`
+		Limits struct {
+			MaxConnections int `toml:"max_connections"`
+		} `toml:"limits"`
 		Auth struct {
 			Users []struct {
 				Name   string `toml:"name"`
@@ -192,7 +196,8 @@ func TestRustleConf(t *testing.T) {
 	if und := md.Undecoded(); len(und) > 0 {
 		t.Errorf("rustle.toml keys not checked here: %v", und)
 	}
-	if c.Workers != 1 || c.SocketBufferBytes != 1048576 || c.Log.Level != "error" {
+	if c.Workers != 1 || c.SocketBufferBytes != 1048576 || c.Log.Level != "error" ||
+		len(c.AllowPrivate) != 1 || c.AllowPrivate[0] != "127.0.0.0/8" || c.Limits.MaxConnections != -1 {
 		t.Errorf("rustle.toml globals = %+v", c)
 	}
 	if len(c.Auth.Users) != 1 || c.Auth.Users[0].Name != "bench" || c.Auth.Users[0].Bcrypt != "$2a$10$abcdefghijklmnopqrstuv" {
