@@ -26,8 +26,12 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+## unit: every test, race detector on; then the hostile-input suite's counts
+##       (e2e/hostile_test.go), which go test does not show for passing tests.
 unit:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@f=$$(mktemp); echo "$(GO) test -race -count=1 -timeout 20m ./..."; \
+	RUSTLE_HOSTILE_SUMMARY=$$f $(GO) test -race -count=1 -timeout 20m ./...; rc=$$?; \
+	cat $$f; rm -f $$f; exit $$rc
 
 ## fuzz-short: every native fuzz target for FUZZTIME (3s) each.
 fuzz-short:
