@@ -1,0 +1,917 @@
+package h2
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// bufSize is the size of the pooled buffers used to read from the
+// client, queue request bodies and read from upstreams. It is at least
+// the largest TLS record plaintext, so that one read drains a record and
+// crypto/tls keeps no decrypted bytes behind.
+const bufSize = 16 << 10
+
+// bufPool holds *[bufSize]byte, borrowed only while bytes are in flight.
+var bufPool = sync.Pool{New: func() any { return new([bufSize]byte) }}
+
+// outBuf is a pooled output buffer.
+type outBuf struct{ b []byte }
+
+// outPool holds *outBuf; an idle connection holds none.
+var outPool = sync.Pool{New: func() any { return &outBuf{b: make([]byte, 0, 32<<10)} }}
+
+const (
+	// outLimit is how many queued output bytes make senders of DATA
+	// wait until the connection has written some.
+	outLimit = 64 << 10
+	// outHardLimit is how many queued output bytes end the connection:
+	// control frames (answers to PING and SETTINGS, RST_STREAM, window
+	// updates) the client causes but does not read.
+	outHardLimit = 4 << 20
+	// framerKeep is the largest frame payload after which the framer,
+	// which keeps a read buffer the size of the largest frame it has
+	// read, is replaced before the connection goes idle.
+	framerKeep = 4 << 10
+	// lingerTime is how long a connection closed after a GOAWAY keeps
+	// reading (and discarding), so that frames the client sent
+	// meanwhile do not turn the close into a reset that destroys the
+	// GOAWAY before the client reads it.
+	lingerTime = time.Second
+)
+
+var (
+	errWoken = errors.New("h2: reader woken")
+	errIdle  = errors.New("h2: connection idle")
+	errDone  = errors.New("h2: connection drained")
+)
+
+// conn is one HTTP/2 client connection.
+type conn struct {
+	s          *Server
+	cfg        *Config
+	nc         net.Conn     // the client connection
+	raw        *net.TCPConn // the socket under nc, for readiness waits; nil when unknown
+	certAuth   bool         // a verified TLS client certificate authenticates every stream
+	certUser   string       // the certificate's common name
+	clientAddr netip.Addr
+	localAddr  netip.AddrPort
+
+	wg sync.WaitGroup // stream workers, pumps and writers
+
+	// Owned by the serving goroutine.
+	rd          reader
+	fr          *http2.Framer
+	hdec        *hpack.Decoder
+	park        *parker // nil when raw is
+	bigFrame    bool    // fr read a frame over framerKeep since it was made
+	sawSettings bool
+
+	mu         sync.Mutex
+	wcond      sync.Cond          // signalled when writing turns false; L is &mu
+	streams    map[uint32]*stream // open and half-closed streams; guarded by mu
+	maxID      uint32             // highest stream id the client opened; guarded by mu
+	workers    int                // stream goroutines running; guarded by mu
+	sendWindow int64              // connection window the client granted; guarded by mu
+	peerWindow int64              // the client's SETTINGS_INITIAL_WINDOW_SIZE; guarded by mu
+	peerFrame  int                // the client's SETTINGS_MAX_FRAME_SIZE; guarded by mu
+	recvWindow int64              // bytes the client may still send on the connection; guarded by mu
+	unacked    int64              // connection credit not yet sent; guarded by mu
+	owed       int64              // connection credit held back while buffered is high; guarded by mu
+	buffered   int64              // bytes queued in streams' inputs; guarded by mu
+	henc       *hpack.Encoder     // writes into hbuf; guarded by mu
+	hbuf       bytes.Buffer       // guarded by mu
+	out        *outBuf            // frames not yet written; nil when none; guarded by mu
+	writing    bool               // a goroutine is writing out; guarded by mu
+	werr       error              // the first write failure; guarded by mu
+	blocked    []*stream          // streams waiting for connection window or output room; guarded by mu
+	goAway     bool               // GOAWAY sent: no new streams; guarded by mu
+	closing    bool               // the connection is ending; guarded by mu
+	parked     bool               // the reader waits for socket readiness; guarded by mu
+	woken      bool               // the reader's read deadline was set to wake it; guarded by mu
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{
+		s:          s,
+		cfg:        &s.cfg,
+		nc:         nc,
+		streams:    make(map[uint32]*stream),
+		sendWindow: defaultWindow,
+		peerWindow: defaultWindow,
+		peerFrame:  minFrameSize,
+		recvWindow: int64(s.cfg.InitialConnWindow),
+	}
+	c.wcond.L = &c.mu
+	c.rd.nc = nc
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	c.hdec = hpack.NewDecoder(4096, nil)
+	c.newFramer()
+	return c
+}
+
+// newFramer (re)makes the frame reader. The HPACK decoder, which holds
+// the connection's decoding state, carries over.
+func (c *conn) newFramer() {
+	fr := http2.NewFramer(io.Discard, &c.rd)
+	fr.ReadMetaHeaders = c.hdec
+	fr.MaxHeaderListSize = c.cfg.MaxHeaderListSize
+	fr.SetMaxReadFrameSize(c.cfg.MaxFrameSize)
+	fr.SetReuseFrames()
+	c.fr = fr
+	c.bigFrame = false
+}
+
+// serve runs the connection: it reads and handles frames until the
+// connection ends, then tears it down.
+func (c *conn) serve(ctx context.Context) {
+	if c.raw != nil {
+		if p, err := newParker(c.raw); err == nil {
+			c.park = p
+		}
+	}
+	stop := context.AfterFunc(ctx, c.shutdown)
+	graceful := c.run(ctx)
+	stop()
+	c.finish(graceful)
+}
+
+// run reads frames until the connection ends. It reports whether the
+// connection ended with a GOAWAY sent, so that finish lingers.
+func (c *conn) run(ctx context.Context) bool {
+	c.mu.Lock()
+	c.writeSettingsLocked()
+	c.flushLocked()
+	c.mu.Unlock()
+
+	c.nc.SetReadDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
+	var pre [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(&c.rd, pre[:]); err != nil || string(pre[:]) != http2.ClientPreface {
+		if err == nil {
+			return c.connError(http2.ConnectionError(http2.ErrCodeProtocol))
+		}
+		return false
+	}
+	if ctx.Err() != nil {
+		c.shutdown()
+	}
+	for {
+		if c.rd.empty() && c.sawSettings {
+			if err := c.wait(); err != nil {
+				switch err {
+				case errWoken:
+					continue
+				case errDone:
+					return true
+				case errIdle:
+					c.mu.Lock()
+					c.goAwayLocked(http2.ErrCodeNo)
+					c.mu.Unlock()
+					return true
+				}
+				return false
+			}
+		}
+		fh, err := c.fr.ReadFrameHeader()
+		if err == nil {
+			if fh.Length > framerKeep {
+				c.bigFrame = true
+			}
+			var f http2.Frame
+			if f, err = c.fr.ReadFrameForHeader(fh); err == nil {
+				err = c.process(f)
+			}
+		}
+		if err != nil {
+			if !c.handleError(fh, err) {
+				return c.goAwaySent()
+			}
+		}
+		if !c.sawSettings {
+			c.nc.SetReadDeadline(time.Time{})
+			c.sawSettings = true
+		}
+		c.mu.Lock()
+		done := c.drainedLocked()
+		c.mu.Unlock()
+		if done {
+			return true
+		}
+	}
+}
+
+// handleError deals with an error from reading or handling a frame. It
+// reports whether the connection goes on.
+func (c *conn) handleError(fh http2.FrameHeader, err error) bool {
+	var se http2.StreamError
+	var ce http2.ConnectionError
+	switch {
+	case errors.As(err, &se):
+		c.mu.Lock()
+		if fh.Type == http2.FrameHeaders && se.StreamID > c.maxID && se.StreamID%2 == 1 {
+			// A refused or malformed new stream is closed, and counts.
+			c.maxID = se.StreamID
+		}
+		if s := c.streams[se.StreamID]; s != nil {
+			c.resetLocked(s, se.Code, true)
+		} else {
+			c.writeRSTLocked(se.StreamID, se.Code)
+		}
+		c.kickLocked()
+		c.mu.Unlock()
+		return true
+	case errors.As(err, &ce):
+		c.connError(ce)
+		return false
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		c.connError(http2.ConnectionError(http2.ErrCodeFrameSize))
+		return false
+	}
+	if !c.sawSettings && err != nil {
+		c.s.log.Debug("h2: connection ended before its first SETTINGS", "err", err)
+	}
+	return false
+}
+
+// connError sends GOAWAY with the error's code. It returns true (a
+// GOAWAY was sent).
+func (c *conn) connError(ce http2.ConnectionError) bool {
+	c.mu.Lock()
+	c.goAwayLocked(http2.ErrCode(ce))
+	c.mu.Unlock()
+	c.s.log.Debug("h2: connection error", "code", http2.ErrCode(ce).String(), "client", c.clientAddr)
+	return true
+}
+
+func (c *conn) goAwaySent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.goAway
+}
+
+// drainedLocked reports whether a connection that sent GOAWAY has no
+// stream or stream goroutine left.
+func (c *conn) drainedLocked() bool {
+	return c.goAway && len(c.streams) == 0 && c.workers == 0
+}
+
+// wait parks the reader until the client's socket is readable, holding
+// no read buffer, with a deadline when the connection is idle. It
+// returns errWoken when shutdown or a finished stream woke it, errDone
+// when the connection has drained, errIdle on the idle timeout, and a
+// socket error otherwise. Without a socket to wait on it returns nil at
+// once and the read blocks instead.
+func (c *conn) wait() error {
+	if c.bigFrame {
+		c.newFramer()
+	}
+	c.rd.release()
+	c.mu.Lock()
+	if c.drainedLocked() {
+		c.mu.Unlock()
+		return errDone
+	}
+	idle := len(c.streams) == 0 && c.workers == 0
+	if c.park == nil {
+		c.mu.Unlock()
+		if idle {
+			c.nc.SetReadDeadline(time.Now().Add(c.cfg.IdleTimeout))
+		} else {
+			c.nc.SetReadDeadline(time.Time{})
+		}
+		return nil
+	}
+	c.parked = true
+	if idle {
+		c.raw.SetReadDeadline(time.Now().Add(c.cfg.IdleTimeout))
+	}
+	c.mu.Unlock()
+	err := c.park.wait()
+	c.mu.Lock()
+	c.parked = false
+	woken := c.woken
+	c.woken = false
+	c.mu.Unlock()
+	if idle || woken {
+		c.raw.SetReadDeadline(time.Time{})
+	}
+	switch {
+	case woken:
+		return errWoken
+	case err == nil:
+		return nil
+	case idle && errors.Is(err, os.ErrDeadlineExceeded):
+		return errIdle
+	}
+	return err
+}
+
+// wakeLocked wakes the reader if it is parked, so that it looks again at
+// whether the connection has drained.
+func (c *conn) wakeLocked() {
+	if c.parked && !c.woken {
+		c.woken = true
+		c.raw.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// shutdown starts a graceful close when the server shuts down: GOAWAY,
+// then the streams in progress finish.
+func (c *conn) shutdown() {
+	c.mu.Lock()
+	c.goAwayLocked(http2.ErrCodeNo)
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+// goAwayLocked queues a GOAWAY naming the last stream rustle handles,
+// once; no stream is accepted after it.
+func (c *conn) goAwayLocked(code http2.ErrCode) {
+	if c.goAway {
+		return
+	}
+	c.goAway = true
+	var p [8]byte
+	putUint32(p[:], c.maxID)
+	putUint32(p[4:], uint32(code))
+	c.appendFrame(http2.FrameGoAway, 0, 0, p[:])
+	c.kickLocked()
+}
+
+// finish tears the connection down: every stream still open is reset
+// (its goroutines see it), queued output is written, the connection
+// closed, and every goroutine it started joined.
+func (c *conn) finish(linger bool) {
+	c.mu.Lock()
+	c.closing = true
+	for _, s := range c.streams {
+		c.resetLocked(s, http2.ErrCodeCancel, false) // cancels dials too
+	}
+	if c.werr == nil {
+		// A writer blocked on a client that does not read gives up
+		// soon; then what is queued (GOAWAY) goes out.
+		c.nc.SetWriteDeadline(time.Now().Add(lingerTime))
+		for c.writing {
+			c.wcond.Wait()
+		}
+		c.flushLocked()
+	}
+	linger = linger && c.werr == nil
+	c.mu.Unlock()
+
+	if linger && c.raw != nil {
+		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && c.nc != net.Conn(c.raw) {
+			cw.CloseWrite() // TLS close_notify
+		}
+		c.raw.CloseWrite()
+		c.raw.SetReadDeadline(time.Now().Add(lingerTime))
+		var discard [512]byte
+		for i := 0; i < 1000; i++ {
+			if _, err := c.raw.Read(discard[:]); err != nil {
+				break
+			}
+		}
+	}
+	c.nc.Close()
+	c.wg.Wait()
+	c.rd.discard()
+	c.mu.Lock()
+	c.releaseOutLocked()
+	c.mu.Unlock()
+}
+
+// process handles one frame.
+func (c *conn) process(f http2.Frame) error {
+	if !c.sawSettings {
+		sf, ok := f.(*http2.SettingsFrame)
+		if !ok || sf.IsAck() {
+			return http2.ConnectionError(http2.ErrCodeProtocol)
+		}
+	}
+	switch f := f.(type) {
+	case *http2.DataFrame:
+		return c.processData(f)
+	case *http2.MetaHeadersFrame:
+		return c.processHeaders(f)
+	case *http2.SettingsFrame:
+		return c.processSettings(f)
+	case *http2.WindowUpdateFrame:
+		return c.processWindowUpdate(f)
+	case *http2.RSTStreamFrame:
+		return c.processRSTStream(f)
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			c.mu.Lock()
+			c.appendFrame(http2.FramePing, http2.FlagPingAck, 0, f.Data[:])
+			c.kickLocked()
+			c.mu.Unlock()
+		}
+		return nil
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			return http2.StreamError{StreamID: f.StreamID, Code: http2.ErrCodeProtocol}
+		}
+		return nil
+	case *http2.GoAwayFrame:
+		// The client starts no more streams; close once they are done.
+		c.mu.Lock()
+		c.goAwayLocked(http2.ErrCodeNo)
+		c.mu.Unlock()
+		return nil
+	case *http2.PushPromiseFrame, *http2.ContinuationFrame, *http2.HeadersFrame:
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	return nil // unknown frame types are ignored (RFC 9113 §5.5)
+}
+
+func (c *conn) processSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := f.ForeachSetting(func(st http2.Setting) error {
+		if err := st.Valid(); err != nil {
+			return err
+		}
+		switch st.ID {
+		case http2.SettingHeaderTableSize:
+			c.henc.SetMaxDynamicTableSize(st.Val)
+		case http2.SettingInitialWindowSize:
+			delta := int64(st.Val) - c.peerWindow
+			c.peerWindow = int64(st.Val)
+			for _, s := range c.streams {
+				s.sendWindow += delta
+				if s.sendWindow > maxWindow {
+					return http2.ConnectionError(http2.ErrCodeFlowControl)
+				}
+				s.cond.Broadcast()
+			}
+		case http2.SettingMaxFrameSize:
+			c.peerFrame = int(st.Val)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c.appendFrame(http2.FrameSettings, http2.FlagSettingsAck, 0, nil)
+	c.kickLocked()
+	return nil
+}
+
+func (c *conn) processWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, inc := f.StreamID, int64(f.Increment)
+	if id == 0 {
+		c.sendWindow += inc
+		if c.sendWindow > maxWindow {
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+		c.wakeBlockedLocked()
+		return nil
+	}
+	if id > c.maxID || id%2 == 0 {
+		return http2.ConnectionError(http2.ErrCodeProtocol) // idle stream
+	}
+	s := c.streams[id]
+	if s == nil {
+		return nil // closed: a late frame
+	}
+	s.sendWindow += inc
+	if s.sendWindow > maxWindow {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
+	}
+	s.cond.Broadcast()
+	return nil
+}
+
+func (c *conn) processRSTStream(f *http2.RSTStreamFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID > c.maxID || f.StreamID%2 == 0 {
+		return http2.ConnectionError(http2.ErrCodeProtocol) // idle stream
+	}
+	if s := c.streams[f.StreamID]; s != nil {
+		c.resetLocked(s, f.ErrCode, false)
+	}
+	return nil
+}
+
+func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id%2 == 0 {
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if id <= c.maxID {
+		s := c.streams[id]
+		switch {
+		case s == nil:
+			return http2.ConnectionError(http2.ErrCodeStreamClosed)
+		case s.remoteDone:
+			return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
+		case !f.StreamEnded():
+			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+		}
+		// Trailers.
+		for _, hf := range f.Fields {
+			if len(hf.Name) > 0 && hf.Name[0] == ':' {
+				return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+			}
+		}
+		if f.Truncated {
+			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+		}
+		s.trailers = f.Fields
+		return c.endOfRequestLocked(s)
+	}
+	c.maxID = id
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+	}
+	if c.goAway || c.closing || len(c.streams) >= int(c.cfg.MaxConcurrentStreams) ||
+		c.workers >= 2*int(c.cfg.MaxConcurrentStreams) {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
+	}
+	var req request
+	if f.Truncated {
+		req = local(request{method: f.PseudoValue("method"), contentLength: -1}, 431, "request header fields too large")
+	} else {
+		var err error
+		req, err = parseRequest(f.Fields, true, c.localAddr)
+		if err != nil {
+			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol, Cause: err}
+		}
+	}
+	if f.StreamEnded() && req.contentLength > 0 {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+	}
+	s := c.newStreamLocked(id, req)
+	if f.StreamEnded() {
+		s.remoteDone = true
+		s.req.endStream = true
+	}
+	c.streams[id] = s
+	c.workers++
+	c.wg.Add(1)
+	go s.run()
+	return nil
+}
+
+// endOfRequestLocked handles END_STREAM from the client.
+func (c *conn) endOfRequestLocked(s *stream) error {
+	if s.req.contentLength >= 0 && s.got != s.req.contentLength {
+		return http2.StreamError{StreamID: s.id, Code: http2.ErrCodeProtocol}
+	}
+	s.remoteDone = true
+	s.cond.Broadcast()
+	s.kickUpLocked()
+	if s.localDone {
+		c.removeLocked(s)
+	}
+	return nil
+}
+
+func (c *conn) processData(f *http2.DataFrame) error {
+	id := f.StreamID
+	n := int64(f.Length)
+	data := f.Data()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id > c.maxID || id%2 == 0 {
+		return http2.ConnectionError(http2.ErrCodeProtocol) // idle stream
+	}
+	if n > c.recvWindow {
+		return http2.ConnectionError(http2.ErrCodeFlowControl)
+	}
+	c.recvWindow -= n
+	s := c.streams[id]
+	if s == nil || s.remoteDone {
+		c.creditConnLocked(n)
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
+	}
+	if n > s.recvWindow {
+		c.creditConnLocked(n)
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeFlowControl}
+	}
+	s.recvWindow -= n
+	if pad := n - int64(len(data)); pad > 0 {
+		c.creditConnLocked(pad)
+		s.creditLocked(pad)
+	}
+	s.got += int64(len(data))
+	if s.req.contentLength >= 0 && s.got > s.req.contentLength {
+		c.creditConnLocked(int64(len(data)))
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
+	}
+	if len(data) > 0 {
+		s.deliverLocked(data)
+	}
+	if f.StreamEnded() {
+		return c.endOfRequestLocked(s)
+	}
+	c.kickLocked()
+	return nil
+}
+
+// creditConnLocked returns n bytes of connection window to the client,
+// in batches.
+func (c *conn) creditConnLocked(n int64) {
+	c.unacked += n
+	if c.unacked >= int64(c.cfg.InitialConnWindow/4) {
+		c.writeWindowUpdateLocked(0, c.unacked)
+		c.recvWindow += c.unacked
+		c.unacked = 0
+	}
+}
+
+// queuedLocked accounts for n bytes queued in a stream's input: their
+// connection credit is returned now unless the connection already holds
+// more than a connection window of queued bytes, which bounds its memory.
+func (c *conn) queuedLocked(n int64) {
+	c.buffered += n
+	c.owed += n
+	c.releaseOwedLocked()
+}
+
+// dequeuedLocked accounts for n queued bytes consumed.
+func (c *conn) dequeuedLocked(n int64) {
+	c.buffered -= n
+	c.releaseOwedLocked()
+}
+
+func (c *conn) releaseOwedLocked() {
+	if c.owed > 0 && c.buffered <= int64(c.cfg.InitialConnWindow) {
+		c.creditConnLocked(c.owed)
+		c.owed = 0
+	}
+}
+
+// resetLocked ends s abnormally: RST_STREAM with code when send is set,
+// and every goroutine of the stream is woken to give up.
+func (c *conn) resetLocked(s *stream, code http2.ErrCode, send bool) {
+	if s.reset {
+		return
+	}
+	s.reset = true
+	if send {
+		c.writeRSTLocked(s.id, code)
+		c.kickLocked()
+	}
+	c.removeLocked(s)
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.up != nil {
+		s.up.SetDeadline(time.Unix(1, 0))
+	}
+	if !s.pumping {
+		c.dequeuedLocked(int64(s.in.n))
+		s.in.drop()
+	}
+	s.cond.Broadcast()
+}
+
+// removeLocked forgets a stream that is closed.
+func (c *conn) removeLocked(s *stream) {
+	if c.streams[s.id] == s {
+		delete(c.streams, s.id)
+		if c.goAway {
+			c.wakeLocked()
+		}
+	}
+}
+
+// wakeBlockedLocked wakes the streams waiting for connection window or
+// output room.
+func (c *conn) wakeBlockedLocked() {
+	for i, s := range c.blocked {
+		s.blocked = false
+		s.cond.Broadcast()
+		c.blocked[i] = nil
+	}
+	c.blocked = c.blocked[:0]
+}
+
+// Output. Frames are appended to c.out under mu, in the order they must
+// be sent (which is also the order HPACK encodes header blocks in), and
+// written by one goroutine at a time.
+
+func (c *conn) appendFrame(t http2.FrameType, flags http2.Flags, id uint32, payload []byte) {
+	if c.out == nil {
+		c.out = outPool.Get().(*outBuf)
+	}
+	n := len(payload)
+	c.out.b = append(c.out.b, byte(n>>16), byte(n>>8), byte(n), byte(t), byte(flags),
+		byte(id>>24)&0x7f, byte(id>>16), byte(id>>8), byte(id))
+	c.out.b = append(c.out.b, payload...)
+	if len(c.out.b) > outHardLimit && c.werr == nil {
+		c.werr = errors.New("h2: client does not read its answers")
+		c.nc.Close()
+	}
+}
+
+func (c *conn) writeSettingsLocked() {
+	settings := [...]http2.Setting{
+		{ID: http2.SettingMaxConcurrentStreams, Val: c.cfg.MaxConcurrentStreams},
+		{ID: http2.SettingInitialWindowSize, Val: c.cfg.InitialStreamWindow},
+		{ID: http2.SettingMaxFrameSize, Val: c.cfg.MaxFrameSize},
+		{ID: http2.SettingMaxHeaderListSize, Val: c.cfg.MaxHeaderListSize},
+		{ID: http2.SettingEnableConnectProtocol, Val: 1},
+	}
+	var p [len(settings) * 6]byte
+	for i, st := range settings {
+		p[i*6] = byte(st.ID >> 8)
+		p[i*6+1] = byte(st.ID)
+		putUint32(p[i*6+2:], st.Val)
+	}
+	c.appendFrame(http2.FrameSettings, 0, 0, p[:])
+	if extra := int64(c.cfg.InitialConnWindow) - defaultWindow; extra > 0 {
+		c.writeWindowUpdateLocked(0, extra)
+	}
+}
+
+func (c *conn) writeWindowUpdateLocked(id uint32, n int64) {
+	var p [4]byte
+	putUint32(p[:], uint32(n))
+	c.appendFrame(http2.FrameWindowUpdate, 0, id, p[:])
+}
+
+func (c *conn) writeRSTLocked(id uint32, code http2.ErrCode) {
+	var p [4]byte
+	putUint32(p[:], uint32(code))
+	c.appendFrame(http2.FrameRSTStream, 0, id, p[:])
+}
+
+// writeHeadersLocked encodes fields and queues them as a HEADERS frame
+// and as many CONTINUATION frames as the client's frame size needs.
+func (c *conn) writeHeadersLocked(id uint32, fields []hpack.HeaderField, end bool) {
+	c.hbuf.Reset()
+	for _, f := range fields {
+		c.henc.WriteField(f)
+	}
+	block := c.hbuf.Bytes()
+	t := http2.FrameHeaders
+	for {
+		n := min(len(block), c.peerFrame)
+		var flags http2.Flags
+		if t == http2.FrameHeaders && end {
+			flags |= http2.FlagHeadersEndStream
+		}
+		if n == len(block) {
+			flags |= http2.FlagHeadersEndHeaders
+		}
+		c.appendFrame(t, flags, id, block[:n])
+		block = block[n:]
+		if len(block) == 0 {
+			break
+		}
+		t = http2.FrameContinuation
+	}
+	if c.hbuf.Cap() > 4<<10 {
+		c.hbuf = bytes.Buffer{}
+	}
+}
+
+// kickLocked gets queued output written: by a new goroutine unless one
+// is writing already. The reader uses it, as it must never block on the
+// client.
+func (c *conn) kickLocked() {
+	if c.writing || c.out == nil || len(c.out.b) == 0 || c.werr != nil {
+		return
+	}
+	c.writing = true
+	c.wg.Add(1)
+	go c.writeLoop()
+}
+
+func (c *conn) writeLoop() {
+	defer c.wg.Done()
+	c.mu.Lock()
+	c.writeOutLocked()
+	c.mu.Unlock()
+}
+
+// flushLocked writes queued output on the calling goroutine, unless
+// another goroutine is writing it. It unlocks mu while writing.
+func (c *conn) flushLocked() {
+	if c.writing || c.out == nil || len(c.out.b) == 0 || c.werr != nil {
+		return
+	}
+	c.writing = true
+	c.writeOutLocked()
+}
+
+// writeOutLocked writes until nothing is queued; c.writing is set.
+func (c *conn) writeOutLocked() {
+	for c.out != nil && len(c.out.b) > 0 && c.werr == nil {
+		buf := c.out
+		c.out = nil
+		timeout := c.cfg.WriteTimeout
+		if c.closing {
+			timeout = lingerTime
+		}
+		c.mu.Unlock()
+		c.nc.SetWriteDeadline(time.Now().Add(timeout))
+		_, err := c.nc.Write(buf.b)
+		c.mu.Lock()
+		buf.b = buf.b[:0]
+		if c.out == nil {
+			c.out = buf
+		} else {
+			outPool.Put(buf)
+		}
+		if err != nil && c.werr == nil {
+			c.werr = err
+			c.nc.Close() // the reader stops too
+		}
+		c.wakeBlockedLocked()
+	}
+	c.writing = false
+	c.releaseOutLocked()
+	c.wcond.Broadcast()
+	c.wakeBlockedLocked()
+}
+
+// releaseOutLocked gives back an empty output buffer, so that an idle
+// connection holds none.
+func (c *conn) releaseOutLocked() {
+	if c.out != nil && (len(c.out.b) == 0 || c.werr != nil) && !c.writing {
+		c.out.b = c.out.b[:0]
+		if cap(c.out.b) <= 1<<20 {
+			outPool.Put(c.out)
+		}
+		c.out = nil
+	}
+}
+
+func putUint32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+}
+
+// reader buffers the client connection for the framer. It reads whole
+// TLS records (a buffer of bufSize takes any record's plaintext), so
+// that nothing stays inside crypto/tls when it is empty, and it borrows
+// its buffer only while it holds bytes.
+type reader struct {
+	nc   net.Conn
+	buf  *[bufSize]byte
+	r, w int
+	err  error // a read error held back until the buffered bytes are read
+}
+
+func (r *reader) Read(p []byte) (int, error) {
+	if r.r == r.w {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if len(p) >= bufSize {
+			return r.nc.Read(p)
+		}
+		if r.buf == nil {
+			r.buf = bufPool.Get().(*[bufSize]byte)
+		}
+		n, err := r.nc.Read(r.buf[:])
+		r.r, r.w, r.err = 0, n, err
+		if n == 0 {
+			if err == nil {
+				err = io.ErrNoProgress
+			}
+			r.err = nil
+			return 0, err
+		}
+	}
+	n := copy(p, r.buf[r.r:r.w])
+	r.r += n
+	return n, nil
+}
+
+// empty reports whether no byte is buffered.
+func (r *reader) empty() bool { return r.r == r.w && r.err == nil }
+
+// release gives the buffer back when it is empty.
+func (r *reader) release() {
+	if r.r == r.w && r.buf != nil {
+		bufPool.Put(r.buf)
+		r.buf = nil
+		r.r, r.w = 0, 0
+	}
+}
+
+// discard drops what is buffered, at the end of the connection.
+func (r *reader) discard() {
+	r.r = r.w
+	r.release()
+}

@@ -1,0 +1,179 @@
+package h2
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+)
+
+// fieldsOf turns "name: value" lines into header fields (a name may
+// start with ':'; everything after the first ": " is the value).
+func fieldsOf(b []byte) []hpack.HeaderField {
+	var fields []hpack.HeaderField
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, ok := strings.Cut(line[min(1, len(line)):], ": ")
+		if !ok {
+			continue
+		}
+		fields = append(fields, hpack.HeaderField{Name: line[:min(1, len(line))] + name, Value: value})
+	}
+	return fields
+}
+
+// FuzzParseRequest checks that parseRequest never panics, and that the
+// HTTP/1.1 head built from a request it accepts for forwarding is one
+// HTTP/1.1 request naming the same target: no field of the client's can
+// smuggle a line or a second request into it.
+func FuzzParseRequest(f *testing.F) {
+	f.Add([]byte(":method: GET\n:scheme: http\n:authority: example.com\n:path: /\naccept: */*"))
+	f.Add([]byte(":method: CONNECT\n:authority: example.com:443"))
+	f.Add([]byte(":method: CONNECT\n:protocol: websocket\n:scheme: http\n:authority: example.com\n:path: /chat\nsec-websocket-version: 13"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fields := fieldsOf(b)
+		self := netip.MustParseAddrPort("127.0.0.1:8443")
+		r, err := parseRequest(fields, true, self)
+		if err != nil || r.kind == kindLocal {
+			return
+		}
+		if r.kind == kindConnect {
+			if r.port < 1 || r.port > 65535 || r.host == "" {
+				t.Fatalf("CONNECT target %q parsed to %q port %d", r.authority, r.host, r.port)
+			}
+			return
+		}
+		r.fields = fields[firstRegular(fields):]
+		head, chunked := appendRequestHead(nil, &r, true, &headOptions{forwarded: ForwardedRFC, via: true,
+			clientAddr: netip.MustParseAddr("192.0.2.1")}, "dGhlIHNhbXBsZSBub25jZQ==")
+		br := bufio.NewReader(bytes.NewReader(head))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			t.Fatalf("head for %q does not parse: %v\n%s", b, err, head)
+		}
+		if br.Buffered() != 0 {
+			t.Fatalf("head for %q holds more than one request:\n%s", b, head)
+		}
+		if req.Host != r.authority {
+			t.Fatalf("Host %q, want %q", req.Host, r.authority)
+		}
+		if chunked != (len(req.TransferEncoding) > 0) {
+			t.Fatalf("chunked %v but Transfer-Encoding %v", chunked, req.TransferEncoding)
+		}
+	})
+}
+
+// FuzzParseAuthority checks that an authority parseAuthority accepts
+// makes a dial address that net.SplitHostPort reads back the same.
+func FuzzParseAuthority(f *testing.F) {
+	for _, s := range []string{"example.com", "example.com:8080", "[::1]:443", "127.0.0.1:0", "[fe80::1%eth0]:1", "a:b:c"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		host, port, ipv6, err := parseAuthority(s, 80)
+		if err != nil {
+			return
+		}
+		h, p, err := net.SplitHostPort(string(appendHostPort(nil, host, port, ipv6)))
+		if err != nil || !strings.EqualFold(h, host) || p != strconv.Itoa(port) {
+			t.Fatalf("%q: host %q port %d, which reads back as %q %q (%v)", s, host, port, h, p, err)
+		}
+	})
+}
+
+// FuzzServeConn feeds arbitrary bytes after the connection preface to a
+// connection, which must neither panic nor outlive its client. Every
+// request is refused by the access policy, so nothing is dialed.
+func FuzzServeConn(f *testing.F) {
+	for _, seed := range serveConnSeeds() {
+		f.Add(seed)
+	}
+	pol, err := acl.New(acl.Config{Default: acl.Deny})
+	if err != nil {
+		f.Fatal(err)
+	}
+	srv := New(Config{
+		Dialer:               dialer.New(dialer.Config{Timeout: time.Second}),
+		Access:               pol,
+		MaxConcurrentStreams: 4,
+		HandshakeTimeout:     2 * time.Second,
+		WriteTimeout:         2 * time.Second,
+	})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		client, server := net.Pipe()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			srv.ServeConn(context.Background(), server)
+		}()
+		drained := make(chan struct{})
+		go func() {
+			io.Copy(io.Discard, client)
+			close(drained)
+		}()
+		client.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		client.Write([]byte(http2.ClientPreface))
+		client.Write(b)
+		time.Sleep(time.Millisecond)
+		client.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ServeConn did not return after its client closed (input %q)", b)
+		}
+		<-drained
+	})
+}
+
+// serveConnSeeds returns frame sequences for FuzzServeConn.
+func serveConnSeeds() [][]byte {
+	var seeds [][]byte
+	frames := func(write func(fr *http2.Framer, enc func(...string) []byte)) []byte {
+		var out, hb bytes.Buffer
+		fr := http2.NewFramer(&out, nil)
+		he := hpack.NewEncoder(&hb)
+		enc := func(kv ...string) []byte {
+			hb.Reset()
+			for i := 0; i+1 < len(kv); i += 2 {
+				he.WriteField(hpack.HeaderField{Name: kv[i], Value: kv[i+1]})
+			}
+			return append([]byte(nil), hb.Bytes()...)
+		}
+		fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+		write(fr, enc)
+		return out.Bytes()
+	}
+	seeds = append(seeds, frames(func(fr *http2.Framer, enc func(...string) []byte) {
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true, EndStream: true,
+			BlockFragment: enc(":method", "GET", ":scheme", "http", ":authority", "example.com", ":path", "/")})
+		fr.WritePing(false, [8]byte{1})
+	}))
+	seeds = append(seeds, frames(func(fr *http2.Framer, enc func(...string) []byte) {
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true,
+			BlockFragment: enc(":method", "POST", ":scheme", "https", ":authority", "x", ":path", "/", "content-length", "4")})
+		fr.WriteDataPadded(1, false, []byte("ab"), []byte{0, 0})
+		fr.WriteWindowUpdate(1, 10)
+		fr.WriteData(1, true, []byte("cd"))
+		fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	}))
+	seeds = append(seeds, frames(func(fr *http2.Framer, enc func(...string) []byte) {
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, EndHeaders: false,
+			BlockFragment: enc(":method", "CONNECT", ":authority", "example.com:443")})
+		fr.WriteContinuation(3, true, enc("x-a", "b"))
+		fr.WriteData(3, false, []byte("tunnel"))
+		fr.WriteGoAway(3, http2.ErrCodeNo, nil)
+	}))
+	return seeds
+}

@@ -1,0 +1,746 @@
+package h2
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("H2_MEMORY_HELPER") != "" {
+		os.Exit(memoryHelper())
+	}
+	if os.Getenv("H2_MEMORY_PROFILE") != "" {
+		runtime.MemProfileRate = 1
+	}
+	os.Exit(proxytest.VerifyNoLeaks(m))
+}
+
+// testProxy is an HTTP/2 proxy on a loopback TLS listener.
+type testProxy struct {
+	addr  string
+	roots *x509.CertPool
+	caPEM []byte
+	pool  *dialer.Pool
+}
+
+// testCert is a self-signed CA and a server certificate for 127.0.0.1.
+type testCert struct {
+	cert  tls.Certificate
+	roots *x509.CertPool
+	caPEM []byte
+}
+
+func newTestCert(t testing.TB) *testCert {
+	t.Helper()
+	dir := t.TempDir()
+	ca, crt, key, err := tlsconf.WriteSelfSigned(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(crt, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemCA, err := os.ReadFile(ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pemCA)
+	return &testCert{cert: cert, roots: roots, caPEM: pemCA}
+}
+
+// startProxy serves h2 with cfg (its Dialer set when nil) on a loopback
+// TLS listener made like rustle's https listeners: ALPN h2, TLS over
+// tunnel.RecordConn. The proxy shuts down gracefully at cleanup.
+func startProxy(t testing.TB, cfg Config) *testProxy {
+	t.Helper()
+	tc := newTestCert(t)
+	cert, roots := tc.cert, tc.roots
+	if cfg.Dialer == nil {
+		cfg.Dialer = dialer.New(dialer.Config{Timeout: 5 * time.Second})
+	}
+	srv := New(cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]struct{}{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = struct{}{}
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() {
+					mu.Lock()
+					delete(conns, c)
+					mu.Unlock()
+				}()
+				tc := tls.Server(tunnel.RecordConn(c.(*net.TCPConn)), conf)
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if err := tc.HandshakeContext(ctx); err != nil {
+					c.Close()
+					return
+				}
+				c.SetDeadline(time.Time{})
+				srv.ServeConn(ctx, tc)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		cancel()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			mu.Lock()
+			for c := range conns {
+				c.Close()
+			}
+			mu.Unlock()
+			<-done
+		}
+	})
+	return &testProxy{addr: ln.Addr().String(), roots: roots, caPEM: tc.caPEM, pool: cfg.Pool}
+}
+
+// dialTLS opens a TLS connection to the proxy offering h2.
+func (p *testProxy) dialTLS(t testing.TB) *tls.Conn {
+	t.Helper()
+	c, err := tls.Dial("tcp", p.addr, &tls.Config{RootCAs: p.roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ConnectionState().NegotiatedProtocol; got != "h2" {
+		t.Fatalf("ALPN negotiated %q, want h2", got)
+	}
+	return c
+}
+
+// client returns one HTTP/2 client connection to the proxy, made by Go's
+// x/net/http2 Transport. Requests on it are proxy-style: their URL is the
+// origin's (:scheme http and the origin's :authority), or CONNECT.
+func (p *testProxy) client(t testing.TB) *http2.ClientConn {
+	t.Helper()
+	tr := &http2.Transport{AllowHTTP: true}
+	cc, err := tr.NewClientConn(p.dialTLS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func newRequest(t testing.TB, method, u string, body io.Reader) *http.Request {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func roundTrip(t testing.TB, cc *http2.ClientConn, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
+	}
+	return resp, string(b)
+}
+
+// echoOrigin answers every request with its method, path, Host and the
+// request body, and sets X-Origin.
+func echoOrigin(t testing.TB) *httptest.Server {
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Origin", "yes")
+		w.Header().Set("X-Proto", r.Proto)
+		w.Header().Set("X-Cookie", r.Header.Get("Cookie"))
+		w.Header().Set("X-Chunked", fmt.Sprint(len(r.TransferEncoding) > 0))
+		fmt.Fprintf(w, "%s %s host=%s body=%s", r.Method, r.URL.RequestURI(), r.Host, body)
+	}))
+	t.Cleanup(o.Close)
+	return o
+}
+
+func TestForward(t *testing.T) {
+	o := echoOrigin(t)
+	pool := proxytest.NewPool(t, dialer.PoolConfig{})
+	p := startProxy(t, Config{Pool: pool})
+	cc := p.client(t)
+	host := strings.TrimPrefix(o.URL, "http://")
+
+	tests := []struct {
+		name    string
+		method  string
+		path    string
+		body    io.Reader
+		header  map[string]string
+		want    string
+		chunked string
+		cookie  string
+	}{
+		{name: "GET", method: "GET", path: "/a?b=c", want: "GET /a?b=c host=" + host + " body="},
+		{name: "POST with length", method: "POST", path: "/post", body: strings.NewReader("hello h2"),
+			want: "POST /post host=" + host + " body=hello h2", chunked: "false"},
+		{name: "POST streamed", method: "POST", path: "/stream", body: io.MultiReader(strings.NewReader("one "), strings.NewReader("two")),
+			want: "POST /stream host=" + host + " body=one two", chunked: "true"},
+		{name: "cookies joined", method: "GET", path: "/c", header: map[string]string{"Cookie": "a=1; b=2"}, want: "GET /c host=" + host + " body=",
+			cookie: "a=1; b=2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := newRequest(t, tt.method, o.URL+tt.path, tt.body)
+			if _, ok := tt.body.(*strings.Reader); !ok && tt.body != nil {
+				req.ContentLength = -1
+			}
+			for k, v := range tt.header {
+				req.Header.Set(k, v)
+			}
+			resp, body := roundTrip(t, cc, req)
+			if resp.StatusCode != 200 || body != tt.want {
+				t.Fatalf("got %d %q, want 200 %q", resp.StatusCode, body, tt.want)
+			}
+			if resp.Header.Get("X-Origin") != "yes" || resp.Header.Get("X-Proto") != "HTTP/1.1" {
+				t.Errorf("response header %v: want X-Origin from an HTTP/1.1 exchange", resp.Header)
+			}
+			if tt.cookie != "" && resp.Header.Get("X-Cookie") != tt.cookie {
+				t.Errorf("origin saw Cookie %q, want %q", resp.Header.Get("X-Cookie"), tt.cookie)
+			}
+			if tt.chunked != "" && resp.Header.Get("X-Chunked") != tt.chunked {
+				t.Errorf("origin saw chunked=%s, want %s", resp.Header.Get("X-Chunked"), tt.chunked)
+			}
+		})
+	}
+	if hits, _ := pool.Stats(); hits == 0 {
+		t.Errorf("no upstream connection was reused from the pool")
+	}
+}
+
+func TestForwardLargeBodies(t *testing.T) {
+	const size = 3 << 20
+	big := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprint(w, n)
+			return
+		}
+		w.Write(big)
+	}))
+	t.Cleanup(o.Close)
+	p := startProxy(t, Config{})
+	cc := p.client(t)
+	_, body := roundTrip(t, cc, newRequest(t, "GET", o.URL+"/big", nil))
+	if body != string(big) {
+		t.Errorf("GET: got %d bytes, want %d", len(body), len(big))
+	}
+	_, body = roundTrip(t, cc, newRequest(t, "POST", o.URL+"/up", bytes.NewReader(big)))
+	if body != fmt.Sprint(size) {
+		t.Errorf("POST: origin read %s bytes, want %d", body, size)
+	}
+}
+
+func TestConnect(t *testing.T) {
+	echo := proxytest.NewEcho(t)
+	p := startProxy(t, Config{})
+	cc := p.client(t)
+	pr, pw := io.Pipe()
+	req := newRequest(t, "CONNECT", "", pr)
+	req.URL = &url.URL{Host: echo.Addr}
+	req.Host = echo.Addr
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: status %d", resp.StatusCode)
+	}
+	for i := 0; i < 3; i++ {
+		msg := fmt.Sprintf("ping %d", i)
+		if _, err := io.WriteString(pw, msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo %d: got %q, %v", i, buf, err)
+		}
+	}
+	// Half-close: END_STREAM reaches the echo server as a FIN, and its
+	// FIN comes back as END_STREAM.
+	big := bytes.Repeat([]byte("x"), 1<<20)
+	go func() {
+		pw.Write(big)
+		pw.Close()
+	}()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("after half-close: got %d bytes, %v; want %d", len(got), err, len(big))
+	}
+}
+
+func TestAuthPerStream(t *testing.T) {
+	o := echoOrigin(t)
+	p := startProxy(t, Config{Auth: staticAuth{"Basic " + base64.StdEncoding.EncodeToString([]byte("u:p"))}})
+	cc := p.client(t)
+
+	bad := newRequest(t, "GET", o.URL+"/nope", nil)
+	resp, body := roundTrip(t, cc, bad)
+	if resp.StatusCode != 407 || resp.Header.Get("Proxy-Authenticate") != `Basic realm="test"` {
+		t.Fatalf("without credentials: %d %v %q, want 407 with a challenge", resp.StatusCode, resp.Header, body)
+	}
+	good := newRequest(t, "GET", o.URL+"/yes", nil)
+	good.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("u:p")))
+	resp, body = roundTrip(t, cc, good)
+	if resp.StatusCode != 200 || !strings.HasPrefix(body, "GET /yes") {
+		t.Fatalf("with credentials on the same connection: %d %q", resp.StatusCode, body)
+	}
+	if got := o.Config.Handler; got == nil {
+		t.Fatal("no origin")
+	}
+	// A CONNECT without credentials is refused too, and the connection
+	// still serves.
+	req := newRequest(t, "CONNECT", "", nil)
+	req.URL = &url.URL{Host: "127.0.0.1:1"}
+	req.Host = "127.0.0.1:1"
+	resp, _ = roundTrip(t, cc, req)
+	if resp.StatusCode != 407 {
+		t.Fatalf("CONNECT without credentials: %d, want 407", resp.StatusCode)
+	}
+	resp, _ = roundTrip(t, cc, good.Clone(good.Context()))
+	if resp.StatusCode != 200 {
+		t.Fatalf("after the 407s: %d", resp.StatusCode)
+	}
+}
+
+// staticAuth accepts one Proxy-Authorization value.
+type staticAuth struct{ value string }
+
+func (a staticAuth) Check(v []byte) (string, bool) { return "u", string(v) == a.value }
+func (a staticAuth) Challenge() string             { return `Basic realm="test"` }
+
+func TestLocalAnswers(t *testing.T) {
+	p := startProxy(t, Config{})
+	cc := p.client(t)
+	tests := []struct {
+		name string
+		url  string
+		want int
+	}{
+		{"https scheme", "https://example.test/", 400},
+		{"the proxy itself", "http://" + p.addr + "/", 400},
+		{"unreachable origin", "http://" + proxytest.ClosedPort(t) + "/", 502},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, body := roundTrip(t, cc, newRequest(t, "GET", tt.url, nil))
+			if resp.StatusCode != tt.want || !strings.HasPrefix(body, "rustle: ") {
+				t.Errorf("got %d %q, want %d from rustle", resp.StatusCode, body, tt.want)
+			}
+		})
+	}
+}
+
+func TestWebSocket(t *testing.T) {
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"echo"}})
+		if err != nil {
+			return
+		}
+		defer ws.CloseNow()
+		for {
+			typ, msg, err := ws.Read(r.Context())
+			if err != nil {
+				return
+			}
+			if err := ws.Write(r.Context(), typ, msg); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(o.Close)
+	p := startProxy(t, Config{})
+	cc := p.client(t)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req := newRequest(t, "CONNECT", o.URL+"/chat", pr)
+	req.Header.Set(":protocol", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Protocol", "echo")
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Sec-WebSocket-Protocol") != "echo" {
+		t.Fatalf("extended CONNECT: %d %v, want 200 with the subprotocol", resp.StatusCode, resp.Header)
+	}
+	for _, msg := range []string{"hello", strings.Repeat("long ", 100)} {
+		if _, err := pw.Write(wsFrame(msg)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readWSFrame(resp.Body)
+		if err != nil || got != msg {
+			t.Fatalf("echo: got %q, %v; want %q", got, err, msg)
+		}
+	}
+}
+
+// wsFrame is a masked WebSocket text frame (RFC 6455 §5.2), as a client
+// sends.
+func wsFrame(msg string) []byte {
+	b := []byte{0x81}
+	switch n := len(msg); {
+	case n < 126:
+		b = append(b, 0x80|byte(n))
+	default:
+		b = append(b, 0x80|126, byte(n>>8), byte(n))
+	}
+	mask := [4]byte{1, 2, 3, 4}
+	b = append(b, mask[:]...)
+	for i := 0; i < len(msg); i++ {
+		b = append(b, msg[i]^mask[i%4])
+	}
+	return b
+}
+
+// readWSFrame reads one unmasked text frame, as a server sends.
+func readWSFrame(r io.Reader) (string, error) {
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return "", err
+	}
+	if h[0] != 0x81 || h[1]&0x80 != 0 {
+		return "", fmt.Errorf("unexpected frame header % x", h)
+	}
+	n := int(h[1] & 0x7f)
+	if n == 126 {
+		var ext [2]byte
+		if _, err := io.ReadFull(r, ext[:]); err != nil {
+			return "", err
+		}
+		n = int(ext[0])<<8 | int(ext[1])
+	}
+	p := make([]byte, n)
+	_, err := io.ReadFull(r, p)
+	return string(p), err
+}
+
+// rawClient speaks HTTP/2 frame by frame, for what Go's client will not
+// do (exceeding the stream limit).
+type rawClient struct {
+	t   testing.TB
+	c   *tls.Conn
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	buf bytes.Buffer
+}
+
+func (p *testProxy) raw(t testing.TB) *rawClient {
+	t.Helper()
+	c := p.dialTLS(t)
+	t.Cleanup(func() { c.Close() })
+	rc := &rawClient{t: t, c: c, fr: http2.NewFramer(c, c)}
+	rc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	rc.enc = hpack.NewEncoder(&rc.buf)
+	io.WriteString(c, http2.ClientPreface)
+	rc.fr.WriteSettings()
+	return rc
+}
+
+func (rc *rawClient) headers(id uint32, end bool, fields ...string) {
+	rc.t.Helper()
+	rc.buf.Reset()
+	for i := 0; i+1 < len(fields); i += 2 {
+		rc.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	if err := rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: rc.buf.Bytes(), EndStream: end, EndHeaders: true}); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
+// next returns the next frame other than SETTINGS, WINDOW_UPDATE and PING.
+func (rc *rawClient) next() http2.Frame {
+	rc.t.Helper()
+	rc.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			rc.t.Fatalf("read frame: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				rc.fr.WriteSettingsAck()
+			}
+			continue
+		case *http2.WindowUpdateFrame, *http2.PingFrame:
+			continue
+		}
+		return f
+	}
+}
+
+func TestRefusedStream(t *testing.T) {
+	echo := proxytest.NewEcho(t)
+	p := startProxy(t, Config{MaxConcurrentStreams: 2})
+	rc := p.raw(t)
+	// Two tunnels stay open; the third stream is refused, and once one
+	// tunnel is reset a new stream is accepted.
+	for _, id := range []uint32{1, 3, 5} {
+		rc.headers(id, false, ":method", "CONNECT", ":authority", echo.Addr)
+	}
+	statuses := map[uint32]string{}
+	var refused uint32
+	for len(statuses) < 2 || refused == 0 {
+		switch f := rc.next().(type) {
+		case *http2.MetaHeadersFrame:
+			statuses[f.StreamID] = f.PseudoValue("status")
+		case *http2.RSTStreamFrame:
+			if f.ErrCode != http2.ErrCodeRefusedStream {
+				t.Fatalf("RST_STREAM %v on stream %d, want REFUSED_STREAM", f.ErrCode, f.StreamID)
+			}
+			refused = f.StreamID
+		default:
+			t.Fatalf("unexpected %v", f)
+		}
+	}
+	if refused != 5 || statuses[1] != "200" || statuses[3] != "200" {
+		t.Fatalf("statuses %v, refused %d: want 200 on 1 and 3, stream 5 refused", statuses, refused)
+	}
+	rc.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	rc.headers(7, false, ":method", "CONNECT", ":authority", echo.Addr)
+	for {
+		f := rc.next()
+		if h, ok := f.(*http2.MetaHeadersFrame); ok && h.StreamID == 7 {
+			if s := h.PseudoValue("status"); s != "200" {
+				t.Fatalf("stream 7: status %s", s)
+			}
+			break
+		}
+		if r, ok := f.(*http2.RSTStreamFrame); ok {
+			t.Fatalf("stream %d reset: %v", r.StreamID, r.ErrCode)
+		}
+	}
+}
+
+func TestSlowStreamDoesNotStallOthers(t *testing.T) {
+	// The client never reads tunnel 1 (its window fills) and never
+	// empties the upstream of tunnel 3 (its upstream stalls); another
+	// stream still gets through.
+	stall := make(chan struct{})
+	t.Cleanup(func() { close(stall) })
+	stuck, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stuck.Close() })
+	go func() {
+		for {
+			c, err := stuck.Accept()
+			if err != nil {
+				return
+			}
+			go func() { <-stall; c.Close() }() // accepts, never reads
+		}
+	}()
+	o := echoOrigin(t)
+	flood := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write(bytes.Repeat([]byte("z"), 4<<20))
+	}))
+	t.Cleanup(flood.Close)
+	p := startProxy(t, Config{InitialStreamWindow: 65535, InitialConnWindow: 256 << 10})
+	cc := p.client(t)
+
+	// Stream 1: a big download nobody reads.
+	slow, err := cc.RoundTrip(newRequest(t, "GET", flood.URL+"/", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Body.Close()
+	// Stream 3: an upload into a socket nobody reads.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req := newRequest(t, "CONNECT", "", pr)
+	req.URL = &url.URL{Host: stuck.Addr().String()}
+	req.Host = stuck.Addr().String()
+	up, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Body.Close()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		chunk := bytes.Repeat([]byte("u"), 64<<10)
+		for i := 0; i < 200; i++ { // far more than the socket buffers and the stream window
+			if _, err := pw.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		resp, body := roundTrip(t, cc, newRequest(t, "GET", o.URL+fmt.Sprintf("/other%d", i), nil))
+		if resp.StatusCode != 200 || !strings.HasPrefix(body, "GET /other") {
+			t.Fatalf("sibling stream: %d %q", resp.StatusCode, body)
+		}
+	}
+	select {
+	case <-written:
+		t.Errorf("the stalled upload was taken in full; flow control did not hold it back")
+	default:
+	}
+}
+
+func TestShutdownSendsGoAway(t *testing.T) {
+	echo := proxytest.NewEcho(t)
+	cert := newTestCert(t).cert
+	srv := New(Config{Dialer: dialer.New(dialer.Config{})})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		tc := tls.Server(tunnel.RecordConn(c.(*net.TCPConn)), &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
+		if tc.Handshake() != nil {
+			c.Close()
+			return
+		}
+		srv.ServeConn(ctx, tc)
+	}()
+	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc := &rawClient{t: t, c: c, fr: http2.NewFramer(c, c)}
+	rc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	rc.enc = hpack.NewEncoder(&rc.buf)
+	io.WriteString(c, http2.ClientPreface)
+	rc.fr.WriteSettings()
+	rc.headers(1, false, ":method", "CONNECT", ":authority", echo.Addr)
+	if h, ok := rc.next().(*http2.MetaHeadersFrame); !ok || h.PseudoValue("status") != "200" {
+		t.Fatalf("CONNECT not answered 200")
+	}
+	cancel()
+	g, ok := rc.next().(*http2.GoAwayFrame)
+	if !ok || g.ErrCode != http2.ErrCodeNo || g.LastStreamID != 1 {
+		t.Fatalf("after shutdown: want GOAWAY(NO_ERROR, last stream 1), got %v", g)
+	}
+	// The tunnel in progress still works; closing it ends the
+	// connection.
+	rc.fr.WriteData(1, false, []byte("still"))
+	d, ok := rc.next().(*http2.DataFrame)
+	if !ok || string(d.Data()) != "still" {
+		t.Fatalf("tunnel after GOAWAY: got %v", d)
+	}
+	rc.fr.WriteData(1, true, nil)
+	for {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("want the connection closed after the last stream, got %v", err)
+		}
+		_ = f
+	}
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ServeConn did not return after draining")
+	}
+}
+
+func TestAccessPolicy(t *testing.T) {
+	o := echoOrigin(t)
+	echo := proxytest.NewEcho(t)
+	_, echoPort, _ := net.SplitHostPort(echo.Addr)
+	pol, err := acl.New(acl.Config{
+		Default: acl.Allow,
+		Rules: []acl.Rule{
+			{Name: "no-connect-to-echo", Action: acl.Deny, Ports: []string{echoPort}, Protocols: []string{"connect"}},
+			{Name: "no-secret", Action: acl.Deny, Methods: []string{"DELETE"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, Config{Access: pol})
+	cc := p.client(t)
+	resp, _ := roundTrip(t, cc, newRequest(t, "DELETE", o.URL+"/x", nil))
+	if resp.StatusCode != 403 {
+		t.Errorf("DELETE denied by a rule: %d, want 403", resp.StatusCode)
+	}
+	resp, _ = roundTrip(t, cc, newRequest(t, "GET", o.URL+"/x", nil))
+	if resp.StatusCode != 200 {
+		t.Errorf("GET allowed by default: %d, want 200", resp.StatusCode)
+	}
+	req := newRequest(t, "CONNECT", "", nil)
+	req.URL = &url.URL{Host: echo.Addr}
+	req.Host = echo.Addr
+	resp, _ = roundTrip(t, cc, req)
+	if resp.StatusCode != 403 {
+		t.Errorf("CONNECT denied by a rule: %d, want 403", resp.StatusCode)
+	}
+}

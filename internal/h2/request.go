@@ -1,0 +1,501 @@
+package h2
+
+import (
+	"errors"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2/hpack"
+)
+
+// requestKind says how a request is served.
+type requestKind uint8
+
+const (
+	kindForward   requestKind = iota // :scheme http: forwarded to an HTTP/1.1 origin
+	kindConnect                      // CONNECT: a TCP tunnel (RFC 9113 §8.5)
+	kindWebSocket                    // CONNECT with :protocol websocket (RFC 8441)
+	kindLocal                        // not a proxy request: answered by rustle itself
+)
+
+// request is a validated HTTP/2 request head (RFC 9113 §8.2, §8.3).
+type request struct {
+	kind      requestKind
+	method    string
+	scheme    string
+	authority string // :authority, or the host field when :authority is absent
+	path      string
+	protocol  string // :protocol of an extended CONNECT
+	// fields are the regular header fields in their order, names in
+	// lower case.
+	fields []hpack.HeaderField
+	// contentLength is the content-length field's value, -1 when absent.
+	contentLength int64
+	// proxyAuth is the first proxy-authorization value.
+	proxyAuth    string
+	hasProxyAuth bool
+
+	// host, port and ipv6 are the parsed authority of a forwarded
+	// request or tunnel; host is bare (no brackets) and port is set
+	// (80 when a forwarded request's authority has none).
+	host string
+	port int
+	ipv6 bool
+	// localReason, for kindLocal, says why rustle answers itself.
+	localReason string
+	// endStream is set when the HEADERS frame ended the stream: no body.
+	endStream bool
+}
+
+// errMalformed is the error of a malformed request head, which is a
+// stream error of type PROTOCOL_ERROR (RFC 9113 §8.1.1).
+type errMalformed string
+
+func (e errMalformed) Error() string { return "h2: malformed request: " + string(e) }
+
+// parseRequest validates the header fields of a request and classifies
+// it. connectProtocol says whether extended CONNECT was advertised. self
+// is the proxy's own address, to recognise requests to itself. It returns
+// an errMalformed for a request that must be reset with PROTOCOL_ERROR.
+func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.AddrPort) (request, error) {
+	r := request{contentLength: -1}
+	var seen [5]bool // :method, :scheme, :authority, :path, :protocol
+	regular := false
+	host := ""
+	hasHost := false
+	for _, f := range fields {
+		if strings.HasPrefix(f.Name, ":") {
+			if regular {
+				return r, errMalformed("pseudo-header field after a regular one")
+			}
+			var k int
+			var p *string
+			switch f.Name {
+			case ":method":
+				k, p = 0, &r.method
+			case ":scheme":
+				k, p = 1, &r.scheme
+			case ":authority":
+				k, p = 2, &r.authority
+			case ":path":
+				k, p = 3, &r.path
+			case ":protocol":
+				k, p = 4, &r.protocol
+			default:
+				return r, errMalformed("pseudo-header field " + strconv.Quote(f.Name))
+			}
+			if seen[k] {
+				return r, errMalformed("repeated " + f.Name)
+			}
+			if !httpguts.ValidHeaderFieldValue(f.Value) {
+				return r, errMalformed("invalid value of " + f.Name)
+			}
+			seen[k] = true
+			*p = f.Value
+			continue
+		}
+		regular = true
+		if !validFieldName(f.Name) {
+			return r, errMalformed("invalid field name " + strconv.Quote(f.Name))
+		}
+		if !httpguts.ValidHeaderFieldValue(f.Value) {
+			return r, errMalformed("invalid value of field " + f.Name)
+		}
+		switch f.Name {
+		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+			return r, errMalformed("connection-specific field " + f.Name)
+		case "te":
+			if f.Value != "trailers" {
+				return r, errMalformed("te other than trailers")
+			}
+		case "content-length":
+			n, ok := parseContentLength(f.Value)
+			if !ok || r.contentLength >= 0 && r.contentLength != n {
+				return r, errMalformed("invalid content-length")
+			}
+			r.contentLength = n
+		case "host":
+			if hasHost && host != f.Value {
+				return r, errMalformed("conflicting host fields")
+			}
+			host, hasHost = f.Value, true
+		case "proxy-authorization":
+			if !r.hasProxyAuth {
+				r.proxyAuth, r.hasProxyAuth = f.Value, true
+			}
+		}
+	}
+	r.fields = fields[firstRegular(fields):]
+
+	if !seen[0] || r.method == "" || !validToken(r.method) {
+		return r, errMalformed("missing or invalid :method")
+	}
+	if seen[4] && r.method != "CONNECT" {
+		return r, errMalformed(":protocol in a request other than CONNECT")
+	}
+	if seen[2] && hasHost && r.authority != host {
+		return r, errMalformed(":authority and host differ")
+	}
+	if !seen[2] && hasHost {
+		r.authority = host
+	}
+
+	switch {
+	case r.method == "CONNECT" && !seen[4]:
+		// RFC 9113 §8.5: :authority only.
+		if seen[1] || seen[3] {
+			return r, errMalformed("CONNECT with :scheme or :path")
+		}
+		if !seen[2] || r.authority == "" {
+			return r, errMalformed("CONNECT without :authority")
+		}
+		r.kind = kindConnect
+		var err error
+		if r.host, r.port, r.ipv6, err = parseAuthority(r.authority, 0); err != nil {
+			return local(r, 400, "invalid CONNECT target "+strconv.Quote(r.authority)), nil
+		}
+		return r, nil
+	case r.method == "CONNECT":
+		// RFC 8441 §4: :protocol, :scheme, :path and :authority.
+		if !connectProtocol {
+			return r, errMalformed(":protocol without SETTINGS_ENABLE_CONNECT_PROTOCOL")
+		}
+		if !seen[1] || !seen[2] || !seen[3] || r.path == "" || r.authority == "" {
+			return r, errMalformed("extended CONNECT without :scheme, :path or :authority")
+		}
+	default:
+		if !seen[1] || !seen[3] || r.path == "" || r.scheme == "" {
+			return r, errMalformed("missing :scheme or :path")
+		}
+	}
+	if r.path != "*" && r.path[0] != '/' || r.path == "*" && r.method != "OPTIONS" || !validPath(r.path) {
+		return r, errMalformed("invalid :path")
+	}
+
+	// A well-formed request: now what can rustle do with it?
+	if r.method == "CONNECT" && r.protocol != "websocket" {
+		return local(r, 501, "unsupported :protocol "+strconv.Quote(r.protocol)), nil
+	}
+	if r.scheme != "http" {
+		return local(r, 400, "not a proxy request: rustle forwards :scheme http only; use CONNECT for "+strconv.Quote(r.scheme)), nil
+	}
+	if r.authority == "" {
+		return local(r, 400, "not a proxy request: no :authority"), nil
+	}
+	var err error
+	if r.host, r.port, r.ipv6, err = parseAuthority(r.authority, 80); err != nil {
+		return local(r, 400, "invalid :authority "+strconv.Quote(r.authority)), nil
+	}
+	if isSelf(r.host, r.port, self) {
+		return local(r, 400, "not a proxy request: the target is rustle itself"), nil
+	}
+	if r.method == "CONNECT" {
+		r.kind = kindWebSocket
+	} else {
+		r.kind = kindForward
+	}
+	return r, nil
+}
+
+// local marks r as answered by rustle itself.
+func local(r request, status int, reason string) request {
+	r.kind = kindLocal
+	r.localReason = strconv.Itoa(status) + " " + reason
+	return r
+}
+
+// localStatus returns the status and reason of a kindLocal request.
+func (r *request) localStatus() (int, string) {
+	status, _ := strconv.Atoi(r.localReason[:3])
+	return status, r.localReason[4:]
+}
+
+func firstRegular(fields []hpack.HeaderField) int {
+	for i, f := range fields {
+		if !strings.HasPrefix(f.Name, ":") {
+			return i
+		}
+	}
+	return len(fields)
+}
+
+// isSelf reports whether host:port is the proxy's own listening address.
+func isSelf(host string, port int, local netip.AddrPort) bool {
+	if !local.IsValid() || port != int(local.Port()) {
+		return false
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap() == local.Addr().Unmap()
+}
+
+// validFieldName reports whether name is a valid HTTP/2 field name: a
+// token in lower case (RFC 9113 §8.2.1).
+func validFieldName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if 'A' <= c && c <= 'Z' || !httpguts.IsTokenRune(rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// validPath reports whether p can be an HTTP/1.1 request-target: no
+// space, control or DEL byte.
+func validPath(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func validToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !httpguts.IsTokenRune(rune(s[i])) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// parseContentLength parses a content-length value: decimal digits only,
+// at most 18 of them.
+func parseContentLength(s string) (int64, bool) {
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+var errAuthority = errors.New("h2: invalid authority")
+
+// parseAuthority splits an authority (host[:port], an IPv6 host in
+// brackets) into a bare host and a port. defPort is used when the port is
+// absent; 0 means a port is required. The host must be a registered name
+// (letters, digits, '-', '.', '_') or an IP literal.
+func parseAuthority(s string, defPort int) (host string, port int, ipv6 bool, err error) {
+	if s == "" || len(s) > 300 {
+		return "", 0, false, errAuthority
+	}
+	rest := ""
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return "", 0, false, errAuthority
+		}
+		host, rest = s[1:end], s[end+1:]
+		a, perr := netip.ParseAddr(host)
+		if perr != nil || !a.Is6() || a.Zone() != "" {
+			return "", 0, false, errAuthority
+		}
+		ipv6 = true
+	} else {
+		host = s
+		if i := strings.LastIndexByte(s, ':'); i >= 0 {
+			host, rest = s[:i], s[i:]
+		}
+		if host == "" {
+			return "", 0, false, errAuthority
+		}
+		for i := 0; i < len(host); i++ {
+			c := host[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
+				return "", 0, false, errAuthority
+			}
+		}
+	}
+	switch {
+	case rest == "":
+		if defPort == 0 {
+			return "", 0, false, errAuthority
+		}
+		port = defPort
+	case rest[0] != ':' || len(rest) < 2 || len(rest) > 6:
+		return "", 0, false, errAuthority
+	default:
+		for i := 1; i < len(rest); i++ {
+			c := rest[i]
+			if c < '0' || c > '9' {
+				return "", 0, false, errAuthority
+			}
+			port = port*10 + int(c-'0')
+		}
+		if port == 0 || port > 65535 {
+			return "", 0, false, errAuthority
+		}
+	}
+	return host, port, ipv6, nil
+}
+
+// appendHostPort appends the dial address and pool key of a target:
+// host in lower case (an IPv6 literal in brackets), ':', port. It matches
+// the HTTP/1.1 proxy's pool keys, so that both share upstream
+// connections.
+func appendHostPort(dst []byte, host string, port int, ipv6 bool) []byte {
+	if ipv6 {
+		dst = append(dst, '[')
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+	}
+	if ipv6 {
+		dst = append(dst, ']')
+	}
+	dst = append(dst, ':')
+	return strconv.AppendInt(dst, int64(port), 10)
+}
+
+// headOptions are the additions the configuration asks for in forwarded
+// heads.
+type headOptions struct {
+	forwarded  string // ForwardedNone, ForwardedRFC or ForwardedXFF
+	via        bool
+	clientAddr netip.Addr
+}
+
+// appendRequestHead appends the HTTP/1.1 request head forwarded to the
+// origin for r: request line in origin-form, Host from the authority, the
+// client's fields less pseudo, hop-by-hop and proxy ones, cookie fields
+// joined into one (RFC 9113 §8.2.3), and the framing: Content-Length when
+// the client gave one, chunked when the body's length is unknown.
+// hasBody says whether a body follows (no END_STREAM on the HEADERS). For
+// a WebSocket request the method is GET and the upgrade fields are added;
+// key is its Sec-WebSocket-Key.
+func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key string) (_ []byte, chunked bool) {
+	method := r.method
+	if r.kind == kindWebSocket {
+		method = "GET"
+	}
+	out = append(out, method...)
+	out = append(out, ' ')
+	out = append(out, r.path...)
+	out = append(out, " HTTP/1.1\r\nHost: "...)
+	out = append(out, r.authority...)
+	out = append(out, "\r\n"...)
+
+	var fwdName string
+	switch o.forwarded {
+	case ForwardedRFC:
+		fwdName = "forwarded"
+	case ForwardedXFF:
+		fwdName = "x-forwarded-for"
+	}
+	var fwdValues []string
+	cookies := 0
+	for _, f := range r.fields {
+		switch f.Name {
+		case "host", "te", "proxy-authorization", "content-length", "http2-settings":
+			continue
+		case "cookie":
+			cookies++
+			continue
+		case fwdName:
+			fwdValues = append(fwdValues, f.Value)
+			continue
+		}
+		if r.kind == kindWebSocket {
+			switch f.Name {
+			case "sec-websocket-key", "sec-websocket-accept", "sec-websocket-version":
+				continue
+			}
+		}
+		out = appendField(out, f.Name, f.Value)
+	}
+	if cookies > 0 {
+		out = append(out, "Cookie: "...)
+		n := 0
+		for _, f := range r.fields {
+			if f.Name != "cookie" {
+				continue
+			}
+			if n > 0 {
+				out = append(out, "; "...)
+			}
+			out = append(out, f.Value...)
+			n++
+		}
+		out = append(out, "\r\n"...)
+	}
+	if o.clientAddr.IsValid() {
+		switch o.forwarded {
+		case ForwardedRFC:
+			out = append(out, "Forwarded: "...)
+			for _, v := range fwdValues {
+				out = append(out, v...)
+				out = append(out, ", "...)
+			}
+			out = append(out, "for="...)
+			if o.clientAddr.Is6() {
+				out = append(out, "\"["...)
+				out = o.clientAddr.AppendTo(out)
+				out = append(out, "]\""...)
+			} else {
+				out = o.clientAddr.AppendTo(out)
+			}
+			out = append(out, "\r\n"...)
+		case ForwardedXFF:
+			out = append(out, "X-Forwarded-For: "...)
+			for _, v := range fwdValues {
+				out = append(out, v...)
+				out = append(out, ", "...)
+			}
+			out = o.clientAddr.AppendTo(out)
+			out = append(out, "\r\n"...)
+		}
+	}
+	switch {
+	case r.kind == kindWebSocket:
+		out = append(out, "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "...)
+		out = append(out, key...)
+		out = append(out, "\r\n"...)
+	case r.contentLength >= 0:
+		out = append(out, "Content-Length: "...)
+		out = strconv.AppendInt(out, r.contentLength, 10)
+		out = append(out, "\r\n"...)
+	case hasBody:
+		out = append(out, "Transfer-Encoding: chunked\r\n"...)
+		chunked = true
+	case r.method == "POST" || r.method == "PUT" || r.method == "PATCH":
+		out = append(out, "Content-Length: 0\r\n"...)
+	}
+	if o.via {
+		out = append(out, "Via: 2 rustle\r\n"...)
+	}
+	return append(out, "\r\n"...), chunked
+}
+
+// appendField appends "Name: value\r\n", the name in canonical case
+// (content-type -> Content-Type), which HTTP/1.1 origins expect.
+func appendField(out []byte, name, value string) []byte {
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		upper = c == '-'
+		out = append(out, c)
+	}
+	out = append(out, ": "...)
+	out = append(out, value...)
+	return append(out, "\r\n"...)
+}

@@ -1,0 +1,568 @@
+package h2
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"golang.org/x/sys/unix"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+)
+
+// errStreamGone is what a stream's goroutines get when the stream was
+// reset (by either side) or the connection is ending.
+var errStreamGone = errors.New("h2: stream reset")
+
+// stream is one client-initiated stream. Its worker goroutine (run)
+// serves the request; for a tunnel it then relays upstream-to-client
+// bytes, while client-to-upstream bytes are written by the connection's
+// reader directly when the upstream socket takes them, or else by a pump
+// goroutine that exists only while bytes are queued.
+type stream struct {
+	c   *conn
+	id  uint32
+	req request // set before the worker starts, then owned by it
+
+	cond sync.Cond // L is &c.mu; broadcast when anything below changes
+
+	// Guarded by c.mu.
+	sendWindow  int64      // bytes rustle may still send
+	recvWindow  int64      // bytes the client may still send
+	recvUnacked int64      // stream credit not yet sent
+	in          chunkQueue // request body or tunnel bytes not yet written upstream
+	trailers    []hpack.HeaderField
+	remoteDone  bool // END_STREAM received
+	localDone   bool // END_STREAM sent
+	reset       bool // RST_STREAM sent or received, or the connection ended
+	blocked     bool // in c.blocked
+	discard     bool // client bytes are dropped (an answer that ignores the body)
+	tunnel      bool // client bytes go to up
+	up          *net.TCPConn
+	pumping     bool // a goroutine is writing in's first bytes to up
+	upShut      bool // up's write half is shut down
+	cancel      context.CancelFunc
+
+	got  int64        // DATA payload bytes received; owned by the reader
+	upw  rawWriter    // non-blocking writes to up; used by the reader while !pumping
+	last atomic.Int64 // when a tunnel byte last moved, in ns since start
+}
+
+func (c *conn) newStreamLocked(id uint32, req request) *stream {
+	s := &stream{
+		c:          c,
+		id:         id,
+		req:        req,
+		sendWindow: c.peerWindow,
+		recvWindow: int64(c.cfg.InitialStreamWindow),
+	}
+	s.cond.L = &c.mu
+	return s
+}
+
+// run is the stream's worker goroutine.
+func (s *stream) run() {
+	if !s.serve() {
+		s.exit()
+	}
+}
+
+// exit ends the stream's worker.
+func (s *stream) exit() {
+	c := s.c
+	c.mu.Lock()
+	if c.streams[s.id] == s {
+		// Every path ends the stream; this one did not.
+		c.resetLocked(s, http2.ErrCodeInternal, true)
+	}
+	c.workers--
+	if c.goAway {
+		c.wakeLocked()
+	}
+	c.mu.Unlock()
+	c.wg.Done()
+}
+
+// serve serves the stream's request. It reports whether it handed the
+// stream to another goroutine, which then calls exit.
+func (s *stream) serve() bool {
+	c := s.c
+	r := &s.req
+	user := c.certUser
+	if a := c.cfg.Auth; a != nil && !c.certAuth {
+		ok := false
+		if r.hasProxyAuth {
+			user, ok = a.Check([]byte(r.proxyAuth))
+		}
+		if !ok {
+			s.answerLocal(407, "proxy authentication required")
+			return false
+		}
+	}
+	if r.kind == kindLocal {
+		s.answerLocal(r.localStatus())
+		return false
+	}
+	var d *acl.Decision
+	if a := c.cfg.Access; a != nil {
+		proto := acl.HTTP
+		switch r.kind {
+		case kindConnect:
+			proto = acl.Connect
+		case kindWebSocket:
+			proto = acl.WebSocket
+		}
+		d = new(acl.Decision)
+		*d = a.Decide(acl.Request{Client: c.clientAddr, User: user, Host: r.host, Port: uint16(r.port), Method: r.method, Protocol: proto})
+		if !d.Allow {
+			c.s.log.Debug("h2: access denied", "client", c.clientAddr, "user", user, "target", r.authority, "rule", d.Rule)
+			s.answerLocal(403, "access denied by policy")
+			return false
+		}
+	}
+	if r.kind == kindForward {
+		s.forward(d)
+		return false
+	}
+	return s.connect(d)
+}
+
+// sendErrLocked returns errStreamGone when nothing more may be sent on s.
+func (s *stream) sendErrLocked() error {
+	c := s.c
+	if s.reset || s.localDone || c.werr != nil || c.closing {
+		return errStreamGone
+	}
+	return nil
+}
+
+// sendHeaders sends a header block; end closes rustle's side.
+func (s *stream) sendHeaders(fields []hpack.HeaderField, end bool) error {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := s.sendErrLocked(); err != nil {
+		return err
+	}
+	c.writeHeadersLocked(s.id, fields, end)
+	if end {
+		s.endLocalLocked()
+	}
+	c.flushLocked()
+	return nil
+}
+
+// sendData sends p as DATA frames within the flow-control windows,
+// waiting for them as needed; end sets END_STREAM on the last frame (an
+// empty one when p is empty).
+func (s *stream) sendData(p []byte, end bool) error {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if err := s.sendErrLocked(); err != nil {
+			return err
+		}
+		if len(p) == 0 {
+			if end {
+				c.appendFrame(http2.FrameData, http2.FlagDataEndStream, s.id, nil)
+				s.endLocalLocked()
+				c.flushLocked()
+			}
+			return nil
+		}
+		if c.out != nil && len(c.out.b) >= outLimit {
+			if !c.writing {
+				c.flushLocked()
+			} else {
+				s.waitConnLocked()
+			}
+			continue
+		}
+		n := min(int64(len(p)), s.sendWindow, c.sendWindow, int64(c.peerFrame))
+		if n <= 0 {
+			if c.out != nil && len(c.out.b) > 0 && !c.writing {
+				c.flushLocked() // the client may be waiting for it to grant more
+			} else if s.sendWindow > 0 {
+				s.waitConnLocked()
+			} else {
+				s.cond.Wait()
+			}
+			continue
+		}
+		var flags http2.Flags
+		last := n == int64(len(p))
+		if last && end {
+			flags = http2.FlagDataEndStream
+		}
+		c.appendFrame(http2.FrameData, flags, s.id, p[:n])
+		s.sendWindow -= n
+		c.sendWindow -= n
+		p = p[n:]
+		if flags != 0 {
+			s.endLocalLocked()
+		}
+		if last {
+			c.flushLocked()
+			return nil
+		}
+	}
+}
+
+// sendable waits until some bytes may be sent on s and returns how many
+// (at most max), so that a tunnel reads no more from its upstream than
+// the client accepts.
+func (s *stream) sendable(max int) (int, error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if err := s.sendErrLocked(); err != nil {
+			return 0, err
+		}
+		n := min(int64(max), s.sendWindow, c.sendWindow)
+		switch {
+		case n > 0:
+			return int(n), nil
+		case c.out != nil && len(c.out.b) > 0 && !c.writing:
+			c.flushLocked()
+		case s.sendWindow > 0:
+			s.waitConnLocked()
+		default:
+			s.cond.Wait()
+		}
+	}
+}
+
+// waitConnLocked waits for a change in the connection's window or output
+// room.
+func (s *stream) waitConnLocked() {
+	if !s.blocked {
+		s.blocked = true
+		s.c.blocked = append(s.c.blocked, s)
+	}
+	s.cond.Wait()
+}
+
+// endLocalLocked notes that rustle's side of s is done.
+func (s *stream) endLocalLocked() {
+	s.localDone = true
+	if s.remoteDone {
+		s.c.removeLocked(s)
+	}
+	s.cond.Broadcast()
+}
+
+// resetStream resets s with code unless it is over.
+func (s *stream) resetStream(code http2.ErrCode) {
+	c := s.c
+	c.mu.Lock()
+	if !s.reset && (!s.localDone || !s.remoteDone) {
+		c.resetLocked(s, code, true)
+	}
+	c.mu.Unlock()
+}
+
+// stopBody ends a stream whose answer is complete while the client is
+// still sending: RST_STREAM(NO_ERROR) asks it to stop (RFC 9113 §8.1).
+func (s *stream) stopBody() {
+	c := s.c
+	c.mu.Lock()
+	if !s.reset && !s.remoteDone {
+		c.resetLocked(s, http2.ErrCodeNo, true)
+	}
+	c.mu.Unlock()
+}
+
+// waitRemote waits until the client has ended its side of s (or s is
+// reset), dropping what it sends meanwhile.
+func (s *stream) waitRemote() {
+	c := s.c
+	c.mu.Lock()
+	s.discardLocked()
+	for !s.remoteDone && !s.reset {
+		s.cond.Wait()
+	}
+	c.mu.Unlock()
+}
+
+// discardLocked drops the client's bytes from now on.
+func (s *stream) discardLocked() {
+	s.discard = true
+	if !s.pumping {
+		n := s.in.n
+		s.in.drop()
+		s.c.dequeuedLocked(int64(n))
+		s.creditLocked(int64(n))
+	}
+}
+
+// creditLocked returns n bytes of stream window to the client, in
+// batches, while it may still send.
+func (s *stream) creditLocked(n int64) {
+	c := s.c
+	s.recvUnacked += n
+	if s.remoteDone || s.reset {
+		return
+	}
+	if s.recvUnacked >= int64(c.cfg.InitialStreamWindow/4) {
+		c.writeWindowUpdateLocked(s.id, s.recvUnacked)
+		s.recvWindow += s.recvUnacked
+		s.recvUnacked = 0
+	}
+}
+
+// deliverLocked takes DATA payload from the reader: dropped, written to a
+// tunnel's upstream at once when its socket takes it, or queued.
+func (s *stream) deliverLocked(p []byte) {
+	c := s.c
+	n := int64(len(p))
+	if s.discard {
+		c.creditConnLocked(n)
+		s.creditLocked(n)
+		return
+	}
+	if s.tunnel && !s.pumping && s.in.n == 0 {
+		k := s.upw.write(p)
+		if k > 0 {
+			s.touch()
+			c.creditConnLocked(int64(k))
+			s.creditLocked(int64(k))
+			p = p[k:]
+		}
+		if len(p) == 0 {
+			return
+		}
+	}
+	s.in.write(p)
+	c.queuedLocked(int64(len(p)))
+	s.cond.Broadcast()
+	s.kickUpLocked()
+}
+
+// consumedLocked accounts for n queued bytes written upstream.
+func (s *stream) consumedLocked(n int) {
+	s.in.consume(n)
+	s.c.dequeuedLocked(int64(n))
+	s.creditLocked(int64(n))
+}
+
+// kickUpLocked moves a tunnel's queued client bytes on: a pump goroutine
+// writes them, and once the client has ended its side and everything is
+// written, the upstream's write half is shut down.
+func (s *stream) kickUpLocked() {
+	if !s.tunnel || s.pumping || s.reset {
+		return
+	}
+	if s.in.n > 0 {
+		s.pumping = true
+		s.c.wg.Add(1)
+		go s.pumpUp()
+		return
+	}
+	if s.remoteDone && !s.upShut {
+		s.upShut = true
+		s.up.CloseWrite()
+		s.cond.Broadcast()
+	}
+}
+
+// pumpUp writes a tunnel's queued client bytes upstream, blocking as the
+// upstream needs, and ends when the queue is empty.
+func (s *stream) pumpUp() {
+	c := s.c
+	defer c.wg.Done()
+	c.mu.Lock()
+	for !s.reset && s.in.n > 0 {
+		p := s.in.front()
+		c.mu.Unlock()
+		s.up.SetWriteDeadline(time.Now().Add(c.cfg.TunnelIdleTimeout))
+		n, err := s.up.Write(p)
+		c.mu.Lock()
+		if n > 0 {
+			s.touch()
+		}
+		s.consumedLocked(n)
+		if err != nil && !s.reset {
+			c.resetLocked(s, http2.ErrCodeConnect, true)
+		}
+	}
+	s.pumping = false
+	if s.reset {
+		c.dequeuedLocked(int64(s.in.n))
+		s.in.drop()
+	}
+	s.kickUpLocked()
+	s.cond.Broadcast()
+	c.flushLocked()
+	c.mu.Unlock()
+}
+
+// touch notes tunnel activity.
+func (s *stream) touch() {
+	s.last.Store(int64(time.Since(s.c.s.start)))
+}
+
+// chunkQueue is a byte queue in pooled bufSize chunks; it holds no
+// memory when empty.
+type chunkQueue struct {
+	chunks []*[bufSize]byte
+	r      int // read offset in chunks[0]
+	w      int // write offset in the last chunk
+	n      int // bytes queued
+}
+
+func (q *chunkQueue) write(p []byte) {
+	for len(p) > 0 {
+		if len(q.chunks) == 0 || q.w == bufSize {
+			q.chunks = append(q.chunks, bufPool.Get().(*[bufSize]byte))
+			q.w = 0
+		}
+		k := copy(q.chunks[len(q.chunks)-1][q.w:], p)
+		q.w += k
+		q.n += k
+		p = p[k:]
+	}
+}
+
+// front returns the first queued bytes (at most one chunk's worth). They
+// stay valid until consume or drop; bytes written meanwhile do not
+// overlap them.
+func (q *chunkQueue) front() []byte {
+	if q.n == 0 {
+		return nil
+	}
+	end := bufSize
+	if len(q.chunks) == 1 {
+		end = q.w
+	}
+	return q.chunks[0][q.r:end]
+}
+
+// consume removes the first k bytes, which front returned.
+func (q *chunkQueue) consume(k int) {
+	if k <= 0 {
+		return
+	}
+	q.r += k
+	q.n -= k
+	if len(q.chunks) == 1 && q.r == q.w || q.r == bufSize {
+		bufPool.Put(q.chunks[0])
+		q.chunks[0] = nil
+		q.chunks = q.chunks[1:]
+		q.r = 0
+		if len(q.chunks) == 0 {
+			q.chunks, q.w = nil, 0
+		}
+	}
+}
+
+// drop empties the queue; its chunks are left to the garbage collector,
+// as a writer may still be reading the first one.
+func (q *chunkQueue) drop() {
+	*q = chunkQueue{}
+}
+
+// rawWriter writes to a socket without waiting, through its RawConn.
+type rawWriter struct {
+	rc  syscall.RawConn
+	fn  func(uintptr) bool // write, bound once so that writes do not allocate
+	p   []byte
+	n   int
+	err error
+}
+
+func (w *rawWriter) init(c *net.TCPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	w.rc = rc
+	w.fn = w.writeFD
+	return nil
+}
+
+func (w *rawWriter) writeFD(fd uintptr) bool {
+	for {
+		n, err := unix.Write(int(fd), w.p)
+		if err == unix.EINTR {
+			continue
+		}
+		w.n, w.err = n, err
+		return true // never wait: the caller queues what is left
+	}
+}
+
+// write writes as much of p as the socket takes now and returns how much
+// that was (0 on any error: the pump finds the error when it writes the
+// rest).
+func (w *rawWriter) write(p []byte) int {
+	if w.rc == nil {
+		return 0
+	}
+	w.p = p
+	w.rc.Write(w.fn)
+	w.p = nil
+	if w.err != nil || w.n < 0 {
+		return 0
+	}
+	return w.n
+}
+
+// parker waits for a socket to become readable without reading it, so
+// that nothing is buffered while it waits.
+type parker struct {
+	rc  syscall.RawConn
+	fn  func(uintptr) bool // ready, bound once so that waits do not allocate
+	one [1]byte
+	err error
+}
+
+func newParker(c *net.TCPConn) (*parker, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	p := &parker{rc: rc}
+	p.fn = p.ready
+	return p, nil
+}
+
+func (p *parker) ready(fd uintptr) bool {
+	for {
+		// recvfrom(2) without an address: unix.Recvfrom would allocate one.
+		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.one[0])), 1,
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch errno {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		case 0:
+		default:
+			p.err = errno
+		}
+		return true // bytes, the end of the stream, or an error
+	}
+}
+
+// wait returns nil when the socket has bytes or its stream ended, and the
+// socket's error otherwise (closed, reset, or its read deadline past).
+func (p *parker) wait() error {
+	p.err = nil
+	if err := p.rc.Read(p.fn); err != nil {
+		return err
+	}
+	if p.err != nil {
+		return os.NewSyscallError("recvfrom", p.err)
+	}
+	return nil
+}

@@ -1,0 +1,686 @@
+package h2
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+)
+
+var (
+	errHeadTooLarge  = errors.New("h2: upstream response head too large")
+	errUnexpected101 = errors.New("h2: upstream switched protocols without an upgrade request")
+	errBadUpgrade    = errors.New("h2: upstream answered the WebSocket handshake wrongly")
+)
+
+// readerPool holds the *bufio.Reader that upstream responses are read
+// with.
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+
+func getReader(r io.Reader) *bufio.Reader {
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(r)
+	return br
+}
+
+func putReader(br *bufio.Reader) {
+	br.Reset(nil)
+	readerPool.Put(br)
+}
+
+// answerLocal answers the stream with status and a one-line text body.
+// A request other than CONNECT is read (and dropped) to its end first;
+// a client still sending after the answer is asked to stop.
+func (s *stream) answerLocal(status int, reason string) {
+	if s.req.method == "CONNECT" {
+		s.c.mu.Lock()
+		s.discardLocked()
+		s.c.mu.Unlock()
+	} else {
+		s.waitRemote()
+	}
+	s.answer(status, reason)
+}
+
+// answer sends a complete answer with a one-line text body, then asks a
+// client still sending to stop.
+func (s *stream) answer(status int, reason string) {
+	body := "rustle: " + reason + "\n"
+	fields := []hpack.HeaderField{
+		{Name: ":status", Value: strconv.Itoa(status)},
+		{Name: "content-type", Value: "text/plain; charset=utf-8"},
+		{Name: "content-length", Value: strconv.Itoa(len(body))},
+	}
+	if status == 407 && s.c.cfg.Auth != nil {
+		fields = append(fields, hpack.HeaderField{Name: "proxy-authenticate", Value: s.c.cfg.Auth.Challenge()})
+	}
+	if s.req.method == "HEAD" {
+		s.sendHeaders(fields, true)
+	} else if s.sendHeaders(fields, false) == nil {
+		s.sendData([]byte(body), true)
+	}
+	s.stopBody()
+}
+
+// answerError answers a request whose upstream exchange failed before
+// any of the response was sent.
+func (s *stream) answerError(err error, target string) {
+	var de *dialer.Error
+	var ne net.Error
+	switch {
+	case errors.Is(err, errStreamGone):
+		return
+	case errors.As(err, &de):
+		status := 502
+		switch {
+		case de.Forbidden:
+			status = 403
+			s.c.s.log.Debug("h2: destination refused", "client", s.c.clientAddr, "target", target, "reason", de.Err)
+		case de.Timeout:
+			status = 504
+		}
+		s.answer(status, de.Reason())
+	case errors.As(err, &ne) && ne.Timeout():
+		s.answer(504, "upstream "+target+" did not answer in time")
+	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade):
+		s.answer(502, strings.TrimPrefix(err.Error(), "h2: "))
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		s.answer(502, "upstream "+target+" closed the connection without a response")
+	default:
+		s.answer(502, "malformed response from upstream "+target)
+	}
+}
+
+// dial connects to addr, to the addresses d permits (d nil: the dialer's
+// guard alone); a reset of the stream cancels it.
+func (s *stream) dial(addr string, d *acl.Decision) (*net.TCPConn, error) {
+	c := s.c
+	c.mu.Lock()
+	if s.reset {
+		c.mu.Unlock()
+		return nil, errStreamGone
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	c.mu.Unlock()
+	var p dialer.Permitter
+	if d != nil {
+		p = d
+	}
+	up, err := c.cfg.Dialer.DialPermit(ctx, addr, p)
+	c.mu.Lock()
+	s.cancel = nil
+	gone := s.reset
+	c.mu.Unlock()
+	cancel()
+	if err != nil && gone {
+		return nil, errStreamGone
+	}
+	return up, err
+}
+
+// attach makes up the stream's upstream, which a reset interrupts. It
+// closes up and reports false when the stream is gone already.
+func (s *stream) attach(up *net.TCPConn) bool {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.reset {
+		up.Close()
+		return false
+	}
+	s.up = up
+	return true
+}
+
+// detach ends the stream's use of up: back to the pool as key when reuse
+// is set and the stream was not reset, closed otherwise.
+func (s *stream) detach(up *net.TCPConn, key string, reuse bool) {
+	c := s.c
+	c.mu.Lock()
+	s.up = nil
+	reuse = reuse && !s.reset && c.cfg.Pool != nil
+	c.mu.Unlock()
+	if !reuse {
+		up.Close()
+		return
+	}
+	up.SetDeadline(time.Time{})
+	c.cfg.Pool.Put(key, up)
+}
+
+// upstream returns a pooled connection to key or dials one, and reports
+// whether it was pooled.
+func (s *stream) upstream(key string, fresh bool, d *acl.Decision) (*net.TCPConn, bool, error) {
+	if p := s.c.cfg.Pool; p != nil && !fresh {
+		if up := p.Get([]byte(key)); up != nil {
+			// A pooled connection may have been made under another
+			// request's rule: check its address against this one's.
+			if d == nil || s.c.cfg.Dialer.Check(remoteAddrPort(up), d) == nil {
+				return up, true, nil
+			}
+			up.Close()
+		}
+	}
+	up, err := s.dial(key, d)
+	return up, false, err
+}
+
+// remoteAddrPort returns the address c is connected to.
+func remoteAddrPort(c *net.TCPConn) netip.AddrPort {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort()
+	}
+	return netip.AddrPort{}
+}
+
+// forward serves a request for an HTTP/1.1 origin: the request head and
+// body go out on a pooled or new upstream connection, the response comes
+// back as HEADERS and DATA, and the upstream goes back to the pool when
+// both messages were complete.
+func (s *stream) forward(d *acl.Decision) {
+	c := s.c
+	r := &s.req
+	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
+	hasBody := !r.endStream
+	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr}
+	head, chunked := appendRequestHead(make([]byte, 0, 512), r, hasBody, &opts, "")
+	canRetry := !hasBody && isIdempotent(r.method)
+
+	var up *net.TCPConn
+	var br *bufio.Reader
+	var resp *http.Response
+	var err error
+	for attempt := 0; ; attempt++ {
+		var reused bool
+		up, reused, err = s.upstream(key, attempt > 0, d)
+		if err != nil {
+			s.answerError(err, key)
+			return
+		}
+		if !s.attach(up) {
+			return
+		}
+		up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		_, err = up.Write(head)
+		if err == nil && !hasBody {
+			br, resp, err = s.readResponse(up, r.method, false)
+		}
+		if err == nil || attempt > 0 || !reused || !canRetry || !isDeadConn(err) {
+			break
+		}
+		s.detach(up, key, false)
+	}
+	bodyDone := make(chan error, 1)
+	if err == nil && hasBody {
+		c.mu.Lock()
+		c.wg.Add(1)
+		c.mu.Unlock()
+		go s.sendBody(up, chunked, bodyDone)
+		br, resp, err = s.readResponse(up, r.method, false)
+	} else {
+		bodyDone <- nil
+	}
+	if err != nil {
+		s.detach(up, key, false)
+		<-bodyDone
+		s.answerError(err, key)
+		return
+	}
+	complete := s.relayResponse(resp, r.method, up)
+	if complete {
+		s.stopBody()
+	}
+	bodyErr := <-bodyDone
+	reuse := complete && bodyErr == nil && !resp.Close && br.Buffered() == 0
+	putReader(br)
+	s.detach(up, key, reuse)
+}
+
+// relayResponse sends resp (head, body, trailers) on the stream and
+// reports whether all of it was sent.
+func (s *stream) relayResponse(resp *http.Response, method string, up *net.TCPConn) bool {
+	c := s.c
+	noBody := method == "HEAD" || resp.StatusCode == 204 || resp.StatusCode == 304 ||
+		resp.ContentLength == 0 && len(resp.TransferEncoding) == 0
+	fields := responseFields(make([]hpack.HeaderField, 0, 16), resp.StatusCode, resp.Header, c.cfg.Via)
+	if s.sendHeaders(fields, noBody) != nil {
+		return false
+	}
+	if noBody {
+		return true
+	}
+	buf := bufPool.Get().(*[bufSize]byte)
+	defer bufPool.Put(buf)
+	var sent int64
+	for {
+		up.SetReadDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		n, err := resp.Body.Read(buf[:])
+		sent += int64(n)
+		// The last bytes of a body of known length carry END_STREAM.
+		last := sent == resp.ContentLength && len(resp.Trailer) == 0
+		if n > 0 && s.sendData(buf[:n], last) != nil {
+			return false
+		}
+		if last {
+			return true
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			s.resetStream(http2.ErrCodeInternal)
+			return false
+		}
+	}
+	if len(resp.Trailer) > 0 {
+		tf := responseFields(fields[:0], 0, resp.Trailer, false)
+		return s.sendHeaders(tf, true) == nil
+	}
+	return s.sendData(nil, true) == nil
+}
+
+// sendBody writes the request body from the stream's input queue to up,
+// chunked when its length is unknown, with the client's trailers. done
+// gets nil when the whole body was written.
+func (s *stream) sendBody(up *net.TCPConn, chunked bool, done chan<- error) {
+	defer s.c.wg.Done()
+	done <- s.writeBody(up, chunked)
+}
+
+func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
+	c := s.c
+	var hdr [16]byte
+	c.mu.Lock()
+	for {
+		for s.in.n == 0 && !s.remoteDone && !s.reset {
+			s.cond.Wait()
+		}
+		if s.reset {
+			c.mu.Unlock()
+			return errStreamGone
+		}
+		if s.in.n == 0 {
+			trailers := s.trailers
+			c.mu.Unlock()
+			if !chunked {
+				return nil
+			}
+			end := []byte("0\r\n")
+			for _, f := range trailers {
+				end = appendField(end, f.Name, f.Value)
+			}
+			end = append(end, "\r\n"...)
+			up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+			_, err := up.Write(end)
+			return err
+		}
+		p := s.in.front()
+		s.pumping = true
+		c.mu.Unlock()
+		up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		var err error
+		if chunked {
+			h := strconv.AppendInt(hdr[:0], int64(len(p)), 16)
+			h = append(h, "\r\n"...)
+			bufs := net.Buffers{h, p, []byte("\r\n")}
+			_, err = bufs.WriteTo(up)
+		} else {
+			_, err = up.Write(p)
+		}
+		c.mu.Lock()
+		s.pumping = false
+		if s.reset {
+			c.dequeuedLocked(int64(s.in.n))
+			s.in.drop()
+			c.mu.Unlock()
+			return errStreamGone
+		}
+		s.consumedLocked(len(p))
+		if err != nil {
+			s.discardLocked()
+			c.kickLocked()
+			c.mu.Unlock()
+			return err
+		}
+		c.flushLocked()
+	}
+}
+
+// headLimiter bounds the bytes read for a response head; n < 0 means no
+// bound.
+type headLimiter struct {
+	r io.Reader
+	n int
+}
+
+func (l *headLimiter) Read(p []byte) (int, error) {
+	if l.n < 0 {
+		return l.r.Read(p)
+	}
+	if l.n == 0 {
+		return 0, errHeadTooLarge
+	}
+	if len(p) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= n
+	return n, err
+}
+
+// readResponse reads the final response head from up, passing
+// informational (1xx) answers on to the client. upgrade accepts a 101.
+func (s *stream) readResponse(up *net.TCPConn, method string, upgrade bool) (*bufio.Reader, *http.Response, error) {
+	c := s.c
+	lim := &headLimiter{r: up, n: c.cfg.MaxHeaderBytes + 4096}
+	br := getReader(lim)
+	req := &http.Request{Method: method}
+	up.SetReadDeadline(time.Now().Add(c.cfg.ResponseHeaderTimeout))
+	for {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			putReader(br)
+			if lim.n == 0 {
+				err = errHeadTooLarge
+			}
+			return nil, nil, err
+		}
+		switch {
+		case resp.StatusCode == 101 && !upgrade:
+			putReader(br)
+			return nil, nil, errUnexpected101
+		case resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != 101:
+			fields := responseFields(make([]hpack.HeaderField, 0, 4), resp.StatusCode, resp.Header, false)
+			if err := s.sendHeaders(fields, false); err != nil {
+				putReader(br)
+				return nil, nil, err
+			}
+			lim.n = c.cfg.MaxHeaderBytes + 4096
+			continue
+		}
+		lim.n = -1
+		up.SetReadDeadline(time.Time{})
+		return br, resp, nil
+	}
+}
+
+// responseFields appends the HTTP/2 fields of a response head: :status
+// (unless status is 0, for trailers), then h's fields in lower case less
+// the hop-by-hop ones and those its Connection field names.
+func responseFields(dst []hpack.HeaderField, status int, h http.Header, via bool) []hpack.HeaderField {
+	if status != 0 {
+		dst = append(dst, hpack.HeaderField{Name: ":status", Value: strconv.Itoa(status)})
+	}
+	listed := h["Connection"]
+	for k, vv := range h {
+		name := strings.ToLower(k)
+		switch name {
+		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade", "te", "http2-settings":
+			continue
+		}
+		if !validFieldName(name) || connectionListed(listed, name) {
+			continue
+		}
+		for _, v := range vv {
+			if httpguts.ValidHeaderFieldValue(v) {
+				dst = append(dst, hpack.HeaderField{Name: name, Value: v})
+			}
+		}
+	}
+	if via {
+		dst = append(dst, hpack.HeaderField{Name: "via", Value: "1.1 rustle"})
+	}
+	return dst
+}
+
+// connectionListed reports whether a Connection field value names name.
+func connectionListed(values []string, name string) bool {
+	for _, v := range values {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func isIdempotent(m string) bool {
+	switch m {
+	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
+		return true
+	}
+	return false
+}
+
+// isDeadConn reports whether err says a pooled connection had been
+// closed by the origin before the request reached it.
+func isDeadConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// connect serves CONNECT (a TCP tunnel) and extended CONNECT for
+// WebSocket (an HTTP/1.1 Upgrade handshake with the origin, then a
+// tunnel): dial, answer 200, and relay until both directions end. It
+// reports whether it handed the stream to a relay goroutine, which then
+// ends the worker.
+func (s *stream) connect(d *acl.Decision) bool {
+	c := s.c
+	r := &s.req
+	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
+	up, err := s.dial(key, d)
+	if err != nil {
+		s.answerError(err, key)
+		return false
+	}
+	if !s.attach(up) {
+		return false
+	}
+	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}}
+	var pending []byte
+	if r.kind == kindWebSocket {
+		var ok bool
+		if fields, pending, ok = s.upgrade(up, key); !ok {
+			s.detach(up, key, false)
+			return false
+		}
+	}
+	if s.sendHeaders(fields, false) != nil {
+		s.detach(up, key, false)
+		return false
+	}
+	s.req.fields = nil // the tunnel does not need them; an idle one keeps less
+	c.mu.Lock()
+	if s.reset {
+		c.mu.Unlock()
+		s.detach(up, key, false)
+		return false
+	}
+	if err := s.upw.init(up); err == nil {
+		s.tunnel = true
+		s.touch()
+		s.kickUpLocked()
+	}
+	c.mu.Unlock()
+	if !s.tunnel {
+		s.resetStream(http2.ErrCodeInternal)
+		s.detach(up, key, false)
+		return false
+	}
+	if len(pending) > 0 && s.sendData(pending, false) != nil {
+		s.detach(up, key, false)
+		return false
+	}
+	// The tunnel goes on on a fresh goroutine, whose stack, parked with
+	// few frames on it, the garbage collector shrinks to 4 KiB; this
+	// one's has grown with the dial and the handshake.
+	go s.relay(up)
+	return true
+}
+
+// relay runs an established tunnel to its end, as the stream's worker.
+func (s *stream) relay(up *net.TCPConn) {
+	defer s.exit()
+	s.pumpDown(up)
+	s.finishTunnel()
+	s.detach(up, "", false)
+}
+
+// upgrade performs the WebSocket handshake with the origin for an
+// extended CONNECT (RFC 8441 §5) and returns the fields of the 200 answer
+// and the bytes that came behind the origin's 101. On failure it has
+// answered the client.
+func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []byte, bool) {
+	c := s.c
+	var nonce [16]byte
+	rand.Read(nonce[:])
+	wsKey := base64.StdEncoding.EncodeToString(nonce[:])
+	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr}
+	head, _ := appendRequestHead(make([]byte, 0, 512), &s.req, false, &opts, wsKey)
+	up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+	if _, err := up.Write(head); err != nil {
+		s.answerError(err, key)
+		return nil, nil, false
+	}
+	br, resp, err := s.readResponse(up, "GET", true)
+	if err != nil {
+		s.answerError(err, key)
+		return nil, nil, false
+	}
+	defer putReader(br)
+	if resp.StatusCode != 101 {
+		// Refused: the origin's answer goes to the client as it is.
+		if s.relayResponse(resp, "GET", up) {
+			s.stopBody()
+		}
+		return nil, nil, false
+	}
+	sum := sha1.Sum([]byte(wsKey + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	if !httpguts.HeaderValuesContainsToken(resp.Header["Upgrade"], "websocket") ||
+		resp.Header.Get("Sec-Websocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]) {
+		s.answerError(errBadUpgrade, key)
+		return nil, nil, false
+	}
+	resp.Header.Del("Sec-Websocket-Accept")
+	fields := responseFields(make([]hpack.HeaderField, 0, 8), 200, resp.Header, c.cfg.Via)
+	var pending []byte
+	if n := br.Buffered(); n > 0 {
+		p, _ := br.Peek(n)
+		pending = append([]byte(nil), p...)
+	}
+	return fields, pending, true
+}
+
+// pumpDown relays upstream-to-client bytes of a tunnel until the
+// upstream ends its stream (then END_STREAM) or something fails (then
+// RST_STREAM). While idle it waits on the upstream socket's readiness,
+// holding no buffer, and it reads no more than the client's windows
+// allow.
+func (s *stream) pumpDown(up *net.TCPConn) {
+	c := s.c
+	idle := c.cfg.TunnelIdleTimeout
+	p, err := newParker(up)
+	if err != nil {
+		s.resetStream(http2.ErrCodeInternal)
+		return
+	}
+	for {
+		n, err := s.sendable(bufSize)
+		if err != nil {
+			return
+		}
+		up.SetReadDeadline(c.s.start.Add(time.Duration(s.last.Load()) + idle))
+		if err := p.wait(); err != nil {
+			if s.gone() {
+				return
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if time.Since(c.s.start)-time.Duration(s.last.Load()) >= idle {
+					s.resetStream(http2.ErrCodeCancel)
+					return
+				}
+				continue
+			}
+			s.resetStream(http2.ErrCodeConnect)
+			return
+		}
+		buf := bufPool.Get().(*[bufSize]byte)
+		m, rerr := up.Read(buf[:n])
+		if m > 0 {
+			s.touch()
+			if s.sendData(buf[:m], false) != nil {
+				bufPool.Put(buf)
+				return
+			}
+		}
+		bufPool.Put(buf)
+		switch {
+		case rerr == nil:
+		case rerr == io.EOF:
+			s.sendData(nil, true)
+			return
+		case s.gone():
+			return
+		case errors.Is(rerr, os.ErrDeadlineExceeded):
+			// The idle check above decides.
+		default:
+			s.resetStream(http2.ErrCodeConnect)
+			return
+		}
+	}
+}
+
+// gone reports whether the stream was reset.
+func (s *stream) gone() bool {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.reset
+}
+
+// finishTunnel waits, after the upstream-to-client direction has ended,
+// for the other direction to end too: the client's END_STREAM, its bytes
+// written and the upstream's write half shut down. A tunnel idle for the
+// idle timeout meanwhile is reset.
+func (s *stream) finishTunnel() {
+	c := s.c
+	idle := c.cfg.TunnelIdleTimeout
+	var t *time.Timer
+	t = time.AfterFunc(idle, func() {
+		if left := idle - (time.Since(c.s.start) - time.Duration(s.last.Load())); left > 0 {
+			t.Reset(left)
+			return
+		}
+		s.resetStream(http2.ErrCodeCancel)
+	})
+	defer t.Stop()
+	c.mu.Lock()
+	for !s.reset && !(s.remoteDone && s.upShut && !s.pumping) {
+		s.cond.Wait()
+	}
+	if !s.reset && !s.localDone {
+		// The upstream-to-client direction failed without a reset.
+		c.resetLocked(s, http2.ErrCodeInternal, true)
+	}
+	c.mu.Unlock()
+}
