@@ -56,6 +56,8 @@ type Config struct {
 	Timeouts Timeouts `toml:"timeouts"`
 	// Upstream configures the pool of keep-alive upstream connections.
 	Upstream Upstream `toml:"upstream"`
+	// HTTP2 configures HTTP/2, which https listeners offer with ALPN.
+	HTTP2 HTTP2 `toml:"http2"`
 	// Auth configures proxy authentication.
 	Auth Auth `toml:"auth"`
 	// ACL is the access policy: ordered allow and deny rules.
@@ -146,6 +148,29 @@ type Upstream struct {
 	// IdleTimeout closes a pooled connection unused for this long; zero
 	// means 90s.
 	IdleTimeout Duration `toml:"idle_timeout"`
+}
+
+// HTTP2 configures HTTP/2 on https listeners: its limits and
+// flow-control windows, per client connection.
+type HTTP2 struct {
+	// MaxConcurrentStreams is the number of streams a client may have open
+	// at once; a stream beyond it is refused (REFUSED_STREAM). 0 means 100.
+	MaxConcurrentStreams int `toml:"max_concurrent_streams"`
+	// MaxHeaderListSize is the largest request header list accepted, as
+	// HTTP/2 counts it (names, values and 32 bytes per field); a larger
+	// one is answered 431. 0 means 65536.
+	MaxHeaderListSize int `toml:"max_header_list_size"`
+	// InitialStreamWindow is each stream's flow-control window: the
+	// request-body or tunnel bytes a client may send ahead of the
+	// upstream taking them. 0 means 262144 (256 KiB).
+	InitialStreamWindow int `toml:"initial_stream_window"`
+	// InitialConnWindow is the connection's flow-control window; the bytes
+	// buffered for all of a connection's streams stay under about twice
+	// it. 0 means 1048576 (1 MiB).
+	InitialConnWindow int `toml:"initial_conn_window"`
+	// MaxFrameSize is the largest frame payload rustle accepts. 0 means
+	// 16384.
+	MaxFrameSize int `toml:"max_frame_size"`
 }
 
 // Auth configures proxy authentication.
@@ -375,6 +400,11 @@ const (
 	defaultMaxIdlePerHost = 64
 	defaultMaxIdle        = 4096
 	defaultIdleTimeout    = 90 * time.Second
+	defaultH2Streams      = 100
+	defaultH2HeaderList   = 65536
+	defaultH2StreamWindow = 256 << 10
+	defaultH2ConnWindow   = 1 << 20
+	defaultH2FrameSize    = 16384
 	defaultRealm          = "rustle"
 	defaultCacheTTL       = 5 * time.Minute
 	defaultCacheSize      = 10000
@@ -412,6 +442,13 @@ func (c *Config) SetDefaults() {
 	setInt(&c.Upstream.MaxIdlePerHost, defaultMaxIdlePerHost)
 	setInt(&c.Upstream.MaxIdle, defaultMaxIdle)
 	setDuration(&c.Upstream.IdleTimeout, defaultIdleTimeout)
+
+	h := &c.HTTP2
+	setInt(&h.MaxConcurrentStreams, defaultH2Streams)
+	setInt(&h.MaxHeaderListSize, defaultH2HeaderList)
+	setInt(&h.InitialStreamWindow, defaultH2StreamWindow)
+	setInt(&h.InitialConnWindow, defaultH2ConnWindow)
+	setInt(&h.MaxFrameSize, defaultH2FrameSize)
 
 	setString(&c.Auth.Realm, defaultRealm)
 	setDuration(&c.Auth.CacheTTL, defaultCacheTTL)

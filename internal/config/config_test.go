@@ -36,8 +36,10 @@ func documentedDefaults() Config {
 			UDPIdle:        Duration{60 * time.Second},
 		},
 		Upstream: Upstream{MaxIdlePerHost: 64, MaxIdle: 4096, IdleTimeout: Duration{90 * time.Second}},
-		Auth:     Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},
-		ACL:      ACL{Default: "deny"},
+		HTTP2: HTTP2{MaxConcurrentStreams: 100, MaxHeaderListSize: 65536, InitialStreamWindow: 262144,
+			InitialConnWindow: 1048576, MaxFrameSize: 16384},
+		Auth: Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},
+		ACL:  ACL{Default: "deny"},
 		Limits: Limits{
 			MaxTLSHandshakes:  256,
 			AuthFailures:      10,

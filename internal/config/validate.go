@@ -73,6 +73,7 @@ func (c *Config) Validate() error {
 	v.check(u.MaxIdle > 0, "upstream.max_idle", "%d is not positive", u.MaxIdle)
 	v.positive("upstream.idle_timeout", u.IdleTimeout)
 
+	c.validateHTTP2(v)
 	c.validateAuth(v)
 	c.validateListeners(v)
 	c.validateAdmin(v)
@@ -146,6 +147,24 @@ func (c *Config) validateACL(v *validator) {
 		each("protocols", r.Protocols, func(s string) error { _, err := acl.ParseProtocol(s); return err })
 		each("allow_private", r.AllowPrivate, prefix)
 	}
+}
+
+// validateHTTP2 checks the [http2] table against the ranges RFC 9113
+// allows (§6.5.2, §6.9.1); windows are at least the protocol's initial
+// 65535, which clients may use before they see rustle's settings.
+func (c *Config) validateHTTP2(v *validator) {
+	h := c.HTTP2
+	const maxWindow = 1<<31 - 1
+	v.check(h.MaxConcurrentStreams > 0 && h.MaxConcurrentStreams <= maxWindow, "http2.max_concurrent_streams",
+		"%d is not between 1 and %d", h.MaxConcurrentStreams, maxWindow)
+	v.check(h.MaxHeaderListSize > 0 && h.MaxHeaderListSize <= 16<<20, "http2.max_header_list_size",
+		"%d is not between 1 and %d", h.MaxHeaderListSize, 16<<20)
+	v.check(h.InitialStreamWindow >= 65535 && h.InitialStreamWindow <= maxWindow, "http2.initial_stream_window",
+		"%d is not between 65535 and %d", h.InitialStreamWindow, maxWindow)
+	v.check(h.InitialConnWindow >= 65535 && h.InitialConnWindow <= maxWindow, "http2.initial_conn_window",
+		"%d is not between 65535 and %d", h.InitialConnWindow, maxWindow)
+	v.check(h.MaxFrameSize >= 16384 && h.MaxFrameSize <= 1<<24-1, "http2.max_frame_size",
+		"%d is not between 16384 and %d", h.MaxFrameSize, 1<<24-1)
 }
 
 // validateLimits checks the [limits] table.

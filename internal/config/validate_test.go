@@ -72,6 +72,16 @@ func TestValidate(t *testing.T) {
 		}, nil},
 		{"access log path with NUL", func(c *Config) { c.AccessLog.Path = "/tmp/a\x00b" }, []string{"access_log.path"}},
 		{"metrics max users zero", func(c *Config) { c.Metrics.MaxUsers = 0 }, []string{"metrics.max_users"}},
+		{"http2 streams zero", func(c *Config) { c.HTTP2.MaxConcurrentStreams = 0 }, []string{"http2.max_concurrent_streams"}},
+		{"http2 header list zero", func(c *Config) { c.HTTP2.MaxHeaderListSize = 0 }, []string{"http2.max_header_list_size"}},
+		{"http2 stream window small", func(c *Config) { c.HTTP2.InitialStreamWindow = 65534 }, []string{"http2.initial_stream_window"}},
+		{"http2 conn window large", func(c *Config) { c.HTTP2.InitialConnWindow = 1 << 31 }, []string{"http2.initial_conn_window"}},
+		{"http2 frame size small", func(c *Config) { c.HTTP2.MaxFrameSize = 16383 }, []string{"http2.max_frame_size"}},
+		{"http2 frame size large", func(c *Config) { c.HTTP2.MaxFrameSize = 1 << 24 }, []string{"http2.max_frame_size"}},
+		{"http2 at their limits", func(c *Config) {
+			c.HTTP2 = HTTP2{MaxConcurrentStreams: 1, MaxHeaderListSize: 16 << 20, InitialStreamWindow: 65535,
+				InitialConnWindow: 1<<31 - 1, MaxFrameSize: 1<<24 - 1}
+		}, nil},
 		{"metrics per user", func(c *Config) { c.Metrics = Metrics{PerUser: true, MaxUsers: 5} }, nil},
 		{"admin loopback", func(c *Config) { c.Admin = "127.0.0.1:9090" }, nil},
 		{"admin port 0", func(c *Config) { c.Admin = "127.0.0.1:0" }, nil},
