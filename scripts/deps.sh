@@ -12,6 +12,17 @@ command -v wget >/dev/null 2>&1 || need+=(wget)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# nghttp (an HTTP/2 client) for internal/h2's interop test.
+command -v nghttp >/dev/null 2>&1 || need+=(nghttp2-client)
+# h2spec, the HTTP/2 conformance suite internal/h2's TestH2Spec runs,
+# from the Go module proxy (the release has no go.mod, hence
+# +incompatible).
+h2spec_version=v2.2.1+incompatible
+if ! command -v h2spec >/dev/null 2>&1 && [ ! -x "$(go env GOBIN)/h2spec" ] &&
+  [ ! -x "$(go env GOPATH)/bin/h2spec" ]; then
+  echo "deps: go install h2spec@$h2spec_version"
+  go install "github.com/summerwind/h2spec/cmd/h2spec@$h2spec_version"
+fi
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
