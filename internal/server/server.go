@@ -20,6 +20,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/socks5"
@@ -65,6 +66,7 @@ type listener struct {
 	proxy *httpproxy.Proxy
 	socks *socks5.Server   // for "socks5" and "mixed" listeners; nil otherwise
 	tls   *tlsconf.Manager // for "https" listeners; nil otherwise
+	h2    *h2.Server       // HTTP/2 for "https" listeners; nil otherwise
 	peek  time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
 	lns   []net.Listener
 
@@ -180,6 +182,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
 				return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
 			}
 			l.tls = m
+			l.h2 = newH2(cfg, pc)
 		}
 		s.listeners = append(s.listeners, l)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/h2"
+	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
@@ -19,13 +21,45 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 		Key:        lc.TLS.Key,
 		ClientCA:   lc.TLS.ClientCA,
 		KTLS:       lc.TLS.KTLS,
-		NextProtos: []string{"http/1.1"},
+		NextProtos: []string{"h2", "http/1.1"},
 		Logger:     log,
 	})
 }
 
+// newH2 returns the HTTP/2 server of an "https" listener, which shares
+// the listener's dialer, upstream pool, authenticator, access policy and
+// timeouts.
+func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
+	hc := h2.Config{
+		Dialer:                pc.Dialer,
+		Pool:                  pc.Pool,
+		Forwarded:             pc.Forwarded,
+		Via:                   pc.Via,
+		MaxConcurrentStreams:  uint32(cfg.HTTP2.MaxConcurrentStreams),
+		MaxHeaderListSize:     uint32(cfg.HTTP2.MaxHeaderListSize),
+		InitialStreamWindow:   uint32(cfg.HTTP2.InitialStreamWindow),
+		InitialConnWindow:     uint32(cfg.HTTP2.InitialConnWindow),
+		MaxFrameSize:          uint32(cfg.HTTP2.MaxFrameSize),
+		MaxHeaderBytes:        pc.MaxHeaderBytes,
+		HandshakeTimeout:      pc.ReadHeaderTimeout,
+		ResponseHeaderTimeout: pc.ResponseHeaderTimeout,
+		IdleTimeout:           pc.IdleTimeout,
+		WriteTimeout:          pc.WriteTimeout,
+		TunnelIdleTimeout:     pc.TunnelIdleTimeout,
+		Logger:                pc.Logger,
+	}
+	if pc.Auth != nil {
+		hc.Auth = pc.Auth
+	}
+	if pc.Access != nil {
+		hc.Access = pc.Access
+	}
+	return h2.New(hc)
+}
+
 // serveTLS completes the TLS handshake of a client of an "https" listener
-// within the read-header timeout, then serves HTTP/1.1 proxying over it.
+// within the read-header timeout, then serves HTTP/2 over it when ALPN
+// chose "h2", HTTP/1.1 proxying otherwise.
 // The socket is wrapped so that crypto/tls never reads past a record it
 // needs, which lets an idle tunnel park on socket readiness with no
 // buffer (see tunnel.RecordConn).
@@ -43,6 +77,10 @@ func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Eng
 		return
 	}
 	c.SetDeadline(time.Time{})
+	if l.h2 != nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
+		l.h2.ServeConn(ctx, tc)
+		return
+	}
 	l.proxy.ServeConn(ctx, tc, eng)
 }
 
