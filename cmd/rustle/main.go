@@ -102,14 +102,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	cfg.AllowPrivate = append(cfg.AllowPrivate, allowPrivate...) // checked by allowPrivateFlags.Set
 	logger := newLogger(cfg.Log, stderr)
-	srv, err := server.New(cfg, logger)
+	o, err := startOps(cfg, logger, stdout)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		return 1
 	}
-	o, err := startOps(cfg, logger, stdout)
+	srv, err := server.New(cfg, logger, server.WithMetrics(o.metrics), server.WithAccessLog(o.access))
 	if err != nil {
-		srv.Close()
+		o.close(context.Background())
 		logger.Error("cannot start", "err", err)
 		return 1
 	}

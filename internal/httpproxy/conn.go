@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
@@ -75,6 +76,9 @@ type conn struct {
 	hostStr    string         // the last target host as a string, reused while it repeats
 	methodStr  string         // the last method as a string, reused while it repeats
 	retryAfter time.Duration  // Retry-After of the next 429 answer
+
+	clientAddrPort netip.AddrPort // the client's address and port, for the access log
+	obs            observation    // what the metrics and access log learn of the current request
 }
 
 func (cn *conn) reset() {
@@ -135,10 +139,12 @@ func (cn *conn) serve() bool {
 		}
 		cn.client.r += n
 		cn.isHead = string(cn.req.method.of(cn.req.buf)) == "HEAD"
+		cn.begin()
 		keep, handedOff := cn.handle()
 		if handedOff {
 			return true
 		}
+		cn.finish()
 		if !keep {
 			return false
 		}
@@ -239,6 +245,8 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		bodyDone = remaining == 0
 	}
 
+	cn.obs.up = int64(len(inBuf))
+
 	// Send the request, retrying once on a fresh connection when a pooled
 	// one turns out dead and the request can be replayed.
 	canRetry := idempotent && bodyDone
@@ -308,7 +316,10 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	cn.buildResponseHead(clientKeep, clientMinor, dechunk)
 
 	cn.client.c.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+	cn.obs.status = resp.status
+	v0 := cn.vec.n
 	err = cn.forwardResponseBody(mode, dechunk)
+	cn.obs.down = cn.vec.n - v0 + cn.obs.down
 	if streaming && cn.finishBody() != nil {
 		// The response ended before the request body did: neither
 		// connection is at a message boundary.
@@ -365,7 +376,12 @@ func (cn *conn) getUpstream(fresh bool) error {
 	if c == nil {
 		addr := string(cn.key)
 		var err error
+		var t0 time.Time
+		if cn.obs.on {
+			t0 = time.Now()
+		}
 		c, err = p.cfg.Dialer.DialPermit(context.WithoutCancel(cn.ctx), addr, cn.permitter())
+		cn.dialed(t0, c, err)
 		if err != nil {
 			return err
 		}
@@ -571,6 +587,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 			return err
 		}
 		up.r += int(n)
+		cn.obs.down = cn.resp.contentLength - n // moved by copyN, past the vec
 		return cn.copyN(client, up, cn.resp.contentLength-n)
 	case bodyChunked:
 		cn.respChunk = chunkedScanner{}
@@ -596,6 +613,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 			if _, err := client.Write(up.buffered()); err != nil {
 				return err
 			}
+			cn.obs.down += int64(len(up.buffered()))
 			up.r = up.w
 		}
 	}
@@ -725,9 +743,14 @@ func scanChunked(cs *chunkedScanner, p []byte) (int, error) {
 func (cn *conn) sendBody(remaining int64, chunked bool) {
 	var err error
 	if chunked {
+		v0 := cn.bodyVec.n
 		err = cn.copyChunked(&cn.bodyVec, cn.up.c, &cn.client, &cn.reqChunk, nil, false)
+		cn.obs.up += cn.bodyVec.n - v0
 	} else {
 		err = cn.copyN(cn.up.c, &cn.client, remaining)
+		if err == nil {
+			cn.obs.up += remaining
+		}
 	}
 	cn.bodyErr <- err
 }
@@ -750,6 +773,7 @@ func (cn *conn) finishBody() error {
 // vec writes two buffers with one writev; its fields are reused so that
 // a write allocates nothing. A vec is used by one goroutine at a time.
 type vec struct {
+	n    int64 // bytes written so far, for the metrics
 	iov  [2][]byte
 	bufs net.Buffers
 	join []byte // a and b joined, for connections without writev (TLS)
@@ -761,6 +785,7 @@ const maxJoin = 16 << 10
 
 // write writes a and b with one system call where it can.
 func (v *vec) write(c net.Conn, a, b []byte) error {
+	v.n += int64(len(a) + len(b))
 	if len(b) == 0 {
 		_, err := c.Write(a)
 		return err
@@ -805,11 +830,17 @@ func (cn *conn) connect() bool {
 		return false
 	}
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
+	var t0 time.Time
+	if cn.obs.on {
+		t0 = time.Now()
+	}
 	upc, err := cn.p.cfg.Dialer.DialPermit(context.WithoutCancel(cn.ctx), string(cn.key), cn.permitter())
+	cn.dialed(t0, upc, err)
 	if err != nil {
 		cn.writeDialError(err)
 		return false
 	}
+	cn.obs.proto, cn.obs.status = accesslog.ProtoConnect, 200
 	client := cn.client.c
 	client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
 	if _, err := client.Write(connectEstablished); err != nil {
@@ -837,6 +868,7 @@ func (cn *conn) switchProtocols() bool {
 	cn.resp.headers[cn.resp.upgradeIdx].drop = false
 	cn.resp.dropConnectionListed()
 	cn.buildSwitchHead()
+	cn.obs.proto, cn.obs.status = accesslog.ProtoWebSocket, 101
 	upc := cn.up.tcp
 	client := cn.client.c
 	client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
@@ -866,11 +898,16 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 	client := cn.client.c
 	client.SetDeadline(time.Time{})
 	upc.SetDeadline(time.Time{})
+	report := cn.tunnelDone()
+	if report == nil {
+		report = func(int64, int64, error) {}
+	}
 	if cn.throttle != nil {
 		// A paced user's tunnel is relayed by goroutines that can wait.
 		limits.RelayPaced(cn.ctx, client, upc, cn.throttle, cn.p.cfg.TunnelIdleTimeout)
 		client.Close()
 		upc.Close()
+		report(0, 0, nil)
 		return true
 	}
 	if cn.eng != nil && cn.client.tcp != nil {
@@ -891,7 +928,8 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 				}
 			}
 		}
-		if err := cn.eng.Add(cn.client.tcp, upc, done); err != nil && done != nil {
+		done = engineDone(report, done)
+		if err := cn.eng.Add(cn.client.tcp, upc, done); err != nil {
 			done(tunnel.Result{Err: err})
 		}
 		return true
@@ -901,13 +939,14 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 			// Parked on socket readiness with no buffer while idle.
 			// Shutdown lets it run until the drain ends and the server
 			// closes the socket.
-			tunnel.RelayTLS(context.WithoutCancel(cn.ctx), tc, raw, upc, cn.p.cfg.TunnelIdleTimeout)
+			report(tunnel.RelayTLS(context.WithoutCancel(cn.ctx), tc, raw, upc, cn.p.cfg.TunnelIdleTimeout))
 			return true
 		}
 	}
 	relay(client, upc)
 	client.Close()
 	upc.Close()
+	report(0, 0, nil)
 	return true
 }
 

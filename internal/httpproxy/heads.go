@@ -172,6 +172,13 @@ var statusText = map[int]string{
 // writeError answers the client with status and a one-line reason. keep
 // leaves the connection open for another request.
 func (cn *conn) writeError(status int, reason string, keep bool) {
+	cn.obs.status = status
+	switch status {
+	case 407:
+		cn.p.cfg.Metrics.AuthFailed()
+	case 403:
+		cn.p.cfg.Metrics.ACLDenied()
+	}
 	out := append(cn.out[:0], "HTTP/1.1 "...)
 	out = appendInt(out, int64(status))
 	out = append(out, ' ')

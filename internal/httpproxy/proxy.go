@@ -20,9 +20,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -111,6 +113,16 @@ type Config struct {
 	SocketBufferBytes int
 	// Logger receives connection-level events; nil = discard.
 	Logger *slog.Logger
+	// Listener names the listener in access log records; "" = none.
+	Listener string
+	// Metrics counts this listener's requests, bytes, tunnels and
+	// refusals; nil = none.
+	Metrics *metrics.ListenerMetrics
+	// UserMetrics returns an authenticated user's series, nil when there
+	// are none; a nil func = no per-user series.
+	UserMetrics func(user string) *metrics.UserMetrics
+	// AccessLog receives one record per request or tunnel; nil = none.
+	AccessLog *accesslog.Logger
 }
 
 // Proxy serves HTTP/1.1 proxy connections. It is safe for concurrent use
@@ -121,6 +133,9 @@ type Proxy struct {
 
 	conns sync.Pool // *conn, reused across client connections
 }
+
+// Metrics returns the listener metrics the Proxy reports to, or nil.
+func (p *Proxy) Metrics() *metrics.ListenerMetrics { return p.cfg.Metrics }
 
 // New returns a Proxy for cfg.
 func New(cfg Config) *Proxy {
@@ -173,8 +188,10 @@ func (p *Proxy) ServeConn(ctx context.Context, c net.Conn, eng *tunnel.Engine) {
 	cn.ctx = ctx
 	cn.client.attach(c, &clientBufs)
 	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		cn.clientAddr = ta.AddrPort().Addr().Unmap()
+		cn.clientAddrPort = ta.AddrPort()
+		cn.clientAddr = cn.clientAddrPort.Addr().Unmap()
 	}
+	cn.obs.on = p.cfg.Metrics != nil || p.cfg.AccessLog != nil
 	if tc, ok := c.(*tls.Conn); ok {
 		// A client certificate verified during the handshake (the
 		// listener's client_ca) authenticates every request.

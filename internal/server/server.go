@@ -17,12 +17,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -80,8 +82,28 @@ type Addr struct {
 	Addr     net.Addr
 }
 
+// Option adds an observer to a Server.
+type Option func(*options)
+
+type options struct {
+	metrics *metrics.Metrics
+	access  *accesslog.Logger
+}
+
+// WithMetrics makes the server count connections, requests, bytes,
+// tunnels and refusals in m (nil = none).
+func WithMetrics(m *metrics.Metrics) Option { return func(o *options) { o.metrics = m } }
+
+// WithAccessLog makes the server log every request and tunnel to l
+// (nil = none).
+func WithAccessLog(l *accesslog.Logger) Option { return func(o *options) { o.access = l } }
+
 // New builds a Server from a validated configuration. logger may be nil.
-func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
+func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -160,9 +182,15 @@ func New(cfg *config.Config, logger *slog.Logger) (*Server, error) {
 			SocketBufferBytes:     cfg.SocketBufferBytes,
 			Limiter:               s.connLimits,
 			Logger:                logger.With("listener", lc.Name),
+			Listener:              lc.Name,
+			Metrics:               o.metrics.Listener(lc.Name, lc.Protocol),
+			AccessLog:             o.access,
 		}
 		if policy != nil {
 			pc.Access = policy
+		}
+		if o.metrics != nil {
+			pc.UserMetrics = o.metrics.User
 		}
 		if cfg.EffectiveAuth(lc) == "basic" {
 			if authr == nil {
@@ -314,7 +342,10 @@ func (s *Server) serveConn(l *listener, c *net.TCPConn, ip netip.Addr, eng *tunn
 	s.connMu.Lock()
 	s.active[c] = struct{}{}
 	s.connMu.Unlock()
+	lm := l.proxy.Metrics()
+	lm.Accepted()
 	l.serve(s.connCtx, c, eng)
+	lm.Closed()
 	s.connMu.Lock()
 	delete(s.active, c)
 	s.connMu.Unlock()

@@ -287,4 +287,3 @@ func TestHTTPSBadCerts(t *testing.T) {
 		})
 	}
 }
-
