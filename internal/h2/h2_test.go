@@ -744,3 +744,115 @@ func TestAccessPolicy(t *testing.T) {
 		t.Errorf("CONNECT denied by a rule: %d, want 403", resp.StatusCode)
 	}
 }
+
+func TestTrailers(t *testing.T) {
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Trailer", "X-Resp-Trailer")
+		fmt.Fprintf(w, "got %s with trailer %q", body, r.Trailer.Get("X-Req-Trailer"))
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Resp-Trailer", "from origin")
+	}))
+	t.Cleanup(o.Close)
+	p := startProxy(t, Config{})
+	cc := p.client(t)
+	req := newRequest(t, "POST", o.URL+"/t", io.MultiReader(strings.NewReader("abc")))
+	req.ContentLength = -1
+	req.Trailer = http.Header{"X-Req-Trailer": {"from client"}}
+	resp, body := roundTrip(t, cc, req)
+	if resp.StatusCode != 200 || body != `got abc with trailer "from client"` {
+		t.Fatalf("got %d %q", resp.StatusCode, body)
+	}
+	if got := resp.Trailer.Get("X-Resp-Trailer"); got != "from origin" {
+		t.Errorf("response trailer %q, want %q (trailers %v)", got, "from origin", resp.Trailer)
+	}
+}
+
+func TestHeaderListTooLarge(t *testing.T) {
+	p := startProxy(t, Config{MaxHeaderListSize: 1024})
+	rc := p.raw(t)
+	big := strings.Repeat("b", 500) // each field fits; together they do not
+	rc.headers(1, true, ":method", "GET", ":scheme", "http", ":authority", "example.test", ":path", "/",
+		"x-a", big, "x-b", big, "x-c", big)
+	h, ok := rc.next().(*http2.MetaHeadersFrame)
+	if !ok || h.PseudoValue("status") != "431" {
+		t.Fatalf("want a 431 answer, got %v", h)
+	}
+}
+
+func TestIdleConnectionClosed(t *testing.T) {
+	p := startProxy(t, Config{IdleTimeout: 200 * time.Millisecond})
+	rc := p.raw(t)
+	g, ok := rc.next().(*http2.GoAwayFrame)
+	if !ok || g.ErrCode != http2.ErrCodeNo {
+		t.Fatalf("idle connection: want GOAWAY(NO_ERROR), got %v", g)
+	}
+	rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := rc.fr.ReadFrame(); err == nil {
+		t.Fatal("connection still open after GOAWAY")
+	}
+}
+
+func TestResetClosesUpstream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	closed := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = io.Copy(io.Discard, c)
+		closed <- err
+	}()
+	p := startProxy(t, Config{})
+	rc := p.raw(t)
+	rc.headers(1, false, ":method", "CONNECT", ":authority", ln.Addr().String())
+	if h, ok := rc.next().(*http2.MetaHeadersFrame); !ok || h.PseudoValue("status") != "200" {
+		t.Fatalf("CONNECT: got %v", h)
+	}
+	rc.fr.WriteData(1, false, []byte("some bytes"))
+	rc.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	select {
+	case err := <-closed:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("upstream not closed after RST_STREAM: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream not closed after RST_STREAM")
+	}
+	// The connection serves on.
+	rc.fr.WritePing(false, [8]byte{7})
+	for {
+		rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pf, ok := f.(*http2.PingFrame); ok && pf.IsAck() {
+			break
+		}
+	}
+}
+
+func TestWebSocketRefused(t *testing.T) {
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no sockets here", http.StatusForbidden)
+	}))
+	t.Cleanup(o.Close)
+	p := startProxy(t, Config{})
+	cc := p.client(t)
+	req := newRequest(t, "CONNECT", o.URL+"/ws", nil)
+	req.Header.Set(":protocol", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	resp, body := roundTrip(t, cc, req)
+	if resp.StatusCode != 403 || !strings.Contains(body, "no sockets here") {
+		t.Fatalf("refused upgrade: %d %q, want the origin's 403", resp.StatusCode, body)
+	}
+}

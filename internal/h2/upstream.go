@@ -250,10 +250,35 @@ func (s *stream) forward(d *acl.Decision) {
 	if complete {
 		s.stopBody()
 	}
-	bodyErr := <-bodyDone
+	bodyErr := s.bodyResult(bodyDone, up)
 	reuse := complete && bodyErr == nil && !resp.Close && br.Buffered() == 0
 	putReader(br)
 	s.detach(up, key, reuse)
+}
+
+// errBodyCut is the request body's error when the origin answered
+// without taking all of it.
+var errBodyCut = errors.New("h2: origin answered before taking the whole request body")
+
+// bodyResult waits for the request body's writer. When the origin has
+// answered without taking the whole body, the writer is given a moment
+// and then cut off.
+func (s *stream) bodyResult(done <-chan error, up *net.TCPConn) error {
+	select {
+	case err := <-done:
+		return err
+	default:
+	}
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	up.SetWriteDeadline(time.Unix(1, 0))
+	<-done
+	return errBodyCut
 }
 
 // relayResponse sends resp (head, body, trailers) on the stream and
