@@ -7,9 +7,15 @@
 // entries of one criterion are alternatives.
 //
 // When no rule matches, the policy's default applies: deny unless the
-// configuration says otherwise. A configuration without rules builds no
-// Policy at all, and then every request that passes authentication and the
-// private-destination guard is served.
+// configuration says otherwise, as in Squid. Whoever writes rules has said
+// what to allow, and a request nobody thought of is the one an open relay
+// is abused with; a deny list ends with a catch-all allow rule or sets the
+// default to allow. A configuration without rules builds no Policy at all,
+// and then every request that passes authentication and the
+// private-destination guard is served: denying everything would make the
+// default configuration useless, and the guard and the refusal of
+// unauthenticated non-loopback listeners already keep it from being an open
+// relay.
 //
 // A [Policy] is compiled once from its [Config]; [Policy.Decide] and
 // [Policy.Check] allocate nothing and are safe for concurrent use.
