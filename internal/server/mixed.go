@@ -10,10 +10,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
@@ -23,8 +25,11 @@ import (
 // used when the listener's effective auth is "basic". policy is the access
 // policy, nil for none.
 func newSOCKS(cfg *config.Config, lc config.Listener, d *dialer.Dialer, authr *auth.Authenticator, log *slog.Logger,
-	policy *acl.Policy, lim socks5.Limiter) *socks5.Server {
+	policy *acl.Policy, lim socks5.Limiter, lm *metrics.ListenerMetrics, al *accesslog.Logger) *socks5.Server {
 	sc := socks5.Config{
+		Listener:          lc.Name,
+		Metrics:           lm,
+		AccessLog:         al,
 		Dialer:            d,
 		HandshakeTimeout:  cfg.Timeouts.ReadHeader.Duration,
 		UDPIdleTimeout:    cfg.Timeouts.UDPIdle.Duration,

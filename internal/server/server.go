@@ -202,7 +202,7 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 		l := &listener{cfg: lc, proxy: httpproxy.New(pc), peek: cfg.Timeouts.ReadHeader.Duration, handshakes: s.handshakes}
 		switch lc.Protocol {
 		case "socks5", "mixed":
-			l.socks = newSOCKS(cfg, lc, d, authr, pc.Logger, policy, s.connLimits)
+			l.socks = newSOCKS(cfg, lc, d, authr, pc.Logger, policy, s.connLimits, pc.Metrics, o.access)
 		case "https":
 			m, err := newTLS(lc, pc.Logger)
 			if err != nil {

@@ -12,10 +12,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -81,6 +83,16 @@ type Config struct {
 	// Logger receives connection-level events at debug level; nil
 	// discards them.
 	Logger *slog.Logger
+	// Listener names the listener in access log records; "" = none.
+	Listener string
+	// Metrics counts this listener's tunnels, bytes and refusals; nil =
+	// none. SOCKS replies count as request classes: success 2xx, not
+	// allowed 4xx, failures 5xx.
+	Metrics *metrics.ListenerMetrics
+	// AccessLog receives one record per CONNECT (when its tunnel ends, or
+	// when it is refused), with the SOCKS reply code as status; nil =
+	// none.
+	AccessLog *accesslog.Logger
 }
 
 // Defaults for zero Config fields.
@@ -327,6 +339,7 @@ func (s *Server) authenticate(ctx context.Context, cn *conn) bool {
 	status := byte(userPassOK)
 	if !ok {
 		status = userPassFailure
+		s.cfg.Metrics.AuthFailed()
 		if s.cfg.Limiter != nil {
 			s.cfg.Limiter.AuthFailed(cn.client)
 		}
@@ -425,13 +438,17 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 	if v4 {
 		proto = acl.SOCKS4
 	}
+	obs := s.observe(cn, dst)
 	if !s.decide(ctx, cn, dst, proto) {
 		reply(repNotAllowed, netip.AddrPort{})
+		s.cfg.Metrics.ACLDenied()
+		obs(repNotAllowed, netip.AddrPort{}, 0, 0)
 		return false
 	}
 	upc, err := s.cfg.Dialer.DialPermit(context.WithoutCancel(ctx), dst.String(), s.permitter(cn))
 	if err != nil {
 		reply(dialReply(err), netip.AddrPort{})
+		obs(dialReply(err), netip.AddrPort{}, 0, 0)
 		s.debug(ctx, cn, "socks5: connect", err, slog.Any("target", dst), slog.String("rule", cn.decision.Rule))
 		return false
 	}
@@ -461,17 +478,23 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 			// wait; ServeConn returns when it ends.
 			limits.RelayPaced(ctx, cn.c, upc, bucket, s.cfg.TunnelIdleTimeout)
 			upc.Close()
+			obs(repSucceeded, netip.AddrPort{}, 0, 0)
 			return false
 		}
 	}
 	var logDone func(tunnel.Result)
+	upAddr := upc.RemoteAddr().(*net.TCPAddr).AddrPort()
+	s.cfg.Metrics.TunnelOpened()
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		client, target := cn.c.RemoteAddr().String(), dst.String()
 		logDone = func(r tunnel.Result) {
+			obs(repSucceeded, upAddr, r.Up, r.Down)
 			s.log.LogAttrs(context.Background(), slog.LevelDebug, "socks5: tunnel closed",
 				slog.String("client", client), slog.String("target", target),
 				slog.Int64("up", r.Up), slog.Int64("down", r.Down), slog.Any("err", r.Err))
 		}
+	} else if s.cfg.Metrics != nil || s.cfg.AccessLog != nil {
+		logDone = func(r tunnel.Result) { obs(repSucceeded, upAddr, r.Up, r.Down) }
 	}
 	done := logDone
 	if lim != nil {
@@ -500,6 +523,51 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 		}
 	}
 	return true
+}
+
+// observe returns the function that reports a CONNECT to dst with reply
+// code rep to the metrics and the access log; it does nothing when
+// neither is configured. It copies what it needs from cn, which is reused
+// before a tunnel ends.
+func (s *Server) observe(cn *conn, dst addr) func(rep byte, upstream netip.AddrPort, up, down int64) {
+	if s.cfg.Metrics == nil && s.cfg.AccessLog == nil {
+		return func(byte, netip.AddrPort, int64, int64) {}
+	}
+	start := time.Now()
+	rec := accesslog.Record{
+		Time: start, Listener: s.cfg.Listener, User: cn.user,
+		Protocol: accesslog.ProtoSOCKS5, Method: "CONNECT", Target: dst.String(),
+	}
+	if ta, ok := cn.c.RemoteAddr().(*net.TCPAddr); ok {
+		rec.Client = ta.AddrPort()
+	}
+	return func(rep byte, upstream netip.AddrPort, up, down int64) {
+		s.cfg.Metrics.Request(replyClass(rep), up, down)
+		s.cfg.Metrics.Bytes(up, down)
+		if s.cfg.AccessLog != nil {
+			r := rec
+			r.Status, r.Upstream, r.BytesUp, r.BytesDown = int(rep), upstream, up, down
+			r.Duration = time.Since(start)
+			r.Rule = cn.decision.Rule
+			s.cfg.AccessLog.Log(&r)
+		}
+	}
+}
+
+// replyClass maps a SOCKS5 reply code to the HTTP status whose class the
+// request metrics count it in.
+func replyClass(rep byte) int {
+	switch rep {
+	case repSucceeded:
+		return 200
+	case repNotAllowed:
+		return 403
+	case repTTLExpired:
+		return 504
+	case repCmdNotSupported, repAddrTypeNotSupport:
+		return 501
+	}
+	return 502
 }
 
 // dialReply returns the SOCKS5 reply code for a failed dial.
