@@ -478,7 +478,10 @@ func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key
 		out = append(out, "Content-Length: 0\r\n"...)
 	}
 	if o.via {
-		out = append(out, "Via: 2 rustle\r\n"...)
+		// The configuration documents one value for both proxies,
+		// although a request that came over HTTP/2 would strictly be
+		// "2 rustle" (RFC 9110 §7.6.3).
+		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}
 	return append(out, "\r\n"...), chunked
 }
