@@ -633,8 +633,10 @@ func (s *browserSite) checkSeen(t testing.TB) {
 			t.Errorf("the %s origin's client for %s is not rustle: %s", r.origin, r.path, r.owner)
 		}
 		switch {
-		case r.origin == "plain" && r.via != "1.1 rustle":
-			t.Errorf("the plain origin got Via %q on %s, want \"1.1 rustle\" (forwarded by rustle)", r.via, r.path)
+		case r.origin == "plain" && r.via != "1.1 rustle" && r.via != "2 rustle":
+			// Via names the version of the message rustle received:
+			// 1.1 from an HTTP/1.1 proxy connection, 2 over h2.
+			t.Errorf("the plain origin got Via %q on %s, want \"1.1 rustle\" or \"2 rustle\" (forwarded by rustle)", r.via, r.path)
 		case r.origin == "secure" && r.via != "":
 			t.Errorf("the TLS origin got Via %q on %s through a tunnel", r.via, r.path)
 		case r.origin == "ws" && r.path == "/echo" && r.wsClose != "StatusNormalClosure":
@@ -915,9 +917,40 @@ func readNetLog(t testing.TB, path string) netLogSummary {
 			if len(p.Headers) > 0 && strings.Contains(p.Headers[0], " 407 ") {
 				nl.challenges++
 			}
+		case "HTTP2_SESSION_RECV_HEADERS":
+			// Over an h2 proxy connection answers are header lists.
+			if slices.Contains(p.Headers, ":status: 407") {
+				nl.challenges++
+			}
+		case "HTTP2_SESSION_SEND_HEADERS":
+			// And requests too: rebuild a request line from the
+			// pseudo-header fields so that the target checks apply.
+			if line := h2RequestLine(p.Headers); line != "" {
+				nl.requestLines = append(nl.requestLines, line)
+			}
 		}
 	}
 	return nl
+}
+
+// h2RequestLine turns the pseudo-header fields of an HTTP/2 request, as
+// the net log lists them (":method: GET"), into a request line: CONNECT
+// with its authority, or the method and the absolute URL.
+func h2RequestLine(headers []string) string {
+	pseudo := map[string]string{}
+	for _, h := range headers {
+		if name, value, ok := strings.Cut(h, ": "); ok && strings.HasPrefix(name, ":") {
+			pseudo[name] = value
+		}
+	}
+	method, authority := pseudo[":method"], pseudo[":authority"]
+	if method == "" || authority == "" {
+		return ""
+	}
+	if method == http.MethodConnect && pseudo[":protocol"] == "" {
+		return method + " " + authority + " HTTP/2"
+	}
+	return method + " " + pseudo[":scheme"] + "://" + authority + pseudo[":path"] + " HTTP/2"
 }
 
 // requestTarget returns the host:port a proxy request line names: the
