@@ -1,5 +1,7 @@
 package report
 
+import "slices"
+
 // Cell is the figure of one row for one proxy, as the tables show it.
 type Cell struct {
 	// OK is true when Value holds a figure from a clean level.
@@ -45,7 +47,7 @@ func Figures(c Campaign) map[string]map[string]Cell {
 
 // figure computes one cell.
 func figure(c Campaign, row, sel Row, p Proxy) Cell {
-	if row.unsupported(p.Name) {
+	if row.unsupported(p.Name) || slices.Contains(p.Lacks, row.ID) {
 		return Cell{Text: TextUnsupported}
 	}
 	if p.Skipped != "" {

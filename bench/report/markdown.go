@@ -23,7 +23,9 @@ var Caveats = []string{
 	"Closed loop at each concurrency level (no open-loop rate). CPU per request is measured with the proxy fully loaded, not at the same request rate for every proxy.",
 	"CPU per request is utime+stime of all the proxy's processes from /proc/PID/stat, divided by completed requests; softirq time the kernel spends on the load core is not attributed.",
 	"The origin is static with Content-Length. Chunked bodies, uploads, IPv6, many origins and large header sets are not measured here.",
-	"The tunnel test measures the upload direction only, as bytes the sink received.",
+	"The tunnel tests (CONNECT, CONNECT over TLS, SOCKS5) measure the upload direction only, as bytes the sink received.",
+	"TLS rows: the load tool is Go's TLS client (TLS 1.3 with the campaign's ECDSA P-256 certificate) on the shared load core, so every handshake costs the load side too; the proxy decrypts in user space and forwards in the clear to the origin. \"No proxy\" is TLS straight to a TLS origin. Resumed sessions are offered from Go's client session cache; whether the proxy resumed them is in runs.json (tls_resumed) and in the notes below when it mostly did not.",
+	"WebSocket rows: closed loop, one message in flight per connection; msg/s counts round trips (a message and its echo), Gbit/s the echoed payload the clients received (each byte crossed the proxy twice). Client frames carry the all-zero mask key, which costs the load side nothing and the proxy nothing different (a proxy relays frames without unmasking them).",
 	"Memory is VmRSS summed over the proxy's processes; it includes shared pages (libraries) counted once per process.",
 }
 
@@ -66,6 +68,9 @@ func Markdown(w io.Writer, c Campaign) error {
 		if p.Skipped != "" {
 			fmt.Fprintf(bw, "- not run: %s\n", p.Skipped)
 		}
+		if p.LacksWhy != "" {
+			fmt.Fprintf(bw, "- “%s” on %d row(s): %s\n", TextUnsupported, len(p.Lacks), p.LacksWhy)
+		}
 		for _, t := range p.Tuning {
 			fmt.Fprintf(bw, "- %s\n", t)
 		}
@@ -82,7 +87,7 @@ func Markdown(w io.Writer, c Campaign) error {
 	bw.WriteString("## Results\n\n")
 	fmt.Fprintf(bw, "Best clean concurrency level of each proxy, median of %d run(s). ", c.Repeats)
 	fmt.Fprintf(bw, "“%s” means the proxy does not support that mode; “%s” that it was not measured; “%s” that every level tried saw errors. ", TextUnsupported, TextNotRun, TextNoClean)
-	bw.WriteString("The ratio columns give rustle's figure against the peer's: how many times more or less. For CPU and memory, less is better.\n\n")
+	bw.WriteString("The ratio columns give rustle's figure against the peer's: how many times more or less (a table has no ratio column for a peer that lacks all its modes). For CPU, memory and round-trip latency, less is better.\n\n")
 	refIn := false
 	var peers []Proxy
 	for _, p := range c.Proxies {
@@ -103,7 +108,18 @@ func Markdown(w io.Writer, c Campaign) error {
 		for _, p := range c.Proxies {
 			hdr = append(hdr, p.Label)
 		}
+		// A peer without the section's mode at all (every cell "—") gets
+		// its "—" column but no ratio column.
+		var secPeers []Proxy
 		for _, p := range peers {
+			for _, r := range c.Rows {
+				if r.Section == sec && figs[r.ID][p.Name].Text != TextUnsupported {
+					secPeers = append(secPeers, p)
+					break
+				}
+			}
+		}
+		for _, p := range secPeers {
 			hdr = append(hdr, labels[Reference]+" ÷ "+p.Label)
 		}
 		var rows [][]string
@@ -116,7 +132,7 @@ func Markdown(w io.Writer, c Campaign) error {
 			for _, p := range c.Proxies {
 				line = append(line, figs[r.ID][p.Name].Text)
 			}
-			for _, p := range peers {
+			for _, p := range secPeers {
 				line = append(line, RatioText(figs[r.ID][Reference], figs[r.ID][p.Name]))
 			}
 			rows = append(rows, line)
@@ -257,7 +273,8 @@ func procedure(c Campaign) []string {
 		fmt.Sprintf("Test order shuffled with seed %d; the proxy is restarted before each test and each test starts with a warm-up run that is recorded apart and never counted.", c.Seed),
 		fmt.Sprintf("A concurrency sweep per test: every level runs %d time(s) for %s; a level with any error, non-2xx response, short body or failed tunnel is not clean; the clean level with the best median is kept (at_conns).", c.Repeats, durationText(c.DurationS)),
 		"Throughput: requests completed per second as wrk counts them; tunnels: bytes the sink received over the measuring window, in Gbit/s.",
-		"CPU per request: utime+stime of all the proxy's processes (/proc/PID/stat) over the HTTP 1 KB runs at the kept level, divided by the requests completed.",
+		"CPU per request: utime+stime of all the proxy's processes (/proc/PID/stat) over the HTTP 1 KB runs at the kept level, divided by the requests completed; per WebSocket message the same over the 64-byte runs, divided by the messages echoed.",
+		"Every test talks to one port of a freshly started proxy: the plain HTTP port, the HTTPS port (HTTP proxy over TLS) or the SOCKS5 port; WebSocket tests use the plain or the TLS port. HTTPS-proxy requests and WebSocket messages come from the Go load tool (wrk cannot speak TLS to a proxy), counted like wrk.",
 		"Memory: VmRSS summed over all the proxy's processes with N open tunnels (CONNECT answered, one small exchange through each, then idle); the slope is (RSS at the largest N − RSS with none open) ÷ N.",
 		"The busy % of both cores is recorded for every run from /proc/stat.",
 	}

@@ -228,18 +228,31 @@ func ParseProcStat(s string) (ProcStat, error) {
 // ParseVmRSS returns the VmRSS line of /proc/PID/status in kB. A process
 // without one (a zombie, a kernel thread) has 0.
 func ParseVmRSS(status string) (int64, error) {
-	for line := range strings.Lines(status) {
-		rest, ok := strings.CutPrefix(line, "VmRSS:")
+	return parseKB(status, "VmRSS:")
+}
+
+// ParsePss returns the Pss line of /proc/PID/smaps_rollup in kB: the
+// process's proportional set size, where a page shared by n processes
+// counts 1/n. A process without one (a kernel thread) has 0.
+func ParsePss(smapsRollup string) (int64, error) {
+	return parseKB(smapsRollup, "Pss:")
+}
+
+// parseKB returns the value of the first line starting with name, of the
+// form "name   1234 kB", or 0 when there is none.
+func parseKB(s, name string) (int64, error) {
+	for line := range strings.Lines(s) {
+		rest, ok := strings.CutPrefix(line, name)
 		if !ok {
 			continue
 		}
 		f := strings.Fields(rest)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("report: parse VmRSS line %q: unexpected shape", strings.TrimSpace(line))
+			return 0, fmt.Errorf("report: parse %s line %q: unexpected shape", strings.TrimSuffix(name, ":"), strings.TrimSpace(line))
 		}
 		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("report: parse VmRSS line %q: %w", strings.TrimSpace(line), err)
+			return 0, fmt.Errorf("report: parse %s line %q: %w", strings.TrimSuffix(name, ":"), strings.TrimSpace(line), err)
 		}
 		return kb, nil
 	}

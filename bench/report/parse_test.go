@@ -146,6 +146,29 @@ func TestParseVmRSS(t *testing.T) {
 	}
 }
 
+func TestParsePss(t *testing.T) {
+	rollup := "55d0c9a2e000-7ffd8a5f2000 ---p 00000000 00:00 0                          [rollup]\nRss:               14236 kB\nPss:                9120 kB\nPss_Anon:           8000 kB\nShared_Clean:       5000 kB\n"
+	tests := []struct {
+		name    string
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{"present, Pss_Anon not taken for Pss", rollup, 9120, false},
+		{"kernel thread has none", "", 0, false},
+		{"bad unit", "Pss:\t 12 MB\n", 0, true},
+		{"bad number", "Pss:\t x kB\n", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParsePss(tt.in)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("ParsePss = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
 func TestParseCPUStatAndBusy(t *testing.T) {
 	before, err := ParseCPUStat("cpu  30 0 30 300 0 0 0 0 0 0\ncpu0 10 0 10 100 0 0 0 0 0 0\ncpu1 20 0 20 200 0 0 0 0 0 0\nintr 1 2 3\n")
 	if err != nil {
@@ -197,6 +220,16 @@ func FuzzParseWrk(f *testing.F) {
 		r, err := ParseWrk(out)
 		if err != nil && r != (WrkResult{}) {
 			t.Errorf("ParseWrk returned %+v with error %v", r, err)
+		}
+	})
+}
+
+func FuzzParsePss(f *testing.F) {
+	f.Add("Rss:  14236 kB\nPss:   9120 kB\nPss_Anon:  8000 kB\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		kb, err := ParsePss(s)
+		if err != nil && kb != 0 {
+			t.Errorf("ParsePss returned %d with error %v", kb, err)
 		}
 	})
 }

@@ -14,6 +14,7 @@ var colors = map[string]string{
 	"rustle":    "#d9541e",
 	"squid":     "#3b6ea5",
 	"tinyproxy": "#5f9a32",
+	"dante":     "#8e5ba8",
 	NoProxy:     "#9a9a9a",
 }
 

@@ -22,6 +22,11 @@ type Proxy struct {
 	// Skipped, when not empty, says why the proxy was not run at all. Its
 	// cells read "not run", never zero.
 	Skipped string `json:"skipped,omitempty"`
+	// Lacks lists rows whose mode the proxy lacks on this machine (a
+	// Squid built without TLS): their cells read "—", like the rows of
+	// Row.Unsupported, and LacksWhy says why.
+	Lacks    []string `json:"lacks,omitempty"`
+	LacksWhy string   `json:"lacks_why,omitempty"`
 }
 
 // Row is one line of a results table: one figure measured per proxy.
@@ -94,6 +99,10 @@ type Run struct {
 	// request.
 	ToleratedReadErrors int64 `json:"tolerated_read_errors,omitempty"`
 	Bytes               int64 `json:"bytes,omitempty"`
+	// TLSHandshakes counts the TLS handshakes the load tool made in the
+	// run, TLSResumed those that resumed a session.
+	TLSHandshakes int64 `json:"tls_handshakes,omitempty"`
+	TLSResumed    int64 `json:"tls_resumed,omitempty"`
 	// ProxyCPUSeconds is utime+stime of all the proxy's processes over the
 	// run.
 	ProxyCPUSeconds float64 `json:"proxy_cpu_s,omitempty"`
