@@ -54,8 +54,7 @@ func (e *errorLog) firstText() string {
 
 func runBulk(args []string) error {
 	fs := flag.NewFlagSet("bulk", flag.ExitOnError)
-	proxy := fs.String("proxy", "", "proxy `host:port`; empty connects straight to the target")
-	auth := fs.String("auth", "", "`user:pass` for Proxy-Authorization; empty sends none")
+	df := addDialFlags(fs)
 	target := fs.String("target", "", "sink `host:port`")
 	statsURL := fs.String("stats", "", "origin /_stats `URL` holding the sink's byte counter")
 	conns := fs.Int("conns", 4, "tunnels")
@@ -68,7 +67,10 @@ func runBulk(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	d := newDialer(*proxy, *auth, *target, 10*time.Second)
+	d, err := df.dialer(*target, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("bulk: %w", err)
+	}
 
 	var errs errorLog
 	tunnels := openParallel(ctx, d, *conns, 64, &errs, nil)

@@ -29,8 +29,7 @@ var ping = []byte("ping")
 
 func runHold(args []string) error {
 	fs := flag.NewFlagSet("hold", flag.ExitOnError)
-	proxy := fs.String("proxy", "", "proxy `host:port`; empty connects straight to the target")
-	auth := fs.String("auth", "", "`user:pass` for Proxy-Authorization; empty sends none")
+	df := addDialFlags(fs)
 	target := fs.String("target", "", "hold port `host:port`")
 	stepsFlag := fs.String("steps", "1000,5000,9000", "comma-separated increasing tunnel counts")
 	par := fs.Int("parallel", 64, "tunnels opened at once")
@@ -45,7 +44,10 @@ func runHold(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	d := newDialer(*proxy, *auth, *target, 10*time.Second)
+	d, err := df.dialer(*target, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("hold: %w", err)
+	}
 
 	// stdin carries the caller's go-ahead between steps; EOF ends the run.
 	lines := make(chan struct{})

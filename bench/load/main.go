@@ -1,6 +1,14 @@
 // Command load is the benchmark campaign's Go load tool, for the tests wrk
-// cannot run: it opens CONNECT tunnels through a proxy (or, with an empty
-// -proxy, straight to the target, for the "no proxy" column).
+// cannot run: CONNECT or SOCKS5 tunnels, requests through an HTTPS proxy,
+// and WebSocket messages, through a proxy or, with an empty -proxy,
+// straight to the target (the "no proxy" column).
+//
+// Every subcommand takes the same flags to reach its target: -proxy ADDR,
+// -auth USER:PASS (HTTP Basic, or SOCKS5 username/password), -tls (TLS to
+// the proxy, an HTTPS proxy; or to the target without a proxy) with -ca
+// FILE and -resume (a TLS session cache, so that new connections resume a
+// session; without it every connection makes a full handshake), and
+// -socks5 (SOCKS5 CONNECT instead of HTTP CONNECT, for bulk and hold).
 //
 // Subcommands:
 //
@@ -20,7 +28,28 @@
 // closes every tunnel and exits. The caller measures the proxy's memory at
 // each step.
 //
-// Both subcommands are bounded by -timeout.
+//	load http -proxy ADDR -tls -ca FILE [-resume] -target ORIGIN -path /1k -conns N [-newconn] -duration D
+//
+// keeps N connections, each sending absolute-form GET requests with
+// Proxy-Authorization one after the other (origin form without a proxy),
+// or one request per connection with -newconn ("Connection: close", then
+// a new connection, resuming the TLS session with -resume). It counts like
+// wrk: requests whose response was complete within D, bytes read, connect,
+// read, write, timeout and status (>399) errors, latency percentiles; and
+// prints one line, report.WrkMarker followed by JSON (HTTPResult), that
+// report.ParseWrk reads like wrk's.
+//
+//	load ws -proxy ADDR [-tls -ca FILE -resume] -target ECHO -size 64 -conns N [-newconn] -duration D
+//
+// opens N WebSocket connections through the proxy (an absolute-form GET
+// with Upgrade: websocket and Proxy-Authorization, on the plain or TLS
+// proxy connection), each sending one binary message at a time and waiting
+// for its echo; or, with -newconn, one connection per exchange. It prints
+// one JSON line (WSResult): messages per second (round trips), Gbit/s of
+// echoed payload, round-trip percentiles.
+//
+// bulk and hold are bounded by -timeout, http and ws by their duration plus
+// twice -req-timeout.
 package main
 
 import (
@@ -38,6 +67,10 @@ func main() {
 		err = runBulk(os.Args[2:])
 	case "hold":
 		err = runHold(os.Args[2:])
+	case "http":
+		err = runHTTP(os.Args[2:])
+	case "ws":
+		err = runWS(os.Args[2:])
 	default:
 		usage()
 	}
@@ -48,6 +81,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: load bulk|hold [flags]; load bulk -h for the flags")
+	fmt.Fprintln(os.Stderr, "usage: load bulk|hold|http|ws [flags]; load bulk -h for the flags")
 	os.Exit(2)
 }

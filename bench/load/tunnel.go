@@ -3,49 +3,112 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"net/textproto"
+	"os"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
-// dialer opens tunnels to one target, through a proxy or straight.
+// dialer opens connections to one target, through a proxy or straight.
 type dialer struct {
 	// proxy is the proxy's host:port; "" connects straight to target.
 	proxy string
+	// socks makes dial speak SOCKS5 (RFC 1928) to the proxy instead of
+	// HTTP CONNECT.
+	socks bool
+	// user and pass are the credentials: Basic for HTTP, RFC 1929
+	// username/password for SOCKS5; "" sends none.
+	user, pass string
 	// authHeader is the Proxy-Authorization value; "" sends none.
 	authHeader string
-	target     string
-	timeout    time.Duration
+	// tlsConf, when not nil, wraps the connection to the proxy (or, with
+	// no proxy, to the target) in TLS.
+	tlsConf *tls.Config
+	target  string
+	timeout time.Duration
+	// handshakes and resumed count the TLS handshakes done and those that
+	// resumed a session; shared by every copy of the dialer.
+	handshakes, resumed *atomic.Int64
 }
 
 func newDialer(proxy, userPass, target string, timeout time.Duration) dialer {
-	d := dialer{proxy: proxy, target: target, timeout: timeout}
+	d := dialer{proxy: proxy, target: target, timeout: timeout, handshakes: new(atomic.Int64), resumed: new(atomic.Int64)}
 	if userPass != "" {
+		d.user, d.pass, _ = strings.Cut(userPass, ":")
 		d.authHeader = "Basic " + base64.StdEncoding.EncodeToString([]byte(userPass))
 	}
 	return d
 }
 
-// tunnelConn is an established tunnel. Reads drain what the reader of the
-// CONNECT response buffered first.
-type tunnelConn struct {
-	net.Conn
-	r *bufio.Reader
+// dialFlags are the flags every subcommand shares to reach its target.
+type dialFlags struct {
+	proxy, auth *string
+	tls         *bool
+	ca          *string
+	resume      *bool
+	socks       *bool
 }
 
-func (c *tunnelConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func addDialFlags(fs *flag.FlagSet) *dialFlags {
+	return &dialFlags{
+		proxy:  fs.String("proxy", "", "proxy `host:port`; empty connects straight to the target"),
+		auth:   fs.String("auth", "", "`user:pass` for the proxy (Basic, or SOCKS5 username/password); empty sends none"),
+		tls:    fs.Bool("tls", false, "speak TLS to the proxy (an HTTPS proxy), or to the target when there is no proxy"),
+		ca:     fs.String("ca", "", "PEM `file` of the CA that signed the TLS server's certificate (with -tls)"),
+		resume: fs.Bool("resume", false, "with -tls, keep a TLS session cache so new connections resume a session; without it every connection makes a full handshake"),
+		socks:  fs.Bool("socks5", false, "speak SOCKS5 to the proxy instead of HTTP CONNECT (bulk and hold)"),
+	}
+}
 
-// errStatus is returned when the proxy answers CONNECT with a status other
-// than 200.
-var errStatus = errors.New("load: CONNECT refused")
+// dialer builds the dialer the flags describe for target.
+func (f *dialFlags) dialer(target string, timeout time.Duration) (dialer, error) {
+	d := newDialer(*f.proxy, *f.auth, target, timeout)
+	d.socks = *f.socks
+	if !*f.tls {
+		return d, nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if *f.ca != "" {
+		pem, err := os.ReadFile(*f.ca)
+		if err != nil {
+			return d, fmt.Errorf("read CA: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return d, fmt.Errorf("read CA %s: no certificate in it", *f.ca)
+		}
+	}
+	server := target
+	if d.proxy != "" {
+		server = d.proxy
+	}
+	host, _, err := net.SplitHostPort(server)
+	if err != nil {
+		return d, fmt.Errorf("TLS server name of %q: %w", server, err)
+	}
+	conf.ServerName = host
+	if *f.resume {
+		conf.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+	}
+	d.tlsConf = conf
+	return d, nil
+}
 
-// dial opens one tunnel: a TCP connection to the proxy, CONNECT and a 200
-// answer, or a plain TCP connection to the target without a proxy.
-func (d dialer) dial(ctx context.Context) (*tunnelConn, error) {
+// dialConn opens the connection to the proxy (or to the target without a
+// proxy), with its TLS handshake done when the dialer speaks TLS.
+func (d dialer) dialConn(ctx context.Context) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	var nd net.Dialer
@@ -57,37 +120,175 @@ func (d dialer) dial(ctx context.Context) (*tunnelConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
+	if d.tlsConf == nil {
+		return c, nil
+	}
+	tc := tls.Client(c, d.tlsConf)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+	}
+	d.handshakes.Add(1)
+	if tc.ConnectionState().DidResume {
+		d.resumed.Add(1)
+	}
+	return tc, nil
+}
+
+// tunnelConn is an established tunnel. Reads drain what the reader of the
+// proxy's answer buffered first.
+type tunnelConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *tunnelConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// errStatus is returned when the proxy answers CONNECT with a status other
+// than 200.
+var errStatus = errors.New("load: CONNECT refused")
+
+// errSOCKS is returned when a SOCKS5 proxy refuses the authentication or
+// the request.
+var errSOCKS = errors.New("load: SOCKS5 refused")
+
+// dial opens one tunnel: a connection to the proxy (TLS when asked), then
+// CONNECT and a 200 answer or a SOCKS5 CONNECT and a success reply; or a
+// plain connection to the target without a proxy.
+func (d dialer) dial(ctx context.Context) (*tunnelConn, error) {
+	c, err := d.dialConn(ctx)
+	if err != nil {
+		return nil, err
+	}
 	tc := &tunnelConn{Conn: c, r: bufio.NewReaderSize(c, 512)}
 	if d.proxy == "" {
 		return tc, nil
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
+	c.SetDeadline(time.Now().Add(d.timeout))
+	if d.socks {
+		err = d.socksConnect(tc)
+	} else {
+		err = d.httpConnect(tc)
 	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// httpConnect sends CONNECT on tc and reads a 200 answer.
+func (d dialer) httpConnect(tc *tunnelConn) error {
 	req := "CONNECT " + d.target + " HTTP/1.1\r\nHost: " + d.target + "\r\n"
 	if d.authHeader != "" {
 		req += "Proxy-Authorization: " + d.authHeader + "\r\n"
 	}
 	req += "\r\n"
-	if _, err := c.Write([]byte(req)); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("send CONNECT %s to %s: %w", d.target, d.proxy, err)
+	if _, err := io.WriteString(tc.Conn, req); err != nil {
+		return fmt.Errorf("send CONNECT %s to %s: %w", d.target, d.proxy, err)
 	}
 	tp := textproto.NewReader(tc.r)
 	status, err := tp.ReadLine()
 	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("read CONNECT answer from %s: %w", d.proxy, err)
+		return fmt.Errorf("read CONNECT answer from %s: %w", d.proxy, err)
 	}
 	if _, err := tp.ReadMIMEHeader(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("read CONNECT answer headers from %s: %w", d.proxy, err)
+		return fmt.Errorf("read CONNECT answer headers from %s: %w", d.proxy, err)
 	}
 	f := strings.Fields(status)
 	if len(f) < 2 || f[1] != "200" {
-		c.Close()
-		return nil, fmt.Errorf("%w: %q", errStatus, status)
+		return fmt.Errorf("%w: %q", errStatus, status)
 	}
-	c.SetDeadline(time.Time{})
-	return tc, nil
+	return nil
+}
+
+// socksConnect runs a SOCKS5 CONNECT to the target on tc: method
+// negotiation (username/password when the dialer has credentials, "no
+// authentication" otherwise), RFC 1929 authentication, the request and its
+// reply.
+func (d dialer) socksConnect(tc *tunnelConn) error {
+	host, portText, err := net.SplitHostPort(d.target)
+	if err != nil {
+		return fmt.Errorf("SOCKS5 target %q: %w", d.target, err)
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		return fmt.Errorf("SOCKS5 target %q: bad port", d.target)
+	}
+	method := byte(0x00)
+	if d.user != "" {
+		method = 0x02
+	}
+	// One message at a time, each after the answer to the one before, as
+	// curl does.
+	var b [4]byte
+	if _, err := tc.Conn.Write([]byte{5, 1, method}); err != nil {
+		return fmt.Errorf("send SOCKS5 greeting to %s: %w", d.proxy, err)
+	}
+	if _, err := io.ReadFull(tc.r, b[:2]); err != nil {
+		return fmt.Errorf("read SOCKS5 method from %s: %w", d.proxy, err)
+	}
+	if b[0] != 5 || b[1] != method {
+		return fmt.Errorf("%w: method answer % x, want 05 %02x", errSOCKS, b[:2], method)
+	}
+	if method == 0x02 {
+		if len(d.user) > 255 || len(d.pass) > 255 {
+			return errors.New("load: SOCKS5 user or password longer than 255 bytes")
+		}
+		msg := append([]byte{1, byte(len(d.user))}, d.user...)
+		msg = append(msg, byte(len(d.pass)))
+		msg = append(msg, d.pass...)
+		if _, err := tc.Conn.Write(msg); err != nil {
+			return fmt.Errorf("send SOCKS5 authentication to %s: %w", d.proxy, err)
+		}
+		if _, err := io.ReadFull(tc.r, b[:2]); err != nil {
+			return fmt.Errorf("read SOCKS5 authentication answer from %s: %w", d.proxy, err)
+		}
+		if b[1] != 0 {
+			return fmt.Errorf("%w: authentication status %d", errSOCKS, b[1])
+		}
+	}
+	msg := []byte{5, 1, 0}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Is4() {
+		a := ip.As4()
+		msg = append(msg, 1)
+		msg = append(msg, a[:]...)
+	} else if err == nil {
+		a := ip.As16()
+		msg = append(msg, 4)
+		msg = append(msg, a[:]...)
+	} else {
+		msg = append(msg, 3, byte(len(host)))
+		msg = append(msg, host...)
+	}
+	msg = binary.BigEndian.AppendUint16(msg, uint16(port))
+	if _, err := tc.Conn.Write(msg); err != nil {
+		return fmt.Errorf("send SOCKS5 CONNECT %s to %s: %w", d.target, d.proxy, err)
+	}
+	if _, err := io.ReadFull(tc.r, b[:4]); err != nil {
+		return fmt.Errorf("read SOCKS5 reply from %s: %w", d.proxy, err)
+	}
+	if b[0] != 5 || b[1] != 0 {
+		return fmt.Errorf("%w: reply % x", errSOCKS, b[:2])
+	}
+	var skip int
+	switch b[3] {
+	case 1:
+		skip = 4 + 2
+	case 4:
+		skip = 16 + 2
+	case 3:
+		n, err := tc.r.ReadByte()
+		if err != nil {
+			return fmt.Errorf("read SOCKS5 reply from %s: %w", d.proxy, err)
+		}
+		skip = int(n) + 2
+	default:
+		return fmt.Errorf("%w: reply address type %d", errSOCKS, b[3])
+	}
+	if _, err := tc.r.Discard(skip); err != nil {
+		return fmt.Errorf("read SOCKS5 reply from %s: %w", d.proxy, err)
+	}
+	return nil
 }
