@@ -1,11 +1,13 @@
 // Command campaign re-runs the benchmark campaign of the seed on this
 // machine: rustle built from the tree against Squid and Tinyproxy from
-// Debian, and the client straight to the origin ("no proxy"), every proxy
-// pinned to one core with authentication on, and the load generator with
-// the origin pinned to the other core.
+// Debian (and Dante for the SOCKS5 rows), and the client straight to the
+// origin ("no proxy"), every proxy pinned to one core with authentication
+// on, and the load generator with the origin pinned to the other core.
+// Plain HTTP, HTTPS-proxy, WebSocket (plain and over TLS) and SOCKS5 rows;
+// a proxy without a mode shows "—" there.
 //
-// It installs what is missing (wrk, squid, tinyproxy, with apt-get, as
-// root, without letting the packages start their services), builds the
+// It installs what is missing (wrk, squid, tinyproxy, dante-server, with
+// apt-get, as root, without letting the packages start their services), builds the
 // origin, the load tool and rustle, shuffles the test/proxy pairs with a
 // printed seed, restarts the proxy before each test, runs a warm-up and a
 // concurrency sweep with repeats, and writes under -out:
@@ -50,15 +52,15 @@ func main() {
 }
 
 func run() error {
-	testsFlag := flag.String("tests", "all", "comma-separated tests or rows ("+testIDs()+", or row IDs such as cpu-1k)")
-	proxiesFlag := flag.String("proxies", "rustle,squid,tinyproxy,none", "comma-separated proxies (rustle, squid, tinyproxy, none)")
+	testsFlag := flag.String("tests", "all", "comma-separated groups ("+strings.Join(groups(), ", ")+"), tests ("+testIDs()+") or row IDs such as cpu-1k")
+	proxiesFlag := flag.String("proxies", "rustle,squid,tinyproxy,dante,none", "comma-separated proxies ("+proxyNames()+")")
 	quick := flag.Bool("quick", false, "fewer levels, 1 repeat, 3 s runs: under 10 minutes in all")
 	repeats := flag.Int("repeats", 0, "runs per level (default 3, quick 1)")
 	duration := flag.Duration("duration", 0, "length of a measured run (default 10s, quick 3s)")
 	seed := flag.Int64("seed", 0, "seed of the test order shuffle (default: from the clock)")
 	outFlag := flag.String("out", "", "output directory (default bench/results/<date-time>)")
 	rustleBin := flag.String("rustle", "", "rustle binary to use instead of building ./cmd/rustle")
-	install := flag.Bool("install", true, "install missing packages (wrk, squid, tinyproxy) with apt-get when root")
+	install := flag.Bool("install", true, "install missing packages (wrk, squid, tinyproxy, dante-server) with apt-get when root")
 	reportDir := flag.String("report", "", "only re-render report.md and the charts from DIR/runs.json")
 	quietWait := flag.Duration("quiet-wait", 0, "before each test, wait up to this long for other load on the cores to drop below 15 % (default 60s, quick 15s; negative: never wait)")
 	flag.Parse()
@@ -96,7 +98,7 @@ func run() error {
 	for _, name := range strings.Split(*proxiesFlag, ",") {
 		d := proxyByName(strings.TrimSpace(name))
 		if d == nil {
-			return fmt.Errorf("campaign: unknown proxy %q (rustle, squid, tinyproxy, none)", name)
+			return fmt.Errorf("campaign: unknown proxy %q (%s)", name, proxyNames())
 		}
 		defs = append(defs, d)
 	}
@@ -109,7 +111,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	e := &env{root: root, benchDir: filepath.Join(root, "bench"), out: os.Stdout, rustleBin: *rustleBin, silentClosers: map[string]bool{}}
+	e := &env{root: root, benchDir: filepath.Join(root, "bench"), out: os.Stdout, rustleBin: *rustleBin, silentClosers: map[string]bool{},
+		lacking: map[string]map[string]string{}, extraTuning: map[string][]string{}}
 	if e.proxyCore, e.loadCore, err = pickCores(); err != nil {
 		return err
 	}
@@ -147,6 +150,10 @@ func run() error {
 	if err := e.makeCredentials(); err != nil {
 		return err
 	}
+	if err := e.makeCerts(); err != nil {
+		return err
+	}
+	defer e.removeSystemUser()
 
 	c := report.Campaign{
 		Started: time.Now().UTC(), Seed: *seed, Quick: *quick, Repeats: pl.repeats, DurationS: pl.duration.Seconds(),
@@ -156,9 +163,11 @@ func run() error {
 	for _, t := range selected {
 		c.Rows = append(c.Rows, t.rows...)
 	}
+	// skipped holds why a proxy is not run at all (by name), or not on one
+	// of its ports (by name/listener).
 	skipped := map[string]string{}
 	for _, d := range defs {
-		p := report.Proxy{Name: d.name, Label: d.label, Tuning: d.tuning}
+		p := report.Proxy{Name: d.name, Label: d.label}
 		v, err := d.prepare(ctx, e)
 		if err != nil {
 			p.Skipped = err.Error()
@@ -166,6 +175,18 @@ func run() error {
 			fmt.Fprintf(e.out, "SKIP %s: %s\n", d.name, p.Skipped)
 		}
 		p.Version = v
+		p.Tuning = append(append([]string(nil), d.tuning...), e.extraTuning[d.name]...)
+		for _, t := range selected {
+			if why := e.lacks(d.name, t); why != "" && d.has(t.needs) {
+				for _, r := range t.rows {
+					p.Lacks = append(p.Lacks, r.ID)
+				}
+				p.LacksWhy = why
+			}
+		}
+		if p.LacksWhy != "" {
+			fmt.Fprintf(e.out, "%s: %d row(s) read \"—\": %s\n", d.name, len(p.Lacks), p.LacksWhy)
+		}
 		c.Proxies = append(c.Proxies, p)
 	}
 	if idle := idleLoad(ctx); idle > 10 {
@@ -185,7 +206,9 @@ func run() error {
 	var pairs []pair
 	for _, t := range selected {
 		for _, d := range defs {
-			pairs = append(pairs, pair{t, d})
+			if runs(t, d) && e.lacks(d.name, t) == "" {
+				pairs = append(pairs, pair{t, d})
+			}
 		}
 	}
 	rng := rand.New(rand.NewPCG(uint64(*seed), uint64(*seed)>>1|1))
@@ -203,6 +226,7 @@ func run() error {
 		for label := range e.silentClosers {
 			final.Notes = append(final.Notes, label+" closes the client connection after every response without a \"Connection: close\" header (no keep-alive to clients). wrk counts each such close as a read error and reconnects; up to one such read error per request is not held against "+label+" (runs.json: tolerated_read_errors), any other error is.")
 		}
+		final.Notes = append(final.Notes, resumptionNotes(c)...)
 		return writeOutputs(out, final)
 	}
 	start := time.Now()
@@ -213,8 +237,9 @@ func run() error {
 		if _, ok := skipped[p.def.name]; ok {
 			continue
 		}
-		if p.t.kind == kindHold && p.def.name == "none" {
-			continue // no proxy, no proxy memory
+		portKey := p.def.name + "/" + p.t.listener
+		if _, ok := skipped[portKey]; ok {
+			continue
 		}
 		waitStart := time.Now()
 		other := e.waitQuiet(ctx, min(maxQuiet, quietBudget))
@@ -227,14 +252,15 @@ func run() error {
 		fmt.Fprintf(e.out, "[%d/%d %s] %s against %s\n", i+1, len(pairs), time.Since(start).Round(time.Second), p.t.id, p.def.label)
 		err := e.runTest(ctx, pl, p.t, p.def, func(r report.Run) { c.Runs = append(c.Runs, r) })
 		if err != nil && ctx.Err() == nil {
-			// A proxy that cannot start or fails its check is skipped for
-			// the rest of the campaign, with the reason in the report.
+			// A proxy that cannot start or fails its check on a port is
+			// skipped on that port for the rest of the campaign, with the
+			// reason in the report; its other ports still run.
 			reason := "did not start or failed its check: " + firstLines(err.Error(), 12)
-			fmt.Fprintf(e.out, "SKIP %s from now on: %v\n", p.def.name, err)
-			skipped[p.def.name] = reason
+			fmt.Fprintf(e.out, "SKIP %s on its %s port from now on: %v\n", p.def.name, p.t.listener, err)
+			skipped[portKey] = reason
 			for j := range c.Proxies {
 				if c.Proxies[j].Name == p.def.name {
-					c.Notes = append(c.Notes, fmt.Sprintf("%s stopped being run during the campaign: %s", c.Proxies[j].Label, reason))
+					c.Notes = append(c.Notes, fmt.Sprintf("%s stopped being run on its %s port during the campaign: %s", c.Proxies[j].Label, p.t.listener, reason))
 				}
 			}
 		}
@@ -263,22 +289,74 @@ type pair struct {
 	def *proxyDef
 }
 
+// runs reports whether test t is run against proxy d: d has what t needs,
+// and a memory test needs a proxy.
+func runs(t testDef, d *proxyDef) bool {
+	if !d.has(t.needs) {
+		return false
+	}
+	return t.kind != kindHold || d.name != "none"
+}
+
+// proxyNames lists the proxies the campaign knows, for messages.
+func proxyNames() string {
+	var names []string
+	for _, p := range proxies {
+		names = append(names, p.name)
+	}
+	return strings.Join(names, ", ")
+}
+
 // estimate guesses the campaign's length from its runs, with a few seconds
-// per run for setup and a proxy restart per test.
+// per run for setup and a proxy restart per test. Opening 9,000 TLS
+// tunnels (a handshake each) takes longer than plain ones.
 func estimate(pl plan, pairs []pair) time.Duration {
 	var total time.Duration
 	for _, p := range pairs {
 		switch p.t.kind {
 		case kindHold:
 			if p.def.name != "none" {
-				total += time.Duration(pl.repeats) * (5*time.Second + time.Duration(len(p.t.steps)+1)*(pl.settle+2*time.Second))
+				open := 2 * time.Second
+				if p.t.tls() {
+					open = 5 * time.Second
+				}
+				total += time.Duration(pl.repeats) * (5*time.Second + time.Duration(len(p.t.steps)+1)*(pl.settle+open))
 			}
 		default:
+			// Start, check and stop: about 2 s for rustle, 5 s for Squid
+			// (measured in quick campaigns here).
 			n := len(pl.levels(p.t)) * pl.repeats
-			total += 4*time.Second + pl.warmup + time.Duration(n)*(pl.duration+time.Second)
+			total += 3500*time.Millisecond + pl.warmup + time.Duration(n)*(pl.duration+time.Second)
 		}
 	}
 	return total
+}
+
+// resumptionNotes says, for every proxy that resumed fewer than half of
+// the TLS sessions the load tool offered in the tests with a session
+// cache, how many it resumed: its figures there are full handshakes.
+func resumptionNotes(c report.Campaign) []string {
+	offered := map[string]bool{}
+	for _, t := range tests {
+		if t.tls() && t.newConn && !t.fullHandshake {
+			offered[t.id] = true
+		}
+	}
+	hs, res := map[string]int64{}, map[string]int64{}
+	for _, r := range c.Runs {
+		if offered[r.Test] {
+			hs[r.Proxy] += r.TLSHandshakes
+			res[r.Proxy] += r.TLSResumed
+		}
+	}
+	var out []string
+	for _, p := range c.Proxies {
+		if n := hs[p.Name]; n > 0 && res[p.Name]*2 < n {
+			out = append(out, fmt.Sprintf("%s resumed %s of the %s TLS handshakes in the tests that offer a session to resume (HTTPS and WebSocket, a new connection each): its figures there are full handshakes.",
+				p.Label, report.FormatValue(float64(res[p.Name]), 0), report.FormatValue(float64(n), 0)))
+		}
+	}
+	return out
 }
 
 // quietLimit is the share of the cores other processes may use when a test

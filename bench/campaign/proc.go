@@ -205,6 +205,27 @@ func usage(root int) (treeUsage, error) {
 	return u, nil
 }
 
+// pss sums the proportional set size (Pss of /proc/PID/smaps_rollup) over
+// root and its descendants, in kB.
+func pss(root int) (int64, error) {
+	var total int64
+	for i, pid := range append([]int{root}, descendants(root)...) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		if err != nil {
+			if i == 0 {
+				return 0, fmt.Errorf("campaign: read smaps_rollup of %d: %w", pid, err)
+			}
+			continue
+		}
+		kb, err := report.ParsePss(string(b))
+		if err != nil {
+			return 0, err
+		}
+		total += kb
+	}
+	return total, nil
+}
+
 // cpuSample reads the per-CPU counters of /proc/stat.
 func cpuSample() (map[int]report.CPUTimes, error) {
 	b, err := os.ReadFile("/proc/stat")

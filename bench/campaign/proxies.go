@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,10 +14,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/template"
 	"time"
+
+	"golang.org/x/net/proxy"
 )
 
 // proxyDef is one proxy the campaign can run.
@@ -25,53 +29,83 @@ type proxyDef struct {
 	// pkg is the Debian package that provides the proxy, installed with
 	// apt-get when binary is missing; "" for rustle and "none".
 	pkg, binary string
+	// features are what the proxy can do (featHTTP, featHTTPS, ...); the
+	// rows of a test that needs another read "—" in its column.
+	features []string
 	// tuning is shown in the report under "Versions and tuning".
 	tuning []string
 	// prepare makes the proxy runnable (builds it, finds it) and returns
 	// its version; an error means the proxy is skipped, with the error as
-	// the reason.
+	// the reason. It may record features the proxy lacks on this machine
+	// in e.lacking, and tuning lines decided here in e.extraTuning.
 	prepare func(ctx context.Context, e *env) (string, error)
-	// command writes the proxy's configuration into dir and returns the
-	// command line that runs it in the foreground on port.
-	command func(e *env, dir string, port int) ([]string, error)
+	// command writes the proxy's configuration for one listener (lnHTTP,
+	// lnHTTPS, lnSOCKS) into dir and returns the command line that runs it
+	// in the foreground on port, and environment variables to add.
+	command func(e *env, dir, listener string, port int) (argv, environ []string, err error)
 }
 
-// confData fills the templates bench/squid.conf, bench/tinyproxy.conf and
-// bench/rustle.toml.
+// has reports whether the proxy has every feature in needs.
+func (p *proxyDef) has(needs []string) bool {
+	for _, n := range needs {
+		if !slices.Contains(p.features, n) {
+			return false
+		}
+	}
+	return true
+}
+
+// allFeatures is what the client straight to the origin can do.
+var allFeatures = []string{featHTTP, featHTTPS, featWebSocket, featSOCKS}
+
+// confData fills the templates bench/squid.conf, bench/tinyproxy.conf,
+// bench/rustle.toml and bench/danted.conf.
 type confData struct {
-	Port     int
-	Dir      string
-	MaxFD    int
-	Passwd   string // htpasswd file (user:bcrypt)
-	AuthUser string
-	AuthPass string
-	Bcrypt   string
-	User     string // unprivileged user to switch to when run as root
-	Group    string
+	Port int
+	// Listener is the port's protocol: "http", "https" or "socks5".
+	Listener string
+	// TLS is true for an https listener, with the server's certificate
+	// chain and key in Cert and Key (PEM files).
+	TLS       bool
+	Cert, Key string
+	Dir       string
+	MaxFD     int
+	Passwd    string // htpasswd file (user:bcrypt)
+	AuthUser  string
+	AuthPass  string
+	Bcrypt    string
+	User      string // unprivileged user to switch to when run as root
+	Group     string
+	// SOCKSMethod is Dante's socksmethod: "username" (a system user) or
+	// "none".
+	SOCKSMethod string
 }
 
 // proxies lists every proxy the campaign knows, in column order.
 var proxies = []*proxyDef{
 	{
 		name: "rustle", label: "rustle",
+		features: allFeatures,
 		tuning: []string{
 			"go build -trimpath ./cmd/rustle from the tree",
 			"workers = 1",
 			"socket_buffer_bytes = 1048576 (set in the bench config, as in the seed; the shipped default is 0, kernel autotuning)",
 			"[log] level = \"error\"",
 			"auth = \"basic\", one user with a bcrypt hash; verdicts cached (auth.cache_ttl default 5m), so bcrypt runs once",
+			"one listener per test: protocol \"http\", \"https\" (tls = { cert, key }: TLS 1.2 and 1.3, session tickets on, as shipped) or \"socks5\" (username/password against the same user)",
 		},
 		prepare: prepareRustle,
-		command: func(e *env, dir string, port int) ([]string, error) {
+		command: func(e *env, dir, listener string, port int) ([]string, []string, error) {
 			conf := filepath.Join(dir, "rustle.toml")
-			if err := e.writeConf("rustle.toml", conf, dir, port); err != nil {
-				return nil, err
+			if err := e.writeConf("rustle.toml", conf, dir, listener, port); err != nil {
+				return nil, nil, err
 			}
-			return []string{e.rustleBin, "-c", conf}, nil
+			return []string{e.rustleBin, "-c", conf}, nil, nil
 		},
 	},
 	{
 		name: "squid", label: "Squid", pkg: "squid", binary: "squid",
+		features: []string{featHTTP, featHTTPS, featWebSocket},
 		tuning: []string{
 			"Debian package, run in the foreground (squid --foreground), master + 1 kid + auth helper",
 			"workers 1",
@@ -81,18 +115,20 @@ var proxies = []*proxyDef{
 			"auth_param basic: basic_ncsa_auth with a bcrypt htpasswd file, credentialsttl 2 hours (helper results cached 2 h)",
 			"http_upgrade_request_protocols WebSocket and websocket allow all (authentication stays enforced by http_access)",
 			"CONNECT allowed to any port (no SSL_ports rule), access_log none, max_filedescriptors raised",
+			"TLS tests: https_port with tls-cert= and tls-key= (the campaign's certificate); no tls-min-version (built with GnuTLS, Squid 5.7 turns it into a priority string GnuTLS refuses), so the TLS library's defaults; the library is named beside the version",
 		},
-		prepare: preparePackaged("squid", "-v"),
-		command: func(e *env, dir string, port int) ([]string, error) {
+		prepare: prepareSquid,
+		command: func(e *env, dir, listener string, port int) ([]string, []string, error) {
 			conf := filepath.Join(dir, "squid.conf")
-			if err := e.writeConf("squid.conf", conf, dir, port); err != nil {
-				return nil, err
+			if err := e.writeConf("squid.conf", conf, dir, listener, port); err != nil {
+				return nil, nil, err
 			}
-			return []string{e.lookPath["squid"], "--foreground", "-f", conf}, nil
+			return []string{e.lookPath["squid"], "--foreground", "-f", conf}, nil, nil
 		},
 	},
 	{
 		name: "tinyproxy", label: "Tinyproxy", pkg: "tinyproxy", binary: "tinyproxy",
+		features: []string{featHTTP},
 		tuning: []string{
 			"Debian package, run in the foreground (tinyproxy -d), one thread per connection",
 			"MaxClients 200000",
@@ -101,19 +137,39 @@ var proxies = []*proxyDef{
 			"BasicAuth (plain text password in the config: Tinyproxy has no hashed form)",
 			"CONNECT allowed to any port (no ConnectPort line)",
 		},
-		prepare: preparePackaged("tinyproxy", "-v"),
-		command: func(e *env, dir string, port int) ([]string, error) {
+		prepare: preparePackaged("tinyproxy", "tinyproxy", "-v"),
+		command: func(e *env, dir, listener string, port int) ([]string, []string, error) {
 			conf := filepath.Join(dir, "tinyproxy.conf")
-			if err := e.writeConf("tinyproxy.conf", conf, dir, port); err != nil {
-				return nil, err
+			if err := e.writeConf("tinyproxy.conf", conf, dir, listener, port); err != nil {
+				return nil, nil, err
 			}
-			return []string{e.lookPath["tinyproxy"], "-d", "-c", conf}, nil
+			return []string{e.lookPath["tinyproxy"], "-d", "-c", conf}, nil, nil
+		},
+	},
+	{
+		name: "dante", label: "Dante", pkg: "dante-server", binary: "danted",
+		features: []string{featSOCKS},
+		tuning: []string{
+			"Debian package dante-server, run in the foreground (danted -f danted.conf, no -D), one main server (-N 1, the default)",
+			"Dante forks its own negotiate, request and I/O child processes (an I/O process serves up to 32 sessions in this build; their number is not configurable): all pinned to the proxy core, summed for CPU and memory",
+			"SOCKS5 CONNECT only (socks pass rule for command connect), clientmethod none, no log: keyword in the rules (nothing logged per connection), logoutput to a file for errors",
+			"timeouts at their defaults (timeout.io 0: idle tunnels are kept)",
+		},
+		prepare: prepareDante,
+		command: func(e *env, dir, listener string, port int) ([]string, []string, error) {
+			conf := filepath.Join(dir, "danted.conf")
+			if err := e.writeConf("danted.conf", conf, dir, listener, port); err != nil {
+				return nil, nil, err
+			}
+			// TMPDIR: Dante's lock and shared-memory files.
+			return []string{e.lookPath["danted"], "-f", conf, "-p", filepath.Join(dir, "danted.pid")}, []string{"TMPDIR=" + dir}, nil
 		},
 	},
 	{
 		name: "none", label: "no proxy",
-		tuning:  nil,
-		prepare: func(context.Context, *env) (string, error) { return "", nil },
+		features: allFeatures,
+		tuning:   nil,
+		prepare:  func(context.Context, *env) (string, error) { return "", nil },
 	},
 }
 
@@ -128,8 +184,9 @@ func proxyByName(name string) *proxyDef {
 }
 
 // preparePackaged returns a prepare function for a packaged proxy: it finds
-// binary in PATH (or /usr/sbin) and returns its version line.
-func preparePackaged(binary, versionFlag string) func(context.Context, *env) (string, error) {
+// binary in PATH (or /usr/sbin) and returns its version line with the
+// Debian version of pkg.
+func preparePackaged(binary, pkg, versionFlag string) func(context.Context, *env) (string, error) {
 	return func(ctx context.Context, e *env) (string, error) {
 		path, ok := e.lookPath[binary]
 		if !ok {
@@ -140,7 +197,8 @@ func preparePackaged(binary, versionFlag string) func(context.Context, *env) (st
 			return "", fmt.Errorf("%s %s: %w", path, versionFlag, err)
 		}
 		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-		if pv, err := exec.CommandContext(ctx, "dpkg-query", "-W", "-f", "${Version}", binary).Output(); err == nil {
+		line, _, _ = strings.Cut(line, "  Copyright") // Dante's banner
+		if pv, err := exec.CommandContext(ctx, "dpkg-query", "-W", "-f", "${Version}", pkg).Output(); err == nil {
 			line += " (Debian " + string(pv) + ")"
 		}
 		return line, nil
@@ -165,15 +223,69 @@ func prepareRustle(ctx context.Context, e *env) (string, error) {
 	return version, nil
 }
 
-// writeConf fills the template bench/<name> into path.
-func (e *env) writeConf(name, path, dir string, port int) error {
+// prepareSquid finds Squid and checks that it was built with a TLS
+// library (--with-openssl or --with-gnutls in squid -v): without one, its
+// TLS rows read "—" with the reason in the report.
+func prepareSquid(ctx context.Context, e *env) (string, error) {
+	v, err := preparePackaged("squid", "squid", "-v")(ctx, e)
+	if err != nil {
+		return v, err
+	}
+	out, err := exec.CommandContext(ctx, e.lookPath["squid"], "-v").CombinedOutput()
+	if err != nil {
+		return v, fmt.Errorf("squid -v: %w", err)
+	}
+	if lib := squidTLS(string(out)); lib != "" {
+		v += ", TLS with " + lib
+	} else {
+		e.lack("squid", featHTTPS, "this Squid is built without a TLS library (squid -v shows neither --with-openssl nor --with-gnutls), so it has no https_port; Debian's squid-openssl package would have one")
+	}
+	return v, nil
+}
+
+// squidTLS returns the TLS library squid -v names ("OpenSSL", "GnuTLS"),
+// or "" when Squid was built without one.
+func squidTLS(version string) string {
+	switch {
+	case strings.Contains(version, "--with-openssl"):
+		return "OpenSSL"
+	case strings.Contains(version, "--with-gnutls"):
+		return "GnuTLS"
+	}
+	return ""
+}
+
+// prepareDante finds danted and sets up its authentication: as root, a
+// system user (danteUser) with the campaign's password, created for the
+// campaign and removed at its end, so that socksmethod username works
+// (Dante checks passwords against the system's password database); not
+// root, or if that fails, socksmethod none, said in the report.
+func prepareDante(ctx context.Context, e *env) (string, error) {
+	v, err := preparePackaged("danted", "dante-server", "-v")(ctx, e)
+	if err != nil {
+		return v, err
+	}
+	if err := e.makeSystemUser(ctx); err != nil {
+		e.socksMethod = "none"
+		e.extraTuning["dante"] = append(e.extraTuning["dante"], "socksmethod none: authentication OFF, unlike every other proxy ("+err.Error()+")")
+		return v, nil
+	}
+	e.socksMethod = "username"
+	e.extraTuning["dante"] = append(e.extraTuning["dante"], "socksmethod username (RFC 1929) against the system password database: a system user "+danteUser+" with the campaign's random password, created for the campaign and removed after it; user.privileged root (to read /etc/shadow), user.unprivileged "+e.dropUser)
+	return v, nil
+}
+
+// writeConf fills the template bench/<name> into path for a proxy serving
+// listener on port.
+func (e *env) writeConf(name, path, dir, listener string, port int) error {
 	tpl, err := template.ParseFiles(filepath.Join(e.benchDir, name))
 	if err != nil {
 		return fmt.Errorf("campaign: parse template %s: %w", name, err)
 	}
 	d := confData{
-		Port: port, Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
-		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash,
+		Port: port, Listener: listener, TLS: listener == lnHTTPS, Cert: e.certFile, Key: e.keyFile,
+		Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
+		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash, SOCKSMethod: e.socksMethod,
 	}
 	if e.asRoot {
 		d.User, d.Group = e.dropUser, e.dropGroup
@@ -192,6 +304,11 @@ type running struct {
 	// addr is the proxy's host:port; "" for "none".
 	addr string
 	dir  string
+	// listener is the port's protocol (lnHTTP, lnHTTPS, lnSOCKS).
+	listener string
+	// auth is the user:pass the load tool sends; "" when the proxy takes
+	// no credentials (Dante with socksmethod none).
+	auth string
 	// closesSilently is true when the proxy closes a client connection
 	// after each response without announcing it with "Connection: close"
 	// (Tinyproxy). wrk then counts one read error per request and
@@ -199,24 +316,24 @@ type running struct {
 	closesSilently bool
 }
 
-// startProxy starts a fresh instance of def on a free port, pinned to the
-// proxy core, and checks it: a request with credentials must get the 1 KB
-// body, one without must get 407. A failed start is tried once more, on
-// another port, before it counts.
-func (e *env) startProxy(ctx context.Context, def *proxyDef) (*running, error) {
-	r, err := e.startProxyOnce(ctx, def)
+// startProxy starts a fresh instance of def serving listener on a free
+// port, pinned to the proxy core, and checks it: a request with
+// credentials must get the 1 KB body, one without must be refused. A
+// failed start is tried once more, on another port, before it counts.
+func (e *env) startProxy(ctx context.Context, def *proxyDef, listener string) (*running, error) {
+	r, err := e.startProxyOnce(ctx, def, listener)
 	if err == nil || ctx.Err() != nil {
 		return r, err
 	}
 	fmt.Fprintf(e.out, "%s did not start, trying once more: %s\n", def.name, firstLines(err.Error(), 2))
 	sleep(ctx, time.Second)
-	return e.startProxyOnce(ctx, def)
+	return e.startProxyOnce(ctx, def, listener)
 }
 
 // startProxyOnce makes one attempt of startProxy.
-func (e *env) startProxyOnce(ctx context.Context, def *proxyDef) (*running, error) {
+func (e *env) startProxyOnce(ctx context.Context, def *proxyDef, listener string) (*running, error) {
 	if def.name == "none" {
-		return &running{def: def}, e.preflight(ctx, "")
+		return &running{def: def, listener: listener}, e.preflight(ctx, &running{listener: lnHTTP})
 	}
 	e.starts++
 	dir := filepath.Join(e.tmp, fmt.Sprintf("%s-%d", def.name, e.starts))
@@ -231,26 +348,36 @@ func (e *env) startProxyOnce(ctx context.Context, def *proxyDef) (*running, erro
 	if err != nil {
 		return nil, err
 	}
-	argv, err := def.command(e, dir, port)
+	argv, environ, err := def.command(e, dir, listener, port)
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProc(def.name, e.proxyCore, argv, nil, filepath.Join(dir, "output.log"), nil)
+	p, err := startProc(def.name, e.proxyCore, argv, environ, filepath.Join(dir, "output.log"), nil)
 	if err != nil {
 		return nil, err
 	}
-	r := &running{def: def, p: p, addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir}
+	r := &running{def: def, p: p, addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, listener: listener, auth: e.user + ":" + e.pass}
+	if def.name == "dante" {
+		r.auth = ""
+		if e.socksMethod == "username" {
+			r.auth = danteUser + ":" + e.pass
+		}
+	}
+	fail := func(err error) (*running, error) {
+		p.stop(3 * time.Second)
+		return nil, fmt.Errorf("%s (%s port): %w\n%s", def.name, listener, err, logTail(dir))
+	}
 	if err := waitListening(ctx, r.addr, p, 30*time.Second); err != nil {
-		p.stop(3 * time.Second)
-		return nil, fmt.Errorf("%s: %w\n%s", def.name, err, logTail(dir))
+		return fail(err)
 	}
-	if err := e.preflight(ctx, r.addr); err != nil {
-		p.stop(3 * time.Second)
-		return nil, fmt.Errorf("%s: %w\n%s", def.name, err, logTail(dir))
+	if err := e.preflight(ctx, r); err != nil {
+		return fail(err)
 	}
-	if r.closesSilently, err = e.probeKeepAlive(r.addr); err != nil {
-		p.stop(3 * time.Second)
-		return nil, fmt.Errorf("%s: %w\n%s", def.name, err, logTail(dir))
+	if listener == lnSOCKS {
+		return r, nil
+	}
+	if r.closesSilently, err = e.probeKeepAlive(r); err != nil {
+		return fail(err)
 	}
 	if r.closesSilently {
 		e.silentClosers[def.label] = true
@@ -297,13 +424,31 @@ func waitListening(ctx context.Context, addr string, p *proc, timeout time.Durat
 	return fmt.Errorf("%w on %s after %s", errNotReady, addr, timeout)
 }
 
-// preflight checks a proxy (or, with addr "", the origin) with one request
-// for /1k with credentials and, through a proxy, one without.
-func (e *env) preflight(ctx context.Context, addr string) error {
+// preflight checks a proxy (or, for "none", the origin) with one request
+// for /1k with credentials and, through a proxy that takes credentials,
+// one without, which must be refused: 407 on an HTTP port, a refused
+// method negotiation on a SOCKS5 port.
+func (e *env) preflight(ctx context.Context, r *running) error {
 	get := func(withAuth bool) (int, int, error) {
-		tr := &http.Transport{DisableKeepAlives: true}
-		if addr != "" {
-			u := &url.URL{Scheme: "http", Host: addr}
+		tr := &http.Transport{DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: e.caPool}}
+		switch {
+		case r.addr == "":
+		case r.listener == lnSOCKS:
+			var auth *proxy.Auth
+			if withAuth && r.auth != "" {
+				user, pass, _ := strings.Cut(r.auth, ":")
+				auth = &proxy.Auth{User: user, Password: pass}
+			}
+			d, err := proxy.SOCKS5("tcp", r.addr, auth, &net.Dialer{Timeout: 10 * time.Second})
+			if err != nil {
+				return 0, 0, err
+			}
+			tr.DialContext = d.(proxy.ContextDialer).DialContext
+		default:
+			u := &url.URL{Scheme: "http", Host: r.addr}
+			if r.listener == lnHTTPS {
+				u.Scheme = "https"
+			}
 			if withAuth {
 				u.User = url.UserPassword(e.user, e.pass)
 			}
@@ -330,10 +475,16 @@ func (e *env) preflight(ctx context.Context, addr string) error {
 	if code != 200 || n != 1024 {
 		return fmt.Errorf("preflight request: status %d with %d bytes, want 200 with 1024", code, n)
 	}
-	if addr == "" {
+	if r.addr == "" || r.auth == "" {
 		return nil
 	}
 	code, _, err = get(false)
+	if r.listener == lnSOCKS {
+		if err == nil {
+			return fmt.Errorf("preflight request without credentials: status %d, want the SOCKS5 proxy to refuse it (is authentication on?)", code)
+		}
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("preflight request without credentials: %w", err)
 	}
@@ -343,11 +494,27 @@ func (e *env) preflight(ctx context.Context, addr string) error {
 	return nil
 }
 
-// probeKeepAlive sends two requests on one connection to the proxy at
-// addr and reports whether it closed the connection after the first
-// response without saying so.
-func (e *env) probeKeepAlive(addr string) (bool, error) {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+// dialProxy opens a connection to r's port: TCP, with a TLS handshake on
+// an https port.
+func (e *env) dialProxy(r *running) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", r.addr, 5*time.Second)
+	if err != nil || r.listener != lnHTTPS {
+		return c, err
+	}
+	tc := tls.Client(c, &tls.Config{RootCAs: e.caPool, ServerName: "127.0.0.1"})
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if err := tc.Handshake(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return tc, nil
+}
+
+// probeKeepAlive sends two requests on one connection to the proxy r and
+// reports whether it closed the connection after the first response
+// without saying so.
+func (e *env) probeKeepAlive(r *running) (bool, error) {
+	c, err := e.dialProxy(r)
 	if err != nil {
 		return false, fmt.Errorf("keep-alive probe: %w", err)
 	}

@@ -43,7 +43,7 @@ func (p plan) levels(t testDef) []int {
 func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, record func(report.Run)) error {
 	if t.kind == kindHold {
 		for rep := 1; rep <= pl.repeats; rep++ {
-			r, err := e.startProxy(ctx, def)
+			r, err := e.startProxy(ctx, def, t.listener)
 			if err != nil {
 				return err
 			}
@@ -61,7 +61,7 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 		}
 		return nil
 	}
-	r, err := e.startProxy(ctx, def)
+	r, err := e.startProxy(ctx, def, t.listener)
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,11 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 	case kindWrk:
 		toolCPU, err = e.wrkRun(ctx, t, r, conns, d, &run)
 	case kindBulk:
-		toolCPU, err = e.bulkRun(ctx, r, conns, d, &run)
+		toolCPU, err = e.bulkRun(ctx, t, r, conns, d, &run)
+	case kindHTTP:
+		toolCPU, err = e.loadHTTPRun(ctx, t, r, conns, d, &run)
+	case kindWS:
+		toolCPU, err = e.wsRun(ctx, t, r, conns, d, &run)
 	}
 	c1, _ := cpuSample()
 	o1, _ := usage(e.originPID)
@@ -132,9 +136,9 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 		run.Clean = false
 		run.Problem = strings.TrimSpace(strings.Join([]string{run.Problem, err.Error()}, " "))
 	}
-	// CPU per request, for the rows that ask for it.
+	// CPU per request or message, for the rows that ask for it.
 	for _, row := range t.rows {
-		if row.Unit == "µs/req" && r.p != nil && run.Requests > 0 {
+		if (row.Unit == "µs/req" || row.Unit == "µs/msg") && r.p != nil && run.Requests > 0 {
 			run.Metrics[row.ID] = run.ProxyCPUSeconds * 1e6 / float64(run.Requests)
 		}
 	}
@@ -166,6 +170,13 @@ func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d ti
 	if err != nil {
 		return cpu, err
 	}
+	judgeHTTP(t, r, conns, w, run)
+	return cpu, nil
+}
+
+// judgeHTTP fills run from a wrk-style summary (wrk's, or load http's) and
+// decides whether it is clean.
+func judgeHTTP(t testDef, r *running, conns int, w report.WrkResult, run *report.Run) {
 	run.DurationS = float64(w.DurationUS) / 1e6
 	run.Requests, run.Bytes = w.Requests, w.Bytes
 	run.Metrics[t.rows[0].ID] = w.RequestsPerSec()
@@ -176,7 +187,7 @@ func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d ti
 		w.Errors.Read = 0
 	}
 	if n := w.Errors.Total(); n > 0 {
-		problems = append(problems, fmt.Sprintf("wrk errors: connect %d, read %d, write %d, timeout %d, status>399 %d",
+		problems = append(problems, fmt.Sprintf("errors: connect %d, read %d, write %d, timeout %d, status>399 %d",
 			w.Errors.Connect, w.Errors.Read, w.Errors.Write, w.Errors.Timeout, w.Errors.Status))
 	}
 	if w.Requests == 0 {
@@ -186,6 +197,138 @@ func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d ti
 	}
 	run.Clean = len(problems) == 0
 	run.Problem = strings.Join(problems, "; ")
+}
+
+// httpResult mirrors the extra fields of the JSON line of "load http".
+type httpResult struct {
+	FirstError string `json:"first_error"`
+	Handshakes int64  `json:"tls_handshakes"`
+	Resumed    int64  `json:"tls_resumed"`
+}
+
+// loadArgs returns the flags that point the load tool at r: its port,
+// credentials, TLS (with the campaign's CA; a session cache unless the
+// test wants full handshakes) and SOCKS5; for "none", TLS straight to the
+// origin's TLS listeners when the test talks TLS.
+func (e *env) loadArgs(t testDef, r *running) []string {
+	var args []string
+	if r.addr != "" {
+		args = append(args, "-proxy", r.addr)
+		if r.auth != "" {
+			args = append(args, "-auth", r.auth)
+		}
+	}
+	if t.tls() {
+		args = append(args, "-tls", "-ca", e.caFile)
+		if !t.fullHandshake {
+			args = append(args, "-resume")
+		}
+	}
+	if t.listener == lnSOCKS && r.addr != "" {
+		args = append(args, "-socks5")
+	}
+	return args
+}
+
+// loadHTTPRun runs "load http" through an HTTPS proxy (or TLS straight to
+// the origin), judges it as a wrk run and returns the CPU seconds the load
+// tool used.
+func (e *env) loadHTTPRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
+	target := e.origin.HTTP
+	if r.addr == "" && t.tls() {
+		target = e.origin.HTTPS
+	}
+	argv := append([]string{filepath.Join(e.bin, "load"), "http"}, e.loadArgs(t, r)...)
+	argv = append(argv, "-target", target, "-path", t.path, "-conns", strconv.Itoa(conns), "-duration", d.String())
+	if t.newConn {
+		argv = append(argv, "-newconn")
+	}
+	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
+	run.Raw = out
+	if err != nil {
+		return cpu, err
+	}
+	w, err := report.ParseWrk(out)
+	if err != nil {
+		return cpu, err
+	}
+	judgeHTTP(t, r, conns, w, run)
+	var x httpResult
+	if line, ok := strings.CutPrefix(lastLine(out), report.WrkMarker); ok && json.Unmarshal([]byte(line), &x) == nil {
+		run.TLSHandshakes, run.TLSResumed = x.Handshakes, x.Resumed
+		if !run.Clean && x.FirstError != "" {
+			run.Problem += "; first: " + x.FirstError
+		}
+	}
+	return cpu, nil
+}
+
+// wsResult mirrors the JSON line of "load ws".
+type wsResult struct {
+	Conns    int   `json:"conns"`
+	Messages int64 `json:"messages"`
+	Bytes    int64 `json:"bytes"`
+	Errors   struct {
+		Connect, Upgrade, Read, Write, Timeout int64
+	} `json:"errors"`
+	FirstError  string  `json:"first_error"`
+	Upgrades    int64   `json:"upgrades"`
+	CutConnects int64   `json:"cut_connects"`
+	Handshakes  int64   `json:"tls_handshakes"`
+	Resumed     int64   `json:"tls_resumed"`
+	DurationUS  int64   `json:"duration_us"`
+	MsgPerSec   float64 `json:"msg_per_s"`
+	Gbps        float64 `json:"gbps"`
+	RTTP99US    int64   `json:"rtt_p99_us"`
+}
+
+// wsRun runs "load ws" through the proxy (or straight to the origin's
+// echo) and returns the CPU seconds the load tool used. The first row of
+// the test gets messages per second (Gbit/s for a Gbit/s row), a row in
+// ms the round trip's 99th percentile.
+func (e *env) wsRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
+	target := e.origin.WS
+	if r.addr == "" && t.tls() {
+		target = e.origin.WSS
+	}
+	argv := append([]string{filepath.Join(e.bin, "load"), "ws"}, e.loadArgs(t, r)...)
+	argv = append(argv, "-target", target, "-size", strconv.Itoa(t.wsSize), "-conns", strconv.Itoa(conns), "-duration", d.String())
+	if t.newConn {
+		argv = append(argv, "-newconn")
+	}
+	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
+	run.Raw = out
+	if err != nil {
+		return cpu, err
+	}
+	var w wsResult
+	if err := json.Unmarshal([]byte(lastLine(out)), &w); err != nil {
+		return cpu, fmt.Errorf("parse load ws output: %w", err)
+	}
+	run.DurationS = float64(w.DurationUS) / 1e6
+	run.Requests, run.Bytes = w.Messages, w.Bytes
+	run.TLSHandshakes, run.TLSResumed = w.Handshakes, w.Resumed
+	for _, row := range t.rows {
+		switch row.Unit {
+		case "msg/s":
+			run.Metrics[row.ID] = w.MsgPerSec
+		case "Gbit/s":
+			run.Metrics[row.ID] = w.Gbps
+		case "ms":
+			run.Metrics[row.ID] = float64(w.RTTP99US) / 1000
+		}
+	}
+	er := w.Errors
+	switch {
+	case er.Connect+er.Upgrade+er.Read+er.Write+er.Timeout > 0:
+		run.Problem = fmt.Sprintf("errors: connect %d, upgrade %d, read %d, write %d, timeout %d; first: %s", er.Connect, er.Upgrade, er.Read, er.Write, er.Timeout, w.FirstError)
+	case w.Messages == 0:
+		run.Problem = fmt.Sprintf("no message echoed (%d connection attempts still under way at the end)", w.CutConnects)
+	case w.Upgrades < int64(w.Conns):
+		run.Problem = fmt.Sprintf("%d of %d connections upgraded", w.Upgrades, w.Conns)
+	default:
+		run.Clean = true
+	}
 	return cpu, nil
 }
 
@@ -201,12 +344,16 @@ type bulkResult struct {
 	Gbps        float64 `json:"gbps"`
 }
 
-// bulkRun runs "load bulk" through the proxy (or straight to the sink) and
-// returns the CPU seconds the load tool used.
-func (e *env) bulkRun(ctx context.Context, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
-	argv := []string{filepath.Join(e.bin, "load"), "bulk", "-proxy", r.addr, "-auth", e.user + ":" + e.pass,
-		"-target", e.origin.Sink, "-stats", "http://" + e.origin.HTTP + "/_stats",
-		"-conns", strconv.Itoa(conns), "-duration", d.String()}
+// bulkRun runs "load bulk" through the proxy (or straight to the sink,
+// over TLS for a TLS test) and returns the CPU seconds the load tool used.
+func (e *env) bulkRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
+	sink := e.origin.Sink
+	if r.addr == "" && t.tls() {
+		sink = e.origin.SinkTLS
+	}
+	argv := append([]string{filepath.Join(e.bin, "load"), "bulk"}, e.loadArgs(t, r)...)
+	argv = append(argv, "-target", sink, "-stats", "http://"+e.origin.HTTP+"/_stats",
+		"-conns", strconv.Itoa(conns), "-duration", d.String())
 	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
 	run.Raw = out
 	if err != nil {
@@ -218,7 +365,7 @@ func (e *env) bulkRun(ctx context.Context, r *running, conns int, d time.Duratio
 	}
 	run.DurationS = b.ElapsedS
 	run.Bytes = b.SinkBytes
-	run.Metrics["connect-bulk"] = b.Gbps
+	run.Metrics[t.rows[0].ID] = b.Gbps
 	switch {
 	case b.Errors > 0 || b.Established < b.Conns:
 		run.Problem = fmt.Sprintf("%d of %d tunnels established, %d errors, first: %s", b.Established, b.Conns, b.Errors, b.FirstError)
@@ -254,7 +401,7 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 	if err != nil {
 		return fail("proxy gone: %v", err)
 	}
-	run.Metrics["mem-0"] = float64(u.rssKB) / 1024
+	run.Metrics[t.memPrefix+"-0"] = float64(u.rssKB) / 1024
 	base := u.rssKB
 	o0, _ := usage(e.originPID)
 	c0, _ := cpuSample()
@@ -265,8 +412,9 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "taskset", "-c", strconv.Itoa(e.loadCore), filepath.Join(e.bin, "load"), "hold",
-		"-proxy", r.addr, "-auth", e.user+":"+e.pass, "-target", e.origin.Hold, "-steps", strings.Join(steps, ","), "-timeout", "9m")
+	args := append([]string{"-c", strconv.Itoa(e.loadCore), filepath.Join(e.bin, "load"), "hold"}, e.loadArgs(t, r)...)
+	args = append(args, "-target", e.origin.Hold, "-steps", strings.Join(steps, ","), "-timeout", "9m")
+	cmd := exec.CommandContext(ctx, "taskset", args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 5 * time.Second
 	stdin, err := cmd.StdinPipe()
@@ -313,7 +461,12 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 			return fail("proxy gone at %d tunnels: %v", want, err)
 		}
 		rss = u.rssKB
-		run.Metrics[fmt.Sprintf("mem-%d", want)] = float64(u.rssKB) / 1024
+		run.Metrics[fmt.Sprintf("%s-%d", t.memPrefix, want)] = float64(u.rssKB) / 1024
+		if want == last {
+			if kb, err := pss(r.p.pid()); err == nil {
+				run.Metrics[fmt.Sprintf("%s-pss-%d", t.memPrefix, want)] = float64(kb) / 1024
+			}
+		}
 		if want != last {
 			io.WriteString(stdin, "next\n")
 		}
@@ -331,7 +484,7 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 	}
 	run.OtherBusy = report.OtherPercent(c0, c1, []int{e.proxyCore, e.loadCore}, ours)
 	run.ProxyRSSKB = rss
-	run.Metrics["mem-slope"] = float64(rss-base) / float64(last)
+	run.Metrics[t.memPrefix+"-slope"] = float64(rss-base) / float64(last)
 	run.Raw = strings.Join(raw, "\n")
 	run.DurationS = time.Since(run.Start).Seconds()
 	run.Clean = len(problems) == 0

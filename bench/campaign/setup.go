@@ -3,13 +3,20 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -54,13 +61,52 @@ type env struct {
 	// silentClosers holds the labels of proxies seen closing client
 	// connections after every response without "Connection: close".
 	silentClosers map[string]bool
+
+	// caFile, certFile and keyFile are the campaign's TLS files (PEM): a
+	// CA and a server certificate for 127.0.0.1 it signed, used by every
+	// https port and by the origin's TLS listeners; caPool trusts the CA.
+	caFile, certFile, keyFile string
+	caPool                    *x509.CertPool
+
+	// socksMethod is Dante's socksmethod ("username" or "none"), decided
+	// by prepareDante; sysUserCreated is true while the system user for
+	// it exists.
+	socksMethod    string
+	sysUserCreated bool
+	// lacking maps a proxy to the features it lacks on this machine and
+	// why (Squid built without TLS); extraTuning holds tuning lines
+	// decided while preparing a proxy.
+	lacking     map[string]map[string]string
+	extraTuning map[string][]string
 }
 
 // originAddrs is the address line the origin prints.
 type originAddrs struct {
-	HTTP string `json:"http"`
-	Sink string `json:"sink"`
-	Hold string `json:"hold"`
+	HTTP    string `json:"http"`
+	Sink    string `json:"sink"`
+	Hold    string `json:"hold"`
+	WS      string `json:"ws"`
+	HTTPS   string `json:"https"`
+	WSS     string `json:"wss"`
+	SinkTLS string `json:"sinktls"`
+}
+
+// lack records that proxy lacks feature on this machine, and why.
+func (e *env) lack(proxy, feature, why string) {
+	if e.lacking[proxy] == nil {
+		e.lacking[proxy] = map[string]string{}
+	}
+	e.lacking[proxy][feature] = why
+}
+
+// lacks returns why proxy cannot run t on this machine, or "".
+func (e *env) lacks(proxy string, t testDef) string {
+	for _, n := range t.needs {
+		if why := e.lacking[proxy][n]; why != "" {
+			return why
+		}
+	}
+	return ""
 }
 
 // findRoot returns the directory holding go.mod, from the working directory
@@ -192,7 +238,8 @@ func aptInstall(ctx context.Context, out io.Writer, pkgs []string) error {
 	return err
 }
 
-// peerPIDs returns the PIDs of running squid and tinyproxy processes.
+// peerPIDs returns the PIDs of running squid, tinyproxy and danted
+// processes.
 func peerPIDs() map[int]string {
 	out := map[int]string{}
 	entries, _ := os.ReadDir("/proc")
@@ -206,7 +253,7 @@ func peerPIDs() map[int]string {
 			continue
 		}
 		comm := strings.TrimSpace(string(b))
-		if comm == "squid" || comm == "tinyproxy" {
+		if comm == "squid" || comm == "tinyproxy" || comm == "danted" {
 			out[pid] = comm
 		}
 	}
@@ -273,7 +320,8 @@ func (e *env) startOrigin(ctx context.Context) (*proc, error) {
 		return nil, err
 	}
 	defer r.Close()
-	p, err := startProc("origin", e.loadCore, []string{filepath.Join(e.bin, "origin"), "-lifetime", "12h"}, nil, filepath.Join(e.tmp, "origin.log"), w)
+	argv := []string{filepath.Join(e.bin, "origin"), "-lifetime", "12h", "-cert", e.certFile, "-key", e.keyFile}
+	p, err := startProc("origin", e.loadCore, argv, nil, filepath.Join(e.tmp, "origin.log"), w)
 	w.Close()
 	if err != nil {
 		return nil, err
@@ -348,8 +396,9 @@ func (e *env) toolVersions(ctx context.Context) []string {
 	}
 	return []string{
 		wrkv + ", 1 thread, --timeout 10s, bench/wrk/proxy.lua (absolute-form requests with Proxy-Authorization; origin form for no proxy)",
-		"bench/load (" + runtime.Version() + "): CONNECT bulk and held tunnels",
-		"bench/origin (" + runtime.Version() + "): hand-written HTTP/1.1 origin with fixed bodies and Content-Length, TCP sink, TCP hold port",
+		"bench/load (" + runtime.Version() + "): CONNECT and SOCKS5 bulk and held tunnels; HTTPS-proxy requests (load http, counted like wrk; Go's TLS client, TLS 1.3, a session cache for resumption or none for full handshakes); WebSocket messages (load ws, closed loop, client frames with the all-zero mask key)",
+		"bench/origin (" + runtime.Version() + "): hand-written HTTP/1.1 origin with fixed bodies and Content-Length, TCP sink, TCP hold port, hand-written WebSocket echo; TLS variants (https, wss, TLS sink) for the no-proxy column of the TLS tests",
+		"TLS: a campaign CA and an ECDSA P-256 server certificate for 127.0.0.1, made at start, used by every https port",
 		fmt.Sprintf("proxy on CPU %d; load tool and origin on CPU %d", e.proxyCore, e.loadCore),
 	}
 }
@@ -366,4 +415,117 @@ func clockTicks(ctx context.Context) float64 {
 		return 100
 	}
 	return v
+}
+
+// danteUser is the system user Dante's socksmethod username checks, and
+// danteComment marks it as the campaign's (the GECOS field), so that a
+// user left by an interrupted campaign is recognised and removed.
+const (
+	danteUser    = "rustlebench"
+	danteComment = "rustle bench/campaign, removed after the campaign"
+)
+
+// makeSystemUser creates danteUser (as root) unless it exists, and sets
+// its password to the campaign's. The password is hashed with SHA-512
+// crypt at its minimum of 1,000 rounds, not Debian's default yescrypt:
+// Dante runs crypt() on every new connection (it keeps no cache), and
+// yescrypt's ~25 ms would make opening 9,000 tunnels take minutes.
+func (e *env) makeSystemUser(ctx context.Context) error {
+	if !e.asRoot {
+		return errors.New("not root: no system user can be made for Dante's username method")
+	}
+	u, err := user.Lookup(danteUser)
+	switch {
+	case err != nil:
+		out, err := exec.CommandContext(ctx, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "--comment", danteComment, danteUser).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("useradd %s: %v: %s", danteUser, err, firstLines(string(out), 2))
+		}
+	case u.Name != danteComment:
+		return fmt.Errorf("a system user %s exists that the campaign did not make", danteUser)
+	}
+	e.sysUserCreated = true
+	cmd := exec.CommandContext(ctx, "chpasswd", "-c", "SHA512", "-s", "1000")
+	cmd.Stdin = strings.NewReader(danteUser + ":" + e.pass + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		e.removeSystemUser()
+		return fmt.Errorf("chpasswd for %s: %v: %s", danteUser, err, firstLines(string(out), 2))
+	}
+	return nil
+}
+
+// removeSystemUser removes danteUser if the campaign made it. It is safe
+// to call more than once.
+func (e *env) removeSystemUser() {
+	if !e.sysUserCreated {
+		return
+	}
+	e.sysUserCreated = false
+	if out, err := exec.Command("userdel", danteUser).CombinedOutput(); err != nil {
+		fmt.Fprintf(e.out, "userdel %s: %v: %s\n", danteUser, err, firstLines(string(out), 2))
+	}
+}
+
+// makeCerts writes the campaign's TLS files into e.tmp/tls: a CA
+// (ca.pem) and a server certificate for 127.0.0.1 it signed (server.pem,
+// server.key), ECDSA P-256 like rustle cert's. The key is readable by all:
+// Squid reads it after switching to its unprivileged user, and the
+// directory is the campaign's own, removed at its end.
+func (e *env) makeCerts() error {
+	dir := filepath.Join(e.tmp, "tls")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("campaign: CA key: %w", err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rustle bench CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("campaign: CA certificate: %w", err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return fmt.Errorf("campaign: CA certificate: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("campaign: server key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("campaign: server certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("campaign: server key: %w", err)
+	}
+	e.caFile, e.certFile, e.keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "server.pem"), filepath.Join(dir, "server.key")
+	for _, f := range []struct {
+		path, typ string
+		der       []byte
+	}{
+		{e.caFile, "CERTIFICATE", caDER},
+		{e.certFile, "CERTIFICATE", der},
+		{e.keyFile, "PRIVATE KEY", keyDER},
+	} {
+		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o644); err != nil {
+			return fmt.Errorf("campaign: %w", err)
+		}
+	}
+	e.caPool = x509.NewCertPool()
+	e.caPool.AddCert(ca)
+	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rustle-proxy/rustle/bench/report"
@@ -13,37 +14,106 @@ type kind int
 const (
 	// kindWrk runs wrk with bench/wrk/proxy.lua: requests per second.
 	kindWrk kind = iota
-	// kindBulk runs "load bulk": CONNECT tunnels to the sink, Gbit/s.
+	// kindBulk runs "load bulk": CONNECT or SOCKS5 tunnels to the sink,
+	// Gbit/s.
 	kindBulk
 	// kindHold runs "load hold": memory with N open tunnels.
 	kindHold
+	// kindHTTP runs "load http": requests per second through an HTTPS
+	// proxy, which wrk cannot speak to.
+	kindHTTP
+	// kindWS runs "load ws": WebSocket messages through the proxy.
+	kindWS
+)
+
+// Listeners: the proxy port a test talks to. A proxy is started with the
+// one listener its test needs.
+const (
+	lnHTTP  = "http"   // plain HTTP proxy port
+	lnHTTPS = "https"  // HTTP proxy over TLS
+	lnSOCKS = "socks5" // SOCKS5
+)
+
+// Features a proxy may lack; a test needs one or more, and the rows of a
+// test read "—" for a proxy without them.
+const (
+	featHTTP      = "http"      // HTTP proxy: absolute-form requests and CONNECT
+	featHTTPS     = "https"     // the same on a TLS port
+	featWebSocket = "websocket" // relays WebSocket upgrades
+	featSOCKS     = "socks5"    // SOCKS5 CONNECT with username/password
 )
 
 // testDef is one test of the campaign: how to run it and the rows of the
-// report its runs fill. Adding a test (an HTTPS, HTTP/2 or WebSocket row)
-// is one more entry in tests, with a kind that knows how to run it.
+// report its runs fill. Adding a test (an HTTP/2 row, say) is one more
+// entry in tests, with a kind that knows how to run it and the listener
+// and features it needs.
 type testDef struct {
 	id   string
 	kind kind
-	// path and body are the origin resource of a wrk test and its size.
+	// listener is the proxy port the test uses (lnHTTP, lnHTTPS, lnSOCKS).
+	listener string
+	// needs are the features a proxy must have to run the test.
+	needs []string
+	// path and body are the origin resource of an HTTP test and its size.
 	path string
 	body int64
-	// newConn sends "Connection: close": one request per connection.
+	// newConn: one request (or WebSocket exchange) per connection.
 	newConn bool
+	// fullHandshake: on TLS, no session cache, so every connection makes
+	// a full handshake; otherwise new connections resume a session.
+	fullHandshake bool
+	// wsSize is the payload of a WebSocket message in bytes.
+	wsSize int
 	// levels are the concurrency levels of the sweep (connections or
 	// tunnels), quickLevels those of -quick.
 	levels, quickLevels []int
-	// steps are the tunnel counts of a hold test.
-	steps []int
+	// steps are the tunnel counts of a hold test; memPrefix names its
+	// metrics: memPrefix-0, memPrefix-<step>, memPrefix-slope and
+	// memPrefix-pss-<last step>.
+	steps     []int
+	memPrefix string
+	// group names the tests that -tests can select together ("plain",
+	// "socks", "https", "websocket").
+	group string
 	rows  []report.Row
 }
 
-// Sections of the report.
-const secPlain = "Plain HTTP proxy port"
+// tls reports whether the test talks TLS to the proxy.
+func (t testDef) tls() bool { return t.listener == lnHTTPS }
+
+// Sections of the report, in the seed's order (SOCKS5, which the seed
+// does not have, right after the plain port's CONNECT rows).
+const (
+	secPlain     = "Plain HTTP proxy port"
+	secSOCKS     = "SOCKS5 port"
+	secHTTPS     = "HTTPS proxy (resumed TLS sessions)"
+	secHTTPSFull = "HTTPS proxy, full handshake on every connection"
+	secWS        = "WebSocket, plain"
+	secWSS       = "WebSocket over TLS"
+)
 
 // notNone marks rows that have no "no proxy" figure (proxy CPU, proxy
 // memory).
 var notNone = []string{report.NoProxy}
+
+// memRows returns the rows of a hold test in section: memory with no
+// tunnel and at each step, and the slope; pss adds the proportional set
+// size at the last step (for proxies made of many processes).
+func memRows(prefix, section, what string, chart string, pss bool) []report.Row {
+	rows := []report.Row{
+		{ID: prefix + "-0", Section: section, Title: "Memory with no tunnel open", Unit: "MB", LessIsBetter: true, Unsupported: notNone, Chart: chart, Tunnels: 0},
+		{ID: prefix + "-1000", Section: section, Title: "Memory with 1,000 open " + what, Unit: "MB", LessIsBetter: true, Unsupported: notNone, Selects: true, Chart: chart, Tunnels: 1000},
+		{ID: prefix + "-5000", Section: section, Title: "Memory with 5,000 open " + what, Unit: "MB", LessIsBetter: true, Unsupported: notNone, Chart: chart, Tunnels: 5000},
+		{ID: prefix + "-9000", Section: section, Title: "Memory with 9,000 open " + what, Unit: "MB", LessIsBetter: true, Unsupported: notNone, Chart: chart, Tunnels: 9000},
+		{ID: prefix + "-slope", Section: section, Title: "Memory per open tunnel (0 to 9,000)", Unit: "KB/tunnel", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
+			Note: "(VmRSS with 9,000 tunnels − VmRSS with none) ÷ 9,000. A process here has 20,000 file descriptors, so 9,000 tunnels (18,000 proxy descriptors) is the most the machine allows; the seed went to 25,000."},
+	}
+	if pss {
+		rows = append(rows, report.Row{ID: prefix + "-pss-9000", Section: section, Title: "Memory with 9,000 open " + what + ", proportional (PSS)", Unit: "MB", LessIsBetter: true, Unsupported: notNone,
+			Note: "Pss from /proc/PID/smaps_rollup summed over the proxy's processes: pages shared between processes (libraries, copy-on-write pages of a forking server) count once in all, not once per process as in VmRSS. The fair figure for a proxy made of many processes (Dante forks an I/O process per 32 sessions)."})
+	}
+	return rows
+}
 
 // tests is the campaign, in the order of the report.
 var tests = []testDef{
@@ -92,33 +162,183 @@ var tests = []testDef{
 		},
 	},
 	{
-		id: "mem-tunnels", kind: kindHold, steps: []int{1000, 5000, 9000},
+		id: "mem-tunnels", kind: kindHold, steps: []int{1000, 5000, 9000}, memPrefix: "mem",
+		rows: memRows("mem", secPlain, "tunnels", "memory", false),
+	},
+
+	// SOCKS5 (issue 6), beside the plain port's CONNECT rows.
+	{
+		id: "socks-bulk", kind: kindBulk, listener: lnSOCKS, needs: []string{featSOCKS}, group: "socks",
+		levels: []int{1, 4, 16}, quickLevels: []int{4},
 		rows: []report.Row{
-			{ID: "mem-0", Title: "Memory with no tunnel open", Unit: "MB", LessIsBetter: true, Unsupported: notNone, Chart: "memory", Tunnels: 0},
-			{ID: "mem-1000", Title: "Memory with 1,000 open tunnels", Unit: "MB", LessIsBetter: true, Unsupported: notNone, Selects: true, Chart: "memory", Tunnels: 1000},
-			{ID: "mem-5000", Title: "Memory with 5,000 open tunnels", Unit: "MB", LessIsBetter: true, Unsupported: notNone, Chart: "memory", Tunnels: 5000},
-			{ID: "mem-9000", Title: "Memory with 9,000 open tunnels", Unit: "MB", LessIsBetter: true, Unsupported: notNone, Chart: "memory", Tunnels: 9000},
-			{ID: "mem-slope", Title: "Memory per open tunnel (0 to 9,000)", Unit: "KB/tunnel", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
-				Note: "(VmRSS with 9,000 tunnels − VmRSS with none) ÷ 9,000. A process here has 20,000 file descriptors, so 9,000 tunnels (18,000 proxy descriptors) is the most the machine allows; the seed went to 25,000."},
+			{ID: "socks-bulk", Section: secSOCKS, Title: "SOCKS5 CONNECT tunnels, bulk transfer", Unit: "Gbit/s", Decimals: 1, Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "socks-mem", kind: kindHold, listener: lnSOCKS, needs: []string{featSOCKS}, group: "socks",
+		steps: []int{1000, 5000, 9000}, memPrefix: "socks-mem",
+		rows: memRows("socks-mem", secSOCKS, "SOCKS5 tunnels", "", true),
+	},
+
+	// HTTPS proxy port (issue 4): the seed's table, new connections
+	// resuming their TLS session, and the full-handshake row.
+	{
+		id: "https-1k", kind: kindHTTP, listener: lnHTTPS, needs: []string{featHTTPS}, group: "https", path: "/1k", body: 1 << 10,
+		levels: []int{16, 64, 256, 1024}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "https-1k", Section: secHTTPS, Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "https-10k", kind: kindHTTP, listener: lnHTTPS, needs: []string{featHTTPS}, group: "https", path: "/10k", body: 10 << 10,
+		levels: []int{16, 64, 256, 1024}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "https-10k", Section: secHTTPS, Title: "HTTP, 10 KB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "https-1k-newconn", kind: kindHTTP, listener: lnHTTPS, needs: []string{featHTTPS}, group: "https", path: "/1k", body: 1 << 10, newConn: true,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "https-1k-newconn", Section: secHTTPS, Title: "HTTP, 1 KB responses, a new connection per request", Unit: "req/s", Selects: true, Chart: "throughput",
+				Note: "each new connection offers the TLS session of an earlier one (Go's client session cache, TLS 1.3 tickets); how many the proxy resumed is in runs.json (tls_resumed) and in the notes when it resumed fewer than half."},
+		},
+	},
+	{
+		id: "https-1m", kind: kindHTTP, listener: lnHTTPS, needs: []string{featHTTPS}, group: "https", path: "/1m", body: 1 << 20,
+		levels: []int{4, 16, 64}, quickLevels: []int{16},
+		rows: []report.Row{
+			{ID: "https-1m", Section: secHTTPS, Title: "HTTP, 1 MB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "https-10m", kind: kindHTTP, listener: lnHTTPS, needs: []string{featHTTPS}, group: "https", path: "/10m", body: 10 << 20,
+		levels: []int{1, 4, 16}, quickLevels: []int{4},
+		rows: []report.Row{
+			{ID: "https-10m", Section: secHTTPS, Title: "HTTP, 10 MB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "https-connect-bulk", kind: kindBulk, listener: lnHTTPS, needs: []string{featHTTPS}, group: "https",
+		levels: []int{1, 4, 16}, quickLevels: []int{4},
+		rows: []report.Row{
+			{ID: "https-connect-bulk", Section: secHTTPS, Title: "CONNECT tunnels, bulk transfer", Unit: "Gbit/s", Decimals: 1, Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "https-mem", kind: kindHold, listener: lnHTTPS, needs: []string{featHTTPS}, group: "https",
+		steps: []int{1000, 5000, 9000}, memPrefix: "https-mem",
+		rows: memRows("https-mem", secHTTPS, "tunnels", "", false),
+	},
+	{
+		id: "https-1k-full", kind: kindHTTP, listener: lnHTTPS, needs: []string{featHTTPS}, group: "https", path: "/1k", body: 1 << 10, newConn: true, fullHandshake: true,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "https-1k-full", Section: secHTTPSFull, Title: "HTTP, 1 KB responses, a new connection per request, full handshake", Unit: "req/s", Selects: true, Chart: "throughput"},
+		},
+	},
+
+	// (HTTP/2 over TLS goes here, once rustle speaks it: entries with a
+	// kind for an HTTP/2 client, listener lnHTTPS, a feature "h2".)
+
+	// WebSocket (issue 4), on the plain port and over TLS.
+	{
+		id: "ws-64", kind: kindWS, needs: []string{featWebSocket}, group: "websocket", wsSize: 64,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "ws-64", Section: secWS, Title: "WebSocket, 64-byte messages", Unit: "msg/s", Selects: true, Chart: "throughput"},
+			{ID: "ws-p99", Section: secWS, Title: "WebSocket round trip, 64-byte messages (p99)", Unit: "ms", Decimals: 1, LessIsBetter: true,
+				Note: "99th percentile of the time from sending a message to receiving its echo, over the runs at the kept level of the 64-byte test (closed loop: one message in flight per connection)."},
+			{ID: "ws-cpu", Section: secWS, Title: "CPU cost per WebSocket message", Unit: "µs/msg", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
+				Note: "proxy CPU (utime+stime of all its processes) over the 64-byte runs at the kept level divided by the messages echoed (a message and its echo count once)."},
+		},
+	},
+	{
+		id: "ws-64k", kind: kindWS, needs: []string{featWebSocket}, group: "websocket", wsSize: 64 << 10,
+		levels: []int{1, 4, 16}, quickLevels: []int{4},
+		rows: []report.Row{
+			{ID: "ws-64k", Section: secWS, Title: "WebSocket, 64 KB messages", Unit: "Gbit/s", Decimals: 1, Selects: true, Chart: "throughput",
+				Note: "echoed payload received by the clients, in Gbit/s; every byte crossed the proxy twice (there and back)."},
+		},
+	},
+	{
+		id: "ws-newconn", kind: kindWS, needs: []string{featWebSocket}, group: "websocket", wsSize: 64, newConn: true,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "ws-newconn", Section: secWS, Title: "WebSocket, one connection per exchange", Unit: "msg/s", Selects: true, Chart: "throughput",
+				Note: "connect, authenticated upgrade, one 64-byte message and its echo, close."},
+		},
+	},
+	{
+		id: "wss-64", kind: kindWS, listener: lnHTTPS, needs: []string{featHTTPS, featWebSocket}, group: "websocket", wsSize: 64,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "wss-64", Section: secWSS, Title: "WebSocket, 64-byte messages", Unit: "msg/s", Selects: true, Chart: "throughput"},
+			{ID: "wss-p99", Section: secWSS, Title: "WebSocket round trip, 64-byte messages (p99)", Unit: "ms", Decimals: 1, LessIsBetter: true},
+			{ID: "wss-cpu", Section: secWSS, Title: "CPU cost per WebSocket message", Unit: "µs/msg", Decimals: 1, LessIsBetter: true, Unsupported: notNone},
+		},
+	},
+	{
+		id: "wss-64k", kind: kindWS, listener: lnHTTPS, needs: []string{featHTTPS, featWebSocket}, group: "websocket", wsSize: 64 << 10,
+		levels: []int{1, 4, 16}, quickLevels: []int{4},
+		rows: []report.Row{
+			{ID: "wss-64k", Section: secWSS, Title: "WebSocket, 64 KB messages", Unit: "Gbit/s", Decimals: 1, Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "wss-newconn", kind: kindWS, listener: lnHTTPS, needs: []string{featHTTPS, featWebSocket}, group: "websocket", wsSize: 64, newConn: true,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "wss-newconn", Section: secWSS, Title: "WebSocket, one connection per exchange", Unit: "msg/s", Selects: true, Chart: "throughput",
+				Note: "TLS sessions resumed as in the HTTPS new-connection test."},
 		},
 	},
 }
 
-// init fills in the fields every row of a test shares.
+// init fills in the fields every row of a test shares: its test, the
+// plain section by default, the listener and group defaults, and the
+// proxies that lack a feature the test needs (their cells read "—").
 func init() {
 	for i := range tests {
-		for j := range tests[i].rows {
-			r := &tests[i].rows[j]
-			r.Test = tests[i].id
+		t := &tests[i]
+		if t.listener == "" {
+			t.listener = lnHTTP
+		}
+		if len(t.needs) == 0 {
+			t.needs = []string{featHTTP}
+		}
+		if t.group == "" {
+			t.group = "plain"
+		}
+		for j := range t.rows {
+			r := &t.rows[j]
+			r.Test = t.id
 			if r.Section == "" {
 				r.Section = secPlain
+			}
+			r.Unsupported = append([]string(nil), r.Unsupported...)
+			for _, p := range proxies {
+				if !p.has(t.needs) && !slices.Contains(r.Unsupported, p.name) {
+					r.Unsupported = append(r.Unsupported, p.name)
+				}
 			}
 		}
 	}
 }
 
-// selectTests returns the tests named in list (comma-separated test or row
-// IDs; "" or "all" for every test), in campaign order.
+// groups lists the names -tests accepts for a group of tests.
+func groups() []string {
+	var out []string
+	for _, t := range tests {
+		if !slices.Contains(out, t.group) {
+			out = append(out, t.group)
+		}
+	}
+	return out
+}
+
+// selectTests returns the tests named in list (comma-separated groups, test
+// or row IDs; "" or "all" for every test), in campaign order.
 func selectTests(list string) ([]testDef, error) {
 	if list == "" || list == "all" {
 		return tests, nil
@@ -126,22 +346,29 @@ func selectTests(list string) ([]testDef, error) {
 	want := map[string]bool{}
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
-		found := false
+		if slices.Contains(groups(), name) {
+			for _, t := range tests {
+				if t.group == name {
+					want[t.id] = true
+				}
+			}
+			continue
+		}
+		id := ""
 		for _, t := range tests {
 			if t.id == name {
-				found = true
+				id = t.id
 			}
 			for _, r := range t.rows {
 				if r.ID == name {
-					found = true
-					name = t.id
+					id = t.id
 				}
 			}
 		}
-		if !found {
-			return nil, fmt.Errorf("campaign: unknown test %q (tests: %s)", name, testIDs())
+		if id == "" {
+			return nil, fmt.Errorf("campaign: unknown test %q (groups: %s; tests: %s)", name, strings.Join(groups(), ", "), testIDs())
 		}
-		want[name] = true
+		want[id] = true
 	}
 	var out []testDef
 	for _, t := range tests {
