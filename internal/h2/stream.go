@@ -146,6 +146,12 @@ func (s *stream) sendErrLocked() error {
 
 // sendHeaders sends a header block; end closes rustle's side.
 func (s *stream) sendHeaders(fields []hpack.HeaderField, end bool) error {
+	return s.queueHeaders(fields, end, true)
+}
+
+// queueHeaders queues a header block, and writes it unless flush is
+// false: then DATA about to follow goes out with it.
+func (s *stream) queueHeaders(fields []hpack.HeaderField, end, flush bool) error {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -156,7 +162,9 @@ func (s *stream) sendHeaders(fields []hpack.HeaderField, end bool) error {
 	if end {
 		s.endLocalLocked()
 	}
-	c.flushLocked()
+	if flush || end {
+		c.flushLocked()
+	}
 	return nil
 }
 

@@ -246,7 +246,7 @@ func (s *stream) forward(d *acl.Decision) {
 		s.answerError(err, key)
 		return
 	}
-	complete := s.relayResponse(resp, r.method, up)
+	complete := s.relayResponse(resp, r.method, up, br)
 	if complete {
 		s.stopBody()
 	}
@@ -283,12 +283,13 @@ func (s *stream) bodyResult(done <-chan error, up *net.TCPConn) error {
 
 // relayResponse sends resp (head, body, trailers) on the stream and
 // reports whether all of it was sent.
-func (s *stream) relayResponse(resp *http.Response, method string, up *net.TCPConn) bool {
+func (s *stream) relayResponse(resp *http.Response, method string, up *net.TCPConn, br *bufio.Reader) bool {
 	c := s.c
 	noBody := method == "HEAD" || resp.StatusCode == 204 || resp.StatusCode == 304 ||
 		resp.ContentLength == 0 && len(resp.TransferEncoding) == 0
 	fields := responseFields(make([]hpack.HeaderField, 0, 16), resp.StatusCode, resp.Header, c.cfg.Via)
-	if s.sendHeaders(fields, noBody) != nil {
+	// When body bytes are here already, the head goes out with them.
+	if s.queueHeaders(fields, noBody, br.Buffered() == 0) != nil {
 		return false
 	}
 	if noBody {
@@ -596,7 +597,7 @@ func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []by
 	defer putReader(br)
 	if resp.StatusCode != 101 {
 		// Refused: the origin's answer goes to the client as it is.
-		if s.relayResponse(resp, "GET", up) {
+		if s.relayResponse(resp, "GET", up, br) {
 			s.stopBody()
 		}
 		return nil, nil, false
