@@ -206,6 +206,8 @@ func echoOrigin(t testing.TB) *httptest.Server {
 		w.Header().Set("X-Proto", r.Proto)
 		w.Header().Set("X-Cookie", r.Header.Get("Cookie"))
 		w.Header().Set("X-Chunked", fmt.Sprint(len(r.TransferEncoding) > 0))
+		w.Header().Set("X-Via", r.Header.Get("Via"))
+		w.Header().Set("X-Forwarded-For", r.Header.Get("X-Forwarded-For"))
 		fmt.Fprintf(w, "%s %s host=%s body=%s", r.Method, r.URL.RequestURI(), r.Host, body)
 	}))
 	t.Cleanup(o.Close)
@@ -854,5 +856,23 @@ func TestWebSocketRefused(t *testing.T) {
 	resp, body := roundTrip(t, cc, req)
 	if resp.StatusCode != 403 || !strings.Contains(body, "no sockets here") {
 		t.Fatalf("refused upgrade: %d %q, want the origin's 403", resp.StatusCode, body)
+	}
+}
+
+func TestViaAndForwarded(t *testing.T) {
+	o := echoOrigin(t)
+	p := startProxy(t, Config{Via: true, Forwarded: ForwardedXFF})
+	cc := p.client(t)
+	req := newRequest(t, "GET", o.URL+"/v", nil)
+	req.Header.Set("X-Forwarded-For", "192.0.2.7")
+	resp, _ := roundTrip(t, cc, req)
+	if got := resp.Header.Get("X-Via"); got != "2 rustle" {
+		t.Errorf("origin got Via %q, want %q", got, "2 rustle")
+	}
+	if got := resp.Header.Get("X-Forwarded-For"); got != "192.0.2.7, 127.0.0.1" {
+		t.Errorf("origin got X-Forwarded-For %q, want the client's value and its address", got)
+	}
+	if got := resp.Header.Values("Via"); len(got) != 1 || got[0] != "1.1 rustle" {
+		t.Errorf("client got Via %q, want [1.1 rustle]", got)
 	}
 }

@@ -478,10 +478,9 @@ func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key
 		out = append(out, "Content-Length: 0\r\n"...)
 	}
 	if o.via {
-		// The configuration documents one value for both proxies,
-		// although a request that came over HTTP/2 would strictly be
-		// "2 rustle" (RFC 9110 §7.6.3).
-		out = append(out, "Via: 1.1 rustle\r\n"...)
+		// Via names the version of the message as received (RFC 9110
+		// §7.6.3).
+		out = append(out, "Via: 2 rustle\r\n"...)
 	}
 	return append(out, "\r\n"...), chunked
 }

@@ -63,8 +63,9 @@ type Config struct {
 	Access Access
 	// Forwarded is ForwardedNone (or ""), ForwardedRFC or ForwardedXFF.
 	Forwarded string
-	// Via adds "Via: 1.1 rustle" to forwarded requests and their
-	// responses, as the HTTP/1.1 proxy does. false = none.
+	// Via adds "Via: 2 rustle" to forwarded requests (they came over
+	// HTTP/2) and "via: 1.1 rustle" to their responses (from HTTP/1.1
+	// origins). false = none.
 	Via bool
 
 	// MaxConcurrentStreams is advertised in SETTINGS_MAX_CONCURRENT_STREAMS;
