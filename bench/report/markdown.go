@@ -269,7 +269,7 @@ func conditions(c Campaign) string {
 func procedure(c Campaign) []string {
 	return []string{
 		fmt.Sprintf("Each proxy pinned to CPU %d with taskset, one worker; wrk or the Go load tool and the origin pinned to CPU %d.", c.ProxyCore, c.LoadCore),
-		"Authentication on for every proxy (HTTP Basic, Proxy-Authorization on every request).",
+		"Authentication on for every proxy (HTTP Basic, Proxy-Authorization on every request; SOCKS5 username/password), unless its tuning below says otherwise.",
 		fmt.Sprintf("Test order shuffled with seed %d; the proxy is restarted before each test and each test starts with a warm-up run that is recorded apart and never counted.", c.Seed),
 		fmt.Sprintf("A concurrency sweep per test: every level runs %d time(s) for %s; a level with any error, non-2xx response, short body or failed tunnel is not clean; the clean level with the best median is kept (at_conns).", c.Repeats, durationText(c.DurationS)),
 		"Throughput: requests completed per second as wrk counts them; tunnels: bytes the sink received over the measuring window, in Gbit/s.",
