@@ -101,6 +101,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.AllowPrivate = append(cfg.AllowPrivate, allowPrivate...) // checked by allowPrivateFlags.Set
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(cfg.GCPercent)
+	}
 	logger := newLogger(cfg.Log, stderr)
 	o, err := startOps(cfg, logger, stdout)
 	if err != nil {

@@ -28,6 +28,9 @@ type Config struct {
 	// SocketBufferBytes is set as SO_SNDBUF and SO_RCVBUF on client and
 	// upstream sockets; 0 leaves the kernel's autotuning alone.
 	SocketBufferBytes int `toml:"socket_buffer_bytes"`
+	// GCPercent is the garbage collector's target (GOGC) for the process;
+	// 0 means 25. A GOGC environment variable overrides it.
+	GCPercent int `toml:"gc_percent"`
 	// Forwarded is the client-address header added to forwarded requests:
 	// "none", "rfc7239" or "x-forwarded-for"; "" means "none".
 	Forwarded string `toml:"forwarded"`
@@ -385,6 +388,7 @@ func parseDuration(s string) (time.Duration, error) {
 const (
 	defaultForwarded      = "none"
 	defaultMaxHeaderBytes = 65536
+	defaultGCPercent      = 25
 	defaultLogLevel       = "info"
 	defaultLogFormat      = "text"
 	defaultAccessLogFmt   = "text"
@@ -424,6 +428,7 @@ const (
 func (c *Config) SetDefaults() {
 	setString(&c.Forwarded, defaultForwarded)
 	setInt(&c.MaxHeaderBytes, defaultMaxHeaderBytes)
+	setInt(&c.GCPercent, defaultGCPercent)
 	setString(&c.Log.Level, defaultLogLevel)
 	setString(&c.Log.Format, defaultLogFormat)
 	setString(&c.AccessLog.Format, defaultAccessLogFmt)

@@ -22,6 +22,7 @@ func documentedDefaults() Config {
 		Forwarded:         "none",
 		Via:               false,
 		MaxHeaderBytes:    65536,
+		GCPercent:         25,
 		Log:               Log{Level: "info", Format: "text"},
 		AccessLog:         AccessLog{Format: "text"},
 		Metrics:           Metrics{MaxUsers: 100},

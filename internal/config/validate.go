@@ -51,6 +51,7 @@ func (c *Config) Validate() error {
 	v.check(c.SocketBufferBytes >= 0, "socket_buffer_bytes", "%d is negative", c.SocketBufferBytes)
 	v.oneOf("forwarded", c.Forwarded, forwardedModes)
 	v.check(c.MaxHeaderBytes > 0, "max_header_bytes", "%d is not positive", c.MaxHeaderBytes)
+	v.check(c.GCPercent > 0, "gc_percent", "%d is not positive", c.GCPercent)
 	v.oneOf("log.level", c.Log.Level, logLevels)
 	v.oneOf("log.format", c.Log.Format, logFormats)
 	v.oneOf("access_log.format", c.AccessLog.Format, logFormats)

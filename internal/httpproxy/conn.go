@@ -936,9 +936,11 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 	}
 	if tc, ok := client.(*tls.Conn); ok {
 		if raw, ok := tunnel.RawTCP(tc); ok {
-			// Parked on socket readiness with no buffer while idle.
-			// Shutdown lets it run until the drain ends and the server
-			// closes the socket.
+			// Parked on socket readiness with no buffer while idle:
+			// the connection's read buffer (empty now) goes back to
+			// its pool first. Shutdown lets the relay run until the
+			// drain ends and the server closes the socket.
+			cn.client.release()
 			report(tunnel.RelayTLS(context.WithoutCancel(cn.ctx), tc, raw, upc, cn.p.cfg.TunnelIdleTimeout))
 			return true
 		}

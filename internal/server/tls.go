@@ -70,7 +70,7 @@ func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Eng
 	}
 	tc := tls.Server(tunnel.RecordConn(c), l.tls.TLSConfig())
 	c.SetDeadline(time.Now().Add(l.peek))
-	err := tc.HandshakeContext(ctx)
+	err := handshake(ctx, tc)
 	l.releaseHandshake()
 	if err != nil {
 		c.Close()
@@ -82,6 +82,18 @@ func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Eng
 		return
 	}
 	l.proxy.ServeConn(ctx, tc, eng)
+}
+
+// handshake runs tc's handshake on a goroutine of its own and waits for
+// it. The handshake's cryptography grows a goroutine's stack to tens of
+// KiB, and a stack only shrinks when the garbage collector happens to
+// run: done here, that growth leaves with the short-lived goroutine
+// instead of staying with the connection's, which may then sit in an
+// idle tunnel for hours.
+func handshake(ctx context.Context, tc *tls.Conn) error {
+	errc := make(chan error, 1)
+	go func() { errc <- tc.HandshakeContext(ctx) }()
+	return <-errc
 }
 
 // ReloadTLS re-reads the certificate and key (and client CA) of every
