@@ -65,6 +65,8 @@ type conn struct {
 	certUser   string       // the certificate's common name
 	clientAddr netip.Addr
 	localAddr  netip.AddrPort
+	// clientAddrPort is the client's address and port, for the access log.
+	clientAddrPort netip.AddrPort
 
 	wg sync.WaitGroup // stream workers, pumps and writers
 

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,8 +25,10 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -874,5 +877,171 @@ func TestViaAndForwarded(t *testing.T) {
 	}
 	if got := resp.Header.Values("Via"); len(got) != 1 || got[0] != "1.1 rustle" {
 		t.Errorf("client got Via %q, want [1.1 rustle]", got)
+	}
+}
+
+// lockedBuffer is an io.Writer safe for the access log's writer goroutine
+// and the test reading it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// counterSum returns the sum of every series of the counter name.
+func counterSum(t *testing.T, m *metrics.Metrics, name string) float64 {
+	t.Helper()
+	fams, err := m.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			switch {
+			case s.GetCounter() != nil:
+				sum += s.GetCounter().GetValue()
+			case s.GetHistogram() != nil:
+				sum += float64(s.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+// TestAccessLogAndMetrics checks the JSON access log records and the
+// counts of a forwarded GET, a 407, a 403 and a CONNECT tunnel over h2.
+func TestAccessLogAndMetrics(t *testing.T) {
+	var out lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	m := metrics.New(metrics.Config{PerUser: true, MaxUsers: 10})
+	o := echoOrigin(t)
+	echo := proxytest.NewEcho(t)
+	pol, err := acl.New(acl.Config{
+		Default: acl.Allow,
+		Rules:   []acl.Rule{{Name: "no-delete", Action: acl.Deny, Methods: []string{"DELETE"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:p"))
+	p := startProxy(t, Config{
+		Auth: staticAuth{creds}, Access: pol,
+		Listener: "tls", Metrics: m.Listener("tls", "https"), UserMetrics: m.User, AccessLog: al,
+	})
+	cc := p.client(t)
+
+	get := newRequest(t, "GET", o.URL+"/a?b=1", nil)
+	get.Header.Set("Proxy-Authorization", creds)
+	if resp, body := roundTrip(t, cc, get); resp.StatusCode != 200 {
+		t.Fatalf("GET: %d %q", resp.StatusCode, body)
+	}
+	if resp, _ := roundTrip(t, cc, newRequest(t, "GET", o.URL+"/noauth", nil)); resp.StatusCode != 407 {
+		t.Fatalf("GET without credentials: %d, want 407", resp.StatusCode)
+	}
+	del := newRequest(t, "DELETE", o.URL+"/x", nil)
+	del.Header.Set("Proxy-Authorization", creds)
+	if resp, _ := roundTrip(t, cc, del); resp.StatusCode != 403 {
+		t.Fatalf("DELETE: %d, want 403", resp.StatusCode)
+	}
+
+	pr, pw := io.Pipe()
+	req := newRequest(t, "CONNECT", "", pr)
+	req.URL, req.Host = &url.URL{Host: echo.Addr}, echo.Addr
+	req.Header.Set("Proxy-Authorization", creds)
+	resp, err := cc.RoundTrip(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	io.WriteString(pw, "ping!")
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "ping!" {
+		t.Fatalf("tunnel echo: %q %v", buf, err)
+	}
+	pw.Close() // END_STREAM: the echo server closes, and the tunnel ends
+	if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
+		t.Fatalf("after END_STREAM: %q %v", rest, err)
+	}
+	resp.Body.Close()
+	proxytest.WaitFor(t, "the tunnel's access log line", func() bool {
+		return strings.Count(out.String(), "\n") >= 4
+	})
+
+	var recs []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) != 4 {
+		t.Fatalf("%d access log lines, want 4:\n%s", len(recs), out.String())
+	}
+	echoPrefix := "127.0.0.1:"
+	checks := []struct {
+		name string
+		rec  map[string]any
+		want map[string]any
+	}{
+		{"GET", recs[0], map[string]any{"protocol": "h2", "listener": "tls", "user": "u", "method": "GET",
+			"target": o.URL + "/a?b=1", "status": float64(200), "upstream": strings.TrimPrefix(o.URL, "http://"), "bytes_up": float64(0)}},
+		{"407", recs[1], map[string]any{"protocol": "h2", "user": "", "method": "GET", "target": o.URL + "/noauth",
+			"status": float64(407), "upstream": ""}},
+		{"403", recs[2], map[string]any{"protocol": "h2", "user": "u", "method": "DELETE", "status": float64(403),
+			"rule": "no-delete", "upstream": ""}},
+		{"CONNECT", recs[3], map[string]any{"protocol": "h2", "user": "u", "method": "CONNECT", "target": echo.Addr,
+			"status": float64(200), "upstream": echo.Addr, "bytes_up": float64(5), "bytes_down": float64(5)}},
+	}
+	for _, c := range checks {
+		for k, v := range c.want {
+			if c.rec[k] != v {
+				t.Errorf("%s record: %s = %v, want %v (record %v)", c.name, k, c.rec[k], v, c.rec)
+			}
+		}
+		if cl, _ := c.rec["client"].(string); !strings.HasPrefix(cl, echoPrefix) {
+			t.Errorf("%s record: client = %q, want a loopback address", c.name, cl)
+		}
+	}
+	if n, _ := recs[0]["bytes_down"].(float64); n < 10 {
+		t.Errorf("GET record: bytes_down = %v, want the response body", recs[0]["bytes_down"])
+	}
+
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{"rustle_requests_total", 4}, // GET, 407, 403, the tunnel's 200
+		{"rustle_tunnels_total", 1},
+		{"rustle_auth_failures_total", 1},
+		{"rustle_acl_denials_total", 1},
+		{"rustle_upstream_dial_duration_seconds", 2}, // the GET's and the CONNECT's
+		{"rustle_upstream_first_byte_seconds", 1},
+		{"rustle_user_requests_total", 2}, // the GET and the DELETE; the tunnel counts bytes
+	} {
+		if got := counterSum(t, m, c.name); got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if got := counterSum(t, m, "rustle_bytes_total"); got < 10+10 {
+		t.Errorf("rustle_bytes_total = %v, want the GET's body and the tunnel's 10 bytes", got)
 	}
 }

@@ -8,8 +8,10 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -106,14 +108,27 @@ type Config struct {
 	TunnelIdleTimeout time.Duration
 	// Logger receives connection-level events; nil = discard.
 	Logger *slog.Logger
+
+	// Listener names the listener in access log records; "" = none.
+	Listener string
+	// Metrics counts the streams' requests, bytes, tunnels, refusals and
+	// dials; nil = none.
+	Metrics *metrics.ListenerMetrics
+	// UserMetrics returns an authenticated user's series, nil when there
+	// are none; a nil func = no per-user series.
+	UserMetrics func(user string) *metrics.UserMetrics
+	// AccessLog receives one record per stream: a forwarded request when
+	// its answer is over, a tunnel when it ends; nil = none.
+	AccessLog *accesslog.Logger
 }
 
 // Server serves HTTP/2 proxy connections. It is safe for concurrent use
 // by many connections.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	start time.Time // the origin of tunnels' activity clocks
+	cfg     Config
+	log     *slog.Logger
+	start   time.Time // the origin of tunnels' activity clocks
+	observe bool      // Metrics or AccessLog is set
 }
 
 // New returns a Server for cfg, with its zero values replaced by their
@@ -150,7 +165,7 @@ func New(cfg Config) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: log, start: time.Now()}
+	return &Server{cfg: cfg, log: log, start: time.Now(), observe: cfg.Metrics != nil || cfg.AccessLog != nil}
 }
 
 func clampWindow(v, def uint32) uint32 {
@@ -206,7 +221,8 @@ func (c *conn) inspect() {
 		c.raw = tcp
 	}
 	if a, ok := c.nc.RemoteAddr().(*net.TCPAddr); ok {
-		c.clientAddr = a.AddrPort().Addr().Unmap()
+		c.clientAddrPort = a.AddrPort()
+		c.clientAddr = c.clientAddrPort.Addr().Unmap()
 	}
 	if a, ok := c.nc.LocalAddr().(*net.TCPAddr); ok {
 		c.localAddr = netip.AddrPortFrom(a.AddrPort().Addr().Unmap(), a.AddrPort().Port())

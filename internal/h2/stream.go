@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,9 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"golang.org/x/sys/unix"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 )
 
 // errStreamGone is what a stream's goroutines get when the stream was
@@ -52,6 +55,7 @@ type stream struct {
 	cancel      context.CancelFunc
 
 	got  int64        // DATA payload bytes received; owned by the reader
+	obs  *observation // what the metrics and access log learn; nil when neither is on
 	upw  rawWriter    // non-blocking writes to up; used by the reader while !pumping
 	last atomic.Int64 // when a tunnel byte last moved, in ns since start
 }
@@ -65,12 +69,16 @@ func (c *conn) newStreamLocked(id uint32, req request) *stream {
 		recvWindow: int64(c.cfg.InitialStreamWindow),
 	}
 	s.cond.L = &c.mu
+	if c.s.observe {
+		s.obs = &observation{start: time.Now()}
+	}
 	return s
 }
 
 // run is the stream's worker goroutine.
 func (s *stream) run() {
 	if !s.serve() {
+		s.report()
 		s.exit()
 	}
 }
@@ -107,6 +115,9 @@ func (s *stream) serve() bool {
 			return false
 		}
 	}
+	if s.obs != nil {
+		s.obs.user = user
+	}
 	if r.kind == kindLocal {
 		s.answerLocal(r.localStatus())
 		return false
@@ -122,6 +133,9 @@ func (s *stream) serve() bool {
 		}
 		d = new(acl.Decision)
 		*d = a.Decide(acl.Request{Client: c.clientAddr, User: user, Host: r.host, Port: uint16(r.port), Method: r.method, Protocol: proto})
+		if s.obs != nil {
+			s.obs.rule = d.Rule
+		}
 		if !d.Allow {
 			c.s.log.Debug("h2: access denied", "client", c.clientAddr, "user", user, "target", r.authority, "rule", d.Rule)
 			s.answerLocal(403, "access denied by policy")
@@ -341,6 +355,7 @@ func (s *stream) deliverLocked(p []byte) {
 	if s.tunnel && !s.pumping && s.in.n == 0 {
 		k := s.upw.write(p)
 		if k > 0 {
+			s.countUpLocked(k)
 			s.touch()
 			c.creditConnLocked(int64(k))
 			s.creditLocked(int64(k))
@@ -358,6 +373,7 @@ func (s *stream) deliverLocked(p []byte) {
 
 // consumedLocked accounts for n queued bytes written upstream.
 func (s *stream) consumedLocked(n int) {
+	s.countUpLocked(n)
 	s.in.consume(n)
 	s.c.dequeuedLocked(int64(n))
 	s.creditLocked(int64(n))
@@ -573,4 +589,113 @@ func (p *parker) wait() error {
 		return os.NewSyscallError("recvfrom", p.err)
 	}
 	return nil
+}
+
+// observation is what the metrics and the access log learn of a stream.
+// Its fields are owned by the stream's worker, except up.
+type observation struct {
+	start    time.Time
+	user     string
+	rule     string
+	status   int            // the status sent; 0 when none was
+	up       int64          // bytes written upstream; guarded by c.mu
+	down     int64          // response body or tunnel bytes sent to the client
+	upstream netip.AddrPort // the origin's address, once connected
+	tunnel   bool           // a tunnel was established: reported when it ends
+}
+
+// countUpLocked counts n bytes of the client's written upstream.
+func (s *stream) countUpLocked(n int) {
+	if s.obs != nil && n > 0 {
+		s.obs.up += int64(n)
+	}
+}
+
+// answered notes the status sent to the client, and counts refusals.
+func (s *stream) answered(status int) {
+	if s.obs == nil {
+		return
+	}
+	s.obs.status = status
+	switch status {
+	case 407:
+		s.c.cfg.Metrics.AuthFailed()
+	case 403:
+		s.c.cfg.Metrics.ACLDenied()
+	}
+}
+
+// dialed reports an upstream dial that started at t0.
+func (s *stream) dialed(t0 time.Time, up *net.TCPConn, err error) {
+	if s.obs == nil {
+		return
+	}
+	s.c.cfg.Metrics.Dialed(time.Since(t0), err == nil)
+	if up != nil {
+		s.obs.upstream = remoteAddrPort(up)
+	}
+}
+
+// tunnelOpened counts a tunnel established with the status sent.
+func (s *stream) tunnelOpened() {
+	if s.obs == nil {
+		return
+	}
+	s.obs.tunnel = true
+	m := s.c.cfg.Metrics
+	m.TunnelOpened()
+	m.Request(s.obs.status, 0, 0)
+}
+
+// report tells the metrics and the access log about the stream when its
+// request, or its tunnel, is over. A stream reset before any answer is
+// not reported.
+func (s *stream) report() {
+	o := s.obs
+	if o == nil || o.status == 0 {
+		return
+	}
+	c := s.c
+	c.mu.Lock()
+	up := o.up
+	c.mu.Unlock()
+	cfg := c.cfg
+	var um *metrics.UserMetrics
+	if cfg.UserMetrics != nil && o.user != "" {
+		um = cfg.UserMetrics(o.user)
+	}
+	if o.tunnel {
+		cfg.Metrics.Bytes(up, o.down)
+		if um != nil {
+			um.Bytes(up, o.down)
+		}
+	} else {
+		cfg.Metrics.Request(o.status, up, o.down)
+		if um != nil {
+			um.Request(up, o.down)
+		}
+	}
+	if cfg.AccessLog == nil {
+		return
+	}
+	r := &s.req
+	target := r.authority // CONNECT: host:port
+	if r.scheme != "" {
+		target = r.scheme + "://" + r.authority + r.path
+	}
+	cfg.AccessLog.Log(&accesslog.Record{
+		Time:      o.start,
+		Listener:  cfg.Listener,
+		Client:    c.clientAddrPort,
+		User:      o.user,
+		Protocol:  accesslog.ProtoH2,
+		Method:    r.method,
+		Target:    target,
+		Status:    o.status,
+		BytesUp:   up,
+		BytesDown: o.down,
+		Duration:  time.Since(o.start),
+		Upstream:  o.upstream,
+		Rule:      o.rule,
+	})
 }

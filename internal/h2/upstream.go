@@ -70,6 +70,7 @@ func (s *stream) answer(status int, reason string) {
 		{Name: "content-type", Value: "text/plain; charset=utf-8"},
 		{Name: "content-length", Value: strconv.Itoa(len(body))},
 	}
+	s.answered(status)
 	if status == 407 && s.c.cfg.Auth != nil {
 		fields = append(fields, hpack.HeaderField{Name: "proxy-authenticate", Value: s.c.cfg.Auth.Challenge()})
 	}
@@ -126,7 +127,12 @@ func (s *stream) dial(addr string, d *acl.Decision) (*net.TCPConn, error) {
 	if d != nil {
 		p = d
 	}
+	var t0 time.Time
+	if s.obs != nil {
+		t0 = time.Now()
+	}
 	up, err := c.cfg.Dialer.DialPermit(ctx, addr, p)
+	s.dialed(t0, up, err)
 	c.mu.Lock()
 	s.cancel = nil
 	gone := s.reset
@@ -210,6 +216,7 @@ func (s *stream) forward(d *acl.Decision) {
 	var br *bufio.Reader
 	var resp *http.Response
 	var err error
+	var written time.Time // when the head went upstream, when observed
 	for attempt := 0; ; attempt++ {
 		var reused bool
 		up, reused, err = s.upstream(key, attempt > 0, d)
@@ -220,8 +227,14 @@ func (s *stream) forward(d *acl.Decision) {
 		if !s.attach(up) {
 			return
 		}
+		if s.obs != nil {
+			s.obs.upstream = remoteAddrPort(up)
+		}
 		up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 		_, err = up.Write(head)
+		if s.obs != nil {
+			written = time.Now()
+		}
 		if err == nil && !hasBody {
 			br, resp, err = s.readResponse(up, r.method, false)
 		}
@@ -245,6 +258,9 @@ func (s *stream) forward(d *acl.Decision) {
 		<-bodyDone
 		s.answerError(err, key)
 		return
+	}
+	if s.obs != nil {
+		c.cfg.Metrics.FirstByte(time.Since(written))
 	}
 	complete := s.relayResponse(resp, r.method, up, br)
 	if complete {
@@ -292,6 +308,7 @@ func (s *stream) relayResponse(resp *http.Response, method string, up *net.TCPCo
 	if s.queueHeaders(fields, noBody, br.Buffered() == 0) != nil {
 		return false
 	}
+	s.answered(resp.StatusCode)
 	if noBody {
 		return true
 	}
@@ -302,6 +319,9 @@ func (s *stream) relayResponse(resp *http.Response, method string, up *net.TCPCo
 		up.SetReadDeadline(time.Now().Add(c.cfg.WriteTimeout))
 		n, err := resp.Body.Read(buf[:])
 		sent += int64(n)
+		if s.obs != nil {
+			s.obs.down += int64(n)
+		}
 		// The last bytes of a body of known length carry END_STREAM.
 		last := sent == resp.ContentLength && len(resp.Trailer) == 0
 		if n > 0 && s.sendData(buf[:n], last) != nil {
@@ -523,6 +543,9 @@ func (s *stream) connect(d *acl.Decision) bool {
 	if !s.attach(up) {
 		return false
 	}
+	if s.obs != nil {
+		s.obs.upstream = remoteAddrPort(up)
+	}
 	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}}
 	var pending []byte
 	if r.kind == kindWebSocket {
@@ -536,6 +559,7 @@ func (s *stream) connect(d *acl.Decision) bool {
 		s.detach(up, key, false)
 		return false
 	}
+	s.answered(200)
 	s.req.fields = nil // the tunnel does not need them; an idle one keeps less
 	c.mu.Lock()
 	if s.reset {
@@ -554,9 +578,15 @@ func (s *stream) connect(d *acl.Decision) bool {
 		s.detach(up, key, false)
 		return false
 	}
-	if len(pending) > 0 && s.sendData(pending, false) != nil {
-		s.detach(up, key, false)
-		return false
+	s.tunnelOpened()
+	if len(pending) > 0 {
+		if s.sendData(pending, false) != nil {
+			s.detach(up, key, false)
+			return false
+		}
+		if s.obs != nil {
+			s.obs.down += int64(len(pending))
+		}
 	}
 	// The tunnel goes on on a fresh goroutine, whose stack, parked with
 	// few frames on it, the garbage collector shrinks to 4 KiB; this
@@ -571,6 +601,7 @@ func (s *stream) relay(up *net.TCPConn) {
 	s.pumpDown(up)
 	s.finishTunnel()
 	s.detach(up, "", false)
+	s.report()
 }
 
 // upgrade performs the WebSocket handshake with the origin for an
@@ -658,6 +689,9 @@ func (s *stream) pumpDown(up *net.TCPConn) {
 			if s.sendData(buf[:m], false) != nil {
 				bufPool.Put(buf)
 				return
+			}
+			if s.obs != nil {
+				s.obs.down += int64(m)
 			}
 		}
 		bufPool.Put(buf)

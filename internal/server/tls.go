@@ -27,8 +27,8 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 }
 
 // newH2 returns the HTTP/2 server of an "https" listener, which shares
-// the listener's dialer, upstream pool, authenticator, access policy and
-// timeouts.
+// the listener's dialer, upstream pool, authenticator, access policy,
+// timeouts, metrics and access log.
 func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
 	hc := h2.Config{
 		Dialer:                pc.Dialer,
@@ -47,6 +47,10 @@ func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
 		WriteTimeout:          pc.WriteTimeout,
 		TunnelIdleTimeout:     pc.TunnelIdleTimeout,
 		Logger:                pc.Logger,
+		Listener:              pc.Listener,
+		Metrics:               pc.Metrics,
+		UserMetrics:           pc.UserMetrics,
+		AccessLog:             pc.AccessLog,
 	}
 	if pc.Auth != nil {
 		hc.Auth = pc.Auth
