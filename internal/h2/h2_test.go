@@ -985,16 +985,20 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		return strings.Count(out.String(), "\n") >= 4
 	})
 
-	var recs []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+	// A stream is logged when its worker is done, which may be after the
+	// client has its answer and sends the next request: find the records
+	// by method and status.
+	recs := make(map[string]map[string]any)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	for _, line := range lines {
 		var r map[string]any
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("line %q: %v", line, err)
 		}
-		recs = append(recs, r)
+		recs[fmt.Sprint(r["method"], " ", r["status"])] = r
 	}
-	if len(recs) != 4 {
-		t.Fatalf("%d access log lines, want 4:\n%s", len(recs), out.String())
+	if len(lines) != 4 || len(recs) != 4 {
+		t.Fatalf("%d access log lines, want 4 different ones:\n%s", len(lines), out.String())
 	}
 	echoPrefix := "127.0.0.1:"
 	checks := []struct {
@@ -1002,13 +1006,13 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		rec  map[string]any
 		want map[string]any
 	}{
-		{"GET", recs[0], map[string]any{"protocol": "h2", "listener": "tls", "user": "u", "method": "GET",
+		{"GET", recs["GET 200"], map[string]any{"protocol": "h2", "listener": "tls", "user": "u", "method": "GET",
 			"target": o.URL + "/a?b=1", "status": float64(200), "upstream": strings.TrimPrefix(o.URL, "http://"), "bytes_up": float64(0)}},
-		{"407", recs[1], map[string]any{"protocol": "h2", "user": "", "method": "GET", "target": o.URL + "/noauth",
+		{"407", recs["GET 407"], map[string]any{"protocol": "h2", "user": "", "method": "GET", "target": o.URL + "/noauth",
 			"status": float64(407), "upstream": ""}},
-		{"403", recs[2], map[string]any{"protocol": "h2", "user": "u", "method": "DELETE", "status": float64(403),
+		{"403", recs["DELETE 403"], map[string]any{"protocol": "h2", "user": "u", "method": "DELETE", "status": float64(403),
 			"rule": "no-delete", "upstream": ""}},
-		{"CONNECT", recs[3], map[string]any{"protocol": "h2", "user": "u", "method": "CONNECT", "target": echo.Addr,
+		{"CONNECT", recs["CONNECT 200"], map[string]any{"protocol": "h2", "user": "u", "method": "CONNECT", "target": echo.Addr,
 			"status": float64(200), "upstream": echo.Addr, "bytes_up": float64(5), "bytes_down": float64(5)}},
 	}
 	for _, c := range checks {
@@ -1021,8 +1025,8 @@ func TestAccessLogAndMetrics(t *testing.T) {
 			t.Errorf("%s record: client = %q, want a loopback address", c.name, cl)
 		}
 	}
-	if n, _ := recs[0]["bytes_down"].(float64); n < 10 {
-		t.Errorf("GET record: bytes_down = %v, want the response body", recs[0]["bytes_down"])
+	if n, _ := recs["GET 200"]["bytes_down"].(float64); n < 10 {
+		t.Errorf("GET record: bytes_down = %v, want the response body", recs["GET 200"]["bytes_down"])
 	}
 
 	for _, c := range []struct {
