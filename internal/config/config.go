@@ -327,6 +327,13 @@ type Listener struct {
 	// AllowOpen permits a non-loopback listener without authentication;
 	// false refuses such an open proxy.
 	AllowOpen bool `toml:"allow_open"`
+	// ProxyProtocol makes the listener expect a PROXY protocol header (v1
+	// or v2, from a load balancer) first on every connection, within
+	// timeouts.read_header, and take the client address it carries for
+	// ACLs, limits, Forwarded fields and the access log; connections
+	// without a valid header are closed. false (the default) reads no
+	// header: the client address is the socket's peer.
+	ProxyProtocol bool `toml:"proxy_protocol"`
 	// TLS is the certificate of an "https" listener, required for it and
 	// refused for the other protocols; its zero value means no TLS.
 	TLS ListenerTLS `toml:"tls"`

@@ -222,6 +222,11 @@ func TestParseBadValues(t *testing.T) {
 			want: []string{"rustle.toml:6: listen.allow_open: want a boolean, not a string"},
 		},
 		{
+			name: "string for proxy_protocol",
+			src:  lines(`[[listen]]`, `address = "127.0.0.1:1"`, `proxy_protocol = "v2"`),
+			want: []string{"rustle.toml:3: listen.proxy_protocol: want a boolean, not a string"},
+		},
+		{
 			name: "string for array",
 			src:  lines(`[auth]`, `htpasswd = "/etc/htpasswd"`),
 			want: []string{"rustle.toml:2: auth.htpasswd: want an array, not a string"},
@@ -334,6 +339,7 @@ func TestParseValues(t *testing.T) {
 		`name = "lan"`,
 		`address = ":3129"`,
 		`allow_open = true`,
+		`proxy_protocol = true`,
 	)
 	got, err := Parse([]byte(src), "rustle.toml")
 	if err != nil {
@@ -351,7 +357,7 @@ func TestParseValues(t *testing.T) {
 	want.Auth.Users = []User{{Name: "alice", Password: "p:w"}, {Name: "bob", Bcrypt: "$2y$10$abc"}}
 	want.Listen = []Listener{
 		{Name: "http [::1]:3128", Address: "[::1]:3128", Protocol: "http", Auth: "basic"},
-		{Name: "lan", Address: ":3129", Protocol: "http", AllowOpen: true},
+		{Name: "lan", Address: ":3129", Protocol: "http", AllowOpen: true, ProxyProtocol: true},
 	}
 	if diff := cmp.Diff(&want, got, ignoreLocation); diff != "" {
 		t.Errorf("Parse (-want +got):\n%s", diff)

@@ -197,8 +197,19 @@ func setDuration(d *time.Duration, def time.Duration) {
 // is a *tls.Conn made over tunnel.RecordConn, an idle connection waits on
 // socket readiness and holds no read buffer.
 func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
+	s.ServeConnFrom(ctx, c, netip.AddrPort{})
+}
+
+// ServeConnFrom is ServeConn for a client whose address is not c's peer:
+// the one a PROXY protocol header gave, used for the access policy, the
+// Forwarded and X-Forwarded-For fields, logs and the access log. An
+// invalid client means c's peer.
+func (s *Server) ServeConnFrom(ctx context.Context, c net.Conn, client netip.AddrPort) {
 	cn := newConn(s, c)
 	cn.inspect()
+	if client.IsValid() {
+		cn.clientAddrPort, cn.clientAddr = client, client.Addr().Unmap()
+	}
 	// The connection's reader runs on this goroutine: kept shallow, its
 	// stack shrinks to 4 KiB while the connection is idle.
 	cn.serve(ctx)

@@ -177,6 +177,18 @@ func New(cfg Config) *Proxy {
 // connection go to eng; with eng nil, or for other connections, they are
 // relayed by goroutines instead.
 func (p *Proxy) ServeConn(ctx context.Context, c net.Conn, eng *tunnel.Engine) {
+	var client netip.AddrPort
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		client = ta.AddrPort()
+	}
+	p.ServeConnFrom(ctx, c, eng, client)
+}
+
+// ServeConnFrom is ServeConn for a client whose address is not c's peer:
+// the one a PROXY protocol header gave. client is used for the access
+// policy, the authentication-failure limits, the Forwarded and
+// X-Forwarded-For fields and the access log.
+func (p *Proxy) ServeConnFrom(ctx context.Context, c net.Conn, eng *tunnel.Engine, client netip.AddrPort) {
 	if tc, ok := c.(*net.TCPConn); ok && p.cfg.SocketBufferBytes > 0 {
 		if rc, err := tc.SyscallConn(); err == nil {
 			dialer.SetBuffers(rc, p.cfg.SocketBufferBytes)
@@ -187,10 +199,8 @@ func (p *Proxy) ServeConn(ctx context.Context, c net.Conn, eng *tunnel.Engine) {
 	cn.eng = eng
 	cn.ctx = ctx
 	cn.client.attach(c, &clientBufs)
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		cn.clientAddrPort = ta.AddrPort()
-		cn.clientAddr = cn.clientAddrPort.Addr().Unmap()
-	}
+	cn.clientAddrPort = client
+	cn.clientAddr = client.Addr().Unmap()
 	cn.obs.on = p.cfg.Metrics != nil || p.cfg.AccessLog != nil
 	if tc, ok := c.(*tls.Conn); ok {
 		// A client certificate verified during the handshake (the

@@ -111,10 +111,39 @@ type connLimits struct {
 
 	mu     sync.Mutex
 	handed map[net.Conn]struct{} // connections handed to an engine and not yet seen by serveConn; guarded by mu
+	// clients holds the address of connections whose client address
+	// came in a PROXY protocol header, from admission until served;
+	// guarded by mu.
+	clients map[net.Conn]netip.AddrPort
 }
 
 func newConnLimits(lim *limits.Limiter) *connLimits {
-	return &connLimits{lim: lim, handed: make(map[net.Conn]struct{})}
+	return &connLimits{lim: lim, handed: make(map[net.Conn]struct{}), clients: make(map[net.Conn]netip.AddrPort)}
+}
+
+// setClient records that c was admitted as coming from client (its IP
+// unmapped) rather than from its peer.
+func (cl *connLimits) setClient(c net.Conn, client netip.AddrPort) {
+	cl.mu.Lock()
+	cl.clients[c] = client
+	cl.mu.Unlock()
+}
+
+// client returns the address c's client comes from: the one setClient
+// recorded on a proxy_protocol listener, c's peer otherwise.
+func (cl *connLimits) client(l *listener, c net.Conn) netip.AddrPort {
+	if l.cfg.ProxyProtocol {
+		cl.mu.Lock()
+		a, ok := cl.clients[c]
+		cl.mu.Unlock()
+		if ok {
+			return a
+		}
+	}
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort()
+	}
+	return netip.AddrPort{}
 }
 
 func (cl *connLimits) AuthFailed(client netip.Addr) time.Duration { return cl.lim.AuthFailed(client) }
@@ -125,8 +154,11 @@ func (cl *connLimits) Throttle(user string) *limits.Bucket        { return cl.li
 // Handoff marks c as carried by a tunnel: its admission is released when
 // the tunnel ends rather than when serveConn returns.
 func (cl *connLimits) Handoff(c net.Conn) func() {
-	ip := remoteIP(c)
 	cl.mu.Lock()
+	ip := remoteIP(c)
+	if a, ok := cl.clients[c]; ok {
+		ip = a.Addr()
+	}
 	cl.handed[c] = struct{}{}
 	cl.mu.Unlock()
 	return func() { cl.lim.Release(ip) }
@@ -138,6 +170,7 @@ func (cl *connLimits) served(c net.Conn, ip netip.Addr) {
 	cl.mu.Lock()
 	_, handed := cl.handed[c]
 	delete(cl.handed, c)
+	delete(cl.clients, c)
 	cl.mu.Unlock()
 	if !handed {
 		cl.lim.Release(ip)

@@ -2,18 +2,24 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/proxyproto"
 )
 
 // mixedOrigin starts an HTTP origin on 127.0.0.1 that answers "origin
@@ -158,6 +164,139 @@ func TestMixedPeek(t *testing.T) {
 		defer cancel()
 		if err := s.Shutdown(ctx); err != nil {
 			t.Fatalf("Shutdown with a client that sent nothing: %v, want nil", err)
+		}
+	})
+}
+
+// TestProxyProtocol sends PROXY v1 and v2 headers to a proxy_protocol
+// listener and checks that the address they carry is the client's for
+// the access log, the Forwarded field and the ACL, and that connections
+// without a header, or too slow to send one, are closed unanswered.
+func TestProxyProtocol(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "xff="+r.Header.Get("X-Forwarded-For"))
+	}))
+	t.Cleanup(origin.Close)
+	target := origin.URL + "/p"
+
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.Forwarded = "x-forwarded-for"
+	cfg.Timeouts.ReadHeader.Duration = 500 * time.Millisecond
+	cfg.AllowPrivate = []string{"127.0.0.0/8"}
+	cfg.ACL.Default = "allow"
+	cfg.ACL.Rules = []config.ACLRule{{Name: "no-doc-net", Action: "deny", Clients: []string{"198.51.100.0/24"}}}
+	cfg.Listen = []config.Listener{{Name: "lb", Address: "127.0.0.1:0", Protocol: "mixed", Auth: config.AuthNone, ProxyProtocol: true}}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	var out logBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, nil, WithAccessLog(al))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := s.Start(); err != nil {
+		s.Close()
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		al.Close()
+	})
+	addr := s.Addrs()[0].Addr.String()
+	self := netip.MustParseAddrPort(addr)
+
+	header := func(t *testing.T, version int, src string) []byte {
+		t.Helper()
+		h := proxyproto.Header{Version: version, Command: proxyproto.CommandProxy,
+			Source: netip.MustParseAddrPort(src), Destination: self}
+		if h.Source.Addr().Is6() {
+			h.Destination = netip.AddrPortFrom(netip.IPv6Loopback(), self.Port())
+		}
+		b, err := h.Append(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// exchange sends first and a GET for target on a new connection and
+	// returns what comes back until the proxy closes it.
+	exchange := func(t *testing.T, first []byte) string {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		req := "GET " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+		if _, err := c.Write(append(first, req...)); err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(c)
+		if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("read: %v", err)
+		}
+		return string(b)
+	}
+
+	tests := []struct {
+		name       string
+		first      []byte
+		wantStatus string // "" = closed without an answer
+		wantBody   string
+		wantClient string // in the access log
+	}{
+		{"v1", header(t, 1, "203.0.113.7:40001"), "HTTP/1.1 200", "xff=203.0.113.7", "203.0.113.7:40001"},
+		{"v2 IPv6", header(t, 2, "[2001:db8::9]:40002"), "HTTP/1.1 200", "xff=2001:db8::9", "[2001:db8::9]:40002"},
+		{"v1 client denied by the ACL", header(t, 1, "198.51.100.5:40003"), "HTTP/1.1 403", "", "198.51.100.5:40003"},
+		{"no header", nil, "", "", ""},
+		{"malformed header", []byte("PROXY TCP4 nonsense\r\n"), "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := strings.Count(out.String(), "\n")
+			got := exchange(t, tt.first)
+			if tt.wantStatus == "" {
+				if got != "" {
+					t.Fatalf("got %q, want the connection closed without an answer", got)
+				}
+				return
+			}
+			if !strings.HasPrefix(got, tt.wantStatus) || !strings.HasSuffix(got, tt.wantBody) {
+				t.Fatalf("got %q, want %s ... %s", got, tt.wantStatus, tt.wantBody)
+			}
+			waitFor(t, "the access log line", func() bool { return strings.Count(out.String(), "\n") > before })
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rec); err != nil {
+				t.Fatal(err)
+			}
+			if rec["client"] != tt.wantClient || rec["listener"] != "lb" {
+				t.Errorf("access log record %v: want client %s", rec, tt.wantClient)
+			}
+		})
+	}
+
+	t.Run("no header within the read-header timeout", func(t *testing.T) {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		start := time.Now()
+		n, err := c.Read(make([]byte, 1))
+		if n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read %d bytes, %v: want the proxy to close the connection", n, err)
+		}
+		if d := time.Since(start); d < 400*time.Millisecond {
+			t.Errorf("closed after %v, before the read-header timeout", d)
 		}
 	})
 }

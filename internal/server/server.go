@@ -325,6 +325,11 @@ func (s *Server) acceptLoop(ln net.Listener, l *listener, eng *tunnel.Engine) {
 		}
 		backoff = 0
 		tc := c.(*net.TCPConn)
+		if l.cfg.ProxyProtocol {
+			s.conns.Add(1)
+			go s.serveProxied(l, tc, eng, s.connLimits) // admitted once the header is read
+			continue
+		}
 		ip := remoteIP(tc)
 		if v, retry := s.lim.Admit(ip); v != limits.OK {
 			refuse(l, tc, v, retry)
@@ -344,7 +349,7 @@ func (s *Server) serveConn(l *listener, c *net.TCPConn, ip netip.Addr, eng *tunn
 	s.connMu.Unlock()
 	lm := l.proxy.Metrics()
 	lm.Accepted()
-	l.serve(s.connCtx, c, eng)
+	l.serve(s.connCtx, c, eng, s.connLimits.client(l, c))
 	lm.Closed()
 	s.connMu.Lock()
 	delete(s.active, c)

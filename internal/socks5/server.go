@@ -142,6 +142,7 @@ type conn struct {
 	r, w     int
 	out      [4 + 16 + 2]byte // a reply being written
 	client   netip.Addr       // the client's address
+	clientAP netip.AddrPort   // the client's address and port
 	user     string           // the authenticated user; "" none
 	limUser  string           // the user counted with Limiter.UserConn; "" none
 	decision acl.Decision     // the current CONNECT's access decision
@@ -214,6 +215,18 @@ func (cn *conn) reply4(cd byte, bnd netip.AddrPort) error {
 // ends. A dial in progress is not cut short by it; a handshake is bounded
 // by Config.HandshakeTimeout.
 func (s *Server) ServeConn(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine) {
+	var client netip.AddrPort
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		client = ta.AddrPort()
+	}
+	s.ServeConnFrom(ctx, c, eng, client)
+}
+
+// ServeConnFrom is ServeConn for a client whose address is not c's peer:
+// the one a PROXY protocol header gave. client is used for the access
+// policy, the authentication-failure limits, logs and the access log,
+// and its IP is the one a UDP association accepts datagrams from.
+func (s *Server) ServeConnFrom(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine, client netip.AddrPort) {
 	if s.cfg.SocketBufferBytes > 0 {
 		if rc, err := c.SyscallConn(); err == nil {
 			dialer.SetBuffers(rc, s.cfg.SocketBufferBytes)
@@ -221,16 +234,14 @@ func (s *Server) ServeConn(ctx context.Context, c *net.TCPConn, eng *tunnel.Engi
 	}
 	cn := s.conns.Get().(*conn)
 	cn.c, cn.r, cn.w = c, 0, 0
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		cn.client = ta.AddrPort().Addr().Unmap()
-	}
+	cn.clientAP, cn.client = client, client.Addr().Unmap()
 	if !s.serve(ctx, cn, eng) {
 		c.Close()
 	}
 	if cn.limUser != "" {
 		s.cfg.Limiter.UserDone(cn.limUser)
 	}
-	cn.c, cn.client, cn.user, cn.limUser, cn.decision = nil, netip.Addr{}, "", "", acl.Decision{}
+	cn.c, cn.client, cn.clientAP, cn.user, cn.limUser, cn.decision = nil, netip.Addr{}, netip.AddrPort{}, "", "", acl.Decision{}
 	s.conns.Put(cn)
 }
 
@@ -354,7 +365,7 @@ func (s *Server) authenticate(ctx context.Context, cn *conn) bool {
 	}
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "socks5: authenticated", slog.String("user", user),
-			slog.String("client", cn.c.RemoteAddr().String()))
+			slog.String("client", cn.clientAP.String()))
 	}
 	cn.user = user
 	return true
@@ -486,7 +497,7 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 	upAddr := upc.RemoteAddr().(*net.TCPAddr).AddrPort()
 	s.cfg.Metrics.TunnelOpened()
 	if s.log.Enabled(ctx, slog.LevelDebug) {
-		client, target := cn.c.RemoteAddr().String(), dst.String()
+		client, target := cn.clientAP.String(), dst.String()
 		logDone = func(r tunnel.Result) {
 			obs(repSucceeded, upAddr, r.Up, r.Down)
 			s.log.LogAttrs(context.Background(), slog.LevelDebug, "socks5: tunnel closed",
@@ -538,9 +549,7 @@ func (s *Server) observe(cn *conn, dst addr) func(rep byte, upstream netip.AddrP
 		Time: start, Listener: s.cfg.Listener, User: cn.user,
 		Protocol: accesslog.ProtoSOCKS5, Method: "CONNECT", Target: dst.String(),
 	}
-	if ta, ok := cn.c.RemoteAddr().(*net.TCPAddr); ok {
-		rec.Client = ta.AddrPort()
-	}
+	rec.Client = cn.clientAP
 	return func(rep byte, upstream netip.AddrPort, up, down int64) {
 		s.cfg.Metrics.Request(replyClass(rep), up, down)
 		s.cfg.Metrics.Bytes(up, down)
@@ -603,7 +612,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 // accepted.
 func (s *Server) associate(ctx context.Context, cn *conn, hint addr) {
 	local := cn.c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	client := netip.AddrPortFrom(cn.c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap(), 0)
+	client := netip.AddrPortFrom(cn.client, 0)
 	if hint.host == "" && hint.port != 0 && (hint.ip == client.Addr() || hint.ip.IsUnspecified()) {
 		client = netip.AddrPortFrom(client.Addr(), hint.port)
 	}
@@ -654,7 +663,7 @@ func (s *Server) debug(ctx context.Context, cn *conn, msg string, err error, att
 	if !s.log.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
-	attrs = append(attrs, slog.String("client", cn.c.RemoteAddr().String()))
+	attrs = append(attrs, slog.String("client", cn.clientAP.String()))
 	if err != nil {
 		attrs = append(attrs, slog.Any("err", err))
 	}
