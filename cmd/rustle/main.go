@@ -10,8 +10,9 @@
 //	rustle version                 print the version
 //
 // rustle only parses flags, loads the configuration and runs until
-// SIGTERM or SIGINT (SIGHUP re-reads TLS certificates, SIGUSR1 reopens the
-// access log file); everything else lives in internal/.
+// SIGTERM or SIGINT (SIGHUP reloads the configuration, users and TLS
+// certificates, SIGUSR1 reopens the access log file); everything else
+// lives in internal/.
 package main
 
 import (
@@ -95,21 +96,32 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rustle: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, err := loadConfig(*file, listens, &adminAddr)
+	// load reads the configuration as at start: the file (again, on
+	// SIGHUP) and the flags given at start.
+	load := func() (*config.Config, error) {
+		cfg, err := loadConfig(*file, listens, &adminAddr)
+		if err != nil {
+			return nil, err
+		}
+		cfg.AllowPrivate = append(cfg.AllowPrivate, allowPrivate...) // checked by allowPrivateFlags.Set
+		return cfg, nil
+	}
+	cfg, err := load()
 	if err != nil {
 		fmt.Fprintln(stderr, "rustle:", err)
 		return 1
 	}
-	cfg.AllowPrivate = append(cfg.AllowPrivate, allowPrivate...) // checked by allowPrivateFlags.Set
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(cfg.GCPercent)
 	}
-	logger := newLogger(cfg.Log, stderr)
+	level := new(slog.LevelVar)
+	logger := newLogger(cfg.Log, level, stderr)
 	o, err := startOps(cfg, logger, stdout)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		return 1
 	}
+	o.level = level
 	srv, err := server.New(cfg, logger, server.WithMetrics(o.metrics), server.WithAccessLog(o.access))
 	if err != nil {
 		o.close(context.Background())
@@ -144,13 +156,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if sig != syscall.SIGHUP {
 			break
 		}
-		o.reloading()
-		if err := srv.ReloadTLS(); err != nil {
-			logger.Error("reload: certificates kept as they were", "err", err)
-		} else {
-			logger.Info("reload: certificates re-read")
-		}
-		o.reloaded()
+		cfg = o.reload(srv, cfg, load)
 	}
 	signal.Stop(sigs)
 	o.stopping()
@@ -219,9 +225,10 @@ func addUser(cfg *config.Config, u config.User) error {
 	return nil
 }
 
-func newLogger(c config.Log, w io.Writer) *slog.Logger {
-	var level slog.Level
-	level.UnmarshalText([]byte(c.Level))
+// newLogger returns the logger c asks for, writing to w, its level set in
+// level (which a reload may change).
+func newLogger(c config.Log, level *slog.LevelVar, w io.Writer) *slog.Logger {
+	setLevel(level, c.Level)
 	opts := &slog.HandlerOptions{Level: level}
 	if c.Format == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
@@ -353,7 +360,9 @@ Flags:
             the file's allow_private; repeatable. To try rustle against a
             local origin: --allow-private 127.0.0.0/8
 
-Signals: SIGTERM/SIGINT drain and stop, SIGHUP re-reads TLS certificates,
+Signals: SIGTERM/SIGINT drain and stop, SIGHUP reloads the configuration
+(the -c file, users files and TLS certificates, with the flags given at
+start; a config that does not load is refused and the running one stays),
 SIGUSR1 reopens the access log file (for logrotate).
 `)
 }

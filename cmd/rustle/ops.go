@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 
@@ -23,6 +26,7 @@ type ops struct {
 	metrics *metrics.Metrics  // nil without an admin listener
 	admin   *admin.Server     // nil without an admin listener
 	ready   atomic.Bool       // what /readyz reports
+	level   *slog.LevelVar    // the log level a reload may change; nil = fixed
 }
 
 // startOps opens the access log and starts the admin listener, not yet
@@ -81,6 +85,62 @@ func (o *ops) started(addrs []server.Addr) {
 // reloading and reloaded bracket a reload for systemd.
 func (o *ops) reloading() { o.notify(sdnotify.Reloading()) }
 func (o *ops) reloaded()  { o.notify(sdnotify.Ready()) }
+
+// reload reads the configuration again with load and swaps it into srv
+// for new connections, between RELOADING and READY notifications. A
+// configuration that does not load or validate, that srv refuses, or
+// that changes a setting read only at start (admin, [access_log],
+// [metrics], log.format) is refused with the reason logged in one line,
+// and cur stays. reload returns the configuration in effect.
+func (o *ops) reload(srv *server.Server, cur *config.Config, load func() (*config.Config, error)) *config.Config {
+	o.reloading()
+	defer o.reloaded()
+	next, err := load()
+	if err == nil {
+		err = startOnly(cur, next)
+	}
+	if err == nil {
+		err = srv.Reload(next)
+	}
+	if err != nil {
+		o.log.Error("reload refused; the running configuration stays", "err", err)
+		return cur
+	}
+	if o.level != nil {
+		setLevel(o.level, next.Log.Level)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(next.GCPercent)
+	}
+	return next
+}
+
+// startOnly returns an error wrapping server.ErrRestartRequired when next
+// changes a setting of cur that only a restart applies.
+func startOnly(cur, next *config.Config) error {
+	var key string
+	switch {
+	case next.Admin != cur.Admin:
+		key = "admin"
+	case next.AccessLog != cur.AccessLog:
+		key = "[access_log]"
+	case next.Metrics != cur.Metrics:
+		key = "[metrics]"
+	case next.Log.Format != cur.Log.Format:
+		key = "log.format"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%s changed: %w", key, server.ErrRestartRequired)
+}
+
+// setLevel sets level to name ("debug", "info", "warn", "error"); an
+// unknown name, which Validate refuses, leaves "info".
+func setLevel(level *slog.LevelVar, name string) {
+	var l slog.Level
+	l.UnmarshalText([]byte(name))
+	level.Set(l)
+}
 
 // stopping turns readiness off, so that load balancers stop sending new
 // clients, and tells systemd that rustle is stopping.

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -325,5 +328,134 @@ func TestNotifyFailureLogged(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "systemd notification failed") {
 		t.Errorf("a failed notification was not logged:\n%s", logs.String())
+	}
+}
+
+// TestRunReload runs rustle in-process and reloads it with SIGHUP: a new
+// password and a second listener take effect, with --allow-private kept
+// from the command line; then a config that does not parse is refused,
+// logged in one line, and the previous one keeps serving. Each reload is
+// bracketed by RELOADING and READY notifications.
+func TestRunReload(t *testing.T) {
+	notify := fakeSystemd(t)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "origin "+r.URL.Path)
+	}))
+	defer origin.Close()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "rustle.toml")
+	write := func(src string) {
+		t.Helper()
+		if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const listen = "[[listen]]\nname = \"main\"\naddress = \"127.0.0.1:0\"\n"
+	write("workers = 1\n[auth]\nusers = [{ name = \"alice\", password = \"old\" }]\n" + listen)
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"-c", cfgPath, "--allow-private", "127.0.0.0/8"}, nil, &stdout, &stderr)
+	}()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			<-done
+		}
+	})
+	if got := notification(t, notify); got != "READY=1" {
+		t.Fatalf("first notification %q, want READY=1", got)
+	}
+	notification(t, notify) // STATUS=serving ...
+	addr := waitFor(t, &stderr, regexp.MustCompile(`msg=listening listener=main protocol=http addr=(\S+)`))[1]
+	get := func(proxy, pass string) int {
+		t.Helper()
+		u := &url.URL{Scheme: "http", User: url.UserPassword("alice", pass), Host: proxy}
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true}}
+		resp, err := c.Get(origin.URL + "/x")
+		if err != nil {
+			t.Fatalf("GET through %s: %v", proxy, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(addr, "old"); got != 200 {
+		t.Fatalf("before the reload: %d", got)
+	}
+	reload := func() {
+		t.Helper()
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		if got := notification(t, notify); !strings.HasPrefix(got, "RELOADING=1") {
+			t.Errorf("notification after SIGHUP %q, want RELOADING=1", got)
+		}
+		if got := notification(t, notify); got != "READY=1" {
+			t.Errorf("notification after the reload %q, want READY=1", got)
+		}
+	}
+
+	write("workers = 1\n[auth]\nusers = [{ name = \"alice\", password = \"new\" }]\n" + listen +
+		"[[listen]]\nname = \"extra\"\naddress = \"127.0.0.1:0\"\n")
+	reload()
+	waitFor(t, &stderr, regexp.MustCompile(`msg="configuration reloaded"`))
+	extra := waitFor(t, &stderr, regexp.MustCompile(`msg=listening listener=extra protocol=http addr=(\S+)`))[1]
+	for _, tc := range []struct {
+		proxy, pass string
+		want        int
+	}{{addr, "old", 407}, {addr, "new", 200}, {extra, "new", 200}} {
+		if got := get(tc.proxy, tc.pass); got != tc.want {
+			t.Errorf("through %s with password %s: %d, want %d", tc.proxy, tc.pass, got, tc.want)
+		}
+	}
+
+	write("workers = 1\n[auth\n")
+	reload()
+	line := waitFor(t, &stderr, regexp.MustCompile(`(?m)^.*msg="reload refused; the running configuration stays".*$`))[0]
+	if !strings.Contains(line, "rustle.toml") {
+		t.Errorf("refusal does not name the file: %s", line)
+	}
+	if got := get(addr, "new"); got != 200 {
+		t.Errorf("after a refused reload: %d, want 200", got)
+	}
+
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case code := <-done:
+		stopped = true
+		if code != 0 {
+			t.Errorf("exit status %d, want 0\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("rustle did not stop after SIGTERM:\n%s", stderr.String())
+	}
+}
+
+func TestStartOnly(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		modify func(c *config.Config)
+		want   string
+	}{
+		{"nothing", func(c *config.Config) {}, ""},
+		{"log level", func(c *config.Config) { c.Log.Level = "debug" }, ""},
+		{"admin", func(c *config.Config) { c.Admin = "127.0.0.1:9" }, "admin changed"},
+		{"access log", func(c *config.Config) { c.AccessLog.Enabled = true }, "[access_log] changed"},
+		{"metrics", func(c *config.Config) { c.Metrics.PerUser = true }, "[metrics] changed"},
+		{"log format", func(c *config.Config) { c.Log.Format = "json" }, "log.format changed"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cur, next := config.Default(), config.Default()
+			tt.modify(next)
+			err := startOnly(cur, next)
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("startOnly = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, server.ErrRestartRequired) {
+				t.Errorf("startOnly = %v, want %q wrapping ErrRestartRequired", err, tt.want)
+			}
+		})
 	}
 }

@@ -12,13 +12,13 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
-	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/h2"
@@ -30,16 +30,19 @@ import (
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
-// Server is a running rustle. Create it with New, then Start; stop it with
-// Shutdown or Close.
+// Server is a running rustle. Create it with New, then Start; change its
+// configuration with Reload; stop it with Shutdown or Close.
 type Server struct {
-	cfg *config.Config
-	log *slog.Logger
+	log  *slog.Logger
+	opts options
 
 	pool    *dialer.Pool
 	engines []*tunnel.Engine // one per worker
 	proxies []*httpproxy.Proxy
 
+	// The current generation's pieces (see generation); Reload replaces
+	// them under mu.
+	cfg        *config.Config
 	guard      *dialer.Guard   // the private-destination guard
 	lim        *limits.Limiter // connection and authentication limits
 	connLimits *connLimits     // lim as the proxies see it
@@ -53,7 +56,9 @@ type Server struct {
 	mu        sync.Mutex
 	listeners []*listener // guarded by mu
 	started   bool        // guarded by mu
+	stopped   bool        // listeners closed for good; guarded by mu
 	closed    bool        // guarded by mu
+	reloadMu  sync.Mutex  // serializes Reload
 
 	accepts sync.WaitGroup // accept loops
 	conns   sync.WaitGroup // connection goroutines
@@ -73,6 +78,11 @@ type listener struct {
 	lns   []net.Listener
 
 	handshakes chan struct{} // the server's TLS handshake slots
+	limits     *connLimits   // the generation's limits
+	// cur is the listener that the accept loops of lns hand connections
+	// to; Reload stores the next generation's listener in it when that one
+	// keeps these sockets.
+	cur *atomic.Pointer[listener]
 }
 
 // Addr names the address a listener is bound to.
@@ -107,45 +117,7 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: logger, active: make(map[*net.TCPConn]struct{})}
-
-	var authn httpproxy.Authenticator
-	var authr *auth.Authenticator
-	if cfg.HasUsers() {
-		users := make([]auth.User, len(cfg.Auth.Users))
-		for i, u := range cfg.Auth.Users {
-			users[i] = auth.User{Name: u.Name, Password: u.Password, Bcrypt: u.Bcrypt}
-		}
-		a, err := auth.New(auth.Config{
-			Realm:     cfg.Auth.Realm,
-			Files:     cfg.Auth.Htpasswd,
-			Users:     users,
-			CacheTTL:  cfg.Auth.CacheTTL.Duration,
-			CacheSize: cfg.Auth.CacheSize,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("server: load users: %w", err)
-		}
-		authr, authn = a, a
-	}
-
-	guard, err := newGuard(cfg.AllowPrivate)
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	policy, err := newPolicy(cfg.ACL)
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	s.guard = guard
-	s.lim = newLimiter(cfg.Limits, logger)
-	s.connLimits = newConnLimits(s.lim)
-	s.handshakes = make(chan struct{}, max(1, cfg.Limits.MaxTLSHandshakes))
-	d := dialer.New(dialer.Config{
-		Timeout:           cfg.Timeouts.Connect.Duration,
-		SocketBufferBytes: cfg.SocketBufferBytes,
-		Guard:             guard,
-	})
+	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{})}
 	if cfg.Upstream.MaxIdlePerHost > 0 {
 		s.pool = dialer.NewPool(dialer.PoolConfig{
 			MaxIdlePerHost: cfg.Upstream.MaxIdlePerHost,
@@ -167,53 +139,12 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 		s.engines = append(s.engines, e)
 	}
 
-	for _, lc := range cfg.Listen {
-		pc := httpproxy.Config{
-			Dialer:                d,
-			Pool:                  s.pool,
-			Forwarded:             cfg.Forwarded,
-			Via:                   cfg.Via,
-			MaxHeaderBytes:        cfg.MaxHeaderBytes,
-			ReadHeaderTimeout:     cfg.Timeouts.ReadHeader.Duration,
-			ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.Duration,
-			IdleTimeout:           cfg.Timeouts.IdleClient.Duration,
-			WriteTimeout:          cfg.Timeouts.Write.Duration,
-			TunnelIdleTimeout:     cfg.Timeouts.IdleTunnel.Duration,
-			SocketBufferBytes:     cfg.SocketBufferBytes,
-			Limiter:               s.connLimits,
-			Logger:                logger.With("listener", lc.Name),
-			Listener:              lc.Name,
-			Metrics:               o.metrics.Listener(lc.Name, lc.Protocol),
-			AccessLog:             o.access,
-		}
-		if policy != nil {
-			pc.Access = policy
-		}
-		if o.metrics != nil {
-			pc.UserMetrics = o.metrics.User
-		}
-		if cfg.EffectiveAuth(lc) == "basic" {
-			if authr == nil {
-				s.Close()
-				return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
-			}
-			pc.Auth = authn
-		}
-		l := &listener{cfg: lc, proxy: httpproxy.New(pc), peek: cfg.Timeouts.ReadHeader.Duration, handshakes: s.handshakes}
-		switch lc.Protocol {
-		case "socks5", "mixed":
-			l.socks = newSOCKS(cfg, lc, d, authr, pc.Logger, policy, s.connLimits, pc.Metrics, o.access)
-		case "https":
-			m, err := newTLS(lc, pc.Logger)
-			if err != nil {
-				s.Close()
-				return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
-			}
-			l.tls = m
-			l.h2 = newH2(cfg, pc)
-		}
-		s.listeners = append(s.listeners, l)
+	g, err := s.build(cfg, nil)
+	if err != nil {
+		s.Close()
+		return nil, err
 	}
+	s.useLocked(g) // s is not shared yet
 	return s, nil
 }
 
@@ -255,7 +186,7 @@ func (s *Server) Start() error {
 	for _, l := range s.listeners {
 		for w, ln := range l.lns {
 			s.accepts.Add(1)
-			go s.acceptLoop(ln, l, s.engines[w])
+			go s.acceptLoop(ln, l.cur, s.engines[w])
 		}
 	}
 	return nil
@@ -301,11 +232,12 @@ func listenReusePort(addr string) (net.Listener, error) {
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 
-// acceptLoop accepts connections on ln until it is closed. When accept
+// acceptLoop accepts connections on ln until it is closed, handing each
+// to the listener cur holds at that moment. When accept
 // fails for want of resources (EMFILE, ENFILE, ENOBUFS) it backs off
 // instead of spinning, and the connections already open keep being
 // served.
-func (s *Server) acceptLoop(ln net.Listener, l *listener, eng *tunnel.Engine) {
+func (s *Server) acceptLoop(ln net.Listener, cur *atomic.Pointer[listener], eng *tunnel.Engine) {
 	defer s.accepts.Done()
 	var backoff time.Duration
 	for {
@@ -325,13 +257,9 @@ func (s *Server) acceptLoop(ln net.Listener, l *listener, eng *tunnel.Engine) {
 		}
 		backoff = 0
 		tc := c.(*net.TCPConn)
-		if l.cfg.ProxyProtocol {
-			s.conns.Add(1)
-			go s.serveProxied(l, tc, eng, s.connLimits) // admitted once the header is read
-			continue
-		}
+		l := cur.Load() // the connection keeps this generation (see Reload)
 		ip := remoteIP(tc)
-		if v, retry := s.lim.Admit(ip); v != limits.OK {
+		if v, retry := l.limits.lim.Admit(ip); v != limits.OK {
 			refuse(l, tc, v, retry)
 			continue
 		}
@@ -349,12 +277,12 @@ func (s *Server) serveConn(l *listener, c *net.TCPConn, ip netip.Addr, eng *tunn
 	s.connMu.Unlock()
 	lm := l.proxy.Metrics()
 	lm.Accepted()
-	l.serve(s.connCtx, c, eng, s.connLimits.client(l, c))
+	l.serve(s.connCtx, c, eng)
 	lm.Closed()
 	s.connMu.Lock()
 	delete(s.active, c)
 	s.connMu.Unlock()
-	s.connLimits.served(c, ip)
+	l.limits.served(c, ip)
 }
 
 // Shutdown drains the server: it stops accepting, lets requests in
@@ -428,6 +356,7 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) closeListenersLocked() {
+	s.stopped = true
 	for _, l := range s.listeners {
 		for _, ln := range l.lns {
 			ln.Close()

@@ -1,0 +1,365 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/tlsconf"
+)
+
+// ErrRestartRequired is wrapped by Reload's error when the new
+// configuration changes a setting that only a restart can apply.
+var ErrRestartRequired = errors.New("needs a restart")
+
+// generation is what one configuration builds: users, access policy,
+// guard, limits and one listener (proxy, SOCKS and HTTP/2 servers) per
+// configured listener. It is not changed once built. New builds the
+// first; Reload builds the next and swaps it in for new connections,
+// while each connection keeps the listener, and so the generation, it was
+// accepted with.
+type generation struct {
+	cfg        *config.Config
+	guard      *dialer.Guard
+	lim        *limits.Limiter
+	connLimits *connLimits
+	handshakes chan struct{}
+	listeners  []*listener
+	users      int                // the number of users, inline and from files
+	created    []*tlsconf.Manager // TLS managers this build made rather than took from the previous generation
+}
+
+// build makes the generation of cfg. prev, the generation in use, is nil
+// at start; otherwise its limiter, TLS handshake slots and TLS managers
+// are carried over where cfg leaves their settings unchanged, and the
+// certificates of carried-over TLS managers are re-read.
+func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error) {
+	g := &generation{cfg: cfg}
+	var authn httpproxy.Authenticator
+	var authr *auth.Authenticator
+	if cfg.HasUsers() {
+		users := make([]auth.User, len(cfg.Auth.Users))
+		for i, u := range cfg.Auth.Users {
+			users[i] = auth.User{Name: u.Name, Password: u.Password, Bcrypt: u.Bcrypt}
+		}
+		a, err := auth.New(auth.Config{
+			Realm:     cfg.Auth.Realm,
+			Files:     cfg.Auth.Htpasswd,
+			Users:     users,
+			CacheTTL:  cfg.Auth.CacheTTL.Duration,
+			CacheSize: cfg.Auth.CacheSize,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("server: load users: %w", err)
+		}
+		authr, authn = a, a
+		g.users = a.Len()
+	}
+
+	guard, err := newGuard(cfg.AllowPrivate)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	policy, err := newPolicy(cfg.ACL)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	g.guard = guard
+	if prev != nil && prev.cfg.Limits == cfg.Limits {
+		g.lim, g.connLimits = prev.lim, prev.connLimits
+	} else {
+		g.lim = newLimiter(cfg.Limits, s.log)
+		g.connLimits = newConnLimits(g.lim)
+	}
+	if n := max(1, cfg.Limits.MaxTLSHandshakes); prev != nil && cap(prev.handshakes) == n {
+		g.handshakes = prev.handshakes
+	} else {
+		g.handshakes = make(chan struct{}, n)
+	}
+	d := dialer.New(dialer.Config{
+		Timeout:           cfg.Timeouts.Connect.Duration,
+		SocketBufferBytes: cfg.SocketBufferBytes,
+		Guard:             guard,
+	})
+
+	// TLS managers of the previous generation, by their settings.
+	reuse := make(map[config.ListenerTLS][]*tlsconf.Manager)
+	if prev != nil {
+		for _, l := range prev.listeners {
+			if l.tls != nil {
+				reuse[l.cfg.TLS] = append(reuse[l.cfg.TLS], l.tls)
+			}
+		}
+	}
+	o := s.opts
+	for _, lc := range cfg.Listen {
+		pc := httpproxy.Config{
+			Dialer:                d,
+			Pool:                  s.pool,
+			Forwarded:             cfg.Forwarded,
+			Via:                   cfg.Via,
+			MaxHeaderBytes:        cfg.MaxHeaderBytes,
+			ReadHeaderTimeout:     cfg.Timeouts.ReadHeader.Duration,
+			ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.Duration,
+			IdleTimeout:           cfg.Timeouts.IdleClient.Duration,
+			WriteTimeout:          cfg.Timeouts.Write.Duration,
+			TunnelIdleTimeout:     cfg.Timeouts.IdleTunnel.Duration,
+			SocketBufferBytes:     cfg.SocketBufferBytes,
+			Limiter:               g.connLimits,
+			Logger:                s.log.With("listener", lc.Name),
+			Listener:              lc.Name,
+			Metrics:               o.metrics.Listener(lc.Name, lc.Protocol),
+			AccessLog:             o.access,
+		}
+		if policy != nil {
+			pc.Access = policy
+		}
+		if o.metrics != nil {
+			pc.UserMetrics = o.metrics.User
+		}
+		if cfg.EffectiveAuth(lc) == "basic" {
+			if authr == nil {
+				g.closeCreated()
+				return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
+			}
+			pc.Auth = authn
+		}
+		l := &listener{cfg: lc, proxy: httpproxy.New(pc), peek: cfg.Timeouts.ReadHeader.Duration,
+			handshakes: g.handshakes, limits: g.connLimits, cur: new(atomic.Pointer[listener])}
+		l.cur.Store(l)
+		switch lc.Protocol {
+		case "socks5", "mixed":
+			l.socks = newSOCKS(cfg, lc, d, authr, pc.Logger, policy, g.connLimits, pc.Metrics, o.access)
+		case "https":
+			if ms := reuse[lc.TLS]; len(ms) > 0 {
+				l.tls, reuse[lc.TLS] = ms[0], ms[1:]
+				if err := l.tls.Reload(); err != nil {
+					g.closeCreated()
+					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
+				}
+			} else {
+				m, err := newTLS(lc, pc.Logger)
+				if err != nil {
+					g.closeCreated()
+					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
+				}
+				l.tls = m
+				g.created = append(g.created, m)
+			}
+			l.h2 = newH2(cfg, pc)
+		}
+		g.listeners = append(g.listeners, l)
+	}
+	return g, nil
+}
+
+// closeCreated closes the TLS managers g made, when g is dropped.
+func (g *generation) closeCreated() {
+	for _, m := range g.created {
+		m.Close()
+	}
+}
+
+// useLocked makes g the server's current generation.
+func (s *Server) useLocked(g *generation) {
+	s.cfg, s.guard, s.lim, s.connLimits, s.handshakes = g.cfg, g.guard, g.lim, g.connLimits, g.handshakes
+	s.listeners = g.listeners
+}
+
+// currentLocked returns the server's current generation.
+func (s *Server) currentLocked() *generation {
+	return &generation{cfg: s.cfg, guard: s.guard, lim: s.lim, connLimits: s.connLimits,
+		handshakes: s.handshakes, listeners: s.listeners}
+}
+
+// Reload swaps in cfg, a validated configuration, for the connections
+// accepted from now on; connections in progress keep the configuration
+// they were accepted with until they end. It re-reads the users files and
+// the certificates of https listeners and rebuilds the access policy,
+// guard, limits, timeouts and proxy settings. A listener whose address is
+// unchanged keeps its sockets (listeners are matched by name and address,
+// then by address alone); a new one is opened and a removed one closed.
+//
+// When cfg cannot be applied (a users or certificate file does not load,
+// a new address cannot be bound, or a setting that only a restart can
+// change differs: workers, [upstream], timeouts.idle_tunnel) Reload
+// returns why, wrapping ErrRestartRequired in the last case, and the
+// server goes on with the configuration it had. Certificates of unchanged
+// https listeners may have been re-read by then. The [limits] counters
+// start afresh when [limits] changes. Reload calls are serialized; it is
+// an error to call Reload before Start or after Shutdown or Close.
+func (s *Server) Reload(cfg *config.Config) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	s.mu.Lock()
+	running := s.started && !s.stopped
+	prev := s.currentLocked()
+	s.mu.Unlock()
+	if !running {
+		return errors.New("server: reload: server is not running")
+	}
+	if err := restartOnly(prev.cfg, cfg); err != nil {
+		return err
+	}
+	g, err := s.build(cfg, prev)
+	if err != nil {
+		return err
+	}
+
+	// Keep the sockets of unchanged addresses; open the new ones.
+	kept := pairListeners(prev.listeners, g.listeners)
+	var opened []net.Listener
+	for i, l := range g.listeners {
+		if ol := kept[i]; ol != nil {
+			l.lns = ol.lns
+			continue
+		}
+		lns, err := openSockets(l.cfg, len(s.engines))
+		if err != nil {
+			closeAll(opened)
+			g.closeCreated()
+			return err
+		}
+		l.lns = lns
+		opened = append(opened, lns...)
+	}
+	g.guard.SetOwn(ownAddrs(g.listeners))
+
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		closeAll(opened)
+		g.closeCreated()
+		return errors.New("server: reload: server is shutting down")
+	}
+	inUse := make(map[*listener]bool)
+	for i, l := range g.listeners {
+		if ol := kept[i]; ol != nil {
+			inUse[ol] = true
+			l.cur = ol.cur
+			l.cur.Store(l) // accept loops on these sockets now hand out l
+		}
+	}
+	removed := 0
+	for _, ol := range prev.listeners {
+		if !inUse[ol] {
+			closeAll(ol.lns)
+			removed++
+		}
+	}
+	s.useLocked(g)
+	for i, l := range g.listeners {
+		if kept[i] != nil {
+			continue
+		}
+		for w, ln := range l.lns {
+			s.accepts.Add(1)
+			go s.acceptLoop(ln, l.cur, s.engines[w])
+		}
+		s.log.Info("listening", "listener", l.cfg.Name, "protocol", l.cfg.Protocol,
+			"addr", l.lns[0].Addr().String(), "auth", cfg.EffectiveAuth(l.cfg), "workers", len(l.lns))
+	}
+	s.mu.Unlock()
+
+	// Connections already past their handshake keep working when their
+	// TLS manager stops rotating ticket keys.
+	keepTLS := make(map[*tlsconf.Manager]bool)
+	for _, l := range g.listeners {
+		keepTLS[l.tls] = true
+	}
+	for _, ol := range prev.listeners {
+		if ol.tls != nil && !keepTLS[ol.tls] {
+			ol.tls.Close()
+		}
+	}
+	s.log.Info("configuration reloaded", "listeners", len(g.listeners),
+		"added", len(g.listeners)-len(inUse), "removed", removed,
+		"users", g.users, "acl_rules", len(cfg.ACL.Rules))
+	return nil
+}
+
+// restartOnly returns an error wrapping ErrRestartRequired when cfg
+// changes a setting of old that Reload cannot apply.
+func restartOnly(old, cfg *config.Config) error {
+	switch {
+	case cfg.WorkerCount() != old.WorkerCount():
+		return fmt.Errorf("server: reload: workers changed from %d to %d: %w",
+			old.WorkerCount(), cfg.WorkerCount(), ErrRestartRequired)
+	case cfg.Upstream != old.Upstream:
+		return fmt.Errorf("server: reload: [upstream] changed: %w", ErrRestartRequired)
+	case cfg.Timeouts.IdleTunnel != old.Timeouts.IdleTunnel:
+		return fmt.Errorf("server: reload: timeouts.idle_tunnel changed from %v to %v: %w",
+			old.Timeouts.IdleTunnel.Duration, cfg.Timeouts.IdleTunnel.Duration, ErrRestartRequired)
+	}
+	return nil
+}
+
+// pairListeners returns, for each of the new listeners, the old one
+// whose sockets it takes over, or nil when it needs sockets of its own:
+// first an old listener with the same name and address, then one with
+// the same address, in order.
+func pairListeners(old, new []*listener) []*listener {
+	taken := make([]bool, len(old))
+	kept := make([]*listener, len(new))
+	match := func(same func(o, n config.Listener) bool) {
+		for i, nl := range new {
+			if kept[i] != nil {
+				continue
+			}
+			for j, ol := range old {
+				if !taken[j] && same(ol.cfg, nl.cfg) {
+					kept[i], taken[j] = ol, true
+					break
+				}
+			}
+		}
+	}
+	match(func(o, n config.Listener) bool { return o.Name == n.Name && o.Address == n.Address })
+	match(func(o, n config.Listener) bool { return o.Address == n.Address })
+	return kept
+}
+
+// openSockets opens a listener's sockets, one per worker, all on the
+// port the first one gets.
+func openSockets(lc config.Listener, workers int) ([]net.Listener, error) {
+	addr := lc.Address
+	var lns []net.Listener
+	for w := 0; w < workers; w++ {
+		ln, err := listenReusePort(addr)
+		if err != nil {
+			closeAll(lns)
+			return nil, fmt.Errorf("server: listen %s on %s: %w", lc.Name, lc.Address, err)
+		}
+		if w == 0 {
+			addr = ln.Addr().String() // the other workers bind the same port
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}
+
+// ownAddrs returns the addresses the listeners' sockets are bound to.
+func ownAddrs(ls []*listener) []netip.AddrPort {
+	var own []netip.AddrPort
+	for _, l := range ls {
+		for _, ln := range l.lns {
+			if a, ok := ln.Addr().(*net.TCPAddr); ok {
+				own = append(own, a.AddrPort())
+			}
+		}
+	}
+	return own
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
+}
