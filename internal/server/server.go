@@ -258,6 +258,13 @@ func (s *Server) acceptLoop(ln net.Listener, cur *atomic.Pointer[listener], eng 
 		backoff = 0
 		tc := c.(*net.TCPConn)
 		l := cur.Load() // the connection keeps this generation (see Reload)
+		if l.cfg.ProxyProtocol {
+			// The client's address comes in the header: admission
+			// waits for it, off this loop.
+			s.conns.Add(1)
+			go s.serveProxied(l, tc, eng, l.limits)
+			continue
+		}
 		ip := remoteIP(tc)
 		if v, retry := l.limits.lim.Admit(ip); v != limits.OK {
 			refuse(l, tc, v, retry)
@@ -277,7 +284,7 @@ func (s *Server) serveConn(l *listener, c *net.TCPConn, ip netip.Addr, eng *tunn
 	s.connMu.Unlock()
 	lm := l.proxy.Metrics()
 	lm.Accepted()
-	l.serve(s.connCtx, c, eng)
+	l.serve(s.connCtx, c, eng, l.limits.client(l, c))
 	lm.Closed()
 	s.connMu.Lock()
 	delete(s.active, c)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/config"
@@ -67,7 +68,7 @@ func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
 // The socket is wrapped so that crypto/tls never reads past a record it
 // needs, which lets an idle tunnel park on socket readiness with no
 // buffer (see tunnel.RecordConn).
-func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine) {
+func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine, client netip.AddrPort) {
 	if !l.acquireHandshake(ctx) { // limits.max_tls_handshakes
 		c.Close()
 		return
@@ -82,10 +83,10 @@ func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Eng
 	}
 	c.SetDeadline(time.Time{})
 	if l.h2 != nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
-		l.h2.ServeConn(ctx, tc)
+		l.h2.ServeConnFrom(ctx, tc, client)
 		return
 	}
-	l.proxy.ServeConn(ctx, tc, eng)
+	l.proxy.ServeConnFrom(ctx, tc, eng, client)
 }
 
 // handshake runs tc's handshake on a goroutine of its own and waits for
