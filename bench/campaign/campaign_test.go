@@ -22,6 +22,7 @@ func TestSelectTests(t *testing.T) {
 		{list: "all", want: []string{"http-1k", "http-10k", "http-1k-newconn", "http-1m", "http-10m", "connect-bulk", "mem-tunnels",
 			"socks-bulk", "socks-mem",
 			"https-1k", "https-10k", "https-1k-newconn", "https-1m", "https-10m", "https-connect-bulk", "https-mem", "https-1k-full",
+			"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem",
 			"ws-64", "ws-64k", "ws-newconn", "wss-64", "wss-64k", "wss-newconn"}},
 		{list: "connect-bulk,http-1k", want: []string{"http-1k", "connect-bulk"}},
 		{list: "cpu-1k", want: []string{"http-1k"}},
@@ -31,6 +32,8 @@ func TestSelectTests(t *testing.T) {
 		{list: "websocket,socks-mem-pss-9000", want: []string{"socks-mem", "ws-64", "ws-64k", "ws-newconn", "wss-64", "wss-64k", "wss-newconn"}},
 		{list: "https", want: []string{"https-1k", "https-10k", "https-1k-newconn", "https-1m", "https-10m", "https-connect-bulk", "https-mem", "https-1k-full"}},
 		{list: "wss-p99,ws-cpu", want: []string{"ws-64", "wss-64"}},
+		{list: "h2", want: []string{"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem"}},
+		{list: "h2-mem-9000,h2-mem-slope,https-1k", want: []string{"https-1k", "h2-mem"}},
 		{list: "http-2k", wantErr: true},
 	}
 	for _, tt := range tests {
@@ -99,6 +102,17 @@ func TestTestTable(t *testing.T) {
 		if td.fullHandshake && !td.tls() {
 			t.Errorf("test %s: full handshake without TLS", td.id)
 		}
+		if td.kind == kindH2 && !td.h2() {
+			t.Errorf("test %s: load h2 for a test that does not need h2", td.id)
+		}
+		if td.h2() && !td.tls() {
+			t.Errorf("test %s: HTTP/2 without TLS (rustle offers h2 only with ALPN on its TLS port)", td.id)
+		}
+		for _, r := range td.rows {
+			if (r.Section == secH2) != td.h2() {
+				t.Errorf("row %s in section %q, test needs h2: %v", r.ID, r.Section, td.h2())
+			}
+		}
 	}
 }
 
@@ -122,6 +136,17 @@ func TestUnsupportedCells(t *testing.T) {
 		{"ws-p99", []string{"tinyproxy", "dante"}},
 		{"ws-cpu", []string{"none", "tinyproxy", "dante"}},
 		{"wss-64k", []string{"tinyproxy", "dante"}},
+		// HTTP/2 to clients: rustle only (and HTTP/2 straight to the
+		// origin); Squid's https_port, Tinyproxy and Dante have none.
+		{"h2-1k", []string{"squid", "tinyproxy", "dante"}},
+		{"h2-10k", []string{"squid", "tinyproxy", "dante"}},
+		{"h2-1k-newconn", []string{"squid", "tinyproxy", "dante"}},
+		{"h2-1m", []string{"squid", "tinyproxy", "dante"}},
+		{"h2-10m", []string{"squid", "tinyproxy", "dante"}},
+		{"h2-connect-bulk", []string{"squid", "tinyproxy", "dante"}},
+		{"h2-mem-1000", []string{"none", "squid", "tinyproxy", "dante"}},
+		{"h2-mem-9000", []string{"none", "squid", "tinyproxy", "dante"}},
+		{"h2-mem-slope", []string{"none", "squid", "tinyproxy", "dante"}},
 	}
 	rows := map[string][]string{}
 	for _, td := range tests {
@@ -163,6 +188,13 @@ func TestRuns(t *testing.T) {
 		{"https-mem", "none", false},
 		{"wss-newconn", "none", true},
 		{"ws-64", "tinyproxy", false},
+		{"h2-1k", "rustle", true},
+		{"h2-1k", "none", true},
+		{"h2-1k", "squid", false},
+		{"h2-connect-bulk", "none", true},
+		{"h2-mem", "rustle", true},
+		{"h2-mem", "none", false},
+		{"h2-mem", "squid", false},
 	}
 	for _, tt := range cases {
 		if got := runs(byID[tt.test], proxyByName(tt.proxy)); got != tt.want {
@@ -192,10 +224,57 @@ func TestLoadArgs(t *testing.T) {
 		{"https-1k-full", proxy, "-proxy 127.0.0.1:3128 -auth bench:pw -tls -ca /tmp/ca.pem"},
 		{"wss-64", none, "-tls -ca /tmp/ca.pem -resume"},
 		{"ws-64", proxy, "-proxy 127.0.0.1:3128 -auth bench:pw"},
+		{"h2-1k", proxy, "-proxy 127.0.0.1:3128 -auth bench:pw -tls -ca /tmp/ca.pem -resume -h2"},
+		{"h2-1k-newconn", none, "-tls -ca /tmp/ca.pem -resume -h2"},
+		{"h2-connect-bulk", proxy, "-proxy 127.0.0.1:3128 -auth bench:pw -tls -ca /tmp/ca.pem -resume -h2"},
+		{"h2-mem", proxy, "-proxy 127.0.0.1:3128 -auth bench:pw -tls -ca /tmp/ca.pem -resume -h2"},
+		{"https-1k", none, "-tls -ca /tmp/ca.pem -resume"},
 	}
 	for _, tt := range cases {
 		if got := strings.Join(e.loadArgs(byID[tt.test], tt.r), " "); got != tt.want {
 			t.Errorf("loadArgs(%s, %+v) = %q, want %q", tt.test, tt.r, got, tt.want)
+		}
+	}
+}
+
+func TestTarget(t *testing.T) {
+	e := &env{origin: originAddrs{HTTP: "o:1", Sink: "o:2", Hold: "o:3", WS: "o:4", HTTPS: "o:5", WSS: "o:6", SinkTLS: "o:7", H2: "o:8"}}
+	byID := map[string]testDef{}
+	for _, td := range tests {
+		byID[td.id] = td
+	}
+	proxy, none := &running{addr: "127.0.0.1:3128"}, &running{}
+	cases := []struct {
+		test string
+		r    *running
+		want string
+	}{
+		// Through a proxy the origin side is plain HTTP/1.1 (or TCP).
+		{"http-1k", proxy, "o:1"},
+		{"https-1k", proxy, "o:1"},
+		{"h2-1k", proxy, "o:1"},
+		{"h2-10m", proxy, "o:1"},
+		{"connect-bulk", proxy, "o:2"},
+		{"https-connect-bulk", proxy, "o:2"},
+		{"h2-connect-bulk", proxy, "o:2"},
+		{"mem-tunnels", proxy, "o:3"},
+		{"h2-mem", proxy, "o:3"},
+		{"ws-64", proxy, "o:4"},
+		{"wss-64", proxy, "o:4"},
+		// Straight to the origin: its TLS or HTTP/2 listeners.
+		{"http-1k", none, "o:1"},
+		{"https-1k", none, "o:5"},
+		{"h2-1k", none, "o:8"},
+		{"h2-1k-newconn", none, "o:8"},
+		{"connect-bulk", none, "o:2"},
+		{"https-connect-bulk", none, "o:7"},
+		{"h2-connect-bulk", none, "o:8"},
+		{"socks-bulk", none, "o:2"},
+		{"wss-64", none, "o:6"},
+	}
+	for _, tt := range cases {
+		if got := e.target(byID[tt.test], tt.r); got != tt.want {
+			t.Errorf("target(%s, proxy %q) = %s, want %s", tt.test, tt.r.addr, got, tt.want)
 		}
 	}
 }
@@ -209,10 +288,15 @@ func TestResumptionNotes(t *testing.T) {
 			{Test: "wss-newconn", Proxy: "squid", TLSHandshakes: 700, TLSResumed: 10},
 			// Full handshakes are asked for here: not counted.
 			{Test: "https-1k-full", Proxy: "rustle", TLSHandshakes: 800},
+			// HTTP/2 with a new connection per request offers sessions too.
+			{Test: "h2-1k-newconn", Proxy: "rustle", TLSHandshakes: 1000, TLSResumed: 0},
 		},
 	}
 	got := resumptionNotes(c)
-	want := []string{"Squid resumed 10 of the 2,200 TLS handshakes in the tests that offer a session to resume (HTTPS and WebSocket, a new connection each): its figures there are full handshakes."}
+	want := []string{
+		"rustle resumed 990 of the 2,000 TLS handshakes in the tests that offer a session to resume (HTTPS, HTTP/2 and WebSocket, a new connection each): its figures there are full handshakes.",
+		"Squid resumed 10 of the 2,200 TLS handshakes in the tests that offer a session to resume (HTTPS, HTTP/2 and WebSocket, a new connection each): its figures there are full handshakes.",
+	}
 	if !slices.Equal(got, want) {
 		t.Errorf("resumptionNotes = %q, want %q", got, want)
 	}

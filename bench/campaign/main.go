@@ -3,8 +3,8 @@
 // Debian (and Dante for the SOCKS5 rows), and the client straight to the
 // origin ("no proxy"), every proxy pinned to one core with authentication
 // on, and the load generator with the origin pinned to the other core.
-// Plain HTTP, HTTPS-proxy, WebSocket (plain and over TLS) and SOCKS5 rows;
-// a proxy without a mode shows "—" there.
+// Plain HTTP, HTTPS-proxy, HTTP/2-over-TLS, WebSocket (plain and over TLS)
+// and SOCKS5 rows; a proxy without a mode shows "—" there.
 //
 // It installs what is missing (wrk, squid, tinyproxy, dante-server, with
 // apt-get, as root, without letting the packages start their services), builds the
@@ -352,7 +352,7 @@ func resumptionNotes(c report.Campaign) []string {
 	var out []string
 	for _, p := range c.Proxies {
 		if n := hs[p.Name]; n > 0 && res[p.Name]*2 < n {
-			out = append(out, fmt.Sprintf("%s resumed %s of the %s TLS handshakes in the tests that offer a session to resume (HTTPS and WebSocket, a new connection each): its figures there are full handshakes.",
+			out = append(out, fmt.Sprintf("%s resumed %s of the %s TLS handshakes in the tests that offer a session to resume (HTTPS, HTTP/2 and WebSocket, a new connection each): its figures there are full handshakes.",
 				p.Label, report.FormatValue(float64(res[p.Name]), 0), report.FormatValue(float64(n), 0)))
 		}
 	}

@@ -55,8 +55,10 @@ func (p *proxyDef) has(needs []string) bool {
 	return true
 }
 
-// allFeatures is what the client straight to the origin can do.
-var allFeatures = []string{featHTTP, featHTTPS, featWebSocket, featSOCKS}
+// allFeatures is what rustle and the client straight to the origin can
+// do (the origin has an HTTP/2 listener for the no-proxy column of the
+// HTTP/2 rows).
+var allFeatures = []string{featHTTP, featHTTPS, featWebSocket, featSOCKS, featH2}
 
 // confData fills the templates bench/squid.conf, bench/tinyproxy.conf,
 // bench/rustle.toml and bench/danted.conf.
@@ -93,6 +95,7 @@ var proxies = []*proxyDef{
 			"[log] level = \"error\"",
 			"auth = \"basic\", one user with a bcrypt hash; verdicts cached (auth.cache_ttl default 5m), so bcrypt runs once",
 			"one listener per test: protocol \"http\", \"https\" (tls = { cert, key }: TLS 1.2 and 1.3, session tickets on, as shipped) or \"socks5\" (username/password against the same user)",
+			"HTTP/2 rows: the same https listener, which offers h2 with ALPN; [http2] at its defaults (100 concurrent streams, 256 KiB stream window, 1 MiB connection window, 16 KiB frames)",
 		},
 		prepare: prepareRustle,
 		command: func(e *env, dir, listener string, port int) ([]string, []string, error) {

@@ -112,7 +112,7 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 		toolCPU, err = e.wrkRun(ctx, t, r, conns, d, &run)
 	case kindBulk:
 		toolCPU, err = e.bulkRun(ctx, t, r, conns, d, &run)
-	case kindHTTP:
+	case kindHTTP, kindH2:
 		toolCPU, err = e.loadHTTPRun(ctx, t, r, conns, d, &run)
 	case kindWS:
 		toolCPU, err = e.wsRun(ctx, t, r, conns, d, &run)
@@ -227,19 +227,57 @@ func (e *env) loadArgs(t testDef, r *running) []string {
 	if t.listener == lnSOCKS && r.addr != "" {
 		args = append(args, "-socks5")
 	}
+	if t.h2() {
+		args = append(args, "-h2")
+	}
 	return args
 }
 
-// loadHTTPRun runs "load http" through an HTTPS proxy (or TLS straight to
-// the origin), judges it as a wrk run and returns the CPU seconds the load
-// tool used.
-func (e *env) loadHTTPRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
-	target := e.origin.HTTP
-	if r.addr == "" && t.tls() {
-		target = e.origin.HTTPS
+// target returns the origin address the load tool aims t at: through a
+// proxy the plain HTTP origin, sink, hold port or WebSocket echo (the
+// proxy decrypts); straight to the origin ("none"), its TLS variant for a
+// TLS test and its HTTP/2 listener for an HTTP/2 test (where a bulk run
+// streams a POST to its sink).
+func (e *env) target(t testDef, r *running) string {
+	o := e.origin
+	direct := r.addr == ""
+	switch t.kind {
+	case kindBulk:
+		switch {
+		case direct && t.h2():
+			return o.H2
+		case direct && t.tls():
+			return o.SinkTLS
+		}
+		return o.Sink
+	case kindHold:
+		return o.Hold
+	case kindWS:
+		if direct && t.tls() {
+			return o.WSS
+		}
+		return o.WS
 	}
-	argv := append([]string{filepath.Join(e.bin, "load"), "http"}, e.loadArgs(t, r)...)
-	argv = append(argv, "-target", target, "-path", t.path, "-conns", strconv.Itoa(conns), "-duration", d.String())
+	switch {
+	case direct && t.h2():
+		return o.H2
+	case direct && t.tls():
+		return o.HTTPS
+	}
+	return o.HTTP
+}
+
+// loadHTTPRun runs "load http" through an HTTPS proxy (or TLS straight to
+// the origin), or "load h2" for an HTTP/2 test (HTTP/2 straight to the
+// origin's h2 listener without a proxy), judges it as a wrk run and
+// returns the CPU seconds the load tool used.
+func (e *env) loadHTTPRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
+	sub := "http"
+	if t.kind == kindH2 {
+		sub = "h2"
+	}
+	argv := append([]string{filepath.Join(e.bin, "load"), sub}, e.loadArgs(t, r)...)
+	argv = append(argv, "-target", e.target(t, r), "-path", t.path, "-conns", strconv.Itoa(conns), "-duration", d.String())
 	if t.newConn {
 		argv = append(argv, "-newconn")
 	}
@@ -287,12 +325,8 @@ type wsResult struct {
 // the test gets messages per second (Gbit/s for a Gbit/s row), a row in
 // ms the round trip's 99th percentile.
 func (e *env) wsRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
-	target := e.origin.WS
-	if r.addr == "" && t.tls() {
-		target = e.origin.WSS
-	}
 	argv := append([]string{filepath.Join(e.bin, "load"), "ws"}, e.loadArgs(t, r)...)
-	argv = append(argv, "-target", target, "-size", strconv.Itoa(t.wsSize), "-conns", strconv.Itoa(conns), "-duration", d.String())
+	argv = append(argv, "-target", e.target(t, r), "-size", strconv.Itoa(t.wsSize), "-conns", strconv.Itoa(conns), "-duration", d.String())
 	if t.newConn {
 		argv = append(argv, "-newconn")
 	}
@@ -345,14 +379,10 @@ type bulkResult struct {
 }
 
 // bulkRun runs "load bulk" through the proxy (or straight to the sink,
-// over TLS for a TLS test) and returns the CPU seconds the load tool used.
+// over TLS for a TLS test, over HTTP/2 for an HTTP/2 test) and returns the CPU seconds the load tool used.
 func (e *env) bulkRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
-	sink := e.origin.Sink
-	if r.addr == "" && t.tls() {
-		sink = e.origin.SinkTLS
-	}
 	argv := append([]string{filepath.Join(e.bin, "load"), "bulk"}, e.loadArgs(t, r)...)
-	argv = append(argv, "-target", sink, "-stats", "http://"+e.origin.HTTP+"/_stats",
+	argv = append(argv, "-target", e.target(t, r), "-stats", "http://"+e.origin.HTTP+"/_stats",
 		"-conns", strconv.Itoa(conns), "-duration", d.String())
 	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
 	run.Raw = out
@@ -413,7 +443,7 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	args := append([]string{"-c", strconv.Itoa(e.loadCore), filepath.Join(e.bin, "load"), "hold"}, e.loadArgs(t, r)...)
-	args = append(args, "-target", e.origin.Hold, "-steps", strings.Join(steps, ","), "-timeout", "9m")
+	args = append(args, "-target", e.target(t, r), "-steps", strings.Join(steps, ","), "-timeout", "9m")
 	cmd := exec.CommandContext(ctx, "taskset", args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 5 * time.Second

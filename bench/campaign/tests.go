@@ -24,6 +24,9 @@ const (
 	kindHTTP
 	// kindWS runs "load ws": WebSocket messages through the proxy.
 	kindWS
+	// kindH2 runs "load h2": requests per second over HTTP/2 to an HTTPS
+	// proxy (ALPN h2), one stream at a time per connection.
+	kindH2
 )
 
 // Listeners: the proxy port a test talks to. A proxy is started with the
@@ -41,6 +44,7 @@ const (
 	featHTTPS     = "https"     // the same on a TLS port
 	featWebSocket = "websocket" // relays WebSocket upgrades
 	featSOCKS     = "socks5"    // SOCKS5 CONNECT with username/password
+	featH2        = "h2"        // HTTP/2 on the TLS port (ALPN h2): forwarded requests and CONNECT streams
 )
 
 // testDef is one test of the campaign: how to run it and the rows of the
@@ -73,13 +77,16 @@ type testDef struct {
 	steps     []int
 	memPrefix string
 	// group names the tests that -tests can select together ("plain",
-	// "socks", "https", "websocket").
+	// "socks", "https", "h2", "websocket").
 	group string
 	rows  []report.Row
 }
 
 // tls reports whether the test talks TLS to the proxy.
 func (t testDef) tls() bool { return t.listener == lnHTTPS }
+
+// h2 reports whether the test speaks HTTP/2 to the proxy.
+func (t testDef) h2() bool { return slices.Contains(t.needs, featH2) }
 
 // Sections of the report, in the seed's order (SOCKS5, which the seed
 // does not have, right after the plain port's CONNECT rows).
@@ -88,6 +95,7 @@ const (
 	secSOCKS     = "SOCKS5 port"
 	secHTTPS     = "HTTPS proxy (resumed TLS sessions)"
 	secHTTPSFull = "HTTPS proxy, full handshake on every connection"
+	secH2        = "HTTP/2 over TLS"
 	secWS        = "WebSocket, plain"
 	secWSS       = "WebSocket over TLS"
 )
@@ -238,8 +246,59 @@ var tests = []testDef{
 		},
 	},
 
-	// (HTTP/2 over TLS goes here, once rustle speaks it: entries with a
-	// kind for an HTTP/2 client, listener lnHTTPS, a feature "h2".)
+	// HTTP/2 over TLS (issue 5), on the HTTPS port with ALPN h2: one
+	// connection per client connection, one stream at a time on it (no
+	// multiplexing), as the seed ran them.
+	{
+		id: "h2-1k", kind: kindH2, listener: lnHTTPS, needs: []string{featHTTPS, featH2}, group: "h2", path: "/1k", body: 1 << 10,
+		levels: []int{16, 64, 256, 1024}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "h2-1k", Section: secH2, Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Chart: "throughput",
+				Note: "one HTTP/2 connection per client connection, each sending forwarded requests (:scheme http, :authority the origin, Proxy-Authorization) one after the other on one stream at a time: no multiplexing, as in the seed. The proxy forwards them to the HTTP/1.1 origin. \"No proxy\" is HTTP/2 over TLS straight to an HTTP/2 origin (golang.org/x/net/http2's server)."},
+		},
+	},
+	{
+		id: "h2-10k", kind: kindH2, listener: lnHTTPS, needs: []string{featHTTPS, featH2}, group: "h2", path: "/10k", body: 10 << 10,
+		levels: []int{16, 64, 256, 1024}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "h2-10k", Section: secH2, Title: "HTTP, 10 KB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "h2-1k-newconn", kind: kindH2, listener: lnHTTPS, needs: []string{featHTTPS, featH2}, group: "h2", path: "/1k", body: 1 << 10, newConn: true,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "h2-1k-newconn", Section: secH2, Title: "HTTP, 1 KB responses, a new connection per request", Unit: "req/s", Selects: true, Chart: "throughput",
+				Note: "TLS handshake (resuming a session), HTTP/2 preface and SETTINGS, one request, close."},
+		},
+	},
+	{
+		id: "h2-1m", kind: kindH2, listener: lnHTTPS, needs: []string{featHTTPS, featH2}, group: "h2", path: "/1m", body: 1 << 20,
+		levels: []int{4, 16, 64}, quickLevels: []int{16},
+		rows: []report.Row{
+			{ID: "h2-1m", Section: secH2, Title: "HTTP, 1 MB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "h2-10m", kind: kindH2, listener: lnHTTPS, needs: []string{featHTTPS, featH2}, group: "h2", path: "/10m", body: 10 << 20,
+		levels: []int{1, 4, 16}, quickLevels: []int{4},
+		rows: []report.Row{
+			{ID: "h2-10m", Section: secH2, Title: "HTTP, 10 MB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+		},
+	},
+	{
+		id: "h2-connect-bulk", kind: kindBulk, listener: lnHTTPS, needs: []string{featHTTPS, featH2}, group: "h2",
+		levels: []int{1, 4, 16}, quickLevels: []int{4},
+		rows: []report.Row{
+			{ID: "h2-connect-bulk", Section: secH2, Title: "CONNECT tunnels, bulk transfer", Unit: "Gbit/s", Decimals: 1, Selects: true, Chart: "throughput",
+				Note: "one HTTP/2 connection per tunnel, one CONNECT stream on it (RFC 9113 §8.5), upload only. \"No proxy\" has no CONNECT: it is a POST stream of the same bytes to the HTTP/2 origin's sink."},
+		},
+	},
+	{
+		id: "h2-mem", kind: kindHold, listener: lnHTTPS, needs: []string{featHTTPS, featH2}, group: "h2",
+		steps: []int{1000, 5000, 9000}, memPrefix: "h2-mem",
+		rows: memRows("h2-mem", secH2, "HTTP/2 tunnels", "", false),
+	},
 
 	// WebSocket (issue 4), on the plain port and over TLS.
 	{

@@ -8,7 +8,10 @@
 // the proxy, an HTTPS proxy; or to the target without a proxy) with -ca
 // FILE and -resume (a TLS session cache, so that new connections resume a
 // session; without it every connection makes a full handshake), and
-// -socks5 (SOCKS5 CONNECT instead of HTTP CONNECT, for bulk and hold).
+// -socks5 (SOCKS5 CONNECT instead of HTTP CONNECT, for bulk and hold),
+// and -h2 (with -tls: HTTP/2, ALPN "h2", one connection per tunnel with one
+// CONNECT stream, for bulk and hold; without a proxy, a POST stream to the
+// origin's HTTP/2 sink at H2SinkPath).
 //
 // Subcommands:
 //
@@ -48,6 +51,17 @@
 // one JSON line (WSResult): messages per second (round trips), Gbit/s of
 // echoed payload, round-trip percentiles.
 //
+//	load h2 -proxy ADDR -tls -ca FILE [-resume] -target ORIGIN -path /1k -conns N [-newconn] -duration D
+//
+// is "load http" over HTTP/2 (golang.org/x/net/http2's client connection
+// on a TLS connection that offered only "h2"): N connections, each sending
+// forwarded requests (:scheme http, :authority the origin, with
+// Proxy-Authorization) one after the other, one stream at a time, no
+// multiplexing; or, with -newconn, one request per connection, closed
+// after the response. Straight to the origin (no -proxy) the requests are
+// https to its HTTP/2 listener. Counted and printed like "load http";
+// bytes are response body bytes.
+//
 // bulk and hold are bounded by -timeout, http and ws by their duration plus
 // twice -req-timeout.
 package main
@@ -71,6 +85,8 @@ func main() {
 		err = runHTTP(os.Args[2:])
 	case "ws":
 		err = runWS(os.Args[2:])
+	case "h2":
+		err = runH2(os.Args[2:])
 	default:
 		usage()
 	}
@@ -81,6 +97,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: load bulk|hold|http|ws [flags]; load bulk -h for the flags")
+	fmt.Fprintln(os.Stderr, "usage: load bulk|hold|http|ws|h2 [flags]; load bulk -h for the flags")
 	os.Exit(2)
 }

@@ -28,6 +28,10 @@ type dialer struct {
 	// socks makes dial speak SOCKS5 (RFC 1928) to the proxy instead of
 	// HTTP CONNECT.
 	socks bool
+	// h2 makes dial open an HTTP/2 connection (TLS with ALPN "h2") per
+	// tunnel and a CONNECT stream on it (RFC 9113 §8.5); without a proxy,
+	// a POST stream to the origin's HTTP/2 sink.
+	h2 bool
 	// user and pass are the credentials: Basic for HTTP, RFC 1929
 	// username/password for SOCKS5; "" sends none.
 	user, pass string
@@ -59,6 +63,7 @@ type dialFlags struct {
 	ca          *string
 	resume      *bool
 	socks       *bool
+	h2          *bool
 }
 
 func addDialFlags(fs *flag.FlagSet) *dialFlags {
@@ -69,14 +74,18 @@ func addDialFlags(fs *flag.FlagSet) *dialFlags {
 		ca:     fs.String("ca", "", "PEM `file` of the CA that signed the TLS server's certificate (with -tls)"),
 		resume: fs.Bool("resume", false, "with -tls, keep a TLS session cache so new connections resume a session; without it every connection makes a full handshake"),
 		socks:  fs.Bool("socks5", false, "speak SOCKS5 to the proxy instead of HTTP CONNECT (bulk and hold)"),
+		h2:     fs.Bool("h2", false, "with -tls, speak HTTP/2 (ALPN h2): a connection per tunnel with one CONNECT stream (bulk and hold; without a proxy a POST stream to the origin's HTTP/2 sink); implied by the h2 subcommand"),
 	}
 }
 
 // dialer builds the dialer the flags describe for target.
 func (f *dialFlags) dialer(target string, timeout time.Duration) (dialer, error) {
 	d := newDialer(*f.proxy, *f.auth, target, timeout)
-	d.socks = *f.socks
+	d.socks, d.h2 = *f.socks, *f.h2
 	if !*f.tls {
+		if d.h2 {
+			return d, errors.New("-h2 needs -tls")
+		}
 		return d, nil
 	}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -101,6 +110,9 @@ func (f *dialFlags) dialer(target string, timeout time.Duration) (dialer, error)
 	conf.ServerName = host
 	if *f.resume {
 		conf.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+	}
+	if d.h2 {
+		conf.NextProtos = []string{"h2"}
 	}
 	d.tlsConf = conf
 	return d, nil
@@ -154,8 +166,16 @@ var errSOCKS = errors.New("load: SOCKS5 refused")
 
 // dial opens one tunnel: a connection to the proxy (TLS when asked), then
 // CONNECT and a 200 answer or a SOCKS5 CONNECT and a success reply; or a
-// plain connection to the target without a proxy.
+// plain connection to the target without a proxy. With h2 the tunnel is
+// an HTTP/2 stream on a connection of its own.
 func (d dialer) dial(ctx context.Context) (*tunnelConn, error) {
+	if d.h2 {
+		s, err := d.dialH2Stream(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &tunnelConn{Conn: s, r: bufio.NewReaderSize(s, 512)}, nil
+	}
 	c, err := d.dialConn(ctx)
 	if err != nil {
 		return nil, err

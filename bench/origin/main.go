@@ -17,7 +17,9 @@
 // With -cert and -key (PEM) it also runs TLS variants for the "no proxy"
 // column of the TLS tests, where the client talks TLS straight to the
 // origin: https (the HTTP origin), wss (the WebSocket echo) and sinktls
-// (the sink). Through a proxy the origin side is always plain.
+// (the sink); and h2, HTTP/2 over TLS (ALPN "h2", golang.org/x/net/http2's
+// server) with the same bodies and a POST sink at /_sink, for the HTTP/2
+// rows. Through a proxy the origin side is always plain HTTP/1.1.
 //
 // At start it prints one JSON line to stdout with the address of each
 // listener, e.g. {"http":"127.0.0.1:40001","sink":"127.0.0.1:40002",...}.
@@ -25,7 +27,8 @@
 //
 // The HTTP server is written by hand rather than with net/http so that the
 // origin, which shares one core with the load generator, costs as little
-// CPU per request as possible.
+// CPU per request as possible (the h2 listener, only for the no-proxy
+// column, uses x/net/http2).
 //
 // Usage:
 //
@@ -80,6 +83,7 @@ func main() {
 			service{name: "https", addr: "127.0.0.1:0", handle: withTLS(conf, o.serveHTTP)},
 			service{name: "wss", addr: "127.0.0.1:0", handle: withTLS(conf, o.serveWS)},
 			service{name: "sinktls", addr: "127.0.0.1:0", handle: withTLS(conf, o.serveSink)},
+			service{name: "h2", addr: "127.0.0.1:0", handle: o.serveH2(cert)},
 		)
 	}
 	addrs := map[string]string{}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/net/http2"
 )
 
 // serve runs handle on a port-0 loopback listener for the test's lifetime
@@ -356,4 +357,63 @@ func testCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	pool := x509.NewCertPool()
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+func TestH2Service(t *testing.T) {
+	cert, pool := testCert(t)
+	o := newOrigin()
+	addr := serve(t, o.serveH2(cert))
+	tr := &http2.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	for _, tt := range []struct {
+		path   string
+		status int
+		size   int
+	}{
+		{"/1k", 200, 1 << 10},
+		{"/10k", 200, 10 << 10},
+		{"/1m", 200, 1 << 20},
+		{"/nope", 404, -1},
+	} {
+		resp, err := client.Get("https://" + addr + tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.ProtoMajor != 2 || resp.StatusCode != tt.status || (tt.size >= 0 && len(body) != tt.size) {
+			t.Errorf("GET %s over HTTP/%d = %d with %d bytes (%v), want HTTP/2 %d with %d", tt.path, resp.ProtoMajor, resp.StatusCode, len(body), err, tt.status, tt.size)
+		}
+	}
+
+	// A POST to the sink is counted as it streams.
+	before := o.sinkBytes.Load()
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest("POST", "https://"+addr+h2SinkPath, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s = %d, want 200 before the body", h2SinkPath, resp.StatusCode)
+	}
+	chunk := bytes.Repeat([]byte("s"), 100<<10)
+	for range 3 {
+		if _, err := pw.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pw.Close()
+	io.Copy(io.Discard, resp.Body)
+	for i := 0; i < 200 && o.sinkBytes.Load()-before < 3*int64(len(chunk)); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := o.sinkBytes.Load() - before; got != 3*int64(len(chunk)) {
+		t.Errorf("sink counted %d bytes, want %d", got, 3*len(chunk))
+	}
 }

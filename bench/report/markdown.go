@@ -26,6 +26,7 @@ var Caveats = []string{
 	"The tunnel tests (CONNECT, CONNECT over TLS, SOCKS5) measure the upload direction only, as bytes the sink received.",
 	"TLS rows: the load tool is Go's TLS client (TLS 1.3 with the campaign's ECDSA P-256 certificate) on the shared load core, so every handshake costs the load side too; the proxy decrypts in user space and forwards in the clear to the origin. \"No proxy\" is TLS straight to a TLS origin. Resumed sessions are offered from Go's client session cache; whether the proxy resumed them is in runs.json (tls_resumed) and in the notes below when it mostly did not.",
 	"WebSocket rows: closed loop, one message in flight per connection; msg/s counts round trips (a message and its echo), Gbit/s the echoed payload the clients received (each byte crossed the proxy twice). Client frames carry the all-zero mask key, which costs the load side nothing and the proxy nothing different (a proxy relays frames without unmasking them).",
+	"HTTP/2 rows: golang.org/x/net/http2's client over Go's TLS (ALPN h2), one stream at a time per connection (no multiplexing, as in the seed), forwarded to the HTTP/1.1 origin by the proxy; a CONNECT tunnel is one connection with one stream. \"No proxy\" is HTTP/2 straight to an HTTP/2 origin (x/net/http2's server on the load core, heavier than the hand-written HTTP/1.1 origin), and for bulk transfer a POST stream to its sink, there being no CONNECT without a proxy. Squid, Tinyproxy and Dante offer no HTTP/2 to clients: their cells read \"—\".",
 	"Memory is VmRSS summed over the proxy's processes; it includes shared pages (libraries) counted once per process.",
 }
 
@@ -274,7 +275,7 @@ func procedure(c Campaign) []string {
 		fmt.Sprintf("A concurrency sweep per test: every level runs %d time(s) for %s; a level with any error, non-2xx response, short body or failed tunnel is not clean; the clean level with the best median is kept (at_conns).", c.Repeats, durationText(c.DurationS)),
 		"Throughput: requests completed per second as wrk counts them; tunnels: bytes the sink received over the measuring window, in Gbit/s.",
 		"CPU per request: utime+stime of all the proxy's processes (/proc/PID/stat) over the HTTP 1 KB runs at the kept level, divided by the requests completed; per WebSocket message the same over the 64-byte runs, divided by the messages echoed.",
-		"Every test talks to one port of a freshly started proxy: the plain HTTP port, the HTTPS port (HTTP proxy over TLS) or the SOCKS5 port; WebSocket tests use the plain or the TLS port. HTTPS-proxy requests and WebSocket messages come from the Go load tool (wrk cannot speak TLS to a proxy), counted like wrk.",
+		"Every test talks to one port of a freshly started proxy: the plain HTTP port, the HTTPS port (HTTP proxy over TLS; HTTP/2 when the client offers only h2 with ALPN) or the SOCKS5 port; WebSocket tests use the plain or the TLS port. HTTPS-proxy and HTTP/2 requests and WebSocket messages come from the Go load tool (wrk cannot speak TLS to a proxy), counted like wrk.",
 		"Memory: VmRSS summed over all the proxy's processes with N open tunnels (CONNECT answered, one small exchange through each, then idle); the slope is (RSS at the largest N − RSS with none open) ÷ N.",
 		"The busy % of both cores is recorded for every run from /proc/stat.",
 	}

@@ -185,6 +185,78 @@ func TestMarkdownNewSections(t *testing.T) {
 	}
 }
 
+// h2Campaign has the HTTP/2 section as the campaign fills it: rows that
+// Squid and Tinyproxy lack (rustle and "no proxy" only; memory rows
+// rustle only), beside an HTTPS row Squid has.
+func h2Campaign() Campaign {
+	peers := []string{"squid", "tinyproxy"}
+	c := Campaign{
+		Started: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), Seed: 5, Repeats: 1, DurationS: 3,
+		Proxies: []Proxy{
+			{Name: "rustle", Label: "rustle"},
+			{Name: "squid", Label: "Squid"},
+			{Name: "tinyproxy", Label: "Tinyproxy"},
+			{Name: NoProxy, Label: "no proxy"},
+		},
+		Rows: []Row{
+			{ID: "https-1k", Test: "https-1k", Section: "HTTPS proxy (resumed TLS sessions)", Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Unsupported: []string{"tinyproxy"}},
+			{ID: "h2-1k", Test: "h2-1k", Section: "HTTP/2 over TLS", Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Unsupported: peers, Chart: "throughput"},
+			{ID: "h2-connect-bulk", Test: "h2-connect-bulk", Section: "HTTP/2 over TLS", Title: "CONNECT tunnels, bulk transfer", Unit: "Gbit/s", Decimals: 1, Selects: true, Unsupported: peers, Chart: "throughput"},
+			{ID: "h2-mem-1000", Test: "h2-mem", Section: "HTTP/2 over TLS", Title: "Memory with 1,000 open HTTP/2 tunnels", Unit: "MB", LessIsBetter: true, Selects: true, Unsupported: append([]string{NoProxy}, peers...), Tunnels: 1000},
+			{ID: "h2-mem-slope", Test: "h2-mem", Section: "HTTP/2 over TLS", Title: "Memory per open tunnel (0 to 9,000)", Unit: "KB/tunnel", Decimals: 1, LessIsBetter: true, Unsupported: append([]string{NoProxy}, peers...)},
+		},
+	}
+	add := func(test, proxy string, conns int, m map[string]float64) {
+		c.Runs = append(c.Runs, Run{Test: test, Proxy: proxy, Conns: conns, Clean: true, Metrics: m, CoreBusy: []float64{99, 90}})
+	}
+	add("https-1k", "rustle", 64, map[string]float64{"https-1k": 20000})
+	add("https-1k", "squid", 64, map[string]float64{"https-1k": 8000})
+	add("h2-1k", "rustle", 64, map[string]float64{"h2-1k": 18000})
+	add("h2-1k", NoProxy, 64, map[string]float64{"h2-1k": 25000})
+	add("h2-connect-bulk", "rustle", 4, map[string]float64{"h2-connect-bulk": 6.3})
+	add("h2-connect-bulk", NoProxy, 4, map[string]float64{"h2-connect-bulk": 9.1})
+	add("h2-mem", "rustle", 9000, map[string]float64{"h2-mem-1000": 40, "h2-mem-slope": 21.5})
+	return c
+}
+
+func TestMarkdownH2Section(t *testing.T) {
+	var b bytes.Buffer
+	if err := Markdown(&b, h2Campaign()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		// Squid and Tinyproxy read "—" on every HTTP/2 row, and the
+		// section has no ratio column for either.
+		"### HTTP/2 over TLS\n\n| Test | Unit | rustle | Squid | Tinyproxy | no proxy |\n|---|---|---:|---:|---:|---:|\n",
+		"| HTTP, 1 KB responses | req/s | 18,000 | — | — | 25,000 |\n",
+		"| CONNECT tunnels, bulk transfer | Gbit/s | 6.3 | — | — | 9.1 |\n",
+		"| Memory with 1,000 open HTTP/2 tunnels | MB | 40 | — | — | — |\n",
+		"| Memory per open tunnel (0 to 9,000) | KB/tunnel | 21.5 | — | — | — |\n",
+		// The HTTPS section keeps Squid's ratio column.
+		"| HTTP, 1 KB responses | req/s | 20,000 | 8,000 | — | not run | 2.5× more |\n",
+		// Rows Squid lacks do not count in the short version.
+		"- Against Squid: rustle had the better figure in 1 of the 1 rows measured cleanly on both",
+		"- rustle and Tinyproxy have no row measured cleanly on both.\n",
+		"HTTP/2 rows: golang.org/x/net/http2's client",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q; report:\n%s", want, out)
+		}
+	}
+	f := Figures(h2Campaign())
+	for _, row := range []string{"h2-1k", "h2-connect-bulk", "h2-mem-1000", "h2-mem-slope"} {
+		for _, p := range []string{"squid", "tinyproxy"} {
+			if c := f[row][p]; c.OK || c.Text != TextUnsupported {
+				t.Errorf("%s/%s = %+v, want %q and no figure", row, p, c, TextUnsupported)
+			}
+		}
+	}
+	if c := f["h2-1k"]["rustle"]; !c.OK || c.Level.Conns != 64 {
+		t.Errorf("h2-1k/rustle = %+v, want a figure at 64 connections", c)
+	}
+}
+
 // wellFormed fails the test unless svg parses as XML.
 func wellFormed(t *testing.T, svg []byte) {
 	t.Helper()
