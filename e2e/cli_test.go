@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,7 +158,8 @@ func TestDefaultRun(t *testing.T) {
 
 // TestSignals checks the drain on SIGTERM and SIGINT: a slow request in
 // flight completes, the process exits 0 soon after (well before the
-// drain timeout), and an idle tunnel is closed when the drain ends.
+// drain timeout), and an idle tunnel is closed when the drain ends, the
+// exit status (3) saying that the drain was cut short.
 func TestSignals(t *testing.T) {
 	t.Parallel()
 	signals := []struct {
@@ -235,8 +237,8 @@ func TestSignals(t *testing.T) {
 		p.signal(t, syscall.SIGTERM)
 		code := p.exitCode(drain + 5*time.Second)
 		took := time.Since(sent)
-		if code != 0 {
-			t.Fatalf("exit code %d after SIGTERM with an idle tunnel, want 0", code)
+		if code != 3 {
+			t.Fatalf("exit code %d after SIGTERM with an idle tunnel cut at the drain timeout, want 3", code)
 		}
 		if took > drain+2*time.Second {
 			t.Errorf("rustle took %v to exit with an idle tunnel; the drain timeout is %v", took, drain)
@@ -300,4 +302,63 @@ func listenSockets(t testing.TB, pid int, port string) int {
 		}
 	}
 	return n
+}
+
+// TestSystemdNotify runs rustle with NOTIFY_SOCKET naming a unix datagram
+// socket of the test, as systemd's Type=notify does, and checks that it
+// says READY=1 once listening and STOPPING=1 on SIGTERM, then exits 0.
+func TestSystemdNotify(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make(chan string, 64)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	})
+	t.Cleanup(func() {
+		conn.Close()
+		wg.Wait()
+	})
+	var seen []string
+	// await waits up to 10s for a datagram holding the line want.
+	await := func(want string) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case m := <-msgs:
+				seen = append(seen, m)
+				if slices.Contains(strings.Split(m, "\n"), want) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %s on NOTIFY_SOCKET within 10s; got %q", want, seen)
+			}
+		}
+	}
+
+	path := writeFile(t, "rustle.toml", proxyConfig("127.0.0.1:0", "5s", ""))
+	p := startEnv(t, []string{"NOTIFY_SOCKET=" + sock}, append(slices.Clone(allowLoopback), "-c", path)...)
+	await("READY=1")
+	p.waitStarted(t)
+	o := newOrigin(t, "127.0.0.1", false)
+	if resp, body := newProxyClient(t, proxyURL(p.addr(), "", ""), nil).fetch(t, "GET", o.URL+"/hello", nil); resp.StatusCode != 200 {
+		t.Fatalf("GET through rustle after READY=1: %s %q", resp.Status, body)
+	}
+	p.signal(t, syscall.SIGTERM)
+	await("STOPPING=1")
+	if code := p.exitCode(10 * time.Second); code != 0 {
+		t.Errorf("exit code %d after SIGTERM with nothing in flight, want 0", code)
+	}
 }

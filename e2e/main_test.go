@@ -166,8 +166,15 @@ func startRustle(t testing.TB, args ...string) *proc {
 // listeners; see waitStarted.
 func startGuarded(t testing.TB, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, args...)
+}
+
+// startEnv is startGuarded with env (NAME=value) added to the child's
+// clean environment.
+func startEnv(t testing.TB, env []string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(rustleBin, args...)
-	cmd.Env = cleanEnv(t)
+	cmd.Env = append(cleanEnv(t), env...)
 	lb := &logBuffer{}
 	cmd.Stdout = lb
 	cmd.Stderr = lb

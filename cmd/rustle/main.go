@@ -39,6 +39,15 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
 
+// Exit statuses of a run that started serving.
+const (
+	// exitDrained: every request and tunnel ended within timeouts.drain.
+	exitDrained = 0
+	// exitDrainCut: the drain timeout passed with connections or tunnels
+	// still open, and rustle closed them.
+	exitDrainCut = 3
+)
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
@@ -163,12 +172,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	logger.Info("shutting down", "signal", sig.String(), "drain", cfg.Timeouts.Drain.Duration)
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts.Drain.Duration)
 	defer cancel()
+	code := exitDrained
 	if err := srv.Shutdown(ctx); err != nil {
 		logger.Warn("drain timeout: closed remaining connections and tunnels", "err", err)
+		code = exitDrainCut
 	}
 	o.close(ctx)
-	logger.Info("stopped")
-	return 0
+	logger.Info("stopped", "exit_status", code)
+	return code
 }
 
 // loadConfig reads file (or the embedded default), adds the -L
@@ -364,5 +375,9 @@ Signals: SIGTERM/SIGINT drain and stop, SIGHUP reloads the configuration
 (the -c file, users files and TLS certificates, with the flags given at
 start; a config that does not load is refused and the running one stays),
 SIGUSR1 reopens the access log file (for logrotate).
+
+Exit status: 0 when every request and tunnel ended within the drain timeout
+(timeouts.drain), 3 when the drain timeout cut some short, 1 when rustle
+cannot start (bad config, listen failure), 2 for a usage error.
 `)
 }
