@@ -458,3 +458,35 @@ func TestReloadCertificates(t *testing.T) {
 		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "tlsconf.(*Manager).rotateLoop")
 	})
 }
+
+func TestReloadLimits(t *testing.T) {
+	target := fmt.Sprintf("http://127.0.0.1:%d/ok", mixedOrigin(t))
+	auth := basic("alice", "pw")
+	oneEach := func(c *config.Config) { c.Limits.MaxConnectionsPerClient = 1 }
+	s := startReloadable(t, reloadConfig(t, oneEach))
+	addr := addrOf(s, "main")
+	first := dialKeepAlive(t, addr)
+	if code, _, err := first.get(target, auth); err != nil || code != 200 {
+		t.Fatalf("first connection: %d %v", code, err)
+	}
+	if got := status(t, addr, target, auth); got != 429 {
+		t.Fatalf("second connection with max_connections_per_client = 1: %d, want 429", got)
+	}
+	if err := s.Reload(reloadConfig(t, nil)); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if got := status(t, addr, target, auth); got != 200 {
+		t.Errorf("second connection after lifting the limit: %d, want 200", got)
+	}
+	if err := s.Reload(reloadConfig(t, oneEach)); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	// The new limiter counts from zero: first, admitted by the first
+	// generation, is not counted by it.
+	if got := status(t, addr, target, auth); got != 200 {
+		t.Errorf("first connection under the new limiter: %d, want 200", got)
+	}
+	if code, _, err := first.get(target, auth); err != nil || code != 200 {
+		t.Errorf("connection from the first generation: %d %v", code, err)
+	}
+}
