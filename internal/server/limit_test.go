@@ -172,6 +172,10 @@ func TestConnectionLimits(t *testing.T) {
 	if _, body, err := rawGet(t, addrs[0], "", target); err != nil || body != "origin says /ok" {
 		t.Errorf("after a connection closed: %q %v", body, err)
 	}
+	// The server releases rawGet's connection when it sees it close,
+	// which may come after rawGet returns: wait, or the CONNECT below
+	// could find both slots taken.
+	waitFor(t, "rawGet's connection released", func() bool { return s.lim.Conns() == 1 })
 
 	// A CONNECT tunnel in the engine keeps its admission until it ends.
 	tc, err := net.Dial("tcp", addrs[0])
