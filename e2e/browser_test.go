@@ -753,7 +753,7 @@ func socketOwnedBy(pid int, peer, local string) error {
 	if err != nil {
 		return fmt.Errorf("parse local %q: %w", local, err)
 	}
-	inode := ""
+	inode, state := "", ""
 	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
 		b, err := os.ReadFile(table)
 		if err != nil {
@@ -767,7 +767,7 @@ func socketOwnedBy(pid int, peer, local string) error {
 			l, err1 := parseProcAddr(f[1])
 			r, err2 := parseProcAddr(f[2])
 			if err1 == nil && err2 == nil && l == peerAP && r == localAP {
-				inode = f[9]
+				inode, state = f[9], f[3]
 				break
 			}
 		}
@@ -777,6 +777,13 @@ func socketOwnedBy(pid int, peer, local string) error {
 	}
 	if inode == "" {
 		return fmt.Errorf("no socket %s -> %s in /proc/net/tcp", peer, local)
+	}
+	if state != "01" {
+		// Not ESTABLISHED: rustle has already closed its end (Chromium
+		// reset the stream, say, and rustle dropped the upstream), so
+		// no process holds the socket any more; there is nothing left
+		// to check.
+		return nil
 	}
 	fdDir := fmt.Sprintf("/proc/%d/fd", pid)
 	ents, err := os.ReadDir(fdDir)
