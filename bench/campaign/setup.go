@@ -398,7 +398,7 @@ func (e *env) toolVersions(ctx context.Context) []string {
 	return []string{
 		wrkv + ", 1 thread, --timeout 10s, bench/wrk/proxy.lua (absolute-form requests with Proxy-Authorization; origin form for no proxy)",
 		"bench/load (" + runtime.Version() + "): CONNECT and SOCKS5 bulk and held tunnels; HTTPS-proxy requests (load http, counted like wrk; Go's TLS client, TLS 1.3, a session cache for resumption or none for full handshakes); WebSocket messages (load ws, closed loop, client frames with the all-zero mask key)",
-		"bench/load h2 and bulk/hold -h2: golang.org/x/net/http2's client connection over Go's TLS (ALPN h2 only), one stream at a time per connection; one connection per CONNECT stream",
+		"bench/load h2: a minimal HTTP/2 client on golang.org/x/net/http2's Framer and HPACK over Go's TLS (ALPN h2 only), one request at a time per connection, 4 MiB stream and 1 GiB connection receive windows; bulk/hold -h2: x/net/http2's ClientConn, one connection per CONNECT stream",
 		"bench/origin (" + runtime.Version() + "): hand-written HTTP/1.1 origin with fixed bodies and Content-Length, TCP sink, TCP hold port, hand-written WebSocket echo; TLS variants (https, wss, TLS sink) for the no-proxy column of the TLS tests; an HTTP/2 listener (x/net/http2's server: the same bodies, a POST sink) for the no-proxy column of the HTTP/2 tests",
 		"TLS: a campaign CA and an ECDSA P-256 server certificate for 127.0.0.1, made at start, used by every https port",
 		fmt.Sprintf("proxy on CPU %d; load tool and origin on CPU %d", e.proxyCore, e.loadCore),

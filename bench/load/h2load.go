@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,11 +13,13 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // H2SinkPath is the origin's HTTP/2 sink: a POST there is counted into
@@ -191,10 +195,7 @@ func runH2(args []string) error {
 	if err != nil {
 		return fmt.Errorf("h2: %w", err)
 	}
-	req, err := h2Request(d, *path)
-	if err != nil {
-		return fmt.Errorf("h2: %w", err)
-	}
+	fields := h2Fields(d, *path)
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
 	defer cancel()
 
@@ -203,7 +204,7 @@ func runH2(args []string) error {
 	results := make([]counts, *conns)
 	var wg sync.WaitGroup
 	for i := range results {
-		wg.Go(func() { h2Worker(ctx, d, req, *newConn, end, *reqTimeout, &results[i]) })
+		wg.Go(func() { h2Worker(ctx, d, fields, *newConn, end, *reqTimeout, &results[i]) })
 	}
 	wg.Wait()
 	elapsed := min(time.Since(start), *duration)
@@ -222,46 +223,49 @@ func runH2(args []string) error {
 	return printMarked(res)
 }
 
-// h2Request builds the request every worker sends: through a proxy a
-// forwarded request (:scheme http, :authority the origin) with
-// Proxy-Authorization, straight to the origin an https request.
-func h2Request(d dialer, path string) (*http.Request, error) {
-	u := "https://" + d.target + path
+// h2Fields returns the header fields of the request every worker sends:
+// through a proxy a forwarded request (:scheme http, :authority the
+// origin) with Proxy-Authorization, straight to the origin an https
+// request.
+func h2Fields(d dialer, path string) []hpack.HeaderField {
+	scheme := "https"
 	if d.proxy != "" {
-		u = "http://" + d.target + path
+		scheme = "http"
 	}
-	req, err := http.NewRequest("GET", u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("request %s: %w", u, err)
+	f := []hpack.HeaderField{
+		{Name: ":method", Value: "GET"},
+		{Name: ":scheme", Value: scheme},
+		{Name: ":authority", Value: d.target},
+		{Name: ":path", Value: path},
 	}
 	if d.proxy != "" && d.authHeader != "" {
-		req.Header.Set("Proxy-Authorization", d.authHeader)
+		f = append(f, hpack.HeaderField{Name: "proxy-authorization", Value: d.authHeader})
 	}
-	return req, nil
+	return f
 }
 
-// h2Worker sends req on one HTTP/2 connection, one request at a time,
-// until end, reconnecting after an error (and after every response with
-// newConn), and counts into c as wrk does: a request counts once its
-// response is complete before end; a request cut by end counts nothing.
-// Bytes are response body bytes (HTTP/2 headers are compressed).
-func h2Worker(ctx context.Context, d dialer, req *http.Request, newConn bool, end time.Time, reqTimeout time.Duration, c *counts) {
+// h2Worker sends the request of fields on one HTTP/2 connection, one
+// request at a time, until end, reconnecting after an error (and after
+// every response with newConn), and counts into c as wrk does: a request
+// counts once its response is complete before end; a request cut by end
+// counts nothing. Bytes are response body bytes (HTTP/2 headers are
+// compressed).
+func h2Worker(ctx context.Context, d dialer, fields []hpack.HeaderField, newConn bool, end time.Time, reqTimeout time.Duration, c *counts) {
 	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	var cc *http2.ClientConn
+	var cl *h2Client
 	defer func() {
-		if cc != nil {
-			cc.Close()
+		if cl != nil {
+			cl.conn.Close()
 		}
 	}()
-	buf := make([]byte, 64<<10)
 	for time.Now().Before(end) && ctx.Err() == nil {
 		start := time.Now()
-		if cc == nil {
+		if cl == nil {
 			var err error
-			cc, _, err = d.dialH2(ctx)
+			cl, err = d.dialH2Client(ctx)
 			if err != nil {
-				cc = nil
+				cl = nil
 				if time.Now().Before(end) {
 					c.fail(&c.errs.Connect, err)
 					sleep(ctx, 10*time.Millisecond)
@@ -269,14 +273,15 @@ func h2Worker(ctx context.Context, d dialer, req *http.Request, newConn bool, en
 				continue
 			}
 		}
-		rctx, rcancel := context.WithDeadline(ctx, earliest(start.Add(reqTimeout), end))
-		status, n, err := h2Exchange(rctx, cc, req, buf)
-		rcancel()
+		cl.conn.SetDeadline(earliest(start.Add(reqTimeout), end))
+		status, n, err := cl.get(fields)
 		switch {
 		case err != nil && !time.Now().Before(end):
 			return // cut by the end of the run
-		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			c.fail(&c.errs.Timeout, err)
+		case errors.Is(err, errWrite):
+			c.fail(&c.errs.Write, err)
 		case err != nil:
 			c.fail(&c.errs.Read, err)
 		default:
@@ -287,34 +292,187 @@ func h2Worker(ctx context.Context, d dialer, req *http.Request, newConn bool, en
 				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
 			}
 		}
-		if err != nil || newConn {
-			cc.Close()
-			cc = nil
+		if err != nil || newConn || cl.done() {
+			cl.conn.Close()
+			cl = nil
 		}
 	}
 }
 
-// h2Exchange sends req on cc and reads the whole response body into buf,
-// returning the status and the body bytes.
-func h2Exchange(ctx context.Context, cc *http2.ClientConn, req *http.Request, buf []byte) (int, int64, error) {
-	resp, err := cc.RoundTrip(req.WithContext(ctx))
+// Receive windows "load h2" advertises, as x/net/http2's client does: 4
+// MiB per stream, 1 GiB for the connection.
+const (
+	h2StreamWindow = 4 << 20
+	h2ConnWindow   = 1 << 30
+)
+
+// errH2Stream is returned when the server ends a request's stream or the
+// connection without a complete response.
+var errH2Stream = errors.New("load: HTTP/2 stream ended without a complete response")
+
+// h2Client is the HTTP/2 client connection of "load h2": one GET at a
+// time, written and read on the caller's goroutine with x/net/http2's
+// Framer and HPACK, so that a request costs the load core no goroutine
+// and no channel (x/net/http2's ClientConn costs about twice as much per
+// request). It answers SETTINGS and PING, returns flow-control credit
+// for what it reads, and stops at GOAWAY. It is owned by one worker.
+type h2Client struct {
+	conn net.Conn
+	bw   *bufio.Writer
+	fr   *http2.Framer
+	hbuf bytes.Buffer
+	enc  *hpack.Encoder // writes into hbuf
+	// nextID is the next stream's ID; goaway is set once the server said
+	// it takes no new stream.
+	nextID uint32
+	goaway bool
+	// connUnacked counts DATA bytes received and not yet returned with a
+	// connection WINDOW_UPDATE.
+	connUnacked uint32
+}
+
+// dialH2Client opens a TLS connection offering only "h2" to the proxy (or
+// to the target) and sends the client preface, SETTINGS and the
+// connection window.
+func (d dialer) dialH2Client(ctx context.Context) (*h2Client, error) {
+	if d.tlsConf == nil {
+		return nil, errors.New("load: HTTP/2 needs -tls")
+	}
+	c, err := d.dialConn(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("HTTP/2 request: %w", err)
+		return nil, err
 	}
-	defer resp.Body.Close()
-	var n int64
+	addr := d.target
+	if d.proxy != "" {
+		addr = d.proxy
+	}
+	if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
+		c.Close()
+		return nil, fmt.Errorf("%w: %s chose %q", errNoH2, addr, p)
+	}
+	cl := &h2Client{conn: c, bw: bufio.NewWriterSize(c, 4<<10), nextID: 1}
+	cl.fr = http2.NewFramer(cl.bw, bufio.NewReaderSize(c, 64<<10))
+	cl.fr.SetReuseFrames()
+	cl.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	cl.enc = hpack.NewEncoder(&cl.hbuf)
+	c.SetDeadline(time.Now().Add(d.timeout))
+	cl.bw.WriteString(http2.ClientPreface)
+	cl.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2StreamWindow},
+	)
+	cl.fr.WriteWindowUpdate(0, h2ConnWindow-65535)
+	if err := cl.bw.Flush(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("send HTTP/2 preface to %s: %w", addr, err)
+	}
+	c.SetDeadline(time.Time{})
+	return cl, nil
+}
+
+// done reports whether the connection can carry no further request.
+func (cl *h2Client) done() bool { return cl.goaway || cl.nextID > 1<<31-1 }
+
+// get sends one GET with fields on a new stream and reads the response,
+// returning its status and the body bytes. A body shorter or longer than
+// its content-length is an error.
+func (cl *h2Client) get(fields []hpack.HeaderField) (status int, n int64, err error) {
+	id := cl.nextID
+	cl.nextID += 2
+	cl.hbuf.Reset()
+	for _, f := range fields {
+		cl.enc.WriteField(f)
+	}
+	cl.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: cl.hbuf.Bytes(), EndStream: true, EndHeaders: true})
+	if err := cl.bw.Flush(); err != nil {
+		return 0, 0, fmt.Errorf("%w: %w", errWrite, err)
+	}
+	length := int64(-1)
+	var streamUnacked uint32
 	for {
-		m, err := resp.Body.Read(buf)
-		n += int64(m)
-		if err == io.EOF {
-			break
-		}
+		f, err := cl.fr.ReadFrame()
 		if err != nil {
-			return resp.StatusCode, n, fmt.Errorf("read HTTP/2 response body: %w", err)
+			return status, n, fmt.Errorf("read HTTP/2 frame: %w", err)
+		}
+		ended := false
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			if f.StreamID != id {
+				continue
+			}
+			if status == 0 {
+				s, err := strconv.Atoi(f.PseudoValue("status"))
+				if err != nil {
+					return 0, n, fmt.Errorf("load: HTTP/2 response with :status %q", f.PseudoValue("status"))
+				}
+				if s >= 200 {
+					status = s
+				}
+				for _, hf := range f.RegularFields() {
+					if hf.Name == "content-length" {
+						length, _ = strconv.ParseInt(hf.Value, 10, 64)
+					}
+				}
+			}
+			ended = f.StreamEnded()
+		case *http2.DataFrame:
+			// Flow control counts the whole payload, padding included.
+			cl.connUnacked += f.Length
+			if cl.connUnacked >= h2ConnWindow/2 {
+				cl.fr.WriteWindowUpdate(0, cl.connUnacked)
+				cl.connUnacked = 0
+			}
+			if f.StreamID == id {
+				n += int64(len(f.Data()))
+				ended = f.StreamEnded()
+				streamUnacked += f.Length
+				if !ended && streamUnacked >= h2StreamWindow/2 {
+					cl.fr.WriteWindowUpdate(id, streamUnacked)
+					streamUnacked = 0
+				}
+			}
+			if cl.bw.Buffered() > 0 {
+				if err := cl.bw.Flush(); err != nil {
+					return status, n, fmt.Errorf("%w: %w", errWrite, err)
+				}
+			}
+		case *http2.SettingsFrame:
+			if f.IsAck() {
+				continue
+			}
+			if v, ok := f.Value(http2.SettingHeaderTableSize); ok {
+				cl.enc.SetMaxDynamicTableSizeLimit(v)
+			}
+			cl.fr.WriteSettingsAck()
+			if err := cl.bw.Flush(); err != nil {
+				return status, n, fmt.Errorf("%w: %w", errWrite, err)
+			}
+		case *http2.PingFrame:
+			if f.IsAck() {
+				continue
+			}
+			cl.fr.WritePing(true, f.Data)
+			if err := cl.bw.Flush(); err != nil {
+				return status, n, fmt.Errorf("%w: %w", errWrite, err)
+			}
+		case *http2.GoAwayFrame:
+			cl.goaway = true
+			if f.LastStreamID < id {
+				return status, n, fmt.Errorf("%w: GOAWAY %v before stream %d", errH2Stream, f.ErrCode, id)
+			}
+		case *http2.RSTStreamFrame:
+			if f.StreamID == id {
+				return status, n, fmt.Errorf("%w: RST_STREAM %v", errH2Stream, f.ErrCode)
+			}
+		}
+		if ended {
+			if status == 0 {
+				return 0, n, fmt.Errorf("%w: no final status", errH2Stream)
+			}
+			if length >= 0 && n != length {
+				return status, n, fmt.Errorf("load: HTTP/2 response body of %d bytes, content-length %d", n, length)
+			}
+			return status, n, nil
 		}
 	}
-	if resp.ContentLength >= 0 && n != resp.ContentLength {
-		return resp.StatusCode, n, fmt.Errorf("load: HTTP/2 response body of %d bytes, content-length %d", n, resp.ContentLength)
-	}
-	return resp.StatusCode, n, nil
 }

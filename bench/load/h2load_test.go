@@ -9,12 +9,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // fakeH2Proxy serves HTTP/2 over TLS as a forward proxy would, answering
@@ -41,6 +43,16 @@ func fakeH2Proxy(t *testing.T, auth string, noH2 bool) (addr string, pool *x509.
 		mu.Unlock()
 		if auth != "" && r.Header.Get("Proxy-Authorization") != auth {
 			w.WriteHeader(http.StatusProxyAuthRequired)
+			return
+		}
+		if r.Method == "GET" && r.URL.Path == "/big" {
+			// More than the client's stream window (4 MiB): it must
+			// return credit as it reads.
+			w.Header().Set("Content-Length", strconv.Itoa(h2BigBody))
+			big := bytes.Repeat([]byte("B"), 1<<20)
+			for range h2BigBody >> 20 {
+				w.Write(big)
+			}
 			return
 		}
 		if r.Method == "GET" {
@@ -80,6 +92,9 @@ func fakeH2Proxy(t *testing.T, auth string, noH2 bool) (addr string, pool *x509.
 	}
 }
 
+// h2BigBody is the size of the fake proxy's /big response.
+const h2BigBody = 9 << 20
+
 // h2Dialer returns a dialer speaking HTTP/2 over TLS to proxy (or to
 // target without one), trusting pool, resuming sessions.
 func h2Dialer(proxy, auth, target string, pool *x509.CertPool) dialer {
@@ -104,15 +119,8 @@ func TestH2Worker(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			addr, pool, seen := fakeH2Proxy(t, "Basic YmVuY2g6c2VjcmV0", false)
 			d := h2Dialer(addr, tt.auth, "127.0.0.1:9", pool)
-			req, err := h2Request(d, "/1k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if req.URL.Scheme != "http" || req.URL.Host != "127.0.0.1:9" {
-				t.Errorf("request URL %s, want http://127.0.0.1:9/1k (a forwarded request)", req.URL)
-			}
 			var c counts
-			h2Worker(context.Background(), d, req, tt.newConn, time.Now().Add(300*time.Millisecond), 5*time.Second, &c)
+			h2Worker(context.Background(), d, h2Fields(d, "/1k"), tt.newConn, time.Now().Add(300*time.Millisecond), 5*time.Second, &c)
 			if c.requests == 0 {
 				t.Fatal("no request completed")
 			}
@@ -147,11 +155,57 @@ func TestH2Worker(t *testing.T) {
 	}
 }
 
+func TestH2Fields(t *testing.T) {
+	proxied := h2Fields(newDialer("127.0.0.1:3128", "bench:secret", "127.0.0.1:9", time.Second), "/1k")
+	direct := h2Fields(newDialer("", "", "127.0.0.1:9", time.Second), "/10k")
+	for _, tt := range []struct {
+		got  []hpack.HeaderField
+		want string
+	}{
+		// Through a proxy: a forwarded request with :scheme http.
+		{proxied, ":method=GET :scheme=http :authority=127.0.0.1:9 :path=/1k proxy-authorization=Basic YmVuY2g6c2VjcmV0"},
+		{direct, ":method=GET :scheme=https :authority=127.0.0.1:9 :path=/10k"},
+	} {
+		var parts []string
+		for _, f := range tt.got {
+			parts = append(parts, f.Name+"="+f.Value)
+		}
+		if got := strings.Join(parts, " "); got != tt.want {
+			t.Errorf("h2Fields = %q, want %q", got, tt.want)
+		}
+	}
+}
+
+func TestH2ClientLargeBody(t *testing.T) {
+	addr, pool, _ := fakeH2Proxy(t, "", false)
+	d := h2Dialer(addr, "", "127.0.0.1:9", pool)
+	cl, err := d.dialH2Client(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.conn.Close()
+	cl.conn.SetDeadline(time.Now().Add(10 * time.Second))
+	// Two in a row on one connection: the connection window's credit
+	// comes back too.
+	for i := range 2 {
+		status, n, err := cl.get(h2Fields(d, "/big"))
+		if err != nil || status != 200 || n != h2BigBody {
+			t.Fatalf("request %d: status %d, %d bytes, %v; want 200 with %d", i+1, status, n, err, h2BigBody)
+		}
+	}
+	if cl.nextID != 5 || cl.done() {
+		t.Errorf("next stream %d, done %v; want 5 and more to come", cl.nextID, cl.done())
+	}
+}
+
 func TestH2NotNegotiated(t *testing.T) {
 	addr, pool, _ := fakeH2Proxy(t, "", true)
 	d := h2Dialer(addr, "", "127.0.0.1:9", pool)
 	if _, _, err := d.dialH2(context.Background()); !errors.Is(err, errNoH2) {
 		t.Errorf("dialH2 to a server without h2: %v, want errNoH2", err)
+	}
+	if _, err := d.dialH2Client(context.Background()); !errors.Is(err, errNoH2) {
+		t.Errorf("dialH2Client to a server without h2: %v, want errNoH2", err)
 	}
 }
 

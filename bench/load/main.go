@@ -53,8 +53,10 @@
 //
 //	load h2 -proxy ADDR -tls -ca FILE [-resume] -target ORIGIN -path /1k -conns N [-newconn] -duration D
 //
-// is "load http" over HTTP/2 (golang.org/x/net/http2's client connection
-// on a TLS connection that offered only "h2"): N connections, each sending
+// is "load http" over HTTP/2 (a minimal client on golang.org/x/net/http2's
+// Framer and HPACK, over a TLS connection that offered only "h2"; the
+// tunnels of bulk and hold -h2 use x/net/http2's ClientConn): N
+// connections, each sending
 // forwarded requests (:scheme http, :authority the origin, with
 // Proxy-Authorization) one after the other, one stream at a time, no
 // multiplexing; or, with -newconn, one request per connection, closed

@@ -238,7 +238,7 @@ func TestMarkdownH2Section(t *testing.T) {
 		// Rows Squid lacks do not count in the short version.
 		"- Against Squid: rustle had the better figure in 1 of the 1 rows measured cleanly on both",
 		"- rustle and Tinyproxy have no row measured cleanly on both.\n",
-		"HTTP/2 rows: golang.org/x/net/http2's client",
+		"HTTP/2 rows: the Go load tool's HTTP/2 client",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q; report:\n%s", want, out)
