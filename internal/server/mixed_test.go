@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
@@ -168,10 +171,11 @@ func TestMixedPeek(t *testing.T) {
 	})
 }
 
-// TestProxyProtocol sends PROXY v1 and v2 headers to a proxy_protocol
-// listener and checks that the address they carry is the client's for
-// the access log, the Forwarded field and the ACL, and that connections
-// without a header, or too slow to send one, are closed unanswered.
+// TestProxyProtocol sends PROXY v1 and v2 headers to proxy_protocol
+// listeners (mixed, and https with HTTP/2) and checks that the address
+// they carry is the client's for the access log, the Forwarded field and
+// the ACL, and that connections without a header, or too slow to send
+// one, are closed unanswered.
 func TestProxyProtocol(t *testing.T) {
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "xff="+r.Header.Get("X-Forwarded-For"))
@@ -186,7 +190,11 @@ func TestProxyProtocol(t *testing.T) {
 	cfg.AllowPrivate = []string{"127.0.0.0/8"}
 	cfg.ACL.Default = "allow"
 	cfg.ACL.Rules = []config.ACLRule{{Name: "no-doc-net", Action: "deny", Clients: []string{"198.51.100.0/24"}}}
-	cfg.Listen = []config.Listener{{Name: "lb", Address: "127.0.0.1:0", Protocol: "mixed", Auth: config.AuthNone, ProxyProtocol: true}}
+	tl, roots := proxyCerts(t)
+	cfg.Listen = []config.Listener{
+		{Name: "lb", Address: "127.0.0.1:0", Protocol: "mixed", Auth: config.AuthNone, ProxyProtocol: true},
+		{Name: "lbtls", Address: "127.0.0.1:0", Protocol: "https", Auth: config.AuthNone, ProxyProtocol: true, TLS: tl},
+	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
@@ -208,7 +216,7 @@ func TestProxyProtocol(t *testing.T) {
 		s.Close()
 		al.Close()
 	})
-	addr := s.Addrs()[0].Addr.String()
+	addr, tlsAddr := s.Addrs()[0].Addr.String(), s.Addrs()[1].Addr.String()
 	self := netip.MustParseAddrPort(addr)
 
 	header := func(t *testing.T, version int, src string) []byte {
@@ -223,6 +231,18 @@ func TestProxyProtocol(t *testing.T) {
 			t.Fatal(err)
 		}
 		return b
+	}
+	// lastRecord waits for an access log line after the first before and
+	// returns the last one.
+	lastRecord := func(t *testing.T, before int) map[string]any {
+		t.Helper()
+		waitFor(t, "the access log line", func() bool { return strings.Count(out.String(), "\n") > before })
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
 	}
 	// exchange sends first and a GET for target on a new connection and
 	// returns what comes back until the proxy closes it.
@@ -271,17 +291,48 @@ func TestProxyProtocol(t *testing.T) {
 			if !strings.HasPrefix(got, tt.wantStatus) || !strings.HasSuffix(got, tt.wantBody) {
 				t.Fatalf("got %q, want %s ... %s", got, tt.wantStatus, tt.wantBody)
 			}
-			waitFor(t, "the access log line", func() bool { return strings.Count(out.String(), "\n") > before })
-			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-			var rec map[string]any
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rec); err != nil {
-				t.Fatal(err)
-			}
+			rec := lastRecord(t, before)
 			if rec["client"] != tt.wantClient || rec["listener"] != "lb" {
 				t.Errorf("access log record %v: want client %s", rec, tt.wantClient)
 			}
 		})
 	}
+
+	t.Run("v2 then TLS and HTTP/2", func(t *testing.T) {
+		before := strings.Count(out.String(), "\n")
+		c, err := net.DialTimeout("tcp", tlsAddr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(header(t, 2, "192.0.2.44:40100")); err != nil {
+			t.Fatal(err)
+		}
+		tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+		if err := tc.Handshake(); err != nil {
+			t.Fatalf("TLS handshake after the header: %v", err)
+		}
+		cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", target, nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != "xff=192.0.2.44" {
+			t.Fatalf("GET over h2: %d %q", resp.StatusCode, body)
+		}
+		rec := lastRecord(t, before)
+		if rec["client"] != "192.0.2.44:40100" || rec["protocol"] != "h2" || rec["listener"] != "lbtls" {
+			t.Errorf("access log record %v: want client 192.0.2.44:40100 over h2", rec)
+		}
+	})
 
 	t.Run("no header within the read-header timeout", func(t *testing.T) {
 		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
