@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -23,6 +24,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/proxyproto"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // mixedOrigin starts an HTTP origin on 127.0.0.1 that answers "origin
@@ -188,6 +190,7 @@ func TestProxyProtocol(t *testing.T) {
 	cfg.Forwarded = "x-forwarded-for"
 	cfg.Timeouts.ReadHeader.Duration = 500 * time.Millisecond
 	cfg.AllowPrivate = []string{"127.0.0.0/8"}
+	cfg.Limits.MaxConnectionsPerClient = 1 // counted by the header's address
 	cfg.ACL.Default = "allow"
 	cfg.ACL.Rules = []config.ACLRule{{Name: "no-doc-net", Action: "deny", Clients: []string{"198.51.100.0/24"}}}
 	tl, roots := proxyCerts(t)
@@ -297,6 +300,34 @@ func TestProxyProtocol(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("tunnel admitted and released as the header's address", func(t *testing.T) {
+		echo := proxytest.NewEcho(t)
+		first := header(t, 1, "203.0.113.50:40200")
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write(append(first, "CONNECT "+echo.Addr+" HTTP/1.1\r\nHost: "+echo.Addr+"\r\n\r\n"...))
+		br := bufio.NewReader(c)
+		if resp, err := proxytest.ReadResponse(br, "CONNECT"); err != nil || resp.Status != 200 {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		c.Write([]byte("ping"))
+		if got := make([]byte, 4); func() bool { _, err := io.ReadFull(br, got); return err != nil || string(got) != "ping" }() {
+			t.Fatalf("tunnel echo: %q", got)
+		}
+		// The tunnel holds 203.0.113.50's one connection.
+		if got := exchange(t, first); got != "" {
+			t.Fatalf("a second connection from the header's address got %q, want it refused (max_connections_per_client = 1)", got)
+		}
+		c.Close()
+		waitFor(t, "the tunnel's admission released", func() bool {
+			return strings.HasPrefix(exchange(t, first), "HTTP/1.1 200")
+		})
+	})
 
 	t.Run("v2 then TLS and HTTP/2", func(t *testing.T) {
 		before := strings.Count(out.String(), "\n")
