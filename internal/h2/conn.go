@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 // bufSize is the size of the pooled buffers used to read from the
@@ -74,8 +76,8 @@ type conn struct {
 	rd          reader
 	fr          *http2.Framer
 	hdec        *hpack.Decoder
-	park        *parker // nil when raw is
-	bigFrame    bool    // fr read a frame over framerKeep since it was made
+	park        *tunnel.Parker // nil when raw is
+	bigFrame    bool           // fr read a frame over framerKeep since it was made
 	sawSettings bool
 
 	mu         sync.Mutex
@@ -137,8 +139,8 @@ func (c *conn) newFramer() {
 // connection ends, then tears it down.
 func (c *conn) serve(ctx context.Context) {
 	if c.raw != nil {
-		if p, err := newParker(c.raw); err == nil {
-			c.park = p
+		if rc, err := c.raw.SyscallConn(); err == nil {
+			c.park = tunnel.NewParker(rc)
 		}
 	}
 	stop := context.AfterFunc(ctx, c.shutdown)
@@ -297,7 +299,7 @@ func (c *conn) wait() error {
 		c.raw.SetReadDeadline(time.Now().Add(c.cfg.IdleTimeout))
 	}
 	c.mu.Unlock()
-	err := c.park.wait()
+	err := c.park.Wait()
 	c.mu.Lock()
 	c.parked = false
 	woken := c.woken

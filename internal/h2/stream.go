@@ -5,12 +5,10 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -539,56 +537,6 @@ func (w *rawWriter) write(p []byte) int {
 		return 0
 	}
 	return w.n
-}
-
-// parker waits for a socket to become readable without reading it, so
-// that nothing is buffered while it waits.
-type parker struct {
-	rc  syscall.RawConn
-	fn  func(uintptr) bool // ready, bound once so that waits do not allocate
-	one [1]byte
-	err error
-}
-
-func newParker(c *net.TCPConn) (*parker, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	p := &parker{rc: rc}
-	p.fn = p.ready
-	return p, nil
-}
-
-func (p *parker) ready(fd uintptr) bool {
-	for {
-		// recvfrom(2) without an address: unix.Recvfrom would allocate one.
-		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.one[0])), 1,
-			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		switch errno {
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		case 0:
-		default:
-			p.err = errno
-		}
-		return true // bytes, the end of the stream, or an error
-	}
-}
-
-// wait returns nil when the socket has bytes or its stream ended, and the
-// socket's error otherwise (closed, reset, or its read deadline past).
-func (p *parker) wait() error {
-	p.err = nil
-	if err := p.rc.Read(p.fn); err != nil {
-		return err
-	}
-	if p.err != nil {
-		return os.NewSyscallError("recvfrom", p.err)
-	}
-	return nil
 }
 
 // observation is what the metrics and the access log learn of a stream.

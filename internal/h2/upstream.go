@@ -24,6 +24,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 var (
@@ -657,18 +658,19 @@ func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []by
 func (s *stream) pumpDown(up *net.TCPConn) {
 	c := s.c
 	idle := c.cfg.TunnelIdleTimeout
-	p, err := newParker(up)
+	rc, err := up.SyscallConn()
 	if err != nil {
 		s.resetStream(http2.ErrCodeInternal)
 		return
 	}
+	p := tunnel.NewParker(rc)
 	for {
 		n, err := s.sendable(bufSize)
 		if err != nil {
 			return
 		}
 		up.SetReadDeadline(c.s.start.Add(time.Duration(s.last.Load()) + idle))
-		if err := p.wait(); err != nil {
+		if err := p.Wait(); err != nil {
 			if s.gone() {
 				return
 			}

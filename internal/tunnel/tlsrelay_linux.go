@@ -165,14 +165,14 @@ func (r *rawReader) readNow(p []byte) (int, error) {
 	return n, nil
 }
 
-// parker waits for a socket to become readable through its RawConn,
+// Parker waits for a socket to become readable through its RawConn,
 // without reading: its callback peeks at the socket and answers "not yet"
 // while it is empty, so the runtime parks the goroutine until the poller
 // reports it readable. The peek must happen inside the same RawConn.Read
 // as the wait: each RawConn.Read starts by clearing the poller's
 // readiness note, so a separate "read, got EAGAIN, then wait" would lose a
 // wake-up for bytes that arrived in between.
-type parker struct {
+type Parker struct {
 	rc  syscall.RawConn
 	fn  func(uintptr) bool // p.ready, bound once so that waits do not allocate
 	one [1]byte
@@ -182,13 +182,15 @@ type parker struct {
 	err error
 }
 
-func newParker(rc syscall.RawConn) *parker {
-	p := &parker{rc: rc}
+// NewParker returns a Parker for the socket behind rc. A Parker is used by
+// one goroutine at a time.
+func NewParker(rc syscall.RawConn) *Parker {
+	p := &Parker{rc: rc}
 	p.fn = p.ready
 	return p
 }
 
-func (p *parker) ready(fd uintptr) bool {
+func (p *Parker) ready(fd uintptr) bool {
 	for {
 		// recvfrom(2) without an address: unix.Recvfrom would allocate
 		// one on each call.
@@ -209,10 +211,10 @@ func (p *parker) ready(fd uintptr) bool {
 	}
 }
 
-// wait returns nil when the socket has bytes to read or its stream has
+// Wait returns nil when the socket has bytes to read or its stream has
 // ended, and otherwise the socket's error: a reset, closed, or its read
-// deadline past.
-func (p *parker) wait() error {
+// deadline past. Nothing is read or buffered while it waits.
+func (p *Parker) Wait() error {
 	p.err = nil
 	if err := p.rc.Read(p.fn); err != nil {
 		return err
@@ -434,7 +436,7 @@ func (r *tlsRelay) downLoop() {
 // pumpUp moves plaintext from the TLS client to upstream until the client
 // ends its stream (nil) or something fails.
 func (r *tlsRelay) pumpUp() error {
-	wait := newParker(r.clientNB.rc)
+	wait := NewParker(r.clientNB.rc)
 	for {
 		buf := tlsBufPool.Get().(*[tlsBufSize]byte)
 		n, err := r.client.Read(buf[:])
@@ -469,7 +471,7 @@ func (r *tlsRelay) pumpUp() error {
 // pumpDown moves bytes from upstream to the TLS client until upstream ends
 // its stream (nil) or something fails.
 func (r *tlsRelay) pumpDown() error {
-	wait := newParker(r.upNB.rc)
+	wait := NewParker(r.upNB.rc)
 	for {
 		buf := tlsBufPool.Get().(*[tlsBufSize]byte)
 		n, err := r.upNB.readNow(buf[:])
@@ -525,12 +527,12 @@ func (r *tlsRelay) write(w net.Conn, p []byte) error {
 // park waits until src may be readable. With an idle timeout it wakes when
 // the tunnel's last activity is idle old, and returns ErrIdleTimeout if no
 // byte moved in either direction since.
-func (r *tlsRelay) park(p *parker, src *net.TCPConn) error {
+func (r *tlsRelay) park(p *Parker, src *net.TCPConn) error {
 	for {
 		if r.idle > 0 {
 			src.SetReadDeadline(r.start.Add(time.Duration(r.last.Load()) + r.idle))
 		}
-		err := p.wait()
+		err := p.Wait()
 		if err == nil {
 			return nil
 		}
