@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,44 +20,14 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/leaktest"
 	"github.com/rustle-proxy/rustle/internal/server"
 )
 
 // TestMain fails the run when an access log writer or an admin server
 // outlives the tests.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := checkGoroutines(5*time.Second, "internal/accesslog.", "internal/admin."); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func checkGoroutines(wait time.Duration, substrs ...string) error {
-	deadline := time.Now().Add(wait)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var left []string
-		for _, st := range strings.Split(string(buf), "\n\n")[1:] {
-			for _, s := range substrs {
-				if strings.Contains(st, s) {
-					left = append(left, st)
-					break
-				}
-			}
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("rustle: %d goroutine(s) leaked:\n\n%s", len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	os.Exit(leaktest.Main(m, 5*time.Second, "internal/accesslog.", "internal/admin."))
 }
 
 // syncBuffer is a bytes.Buffer written and read from different

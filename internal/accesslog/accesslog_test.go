@@ -9,47 +9,18 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/rustle-proxy/rustle/internal/leaktest"
 )
 
 // TestMain fails the run when a writer goroutine outlives the tests.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := checkGoroutines(5*time.Second, "accesslog.(*Logger).run"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// checkGoroutines waits up to wait for every goroutine whose stack
-// mentions substr to end.
-func checkGoroutines(wait time.Duration, substr string) error {
-	deadline := time.Now().Add(wait)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var left []string
-		for _, st := range strings.Split(string(buf), "\n\n")[1:] {
-			if strings.Contains(st, substr) {
-				left = append(left, st)
-			}
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("accesslog: %d goroutine(s) leaked:\n\n%s", len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	os.Exit(leaktest.Main(m, 5*time.Second, "accesslog.(*Logger).run"))
 }
 
 // newTestLogger starts a Logger and closes it at the end of the test.

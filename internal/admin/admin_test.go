@@ -2,13 +2,11 @@ package admin
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,40 +15,13 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/rustle-proxy/rustle/internal/leaktest"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 )
 
 // TestMain fails the run when a serving goroutine outlives the tests.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := checkGoroutines(5*time.Second, "internal/admin."); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func checkGoroutines(wait time.Duration, substr string) error {
-	deadline := time.Now().Add(wait)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var left []string
-		for _, st := range strings.Split(string(buf), "\n\n")[1:] {
-			if strings.Contains(st, substr) {
-				left = append(left, st)
-			}
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("admin: %d goroutine(s) leaked:\n\n%s", len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	os.Exit(leaktest.Main(m, 5*time.Second, "internal/admin."))
 }
 
 func get(t *testing.T, c *http.Client, method, url string) (int, string) {

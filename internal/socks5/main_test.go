@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -19,48 +17,14 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/leaktest"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 // TestMain fails the run when goroutines of this package or of the tunnel
 // engine outlive the tests.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := checkGoroutines(10*time.Second, "rustle/internal/socks5.", "rustle/internal/tunnel."); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// checkGoroutines waits up to wait for every goroutine, other than the
-// caller's, whose stack mentions one of substrs to end, and otherwise
-// returns an error quoting their stacks.
-func checkGoroutines(wait time.Duration, substrs ...string) error {
-	deadline := time.Now().Add(wait)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		stacks := strings.Split(string(buf), "\n\n")[1:] // the first is ours
-		var left []string
-		for _, st := range stacks {
-			for _, s := range substrs {
-				if strings.Contains(st, s) {
-					left = append(left, st)
-					break
-				}
-			}
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("socks5: %d goroutine(s) leaked:\n\n%s", len(left), strings.Join(left, "\n\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	os.Exit(leaktest.Main(m, 10*time.Second, "rustle/internal/socks5.", "rustle/internal/tunnel."))
 }
 
 // Test credentials.

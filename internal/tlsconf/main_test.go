@@ -9,46 +9,22 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if err := checkNoGoroutines(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// checkNoGoroutines reports an error if a goroutine of this package (a
-// rotation loop, or a test server) is still alive a few seconds after the
-// tests.
-func checkNoGoroutines() error {
-	var stacks string
-	for range 50 {
-		buf := make([]byte, 1<<20)
-		stacks = string(buf[:runtime.Stack(buf, true)])
-		if !strings.Contains(stacks, "tlsconf.(*Manager).rotateLoop") &&
-			!strings.Contains(stacks, "tlsconf.(*testServer)") {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return errors.New("tlsconf: goroutine leaked:\n" + stacks)
+	os.Exit(leaktest.Main(m, 5*time.Second, "tlsconf.(*Manager).rotateLoop", "tlsconf.(*testServer)"))
 }
 
 // issuer signs test certificates; a nil *issuer makes self-signed ones.

@@ -2,15 +2,14 @@ package tunnel
 
 import (
 	"crypto/sha256"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
@@ -22,29 +21,7 @@ func TestMain(m *testing.M) {
 		}
 		ln.Close()
 	}
-	code := m.Run()
-	if code == 0 {
-		if err := checkNoLoops(); err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// checkNoLoops reports an error if an engine loop goroutine is still alive
-// a few seconds after the tests.
-func checkNoLoops() error {
-	var stacks string
-	for range 50 {
-		buf := make([]byte, 1<<20)
-		stacks = string(buf[:runtime.Stack(buf, true)])
-		if !strings.Contains(stacks, "tunnel.(*Engine).loop") {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return errors.New("tunnel: engine loop goroutine leaked:\n" + stacks)
+	os.Exit(leaktest.Main(m, 5*time.Second, "tunnel.(*Engine).loop"))
 }
 
 // newEngine returns an engine closed at the end of the test.

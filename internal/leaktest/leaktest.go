@@ -1,0 +1,73 @@
+// Package leaktest checks, at the end of a package's tests, that the
+// goroutines the tests started have ended: each package that owns
+// goroutines calls Main from its TestMain with the names its goroutines'
+// stacks mention.
+package leaktest
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Check waits up to wait for every goroutine, other than the caller's,
+// whose stack mentions one of substrs to end. It returns an error quoting
+// the stacks of those still running.
+func Check(wait time.Duration, substrs ...string) error {
+	deadline := time.Now().Add(wait)
+	for {
+		left := Stacks(substrs...)
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("leaktest: %d goroutine(s) still running after %v:\n\n%s",
+				len(left), wait, strings.Join(left, "\n\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Stacks returns the stacks of the goroutines, other than the caller's,
+// that mention one of substrs.
+func Stacks(substrs ...string) []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	// The caller's goroutine comes first.
+	var left []string
+	for _, s := range strings.Split(string(buf), "\n\n")[1:] {
+		for _, sub := range substrs {
+			if strings.Contains(s, sub) {
+				left = append(left, s)
+				break
+			}
+		}
+	}
+	return left
+}
+
+// Main runs the tests and benchmarks of m and then, if they passed,
+// Check(wait, substrs...). It returns the exit code for os.Exit:
+//
+//	func TestMain(m *testing.M) { os.Exit(leaktest.Main(m, 5*time.Second, "rustle/internal/foo.")) }
+func Main(m *testing.M, wait time.Duration, substrs ...string) int {
+	code := m.Run()
+	if code != 0 {
+		return code
+	}
+	if err := Check(wait, substrs...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
