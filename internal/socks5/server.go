@@ -90,8 +90,9 @@ type Config struct {
 	// allowed 4xx, failures 5xx.
 	Metrics *metrics.ListenerMetrics
 	// AccessLog receives one record per CONNECT (when its tunnel ends, or
-	// when it is refused), with the SOCKS reply code as status; nil =
-	// none.
+	// when it is refused) and per UDP ASSOCIATE (when the association
+	// ends, with the relay's address as target and the datagram payload
+	// bytes relayed), with the SOCKS reply code as status; nil = none.
 	AccessLog *accesslog.Logger
 }
 
@@ -616,17 +617,23 @@ func (s *Server) associate(ctx context.Context, cn *conn, hint addr) {
 	if hint.host == "" && hint.port != 0 && (hint.ip == client.Addr() || hint.ip.IsUnspecified()) {
 		client = netip.AddrPortFrom(client.Addr(), hint.port)
 	}
+	var start time.Time
+	if s.cfg.Metrics != nil || s.cfg.AccessLog != nil {
+		start = time.Now()
+	}
 	a, err := newAssociation(local, client, s.cfg.UDPIdleTimeout, s.log)
 	if err == nil {
 		a.access, a.dialer, a.user = s.cfg.Access, s.cfg.Dialer, cn.user
 	}
 	if err != nil {
 		cn.reply5(repGeneralFailure, netip.AddrPort{})
+		s.observeUDP(cn, start, repGeneralFailure, nil)
 		s.log.Warn("socks5: udp associate failed", "err", err)
 		return
 	}
 	defer a.conn.Close()
 	if err := cn.reply5(repSucceeded, a.addr()); err != nil {
+		s.observeUDP(cn, start, repSucceeded, a)
 		s.debug(ctx, cn, "socks5: write reply", err)
 		return
 	}
@@ -648,6 +655,35 @@ func (s *Server) associate(ctx context.Context, cn *conn, hint addr) {
 	cancel()
 	a.conn.Close() // ends relay
 	wg.Wait()
+	s.observeUDP(cn, start, repSucceeded, a)
+}
+
+// observeUDP reports a UDP ASSOCIATE, started at start and answered with
+// reply code rep, to the metrics and the access log once it has ended; a
+// is its association, nil when no relay socket was bound. a's relay must
+// have returned. It does nothing when neither is configured.
+func (s *Server) observeUDP(cn *conn, start time.Time, rep byte, a *association) {
+	if s.cfg.Metrics == nil && s.cfg.AccessLog == nil {
+		return
+	}
+	var up, down int64
+	if a != nil {
+		up, down = a.up, a.down
+	}
+	// Request adds the bytes too.
+	s.cfg.Metrics.Request(replyClass(rep), up, down)
+	if s.cfg.AccessLog == nil {
+		return
+	}
+	r := accesslog.Record{
+		Time: start, Listener: s.cfg.Listener, Client: cn.clientAP, User: cn.user,
+		Protocol: accesslog.ProtoSOCKS5UDP, Method: "UDP ASSOCIATE",
+		Status: int(rep), BytesUp: up, BytesDown: down, Duration: time.Since(start),
+	}
+	if a != nil {
+		r.Target, r.Rule = a.addr().String(), a.decision.Rule
+	}
+	s.cfg.AccessLog.Log(&r)
 }
 
 // relayUDP runs an association's relay until it ends, then wakes the

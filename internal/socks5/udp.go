@@ -66,7 +66,8 @@ type resolved struct {
 }
 
 // association is one UDP ASSOCIATE: a relay socket and what it has
-// learned. Every field but conn is owned by the goroutine running relay.
+// learned. Every field but conn is owned by the goroutine running relay;
+// associate reads them once that goroutine has returned.
 type association struct {
 	conn     *net.UDPConn
 	log      *slog.Logger
@@ -82,6 +83,9 @@ type association struct {
 	dialer   *dialer.Dialer // its guard checks each destination address; nil = none
 	user     string         // the user the control connection authenticated as
 	decision acl.Decision   // the last datagram's decision
+
+	up   int64 // payload bytes relayed from the client to destinations
+	down int64 // payload bytes relayed from destinations to the client
 }
 
 // newAssociation binds a relay socket on local (the address the client's
@@ -182,6 +186,7 @@ func (a *association) fromClient(ctx context.Context, src netip.AddrPort, n int)
 		a.drop("send failed", dst)
 		return
 	}
+	a.up += int64(len(pkt) - hn)
 	a.lastUsed = time.Now()
 }
 
@@ -218,6 +223,7 @@ func (a *association) toClient(src netip.AddrPort, n int) {
 		a.drop("send to client failed", src)
 		return
 	}
+	a.down += int64(n)
 	a.lastUsed = time.Now()
 }
 

@@ -1,19 +1,25 @@
 package socks5
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"net"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 )
 
 // udpEcho is a UDP echo server that records what it receives.
@@ -316,5 +322,97 @@ func TestUDPAccess(t *testing.T) {
 	}
 	if got := allowed.received(); !slices.Equal(got, []string{"allowed"}) {
 		t.Errorf("the allowed destination received %q", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and one reader.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer // guarded by mu
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestUDPObserve checks that an association is reported once it ends:
+// one access log record with the relayed payload bytes (dropped datagrams
+// not counted), the relay's address, the user and the last datagram's
+// rule, and the same bytes, once, in the metrics.
+func TestUDPObserve(t *testing.T) {
+	echo := startUDPEcho(t, "udp4")
+	denied := startUDPEcho(t, "udp4")
+	var out lockedBuffer
+	alog, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alog.Close() })
+	m := metrics.New(metrics.Config{})
+	policy := mustPolicy(t, acl.Config{Default: acl.Deny, Rules: []acl.Rule{
+		{Name: "udp-echo", Action: acl.Allow, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(echo.addr.Port()))}},
+	}})
+	srv := startServer(t, "tcp4", Config{
+		Auth: newAuth(t), Access: policy, Listener: "udp-test",
+		Metrics: m.Listener("udp-test", "socks5"), AccessLog: alog,
+	})
+	ctrl, relay := associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
+	pc := udpClient(t, relay.Addr())
+	if _, err := pc.WriteToUDPAddrPort(datagram(0, denied.addr, "denied, not counted"), relay); err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, pc, relay, datagram(0, echo.addr, "hello"), echo.addr, "hello")
+	roundTrip(t, pc, relay, datagram(0, echo.addr, "world!!"), echo.addr, "world!!")
+	const payload = len("hello") + len("world!!")
+
+	ctrl.Close()
+	waitFor(t, "the association to end", func() bool { return srv.activeConns() == 0 })
+	alog.Close() // writes what is queued
+
+	var recs []map[string]any
+	for line := range strings.Lines(out.String()) {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("access log line %q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) != 1 {
+		t.Fatalf("got %d access log records, want 1: %q", len(recs), out.String())
+	}
+	r := recs[0]
+	want := map[string]any{
+		"listener": "udp-test", "user": testUser, "protocol": "socks5-udp", "method": "UDP ASSOCIATE",
+		"target": relay.String(), "status": float64(repSucceeded),
+		"bytes_up": float64(payload), "bytes_down": float64(payload), "upstream": "", "rule": "udp-echo",
+	}
+	for k, v := range want {
+		if r[k] != v {
+			t.Errorf("record %s = %v, want %v", k, r[k], v)
+		}
+	}
+	if c, ok := r["client"].(string); !ok || !strings.HasPrefix(c, "127.0.0.1:") {
+		t.Errorf("record client = %v, want the client's address", r["client"])
+	}
+
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	scrape := rec.Body.String()
+	for _, line := range []string{
+		`rustle_bytes_total{direction="up",listener="udp-test",protocol="socks5"} ` + strconv.Itoa(payload),
+		`rustle_bytes_total{direction="down",listener="udp-test",protocol="socks5"} ` + strconv.Itoa(payload),
+		`rustle_requests_total{code="2xx",listener="udp-test",protocol="socks5"} 1`,
+	} {
+		if !strings.Contains(scrape, line+"\n") {
+			t.Errorf("metrics lack %q", line)
+		}
 	}
 }
