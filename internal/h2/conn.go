@@ -72,6 +72,9 @@ type conn struct {
 
 	wg sync.WaitGroup // stream workers, pumps and writers
 
+	userMu   sync.Mutex // guards connUser
+	connUser string     // the user the connection is counted for (Limiter.UserConn); "" none
+
 	// Owned by the serving goroutine.
 	rd          reader
 	fr          *http2.Framer
@@ -387,6 +390,12 @@ func (c *conn) finish(linger bool) {
 	}
 	c.nc.Close()
 	c.wg.Wait()
+	if c.connUser != "" {
+		// No stream worker is left to count it: the user is the
+		// connection's until here.
+		c.cfg.Limiter.UserDone(c.connUser)
+		c.connUser = ""
+	}
 	c.rd.discard()
 	c.mu.Lock()
 	c.releaseOutLocked()
@@ -677,6 +686,9 @@ func (c *conn) resetLocked(s *stream, code http2.ErrCode, send bool) {
 	c.removeLocked(s)
 	if s.cancel != nil {
 		s.cancel()
+	}
+	if s.paceStop != nil {
+		s.paceStop()
 	}
 	if s.up != nil {
 		s.up.SetDeadline(time.Unix(1, 0))

@@ -17,6 +17,32 @@
 //
 // Proxy-Authorization is checked per stream: a 407 ends that stream only.
 //
+// # Limits
+//
+// With a Config.Limiter, as in the HTTP/1.1 proxy:
+//
+//   - Wrong credentials (a proxy-authorization field that does not check;
+//     a missing one is just answered 407) are reported to AuthFailed.
+//     While the client's address is cooling down, the stream is answered
+//     429 with Retry-After (whole seconds, rounded up), and the connection
+//     is sent GOAWAY with ENHANCE_YOUR_CALM after that answer: streams it
+//     opens later are refused (REFUSED_STREAM), the streams in progress,
+//     tunnels included, run to their end, then the connection closes.
+//   - The first user admitted on a connection (by credentials or a
+//     verified client certificate) is counted with UserConn for the life
+//     of the connection, and UserDone is called when it ends. A stream of
+//     another user on the same connection is counted for the life of that
+//     stream rather than refused, so that per-user limits hold however
+//     clients share connections. When UserConn refuses, that stream is
+//     answered 429 and the connection goes on.
+//   - A paced user's bytes (Throttle) wait for the user's bucket before
+//     they are written: response bodies and tunnel bytes before they are
+//     sent as DATA, request bodies and tunnel bytes before they are
+//     written upstream (a paced tunnel's client bytes always go through
+//     its pump goroutine, never straight from the reader). Flow-control
+//     credit is returned as bytes are written, so a paced stream slows its
+//     client down without buffering more.
+//
 // # Design
 //
 // The connection is served by one goroutine that reads frames with

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"runtime"
@@ -28,6 +29,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
@@ -1047,5 +1049,294 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	}
 	if got := counterSum(t, m, "rustle_bytes_total"); got < 10+10 {
 		t.Errorf("rustle_bytes_total = %v, want the GET's body and the tunnel's 10 bytes", got)
+	}
+}
+
+// fakeLimiter is a Limiter: the cool-down starts after failOK failed
+// authentications, and each user may hold maxConns counts.
+type fakeLimiter struct {
+	failOK   int
+	cool     time.Duration
+	maxConns int
+	bucket   *limits.Bucket // every user's; nil = not paced
+	done     chan string    // each UserDone's user
+
+	mu       sync.Mutex
+	failures int            // guarded by mu
+	conns    map[string]int // guarded by mu
+}
+
+func newFakeLimiter(failOK int, cool time.Duration, maxConns int) *fakeLimiter {
+	return &fakeLimiter{failOK: failOK, cool: cool, maxConns: maxConns, done: make(chan string, 64), conns: map[string]int{}}
+}
+
+func (l *fakeLimiter) AuthFailed(netip.Addr) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failures++
+	if l.failures > l.failOK {
+		return l.cool
+	}
+	return 0
+}
+
+func (l *fakeLimiter) UserConn(user string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conns[user] >= l.maxConns {
+		return false
+	}
+	l.conns[user]++
+	return true
+}
+
+func (l *fakeLimiter) UserDone(user string) {
+	l.mu.Lock()
+	l.conns[user]--
+	l.mu.Unlock()
+	l.done <- user
+}
+
+func (l *fakeLimiter) Throttle(string) *limits.Bucket { return l.bucket }
+
+func (l *fakeLimiter) count(user string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conns[user]
+}
+
+// waitDone waits for UserDone(user).
+func (l *fakeLimiter) waitDone(t *testing.T, user string) {
+	t.Helper()
+	select {
+	case got := <-l.done:
+		if got != user {
+			t.Fatalf("UserDone(%q), want UserDone(%q)", got, user)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no UserDone(%q)", user)
+	}
+}
+
+// noDone checks that no UserDone is pending.
+func (l *fakeLimiter) noDone(t *testing.T) {
+	t.Helper()
+	select {
+	case got := <-l.done:
+		t.Fatalf("unexpected UserDone(%q)", got)
+	default:
+	}
+}
+
+// usersAuth maps Proxy-Authorization values to users.
+type usersAuth map[string]string
+
+func (a usersAuth) Check(v []byte) (string, bool) { u, ok := a[string(v)]; return u, ok }
+func (a usersAuth) Challenge() string             { return `Basic realm="test"` }
+
+func basic(user string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":pw"))
+}
+
+func TestLimiterAuthCoolDown(t *testing.T) {
+	echo := proxytest.NewEcho(t)
+	o := echoOrigin(t)
+	host := strings.TrimPrefix(o.URL, "http://")
+	lim := newFakeLimiter(2, 1500*time.Millisecond, 10)
+	p := startProxy(t, Config{Auth: usersAuth{basic("u"): "u"}, Limiter: lim})
+	rc := p.raw(t)
+	// A tunnel is open before the cool-down starts, and outlives it.
+	rc.headers(1, false, ":method", "CONNECT", ":authority", echo.Addr, "proxy-authorization", basic("u"))
+	if h, ok := rc.next().(*http2.MetaHeadersFrame); !ok || h.StreamID != 1 || h.PseudoValue("status") != "200" {
+		t.Fatalf("CONNECT: want 200 on stream 1")
+	}
+	get := func(id uint32, auth ...string) {
+		rc.headers(id, true, append([]string{":method", "GET", ":scheme", "http", ":authority", host, ":path", "/"}, auth...)...)
+	}
+	// answer reads frames up to the HEADERS answering id, and returns it
+	// and a GOAWAY seen meanwhile.
+	answer := func(id uint32) (h *http2.MetaHeadersFrame, g *http2.GoAwayFrame) {
+		t.Helper()
+		for {
+			switch f := rc.next().(type) {
+			case *http2.MetaHeadersFrame:
+				if f.StreamID == id {
+					return f, g
+				}
+			case *http2.GoAwayFrame:
+				g = f
+			case *http2.RSTStreamFrame:
+				t.Fatalf("stream %d reset: %v", f.StreamID, f.ErrCode)
+			}
+		}
+	}
+	// A stream without credentials is a 407 that does not count.
+	get(3)
+	if h, _ := answer(3); h.PseudoValue("status") != "407" {
+		t.Fatalf("no credentials: %s, want 407", h.PseudoValue("status"))
+	}
+	for _, id := range []uint32{5, 7} {
+		get(id, "proxy-authorization", basic("bad"))
+		if h, g := answer(id); h.PseudoValue("status") != "407" || g != nil {
+			t.Fatalf("failure on stream %d: %s, GOAWAY %v; want 407 and no GOAWAY", id, h.PseudoValue("status"), g)
+		}
+	}
+	get(9, "proxy-authorization", basic("bad"))
+	h, g := answer(9)
+	if s, ra := h.PseudoValue("status"), fieldValue(h, "retry-after"); s != "429" || ra != "2" {
+		t.Fatalf("third failure: status %s, retry-after %q; want 429, 2", s, ra)
+	}
+	for g == nil {
+		// The 429's body may come first.
+		g, _ = rc.next().(*http2.GoAwayFrame)
+	}
+	if g.ErrCode != http2.ErrCodeEnhanceYourCalm || g.LastStreamID != 9 {
+		t.Fatalf("GOAWAY %v, last stream %d; want ENHANCE_YOUR_CALM, 9", g.ErrCode, g.LastStreamID)
+	}
+	lim.mu.Lock()
+	n := lim.failures
+	lim.mu.Unlock()
+	if n != 3 {
+		t.Fatalf("AuthFailed called %d times, want 3", n)
+	}
+	// The tunnel still works; once it ends, the connection closes.
+	rc.fr.WriteData(1, false, []byte("still"))
+	for {
+		if d, ok := rc.next().(*http2.DataFrame); ok && d.StreamID == 1 {
+			if string(d.Data()) != "still" {
+				t.Fatalf("tunnel after GOAWAY: %q", d.Data())
+			}
+			break
+		}
+	}
+	rc.fr.WriteData(1, true, nil)
+	for {
+		rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := rc.fr.ReadFrame(); err != nil {
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("want the connection closed after the tunnel, got %v", err)
+			}
+			break
+		}
+	}
+	lim.waitDone(t, "u")
+}
+
+// fieldValue returns the value of h's field name.
+func fieldValue(h *http2.MetaHeadersFrame, name string) string {
+	for _, f := range h.Fields {
+		if f.Name == name {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+func TestLimiterUserConns(t *testing.T) {
+	echo := proxytest.NewEcho(t)
+	o := echoOrigin(t)
+	lim := newFakeLimiter(0, 0, 1)
+	p := startProxy(t, Config{Auth: usersAuth{basic("u"): "u", basic("v"): "v"}, Limiter: lim})
+	get := func(cc *http2.ClientConn, user string) int {
+		t.Helper()
+		req := newRequest(t, "GET", o.URL+"/", nil)
+		req.Header.Set("Proxy-Authorization", basic(user))
+		resp, _ := roundTrip(t, cc, req)
+		return resp.StatusCode
+	}
+	cc1, cc2 := p.client(t), p.client(t)
+	// u is cc1's user for its life; v, another user on cc1, only for
+	// its stream's.
+	if s := get(cc1, "u"); s != 200 {
+		t.Fatalf("u on cc1: %d", s)
+	}
+	if s := get(cc1, "v"); s != 200 {
+		t.Fatalf("v on cc1: %d", s)
+	}
+	lim.waitDone(t, "v")
+	if s := get(cc1, "u"); s != 200 {
+		t.Fatalf("u again on cc1: %d", s)
+	}
+	lim.noDone(t)
+	if n := lim.count("u"); n != 1 {
+		t.Fatalf("u counted %d times, want 1", n)
+	}
+	// u is at its limit on another connection.
+	if s := get(cc2, "u"); s != 429 {
+		t.Fatalf("u on cc2: %d, want 429", s)
+	}
+	// v's tunnel makes v cc2's user; v is then at its limit on cc1.
+	pr, pw := io.Pipe()
+	req := newRequest(t, "CONNECT", "", pr)
+	req.URL = &url.URL{Host: echo.Addr}
+	req.Host = echo.Addr
+	req.Header.Set("Proxy-Authorization", basic("v"))
+	resp, err := cc2.RoundTrip(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("v's CONNECT on cc2: %v %v", resp, err)
+	}
+	if s := get(cc1, "v"); s != 429 {
+		t.Fatalf("v on cc1 with a tunnel on cc2: %d, want 429", s)
+	}
+	// Closing cc1 ends u's count; u may then use cc2, counted for the
+	// stream.
+	cc1.Close()
+	lim.waitDone(t, "u")
+	if s := get(cc2, "u"); s != 200 {
+		t.Fatalf("u on cc2 after cc1 closed: %d", s)
+	}
+	lim.waitDone(t, "u")
+	// The tunnel's end does not end v's count: the connection's does.
+	pw.Close()
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	lim.noDone(t)
+	cc2.Close()
+	lim.waitDone(t, "v")
+	if u, v := lim.count("u"), lim.count("v"); u != 0 || v != 0 {
+		t.Fatalf("counts left: u %d, v %d", u, v)
+	}
+}
+
+func TestLimiterThrottle(t *testing.T) {
+	echo := proxytest.NewEcho(t)
+	o := echoOrigin(t)
+	lim := newFakeLimiter(0, 0, 10)
+	// Refilling at 1 byte/s, the bucket keeps count of the bytes taken.
+	const burst = 1 << 30
+	lim.bucket = limits.NewBucket(1, burst)
+	p := startProxy(t, Config{Auth: usersAuth{basic("u"): "u"}, Limiter: lim})
+	cc := p.client(t)
+	body := bytes.Repeat([]byte("b"), 100<<10)
+	req := newRequest(t, "POST", o.URL+"/", bytes.NewReader(body))
+	req.Header.Set("Proxy-Authorization", basic("u"))
+	resp, got := roundTrip(t, cc, req)
+	if resp.StatusCode != 200 || len(got) < len(body) {
+		t.Fatalf("POST: %d, %d bytes", resp.StatusCode, len(got))
+	}
+	pr, pw := io.Pipe()
+	creq := newRequest(t, "CONNECT", "", pr)
+	creq.URL = &url.URL{Host: echo.Addr}
+	creq.Host = echo.Addr
+	creq.Header.Set("Proxy-Authorization", basic("u"))
+	cresp, err := cc.RoundTrip(creq)
+	if err != nil || cresp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", cresp, err)
+	}
+	go func() {
+		pw.Write(body)
+		pw.Close()
+	}()
+	echoed, err := io.ReadAll(cresp.Body)
+	if err != nil || len(echoed) != len(body) {
+		t.Fatalf("tunnel: %d bytes, %v", len(echoed), err)
+	}
+	// Four bodies' worth went through: the POST's both ways and the
+	// tunnel's both ways. Taking what is left beyond three and a half
+	// of them must be a debt.
+	if d := lim.bucket.Take(burst - 3*len(body) - len(body)/2); d <= 0 {
+		t.Fatal("the bucket was not drawn from for each direction")
 	}
 }

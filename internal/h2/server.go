@@ -11,6 +11,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
@@ -30,6 +31,26 @@ type Authenticator interface {
 type Access interface {
 	// Decide decides r; see acl.Policy.Decide.
 	Decide(r acl.Request) acl.Decision
+}
+
+// Limiter enforces the limits that depend on who a stream's client is:
+// failed authentications, connections per user and users' byte rates.
+// *limits.Limiter implements it (and so does anything that implements
+// httpproxy.Limiter).
+type Limiter interface {
+	// AuthFailed records wrong credentials from client and returns the
+	// cool-down left, when positive: the stream is answered 429 with
+	// Retry-After and the connection sent GOAWAY.
+	AuthFailed(client netip.Addr) time.Duration
+	// UserConn counts a connection (or a stream; see the package
+	// documentation) as user's; false refuses the stream (429). Each
+	// true is matched by one UserDone.
+	UserConn(user string) bool
+	// UserDone ends a count UserConn made.
+	UserDone(user string)
+	// Throttle returns user's byte bucket, or nil when user's bytes are
+	// not paced.
+	Throttle(user string) *limits.Bucket
 }
 
 // Forwarded modes: which client-address header forwarded requests carry
@@ -63,6 +84,9 @@ type Config struct {
 	// WebSocket) before it is dialed, and each address it resolves to;
 	// refusals are answered 403. nil allows every request.
 	Access Access
+	// Limiter enforces the authentication cool-down, connections per
+	// user and users' byte rates; nil = none.
+	Limiter Limiter
 	// Forwarded is ForwardedNone (or ""), ForwardedRFC or ForwardedXFF.
 	Forwarded string
 	// Via adds "Via: 2 rustle" to forwarded requests (they came over

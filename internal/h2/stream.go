@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 )
 
@@ -51,6 +53,13 @@ type stream struct {
 	pumping     bool // a goroutine is writing in's first bytes to up
 	upShut      bool // up's write half is shut down
 	cancel      context.CancelFunc
+	paceStop    context.CancelFunc // ends paceCtx; nil when the stream's bytes are not paced
+
+	// Set by the worker (throttle and paceCtx with c.mu held) before it
+	// starts other goroutines for the stream; read-only after.
+	limUser  string          // a user other than the connection's, counted for this stream (Limiter.UserConn); "" none
+	throttle *limits.Bucket  // the user's byte bucket; nil = not paced
+	paceCtx  context.Context // done when the stream is reset or over; set with throttle
 
 	got  int64        // DATA payload bytes received; owned by the reader
 	obs  *observation // what the metrics and access log learn; nil when neither is on
@@ -93,7 +102,13 @@ func (s *stream) exit() {
 	if c.goAway {
 		c.wakeLocked()
 	}
+	if s.paceStop != nil {
+		s.paceStop()
+	}
 	c.mu.Unlock()
+	if s.limUser != "" {
+		c.cfg.Limiter.UserDone(s.limUser)
+	}
 	c.wg.Done()
 }
 
@@ -107,6 +122,16 @@ func (s *stream) serve() bool {
 		ok := false
 		if r.hasProxyAuth {
 			user, ok = a.Check([]byte(r.proxyAuth))
+			if !ok && c.cfg.Limiter != nil {
+				if wait := c.cfg.Limiter.AuthFailed(c.clientAddr); wait > 0 {
+					s.answerLocal(429, "too many failed authentications from this address; try again later",
+						hpack.HeaderField{Name: "retry-after", Value: strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)})
+					c.mu.Lock()
+					c.goAwayLocked(http2.ErrCodeEnhanceYourCalm)
+					c.mu.Unlock()
+					return false
+				}
+			}
 		}
 		if !ok {
 			s.answerLocal(407, "proxy authentication required")
@@ -115,6 +140,10 @@ func (s *stream) serve() bool {
 	}
 	if s.obs != nil {
 		s.obs.user = user
+	}
+	if !s.countUser(user) {
+		s.answerLocal(429, "too many connections for this user")
+		return false
 	}
 	if r.kind == kindLocal {
 		s.answerLocal(r.localStatus())
@@ -145,6 +174,54 @@ func (s *stream) serve() bool {
 		return false
 	}
 	return s.connect(d)
+}
+
+// countUser counts the stream's user with the Limiter: the first user
+// admitted on the connection is counted for the connection's life, any
+// other user for this stream's life. It fetches the user's byte bucket,
+// and reports false when the user has too many connections.
+func (s *stream) countUser(user string) bool {
+	c := s.c
+	lim := c.cfg.Limiter
+	if lim == nil || user == "" {
+		return true
+	}
+	c.userMu.Lock()
+	switch {
+	case user == c.connUser:
+	case c.connUser == "":
+		if !lim.UserConn(user) {
+			c.userMu.Unlock()
+			return false
+		}
+		c.connUser = user
+	default:
+		if !lim.UserConn(user) {
+			c.userMu.Unlock()
+			return false
+		}
+		s.limUser = user
+	}
+	c.userMu.Unlock()
+	if b := lim.Throttle(user); b != nil {
+		ctx, stop := context.WithCancel(context.Background())
+		c.mu.Lock()
+		s.throttle, s.paceCtx, s.paceStop = b, ctx, stop
+		if s.reset {
+			stop()
+		}
+		c.mu.Unlock()
+	}
+	return true
+}
+
+// pace waits, when the stream's user's bytes are paced, until n more
+// bytes may pass; it is called before they are written, with c.mu not
+// held. A reset of the stream ends the wait.
+func (s *stream) pace(n int) {
+	if s.throttle != nil && n > 0 {
+		s.throttle.Wait(s.paceCtx, n)
+	}
 }
 
 // sendErrLocked returns errStreamGone when nothing more may be sent on s.
@@ -350,7 +427,7 @@ func (s *stream) deliverLocked(p []byte) {
 		s.creditLocked(n)
 		return
 	}
-	if s.tunnel && !s.pumping && s.in.n == 0 {
+	if s.tunnel && !s.pumping && s.in.n == 0 && s.throttle == nil {
 		k := s.upw.write(p)
 		if k > 0 {
 			s.countUpLocked(k)
@@ -406,6 +483,7 @@ func (s *stream) pumpUp() {
 	for !s.reset && s.in.n > 0 {
 		p := s.in.front()
 		c.mu.Unlock()
+		s.pace(len(p))
 		s.up.SetWriteDeadline(time.Now().Add(c.cfg.TunnelIdleTimeout))
 		n, err := s.up.Write(p)
 		c.mu.Lock()

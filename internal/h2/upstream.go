@@ -48,10 +48,11 @@ func putReader(br *bufio.Reader) {
 	readerPool.Put(br)
 }
 
-// answerLocal answers the stream with status and a one-line text body.
-// A request other than CONNECT is read (and dropped) to its end first;
-// a client still sending after the answer is asked to stop.
-func (s *stream) answerLocal(status int, reason string) {
+// answerLocal answers the stream with status, the extra fields and a
+// one-line text body. A request other than CONNECT is read (and dropped)
+// to its end first; a client still sending after the answer is asked to
+// stop.
+func (s *stream) answerLocal(status int, reason string, extra ...hpack.HeaderField) {
 	if s.req.method == "CONNECT" {
 		s.c.mu.Lock()
 		s.discardLocked()
@@ -59,12 +60,12 @@ func (s *stream) answerLocal(status int, reason string) {
 	} else {
 		s.waitRemote()
 	}
-	s.answer(status, reason)
+	s.answer(status, reason, extra...)
 }
 
-// answer sends a complete answer with a one-line text body, then asks a
-// client still sending to stop.
-func (s *stream) answer(status int, reason string) {
+// answer sends a complete answer with the extra fields and a one-line
+// text body, then asks a client still sending to stop.
+func (s *stream) answer(status int, reason string, extra ...hpack.HeaderField) {
 	body := "rustle: " + reason + "\n"
 	fields := []hpack.HeaderField{
 		{Name: ":status", Value: strconv.Itoa(status)},
@@ -75,6 +76,7 @@ func (s *stream) answer(status int, reason string) {
 	if status == 407 && s.c.cfg.Auth != nil {
 		fields = append(fields, hpack.HeaderField{Name: "proxy-authenticate", Value: s.c.cfg.Auth.Challenge()})
 	}
+	fields = append(fields, extra...)
 	if s.req.method == "HEAD" {
 		s.sendHeaders(fields, true)
 	} else if s.sendHeaders(fields, false) == nil {
@@ -325,6 +327,7 @@ func (s *stream) relayResponse(resp *http.Response, method string, up *net.TCPCo
 		}
 		// The last bytes of a body of known length carry END_STREAM.
 		last := sent == resp.ContentLength && len(resp.Trailer) == 0
+		s.pace(n)
 		if n > 0 && s.sendData(buf[:n], last) != nil {
 			return false
 		}
@@ -384,6 +387,7 @@ func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 		p := s.in.front()
 		s.pumping = true
 		c.mu.Unlock()
+		s.pace(len(p))
 		up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 		var err error
 		if chunked {
@@ -688,6 +692,7 @@ func (s *stream) pumpDown(up *net.TCPConn) {
 		m, rerr := up.Read(buf[:n])
 		if m > 0 {
 			s.touch()
+			s.pace(m)
 			if s.sendData(buf[:m], false) != nil {
 				bufPool.Put(buf)
 				return

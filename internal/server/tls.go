@@ -29,7 +29,7 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 
 // newH2 returns the HTTP/2 server of an "https" listener, which shares
 // the listener's dialer, upstream pool, authenticator, access policy,
-// timeouts, metrics and access log.
+// limiter, timeouts, metrics and access log.
 func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
 	hc := h2.Config{
 		Dialer:                pc.Dialer,
@@ -58,6 +58,9 @@ func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
 	}
 	if pc.Access != nil {
 		hc.Access = pc.Access
+	}
+	if pc.Limiter != nil {
+		hc.Limiter = pc.Limiter
 	}
 	return h2.New(hc)
 }
