@@ -454,13 +454,13 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 	if !s.decide(ctx, cn, dst, proto) {
 		reply(repNotAllowed, netip.AddrPort{})
 		s.cfg.Metrics.ACLDenied()
-		obs(repNotAllowed, netip.AddrPort{}, 0, 0)
+		obs(repNotAllowed, netip.AddrPort{}, 0, 0, cn.decision.Rule)
 		return false
 	}
 	upc, err := s.cfg.Dialer.DialPermit(context.WithoutCancel(ctx), dst.String(), s.permitter(cn))
 	if err != nil {
 		reply(dialReply(err), netip.AddrPort{})
-		obs(dialReply(err), netip.AddrPort{}, 0, 0)
+		obs(dialReply(err), netip.AddrPort{}, 0, 0, cn.decision.Rule)
 		s.debug(ctx, cn, "socks5: connect", err, slog.Any("target", dst), slog.String("rule", cn.decision.Rule))
 		return false
 	}
@@ -490,23 +490,24 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 			// wait; ServeConn returns when it ends.
 			limits.RelayPaced(ctx, cn.c, upc, bucket, s.cfg.TunnelIdleTimeout)
 			upc.Close()
-			obs(repSucceeded, netip.AddrPort{}, 0, 0)
+			obs(repSucceeded, netip.AddrPort{}, 0, 0, cn.decision.Rule)
 			return false
 		}
 	}
 	var logDone func(tunnel.Result)
 	upAddr := upc.RemoteAddr().(*net.TCPAddr).AddrPort()
+	rule := cn.decision.Rule // cn is reused before the tunnel ends
 	s.cfg.Metrics.TunnelOpened()
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		client, target := cn.clientAP.String(), dst.String()
 		logDone = func(r tunnel.Result) {
-			obs(repSucceeded, upAddr, r.Up, r.Down)
+			obs(repSucceeded, upAddr, r.Up, r.Down, rule)
 			s.log.LogAttrs(context.Background(), slog.LevelDebug, "socks5: tunnel closed",
 				slog.String("client", client), slog.String("target", target),
 				slog.Int64("up", r.Up), slog.Int64("down", r.Down), slog.Any("err", r.Err))
 		}
 	} else if s.cfg.Metrics != nil || s.cfg.AccessLog != nil {
-		logDone = func(r tunnel.Result) { obs(repSucceeded, upAddr, r.Up, r.Down) }
+		logDone = func(r tunnel.Result) { obs(repSucceeded, upAddr, r.Up, r.Down, rule) }
 	}
 	done := logDone
 	if lim != nil {
@@ -538,12 +539,12 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 }
 
 // observe returns the function that reports a CONNECT to dst with reply
-// code rep to the metrics and the access log; it does nothing when
-// neither is configured. It copies what it needs from cn, which is reused
-// before a tunnel ends.
-func (s *Server) observe(cn *conn, dst addr) func(rep byte, upstream netip.AddrPort, up, down int64) {
+// code rep (and the ACL rule that decided it) to the metrics and the
+// access log; it does nothing when neither is configured. It copies what
+// it needs from cn now, as cn is reused before a tunnel ends.
+func (s *Server) observe(cn *conn, dst addr) func(rep byte, upstream netip.AddrPort, up, down int64, rule string) {
 	if s.cfg.Metrics == nil && s.cfg.AccessLog == nil {
-		return func(byte, netip.AddrPort, int64, int64) {}
+		return func(byte, netip.AddrPort, int64, int64, string) {}
 	}
 	start := time.Now()
 	rec := accesslog.Record{
@@ -551,14 +552,13 @@ func (s *Server) observe(cn *conn, dst addr) func(rep byte, upstream netip.AddrP
 		Protocol: accesslog.ProtoSOCKS5, Method: "CONNECT", Target: dst.String(),
 	}
 	rec.Client = cn.clientAP
-	return func(rep byte, upstream netip.AddrPort, up, down int64) {
-		s.cfg.Metrics.Request(replyClass(rep), up, down)
-		s.cfg.Metrics.Bytes(up, down)
+	return func(rep byte, upstream netip.AddrPort, up, down int64, rule string) {
+		s.cfg.Metrics.Request(replyClass(rep), up, down) // counts the bytes too
 		if s.cfg.AccessLog != nil {
 			r := rec
 			r.Status, r.Upstream, r.BytesUp, r.BytesDown = int(rep), upstream, up, down
 			r.Duration = time.Since(start)
-			r.Rule = cn.decision.Rule
+			r.Rule = rule
 			s.cfg.AccessLog.Log(&r)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http/httptest"
 	"net/netip"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/net/proxy"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
@@ -412,6 +415,62 @@ func TestUDPObserve(t *testing.T) {
 		`rustle_requests_total{code="2xx",listener="udp-test",protocol="socks5"} 1`,
 	} {
 		if !strings.Contains(scrape, line+"\n") {
+			t.Errorf("metrics lack %q", line)
+		}
+	}
+}
+
+// TestConnectObserve checks that a CONNECT tunnel is reported once it
+// ends, with its bytes counted once in the metrics.
+func TestConnectObserve(t *testing.T) {
+	echo := startEcho(t, "tcp4")
+	var out lockedBuffer
+	alog, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alog.Close() })
+	m := metrics.New(metrics.Config{})
+	srv := startServer(t, "tcp4", Config{
+		Auth: newAuth(t), Listener: "tcp-test",
+		Metrics: m.Listener("tcp-test", "socks5"), AccessLog: alog,
+	})
+	d, err := proxy.SOCKS5("tcp", srv.addr, &proxy.Auth{User: testUser, Password: testPass}, proxy.Direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := d.Dial("tcp", echo.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const msg = "ping through socks"
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
+		t.Fatalf("echo: %q %v", buf, err)
+	}
+	c.Close()
+	waitFor(t, "the tunnel's record", func() bool { return strings.Contains(out.String(), "\n") })
+	alog.Close()
+
+	var r map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &r); err != nil {
+		t.Fatalf("access log %q: %v", out.String(), err)
+	}
+	if r["protocol"] != "socks5" || r["method"] != "CONNECT" || r["target"] != echo.String() ||
+		r["bytes_up"] != float64(len(msg)) || r["bytes_down"] != float64(len(msg)) || r["user"] != testUser {
+		t.Errorf("record = %v", r)
+	}
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range []string{
+		`rustle_bytes_total{direction="up",listener="tcp-test",protocol="socks5"} ` + strconv.Itoa(len(msg)),
+		`rustle_bytes_total{direction="down",listener="tcp-test",protocol="socks5"} ` + strconv.Itoa(len(msg)),
+		`rustle_tunnels_total{listener="tcp-test",protocol="socks5"} 1`,
+	} {
+		if !strings.Contains(rec.Body.String(), line+"\n") {
 			t.Errorf("metrics lack %q", line)
 		}
 	}
