@@ -898,16 +898,15 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 	client := cn.client.c
 	client.SetDeadline(time.Time{})
 	upc.SetDeadline(time.Time{})
-	report := cn.tunnelDone()
-	if report == nil {
-		report = func(int64, int64, error) {}
-	}
+	report := cn.tunnelDone() // nil when nothing is observed
 	if cn.throttle != nil {
 		// A paced user's tunnel is relayed by goroutines that can wait.
 		limits.RelayPaced(cn.ctx, client, upc, cn.throttle, cn.p.cfg.TunnelIdleTimeout)
 		client.Close()
 		upc.Close()
-		report(0, 0, nil)
+		if report != nil {
+			report(0, 0, nil)
+		}
 		return true
 	}
 	if cn.eng != nil && cn.client.tcp != nil {
@@ -929,7 +928,7 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 			}
 		}
 		done = engineDone(report, done)
-		if err := cn.eng.Add(cn.client.tcp, upc, done); err != nil {
+		if err := cn.eng.Add(cn.client.tcp, upc, done); err != nil && done != nil {
 			done(tunnel.Result{Err: err})
 		}
 		return true
@@ -941,14 +940,19 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 			// its pool first. Shutdown lets the relay run until the
 			// drain ends and the server closes the socket.
 			cn.client.release()
-			report(tunnel.RelayTLS(context.WithoutCancel(cn.ctx), tc, raw, upc, cn.p.cfg.TunnelIdleTimeout))
+			up, down, err := tunnel.RelayTLS(context.WithoutCancel(cn.ctx), tc, raw, upc, cn.p.cfg.TunnelIdleTimeout)
+			if report != nil {
+				report(up, down, err)
+			}
 			return true
 		}
 	}
 	relay(client, upc)
 	client.Close()
 	upc.Close()
-	report(0, 0, nil)
+	if report != nil {
+		report(0, 0, nil)
+	}
 	return true
 }
 

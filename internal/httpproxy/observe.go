@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -40,9 +41,7 @@ func (cn *conn) finish() {
 	}
 	p := cn.p
 	p.cfg.Metrics.Request(o.status, o.up, o.down)
-	if um := cn.userMetrics(); um != nil {
-		um.Request(o.up, o.down)
-	}
+	cn.userMetrics().Request(o.up, o.down)
 	if p.cfg.AccessLog != nil {
 		rec := cn.record()
 		p.cfg.AccessLog.Log(&rec)
@@ -71,15 +70,13 @@ func (cn *conn) record() accesslog.Record {
 	}
 }
 
-// userMetrics returns the per-user series of the request's user, or nil.
-func (cn *conn) userMetrics() interface{ Request(up, down int64) } {
+// userMetrics returns the per-user series of the request's user, or nil
+// (whose methods do nothing).
+func (cn *conn) userMetrics() *metrics.UserMetrics {
 	if cn.p.cfg.UserMetrics == nil || cn.user == "" {
 		return nil
 	}
-	if um := cn.p.cfg.UserMetrics(cn.user); um != nil {
-		return um
-	}
-	return nil
+	return cn.p.cfg.UserMetrics(cn.user)
 }
 
 // tunnelDone returns the callback that reports a tunnel opened for the
@@ -96,17 +93,10 @@ func (cn *conn) tunnelDone() func(up, down int64, err error) {
 	p.cfg.Metrics.Request(o.status, 0, 0)
 	rec := cn.record()
 	rec.Method, rec.Target = strings.Clone(rec.Method), strings.Clone(rec.Target)
-	var um interface{ Bytes(up, down int64) }
-	if cn.p.cfg.UserMetrics != nil && cn.user != "" {
-		if u := cn.p.cfg.UserMetrics(cn.user); u != nil {
-			um = u
-		}
-	}
+	um := cn.userMetrics()
 	return func(up, down int64, _ error) {
 		p.cfg.Metrics.Bytes(up, down)
-		if um != nil {
-			um.Bytes(up, down)
-		}
+		um.Bytes(up, down)
 		if p.cfg.AccessLog != nil {
 			rec.BytesUp, rec.BytesDown = up, down
 			rec.Duration = time.Since(rec.Time)
