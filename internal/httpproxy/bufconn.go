@@ -31,11 +31,61 @@ type bufConn struct {
 	r, w int
 	bp   *[]byte    // the pooled slice header buf came from; nil for a grown buffer
 	pool *sync.Pool // where bp goes back
+
+	// rdl and wdl are the read and write deadlines armed on c, as
+	// monoNow readings; 0 = unknown. rdl belongs to whoever reads c, wdl
+	// to whoever writes it.
+	rdl, wdl time.Duration
+}
+
+// epoch is the origin of the monotonic clock readings deadlines are kept
+// in.
+var epoch = time.Now()
+
+// monoNow returns the time since epoch from the monotonic clock alone:
+// one clock reading where time.Now takes two.
+func monoNow() time.Duration { return time.Since(epoch) }
+
+// deadlineSlack returns how much earlier than wanted a deadline already
+// armed may fall and still be kept: a busy connection re-arms its timers
+// a few times a second instead of around every message. A timeout thus
+// fires between timeout-slack and timeout after the last activity, never
+// later.
+func deadlineSlack(timeout time.Duration) time.Duration {
+	return min(timeout/16, 500*time.Millisecond)
+}
+
+// setReadDeadline arms c's read deadline timeout after now (a monoNow
+// reading), unless the one armed falls no later and within
+// deadlineSlack(timeout) of it.
+func (b *bufConn) setReadDeadline(now, timeout time.Duration) {
+	want := now + timeout
+	if b.rdl != 0 && b.rdl <= want && b.rdl >= want-deadlineSlack(timeout) {
+		return
+	}
+	b.c.SetReadDeadline(epoch.Add(want))
+	b.rdl = want
+}
+
+// setWriteDeadline is setReadDeadline for c's write deadline.
+func (b *bufConn) setWriteDeadline(now, timeout time.Duration) {
+	want := now + timeout
+	if b.wdl != 0 && b.wdl <= want && b.wdl >= want-deadlineSlack(timeout) {
+		return
+	}
+	b.c.SetWriteDeadline(epoch.Add(want))
+	b.wdl = want
 }
 
 func (b *bufConn) attach(c net.Conn, pool *sync.Pool) {
 	b.c = c
 	b.tcp, _ = c.(*net.TCPConn)
+	b.rdl, b.wdl = 0, 0
+	b.takeBuf(pool)
+}
+
+// takeBuf gives b an empty buffer from pool.
+func (b *bufConn) takeBuf(pool *sync.Pool) {
 	b.pool = pool
 	b.bp = pool.Get().(*[]byte)
 	b.buf = *b.bp
@@ -110,22 +160,15 @@ func (idleTimeoutError) Timeout() bool   { return true }
 func (idleTimeoutError) Temporary() bool { return true }
 
 // readHead reads until buf[r:] holds a whole message head and returns its
-// length. Empty lines before a head are skipped (RFC 9112 §2.2). idle is
-// the deadline for the first byte, then the head must complete within
-// headTimeout of it. A close before any byte yields errIdle, the idle
-// deadline passing errIdleTimeout, and a head over limit bytes
-// errHeadTooLarge.
-func (b *bufConn) readHead(limit int, idle time.Time, headTimeout time.Duration) (int, error) {
+// length. Empty lines before a head are skipped (RFC 9112 §2.2). The
+// caller arms the deadline for the first byte (setReadDeadline); once
+// bytes of the head are in, the rest must come within headTimeout. A close
+// before any byte yields errIdle, the first-byte deadline passing
+// errIdleTimeout, and a head over limit bytes errHeadTooLarge.
+func (b *bufConn) readHead(limit int, headTimeout time.Duration) (int, error) {
 	scanned := 0
-	started := false
-	if b.r < b.w {
-		started = true
-		if headTimeout > 0 {
-			b.c.SetReadDeadline(time.Now().Add(headTimeout))
-		}
-	} else {
-		b.c.SetReadDeadline(idle)
-	}
+	started := b.r < b.w
+	armed := false // the head deadline is armed
 	for {
 		for b.r < b.w && scanned == 0 && (b.buf[b.r] == '\r' || b.buf[b.r] == '\n') {
 			b.r++ // leading empty lines
@@ -143,6 +186,12 @@ func (b *bufConn) readHead(limit int, idle time.Time, headTimeout time.Duration)
 		if b.w-b.r >= limit {
 			return 0, errHeadTooLarge
 		}
+		if started && !armed {
+			// Part of a head is in and more must be read: it gets
+			// headTimeout from now, not the idle deadline.
+			armed = true
+			b.setReadDeadline(monoNow(), headTimeout)
+		}
 		err := b.fill(limit)
 		if err != nil {
 			if !started && b.r == b.w {
@@ -151,16 +200,8 @@ func (b *bufConn) readHead(limit int, idle time.Time, headTimeout time.Duration)
 				}
 				return 0, errIdle
 			}
-			if err == errHeadTooLarge {
-				return 0, err
-			}
 			return 0, err
 		}
-		if !started {
-			started = true
-			if headTimeout > 0 {
-				b.c.SetReadDeadline(time.Now().Add(headTimeout))
-			}
-		}
+		started = true
 	}
 }

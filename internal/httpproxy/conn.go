@@ -47,9 +47,12 @@ type conn struct {
 	clientAddr netip.Addr
 	idle       atomic.Bool // waiting for the next request head; read by wake
 
-	up       bufConn // current upstream; up.c nil when none
-	upKey    string  // pool key of up
-	upReused bool    // up came from the pool
+	// up is the current upstream; up.c is nil when there is none. Between
+	// requests it may be kept, without its buffer (up.buf nil), for the
+	// next request to the same origin: see getUpstream.
+	up       bufConn
+	upKey    string // pool key of up
+	upReused bool   // up served an earlier request
 
 	req, resp head
 	tgt       target
@@ -70,6 +73,10 @@ type conn struct {
 	certUser string // its subject's common name
 
 	user       string         // the user the current request authenticated as; "" none
+	authMemo   []byte         // the Proxy-Authorization value last accepted on this connection
+	authUser   string         // the user authMemo authenticated
+	authAt     time.Duration  // monoNow when authMemo was accepted
+	authSet    bool           // authMemo, authUser and authAt hold a verdict
 	limUser    string         // the user the connection is counted for (Limiter.UserConn); "" none
 	throttle   *limits.Bucket // limUser's byte bucket; nil = not paced
 	decision   acl.Decision   // the current request's access decision (with Access set)
@@ -85,6 +92,7 @@ func (cn *conn) reset() {
 	cn.p, cn.eng, cn.ctx = nil, nil, nil
 	cn.certAuth, cn.certUser = false, ""
 	cn.user, cn.limUser, cn.throttle = "", "", nil
+	cn.authMemo, cn.authUser, cn.authSet = cn.authMemo[:0], "", false
 	cn.decision = acl.Decision{}
 	cn.retryAfter = 0
 	cn.clientAddr = netip.Addr{}
@@ -112,10 +120,11 @@ func (cn *conn) serve() bool {
 		}
 		cn.isHead = false
 		cn.idle.Store(true)
-		if cn.ctx.Err() != nil { // a wake may have run before idle was set
+		cn.client.setReadDeadline(monoNow(), wait)
+		if cn.ctx.Err() != nil { // a wake may have run before idle was set or the deadline armed
 			return false
 		}
-		n, err := cn.client.readHead(p.cfg.MaxHeaderBytes, time.Now().Add(wait), p.cfg.ReadHeaderTimeout)
+		n, err := cn.client.readHead(p.cfg.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
 		cn.idle.Store(false)
 		if err != nil {
 			var pe *parseError
@@ -164,7 +173,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	if p.cfg.Auth != nil && !cn.certAuth {
 		ok := false
 		if !req.proxyAuth.empty() {
-			cn.user, ok = p.cfg.Auth.Check(req.proxyAuth.of(req.buf))
+			cn.user, ok = cn.checkAuth(req.proxyAuth.of(req.buf))
 			if !ok && p.cfg.Limiter != nil {
 				if wait := p.cfg.Limiter.AuthFailed(cn.clientAddr); wait > 0 {
 					cn.retryAfter = wait
@@ -256,7 +265,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 			cn.writeDialError(err)
 			return false, false
 		}
-		cn.up.tcp.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+		cn.up.setWriteDeadline(monoNow(), p.cfg.WriteTimeout)
 		err = cn.vec.write(cn.up.tcp, cn.out, inBuf)
 		if err == nil && bodyDone {
 			err = cn.readResponseHead(clientMinor)
@@ -315,7 +324,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	resp.dropConnectionListed()
 	cn.buildResponseHead(clientKeep, clientMinor, dechunk)
 
-	cn.client.c.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+	cn.client.setWriteDeadline(monoNow(), p.cfg.WriteTimeout)
 	cn.obs.status = resp.status
 	v0 := cn.vec.n
 	err = cn.forwardResponseBody(mode, dechunk)
@@ -329,12 +338,43 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		cn.dropUpstream()
 		return false, false
 	}
-	if upKeep && cn.up.r == cn.up.w {
+	if upKeep && cn.up.r == cn.up.w && clientKeep && p.cfg.Pool != nil {
+		// Kept for the client's next request, which most often goes to
+		// the same origin: no pool round trip, no shared lock, and its
+		// deadlines stay armed. Its buffer goes back meanwhile; the
+		// connection goes to the pool when the client's next request
+		// is for another origin or the client connection ends.
+		cn.up.release()
+	} else if upKeep && cn.up.r == cn.up.w {
 		cn.putUpstream()
 	} else {
 		cn.dropUpstream()
 	}
 	return clientKeep, false
+}
+
+// authMemoTTL is how long a connection reuses the verdict on the
+// Proxy-Authorization value it last had accepted, without asking the
+// Authenticator: a user removed or a password changed is refused on
+// connections already open within this time.
+const authMemoTTL = time.Second
+
+// checkAuth checks a Proxy-Authorization value. A client repeats the same
+// value on every request of a connection: while it does, the verdict the
+// Authenticator gave at most authMemoTTL ago stands, which saves hashing
+// the value for the Authenticator's cache on every request.
+func (cn *conn) checkAuth(value []byte) (string, bool) {
+	now := monoNow()
+	if cn.authSet && now-cn.authAt < authMemoTTL && string(value) == string(cn.authMemo) {
+		return cn.authUser, true
+	}
+	user, ok := cn.p.cfg.Auth.Check(value)
+	cn.authSet = ok && len(value) <= 1024
+	if cn.authSet {
+		cn.authMemo = append(cn.authMemo[:0], value...)
+		cn.authUser, cn.authAt = user, now
+	}
+	return user, ok
 }
 
 // isIdempotent reports whether a request of this method may be sent again
@@ -360,6 +400,22 @@ func (cn *conn) getUpstream(fresh bool) error {
 	p := cn.p
 	var c *net.TCPConn
 	cn.upReused = false
+	if cn.up.c != nil && cn.up.buf == nil {
+		// The upstream the previous request left: reuse it for the same
+		// origin if this request's rule admits its address, else offer
+		// it to others.
+		if !fresh && cn.upKey == string(cn.key) {
+			if p.cfg.Access == nil || p.cfg.Dialer.Check(remoteAddrPort(cn.up.tcp), &cn.decision) == nil {
+				cn.upReused = true
+				cn.up.takeBuf(&upstreamBufs)
+				return nil
+			}
+			// Not for this request, maybe for another: the pool's
+			// newest connection to this origin is this one, so dial.
+			fresh = true
+		}
+		cn.putUpstream()
+	}
 	if !fresh && p.cfg.Pool != nil {
 		if c = p.cfg.Pool.Get(cn.key); c != nil {
 			cn.upReused = true
@@ -486,6 +542,17 @@ func (cn *conn) pace(n int) {
 	}
 }
 
+// releaseUpstream hands on an upstream kept from the last request when
+// the client connection ends: to the pool when it is idle at a message
+// boundary, closed otherwise.
+func (cn *conn) releaseUpstream() {
+	if cn.up.c != nil && cn.up.buf == nil {
+		cn.putUpstream()
+	} else {
+		cn.dropUpstream()
+	}
+}
+
 // putUpstream returns the current upstream to the pool.
 func (cn *conn) putUpstream() {
 	if cn.up.c == nil {
@@ -498,7 +565,9 @@ func (cn *conn) putUpstream() {
 		c.Close()
 		return
 	}
-	c.SetDeadline(time.Time{})
+	// Its deadlines stay armed: whoever takes it from the pool arms its
+	// own before reading or writing (attach forgets them), and an idle
+	// pooled connection is neither read nor written.
 	cn.p.cfg.Pool.Put(cn.upKey, c)
 }
 
@@ -523,7 +592,8 @@ var (
 func (cn *conn) readResponseHead(clientMinor int) error {
 	p := cn.p
 	for {
-		n, err := cn.up.readHead(p.cfg.MaxHeaderBytes, time.Now().Add(p.cfg.ResponseHeaderTimeout), p.cfg.ResponseHeaderTimeout)
+		cn.up.setReadDeadline(monoNow(), p.cfg.ResponseHeaderTimeout)
+		n, err := cn.up.readHead(p.cfg.MaxHeaderBytes, p.cfg.ResponseHeaderTimeout)
 		if err != nil {
 			if err == errIdle {
 				return errUpstreamClosed
@@ -549,7 +619,7 @@ func (cn *conn) readResponseHead(clientMinor int) error {
 		if clientMinor == 1 {
 			cn.resp.dropConnectionListed()
 			cn.buildInterimHead()
-			cn.client.c.SetWriteDeadline(time.Now().Add(p.cfg.WriteTimeout))
+			cn.client.setWriteDeadline(monoNow(), p.cfg.WriteTimeout)
 			if _, err := cn.client.c.Write(cn.out); err != nil {
 				return &clientError{err}
 			}
@@ -572,6 +642,7 @@ func (e *clientError) Unwrap() error { return e.err }
 func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 	up := &cn.up
 	client := cn.client.c
+	timeout := cn.p.cfg.WriteTimeout
 	switch mode {
 	case bodyNone:
 		_, err := client.Write(cn.out)
@@ -588,10 +659,10 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 		}
 		up.r += int(n)
 		cn.obs.down = cn.resp.contentLength - n // moved by copyN, past the vec
-		return cn.copyN(client, up, cn.resp.contentLength-n)
+		return cn.copyN(&cn.client, up, cn.resp.contentLength-n)
 	case bodyChunked:
 		cn.respChunk = chunkedScanner{}
-		return cn.copyChunked(&cn.vec, client, up, &cn.respChunk, cn.out, dechunk)
+		return cn.copyChunked(&cn.vec, &cn.client, up, &cn.respChunk, cn.out, dechunk)
 	default: // bodyClose
 		avail := up.buffered()
 		cn.pace(len(avail))
@@ -600,7 +671,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 		}
 		up.r = up.w
 		for {
-			up.c.SetReadDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+			up.setReadDeadline(monoNow(), timeout)
 			err := up.fill(len(up.buf))
 			if err == io.EOF {
 				return nil
@@ -609,7 +680,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 				return err
 			}
 			cn.pace(len(up.buffered()))
-			client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+			cn.client.setWriteDeadline(monoNow(), timeout)
 			if _, err := client.Write(up.buffered()); err != nil {
 				return err
 			}
@@ -621,9 +692,9 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 
 // copyN moves n bytes from src to dst: with splice for large remainders
 // between TCP sockets, through src's buffer otherwise.
-func (cn *conn) copyN(dst net.Conn, src *bufConn, n int64) error {
+func (cn *conn) copyN(dst, src *bufConn, n int64) error {
 	timeout := cn.p.cfg.WriteTimeout
-	dstTCP, _ := dst.(*net.TCPConn)
+	dstTCP := dst.tcp
 	for n > 0 {
 		if n >= spliceMin && src.r == src.w && dstTCP != nil && src.tcp != nil {
 			seg := n
@@ -634,9 +705,9 @@ func (cn *conn) copyN(dst net.Conn, src *bufConn, n int64) error {
 				seg = min(seg, int64(max(cn.throttle.Burst(), 16<<10)))
 				cn.pace(int(seg))
 			}
-			dl := time.Now().Add(timeout)
-			dst.SetWriteDeadline(dl)
-			src.c.SetReadDeadline(dl)
+			now := monoNow()
+			dst.setWriteDeadline(now, timeout)
+			src.setReadDeadline(now, timeout)
 			lr := io.LimitedReader{R: src.tcp, N: seg}
 			m, err := dstTCP.ReadFrom(&lr)
 			n -= m
@@ -649,7 +720,7 @@ func (cn *conn) copyN(dst net.Conn, src *bufConn, n int64) error {
 			continue
 		}
 		if src.r == src.w {
-			src.c.SetReadDeadline(time.Now().Add(timeout))
+			src.setReadDeadline(monoNow(), timeout)
 			if err := src.fill(len(src.buf)); err != nil {
 				if err == io.EOF {
 					return io.ErrUnexpectedEOF
@@ -662,8 +733,8 @@ func (cn *conn) copyN(dst net.Conn, src *bufConn, n int64) error {
 			b = b[:n]
 		}
 		cn.pace(len(b))
-		dst.SetWriteDeadline(time.Now().Add(timeout))
-		if _, err := dst.Write(b); err != nil {
+		dst.setWriteDeadline(monoNow(), timeout)
+		if _, err := dst.c.Write(b); err != nil {
 			return err
 		}
 		src.r += len(b)
@@ -675,7 +746,7 @@ func (cn *conn) copyN(dst net.Conn, src *bufConn, n int64) error {
 // copyChunked forwards a chunked body from src to dst, verbatim or, when
 // dechunk is set, as its bare data, after first writing head (which may
 // be nil).
-func (cn *conn) copyChunked(v *vec, dst net.Conn, src *bufConn, cs *chunkedScanner, head []byte, dechunk bool) error {
+func (cn *conn) copyChunked(v *vec, dst, src *bufConn, cs *chunkedScanner, head []byte, dechunk bool) error {
 	timeout := cn.p.cfg.WriteTimeout
 	for {
 		avail := src.buffered()
@@ -705,8 +776,8 @@ func (cn *conn) copyChunked(v *vec, dst net.Conn, src *bufConn, cs *chunkedScann
 		}
 		if len(head) > 0 || len(out) > 0 {
 			cn.pace(len(out))
-			dst.SetWriteDeadline(time.Now().Add(timeout))
-			if err := v.write(dst, head, out); err != nil {
+			dst.setWriteDeadline(monoNow(), timeout)
+			if err := v.write(dst.c, head, out); err != nil {
 				return err
 			}
 			head = nil
@@ -714,7 +785,7 @@ func (cn *conn) copyChunked(v *vec, dst net.Conn, src *bufConn, cs *chunkedScann
 		if cs.done() {
 			return nil
 		}
-		src.c.SetReadDeadline(time.Now().Add(timeout))
+		src.setReadDeadline(monoNow(), timeout)
 		if err := src.fill(len(src.buf)); err != nil {
 			if err == io.EOF {
 				return io.ErrUnexpectedEOF
@@ -744,10 +815,10 @@ func (cn *conn) sendBody(remaining int64, chunked bool) {
 	var err error
 	if chunked {
 		v0 := cn.bodyVec.n
-		err = cn.copyChunked(&cn.bodyVec, cn.up.c, &cn.client, &cn.reqChunk, nil, false)
+		err = cn.copyChunked(&cn.bodyVec, &cn.up, &cn.client, &cn.reqChunk, nil, false)
 		cn.obs.up += cn.bodyVec.n - v0
 	} else {
-		err = cn.copyN(cn.up.c, &cn.client, remaining)
+		err = cn.copyN(&cn.up, &cn.client, remaining)
 		if err == nil {
 			cn.obs.up += remaining
 		}
@@ -767,7 +838,9 @@ func (cn *conn) finishBody() error {
 	past := time.Unix(1, 0)
 	cn.client.c.SetReadDeadline(past)
 	cn.up.c.SetWriteDeadline(past)
-	return <-cn.bodyErr
+	err := <-cn.bodyErr
+	cn.client.rdl, cn.up.wdl = 0, 0
+	return err
 }
 
 // vec writes two buffers with one writev; its fields are reused so that

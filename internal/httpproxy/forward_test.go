@@ -383,7 +383,7 @@ func TestBodilessResponses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o, proxy, pool := setup(t, httpproxy.Config{}, tt.handler)
+			o, proxy, _ := setup(t, httpproxy.Config{}, tt.handler)
 			o.Handle("/after", proxytest.Respond(200, "after"))
 			c := proxytest.Dial(t, proxy)
 			r, _ := c.RoundTrip(request(tt.method, o.URL("/x"), 1, "", "Host: "+o.Addr))
@@ -391,8 +391,7 @@ func TestBodilessResponses(t *testing.T) {
 				t.Fatalf("answer %q", r.Head)
 			}
 			// Were any body bytes forwarded or awaited, this answer
-			// would be garbled or late.
-			proxytest.WaitFor(t, "the upstream back in the pool", func() bool { return pool.Len() == 1 })
+			// would be garbled or late, and the upstream not reused.
 			after, _ := c.RoundTrip(get(o, "/after"))
 			if after.Status != 200 || string(after.Body) != "after" {
 				t.Fatalf("next answer %q %q", after.Head, after.Body)
@@ -667,34 +666,56 @@ func TestPooledConnectionClosedByOrigin(t *testing.T) {
 		{"PATCH", "not idempotent", false},
 	}
 	for _, tt := range tests {
-		t.Run(tt.method, func(t *testing.T) {
-			t.Parallel()
-			// Every answer claims keep-alive, then the origin hangs up.
-			o, proxy, pool := setup(t, httpproxy.Config{}, proxytest.ThenClose(proxytest.Respond(200, "ok")))
-			first, _ := proxytest.Dial(t, proxy).RoundTrip(get(o, "/"))
-			if first.Status != 200 {
-				t.Fatalf("first answer %q", first.Head)
+		// The dead connection is met in the pool by another client, or
+		// kept by the same client for its next request.
+		for _, kept := range []bool{false, true} {
+			name := tt.method + "/pooled"
+			if kept {
+				name = tt.method + "/kept"
 			}
-			proxytest.WaitFor(t, "a dead connection in the pool", func() bool {
-				return pool.Len() == 1 && o.ClosedConns() == 1
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				testClosedByOrigin(t, tt.method, tt.body, tt.retry, kept)
 			})
-			c := proxytest.Dial(t, proxy)
-			r, _ := c.RoundTrip(request(tt.method, o.URL("/"), 1, tt.body, "Host: "+o.Addr))
-			if tt.retry {
-				if r.Status != 200 || o.Conns() != 2 {
-					t.Errorf("answer %q after %d origin connections, want 200 after a retry", r.Head, o.Conns())
-				}
-				if reqs := o.Requests(); string(reqs[len(reqs)-1].Body) != tt.body {
-					t.Errorf("retried body %q", reqs[len(reqs)-1].Body)
-				}
-				return
-			}
-			if r.Status != 502 || o.Conns() != 1 {
-				t.Errorf("answer %q %q after %d origin connections, want 502 and no retry", r.Head, r.Body, o.Conns())
-			}
-			checkOneLineReason(t, r)
-		})
+		}
 	}
+}
+
+func testClosedByOrigin(t *testing.T, method, body string, retry, kept bool) {
+	// Every answer claims keep-alive, then the origin hangs up.
+	o, proxy, pool := setup(t, httpproxy.Config{}, proxytest.ThenClose(proxytest.Respond(200, "ok")))
+	c := proxytest.Dial(t, proxy)
+	first, _ := c.RoundTrip(get(o, "/"))
+	if first.Status != 200 {
+		t.Fatalf("first answer %q", first.Head)
+	}
+	if kept {
+		proxytest.WaitFor(t, "the origin to close", func() bool { return o.ClosedConns() == 1 })
+	} else {
+		c.Close()
+		proxytest.WaitFor(t, "a dead connection in the pool", func() bool {
+			return pool.Len() == 1 && o.ClosedConns() == 1
+		})
+		c = proxytest.Dial(t, proxy)
+	}
+	tt := struct {
+		body  string
+		retry bool
+	}{body, retry}
+	r, _ := c.RoundTrip(request(method, o.URL("/"), 1, tt.body, "Host: "+o.Addr))
+	if tt.retry {
+		if r.Status != 200 || o.Conns() != 2 {
+			t.Errorf("answer %q after %d origin connections, want 200 after a retry", r.Head, o.Conns())
+		}
+		if reqs := o.Requests(); string(reqs[len(reqs)-1].Body) != tt.body {
+			t.Errorf("retried body %q", reqs[len(reqs)-1].Body)
+		}
+		return
+	}
+	if r.Status != 502 || o.Conns() != 1 {
+		t.Errorf("answer %q %q after %d origin connections, want 502 and no retry", r.Head, r.Body, o.Conns())
+	}
+	checkOneLineReason(t, r)
 }
 
 // TestPooledRetryOnce checks that a request that failed on a dead pooled
@@ -704,9 +725,11 @@ func TestPooledRetryOnce(t *testing.T) {
 	t.Parallel()
 	o, proxy, pool := setup(t, httpproxy.Config{},
 		proxytest.Sequence(proxytest.ThenClose(proxytest.Respond(200, "ok")), proxytest.Hangup()))
-	if r, _ := proxytest.Dial(t, proxy).RoundTrip(get(o, "/")); r.Status != 200 {
+	c := proxytest.Dial(t, proxy)
+	if r, _ := c.RoundTrip(get(o, "/")); r.Status != 200 {
 		t.Fatalf("first answer %q", r.Head)
 	}
+	c.Close() // its upstream goes to the pool
 	proxytest.WaitFor(t, "a dead connection in the pool", func() bool {
 		return pool.Len() == 1 && o.ClosedConns() == 1
 	})

@@ -961,7 +961,7 @@ func TestReadHeadLeadingEmptyLines(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := bufConn{buf: []byte(tt.in + "rest")}
 			b.w = len(tt.in) + len("rest")
-			n, err := b.readHead(1<<10, time.Time{}, 0)
+			n, err := b.readHead(1<<10, time.Second)
 			if err != nil {
 				t.Fatalf("readHead: %v", err)
 			}

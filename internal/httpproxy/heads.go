@@ -211,7 +211,7 @@ func (cn *conn) writeError(status int, reason string, keep bool) {
 		out = append(out, '\n')
 	}
 	cn.out = out
-	cn.client.c.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
+	cn.client.setWriteDeadline(monoNow(), cn.p.cfg.WriteTimeout)
 	cn.client.c.Write(out)
 }
 

@@ -225,6 +225,7 @@ func (p *Proxy) ServeConnFrom(ctx context.Context, c net.Conn, eng *tunnel.Engin
 	if cn.limUser != "" {
 		p.cfg.Limiter.UserDone(cn.limUser)
 	}
+	cn.releaseUpstream()
 	cn.client.release()
 	cn.reset()
 	p.conns.Put(cn)

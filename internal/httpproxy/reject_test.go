@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -516,13 +517,28 @@ func TestPrivateGuard(t *testing.T) {
 		if r, _ := ca.RoundTrip(request("GET", o.URL("/a"), 1, "", "Host: "+o.Addr, basicAuth("alice", "a"))); r.Status != 200 {
 			t.Fatalf("alice: %q", r.Head)
 		}
+		ca.Close() // its upstream goes to the pool
 		proxytest.WaitFor(t, "the upstream connection to be pooled", func() bool { return pool.Len() == 1 })
 		r, _ := proxytest.Dial(t, proxy).RoundTrip(request("GET", o.URL("/b"), 1, "", "Host: "+o.Addr, basicAuth("bob", "b")))
 		if r.Status != 403 {
 			t.Fatalf("bob through alice's pooled connection: %q", r.Head)
 		}
-		if got := o.NumRequests() - n; got != 1 {
-			t.Errorf("the origin saw %d requests, want alice's only", got)
+		// On one client connection, the upstream alice's request left is
+		// kept for the next request: bob may not use it either, and
+		// alice still may.
+		cb := proxytest.Dial(t, proxy)
+		if r, _ := cb.RoundTrip(request("GET", o.URL("/a"), 1, "", "Host: "+o.Addr, basicAuth("alice", "a"))); r.Status != 200 {
+			t.Fatalf("alice: %q", r.Head)
+		}
+		conns := o.Conns()
+		if r, _ := cb.RoundTrip(request("GET", o.URL("/b"), 1, "", "Host: "+o.Addr, basicAuth("bob", "b"))); r.Status != 403 {
+			t.Fatalf("bob through alice's kept connection: %q", r.Head)
+		}
+		if r, _ := proxytest.Dial(t, proxy).RoundTrip(request("GET", o.URL("/a"), 1, "", "Host: "+o.Addr, basicAuth("alice", "a"))); r.Status != 200 || o.Conns() != conns {
+			t.Fatalf("alice again: %q after %d origin connections, want the pooled one of %d", r.Head, o.Conns(), conns)
+		}
+		if got := o.NumRequests() - n; got != 3 {
+			t.Errorf("the origin saw %d requests, want alice's 3 only", got)
 		}
 		tc := proxytest.Connect(t, proxy, echo.Addr, basicAuth("alice", "a"))
 		checkEcho(t, tc, []byte("alice's tunnel"))
@@ -643,5 +659,60 @@ func BenchmarkForward1KPolicy(b *testing.B) {
 		if err := exchange(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// countingAuth is an Authenticator that accepts one value and counts the
+// calls it gets.
+type countingAuth struct {
+	value string
+	calls atomic.Int32
+}
+
+func (a *countingAuth) Check(v []byte) (string, bool) {
+	a.calls.Add(1)
+	return "u", string(v) == a.value
+}
+
+func (a *countingAuth) Challenge() string { return `Basic realm="test"` }
+
+// TestAuthMemo checks that a connection repeating an accepted
+// Proxy-Authorization value is not checked again on every request, that
+// another value or a refused one always is, and that no verdict is kept
+// from one connection to the next.
+func TestAuthMemo(t *testing.T) {
+	t.Parallel()
+	good := basicAuth("u", "p")
+	a := &countingAuth{value: strings.TrimPrefix(good, "Proxy-Authorization: ")}
+	o, proxy, _ := setup(t, httpproxy.Config{Auth: a}, proxytest.Respond(200, "ok"))
+	c := proxytest.Dial(t, proxy)
+	for i := range 5 {
+		if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, good)); r.Status != 200 {
+			t.Fatalf("request %d: %q", i, r.Head)
+		}
+	}
+	if n := a.calls.Load(); n != 1 {
+		t.Errorf("%d checks for 5 requests with one value, want 1", n)
+	}
+	for i := range 2 {
+		if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "wrong"))); r.Status != 407 {
+			t.Fatalf("wrong password %d: %q", i, r.Head)
+		}
+	}
+	if n := a.calls.Load(); n != 3 {
+		t.Errorf("%d checks after 2 refused requests, want 3", n)
+	}
+	if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, good)); r.Status != 200 {
+		t.Fatalf("good again: %q", r.Head)
+	}
+	if n := a.calls.Load(); n != 4 {
+		t.Errorf("%d checks after the good value came back, want 4", n)
+	}
+	c2 := proxytest.Dial(t, proxy)
+	if r, _ := c2.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, good)); r.Status != 200 {
+		t.Fatalf("second connection: %q", r.Head)
+	}
+	if n := a.calls.Load(); n != 5 {
+		t.Errorf("%d checks after a new connection, want 5", n)
 	}
 }

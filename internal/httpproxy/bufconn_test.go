@@ -1,0 +1,67 @@
+package httpproxy
+
+import (
+	"errors"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestDeadlineSlack checks when a bufConn re-arms a deadline: not while
+// the one armed falls within the slack before the wanted one, always when
+// it would fire later than wanted or too early.
+func TestDeadlineSlack(t *testing.T) {
+	const timeout = 8 * time.Second // slack 0.5 s
+	tests := []struct {
+		name    string
+		armed   time.Duration // rdl before the call; 0 = none
+		now     time.Duration
+		timeout time.Duration
+		want    time.Duration // rdl after the call
+	}{
+		{"none armed", 0, time.Second, timeout, 9 * time.Second},
+		{"within the slack", 9 * time.Second, 1400 * time.Millisecond, timeout, 9 * time.Second},
+		{"past the slack", 9 * time.Second, 1600 * time.Millisecond, timeout, 9600 * time.Millisecond},
+		{"shorter timeout", 9 * time.Second, time.Second, time.Second, 2 * time.Second},
+		{"armed later than wanted", 20 * time.Second, time.Second, timeout, 9 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			bc := bufConn{c: a, rdl: tt.armed, wdl: tt.armed}
+			bc.setReadDeadline(tt.now, tt.timeout)
+			bc.setWriteDeadline(tt.now, tt.timeout)
+			if bc.rdl != tt.want || bc.wdl != tt.want {
+				t.Errorf("armed read %v, write %v; want %v", bc.rdl, bc.wdl, tt.want)
+			}
+		})
+	}
+}
+
+// TestDeadlineFires checks that a deadline armed through the cache takes
+// effect, and one forgotten is armed again.
+func TestDeadlineFires(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	bc := bufConn{c: a, buf: make([]byte, 16)}
+	bc.setReadDeadline(monoNow(), 50*time.Millisecond)
+	start := time.Now()
+	if err := bc.fill(16); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("fill = %v, want a deadline error", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("deadline fired after %v", d)
+	}
+	// Cleared behind the cache's back and forgotten (as finishBody
+	// does): armed anew.
+	a.SetReadDeadline(time.Time{})
+	bc.rdl = 0
+	bc.setReadDeadline(monoNow(), 50*time.Millisecond)
+	if err := bc.fill(16); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("fill after forgetting = %v, want a deadline error", err)
+	}
+}
