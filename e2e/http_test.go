@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -234,6 +236,37 @@ func TestKeepAlive(t *testing.T) {
 
 	t.Run("go", func(t *testing.T) {
 		o := newOrigin(t, "127.0.0.1", false)
+		// A first client makes two requests on one connection, the second
+		// with "Connection: close", and reads until the proxy closes: by
+		// then the upstream connection is back in the shared pool.
+		raw, err := net.Dial("tcp", p.addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		raw.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(raw)
+		authz := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("e2e:pw")) + "\r\n"
+		for i, conn := range []string{"", "Connection: close\r\n"} {
+			fmt.Fprintf(raw, "GET %s/hello HTTP/1.1\r\nHost: %s\r\n%s%s\r\n", o.URL, strings.TrimPrefix(o.URL, "http://"), authz, conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("first client, request %d: %v", i, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 || string(body) != "hello from origin\n" {
+				t.Fatalf("first client, request %d: status %s body %q", i, resp.Status, body)
+			}
+		}
+		if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+			t.Fatalf("first client: %q, %v after the last answer, want the end of the connection", rest, err)
+		}
+		if n := o.conns.Load(); n != 1 {
+			t.Errorf("origin accepted %d connections for 2 requests, want 1 (upstream keep-alive)", n)
+		}
+
+		// A second client gets the pooled upstream connection and keeps
+		// it for its requests.
 		c := newProxyClient(t, proxyURL(p.addr(), "e2e", "pw"), nil)
 		for i := range 5 {
 			resp, body := c.fetch(t, "GET", o.URL+"/hello", nil)
@@ -243,16 +276,6 @@ func TestKeepAlive(t *testing.T) {
 		}
 		if n := c.dials.Load(); n != 1 {
 			t.Errorf("client opened %d connections to the proxy for 5 requests, want 1 (keep-alive to the client)", n)
-		}
-		if n := o.conns.Load(); n != 1 {
-			t.Errorf("origin accepted %d connections for 5 requests, want 1 (upstream keep-alive)", n)
-		}
-
-		// A second client connection gets the pooled upstream connection.
-		c2 := newProxyClient(t, proxyURL(p.addr(), "e2e", "pw"), nil)
-		resp, body := c2.fetch(t, "GET", o.URL+"/hello", nil)
-		if resp.StatusCode != 200 || body != "hello from origin\n" {
-			t.Fatalf("second client: status %s body %q", resp.Status, body)
 		}
 		if n := o.conns.Load(); n != 1 {
 			t.Errorf("origin accepted %d connections after a second client, want 1 (the pool is shared across client connections)", n)
