@@ -11,8 +11,8 @@ import (
 const (
 	// maxRounds bounds the splice round trips (socket to pipe, pipe to
 	// socket) one direction makes per turn before the engine serves other
-	// tunnels; with 256 KiB pipes that is up to 4 MiB per turn.
-	maxRounds = 16
+	// tunnels; with 1 MiB pipes that is up to 4 MiB per turn.
+	maxRounds = 4
 
 	spliceFlags = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
 
