@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Buffer sizes. A client connection starts with a small buffer that grows
@@ -36,6 +38,39 @@ type bufConn struct {
 	// monoNow readings; 0 = unknown. rdl belongs to whoever reads c, wdl
 	// to whoever writes it.
 	rdl, wdl time.Duration
+
+	// lowat is set once notSentLowat is armed on tcp; owned by whoever
+	// writes c.
+	lowat bool
+}
+
+// notSentLowat bounds the bytes a socket holds queued but not yet sent
+// while a large body is spliced into it (TCP_NOTSENT_LOWAT). Without it,
+// a slow receiver lets up to the whole send buffer queue up, which the
+// kernel then transmits from the receiver's acknowledgements; with it,
+// the proxy is woken to write each 16 KiB as the receiver takes it, so
+// the kernel holds less and sends from the proxy's own thread.
+const notSentLowat = 16 << 10
+
+// armLowat sets notSentLowat on b's socket, once.
+func (b *bufConn) armLowat() {
+	if b.lowat || b.tcp == nil {
+		return
+	}
+	b.lowat = true
+	setNotSentLowat(b.tcp, notSentLowat)
+}
+
+// setNotSentLowat sets TCP_NOTSENT_LOWAT on c; 0 restores the system
+// default. It is an optimisation: a failure leaves the socket as it was.
+func setNotSentLowat(c *net.TCPConn, n int) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) {
+		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, n)
+	})
 }
 
 // epoch is the origin of the monotonic clock readings deadlines are kept
@@ -81,6 +116,7 @@ func (b *bufConn) attach(c net.Conn, pool *sync.Pool) {
 	b.c = c
 	b.tcp, _ = c.(*net.TCPConn)
 	b.rdl, b.wdl = 0, 0
+	b.lowat = false
 	b.takeBuf(pool)
 }
 

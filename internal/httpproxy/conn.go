@@ -705,6 +705,7 @@ func (cn *conn) copyN(dst, src *bufConn, n int64) error {
 				seg = min(seg, int64(max(cn.throttle.Burst(), 16<<10)))
 				cn.pace(int(seg))
 			}
+			dst.armLowat()
 			now := monoNow()
 			dst.setWriteDeadline(now, timeout)
 			src.setReadDeadline(now, timeout)
@@ -971,6 +972,11 @@ func (cn *conn) tunnel(upc *net.TCPConn) bool {
 	client := cn.client.c
 	client.SetDeadline(time.Time{})
 	upc.SetDeadline(time.Time{})
+	if cn.client.lowat {
+		// A tunnel is relayed best with the send queue the kernel
+		// chooses: its relay is the busier side.
+		setNotSentLowat(cn.client.tcp, 0)
+	}
 	report := cn.tunnelDone() // nil when nothing is observed
 	if cn.throttle != nil {
 		// A paced user's tunnel is relayed by goroutines that can wait.
