@@ -136,10 +136,13 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 		run.Clean = false
 		run.Problem = strings.TrimSpace(strings.Join([]string{run.Problem, err.Error()}, " "))
 	}
-	// CPU per request or message, for the rows that ask for it.
+	// CPU per request, message or byte, for the rows that ask for it.
 	for _, row := range t.rows {
-		if (row.Unit == "µs/req" || row.Unit == "µs/msg") && r.p != nil && run.Requests > 0 {
+		switch {
+		case (row.Unit == "µs/req" || row.Unit == "µs/msg") && r.p != nil && run.Requests > 0:
 			run.Metrics[row.ID] = run.ProxyCPUSeconds * 1e6 / float64(run.Requests)
+		case row.Unit == "ns/B" && r.p != nil && run.Bytes > 0:
+			run.Metrics[row.ID] = run.ProxyCPUSeconds * 1e9 / float64(run.Bytes)
 		}
 	}
 	return run

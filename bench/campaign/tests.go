@@ -104,6 +104,12 @@ const (
 // memory).
 var notNone = []string{report.NoProxy}
 
+// cpuPerByteNote is the note of a CPU-per-byte row derived from the runs
+// of test, counting bytes as what says.
+func cpuPerByteNote(test, what string) string {
+	return "derived from the " + test + " runs at their kept level: proxy CPU (utime+stime of all its processes) over each run divided by " + what + ", median of the runs. On one machine the proxy's core also does the kernel's TCP work for what it sends on loopback (the receiver's side included), so this is CPU per byte relayed, not only per byte copied."
+}
+
 // memRows returns the rows of a hold test in section: memory with no
 // tunnel and at each step, and the slope; pss adds the proportional set
 // size at the last step (for proxies made of many processes).
@@ -153,6 +159,8 @@ var tests = []testDef{
 		levels: []int{4, 16, 64}, quickLevels: []int{4, 16},
 		rows: []report.Row{
 			{ID: "http-1m", Title: "HTTP, 1 MB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+			{ID: "cpu-1m", Title: "CPU cost per byte (1 MB responses)", Unit: "ns/B", Decimals: 2, LessIsBetter: true, Unsupported: notNone,
+				Note: cpuPerByteNote("HTTP 1 MB", "the response bytes wrk received")},
 		},
 	},
 	{
@@ -160,6 +168,8 @@ var tests = []testDef{
 		levels: []int{1, 4, 16}, quickLevels: []int{1, 4},
 		rows: []report.Row{
 			{ID: "http-10m", Title: "HTTP, 10 MB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+			{ID: "cpu-10m", Title: "CPU cost per byte (10 MB responses)", Unit: "ns/B", Decimals: 2, LessIsBetter: true, Unsupported: notNone,
+				Note: cpuPerByteNote("HTTP 10 MB", "the response bytes wrk received")},
 		},
 	},
 	{
@@ -167,6 +177,8 @@ var tests = []testDef{
 		levels: []int{1, 4, 16}, quickLevels: []int{1, 4},
 		rows: []report.Row{
 			{ID: "connect-bulk", Title: "CONNECT tunnels, bulk transfer", Unit: "Gbit/s", Decimals: 1, Selects: true, Chart: "throughput"},
+			{ID: "cpu-bulk", Title: "CPU cost per byte (CONNECT bulk)", Unit: "ns/B", Decimals: 2, LessIsBetter: true, Unsupported: notNone,
+				Note: cpuPerByteNote("CONNECT bulk", "the bytes the sink received")},
 		},
 	},
 	{
