@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -88,8 +90,18 @@ type Engine struct {
 	maxIdle     int
 	epfd        int
 	evfd        int
-	start       time.Time            // monotonic origin of the engine clock
-	fakeClock   func() time.Duration // tests only: replaces the engine clock
+	// epFile wraps epfd so that the loop can park in Go's netpoller until
+	// epfd is readable (has events) instead of blocking a thread in
+	// epoll_wait; epRaw is its RawConn, nil when the poller refused it
+	// and the loop blocks in epoll_wait instead. Owned by the loop.
+	epFile    *os.File
+	epRaw     syscall.RawConn
+	waitFn    func(fd uintptr) bool // e.tryWait, bound once
+	waitN     int                   // tryWait's result; owned by the loop
+	waitErr   error                 // tryWait's error; owned by the loop
+	deadline  time.Time             // read deadline armed on epFile; zero = none or unknown
+	start     time.Time             // monotonic origin of the engine clock
+	fakeClock func() time.Duration  // tests only: replaces the engine clock
 
 	open   atomic.Int64  // tunnels added and not yet finished
 	exited chan struct{} // closed when the loop goroutine has returned
@@ -170,6 +182,15 @@ func newWithClock(cfg Config, clock func() time.Duration) (*Engine, error) {
 		unix.Close(e.evfd)
 		unix.Close(e.epfd)
 		return nil, fmt.Errorf("tunnel: register eventfd: %w", err)
+	}
+	// An epoll descriptor is itself pollable: readable while it has
+	// events. Non-blocking, os.NewFile registers it with Go's netpoller.
+	if err := unix.SetNonblock(e.epfd, true); err == nil {
+		e.epFile = os.NewFile(uintptr(e.epfd), "tunnel-epoll")
+		if rc, err := e.epFile.SyscallConn(); err == nil {
+			e.epRaw = rc
+		}
+		e.waitFn = e.tryWait
 	}
 	go e.loop()
 	return e, nil
@@ -304,7 +325,7 @@ func (e *Engine) loop() {
 			// Round up so that the sweep is not missed by a millisecond.
 			timeout = max(int((wait+time.Millisecond-1)/time.Millisecond), 0)
 		}
-		n, err := unix.EpollWait(e.epfd, e.events, timeout)
+		n, err := e.wait(timeout)
 		if err == unix.EINTR {
 			continue
 		}
@@ -431,5 +452,61 @@ func (e *Engine) shutdown(err error) {
 	e.again = nil
 	// No Add writes to the eventfd any more: e.closed was set under e.mu.
 	unix.Close(e.evfd)
-	unix.Close(e.epfd)
+	if e.epFile != nil {
+		e.epFile.Close() // epfd with it
+	} else {
+		unix.Close(e.epfd)
+	}
+}
+
+// wait returns the events ready on epfd, waiting up to timeout
+// milliseconds for one (-1: no limit), as epoll_wait does. Events already
+// ready are taken at once; otherwise the loop goroutine parks in Go's
+// netpoller until epfd is readable or the timeout passes. Blocking in
+// epoll_wait instead would hold a thread in a system call that the
+// runtime's monitor keeps stealing the processor from, at a cost of
+// thread hand-offs and wake-ups on every idle moment of the engine.
+func (e *Engine) wait(timeout int) (int, error) {
+	n, err := unix.EpollWait(e.epfd, e.events, 0)
+	if n != 0 || err != nil || timeout == 0 {
+		return n, err
+	}
+	if e.epRaw == nil {
+		return unix.EpollWait(e.epfd, e.events, timeout)
+	}
+	var dl time.Time
+	if timeout > 0 {
+		dl = time.Now().Add(time.Duration(timeout) * time.Millisecond)
+	}
+	// A deadline armed a little earlier than wanted is kept: the loop
+	// wakes early, finds nothing due and waits again.
+	if dl.IsZero() != e.deadline.IsZero() || dl.Before(e.deadline) || dl.Sub(e.deadline) > 10*time.Millisecond {
+		e.epFile.SetReadDeadline(dl)
+		e.deadline = dl
+	}
+	e.waitN, e.waitErr = 0, nil
+	if err := e.epRaw.Read(e.waitFn); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			e.deadline = time.Time{} // passed: arm the next one whatever it is
+			return 0, nil
+		}
+		// Not pollable after all: block in epoll_wait from now on.
+		e.log.Debug("tunnel: waiting in epoll_wait", "err", err)
+		e.epRaw = nil
+		return unix.EpollWait(e.epfd, e.events, timeout)
+	}
+	return e.waitN, e.waitErr
+}
+
+// tryWait is the RawConn.Read callback of wait: it takes the events ready
+// without waiting and asks to park when there are none.
+func (e *Engine) tryWait(fd uintptr) bool {
+	for {
+		n, err := unix.EpollWait(int(fd), e.events, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		e.waitN, e.waitErr = n, err
+		return n != 0 || err != nil
+	}
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -620,4 +622,56 @@ func BenchmarkTunnelSetup(b *testing.B) {
 		upstreamApp.Close()
 		b.StartTimer()
 	}
+}
+
+// TestIdleLoopParksInPoller checks that an idle engine's loop goroutine
+// waits in Go's netpoller ("IO wait"), not in a blocking epoll_wait
+// system call ("syscall"), both without an idle timeout and with one
+// (a deadline on the wait), and that it still relays afterwards.
+func TestIdleLoopParksInPoller(t *testing.T) {
+	for _, idle := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprint("idle timeout ", idle), func(t *testing.T) {
+			e := newEngine(t, Config{IdleTimeout: idle})
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				states := loopStates()
+				if len(states) > 0 && allIOWait(states) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("engine loop goroutines are in %v, want IO wait", states)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			exchange(t, newTunnel(t, e, newListener(t)), 1<<10, 1<<10)
+		})
+	}
+}
+
+// loopStates returns the scheduler state of every goroutine running an
+// engine loop, as runtime.Stack prints it ("IO wait", "syscall", ...).
+func loopStates() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var states []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, "tunnel.(*Engine).loop") {
+			continue
+		}
+		head, _, _ := strings.Cut(g, "\n")
+		if i, j := strings.Index(head, "["), strings.Index(head, "]"); i >= 0 && j > i {
+			state, _, _ := strings.Cut(head[i+1:j], ",")
+			states = append(states, state)
+		}
+	}
+	return states
+}
+
+func allIOWait(states []string) bool {
+	for _, s := range states {
+		if s != "IO wait" {
+			return false
+		}
+	}
+	return true
 }
