@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -674,4 +675,48 @@ func allIOWait(states []string) bool {
 		}
 	}
 	return true
+}
+
+// TestSmallWritesSlowReader sends one small write at a time to a reader
+// that stalls, so that the destination fills while the source keeps
+// sending: every byte must arrive once and in order, and the write half
+// close must follow them.
+func TestSmallWritesSlowReader(t *testing.T) {
+	e := newEngine(t, Config{})
+	// Small buffers on the way to the reader, so that it fills soon.
+	te := newTunnelWith(t, e, newListener(t), func(_, up *net.TCPConn) { up.SetWriteBuffer(16 << 10) })
+	te.upstream.SetReadBuffer(64 << 10)
+	const msgs, size = 300, 3000
+	want := sha256.New()
+	errc := make(chan error, 1)
+	go func() {
+		msg := make([]byte, size)
+		for i := range msgs {
+			for j := range msg {
+				msg[j] = byte(i*7 + j)
+			}
+			want.Write(msg)
+			if _, err := te.client.Write(msg); err != nil {
+				errc <- err
+				return
+			}
+			time.Sleep(200 * time.Microsecond) // the engine sees one message per read
+		}
+		errc <- te.client.CloseWrite()
+	}()
+	time.Sleep(200 * time.Millisecond) // the destination fills meanwhile
+	n, got, err := recvHash(te.upstream)
+	if err != nil || n != msgs*size {
+		t.Fatalf("upstream read %d bytes, %v; want %d, EOF", n, err, msgs*size)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("client send: %v", err)
+	}
+	if got != [32]byte(want.Sum(nil)) {
+		t.Fatal("upstream received other bytes than the client sent")
+	}
+	te.upstream.CloseWrite()
+	if r := te.wait(t); r.Err != nil || r.Up != msgs*size || r.Down != 0 {
+		t.Fatalf("result %+v, want %d bytes up, 0 down, no error", r, msgs*size)
+	}
 }

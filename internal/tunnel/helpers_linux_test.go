@@ -73,8 +73,18 @@ type tunnelEnds struct {
 // conns are closed at the end of the test.
 func newTunnel(t testing.TB, e *Engine, ln *net.TCPListener) *tunnelEnds {
 	t.Helper()
+	return newTunnelWith(t, e, ln, nil)
+}
+
+// newTunnelWith is newTunnel with prepare, if not nil, called on the
+// proxy's two sockets before they go to the engine.
+func newTunnelWith(t testing.TB, e *Engine, ln *net.TCPListener, prepare func(clientProxy, upstreamProxy *net.TCPConn)) *tunnelEnds {
+	t.Helper()
 	clientApp, clientProxy := tcpPair(t, ln)
 	upstreamProxy, upstreamApp := tcpPair(t, ln)
+	if prepare != nil {
+		prepare(clientProxy, upstreamProxy)
+	}
 	te := &tunnelEnds{client: clientApp, upstream: upstreamApp, result: make(chan Result, 1)}
 	// A relay bug shows up as an I/O timeout, not as a hung test.
 	deadline := time.Now().Add(30 * time.Second)
