@@ -320,7 +320,9 @@ func (e *Engine) loop() {
 		timeout := -1
 		if len(e.again) > 0 {
 			timeout = 0
-		} else if e.idleTimeout > 0 {
+		} else if e.idleTimeout > 0 && len(e.all) > 0 {
+			// Only tunnels need sweeping: an engine without any sleeps
+			// until one comes.
 			wait := e.nextSweep - e.clock()
 			// Round up so that the sweep is not missed by a millisecond.
 			timeout = max(int((wait+time.Millisecond-1)/time.Millisecond), 0)
