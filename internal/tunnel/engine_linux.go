@@ -99,7 +99,8 @@ type Engine struct {
 	waitFn    func(fd uintptr) bool // e.tryWait, bound once
 	waitN     int                   // tryWait's result; owned by the loop
 	waitErr   error                 // tryWait's error; owned by the loop
-	deadline  time.Time             // read deadline armed on epFile; zero = none or unknown
+	deadline  time.Time             // read deadline armed on epFile when armed is set; zero = none
+	armed     bool                  // deadline is what epFile has armed (false: unknown, or passed)
 	start     time.Time             // monotonic origin of the engine clock
 	fakeClock func() time.Duration  // tests only: replaces the engine clock
 
@@ -482,14 +483,14 @@ func (e *Engine) wait(timeout int) (int, error) {
 	}
 	// A deadline armed a little earlier than wanted is kept: the loop
 	// wakes early, finds nothing due and waits again.
-	if dl.IsZero() != e.deadline.IsZero() || dl.Before(e.deadline) || dl.Sub(e.deadline) > 10*time.Millisecond {
+	if !e.armed || dl.IsZero() != e.deadline.IsZero() || dl.Before(e.deadline) || dl.Sub(e.deadline) > 10*time.Millisecond {
 		e.epFile.SetReadDeadline(dl)
-		e.deadline = dl
+		e.deadline, e.armed = dl, true
 	}
 	e.waitN, e.waitErr = 0, nil
 	if err := e.epRaw.Read(e.waitFn); err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			e.deadline = time.Time{} // passed: arm the next one whatever it is
+			e.armed = false // passed: arm the next one whatever it is
 			return 0, nil
 		}
 		// Not pollable after all: block in epoll_wait from now on.

@@ -720,3 +720,48 @@ func TestSmallWritesSlowReader(t *testing.T) {
 		t.Fatalf("result %+v, want %d bytes up, 0 down, no error", r, msgs*size)
 	}
 }
+
+// TestLoopParksAfterSweeps checks that an engine whose last tunnel was
+// closed by the idle sweep (its wait deadline had just passed) parks
+// again instead of spinning on a deadline that has already passed.
+func TestLoopParksAfterSweeps(t *testing.T) {
+	e := newEngine(t, Config{IdleTimeout: 40 * time.Millisecond}) // sweeps every 5 ms
+	te := newTunnel(t, e, newListener(t))
+	checkEcho := func() {
+		t.Helper()
+		if _, err := te.client.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		var b [1]byte
+		if _, err := io.ReadFull(te.upstream, b[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 { // keep it alive across several sweep deadlines
+		checkEcho()
+		time.Sleep(15 * time.Millisecond)
+	}
+	if r := te.wait(t); !errors.Is(r.Err, ErrIdleTimeout) {
+		t.Fatalf("result %+v, want the idle timeout", r)
+	}
+	eventually(t, "Len 0", func() bool { return e.Len() == 0 })
+	// Parked, and still parked a little later: not spinning.
+	for i := range 5 {
+		deadline := time.Now().Add(5 * time.Second)
+		for states := loopStates(); !allIOWait(states); states = loopStates() {
+			if time.Now().After(deadline) {
+				t.Fatalf("sample %d: engine loop goroutines are in %v, want IO wait", i, states)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	time.Sleep(200 * time.Millisecond)
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	used := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+	if used > 100*time.Millisecond {
+		t.Fatalf("the process used %v of CPU in 200 ms with an idle engine, want it idle", used)
+	}
+}
