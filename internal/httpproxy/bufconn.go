@@ -94,22 +94,24 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 // reading), unless the one armed falls no later and within
 // deadlineSlack(timeout) of it.
 func (b *bufConn) setReadDeadline(now, timeout time.Duration) {
-	want := now + timeout
-	if b.rdl != 0 && b.rdl <= want && b.rdl >= want-deadlineSlack(timeout) {
-		return
+	if want := now + timeout; !keeps(b.rdl, want, timeout) {
+		b.c.SetReadDeadline(epoch.Add(want))
+		b.rdl = want
 	}
-	b.c.SetReadDeadline(epoch.Add(want))
-	b.rdl = want
 }
 
 // setWriteDeadline is setReadDeadline for c's write deadline.
 func (b *bufConn) setWriteDeadline(now, timeout time.Duration) {
-	want := now + timeout
-	if b.wdl != 0 && b.wdl <= want && b.wdl >= want-deadlineSlack(timeout) {
-		return
+	if want := now + timeout; !keeps(b.wdl, want, timeout) {
+		b.c.SetWriteDeadline(epoch.Add(want))
+		b.wdl = want
 	}
-	b.c.SetWriteDeadline(epoch.Add(want))
-	b.wdl = want
+}
+
+// keeps reports whether the deadline armed (0: unknown) may stand for
+// want: it falls no later, and within deadlineSlack(timeout) of it.
+func keeps(armed, want, timeout time.Duration) bool {
+	return armed != 0 && armed <= want && armed >= want-deadlineSlack(timeout)
 }
 
 func (b *bufConn) attach(c net.Conn, pool *sync.Pool) {

@@ -359,6 +359,10 @@ func (cn *conn) handle() (keep, handedOff bool) {
 // connections already open within this time.
 const authMemoTTL = time.Second
 
+// authMemoMax bounds the value a connection memoises; longer ones are
+// checked on every request.
+const authMemoMax = 1024
+
 // checkAuth checks a Proxy-Authorization value. A client repeats the same
 // value on every request of a connection: while it does, the verdict the
 // Authenticator gave at most authMemoTTL ago stands, which saves hashing
@@ -369,7 +373,7 @@ func (cn *conn) checkAuth(value []byte) (string, bool) {
 		return cn.authUser, true
 	}
 	user, ok := cn.p.cfg.Auth.Check(value)
-	cn.authSet = ok && len(value) <= 1024
+	cn.authSet = ok && len(value) <= authMemoMax
 	if cn.authSet {
 		cn.authMemo = append(cn.authMemo[:0], value...)
 		cn.authUser, cn.authAt = user, now
@@ -405,7 +409,7 @@ func (cn *conn) getUpstream(fresh bool) error {
 		// origin if this request's rule admits its address, else offer
 		// it to others.
 		if !fresh && cn.upKey == string(cn.key) {
-			if p.cfg.Access == nil || p.cfg.Dialer.Check(remoteAddrPort(cn.up.tcp), &cn.decision) == nil {
+			if cn.admits(cn.up.tcp) {
 				cn.upReused = true
 				cn.up.takeBuf(&upstreamBufs)
 				return nil
@@ -419,13 +423,9 @@ func (cn *conn) getUpstream(fresh bool) error {
 	if !fresh && p.cfg.Pool != nil {
 		if c = p.cfg.Pool.Get(cn.key); c != nil {
 			cn.upReused = true
-			// A pooled connection may have been made under another
-			// request's rule: check its address against this one's.
-			if p.cfg.Access != nil {
-				if err := p.cfg.Dialer.Check(remoteAddrPort(c), &cn.decision); err != nil {
-					c.Close()
-					c, cn.upReused = nil, false
-				}
+			if !cn.admits(c) {
+				c.Close()
+				c, cn.upReused = nil, false
 			}
 		}
 	}
@@ -447,6 +447,14 @@ func (cn *conn) getUpstream(fresh bool) error {
 	}
 	cn.up.attach(c, &upstreamBufs)
 	return nil
+}
+
+// admits reports whether the current request may use c, an upstream
+// connection made for an earlier request: one kept or pooled may have
+// been made under another request's rule, so its address is checked
+// against this one's.
+func (cn *conn) admits(c *net.TCPConn) bool {
+	return cn.p.cfg.Access == nil || cn.p.cfg.Dialer.Check(remoteAddrPort(c), &cn.decision) == nil
 }
 
 // remoteAddrPort returns the address c is connected to.
