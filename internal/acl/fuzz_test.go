@@ -51,11 +51,13 @@ func mustPrefix(t *testing.T, s string) string {
 	return p.String()
 }
 
-// refMatch is the naive reading of a name entry.
+// refMatch is the naive reading of a name entry. Names compare ASCII
+// case-insensitively, byte for byte: strings.ToLower would fold non-ASCII
+// letters (the Kelvin sign to "k") and widen invalid bytes to U+FFFD, which
+// host names on the wire never get.
 func refMatch(entry, host string) bool {
-	e := strings.TrimSuffix(strings.ToLower(entry), ".")
-	h := strings.ToLower(host)
-	h = strings.TrimSuffix(h, ".")
+	e := strings.TrimSuffix(asciiLower(entry), ".")
+	h := strings.TrimSuffix(asciiLower(host), ".")
 	if len(host) > 256 || len(h) > 256 {
 		return false
 	}
@@ -66,4 +68,14 @@ func refMatch(entry, host string) bool {
 		return h == e[1:] || strings.HasSuffix(h, e)
 	}
 	return h == e
+}
+
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
