@@ -56,6 +56,11 @@ func FuzzParseRequest(f *testing.F) {
 			return
 		}
 		r.fields = fields[firstRegular(fields):]
+		// rustle forwards a path's bytes as they came (as its HTTP/1.1
+		// port does), an invalid escape like "/%" included; net/http's
+		// reader refuses those, so '%' is escaped for it. No '%' can end a
+		// line or a request.
+		r.path = strings.ReplaceAll(r.path, "%", "%25")
 		head, chunked := appendRequestHead(nil, &r, true, &headOptions{forwarded: ForwardedRFC, via: true,
 			clientAddr: netip.MustParseAddr("192.0.2.1")}, "dGhlIHNhbXBsZSBub25jZQ==")
 		br := bufio.NewReader(bytes.NewReader(head))
