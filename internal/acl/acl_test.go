@@ -165,6 +165,7 @@ func TestNewErrors(t *testing.T) {
 		{"group", acl.Rule{Action: acl.Allow, Groups: []string{"nobody"}}, "nobody"},
 		{"host", acl.Rule{Action: acl.Allow, Hosts: []string{"bad host"}}, "hosts"},
 		{"wildcard in the middle", acl.Rule{Action: acl.Allow, Hosts: []string{"a.*.example"}}, "hosts"},
+		{"non-ASCII letter folding to ASCII", acl.Rule{Action: acl.Allow, Hosts: []string{"\u212a.example"}}, "hosts"},
 		{"port zero", acl.Rule{Action: acl.Allow, Ports: []string{"0"}}, "ports"},
 		{"port range reversed", acl.Rule{Action: acl.Allow, Ports: []string{"90-80"}}, "ports"},
 		{"port too big", acl.Rule{Action: acl.Allow, Ports: []string{"65536"}}, "ports"},

@@ -182,7 +182,7 @@ func (h *hostSet) add(s string) error {
 	if strings.Contains(s, "/") || strings.Contains(s, ":") {
 		return fmt.Errorf("%q is not a host name, *.suffix, .suffix, IP address or CIDR prefix", s)
 	}
-	name := strings.TrimSuffix(strings.ToLower(s), ".")
+	name := strings.TrimSuffix(lowerASCII(s), ".")
 	var m *map[string]struct{}
 	switch {
 	case strings.HasPrefix(name, "*."):
@@ -200,6 +200,24 @@ func (h *hostSet) add(s string) error {
 	}
 	(*m)[name] = struct{}{}
 	return nil
+}
+
+// lowerASCII lower-cases the ASCII letters of s and nothing else, as
+// names are compared on the wire: strings.ToLower would turn a Kelvin sign
+// into "k" and let a non-ASCII entry pass validName as an ASCII name.
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; 'A' <= c && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
 }
 
 // validName reports whether s is a plausible lower-case DNS name: labels
