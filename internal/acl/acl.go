@@ -116,8 +116,8 @@ type Rule struct {
 	// Groups are names of groups defined in Config.Groups; a user who is a
 	// member of one matches, as if listed in Users.
 	Groups []string
-	// Hosts are destinations: a name ("example.com", matched without
-	// regard to case), "*.example.com" (names under example.com, not
+	// Hosts are destinations: a name ("example.com", ASCII, matched
+	// without regard to case), "*.example.com" (names under example.com, not
 	// example.com itself), ".example.com" (example.com and the names under
 	// it), an IP address or a CIDR prefix (matched against IP literals
 	// and the addresses names resolve to).
