@@ -206,18 +206,18 @@ func (h *hostSet) add(s string) error {
 // names are compared on the wire: strings.ToLower would turn a Kelvin sign
 // into "k" and let a non-ASCII entry pass validName as an ASCII name.
 func lowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; 'A' <= c && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if c := b[j]; 'A' <= c && c <= 'Z' {
-					b[j] = c + 'a' - 'A'
-				}
-			}
-			return string(b)
+	b := []byte(s)
+	lowerASCIIBytes(b)
+	return string(b)
+}
+
+// lowerASCIIBytes lower-cases the ASCII letters of b in place.
+func lowerASCIIBytes(b []byte) {
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
 		}
 	}
-	return s
 }
 
 // validName reports whether s is a plausible lower-case DNS name: labels
@@ -296,11 +296,7 @@ func normalizeHost(r *Request, buf *[maxName]byte) ([]byte, netip.Addr) {
 		return nil, addr
 	}
 	n := copy(buf[:], h)
-	for i := range n {
-		if c := buf[i]; 'A' <= c && c <= 'Z' {
-			buf[i] = c + 'a' - 'A'
-		}
-	}
+	lowerASCIIBytes(buf[:n])
 	return buf[:n], addr
 }
 
