@@ -470,6 +470,11 @@ func (e *Engine) shutdown(err error) {
 // runtime's monitor keeps stealing the processor from, at a cost of
 // thread hand-offs and wake-ups on every idle moment of the engine.
 func (e *Engine) wait(timeout int) (int, error) {
+	// RawConn.Read below would also take ready events first (tryWait),
+	// so this costs a second epoll_wait before each park; going straight
+	// to Read was measured worse (WebSocket 64 B, 8 alternating runs:
+	// 23.0 against 21.8 us/msg): the busy path skips the deadline and
+	// RawConn bookkeeping.
 	n, err := unix.EpollWait(e.epfd, e.events, 0)
 	if n != 0 || err != nil || timeout == 0 {
 		return n, err
