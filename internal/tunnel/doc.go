@@ -1,17 +1,31 @@
 // Package tunnel relays established TCP tunnels (CONNECT, SOCKS5 CONNECT,
-// 101 Upgrade) between a client socket and an upstream socket without a
-// goroutine, a buffer or a pipe per idle tunnel. It is Linux only.
+// 101 Upgrade) between a client socket and an upstream socket. On Linux it
+// does so without a goroutine, a buffer or a pipe per idle tunnel.
+//
+// # Platforms
+//
+// What the design below describes is Linux only: the epoll and splice
+// [Engine], the [RelayTLS] relay that parks TLS tunnels on socket
+// readiness with no buffer, and the [RecordConn] wrapping that it needs.
+// [Relay], which copies both ways on two goroutines through user-space
+// buffers and works on any pair of net.Conns, is portable. On other
+// systems (macOS, Windows, the BSDs) [Engine] keeps its API but relays
+// each tunnel with [Relay] on goroutines of its own; [RawTCP] reports
+// false, so callers use their goroutine relays instead of [RelayTLS];
+// [RecordConn] returns its connection unwrapped; and [Parker] waits on the
+// platform's readiness (a peek on Unix, a zero-byte read on Windows).
 //
 // # Design
 //
-// An [Engine] owns one epoll instance and one goroutine. [Engine.Add] takes
-// the two sockets out of Go's netpoller (it duplicates each descriptor and
-// closes the *net.TCPConn) and hands them to the engine's goroutine, which
-// registers each descriptor once, edge-triggered, for input, output and peer
-// half-close. After that a tunnel is a small struct (about 100 bytes) and two
-// file descriptors: an idle tunnel costs no goroutine stack, no user-space
-// buffer and no pipe. With two goroutines and io.Copy per tunnel the same
-// tunnel costs tens of kilobytes and six descriptors.
+// On Linux an [Engine] owns one epoll instance and one goroutine.
+// [Engine.Add] takes the two sockets out of Go's netpoller (it duplicates
+// each descriptor and closes the *net.TCPConn) and hands them to the
+// engine's goroutine, which registers each descriptor once,
+// edge-triggered, for input, output and peer half-close. After that a
+// tunnel is a small struct (about 100 bytes) and two file descriptors: an
+// idle tunnel costs no goroutine stack, no user-space buffer and no pipe.
+// With two goroutines and io.Copy per tunnel the same tunnel costs tens of
+// kilobytes and six descriptors.
 //
 // Bytes move with splice(2): socket to pipe, pipe to socket, so the payload
 // never enters user space. A pipe is borrowed from the engine's pool when a

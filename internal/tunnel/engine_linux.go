@@ -15,14 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrClosed is the error of [Engine.Add] on a closed engine, and the
-// [Result.Err] of tunnels still open when [Engine.Close] is called.
-var ErrClosed = errors.New("tunnel: engine closed")
-
-// ErrIdleTimeout is the [Result.Err] of a tunnel closed because no byte
-// moved in either direction for [Config.IdleTimeout].
-var ErrIdleTimeout = errors.New("tunnel: idle timeout")
-
 const (
 	// defaultPipeSize is the largest an unprivileged process may ask
 	// (fs.pipe-max-size): bulk tunnels move about 10% more per CPU second
@@ -46,39 +38,6 @@ const (
 	// epollFlags is the one registration of every tunnel socket.
 	epollFlags = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
 )
-
-// Config configures an Engine.
-type Config struct {
-	// IdleTimeout closes a tunnel when no byte has moved in either
-	// direction for this long; 0 means tunnels are never closed for being
-	// idle. The check is coarse: a tunnel may outlive its timeout by up to
-	// an eighth of it (at most one second).
-	IdleTimeout time.Duration
-	// PipeSize is the capacity asked for each splice pipe with
-	// F_SETPIPE_SZ; 0 means 1 MiB. If the kernel refuses the size the
-	// pipe keeps the kernel default (64 KiB) and no error is reported.
-	PipeSize int
-	// MaxIdlePipes is how many empty pipes the engine keeps for reuse;
-	// 0 means 16, a negative value means none.
-	MaxIdlePipes int
-	// Logger receives the engine's own failures (not tunnel results, which
-	// go to the done callback); nil discards them.
-	Logger *slog.Logger
-}
-
-// Result describes a finished tunnel.
-type Result struct {
-	// Up is the number of bytes delivered from the client to the upstream.
-	Up int64
-	// Down is the number of bytes delivered from the upstream to the client.
-	Down int64
-	// Duration is the time from Add to the tunnel's end.
-	Duration time.Duration
-	// Err is nil when both sides ended their stream cleanly (FIN both
-	// ways); otherwise it says why the tunnel ended: a wrapped socket
-	// error such as ECONNRESET or EPIPE, ErrIdleTimeout or ErrClosed.
-	Err error
-}
 
 // Engine relays tunnels on one epoll loop. Its methods may be called from
 // any goroutine.
@@ -110,6 +69,7 @@ type Engine struct {
 	mu      sync.Mutex
 	closed  bool      // guarded by mu
 	pending []*tunnel // guarded by mu; added but not yet registered
+	cuts    []*tunnel // guarded by mu; tunnels to end (AddCut), registered or pending
 	wakeBuf [8]byte   // guarded by mu; the eventfd increment
 
 	// Owned by the loop goroutine.
@@ -209,12 +169,37 @@ func newWithClock(cfg Config, clock func() time.Duration) (*Engine, error) {
 // call [Engine.Close]. If Add returns an error, both conns have been closed
 // and done is never called.
 func (e *Engine) Add(client, upstream *net.TCPConn, done func(Result)) error {
+	_, err := e.add(client, upstream, done)
+	return err
+}
+
+// AddCut is Add, and also returns a function that ends the tunnel before
+// its time: its done callback then gets [ErrCut]. Calling it after the
+// tunnel has ended, or more than once, does nothing. It does not block.
+func (e *Engine) AddCut(client, upstream *net.TCPConn, done func(Result)) (cut func(), err error) {
+	t, err := e.add(client, upstream, done)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.closed || t.cutAsked {
+			return
+		}
+		t.cutAsked = true
+		e.cuts = append(e.cuts, t)
+		e.wakeLocked()
+	}, nil
+}
+
+func (e *Engine) add(client, upstream *net.TCPConn, done func(Result)) (*tunnel, error) {
 	cfd, cerr := takeFD(client)
 	ufd, uerr := takeFD(upstream)
 	if err := errors.Join(cerr, uerr); err != nil {
 		closeFD(cfd)
 		closeFD(ufd)
-		return err
+		return nil, err
 	}
 	t := &tunnel{
 		fd:      [2]int32{int32(cfd), int32(ufd)},
@@ -228,14 +213,14 @@ func (e *Engine) Add(client, upstream *net.TCPConn, done func(Result)) error {
 	if e.closed {
 		closeFD(cfd)
 		closeFD(ufd)
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	e.pending = append(e.pending, t)
 	e.open.Add(1)
 	if len(e.pending) == 1 {
 		e.wakeLocked()
 	}
-	return nil
+	return t, nil
 }
 
 // Len returns the number of tunnels open now: added and not yet finished.
@@ -384,6 +369,8 @@ func (e *Engine) register() bool {
 	e.mu.Lock()
 	batch := e.pending
 	e.pending = e.spare[:0]
+	cuts := e.cuts
+	e.cuts = nil
 	closed := e.closed
 	e.mu.Unlock()
 	if closed {
@@ -418,6 +405,10 @@ func (e *Engine) register() bool {
 		}
 	}
 	e.spare = batch[:0]
+	// Cut after registering: a tunnel cut while pending is in the batch.
+	for _, t := range cuts {
+		e.finish(t, ErrCut)
+	}
 	return true
 }
 

@@ -21,26 +21,22 @@ const (
 	canWrite = 1 << 1
 )
 
-// Sides and directions share indexes: side 0 is the client and direction 0
-// runs from the client to the upstream; side 1 is the upstream and
-// direction 1 runs from the upstream to the client.
-var sideName = [2]string{"client", "upstream"}
-
 // tunnel is one relayed pair of sockets. All fields except fd, done and
 // started (set before the tunnel is handed to the loop) are owned by the
 // loop goroutine.
 type tunnel struct {
-	fd      [2]int32 // client and upstream descriptors, owned by the engine
-	gen     uint32   // registration tag carried by this tunnel's epoll events
-	ready   [2]uint8 // per side: canRead, canWrite as last learned from the kernel
-	queued  bool     // in Engine.again
-	moved   bool     // bytes moved during this turn
-	dead    bool     // finished; its descriptors are closed
-	idx     int      // index in Engine.all, -1 while not registered
-	dir     [2]direction
-	started time.Duration // engine clock at Add
-	last    time.Duration // engine clock when a byte last moved
-	done    func(Result)
+	cutAsked bool     // AddCut's cut was called; guarded by Engine.mu
+	fd       [2]int32 // client and upstream descriptors, owned by the engine
+	gen      uint32   // registration tag carried by this tunnel's epoll events
+	ready    [2]uint8 // per side: canRead, canWrite as last learned from the kernel
+	queued   bool     // in Engine.again
+	moved    bool     // bytes moved during this turn
+	dead     bool     // finished; its descriptors are closed
+	idx      int      // index in Engine.all, -1 while not registered
+	dir      [2]direction
+	started  time.Duration // engine clock at Add
+	last     time.Duration // engine clock when a byte last moved
+	done     func(Result)
 }
 
 // direction is one way of a tunnel: from side d to side 1-d.

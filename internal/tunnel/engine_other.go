@@ -1,0 +1,121 @@
+//go:build !linux
+
+package tunnel
+
+// The portable engine: where there is no splice or epoll, each tunnel is
+// relayed by Relay on goroutines of its own, which the engine tracks so
+// that Close can end them and wait for them.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Engine relays tunnels, each with [Relay] on a goroutine of its own (two
+// while bytes flow both ways) and a 32 KiB buffer per direction; the
+// epoll and splice engine that keeps idle tunnels free of goroutines and
+// buffers is Linux only. Its methods may be called from any goroutine.
+type Engine struct {
+	idle   time.Duration
+	ctx    context.Context // cancelled, with cause ErrClosed, by Close
+	cancel context.CancelCauseFunc
+	open   atomic.Int64   // tunnels added and not yet finished
+	wg     sync.WaitGroup // the tunnels' goroutines
+
+	mu     sync.Mutex
+	closed bool // guarded by mu
+}
+
+// New creates an Engine. Call [Engine.Close] to stop it.
+func New(cfg Config) (*Engine, error) {
+	if cfg.IdleTimeout < 0 {
+		return nil, fmt.Errorf("tunnel: negative idle timeout %v", cfg.IdleTimeout)
+	}
+	if cfg.PipeSize < 0 {
+		return nil, fmt.Errorf("tunnel: negative pipe size %d", cfg.PipeSize)
+	}
+	e := &Engine{idle: cfg.IdleTimeout}
+	e.ctx, e.cancel = context.WithCancelCause(context.Background())
+	return e, nil
+}
+
+// Add hands two connected TCP sockets to the engine, which takes ownership
+// of both: the caller must not use them again (bytes the caller has
+// already read and buffered are its own to forward before calling Add).
+// The engine relays client to upstream and upstream to client until both
+// directions have ended or one side fails.
+//
+// done, if not nil, is called exactly once with the tunnel's [Result] when
+// it ends, from the tunnel's goroutine; it must not call [Engine.Close].
+// If Add returns an error, both conns have been closed and done is never
+// called.
+func (e *Engine) Add(client, upstream *net.TCPConn, done func(Result)) error {
+	_, err := e.AddCut(client, upstream, done)
+	return err
+}
+
+// AddCut is Add, and also returns a function that ends the tunnel before
+// its time: its done callback then gets [ErrCut]. Calling it after the
+// tunnel has ended, or more than once, does nothing. It does not block.
+func (e *Engine) AddCut(client, upstream *net.TCPConn, done func(Result)) (cut func(), err error) {
+	if client == nil || upstream == nil {
+		if client != nil {
+			client.Close()
+		}
+		if upstream != nil {
+			upstream.Close()
+		}
+		return nil, errors.New("tunnel: nil connection")
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		client.Close()
+		upstream.Close()
+		return nil, ErrClosed
+	}
+	e.open.Add(1)
+	e.wg.Add(1)
+	e.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(e.ctx)
+	go e.relay(ctx, cancel, client, upstream, done)
+	return func() { cancel(ErrCut) }, nil
+}
+
+// relay is the goroutine of one tunnel.
+func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, client, upstream *net.TCPConn, done func(Result)) {
+	defer e.wg.Done()
+	res := Relay(ctx, client, upstream, e.idle)
+	cancel(nil)
+	switch {
+	case errors.Is(res.Err, ErrClosed):
+		res.Err = ErrClosed
+	case errors.Is(res.Err, ErrCut):
+		res.Err = ErrCut
+	}
+	e.open.Add(-1)
+	if done != nil {
+		done(res)
+	}
+}
+
+// Len returns the number of tunnels open now: added and not yet finished.
+func (e *Engine) Len() int {
+	return int(e.open.Load())
+}
+
+// Close ends every open tunnel (their done callbacks get [ErrClosed]) and
+// waits for their goroutines. It is idempotent and always returns nil.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.cancel(ErrClosed)
+	e.wg.Wait()
+	return nil
+}
