@@ -250,7 +250,8 @@ func TestRelayPaced(t *testing.T) {
 	bucket := limits.NewBucket(1<<20, 16<<10)
 	start := time.Now()
 	var wg sync.WaitGroup
-	wg.Go(func() { limits.RelayPaced(context.Background(), a, b, bucket, 10*time.Second) })
+	var up, down int64
+	wg.Go(func() { up, down = limits.RelayPaced(context.Background(), a, b, bucket, 10*time.Second) })
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096)
 	echoed := make(chan []byte, 1)
 	go func() {
@@ -271,6 +272,9 @@ func TestRelayPaced(t *testing.T) {
 		t.Errorf("relayed %d bytes up and %d down, want %d each way", len(got), len(back), len(data))
 	}
 	wg.Wait()
+	if up != int64(len(data)) || down != int64(len(data)) {
+		t.Errorf("RelayPaced returned %d bytes up and %d down, want %d each way", up, down, len(data))
+	}
 	// 128 KiB at 1 MiB/s from a 16 KiB bucket takes at least 107ms.
 	if el := time.Since(start); el < 90*time.Millisecond {
 		t.Errorf("128 KiB relayed in %v, faster than the bucket allows", el)
