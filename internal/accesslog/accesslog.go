@@ -87,7 +87,7 @@ type Record struct {
 	// Protocol is what the client spoke.
 	Protocol Protocol
 	// Method is the HTTP method ("GET", "CONNECT"); for SOCKS, "CONNECT"
-	// or "UDP".
+	// or "UDP ASSOCIATE".
 	Method string
 	// Target is the request target: an absolute URL for plain HTTP, or
 	// host:port for tunnels and SOCKS.
@@ -108,7 +108,16 @@ type Record struct {
 	Upstream netip.AddrPort
 	// Rule names the ACL rule that decided the request; "" when none did.
 	Rule string
+	// End says why the request or tunnel was ended by rustle before its
+	// time, one of the End constants; "" when it ended as its client or
+	// upstream made it. Text lines carry it as a last field only when it
+	// is set; JSON lines as "end", only when it is set.
+	End string
 }
+
+// EndRevoked is the End of a request or tunnel whose user a reload
+// removed.
+const EndRevoked = "revoked"
 
 // Format is an access log line format.
 type Format string

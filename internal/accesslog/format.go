@@ -37,6 +37,10 @@ func appendText(b []byte, r *Record) []byte {
 	b = appendTextAddr(b, r.Upstream)
 	b = append(b, ' ')
 	b = appendTextField(b, r.Rule)
+	if r.End != "" {
+		b = append(b, ' ')
+		b = appendTextField(b, r.End)
+	}
 	return append(b, '\n')
 }
 
@@ -121,6 +125,10 @@ func appendJSON(b []byte, r *Record) []byte {
 	b = appendJSONAddr(b, r.Upstream)
 	b = append(b, `,"rule":`...)
 	b = appendJSONString(b, r.Rule)
+	if r.End != "" {
+		b = append(b, `,"end":`...)
+		b = appendJSONString(b, r.End)
+	}
 	return append(b, "}\n"...)
 }
 

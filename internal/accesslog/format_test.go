@@ -57,6 +57,12 @@ func goldenRecords() []Record {
 			Duration: -time.Second, Upstream: netip.MustParseAddrPort("198.51.100.1:53"), Rule: "line\u2028sep",
 		},
 		{Time: t0}, // everything else zero
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("127.0.0.1:5"), User: "bob",
+			Protocol: ProtoConnect, Method: "CONNECT", Target: "example.com:443", Status: 200,
+			BytesUp: 3, BytesDown: 4, Duration: 2 * time.Second,
+			Upstream: netip.MustParseAddrPort("192.0.2.1:443"), End: EndRevoked,
+		},
 	}
 }
 
@@ -108,6 +114,7 @@ func TestJSONDecodes(t *testing.T) {
 			DurationMS float64 `json:"duration_ms"`
 			Upstream   string  `json:"upstream"`
 			Rule       string  `json:"rule"`
+			End        string  `json:"end"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
@@ -129,6 +136,7 @@ func TestJSONDecodes(t *testing.T) {
 		check("method", got.Method, r.Method)
 		check("target", got.Target, validUTF8(r.Target))
 		check("rule", got.Rule, r.Rule)
+		check("end", got.End, r.End)
 		check("client", got.Client, addrString(r.Client))
 		check("upstream", got.Upstream, addrString(r.Upstream))
 		if r.Protocol != 0 {
@@ -144,16 +152,24 @@ func TestJSONDecodes(t *testing.T) {
 	}
 }
 
-// TestTextFields checks that every text line has 13 fields that unescape
-// to the record's values.
+// TestTextFields checks that every text line has 13 fields, and a 14th
+// when the record has an End, that unescape to the record's values.
 func TestTextFields(t *testing.T) {
 	for i, r := range goldenRecords() {
 		line := appendText(nil, &r)
 		fields := strings.Split(strings.TrimSuffix(string(line), "\n"), " ")
-		if len(fields) != 13 {
-			t.Fatalf("record %d: %d fields, want 13: %q", i, len(fields), line)
+		want := 13
+		if r.End != "" {
+			want = 14
 		}
-		for j, want := range map[int]string{1: r.Listener, 3: r.User, 5: r.Method, 6: r.Target, 12: r.Rule} {
+		if len(fields) != want {
+			t.Fatalf("record %d: %d fields, want %d: %q", i, len(fields), want, line)
+		}
+		expect := map[int]string{1: r.Listener, 3: r.User, 5: r.Method, 6: r.Target, 12: r.Rule}
+		if r.End != "" {
+			expect[13] = r.End
+		}
+		for j, want := range expect {
 			if got := unescapeText(t, fields[j]); got != want {
 				t.Errorf("record %d field %d: %q unescapes to %q, want %q", i, j, fields[j], got, want)
 			}
