@@ -245,6 +245,12 @@ func (a *Authenticator) Challenge() string { return a.challenge }
 // Len returns the number of users known.
 func (a *Authenticator) Len() int { return len(a.accounts) }
 
+// Has reports whether a user named name is known; a nil Authenticator
+// knows nobody.
+func (a *Authenticator) Has(name string) bool {
+	return a != nil && a.lookup([]byte(name)) != nil
+}
+
 // Check verifies a Proxy-Authorization header value such as
 // "Basic dXNlcjpwYXNz"; the scheme is matched case-insensitively. It returns
 // the user name and true when the credentials are valid, and "" and false

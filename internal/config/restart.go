@@ -1,0 +1,29 @@
+package config
+
+import "fmt"
+
+// RestartChange says which setting next changes from cur that only a
+// restart applies, as "workers changed from 2 to 4" or "[upstream]
+// changed"; "" when a reload can apply every change. It is the one list
+// of such settings: workers, [upstream], timeouts.idle_tunnel, admin,
+// [access_log], [metrics] and log.format.
+func RestartChange(cur, next *Config) string {
+	switch {
+	case next.WorkerCount() != cur.WorkerCount():
+		return fmt.Sprintf("workers changed from %d to %d", cur.WorkerCount(), next.WorkerCount())
+	case next.Upstream != cur.Upstream:
+		return "[upstream] changed"
+	case next.Timeouts.IdleTunnel != cur.Timeouts.IdleTunnel:
+		return fmt.Sprintf("timeouts.idle_tunnel changed from %v to %v",
+			cur.Timeouts.IdleTunnel.Duration, next.Timeouts.IdleTunnel.Duration)
+	case next.Admin != cur.Admin:
+		return "admin changed"
+	case next.AccessLog != cur.AccessLog:
+		return "[access_log] changed"
+	case next.Metrics != cur.Metrics:
+		return "[metrics] changed"
+	case next.Log.Format != cur.Log.Format:
+		return "log.format changed"
+	}
+	return ""
+}
