@@ -4,7 +4,9 @@
 // real clients (curl, wget, Go's net/http through Transport.Proxy, raw
 // CONNECT sockets) against local origins on loopback.
 //
-// The package has no non-test code. Set RUSTLE_E2E_RACE=1 to build the
-// binary with the race detector; a data race reported by the proxy then
-// fails the test that started it.
+// The tests are Linux only (//go:build linux): they signal the binary,
+// limit its open files with prlimit and drive clients installed from
+// Debian. The package has no non-test code. Set RUSTLE_E2E_RACE=1 to
+// build the binary with the race detector; a data race reported by the
+// proxy then fails the test that started it.
 package e2e

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command campaign re-runs the benchmark campaign of the seed on this
 // machine: rustle built from the tree against Squid and Tinyproxy from
 // Debian (and Dante for the SOCKS5 rows), and the client straight to the

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -267,6 +269,8 @@ var tests = []testDef{
 		rows: []report.Row{
 			{ID: "h2-1k", Section: secH2, Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Chart: "throughput",
 				Note: "one HTTP/2 connection per client connection, each sending forwarded requests (:scheme http, :authority the origin, Proxy-Authorization) one after the other on one stream at a time: no multiplexing, as in the seed. The proxy forwards them to the HTTP/1.1 origin. \"No proxy\" is HTTP/2 over TLS straight to an HTTP/2 origin (golang.org/x/net/http2's server)."},
+			{ID: "cpu-h2-1k", Section: secH2, Title: "CPU cost per request (1 KB)", Unit: "µs/req", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
+				Note: "derived from the HTTP/2 1 KB runs at their kept level, as the plain port's: proxy CPU over each run divided by the requests it completed, median of the runs."},
 		},
 	},
 	{

@@ -321,11 +321,11 @@ func (d *Dialer) dialSerial(ctx context.Context, addrs []netip.AddrPort) (*net.T
 func SetBuffers(rc syscall.RawConn, n int) error {
 	var serr error
 	err := rc.Control(func(fd uintptr) {
-		if e := syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF, n); e != nil {
+		if e := setsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_SNDBUF, n); e != nil {
 			serr = e
 			return
 		}
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n)
+		serr = setsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_RCVBUF, n)
 	})
 	if err != nil {
 		return err

@@ -8,18 +8,16 @@
 // leading NUL byte). Other forms, such as vsock addresses, are refused
 // with [ErrUnsupported]. Every function is a no-op returning nil when
 // NOTIFY_SOCKET is unset or empty, so rustle calls them unconditionally.
+//
+// Notifications are sent on Linux only. On other systems every function
+// is a no-op returning nil, as if NOTIFY_SOCKET were unset.
 package sdnotify
 
 import (
 	"errors"
-	"fmt"
-	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrUnsupported is wrapped by the error for a NOTIFY_SOCKET that is
@@ -32,29 +30,10 @@ const sendTimeout = 2 * time.Second
 
 // Notify sends state, one or more newline-separated VARIABLE=value
 // assignments, to $NOTIFY_SOCKET. It returns nil without sending when
-// NOTIFY_SOCKET is unset.
+// NOTIFY_SOCKET is unset, and on systems other than Linux, where systemd
+// does not run.
 func Notify(state string) error {
-	sock := os.Getenv("NOTIFY_SOCKET")
-	if sock == "" {
-		return nil
-	}
-	if sock[0] != '/' && sock[0] != '@' {
-		return fmt.Errorf("%w %q: want an absolute path or an @abstract name", ErrUnsupported, sock)
-	}
-	// The net package turns a leading '@' into the NUL byte that names an
-	// abstract socket.
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		return fmt.Errorf("sdnotify: connect to %s: %w", sock, err)
-	}
-	defer c.Close()
-	if err := c.SetWriteDeadline(time.Now().Add(sendTimeout)); err != nil {
-		return fmt.Errorf("sdnotify: send to %s: %w", sock, err)
-	}
-	if _, err := c.Write([]byte(state)); err != nil {
-		return fmt.Errorf("sdnotify: send to %s: %w", sock, err)
-	}
-	return nil
+	return notify(state)
 }
 
 // Ready tells systemd that start-up, or a reload announced by Reloading,
@@ -82,14 +61,4 @@ func Status(s string) error {
 // reload or shutdown: EXTEND_TIMEOUT_USEC.
 func ExtendTimeout(d time.Duration) error {
 	return Notify("EXTEND_TIMEOUT_USEC=" + strconv.FormatInt(max(d.Microseconds(), 0), 10))
-}
-
-// monotonicUsec returns CLOCK_MONOTONIC in microseconds, the clock
-// systemd compares MONOTONIC_USEC with.
-func monotonicUsec() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0 // not on Linux; systemd is not there either
-	}
-	return ts.Nano() / 1000
 }

@@ -1,0 +1,7 @@
+package dialer
+
+import "syscall"
+
+func getsockoptInt(fd int) (int, error) {
+	return syscall.GetsockoptInt(syscall.Handle(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF)
+}
