@@ -154,11 +154,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sigReopen)
 	o.started(srv.Addrs())
 	var sig os.Signal
 	for sig = range sigs {
-		if sig == syscall.SIGUSR1 {
+		if sig == sigReopen {
 			o.reopen()
 			continue
 		}
@@ -265,13 +265,12 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
 	}
-	// Users files are read by the server; load them here too so that a
-	// bad htpasswd line is caught by check.
-	if cfg.HasUsers() {
-		if _, err := server.New(cfg, nil); err != nil {
-			fmt.Fprintln(stderr, "rustle check:", err)
-			return 1
-		}
+	// Users files, rules and certificates are read by the server; load
+	// them here too so that a bad htpasswd line or key pair is caught by
+	// check.
+	if err := server.Check(cfg); err != nil {
+		fmt.Fprintln(stderr, "rustle check:", err)
+		return 1
 	}
 	name := *file
 	if name == "" {

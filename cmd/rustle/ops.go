@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -88,19 +87,16 @@ func (o *ops) reloaded()  { o.notify(sdnotify.Ready()) }
 
 // reload reads the configuration again with load and swaps it into srv
 // for new connections, between RELOADING and READY notifications. A
-// configuration that does not load or validate, that srv refuses, or
-// that changes a setting read only at start (admin, [access_log],
-// [metrics], log.format) is refused with the reason logged in one line,
+// configuration that does not load or validate, or that srv refuses (a
+// change to a setting read only at start among them, see
+// config.RestartChange), is refused with the reason logged in one line,
 // and cur stays. reload returns the configuration in effect.
 func (o *ops) reload(srv *server.Server, cur *config.Config, load func() (*config.Config, error)) *config.Config {
 	o.reloading()
 	defer o.reloaded()
 	next, err := load()
 	if err == nil {
-		err = startOnly(cur, next)
-	}
-	if err == nil {
-		err = srv.Reload(next)
+		err = srv.Reload(next) // refuses what only a restart applies
 	}
 	if err != nil {
 		o.log.Error("reload refused; the running configuration stays", "err", err)
@@ -113,25 +109,6 @@ func (o *ops) reload(srv *server.Server, cur *config.Config, load func() (*confi
 		debug.SetGCPercent(next.GCPercent)
 	}
 	return next
-}
-
-// startOnly returns an error wrapping server.ErrRestartRequired when next
-// changes a setting of cur that only a restart applies.
-func startOnly(cur, next *config.Config) error {
-	var key string
-	switch {
-	case next.Admin != cur.Admin:
-		key = "admin"
-	case next.AccessLog != cur.AccessLog:
-		key = "[access_log]"
-	case next.Metrics != cur.Metrics:
-		key = "[metrics]"
-	case next.Log.Format != cur.Log.Format:
-		key = "log.format"
-	default:
-		return nil
-	}
-	return fmt.Errorf("%s changed: %w", key, server.ErrRestartRequired)
 }
 
 // setLevel sets level to name ("debug", "info", "warn", "error"); an

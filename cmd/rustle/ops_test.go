@@ -1,9 +1,10 @@
+//go:build linux
+
 package main
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -395,35 +396,5 @@ func TestRunReload(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("rustle did not stop after SIGTERM:\n%s", stderr.String())
-	}
-}
-
-func TestStartOnly(t *testing.T) {
-	for _, tt := range []struct {
-		name   string
-		modify func(c *config.Config)
-		want   string
-	}{
-		{"nothing", func(c *config.Config) {}, ""},
-		{"log level", func(c *config.Config) { c.Log.Level = "debug" }, ""},
-		{"admin", func(c *config.Config) { c.Admin = "127.0.0.1:9" }, "admin changed"},
-		{"access log", func(c *config.Config) { c.AccessLog.Enabled = true }, "[access_log] changed"},
-		{"metrics", func(c *config.Config) { c.Metrics.PerUser = true }, "[metrics] changed"},
-		{"log format", func(c *config.Config) { c.Log.Format = "json" }, "log.format changed"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			cur, next := config.Default(), config.Default()
-			tt.modify(next)
-			err := startOnly(cur, next)
-			if tt.want == "" {
-				if err != nil {
-					t.Errorf("startOnly = %v, want nil", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, server.ErrRestartRequired) {
-				t.Errorf("startOnly = %v, want %q wrapping ErrRestartRequired", err, tt.want)
-			}
-		})
 	}
 }

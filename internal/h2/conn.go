@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -61,19 +62,13 @@ var (
 type conn struct {
 	s          *Server
 	cfg        *Config
-	nc         net.Conn     // the client connection
-	raw        *net.TCPConn // the socket under nc, for readiness waits; nil when unknown
-	certAuth   bool         // a verified TLS client certificate authenticates every stream
-	certUser   string       // the certificate's common name
-	clientAddr netip.Addr
+	sess       *gate.Session // decides each stream's request
+	nc         net.Conn      // the client connection
+	raw        *net.TCPConn  // the socket under nc, for readiness waits; nil when unknown
+	clientAddr netip.Addr    // the client's IP, for Forwarded fields and logs
 	localAddr  netip.AddrPort
-	// clientAddrPort is the client's address and port, for the access log.
-	clientAddrPort netip.AddrPort
 
 	wg sync.WaitGroup // stream workers, pumps and writers
-
-	userMu   sync.Mutex // guards connUser
-	connUser string     // the user the connection is counted for (Limiter.UserConn); "" none
 
 	// Owned by the serving goroutine.
 	rd          reader
@@ -107,10 +102,11 @@ type conn struct {
 	woken      bool               // the reader's read deadline was set to wake it; guarded by mu
 }
 
-func newConn(s *Server, nc net.Conn) *conn {
+func newConn(s *Server, nc net.Conn, sess *gate.Session) *conn {
 	c := &conn{
 		s:          s,
 		cfg:        &s.cfg,
+		sess:       sess,
 		nc:         nc,
 		streams:    make(map[uint32]*stream),
 		sendWindow: defaultWindow,
@@ -335,6 +331,10 @@ func (c *conn) wakeLocked() {
 // then the streams in progress finish.
 func (c *conn) shutdown() {
 	c.mu.Lock()
+	if c.closing { // finish is joining the writers: start none
+		c.mu.Unlock()
+		return
+	}
 	c.goAwayLocked(http2.ErrCodeNo)
 	c.wakeLocked()
 	c.mu.Unlock()
@@ -390,12 +390,6 @@ func (c *conn) finish(linger bool) {
 	}
 	c.nc.Close()
 	c.wg.Wait()
-	if c.connUser != "" {
-		// No stream worker is left to count it: the user is the
-		// connection's until here.
-		c.cfg.Limiter.UserDone(c.connUser)
-		c.connUser = ""
-	}
 	c.rd.discard()
 	c.mu.Lock()
 	c.releaseOutLocked()

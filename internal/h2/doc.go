@@ -13,35 +13,36 @@
 //     SETTINGS_ENABLE_CONNECT_PROTOCOL: translated into an HTTP/1.1
 //     Upgrade handshake with the origin, then a tunnel;
 //   - anything else (a request to the proxy itself, :scheme https) is
-//     answered by rustle with a short error.
+//     answered by rustle with a short error, once authorized like any
+//     other request.
 //
-// Proxy-Authorization is checked per stream: a 407 ends that stream only.
+// Each stream's request is decided by the connection's gate.Session:
+// the proxy-authorization field (or the session's client certificate
+// identity), the user's limits and the access rules, in one
+// Session.Authorize per stream. A refusal ends that stream only:
 //
-// # Limits
+//   - no valid credentials: 407 with the policy's proxy-authenticate
+//     challenge;
+//   - a client address cooling down after too many failed
+//     authentications: 429 with retry-after (whole seconds, rounded up),
+//     and the connection is sent GOAWAY with ENHANCE_YOUR_CALM after that
+//     answer: streams it opens later are refused (REFUSED_STREAM), the
+//     streams in progress, tunnels included, run to their end, then the
+//     connection closes;
+//   - a user with too many connections: 429, and the connection goes on
+//     (the first user of a connection is counted for the connection, any
+//     other user on it for the life of its stream);
+//   - a request an access rule denies: 403.
 //
-// With a Config.Limiter, as in the HTTP/1.1 proxy:
-//
-//   - Wrong credentials (a proxy-authorization field that does not check;
-//     a missing one is just answered 407) are reported to AuthFailed.
-//     While the client's address is cooling down, the stream is answered
-//     429 with Retry-After (whole seconds, rounded up), and the connection
-//     is sent GOAWAY with ENHANCE_YOUR_CALM after that answer: streams it
-//     opens later are refused (REFUSED_STREAM), the streams in progress,
-//     tunnels included, run to their end, then the connection closes.
-//   - The first user admitted on a connection (by credentials or a
-//     verified client certificate) is counted with UserConn for the life
-//     of the connection, and UserDone is called when it ends. A stream of
-//     another user on the same connection is counted for the life of that
-//     stream rather than refused, so that per-user limits hold however
-//     clients share connections. When UserConn refuses, that stream is
-//     answered 429 and the connection goes on.
-//   - A paced user's bytes (Throttle) wait for the user's bucket before
-//     they are written: response bodies and tunnel bytes before they are
-//     sent as DATA, request bodies and tunnel bytes before they are
-//     written upstream (a paced tunnel's client bytes always go through
-//     its pump goroutine, never straight from the reader). Flow-control
-//     credit is returned as bytes are written, so a paced stream slows its
-//     client down without buffering more.
+// A granted stream dials, or takes a pooled upstream, through its
+// gate.Grant, which also learns its status, first byte and payload bytes
+// for the access log and the metrics. A paced user's bytes wait for the
+// user's bucket (Grant.Pace) before they are written: response bodies
+// and tunnel bytes before they are sent as DATA, request bodies and
+// tunnel bytes before they are written upstream (a paced tunnel's client
+// bytes always go through its pump goroutine, never straight from the
+// reader). Flow-control credit is returned as bytes are written, so a
+// paced stream slows its client down without buffering more.
 //
 // # Design
 //
@@ -75,7 +76,7 @@
 // it crypto/tls's, against about 90 KiB with x/net/http2's Server and a
 // CONNECT handler relaying with goroutines.
 //
-// Shutdown (ServeConn's context) sends GOAWAY; streams in progress,
+// Shutdown (the session's context) sends GOAWAY; streams in progress,
 // tunnels included, run on until they end or the server closes the
 // connection.
 package h2

@@ -3,12 +3,10 @@ package h2
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +15,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
-	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // fieldsOf turns "name: value" lines into header fields (a name may
@@ -80,24 +78,6 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
-// FuzzParseAuthority checks that an authority parseAuthority accepts
-// makes a dial address that net.SplitHostPort reads back the same.
-func FuzzParseAuthority(f *testing.F) {
-	for _, s := range []string{"example.com", "example.com:8080", "[::1]:443", "127.0.0.1:0", "[fe80::1%eth0]:1", "a:b:c"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		host, port, ipv6, err := parseAuthority(s, 80)
-		if err != nil {
-			return
-		}
-		h, p, err := net.SplitHostPort(string(appendHostPort(nil, host, port, ipv6)))
-		if err != nil || !strings.EqualFold(h, host) || p != strconv.Itoa(port) {
-			t.Fatalf("%q: host %q port %d, which reads back as %q %q (%v)", s, host, port, h, p, err)
-		}
-	})
-}
-
 // FuzzServeConn feeds arbitrary bytes after the connection preface to a
 // connection, which must neither panic nor outlive its client. Every
 // request is refused by the access policy, so nothing is dialed.
@@ -105,23 +85,20 @@ func FuzzServeConn(f *testing.F) {
 	for _, seed := range serveConnSeeds() {
 		f.Add(seed)
 	}
-	pol, err := acl.New(acl.Config{Default: acl.Deny})
-	if err != nil {
-		f.Fatal(err)
-	}
+	pol := proxytest.NewPolicy(f, proxytest.PolicyConfig{Rules: []acl.Rule{}, Default: acl.Deny, DialTimeout: time.Second})
 	srv := New(Config{
-		Dialer:               dialer.New(dialer.Config{Timeout: time.Second}),
-		Access:               pol,
 		MaxConcurrentStreams: 4,
 		HandshakeTimeout:     2 * time.Second,
 		WriteTimeout:         2 * time.Second,
 	})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		client, server := net.Pipe()
+		sess := proxytest.NewSession(t, pol, server, nil)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			srv.ServeConn(context.Background(), server)
+			defer sess.Close()
+			srv.serveConn(server, sess)
 		}()
 		drained := make(chan struct{})
 		go func() {

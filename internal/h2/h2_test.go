@@ -3,13 +3,18 @@ package h2
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +34,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -48,10 +54,10 @@ func TestMain(m *testing.M) {
 
 // testProxy is an HTTP/2 proxy on a loopback TLS listener.
 type testProxy struct {
-	addr  string
-	roots *x509.CertPool
-	caPEM []byte
-	pool  *dialer.Pool
+	addr   string
+	roots  *x509.CertPool
+	caPEM  []byte
+	policy *gate.Policy
 }
 
 // testCert is a self-signed CA and a server certificate for 127.0.0.1.
@@ -81,15 +87,25 @@ func newTestCert(t testing.TB) *testCert {
 	return &testCert{cert: cert, roots: roots, caPEM: pemCA}
 }
 
-// startProxy serves h2 with cfg (its Dialer set when nil) on a loopback
-// TLS listener made like rustle's https listeners: ALPN h2, TLS over
-// tunnel.RecordConn. The proxy shuts down gracefully at cleanup.
-func startProxy(t testing.TB, cfg Config) *testProxy {
+// startProxy serves h2 with cfg under pol (nil: a policy without
+// users, rules or limits) on a loopback TLS listener made like rustle's
+// https listeners: ALPN h2, TLS over tunnel.RecordConn, and, as
+// internal/server does, a gate.Session per connection that is given the
+// handshake's client certificate and closed when ServeConn returns. The
+// proxy shuts down gracefully at cleanup.
+func startProxy(t testing.TB, cfg Config, pol *gate.Policy) *testProxy {
+	t.Helper()
+	return startProxyTLS(t, cfg, pol, nil)
+}
+
+// startProxyTLS is startProxy with client certificates: the listener
+// verifies those signed by clientCAs, when a client sends one.
+func startProxyTLS(t testing.TB, cfg Config, pol *gate.Policy, clientCAs *x509.CertPool) *testProxy {
 	t.Helper()
 	tc := newTestCert(t)
 	cert, roots := tc.cert, tc.roots
-	if cfg.Dialer == nil {
-		cfg.Dialer = dialer.New(dialer.Config{Timeout: 5 * time.Second})
+	if pol == nil {
+		pol = proxytest.NewPolicy(t, proxytest.PolicyConfig{})
 	}
 	srv := New(cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -97,6 +113,9 @@ func startProxy(t testing.TB, cfg Config) *testProxy {
 		t.Fatal(err)
 	}
 	conf := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+	if clientCAs != nil {
+		conf.ClientCAs, conf.ClientAuth = clientCAs, tls.VerifyClientCertIfGiven
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -120,14 +139,7 @@ func startProxy(t testing.TB, cfg Config) *testProxy {
 					delete(conns, c)
 					mu.Unlock()
 				}()
-				tc := tls.Server(tunnel.RecordConn(c.(*net.TCPConn)), conf)
-				c.SetDeadline(time.Now().Add(5 * time.Second))
-				if err := tc.HandshakeContext(ctx); err != nil {
-					c.Close()
-					return
-				}
-				c.SetDeadline(time.Time{})
-				srv.ServeConn(ctx, tc)
+				serveTestConn(ctx, srv, pol, c.(*net.TCPConn), conf)
 			}()
 		}
 	}()
@@ -147,13 +159,32 @@ func startProxy(t testing.TB, cfg Config) *testProxy {
 			<-done
 		}
 	})
-	return &testProxy{addr: ln.Addr().String(), roots: roots, caPEM: tc.caPEM, pool: cfg.Pool}
+	return &testProxy{addr: ln.Addr().String(), roots: roots, caPEM: tc.caPEM, policy: pol}
 }
 
-// dialTLS opens a TLS connection to the proxy offering h2.
-func (p *testProxy) dialTLS(t testing.TB) *tls.Conn {
+// serveTestConn serves one accepted connection as internal/server does:
+// TLS handshake, a session of pol given the client certificate,
+// ServeConn, and the session closed after it.
+func serveTestConn(ctx context.Context, srv *Server, pol *gate.Policy, c *net.TCPConn, conf *tls.Config) {
+	tc := tls.Server(tunnel.RecordConn(c), conf)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	sess := pol.NewSession(ctx, c.RemoteAddr().(*net.TCPAddr).AddrPort(), nil, nil)
+	defer sess.Close()
+	sess.Attach(tc)
+	sess.SetTLS(tc.ConnectionState())
+	srv.ServeConn(tc, sess)
+}
+
+// dialTLS opens a TLS connection to the proxy offering h2, and the
+// client certificates certs.
+func (p *testProxy) dialTLS(t testing.TB, certs ...tls.Certificate) *tls.Conn {
 	t.Helper()
-	c, err := tls.Dial("tcp", p.addr, &tls.Config{RootCAs: p.roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	c, err := tls.Dial("tcp", p.addr, &tls.Config{RootCAs: p.roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}, Certificates: certs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,10 +197,10 @@ func (p *testProxy) dialTLS(t testing.TB) *tls.Conn {
 // client returns one HTTP/2 client connection to the proxy, made by Go's
 // x/net/http2 Transport. Requests on it are proxy-style: their URL is the
 // origin's (:scheme http and the origin's :authority), or CONNECT.
-func (p *testProxy) client(t testing.TB) *http2.ClientConn {
+func (p *testProxy) client(t testing.TB, certs ...tls.Certificate) *http2.ClientConn {
 	t.Helper()
 	tr := &http2.Transport{AllowHTTP: true}
-	cc, err := tr.NewClientConn(p.dialTLS(t))
+	cc, err := tr.NewClientConn(p.dialTLS(t, certs...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +253,7 @@ func echoOrigin(t testing.TB) *httptest.Server {
 func TestForward(t *testing.T) {
 	o := echoOrigin(t)
 	pool := proxytest.NewPool(t, dialer.PoolConfig{})
-	p := startProxy(t, Config{Pool: pool})
+	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
 	cc := p.client(t)
 	host := strings.TrimPrefix(o.URL, "http://")
 
@@ -285,7 +316,7 @@ func TestForwardLargeBodies(t *testing.T) {
 		w.Write(big)
 	}))
 	t.Cleanup(o.Close)
-	p := startProxy(t, Config{})
+	p := startProxy(t, Config{}, nil)
 	cc := p.client(t)
 	_, body := roundTrip(t, cc, newRequest(t, "GET", o.URL+"/big", nil))
 	if body != string(big) {
@@ -299,7 +330,7 @@ func TestForwardLargeBodies(t *testing.T) {
 
 func TestConnect(t *testing.T) {
 	echo := proxytest.NewEcho(t)
-	p := startProxy(t, Config{})
+	p := startProxy(t, Config{}, nil)
 	cc := p.client(t)
 	pr, pw := io.Pipe()
 	req := newRequest(t, "CONNECT", "", pr)
@@ -337,12 +368,12 @@ func TestConnect(t *testing.T) {
 
 func TestAuthPerStream(t *testing.T) {
 	o := echoOrigin(t)
-	p := startProxy(t, Config{Auth: staticAuth{"Basic " + base64.StdEncoding.EncodeToString([]byte("u:p"))}})
+	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{Users: map[string]string{"u": "p"}}))
 	cc := p.client(t)
 
 	bad := newRequest(t, "GET", o.URL+"/nope", nil)
 	resp, body := roundTrip(t, cc, bad)
-	if resp.StatusCode != 407 || resp.Header.Get("Proxy-Authenticate") != `Basic realm="test"` {
+	if ch := p.policy.Challenge(); resp.StatusCode != 407 || ch == "" || resp.Header.Get("Proxy-Authenticate") != ch {
 		t.Fatalf("without credentials: %d %v %q, want 407 with a challenge", resp.StatusCode, resp.Header, body)
 	}
 	good := newRequest(t, "GET", o.URL+"/yes", nil)
@@ -369,14 +400,8 @@ func TestAuthPerStream(t *testing.T) {
 	}
 }
 
-// staticAuth accepts one Proxy-Authorization value.
-type staticAuth struct{ value string }
-
-func (a staticAuth) Check(v []byte) (string, bool) { return "u", string(v) == a.value }
-func (a staticAuth) Challenge() string             { return `Basic realm="test"` }
-
 func TestLocalAnswers(t *testing.T) {
-	p := startProxy(t, Config{})
+	p := startProxy(t, Config{}, nil)
 	cc := p.client(t)
 	tests := []struct {
 		name string
@@ -415,7 +440,7 @@ func TestWebSocket(t *testing.T) {
 		}
 	}))
 	t.Cleanup(o.Close)
-	p := startProxy(t, Config{})
+	p := startProxy(t, Config{}, nil)
 	cc := p.client(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
@@ -539,7 +564,7 @@ func (rc *rawClient) next() http2.Frame {
 
 func TestRefusedStream(t *testing.T) {
 	echo := proxytest.NewEcho(t)
-	p := startProxy(t, Config{MaxConcurrentStreams: 2})
+	p := startProxy(t, Config{MaxConcurrentStreams: 2}, nil)
 	rc := p.raw(t)
 	// Two tunnels stay open; the third stream is refused, and once one
 	// tunnel is reset a new stream is accepted.
@@ -605,7 +630,7 @@ func TestSlowStreamDoesNotStallOthers(t *testing.T) {
 		w.Write(bytes.Repeat([]byte("z"), 4<<20))
 	}))
 	t.Cleanup(flood.Close)
-	p := startProxy(t, Config{InitialStreamWindow: 65535, InitialConnWindow: 256 << 10})
+	p := startProxy(t, Config{InitialStreamWindow: 65535, InitialConnWindow: 256 << 10}, nil)
 	cc := p.client(t)
 
 	// Stream 1: a big download nobody reads.
@@ -652,7 +677,8 @@ func TestSlowStreamDoesNotStallOthers(t *testing.T) {
 func TestShutdownSendsGoAway(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 	cert := newTestCert(t).cert
-	srv := New(Config{Dialer: dialer.New(dialer.Config{})})
+	srv := New(Config{})
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -667,12 +693,7 @@ func TestShutdownSendsGoAway(t *testing.T) {
 		if err != nil {
 			return
 		}
-		tc := tls.Server(tunnel.RecordConn(c.(*net.TCPConn)), &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
-		if tc.Handshake() != nil {
-			c.Close()
-			return
-		}
-		srv.ServeConn(ctx, tc)
+		serveTestConn(ctx, srv, pol, c.(*net.TCPConn), &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
 	}()
 	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 	if err != nil {
@@ -723,17 +744,13 @@ func TestAccessPolicy(t *testing.T) {
 	o := echoOrigin(t)
 	echo := proxytest.NewEcho(t)
 	_, echoPort, _ := net.SplitHostPort(echo.Addr)
-	pol, err := acl.New(acl.Config{
+	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Default: acl.Allow,
 		Rules: []acl.Rule{
 			{Name: "no-connect-to-echo", Action: acl.Deny, Ports: []string{echoPort}, Protocols: []string{"connect"}},
 			{Name: "no-secret", Action: acl.Deny, Methods: []string{"DELETE"}},
 		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startProxy(t, Config{Access: pol})
+	}))
 	cc := p.client(t)
 	resp, _ := roundTrip(t, cc, newRequest(t, "DELETE", o.URL+"/x", nil))
 	if resp.StatusCode != 403 {
@@ -761,7 +778,7 @@ func TestTrailers(t *testing.T) {
 		w.Header().Set("X-Resp-Trailer", "from origin")
 	}))
 	t.Cleanup(o.Close)
-	p := startProxy(t, Config{})
+	p := startProxy(t, Config{}, nil)
 	cc := p.client(t)
 	req := newRequest(t, "POST", o.URL+"/t", io.MultiReader(strings.NewReader("abc")))
 	req.ContentLength = -1
@@ -776,7 +793,7 @@ func TestTrailers(t *testing.T) {
 }
 
 func TestHeaderListTooLarge(t *testing.T) {
-	p := startProxy(t, Config{MaxHeaderListSize: 1024})
+	p := startProxy(t, Config{MaxHeaderListSize: 1024}, nil)
 	rc := p.raw(t)
 	big := strings.Repeat("b", 500) // each field fits; together they do not
 	rc.headers(1, true, ":method", "GET", ":scheme", "http", ":authority", "example.test", ":path", "/",
@@ -788,7 +805,7 @@ func TestHeaderListTooLarge(t *testing.T) {
 }
 
 func TestIdleConnectionClosed(t *testing.T) {
-	p := startProxy(t, Config{IdleTimeout: 200 * time.Millisecond})
+	p := startProxy(t, Config{IdleTimeout: 200 * time.Millisecond}, nil)
 	rc := p.raw(t)
 	g, ok := rc.next().(*http2.GoAwayFrame)
 	if !ok || g.ErrCode != http2.ErrCodeNo {
@@ -817,7 +834,7 @@ func TestResetClosesUpstream(t *testing.T) {
 		_, err = io.Copy(io.Discard, c)
 		closed <- err
 	}()
-	p := startProxy(t, Config{})
+	p := startProxy(t, Config{}, nil)
 	rc := p.raw(t)
 	rc.headers(1, false, ":method", "CONNECT", ":authority", ln.Addr().String())
 	if h, ok := rc.next().(*http2.MetaHeadersFrame); !ok || h.PseudoValue("status") != "200" {
@@ -853,7 +870,7 @@ func TestWebSocketRefused(t *testing.T) {
 		http.Error(w, "no sockets here", http.StatusForbidden)
 	}))
 	t.Cleanup(o.Close)
-	p := startProxy(t, Config{})
+	p := startProxy(t, Config{}, nil)
 	cc := p.client(t)
 	req := newRequest(t, "CONNECT", o.URL+"/ws", nil)
 	req.Header.Set(":protocol", "websocket")
@@ -866,7 +883,7 @@ func TestWebSocketRefused(t *testing.T) {
 
 func TestViaAndForwarded(t *testing.T) {
 	o := echoOrigin(t)
-	p := startProxy(t, Config{Via: true, Forwarded: ForwardedXFF})
+	p := startProxy(t, Config{Via: true, Forwarded: ForwardedXFF}, nil)
 	cc := p.client(t)
 	req := newRequest(t, "GET", o.URL+"/v", nil)
 	req.Header.Set("X-Forwarded-For", "192.0.2.7")
@@ -937,18 +954,13 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	m := metrics.New(metrics.Config{PerUser: true, MaxUsers: 10})
 	o := echoOrigin(t)
 	echo := proxytest.NewEcho(t)
-	pol, err := acl.New(acl.Config{
-		Default: acl.Allow,
-		Rules:   []acl.Rule{{Name: "no-delete", Action: acl.Deny, Methods: []string{"DELETE"}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds := "Basic " + base64.StdEncoding.EncodeToString([]byte("u:p"))
-	p := startProxy(t, Config{
-		Auth: staticAuth{creds}, Access: pol,
+	creds := basic("u")
+	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:    map[string]string{"u": "pw"},
+		Default:  acl.Allow,
+		Rules:    []acl.Rule{{Name: "no-delete", Action: acl.Deny, Methods: []string{"DELETE"}}},
 		Listener: "tls", Metrics: m.Listener("tls", "https"), UserMetrics: m.User, AccessLog: al,
-	})
+	}))
 	cc := p.client(t)
 
 	get := newRequest(t, "GET", o.URL+"/a?b=1", nil)
@@ -1041,7 +1053,7 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		{"rustle_acl_denials_total", 1},
 		{"rustle_upstream_dial_duration_seconds", 2}, // the GET's and the CONNECT's
 		{"rustle_upstream_first_byte_seconds", 1},
-		{"rustle_user_requests_total", 2}, // the GET and the DELETE; the tunnel counts bytes
+		{"rustle_user_requests_total", 3}, // the GET, the DELETE and the tunnel
 	} {
 		if got := counterSum(t, m, c.name); got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, got, c.want)
@@ -1052,88 +1064,24 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	}
 }
 
-// fakeLimiter is a Limiter: the cool-down starts after failOK failed
-// authentications, and each user may hold maxConns counts.
-type fakeLimiter struct {
-	failOK   int
-	cool     time.Duration
-	maxConns int
-	bucket   *limits.Bucket // every user's; nil = not paced
-	done     chan string    // each UserDone's user
-
-	mu       sync.Mutex
-	failures int            // guarded by mu
-	conns    map[string]int // guarded by mu
-}
-
-func newFakeLimiter(failOK int, cool time.Duration, maxConns int) *fakeLimiter {
-	return &fakeLimiter{failOK: failOK, cool: cool, maxConns: maxConns, done: make(chan string, 64), conns: map[string]int{}}
-}
-
-func (l *fakeLimiter) AuthFailed(netip.Addr) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.failures++
-	if l.failures > l.failOK {
-		return l.cool
-	}
-	return 0
-}
-
-func (l *fakeLimiter) UserConn(user string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.conns[user] >= l.maxConns {
+// userFree reports whether user may be counted once more by lim: with
+// MaxConnsPerUser 1, whether no connection or stream holds a count for
+// it. It is asked while no request is in flight.
+func userFree(lim *limits.Limiter, user string) bool {
+	if !lim.UserConn(user) {
 		return false
 	}
-	l.conns[user]++
+	lim.UserDone(user)
 	return true
 }
 
-func (l *fakeLimiter) UserDone(user string) {
-	l.mu.Lock()
-	l.conns[user]--
-	l.mu.Unlock()
-	l.done <- user
-}
-
-func (l *fakeLimiter) Throttle(string) *limits.Bucket { return l.bucket }
-
-func (l *fakeLimiter) count(user string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.conns[user]
-}
-
-// waitDone waits for UserDone(user).
-func (l *fakeLimiter) waitDone(t *testing.T, user string) {
+// waitFree waits until user's counts are all given back.
+func waitFree(t *testing.T, lim *limits.Limiter, user string) {
 	t.Helper()
-	select {
-	case got := <-l.done:
-		if got != user {
-			t.Fatalf("UserDone(%q), want UserDone(%q)", got, user)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("no UserDone(%q)", user)
-	}
+	proxytest.WaitFor(t, user+"'s connection count given back", func() bool { return userFree(lim, user) })
 }
 
-// noDone checks that no UserDone is pending.
-func (l *fakeLimiter) noDone(t *testing.T) {
-	t.Helper()
-	select {
-	case got := <-l.done:
-		t.Fatalf("unexpected UserDone(%q)", got)
-	default:
-	}
-}
-
-// usersAuth maps Proxy-Authorization values to users.
-type usersAuth map[string]string
-
-func (a usersAuth) Check(v []byte) (string, bool) { u, ok := a[string(v)]; return u, ok }
-func (a usersAuth) Challenge() string             { return `Basic realm="test"` }
-
+// basic returns the Proxy-Authorization value of user with password "pw".
 func basic(user string) string {
 	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":pw"))
 }
@@ -1142,8 +1090,11 @@ func TestLimiterAuthCoolDown(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 	o := echoOrigin(t)
 	host := strings.TrimPrefix(o.URL, "http://")
-	lim := newFakeLimiter(2, 1500*time.Millisecond, 10)
-	p := startProxy(t, Config{Auth: usersAuth{basic("u"): "u"}, Limiter: lim})
+	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:  map[string]string{"u": "pw"},
+		Limits: &limits.Config{AuthFailures: 3, AuthCooldown: 1500 * time.Millisecond, MaxConnsPerUser: 1},
+	}))
+	lim := p.policy.Limiter
 	rc := p.raw(t)
 	// A tunnel is open before the cool-down starts, and outlives it.
 	rc.headers(1, false, ":method", "CONNECT", ":authority", echo.Addr, "proxy-authorization", basic("u"))
@@ -1181,6 +1132,9 @@ func TestLimiterAuthCoolDown(t *testing.T) {
 			t.Fatalf("failure on stream %d: %s, GOAWAY %v; want 407 and no GOAWAY", id, h.PseudoValue("status"), g)
 		}
 	}
+	if d := lim.CoolingDown(netip.MustParseAddr("127.0.0.1")); d != 0 {
+		t.Fatalf("cooling down after two failures (%v); the missing credentials counted", d)
+	}
 	get(9, "proxy-authorization", basic("bad"))
 	h, g := answer(9)
 	if s, ra := h.PseudoValue("status"), fieldValue(h, "retry-after"); s != "429" || ra != "2" {
@@ -1193,11 +1147,8 @@ func TestLimiterAuthCoolDown(t *testing.T) {
 	if g.ErrCode != http2.ErrCodeEnhanceYourCalm || g.LastStreamID != 9 {
 		t.Fatalf("GOAWAY %v, last stream %d; want ENHANCE_YOUR_CALM, 9", g.ErrCode, g.LastStreamID)
 	}
-	lim.mu.Lock()
-	n := lim.failures
-	lim.mu.Unlock()
-	if n != 3 {
-		t.Fatalf("AuthFailed called %d times, want 3", n)
+	if d := lim.CoolingDown(netip.MustParseAddr("127.0.0.1")); d <= 0 {
+		t.Fatal("the client is not cooling down after three failures")
 	}
 	// The tunnel still works; once it ends, the connection closes.
 	rc.fr.WriteData(1, false, []byte("still"))
@@ -1209,6 +1160,9 @@ func TestLimiterAuthCoolDown(t *testing.T) {
 			break
 		}
 	}
+	if userFree(lim, "u") {
+		t.Fatal("u is not counted while its tunnel's connection is open")
+	}
 	rc.fr.WriteData(1, true, nil)
 	for {
 		rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -1219,7 +1173,7 @@ func TestLimiterAuthCoolDown(t *testing.T) {
 			break
 		}
 	}
-	lim.waitDone(t, "u")
+	waitFree(t, lim, "u")
 }
 
 // fieldValue returns the value of h's field name.
@@ -1235,8 +1189,18 @@ func fieldValue(h *http2.MetaHeadersFrame, name string) string {
 func TestLimiterUserConns(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 	o := echoOrigin(t)
-	lim := newFakeLimiter(0, 0, 1)
-	p := startProxy(t, Config{Auth: usersAuth{basic("u"): "u", basic("v"): "v"}, Limiter: lim})
+	var log lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:     map[string]string{"u": "pw", "v": "pw"},
+		Limits:    &limits.Config{MaxConnsPerUser: 1},
+		AccessLog: al,
+	}))
+	lim := p.policy.Limiter
 	get := func(cc *http2.ClientConn, user string) int {
 		t.Helper()
 		req := newRequest(t, "GET", o.URL+"/", nil)
@@ -1253,13 +1217,12 @@ func TestLimiterUserConns(t *testing.T) {
 	if s := get(cc1, "v"); s != 200 {
 		t.Fatalf("v on cc1: %d", s)
 	}
-	lim.waitDone(t, "v")
+	waitFree(t, lim, "v")
 	if s := get(cc1, "u"); s != 200 {
 		t.Fatalf("u again on cc1: %d", s)
 	}
-	lim.noDone(t)
-	if n := lim.count("u"); n != 1 {
-		t.Fatalf("u counted %d times, want 1", n)
+	if userFree(lim, "u") {
+		t.Fatal("u is not counted for cc1")
 	}
 	// u is at its limit on another connection.
 	if s := get(cc2, "u"); s != 429 {
@@ -1281,33 +1244,37 @@ func TestLimiterUserConns(t *testing.T) {
 	// Closing cc1 ends u's count; u may then use cc2, counted for the
 	// stream.
 	cc1.Close()
-	lim.waitDone(t, "u")
+	waitFree(t, lim, "u")
 	if s := get(cc2, "u"); s != 200 {
 		t.Fatalf("u on cc2 after cc1 closed: %d", s)
 	}
-	lim.waitDone(t, "u")
+	waitFree(t, lim, "u")
 	// The tunnel's end does not end v's count: the connection's does.
 	pw.Close()
 	if _, err := io.ReadAll(resp.Body); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
-	lim.noDone(t)
-	cc2.Close()
-	lim.waitDone(t, "v")
-	if u, v := lim.count("u"), lim.count("v"); u != 0 || v != 0 {
-		t.Fatalf("counts left: u %d, v %d", u, v)
+	proxytest.WaitFor(t, "the tunnel's access log record", func() bool {
+		return strings.Contains(log.String(), `"method":"CONNECT"`)
+	})
+	if userFree(lim, "v") {
+		t.Fatal("v's count ended with its tunnel, not with its connection")
 	}
+	cc2.Close()
+	waitFree(t, lim, "v")
+	waitFree(t, lim, "u")
 }
 
 func TestLimiterThrottle(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 	o := echoOrigin(t)
-	lim := newFakeLimiter(0, 0, 10)
 	// Refilling at 1 byte/s, the bucket keeps count of the bytes taken.
 	const burst = 1 << 30
-	lim.bucket = limits.NewBucket(1, burst)
-	p := startProxy(t, Config{Auth: usersAuth{basic("u"): "u"}, Limiter: lim})
+	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:  map[string]string{"u": "pw"},
+		Limits: &limits.Config{UserBytesPerSecond: 1, UserBytesBurst: burst},
+	}))
+	bucket := p.policy.Limiter.Throttle("u")
 	cc := p.client(t)
 	body := bytes.Repeat([]byte("b"), 100<<10)
 	req := newRequest(t, "POST", o.URL+"/", bytes.NewReader(body))
@@ -1336,7 +1303,142 @@ func TestLimiterThrottle(t *testing.T) {
 	// Four bodies' worth went through: the POST's both ways and the
 	// tunnel's both ways. Taking what is left beyond three and a half
 	// of them must be a debt.
-	if d := lim.bucket.Take(burst - 3*len(body) - len(body)/2); d <= 0 {
+	if d := bucket.Take(burst - 3*len(body) - len(body)/2); d <= 0 {
 		t.Fatal("the bucket was not drawn from for each direction")
+	}
+}
+
+// clientCerts is a CA that signs client certificates.
+type clientCerts struct {
+	pool *x509.CertPool
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newClientCA(t testing.TB) *clientCerts {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "test client CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &clientCerts{pool: pool, cert: cert, key: key}
+}
+
+// issue returns a client certificate the CA signed for subject.
+func (ca *clientCerts) issue(t testing.TB, serial int64, subject pkix.Name) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial),
+		Subject:      subject,
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// TestClientCertificate checks that a verified client certificate names
+// the user of every stream of its connection, and that one without a
+// common name names nobody: its streams need credentials like any other
+// (rustle authenticated them as user "" before).
+func TestClientCertificate(t *testing.T) {
+	o := echoOrigin(t)
+	echo := proxytest.NewEcho(t)
+	ca := newClientCA(t)
+	var log lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	p := startProxyTLS(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:     map[string]string{"alice": "pw", "u": "pw"},
+		AccessLog: al,
+	}), ca.pool)
+	tests := []struct {
+		name  string
+		certs []tls.Certificate
+		auth  string // proxy-authorization; "" = none
+		want  int
+		user  string // the user the access log names
+	}{
+		{name: "common name", certs: []tls.Certificate{ca.issue(t, 2, pkix.Name{CommonName: "alice"})}, want: 200, user: "alice"},
+		{name: "common name, other credentials ignored", certs: []tls.Certificate{ca.issue(t, 3, pkix.Name{CommonName: "alice"})},
+			auth: basic("u"), want: 200, user: "alice"},
+		{name: "no common name", certs: []tls.Certificate{ca.issue(t, 4, pkix.Name{Organization: []string{"no one"}})}, want: 407},
+		{name: "no common name, credentials", certs: []tls.Certificate{ca.issue(t, 5, pkix.Name{Organization: []string{"no one"}})},
+			auth: basic("u"), want: 200, user: "u"},
+		{name: "no certificate", want: 407},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cc := p.client(t, tt.certs...)
+			path := fmt.Sprintf("/cert%d", i)
+			req := newRequest(t, "GET", o.URL+path, nil)
+			if tt.auth != "" {
+				req.Header.Set("Proxy-Authorization", tt.auth)
+			}
+			resp, body := roundTrip(t, cc, req)
+			if resp.StatusCode != tt.want {
+				t.Fatalf("GET: %d %q, want %d", resp.StatusCode, body, tt.want)
+			}
+			// A tunnel on the same connection is decided the same way.
+			creq := newRequest(t, "CONNECT", "", nil)
+			creq.URL, creq.Host = &url.URL{Host: echo.Addr}, echo.Addr
+			if tt.auth != "" {
+				creq.Header.Set("Proxy-Authorization", tt.auth)
+			}
+			cresp, err := cc.RoundTrip(creq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cresp.Body.Close()
+			if cresp.StatusCode != tt.want {
+				t.Fatalf("CONNECT: %d, want %d", cresp.StatusCode, tt.want)
+			}
+			var rec struct {
+				User   string `json:"user"`
+				Status int    `json:"status"`
+			}
+			proxytest.WaitFor(t, "the GET's access log record", func() bool {
+				for _, line := range strings.Split(log.String(), "\n") {
+					if strings.Contains(line, path+`"`) {
+						return json.Unmarshal([]byte(line), &rec) == nil
+					}
+				}
+				return false
+			})
+			if rec.User != tt.user || rec.Status != tt.want {
+				t.Errorf("access log: user %q status %d, want %q %d", rec.User, rec.Status, tt.user, tt.want)
+			}
+		})
 	}
 }

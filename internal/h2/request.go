@@ -1,11 +1,11 @@
 package h2
 
 import (
-	"errors"
 	"net/netip"
 	"strconv"
 	"strings"
 
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
 )
@@ -282,86 +282,17 @@ func parseContentLength(s string) (int64, bool) {
 	return n, true
 }
 
-var errAuthority = errors.New("h2: invalid authority")
-
-// parseAuthority splits an authority (host[:port], an IPv6 host in
-// brackets) into a bare host and a port. defPort is used when the port is
-// absent; 0 means a port is required. The host must be a registered name
-// (letters, digits, '-', '.', '_') or an IP literal.
+// parseAuthority splits an authority with the parser every front-end
+// shares (gate.ParseAuthority).
 func parseAuthority(s string, defPort int) (host string, port int, ipv6 bool, err error) {
-	if s == "" || len(s) > 300 {
-		return "", 0, false, errAuthority
-	}
-	rest := ""
-	if s[0] == '[' {
-		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return "", 0, false, errAuthority
-		}
-		host, rest = s[1:end], s[end+1:]
-		a, perr := netip.ParseAddr(host)
-		if perr != nil || !a.Is6() || a.Zone() != "" {
-			return "", 0, false, errAuthority
-		}
-		ipv6 = true
-	} else {
-		host = s
-		if i := strings.LastIndexByte(s, ':'); i >= 0 {
-			host, rest = s[:i], s[i:]
-		}
-		if host == "" {
-			return "", 0, false, errAuthority
-		}
-		for i := 0; i < len(host); i++ {
-			c := host[i]
-			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_') {
-				return "", 0, false, errAuthority
-			}
-		}
-	}
-	switch {
-	case rest == "":
-		if defPort == 0 {
-			return "", 0, false, errAuthority
-		}
-		port = defPort
-	case rest[0] != ':' || len(rest) < 2 || len(rest) > 6:
-		return "", 0, false, errAuthority
-	default:
-		for i := 1; i < len(rest); i++ {
-			c := rest[i]
-			if c < '0' || c > '9' {
-				return "", 0, false, errAuthority
-			}
-			port = port*10 + int(c-'0')
-		}
-		if port == 0 || port > 65535 {
-			return "", 0, false, errAuthority
-		}
-	}
-	return host, port, ipv6, nil
+	return gate.ParseAuthority(s, defPort)
 }
 
-// appendHostPort appends the dial address and pool key of a target:
-// host in lower case (an IPv6 literal in brackets), ':', port. It matches
-// the HTTP/1.1 proxy's pool keys, so that both share upstream
-// connections.
+// appendHostPort appends the dial address and pool key of a target
+// (gate.AppendHostPort), the same keys as the HTTP/1.1 proxy's, so that
+// both share upstream connections.
 func appendHostPort(dst []byte, host string, port int, ipv6 bool) []byte {
-	if ipv6 {
-		dst = append(dst, '[')
-	}
-	for i := 0; i < len(host); i++ {
-		c := host[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		dst = append(dst, c)
-	}
-	if ipv6 {
-		dst = append(dst, ']')
-	}
-	dst = append(dst, ':')
-	return strconv.AppendInt(dst, int64(port), 10)
+	return gate.AppendHostPort(dst, host, port, ipv6)
 }
 
 // headOptions are the additions the configuration asks for in forwarded

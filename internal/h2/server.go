@@ -1,57 +1,15 @@
 package h2
 
 import (
-	"context"
 	"crypto/tls"
 	"log/slog"
 	"net"
 	"net/netip"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
-	"github.com/rustle-proxy/rustle/internal/acl"
-	"github.com/rustle-proxy/rustle/internal/dialer"
-	"github.com/rustle-proxy/rustle/internal/limits"
-	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
-
-// Authenticator checks Proxy-Authorization values; *auth.Authenticator
-// implements it (and so does anything that implements
-// httpproxy.Authenticator).
-type Authenticator interface {
-	// Check returns the user and true when value holds valid credentials.
-	Check(value []byte) (user string, ok bool)
-	// Challenge returns the Proxy-Authenticate value of a 407 answer.
-	Challenge() string
-}
-
-// Access decides whether a request may proceed; *acl.Policy implements
-// it (and so does anything that implements httpproxy.Access).
-type Access interface {
-	// Decide decides r; see acl.Policy.Decide.
-	Decide(r acl.Request) acl.Decision
-}
-
-// Limiter enforces the limits that depend on who a stream's client is:
-// failed authentications, connections per user and users' byte rates.
-// *limits.Limiter implements it (and so does anything that implements
-// httpproxy.Limiter).
-type Limiter interface {
-	// AuthFailed records wrong credentials from client and returns the
-	// cool-down left, when positive: the stream is answered 429 with
-	// Retry-After and the connection sent GOAWAY.
-	AuthFailed(client netip.Addr) time.Duration
-	// UserConn counts a connection (or a stream; see the package
-	// documentation) as user's; false refuses the stream (429). Each
-	// true is matched by one UserDone.
-	UserConn(user string) bool
-	// UserDone ends a count UserConn made.
-	UserDone(user string)
-	// Throttle returns user's byte bucket, or nil when user's bytes are
-	// not paced.
-	Throttle(user string) *limits.Bucket
-}
 
 // Forwarded modes: which client-address header forwarded requests carry
 // (the same values as the HTTP/1.1 proxy's).
@@ -69,24 +27,10 @@ const (
 	defaultWindow = 65535 // the initial window of every stream and connection
 )
 
-// Config configures a Server.
+// Config configures a Server: the HTTP/2 wire settings and what forwarded
+// requests carry. Who may send what, the upstreams and the observation of
+// requests are the gate.Policy of each connection's session.
 type Config struct {
-	// Dialer dials origins and tunnel targets; required.
-	Dialer *dialer.Dialer
-	// Pool keeps idle upstream connections, shared with the HTTP/1.1
-	// proxy; nil = no upstream keep-alive.
-	Pool *dialer.Pool
-	// Auth checks each stream's proxy-authorization field; nil = no
-	// authentication. A connection whose TLS client certificate was
-	// verified needs none.
-	Auth Authenticator
-	// Access decides each stream's request (forwarded HTTP, CONNECT,
-	// WebSocket) before it is dialed, and each address it resolves to;
-	// refusals are answered 403. nil allows every request.
-	Access Access
-	// Limiter enforces the authentication cool-down, connections per
-	// user and users' byte rates; nil = none.
-	Limiter Limiter
 	// Forwarded is ForwardedNone (or ""), ForwardedRFC or ForwardedXFF.
 	Forwarded string
 	// Via adds "Via: 2 rustle" to forwarded requests (they came over
@@ -132,27 +76,14 @@ type Config struct {
 	TunnelIdleTimeout time.Duration
 	// Logger receives connection-level events; nil = discard.
 	Logger *slog.Logger
-
-	// Listener names the listener in access log records; "" = none.
-	Listener string
-	// Metrics counts the streams' requests, bytes, tunnels, refusals and
-	// dials; nil = none.
-	Metrics *metrics.ListenerMetrics
-	// UserMetrics returns an authenticated user's series, nil when there
-	// are none; a nil func = no per-user series.
-	UserMetrics func(user string) *metrics.UserMetrics
-	// AccessLog receives one record per stream: a forwarded request when
-	// its answer is over, a tunnel when it ends; nil = none.
-	AccessLog *accesslog.Logger
 }
 
 // Server serves HTTP/2 proxy connections. It is safe for concurrent use
 // by many connections.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	start   time.Time // the origin of tunnels' activity clocks
-	observe bool      // Metrics or AccessLog is set
+	cfg   Config
+	log   *slog.Logger
+	start time.Time // the origin of tunnels' activity clocks
 }
 
 // New returns a Server for cfg, with its zero values replaced by their
@@ -189,7 +120,7 @@ func New(cfg Config) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: log, start: time.Now(), observe: cfg.Metrics != nil || cfg.AccessLog != nil}
+	return &Server{cfg: cfg, log: log, start: time.Now()}
 }
 
 func clampWindow(v, def uint32) uint32 {
@@ -211,36 +142,32 @@ func setDuration(d *time.Duration, def time.Duration) {
 }
 
 // ServeConn serves one HTTP/2 connection until the client closes it, a
-// connection error ends it, or ctx is done: then it sends GOAWAY, lets
-// the streams in progress (tunnels included) finish, and closes. It
-// returns when the connection and every goroutine it started are done.
-// ServeConn owns c and closes it.
+// connection error ends it, or the session's context is done: then it
+// sends GOAWAY, lets the streams in progress (tunnels included) finish,
+// and closes. It returns when the connection and every goroutine it
+// started are done. ServeConn owns c and closes it; sess, whose policy
+// decides each stream, stays the caller's to close.
 //
-// c is the client connection after its TLS handshake negotiated "h2"
-// (any net.Conn speaking HTTP/2 with prior knowledge works too). When c
-// is a *tls.Conn made over tunnel.RecordConn, an idle connection waits on
-// socket readiness and holds no read buffer.
-func (s *Server) ServeConn(ctx context.Context, c net.Conn) {
-	s.ServeConnFrom(ctx, c, netip.AddrPort{})
+// c is the client connection after its TLS handshake negotiated "h2";
+// the caller has given sess the handshake's client certificate
+// (Session.SetTLS): ServeConn does not read it. When c is made over
+// tunnel.RecordConn, an idle connection waits on socket readiness and
+// holds no read buffer.
+func (s *Server) ServeConn(c *tls.Conn, sess *gate.Session) {
+	s.serveConn(c, sess)
 }
 
-// ServeConnFrom is ServeConn for a client whose address is not c's peer:
-// the one a PROXY protocol header gave, used for the access policy, the
-// Forwarded and X-Forwarded-For fields, logs and the access log. An
-// invalid client means c's peer.
-func (s *Server) ServeConnFrom(ctx context.Context, c net.Conn, client netip.AddrPort) {
-	cn := newConn(s, c)
+// serveConn is ServeConn for any net.Conn speaking HTTP/2 with prior
+// knowledge (the fuzz tests serve a net.Pipe).
+func (s *Server) serveConn(nc net.Conn, sess *gate.Session) {
+	cn := newConn(s, nc, sess)
 	cn.inspect()
-	if client.IsValid() {
-		cn.clientAddrPort, cn.clientAddr = client, client.Addr().Unmap()
-	}
 	// The connection's reader runs on this goroutine: kept shallow, its
 	// stack shrinks to 4 KiB while the connection is idle.
-	cn.serve(ctx)
+	cn.serve(sess.Context())
 }
 
-// inspect notes what the connection is: its socket, addresses and TLS
-// client certificate.
+// inspect notes what the connection is: its socket and addresses.
 //
 //go:noinline
 func (c *conn) inspect() {
@@ -248,17 +175,10 @@ func (c *conn) inspect() {
 		if raw, ok := tunnel.RawTCP(tc); ok {
 			c.raw = raw
 		}
-		if cs := tc.ConnectionState(); len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
-			c.certAuth = true
-			c.certUser = cs.VerifiedChains[0][0].Subject.CommonName
-		}
 	} else if tcp, ok := c.nc.(*net.TCPConn); ok {
 		c.raw = tcp
 	}
-	if a, ok := c.nc.RemoteAddr().(*net.TCPAddr); ok {
-		c.clientAddrPort = a.AddrPort()
-		c.clientAddr = c.clientAddrPort.Addr().Unmap()
-	}
+	c.clientAddr = c.sess.ClientIP()
 	if a, ok := c.nc.LocalAddr().(*net.TCPAddr); ok {
 		c.localAddr = netip.AddrPortFrom(a.AddrPort().Addr().Unmap(), a.AddrPort().Port())
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,12 +12,10 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
-	"golang.org/x/sys/unix"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
-	"github.com/rustle-proxy/rustle/internal/limits"
-	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/gate"
 )
 
 // errStreamGone is what a stream's goroutines get when the stream was
@@ -54,17 +51,21 @@ type stream struct {
 	upShut      bool // up's write half is shut down
 	cancel      context.CancelFunc
 	paceStop    context.CancelFunc // ends paceCtx; nil when the stream's bytes are not paced
+	upBytes     int64              // the client's bytes written upstream (body or tunnel)
 
-	// Set by the worker (throttle and paceCtx with c.mu held) before it
+	// Set by the worker (paced and paceCtx with c.mu held) before it
 	// starts other goroutines for the stream; read-only after.
-	limUser  string          // a user other than the connection's, counted for this stream (Limiter.UserConn); "" none
-	throttle *limits.Bucket  // the user's byte bucket; nil = not paced
-	paceCtx  context.Context // done when the stream is reset or over; set with throttle
+	paced   bool            // the user's bytes wait on its byte bucket (grant.Pace)
+	paceCtx context.Context // done when the stream is reset or over; set with paced
 
-	got  int64        // DATA payload bytes received; owned by the reader
-	obs  *observation // what the metrics and access log learn; nil when neither is on
-	upw  rawWriter    // non-blocking writes to up; used by the reader while !pumping
-	last atomic.Int64 // when a tunnel byte last moved, in ns since start
+	// grant is the stream's passage through the session's policy, used by
+	// the worker; its Pace is called by the stream's other goroutines too
+	// (it only reads the bucket Authorize set).
+	grant     gate.Grant
+	downBytes int64        // response body or tunnel bytes sent to the client; owned by the worker
+	got       int64        // DATA payload bytes received; owned by the reader
+	upw       rawWriter    // non-blocking writes to up; used by the reader while !pumping
+	last      atomic.Int64 // when a tunnel byte last moved, in ns since start
 }
 
 func (c *conn) newStreamLocked(id uint32, req request) *stream {
@@ -76,18 +77,26 @@ func (c *conn) newStreamLocked(id uint32, req request) *stream {
 		recvWindow: int64(c.cfg.InitialStreamWindow),
 	}
 	s.cond.L = &c.mu
-	if c.s.observe {
-		s.obs = &observation{start: time.Now()}
-	}
 	return s
 }
 
 // run is the stream's worker goroutine.
 func (s *stream) run() {
 	if !s.serve() {
-		s.report()
+		s.finish()
 		s.exit()
 	}
+}
+
+// finish reports the stream's request, or its tunnel, as over: its
+// payload bytes each way go to the grant, which logs and counts it and
+// ends its hold on the user's connection count.
+func (s *stream) finish() {
+	c := s.c
+	c.mu.Lock()
+	up := s.upBytes
+	c.mu.Unlock()
+	s.grant.Finish(up, s.downBytes)
 }
 
 // exit ends the stream's worker.
@@ -106,9 +115,6 @@ func (s *stream) exit() {
 		s.paceStop()
 	}
 	c.mu.Unlock()
-	if s.limUser != "" {
-		c.cfg.Limiter.UserDone(s.limUser)
-	}
 	c.wg.Done()
 }
 
@@ -117,110 +123,91 @@ func (s *stream) exit() {
 func (s *stream) serve() bool {
 	c := s.c
 	r := &s.req
-	user := c.certUser
-	if a := c.cfg.Auth; a != nil && !c.certAuth {
-		ok := false
-		if r.hasProxyAuth {
-			user, ok = a.Check([]byte(r.proxyAuth))
-			if !ok && c.cfg.Limiter != nil {
-				if wait := c.cfg.Limiter.AuthFailed(c.clientAddr); wait > 0 {
-					s.answerLocal(429, "too many failed authentications from this address; try again later",
-						hpack.HeaderField{Name: "retry-after", Value: strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)})
-					c.mu.Lock()
-					c.goAwayLocked(http2.ErrCodeEnhanceYourCalm)
-					c.mu.Unlock()
-					return false
-				}
-			}
+	switch k := c.authorize(r, &s.grant); k {
+	case gate.OK:
+	case gate.NeedAuth:
+		var extra []hpack.HeaderField
+		if ch := c.sess.Policy().Challenge(); ch != "" {
+			extra = append(extra, hpack.HeaderField{Name: "proxy-authenticate", Value: ch})
 		}
-		if !ok {
-			s.answerLocal(407, "proxy authentication required")
-			return false
-		}
-	}
-	if s.obs != nil {
-		s.obs.user = user
-	}
-	if !s.countUser(user) {
-		s.answerLocal(429, "too many connections for this user")
+		s.answerLocal(407, gate.NeedAuth.Reason(), extra...)
+		return false
+	case gate.CoolingDown:
+		secs := int64((s.grant.RetryAfter + time.Second - 1) / time.Second)
+		s.answerLocal(429, gate.CoolingDown.Reason(),
+			hpack.HeaderField{Name: "retry-after", Value: strconv.FormatInt(secs, 10)})
+		c.mu.Lock()
+		c.goAwayLocked(http2.ErrCodeEnhanceYourCalm)
+		c.mu.Unlock()
+		return false
+	default: // gate.UserLimit: 429; gate.Denied: 403
+		s.answerLocal(k.Status(), k.Reason())
 		return false
 	}
-	if r.kind == kindLocal {
-		s.answerLocal(r.localStatus())
-		return false
-	}
-	var d *acl.Decision
-	if a := c.cfg.Access; a != nil {
-		proto := acl.HTTP
-		switch r.kind {
-		case kindConnect:
-			proto = acl.Connect
-		case kindWebSocket:
-			proto = acl.WebSocket
-		}
-		d = new(acl.Decision)
-		*d = a.Decide(acl.Request{Client: c.clientAddr, User: user, Host: r.host, Port: uint16(r.port), Method: r.method, Protocol: proto})
-		if s.obs != nil {
-			s.obs.rule = d.Rule
-		}
-		if !d.Allow {
-			c.s.log.Debug("h2: access denied", "client", c.clientAddr, "user", user, "target", r.authority, "rule", d.Rule)
-			s.answerLocal(403, "access denied by policy")
-			return false
-		}
-	}
-	if r.kind == kindForward {
-		s.forward(d)
-		return false
-	}
-	return s.connect(d)
-}
-
-// countUser counts the stream's user with the Limiter: the first user
-// admitted on the connection is counted for the connection's life, any
-// other user for this stream's life. It fetches the user's byte bucket,
-// and reports false when the user has too many connections.
-func (s *stream) countUser(user string) bool {
-	c := s.c
-	lim := c.cfg.Limiter
-	if lim == nil || user == "" {
-		return true
-	}
-	c.userMu.Lock()
-	switch {
-	case user == c.connUser:
-	case c.connUser == "":
-		if !lim.UserConn(user) {
-			c.userMu.Unlock()
-			return false
-		}
-		c.connUser = user
-	default:
-		if !lim.UserConn(user) {
-			c.userMu.Unlock()
-			return false
-		}
-		s.limUser = user
-	}
-	c.userMu.Unlock()
-	if b := lim.Throttle(user); b != nil {
+	if s.grant.Throttle() != nil {
 		ctx, stop := context.WithCancel(context.Background())
 		c.mu.Lock()
-		s.throttle, s.paceCtx, s.paceStop = b, ctx, stop
+		s.paced, s.paceCtx, s.paceStop = true, ctx, stop
 		if s.reset {
 			stop()
 		}
 		c.mu.Unlock()
 	}
-	return true
+	switch r.kind {
+	case kindLocal:
+		s.answerLocal(r.localStatus())
+		return false
+	case kindForward:
+		s.forward()
+		return false
+	}
+	return s.connect()
+}
+
+// authorize asks the session's policy about r, filling g. A request
+// rustle answers itself (kindLocal) is asked about too: it needs
+// credentials like any other, and is logged with the answer it gets.
+func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
+	proto := acl.HTTP
+	switch {
+	case r.kind == kindWebSocket || r.method == "CONNECT" && r.protocol == "websocket":
+		proto = acl.WebSocket
+	case r.method == "CONNECT":
+		proto = acl.Connect
+	}
+	// The target as the access log shows it: the URL of a forwarded
+	// request, host:port of a tunnel. (Authorize keeps no reference to
+	// it, but its escape analysis lets a stack buffer escape: the
+	// buffer is made to size.)
+	var target []byte
+	if r.scheme != "" {
+		target = make([]byte, 0, len(r.scheme)+3+len(r.authority)+len(r.path))
+		target = append(append(append(append(target, r.scheme...), "://"...), r.authority...), r.path...)
+	} else {
+		target = append(make([]byte, 0, len(r.authority)), r.authority...)
+	}
+	var authz []byte
+	if r.hasProxyAuth {
+		authz = make([]byte, len(r.proxyAuth))
+		copy(authz, r.proxyAuth)
+	}
+	return c.sess.Authorize(&gate.Request{
+		Protocol:      proto,
+		Log:           accesslog.ProtoH2,
+		Method:        r.method,
+		Host:          r.host,
+		Port:          uint16(r.port),
+		Target:        target,
+		Authorization: authz,
+	}, g)
 }
 
 // pace waits, when the stream's user's bytes are paced, until n more
 // bytes may pass; it is called before they are written, with c.mu not
 // held. A reset of the stream ends the wait.
 func (s *stream) pace(n int) {
-	if s.throttle != nil && n > 0 {
-		s.throttle.Wait(s.paceCtx, n)
+	if s.paced {
+		s.grant.Pace(s.paceCtx, n)
 	}
 }
 
@@ -427,7 +414,7 @@ func (s *stream) deliverLocked(p []byte) {
 		s.creditLocked(n)
 		return
 	}
-	if s.tunnel && !s.pumping && s.in.n == 0 && s.throttle == nil {
+	if s.tunnel && !s.pumping && s.in.n == 0 && !s.paced {
 		k := s.upw.write(p)
 		if k > 0 {
 			s.countUpLocked(k)
@@ -590,17 +577,6 @@ func (w *rawWriter) init(c *net.TCPConn) error {
 	return nil
 }
 
-func (w *rawWriter) writeFD(fd uintptr) bool {
-	for {
-		n, err := unix.Write(int(fd), w.p)
-		if err == unix.EINTR {
-			continue
-		}
-		w.n, w.err = n, err
-		return true // never wait: the caller queues what is left
-	}
-}
-
 // write writes as much of p as the socket takes now and returns how much
 // that was (0 on any error: the pump finds the error when it writes the
 // rest).
@@ -617,111 +593,14 @@ func (w *rawWriter) write(p []byte) int {
 	return w.n
 }
 
-// observation is what the metrics and the access log learn of a stream.
-// Its fields are owned by the stream's worker, except up.
-type observation struct {
-	start    time.Time
-	user     string
-	rule     string
-	status   int            // the status sent; 0 when none was
-	up       int64          // bytes written upstream; guarded by c.mu
-	down     int64          // response body or tunnel bytes sent to the client
-	upstream netip.AddrPort // the origin's address, once connected
-	tunnel   bool           // a tunnel was established: reported when it ends
-}
-
 // countUpLocked counts n bytes of the client's written upstream.
 func (s *stream) countUpLocked(n int) {
-	if s.obs != nil && n > 0 {
-		s.obs.up += int64(n)
+	if n > 0 {
+		s.upBytes += int64(n)
 	}
 }
 
-// answered notes the status sent to the client, and counts refusals.
+// answered notes the status sent to the client.
 func (s *stream) answered(status int) {
-	if s.obs == nil {
-		return
-	}
-	s.obs.status = status
-	switch status {
-	case 407:
-		s.c.cfg.Metrics.AuthFailed()
-	case 403:
-		s.c.cfg.Metrics.ACLDenied()
-	}
-}
-
-// dialed reports an upstream dial that started at t0.
-func (s *stream) dialed(t0 time.Time, up *net.TCPConn, err error) {
-	if s.obs == nil {
-		return
-	}
-	s.c.cfg.Metrics.Dialed(time.Since(t0), err == nil)
-	if up != nil {
-		s.obs.upstream = remoteAddrPort(up)
-	}
-}
-
-// tunnelOpened counts a tunnel established with the status sent.
-func (s *stream) tunnelOpened() {
-	if s.obs == nil {
-		return
-	}
-	s.obs.tunnel = true
-	m := s.c.cfg.Metrics
-	m.TunnelOpened()
-	m.Request(s.obs.status, 0, 0)
-}
-
-// report tells the metrics and the access log about the stream when its
-// request, or its tunnel, is over. A stream reset before any answer is
-// not reported.
-func (s *stream) report() {
-	o := s.obs
-	if o == nil || o.status == 0 {
-		return
-	}
-	c := s.c
-	c.mu.Lock()
-	up := o.up
-	c.mu.Unlock()
-	cfg := c.cfg
-	var um *metrics.UserMetrics
-	if cfg.UserMetrics != nil && o.user != "" {
-		um = cfg.UserMetrics(o.user)
-	}
-	if o.tunnel {
-		cfg.Metrics.Bytes(up, o.down)
-		if um != nil {
-			um.Bytes(up, o.down)
-		}
-	} else {
-		cfg.Metrics.Request(o.status, up, o.down)
-		if um != nil {
-			um.Request(up, o.down)
-		}
-	}
-	if cfg.AccessLog == nil {
-		return
-	}
-	r := &s.req
-	target := r.authority // CONNECT: host:port
-	if r.scheme != "" {
-		target = r.scheme + "://" + r.authority + r.path
-	}
-	cfg.AccessLog.Log(&accesslog.Record{
-		Time:      o.start,
-		Listener:  cfg.Listener,
-		Client:    c.clientAddrPort,
-		User:      o.user,
-		Protocol:  accesslog.ProtoH2,
-		Method:    r.method,
-		Target:    target,
-		Status:    o.status,
-		BytesUp:   up,
-		BytesDown: o.down,
-		Duration:  time.Since(o.start),
-		Upstream:  o.upstream,
-		Rule:      o.rule,
-	})
+	s.grant.Answer(status, 0)
 }

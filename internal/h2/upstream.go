@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -22,8 +21,8 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -73,9 +72,6 @@ func (s *stream) answer(status int, reason string, extra ...hpack.HeaderField) {
 		{Name: "content-length", Value: strconv.Itoa(len(body))},
 	}
 	s.answered(status)
-	if status == 407 && s.c.cfg.Auth != nil {
-		fields = append(fields, hpack.HeaderField{Name: "proxy-authenticate", Value: s.c.cfg.Auth.Challenge()})
-	}
 	fields = append(fields, extra...)
 	if s.req.method == "HEAD" {
 		s.sendHeaders(fields, true)
@@ -94,15 +90,11 @@ func (s *stream) answerError(err error, target string) {
 	case errors.Is(err, errStreamGone):
 		return
 	case errors.As(err, &de):
-		status := 502
-		switch {
-		case de.Forbidden:
-			status = 403
+		k := gate.DialKind(err)
+		if k == gate.Forbidden {
 			s.c.s.log.Debug("h2: destination refused", "client", s.c.clientAddr, "target", target, "reason", de.Err)
-		case de.Timeout:
-			status = 504
 		}
-		s.answer(status, de.Reason())
+		s.answer(k.Status(), de.Reason())
 	case errors.As(err, &ne) && ne.Timeout():
 		s.answer(504, "upstream "+target+" did not answer in time")
 	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade):
@@ -114,9 +106,9 @@ func (s *stream) answerError(err error, target string) {
 	}
 }
 
-// dial connects to addr, to the addresses d permits (d nil: the dialer's
-// guard alone); a reset of the stream cancels it.
-func (s *stream) dial(addr string, d *acl.Decision) (*net.TCPConn, error) {
+// dial connects to addr under the stream's grant; a reset of the stream
+// cancels it.
+func (s *stream) dial(addr string) (*net.TCPConn, error) {
 	c := s.c
 	c.mu.Lock()
 	if s.reset {
@@ -126,16 +118,7 @@ func (s *stream) dial(addr string, d *acl.Decision) (*net.TCPConn, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	c.mu.Unlock()
-	var p dialer.Permitter
-	if d != nil {
-		p = d
-	}
-	var t0 time.Time
-	if s.obs != nil {
-		t0 = time.Now()
-	}
-	up, err := c.cfg.Dialer.DialPermit(ctx, addr, p)
-	s.dialed(t0, up, err)
+	up, err := s.grant.Dial(ctx, addr)
 	c.mu.Lock()
 	s.cancel = nil
 	gone := s.reset
@@ -165,48 +148,41 @@ func (s *stream) attach(up *net.TCPConn) bool {
 // is set and the stream was not reset, closed otherwise.
 func (s *stream) detach(up *net.TCPConn, key string, reuse bool) {
 	c := s.c
+	pool := s.grant.Pool()
 	c.mu.Lock()
 	s.up = nil
-	reuse = reuse && !s.reset && c.cfg.Pool != nil
+	reuse = reuse && !s.reset && pool != nil
 	c.mu.Unlock()
 	if !reuse {
 		up.Close()
 		return
 	}
 	up.SetDeadline(time.Time{})
-	c.cfg.Pool.Put(key, up)
+	pool.Put(key, up)
 }
 
 // upstream returns a pooled connection to key or dials one, and reports
 // whether it was pooled.
-func (s *stream) upstream(key string, fresh bool, d *acl.Decision) (*net.TCPConn, bool, error) {
-	if p := s.c.cfg.Pool; p != nil && !fresh {
+func (s *stream) upstream(key string, fresh bool) (*net.TCPConn, bool, error) {
+	if p := s.grant.Pool(); p != nil && !fresh {
 		if up := p.Get([]byte(key)); up != nil {
 			// A pooled connection may have been made under another
-			// request's rule: check its address against this one's.
-			if d == nil || s.c.cfg.Dialer.Check(remoteAddrPort(up), d) == nil {
+			// request's rule: the grant checks its address.
+			if s.grant.Admits(up) {
 				return up, true, nil
 			}
 			up.Close()
 		}
 	}
-	up, err := s.dial(key, d)
+	up, err := s.dial(key)
 	return up, false, err
-}
-
-// remoteAddrPort returns the address c is connected to.
-func remoteAddrPort(c *net.TCPConn) netip.AddrPort {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.AddrPort()
-	}
-	return netip.AddrPort{}
 }
 
 // forward serves a request for an HTTP/1.1 origin: the request head and
 // body go out on a pooled or new upstream connection, the response comes
 // back as HEADERS and DATA, and the upstream goes back to the pool when
 // both messages were complete.
-func (s *stream) forward(d *acl.Decision) {
+func (s *stream) forward() {
 	c := s.c
 	r := &s.req
 	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
@@ -219,10 +195,10 @@ func (s *stream) forward(d *acl.Decision) {
 	var br *bufio.Reader
 	var resp *http.Response
 	var err error
-	var written time.Time // when the head went upstream, when observed
+	var written time.Time // when the head went upstream
 	for attempt := 0; ; attempt++ {
 		var reused bool
-		up, reused, err = s.upstream(key, attempt > 0, d)
+		up, reused, err = s.upstream(key, attempt > 0)
 		if err != nil {
 			s.answerError(err, key)
 			return
@@ -230,14 +206,9 @@ func (s *stream) forward(d *acl.Decision) {
 		if !s.attach(up) {
 			return
 		}
-		if s.obs != nil {
-			s.obs.upstream = remoteAddrPort(up)
-		}
 		up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 		_, err = up.Write(head)
-		if s.obs != nil {
-			written = time.Now()
-		}
+		written = time.Now()
 		if err == nil && !hasBody {
 			br, resp, err = s.readResponse(up, r.method, false)
 		}
@@ -262,9 +233,7 @@ func (s *stream) forward(d *acl.Decision) {
 		s.answerError(err, key)
 		return
 	}
-	if s.obs != nil {
-		c.cfg.Metrics.FirstByte(time.Since(written))
-	}
+	s.grant.FirstByte(written)
 	complete := s.relayResponse(resp, r.method, up, br)
 	if complete {
 		s.stopBody()
@@ -322,9 +291,7 @@ func (s *stream) relayResponse(resp *http.Response, method string, up *net.TCPCo
 		up.SetReadDeadline(time.Now().Add(c.cfg.WriteTimeout))
 		n, err := resp.Body.Read(buf[:])
 		sent += int64(n)
-		if s.obs != nil {
-			s.obs.down += int64(n)
-		}
+		s.downBytes += int64(n)
 		// The last bytes of a body of known length carry END_STREAM.
 		last := sent == resp.ContentLength && len(resp.Trailer) == 0
 		s.pace(n)
@@ -536,20 +503,17 @@ func isDeadConn(err error) bool {
 // tunnel): dial, answer 200, and relay until both directions end. It
 // reports whether it handed the stream to a relay goroutine, which then
 // ends the worker.
-func (s *stream) connect(d *acl.Decision) bool {
+func (s *stream) connect() bool {
 	c := s.c
 	r := &s.req
 	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
-	up, err := s.dial(key, d)
+	up, err := s.dial(key)
 	if err != nil {
 		s.answerError(err, key)
 		return false
 	}
 	if !s.attach(up) {
 		return false
-	}
-	if s.obs != nil {
-		s.obs.upstream = remoteAddrPort(up)
 	}
 	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}}
 	var pending []byte
@@ -583,15 +547,13 @@ func (s *stream) connect(d *acl.Decision) bool {
 		s.detach(up, key, false)
 		return false
 	}
-	s.tunnelOpened()
+	s.grant.TunnelOpened()
 	if len(pending) > 0 {
 		if s.sendData(pending, false) != nil {
 			s.detach(up, key, false)
 			return false
 		}
-		if s.obs != nil {
-			s.obs.down += int64(len(pending))
-		}
+		s.downBytes += int64(len(pending))
 	}
 	// The tunnel goes on on a fresh goroutine, whose stack, parked with
 	// few frames on it, the garbage collector shrinks to 4 KiB; this
@@ -606,7 +568,7 @@ func (s *stream) relay(up *net.TCPConn) {
 	s.pumpDown(up)
 	s.finishTunnel()
 	s.detach(up, "", false)
-	s.report()
+	s.finish()
 }
 
 // upgrade performs the WebSocket handshake with the origin for an
@@ -697,9 +659,7 @@ func (s *stream) pumpDown(up *net.TCPConn) {
 				bufPool.Put(buf)
 				return
 			}
-			if s.obs != nil {
-				s.obs.down += int64(m)
-			}
+			s.downBytes += int64(m)
 		}
 		bufPool.Put(buf)
 		switch {

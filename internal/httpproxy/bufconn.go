@@ -6,8 +6,6 @@ import (
 	"net"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Buffer sizes. A client connection starts with a small buffer that grows
@@ -59,18 +57,6 @@ func (b *bufConn) armLowat() {
 	}
 	b.lowat = true
 	setNotSentLowat(b.tcp, notSentLowat)
-}
-
-// setNotSentLowat sets TCP_NOTSENT_LOWAT on c; 0 restores the system
-// default. It is an optimisation: a failure leaves the socket as it was.
-func setNotSentLowat(c *net.TCPConn, n int) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return
-	}
-	rc.Control(func(fd uintptr) {
-		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, n)
-	})
 }
 
 // epoch is the origin of the monotonic clock readings deadlines are kept

@@ -2,12 +2,9 @@ package httpproxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
-	"net/netip"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -15,8 +12,8 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
-	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 // spliceMin is the body remainder from which bytes are moved with splice
@@ -40,12 +37,12 @@ const (
 // the client's reads and the upstream's writes belong to the sendBody
 // goroutine until it is joined.
 type conn struct {
-	p          *Proxy
-	eng        *tunnel.Engine
-	ctx        context.Context
-	client     bufConn
-	clientAddr netip.Addr
-	idle       atomic.Bool // waiting for the next request head; read by wake
+	p      *Proxy
+	sess   *gate.Session
+	ctx    context.Context // sess's
+	pool   *dialer.Pool    // the policy's upstream pool; nil = none
+	client bufConn
+	idle   atomic.Bool // waiting for the next request head; read by wake
 
 	// up is the current upstream; up.c is nil when there is none. Between
 	// requests it may be kept, without its buffer (up.buf nil), for the
@@ -69,33 +66,19 @@ type conn struct {
 	isHead  bool // the request being served is a HEAD: answers carry no body
 	upgrade bool // the request being served is a WebSocket handshake
 
-	certAuth bool   // a verified TLS client certificate authenticated the connection
-	certUser string // its subject's common name
+	g         gate.Grant   // the current request's passage through the policy
+	gr        gate.Request // what g was asked for
+	throttle  *limits.Bucket
+	hostStr   string // the last target host as a string, reused while it repeats
+	methodStr string // the last method as a string, reused while it repeats
 
-	user       string         // the user the current request authenticated as; "" none
-	authMemo   []byte         // the Proxy-Authorization value last accepted on this connection
-	authUser   string         // the user authMemo authenticated
-	authAt     time.Duration  // monoNow when authMemo was accepted
-	authSet    bool           // authMemo, authUser and authAt hold a verdict
-	limUser    string         // the user the connection is counted for (Limiter.UserConn); "" none
-	throttle   *limits.Bucket // limUser's byte bucket; nil = not paced
-	decision   acl.Decision   // the current request's access decision (with Access set)
-	hostStr    string         // the last target host as a string, reused while it repeats
-	methodStr  string         // the last method as a string, reused while it repeats
-	retryAfter time.Duration  // Retry-After of the next 429 answer
-
-	clientAddrPort netip.AddrPort // the client's address and port, for the access log
-	obs            observation    // what the metrics and access log learn of the current request
+	obs observation // what the metrics and access log learn of the current request
 }
 
 func (cn *conn) reset() {
-	cn.p, cn.eng, cn.ctx = nil, nil, nil
-	cn.certAuth, cn.certUser = false, ""
-	cn.user, cn.limUser, cn.throttle = "", "", nil
-	cn.authMemo, cn.authUser, cn.authSet = cn.authMemo[:0], "", false
-	cn.decision = acl.Decision{}
-	cn.retryAfter = 0
-	cn.clientAddr = netip.Addr{}
+	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
+	cn.throttle = nil
+	cn.gr = gate.Request{}
 	cn.up = bufConn{}
 	cn.upKey = ""
 	cn.req.buf, cn.resp.buf = nil, nil
@@ -169,59 +152,61 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	method := req.method.of(req.buf)
 	hasBody := req.chunked || req.contentLength > 0
 
-	cn.user = cn.certUser
-	if p.cfg.Auth != nil && !cn.certAuth {
-		ok := false
-		if !req.proxyAuth.empty() {
-			cn.user, ok = cn.checkAuth(req.proxyAuth.of(req.buf))
-			if !ok && p.cfg.Limiter != nil {
-				if wait := p.cfg.Limiter.AuthFailed(cn.clientAddr); wait > 0 {
-					cn.retryAfter = wait
-					cn.writeError(429, "too many failed authentications from this address; try again later", false)
-					return false, false
-				}
-			}
-		}
-		if !ok {
-			keep := !hasBody && req.minor == 1 && !req.connClose
-			cn.writeError(407, "proxy authentication required", keep)
-			return keep, false
-		}
+	isConnect := string(method) == "CONNECT"
+	clientKeep := !req.connClose && (req.minor == 1 || req.connKeepAlive)
+	r := &cn.gr
+	r.Method = cn.internMethod(method)
+	r.Target = req.target.of(req.buf)
+	r.Authorization = nil
+	if !req.proxyAuth.empty() {
+		r.Authorization = req.proxyAuth.of(req.buf)
 	}
-	if !cn.countUser(cn.user) {
-		cn.writeError(429, "too many connections for this user", false)
-		return false, false
+	var err error
+	if isConnect {
+		r.Protocol, r.Log = acl.Connect, accesslog.ProtoConnect
+		err = parseAuthorityForm(r.Target, &cn.tgt)
+	} else {
+		r.Protocol, r.Log = acl.HTTP, accesslog.ProtoHTTP
+		err = parseAbsoluteTarget(r.Target, &cn.tgt)
 	}
-
-	if string(method) == "CONNECT" {
-		return false, cn.connect()
-	}
-	if err := parseAbsoluteTarget(req.target.of(req.buf), &cn.tgt); err != nil {
+	if err != nil {
 		var pe *parseError
 		errors.As(err, &pe)
+		cn.sess.Observe(r, &cn.g)
 		cn.writeError(pe.status, pe.reason, false)
 		return false, false
 	}
+	// A WebSocket handshake keeps its Upgrade field; the connection becomes
+	// a tunnel if the origin switches protocols.
+	cn.upgrade = !isConnect && req.minor == 1 && string(method) == "GET" && !hasBody && req.upgradesTo("websocket")
+	if cn.upgrade {
+		req.headers[req.upgradeIdx].drop = false
+		r.Protocol = acl.WebSocket
+	}
+	r.Host = cn.internHost()
+	r.Port = uint16(cn.tgt.port)
+	switch k := cn.sess.Authorize(r, &cn.g); k {
+	case gate.OK:
+	case gate.NeedAuth:
+		keep := !hasBody && req.minor == 1 && !req.connClose
+		cn.writeError(407, k.Reason(), keep)
+		return keep, false
+	case gate.Denied:
+		keep := !hasBody && clientKeep && !isConnect
+		cn.writeError(403, k.Reason(), keep)
+		return keep, false
+	default:
+		cn.writeError(k.Status(), k.Reason(), false)
+		return false, false
+	}
+	cn.throttle = cn.g.Throttle()
+	if isConnect {
+		return false, cn.connect()
+	}
 
-	clientKeep := !req.connClose && (req.minor == 1 || req.connKeepAlive)
 	isHead := cn.isHead
 	idempotent := isIdempotent(method)
 	clientMinor := req.minor
-	// A WebSocket handshake keeps its Upgrade field; the connection becomes
-	// a tunnel if the origin switches protocols.
-	cn.upgrade = clientMinor == 1 && string(method) == "GET" && !hasBody && req.upgradesTo("websocket")
-	if cn.upgrade {
-		req.headers[req.upgradeIdx].drop = false
-	}
-	proto := acl.HTTP
-	if cn.upgrade {
-		proto = acl.WebSocket
-	}
-	if !cn.decide(proto, method) {
-		keep := !hasBody && clientKeep
-		cn.writeError(403, "access denied by policy", keep)
-		return keep, false
-	}
 	req.dropConnectionListed()
 	cn.buildRequestHead()
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
@@ -259,7 +244,6 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	// Send the request, retrying once on a fresh connection when a pooled
 	// one turns out dead and the request can be replayed.
 	canRetry := idempotent && bodyDone
-	var err error
 	for attempt := 0; ; attempt++ {
 		if err = cn.getUpstream(attempt > 0); err != nil {
 			cn.writeDialError(err)
@@ -268,6 +252,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		cn.up.setWriteDeadline(monoNow(), p.cfg.WriteTimeout)
 		err = cn.vec.write(cn.up.tcp, cn.out, inBuf)
 		if err == nil && bodyDone {
+			cn.sent()
 			err = cn.readResponseHead(clientMinor)
 		}
 		if err == nil || !(cn.upReused && canRetry && isDeadConnErr(err)) || attempt > 0 {
@@ -284,6 +269,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	streaming := false
 	if !bodyDone {
 		streaming = true
+		cn.sent()
 		go cn.sendBody(remaining, req.chunked)
 		if err := cn.readResponseHead(clientMinor); err != nil {
 			cn.finishBody()
@@ -325,10 +311,15 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	cn.buildResponseHead(clientKeep, clientMinor, dechunk)
 
 	cn.client.setWriteDeadline(monoNow(), p.cfg.WriteTimeout)
-	cn.obs.status = resp.status
+	cn.g.Answer(resp.status, 0)
 	v0 := cn.vec.n
 	err = cn.forwardResponseBody(mode, dechunk)
 	cn.obs.down = cn.vec.n - v0 + cn.obs.down
+	if mode != bodyNone {
+		// The head went through vec: not counted. A chunked body found
+		// malformed before anything was written sent no head either.
+		cn.obs.down = max(0, cn.obs.down-int64(len(cn.out)))
+	}
 	if streaming && cn.finishBody() != nil {
 		// The response ended before the request body did: neither
 		// connection is at a message boundary.
@@ -338,7 +329,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		cn.dropUpstream()
 		return false, false
 	}
-	if upKeep && cn.up.r == cn.up.w && clientKeep && p.cfg.Pool != nil {
+	if upKeep && cn.up.r == cn.up.w && clientKeep && cn.pool != nil {
 		// Kept for the client's next request, which most often goes to
 		// the same origin: no pool round trip, no shared lock, and its
 		// deadlines stay armed. Its buffer goes back meanwhile; the
@@ -351,34 +342,6 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		cn.dropUpstream()
 	}
 	return clientKeep, false
-}
-
-// authMemoTTL is how long a connection reuses the verdict on the
-// Proxy-Authorization value it last had accepted, without asking the
-// Authenticator: a user removed or a password changed is refused on
-// connections already open within this time.
-const authMemoTTL = time.Second
-
-// authMemoMax bounds the value a connection memoises; longer ones are
-// checked on every request.
-const authMemoMax = 1024
-
-// checkAuth checks a Proxy-Authorization value. A client repeats the same
-// value on every request of a connection: while it does, the verdict the
-// Authenticator gave at most authMemoTTL ago stands, which saves hashing
-// the value for the Authenticator's cache on every request.
-func (cn *conn) checkAuth(value []byte) (string, bool) {
-	now := monoNow()
-	if cn.authSet && now-cn.authAt < authMemoTTL && string(value) == string(cn.authMemo) {
-		return cn.authUser, true
-	}
-	user, ok := cn.p.cfg.Auth.Check(value)
-	cn.authSet = ok && len(value) <= authMemoMax
-	if cn.authSet {
-		cn.authMemo = append(cn.authMemo[:0], value...)
-		cn.authUser, cn.authAt = user, now
-	}
-	return user, ok
 }
 
 // isIdempotent reports whether a request of this method may be sent again
@@ -401,7 +364,6 @@ func isDeadConnErr(err error) bool {
 // getUpstream takes an idle connection for cn.key from the pool or dials
 // one. fresh forces a dial.
 func (cn *conn) getUpstream(fresh bool) error {
-	p := cn.p
 	var c *net.TCPConn
 	cn.upReused = false
 	if cn.up.c != nil && cn.up.buf == nil {
@@ -409,7 +371,7 @@ func (cn *conn) getUpstream(fresh bool) error {
 		// origin if this request's rule admits its address, else offer
 		// it to others.
 		if !fresh && cn.upKey == string(cn.key) {
-			if cn.admits(cn.up.tcp) {
+			if cn.g.Admits(cn.up.tcp) {
 				cn.upReused = true
 				cn.up.takeBuf(&upstreamBufs)
 				return nil
@@ -420,10 +382,10 @@ func (cn *conn) getUpstream(fresh bool) error {
 		}
 		cn.putUpstream()
 	}
-	if !fresh && p.cfg.Pool != nil {
-		if c = p.cfg.Pool.Get(cn.key); c != nil {
+	if !fresh && cn.pool != nil {
+		if c = cn.pool.Get(cn.key); c != nil {
 			cn.upReused = true
-			if !cn.admits(c) {
+			if !cn.g.Admits(c) {
 				c.Close()
 				c, cn.upReused = nil, false
 			}
@@ -432,12 +394,7 @@ func (cn *conn) getUpstream(fresh bool) error {
 	if c == nil {
 		addr := string(cn.key)
 		var err error
-		var t0 time.Time
-		if cn.obs.on {
-			t0 = time.Now()
-		}
-		c, err = p.cfg.Dialer.DialPermit(context.WithoutCancel(cn.ctx), addr, cn.permitter())
-		cn.dialed(t0, c, err)
+		c, err = cn.g.Dial(context.WithoutCancel(cn.ctx), addr)
 		if err != nil {
 			return err
 		}
@@ -449,97 +406,30 @@ func (cn *conn) getUpstream(fresh bool) error {
 	return nil
 }
 
-// admits reports whether the current request may use c, an upstream
-// connection made for an earlier request: one kept or pooled may have
-// been made under another request's rule, so its address is checked
-// against this one's.
-func (cn *conn) admits(c *net.TCPConn) bool {
-	return cn.p.cfg.Access == nil || cn.p.cfg.Dialer.Check(remoteAddrPort(c), &cn.decision) == nil
+// internMethod returns the request method as a string, reusing the last
+// one while it repeats, as it does on a connection.
+func (cn *conn) internMethod(m []byte) string {
+	if string(m) != cn.methodStr {
+		cn.methodStr = string(m)
+	}
+	return cn.methodStr
 }
 
-// remoteAddrPort returns the address c is connected to.
-func remoteAddrPort(c *net.TCPConn) netip.AddrPort {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.AddrPort()
-	}
-	return netip.AddrPort{}
-}
-
-// countUser counts the connection as user's with the Limiter when the
-// user changes, and fetches the user's byte bucket. It reports false when
-// the user has too many connections.
-func (cn *conn) countUser(user string) bool {
-	lim := cn.p.cfg.Limiter
-	if lim == nil || user == cn.limUser {
-		return true
-	}
-	if cn.limUser != "" {
-		lim.UserDone(cn.limUser)
-		cn.limUser, cn.throttle = "", nil
-	}
-	if user == "" {
-		return true
-	}
-	if !lim.UserConn(user) {
-		return false
-	}
-	cn.limUser = user
-	cn.throttle = lim.Throttle(user)
-	return true
-}
-
-// decide asks the Access policy about the request for cn.tgt and records
-// the decision for the dial. It reports whether the request may proceed,
-// logging a refusal at debug level with the rule that made it.
-func (cn *conn) decide(proto acl.Protocol, method []byte) bool {
-	a := cn.p.cfg.Access
-	if a == nil {
-		return true
-	}
+// internHost returns the target host as a string, reusing the last one
+// while it repeats.
+func (cn *conn) internHost() string {
 	if string(cn.tgt.host) != cn.hostStr {
 		cn.hostStr = string(cn.tgt.host)
 	}
-	if string(method) != cn.methodStr {
-		cn.methodStr = string(method)
-	}
-	cn.decision = a.Decide(acl.Request{
-		Client:   cn.clientAddr,
-		User:     cn.user,
-		Host:     cn.hostStr,
-		Port:     uint16(cn.tgt.port),
-		Method:   cn.methodStr,
-		Protocol: proto,
-	})
-	if cn.decision.Allow {
-		return true
-	}
-	cn.logDenied(cn.decision.Rule, "")
-	return false
+	return cn.hostStr
 }
 
-// logDenied logs a refused request at debug level.
-func (cn *conn) logDenied(rule, reason string) {
-	log := cn.p.log
-	if !log.Enabled(cn.ctx, slog.LevelDebug) {
-		return
+// sent notes that the request is complete upstream: the wait for the
+// response's first byte starts.
+func (cn *conn) sent() {
+	if cn.g.Observing() {
+		cn.obs.sent = time.Now()
 	}
-	attrs := []slog.Attr{
-		slog.String("client", cn.clientAddr.String()), slog.String("user", cn.user),
-		slog.String("target", string(appendHostPort(nil, &cn.tgt))), slog.String("rule", rule),
-	}
-	if reason != "" {
-		attrs = append(attrs, slog.String("reason", reason))
-	}
-	log.LogAttrs(cn.ctx, slog.LevelDebug, "httpproxy: access denied", attrs...)
-}
-
-// permitter returns what the dialer checks resolved addresses with: the
-// request's decision, or nil without an Access policy.
-func (cn *conn) permitter() dialer.Permitter {
-	if cn.p.cfg.Access == nil {
-		return nil
-	}
-	return &cn.decision
 }
 
 // pace waits, for a user whose bytes are paced, until n more bytes may
@@ -569,14 +459,14 @@ func (cn *conn) putUpstream() {
 	c := cn.up.tcp
 	cn.up.release()
 	cn.up.c, cn.up.tcp = nil, nil
-	if cn.p.cfg.Pool == nil {
+	if cn.pool == nil {
 		c.Close()
 		return
 	}
 	// Its deadlines stay armed: whoever takes it from the pool arms its
 	// own before reading or writing (attach forgets them), and an idle
 	// pooled connection is neither read nor written.
-	cn.p.cfg.Pool.Put(cn.upKey, c)
+	cn.pool.Put(cn.upKey, c)
 }
 
 // dropUpstream closes the current upstream.
@@ -610,6 +500,10 @@ func (cn *conn) readResponseHead(clientMinor int) error {
 				return errRespTooLarge
 			}
 			return err
+		}
+		if t := cn.obs.sent; !t.IsZero() {
+			cn.g.FirstByte(t)
+			cn.obs.sent = time.Time{}
 		}
 		if err := cn.resp.parseResponse(cn.up.buf[cn.up.r : cn.up.r+n]); err != nil {
 			return err
@@ -900,29 +794,13 @@ func (v *vec) write(c net.Conn, a, b []byte) error {
 // connections to the tunnel engine. It reports whether the client
 // connection was handed off.
 func (cn *conn) connect() bool {
-	req := &cn.req
-	if err := parseAuthorityForm(req.target.of(req.buf), &cn.tgt); err != nil {
-		var pe *parseError
-		errors.As(err, &pe)
-		cn.writeError(pe.status, pe.reason, false)
-		return false
-	}
-	if !cn.decide(acl.Connect, req.method.of(req.buf)) {
-		cn.writeError(403, "access denied by policy", false)
-		return false
-	}
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	var t0 time.Time
-	if cn.obs.on {
-		t0 = time.Now()
-	}
-	upc, err := cn.p.cfg.Dialer.DialPermit(context.WithoutCancel(cn.ctx), string(cn.key), cn.permitter())
-	cn.dialed(t0, upc, err)
+	upc, err := cn.g.Dial(context.WithoutCancel(cn.ctx), string(cn.key))
 	if err != nil {
 		cn.writeDialError(err)
 		return false
 	}
-	cn.obs.proto, cn.obs.status = accesslog.ProtoConnect, 200
+	cn.g.Answer(200, 0)
 	client := cn.client.c
 	client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
 	if _, err := client.Write(connectEstablished); err != nil {
@@ -950,7 +828,8 @@ func (cn *conn) switchProtocols() bool {
 	cn.resp.headers[cn.resp.upgradeIdx].drop = false
 	cn.resp.dropConnectionListed()
 	cn.buildSwitchHead()
-	cn.obs.proto, cn.obs.status = accesslog.ProtoWebSocket, 101
+	cn.g.SetProtocol(accesslog.ProtoWebSocket)
+	cn.g.Answer(101, 0)
 	upc := cn.up.tcp
 	client := cn.client.c
 	client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
@@ -972,95 +851,21 @@ func (cn *conn) switchProtocols() bool {
 	return cn.tunnel(upc)
 }
 
-// tunnel relays the client connection and upc until both directions end:
-// on the worker's splice engine for a plain client socket, with
-// tunnel.RelayTLS for a TLS client, by goroutines otherwise. It takes
-// ownership of both connections and reports true.
+// tunnel relays the client connection and upc until both directions end
+// (see gate.Grant.Tunnel): on the worker's splice engine for a plain client
+// socket, with tunnel.RelayTLS for a TLS client, by goroutines for a paced
+// user or elsewhere. It takes ownership of both connections and reports
+// true.
 func (cn *conn) tunnel(upc *net.TCPConn) bool {
-	client := cn.client.c
-	client.SetDeadline(time.Time{})
-	upc.SetDeadline(time.Time{})
 	if cn.client.lowat {
 		// A tunnel is relayed best with the send queue the kernel
 		// chooses: its relay is the busier side.
 		setNotSentLowat(cn.client.tcp, 0)
 	}
-	report := cn.tunnelDone() // nil when nothing is observed
-	if cn.throttle != nil {
-		// A paced user's tunnel is relayed by goroutines that can wait.
-		limits.RelayPaced(cn.ctx, client, upc, cn.throttle, cn.p.cfg.TunnelIdleTimeout)
-		client.Close()
-		upc.Close()
-		if report != nil {
-			report(0, 0, nil)
-		}
-		return true
-	}
-	if cn.eng != nil && cn.client.tcp != nil {
-		var done func(tunnel.Result)
-		if lim := cn.p.cfg.Limiter; lim != nil {
-			// The tunnel outlives ServeConn: it carries the
-			// connection's counts until it ends.
-			release, user := lim.Handoff(client), cn.limUser
-			cn.limUser = ""
-			if release != nil || user != "" {
-				done = func(tunnel.Result) {
-					if user != "" {
-						lim.UserDone(user)
-					}
-					if release != nil {
-						release()
-					}
-				}
-			}
-		}
-		done = engineDone(report, done)
-		if err := cn.eng.Add(cn.client.tcp, upc, done); err != nil && done != nil {
-			done(tunnel.Result{Err: err})
-		}
-		return true
-	}
-	if tc, ok := client.(*tls.Conn); ok {
-		if raw, ok := tunnel.RawTCP(tc); ok {
-			// Parked on socket readiness with no buffer while idle:
-			// the connection's read buffer (empty now) goes back to
-			// its pool first. Shutdown lets the relay run until the
-			// drain ends and the server closes the socket.
-			cn.client.release()
-			up, down, err := tunnel.RelayTLS(context.WithoutCancel(cn.ctx), tc, raw, upc, cn.p.cfg.TunnelIdleTimeout)
-			if report != nil {
-				report(up, down, err)
-			}
-			return true
-		}
-	}
-	relay(client, upc)
-	client.Close()
-	upc.Close()
-	if report != nil {
-		report(0, 0, nil)
-	}
+	// A parked TLS relay holds no buffer while idle: the connection's
+	// read buffer (empty now) goes back to its pool first.
+	cn.g.Tunnel(cn.client.c, upc, cn.client.release)
 	return true
 }
 
 var connectEstablished = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
-
-// closeWriter is a connection whose write half can be shut down alone.
-type closeWriter interface{ CloseWrite() error }
-
-// relay copies both ways between a and b until both directions end,
-// passing half-closes through. It serves when no tunnel engine is given
-// or the client connection is not a plain TCP socket.
-func relay(a net.Conn, b *net.TCPConn) {
-	done := make(chan struct{})
-	go func() {
-		io.Copy(b, a)
-		b.CloseWrite()
-		close(done)
-	}()
-	io.Copy(a, b)
-	if cw, ok := a.(closeWriter); ok {
-		cw.CloseWrite()
-	}
-	<-done
-}

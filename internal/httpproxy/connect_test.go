@@ -54,7 +54,7 @@ func tlsEcho(t *testing.T, c net.Conn, e *proxytest.EchoServer, data []byte) {
 
 func TestConnect(t *testing.T) {
 	t.Parallel()
-	proxy := proxytest.StartProxy(t, httpproxy.Config{})
+	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{})
 	tlsE := proxytest.NewTLSEcho(t)
 	plain := proxytest.NewEcho(t)
 	data := payload(1 << 20)
@@ -111,7 +111,7 @@ func TestIPv6(t *testing.T) {
 		{httpproxy.ForwardedXFF, "X-Forwarded-For: ::1"},
 	} {
 		t.Run("client [::1] "+tt.mode, func(t *testing.T) {
-			proxy6 := proxytest.StartProxyOn(t, "[::1]:0", httpproxy.Config{Forwarded: tt.mode})
+			proxy6 := proxytest.StartProxyOn(t, "[::1]:0", proxytest.NewPolicy(t, proxytest.PolicyConfig{}), serve(httpproxy.Config{Forwarded: tt.mode}))
 			c := proxytest.Dial(t, proxy6)
 			n := o.NumRequests()
 			if r, _ := c.RoundTrip(get(o, "/")); r.Status != 200 {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -16,22 +17,44 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 func TestMain(m *testing.M) { os.Exit(proxytest.VerifyNoLeaks(m)) }
 
+// serve returns the ServeFunc of a Proxy for cfg: the HTTP/1.1 front-end
+// on each connection proxytest accepts.
+func serve(cfg httpproxy.Config) proxytest.ServeFunc {
+	p := httpproxy.New(cfg)
+	return func(c *net.TCPConn, s *gate.Session) { p.ServeConn(c, s) }
+}
+
+// startProxy starts a proxy for cfg under the policy pc describes and
+// returns its address.
+func startProxy(t testing.TB, cfg httpproxy.Config, pc proxytest.PolicyConfig) string {
+	t.Helper()
+	return proxytest.StartProxy(t, proxytest.NewPolicy(t, pc), serve(cfg))
+}
+
 // setup starts an origin answering with h and a proxy for cfg in front
-// of it, with an upstream pool unless cfg has one. It returns the origin,
-// the proxy's address and the pool.
+// of it, under a policy with an upstream pool and nothing else. It
+// returns the origin, the proxy's address and the pool.
 func setup(t *testing.T, cfg httpproxy.Config, h proxytest.Handler) (*proxytest.Origin, string, *dialer.Pool) {
 	t.Helper()
+	return setupPolicy(t, cfg, proxytest.PolicyConfig{}, h)
+}
+
+// setupPolicy is setup under the policy pc describes, with an upstream
+// pool unless pc has one.
+func setupPolicy(t *testing.T, cfg httpproxy.Config, pc proxytest.PolicyConfig, h proxytest.Handler) (*proxytest.Origin, string, *dialer.Pool) {
+	t.Helper()
 	o := proxytest.NewOrigin(t, h)
-	if cfg.Pool == nil {
-		cfg.Pool = proxytest.NewPool(t, dialer.PoolConfig{})
+	if pc.Pool == nil {
+		pc.Pool = proxytest.NewPool(t, dialer.PoolConfig{})
 	}
-	return o, proxytest.StartProxy(t, cfg), cfg.Pool
+	return o, startProxy(t, cfg, pc), pc.Pool
 }
 
 // request builds an HTTP/1.minor request for target with the header
@@ -931,7 +954,7 @@ func BenchmarkForward1K(b *testing.B) {
 	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n" + body
 	o := proxytest.NewStaticOrigin(b, resp)
 	pool := proxytest.NewPool(b, dialer.PoolConfig{})
-	proxy := proxytest.StartProxy(b, httpproxy.Config{Pool: pool})
+	proxy := startProxy(b, httpproxy.Config{}, proxytest.PolicyConfig{Pool: pool})
 	c := proxytest.Dial(b, proxy)
 	req := []byte("GET http://" + o.Addr + "/1k HTTP/1.1\r\nHost: " + o.Addr + "\r\nUser-Agent: bench\r\n\r\n")
 	buf := make([]byte, len(resp))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 )
 
 const crlf = "\r\n"
@@ -62,19 +63,12 @@ func (cn *conn) buildRequestHead() {
 	case ForwardedRFC:
 		out = append(out, "Forwarded: "...)
 		out = req.appendValues(out, fwdName)
-		out = append(out, "for="...)
-		if cn.clientAddr.Is6() {
-			out = append(out, "\"["...)
-			out = cn.clientAddr.AppendTo(out)
-			out = append(out, "]\""...)
-		} else {
-			out = cn.clientAddr.AppendTo(out)
-		}
+		out = gate.AppendForwardedFor(out, ForwardedRFC, cn.sess.ClientIP())
 		out = append(out, crlf...)
 	case ForwardedXFF:
 		out = append(out, "X-Forwarded-For: "...)
 		out = req.appendValues(out, fwdName)
-		out = cn.clientAddr.AppendTo(out)
+		out = gate.AppendForwardedFor(out, ForwardedXFF, cn.sess.ClientIP())
 		out = append(out, crlf...)
 	}
 	if cn.upgrade {
@@ -172,13 +166,7 @@ var statusText = map[int]string{
 // writeError answers the client with status and a one-line reason. keep
 // leaves the connection open for another request.
 func (cn *conn) writeError(status int, reason string, keep bool) {
-	cn.obs.status = status
-	switch status {
-	case 407:
-		cn.p.cfg.Metrics.AuthFailed()
-	case 403:
-		cn.p.cfg.Metrics.ACLDenied()
-	}
+	cn.g.Answer(status, 0)
 	out := append(cn.out[:0], "HTTP/1.1 "...)
 	out = appendInt(out, int64(status))
 	out = append(out, ' ')
@@ -186,16 +174,18 @@ func (cn *conn) writeError(status int, reason string, keep bool) {
 	out = append(out, "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
 	out = appendInt(out, int64(len("rustle: \n")+len(reason)))
 	out = append(out, crlf...)
-	if status == 429 && cn.retryAfter > 0 {
+	if status == 429 && cn.g.RetryAfter > 0 {
 		out = append(out, "Retry-After: "...)
-		out = appendInt(out, int64((cn.retryAfter+time.Second-1)/time.Second))
+		out = appendInt(out, int64((cn.g.RetryAfter+time.Second-1)/time.Second))
 		out = append(out, crlf...)
-		cn.retryAfter = 0
+		cn.g.RetryAfter = 0
 	}
-	if status == 407 && cn.p.cfg.Auth != nil {
-		out = append(out, "Proxy-Authenticate: "...)
-		out = append(out, cn.p.cfg.Auth.Challenge()...)
-		out = append(out, crlf...)
+	if status == 407 {
+		if ch := cn.sess.Policy().Challenge(); ch != "" {
+			out = append(out, "Proxy-Authenticate: "...)
+			out = append(out, ch...)
+			out = append(out, crlf...)
+		}
 	}
 	if keep {
 		if cn.req.minor == 0 {
@@ -224,7 +214,6 @@ func (cn *conn) writeDialError(err error) {
 		switch {
 		case de.Forbidden:
 			status = 403
-			cn.logDenied(cn.decision.Rule, de.Err.Error())
 		case de.Timeout:
 			status = 504
 		}

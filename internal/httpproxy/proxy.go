@@ -13,81 +13,26 @@ package httpproxy
 
 import (
 	"context"
-	"crypto/tls"
 	"log/slog"
 	"net"
-	"net/netip"
 	"sync"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
-	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
-	"github.com/rustle-proxy/rustle/internal/limits"
-	"github.com/rustle-proxy/rustle/internal/metrics"
-	"github.com/rustle-proxy/rustle/internal/tunnel"
+	"github.com/rustle-proxy/rustle/internal/gate"
 )
-
-// Authenticator checks Proxy-Authorization values; *auth.Authenticator
-// implements it.
-type Authenticator interface {
-	// Check returns the user and true when value holds valid credentials.
-	Check(value []byte) (user string, ok bool)
-	// Challenge returns the Proxy-Authenticate value of a 407 answer.
-	Challenge() string
-}
-
-// Access decides whether a request may proceed; *acl.Policy implements
-// it.
-type Access interface {
-	// Decide decides r; see acl.Policy.Decide.
-	Decide(r acl.Request) acl.Decision
-}
-
-// Limiter enforces the limits that depend on what a client connection
-// says: failed authentications, connections per user, users' byte rates,
-// and the end of connections handed to the tunnel engine.
-type Limiter interface {
-	// AuthFailed records wrong credentials from client and returns the
-	// cool-down left, when positive: the request is answered 429 with
-	// Retry-After and the connection closed.
-	AuthFailed(client netip.Addr) time.Duration
-	// UserConn counts the connection as user's; false refuses it (429).
-	// Each true is matched by one UserDone.
-	UserConn(user string) bool
-	// UserDone ends a count UserConn made.
-	UserDone(user string)
-	// Throttle returns user's byte bucket, or nil when user's bytes are
-	// not paced.
-	Throttle(user string) *limits.Bucket
-	// Handoff is called before client is handed to the tunnel engine,
-	// after which ServeConn returns while the tunnel lives on; the
-	// function it returns (nil = none) is called once the tunnel ends.
-	Handoff(client net.Conn) func()
-}
 
 // Forwarded modes: which client-address header forwarded requests carry.
 const (
-	ForwardedNone = "none"
-	ForwardedRFC  = "rfc7239"
-	ForwardedXFF  = "x-forwarded-for"
+	ForwardedNone = gate.ForwardedNone
+	ForwardedRFC  = gate.ForwardedRFC
+	ForwardedXFF  = gate.ForwardedXFF
 )
 
-// Config configures a Proxy.
+// Config configures a Proxy: the HTTP/1.1 wire settings. Who may do what,
+// dialing, pooling, relaying and observing are the session's
+// [gate.Policy].
 type Config struct {
-	// Auth checks credentials; nil = no authentication.
-	Auth Authenticator
-	// Dialer dials upstreams; required.
-	Dialer *dialer.Dialer
-	// Pool keeps idle upstream connections; nil = no upstream keep-alive.
-	Pool *dialer.Pool
-	// Access decides each request (HTTP, CONNECT, WebSocket) before it
-	// is dialed, and each address it resolves to; refusals are answered
-	// 403. nil allows every request.
-	Access Access
-	// Limiter enforces per-user and authentication-failure limits; nil =
-	// none.
-	Limiter Limiter
 	// Forwarded is ForwardedNone (or ""), ForwardedRFC or ForwardedXFF.
 	Forwarded string
 	// Via adds "Via: 1.1 rustle" to forwarded messages. false = none.
@@ -104,25 +49,11 @@ type Config struct {
 	IdleTimeout time.Duration
 	// WriteTimeout bounds each blocked write. 0 = 60s.
 	WriteTimeout time.Duration
-	// TunnelIdleTimeout closes a TLS client's tunnel with no bytes either
-	// way for this long (plain tunnels follow their engine's setting).
-	// 0 = 1h.
-	TunnelIdleTimeout time.Duration
 	// SocketBufferBytes sets SO_SNDBUF/SO_RCVBUF on client sockets.
 	// 0 = kernel autotuning.
 	SocketBufferBytes int
 	// Logger receives connection-level events; nil = discard.
 	Logger *slog.Logger
-	// Listener names the listener in access log records; "" = none.
-	Listener string
-	// Metrics counts this listener's requests, bytes, tunnels and
-	// refusals; nil = none.
-	Metrics *metrics.ListenerMetrics
-	// UserMetrics returns an authenticated user's series, nil when there
-	// are none; a nil func = no per-user series.
-	UserMetrics func(user string) *metrics.UserMetrics
-	// AccessLog receives one record per request or tunnel; nil = none.
-	AccessLog *accesslog.Logger
 }
 
 // Proxy serves HTTP/1.1 proxy connections. It is safe for concurrent use
@@ -133,9 +64,6 @@ type Proxy struct {
 
 	conns sync.Pool // *conn, reused across client connections
 }
-
-// Metrics returns the listener metrics the Proxy reports to, or nil.
-func (p *Proxy) Metrics() *metrics.ListenerMetrics { return p.cfg.Metrics }
 
 // New returns a Proxy for cfg.
 func New(cfg Config) *Proxy {
@@ -154,9 +82,6 @@ func New(cfg Config) *Proxy {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 60 * time.Second
 	}
-	if cfg.TunnelIdleTimeout <= 0 {
-		cfg.TunnelIdleTimeout = time.Hour
-	}
 	if cfg.Forwarded == "" {
 		cfg.Forwarded = ForwardedNone
 	}
@@ -169,26 +94,14 @@ func New(cfg Config) *Proxy {
 	return p
 }
 
-// ServeConn serves one client connection until it closes, fails, is
-// handed to the tunnel engine eng, or ctx is done (checked between
-// requests: a request in progress finishes first). ServeConn owns c: it
-// closes it or hands it on. c is a *net.TCPConn on a plain port, or a
-// connection whose handshake is done on a TLS port. Tunnels of a plain
-// connection go to eng; with eng nil, or for other connections, they are
-// relayed by goroutines instead.
-func (p *Proxy) ServeConn(ctx context.Context, c net.Conn, eng *tunnel.Engine) {
-	var client netip.AddrPort
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		client = ta.AddrPort()
-	}
-	p.ServeConnFrom(ctx, c, eng, client)
-}
-
-// ServeConnFrom is ServeConn for a client whose address is not c's peer:
-// the one a PROXY protocol header gave. client is used for the access
-// policy, the authentication-failure limits, the Forwarded and
-// X-Forwarded-For fields and the access log.
-func (p *Proxy) ServeConnFrom(ctx context.Context, c net.Conn, eng *tunnel.Engine, client netip.AddrPort) {
+// ServeConn serves one client connection until it closes, fails, becomes
+// a tunnel, or the session's context is done (checked between requests:
+// a request in progress finishes first). ServeConn owns c: it closes it or
+// hands it on. c is a *net.TCPConn on a plain port, or a connection whose
+// handshake is done on a TLS port. sess is c's session: what it may do,
+// its client's address and its tunnel engine; the caller closes it after
+// ServeConn returns.
+func (p *Proxy) ServeConn(c net.Conn, sess *gate.Session) {
 	if tc, ok := c.(*net.TCPConn); ok && p.cfg.SocketBufferBytes > 0 {
 		if rc, err := tc.SyscallConn(); err == nil {
 			dialer.SetBuffers(rc, p.cfg.SocketBufferBytes)
@@ -196,23 +109,13 @@ func (p *Proxy) ServeConnFrom(ctx context.Context, c net.Conn, eng *tunnel.Engin
 	}
 	cn := p.conns.Get().(*conn)
 	cn.p = p
-	cn.eng = eng
-	cn.ctx = ctx
+	cn.sess = sess
+	cn.ctx = sess.Context()
+	cn.pool = sess.Policy().Pool
 	cn.client.attach(c, &clientBufs)
-	cn.clientAddrPort = client
-	cn.clientAddr = client.Addr().Unmap()
-	cn.obs.on = p.cfg.Metrics != nil || p.cfg.AccessLog != nil
-	if tc, ok := c.(*tls.Conn); ok {
-		// A client certificate verified during the handshake (the
-		// listener's client_ca) authenticates every request.
-		if cs := tc.ConnectionState(); len(cs.VerifiedChains) > 0 && len(cs.VerifiedChains[0]) > 0 {
-			cn.certUser = cs.VerifiedChains[0][0].Subject.CommonName
-			cn.certAuth = true
-		}
-	}
 	// On shutdown, a connection waiting for its next request is woken so
 	// that it closes; one in the middle of a request finishes it first.
-	stop := context.AfterFunc(ctx, func() {
+	stop := context.AfterFunc(cn.ctx, func() {
 		if cn.idle.Load() {
 			c.SetReadDeadline(time.Unix(1, 0))
 		}
@@ -222,9 +125,7 @@ func (p *Proxy) ServeConnFrom(ctx context.Context, c net.Conn, eng *tunnel.Engin
 	if !handedOff {
 		c.Close()
 	}
-	if cn.limUser != "" {
-		p.cfg.Limiter.UserDone(cn.limUser)
-	}
+	cn.g.Finish(0, 0)
 	cn.releaseUpstream()
 	cn.client.release()
 	cn.reset()

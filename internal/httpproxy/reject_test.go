@@ -4,21 +4,20 @@ import (
 	"context"
 	"encoding/base64"
 	"io"
-	"maps"
 	"net"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
-	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 // TestRejectedRequests sends malformed and ambiguous requests, request
@@ -113,14 +112,8 @@ func TestHeadTooLarge(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	a, err := auth.New(auth.Config{Users: []auth.User{{Name: "u", Password: "p"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	basic := func(user, pass string) string {
-		return "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
-	}
-	o, proxy, _ := setup(t, httpproxy.Config{Auth: a}, proxytest.Respond(200, "ok"))
+	basic := basicAuth
+	o, proxy, _ := setupPolicy(t, httpproxy.Config{}, proxytest.PolicyConfig{Users: map[string]string{"u": "p"}}, proxytest.Respond(200, "ok"))
 	echo := proxytest.NewEcho(t)
 	tests := []struct {
 		name   string
@@ -251,12 +244,51 @@ func TestReadHeaderTimeout(t *testing.T) {
 	})
 }
 
+// serveOne serves the first connection accepted on a loopback listener
+// with a Proxy for cfg, as the server does: in a session of pol under
+// ctx, with a tunnel engine, whose admission release gives back (nil =
+// none). It returns the listener's address and a channel closed once
+// the session is closed.
+func serveOne(t *testing.T, ctx context.Context, pol *gate.Policy, cfg httpproxy.Config, release func()) (string, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := tunnel.New(tunnel.Config{})
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	p := httpproxy.New(cfg)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.AcceptTCP()
+		ln.Close()
+		if err != nil {
+			return
+		}
+		sess := pol.NewSession(ctx, c.RemoteAddr().(*net.TCPAddr).AddrPort(), eng, release)
+		sess.Attach(c)
+		p.ServeConn(c, sess)
+		sess.Close()
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		eng.Close()
+	})
+	return ln.Addr().String(), done
+}
+
 // TestServeConnCancel checks that ServeConn returns soon after its
-// context is cancelled while it waits for a request head, with a long
-// idle timeout that would otherwise keep it waiting.
+// session's context is cancelled while it waits for a request head, with
+// a long idle timeout that would otherwise keep it waiting.
 func TestServeConnCancel(t *testing.T) {
 	t.Parallel()
 	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{})
 	t.Run("in the middle of a request", func(t *testing.T) {
 		release := make(chan struct{})
 		slow := proxytest.NewOrigin(t, func(x *proxytest.Exchange) {
@@ -266,24 +298,10 @@ func TestServeConnCancel(t *testing.T) {
 			}
 			proxytest.Respond(200, "late")(x)
 		})
-		ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		p := httpproxy.New(httpproxy.Config{Dialer: dialer.New(dialer.Config{}), IdleTimeout: time.Hour})
-		c := proxytest.Dial(t, ln.Addr().String())
-		sc, err := ln.AcceptTCP()
-		if err != nil {
-			t.Fatal(err)
-		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		done := make(chan struct{})
-		go func() {
-			p.ServeConn(ctx, sc, nil)
-			close(done)
-		}()
+		addr, done := serveOne(t, ctx, pol, httpproxy.Config{IdleTimeout: time.Hour}, nil)
+		c := proxytest.Dial(t, addr)
 		c.Write(get(slow, "/"))
 		proxytest.WaitFor(t, "the request at the origin", func() bool { return slow.NumRequests() == 1 })
 		cancel()
@@ -303,28 +321,10 @@ func TestServeConnCancel(t *testing.T) {
 			name = "idle between requests"
 		}
 		t.Run(name, func(t *testing.T) {
-			ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			p := httpproxy.New(httpproxy.Config{
-				Dialer:            dialer.New(dialer.Config{}),
-				IdleTimeout:       time.Hour,
-				ReadHeaderTimeout: time.Hour,
-			})
-			c := proxytest.Dial(t, ln.Addr().String())
-			sc, err := ln.AcceptTCP()
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			done := make(chan struct{})
-			go func() {
-				p.ServeConn(ctx, sc, nil)
-				close(done)
-			}()
+			addr, done := serveOne(t, ctx, pol, httpproxy.Config{IdleTimeout: time.Hour, ReadHeaderTimeout: time.Hour}, nil)
+			c := proxytest.Dial(t, addr)
 			if afterRequest {
 				if r, _ := c.RoundTrip(get(o, "/")); r.Status != 200 {
 					t.Fatalf("answer %q", r.Head)
@@ -335,7 +335,7 @@ func TestServeConnCancel(t *testing.T) {
 			select {
 			case <-done:
 			case <-time.After(5 * time.Second):
-				sc.Close()
+				c.Close()
 				<-done
 				t.Fatal("ServeConn still serving 5s after its context was cancelled")
 			}
@@ -344,77 +344,8 @@ func TestServeConnCancel(t *testing.T) {
 	}
 }
 
-// fakeLimiter is a Limiter whose answers the test sets.
-type fakeLimiter struct {
-	mu        sync.Mutex
-	failures  int            // AuthFailed calls
-	coolAfter int            // AuthFailed returns a cool-down from this many failures on; 0 = never
-	maxUser   int            // connections per user; 0 = no limit
-	users     map[string]int // connections counted per user
-	bucket    *limits.Bucket // Throttle's answer
-	handoffs  int
-	released  int
-}
-
-func (f *fakeLimiter) AuthFailed(netip.Addr) time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failures++
-	if f.coolAfter > 0 && f.failures >= f.coolAfter {
-		return 90 * time.Second
-	}
-	return 0
-}
-
-func (f *fakeLimiter) UserConn(u string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.users == nil {
-		f.users = map[string]int{}
-	}
-	if f.maxUser > 0 && f.users[u] >= f.maxUser {
-		return false
-	}
-	f.users[u]++
-	return true
-}
-
-func (f *fakeLimiter) UserDone(u string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.users[u]--
-}
-
-func (f *fakeLimiter) Throttle(string) *limits.Bucket { return f.bucket }
-
-func (f *fakeLimiter) Handoff(net.Conn) func() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.handoffs++
-	return func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.released++
-	}
-}
-
-func (f *fakeLimiter) counts() (users map[string]int, handoffs, released int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return maps.Clone(f.users), f.handoffs, f.released
-}
-
 func basicAuth(user, pass string) string {
 	return "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
-}
-
-func mustPolicy(t *testing.T, cfg acl.Config) *acl.Policy {
-	t.Helper()
-	p, err := acl.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // TestAccessPolicy checks that requests the policy refuses (HTTP, CONNECT,
@@ -426,13 +357,15 @@ func TestAccessPolicy(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 	_, oport, _ := net.SplitHostPort(o.Addr)
 	_, eport, _ := net.SplitHostPort(echo.Addr)
-	policy := mustPolicy(t, acl.Config{Rules: []acl.Rule{
-		{Name: "secret-no-ws", Action: acl.Deny, Protocols: []string{"websocket"}},
-		{Name: "secret-no-post", Action: acl.Deny, Methods: []string{"POST"}},
-		{Name: "web", Action: acl.Allow, Protocols: []string{"http"}, Ports: []string{oport}},
-		{Name: "tunnels", Action: acl.Allow, Protocols: []string{"connect"}, Ports: []string{eport}},
-	}})
-	proxy := proxytest.StartProxy(t, httpproxy.Config{Access: policy, Pool: proxytest.NewPool(t, dialer.PoolConfig{})})
+	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+		Rules: []acl.Rule{
+			{Name: "secret-no-ws", Action: acl.Deny, Protocols: []string{"websocket"}},
+			{Name: "secret-no-post", Action: acl.Deny, Methods: []string{"POST"}},
+			{Name: "web", Action: acl.Allow, Protocols: []string{"http"}, Ports: []string{oport}},
+			{Name: "tunnels", Action: acl.Allow, Protocols: []string{"connect"}, Ports: []string{eport}},
+		},
+		Pool: proxytest.NewPool(t, dialer.PoolConfig{}),
+	})
 
 	c := proxytest.Dial(t, proxy)
 	for _, tt := range []struct {
@@ -474,16 +407,11 @@ func TestAccessPolicy(t *testing.T) {
 // for a request whose rule does not.
 func TestPrivateGuard(t *testing.T) {
 	t.Parallel()
-	a, err := auth.New(auth.Config{Users: []auth.User{{Name: "alice", Password: "a"}, {Name: "bob", Password: "b"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
 	echo := proxytest.NewEcho(t)
-	guarded := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
 
 	t.Run("refused", func(t *testing.T) {
-		proxy := proxytest.StartProxy(t, httpproxy.Config{Dialer: guarded})
+		proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{Guard: true})
 		c := proxytest.Dial(t, proxy)
 		r, _ := c.RoundTrip(get(o, "/"))
 		if r.Status != 403 || !strings.Contains(string(r.Body), "private or local address") {
@@ -499,19 +427,24 @@ func TestPrivateGuard(t *testing.T) {
 		}
 	})
 	t.Run("allowed by the guard", func(t *testing.T) {
-		d := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
-		proxy := proxytest.StartProxy(t, httpproxy.Config{Dialer: d})
+		proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+			Guard: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		})
 		if r, _ := proxytest.Dial(t, proxy).RoundTrip(get(o, "/")); r.Status != 200 {
 			t.Fatalf("answer %q", r.Head)
 		}
 	})
 	t.Run("allowed by a rule, not reused for another", func(t *testing.T) {
-		policy := mustPolicy(t, acl.Config{Rules: []acl.Rule{
-			{Name: "alice-local", Action: acl.Allow, Users: []string{"alice"}, AllowPrivate: []string{"127.0.0.1/32"}},
-			{Name: "others", Action: acl.Allow},
-		}})
 		pool := proxytest.NewPool(t, dialer.PoolConfig{})
-		proxy := proxytest.StartProxy(t, httpproxy.Config{Dialer: guarded, Access: policy, Auth: a, Pool: pool})
+		proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+			Guard: true,
+			Users: map[string]string{"alice": "a", "bob": "b"},
+			Rules: []acl.Rule{
+				{Name: "alice-local", Action: acl.Allow, Users: []string{"alice"}, AllowPrivate: []string{"127.0.0.1/32"}},
+				{Name: "others", Action: acl.Allow},
+			},
+			Pool: pool,
+		})
 		n := o.NumRequests()
 		ca := proxytest.Dial(t, proxy)
 		if r, _ := ca.RoundTrip(request("GET", o.URL("/a"), 1, "", "Host: "+o.Addr, basicAuth("alice", "a"))); r.Status != 200 {
@@ -547,23 +480,32 @@ func TestPrivateGuard(t *testing.T) {
 
 // TestLimiter checks the answers the Limiter drives: 429 with Retry-After
 // once failed authentications start a cool-down, 429 past the per-user
-// limit, and the counts of a tunnel handed to the engine carried until it
-// ends.
+// limit, and the admission and user count of a tunnel handed to the
+// engine carried until it ends.
 func TestLimiter(t *testing.T) {
 	t.Parallel()
-	a, err := auth.New(auth.Config{Users: []auth.User{{Name: "u", Password: "p"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
 	echo := proxytest.NewEcho(t)
-	lim := &fakeLimiter{coolAfter: 2, maxUser: 1}
-	proxy := proxytest.StartProxy(t, httpproxy.Config{Auth: a, Limiter: lim})
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:  map[string]string{"u": "p"},
+		Limits: &limits.Config{AuthFailures: 2, AuthCooldown: 90 * time.Second, MaxConnsPerUser: 1},
+	})
+	proxy := proxytest.StartProxy(t, pol, serve(httpproxy.Config{}))
+	// userFree reports whether no connection is counted for u.
+	userFree := func() bool {
+		if !pol.Limiter.UserConn("u") {
+			return false
+		}
+		pol.Limiter.UserDone("u")
+		return true
+	}
 
 	c := proxytest.Dial(t, proxy)
 	if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "x"))); r.Status != 407 {
 		t.Fatalf("first wrong password: %q", r.Head)
 	}
+	// A request without credentials is not a failure: were it one, this
+	// would start the cool-down.
 	if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr)); r.Status != 407 {
 		t.Fatalf("no credentials: %q", r.Head)
 	}
@@ -572,9 +514,6 @@ func TestLimiter(t *testing.T) {
 		t.Fatalf("second wrong password: %q", r.Head)
 	}
 	c.ExpectClosed()
-	if lim.failures != 2 {
-		t.Errorf("%d failures recorded, want 2 (a request without credentials is not a failure)", lim.failures)
-	}
 
 	c1 := proxytest.Dial(t, proxy)
 	if r, _ := c1.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "p"))); r.Status != 200 {
@@ -585,31 +524,34 @@ func TestLimiter(t *testing.T) {
 		t.Fatalf("second connection of u: %q", r.Head)
 	}
 	c1.Close()
-	proxytest.WaitFor(t, "the first connection's count to end", func() bool { u, _, _ := lim.counts(); return u["u"] == 0 })
+	proxytest.WaitFor(t, "the first connection's count to end", userFree)
 
-	tc := proxytest.Connect(t, proxy, echo.Addr, basicAuth("u", "p"))
+	// A tunnel in the engine outlives ServeConn and its session: it
+	// carries the connection's admission and user count until it ends.
+	var released atomic.Int32
+	addr, served := serveOne(t, context.Background(), pol, httpproxy.Config{}, func() { released.Add(1) })
+	tc := proxytest.Connect(t, addr, echo.Addr, basicAuth("u", "p"))
+	<-served
+	if n := released.Load(); n != 0 || userFree() {
+		t.Errorf("with the tunnel open: admission released %d times, user free %v; want held", n, userFree())
+	}
 	checkEcho(t, tc, []byte("tunnel"))
 	tc.Close()
-	proxytest.WaitFor(t, "the tunnel's counts to end", func() bool {
-		u, h, rel := lim.counts()
-		return u["u"] == 0 && h == 1 && rel == 1
-	})
+	proxytest.WaitFor(t, "the tunnel's counts to end", func() bool { return released.Load() == 1 && userFree() })
 }
 
 // TestPacedUser checks that a paced user's bodies and tunnels arrive
 // whole, and no sooner than the byte rate allows.
 func TestPacedUser(t *testing.T) {
 	t.Parallel()
-	a, err := auth.New(auth.Config{Users: []auth.User{{Name: "u", Password: "p"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const size = 96 << 10
 	body := strings.Repeat("x", size)
 	o := proxytest.NewOrigin(t, proxytest.Respond(200, body))
 	echo := proxytest.NewEcho(t)
-	lim := &fakeLimiter{bucket: limits.NewBucket(256<<10, 16<<10)}
-	proxy := proxytest.StartProxy(t, httpproxy.Config{Auth: a, Limiter: lim})
+	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+		Users:  map[string]string{"u": "p"},
+		Limits: &limits.Config{UserBytesPerSecond: 256 << 10, UserBytesBurst: 16 << 10},
+	})
 
 	start := time.Now()
 	r, _ := proxytest.Dial(t, proxy).RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "p")))
@@ -630,16 +572,16 @@ func BenchmarkForward1KPolicy(b *testing.B) {
 	body := strings.Repeat("b", 1024)
 	resp := "HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + body
 	o := proxytest.NewStaticOrigin(b, resp)
-	policy, err := acl.New(acl.Config{Rules: []acl.Rule{
-		{Name: "no-smtp", Action: acl.Deny, Ports: []string{"25"}},
-		{Name: "no-metadata", Action: acl.Deny, Hosts: []string{"169.254.0.0/16", "*.internal"}},
-		{Name: "rest", Action: acl.Allow},
-	}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	d := dialer.New(dialer.Config{Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})})
-	proxy := proxytest.StartProxy(b, httpproxy.Config{Dialer: d, Access: policy, Pool: proxytest.NewPool(b, dialer.PoolConfig{})})
+	proxy := startProxy(b, httpproxy.Config{}, proxytest.PolicyConfig{
+		Rules: []acl.Rule{
+			{Name: "no-smtp", Action: acl.Deny, Ports: []string{"25"}},
+			{Name: "no-metadata", Action: acl.Deny, Hosts: []string{"169.254.0.0/16", "*.internal"}},
+			{Name: "rest", Action: acl.Allow},
+		},
+		Guard: true,
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Pool:  proxytest.NewPool(b, dialer.PoolConfig{}),
+	})
 	c := proxytest.Dial(b, proxy)
 	req := []byte("GET http://" + o.Addr + "/1k HTTP/1.1\r\nHost: " + o.Addr + "\r\n\r\n")
 	buf := make([]byte, len(resp))
@@ -662,57 +604,42 @@ func BenchmarkForward1KPolicy(b *testing.B) {
 	}
 }
 
-// countingAuth is an Authenticator that accepts one value and counts the
-// calls it gets.
-type countingAuth struct {
-	value string
-	calls atomic.Int32
-}
-
-func (a *countingAuth) Check(v []byte) (string, bool) {
-	a.calls.Add(1)
-	return "u", string(v) == a.value
-}
-
-func (a *countingAuth) Challenge() string { return `Basic realm="test"` }
-
-// TestAuthMemo checks that a connection repeating an accepted
-// Proxy-Authorization value is not checked again on every request, that
-// another value or a refused one always is, and that no verdict is kept
-// from one connection to the next.
-func TestAuthMemo(t *testing.T) {
+// TestAuthRepeated checks a connection's requests that repeat, change
+// and restore their Proxy-Authorization value: each is judged on its own
+// value (an accepted value is no pass for another), every refused value
+// counts as a failure, and a new connection starts afresh. (That an
+// accepted value is not hashed again on every request is the session's
+// memo, which gate's tests see.)
+func TestAuthRepeated(t *testing.T) {
 	t.Parallel()
 	good := basicAuth("u", "p")
-	a := &countingAuth{value: strings.TrimPrefix(good, "Proxy-Authorization: ")}
-	o, proxy, _ := setup(t, httpproxy.Config{Auth: a}, proxytest.Respond(200, "ok"))
+	o, proxy, _ := setupPolicy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+		Users:  map[string]string{"u": "p"},
+		Limits: &limits.Config{AuthFailures: 3, AuthCooldown: time.Minute},
+	}, proxytest.Respond(200, "ok"))
 	c := proxytest.Dial(t, proxy)
-	for i := range 5 {
-		if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, good)); r.Status != 200 {
-			t.Fatalf("request %d: %q", i, r.Head)
+	steps := []struct {
+		name   string
+		header string
+		status int
+	}{
+		{"good 1", good, 200},
+		{"good 2", good, 200},
+		{"good 3", good, 200},
+		{"wrong after good", basicAuth("u", "wrong"), 407},
+		{"wrong again", basicAuth("u", "wrong"), 407},
+		{"good again", good, 200},
+		{"good once more", good, 200},
+		{"third failure cools down", basicAuth("u", "other"), 429},
+	}
+	for _, st := range steps {
+		r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, st.header))
+		if r.Status != st.status {
+			t.Fatalf("%s: %q, want %d", st.name, r.Head, st.status)
 		}
 	}
-	if n := a.calls.Load(); n != 1 {
-		t.Errorf("%d checks for 5 requests with one value, want 1", n)
-	}
-	for i := range 2 {
-		if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "wrong"))); r.Status != 407 {
-			t.Fatalf("wrong password %d: %q", i, r.Head)
-		}
-	}
-	if n := a.calls.Load(); n != 3 {
-		t.Errorf("%d checks after 2 refused requests, want 3", n)
-	}
-	if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, good)); r.Status != 200 {
-		t.Fatalf("good again: %q", r.Head)
-	}
-	if n := a.calls.Load(); n != 4 {
-		t.Errorf("%d checks after the good value came back, want 4", n)
-	}
-	c2 := proxytest.Dial(t, proxy)
-	if r, _ := c2.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, good)); r.Status != 200 {
-		t.Fatalf("second connection: %q", r.Head)
-	}
-	if n := a.calls.Load(); n != 5 {
-		t.Errorf("%d checks after a new connection, want 5", n)
+	c.ExpectClosed()
+	if r, _ := proxytest.Dial(t, proxy).RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, good)); r.Status != 200 {
+		t.Fatalf("new connection: %q", r.Head)
 	}
 }

@@ -1,6 +1,10 @@
 package httpproxy
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/rustle-proxy/rustle/internal/gate"
+)
 
 // Target errors.
 var (
@@ -77,100 +81,24 @@ func parseAuthorityForm(b []byte, t *target) error {
 	return nil
 }
 
-// parseAuthority parses host[:port]; defPort is used when the port is
-// absent (0 means a port is required, checked by the caller).
+// parseAuthority parses host[:port] with the parser every front-end
+// shares (gate.ParseAuthority); defPort is used when the port is absent
+// (0 means a port is required).
 func parseAuthority(a []byte, defPort int, t *target) error {
-	if bytes.IndexByte(a, '@') >= 0 {
+	host, port, ipv6, err := gate.ParseAuthority(a, defPort)
+	switch {
+	case err == gate.ErrUserinfo:
 		return errUserinfo
-	}
-	if len(a) == 0 {
+	case err != nil:
 		return errBadAuthority
 	}
-	t.authority = a
-	t.ipv6 = false
-	var hostPart, portPart []byte
-	if a[0] == '[' {
-		rb := bytes.IndexByte(a, ']')
-		if rb < 0 {
-			return errBadAuthority
-		}
-		hostPart = a[1:rb]
-		rest := a[rb+1:]
-		if len(rest) > 0 {
-			if rest[0] != ':' {
-				return errBadAuthority
-			}
-			portPart = rest[1:]
-			if len(portPart) == 0 {
-				return errBadAuthority
-			}
-		}
-		if len(hostPart) < 2 {
-			return errBadAuthority
-		}
-		for _, c := range hostPart {
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' || c == ':' || c == '.') {
-				return errBadAuthority
-			}
-		}
-		t.ipv6 = true
-	} else {
-		colon := bytes.IndexByte(a, ':')
-		if colon >= 0 {
-			hostPart, portPart = a[:colon], a[colon+1:]
-			if len(portPart) == 0 {
-				return errBadAuthority
-			}
-		} else {
-			hostPart = a
-		}
-		if len(hostPart) == 0 || len(hostPart) > 253 {
-			return errBadAuthority
-		}
-		for _, c := range hostPart {
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '.' || c == '_') {
-				return errBadAuthority
-			}
-		}
-	}
-	t.host = hostPart
-	t.port = defPort
-	if portPart != nil {
-		if len(portPart) > 5 {
-			return errBadAuthority
-		}
-		p := 0
-		for _, c := range portPart {
-			if c < '0' || c > '9' {
-				return errBadAuthority
-			}
-			p = p*10 + int(c-'0')
-		}
-		if p == 0 || p > 65535 {
-			return errBadAuthority
-		}
-		t.port = p
-	}
+	t.authority, t.host, t.port, t.ipv6 = a, host, port, ipv6
 	return nil
 }
 
-// appendHostPort appends the dial address of t ("host:port", IPv6 in
-// brackets), lower-cased so that it can key the upstream pool.
+// appendHostPort appends the dial address and pool key of t.
 func appendHostPort(dst []byte, t *target) []byte {
-	if t.ipv6 {
-		dst = append(dst, '[')
-	}
-	for _, c := range t.host {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		dst = append(dst, c)
-	}
-	if t.ipv6 {
-		dst = append(dst, ']')
-	}
-	dst = append(dst, ':')
-	return appendInt(dst, int64(t.port))
+	return gate.AppendHostPort(dst, t.host, t.port, t.ipv6)
 }
 
 func appendInt(dst []byte, n int64) []byte {

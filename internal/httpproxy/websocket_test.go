@@ -12,7 +12,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -63,23 +62,19 @@ func proxiedClient(addr, user, pass string) *http.Client {
 
 func TestWebSocketThroughProxy(t *testing.T) {
 	srv := wsEchoServer(t)
-	a, err := auth.New(auth.Config{Users: []auth.User{{Name: "u", Password: "p"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		name   string
-		cfg    httpproxy.Config
+		users  map[string]string
 		user   string
 		scheme string
 	}{
-		{"no auth, ws scheme", httpproxy.Config{}, "", "ws"},
-		{"no auth, http scheme", httpproxy.Config{}, "", "http"},
-		{"basic auth", httpproxy.Config{Auth: a}, "u", "ws"},
+		{"no auth, ws scheme", nil, "", "ws"},
+		{"no auth, http scheme", nil, "", "http"},
+		{"basic auth", map[string]string{"u": "p"}, "u", "ws"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			proxy := proxytest.StartProxy(t, tt.cfg)
+			proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{Users: tt.users})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			u := tt.scheme + strings.TrimPrefix(srv.URL, "http") + "/echo"
@@ -121,11 +116,7 @@ func TestWebSocketThroughProxy(t *testing.T) {
 
 func TestWebSocketNeedsAuth(t *testing.T) {
 	srv := wsEchoServer(t)
-	a, err := auth.New(auth.Config{Users: []auth.User{{Name: "u", Password: "p"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := proxytest.StartProxy(t, httpproxy.Config{Auth: a})
+	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{Users: map[string]string{"u": "p"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, resp, err := websocket.Dial(ctx, srv.URL+"/echo", &websocket.DialOptions{HTTPClient: proxiedClient(proxy, "u", "wrong")})
@@ -141,7 +132,7 @@ func TestWebSocketNeedsAuth(t *testing.T) {
 // upgrade leaves the connection a normal HTTP connection.
 func TestWebSocketRefused(t *testing.T) {
 	srv := wsEchoServer(t)
-	proxy := proxytest.StartProxy(t, httpproxy.Config{})
+	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{})
 	cl := proxytest.Dial(t, proxy)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	upgrade := "GET " + srv.URL + "/refuse HTTP/1.1\r\nHost: " + host + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
@@ -160,7 +151,7 @@ func TestWebSocketRefused(t *testing.T) {
 // WebSocket handshake, and that other upgrades are not passed on.
 func TestUpgradeHeadersForwarded(t *testing.T) {
 	o := proxytest.NewOrigin(t, proxytest.Respond(400, "no"))
-	proxy := proxytest.StartProxy(t, httpproxy.Config{})
+	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{})
 	tests := []struct {
 		name, upgrade, connection string
 		wantUpgrade               bool

@@ -3,38 +3,40 @@ package proxytest
 import (
 	"context"
 	"net"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
-// StartProxy serves cfg on 127.0.0.1:0 and returns the address. See
-// StartProxyOn.
-func StartProxy(t testing.TB, cfg httpproxy.Config) string {
+// ServeFunc serves one accepted client connection with its session, as
+// a front-end's ServeConn does; it owns c.
+type ServeFunc func(c *net.TCPConn, s *gate.Session)
+
+// StartProxy serves connections on 127.0.0.1:0 with serve under policy p
+// and returns the address. See StartProxyOn.
+func StartProxy(t testing.TB, p *gate.Policy, serve ServeFunc) string {
 	t.Helper()
-	return StartProxyOn(t, "127.0.0.1:0", cfg)
+	return StartProxyOn(t, "127.0.0.1:0", p, serve)
 }
 
-// StartProxyOn serves an httpproxy.Proxy built from cfg on addr (a
-// loopback address with port 0) and returns the address it is bound to.
-// Each accepted connection is served by ServeConn on its own goroutine,
-// with a tunnel engine of its own. A nil cfg.Dialer is replaced by one
-// with a 5s timeout.
+// StartProxyOn serves connections on addr (a loopback address with port
+// 0) and returns the address it is bound to. Each accepted connection
+// gets a session of p, with a tunnel engine shared by the listener, and
+// is served by serve on its own goroutine; the session is closed when
+// serve returns.
 //
-// t.Cleanup cancels the connections' context, closes the listener and
-// every client connection, waits for every ServeConn to return and closes
-// the engine. A ServeConn waiting on an upstream returns only when that
-// wait ends, so tests of upstreams that never answer set a short
-// ResponseHeaderTimeout.
-func StartProxyOn(t testing.TB, addr string, cfg httpproxy.Config) string {
+// t.Cleanup cancels the sessions' context, closes the listener and every
+// client connection, waits for every serve to return and closes the
+// engine. A serve waiting on an upstream returns only when that wait
+// ends, so tests of upstreams that never answer set a short response
+// timeout.
+func StartProxyOn(t testing.TB, addr string, p *gate.Policy, serve ServeFunc) string {
 	t.Helper()
-	if cfg.Dialer == nil {
-		cfg.Dialer = dialer.New(dialer.Config{Timeout: 5 * time.Second})
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("proxytest: proxy listen %s: %v", addr, err)
@@ -45,7 +47,7 @@ func StartProxyOn(t testing.TB, addr string, cfg httpproxy.Config) string {
 		t.Fatalf("proxytest: start tunnel engine: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &proxyServer{p: httpproxy.New(cfg), eng: eng, ctx: ctx, conns: map[*net.TCPConn]bool{}}
+	s := &proxyServer{p: p, fn: serve, eng: eng, ctx: ctx, conns: map[*net.TCPConn]bool{}}
 	s.wg.Add(1)
 	go s.acceptLoop(ln.(*net.TCPListener))
 	t.Cleanup(func() {
@@ -65,7 +67,8 @@ func StartProxyOn(t testing.TB, addr string, cfg httpproxy.Config) string {
 
 // proxyServer is the accept loop of StartProxyOn.
 type proxyServer struct {
-	p   *httpproxy.Proxy
+	p   *gate.Policy
+	fn  ServeFunc
 	eng *tunnel.Engine
 	ctx context.Context
 	wg  sync.WaitGroup
@@ -97,7 +100,14 @@ func (s *proxyServer) acceptLoop(ln *net.TCPListener) {
 
 func (s *proxyServer) serve(c *net.TCPConn) {
 	defer s.wg.Done()
-	s.p.ServeConn(s.ctx, c, s.eng)
+	var client netip.AddrPort
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		client = a.AddrPort()
+	}
+	sess := s.p.NewSession(s.ctx, client, s.eng, nil)
+	sess.Attach(c)
+	s.fn(c, sess)
+	sess.Close()
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()

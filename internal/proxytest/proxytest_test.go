@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 )
 
@@ -208,7 +210,8 @@ func btoi(b bool) int {
 func TestStartProxy(t *testing.T) {
 	o := NewOrigin(t, Respond(200, "via proxy"))
 	s := NewStaticOrigin(t, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstatic")
-	proxy := StartProxy(t, httpproxy.Config{})
+	hp := httpproxy.New(httpproxy.Config{})
+	proxy := StartProxy(t, NewPolicy(t, PolicyConfig{}), func(c *net.TCPConn, s *gate.Session) { hp.ServeConn(c, s) })
 	c := Dial(t, proxy)
 	r, _ := c.RoundTrip("GET " + o.URL("/") + " HTTP/1.1\r\nHost: " + o.Addr + "\r\n\r\n")
 	if r.Status != 200 || string(r.Body) != "via proxy" {

@@ -8,10 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/config"
@@ -52,10 +49,9 @@ func newGuard(allow []string) (*dialer.Guard, error) {
 // newLimiter returns the limiter for the configuration's [limits]; the
 // connection limit derived from the open-file limit when not set.
 func newLimiter(c config.Limits, log *slog.Logger) *limits.Limiter {
-	var nofile uint64 = 1024
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil {
-		nofile = lim.Cur
+	var nofile uint64 = defaultOpenFiles
+	if soft, _, err := openFileLimit(); err == nil {
+		nofile = soft
 	}
 	auth := c.AuthFailures
 	if auth < 0 {
@@ -101,80 +97,6 @@ func (s *Server) setOwnAddrsLocked() {
 		}
 	}
 	s.guard.SetOwn(own)
-}
-
-// connLimits gives the proxies the limiter (httpproxy.Limiter,
-// socks5.Limiter) and tracks the connections they hand to a tunnel
-// engine, which end after serveConn returns.
-type connLimits struct {
-	lim *limits.Limiter
-
-	mu     sync.Mutex
-	handed map[net.Conn]struct{} // connections handed to an engine and not yet seen by serveConn; guarded by mu
-	// clients holds the address of connections whose client address
-	// came in a PROXY protocol header, from admission until served;
-	// guarded by mu.
-	clients map[net.Conn]netip.AddrPort
-}
-
-func newConnLimits(lim *limits.Limiter) *connLimits {
-	return &connLimits{lim: lim, handed: make(map[net.Conn]struct{}), clients: make(map[net.Conn]netip.AddrPort)}
-}
-
-// setClient records that c was admitted as coming from client (its IP
-// unmapped) rather than from its peer.
-func (cl *connLimits) setClient(c net.Conn, client netip.AddrPort) {
-	cl.mu.Lock()
-	cl.clients[c] = client
-	cl.mu.Unlock()
-}
-
-// client returns the address c's client comes from: the one setClient
-// recorded on a proxy_protocol listener, c's peer otherwise.
-func (cl *connLimits) client(l *listener, c net.Conn) netip.AddrPort {
-	if l.cfg.ProxyProtocol {
-		cl.mu.Lock()
-		a, ok := cl.clients[c]
-		cl.mu.Unlock()
-		if ok {
-			return a
-		}
-	}
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.AddrPort()
-	}
-	return netip.AddrPort{}
-}
-
-func (cl *connLimits) AuthFailed(client netip.Addr) time.Duration { return cl.lim.AuthFailed(client) }
-func (cl *connLimits) UserConn(user string) bool                  { return cl.lim.UserConn(user) }
-func (cl *connLimits) UserDone(user string)                       { cl.lim.UserDone(user) }
-func (cl *connLimits) Throttle(user string) *limits.Bucket        { return cl.lim.Throttle(user) }
-
-// Handoff marks c as carried by a tunnel: its admission is released when
-// the tunnel ends rather than when serveConn returns.
-func (cl *connLimits) Handoff(c net.Conn) func() {
-	cl.mu.Lock()
-	ip := remoteIP(c)
-	if a, ok := cl.clients[c]; ok {
-		ip = a.Addr()
-	}
-	cl.handed[c] = struct{}{}
-	cl.mu.Unlock()
-	return func() { cl.lim.Release(ip) }
-}
-
-// served is called when serveConn is done with c: it releases c's
-// admission unless a tunnel carries it on.
-func (cl *connLimits) served(c net.Conn, ip netip.Addr) {
-	cl.mu.Lock()
-	_, handed := cl.handed[c]
-	delete(cl.handed, c)
-	delete(cl.clients, c)
-	cl.mu.Unlock()
-	if !handed {
-		cl.lim.Release(ip)
-	}
 }
 
 // remoteIP returns the address a client connection comes from.

@@ -9,71 +9,49 @@ import (
 	"net/netip"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/rustle-proxy/rustle/internal/accesslog"
-	"github.com/rustle-proxy/rustle/internal/acl"
-	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
-	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
-	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxyproto"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
-// newSOCKS returns the SOCKS server of a "socks5" or "mixed" listener lc.
-// authr is the users' authenticator, nil when none are configured; it is
-// used when the listener's effective auth is "basic". policy is the access
-// policy, nil for none.
-func newSOCKS(cfg *config.Config, lc config.Listener, d *dialer.Dialer, authr *auth.Authenticator, log *slog.Logger,
-	policy *acl.Policy, lim socks5.Limiter, lm *metrics.ListenerMetrics, al *accesslog.Logger) *socks5.Server {
-	sc := socks5.Config{
-		Listener:          lc.Name,
-		Metrics:           lm,
-		AccessLog:         al,
-		Dialer:            d,
+// newSOCKS returns the SOCKS server of a "socks5" or "mixed" listener:
+// its wire settings (what it may do is its sessions' policy).
+func newSOCKS(cfg *config.Config, log *slog.Logger) *socks5.Server {
+	return socks5.New(socks5.Config{
 		HandshakeTimeout:  cfg.Timeouts.ReadHeader.Duration,
 		UDPIdleTimeout:    cfg.Timeouts.UDPIdle.Duration,
-		TunnelIdleTimeout: cfg.Timeouts.IdleTunnel.Duration,
 		SocketBufferBytes: cfg.SocketBufferBytes,
-		Limiter:           lim,
 		Logger:            log,
-	}
-	if policy != nil {
-		sc.Access = policy
-	}
-	if cfg.EffectiveAuth(lc) == config.AuthBasic {
-		sc.Auth = authr
-	}
-	return socks5.New(sc)
+	})
 }
 
 // serve hands a client connection from client to what the listener
 // speaks. A "mixed" listener looks at the connection's first byte without
 // consuming it: 0x05 (SOCKS5) and 0x04 (SOCKS4) go to the SOCKS server,
 // anything else to the HTTP proxy.
-func (l *listener) serve(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine, client netip.AddrPort) {
+func (l *listener) serve(c *net.TCPConn, sess *gate.Session) {
 	switch l.cfg.Protocol {
 	case "https":
-		l.serveTLS(ctx, c, eng, client)
+		l.serveTLS(c, sess)
 		return
 	case "socks5":
-		l.socks.ServeConnFrom(ctx, c, eng, client)
+		l.socks.ServeConn(c, sess)
 		return
 	case "mixed":
-		b, err := peekByte(ctx, c, l.peek)
+		b, err := peekByte(sess.Context(), c, l.peek)
 		if err != nil {
 			c.Close()
 			return
 		}
 		if b == 0x05 || b == 0x04 {
-			l.socks.ServeConnFrom(ctx, c, eng, client)
+			l.socks.ServeConn(c, sess)
 			return
 		}
 	}
-	l.proxy.ServeConnFrom(ctx, c, eng, client)
+	l.proxy.ServeConn(c, sess)
 }
 
 // peekByte returns the first byte c has received, leaving it unread
@@ -86,17 +64,9 @@ func peekByte(ctx context.Context, c *net.TCPConn, timeout time.Duration) (byte,
 	}
 	c.SetReadDeadline(time.Now().Add(timeout))
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
-	var b [1]byte
-	var n int
-	var rerr error
-	err = rc.Read(func(fd uintptr) bool {
-		for {
-			n, _, rerr = unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK)
-			if rerr != unix.EINTR {
-				return rerr != unix.EAGAIN
-			}
-		}
-	})
+	var pk peeker
+	err = rc.Read(pk.peek)
+	b, n, rerr := pk.b, pk.n, pk.err
 	if !stop() {
 		// ctx is done: the AfterFunc has run or is running; its
 		// deadline stays, which is what a closing connection wants.
@@ -116,10 +86,10 @@ func peekByte(ctx context.Context, c *net.TCPConn, timeout time.Duration) (byte,
 
 // serveProxied reads the PROXY protocol header that starts a connection
 // to a proxy_protocol listener, within the read-header timeout, then
-// admits it with cl's limits as coming from the address the header
-// carries, and serves it (serveConn). A connection without a valid header
-// is closed. The caller has counted the connection in s.conns.
-func (s *Server) serveProxied(l *listener, c *net.TCPConn, eng *tunnel.Engine, cl *connLimits) {
+// admits it with the listener's limits as coming from the address the
+// header carries, and serves it (serveConn). A connection without a valid
+// header is closed. The caller has counted the connection in s.conns.
+func (s *Server) serveProxied(l *listener, c *net.TCPConn, eng *tunnel.Engine) {
 	client, err := readProxyHeader(s.connCtx, c, l.peek)
 	if err != nil {
 		s.log.Debug("server: connection without a valid PROXY protocol header closed",
@@ -128,14 +98,12 @@ func (s *Server) serveProxied(l *listener, c *net.TCPConn, eng *tunnel.Engine, c
 		s.conns.Done()
 		return
 	}
-	ip := client.Addr()
-	if v, retry := cl.lim.Admit(ip); v != limits.OK {
+	if v, retry := l.lim.Admit(client.Addr()); v != limits.OK {
 		refuse(l, c, v, retry)
 		s.conns.Done()
 		return
 	}
-	cl.setClient(c, client)
-	s.serveConn(l, c, ip, eng)
+	s.serveConn(l, c, client, eng)
 }
 
 // readProxyHeader reads the PROXY protocol header (v1 or v2) at the start

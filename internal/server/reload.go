@@ -3,13 +3,17 @@ package server
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
+	"sort"
+	"strings"
 	"sync/atomic"
 
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
@@ -29,7 +33,7 @@ type generation struct {
 	cfg        *config.Config
 	guard      *dialer.Guard
 	lim        *limits.Limiter
-	connLimits *connLimits
+	authr      *auth.Authenticator // the users; nil = none configured
 	handshakes chan struct{}
 	listeners  []*listener
 	users      int                // the number of users, inline and from files
@@ -42,7 +46,6 @@ type generation struct {
 // certificates of carried-over TLS managers are re-read.
 func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error) {
 	g := &generation{cfg: cfg}
-	var authn httpproxy.Authenticator
 	var authr *auth.Authenticator
 	if cfg.HasUsers() {
 		users := make([]auth.User, len(cfg.Auth.Users))
@@ -59,7 +62,8 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		if err != nil {
 			return nil, fmt.Errorf("server: load users: %w", err)
 		}
-		authr, authn = a, a
+		authr = a
+		g.authr = a
 		g.users = a.Len()
 	}
 
@@ -73,10 +77,9 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	}
 	g.guard = guard
 	if prev != nil && prev.cfg.Limits == cfg.Limits {
-		g.lim, g.connLimits = prev.lim, prev.connLimits
+		g.lim = prev.lim
 	} else {
 		g.lim = newLimiter(cfg.Limits, s.log)
-		g.connLimits = newConnLimits(g.lim)
 	}
 	if n := max(1, cfg.Limits.MaxTLSHandshakes); prev != nil && cap(prev.handshakes) == n {
 		g.handshakes = prev.handshakes
@@ -100,9 +103,8 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	}
 	o := s.opts
 	for _, lc := range cfg.Listen {
+		log := s.log.With("listener", lc.Name)
 		pc := httpproxy.Config{
-			Dialer:                d,
-			Pool:                  s.pool,
 			Forwarded:             cfg.Forwarded,
 			Via:                   cfg.Via,
 			MaxHeaderBytes:        cfg.MaxHeaderBytes,
@@ -110,33 +112,37 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.Duration,
 			IdleTimeout:           cfg.Timeouts.IdleClient.Duration,
 			WriteTimeout:          cfg.Timeouts.Write.Duration,
-			TunnelIdleTimeout:     cfg.Timeouts.IdleTunnel.Duration,
 			SocketBufferBytes:     cfg.SocketBufferBytes,
-			Limiter:               g.connLimits,
-			Logger:                s.log.With("listener", lc.Name),
-			Listener:              lc.Name,
-			Metrics:               o.metrics.Listener(lc.Name, lc.Protocol),
-			AccessLog:             o.access,
+			Logger:                log,
 		}
-		if policy != nil {
-			pc.Access = policy
+		gp := &gate.Policy{
+			Listener:   lc.Name,
+			ACL:        policy,
+			Limiter:    g.lim,
+			Dialer:     d,
+			Pool:       s.pool,
+			Metrics:    o.metrics.Listener(lc.Name, lc.Protocol),
+			AccessLog:  o.access,
+			TunnelIdle: cfg.Timeouts.IdleTunnel.Duration,
+			Logger:     log,
+			Revoked:    s.revoked,
 		}
 		if o.metrics != nil {
-			pc.UserMetrics = o.metrics.User
+			gp.UserMetrics = o.metrics.User
 		}
-		if cfg.EffectiveAuth(lc) == "basic" {
+		if cfg.EffectiveAuth(lc) == config.AuthBasic {
 			if authr == nil {
 				g.closeCreated()
 				return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
 			}
-			pc.Auth = authn
+			gp.Auth = authr
 		}
-		l := &listener{cfg: lc, proxy: httpproxy.New(pc), peek: cfg.Timeouts.ReadHeader.Duration,
-			handshakes: g.handshakes, limits: g.connLimits, cur: new(atomic.Pointer[listener])}
+		l := &listener{cfg: lc, policy: gp, lm: gp.Metrics, proxy: httpproxy.New(pc), peek: cfg.Timeouts.ReadHeader.Duration,
+			handshakes: g.handshakes, lim: g.lim, cur: new(atomic.Pointer[listener])}
 		l.cur.Store(l)
 		switch lc.Protocol {
 		case "socks5", "mixed":
-			l.socks = newSOCKS(cfg, lc, d, authr, pc.Logger, policy, g.connLimits, pc.Metrics, o.access)
+			l.socks = newSOCKS(cfg, log)
 		case "https":
 			if ms := reuse[lc.TLS]; len(ms) > 0 {
 				l.tls, reuse[lc.TLS] = ms[0], ms[1:]
@@ -145,7 +151,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
 				}
 			} else {
-				m, err := newTLS(lc, pc.Logger)
+				m, err := newTLS(lc, log)
 				if err != nil {
 					g.closeCreated()
 					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
@@ -160,6 +166,21 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	return g, nil
 }
 
+// Check loads what cfg names, as New would: the users and their files,
+// the access rules, the private ranges and the https listeners'
+// certificates. It starts nothing (no listener, worker or engine) and
+// releases all it loaded before returning: nil, or the error New would
+// have returned.
+func Check(cfg *config.Config) error {
+	s := &Server{log: slog.New(slog.DiscardHandler), revoked: new(gate.Registry)}
+	g, err := s.build(cfg, nil)
+	if err != nil {
+		return err
+	}
+	g.closeCreated()
+	return nil
+}
+
 // closeCreated closes the TLS managers g made, when g is dropped.
 func (g *generation) closeCreated() {
 	for _, m := range g.created {
@@ -169,19 +190,20 @@ func (g *generation) closeCreated() {
 
 // useLocked makes g the server's current generation.
 func (s *Server) useLocked(g *generation) {
-	s.cfg, s.guard, s.lim, s.connLimits, s.handshakes = g.cfg, g.guard, g.lim, g.connLimits, g.handshakes
+	s.cfg, s.guard, s.lim, s.handshakes, s.users = g.cfg, g.guard, g.lim, g.handshakes, g.authr
 	s.listeners = g.listeners
 }
 
 // currentLocked returns the server's current generation.
 func (s *Server) currentLocked() *generation {
-	return &generation{cfg: s.cfg, guard: s.guard, lim: s.lim, connLimits: s.connLimits,
+	return &generation{cfg: s.cfg, guard: s.guard, lim: s.lim, authr: s.users,
 		handshakes: s.handshakes, listeners: s.listeners}
 }
 
 // Reload swaps in cfg, a validated configuration, for the connections
 // accepted from now on; connections in progress keep the configuration
-// they were accepted with until they end. It re-reads the users files and
+// they were accepted with until they end, except that the sessions and
+// tunnels of users that cfg removes are ended. It re-reads the users files and
 // the certificates of https listeners and rebuilds the access policy,
 // guard, limits, timeouts and proxy settings. A listener whose address is
 // unchanged keeps its sockets (listeners are matched by name and address,
@@ -189,7 +211,7 @@ func (s *Server) currentLocked() *generation {
 //
 // When cfg cannot be applied (a users or certificate file does not load,
 // a new address cannot be bound, or a setting that only a restart can
-// change differs: workers, [upstream], timeouts.idle_tunnel) Reload
+// change differs: see config.RestartChange) Reload
 // returns why, wrapping ErrRestartRequired in the last case, and the
 // server goes on with the configuration it had. Certificates of unchanged
 // https listeners may have been re-read by then. The [limits] counters
@@ -282,21 +304,16 @@ func (s *Server) Reload(cfg *config.Config) error {
 	s.log.Info("configuration reloaded", "listeners", len(g.listeners),
 		"added", len(g.listeners)-len(inUse), "removed", removed,
 		"users", g.users, "acl_rules", len(cfg.ACL.Rules))
+	s.revokeRemoved(prev.authr, g.authr)
 	return nil
 }
 
 // restartOnly returns an error wrapping ErrRestartRequired when cfg
-// changes a setting of old that Reload cannot apply.
+// changes a setting of old that only a restart applies (see
+// config.RestartChange).
 func restartOnly(old, cfg *config.Config) error {
-	switch {
-	case cfg.WorkerCount() != old.WorkerCount():
-		return fmt.Errorf("server: reload: workers changed from %d to %d: %w",
-			old.WorkerCount(), cfg.WorkerCount(), ErrRestartRequired)
-	case cfg.Upstream != old.Upstream:
-		return fmt.Errorf("server: reload: [upstream] changed: %w", ErrRestartRequired)
-	case cfg.Timeouts.IdleTunnel != old.Timeouts.IdleTunnel:
-		return fmt.Errorf("server: reload: timeouts.idle_tunnel changed from %v to %v: %w",
-			old.Timeouts.IdleTunnel.Duration, cfg.Timeouts.IdleTunnel.Duration, ErrRestartRequired)
+	if c := config.RestartChange(old, cfg); c != "" {
+		return fmt.Errorf("server: reload: %s: %w", c, ErrRestartRequired)
 	}
 	return nil
 }
@@ -361,5 +378,28 @@ func ownAddrs(ls []*listener) []netip.AddrPort {
 func closeAll(lns []net.Listener) {
 	for _, ln := range lns {
 		ln.Close()
+	}
+}
+
+// revokeRemoved ends the connections, tunnels, streams and SOCKS
+// sessions of the users that old knew and cur does not: a reload that
+// removes a user (or its users-file line) takes its access away at once,
+// not when its connections happen to close. A user named only by a
+// client certificate is not in either and keeps its connections.
+func (s *Server) revokeRemoved(old, cur *auth.Authenticator) {
+	if old == nil {
+		return
+	}
+	var names []string
+	n := s.revoked.Revoke(func(user string) bool {
+		if old.Has(user) && !cur.Has(user) {
+			names = append(names, user)
+			return false
+		}
+		return true
+	})
+	if n > 0 {
+		sort.Strings(names)
+		s.log.Info("access revoked: users removed by the reload", "users", strings.Join(names, ","), "count", n)
 	}
 }

@@ -13,14 +13,13 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
@@ -45,8 +44,12 @@ type Server struct {
 	cfg        *config.Config
 	guard      *dialer.Guard   // the private-destination guard
 	lim        *limits.Limiter // connection and authentication limits
-	connLimits *connLimits     // lim as the proxies see it
 	handshakes chan struct{}   // TLS handshake slots: a send takes one
+	users      *auth.Authenticator
+
+	// revoked tracks every generation's sessions and tunnels by user, so
+	// that a reload that removes a user ends them.
+	revoked *gate.Registry
 
 	// connCtx is the context of every client connection; cancelling it
 	// asks idle connections to close.
@@ -69,16 +72,18 @@ type Server struct {
 
 // listener is one configured listener: one socket per worker.
 type listener struct {
-	cfg   config.Listener
-	proxy *httpproxy.Proxy
-	socks *socks5.Server   // for "socks5" and "mixed" listeners; nil otherwise
-	tls   *tlsconf.Manager // for "https" listeners; nil otherwise
-	h2    *h2.Server       // HTTP/2 for "https" listeners; nil otherwise
-	peek  time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
-	lns   []net.Listener
+	cfg    config.Listener
+	policy *gate.Policy // what the listener's requests go through
+	lm     *metrics.ListenerMetrics
+	proxy  *httpproxy.Proxy
+	socks  *socks5.Server   // for "socks5" and "mixed" listeners; nil otherwise
+	tls    *tlsconf.Manager // for "https" listeners; nil otherwise
+	h2     *h2.Server       // HTTP/2 for "https" listeners; nil otherwise
+	peek   time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
+	lns    []net.Listener
 
-	handshakes chan struct{} // the server's TLS handshake slots
-	limits     *connLimits   // the generation's limits
+	handshakes chan struct{}   // the server's TLS handshake slots
+	lim        *limits.Limiter // the generation's limits: admissions
 	// cur is the listener that the accept loops of lns hand connections
 	// to; Reload stores the next generation's listener in it when that one
 	// keeps these sockets.
@@ -117,7 +122,7 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{})}
+	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry)}
 	if cfg.Upstream.MaxIdlePerHost > 0 {
 		s.pool = dialer.NewPool(dialer.PoolConfig{
 			MaxIdlePerHost: cfg.Upstream.MaxIdlePerHost,
@@ -127,7 +132,7 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 	}
 	s.connCtx, s.connCancel = context.WithCancel(context.Background())
 
-	for i := 0; i < cfg.WorkerCount(); i++ {
+	for range workerCount(cfg, logger) {
 		e, err := tunnel.New(tunnel.Config{
 			IdleTimeout: cfg.Timeouts.IdleTunnel.Duration,
 			Logger:      logger,
@@ -160,9 +165,8 @@ func (s *Server) Start() error {
 		return errors.New("server: already started")
 	}
 	s.started = true
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil {
-		s.log.Info("open file limit", "soft", lim.Cur, "hard", lim.Max)
+	if soft, hard, err := openFileLimit(); err == nil {
+		s.log.Info("open file limit", "soft", soft, "hard", hard)
 	}
 	workers := len(s.engines)
 	for _, l := range s.listeners {
@@ -215,23 +219,6 @@ func (s *Server) Tunnels() int {
 	return n
 }
 
-func listenReusePort(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{
-		KeepAlive: -1,
-		Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			err := rc.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-			})
-			if err != nil {
-				return err
-			}
-			return serr
-		},
-	}
-	return lc.Listen(context.Background(), "tcp", addr)
-}
-
 // acceptLoop accepts connections on ln until it is closed, handing each
 // to the listener cur holds at that moment. When accept
 // fails for want of resources (EMFILE, ENFILE, ENOBUFS) it backs off
@@ -262,34 +249,40 @@ func (s *Server) acceptLoop(ln net.Listener, cur *atomic.Pointer[listener], eng 
 			// The client's address comes in the header: admission
 			// waits for it, off this loop.
 			s.conns.Add(1)
-			go s.serveProxied(l, tc, eng, l.limits)
+			go s.serveProxied(l, tc, eng)
 			continue
 		}
-		ip := remoteIP(tc)
-		if v, retry := l.limits.lim.Admit(ip); v != limits.OK {
+		var client netip.AddrPort
+		if a, ok := tc.RemoteAddr().(*net.TCPAddr); ok {
+			client = a.AddrPort()
+		}
+		if v, retry := l.lim.Admit(client.Addr().Unmap()); v != limits.OK {
 			refuse(l, tc, v, retry)
 			continue
 		}
 		s.conns.Add(1)
-		go s.serveConn(l, tc, ip, eng)
+		go s.serveConn(l, tc, client, eng)
 	}
 }
 
-// serveConn serves an admitted connection from ip and releases its
-// admission, unless the connection went on as a tunnel (see connLimits).
-func (s *Server) serveConn(l *listener, c *net.TCPConn, ip netip.Addr, eng *tunnel.Engine) {
+// serveConn serves a connection admitted as coming from client, in a
+// session of the listener's policy that gives the admission back when it
+// closes, or when the tunnel the connection became ends.
+func (s *Server) serveConn(l *listener, c *net.TCPConn, client netip.AddrPort, eng *tunnel.Engine) {
 	defer s.conns.Done()
 	s.connMu.Lock()
 	s.active[c] = struct{}{}
 	s.connMu.Unlock()
-	lm := l.proxy.Metrics()
-	lm.Accepted()
-	l.serve(s.connCtx, c, eng, l.limits.client(l, c))
-	lm.Closed()
+	lim, ip := l.lim, client.Addr().Unmap()
+	sess := l.policy.NewSession(s.connCtx, client, eng, func() { lim.Release(ip) })
+	sess.Attach(c)
+	l.lm.Accepted()
+	l.serve(c, sess)
+	l.lm.Closed()
+	sess.Close()
 	s.connMu.Lock()
 	delete(s.active, c)
 	s.connMu.Unlock()
-	l.limits.served(c, ip)
 }
 
 // Shutdown drains the server: it stops accepting, lets requests in

@@ -5,10 +5,10 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"net"
-	"net/netip"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
@@ -27,13 +27,11 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 	})
 }
 
-// newH2 returns the HTTP/2 server of an "https" listener, which shares
-// the listener's dialer, upstream pool, authenticator, access policy,
-// limiter, timeouts, metrics and access log.
+// newH2 returns the HTTP/2 server of an "https" listener: its wire
+// settings, with the timeouts and header limits of the listener's
+// HTTP/1.1 proxy (what it may do is its sessions' policy).
 func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
-	hc := h2.Config{
-		Dialer:                pc.Dialer,
-		Pool:                  pc.Pool,
+	return h2.New(h2.Config{
 		Forwarded:             pc.Forwarded,
 		Via:                   pc.Via,
 		MaxConcurrentStreams:  uint32(cfg.HTTP2.MaxConcurrentStreams),
@@ -46,23 +44,9 @@ func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
 		ResponseHeaderTimeout: pc.ResponseHeaderTimeout,
 		IdleTimeout:           pc.IdleTimeout,
 		WriteTimeout:          pc.WriteTimeout,
-		TunnelIdleTimeout:     pc.TunnelIdleTimeout,
+		TunnelIdleTimeout:     cfg.Timeouts.IdleTunnel.Duration,
 		Logger:                pc.Logger,
-		Listener:              pc.Listener,
-		Metrics:               pc.Metrics,
-		UserMetrics:           pc.UserMetrics,
-		AccessLog:             pc.AccessLog,
-	}
-	if pc.Auth != nil {
-		hc.Auth = pc.Auth
-	}
-	if pc.Access != nil {
-		hc.Access = pc.Access
-	}
-	if pc.Limiter != nil {
-		hc.Limiter = pc.Limiter
-	}
-	return h2.New(hc)
+	})
 }
 
 // serveTLS completes the TLS handshake of a client of an "https" listener
@@ -71,7 +55,8 @@ func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
 // The socket is wrapped so that crypto/tls never reads past a record it
 // needs, which lets an idle tunnel park on socket readiness with no
 // buffer (see tunnel.RecordConn).
-func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine, client netip.AddrPort) {
+func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
+	ctx := sess.Context()
 	if !l.acquireHandshake(ctx) { // limits.max_tls_handshakes
 		c.Close()
 		return
@@ -85,11 +70,13 @@ func (l *listener) serveTLS(ctx context.Context, c *net.TCPConn, eng *tunnel.Eng
 		return
 	}
 	c.SetDeadline(time.Time{})
-	if l.h2 != nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
-		l.h2.ServeConnFrom(ctx, tc, client)
+	cs := tc.ConnectionState()
+	sess.SetTLS(cs) // a verified client certificate names the user
+	if l.h2 != nil && cs.NegotiatedProtocol == "h2" {
+		l.h2.ServeConn(tc, sess)
 		return
 	}
-	l.proxy.ServeConnFrom(ctx, tc, eng, client)
+	l.proxy.ServeConn(tc, sess)
 }
 
 // handshake runs tc's handshake on a goroutine of its own and waits for

@@ -26,8 +26,8 @@ func curl(t *testing.T, args ...string) (string, error) {
 
 func TestCurl(t *testing.T) {
 	port := startOrigin(t, "tcp4")
-	authed := startServer(t, "tcp4", Config{Auth: newAuth(t)})
-	open := startServer(t, "tcp4", Config{})
+	authed := startServer(t, "tcp4", authPolicy(t), Config{})
+	open := startServer(t, "tcp4", openPolicy(t), Config{})
 	creds := testUser + ":" + testPass
 	tests := []struct {
 		name string

@@ -2,24 +2,27 @@
 // by rustle, and SOCKS4 and SOCKS4a for old clients.
 //
 // A [Server] answers one connection at a time through [Server.ServeConn],
-// which reads the first byte to tell SOCKS5 (0x05) from SOCKS4 (0x04). It
-// supports:
+// which reads the first byte to tell SOCKS5 (0x05) from SOCKS4 (0x04).
+// The package holds only the wire protocol: the connection's
+// [gate.Session] authenticates, decides, dials, relays and observes, and
+// the Server maps its outcomes to SOCKS replies. It supports:
 //
 //   - CONNECT to an IPv4 address, an IPv6 address or a domain name, which
 //     the proxy resolves (so socks5h:// clients work). The upstream is dialed
-//     with the shared [dialer.Dialer], and once the success reply is sent
-//     both sockets are handed to the worker's [tunnel.Engine], which relays
-//     them with splice(2) like an HTTP CONNECT tunnel.
+//     by the session's grant, and once the success reply is sent the
+//     tunnel is relayed as an HTTP CONNECT tunnel is ([gate.Grant.Tunnel]:
+//     the worker's splice engine, or the paced relay for a paced user).
 //   - UDP ASSOCIATE: a UDP relay socket bound per association on the IP
 //     address the client connected to. It relays only datagrams from the
 //     client's IP address (and, once learned from the request or the first
 //     datagram, its port), drops fragments (FRAG != 0), and passes back only
 //     datagrams from addresses the client has sent to. The association ends
 //     when its TCP control connection closes, after Config.UDPIdleTimeout
-//     without a relayed datagram, or when ServeConn's context is done.
-//   - username/password authentication (RFC 1929) against the same
-//     [auth.Authenticator] as HTTP Basic. "No authentication required" is
-//     offered only when the listener has no authenticator.
+//     without a relayed datagram, or when the session's context is done.
+//   - username/password authentication (RFC 1929) through
+//     [gate.Session.Login], against the same users as HTTP Basic. "No
+//     authentication required" is offered only when the policy requires
+//     no authentication.
 //   - SOCKS4 and SOCKS4a CONNECT, refused (0x5B) when the listener requires
 //     authentication, since SOCKS4 carries no password.
 //
@@ -30,14 +33,14 @@
 //
 // # Replies
 //
-// A CONNECT that the access policy (Config.Access), the private-destination
-// guard of the Dialer or the per-user connection limit refuses gets 0x02
-// (connection not allowed by ruleset); a UDP datagram the policy or the
-// guard refuses is dropped. Dial failures map to reply codes: connection
-// refused 0x05, network
-// unreachable 0x03, host unreachable 0x04, a name that does not resolve or
-// is not a valid host name 0x04, a connect timeout 0x06 (TTL expired),
-// anything else 0x01. An unknown command gets 0x07 and an unknown address
+// A CONNECT that the access rules, the private-destination guard or the
+// per-user connection limit refuses gets 0x02 (connection not allowed by
+// ruleset), as does a UDP ASSOCIATE past the user's limit; a UDP datagram
+// the rules or the guard refuse is dropped. A client cooling down after
+// too many failed logins is closed without a reply. Dial failures map to
+// reply codes: connection refused 0x05, network unreachable 0x03, host
+// unreachable 0x04, a name that does not resolve or is not a valid host
+// name 0x04, a connect timeout 0x06 (TTL expired), anything else 0x01. An unknown command gets 0x07 and an unknown address
 // type 0x08. A SOCKS4 request that is refused or fails gets 0x5B.
 //
 // # Bad input

@@ -12,19 +12,21 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/auth"
-	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/leaktest"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
-// TestMain fails the run when goroutines of this package or of the tunnel
-// engine outlive the tests.
+// TestMain fails the run when goroutines of this package, of the request
+// path or of the tunnel engine outlive the tests.
 func TestMain(m *testing.M) {
-	os.Exit(leaktest.Main(m, 10*time.Second, "rustle/internal/socks5.", "rustle/internal/tunnel."))
+	os.Exit(leaktest.Main(m, 10*time.Second,
+		"rustle/internal/socks5.", "rustle/internal/gate.", "rustle/internal/tunnel."))
 }
 
 // Test credentials.
@@ -33,37 +35,50 @@ const (
 	testPass = "s3cret:pw"
 )
 
-// newAuth returns an authenticator knowing testUser.
-func newAuth(t testing.TB) *auth.Authenticator {
+// openPolicy returns a policy without users, rules or limits, whose guard
+// lets loopback destinations through.
+func openPolicy(t testing.TB) *gate.Policy {
 	t.Helper()
-	a, err := auth.New(auth.Config{Users: []auth.User{{Name: testUser, Password: testPass}}})
-	if err != nil {
-		t.Fatalf("auth.New: %v", err)
-	}
-	return a
+	return proxytest.NewPolicy(t, proxytest.PolicyConfig{})
 }
 
-// testServer is a Server behind a listener on a loopback port.
-type testServer struct {
-	addr string // host:port of the listener
-	eng  *tunnel.Engine
-	srv  *Server
+// authPolicy returns a policy that knows testUser and nothing else.
+func authPolicy(t testing.TB) *gate.Policy {
+	t.Helper()
+	return proxytest.NewPolicy(t, proxytest.PolicyConfig{Users: map[string]string{testUser: testPass}})
+}
 
-	cancel context.CancelFunc // cancels the context of every ServeConn
+// testServer is a Server behind a listener on a loopback port, serving
+// each connection in a session of its policy as internal/server does.
+type testServer struct {
+	addr string         // host:port of the listener
+	eng  *tunnel.Engine // nil: tunnels are relayed by goroutines
+	srv  *Server
+	pol  *gate.Policy
+
+	cancel context.CancelFunc // cancels the context of every session
+
+	// admitted counts the connections accepted, released the admissions
+	// given back (by the session, or by the tunnel that took it on).
+	admitted, released atomic.Int64
 
 	mu     sync.Mutex
 	active map[*net.TCPConn]struct{} // connections in ServeConn; guarded by mu
 }
 
-// startServer serves cfg on network ("tcp4" or "tcp6") at a loopback
-// port, with its own tunnel engine, until the test ends. A nil
-// cfg.Dialer gets one with a 5s timeout, a zero HandshakeTimeout is 5s,
-// and a nil Logger is one that discards debug-level records.
-func startServer(t testing.TB, network string, cfg Config) *testServer {
+// startServer serves cfg under pol on network ("tcp4" or "tcp6") at a
+// loopback port, with its own tunnel engine, until the test ends. A zero
+// HandshakeTimeout is 5s, and a nil Logger is one that discards
+// debug-level records.
+func startServer(t testing.TB, network string, pol *gate.Policy, cfg Config) *testServer {
 	t.Helper()
-	if cfg.Dialer == nil {
-		cfg.Dialer = dialer.New(dialer.Config{Timeout: 5 * time.Second})
-	}
+	return startServerWith(t, network, pol, cfg, true)
+}
+
+// startServerWith is startServer, with a tunnel engine only when engine
+// is set.
+func startServerWith(t testing.TB, network string, pol *gate.Policy, cfg Config, engine bool) *testServer {
+	t.Helper()
 	if cfg.HandshakeTimeout == 0 {
 		cfg.HandshakeTimeout = 5 * time.Second
 	}
@@ -71,16 +86,25 @@ func startServer(t testing.TB, network string, cfg Config) *testServer {
 		// Debug level, so that every log call's arguments are built.
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	eng, err := tunnel.New(tunnel.Config{IdleTimeout: time.Minute})
-	if err != nil {
-		t.Fatalf("tunnel.New: %v", err)
+	if pol.Logger == nil {
+		pol.Logger = cfg.Logger
+	}
+	var eng *tunnel.Engine
+	if engine {
+		var err error
+		eng, err = tunnel.New(tunnel.Config{IdleTimeout: time.Minute})
+		if err != nil {
+			t.Fatalf("tunnel.New: %v", err)
+		}
 	}
 	ln, err := net.Listen(network, loopback(network)+":0")
 	if err != nil {
-		eng.Close()
+		if eng != nil {
+			eng.Close()
+		}
 		t.Fatalf("listen: %v", err)
 	}
-	ts := &testServer{addr: ln.Addr().String(), eng: eng, srv: New(cfg), active: make(map[*net.TCPConn]struct{})}
+	ts := &testServer{addr: ln.Addr().String(), eng: eng, srv: New(cfg), pol: pol, active: make(map[*net.TCPConn]struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	ts.cancel = cancel
 	var wg sync.WaitGroup
@@ -94,7 +118,9 @@ func startServer(t testing.TB, network string, cfg Config) *testServer {
 		}
 		ts.mu.Unlock()
 		wg.Wait()
-		eng.Close()
+		if eng != nil {
+			eng.Close()
+		}
 	})
 	return ts
 }
@@ -109,8 +135,13 @@ func (ts *testServer) acceptLoop(ctx context.Context, ln net.Listener, wg *sync.
 		ts.mu.Lock()
 		ts.active[tc] = struct{}{}
 		ts.mu.Unlock()
+		ts.admitted.Add(1)
+		release := func() { ts.released.Add(1) }
+		sess := ts.pol.NewSession(ctx, tc.RemoteAddr().(*net.TCPAddr).AddrPort(), ts.eng, release)
+		sess.Attach(tc)
 		wg.Go(func() {
-			ts.srv.ServeConn(ctx, tc, ts.eng)
+			ts.srv.ServeConn(tc, sess)
+			sess.Close()
 			ts.mu.Lock()
 			delete(ts.active, tc)
 			ts.mu.Unlock()

@@ -14,58 +14,13 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
-	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/dialer"
-	"github.com/rustle-proxy/rustle/internal/limits"
-	"github.com/rustle-proxy/rustle/internal/metrics"
-	"github.com/rustle-proxy/rustle/internal/tunnel"
+	"github.com/rustle-proxy/rustle/internal/gate"
 )
 
-// Access decides whether a request may proceed; *acl.Policy implements
-// it.
-type Access interface {
-	// Decide decides r; see acl.Policy.Decide.
-	Decide(r acl.Request) acl.Decision
-}
-
-// Limiter enforces the limits that depend on what a client says: failed
-// authentications, connections per user, users' byte rates, and the end
-// of connections handed to the tunnel engine.
-type Limiter interface {
-	// AuthFailed records a failed username/password from client; the
-	// connection is closed in any case, and a cool-down is enforced when
-	// the client connects again.
-	AuthFailed(client netip.Addr) time.Duration
-	// UserConn counts the connection as user's; false refuses it with
-	// "not allowed". Each true is matched by one UserDone.
-	UserConn(user string) bool
-	// UserDone ends a count UserConn made.
-	UserDone(user string)
-	// Throttle returns user's byte bucket, or nil when user's bytes are
-	// not paced.
-	Throttle(user string) *limits.Bucket
-	// Handoff is called before client is handed to the tunnel engine; the
-	// function it returns (nil = none) is called once the tunnel ends.
-	Handoff(client net.Conn) func()
-}
-
-// Config configures a Server.
+// Config configures a Server: the wire settings. Who may connect where,
+// and what is counted and logged, is the session's [gate.Policy].
 type Config struct {
-	// Auth checks RFC 1929 user names and passwords. nil means no
-	// authentication: "no authentication required" (0x00) is the only
-	// method offered, and SOCKS4 is served. When set, username/password
-	// (0x02) is the only method offered and SOCKS4 is refused.
-	Auth *auth.Authenticator
-	// Dialer dials upstreams; required.
-	Dialer *dialer.Dialer
-	// Access decides each CONNECT (before it is dialed, and each address
-	// it resolves to) and each UDP datagram's destination; a refused
-	// CONNECT gets "not allowed" (0x02, SOCKS4 0x5B) and a refused
-	// datagram is dropped. nil allows everything.
-	Access Access
-	// Limiter enforces authentication-failure, per-user and byte-rate
-	// limits; nil = none.
-	Limiter Limiter
 	// HandshakeTimeout bounds the handshake: every read and write from the
 	// connection's first byte to the request's reply (the upstream dial,
 	// bounded by the Dialer, aside). 0 means 30s.
@@ -73,27 +28,12 @@ type Config struct {
 	// UDPIdleTimeout ends a UDP association that relayed no datagram in
 	// either direction for this long. 0 means 60s.
 	UDPIdleTimeout time.Duration
-	// TunnelIdleTimeout ends a paced user's tunnel (relayed by goroutines
-	// rather than the engine) that moved no byte for this long. 0 means
-	// 1h.
-	TunnelIdleTimeout time.Duration
 	// SocketBufferBytes sets SO_SNDBUF and SO_RCVBUF on client sockets;
 	// 0 leaves the kernel's autotuning alone.
 	SocketBufferBytes int
 	// Logger receives connection-level events at debug level; nil
 	// discards them.
 	Logger *slog.Logger
-	// Listener names the listener in access log records; "" = none.
-	Listener string
-	// Metrics counts this listener's tunnels, bytes and refusals; nil =
-	// none. SOCKS replies count as request classes: success 2xx, not
-	// allowed 4xx, failures 5xx.
-	Metrics *metrics.ListenerMetrics
-	// AccessLog receives one record per CONNECT (when its tunnel ends, or
-	// when it is refused) and per UDP ASSOCIATE (when the association
-	// ends, with the relay's address as target and the datagram payload
-	// bytes relayed), with the SOCKS reply code as status; nil = none.
-	AccessLog *accesslog.Logger
 }
 
 // Defaults for zero Config fields.
@@ -123,9 +63,6 @@ func New(cfg Config) *Server {
 	if cfg.UDPIdleTimeout <= 0 {
 		cfg.UDPIdleTimeout = defaultUDPIdleTimeout
 	}
-	if cfg.TunnelIdleTimeout <= 0 {
-		cfg.TunnelIdleTimeout = time.Hour
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -138,15 +75,13 @@ func New(cfg Config) *Server {
 // conn is one client connection during its handshake. It is used by one
 // goroutine at a time.
 type conn struct {
-	c        *net.TCPConn
-	buf      [bufSize]byte // bytes read and not yet parsed are buf[r:w]
-	r, w     int
-	out      [4 + 16 + 2]byte // a reply being written
-	client   netip.Addr       // the client's address
-	clientAP netip.AddrPort   // the client's address and port
-	user     string           // the authenticated user; "" none
-	limUser  string           // the user counted with Limiter.UserConn; "" none
-	decision acl.Decision     // the current CONNECT's access decision
+	c      *net.TCPConn
+	sess   *gate.Session
+	buf    [bufSize]byte // bytes read and not yet parsed are buf[r:w]
+	r, w   int
+	out    [4 + 16 + 2]byte // a reply being written
+	target []byte           // the request's destination as the access log shows it
+	grant  gate.Grant       // the request's passage through the policy
 }
 
 // errBufferFull means a message did not fit the handshake buffer, which
@@ -206,128 +141,113 @@ func (cn *conn) reply4(cd byte, bnd netip.AddrPort) error {
 	return cn.write(appendSOCKS4Reply(cn.out[:0], cd, bnd))
 }
 
-// ServeConn serves one client connection: SOCKS5 when its first byte is 5,
-// SOCKS4 or 4a when it is 4; any other first byte closes it. It returns
-// once the handshake has failed, a CONNECT tunnel has been handed to eng,
-// or a UDP association has ended. ServeConn owns c: it closes it or hands
-// it to eng, which must not be nil.
+// ServeConn serves one client connection of sess: SOCKS5 when its first
+// byte is 5, SOCKS4 or 4a when it is 4; any other first byte closes it.
+// It returns once the handshake has failed or was refused, a CONNECT
+// tunnel has ended or been handed to the session's tunnel engine, or a UDP
+// association has ended. ServeConn owns c: it closes it or hands it to the
+// engine. It does not close sess; the caller does once it returns.
 //
-// ctx is the connection's context: when it is done, a UDP association
-// ends. A dial in progress is not cut short by it; a handshake is bounded
-// by Config.HandshakeTimeout.
-func (s *Server) ServeConn(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine) {
-	var client netip.AddrPort
-	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		client = ta.AddrPort()
-	}
-	s.ServeConnFrom(ctx, c, eng, client)
-}
-
-// ServeConnFrom is ServeConn for a client whose address is not c's peer:
-// the one a PROXY protocol header gave. client is used for the access
-// policy, the authentication-failure limits, logs and the access log,
-// and its IP is the one a UDP association accepts datagrams from.
-func (s *Server) ServeConnFrom(ctx context.Context, c *net.TCPConn, eng *tunnel.Engine, client netip.AddrPort) {
+// The session's policy decides: username/password (RFC 1929) is the only
+// method offered when it requires authentication, and SOCKS4 is then
+// refused; "no authentication required" is the only one otherwise. When
+// sess's context is done (shutdown, or the user's revocation) a UDP
+// association ends; a dial in progress is not cut short by it, and a
+// handshake is bounded by Config.HandshakeTimeout.
+func (s *Server) ServeConn(c *net.TCPConn, sess *gate.Session) {
 	if s.cfg.SocketBufferBytes > 0 {
 		if rc, err := c.SyscallConn(); err == nil {
 			dialer.SetBuffers(rc, s.cfg.SocketBufferBytes)
 		}
 	}
 	cn := s.conns.Get().(*conn)
-	cn.c, cn.r, cn.w = c, 0, 0
-	cn.clientAP, cn.client = client, client.Addr().Unmap()
-	if !s.serve(ctx, cn, eng) {
+	cn.c, cn.sess, cn.r, cn.w = c, sess, 0, 0
+	if !s.serve(cn) {
 		c.Close()
 	}
-	if cn.limUser != "" {
-		s.cfg.Limiter.UserDone(cn.limUser)
-	}
-	cn.c, cn.client, cn.clientAP, cn.user, cn.limUser, cn.decision = nil, netip.Addr{}, netip.AddrPort{}, "", "", acl.Decision{}
+	cn.grant.Finish(0, 0) // a no-op unless a path left it open
+	cn.c, cn.sess, cn.grant = nil, nil, gate.Grant{}
 	s.conns.Put(cn)
 }
 
-// serve runs the handshake and reports whether c was handed to eng.
-func (s *Server) serve(ctx context.Context, cn *conn, eng *tunnel.Engine) bool {
+// serve runs the handshake and reports whether c was handed to the
+// session's tunnel engine.
+func (s *Server) serve(cn *conn) bool {
 	cn.c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	if err := cn.fill(); err != nil {
-		s.debug(ctx, cn, "socks5: read first byte", err)
+		s.debug(cn, "socks5: read first byte", err)
+		return false
+	}
+	if wait := cn.sess.CoolingDown(); wait > 0 {
+		s.debug(cn, "socks5: client cooling down after failed authentications", nil,
+			slog.Duration("retry_after", wait))
 		return false
 	}
 	switch cn.buf[0] {
 	case version5:
-		return s.serve5(ctx, cn, eng)
+		return s.serve5(cn)
 	case version4:
-		return s.serve4(ctx, cn, eng)
+		return s.serve4(cn)
 	}
-	s.debug(ctx, cn, "socks5: unknown protocol version", errVersion)
+	s.debug(cn, "socks5: unknown protocol version", errVersion)
 	return false
 }
 
 // serve5 runs a SOCKS5 handshake from the greeting on.
-func (s *Server) serve5(ctx context.Context, cn *conn, eng *tunnel.Engine) bool {
+func (s *Server) serve5(cn *conn) bool {
 	g, err := read(cn, parseGreeting)
 	if err != nil {
-		s.debug(ctx, cn, "socks5: read greeting", err)
+		s.debug(cn, "socks5: read greeting", err)
 		return false
 	}
-	method := s.selectMethod(g.methods)
+	method := s.selectMethod(cn, g.methods)
 	if err := cn.write(append(cn.out[:0], version5, method)); err != nil {
-		s.debug(ctx, cn, "socks5: write method selection", err)
+		s.debug(cn, "socks5: write method selection", err)
 		return false
 	}
 	if method == methodNoAcceptable {
-		s.debug(ctx, cn, "socks5: no acceptable authentication method", nil)
+		cn.sess.NoCredentials()
+		s.debug(cn, "socks5: no acceptable authentication method", nil)
 		return false
 	}
-	if method == methodUserPass && !s.authenticate(ctx, cn) {
+	if method == methodUserPass && !s.authenticate(cn) {
 		return false
-	}
-	userOK := true
-	if s.cfg.Limiter != nil && cn.user != "" {
-		if userOK = s.cfg.Limiter.UserConn(cn.user); userOK {
-			cn.limUser = cn.user
-		}
 	}
 
 	req, err := read(cn, parseRequest)
 	switch {
 	case err == errAddrType:
 		cn.reply5(repAddrTypeNotSupport, netip.AddrPort{})
-		s.debug(ctx, cn, "socks5: read request", err)
+		s.debug(cn, "socks5: read request", err)
 		return false
 	case err != nil && err != errBadHost && err != errUnspecified:
-		s.debug(ctx, cn, "socks5: read request", err)
-		return false
-	}
-	if !userOK && (req.cmd == cmdConnect || req.cmd == cmdAssociate) {
-		cn.reply5(repNotAllowed, netip.AddrPort{})
-		s.debug(ctx, cn, "socks5: too many connections for the user", nil, slog.String("user", cn.user))
+		s.debug(cn, "socks5: read request", err)
 		return false
 	}
 	switch req.cmd {
 	case cmdConnect:
 		if err != nil {
 			cn.reply5(repHostUnreachable, netip.AddrPort{})
-			s.debug(ctx, cn, "socks5: connect", err, slog.Any("target", req.dst))
+			s.debug(cn, "socks5: connect", err, slog.Any("target", req.dst))
 			return false
 		}
-		return s.connect(ctx, cn, req.dst, eng, false)
+		return s.connect(cn, req.dst, false)
 	case cmdAssociate:
 		// DST.ADDR is only a hint of the client's UDP source address.
-		s.associate(ctx, cn, req.dst)
+		s.associate(cn, req.dst)
 		return false
 	}
 	cn.reply5(repCmdNotSupported, netip.AddrPort{})
-	s.debug(ctx, cn, "socks5: command not supported", nil, slog.Int("command", int(req.cmd)))
+	s.debug(cn, "socks5: command not supported", nil, slog.Int("command", int(req.cmd)))
 	return false
 }
 
 // selectMethod picks the authentication method for a greeting's methods:
-// username/password when the server has an authenticator, none otherwise,
-// or methodNoAcceptable when the client does not offer it.
-func (s *Server) selectMethod(methods []byte) byte {
+// username/password when the policy requires authentication, none
+// otherwise, or methodNoAcceptable when the client does not offer it.
+func (s *Server) selectMethod(cn *conn, methods []byte) byte {
 	want := byte(methodNoAuth)
-	if s.cfg.Auth != nil {
+	if cn.sess.Policy().RequiresAuth() {
 		want = methodUserPass
 	}
 	if bytes.IndexByte(methods, want) >= 0 {
@@ -337,99 +257,69 @@ func (s *Server) selectMethod(methods []byte) byte {
 }
 
 // authenticate runs the RFC 1929 sub-negotiation and reports whether the
-// client may go on.
-func (s *Server) authenticate(ctx context.Context, cn *conn) bool {
+// client may go on. A failed login is answered with the failure status
+// and closes the connection.
+func (s *Server) authenticate(cn *conn) bool {
 	up, err := read(cn, parseUserPass)
 	if err != nil {
 		if err == errAuthVersion {
 			cn.write(append(cn.out[:0], userPassVersion, userPassFailure))
 		}
-		s.debug(ctx, cn, "socks5: read username/password", err)
+		s.debug(cn, "socks5: read username/password", err)
 		return false
 	}
-	user, ok := s.cfg.Auth.CheckUserPassword(up.user, up.pass)
+	user, kind := cn.sess.Login(up.user, up.pass)
 	status := byte(userPassOK)
-	if !ok {
+	if kind != gate.OK {
 		status = userPassFailure
-		s.cfg.Metrics.AuthFailed()
-		if s.cfg.Limiter != nil {
-			s.cfg.Limiter.AuthFailed(cn.client)
-		}
 	}
 	if err := cn.write(append(cn.out[:0], userPassVersion, status)); err != nil {
-		s.debug(ctx, cn, "socks5: write authentication status", err)
+		s.debug(cn, "socks5: write authentication status", err)
 		return false
 	}
-	if !ok {
-		s.debug(ctx, cn, "socks5: authentication failed", nil)
+	if kind != gate.OK {
+		s.debug(cn, "socks5: authentication failed", nil, slog.String("outcome", kind.String()))
 		return false
 	}
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.LogAttrs(ctx, slog.LevelDebug, "socks5: authenticated", slog.String("user", user),
-			slog.String("client", cn.clientAP.String()))
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.log.LogAttrs(context.Background(), slog.LevelDebug, "socks5: authenticated", slog.String("user", user),
+			slog.String("client", cn.sess.Client().String()))
 	}
-	cn.user = user
 	return true
 }
 
 // serve4 runs a SOCKS4 or SOCKS4a handshake.
-func (s *Server) serve4(ctx context.Context, cn *conn, eng *tunnel.Engine) bool {
+func (s *Server) serve4(cn *conn) bool {
 	req, err := read(cn, parseSOCKS4)
 	switch {
 	case err == errVersion || err == errUserIDTooBig:
 		cn.reply4(socks4Rejected, netip.AddrPort{})
-		s.debug(ctx, cn, "socks5: read socks4 request", err)
+		s.debug(cn, "socks5: read socks4 request", err)
 		return false
 	case err != nil && err != errBadHost && err != errUnspecified:
-		s.debug(ctx, cn, "socks5: read socks4 request", err)
+		s.debug(cn, "socks5: read socks4 request", err)
 		return false
-	case s.cfg.Auth != nil:
+	case cn.sess.Policy().RequiresAuth():
+		cn.sess.NoCredentials()
 		cn.reply4(socks4Rejected, netip.AddrPort{})
-		s.debug(ctx, cn, "socks5: socks4 refused: the listener requires authentication", nil)
+		s.debug(cn, "socks5: socks4 refused: the listener requires authentication", nil)
 		return false
 	case req.cmd != cmdConnect:
 		cn.reply4(socks4Rejected, netip.AddrPort{})
-		s.debug(ctx, cn, "socks5: socks4 command not supported", nil, slog.Int("command", int(req.cmd)))
+		s.debug(cn, "socks5: socks4 command not supported", nil, slog.Int("command", int(req.cmd)))
 		return false
 	case err != nil:
 		cn.reply4(socks4Rejected, netip.AddrPort{})
-		s.debug(ctx, cn, "socks5: socks4 connect", err, slog.Any("target", req.dst))
+		s.debug(cn, "socks5: socks4 connect", err, slog.Any("target", req.dst))
 		return false
 	}
-	return s.connect(ctx, cn, req.dst, eng, true)
+	return s.connect(cn, req.dst, true)
 }
 
-// decide asks the Access policy about a CONNECT to dst and records the
-// decision for the dial. It reports whether the request may proceed,
-// logging a refusal at debug level with the rule that made it.
-func (s *Server) decide(ctx context.Context, cn *conn, dst addr, proto acl.Protocol) bool {
-	if s.cfg.Access == nil {
-		return true
-	}
-	cn.decision = s.cfg.Access.Decide(acl.Request{
-		Client: cn.client, User: cn.user, Host: dst.host, Addr: dst.ip, Port: dst.port,
-		Method: "CONNECT", Protocol: proto,
-	})
-	if cn.decision.Allow {
-		return true
-	}
-	s.debug(ctx, cn, "socks5: access denied", nil, slog.Any("target", dst), slog.String("user", cn.user),
-		slog.String("rule", cn.decision.Rule))
-	return false
-}
-
-// permitter returns what the dialer checks resolved addresses with: the
-// request's decision, or nil without an Access policy.
-func (s *Server) permitter(cn *conn) dialer.Permitter {
-	if s.cfg.Access == nil {
-		return nil
-	}
-	return &cn.decision
-}
-
-// connect dials dst, replies (in SOCKS4 form when v4 is set) and hands the
-// client and upstream connections to eng. It reports whether it did.
-func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.Engine, v4 bool) bool {
+// connect authorizes a CONNECT to dst, dials it, replies (in SOCKS4 form
+// when v4 is set) and relays the tunnel. It reports whether the tunnel was
+// handed to the session's engine, which then owns the client connection.
+func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 	reply := func(rep byte, bnd netip.AddrPort) error {
 		cn.c.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 		if v4 {
@@ -441,127 +331,60 @@ func (s *Server) connect(ctx context.Context, cn *conn, dst addr, eng *tunnel.En
 		}
 		return cn.reply5(rep, bnd)
 	}
-	if eng == nil {
-		reply(repGeneralFailure, netip.AddrPort{})
-		s.log.Error("socks5: no tunnel engine for a CONNECT")
-		return false
-	}
 	proto := acl.SOCKS5
 	if v4 {
 		proto = acl.SOCKS4
 	}
-	obs := s.observe(cn, dst)
-	if !s.decide(ctx, cn, dst, proto) {
+	target := dst.String()
+	cn.target = append(cn.target[:0], target...)
+	g := &cn.grant
+	kind := cn.sess.Authorize(&gate.Request{
+		Protocol: proto, Log: accesslog.ProtoSOCKS5, Method: "CONNECT",
+		Host: dst.host, Addr: dst.ip, Port: dst.port, Target: cn.target,
+	}, g)
+	if kind != gate.OK {
+		// Denied, UserLimit; NeedAuth and CoolingDown cannot come after a
+		// login, nor on a listener without authentication.
 		reply(repNotAllowed, netip.AddrPort{})
-		s.cfg.Metrics.ACLDenied()
-		obs(repNotAllowed, netip.AddrPort{}, 0, 0, cn.decision.Rule)
+		g.Answer(repNotAllowed, replyClass(repNotAllowed))
+		g.Finish(0, 0)
+		s.debug(cn, "socks5: connect refused", nil, slog.String("target", target),
+			slog.String("outcome", kind.String()), slog.String("rule", g.Rule))
 		return false
 	}
-	upc, err := s.cfg.Dialer.DialPermit(context.WithoutCancel(ctx), dst.String(), s.permitter(cn))
+	upc, err := g.Dial(context.WithoutCancel(cn.sess.Context()), target)
 	if err != nil {
-		reply(dialReply(err), netip.AddrPort{})
-		obs(dialReply(err), netip.AddrPort{}, 0, 0, cn.decision.Rule)
-		s.debug(ctx, cn, "socks5: connect", err, slog.Any("target", dst), slog.String("rule", cn.decision.Rule))
+		rep := dialReply(err)
+		reply(rep, netip.AddrPort{})
+		g.Answer(int(rep), replyClass(rep))
+		g.Finish(0, 0)
+		s.debug(cn, "socks5: connect", err, slog.String("target", target), slog.String("rule", g.Rule))
 		return false
 	}
 	bnd := upc.LocalAddr().(*net.TCPAddr).AddrPort()
 	if err := reply(repSucceeded, bnd); err != nil {
 		upc.Close()
-		s.debug(ctx, cn, "socks5: write reply", err)
+		g.Finish(0, 0) // nothing was answered: not reported
+		s.debug(cn, "socks5: write reply", err)
 		return false
 	}
+	g.Answer(repSucceeded, replyClass(repSucceeded))
 	if rest := cn.buf[cn.r:cn.w]; len(rest) > 0 {
 		// Bytes the client sent right behind its request belong to
 		// the tunnel.
 		upc.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 		if _, err := upc.Write(rest); err != nil {
 			upc.Close()
-			s.debug(ctx, cn, "socks5: write early data upstream", err)
+			g.Finish(0, 0)
+			s.debug(cn, "socks5: write early data upstream", err)
 			return false
 		}
-		upc.SetWriteDeadline(time.Time{})
 		cn.r = cn.w
 	}
-	cn.c.SetDeadline(time.Time{})
-	lim := s.cfg.Limiter
-	if lim != nil {
-		if bucket := lim.Throttle(cn.user); bucket != nil {
-			// A paced user's tunnel is relayed by goroutines that can
-			// wait; ServeConn returns when it ends.
-			limits.RelayPaced(ctx, cn.c, upc, bucket, s.cfg.TunnelIdleTimeout)
-			upc.Close()
-			obs(repSucceeded, netip.AddrPort{}, 0, 0, cn.decision.Rule)
-			return false
-		}
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		s.debug(cn, "socks5: tunnel open", nil, slog.String("target", target), slog.String("user", g.User))
 	}
-	var logDone func(tunnel.Result)
-	upAddr := upc.RemoteAddr().(*net.TCPAddr).AddrPort()
-	rule := cn.decision.Rule // cn is reused before the tunnel ends
-	s.cfg.Metrics.TunnelOpened()
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		client, target := cn.clientAP.String(), dst.String()
-		logDone = func(r tunnel.Result) {
-			obs(repSucceeded, upAddr, r.Up, r.Down, rule)
-			s.log.LogAttrs(context.Background(), slog.LevelDebug, "socks5: tunnel closed",
-				slog.String("client", client), slog.String("target", target),
-				slog.Int64("up", r.Up), slog.Int64("down", r.Down), slog.Any("err", r.Err))
-		}
-	} else if s.cfg.Metrics != nil || s.cfg.AccessLog != nil {
-		logDone = func(r tunnel.Result) { obs(repSucceeded, upAddr, r.Up, r.Down, rule) }
-	}
-	done := logDone
-	if lim != nil {
-		// The tunnel outlives ServeConn: it carries the connection's
-		// counts until it ends.
-		release, user := lim.Handoff(cn.c), cn.limUser
-		cn.limUser = ""
-		if release != nil || user != "" {
-			done = func(r tunnel.Result) {
-				if logDone != nil {
-					logDone(r)
-				}
-				if user != "" {
-					lim.UserDone(user)
-				}
-				if release != nil {
-					release()
-				}
-			}
-		}
-	}
-	if err := eng.Add(cn.c, upc, done); err != nil {
-		s.debug(ctx, cn, "socks5: hand tunnel to engine", err)
-		if done != nil {
-			done(tunnel.Result{Err: err})
-		}
-	}
-	return true
-}
-
-// observe returns the function that reports a CONNECT to dst with reply
-// code rep (and the ACL rule that decided it) to the metrics and the
-// access log; it does nothing when neither is configured. It copies what
-// it needs from cn now, as cn is reused before a tunnel ends.
-func (s *Server) observe(cn *conn, dst addr) func(rep byte, upstream netip.AddrPort, up, down int64, rule string) {
-	if s.cfg.Metrics == nil && s.cfg.AccessLog == nil {
-		return func(byte, netip.AddrPort, int64, int64, string) {}
-	}
-	start := time.Now()
-	rec := accesslog.Record{
-		Time: start, Listener: s.cfg.Listener, User: cn.user,
-		Protocol: accesslog.ProtoSOCKS5, Method: "CONNECT", Target: dst.String(),
-	}
-	rec.Client = cn.clientAP
-	return func(rep byte, upstream netip.AddrPort, up, down int64, rule string) {
-		s.cfg.Metrics.Request(replyClass(rep), up, down) // counts the bytes too
-		if s.cfg.AccessLog != nil {
-			r := rec
-			r.Status, r.Upstream, r.BytesUp, r.BytesDown = int(rep), upstream, up, down
-			r.Duration = time.Since(start)
-			r.Rule = rule
-			s.cfg.AccessLog.Log(&r)
-		}
-	}
+	return g.Tunnel(cn.c, upc, nil)
 }
 
 // replyClass maps a SOCKS5 reply code to the HTTP status whose class the
@@ -606,39 +429,57 @@ func dialReply(err error) byte {
 var aLongTimeAgo = time.Unix(1, 0)
 
 // associate serves UDP ASSOCIATE: it binds a relay socket on the address
-// the client connected to, replies with it, and relays until the control
-// connection closes, the association is idle for the idle timeout, or
-// ctx is done. hint is the request's DST: its port, when not 0 and the
-// address is the client's or unspecified, is the only source port
-// accepted.
-func (s *Server) associate(ctx context.Context, cn *conn, hint addr) {
+// the client connected to, authorizes the association, replies with the
+// relay's address, and relays until the control connection closes, the
+// association is idle for the idle timeout, or the session's context is
+// done. hint is the request's DST: its port, when not 0 and the address
+// is the client's or unspecified, is the only source port accepted. The
+// association is reported once it has ended, as a tunnel whose bytes are
+// the datagram payloads relayed.
+func (s *Server) associate(cn *conn, hint addr) {
+	sess := cn.sess
 	local := cn.c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	client := netip.AddrPortFrom(cn.client, 0)
+	client := netip.AddrPortFrom(sess.ClientIP(), 0)
 	if hint.host == "" && hint.port != 0 && (hint.ip == client.Addr() || hint.ip.IsUnspecified()) {
 		client = netip.AddrPortFrom(client.Addr(), hint.port)
 	}
-	var start time.Time
-	if s.cfg.Metrics != nil || s.cfg.AccessLog != nil {
-		start = time.Now()
+	a, bindErr := newAssociation(local, client, s.cfg.UDPIdleTimeout, s.log)
+	cn.target = cn.target[:0]
+	if bindErr == nil {
+		defer a.conn.Close()
+		cn.target = a.addr().AppendTo(cn.target)
 	}
-	a, err := newAssociation(local, client, s.cfg.UDPIdleTimeout, s.log)
-	if err == nil {
-		a.access, a.dialer, a.user = s.cfg.Access, s.cfg.Dialer, cn.user
+	g := &cn.grant
+	kind := sess.AuthorizeAssociation(&gate.Request{
+		Protocol: acl.SOCKS5UDP, Log: accesslog.ProtoSOCKS5UDP, Method: "UDP ASSOCIATE",
+		Host: hint.host, Addr: hint.ip, Port: hint.port, Target: cn.target,
+	}, g)
+	var rep byte
+	switch {
+	case kind != gate.OK:
+		rep = repNotAllowed
+		s.debug(cn, "socks5: udp associate refused", nil, slog.String("outcome", kind.String()))
+	case bindErr != nil:
+		rep = repGeneralFailure
+		s.log.Warn("socks5: udp associate failed", "err", bindErr)
 	}
-	if err != nil {
-		cn.reply5(repGeneralFailure, netip.AddrPort{})
-		s.observeUDP(cn, start, repGeneralFailure, nil)
-		s.log.Warn("socks5: udp associate failed", "err", err)
+	if rep != repSucceeded {
+		cn.reply5(rep, netip.AddrPort{})
+		g.Answer(int(rep), replyClass(rep))
+		g.Finish(0, 0)
 		return
 	}
-	defer a.conn.Close()
+	a.grant = g
+	g.Answer(repSucceeded, replyClass(repSucceeded))
 	if err := cn.reply5(repSucceeded, a.addr()); err != nil {
-		s.observeUDP(cn, start, repSucceeded, a)
-		s.debug(ctx, cn, "socks5: write reply", err)
+		g.Finish(0, 0)
+		s.debug(cn, "socks5: write reply", err)
 		return
 	}
+	g.TunnelOpened()
 	cn.c.SetDeadline(time.Time{})
 
+	ctx := sess.Context()
 	actx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.relayUDP(actx, cn, a) })
@@ -655,35 +496,7 @@ func (s *Server) associate(ctx context.Context, cn *conn, hint addr) {
 	cancel()
 	a.conn.Close() // ends relay
 	wg.Wait()
-	s.observeUDP(cn, start, repSucceeded, a)
-}
-
-// observeUDP reports a UDP ASSOCIATE, started at start and answered with
-// reply code rep, to the metrics and the access log once it has ended; a
-// is its association, nil when no relay socket was bound. a's relay must
-// have returned. It does nothing when neither is configured.
-func (s *Server) observeUDP(cn *conn, start time.Time, rep byte, a *association) {
-	if s.cfg.Metrics == nil && s.cfg.AccessLog == nil {
-		return
-	}
-	var up, down int64
-	if a != nil {
-		up, down = a.up, a.down
-	}
-	// Request adds the bytes too.
-	s.cfg.Metrics.Request(replyClass(rep), up, down)
-	if s.cfg.AccessLog == nil {
-		return
-	}
-	r := accesslog.Record{
-		Time: start, Listener: s.cfg.Listener, Client: cn.clientAP, User: cn.user,
-		Protocol: accesslog.ProtoSOCKS5UDP, Method: "UDP ASSOCIATE",
-		Status: int(rep), BytesUp: up, BytesDown: down, Duration: time.Since(start),
-	}
-	if a != nil {
-		r.Target, r.Rule = a.addr().String(), a.decision.Rule
-	}
-	s.cfg.AccessLog.Log(&r)
+	g.Finish(a.up, a.down)
 }
 
 // relayUDP runs an association's relay until it ends, then wakes the
@@ -691,17 +504,17 @@ func (s *Server) observeUDP(cn *conn, start time.Time, rep byte, a *association)
 func (s *Server) relayUDP(ctx context.Context, cn *conn, a *association) {
 	err := a.relay(ctx)
 	cn.c.SetReadDeadline(aLongTimeAgo)
-	s.debug(ctx, cn, "socks5: udp association ended", err)
+	s.debug(cn, "socks5: udp association ended", err)
 }
 
 // debug logs a failed or finished step of a connection at debug level.
-func (s *Server) debug(ctx context.Context, cn *conn, msg string, err error, attrs ...slog.Attr) {
-	if !s.log.Enabled(ctx, slog.LevelDebug) {
+func (s *Server) debug(cn *conn, msg string, err error, attrs ...slog.Attr) {
+	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	attrs = append(attrs, slog.String("client", cn.clientAP.String()))
+	attrs = append(attrs, slog.String("client", cn.sess.Client().String()))
 	if err != nil {
 		attrs = append(attrs, slog.Any("err", err))
 	}
-	s.log.LogAttrs(ctx, slog.LevelDebug, msg, attrs...)
+	s.log.LogAttrs(context.Background(), slog.LevelDebug, msg, attrs...)
 }

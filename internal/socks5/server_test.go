@@ -3,6 +3,7 @@ package socks5
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,16 +13,19 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/net/proxy"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // get fetches url through a SOCKS5 proxy at proxyAddr with Go's
@@ -49,7 +53,7 @@ func get(t *testing.T, proxyAddr string, a *proxy.Auth, url string) (string, err
 
 func TestXNetProxyClient(t *testing.T) {
 	port := startOrigin(t, "tcp4")
-	srv := startServer(t, "tcp4", Config{Auth: newAuth(t)})
+	srv := startServer(t, "tcp4", authPolicy(t), Config{})
 	creds := &proxy.Auth{User: testUser, Password: testPass}
 	for _, host := range []string{"localhost", "127.0.0.1"} {
 		t.Run(host, func(t *testing.T) {
@@ -81,7 +85,7 @@ func TestIPv6(t *testing.T) {
 	skipWithoutIPv6(t)
 	port := startOrigin(t, "tcp6")
 	echo := startEcho(t, "tcp6")
-	srv := startServer(t, "tcp6", Config{})
+	srv := startServer(t, "tcp6", openPolicy(t), Config{})
 	t.Run("x/net client", func(t *testing.T) {
 		url := fmt.Sprintf("http://[::1]:%d/six", port)
 		body, err := get(t, srv.addr, nil, url)
@@ -119,7 +123,7 @@ func TestIPv6(t *testing.T) {
 // that bytes sent right behind the request reach the upstream.
 func TestConnectThroughEngine(t *testing.T) {
 	echo := startEcho(t, "tcp4")
-	srv := startServer(t, "tcp4", Config{})
+	srv := startServer(t, "tcp4", openPolicy(t), Config{})
 	c := dial(t, srv.addr)
 	// Greeting, request and the first payload bytes in one write.
 	msg := append([]byte{5, 1, methodNoAuth}, requestMsg(cmdConnect, echo)...)
@@ -134,13 +138,15 @@ func TestConnectThroughEngine(t *testing.T) {
 	}
 	expect(t, c, []byte("early"))
 	waitFor(t, "the tunnel in the engine", func() bool { return srv.eng.Len() == 1 })
-	if n := srv.activeConns(); n != 0 {
-		t.Errorf("%d connections still in ServeConn after the hand-off, want 0", n)
+	waitFor(t, "ServeConn to return", func() bool { return srv.activeConns() == 0 })
+	if n := srv.released.Load(); n != 0 {
+		t.Errorf("admission given back %d times while the tunnel runs, want 0: the tunnel carries it", n)
 	}
 	send(t, c, []byte("late"))
 	expect(t, c, []byte("late"))
 	c.Close()
 	waitFor(t, "the tunnel to end", func() bool { return srv.eng.Len() == 0 })
+	waitFor(t, "the tunnel to give the admission back", func() bool { return srv.released.Load() == 1 })
 }
 
 // zeroReply is a reply with code rep and no bound address.
@@ -205,8 +211,8 @@ func TestReplies(t *testing.T) {
 		{"connection refused by name", false,
 			[][]byte{greeting, domainRequestMsg(cmdConnect, "localhost", refused.Port())}, [][]byte{greetingReply, zeroReply(repConnRefused)}},
 	}
-	open := startServer(t, "tcp4", Config{})
-	authed := startServer(t, "tcp4", Config{Auth: newAuth(t)})
+	open := startServer(t, "tcp4", openPolicy(t), Config{})
+	authed := startServer(t, "tcp4", authPolicy(t), Config{})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := open
@@ -250,8 +256,8 @@ func TestTruncated(t *testing.T) {
 		{name: "socks4 user id without NUL", trunc: []byte{4, 1, 0, 80, 127, 0, 0, 1, 'b', 'o', 'b'}},
 		{name: "socks4a host without NUL", trunc: []byte{4, 1, 0, 80, 0, 0, 0, 1, 0, 'l', 'o', 'c'}},
 	}
-	open := startServer(t, "tcp4", Config{HandshakeTimeout: 300 * time.Millisecond})
-	authed := startServer(t, "tcp4", Config{Auth: newAuth(t), HandshakeTimeout: 300 * time.Millisecond})
+	open := startServer(t, "tcp4", openPolicy(t), Config{HandshakeTimeout: 300 * time.Millisecond})
+	authed := startServer(t, "tcp4", authPolicy(t), Config{HandshakeTimeout: 300 * time.Millisecond})
 	for _, tt := range prefixes {
 		for _, halfClose := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/half-close=%v", tt.name, halfClose), func(t *testing.T) {
@@ -281,8 +287,8 @@ func TestTruncated(t *testing.T) {
 func TestSOCKS4(t *testing.T) {
 	echo := startEcho(t, "tcp4")
 	refused := closedPort(t, "tcp4")
-	open := startServer(t, "tcp4", Config{})
-	authed := startServer(t, "tcp4", Config{Auth: newAuth(t)})
+	open := startServer(t, "tcp4", openPolicy(t), Config{})
+	authed := startServer(t, "tcp4", authPolicy(t), Config{})
 
 	socks4 := func(cmd byte, ap netip.AddrPort, user string) []byte {
 		a := ap.Addr().As4()
@@ -372,99 +378,40 @@ func TestDialReply(t *testing.T) {
 	}
 }
 
-// testLimiter is a Limiter that counts what it is told.
-type testLimiter struct {
-	mu       sync.Mutex
-	failures int
-	maxUser  int
-	users    map[string]int
-	handoffs int
-	released int
-}
-
-func (l *testLimiter) AuthFailed(netip.Addr) time.Duration {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.failures++
-	return 0
-}
-
-func (l *testLimiter) UserConn(u string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.users == nil {
-		l.users = map[string]int{}
-	}
-	if l.maxUser > 0 && l.users[u] >= l.maxUser {
-		return false
-	}
-	l.users[u]++
-	return true
-}
-
-func (l *testLimiter) UserDone(u string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.users[u]--
-}
-
-func (l *testLimiter) Throttle(string) *limits.Bucket { return nil }
-
-func (l *testLimiter) Handoff(net.Conn) func() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.handoffs++
-	return func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.released++
-	}
-}
-
-func (l *testLimiter) snapshot() (failures, users, handoffs, released int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.failures, l.users[testUser], l.handoffs, l.released
-}
-
-func mustPolicy(t *testing.T, cfg acl.Config) *acl.Policy {
+// connectAs opens a connection to srv, logs in as user (or offers no
+// authentication when user is ""), sends a CONNECT to dst and returns the
+// connection and the reply code.
+func connectAs(t *testing.T, srv *testServer, dst netip.AddrPort, user string) (net.Conn, byte) {
 	t.Helper()
-	p, err := acl.New(cfg)
-	if err != nil {
-		t.Fatal(err)
+	c := dial(t, srv.addr)
+	if user != "" {
+		login(t, c, user, testPass)
+	} else {
+		greet(t, c, methodNoAuth, methodNoAuth)
 	}
-	return p
+	send(t, c, requestMsg(cmdConnect, dst))
+	rep, _ := readReply(t, c)
+	return c, rep
 }
 
-// TestAccess checks that CONNECTs the policy, the private-destination
+// TestAccess checks that CONNECTs the rules, the private-destination
 // guard or the per-user limit refuse get "not allowed" (0x02; SOCKS4
-// 0x5B) and reach nothing, and that the limiter hears of failed logins and
-// of tunnels handed to the engine.
+// 0x5B) and reach nothing, that a failed login is counted, and that a
+// tunnel handed to the engine carries the connection's admission and user
+// count until it ends.
 func TestAccess(t *testing.T) {
 	allowed := startEcho(t, "tcp4")
 	denied := startEcho(t, "tcp4")
-	policy := mustPolicy(t, acl.Config{Default: acl.Allow, Rules: []acl.Rule{
-		{Name: "no-denied", Action: acl.Deny, Ports: []string{strconv.Itoa(int(denied.Port()))}},
-	}})
-	connect := func(t *testing.T, srv *testServer, dst netip.AddrPort, user string) (net.Conn, byte) {
-		t.Helper()
-		c := dial(t, srv.addr)
-		if user != "" {
-			login(t, c, user, testPass)
-		} else {
-			greet(t, c, methodNoAuth, methodNoAuth)
-		}
-		send(t, c, requestMsg(cmdConnect, dst))
-		rep, _ := readReply(t, c)
-		return c, rep
-	}
 
 	t.Run("policy", func(t *testing.T) {
-		srv := startServer(t, "tcp4", Config{Access: policy})
-		if _, rep := connect(t, srv, denied, ""); rep != repNotAllowed {
+		pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{Default: acl.Allow, Rules: []acl.Rule{
+			{Name: "no-denied", Action: acl.Deny, Ports: []string{strconv.Itoa(int(denied.Port()))}},
+		}})
+		srv := startServer(t, "tcp4", pol, Config{})
+		if _, rep := connectAs(t, srv, denied, ""); rep != repNotAllowed {
 			t.Errorf("CONNECT to a denied port: reply %d, want %d", rep, repNotAllowed)
 		}
-		c, rep := connect(t, srv, allowed, "")
+		c, rep := connectAs(t, srv, allowed, "")
 		if rep != repSucceeded {
 			t.Fatalf("CONNECT to an allowed port: reply %d", rep)
 		}
@@ -475,9 +422,8 @@ func TestAccess(t *testing.T) {
 		expect(t, c4, []byte{0, socks4Rejected, 0, 0, 0, 0, 0, 0})
 	})
 	t.Run("guard", func(t *testing.T) {
-		d := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
-		srv := startServer(t, "tcp4", Config{Dialer: d})
-		if _, rep := connect(t, srv, allowed, ""); rep != repNotAllowed {
+		srv := startServer(t, "tcp4", proxytest.NewPolicy(t, proxytest.PolicyConfig{Guard: true}), Config{})
+		if _, rep := connectAs(t, srv, allowed, ""); rep != repNotAllowed {
 			t.Errorf("CONNECT to loopback: reply %d, want %d", rep, repNotAllowed)
 		}
 		c := dial(t, srv.addr)
@@ -488,26 +434,397 @@ func TestAccess(t *testing.T) {
 		}
 	})
 	t.Run("limiter", func(t *testing.T) {
-		lim := &testLimiter{maxUser: 1}
-		srv := startServer(t, "tcp4", Config{Auth: newAuth(t), Limiter: lim})
+		m := metrics.New(metrics.Config{})
+		pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+			Users:   map[string]string{testUser: testPass},
+			Limits:  &limits.Config{MaxConnsPerUser: 1},
+			Metrics: m.Listener("lim", "socks5"),
+		})
+		srv := startServer(t, "tcp4", pol, Config{})
 		bad := dial(t, srv.addr)
 		greet(t, bad, methodUserPass, methodUserPass)
 		send(t, bad, userPassMsg(testUser, "wrong"))
 		expect(t, bad, []byte{1, 1})
 		expectClosed(t, bad)
-		c, rep := connect(t, srv, allowed, testUser)
+		if n := metricValue(t, m, "rustle_auth_failures_total", "listener", "lim"); n != 1 {
+			t.Errorf("auth failures counted %v, want 1", n)
+		}
+		c, rep := connectAs(t, srv, allowed, testUser)
 		if rep != repSucceeded {
 			t.Fatalf("first CONNECT of the user: reply %d", rep)
 		}
-		if _, rep := connect(t, srv, allowed, testUser); rep != repNotAllowed {
+		if _, rep := connectAs(t, srv, allowed, testUser); rep != repNotAllowed {
 			t.Errorf("second connection of the user: reply %d, want %d", rep, repNotAllowed)
 		}
+		waitFor(t, "the tunnel in the engine", func() bool { return srv.eng.Len() == 1 })
 		c.Close()
-		waitFor(t, "the tunnel's counts to end", func() bool {
-			f, u, h, r := lim.snapshot()
-			return f == 1 && u == 0 && h == 1 && r == 1
+		waitFor(t, "every admission to be given back", func() bool {
+			return srv.eng.Len() == 0 && srv.activeConns() == 0 && srv.released.Load() == srv.admitted.Load()
 		})
+		// The tunnel gave the user's count back: the user may connect
+		// again.
+		c, rep = connectAs(t, srv, allowed, testUser)
+		if rep != repSucceeded {
+			t.Fatalf("CONNECT of the user after its tunnel ended: reply %d", rep)
+		}
+		c.Close()
 	})
+}
+
+// TestCoolDown checks that a client that failed to log in too often is
+// refused: its failed logins are answered with the failure status and
+// closed, and once it is cooling down its next connections are closed
+// before any reply, even with the right password, and for SOCKS4 too.
+func TestCoolDown(t *testing.T) {
+	echo := startEcho(t, "tcp4")
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:  map[string]string{testUser: testPass},
+		Limits: &limits.Config{AuthFailures: 2, AuthCooldown: time.Hour},
+	})
+	srv := startServer(t, "tcp4", pol, Config{})
+	for i := range 2 {
+		c := dial(t, srv.addr)
+		greet(t, c, methodUserPass, methodUserPass)
+		send(t, c, userPassMsg(testUser, "wrong"))
+		expect(t, c, []byte{1, 1})
+		expectClosed(t, c)
+		if i == 0 {
+			// One failure does not start the cool-down.
+			c, rep := connectAs(t, srv, echo, testUser)
+			if rep != repSucceeded {
+				t.Fatalf("CONNECT after one failure: reply %d", rep)
+			}
+			c.Close()
+		}
+	}
+	tests := []struct {
+		name string
+		send []byte
+	}{
+		{"socks5 greeting", []byte{5, 1, methodUserPass}},
+		{"socks5 greeting and login", append([]byte{5, 1, methodUserPass}, userPassMsg(testUser, testPass)...)},
+		{"socks4", socks4ConnectMsg(echo)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := dial(t, srv.addr)
+			send(t, c, tt.send)
+			expectClosed(t, c)
+		})
+	}
+}
+
+// metricValue returns the sum over the series of the metric name whose
+// labels include labels (name, value pairs): a counter's value, or a
+// histogram's sample count.
+func metricValue(t testing.TB, m *metrics.Metrics, name string, labels ...string) float64 {
+	t.Helper()
+	fams, err := m.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	series:
+		for _, s := range f.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range s.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+						break
+					}
+				}
+				if !found {
+					continue series
+				}
+			}
+			switch {
+			case s.GetCounter() != nil:
+				sum += s.GetCounter().GetValue()
+			case s.GetHistogram() != nil:
+				sum += float64(s.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+// newAccessLog returns a JSON access log writing to the buffer it
+// returns; it is closed at the end of the test.
+func newAccessLog(t testing.TB) (*accesslog.Logger, *lockedBuffer) {
+	t.Helper()
+	out := new(lockedBuffer)
+	alog, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alog.Close() })
+	return alog, out
+}
+
+// records parses the access log records written to out so far.
+func records(t testing.TB, out *lockedBuffer) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for line := range strings.Lines(out.String()) {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("access log line %q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// checkRecord compares the fields of r named in want, and checks that r
+// names the client's loopback address.
+func checkRecord(t testing.TB, r map[string]any, want map[string]any) {
+	t.Helper()
+	for k, v := range want {
+		if r[k] != v {
+			t.Errorf("record %s = %v (%T), want %v (%T)", k, r[k], r[k], v, v)
+		}
+	}
+	if c, ok := r["client"].(string); !ok || !strings.HasPrefix(c, "127.0.0.1:") {
+		t.Errorf("record client = %v, want the client's address", r["client"])
+	}
+}
+
+// TestTunnelObserved checks that a CONNECT tunnel, however it is relayed,
+// is reported once it ends: one access log record with its real bytes
+// each way, its user and its upstream; a tunnel, a 2xx and the bytes in
+// the listener's metrics; a successful dial in the dial histogram; the
+// user's request and bytes in the per-user series. Before the request
+// path was shared, a SOCKS CONNECT fed no dial histogram and no per-user
+// series, and a paced user's tunnel was logged and counted with 0 bytes
+// and missing from rustle_tunnels_total.
+func TestTunnelObserved(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits *limits.Config
+		engine bool
+		socks4 bool
+	}{
+		{name: "socks5 in the engine", engine: true},
+		{name: "socks5 relayed by goroutines"},
+		{name: "socks5 of a paced user", limits: &limits.Config{UserBytesPerSecond: 1 << 20}, engine: true},
+		{name: "socks5 of a paced user without engine", limits: &limits.Config{UserBytesPerSecond: 1 << 20}},
+		{name: "socks4", engine: true, socks4: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			echo := startEcho(t, "tcp4")
+			alog, out := newAccessLog(t)
+			m := metrics.New(metrics.Config{PerUser: true})
+			cfg := proxytest.PolicyConfig{
+				Listener: "obs", Limits: tt.limits,
+				Metrics: m.Listener("obs", "socks5"), UserMetrics: m.User, AccessLog: alog,
+			}
+			user := ""
+			if !tt.socks4 {
+				user = testUser
+				cfg.Users = map[string]string{testUser: testPass}
+			}
+			srv := startServerWith(t, "tcp4", proxytest.NewPolicy(t, cfg), Config{}, tt.engine)
+			var c net.Conn
+			if tt.socks4 {
+				c = dial(t, srv.addr)
+				send(t, c, socks4ConnectMsg(echo))
+				var rep [8]byte
+				if _, err := io.ReadFull(c, rep[:]); err != nil || rep[1] != socks4Granted {
+					t.Fatalf("socks4 reply %x, %v", rep, err)
+				}
+			} else {
+				var rep byte
+				c, rep = connectAs(t, srv, echo, testUser)
+				if rep != repSucceeded {
+					t.Fatalf("CONNECT reply %d", rep)
+				}
+			}
+			const msg = "ping through socks"
+			send(t, c, []byte(msg))
+			expect(t, c, []byte(msg))
+			c.Close()
+			waitFor(t, "the tunnel's record", func() bool { return strings.Contains(out.String(), "\n") })
+			waitFor(t, "the admission to be given back", func() bool { return srv.released.Load() == 1 })
+
+			recs := records(t, out)
+			if len(recs) != 1 {
+				t.Fatalf("got %d access log records, want 1: %q", len(recs), out.String())
+			}
+			checkRecord(t, recs[0], map[string]any{
+				"listener": "obs", "user": user, "protocol": "socks5", "method": "CONNECT",
+				"target": echo.String(), "status": float64(repSucceeded), "upstream": echo.String(),
+				"bytes_up": float64(len(msg)), "bytes_down": float64(len(msg)),
+			})
+			for _, mt := range []struct {
+				name   string
+				labels []string
+				want   float64
+			}{
+				{"rustle_tunnels_total", []string{"listener", "obs"}, 1},
+				{"rustle_requests_total", []string{"listener", "obs", "code", "2xx"}, 1},
+				{"rustle_requests_total", []string{"listener", "obs"}, 1},
+				{"rustle_bytes_total", []string{"listener", "obs", "direction", "up"}, float64(len(msg))},
+				{"rustle_bytes_total", []string{"listener", "obs", "direction", "down"}, float64(len(msg))},
+				{"rustle_upstream_dial_duration_seconds", []string{"result", "ok"}, 1},
+				{"rustle_upstream_dial_duration_seconds", []string{"result", "error"}, 0},
+			} {
+				if got := metricValue(t, m, mt.name, mt.labels...); got != mt.want {
+					t.Errorf("%s%q = %v, want %v", mt.name, mt.labels, got, mt.want)
+				}
+			}
+			if user == "" {
+				return
+			}
+			for _, mt := range []struct {
+				name   string
+				labels []string
+				want   float64
+			}{
+				{"rustle_user_requests_total", []string{"user", testUser}, 1},
+				{"rustle_user_bytes_total", []string{"user", testUser, "direction", "up"}, float64(len(msg))},
+				{"rustle_user_bytes_total", []string{"user", testUser, "direction", "down"}, float64(len(msg))},
+			} {
+				if got := metricValue(t, m, mt.name, mt.labels...); got != mt.want {
+					t.Errorf("%s%q = %v, want %v", mt.name, mt.labels, got, mt.want)
+				}
+			}
+		})
+	}
+}
+
+// TestRefusalObserved checks that a refused or failed CONNECT is logged
+// with its reply code and rule, counted in its status class, and counted
+// as an ACL denial or a failed dial where it was one. Before the request
+// path was shared, SOCKS fed no dial histogram, a guard refusal was no
+// ACL denial, and a CONNECT past the user's connection limit was not
+// logged or counted at all.
+func TestRefusalObserved(t *testing.T) {
+	echo := startEcho(t, "tcp4")
+	refused := closedPort(t, "tcp4")
+	users := map[string]string{testUser: testPass}
+	tests := []struct {
+		name      string
+		cfg       proxytest.PolicyConfig
+		dst       netip.AddrPort
+		hold      bool // a first tunnel of the user holds the user's only connection
+		rep       byte
+		class     string
+		rule      string
+		dialErr   float64
+		aclDenied float64
+	}{
+		{name: "dial refused", cfg: proxytest.PolicyConfig{Users: users},
+			dst: refused, rep: repConnRefused, class: "5xx", dialErr: 1},
+		{name: "denied by a rule", cfg: proxytest.PolicyConfig{Users: users, Default: acl.Allow, Rules: []acl.Rule{
+			{Name: "no-echo", Action: acl.Deny, Ports: []string{strconv.Itoa(int(echo.Port()))}},
+		}}, dst: echo, rep: repNotAllowed, class: "4xx", rule: "no-echo", aclDenied: 1},
+		{name: "refused by the guard", cfg: proxytest.PolicyConfig{Users: users, Guard: true},
+			dst: echo, rep: repNotAllowed, class: "4xx", dialErr: 1, aclDenied: 1},
+		{name: "user limit", cfg: proxytest.PolicyConfig{Users: users, Limits: &limits.Config{MaxConnsPerUser: 1}},
+			dst: echo, hold: true, rep: repNotAllowed, class: "4xx"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			alog, out := newAccessLog(t)
+			m := metrics.New(metrics.Config{PerUser: true})
+			cfg := tt.cfg
+			cfg.Listener, cfg.Metrics, cfg.UserMetrics, cfg.AccessLog = "ref", m.Listener("ref", "socks5"), m.User, alog
+			srv := startServer(t, "tcp4", proxytest.NewPolicy(t, cfg), Config{})
+			dials := 0.0
+			if tt.hold {
+				held, rep := connectAs(t, srv, echo, testUser)
+				if rep != repSucceeded {
+					t.Fatalf("first CONNECT: reply %d", rep)
+				}
+				defer held.Close()
+				dials = 1
+			}
+			c, rep := connectAs(t, srv, tt.dst, testUser)
+			if rep != tt.rep {
+				t.Fatalf("CONNECT reply %d, want %d", rep, tt.rep)
+			}
+			expectClosed(t, c)
+			waitFor(t, "the refusal's record", func() bool { return strings.Contains(out.String(), "\n") })
+			recs := records(t, out)
+			if len(recs) != 1 {
+				t.Fatalf("got %d access log records, want 1: %q", len(recs), out.String())
+			}
+			want := map[string]any{
+				"listener": "ref", "user": testUser, "protocol": "socks5", "method": "CONNECT",
+				"target": tt.dst.String(), "status": float64(tt.rep), "upstream": "",
+				"bytes_up": float64(0), "bytes_down": float64(0),
+			}
+			if tt.rule != "" {
+				want["rule"] = tt.rule
+			}
+			checkRecord(t, recs[0], want)
+			for _, mt := range []struct {
+				name   string
+				labels []string
+				want   float64
+			}{
+				{"rustle_requests_total", []string{"listener", "ref", "code", tt.class}, 1},
+				{"rustle_tunnels_total", []string{"listener", "ref"}, dials},
+				{"rustle_acl_denials_total", []string{"listener", "ref"}, tt.aclDenied},
+				{"rustle_upstream_dial_duration_seconds", []string{"result", "error"}, tt.dialErr},
+				{"rustle_upstream_dial_duration_seconds", []string{"result", "ok"}, dials},
+				{"rustle_user_requests_total", []string{"user", testUser}, 1},
+			} {
+				if got := metricValue(t, m, mt.name, mt.labels...); got != mt.want {
+					t.Errorf("%s%q = %v, want %v", mt.name, mt.labels, got, mt.want)
+				}
+			}
+		})
+	}
+}
+
+// TestRevoked checks that revoking a user ends the user's SOCKS sessions
+// that live in their serving goroutine: a UDP association, and tunnels
+// relayed by goroutines (a paced user's, or any without an engine).
+func TestRevoked(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits *limits.Config
+		udp    bool
+	}{
+		{name: "udp association", udp: true},
+		{name: "tunnel relayed by goroutines"},
+		{name: "paced tunnel", limits: &limits.Config{UserBytesPerSecond: 1 << 20}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			echo := startEcho(t, "tcp4")
+			reg := new(gate.Registry)
+			pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+				Users: map[string]string{testUser: testPass}, Limits: tt.limits, Revoked: reg,
+			})
+			srv := startServerWith(t, "tcp4", pol, Config{}, false)
+			var c net.Conn
+			if tt.udp {
+				c, _ = associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
+			} else {
+				var rep byte
+				c, rep = connectAs(t, srv, echo, testUser)
+				if rep != repSucceeded {
+					t.Fatalf("CONNECT reply %d", rep)
+				}
+				send(t, c, []byte("before"))
+				expect(t, c, []byte("before"))
+			}
+			if n := reg.Revoke(func(u string) bool { return u != testUser }); n != 1 {
+				t.Fatalf("Revoke revoked %d users, want 1", n)
+			}
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			expectClosed(t, c)
+			waitFor(t, "the session to end", func() bool { return srv.activeConns() == 0 && reg.Users() == 0 })
+		})
+	}
 }
 
 // socks4ConnectMsg is a SOCKS4 CONNECT to ap with an empty user ID.

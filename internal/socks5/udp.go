@@ -10,8 +10,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/acl"
-	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 )
 
 // UDP relay limits.
@@ -79,10 +78,10 @@ type association struct {
 	lastUsed time.Time                   // when a datagram was last relayed
 	buf      []byte                      // replyRoom + maxDatagram bytes
 
-	access   Access         // decides each datagram's destination; nil = allow all
-	dialer   *dialer.Dialer // its guard checks each destination address; nil = none
-	user     string         // the user the control connection authenticated as
-	decision acl.Decision   // the last datagram's decision
+	// grant is the association's passage through the policy: it
+	// permits each datagram's destination. Used by relay's goroutine
+	// while it runs.
+	grant *gate.Grant
 
 	up   int64 // payload bytes relayed from the client to destinations
 	down int64 // payload bytes relayed from destinations to the client
@@ -193,21 +192,8 @@ func (a *association) fromClient(ctx context.Context, src netip.AddrPort, n int)
 // refuse returns why a datagram to dst (requested as req) is refused by
 // the access policy or the private-destination guard, or "".
 func (a *association) refuse(req addr, dst netip.AddrPort) string {
-	var p dialer.Permitter
-	if a.access != nil {
-		a.decision = a.access.Decide(acl.Request{
-			Client: a.client.Addr(), User: a.user, Host: req.host, Addr: dst.Addr(), Port: dst.Port(),
-			Protocol: acl.SOCKS5UDP,
-		})
-		if !a.decision.Allow {
-			return "denied by rule " + a.decision.Rule
-		}
-		p = &a.decision
-	}
-	if a.dialer != nil {
-		if err := a.dialer.Check(dst, p); err != nil {
-			return err.Error()
-		}
+	if err := a.grant.PermitDatagram(req.host, dst); err != nil {
+		return err.Error()
 	}
 	return ""
 }

@@ -3,11 +3,8 @@ package socks5
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"io"
 	"net"
-	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -17,12 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/proxy"
-
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // udpEcho is a UDP echo server that records what it receives.
@@ -159,7 +155,7 @@ func expectDatagram(t testing.TB, pc *net.UDPConn, relay, from netip.AddrPort, p
 func TestUDPAssociate(t *testing.T) {
 	t.Run("IPv4 with auth", func(t *testing.T) {
 		echo := startUDPEcho(t, "udp4")
-		srv := startServer(t, "tcp4", Config{Auth: newAuth(t)})
+		srv := startServer(t, "tcp4", authPolicy(t), Config{})
 		_, relay := associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
 		pc := udpClient(t, relay.Addr())
 		roundTrip(t, pc, relay, datagram(0, echo.addr, "hello"), echo.addr, "hello")
@@ -170,7 +166,7 @@ func TestUDPAssociate(t *testing.T) {
 	t.Run("IPv6", func(t *testing.T) {
 		skipWithoutIPv6(t)
 		echo := startUDPEcho(t, "udp6")
-		srv := startServer(t, "tcp6", Config{})
+		srv := startServer(t, "tcp6", openPolicy(t), Config{})
 		_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("[::]:0"))
 		pc := udpClient(t, relay.Addr())
 		roundTrip(t, pc, relay, datagram(0, echo.addr, "hello6"), echo.addr, "hello6")
@@ -183,7 +179,7 @@ func TestUDPAssociate(t *testing.T) {
 // dropped one was handled (and not relayed) first.
 func TestUDPDrops(t *testing.T) {
 	echo := startUDPEcho(t, "udp4")
-	srv := startServer(t, "tcp4", Config{})
+	srv := startServer(t, "tcp4", openPolicy(t), Config{})
 	_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 	loop := netip.MustParseAddr("127.0.0.1")
 
@@ -229,7 +225,7 @@ func TestUDPDrops(t *testing.T) {
 // one accepted from the client's address.
 func TestUDPHintedPort(t *testing.T) {
 	echo := startUDPEcho(t, "udp4")
-	srv := startServer(t, "tcp4", Config{})
+	srv := startServer(t, "tcp4", openPolicy(t), Config{})
 	loop := netip.MustParseAddr("127.0.0.1")
 	pc := udpClient(t, loop)
 	other := udpClient(t, loop)
@@ -247,7 +243,7 @@ func TestUDPHintedPort(t *testing.T) {
 // relay socket.
 func TestUDPTeardown(t *testing.T) {
 	echo := startUDPEcho(t, "udp4")
-	srv := startServer(t, "tcp4", Config{})
+	srv := startServer(t, "tcp4", openPolicy(t), Config{})
 	ctrl, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 	// A connected socket reports the ICMP port unreachable that a closed
 	// relay port answers with.
@@ -277,7 +273,7 @@ func TestUDPTeardown(t *testing.T) {
 // ended, control connection included, after the idle timeout, and that
 // traffic dropped meanwhile does not keep it alive.
 func TestUDPIdleTimeout(t *testing.T) {
-	srv := startServer(t, "tcp4", Config{UDPIdleTimeout: 300 * time.Millisecond})
+	srv := startServer(t, "tcp4", openPolicy(t), Config{UDPIdleTimeout: 300 * time.Millisecond})
 	ctrl, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 	stranger := udpClient(t, netip.MustParseAddr("127.0.0.2"))
 	stranger.WriteToUDPAddrPort([]byte("ignored"), relay)
@@ -289,7 +285,7 @@ func TestUDPIdleTimeout(t *testing.T) {
 // TestUDPShutdown checks that an association ends when ServeConn's context
 // is done.
 func TestUDPShutdown(t *testing.T) {
-	srv := startServer(t, "tcp4", Config{})
+	srv := startServer(t, "tcp4", openPolicy(t), Config{})
 	ctrl, _ := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 	srv.cancel()
 	ctrl.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -301,11 +297,12 @@ func TestUDPShutdown(t *testing.T) {
 func TestUDPAccess(t *testing.T) {
 	allowed := startUDPEcho(t, "udp4")
 	denied := startUDPEcho(t, "udp4")
-	policy := mustPolicy(t, acl.Config{Default: acl.Allow, Rules: []acl.Rule{
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{Default: acl.Allow, Rules: []acl.Rule{
 		{Name: "no-denied", Action: acl.Deny, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(denied.addr.Port()))}},
 	}})
-	loopbackOnly := dialer.New(dialer.Config{Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})})
-	srv := startServer(t, "tcp4", Config{Access: policy, Dialer: loopbackOnly})
+	// The guard lets only 127.0.0.1 through.
+	pol.Dialer = dialer.New(dialer.Config{Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})})
+	srv := startServer(t, "tcp4", pol, Config{})
 	_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 	pc := udpClient(t, relay.Addr())
 	guarded := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), allowed.addr.Port())
@@ -349,24 +346,23 @@ func (b *lockedBuffer) String() string {
 // TestUDPObserve checks that an association is reported once it ends:
 // one access log record with the relayed payload bytes (dropped datagrams
 // not counted), the relay's address, the user and the last datagram's
-// rule, and the same bytes, once, in the metrics.
+// rule; in the metrics a tunnel, a 2xx, the same bytes once, and the
+// user's request and bytes in the per-user series.
 func TestUDPObserve(t *testing.T) {
 	echo := startUDPEcho(t, "udp4")
 	denied := startUDPEcho(t, "udp4")
-	var out lockedBuffer
-	alog, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { alog.Close() })
-	m := metrics.New(metrics.Config{})
-	policy := mustPolicy(t, acl.Config{Default: acl.Deny, Rules: []acl.Rule{
-		{Name: "udp-echo", Action: acl.Allow, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(echo.addr.Port()))}},
-	}})
-	srv := startServer(t, "tcp4", Config{
-		Auth: newAuth(t), Access: policy, Listener: "udp-test",
-		Metrics: m.Listener("udp-test", "socks5"), AccessLog: alog,
+	alog, out := newAccessLog(t)
+	m := metrics.New(metrics.Config{PerUser: true})
+	// The default denies: the association itself names no destination
+	// and is not decided by the rules, only its datagrams are.
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Listener: "udp-test", Users: map[string]string{testUser: testPass},
+		Rules: []acl.Rule{
+			{Name: "udp-echo", Action: acl.Allow, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(echo.addr.Port()))}},
+		},
+		Metrics: m.Listener("udp-test", "socks5"), UserMetrics: m.User, AccessLog: alog,
 	})
+	srv := startServer(t, "tcp4", pol, Config{})
 	ctrl, relay := associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
 	pc := udpClient(t, relay.Addr())
 	if _, err := pc.WriteToUDPAddrPort(datagram(0, denied.addr, "denied, not counted"), relay); err != nil {
@@ -375,103 +371,74 @@ func TestUDPObserve(t *testing.T) {
 	roundTrip(t, pc, relay, datagram(0, echo.addr, "hello"), echo.addr, "hello")
 	roundTrip(t, pc, relay, datagram(0, echo.addr, "world!!"), echo.addr, "world!!")
 	const payload = len("hello") + len("world!!")
+	if got := denied.received(); len(got) != 0 {
+		t.Errorf("the denied destination received %q", got)
+	}
 
 	ctrl.Close()
 	waitFor(t, "the association to end", func() bool { return srv.activeConns() == 0 })
 	alog.Close() // writes what is queued
 
-	var recs []map[string]any
-	for line := range strings.Lines(out.String()) {
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("access log line %q: %v", line, err)
-		}
-		recs = append(recs, r)
-	}
+	recs := records(t, out)
 	if len(recs) != 1 {
 		t.Fatalf("got %d access log records, want 1: %q", len(recs), out.String())
 	}
-	r := recs[0]
-	want := map[string]any{
+	checkRecord(t, recs[0], map[string]any{
 		"listener": "udp-test", "user": testUser, "protocol": "socks5-udp", "method": "UDP ASSOCIATE",
 		"target": relay.String(), "status": float64(repSucceeded),
 		"bytes_up": float64(payload), "bytes_down": float64(payload), "upstream": "", "rule": "udp-echo",
-	}
-	for k, v := range want {
-		if r[k] != v {
-			t.Errorf("record %s = %v, want %v", k, r[k], v)
-		}
-	}
-	if c, ok := r["client"].(string); !ok || !strings.HasPrefix(c, "127.0.0.1:") {
-		t.Errorf("record client = %v, want the client's address", r["client"])
-	}
-
-	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	scrape := rec.Body.String()
-	for _, line := range []string{
-		`rustle_bytes_total{direction="up",listener="udp-test",protocol="socks5"} ` + strconv.Itoa(payload),
-		`rustle_bytes_total{direction="down",listener="udp-test",protocol="socks5"} ` + strconv.Itoa(payload),
-		`rustle_requests_total{code="2xx",listener="udp-test",protocol="socks5"} 1`,
+	})
+	for _, mt := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"rustle_bytes_total", []string{"listener", "udp-test", "protocol", "socks5", "direction", "up"}, float64(payload)},
+		{"rustle_bytes_total", []string{"listener", "udp-test", "protocol", "socks5", "direction", "down"}, float64(payload)},
+		{"rustle_requests_total", []string{"listener", "udp-test", "code", "2xx"}, 1},
+		{"rustle_requests_total", []string{"listener", "udp-test"}, 1},
+		{"rustle_tunnels_total", []string{"listener", "udp-test"}, 1},
+		{"rustle_acl_denials_total", []string{"listener", "udp-test"}, 0},
+		{"rustle_user_requests_total", []string{"user", testUser}, 1},
+		{"rustle_user_bytes_total", []string{"user", testUser, "direction", "up"}, float64(payload)},
+		{"rustle_user_bytes_total", []string{"user", testUser, "direction", "down"}, float64(payload)},
 	} {
-		if !strings.Contains(scrape, line+"\n") {
-			t.Errorf("metrics lack %q", line)
+		if got := metricValue(t, m, mt.name, mt.labels...); got != mt.want {
+			t.Errorf("%s%q = %v, want %v", mt.name, mt.labels, got, mt.want)
 		}
 	}
 }
 
-// TestConnectObserve checks that a CONNECT tunnel is reported once it
-// ends, with its bytes counted once in the metrics.
-func TestConnectObserve(t *testing.T) {
-	echo := startEcho(t, "tcp4")
-	var out lockedBuffer
-	alog, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { alog.Close() })
+// TestUDPRefused checks that a UDP ASSOCIATE past the user's connection
+// limit gets "not allowed", binds no relay for the client, and is logged
+// and counted as a refusal.
+func TestUDPRefused(t *testing.T) {
+	alog, out := newAccessLog(t)
 	m := metrics.New(metrics.Config{})
-	srv := startServer(t, "tcp4", Config{
-		Auth: newAuth(t), Listener: "tcp-test",
-		Metrics: m.Listener("tcp-test", "socks5"), AccessLog: alog,
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Listener: "udp-ref", Users: map[string]string{testUser: testPass},
+		Limits:  &limits.Config{MaxConnsPerUser: 1},
+		Metrics: m.Listener("udp-ref", "socks5"), AccessLog: alog,
 	})
-	d, err := proxy.SOCKS5("tcp", srv.addr, &proxy.Auth{User: testUser, Password: testPass}, proxy.Direct)
-	if err != nil {
-		t.Fatal(err)
+	srv := startServer(t, "tcp4", pol, Config{})
+	associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
+	c := dial(t, srv.addr)
+	login(t, c, testUser, testPass)
+	send(t, c, requestMsg(cmdAssociate, netip.MustParseAddrPort("0.0.0.0:0")))
+	if rep, bnd := readReply(t, c); rep != repNotAllowed || bnd.Port() != 0 {
+		t.Fatalf("second UDP ASSOCIATE of the user: reply %d %v, want %d and no address", rep, bnd, repNotAllowed)
 	}
-	c, err := d.Dial("tcp", echo.String())
-	if err != nil {
-		t.Fatal(err)
+	expectClosed(t, c)
+	waitFor(t, "the refusal's record", func() bool { return strings.Contains(out.String(), "\n") })
+	recs := records(t, out)
+	if len(recs) != 1 {
+		t.Fatalf("got %d access log records, want 1: %q", len(recs), out.String())
 	}
-	const msg = "ping through socks"
-	if _, err := c.Write([]byte(msg)); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, len(msg))
-	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
-		t.Fatalf("echo: %q %v", buf, err)
-	}
-	c.Close()
-	waitFor(t, "the tunnel's record", func() bool { return strings.Contains(out.String(), "\n") })
-	alog.Close()
-
-	var r map[string]any
-	if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &r); err != nil {
-		t.Fatalf("access log %q: %v", out.String(), err)
-	}
-	if r["protocol"] != "socks5" || r["method"] != "CONNECT" || r["target"] != echo.String() ||
-		r["bytes_up"] != float64(len(msg)) || r["bytes_down"] != float64(len(msg)) || r["user"] != testUser {
-		t.Errorf("record = %v", r)
-	}
-	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	for _, line := range []string{
-		`rustle_bytes_total{direction="up",listener="tcp-test",protocol="socks5"} ` + strconv.Itoa(len(msg)),
-		`rustle_bytes_total{direction="down",listener="tcp-test",protocol="socks5"} ` + strconv.Itoa(len(msg)),
-		`rustle_tunnels_total{listener="tcp-test",protocol="socks5"} 1`,
-	} {
-		if !strings.Contains(rec.Body.String(), line+"\n") {
-			t.Errorf("metrics lack %q", line)
-		}
+	checkRecord(t, recs[0], map[string]any{
+		"listener": "udp-ref", "user": testUser, "protocol": "socks5-udp", "method": "UDP ASSOCIATE",
+		"status": float64(repNotAllowed), "bytes_up": float64(0), "bytes_down": float64(0),
+	})
+	if got := metricValue(t, m, "rustle_requests_total", "listener", "udp-ref", "code", "4xx"); got != 1 {
+		t.Errorf("4xx requests %v, want 1", got)
 	}
 }

@@ -1,0 +1,124 @@
+package gate_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// newSession opens a session of p for a client at 127.0.0.1, closed at
+// the end of the test.
+func newSession(t *testing.T, p *gate.Policy) *gate.Session {
+	t.Helper()
+	s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40000"), nil, nil)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// associateReq is a UDP ASSOCIATE as the SOCKS front-end asks it.
+func associateReq() *gate.Request {
+	return &gate.Request{
+		Protocol: acl.SOCKS5UDP, Method: "UDP ASSOCIATE",
+		Addr: netip.IPv4Unspecified(), Target: []byte("127.0.0.1:5000"),
+	}
+}
+
+// TestAuthorizeAssociation checks that an association is decided on its
+// user alone: a login is needed where the policy authenticates, the user's
+// connection limit applies, and rules that would refuse a request without
+// a destination (a default deny) do not refuse it.
+func TestAuthorizeAssociation(t *testing.T) {
+	users := map[string]string{"alice": "pw"}
+	denyAll := []acl.Rule{{Name: "dns", Action: acl.Allow, Protocols: []string{"socks5-udp"}, Ports: []string{"53"}}}
+	tests := []struct {
+		name  string
+		cfg   proxytest.PolicyConfig
+		login bool
+		held  bool // another session of the user holds its only connection
+		want  gate.Kind
+		user  string
+	}{
+		{name: "open", cfg: proxytest.PolicyConfig{}, want: gate.OK},
+		{name: "open, rules deny by default", cfg: proxytest.PolicyConfig{Rules: denyAll}, want: gate.OK},
+		{name: "no login", cfg: proxytest.PolicyConfig{Users: users}, want: gate.NeedAuth},
+		{name: "login", cfg: proxytest.PolicyConfig{Users: users, Rules: denyAll}, login: true, want: gate.OK, user: "alice"},
+		{name: "user limit", cfg: proxytest.PolicyConfig{Users: users, Limits: &limits.Config{MaxConnsPerUser: 1}},
+			login: true, held: true, want: gate.UserLimit, user: "alice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := proxytest.NewPolicy(t, tt.cfg)
+			if tt.held {
+				other := newSession(t, p)
+				if _, k := other.Login([]byte("alice"), []byte("pw")); k != gate.OK {
+					t.Fatalf("Login: %v", k)
+				}
+				var g gate.Grant
+				if k := other.AuthorizeAssociation(associateReq(), &g); k != gate.OK {
+					t.Fatalf("first association: %v", k)
+				}
+			}
+			s := newSession(t, p)
+			if tt.login {
+				if _, k := s.Login([]byte("alice"), []byte("pw")); k != gate.OK {
+					t.Fatalf("Login: %v", k)
+				}
+			}
+			var g gate.Grant
+			if k := s.AuthorizeAssociation(associateReq(), &g); k != tt.want {
+				t.Fatalf("AuthorizeAssociation = %v, want %v", k, tt.want)
+			}
+			if g.User != tt.user {
+				t.Errorf("User = %q, want %q", g.User, tt.user)
+			}
+			g.Finish(0, 0)
+		})
+	}
+}
+
+// TestPermitDatagram checks each datagram's destination against the
+// rules (as a socks5-udp request without a method) and the guard, and
+// that the deciding rule becomes the grant's.
+func TestPermitDatagram(t *testing.T) {
+	rules := []acl.Rule{
+		{Name: "dns", Action: acl.Allow, Protocols: []string{"socks5-udp"}, Ports: []string{"53"}},
+		{Name: "methods", Action: acl.Allow, Methods: []string{"CONNECT"}}, // never matches a datagram
+	}
+	tests := []struct {
+		name  string
+		cfg   proxytest.PolicyConfig
+		host  string
+		dst   string
+		allow bool
+		rule  string
+	}{
+		{"no rules", proxytest.PolicyConfig{}, "", "127.0.0.1:9", true, ""},
+		{"allowed by a rule", proxytest.PolicyConfig{Rules: rules}, "", "127.0.0.1:53", true, "dns"},
+		{"allowed by name", proxytest.PolicyConfig{Rules: rules}, "localhost", "127.0.0.1:53", true, "dns"},
+		{"denied by default", proxytest.PolicyConfig{Rules: rules}, "", "127.0.0.1:54", false, acl.DefaultRule},
+		{"refused by the guard", proxytest.PolicyConfig{Rules: rules, Guard: true}, "", "127.0.0.1:53", false, "dns"},
+		{"guard without rules", proxytest.PolicyConfig{Guard: true}, "", "10.0.0.1:53", false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSession(t, proxytest.NewPolicy(t, tt.cfg))
+			var g gate.Grant
+			if k := s.AuthorizeAssociation(associateReq(), &g); k != gate.OK {
+				t.Fatalf("AuthorizeAssociation = %v", k)
+			}
+			err := g.PermitDatagram(tt.host, netip.MustParseAddrPort(tt.dst))
+			if (err == nil) != tt.allow {
+				t.Errorf("PermitDatagram(%q, %s) = %v, want allowed %v", tt.host, tt.dst, err, tt.allow)
+			}
+			if g.Rule != tt.rule {
+				t.Errorf("Rule = %q, want %q", g.Rule, tt.rule)
+			}
+			g.Finish(0, 0)
+		})
+	}
+}

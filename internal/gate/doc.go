@@ -1,0 +1,28 @@
+// Package gate is the request path that every front-end shares: the
+// HTTP/1.1 proxy, HTTP/2 and SOCKS each hold only their wire protocol and
+// call gate to decide, dial, relay and observe.
+//
+// A [Policy] is what one listener applies under one configuration: the
+// users, the access rules, the limits, the dialer and upstream pool, the
+// metrics and the access log. Each accepted client connection gets a
+// [Session] from it: the client's address, its TLS certificate identity or
+// SOCKS login, the worker's tunnel engine and the connection's admission,
+// which the session releases when it closes unless a tunnel took it on.
+//
+// Every request a front-end reads becomes a [Request], and
+// [Session.Authorize] turns it into a [Grant] or a refusal ([Kind]: need
+// auth, cooling down, user limit, denied by a rule). A front-end maps a
+// refusal to its wire (407/403/429, an h2 :status, a SOCKS reply) and
+// nothing else. On a grant it dials with [Grant.Dial] (which always feeds
+// the dial histogram), checks a kept or pooled upstream with
+// [Grant.Admits], notes the first response byte with [Grant.FirstByte],
+// relays a tunnel with [Grant.Tunnel] (the splice engine, the TLS relay,
+// the paced relay or the portable relay, all returning the bytes each
+// way) and ends with [Grant.Finish], which writes the access log record
+// and the metrics. One request of each protocol thus counts and logs the
+// same fields.
+//
+// Bytes, for every protocol, are the payload bytes relayed: a request or
+// response body, or what a tunnel carried each way; response heads are
+// not counted.
+package gate

@@ -1,0 +1,847 @@
+package gate_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/leaktest"
+	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(leaktest.Main(m, 5*time.Second,
+		"rustle/internal/gate.", "rustle/internal/tunnel.", "rustle/internal/proxytest."))
+}
+
+// users are the users of the tests' policies.
+var users = map[string]string{"alice": "pw", "bob": "pw2"}
+
+// basicAuth returns a Proxy-Authorization value for user and pass.
+func basicAuth(user, pass string) []byte {
+	return []byte("Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass)))
+}
+
+// connectReq is a CONNECT to host:443 with the credentials authz.
+func connectReq(host string, authz []byte) *gate.Request {
+	return &gate.Request{
+		Protocol: acl.Connect, Log: accesslog.ProtoConnect, Method: "CONNECT",
+		Host: host, Port: 443, Target: []byte(host + ":443"), Authorization: authz,
+	}
+}
+
+// observed is a policy's metrics and access log.
+type observed struct {
+	m   *metrics.Metrics
+	out *lockedBuffer
+	al  *accesslog.Logger
+}
+
+// observe returns metrics and a JSON access log for a policy, and sets
+// them in cfg.
+func observe(t *testing.T, cfg *proxytest.PolicyConfig) *observed {
+	t.Helper()
+	o := &observed{m: metrics.New(metrics.Config{}), out: &lockedBuffer{}}
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: o.out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	o.al = al
+	cfg.Listener = "test"
+	cfg.Metrics = o.m.Listener("test", "http")
+	cfg.AccessLog = al
+	return o
+}
+
+// sum returns the sum of every series of the metric name (a histogram's
+// sample count).
+func (o *observed) sum(t *testing.T, name string) float64 {
+	t.Helper()
+	fams, err := o.m.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			switch {
+			case s.GetCounter() != nil:
+				n += s.GetCounter().GetValue()
+			case s.GetHistogram() != nil:
+				n += float64(s.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return n
+}
+
+// records waits for n access log records and returns them.
+func (o *observed) records(t *testing.T, n int) []map[string]any {
+	t.Helper()
+	proxytest.WaitFor(t, fmt.Sprintf("%d access log records", n), func() bool {
+		return strings.Count(o.out.String(), "\n") >= n
+	})
+	var recs []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(o.out.String()), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("access log line %q: %v", l, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer // guarded by mu
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// certState returns the state of a TLS connection whose client presented
+// a certificate, verified, with the common name cn ("" = none).
+func certState(t *testing.T, cn string) tls.ConnectionState {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: cn, Organization: []string{"test"}},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.ConnectionState{
+		HandshakeComplete: true,
+		PeerCertificates:  []*x509.Certificate{cert},
+		VerifiedChains:    [][]*x509.Certificate{{cert}},
+	}
+}
+
+func TestKind(t *testing.T) {
+	tests := []struct {
+		kind   gate.Kind
+		status int
+		name   string
+		reason string // a word of the reason; "" = no reason
+	}{
+		{gate.OK, 200, "ok", ""},
+		{gate.NeedAuth, 407, "need-auth", "authentication"},
+		{gate.CoolingDown, 429, "cooling-down", "failed authentications"},
+		{gate.UserLimit, 429, "user-limit", "connections"},
+		{gate.Denied, 403, "denied", "policy"},
+		{gate.Forbidden, 403, "forbidden", "destination"},
+		{gate.Unreachable, 502, "unreachable", "unreachable"},
+		{gate.TimedOut, 504, "timed-out", "timed out"},
+		{gate.Kind(200), 200, "unknown", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.kind.Status(); got != tt.status {
+				t.Errorf("Status() = %d, want %d", got, tt.status)
+			}
+			if got := tt.kind.String(); got != tt.name {
+				t.Errorf("String() = %q, want %q", got, tt.name)
+			}
+			got := tt.kind.Reason()
+			if tt.reason == "" && got != "" || !strings.Contains(got, tt.reason) {
+				t.Errorf("Reason() = %q, want one with %q", got, tt.reason)
+			}
+		})
+	}
+}
+
+// timeoutErr is a net.Error that timed out.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func TestDialKind(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	tests := []struct {
+		name string
+		err  error
+		want gate.Kind
+	}{
+		{"nil", nil, gate.OK},
+		{"forbidden", &dialer.Error{Addr: "10.0.0.1:80", Forbidden: true, Err: errors.New("private")}, gate.Forbidden},
+		{"forbidden, wrapped", fmt.Errorf("x: %w", &dialer.Error{Forbidden: true, Err: errors.New("own")}), gate.Forbidden},
+		{"timeout", &dialer.Error{Addr: "192.0.2.1:80", Timeout: true, Err: context.DeadlineExceeded}, gate.TimedOut},
+		{"ETIMEDOUT", &dialer.Error{Err: os.NewSyscallError("connect", syscall.ETIMEDOUT)}, gate.TimedOut},
+		{"deadline", context.DeadlineExceeded, gate.TimedOut},
+		{"net timeout", timeoutErr{}, gate.TimedOut},
+		{"refused", &dialer.Error{Addr: "127.0.0.1:1", Err: refused}, gate.Unreachable},
+		{"plain ECONNREFUSED", refused, gate.Unreachable},
+		{"other", errors.New("no such host"), gate.Unreachable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := gate.DialKind(tt.err); got != tt.want {
+				t.Errorf("DialKind(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+
+	// A real refused dial through a grant.
+	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{})
+	var g gate.Grant
+	s := newSession(t, p)
+	if k := s.Authorize(connectReq("127.0.0.1", nil), &g); k != gate.OK {
+		t.Fatalf("Authorize = %v", k)
+	}
+	c, err := g.Dial(context.Background(), proxytest.ClosedPort(t))
+	if err == nil {
+		c.Close()
+		t.Fatal("dial to a closed port succeeded")
+	}
+	if k := gate.DialKind(err); k != gate.Unreachable {
+		t.Errorf("DialKind(%v) = %v, want unreachable", err, k)
+	}
+	g.Finish(0, 0)
+}
+
+func TestAuthorize(t *testing.T) {
+	coolDown := &limits.Config{AuthFailures: 3, AuthWindow: time.Minute, AuthCooldown: time.Minute}
+	rules := []acl.Rule{
+		{Name: "no-blocked", Action: acl.Deny, Hosts: []string{"blocked.example"}},
+		{Name: "rest", Action: acl.Allow},
+	}
+	wrong := basicAuth("alice", "nope")
+	tests := []struct {
+		name   string
+		cfg    proxytest.PolicyConfig
+		before func(t *testing.T, p *gate.Policy, s *gate.Session)
+		cert   string // a verified client certificate's common name; "-" = none
+		host   string // "" = example.com
+		authz  []byte
+		want   gate.Kind
+		user   string
+		rule   string
+		retry  bool // RetryAfter is set
+		// The auth failures and ACL denials counted in all.
+		authFailed, denied float64
+	}{
+		{name: "no auth", cert: "-", want: gate.OK},
+		{name: "no auth ignores credentials", cert: "-", authz: basicAuth("alice", "pw"), want: gate.OK},
+		{name: "need auth without credentials", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
+			want: gate.NeedAuth, authFailed: 1},
+		{name: "need auth with a wrong password", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
+			authz: wrong, want: gate.NeedAuth, authFailed: 1},
+		{name: "need auth with another scheme", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
+			authz: []byte("Bearer abc"), want: gate.NeedAuth, authFailed: 1},
+		{name: "cooling down after 3 failures", cfg: proxytest.PolicyConfig{Users: users, Limits: coolDown}, cert: "-",
+			before: func(t *testing.T, p *gate.Policy, s *gate.Session) {
+				for i := range 2 {
+					var g gate.Grant
+					if k := s.Authorize(connectReq("example.com", wrong), &g); k != gate.NeedAuth {
+						t.Fatalf("failure %d: %v, want need-auth", i+1, k)
+					}
+					g.Finish(0, 0)
+				}
+			},
+			authz: wrong, want: gate.CoolingDown, retry: true, authFailed: 3},
+		{name: "user limit", cfg: proxytest.PolicyConfig{Users: users, Limits: &limits.Config{MaxConnsPerUser: 1}}, cert: "-",
+			before: func(t *testing.T, p *gate.Policy, _ *gate.Session) {
+				other := newSession(t, p)
+				var g gate.Grant
+				if k := other.Authorize(connectReq("example.com", basicAuth("alice", "pw")), &g); k != gate.OK {
+					t.Fatalf("the other connection: %v", k)
+				}
+				g.Finish(0, 0) // the connection keeps the count
+			},
+			authz: basicAuth("alice", "pw"), want: gate.UserLimit, user: "alice"},
+		{name: "denied by a rule", cfg: proxytest.PolicyConfig{Users: users, Rules: rules}, cert: "-",
+			host: "blocked.example", authz: basicAuth("alice", "pw"), want: gate.Denied, user: "alice", rule: "no-blocked", denied: 1},
+		{name: "allowed by a rule", cfg: proxytest.PolicyConfig{Users: users, Rules: rules}, cert: "-",
+			authz: basicAuth("alice", "pw"), want: gate.OK, user: "alice", rule: "rest"},
+		{name: "ok with the user", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
+			authz: basicAuth("bob", "pw2"), want: gate.OK, user: "bob"},
+		{name: "certificate names the user", cfg: proxytest.PolicyConfig{Users: users}, cert: "carol",
+			want: gate.OK, user: "carol"},
+		{name: "certificate wins over credentials", cfg: proxytest.PolicyConfig{Users: users}, cert: "carol",
+			authz: wrong, want: gate.OK, user: "carol"},
+		{name: "certificate without a common name", cfg: proxytest.PolicyConfig{Users: users}, cert: "",
+			want: gate.NeedAuth, authFailed: 1},
+		{name: "certificate without a common name, credentials", cfg: proxytest.PolicyConfig{Users: users}, cert: "",
+			authz: basicAuth("alice", "pw"), want: gate.OK, user: "alice"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			o := observe(t, &cfg)
+			p := proxytest.NewPolicy(t, cfg)
+			s := newSession(t, p)
+			if tt.cert != "-" {
+				s.SetTLS(certState(t, tt.cert))
+				user, ok := s.Identity()
+				if ok != (tt.cert != "") || user != tt.cert {
+					t.Errorf("Identity() = %q, %v after a certificate for %q", user, ok, tt.cert)
+				}
+			}
+			if tt.before != nil {
+				tt.before(t, p, s)
+			}
+			host := tt.host
+			if host == "" {
+				host = "example.com"
+			}
+			var g gate.Grant
+			k := s.Authorize(connectReq(host, tt.authz), &g)
+			if k != tt.want {
+				t.Fatalf("Authorize = %v, want %v", k, tt.want)
+			}
+			if g.User != tt.user || g.Rule != tt.rule {
+				t.Errorf("User, Rule = %q, %q; want %q, %q", g.User, g.Rule, tt.user, tt.rule)
+			}
+			if retry := g.RetryAfter > 0 && g.RetryAfter <= time.Minute; retry != tt.retry {
+				t.Errorf("RetryAfter = %v", g.RetryAfter)
+			}
+			if tt.retry && s.CoolingDown() <= 0 {
+				t.Errorf("CoolingDown() = %v while cooling down", s.CoolingDown())
+			}
+			if g.Session() != s {
+				t.Error("Session() is not the grant's session")
+			}
+			g.Answer(k.Status(), 0)
+			g.Finish(0, 0)
+			if got := o.sum(t, "rustle_auth_failures_total"); got != tt.authFailed {
+				t.Errorf("auth failures counted: %v, want %v", got, tt.authFailed)
+			}
+			if got := o.sum(t, "rustle_acl_denials_total"); got != tt.denied {
+				t.Errorf("ACL denials counted: %v, want %v", got, tt.denied)
+			}
+		})
+	}
+}
+
+// TestAuthMemo checks the session's memo of the Proxy-Authorization value
+// it accepted: the same value is accepted again, another value is checked
+// on its own, and a wrong value, or one longer than 1024 bytes, is
+// checked, and counted as a failure, every time.
+func TestAuthMemo(t *testing.T) {
+	long := "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:"+strings.Repeat("x", 800)))
+	if len(long) <= 1024 {
+		t.Fatalf("the long value has %d bytes", len(long))
+	}
+	tests := []struct {
+		name  string
+		steps []struct {
+			authz string
+			want  gate.Kind
+			user  string
+		}
+		authFailed float64
+	}{
+		{name: "same value twice, then another user", steps: []struct {
+			authz string
+			want  gate.Kind
+			user  string
+		}{
+			{string(basicAuth("alice", "pw")), gate.OK, "alice"},
+			{string(basicAuth("alice", "pw")), gate.OK, "alice"},
+			{string(basicAuth("bob", "pw2")), gate.OK, "bob"},
+			{string(basicAuth("alice", "pw")), gate.OK, "alice"},
+			{string(basicAuth("alice", "pwx")), gate.NeedAuth, ""},
+		}, authFailed: 1},
+		{name: "a wrong value is never memoised", steps: []struct {
+			authz string
+			want  gate.Kind
+			user  string
+		}{
+			{string(basicAuth("alice", "pw")), gate.OK, "alice"},
+			{string(basicAuth("alice", "nope")), gate.NeedAuth, ""},
+			{string(basicAuth("alice", "nope")), gate.NeedAuth, ""},
+			{string(basicAuth("alice", "nope")), gate.CoolingDown, ""},
+		}, authFailed: 3},
+		{name: "a long value is checked every time", steps: []struct {
+			authz string
+			want  gate.Kind
+			user  string
+		}{
+			{long, gate.NeedAuth, ""},
+			{long, gate.NeedAuth, ""},
+			{long, gate.CoolingDown, ""},
+		}, authFailed: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := proxytest.PolicyConfig{
+				Users:  map[string]string{"alice": "pw", "bob": "pw2"},
+				Limits: &limits.Config{AuthFailures: 3, AuthWindow: time.Minute, AuthCooldown: time.Minute},
+			}
+			o := observe(t, &cfg)
+			s := newSession(t, proxytest.NewPolicy(t, cfg))
+			var g gate.Grant
+			for i, st := range tt.steps {
+				k := s.Authorize(connectReq("example.com", []byte(st.authz)), &g)
+				if k != st.want || (k == gate.OK && g.User != st.user) {
+					t.Fatalf("request %d: %v as %q, want %v as %q", i+1, k, g.User, st.want, st.user)
+				}
+				g.Finish(0, 0)
+			}
+			if got := o.sum(t, "rustle_auth_failures_total"); got != tt.authFailed {
+				t.Errorf("auth failures counted: %v, want %v", got, tt.authFailed)
+			}
+		})
+	}
+}
+
+// TestUserCounting checks that the first user of a connection is counted
+// for the session's life, another user for its grant's, and that Close
+// gives back the count and the admission once.
+func TestUserCounting(t *testing.T) {
+	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{Users: users, Limits: &limits.Config{MaxConnsPerUser: 1}})
+	var released atomic.Int32
+	s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40001"), nil, func() { released.Add(1) })
+	t.Cleanup(s.Close)
+	// admits reports whether a fresh connection may be user's.
+	admits := func(user, pass string) bool {
+		t.Helper()
+		o := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40002"), nil, nil)
+		defer o.Close()
+		var g gate.Grant
+		k := o.Authorize(connectReq("example.com", basicAuth(user, pass)), &g)
+		g.Finish(0, 0)
+		return k == gate.OK
+	}
+
+	var g gate.Grant
+	if k := s.Authorize(connectReq("example.com", basicAuth("alice", "pw")), &g); k != gate.OK {
+		t.Fatalf("alice: %v", k)
+	}
+	g.Finish(0, 0)
+	if admits("alice", "pw") {
+		t.Error("alice admitted elsewhere while the connection is hers")
+	}
+	if k := s.Authorize(connectReq("example.com", basicAuth("alice", "pw")), &g); k != gate.OK {
+		t.Errorf("alice's second request on her connection: %v", k)
+	}
+	g.Finish(0, 0)
+
+	var gb gate.Grant
+	if k := s.Authorize(connectReq("example.com", basicAuth("bob", "pw2")), &gb); k != gate.OK {
+		t.Fatalf("bob on alice's connection: %v", k)
+	}
+	if admits("bob", "pw2") {
+		t.Error("bob admitted elsewhere while his grant is open")
+	}
+	gb.Finish(0, 0)
+	gb.Finish(0, 0) // idempotent: gives back once
+	if !admits("bob", "pw2") {
+		t.Error("bob refused after his grant finished")
+	}
+	// A grant left open is finished by the next Authorize.
+	if k := s.Authorize(connectReq("example.com", basicAuth("bob", "pw2")), &gb); k != gate.OK {
+		t.Fatalf("bob again: %v", k)
+	}
+	if k := s.Authorize(connectReq("example.com", basicAuth("alice", "pw")), &gb); k != gate.OK {
+		t.Fatalf("alice on the reused grant: %v", k)
+	}
+	if !admits("bob", "pw2") {
+		t.Error("bob refused after the grant was reused")
+	}
+	gb.Finish(0, 0)
+
+	if released.Load() != 0 {
+		t.Fatalf("admission released %d times before Close", released.Load())
+	}
+	s.Close()
+	s.Close()
+	if n := released.Load(); n != 1 {
+		t.Errorf("admission released %d times, want 1", n)
+	}
+	if !admits("alice", "pw") {
+		t.Error("alice refused after her connection closed")
+	}
+	if err := context.Cause(s.Context()); !errors.Is(err, context.Canceled) {
+		t.Errorf("closed session's context: %v, want canceled", err)
+	}
+}
+
+// tcpPair returns the two ends of a loopback TCP connection: the client's
+// and the one a proxy accepted.
+func tcpPair(t *testing.T) (client, accepted *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ln.AcceptTCP()
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		a.Close()
+	})
+	return c, a
+}
+
+// newEngine starts a tunnel engine, closed at the end of the test.
+func newEngine(t *testing.T) *tunnel.Engine {
+	t.Helper()
+	e, err := tunnel.New(tunnel.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// echoThrough writes msg into c and reads it back.
+func echoThrough(c net.Conn, msg string) error {
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetDeadline(time.Time{})
+	if _, err := io.WriteString(c, msg); err != nil {
+		return err
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	if string(buf) != msg {
+		return fmt.Errorf("echoed %q, want %q", buf, msg)
+	}
+	return nil
+}
+
+// endTunnel half-closes a tunnel's client end and waits for the upstream's
+// end of stream.
+func endTunnel(t *testing.T, c net.Conn) {
+	t.Helper()
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	} else {
+		c.Close()
+		return
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(c); err != nil || len(b) > 0 {
+		t.Errorf("tunnel end: %q, %v; want end of stream", b, err)
+	}
+	c.Close()
+}
+
+// TestTunnel relays a tunnel through each of its paths and checks that
+// the bytes each way reach the metrics and the access log, and when the
+// connection's admission is given back.
+func TestTunnel(t *testing.T) {
+	const msg = "hello, tunnel" // 13 bytes each way
+	tests := []struct {
+		name    string
+		limits  *limits.Config
+		engine  bool
+		pipe    bool // the client is a net.Pipe end: the portable relay
+		handoff bool // the tunnel lives on in the engine
+	}{
+		{name: "engine", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, handoff: true},
+		{name: "portable relay", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, pipe: true},
+		{name: "paced", limits: &limits.Config{MaxConnsPerUser: 1, UserBytesPerSecond: 1 << 20}, engine: true},
+		{name: "no engine", limits: &limits.Config{MaxConnsPerUser: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			echo := proxytest.NewEcho(t)
+			cfg := proxytest.PolicyConfig{Users: users, Limits: tt.limits, Revoked: new(gate.Registry)}
+			o := observe(t, &cfg)
+			p := proxytest.NewPolicy(t, cfg)
+			var eng *tunnel.Engine
+			if tt.engine {
+				eng = newEngine(t)
+			}
+			var client, served net.Conn
+			if tt.pipe {
+				client, served = net.Pipe()
+				t.Cleanup(func() {
+					client.Close()
+					served.Close()
+				})
+			} else {
+				client, served = tcpPair(t)
+			}
+			var released atomic.Int32
+			s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40003"), eng, func() { released.Add(1) })
+			s.Attach(served)
+			t.Cleanup(s.Close)
+
+			var g gate.Grant
+			if k := s.Authorize(connectReq("127.0.0.1", basicAuth("alice", "pw")), &g); k != gate.OK {
+				t.Fatalf("Authorize = %v", k)
+			}
+			upc, err := g.Dial(context.Background(), echo.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.Answer(200, 0)
+			done := make(chan bool, 1)
+			go func() { done <- g.Tunnel(served, upc, nil) }()
+			if err := echoThrough(client, msg); err != nil {
+				t.Fatal(err)
+			}
+			if tt.handoff {
+				if !<-done {
+					t.Fatal("Tunnel did not hand the tunnel to the engine")
+				}
+				s.Close() // the serving goroutine returns; the tunnel carries on
+				if n := released.Load(); n != 0 {
+					t.Fatalf("admission released %d times while the tunnel is open", n)
+				}
+				if err := echoThrough(client, msg); err != nil {
+					t.Fatalf("after the session closed: %v", err)
+				}
+				endTunnel(t, client)
+				proxytest.WaitFor(t, "the admission released", func() bool { return released.Load() == 1 })
+			} else {
+				endTunnel(t, client)
+				if <-done {
+					t.Fatal("Tunnel handed off a tunnel it relayed itself")
+				}
+				s.Close()
+			}
+			if n := released.Load(); n != 1 {
+				t.Errorf("admission released %d times, want 1", n)
+			}
+			want := float64(len(msg))
+			if tt.handoff {
+				want *= 2
+			}
+			rec := o.records(t, 1)[0]
+			if rec["bytes_up"] != want || rec["bytes_down"] != want || rec["user"] != "alice" ||
+				rec["method"] != "CONNECT" || rec["status"] != float64(200) || rec["upstream"] != echo.Addr || rec["end"] != nil && rec["end"] != "" {
+				t.Errorf("access log record %v, want %v bytes each way", rec, want)
+			}
+			if got := o.sum(t, "rustle_bytes_total"); got != 2*want {
+				t.Errorf("bytes counted: %v, want %v", got, 2*want)
+			}
+			if got := o.sum(t, "rustle_tunnels_total"); got != 1 {
+				t.Errorf("tunnels counted: %v, want 1", got)
+			}
+			if got := o.sum(t, "rustle_upstream_dial_duration_seconds"); got != 1 {
+				t.Errorf("dials observed: %v, want 1", got)
+			}
+			// The user's count went back with the tunnel.
+			o2 := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40004"), nil, nil)
+			var g2 gate.Grant
+			if k := o2.Authorize(connectReq("127.0.0.1", basicAuth("alice", "pw")), &g2); k != gate.OK {
+				t.Errorf("alice after her tunnel ended: %v", k)
+			}
+			g2.Finish(0, 0)
+			o2.Close()
+			proxytest.WaitFor(t, "the registry empty", func() bool { return cfg.Revoked.Users() == 0 })
+		})
+	}
+}
+
+// TestRegistryRevoke checks that Revoke ends the sessions and engine
+// tunnels of the users it is told to, and only those, and that sessions
+// and tunnels leave the registry when they end.
+func TestRegistryRevoke(t *testing.T) {
+	if n := (*gate.Registry)(nil).Revoke(func(string) bool { return false }); n != 0 {
+		t.Errorf("nil registry revoked %d", n)
+	}
+	reg := new(gate.Registry)
+	cfg := proxytest.PolicyConfig{Users: users, Limits: &limits.Config{}, Revoked: reg}
+	o := observe(t, &cfg)
+	p := proxytest.NewPolicy(t, cfg)
+	eng := newEngine(t)
+	echo := proxytest.NewEcho(t)
+
+	// session opens a session on a pipe whose far end it returns.
+	type held struct {
+		s    *gate.Session
+		peer net.Conn
+	}
+	session := func(how func(s *gate.Session)) held {
+		t.Helper()
+		a, b := net.Pipe()
+		t.Cleanup(func() {
+			a.Close()
+			b.Close()
+		})
+		s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40005"), nil, nil)
+		s.Attach(b)
+		t.Cleanup(s.Close)
+		how(s)
+		return held{s, a}
+	}
+	authorize := func(user, pass string) func(s *gate.Session) {
+		return func(s *gate.Session) {
+			var g gate.Grant
+			if k := s.Authorize(connectReq("example.com", basicAuth(user, pass)), &g); k != gate.OK {
+				t.Fatalf("%s: %v", user, k)
+			}
+			g.Finish(0, 0)
+		}
+	}
+	alice := session(authorize("alice", "pw"))
+	bob := session(authorize("bob", "pw2"))
+	bobLogin := session(func(s *gate.Session) {
+		if _, k := s.Login([]byte("bob"), []byte("pw2")); k != gate.OK {
+			t.Fatalf("bob's login: %v", k)
+		}
+	})
+	carol := session(func(s *gate.Session) { s.SetTLS(certState(t, "carol")) })
+	// Bob as a second user of alice's connection (an h2 stream): the
+	// connection is his too.
+	shared := session(authorize("alice", "pw"))
+	var sharedGrant gate.Grant
+	if k := shared.s.Authorize(connectReq("example.com", basicAuth("bob", "pw2")), &sharedGrant); k != gate.OK {
+		t.Fatalf("bob on alice's connection: %v", k)
+	}
+
+	// tunnel opens an engine tunnel of user and returns its client end.
+	tunnelOf := func(user, pass string) net.Conn {
+		t.Helper()
+		client, served := tcpPair(t)
+		s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40006"), eng, nil)
+		s.Attach(served)
+		defer s.Close()
+		var g gate.Grant
+		if k := s.Authorize(connectReq("127.0.0.1", basicAuth(user, pass)), &g); k != gate.OK {
+			t.Fatalf("%s: %v", user, k)
+		}
+		upc, err := g.Dial(context.Background(), echo.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Answer(200, 0)
+		if !g.Tunnel(served, upc, nil) {
+			t.Fatal("the tunnel was not handed to the engine")
+		}
+		if err := echoThrough(client, "x"); err != nil {
+			t.Fatal(err)
+		}
+		return client
+	}
+	aliceTunnel := tunnelOf("alice", "pw")
+	bobTunnel := tunnelOf("bob", "pw2")
+
+	if n := reg.Users(); n != 3 {
+		t.Errorf("Users() = %d, want 3 (alice, bob, carol)", n)
+	}
+	if n := reg.Revoke(func(string) bool { return true }); n != 0 {
+		t.Errorf("Revoke keeping everyone revoked %d", n)
+	}
+	if n := reg.Revoke(func(u string) bool { return u != "bob" }); n != 1 {
+		t.Errorf("Revoke(bob) = %d, want 1", n)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		h       held
+		revoked bool
+	}{
+		{"alice", alice, false},
+		{"bob", bob, true},
+		{"bob's login", bobLogin, true},
+		{"carol's certificate", carol, false},
+		{"alice's connection with bob's grant", shared, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := tc.h.s.Context()
+			if got := ctx.Err() != nil; got != tc.revoked {
+				t.Fatalf("context done: %v, want %v", got, tc.revoked)
+			}
+			tc.h.peer.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			_, err := tc.h.peer.Read(make([]byte, 1))
+			var ne net.Error
+			timedOut := errors.As(err, &ne) && ne.Timeout()
+			if !tc.revoked {
+				if !timedOut {
+					t.Errorf("the connection of a kept session: %v, want it open", err)
+				}
+				return
+			}
+			if cause := context.Cause(ctx); !errors.Is(cause, gate.ErrRevoked) {
+				t.Errorf("context's cause %v, want ErrRevoked", cause)
+			}
+			if timedOut || err == nil {
+				t.Errorf("the connection of a revoked session: %v, want it closed", err)
+			}
+		})
+	}
+	sharedGrant.Finish(0, 0)
+
+	bobTunnel.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if b, err := io.ReadAll(bobTunnel); len(b) > 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("bob's tunnel after the revocation: %q, %v; want it ended", b, err)
+	}
+	if err := echoThrough(aliceTunnel, "y"); err != nil {
+		t.Errorf("alice's tunnel after bob's revocation: %v", err)
+	}
+	rec := o.records(t, 1)[0]
+	if rec["user"] != "bob" || rec["end"] != accesslog.EndRevoked || rec["bytes_up"] != float64(1) {
+		t.Errorf("bob's tunnel's record %v, want end %q", rec, accesslog.EndRevoked)
+	}
+
+	// Everything that ends leaves the registry.
+	endTunnel(t, aliceTunnel)
+	for _, h := range []held{alice, bob, bobLogin, carol, shared} {
+		h.s.Close()
+	}
+	proxytest.WaitFor(t, "the registry empty", func() bool { return reg.Users() == 0 })
+	if n := reg.Revoke(func(string) bool { return false }); n != 0 {
+		t.Errorf("Revoke on an empty registry = %d", n)
+	}
+}

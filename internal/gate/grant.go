@@ -1,0 +1,381 @@
+package gate
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/metrics"
+)
+
+// Request is what a front-end read of one request: the protocol it came
+// in, its method, its destination and its credentials.
+type Request struct {
+	// Protocol is the protocol as the access rules match it.
+	Protocol acl.Protocol
+	// Log is the protocol as the access log names it.
+	Log accesslog.Protocol
+	// Method is the request method ("GET", "CONNECT"; "CONNECT" for a
+	// SOCKS CONNECT, "UDP ASSOCIATE" for a SOCKS association).
+	Method string
+	// Host is the destination host: a name, or an IP literal without
+	// brackets; "" when the destination is Addr.
+	Host string
+	// Addr is the destination IP when the client sent one as an address
+	// (SOCKS); the zero Addr otherwise.
+	Addr netip.Addr
+	// Port is the destination port.
+	Port uint16
+	// Target is the request target as the access log shows it: the
+	// absolute URL, or host:port of a tunnel. Authorize copies it.
+	Target []byte
+	// Authorization is the Proxy-Authorization value; nil = none. It is
+	// ignored when the session has an identity (a client certificate, a
+	// SOCKS login).
+	Authorization []byte
+}
+
+// Grant is one request's passage through the policy: the outcome of
+// Authorize, and on a grant what the request may do and what is learnt of
+// it until Finish. The zero Grant is ready for Authorize; a front-end
+// keeps one per connection (or stream) and reuses it, which keeps the
+// request path free of allocations. A Grant is used by one goroutine at a
+// time, except that Throttle and Pace, which read only what Authorize set,
+// may be called from other goroutines until the next Authorize (a
+// stream's relay directions pace concurrently).
+type Grant struct {
+	s *Session
+
+	// User is the authenticated user; "" = anonymous.
+	User string
+	// Rule names the access rule that decided (the last one asked, for an
+	// address-dependent decision); "" when there are no rules.
+	Rule string
+	// RetryAfter is how long a CoolingDown client must wait.
+	RetryAfter time.Duration
+
+	decision acl.Decision
+	decided  bool           // decision holds an ACL verdict
+	throttle *limits.Bucket // the user's byte bucket; nil = not paced
+	perGrant bool           // the user count belongs to the grant
+	counted  string         // the user counted with perGrant; "" none
+
+	// What the access log and the metrics learn of the request.
+	observe  bool
+	tunnel   bool // a tunnel was opened: counted, its bytes reported at Finish
+	finished bool
+	start    time.Time
+	proto    accesslog.Protocol
+	method   string
+	target   []byte // a copy of Request.Target
+	status   int    // the status (or SOCKS reply) sent; 0 = none
+	class    int    // the HTTP status class the metrics count status in
+	upstream netip.AddrPort
+	why      string // the access log's End; "" = see the session
+}
+
+// Authorize decides r for the session and fills g: the user, its limits
+// and the access rule's verdict. It returns OK for a grant, or why the
+// request is refused; a refusal is counted in the metrics, and the front-
+// end answers it and calls Finish with the status it sent.
+func (s *Session) Authorize(r *Request, g *Grant) Kind {
+	p := s.p
+	s.Observe(r, g)
+
+	user, identified := s.Identity()
+	if !identified && p.Auth != nil {
+		ok := false
+		if r.Authorization != nil {
+			user, ok = s.checkHeader(r.Authorization)
+			if !ok && p.Limiter != nil {
+				if wait := p.Limiter.AuthFailed(s.ip); wait > 0 {
+					g.RetryAfter = wait
+					p.Metrics.AuthFailed()
+					return CoolingDown
+				}
+			}
+		}
+		if !ok {
+			p.Metrics.AuthFailed()
+			return NeedAuth
+		}
+	}
+	if k := s.admitUser(user, g); k != OK {
+		return k
+	}
+
+	if p.ACL != nil {
+		g.decision = p.ACL.Decide(acl.Request{
+			Client: s.ip, User: user, Host: r.Host, Addr: r.Addr, Port: r.Port,
+			Method: r.Method, Protocol: r.Protocol,
+		})
+		g.decided = true
+		g.Rule = g.decision.Rule
+		if !g.decision.Allow {
+			p.Metrics.ACLDenied()
+			if p.logger().Enabled(context.Background(), slog.LevelDebug) {
+				s.debug("gate: access denied", slog.String("user", user),
+					slog.String("target", string(r.Target)), slog.String("rule", g.Rule))
+			}
+			return Denied
+		}
+	}
+	return OK
+}
+
+// admitUser makes user the grant's user and counts it (see countUser):
+// OK, or UserLimit past the user's connection limit.
+func (s *Session) admitUser(user string, g *Grant) Kind {
+	g.User = user
+	bucket, perGrant, ok := s.countUser(user)
+	if !ok {
+		s.debug("gate: too many connections for the user", slog.String("user", user))
+		return UserLimit
+	}
+	g.throttle, g.perGrant = bucket, perGrant
+	if perGrant {
+		g.counted = user
+	}
+	return OK
+}
+
+// Observe starts observing r without authorizing it, for a request the
+// front-end refuses before it can be decided (a malformed target): the
+// front-end answers it, calls Answer and Finish, and it is logged and
+// counted as any other.
+func (s *Session) Observe(r *Request, g *Grant) {
+	g.reset(s)
+	g.observe = s.p.observing()
+	if g.observe {
+		g.start = time.Now()
+		g.proto = r.Log
+		g.method = internMethod(g.method, r.Method)
+		g.target = append(g.target[:0], r.Target...)
+	}
+}
+
+// Observing reports whether the request is observed (metrics or access
+// log configured): a front-end skips taking times that would only feed
+// them.
+func (g *Grant) Observing() bool { return g.observe }
+
+// SetProtocol changes the protocol the access log names, for a request
+// that turned into another (an HTTP request upgraded to WebSocket).
+func (g *Grant) SetProtocol(p accesslog.Protocol) { g.proto = p }
+
+// internMethod returns m as a string, reusing prev when it is the same:
+// a connection's requests repeat their method.
+func internMethod(prev, m string) string {
+	if prev == m {
+		return prev
+	}
+	switch m {
+	case "GET":
+		return "GET"
+	case "CONNECT":
+		return "CONNECT"
+	}
+	return m
+}
+
+// reset makes g ready for a new request of s, keeping its buffers.
+func (g *Grant) reset(s *Session) {
+	if g.s != nil && !g.finished {
+		g.end()
+	}
+	target, method := g.target[:0], g.method
+	*g = Grant{s: s, target: target, method: method}
+}
+
+// Session returns the session g belongs to.
+func (g *Grant) Session() *Session { return g.s }
+
+// Throttle returns the user's byte bucket: a paced user's bytes wait on it
+// before they are written. nil = not paced.
+func (g *Grant) Throttle() *limits.Bucket { return g.throttle }
+
+// Pace waits, for a paced user, until n more bytes may pass (or ctx is
+// done); it is called before the bytes are written.
+func (g *Grant) Pace(ctx context.Context, n int) {
+	if g.throttle != nil && n > 0 {
+		g.throttle.Wait(ctx, n)
+	}
+}
+
+// permitter returns what the dialer checks resolved addresses with.
+func (g *Grant) permitter() dialer.Permitter {
+	if !g.decided {
+		return nil
+	}
+	return &g.decision
+}
+
+// Decision returns the access decision, nil when there are no rules; a
+// front-end that checks addresses itself (SOCKS UDP datagrams) asks it.
+func (g *Grant) Decision() *acl.Decision {
+	if !g.decided {
+		return nil
+	}
+	return &g.decision
+}
+
+// Dial connects to addr ("host:port") under the request's decision and
+// the private-destination guard, and feeds the dial histogram. On an
+// error, DialKind tells how to answer it.
+func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
+	p := g.s.p
+	t0 := time.Now()
+	c, err := p.Dialer.DialPermit(ctx, addr, g.permitter())
+	p.Metrics.Dialed(time.Since(t0), err == nil)
+	if d := g.decision; g.decided {
+		g.Rule = d.Rule
+	}
+	if err != nil {
+		if DialKind(err) == Forbidden {
+			p.Metrics.ACLDenied()
+			g.s.debug("gate: destination refused", slog.String("user", g.User),
+				slog.String("target", addr), slog.String("rule", g.Rule), slog.Any("err", err))
+		}
+		return nil, err
+	}
+	g.upstream = remoteAddrPort(c)
+	return c, nil
+}
+
+// Pool returns the upstream pool; nil = none.
+func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
+
+// Admits reports whether the request may use c, an upstream connection
+// made for an earlier request (kept by its client, or pooled): its
+// address is checked against this request's rule. On true it is the
+// request's upstream in the access log.
+func (g *Grant) Admits(c *net.TCPConn) bool {
+	ap := remoteAddrPort(c)
+	if g.decided && g.s.p.Dialer.Check(ap, &g.decision) != nil {
+		return false
+	}
+	g.upstream = ap
+	return true
+}
+
+// FirstByte observes the wait for a response: from sent, when the request
+// was complete upstream, to its first byte.
+func (g *Grant) FirstByte(sent time.Time) {
+	g.s.p.Metrics.FirstByte(time.Since(sent))
+}
+
+// Answer notes the status sent to the client: an HTTP status, or a SOCKS
+// reply code with the HTTP status whose class the metrics count it in
+// (class 0 = status itself).
+func (g *Grant) Answer(status, class int) {
+	if class == 0 {
+		class = status
+	}
+	g.status, g.class = status, class
+}
+
+// Finish reports the request: its bytes each way (request and response
+// body bytes, or a tunnel's payload) to the access log and the metrics,
+// and ends the grant's hold on the user's connection count. A grant that
+// answered nothing (Answer never called) is not reported (a SOCKS
+// success is reply code 0: the class it is counted in tells). Finish is
+// idempotent; the next Authorize finishes a grant left open.
+func (g *Grant) Finish(up, down int64) {
+	if g.s == nil || g.finished {
+		return
+	}
+	g.finished = true
+	if g.observe && g.class != 0 {
+		p := g.s.p
+		if g.tunnel {
+			p.Metrics.Bytes(up, down)
+		} else {
+			p.Metrics.Request(g.class, up, down)
+		}
+		g.userMetrics().Request(up, down)
+		if p.AccessLog != nil {
+			rec := g.record(up, down)
+			p.AccessLog.Log(&rec)
+		}
+	}
+	g.end()
+}
+
+// end gives back what the grant holds.
+func (g *Grant) end() {
+	g.finished = true
+	if g.counted != "" {
+		g.s.p.Limiter.UserDone(g.counted)
+		g.counted = ""
+	}
+}
+
+// record returns the access log record of the request. Its strings alias
+// g's buffers: Log copies them at once.
+func (g *Grant) record(up, down int64) accesslog.Record {
+	s := g.s
+	return accesslog.Record{
+		Time:      g.start,
+		Listener:  s.p.Listener,
+		Client:    s.client,
+		User:      g.User,
+		Protocol:  g.proto,
+		Method:    g.method,
+		Target:    bytesString(g.target),
+		Status:    g.status,
+		BytesUp:   up,
+		BytesDown: down,
+		Duration:  time.Since(g.start),
+		Upstream:  g.upstream,
+		Rule:      g.Rule,
+		End:       g.endReason(),
+	}
+}
+
+// endReason returns why rustle ended the request before its time: the
+// grant's own reason, or the session's revocation.
+func (g *Grant) endReason() string {
+	if g.why != "" {
+		return g.why
+	}
+	if context.Cause(g.s.rctx) == ErrRevoked {
+		return accesslog.EndRevoked
+	}
+	return ""
+}
+
+// userMetrics returns the user's series, or nil (whose methods do
+// nothing).
+func (g *Grant) userMetrics() *metrics.UserMetrics {
+	if g.s.p.UserMetrics == nil || g.User == "" {
+		return nil
+	}
+	return g.s.p.UserMetrics(g.User)
+}
+
+// detach returns a copy of g that owns its strings, for a tunnel that
+// outlives the front-end's reuse of g.
+func (g *Grant) detach() *Grant {
+	d := *g
+	d.target = []byte(strings.Clone(bytesString(g.target)))
+	d.method = strings.Clone(g.method)
+	d.User = strings.Clone(g.User)
+	d.Rule = strings.Clone(g.Rule)
+	return &d
+}
+
+// remoteAddrPort returns the address c is connected to, unmapped.
+func remoteAddrPort(c *net.TCPConn) netip.AddrPort {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}

@@ -1,0 +1,218 @@
+package gate
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// Policy is what one listener applies to its requests under one
+// configuration. Its fields are set before the first session opens and
+// not changed after; it is safe for concurrent use.
+type Policy struct {
+	// Listener names the listener in access log records; "" = none.
+	Listener string
+	// Auth checks credentials; nil = no authentication (a request is
+	// anonymous unless a client certificate names its user).
+	Auth *auth.Authenticator
+	// ACL decides each request before it is dialed, and each address it
+	// resolves to; nil allows every request (the dialer's
+	// private-destination guard still applies).
+	ACL *acl.Policy
+	// Limiter enforces the authentication cool-down, connections per user
+	// and users' byte rates, and takes back connection admissions; nil =
+	// no limits.
+	Limiter *limits.Limiter
+	// Dialer dials upstreams; required.
+	Dialer *dialer.Dialer
+	// Pool keeps idle upstream connections; nil = no upstream keep-alive.
+	Pool *dialer.Pool
+	// Metrics counts the listener's requests, bytes, tunnels, refusals,
+	// dials and first bytes; nil = none.
+	Metrics *metrics.ListenerMetrics
+	// UserMetrics returns an authenticated user's series, nil when there
+	// are none; nil = no per-user series.
+	UserMetrics func(user string) *metrics.UserMetrics
+	// AccessLog receives one record per request or tunnel; nil = none.
+	AccessLog *accesslog.Logger
+	// TunnelIdle ends a tunnel relayed by goroutines (a TLS client's, a
+	// paced user's, one on a platform without the splice engine) that
+	// moved no byte either way for this long; the engine's tunnels follow
+	// the engine's own setting. 0 = no idle limit.
+	TunnelIdle time.Duration
+	// Logger receives refusals at debug level; nil = discard.
+	Logger *slog.Logger
+	// Revoked tracks the sessions and tunnels of each user so that a
+	// reload that removes the user can end them; nil = not tracked.
+	Revoked *Registry
+}
+
+// observing reports whether the metrics or the access log learn of
+// requests.
+func (p *Policy) observing() bool { return p.Metrics != nil || p.AccessLog != nil }
+
+// logger returns p.Logger or a discarding one.
+func (p *Policy) logger() *slog.Logger {
+	if p.Logger == nil {
+		return discard
+	}
+	return p.Logger
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// Challenge returns the Proxy-Authenticate value of a 407 answer, or ""
+// when p authenticates nobody.
+func (p *Policy) Challenge() string {
+	if p.Auth == nil {
+		return ""
+	}
+	return p.Auth.Challenge()
+}
+
+// RequiresAuth reports whether requests need credentials (or a client
+// certificate) on this listener.
+func (p *Policy) RequiresAuth() bool { return p.Auth != nil }
+
+// Kind is the outcome of [Session.Authorize] or of a dial: OK, or why the
+// request is refused.
+type Kind uint8
+
+// The outcomes of a request.
+const (
+	// OK grants the request.
+	OK Kind = iota
+	// NeedAuth refuses a request without valid credentials: 407, or a
+	// failed SOCKS authentication.
+	NeedAuth
+	// CoolingDown refuses a client that failed to authenticate too often:
+	// 429 with Retry-After (Grant.RetryAfter).
+	CoolingDown
+	// UserLimit refuses a user with too many connections: 429.
+	UserLimit
+	// Denied refuses a request by an access rule (Grant.Rule): 403.
+	Denied
+	// Forbidden refuses a destination address: a private or the proxy's
+	// own address (the guard), or one a rule refuses once resolved: 403.
+	Forbidden
+	// Unreachable is a dial that failed: 502.
+	Unreachable
+	// TimedOut is a dial or an upstream that did not answer in time: 504.
+	TimedOut
+)
+
+// Status returns the HTTP status a front-end answers k with; 200 for OK.
+func (k Kind) Status() int {
+	switch k {
+	case NeedAuth:
+		return 407
+	case CoolingDown, UserLimit:
+		return 429
+	case Denied, Forbidden:
+		return 403
+	case Unreachable:
+		return 502
+	case TimedOut:
+		return 504
+	}
+	return 200
+}
+
+// Reason returns the one-line reason a front-end answers k with.
+func (k Kind) Reason() string {
+	switch k {
+	case NeedAuth:
+		return "proxy authentication required"
+	case CoolingDown:
+		return "too many failed authentications from this address; try again later"
+	case UserLimit:
+		return "too many connections for this user"
+	case Denied:
+		return "access denied by policy"
+	case Forbidden:
+		return "destination address not allowed"
+	case Unreachable:
+		return "upstream unreachable"
+	case TimedOut:
+		return "upstream timed out"
+	}
+	return ""
+}
+
+// String returns k's name.
+func (k Kind) String() string {
+	switch k {
+	case OK:
+		return "ok"
+	case NeedAuth:
+		return "need-auth"
+	case CoolingDown:
+		return "cooling-down"
+	case UserLimit:
+		return "user-limit"
+	case Denied:
+		return "denied"
+	case Forbidden:
+		return "forbidden"
+	case Unreachable:
+		return "unreachable"
+	case TimedOut:
+		return "timed-out"
+	}
+	return "unknown"
+}
+
+// DialKind classifies a dial error: Forbidden for an address the guard or
+// a rule refused, TimedOut for a timeout, Unreachable otherwise.
+func DialKind(err error) Kind {
+	var de *dialer.Error
+	switch {
+	case err == nil:
+		return OK
+	case errors.As(err, &de) && de.Forbidden:
+		return Forbidden
+	case errors.As(err, &de) && de.Timeout, errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, context.DeadlineExceeded):
+		return TimedOut
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return TimedOut
+	}
+	return Unreachable
+}
+
+// NewSession opens the session of a client connection accepted from
+// client (its peer, or the address a PROXY protocol header gave). eng is
+// the worker's tunnel engine (nil = tunnels relayed by goroutines);
+// release gives back the connection's admission (nil = none): the session
+// calls it when it closes, or the tunnel that carries the connection on
+// calls it when it ends.
+func (p *Policy) NewSession(ctx context.Context, client netip.AddrPort, eng *tunnel.Engine, release func()) *Session {
+	s := &Session{
+		p:       p,
+		client:  client,
+		ip:      client.Addr().Unmap(),
+		eng:     eng,
+		release: release,
+	}
+	s.ctx, s.cancel = context.WithCancelCause(ctx)
+	s.rctx, s.rcancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	return s
+}
+
+// clientCertUser returns the user a verified client certificate names.
+func clientCertUser(cs tls.ConnectionState) (string, bool) { return tlsconf.ClientCertUser(cs) }

@@ -1,0 +1,136 @@
+package gate
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// TunnelOpened counts the tunnel the request opened (CONNECT, WebSocket,
+// a SOCKS CONNECT or association) with the status already answered; its
+// bytes are reported by Finish when it ends. A front-end that relays the
+// tunnel itself (HTTP/2 streams) calls it; Tunnel calls it for the others.
+func (g *Grant) TunnelOpened() {
+	g.tunnel = true
+	if !g.observe {
+		return
+	}
+	m := g.s.p.Metrics
+	m.TunnelOpened()
+	m.Request(g.class, 0, 0)
+}
+
+// Tunnel relays client and upc until both directions end, and reports the
+// tunnel with its bytes each way; it owns both connections from the call
+// on. A paced user's tunnel is relayed by goroutines that wait on the
+// user's bucket; a plain TCP client goes to the session's splice engine,
+// where the tunnel carries the connection's admission and user count on
+// after the serving goroutine returns; a TLS client is relayed with
+// tunnel.RelayTLS, parked on socket readiness with no buffer while idle;
+// anything else by the portable relay. Tunnel reports whether the tunnel
+// lives on in the engine (true: the serving goroutine must not close
+// client) or has already ended (false).
+//
+// beforeIdle, if not nil, is called before a relay that parks the client
+// connection: the front-end gives back its read buffer there.
+func (g *Grant) Tunnel(client net.Conn, upc *net.TCPConn, beforeIdle func()) (handedOff bool) {
+	s := g.s
+	client.SetDeadline(time.Time{})
+	upc.SetDeadline(time.Time{})
+	g.TunnelOpened()
+	ctx := s.rctx
+	if b := g.throttle; b != nil {
+		up, down := limits.RelayPaced(ctx, client, upc, b, s.p.TunnelIdle)
+		client.Close()
+		upc.Close()
+		g.Finish(up, down)
+		return false
+	}
+	if tc, ok := client.(*net.TCPConn); ok && s.eng != nil {
+		d := g.detach()
+		g.finished = true // d reports and releases now
+		g.counted = ""
+		back := s.handoff()
+		reg, user := s.p.Revoked, d.User
+		h := new(heldTunnel)
+		cut, err := s.eng.AddCut(tc, upc, func(r tunnel.Result) {
+			reg.removeTunnel(user, h.ended())
+			if errors.Is(r.Err, tunnel.ErrCut) { // only revocation cuts
+				d.why = accesslog.EndRevoked
+			}
+			d.Finish(r.Up, r.Down)
+			if back != nil {
+				back()
+			}
+		})
+		if err != nil {
+			d.Finish(0, 0)
+			if back != nil {
+				back()
+			}
+			return true
+		}
+		if reg != nil && user != "" {
+			// The tunnel outlives its session: revoking its user cuts it.
+			h.track(func() *tunnelEnd { return reg.addTunnel(user, cut) })
+		}
+		return true
+	}
+	if tc, ok := client.(*tls.Conn); ok {
+		if raw, ok := tunnel.RawTCP(tc); ok {
+			if beforeIdle != nil {
+				beforeIdle()
+			}
+			up, down, _ := tunnel.RelayTLS(ctx, tc, raw, upc, s.p.TunnelIdle)
+			client.Close()
+			upc.Close()
+			g.Finish(up, down)
+			return false
+		}
+	}
+	r := tunnel.Relay(ctx, client, upc, s.p.TunnelIdle)
+	g.Finish(r.Up, r.Down)
+	return false
+}
+
+// bytesString views b as a string without copying; the string must not
+// outlive b's contents.
+func bytesString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// heldTunnel is an engine tunnel's entry in the registry, which may end
+// (on the engine's goroutine) before the entry is made.
+type heldTunnel struct {
+	mu    sync.Mutex
+	entry *tunnelEnd // guarded by mu
+	done  bool       // the tunnel has ended; guarded by mu
+}
+
+// track makes the entry with add unless the tunnel has ended.
+func (h *heldTunnel) track(add func() *tunnelEnd) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.done {
+		h.entry = add()
+	}
+}
+
+// ended marks the tunnel ended and returns its entry, nil when none was
+// made.
+func (h *heldTunnel) ended() *tunnelEnd {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done = true
+	return h.entry
+}

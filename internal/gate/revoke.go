@@ -1,0 +1,146 @@
+package gate
+
+import (
+	"sync"
+)
+
+// Registry tracks which sessions and tunnels each user holds open, across
+// configuration generations, so that a reload that removes a user ends
+// them. The zero Registry is ready to use; a nil *Registry tracks
+// nothing.
+type Registry struct {
+	mu sync.Mutex
+	// users holds each user's sessions and the end functions of its
+	// tunnels that outlive their sessions; guarded by mu.
+	users map[string]*held
+	// of maps a session to the users it is tracked under; guarded by mu.
+	of map[*Session][]string
+}
+
+// held is what one user holds open.
+type held struct {
+	sessions map[*Session]struct{}
+	tunnels  map[*tunnelEnd]struct{}
+}
+
+// tunnelEnd ends one tunnel that lives on in the engine.
+type tunnelEnd struct{ end func() }
+
+func (r *Registry) heldLocked(user string) *held {
+	if r.users == nil {
+		r.users = make(map[string]*held)
+		r.of = make(map[*Session][]string)
+	}
+	h := r.users[user]
+	if h == nil {
+		h = &held{sessions: make(map[*Session]struct{}), tunnels: make(map[*tunnelEnd]struct{})}
+		r.users[user] = h
+	}
+	return h
+}
+
+// add tracks s under user.
+func (r *Registry) add(s *Session, user string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.heldLocked(user)
+	if _, ok := h.sessions[s]; ok {
+		return
+	}
+	h.sessions[s] = struct{}{}
+	r.of[s] = append(r.of[s], user)
+}
+
+// forget stops tracking s.
+func (r *Registry) forget(s *Session) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, u := range r.of[s] {
+		if h := r.users[u]; h != nil {
+			delete(h.sessions, s)
+			r.dropLocked(u, h)
+		}
+	}
+	delete(r.of, s)
+}
+
+// addTunnel tracks a tunnel of user that end closes; the returned value
+// is passed to removeTunnel when the tunnel ends. nil when not tracked.
+func (r *Registry) addTunnel(user string, end func()) *tunnelEnd {
+	if r == nil || user == "" {
+		return nil
+	}
+	t := &tunnelEnd{end: end}
+	r.mu.Lock()
+	r.heldLocked(user).tunnels[t] = struct{}{}
+	r.mu.Unlock()
+	return t
+}
+
+// removeTunnel stops tracking t, a tunnel of user.
+func (r *Registry) removeTunnel(user string, t *tunnelEnd) {
+	if r == nil || t == nil {
+		return
+	}
+	r.mu.Lock()
+	if h := r.users[user]; h != nil {
+		delete(h.tunnels, t)
+		r.dropLocked(user, h)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Registry) dropLocked(user string, h *held) {
+	if len(h.sessions) == 0 && len(h.tunnels) == 0 {
+		delete(r.users, user)
+	}
+}
+
+// Revoke ends every session and tunnel of the users for which keep
+// returns false, and returns how many users it revoked. Sessions end with
+// ErrRevoked as their context's cause and their connections closed.
+func (r *Registry) Revoke(keep func(user string) bool) int {
+	if r == nil {
+		return 0
+	}
+	var sessions []*Session
+	var tunnels []*tunnelEnd
+	n := 0
+	r.mu.Lock()
+	for u, h := range r.users {
+		if keep(u) {
+			continue
+		}
+		n++
+		for s := range h.sessions {
+			sessions = append(sessions, s)
+		}
+		for t := range h.tunnels {
+			tunnels = append(tunnels, t)
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range sessions {
+		s.revoke()
+	}
+	for _, t := range tunnels {
+		t.end()
+	}
+	return n
+}
+
+// Users returns the number of users holding sessions or tunnels.
+func (r *Registry) Users() int {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.users)
+}

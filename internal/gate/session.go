@@ -1,0 +1,303 @@
+package gate
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// ErrRevoked is the cause of a session's context when a reload removed
+// its user.
+var ErrRevoked = errors.New("gate: user removed by a reload")
+
+// authMemoTTL is how long a session trusts a Proxy-Authorization value it
+// has accepted before asking the authenticator again.
+const authMemoTTL = time.Second
+
+// authMemoMax bounds the value a session memoises; longer ones are
+// checked on every request.
+const authMemoMax = 1024
+
+// Session is one client connection's standing with its listener's
+// Policy. It is made by [Policy.NewSession] and ended by Close. Its
+// methods are safe for concurrent use (HTTP/2 streams share one).
+type Session struct {
+	p      *Policy
+	client netip.AddrPort // the client's address, for the access log and Forwarded
+	ip     netip.Addr     // client's IP, unmapped: rules, cool-downs
+	eng    *tunnel.Engine // the worker's engine; nil = relay tunnels by goroutines
+	// ctx is the connection's context, done on shutdown or revocation;
+	// rctx, which tunnels run under, only on revocation (a drain lets
+	// tunnels run until it ends).
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	rctx    context.Context
+	rcancel context.CancelCauseFunc
+
+	mu sync.Mutex
+	// release gives back the connection's admission; nil once given back
+	// or handed to a tunnel. Guarded by mu.
+	release func()
+	// conn is closed when the session's user is revoked; guarded by mu.
+	conn net.Conn
+	// identity is the user a verified client certificate or a SOCKS
+	// login named; identified says there is one. Guarded by mu.
+	identity   string
+	identified bool
+	// connUser is the connection's first user ("" none): counted with
+	// the Limiter, when there is one, for the connection's life; throttle
+	// is that user's byte bucket. Guarded by mu.
+	connUser string
+	throttle *limits.Bucket
+	// The Proxy-Authorization value last accepted, the user it named and
+	// when (monotonic); memoSet says they hold a verdict. Guarded by mu.
+	memo     []byte
+	memoUser string
+	memoAt   time.Duration
+	memoSet  bool
+	closed   bool // guarded by mu
+}
+
+// Policy returns the policy the session applies.
+func (s *Session) Policy() *Policy { return s.p }
+
+// Client returns the client's address.
+func (s *Session) Client() netip.AddrPort { return s.client }
+
+// ClientIP returns the client's IP, IPv4-mapped addresses unmapped.
+func (s *Session) ClientIP() netip.Addr { return s.ip }
+
+// Engine returns the worker's tunnel engine, nil when there is none.
+func (s *Session) Engine() *tunnel.Engine { return s.eng }
+
+// Context returns the session's context: done when the connection's
+// context is (shutdown) or when the session's user is revoked, with
+// ErrRevoked as its cause.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// Attach names the connection that revocation closes.
+func (s *Session) Attach(c net.Conn) {
+	s.mu.Lock()
+	s.conn = c
+	s.mu.Unlock()
+}
+
+// SetTLS takes the identity of a verified client certificate from cs: a
+// certificate whose subject has a common name authenticates every request
+// of the connection as that user; one without is no identity.
+func (s *Session) SetTLS(cs tls.ConnectionState) {
+	user, ok := clientCertUser(cs)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	s.identity, s.identified = user, true
+	s.mu.Unlock()
+	s.track(user)
+}
+
+// Identity returns the user a client certificate or a SOCKS login named,
+// and whether there is one.
+func (s *Session) Identity() (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.identity, s.identified
+}
+
+// Login checks a SOCKS5 username and password (RFC 1929). On success the
+// user is the session's identity for every later request. A failure
+// counts against the client's authentication failures: NeedAuth, or
+// CoolingDown when the client is now cooling down.
+func (s *Session) Login(user, password []byte) (string, Kind) {
+	p := s.p
+	if p.Auth == nil {
+		return "", OK
+	}
+	name, ok := p.Auth.CheckUserPassword(user, password)
+	if !ok {
+		p.Metrics.AuthFailed()
+		if p.Limiter != nil && p.Limiter.AuthFailed(s.ip) > 0 {
+			return "", CoolingDown
+		}
+		return "", NeedAuth
+	}
+	s.mu.Lock()
+	s.identity, s.identified = name, true
+	s.mu.Unlock()
+	s.track(name)
+	return name, OK
+}
+
+// NoCredentials counts, on a listener that authenticates, a client
+// refused because it offered no credentials at all (a SOCKS5 greeting
+// without username/password, a SOCKS4 request), as Authorize counts a
+// request without Proxy-Authorization: in the metrics, not towards the
+// client's cool-down.
+func (s *Session) NoCredentials() {
+	if s.p.Auth != nil {
+		s.p.Metrics.AuthFailed()
+	}
+}
+
+// CoolingDown returns how long the client must still wait after too many
+// failed authentications; 0 when it need not.
+func (s *Session) CoolingDown() time.Duration {
+	if s.p.Limiter == nil {
+		return 0
+	}
+	return s.p.Limiter.CoolingDown(s.ip)
+}
+
+// checkHeader checks a Proxy-Authorization value. A client repeats the
+// same value on every request of a connection: while it does, the
+// verdict given at most authMemoTTL ago stands, which saves hashing the
+// value for the authenticator's cache on every request.
+func (s *Session) checkHeader(value []byte) (string, bool) {
+	now := monoNow()
+	s.mu.Lock()
+	if s.memoSet && now-s.memoAt < authMemoTTL && string(value) == string(s.memo) {
+		u := s.memoUser
+		s.mu.Unlock()
+		return u, true
+	}
+	s.mu.Unlock()
+	user, ok := s.p.Auth.Check(value)
+	if ok && len(value) <= authMemoMax {
+		s.mu.Lock()
+		s.memo = append(s.memo[:0], value...)
+		s.memoUser, s.memoAt, s.memoSet = user, now, true
+		s.mu.Unlock()
+	}
+	return user, ok
+}
+
+// countUser counts a request of user with the Limiter: the first user
+// admitted on the connection is counted for the connection's life (and
+// its tunnel's, if it becomes one), any other user for the grant's life,
+// released by Grant.Finish. It reports false when the user has too many
+// connections, and returns the user's byte bucket (nil = not paced) and
+// whether the count belongs to the grant.
+func (s *Session) countUser(user string) (bucket *limits.Bucket, perGrant, ok bool) {
+	if user == "" {
+		return nil, false, true
+	}
+	lim := s.p.Limiter
+	s.mu.Lock()
+	if user == s.connUser {
+		b := s.throttle
+		s.mu.Unlock()
+		return b, false, true
+	}
+	if s.connUser == "" && !s.closed {
+		if lim != nil && !lim.UserConn(user) {
+			s.mu.Unlock()
+			return nil, false, false
+		}
+		s.connUser = user // tracked for revocation even without a Limiter
+		if lim != nil {
+			s.throttle = lim.Throttle(user)
+		}
+		b := s.throttle
+		s.mu.Unlock()
+		s.track(user)
+		return b, false, true
+	}
+	s.mu.Unlock()
+	s.track(user)
+	if lim == nil {
+		return nil, false, true
+	}
+	if !lim.UserConn(user) {
+		return nil, false, false
+	}
+	return lim.Throttle(user), true, true
+}
+
+// handoff moves the connection's admission and user count to a tunnel
+// that outlives the serving goroutine; the function it returns gives them
+// back, and is nil when there is nothing to give back.
+func (s *Session) handoff() func() {
+	s.mu.Lock()
+	release, user := s.release, s.connUser
+	s.release, s.connUser, s.throttle = nil, "", nil
+	s.mu.Unlock()
+	lim := s.p.Limiter
+	if release == nil && (user == "" || lim == nil) {
+		return nil
+	}
+	return func() {
+		if user != "" && lim != nil {
+			lim.UserDone(user)
+		}
+		if release != nil {
+			release()
+		}
+	}
+}
+
+// Close ends the session: the connection's user count and admission are
+// given back unless a tunnel took them on. It is idempotent.
+func (s *Session) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	release, user := s.release, s.connUser
+	s.release, s.connUser, s.throttle, s.conn = nil, "", nil, nil
+	s.mu.Unlock()
+	if user != "" && s.p.Limiter != nil {
+		s.p.Limiter.UserDone(user)
+	}
+	if release != nil {
+		release()
+	}
+	s.p.Revoked.forget(s)
+	s.cancel(context.Canceled)
+	s.rcancel(context.Canceled)
+}
+
+// track registers the session under user for revocation.
+func (s *Session) track(user string) {
+	if user != "" {
+		s.p.Revoked.add(s, user)
+	}
+}
+
+// revoke ends the session: its context is cancelled with ErrRevoked and
+// its connection closed, which ends a request in progress.
+func (s *Session) revoke() {
+	s.rcancel(ErrRevoked) // first: what ctx's end wakes logs rctx's cause
+	s.cancel(ErrRevoked)
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// debug logs a refusal or failure at debug level.
+func (s *Session) debug(msg string, attrs ...slog.Attr) {
+	log := s.p.logger()
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	attrs = append(attrs, slog.String("client", s.client.String()))
+	log.LogAttrs(context.Background(), slog.LevelDebug, msg, attrs...)
+}
+
+// epoch is the origin of monoNow.
+var epoch = time.Now()
+
+// monoNow returns the monotonic time since the process started.
+func monoNow() time.Duration { return time.Since(epoch) }

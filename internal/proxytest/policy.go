@@ -1,0 +1,122 @@
+package proxytest
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
+)
+
+// PolicyConfig says what a test [gate.Policy] applies. Its zero value is
+// a policy without users, rules or limits whose guard lets loopback
+// destinations through.
+type PolicyConfig struct {
+	// Listener names the listener in access log records.
+	Listener string
+	// Users maps user names to passwords; nil = no authentication.
+	Users map[string]string
+	// Rules are the access rules, with Groups and Default ("" = deny);
+	// nil Rules = no access policy.
+	Rules   []acl.Rule
+	Groups  map[string][]string
+	Default string
+	// Limits configures the limiter; nil = none.
+	Limits *limits.Config
+	// Guard keeps the private-destination guard's default: private and
+	// loopback destinations refused, but for the ranges in Allow. false
+	// lets every private range through, as tests of loopback origins need.
+	Guard bool
+	// Allow lists the private ranges a Guard lets through; nil = none.
+	Allow []netip.Prefix
+	// DialTimeout bounds a dial; 0 = 5s.
+	DialTimeout time.Duration
+	// Pool keeps idle upstream connections; nil = none.
+	Pool *dialer.Pool
+	// Metrics and UserMetrics observe the policy's requests; nil = none.
+	Metrics     *metrics.ListenerMetrics
+	UserMetrics func(string) *metrics.UserMetrics
+	// AccessLog receives the policy's records; nil = none.
+	AccessLog *accesslog.Logger
+	// TunnelIdle ends goroutine-relayed tunnels idle this long; 0 = none.
+	TunnelIdle time.Duration
+	// Revoked tracks sessions per user; nil = none.
+	Revoked *gate.Registry
+}
+
+// NewPolicy returns the policy cfg describes; it fails the test when the
+// users or rules do not load.
+func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
+	t.Helper()
+	p := &gate.Policy{
+		Listener:    cfg.Listener,
+		Pool:        cfg.Pool,
+		Metrics:     cfg.Metrics,
+		UserMetrics: cfg.UserMetrics,
+		AccessLog:   cfg.AccessLog,
+		TunnelIdle:  cfg.TunnelIdle,
+		Revoked:     cfg.Revoked,
+	}
+	if cfg.Users != nil {
+		names := make([]string, 0, len(cfg.Users))
+		for n := range cfg.Users {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		users := make([]auth.User, len(names))
+		for i, n := range names {
+			users[i] = auth.User{Name: n, Password: cfg.Users[n]}
+		}
+		a, err := auth.New(auth.Config{Users: users})
+		if err != nil {
+			t.Fatalf("proxytest: users: %v", err)
+		}
+		p.Auth = a
+	}
+	if cfg.Rules != nil {
+		pol, err := acl.New(acl.Config{Rules: cfg.Rules, Groups: cfg.Groups, Default: cfg.Default})
+		if err != nil {
+			t.Fatalf("proxytest: rules: %v", err)
+		}
+		p.ACL = pol
+	}
+	if cfg.Limits != nil {
+		p.Limiter = limits.New(*cfg.Limits)
+	}
+	allow := cfg.Allow
+	if !cfg.Guard {
+		allow = dialer.PrivateRanges()
+	}
+	timeout := cfg.DialTimeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	p.Dialer = dialer.New(dialer.Config{Timeout: timeout, Guard: dialer.NewGuard(allow)})
+	return p
+}
+
+// NewSession opens a session of p for the client connection c (its peer
+// as the client's address), with eng as its tunnel engine (nil = tunnels
+// relayed by goroutines), and closes it in t.Cleanup (Close is
+// idempotent, so a front-end may close it first).
+func NewSession(t testing.TB, p *gate.Policy, c net.Conn, eng *tunnel.Engine) *gate.Session {
+	t.Helper()
+	var client netip.AddrPort
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		client = a.AddrPort()
+	}
+	s := p.NewSession(context.Background(), client, eng, nil)
+	s.Attach(c)
+	t.Cleanup(s.Close)
+	return s
+}

@@ -1,0 +1,14 @@
+package server
+
+import "errors"
+
+// defaultOpenFiles is the open-file limit the default connection limit
+// is derived from on Windows, which has no per-process limit on open
+// sockets (only memory bounds them): 65536, so a connection limit of
+// 32704 unless limits.max_connections sets one.
+const defaultOpenFiles = 65536
+
+// openFileLimit reports that Windows has no open-file limit.
+func openFileLimit() (soft, hard uint64, err error) {
+	return 0, 0, errors.New("server: no open-file limit on windows")
+}
