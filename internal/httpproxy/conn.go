@@ -13,6 +13,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/limits"
 )
 
@@ -41,20 +42,20 @@ type conn struct {
 	sess   *gate.Session
 	ctx    context.Context // sess's
 	pool   *dialer.Pool    // the policy's upstream pool; nil = none
-	client bufConn
+	client http1.Conn
 	idle   atomic.Bool // waiting for the next request head; read by wake
 
-	// up is the current upstream; up.c is nil when there is none. Between
-	// requests it may be kept, without its buffer (up.buf nil), for the
+	// up is the current upstream; up.C is nil when there is none. Between
+	// requests it may be kept, without its buffer (up.Buf nil), for the
 	// next request to the same origin: see getUpstream.
-	up       bufConn
+	up       http1.Conn
 	upKey    string // pool key of up
 	upReused bool   // up served an earlier request
 
-	req, resp head
+	req, resp http1.Head
 	tgt       target
-	reqChunk  chunkedScanner
-	respChunk chunkedScanner
+	reqChunk  http1.ChunkedScanner
+	respChunk http1.ChunkedScanner
 
 	out     []byte // a head under construction
 	key     []byte // the pool key under construction
@@ -79,9 +80,9 @@ func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
 	cn.throttle = nil
 	cn.gr = gate.Request{}
-	cn.up = bufConn{}
+	cn.up = http1.Conn{}
 	cn.upKey = ""
-	cn.req.buf, cn.resp.buf = nil, nil
+	cn.req.Buf, cn.resp.Buf = nil, nil
 	cn.tgt = target{}
 	cn.nreq = 0
 	if cap(cn.out) > 64<<10 {
@@ -103,34 +104,34 @@ func (cn *conn) serve() bool {
 		}
 		cn.isHead = false
 		cn.idle.Store(true)
-		cn.client.setReadDeadline(monoNow(), wait)
+		cn.client.ArmReadDeadline(http1.MonoNow(), wait)
 		if cn.ctx.Err() != nil { // a wake may have run before idle was set or the deadline armed
 			return false
 		}
-		n, err := cn.client.readHead(p.cfg.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
+		n, err := cn.client.ReadHead(p.cfg.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
 		cn.idle.Store(false)
 		if err != nil {
-			var pe *parseError
+			var pe *http1.ParseError
 			var ne net.Error
 			switch {
-			case err == errIdle, err == errIdleTimeout:
+			case err == http1.ErrIdle, err == http1.ErrIdleTimeout:
 			case errors.As(err, &pe):
-				cn.writeError(pe.status, pe.reason, false)
+				cn.writeError(pe.Status, pe.Reason, false)
 			case errors.As(err, &ne) && ne.Timeout() && cn.ctx.Err() == nil:
 				cn.writeError(408, "request head not received in time", false)
 			}
 			return false
 		}
 		cn.nreq++
-		if err := cn.req.parseRequest(cn.client.buf[cn.client.r : cn.client.r+n]); err != nil {
-			var pe *parseError
+		if err := cn.req.ParseRequest(cn.client.Buf[cn.client.R : cn.client.R+n]); err != nil {
+			var pe *http1.ParseError
 			if errors.As(err, &pe) {
-				cn.writeError(pe.status, pe.reason, false)
+				cn.writeError(pe.Status, pe.Reason, false)
 			}
 			return false
 		}
-		cn.client.r += n
-		cn.isHead = string(cn.req.method.of(cn.req.buf)) == "HEAD"
+		cn.client.R += n
+		cn.isHead = string(cn.req.Method.Of(cn.req.Buf)) == "HEAD"
 		cn.begin()
 		keep, handedOff := cn.handle()
 		if handedOff {
@@ -149,17 +150,17 @@ func (cn *conn) serve() bool {
 func (cn *conn) handle() (keep, handedOff bool) {
 	p := cn.p
 	req := &cn.req
-	method := req.method.of(req.buf)
-	hasBody := req.chunked || req.contentLength > 0
+	method := req.Method.Of(req.Buf)
+	hasBody := req.Chunked || req.ContentLength > 0
 
 	isConnect := string(method) == "CONNECT"
-	clientKeep := !req.connClose && (req.minor == 1 || req.connKeepAlive)
+	clientKeep := !req.ConnClose && (req.Minor == 1 || req.ConnKeepAlive)
 	r := &cn.gr
 	r.Method = cn.internMethod(method)
-	r.Target = req.target.of(req.buf)
+	r.Target = req.Target.Of(req.Buf)
 	r.Authorization = nil
-	if !req.proxyAuth.empty() {
-		r.Authorization = req.proxyAuth.of(req.buf)
+	if !req.ProxyAuth.Empty() {
+		r.Authorization = req.ProxyAuth.Of(req.Buf)
 	}
 	var err error
 	if isConnect {
@@ -170,17 +171,17 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		err = parseAbsoluteTarget(r.Target, &cn.tgt)
 	}
 	if err != nil {
-		var pe *parseError
+		var pe *http1.ParseError
 		errors.As(err, &pe)
 		cn.sess.Observe(r, &cn.g)
-		cn.writeError(pe.status, pe.reason, false)
+		cn.writeError(pe.Status, pe.Reason, false)
 		return false, false
 	}
 	// A WebSocket handshake keeps its Upgrade field; the connection becomes
 	// a tunnel if the origin switches protocols.
-	cn.upgrade = !isConnect && req.minor == 1 && string(method) == "GET" && !hasBody && req.upgradesTo("websocket")
+	cn.upgrade = !isConnect && req.Minor == 1 && string(method) == "GET" && !hasBody && req.UpgradesTo("websocket")
 	if cn.upgrade {
-		req.headers[req.upgradeIdx].drop = false
+		req.Fields[req.UpgradeIdx].Drop = false
 		r.Protocol = acl.WebSocket
 	}
 	r.Host = cn.internHost()
@@ -188,7 +189,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	switch k := cn.sess.Authorize(r, &cn.g); k {
 	case gate.OK:
 	case gate.NeedAuth:
-		keep := !hasBody && req.minor == 1 && !req.connClose
+		keep := !hasBody && req.Minor == 1 && !req.ConnClose
 		cn.writeError(407, k.Reason(), keep)
 		return keep, false
 	case gate.Denied:
@@ -206,8 +207,8 @@ func (cn *conn) handle() (keep, handedOff bool) {
 
 	isHead := cn.isHead
 	idempotent := isIdempotent(method)
-	clientMinor := req.minor
-	req.dropConnectionListed()
+	clientMinor := req.Minor
+	req.DropConnectionListed()
 	cn.buildRequestHead()
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
 
@@ -216,26 +217,26 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	var remaining int64 // Content-Length bytes not yet buffered
 	bodyDone := true
 	switch {
-	case req.chunked:
-		cn.reqChunk = chunkedScanner{}
-		avail := cn.client.buffered()
-		m, err := scanChunked(&cn.reqChunk, avail)
+	case req.Chunked:
+		cn.reqChunk = http1.ChunkedScanner{}
+		avail := cn.client.Buffered()
+		m, err := http1.ScanChunked(&cn.reqChunk, avail)
 		if err != nil {
 			cn.writeError(400, "malformed chunked request body", false)
 			return false, false
 		}
 		inBuf = avail[:m]
-		cn.client.r += m
-		bodyDone = cn.reqChunk.done()
-	case req.contentLength > 0:
-		avail := cn.client.buffered()
+		cn.client.R += m
+		bodyDone = cn.reqChunk.Done()
+	case req.ContentLength > 0:
+		avail := cn.client.Buffered()
 		n := int64(len(avail))
-		if n > req.contentLength {
-			n = req.contentLength
+		if n > req.ContentLength {
+			n = req.ContentLength
 		}
 		inBuf = avail[:n]
-		cn.client.r += int(n)
-		remaining = req.contentLength - n
+		cn.client.R += int(n)
+		remaining = req.ContentLength - n
 		bodyDone = remaining == 0
 	}
 
@@ -249,8 +250,8 @@ func (cn *conn) handle() (keep, handedOff bool) {
 			cn.writeDialError(err)
 			return false, false
 		}
-		cn.up.setWriteDeadline(monoNow(), p.cfg.WriteTimeout)
-		err = cn.vec.write(cn.up.tcp, cn.out, inBuf)
+		cn.up.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
+		err = cn.vec.write(cn.up.TCP, cn.out, inBuf)
 		if err == nil && bodyDone {
 			cn.sent()
 			err = cn.readResponseHead(clientMinor)
@@ -270,7 +271,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	if !bodyDone {
 		streaming = true
 		cn.sent()
-		go cn.sendBody(remaining, req.chunked)
+		go cn.sendBody(remaining, req.Chunked)
 		if err := cn.readResponseHead(clientMinor); err != nil {
 			cn.finishBody()
 			cn.dropUpstream()
@@ -279,7 +280,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		}
 	}
 
-	if cn.resp.status == 101 {
+	if cn.resp.Status == 101 {
 		return false, cn.switchProtocols()
 	}
 
@@ -287,11 +288,11 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	resp := &cn.resp
 	mode := bodyClose
 	switch {
-	case isHead || resp.status == 204 || resp.status == 304:
+	case isHead || resp.Status == 204 || resp.Status == 304:
 		mode = bodyNone
-	case resp.chunked:
+	case resp.Chunked:
 		mode = bodyChunked
-	case resp.contentLength >= 0:
+	case resp.ContentLength >= 0:
 		mode = bodyLength
 	}
 	dechunk := mode == bodyChunked && clientMinor == 0
@@ -300,18 +301,18 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		// has begun, this is the connection's last answer.
 		clientKeep = false
 	}
-	upKeep := resp.minor == 1 && !resp.connClose && mode != bodyClose
+	upKeep := resp.Minor == 1 && !resp.ConnClose && mode != bodyClose
 	if streaming && !upKeep {
 		// The upstream closes after this response and the request body
 		// may still be coming: if so it is cut off and the client
 		// connection closed, so say so in any case.
 		clientKeep = false
 	}
-	resp.dropConnectionListed()
+	resp.DropConnectionListed()
 	cn.buildResponseHead(clientKeep, clientMinor, dechunk)
 
-	cn.client.setWriteDeadline(monoNow(), p.cfg.WriteTimeout)
-	cn.g.Answer(resp.status, 0)
+	cn.client.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
+	cn.g.Answer(resp.Status, 0)
 	v0 := cn.vec.n
 	err = cn.forwardResponseBody(mode, dechunk)
 	cn.obs.down = cn.vec.n - v0 + cn.obs.down
@@ -329,14 +330,14 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		cn.dropUpstream()
 		return false, false
 	}
-	if upKeep && cn.up.r == cn.up.w && clientKeep && cn.pool != nil {
+	if upKeep && cn.up.R == cn.up.W && clientKeep && cn.pool != nil {
 		// Kept for the client's next request, which most often goes to
 		// the same origin: no pool round trip, no shared lock, and its
 		// deadlines stay armed. Its buffer goes back meanwhile; the
 		// connection goes to the pool when the client's next request
 		// is for another origin or the client connection ends.
-		cn.up.release()
-	} else if upKeep && cn.up.r == cn.up.w {
+		cn.up.Release()
+	} else if upKeep && cn.up.R == cn.up.W {
 		cn.putUpstream()
 	} else {
 		cn.dropUpstream()
@@ -366,14 +367,14 @@ func isDeadConnErr(err error) bool {
 func (cn *conn) getUpstream(fresh bool) error {
 	var c *net.TCPConn
 	cn.upReused = false
-	if cn.up.c != nil && cn.up.buf == nil {
+	if cn.up.C != nil && cn.up.Buf == nil {
 		// The upstream the previous request left: reuse it for the same
 		// origin if this request's rule admits its address, else offer
 		// it to others.
 		if !fresh && cn.upKey == string(cn.key) {
-			if cn.g.Admits(cn.up.tcp) {
+			if cn.g.Admits(cn.up.TCP) {
 				cn.upReused = true
-				cn.up.takeBuf(&upstreamBufs)
+				cn.up.TakeBuf(&http1.UpstreamBufs)
 				return nil
 			}
 			// Not for this request, maybe for another: the pool's
@@ -402,7 +403,7 @@ func (cn *conn) getUpstream(fresh bool) error {
 	} else if cn.upKey == "" || cn.upKey != string(cn.key) {
 		cn.upKey = string(cn.key)
 	}
-	cn.up.attach(c, &upstreamBufs)
+	cn.up.Attach(c, &http1.UpstreamBufs)
 	return nil
 }
 
@@ -444,7 +445,7 @@ func (cn *conn) pace(n int) {
 // the client connection ends: to the pool when it is idle at a message
 // boundary, closed otherwise.
 func (cn *conn) releaseUpstream() {
-	if cn.up.c != nil && cn.up.buf == nil {
+	if cn.up.C != nil && cn.up.Buf == nil {
 		cn.putUpstream()
 	} else {
 		cn.dropUpstream()
@@ -453,12 +454,12 @@ func (cn *conn) releaseUpstream() {
 
 // putUpstream returns the current upstream to the pool.
 func (cn *conn) putUpstream() {
-	if cn.up.c == nil {
+	if cn.up.C == nil {
 		return
 	}
-	c := cn.up.tcp
-	cn.up.release()
-	cn.up.c, cn.up.tcp = nil, nil
+	c := cn.up.TCP
+	cn.up.Release()
+	cn.up.C, cn.up.TCP = nil, nil
 	if cn.pool == nil {
 		c.Close()
 		return
@@ -471,12 +472,12 @@ func (cn *conn) putUpstream() {
 
 // dropUpstream closes the current upstream.
 func (cn *conn) dropUpstream() {
-	if cn.up.c == nil {
+	if cn.up.C == nil {
 		return
 	}
-	cn.up.c.Close()
-	cn.up.release()
-	cn.up.c, cn.up.tcp = nil, nil
+	cn.up.C.Close()
+	cn.up.Release()
+	cn.up.C, cn.up.TCP = nil, nil
 }
 
 var (
@@ -490,13 +491,13 @@ var (
 func (cn *conn) readResponseHead(clientMinor int) error {
 	p := cn.p
 	for {
-		cn.up.setReadDeadline(monoNow(), p.cfg.ResponseHeaderTimeout)
-		n, err := cn.up.readHead(p.cfg.MaxHeaderBytes, p.cfg.ResponseHeaderTimeout)
+		cn.up.ArmReadDeadline(http1.MonoNow(), p.cfg.ResponseHeaderTimeout)
+		n, err := cn.up.ReadHead(p.cfg.MaxHeaderBytes, p.cfg.ResponseHeaderTimeout)
 		if err != nil {
-			if err == errIdle {
+			if err == http1.ErrIdle {
 				return errUpstreamClosed
 			}
-			if err == errHeadTooLarge {
+			if err == http1.ErrHeadTooLarge {
 				return errRespTooLarge
 			}
 			return err
@@ -505,24 +506,24 @@ func (cn *conn) readResponseHead(clientMinor int) error {
 			cn.g.FirstByte(t)
 			cn.obs.sent = time.Time{}
 		}
-		if err := cn.resp.parseResponse(cn.up.buf[cn.up.r : cn.up.r+n]); err != nil {
+		if err := cn.resp.ParseResponse(cn.up.Buf[cn.up.R : cn.up.R+n]); err != nil {
 			return err
 		}
-		cn.up.r += n
-		if cn.resp.status >= 200 {
+		cn.up.R += n
+		if cn.resp.Status >= 200 {
 			return nil
 		}
-		if cn.resp.status == 101 {
-			if cn.upgrade && cn.resp.upgradesTo("websocket") {
+		if cn.resp.Status == 101 {
+			if cn.upgrade && cn.resp.UpgradesTo("websocket") {
 				return nil
 			}
 			return errUnexpected101
 		}
 		if clientMinor == 1 {
-			cn.resp.dropConnectionListed()
+			cn.resp.DropConnectionListed()
 			cn.buildInterimHead()
-			cn.client.setWriteDeadline(monoNow(), p.cfg.WriteTimeout)
-			if _, err := cn.client.c.Write(cn.out); err != nil {
+			cn.client.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
+			if _, err := cn.client.C.Write(cn.out); err != nil {
 				return &clientError{err}
 			}
 		}
@@ -543,62 +544,62 @@ func (e *clientError) Unwrap() error { return e.err }
 // forwardResponseBody writes the response head in cn.out and the body.
 func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 	up := &cn.up
-	client := cn.client.c
+	client := cn.client.C
 	timeout := cn.p.cfg.WriteTimeout
 	switch mode {
 	case bodyNone:
 		_, err := client.Write(cn.out)
 		return err
 	case bodyLength:
-		avail := up.buffered()
+		avail := up.Buffered()
 		n := int64(len(avail))
-		if n > cn.resp.contentLength {
-			n = cn.resp.contentLength
+		if n > cn.resp.ContentLength {
+			n = cn.resp.ContentLength
 		}
 		cn.pace(int(n))
 		if err := cn.vec.write(client, cn.out, avail[:n]); err != nil {
 			return err
 		}
-		up.r += int(n)
-		cn.obs.down = cn.resp.contentLength - n // moved by copyN, past the vec
-		return cn.copyN(&cn.client, up, cn.resp.contentLength-n)
+		up.R += int(n)
+		cn.obs.down = cn.resp.ContentLength - n // moved by copyN, past the vec
+		return cn.copyN(&cn.client, up, cn.resp.ContentLength-n)
 	case bodyChunked:
-		cn.respChunk = chunkedScanner{}
+		cn.respChunk = http1.ChunkedScanner{}
 		return cn.copyChunked(&cn.vec, &cn.client, up, &cn.respChunk, cn.out, dechunk)
 	default: // bodyClose
-		avail := up.buffered()
+		avail := up.Buffered()
 		cn.pace(len(avail))
 		if err := cn.vec.write(client, cn.out, avail); err != nil {
 			return err
 		}
-		up.r = up.w
+		up.R = up.W
 		for {
-			up.setReadDeadline(monoNow(), timeout)
-			err := up.fill(len(up.buf))
+			up.ArmReadDeadline(http1.MonoNow(), timeout)
+			err := up.Fill(len(up.Buf))
 			if err == io.EOF {
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			cn.pace(len(up.buffered()))
-			cn.client.setWriteDeadline(monoNow(), timeout)
-			if _, err := client.Write(up.buffered()); err != nil {
+			cn.pace(len(up.Buffered()))
+			cn.client.ArmWriteDeadline(http1.MonoNow(), timeout)
+			if _, err := client.Write(up.Buffered()); err != nil {
 				return err
 			}
-			cn.obs.down += int64(len(up.buffered()))
-			up.r = up.w
+			cn.obs.down += int64(len(up.Buffered()))
+			up.R = up.W
 		}
 	}
 }
 
 // copyN moves n bytes from src to dst: with splice for large remainders
 // between TCP sockets, through src's buffer otherwise.
-func (cn *conn) copyN(dst, src *bufConn, n int64) error {
+func (cn *conn) copyN(dst, src *http1.Conn, n int64) error {
 	timeout := cn.p.cfg.WriteTimeout
-	dstTCP := dst.tcp
+	dstTCP := dst.TCP
 	for n > 0 {
-		if n >= spliceMin && src.r == src.w && dstTCP != nil && src.tcp != nil {
+		if n >= spliceMin && src.R == src.W && dstTCP != nil && src.TCP != nil {
 			seg := n
 			if seg > spliceSegment {
 				seg = spliceSegment
@@ -607,11 +608,11 @@ func (cn *conn) copyN(dst, src *bufConn, n int64) error {
 				seg = min(seg, int64(max(cn.throttle.Burst(), 16<<10)))
 				cn.pace(int(seg))
 			}
-			dst.armLowat()
-			now := monoNow()
-			dst.setWriteDeadline(now, timeout)
-			src.setReadDeadline(now, timeout)
-			lr := io.LimitedReader{R: src.tcp, N: seg}
+			dst.ArmLowat()
+			now := http1.MonoNow()
+			dst.ArmWriteDeadline(now, timeout)
+			src.ArmReadDeadline(now, timeout)
+			lr := io.LimitedReader{R: src.TCP, N: seg}
 			m, err := dstTCP.ReadFrom(&lr)
 			n -= m
 			if err != nil {
@@ -622,25 +623,25 @@ func (cn *conn) copyN(dst, src *bufConn, n int64) error {
 			}
 			continue
 		}
-		if src.r == src.w {
-			src.setReadDeadline(monoNow(), timeout)
-			if err := src.fill(len(src.buf)); err != nil {
+		if src.R == src.W {
+			src.ArmReadDeadline(http1.MonoNow(), timeout)
+			if err := src.Fill(len(src.Buf)); err != nil {
 				if err == io.EOF {
 					return io.ErrUnexpectedEOF
 				}
 				return err
 			}
 		}
-		b := src.buffered()
+		b := src.Buffered()
 		if int64(len(b)) > n {
 			b = b[:n]
 		}
 		cn.pace(len(b))
-		dst.setWriteDeadline(monoNow(), timeout)
-		if _, err := dst.c.Write(b); err != nil {
+		dst.ArmWriteDeadline(http1.MonoNow(), timeout)
+		if _, err := dst.C.Write(b); err != nil {
 			return err
 		}
-		src.r += len(b)
+		src.R += len(b)
 		n -= int64(len(b))
 	}
 	return nil
@@ -649,16 +650,16 @@ func (cn *conn) copyN(dst, src *bufConn, n int64) error {
 // copyChunked forwards a chunked body from src to dst, verbatim or, when
 // dechunk is set, as its bare data, after first writing head (which may
 // be nil).
-func (cn *conn) copyChunked(v *vec, dst, src *bufConn, cs *chunkedScanner, head []byte, dechunk bool) error {
+func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScanner, head []byte, dechunk bool) error {
 	timeout := cn.p.cfg.WriteTimeout
 	for {
-		avail := src.buffered()
+		avail := src.Buffered()
 		var out []byte
 		if dechunk {
 			// Gather the data runs of the buffered bytes in place.
 			w, m := 0, 0
-			for m < len(avail) && !cs.done() {
-				k, data, err := cs.step(avail[m:])
+			for m < len(avail) && !cs.Done() {
+				k, data, err := cs.Step(avail[m:])
 				if err != nil {
 					return err
 				}
@@ -668,48 +669,34 @@ func (cn *conn) copyChunked(v *vec, dst, src *bufConn, cs *chunkedScanner, head 
 				m += k
 			}
 			out = avail[:w]
-			src.r += m
+			src.R += m
 		} else {
-			m, err := scanChunked(cs, avail)
+			m, err := http1.ScanChunked(cs, avail)
 			if err != nil {
 				return err
 			}
 			out = avail[:m]
-			src.r += m
+			src.R += m
 		}
 		if len(head) > 0 || len(out) > 0 {
 			cn.pace(len(out))
-			dst.setWriteDeadline(monoNow(), timeout)
-			if err := v.write(dst.c, head, out); err != nil {
+			dst.ArmWriteDeadline(http1.MonoNow(), timeout)
+			if err := v.write(dst.C, head, out); err != nil {
 				return err
 			}
 			head = nil
 		}
-		if cs.done() {
+		if cs.Done() {
 			return nil
 		}
-		src.setReadDeadline(monoNow(), timeout)
-		if err := src.fill(len(src.buf)); err != nil {
+		src.ArmReadDeadline(http1.MonoNow(), timeout)
+		if err := src.Fill(len(src.Buf)); err != nil {
 			if err == io.EOF {
 				return io.ErrUnexpectedEOF
 			}
 			return err
 		}
 	}
-}
-
-// scanChunked advances cs over as much of p as belongs to the body and
-// returns how many bytes that is.
-func scanChunked(cs *chunkedScanner, p []byte) (int, error) {
-	m := 0
-	for m < len(p) && !cs.done() {
-		k, _, err := cs.step(p[m:])
-		if err != nil {
-			return m, err
-		}
-		m += k
-	}
-	return m, nil
 }
 
 // sendBody streams the rest of a request body from the client to the
@@ -739,10 +726,11 @@ func (cn *conn) finishBody() error {
 	default:
 	}
 	past := time.Unix(1, 0)
-	cn.client.c.SetReadDeadline(past)
-	cn.up.c.SetWriteDeadline(past)
+	cn.client.C.SetReadDeadline(past)
+	cn.up.C.SetWriteDeadline(past)
 	err := <-cn.bodyErr
-	cn.client.rdl, cn.up.wdl = 0, 0
+	cn.client.ForgetReadDeadline()
+	cn.up.ForgetWriteDeadline()
 	return err
 }
 
@@ -801,13 +789,13 @@ func (cn *conn) connect() bool {
 		return false
 	}
 	cn.g.Answer(200, 0)
-	client := cn.client.c
+	client := cn.client.C
 	client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
 	if _, err := client.Write(connectEstablished); err != nil {
 		upc.Close()
 		return false
 	}
-	if rest := cn.client.buffered(); len(rest) > 0 {
+	if rest := cn.client.Buffered(); len(rest) > 0 {
 		// Bytes the client sent right behind its CONNECT (a TLS
 		// ClientHello, say) belong to the tunnel.
 		upc.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
@@ -815,7 +803,7 @@ func (cn *conn) connect() bool {
 			upc.Close()
 			return false
 		}
-		cn.client.r = cn.client.w
+		cn.client.R = cn.client.W
 	}
 	return cn.tunnel(upc)
 }
@@ -825,28 +813,28 @@ func (cn *conn) connect() bool {
 // turns the connection into a tunnel. It reports whether the client
 // connection was handed off.
 func (cn *conn) switchProtocols() bool {
-	cn.resp.headers[cn.resp.upgradeIdx].drop = false
-	cn.resp.dropConnectionListed()
+	cn.resp.Fields[cn.resp.UpgradeIdx].Drop = false
+	cn.resp.DropConnectionListed()
 	cn.buildSwitchHead()
 	cn.g.SetProtocol(accesslog.ProtoWebSocket)
 	cn.g.Answer(101, 0)
-	upc := cn.up.tcp
-	client := cn.client.c
+	upc := cn.up.TCP
+	client := cn.client.C
 	client.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
-	if err := cn.vec.write(client, cn.out, cn.up.buffered()); err != nil {
+	if err := cn.vec.write(client, cn.out, cn.up.Buffered()); err != nil {
 		cn.dropUpstream()
 		return false
 	}
 	// The upstream leaves the exchange: it belongs to the tunnel now.
-	cn.up.release()
-	cn.up.c, cn.up.tcp = nil, nil
-	if rest := cn.client.buffered(); len(rest) > 0 {
+	cn.up.Release()
+	cn.up.C, cn.up.TCP = nil, nil
+	if rest := cn.client.Buffered(); len(rest) > 0 {
 		upc.SetWriteDeadline(time.Now().Add(cn.p.cfg.WriteTimeout))
 		if _, err := upc.Write(rest); err != nil {
 			upc.Close()
 			return false
 		}
-		cn.client.r = cn.client.w
+		cn.client.R = cn.client.W
 	}
 	return cn.tunnel(upc)
 }
@@ -857,14 +845,14 @@ func (cn *conn) switchProtocols() bool {
 // user or elsewhere. It takes ownership of both connections and reports
 // true.
 func (cn *conn) tunnel(upc *net.TCPConn) bool {
-	if cn.client.lowat {
+	if cn.client.Lowat() {
 		// A tunnel is relayed best with the send queue the kernel
 		// chooses: its relay is the busier side.
-		setNotSentLowat(cn.client.tcp, 0)
+		http1.SetNotSentLowat(cn.client.TCP, 0)
 	}
 	// A parked TLS relay holds no buffer while idle: the connection's
 	// read buffer (empty now) goes back to its pool first.
-	cn.g.Tunnel(cn.client.c, upc, cn.client.release)
+	cn.g.Tunnel(cn.client.C, upc, cn.client.Release)
 	return true
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
 )
 
 const crlf = "\r\n"
@@ -17,8 +18,8 @@ const crlf = "\r\n"
 // authority, and the Forwarded and Via headers the configuration asks for.
 func (cn *conn) buildRequestHead() {
 	req := &cn.req
-	b := req.buf
-	out := append(cn.out[:0], req.method.of(b)...)
+	b := req.Buf
+	out := append(cn.out[:0], req.Method.Of(b)...)
 	out = append(out, ' ')
 	if cn.tgt.path[0] == '?' {
 		out = append(out, '/')
@@ -35,26 +36,26 @@ func (cn *conn) buildRequestHead() {
 	case ForwardedXFF:
 		fwdName = "x-forwarded-for"
 	}
-	for i := range req.headers {
-		f := &req.headers[i]
-		if f.drop {
+	for i := range req.Fields {
+		f := &req.Fields[i]
+		if f.Drop {
 			continue
 		}
-		name := f.name.of(b)
-		if i == req.hostIdx {
+		name := f.Name.Of(b)
+		if i == req.HostIdx {
 			out = append(out, name...)
 			out = append(out, ": "...)
 			out = append(out, cn.tgt.authority...)
 			out = append(out, crlf...)
 			continue
 		}
-		if fwdName != "" && equalFold(name, fwdName) {
+		if fwdName != "" && http1.EqualFold(name, fwdName) {
 			continue
 		}
-		out = append(out, f.line.of(b)...)
+		out = append(out, f.Line.Of(b)...)
 		out = append(out, crlf...)
 	}
-	if req.hostIdx < 0 {
+	if req.HostIdx < 0 {
 		out = append(out, "Host: "...)
 		out = append(out, cn.tgt.authority...)
 		out = append(out, crlf...)
@@ -62,12 +63,12 @@ func (cn *conn) buildRequestHead() {
 	switch cn.p.cfg.Forwarded {
 	case ForwardedRFC:
 		out = append(out, "Forwarded: "...)
-		out = req.appendValues(out, fwdName)
+		out = req.AppendValues(out, fwdName)
 		out = gate.AppendForwardedFor(out, ForwardedRFC, cn.sess.ClientIP())
 		out = append(out, crlf...)
 	case ForwardedXFF:
 		out = append(out, "X-Forwarded-For: "...)
-		out = req.appendValues(out, fwdName)
+		out = req.AppendValues(out, fwdName)
 		out = gate.AppendForwardedFor(out, ForwardedXFF, cn.sess.ClientIP())
 		out = append(out, crlf...)
 	}
@@ -89,20 +90,6 @@ func (cn *conn) buildSwitchHead() {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}
 	cn.out = append(out, crlf...)
-}
-
-// appendValues appends the non-empty values of the fields named name
-// (lower case) that are not dropped, each followed by ", ".
-func (h *head) appendValues(out []byte, name string) []byte {
-	for i := range h.headers {
-		f := &h.headers[i]
-		if f.drop || f.value.empty() || !equalFold(f.name.of(h.buf), name) {
-			continue
-		}
-		out = append(out, f.value.of(h.buf)...)
-		out = append(out, ", "...)
-	}
-	return out
 }
 
 // buildResponseHead writes into cn.out the head of cn.resp as the client
@@ -127,22 +114,22 @@ func (cn *conn) buildInterimHead() {
 
 func (cn *conn) appendStatusAndFields(out []byte, dechunk bool) []byte {
 	resp := &cn.resp
-	b := resp.buf
+	b := resp.Buf
 	out = append(out, "HTTP/1.1 "...)
 	out = append(out, b[9:12]...)
-	if !resp.statusReason.empty() {
+	if !resp.Reason.Empty() {
 		out = append(out, ' ')
-		out = append(out, resp.statusReason.of(b)...)
+		out = append(out, resp.Reason.Of(b)...)
 	} else {
 		out = append(out, ' ')
 	}
 	out = append(out, crlf...)
-	for i := range resp.headers {
-		f := &resp.headers[i]
-		if f.drop || dechunk && equalFold(f.name.of(b), "transfer-encoding") {
+	for i := range resp.Fields {
+		f := &resp.Fields[i]
+		if f.Drop || dechunk && http1.EqualFold(f.Name.Of(b), "transfer-encoding") {
 			continue
 		}
-		out = append(out, f.line.of(b)...)
+		out = append(out, f.Line.Of(b)...)
 		out = append(out, crlf...)
 	}
 	return out
@@ -188,7 +175,7 @@ func (cn *conn) writeError(status int, reason string, keep bool) {
 		}
 	}
 	if keep {
-		if cn.req.minor == 0 {
+		if cn.req.Minor == 0 {
 			out = append(out, "Connection: keep-alive\r\n"...)
 		}
 	} else {
@@ -201,8 +188,8 @@ func (cn *conn) writeError(status int, reason string, keep bool) {
 		out = append(out, '\n')
 	}
 	cn.out = out
-	cn.client.setWriteDeadline(monoNow(), cn.p.cfg.WriteTimeout)
-	cn.client.c.Write(out)
+	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.cfg.WriteTimeout)
+	cn.client.C.Write(out)
 }
 
 // writeDialError answers a failed upstream dial: 504 on a timeout, 502
@@ -240,7 +227,7 @@ func (cn *conn) writeUpstreamError(err error) {
 		cn.writeError(502, "upstream response head too large", false)
 	case errors.Is(err, errUnexpected101):
 		cn.writeError(502, "upstream switched protocols without an upgrade request", false)
-	case errors.Is(err, errBadStatusLine), errors.Is(err, errBadResponseHead):
+	case errors.Is(err, http1.ErrBadStatusLine), errors.Is(err, http1.ErrBadResponseHead):
 		cn.writeError(502, "malformed response from upstream "+cn.upKeyOrTarget(), false)
 	default:
 		var de *dialer.Error

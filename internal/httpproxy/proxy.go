@@ -20,6 +20,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
 )
 
 // Forwarded modes: which client-address header forwarded requests carry.
@@ -112,7 +113,7 @@ func (p *Proxy) ServeConn(c net.Conn, sess *gate.Session) {
 	cn.sess = sess
 	cn.ctx = sess.Context()
 	cn.pool = sess.Policy().Pool
-	cn.client.attach(c, &clientBufs)
+	cn.client.Attach(c, &http1.ClientBufs)
 	// On shutdown, a connection waiting for its next request is woken so
 	// that it closes; one in the middle of a request finishes it first.
 	stop := context.AfterFunc(cn.ctx, func() {
@@ -127,7 +128,7 @@ func (p *Proxy) ServeConn(c net.Conn, sess *gate.Session) {
 	}
 	cn.g.Finish(0, 0)
 	cn.releaseUpstream()
-	cn.client.release()
+	cn.client.Release()
 	cn.reset()
 	p.conns.Put(cn)
 }

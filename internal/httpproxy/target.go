@@ -4,15 +4,16 @@ import (
 	"bytes"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
 )
 
 // Target errors.
 var (
-	errOriginForm   = perr(400, "origin-form request: rustle is a forward proxy, send absolute-form (http://host/path)")
-	errScheme       = perr(400, "unsupported URL scheme (use CONNECT for https)")
-	errUserinfo     = perr(400, "userinfo in request target")
-	errBadAuthority = perr(400, "malformed host or port in request target")
-	errFragment     = perr(400, "fragment in request target")
+	errOriginForm   = http1.NewParseError(400, "origin-form request: rustle is a forward proxy, send absolute-form (http://host/path)")
+	errScheme       = http1.NewParseError(400, "unsupported URL scheme (use CONNECT for https)")
+	errUserinfo     = http1.NewParseError(400, "userinfo in request target")
+	errBadAuthority = http1.NewParseError(400, "malformed host or port in request target")
+	errFragment     = http1.NewParseError(400, "fragment in request target")
 )
 
 // target is a parsed request target: the upstream to reach and the path
@@ -37,9 +38,9 @@ func parseAbsoluteTarget(b []byte, t *target) error {
 	}
 	var rest []byte
 	switch {
-	case len(b) >= 7 && equalFold(b[:7], "http://"):
+	case len(b) >= 7 && http1.EqualFold(b[:7], "http://"):
 		rest = b[7:]
-	case len(b) >= 5 && equalFold(b[:5], "ws://"):
+	case len(b) >= 5 && http1.EqualFold(b[:5], "ws://"):
 		// A WebSocket URL: the handshake is an HTTP request.
 		rest = b[5:]
 	default:

@@ -1,8 +1,11 @@
 package httpproxy
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/rustle-proxy/rustle/internal/http1"
 )
 
 type wantTarget struct {
@@ -10,6 +13,19 @@ type wantTarget struct {
 	port            int
 	ipv6            bool
 	path            string
+}
+
+// statusOf returns the status a client is answered for err: 0 for nil,
+// the ParseError's status, or -1 for an error of another type.
+func statusOf(err error) int {
+	if err == nil {
+		return 0
+	}
+	var pe *http1.ParseError
+	if errors.As(err, &pe) {
+		return pe.Status
+	}
+	return -1
 }
 
 func gotTarget(t *target) wantTarget {

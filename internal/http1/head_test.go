@@ -1,4 +1,4 @@
-package httpproxy
+package http1
 
 import (
 	"errors"
@@ -22,20 +22,20 @@ func statusOf(err error) int {
 	if err == nil {
 		return 0
 	}
-	var pe *parseError
+	var pe *ParseError
 	if errors.As(err, &pe) {
-		return pe.status
+		return pe.Status
 	}
 	return -1
 }
 
 // fieldLines lists the header lines of h in order, each dropped one
 // prefixed with "-".
-func fieldLines(h *head) []string {
+func fieldLines(h *Head) []string {
 	var out []string
-	for _, f := range h.headers {
-		l := string(f.line.of(h.buf))
-		if f.drop {
+	for _, f := range h.Fields {
+		l := string(f.Line.Of(h.Buf))
+		if f.Drop {
 			l = "-" + l
 		}
 		out = append(out, l)
@@ -44,35 +44,35 @@ func fieldLines(h *head) []string {
 }
 
 // connTokens lists the Connection options h recorded.
-func connTokens(h *head) []string {
+func connTokens(h *Head) []string {
 	var out []string
 	for _, s := range h.connTokens[:h.nConnTokens] {
-		out = append(out, string(s.of(h.buf)))
+		out = append(out, string(s.Of(h.Buf)))
 	}
 	return out
 }
 
 // checkSpans reports a span of h that does not lie within h.buf, or a
 // header whose name and value are not inside its line.
-func checkSpans(h *head) error {
-	n := int32(len(h.buf))
-	in := func(what string, s span) error {
-		if s.start < 0 || s.end < s.start || s.end > n {
+func checkSpans(h *Head) error {
+	n := int32(len(h.Buf))
+	in := func(what string, s Span) error {
+		if s.Start < 0 || s.End < s.Start || s.End > n {
 			return fmt.Errorf("%s span %v outside buffer of %d bytes", what, s, n)
 		}
 		return nil
 	}
-	if err := errors.Join(in("method", h.method), in("target", h.target),
-		in("statusReason", h.statusReason), in("proxyAuth", h.proxyAuth)); err != nil {
+	if err := errors.Join(in("method", h.Method), in("target", h.Target),
+		in("statusReason", h.Reason), in("proxyAuth", h.ProxyAuth)); err != nil {
 		return err
 	}
-	for i, f := range h.headers {
-		if err := errors.Join(in("line", f.line), in("name", f.name), in("value", f.value)); err != nil {
+	for i, f := range h.Fields {
+		if err := errors.Join(in("line", f.Line), in("name", f.Name), in("value", f.Value)); err != nil {
 			return fmt.Errorf("header %d: %w", i, err)
 		}
-		if f.name.start != f.line.start || f.name.end >= f.line.end && f.name.end != f.line.end ||
-			f.value.start < f.name.end || f.value.end > f.line.end {
-			return fmt.Errorf("header %d: name %v or value %v outside line %v", i, f.name, f.value, f.line)
+		if f.Name.Start != f.Line.Start || f.Name.End >= f.Line.End && f.Name.End != f.Line.End ||
+			f.Value.Start < f.Name.End || f.Value.End > f.Line.End {
+			return fmt.Errorf("header %d: name %v or value %v outside line %v", i, f.Name, f.Value, f.Line)
 		}
 	}
 	for i, s := range h.connTokens[:h.nConnTokens] {
@@ -80,8 +80,8 @@ func checkSpans(h *head) error {
 			return err
 		}
 	}
-	if h.hostIdx < -1 || h.hostIdx >= len(h.headers) {
-		return fmt.Errorf("hostIdx %d with %d headers", h.hostIdx, len(h.headers))
+	if h.HostIdx < -1 || h.HostIdx >= len(h.Fields) {
+		return fmt.Errorf("hostIdx %d with %d headers", h.HostIdx, len(h.Fields))
 	}
 	return nil
 }
@@ -94,15 +94,15 @@ func TestParseRequestMethods(t *testing.T) {
 	}
 	for _, m := range methods {
 		t.Run(m, func(t *testing.T) {
-			var h head
+			var h Head
 			b := rawHead(m+" http://example.com/ HTTP/1.1", "Host: example.com")
-			if err := h.parseRequest(b); err != nil {
+			if err := h.ParseRequest(b); err != nil {
 				t.Fatalf("parseRequest: %v", err)
 			}
-			if got := string(h.method.of(h.buf)); got != m {
+			if got := string(h.Method.Of(h.Buf)); got != m {
 				t.Errorf("method = %q, want %q", got, m)
 			}
-			if got := string(h.target.of(h.buf)); got != "http://example.com/" {
+			if got := string(h.Target.Of(h.Buf)); got != "http://example.com/" {
 				t.Errorf("target = %q", got)
 			}
 			if err := checkSpans(&h); err != nil {
@@ -113,8 +113,8 @@ func TestParseRequestMethods(t *testing.T) {
 	bad := []string{"GE(T", "GE\"T", "G,ET", "GE/T", "GE:T", "GE@T", "G\xc3\x89T", "GE\x00T", "GE\x7fT", "GET\t/"}
 	for _, m := range bad {
 		t.Run(fmt.Sprintf("bad%q", m), func(t *testing.T) {
-			var h head
-			err := h.parseRequest(rawHead(m + " / HTTP/1.1"))
+			var h Head
+			err := h.ParseRequest(rawHead(m + " / HTTP/1.1"))
 			if err != errBadMethod {
 				t.Fatalf("parseRequest: %v, want %v", err, errBadMethod)
 			}
@@ -156,8 +156,8 @@ func TestParseRequestVersion(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.version, func(t *testing.T) {
-			var h head
-			err := h.parseRequest(rawHead("GET http://h/ "+tt.version, "Host: h"))
+			var h Head
+			err := h.ParseRequest(rawHead("GET http://h/ "+tt.version, "Host: h"))
 			if err != tt.wantErr {
 				t.Fatalf("parseRequest: %v, want %v", err, tt.wantErr)
 			}
@@ -171,8 +171,8 @@ func TestParseRequestVersion(t *testing.T) {
 				}
 				return
 			}
-			if h.minor != tt.wantMinor {
-				t.Errorf("minor = %d, want %d", h.minor, tt.wantMinor)
+			if h.Minor != tt.wantMinor {
+				t.Errorf("minor = %d, want %d", h.Minor, tt.wantMinor)
 			}
 		})
 	}
@@ -209,8 +209,8 @@ func TestParseRequestLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var h head
-			err := h.parseRequest([]byte(tt.head))
+			var h Head
+			err := h.ParseRequest([]byte(tt.head))
 			if err != tt.wantErr {
 				t.Fatalf("parseRequest(%q): %v, want %v", tt.head, err, tt.wantErr)
 			}
@@ -263,8 +263,8 @@ func TestParseRequestHeaderSyntax(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var h head
-			err := h.parseRequest(rawHead("GET http://h/ HTTP/1.1", "Host: h", tt.field))
+			var h Head
+			err := h.ParseRequest(rawHead("GET http://h/ HTTP/1.1", "Host: h", tt.field))
 			if err != tt.wantErr {
 				t.Fatalf("parseRequest(%q): %v, want %v", tt.field, err, tt.wantErr)
 			}
@@ -277,17 +277,17 @@ func TestParseRequestHeaderSyntax(t *testing.T) {
 			if err := checkSpans(&h); err != nil {
 				t.Fatal(err)
 			}
-			if len(h.headers) != 2 {
-				t.Fatalf("%d headers, want 2", len(h.headers))
+			if len(h.Fields) != 2 {
+				t.Fatalf("%d headers, want 2", len(h.Fields))
 			}
-			f := h.headers[1]
-			if got := string(f.value.of(h.buf)); got != tt.wantValue {
+			f := h.Fields[1]
+			if got := string(f.Value.Of(h.Buf)); got != tt.wantValue {
 				t.Errorf("value = %q, want %q", got, tt.wantValue)
 			}
-			if got := string(f.line.of(h.buf)); got != tt.field {
+			if got := string(f.Line.Of(h.Buf)); got != tt.field {
 				t.Errorf("line = %q, want %q", got, tt.field)
 			}
-			if got, want := string(f.name.of(h.buf)), tt.field[:strings.IndexByte(tt.field, ':')]; got != want {
+			if got, want := string(f.Name.Of(h.Buf)), tt.field[:strings.IndexByte(tt.field, ':')]; got != want {
 				t.Errorf("name = %q, want %q", got, want)
 			}
 		})
@@ -310,8 +310,8 @@ func TestParseRequestHeaderCount(t *testing.T) {
 			for i := range tt.n {
 				lines = append(lines, fmt.Sprintf("X-H%d: %d", i, i))
 			}
-			var h head
-			err := h.parseRequest(rawHead(lines...))
+			var h Head
+			err := h.ParseRequest(rawHead(lines...))
 			if err != tt.wantErr {
 				t.Fatalf("parseRequest with %d fields: %v, want %v", tt.n, err, tt.wantErr)
 			}
@@ -321,8 +321,8 @@ func TestParseRequestHeaderCount(t *testing.T) {
 				}
 				return
 			}
-			if len(h.headers) != tt.n {
-				t.Errorf("%d headers, want %d", len(h.headers), tt.n)
+			if len(h.Fields) != tt.n {
+				t.Errorf("%d headers, want %d", len(h.Fields), tt.n)
 			}
 		})
 	}
@@ -426,8 +426,8 @@ func TestParseRequestFraming(t *testing.T) {
 				version = "HTTP/1.1"
 			}
 			lines := append([]string{"POST http://h/ " + version, "Host: h"}, tt.fields...)
-			var h head
-			err := h.parseRequest(rawHead(lines...))
+			var h Head
+			err := h.ParseRequest(rawHead(lines...))
 			if err != tt.wantErr {
 				t.Fatalf("parseRequest(%q): %v, want %v", tt.fields, err, tt.wantErr)
 			}
@@ -440,10 +440,10 @@ func TestParseRequestFraming(t *testing.T) {
 			if err := checkSpans(&h); err != nil {
 				t.Fatal(err)
 			}
-			if h.contentLength != tt.wantCL || h.chunked != tt.wantChunk {
-				t.Errorf("contentLength, chunked = %d, %v; want %d, %v", h.contentLength, h.chunked, tt.wantCL, tt.wantChunk)
+			if h.ContentLength != tt.wantCL || h.Chunked != tt.wantChunk {
+				t.Errorf("contentLength, chunked = %d, %v; want %d, %v", h.ContentLength, h.Chunked, tt.wantCL, tt.wantChunk)
 			}
-			if h.teOther {
+			if h.TEOther {
 				t.Errorf("teOther set on an accepted request")
 			}
 			if tt.wantLines != nil {
@@ -523,8 +523,8 @@ func TestParseRequestConnection(t *testing.T) {
 			if version == "" {
 				version = "HTTP/1.1"
 			}
-			var h head
-			err := h.parseRequest(rawHead(append([]string{"GET http://h/ " + version, "Host: h"}, tt.fields...)...))
+			var h Head
+			err := h.ParseRequest(rawHead(append([]string{"GET http://h/ " + version, "Host: h"}, tt.fields...)...))
 			if err != tt.wantErr {
 				t.Fatalf("parseRequest: %v, want %v", err, tt.wantErr)
 			}
@@ -534,8 +534,8 @@ func TestParseRequestConnection(t *testing.T) {
 				}
 				return
 			}
-			if h.connClose != tt.wantClose || h.connKeepAlive != tt.wantKeepAlive {
-				t.Errorf("connClose, connKeepAlive = %v, %v; want %v, %v", h.connClose, h.connKeepAlive, tt.wantClose, tt.wantKeepAlive)
+			if h.ConnClose != tt.wantClose || h.ConnKeepAlive != tt.wantKeepAlive {
+				t.Errorf("connClose, connKeepAlive = %v, %v; want %v, %v", h.ConnClose, h.ConnKeepAlive, tt.wantClose, tt.wantKeepAlive)
 			}
 			if diff := cmp.Diff(tt.wantTokens, connTokens(&h)); diff != "" {
 				t.Errorf("connection tokens (-want +got):\n%s", diff)
@@ -543,7 +543,7 @@ func TestParseRequestConnection(t *testing.T) {
 			if err := checkSpans(&h); err != nil {
 				t.Fatal(err)
 			}
-			h.dropConnectionListed()
+			h.DropConnectionListed()
 			if diff := cmp.Diff(tt.wantLines, fieldLines(&h)); diff != "" {
 				t.Errorf("header lines after dropConnectionListed (-want +got):\n%s", diff)
 			}
@@ -552,7 +552,7 @@ func TestParseRequestConnection(t *testing.T) {
 }
 
 func TestParseRequestHopByHop(t *testing.T) {
-	var h head
+	var h Head
 	b := rawHead("GET http://example.com/ HTTP/1.1",
 		"Host: example.com",
 		"User-Agent: t",
@@ -572,7 +572,7 @@ func TestParseRequestHopByHop(t *testing.T) {
 		"Expect: 100-continue",
 		"Cookie: a=b",
 	)
-	if err := h.parseRequest(b); err != nil {
+	if err := h.ParseRequest(b); err != nil {
 		t.Fatalf("parseRequest: %v", err)
 	}
 	want := []string{
@@ -597,17 +597,17 @@ func TestParseRequestHopByHop(t *testing.T) {
 	if diff := cmp.Diff(want, fieldLines(&h)); diff != "" {
 		t.Errorf("header lines (-want +got):\n%s", diff)
 	}
-	if got := string(h.proxyAuth.of(h.buf)); got != "Basic dXNlcjpwYXNz" {
+	if got := string(h.ProxyAuth.Of(h.Buf)); got != "Basic dXNlcjpwYXNz" {
 		t.Errorf("proxyAuth = %q, want the trimmed value", got)
 	}
-	if h.hostIdx != 0 {
-		t.Errorf("hostIdx = %d, want 0", h.hostIdx)
+	if h.HostIdx != 0 {
+		t.Errorf("hostIdx = %d, want 0", h.HostIdx)
 	}
-	if !h.expectContinue {
+	if !h.ExpectContinue {
 		t.Error("expectContinue not set")
 	}
-	if h.fieldIndex("cookie") != 16 || h.fieldIndex("x-absent") != -1 {
-		t.Errorf("fieldIndex(cookie), fieldIndex(x-absent) = %d, %d; want 16, -1", h.fieldIndex("cookie"), h.fieldIndex("x-absent"))
+	if h.FieldIndex("cookie") != 16 || h.FieldIndex("x-absent") != -1 {
+		t.Errorf("fieldIndex(cookie), fieldIndex(x-absent) = %d, %d; want 16, -1", h.FieldIndex("cookie"), h.FieldIndex("x-absent"))
 	}
 	if err := checkSpans(&h); err != nil {
 		t.Error(err)
@@ -627,15 +627,15 @@ func TestParseRequestProxyAuth(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var h head
-			if err := h.parseRequest(rawHead(append([]string{"GET http://h/ HTTP/1.1"}, tt.fields...)...)); err != nil {
+			var h Head
+			if err := h.ParseRequest(rawHead(append([]string{"GET http://h/ HTTP/1.1"}, tt.fields...)...)); err != nil {
 				t.Fatalf("parseRequest: %v", err)
 			}
-			if got := string(h.proxyAuth.of(h.buf)); got != tt.want {
+			if got := string(h.ProxyAuth.Of(h.Buf)); got != tt.want {
 				t.Errorf("proxyAuth = %q, want %q", got, tt.want)
 			}
-			if h.proxyAuth.empty() != (tt.want == "") {
-				t.Errorf("proxyAuth.empty() = %v", h.proxyAuth.empty())
+			if h.ProxyAuth.Empty() != (tt.want == "") {
+				t.Errorf("proxyAuth.empty() = %v", h.ProxyAuth.Empty())
 			}
 		})
 	}
@@ -659,8 +659,8 @@ func TestParseRequestHost(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var h head
-			err := h.parseRequest(rawHead(append([]string{"GET http://h/ HTTP/1.1"}, tt.fields...)...))
+			var h Head
+			err := h.ParseRequest(rawHead(append([]string{"GET http://h/ HTTP/1.1"}, tt.fields...)...))
 			if err != tt.wantErr {
 				t.Fatalf("parseRequest: %v, want %v", err, tt.wantErr)
 			}
@@ -670,8 +670,8 @@ func TestParseRequestHost(t *testing.T) {
 				}
 				return
 			}
-			if h.hostIdx != tt.wantIdx {
-				t.Errorf("hostIdx = %d, want %d", h.hostIdx, tt.wantIdx)
+			if h.HostIdx != tt.wantIdx {
+				t.Errorf("hostIdx = %d, want %d", h.HostIdx, tt.wantIdx)
 			}
 		})
 	}
@@ -695,12 +695,12 @@ func TestParseRequestExpect(t *testing.T) {
 			if tt.field != "" {
 				lines = append(lines, tt.field)
 			}
-			var h head
-			if err := h.parseRequest(rawHead(lines...)); err != nil {
+			var h Head
+			if err := h.ParseRequest(rawHead(lines...)); err != nil {
 				t.Fatalf("parseRequest: %v", err)
 			}
-			if h.expectContinue != tt.want {
-				t.Errorf("expectContinue = %v, want %v", h.expectContinue, tt.want)
+			if h.ExpectContinue != tt.want {
+				t.Errorf("expectContinue = %v, want %v", h.ExpectContinue, tt.want)
 			}
 		})
 	}
@@ -709,29 +709,29 @@ func TestParseRequestExpect(t *testing.T) {
 // TestParseRequestReuse parses heads one after another into one head, as
 // a connection does, and checks nothing leaks from one to the next.
 func TestParseRequestReuse(t *testing.T) {
-	var h head
+	var h Head
 	first := rawHead("POST http://a/ HTTP/1.0",
 		"Host: a", "Content-Length: 10", "Connection: keep-alive, X-A", "Expect: 100-continue",
 		"Proxy-Authorization: Basic x", "X-A: 1")
-	if err := h.parseRequest(first); err != nil {
+	if err := h.ParseRequest(first); err != nil {
 		t.Fatalf("parseRequest(first): %v", err)
 	}
 	second := rawHead("GET http://b/ HTTP/1.1", "Transfer-Encoding: chunked")
-	if err := h.parseRequest(second); err != nil {
+	if err := h.ParseRequest(second); err != nil {
 		t.Fatalf("parseRequest(second): %v", err)
 	}
-	if h.contentLength != -1 || !h.chunked || h.minor != 1 || h.connKeepAlive || h.connClose ||
-		h.nConnTokens != 0 || h.expectContinue || h.hostIdx != -1 || !h.proxyAuth.empty() || len(h.headers) != 1 {
+	if h.ContentLength != -1 || !h.Chunked || h.Minor != 1 || h.ConnKeepAlive || h.ConnClose ||
+		h.nConnTokens != 0 || h.ExpectContinue || h.HostIdx != -1 || !h.ProxyAuth.Empty() || len(h.Fields) != 1 {
 		t.Errorf("state carried over: %+v", h)
 	}
 	// A refused head leaves nothing of the previous one either.
-	if err := h.parseRequest(rawHead("GET http://c/ HTTP/1.1", "Host: c", "Host: c")); err != errDupHost {
+	if err := h.ParseRequest(rawHead("GET http://c/ HTTP/1.1", "Host: c", "Host: c")); err != errDupHost {
 		t.Fatalf("parseRequest(third): %v, want %v", err, errDupHost)
 	}
-	if err := h.parseRequest(rawHead("GET http://d/ HTTP/1.1")); err != nil {
+	if err := h.ParseRequest(rawHead("GET http://d/ HTTP/1.1")); err != nil {
 		t.Fatalf("parseRequest(fourth): %v", err)
 	}
-	if h.hostIdx != -1 || h.chunked || len(h.headers) != 0 {
+	if h.HostIdx != -1 || h.Chunked || len(h.Fields) != 0 {
 		t.Errorf("state carried over: %+v", h)
 	}
 }
@@ -752,41 +752,41 @@ func TestParseResponseStatusLine(t *testing.T) {
 		{"HTTP/1.1 100 Continue", nil, 100, 1, "Continue"},
 		{"HTTP/1.1 301  two  spaces ", nil, 301, 1, " two  spaces "},
 		{"HTTP/1.1 200 \tOK\xe2\x9c\x93", nil, 200, 1, "\tOK\xe2\x9c\x93"},
-		{"HTTP/1.1 200OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 2000 OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 20 OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 20", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 099 x", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 600 x", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 2x0 OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 abc OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 -20 OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1  200 OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1\t200 OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/2.0 200 OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/0.9 200 OK", errBadStatusLine, 0, 0, ""},
-		{"http/1.1 200 OK", errBadStatusLine, 0, 0, ""},
-		{"ICY 200 OK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 200 O\x7fK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 200 O\x00K", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 200 O\rK", errBadStatusLine, 0, 0, ""},
-		{"HTTP/1.1 200 OK\n", errBadStatusLine, 0, 0, ""},
-		{"", errBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 200OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 2000 OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 20 OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 20", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 099 x", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 600 x", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 2x0 OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 abc OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 -20 OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1  200 OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1\t200 OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/2.0 200 OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/0.9 200 OK", ErrBadStatusLine, 0, 0, ""},
+		{"http/1.1 200 OK", ErrBadStatusLine, 0, 0, ""},
+		{"ICY 200 OK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 200 O\x7fK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 200 O\x00K", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 200 O\rK", ErrBadStatusLine, 0, 0, ""},
+		{"HTTP/1.1 200 OK\n", ErrBadStatusLine, 0, 0, ""},
+		{"", ErrBadStatusLine, 0, 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.line, func(t *testing.T) {
-			var h head
-			err := h.parseResponse(rawHead(tt.line, "Content-Length: 0"))
+			var h Head
+			err := h.ParseResponse(rawHead(tt.line, "Content-Length: 0"))
 			if err != tt.wantErr {
 				t.Fatalf("parseResponse(%q): %v, want %v", tt.line, err, tt.wantErr)
 			}
 			if err != nil {
 				return
 			}
-			if h.status != tt.wantStatus || h.minor != tt.wantMinor {
-				t.Errorf("status, minor = %d, %d; want %d, %d", h.status, h.minor, tt.wantStatus, tt.wantMinor)
+			if h.Status != tt.wantStatus || h.Minor != tt.wantMinor {
+				t.Errorf("status, minor = %d, %d; want %d, %d", h.Status, h.Minor, tt.wantStatus, tt.wantMinor)
 			}
-			if got := string(h.statusReason.of(h.buf)); got != tt.wantReason {
+			if got := string(h.Reason.Of(h.Buf)); got != tt.wantReason {
 				t.Errorf("reason = %q, want %q", got, tt.wantReason)
 			}
 			if err := checkSpans(&h); err != nil {
@@ -853,17 +853,17 @@ func TestParseResponseFraming(t *testing.T) {
 		{name: "204", line: "HTTP/1.1 204 No Content", wantCL: -1},
 		{name: "304 with CL", line: "HTTP/1.1 304 Not Modified", fields: []string{"Content-Length: 100"}, wantCL: 100},
 		{name: "Proxy-Authenticate dropped", line: "HTTP/1.1 407 x", fields: []string{"Proxy-Authenticate: Basic"}, wantCL: -1, wantLines: []string{"-Proxy-Authenticate: Basic"}},
-		{name: "CL duplicate different", fields: []string{"Content-Length: 5", "Content-Length: 6"}, wantErr: errBadResponseHead},
-		{name: "CL bad", fields: []string{"Content-Length: -1"}, wantErr: errBadResponseHead},
-		{name: "CL list", fields: []string{"Content-Length: 5, 5"}, wantErr: errBadResponseHead},
-		{name: "TE chunked then gzip", fields: []string{"Transfer-Encoding: chunked, gzip"}, wantErr: errBadResponseHead},
-		{name: "TE chunked twice", fields: []string{"Transfer-Encoding: chunked", "Transfer-Encoding: chunked"}, wantErr: errBadResponseHead},
-		{name: "TE empty", fields: []string{"Transfer-Encoding: "}, wantErr: errBadResponseHead},
-		{name: "obs-fold", fields: []string{"X-A: 1", " 2"}, wantErr: errBadResponseHead},
-		{name: "space before colon", fields: []string{"Content-Length : 1"}, wantErr: errBadResponseHead},
-		{name: "NUL in value", fields: []string{"X-A: \x00"}, wantErr: errBadResponseHead},
-		{name: "bare LF", fields: []string{"X-A: 1\nX-B: 2"}, wantErr: errBadResponseHead},
-		{name: "bare CR", fields: []string{"X-A: 1\rX-B: 2"}, wantErr: errBadResponseHead},
+		{name: "CL duplicate different", fields: []string{"Content-Length: 5", "Content-Length: 6"}, wantErr: ErrBadResponseHead},
+		{name: "CL bad", fields: []string{"Content-Length: -1"}, wantErr: ErrBadResponseHead},
+		{name: "CL list", fields: []string{"Content-Length: 5, 5"}, wantErr: ErrBadResponseHead},
+		{name: "TE chunked then gzip", fields: []string{"Transfer-Encoding: chunked, gzip"}, wantErr: ErrBadResponseHead},
+		{name: "TE chunked twice", fields: []string{"Transfer-Encoding: chunked", "Transfer-Encoding: chunked"}, wantErr: ErrBadResponseHead},
+		{name: "TE empty", fields: []string{"Transfer-Encoding: "}, wantErr: ErrBadResponseHead},
+		{name: "obs-fold", fields: []string{"X-A: 1", " 2"}, wantErr: ErrBadResponseHead},
+		{name: "space before colon", fields: []string{"Content-Length : 1"}, wantErr: ErrBadResponseHead},
+		{name: "NUL in value", fields: []string{"X-A: \x00"}, wantErr: ErrBadResponseHead},
+		{name: "bare LF", fields: []string{"X-A: 1\nX-B: 2"}, wantErr: ErrBadResponseHead},
+		{name: "bare CR", fields: []string{"X-A: 1\rX-B: 2"}, wantErr: ErrBadResponseHead},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -871,8 +871,8 @@ func TestParseResponseFraming(t *testing.T) {
 			if line == "" {
 				line = "HTTP/1.1 200 OK"
 			}
-			var h head
-			err := h.parseResponse(rawHead(append([]string{line}, tt.fields...)...))
+			var h Head
+			err := h.ParseResponse(rawHead(append([]string{line}, tt.fields...)...))
 			if err != tt.wantErr {
 				t.Fatalf("parseResponse(%q): %v, want %v", tt.fields, err, tt.wantErr)
 			}
@@ -882,9 +882,9 @@ func TestParseResponseFraming(t *testing.T) {
 			if err := checkSpans(&h); err != nil {
 				t.Fatal(err)
 			}
-			if h.contentLength != tt.wantCL || h.chunked != tt.wantChunk || h.teOther != tt.wantOther {
+			if h.ContentLength != tt.wantCL || h.Chunked != tt.wantChunk || h.TEOther != tt.wantOther {
 				t.Errorf("contentLength, chunked, teOther = %d, %v, %v; want %d, %v, %v",
-					h.contentLength, h.chunked, h.teOther, tt.wantCL, tt.wantChunk, tt.wantOther)
+					h.ContentLength, h.Chunked, h.TEOther, tt.wantCL, tt.wantChunk, tt.wantOther)
 			}
 			if tt.wantLines != nil {
 				if diff := cmp.Diff(tt.wantLines, fieldLines(&h)); diff != "" {
@@ -900,26 +900,26 @@ func TestParseResponseHeaderCount(t *testing.T) {
 	for i := range maxHeaders + 1 {
 		lines = append(lines, fmt.Sprintf("X-%d: v", i))
 	}
-	var h head
-	if err := h.parseResponse(rawHead(lines[:maxHeaders+1]...)); err != nil {
+	var h Head
+	if err := h.ParseResponse(rawHead(lines[:maxHeaders+1]...)); err != nil {
 		t.Fatalf("parseResponse with %d fields: %v", maxHeaders, err)
 	}
-	if err := h.parseResponse(rawHead(lines...)); err != errBadResponseHead {
-		t.Fatalf("parseResponse with %d fields: %v, want %v", maxHeaders+1, err, errBadResponseHead)
+	if err := h.ParseResponse(rawHead(lines...)); err != ErrBadResponseHead {
+		t.Fatalf("parseResponse with %d fields: %v, want %v", maxHeaders+1, err, ErrBadResponseHead)
 	}
 }
 
 func TestParseResponseConnection(t *testing.T) {
-	var h head
+	var h Head
 	b := rawHead("HTTP/1.1 200 OK", "Connection: close, X-Hop", "X-Hop: 1", "Keep-Alive: timeout=1",
 		"Transfer-Encoding: chunked", "Content-Type: text/plain")
-	if err := h.parseResponse(b); err != nil {
+	if err := h.ParseResponse(b); err != nil {
 		t.Fatalf("parseResponse: %v", err)
 	}
-	if !h.connClose || h.connKeepAlive {
-		t.Errorf("connClose, connKeepAlive = %v, %v; want true, false", h.connClose, h.connKeepAlive)
+	if !h.ConnClose || h.ConnKeepAlive {
+		t.Errorf("connClose, connKeepAlive = %v, %v; want true, false", h.ConnClose, h.ConnKeepAlive)
 	}
-	h.dropConnectionListed()
+	h.DropConnectionListed()
 	want := []string{"-Connection: close, X-Hop", "-X-Hop: 1", "-Keep-Alive: timeout=1", "Transfer-Encoding: chunked", "Content-Type: text/plain"}
 	if diff := cmp.Diff(want, fieldLines(&h)); diff != "" {
 		t.Errorf("header lines (-want +got):\n%s", diff)
@@ -959,18 +959,18 @@ func TestReadHeadLeadingEmptyLines(t *testing.T) {
 		{"bare LF", "\nGET http://h/ HTTP/1.1\r\n\r\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			b := bufConn{buf: []byte(tt.in + "rest")}
-			b.w = len(tt.in) + len("rest")
-			n, err := b.readHead(1<<10, time.Second)
+			b := Conn{Buf: []byte(tt.in + "rest")}
+			b.W = len(tt.in) + len("rest")
+			n, err := b.ReadHead(1<<10, time.Second)
 			if err != nil {
 				t.Fatalf("readHead: %v", err)
 			}
-			got := b.buf[b.r : b.r+n]
+			got := b.Buf[b.R : b.R+n]
 			if string(got) != "GET http://h/ HTTP/1.1\r\n\r\n" {
 				t.Fatalf("head = %q", got)
 			}
-			var h head
-			if err := h.parseRequest(got); err != nil {
+			var h Head
+			if err := h.ParseRequest(got); err != nil {
 				t.Fatalf("parseRequest: %v", err)
 			}
 		})
@@ -1004,22 +1004,22 @@ var sampleResponse = rawHead(
 )
 
 func BenchmarkParseRequest(b *testing.B) {
-	var h head
+	var h Head
 	b.ReportAllocs()
 	b.SetBytes(int64(len(browserRequest)))
 	for b.Loop() {
-		if err := h.parseRequest(browserRequest); err != nil {
+		if err := h.ParseRequest(browserRequest); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
 func BenchmarkParseResponse(b *testing.B) {
-	var h head
+	var h Head
 	b.ReportAllocs()
 	b.SetBytes(int64(len(sampleResponse)))
 	for b.Loop() {
-		if err := h.parseResponse(sampleResponse); err != nil {
+		if err := h.ParseResponse(sampleResponse); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -1028,40 +1028,40 @@ func BenchmarkParseResponse(b *testing.B) {
 // TestParseAllocs checks that the parsers allocate nothing once their
 // state has been used: the hot path of every request.
 func TestParseAllocs(t *testing.T) {
-	var h head
+	var h Head
 	connReq := rawHead("POST http://h/ HTTP/1.1", "Host: h", "Connection: X-A, close", "X-A: 1", "Transfer-Encoding: chunked")
 	badReq := rawHead("GET http://h/ HTTP/1.1", "Content-Length: 1", "Content-Length: 2")
 	body := []byte("4;ext=1\r\nWiki\r\n5\r\npedia\r\n0\r\nX-Sum: 1\r\n\r\n")
-	var cs chunkedScanner
+	var cs ChunkedScanner
 	tests := []struct {
 		name string
 		f    func()
 	}{
 		{"parseRequest", func() {
-			if err := h.parseRequest(browserRequest); err != nil {
+			if err := h.ParseRequest(browserRequest); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"parseRequest connection options", func() {
-			if err := h.parseRequest(connReq); err != nil {
+			if err := h.ParseRequest(connReq); err != nil {
 				t.Fatal(err)
 			}
-			h.dropConnectionListed()
+			h.DropConnectionListed()
 		}},
 		{"parseRequest refused", func() {
-			if err := h.parseRequest(badReq); err != errDupCL {
+			if err := h.ParseRequest(badReq); err != errDupCL {
 				t.Fatal(err)
 			}
 		}},
 		{"parseResponse", func() {
-			if err := h.parseResponse(sampleResponse); err != nil {
+			if err := h.ParseResponse(sampleResponse); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"chunkedScanner", func() {
-			cs = chunkedScanner{}
-			if n, err := scanChunked(&cs, body); err != nil || n != len(body) || !cs.done() {
-				t.Fatalf("scanChunked = %d, %v, done %v", n, err, cs.done())
+			cs = ChunkedScanner{}
+			if n, err := ScanChunked(&cs, body); err != nil || n != len(body) || !cs.Done() {
+				t.Fatalf("scanChunked = %d, %v, done %v", n, err, cs.Done())
 			}
 		}},
 	}

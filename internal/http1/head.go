@@ -1,36 +1,45 @@
-package httpproxy
+package http1
 
 import (
 	"bytes"
 	"errors"
 )
 
-// span is a byte range [start, end) of a head buffer. Parsed heads keep
+// Span is a byte range [Start, End) of a head buffer. Parsed heads keep
 // spans rather than strings so that parsing allocates nothing.
-type span struct{ start, end int32 }
+type Span struct{ Start, End int32 }
 
-func (s span) empty() bool { return s.end <= s.start }
+// Empty reports whether the span holds no byte.
+func (s Span) Empty() bool { return s.End <= s.Start }
 
-func (s span) of(b []byte) []byte { return b[s.start:s.end] }
+// Of returns the bytes of b the span covers.
+func (s Span) Of(b []byte) []byte { return b[s.Start:s.End] }
 
-// headerLine is one header field line of a parsed head: the whole line
+// Field is one header field line of a parsed head: the whole line
 // (without CRLF), its name and its value with surrounding whitespace trimmed.
-type headerLine struct {
-	line, name, value span
-	// drop is set for hop-by-hop fields and fields rustle replaces.
-	drop bool
+type Field struct {
+	Line, Name, Value Span
+	// Drop is set for hop-by-hop fields and fields rustle replaces.
+	Drop bool
 }
 
-// parseError is a refusal of a malformed message head. status is the
+// ParseError is a refusal of a malformed message head. Status is the
 // response a client gets for a request head (400, 431, 501, 505).
-type parseError struct {
-	status int
-	reason string
+type ParseError struct {
+	Status int
+	Reason string
 }
 
-func (e *parseError) Error() string { return "httpproxy: " + e.reason }
+// Error returns the reason with the package prefix.
+func (e *ParseError) Error() string { return "http1: " + e.Reason }
 
-func perr(status int, reason string) error { return &parseError{status: status, reason: reason} }
+// NewParseError returns a *ParseError refusing a message with status and
+// reason.
+func NewParseError(status int, reason string) error {
+	return &ParseError{Status: status, Reason: reason}
+}
+
+func perr(status int, reason string) error { return NewParseError(status, reason) }
 
 // Parse errors, allocated once.
 var (
@@ -44,7 +53,7 @@ var (
 	errBadHeaderName   = perr(400, "malformed header name (or whitespace before colon)")
 	errBadHeaderValue  = perr(400, "invalid character in header value")
 	errTooManyHeaders  = perr(431, "too many header fields")
-	errHeadTooLarge    = perr(431, "request header fields too large")
+	ErrHeadTooLarge    = perr(431, "request header fields too large")
 	errBadCL           = perr(400, "invalid Content-Length")
 	errDupCL           = perr(400, "conflicting Content-Length values")
 	errCLAndTE         = perr(400, "both Content-Length and Transfer-Encoding")
@@ -53,8 +62,8 @@ var (
 	errTEHTTP10        = perr(400, "Transfer-Encoding in an HTTP/1.0 message")
 	errDupHost         = perr(400, "more than one Host header")
 	errTooManyConnOpts = perr(400, "too many Connection options")
-	errBadStatusLine   = errors.New("httpproxy: malformed status line")
-	errBadResponseHead = errors.New("httpproxy: malformed response head")
+	ErrBadStatusLine   = errors.New("http1: malformed status line")
+	ErrBadResponseHead = errors.New("http1: malformed response head")
 )
 
 // maxHeaders bounds the header lines of one head.
@@ -63,52 +72,53 @@ const maxHeaders = 256
 // maxConnTokens bounds the options one Connection header set may list.
 const maxConnTokens = 16
 
-// head is the parsed form of a request or response head. It is reused
-// across messages of a connection; reset prepares it for the next one.
-type head struct {
-	buf []byte // the head's bytes, request line through the empty line
+// Head is the parsed form of a request or response head. It is reused
+// across messages of a connection: each parse starts it afresh. Its spans
+// and fields point into Buf, the head's bytes, which it does not own.
+type Head struct {
+	Buf []byte // the head's bytes, request line through the empty line
 
 	// Request fields.
-	method, target span
+	Method, Target Span
 	// Response fields.
-	status       int
-	statusReason span
+	Status int
+	Reason Span
 
-	minor int // HTTP/1.minor
+	Minor int // HTTP/1.minor
 
-	headers []headerLine
+	Fields []Field
 
-	contentLength int64 // -1 when absent
-	chunked       bool
-	// teOther is set when Transfer-Encoding is present but not chunked
+	ContentLength int64 // -1 when absent
+	Chunked       bool
+	// TEOther is set when Transfer-Encoding is present but not chunked
 	// (responses only: the body is then delimited by close).
-	teOther bool
+	TEOther bool
 
-	connClose, connKeepAlive bool
-	connTokens               [maxConnTokens]span
+	ConnClose, ConnKeepAlive bool
+	connTokens               [maxConnTokens]Span
 	nConnTokens              int
 
-	expectContinue bool
-	hostIdx        int  // index in headers of the Host field, -1 if none
-	upgradeIdx     int  // index in headers of the Upgrade field, -1 if none
-	connUpgrade    bool // Connection lists "upgrade"
-	proxyAuth      span
+	ExpectContinue bool
+	HostIdx        int  // index in Fields of the Host field, -1 if none
+	UpgradeIdx     int  // index in Fields of the Upgrade field, -1 if none
+	ConnUpgrade    bool // Connection lists "upgrade"
+	ProxyAuth      Span
 }
 
-func (h *head) reset(buf []byte) {
-	h.buf = buf
-	h.method, h.target, h.statusReason = span{}, span{}, span{}
-	h.status, h.minor = 0, 0
-	h.headers = h.headers[:0]
-	h.contentLength = -1
-	h.chunked, h.teOther = false, false
-	h.connClose, h.connKeepAlive = false, false
+func (h *Head) reset(buf []byte) {
+	h.Buf = buf
+	h.Method, h.Target, h.Reason = Span{}, Span{}, Span{}
+	h.Status, h.Minor = 0, 0
+	h.Fields = h.Fields[:0]
+	h.ContentLength = -1
+	h.Chunked, h.TEOther = false, false
+	h.ConnClose, h.ConnKeepAlive = false, false
 	h.nConnTokens = 0
-	h.expectContinue = false
-	h.hostIdx = -1
-	h.upgradeIdx = -1
-	h.connUpgrade = false
-	h.proxyAuth = span{}
+	h.ExpectContinue = false
+	h.HostIdx = -1
+	h.UpgradeIdx = -1
+	h.ConnUpgrade = false
+	h.ProxyAuth = Span{}
 }
 
 // findHeadEnd returns the length of the head at the start of b (through
@@ -152,9 +162,9 @@ var fieldVChar = func() (t [256]bool) {
 	return t
 }()
 
-// parseRequest parses a request head: b must be the whole head as found by
+// ParseRequest parses a request head: b must be the whole head as found by
 // findHeadEnd.
-func (h *head) parseRequest(b []byte) error {
+func (h *Head) ParseRequest(b []byte) error {
 	h.reset(b)
 	eol, err := lineEnd(b, 0)
 	if err != nil {
@@ -181,55 +191,55 @@ func (h *head) parseRequest(b []byte) error {
 			return errBadTarget
 		}
 	}
-	h.method = span{0, int32(sp1)}
-	h.target = span{int32(sp1 + 1), int32(sp1 + 1 + sp2)}
+	h.Method = Span{0, int32(sp1)}
+	h.Target = Span{int32(sp1 + 1), int32(sp1 + 1 + sp2)}
 	minor, err := parseVersion(rest[sp2+1:])
 	if err != nil {
 		return err
 	}
-	h.minor = minor
+	h.Minor = minor
 	if err := h.parseFields(b, eol+2); err != nil {
 		return err
 	}
 	return h.checkFraming(true)
 }
 
-// parseResponse parses a response head.
-func (h *head) parseResponse(b []byte) error {
+// ParseResponse parses a response head.
+func (h *Head) ParseResponse(b []byte) error {
 	h.reset(b)
 	eol, err := lineEnd(b, 0)
 	if err != nil {
-		return errBadStatusLine
+		return ErrBadStatusLine
 	}
 	line := b[:eol]
 	// HTTP-version SP 3DIGIT SP reason-phrase (the last SP is tolerated
 	// missing when the reason is empty).
 	if len(line) < 12 || line[8] != ' ' {
-		return errBadStatusLine
+		return ErrBadStatusLine
 	}
 	minor, err := parseVersion(line[:8])
 	if err != nil {
-		return errBadStatusLine
+		return ErrBadStatusLine
 	}
-	h.minor = minor
+	h.Minor = minor
 	d0, d1, d2 := line[9], line[10], line[11]
 	if d0 < '1' || d0 > '5' || d1 < '0' || d1 > '9' || d2 < '0' || d2 > '9' {
-		return errBadStatusLine
+		return ErrBadStatusLine
 	}
-	h.status = int(d0-'0')*100 + int(d1-'0')*10 + int(d2-'0')
+	h.Status = int(d0-'0')*100 + int(d1-'0')*10 + int(d2-'0')
 	if len(line) > 12 {
 		if line[12] != ' ' {
-			return errBadStatusLine
+			return ErrBadStatusLine
 		}
 		for _, c := range line[13:] {
 			if !fieldVChar[c] {
-				return errBadStatusLine
+				return ErrBadStatusLine
 			}
 		}
-		h.statusReason = span{13, int32(eol)}
+		h.Reason = Span{13, int32(eol)}
 	}
 	if err := h.parseFields(b, eol+2); err != nil {
-		return errBadResponseHead
+		return ErrBadResponseHead
 	}
 	return h.checkFraming(false)
 }
@@ -266,7 +276,7 @@ func lineEnd(b []byte, from int) (int, error) {
 }
 
 // parseFields parses the header lines from off to the end of the head.
-func (h *head) parseFields(b []byte, off int) error {
+func (h *Head) parseFields(b []byte, off int) error {
 	for {
 		if off+1 < len(b) && b[off] == '\r' && b[off+1] == '\n' {
 			return nil // the empty line
@@ -307,15 +317,15 @@ func (h *head) parseFields(b []byte, off int) error {
 				return errBadHeaderValue
 			}
 		}
-		if len(h.headers) == maxHeaders {
+		if len(h.Fields) == maxHeaders {
 			return errTooManyHeaders
 		}
-		h.headers = append(h.headers, headerLine{
-			line:  span{int32(off), int32(eol)},
-			name:  span{int32(off), int32(colon)},
-			value: span{int32(vs), int32(ve)},
+		h.Fields = append(h.Fields, Field{
+			Line:  Span{int32(off), int32(eol)},
+			Name:  Span{int32(off), int32(colon)},
+			Value: Span{int32(vs), int32(ve)},
 		})
-		if err := h.noteField(len(h.headers) - 1); err != nil {
+		if err := h.noteField(len(h.Fields) - 1); err != nil {
 			return err
 		}
 		off = eol + 2
@@ -324,75 +334,75 @@ func (h *head) parseFields(b []byte, off int) error {
 
 // noteField records what the framing, connection management and
 // authentication code need from header i, and marks hop-by-hop fields.
-func (h *head) noteField(i int) error {
-	f := &h.headers[i]
-	name := f.name.of(h.buf)
-	value := f.value.of(h.buf)
+func (h *Head) noteField(i int) error {
+	f := &h.Fields[i]
+	name := f.Name.Of(h.Buf)
+	value := f.Value.Of(h.Buf)
 	switch len(name) {
 	case 4:
-		if equalFold(name, "host") {
-			if h.hostIdx >= 0 {
+		if EqualFold(name, "host") {
+			if h.HostIdx >= 0 {
 				return errDupHost
 			}
-			h.hostIdx = i
+			h.HostIdx = i
 		}
 	case 2:
-		if equalFold(name, "te") {
-			f.drop = true
+		if EqualFold(name, "te") {
+			f.Drop = true
 		}
 	case 6:
-		if equalFold(name, "expect") && equalFold(value, "100-continue") {
-			h.expectContinue = true
+		if EqualFold(name, "expect") && EqualFold(value, "100-continue") {
+			h.ExpectContinue = true
 		}
 	case 7:
-		if equalFold(name, "trailer") {
-			f.drop = true
+		if EqualFold(name, "trailer") {
+			f.Drop = true
 		}
-		if equalFold(name, "upgrade") {
+		if EqualFold(name, "upgrade") {
 			// Hop-by-hop: forwarded only when rustle relays the
 			// upgrade itself (WebSocket).
-			f.drop = true
-			h.upgradeIdx = i
+			f.Drop = true
+			h.UpgradeIdx = i
 		}
 	case 10:
-		if equalFold(name, "connection") {
-			f.drop = true
+		if EqualFold(name, "connection") {
+			f.Drop = true
 			return h.noteConnection(value)
 		}
-		if equalFold(name, "keep-alive") {
-			f.drop = true
+		if EqualFold(name, "keep-alive") {
+			f.Drop = true
 		}
 	case 14:
-		if equalFold(name, "content-length") {
+		if EqualFold(name, "content-length") {
 			n, ok := parseContentLength(value)
 			if !ok {
 				return errBadCL
 			}
-			if h.contentLength >= 0 {
-				if h.contentLength != n {
+			if h.ContentLength >= 0 {
+				if h.ContentLength != n {
 					return errDupCL
 				}
-				f.drop = true // an identical repeat: forward one
+				f.Drop = true // an identical repeat: forward one
 			}
-			h.contentLength = n
+			h.ContentLength = n
 		}
 	case 16:
-		if equalFold(name, "proxy-connection") {
-			f.drop = true
+		if EqualFold(name, "proxy-connection") {
+			f.Drop = true
 			return h.noteConnection(value)
 		}
 	case 17:
-		if equalFold(name, "transfer-encoding") {
+		if EqualFold(name, "transfer-encoding") {
 			return h.noteTransferEncoding(value)
 		}
 	case 18:
-		if equalFold(name, "proxy-authenticate") {
-			f.drop = true
+		if EqualFold(name, "proxy-authenticate") {
+			f.Drop = true
 		}
 	case 19:
-		if equalFold(name, "proxy-authorization") {
-			f.drop = true
-			h.proxyAuth = f.value
+		if EqualFold(name, "proxy-authorization") {
+			f.Drop = true
+			h.ProxyAuth = f.Value
 		}
 	}
 	return nil
@@ -401,7 +411,7 @@ func (h *head) noteField(i int) error {
 // noteConnection records the options of a Connection (or legacy
 // Proxy-Connection) field: close, keep-alive, and the names of further
 // hop-by-hop fields.
-func (h *head) noteConnection(v []byte) error {
+func (h *Head) noteConnection(v []byte) error {
 	start := 0
 	for start <= len(v) {
 		end := bytes.IndexByte(v[start:], ',')
@@ -413,17 +423,17 @@ func (h *head) noteConnection(v []byte) error {
 		tok := trimOWS(v[start:end])
 		switch {
 		case len(tok) == 0:
-		case equalFold(tok, "close"):
-			h.connClose = true
-		case equalFold(tok, "keep-alive"):
-			h.connKeepAlive = true
-		case equalFold(tok, "upgrade"):
-			h.connUpgrade = true
+		case EqualFold(tok, "close"):
+			h.ConnClose = true
+		case EqualFold(tok, "keep-alive"):
+			h.ConnKeepAlive = true
+		case EqualFold(tok, "upgrade"):
+			h.ConnUpgrade = true
 		default:
 			if h.nConnTokens == maxConnTokens {
 				return errTooManyConnOpts
 			}
-			s := spanWithin(h.buf, tok)
+			s := spanWithin(h.Buf, tok)
 			h.connTokens[h.nConnTokens] = s
 			h.nConnTokens++
 		}
@@ -434,8 +444,8 @@ func (h *head) noteConnection(v []byte) error {
 
 // noteTransferEncoding validates Transfer-Encoding: only "chunked" alone is
 // accepted in requests; responses with other codings are close-delimited.
-func (h *head) noteTransferEncoding(v []byte) error {
-	if h.chunked {
+func (h *Head) noteTransferEncoding(v []byte) error {
+	if h.Chunked {
 		// chunked already seen: anything after it is invalid.
 		return errTENotChunked
 	}
@@ -452,13 +462,13 @@ func (h *head) noteTransferEncoding(v []byte) error {
 		switch {
 		case len(tok) == 0:
 			return errTENotChunked
-		case equalFold(tok, "chunked"):
+		case EqualFold(tok, "chunked"):
 			if !last {
 				return errTENotChunked
 			}
-			h.chunked = true
+			h.Chunked = true
 		default:
-			h.teOther = true
+			h.TEOther = true
 		}
 		start = end + 1
 	}
@@ -467,54 +477,54 @@ func (h *head) noteTransferEncoding(v []byte) error {
 
 // checkFraming applies the message-length rules of RFC 9112 §6 that
 // protect against request smuggling.
-func (h *head) checkFraming(request bool) error {
-	te := h.chunked || h.teOther
+func (h *Head) checkFraming(request bool) error {
+	te := h.Chunked || h.TEOther
 	if !te {
 		return nil
 	}
-	if h.minor == 0 {
+	if h.Minor == 0 {
 		if request {
 			return errTEHTTP10
 		}
 		// An HTTP/1.0 response with Transfer-Encoding: framing is
 		// faulty; read it as close-delimited, and drop Content-Length
 		// below as for any response with both.
-		h.chunked, h.teOther = false, true
+		h.Chunked, h.TEOther = false, true
 	}
-	if h.contentLength >= 0 {
+	if h.ContentLength >= 0 {
 		if request {
 			return errCLAndTE
 		}
 		// RFC 9112 §6.3: Transfer-Encoding overrides Content-Length, and
 		// an intermediary removes Content-Length before forwarding.
-		h.contentLength = -1
-		for i := range h.headers {
-			if equalFold(h.headers[i].name.of(h.buf), "content-length") {
-				h.headers[i].drop = true
+		h.ContentLength = -1
+		for i := range h.Fields {
+			if EqualFold(h.Fields[i].Name.Of(h.Buf), "content-length") {
+				h.Fields[i].Drop = true
 			}
 		}
 	}
 	if request {
-		if h.teOther && h.chunked {
+		if h.TEOther && h.Chunked {
 			return errTEUnsupported
 		}
-		if !h.chunked {
+		if !h.Chunked {
 			return errTENotChunked
 		}
-	} else if h.teOther {
-		h.chunked = false // close-delimited, forwarded as is
+	} else if h.TEOther {
+		h.Chunked = false // close-delimited, forwarded as is
 	}
 	return nil
 }
 
 // spanWithin returns the span of sub, a subslice of buf.
-func spanWithin(buf, sub []byte) span {
+func spanWithin(buf, sub []byte) Span {
 	if len(sub) == 0 {
-		return span{}
+		return Span{}
 	}
 	// Both share the backing array; the offset is the pointer difference.
 	off := cap(buf) - cap(sub)
-	return span{int32(off), int32(off + len(sub))}
+	return Span{int32(off), int32(off + len(sub))}
 }
 
 func trimOWS(b []byte) []byte {
@@ -543,9 +553,9 @@ func parseContentLength(v []byte) (int64, bool) {
 	return n, true
 }
 
-// equalFold reports whether b equals the lower-case ASCII string s,
+// EqualFold reports whether b equals the lower-case ASCII string s,
 // ignoring ASCII case in b.
-func equalFold(b []byte, s string) bool {
+func EqualFold(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
@@ -561,35 +571,74 @@ func equalFold(b []byte, s string) bool {
 	return true
 }
 
-// hasField reports whether the head has a field named name (lower case).
-func (h *head) fieldIndex(name string) int {
-	for i := range h.headers {
-		if equalFold(h.headers[i].name.of(h.buf), name) {
+// FieldIndex returns the index in Fields of the first field named name
+// (lower case), or -1.
+func (h *Head) FieldIndex(name string) int {
+	for i := range h.Fields {
+		if EqualFold(h.Fields[i].Name.Of(h.Buf), name) {
 			return i
 		}
 	}
 	return -1
 }
 
-// upgradesTo reports whether the head asks to switch to protocol (lower
+// UpgradesTo reports whether the head asks to switch to protocol (lower
 // case): Connection lists "upgrade" and Upgrade names exactly protocol.
-func (h *head) upgradesTo(protocol string) bool {
-	return h.connUpgrade && h.upgradeIdx >= 0 && equalFold(h.headers[h.upgradeIdx].value.of(h.buf), protocol)
+func (h *Head) UpgradesTo(protocol string) bool {
+	return h.ConnUpgrade && h.UpgradeIdx >= 0 && EqualFold(h.Fields[h.UpgradeIdx].Value.Of(h.Buf), protocol)
 }
 
-// dropConnectionListed marks the fields named in Connection as hop-by-hop,
+// ConnectionLists reports whether the Connection (or Proxy-Connection)
+// fields name the field name, ASCII case ignored; "close", "keep-alive"
+// and "upgrade" are not recorded as names.
+func (h *Head) ConnectionLists(name []byte) bool {
+	for t := 0; t < h.nConnTokens; t++ {
+		if bytes.EqualFold(h.connTokens[t].Of(h.Buf), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// AppendValues appends the non-empty values of the fields named name
+// (lower case) that are not dropped, each followed by ", ".
+func (h *Head) AppendValues(out []byte, name string) []byte {
+	for i := range h.Fields {
+		f := &h.Fields[i]
+		if f.Drop || f.Value.Empty() || !EqualFold(f.Name.Of(h.Buf), name) {
+			continue
+		}
+		out = append(out, f.Value.Of(h.Buf)...)
+		out = append(out, ", "...)
+	}
+	return out
+}
+
+// ParseTrailers parses the trailer section of a chunked body: b is its
+// field lines through the final empty line (only "\r\n" when there are
+// none). The fields are noted as a head's are; a malformed section is
+// ErrBadResponseHead.
+func (h *Head) ParseTrailers(b []byte) error {
+	h.reset(b)
+	if err := h.parseFields(b, 0); err != nil {
+		return ErrBadResponseHead
+	}
+	return nil
+}
+
+// DropConnectionListed marks the fields named in Connection as hop-by-hop,
 // except those the body is framed by or that the forwarder rewrites:
 // dropping Content-Length or Transfer-Encoding while forwarding the body
 // by them would desynchronise the next hop (request smuggling).
-func (h *head) dropConnectionListed() {
+func (h *Head) DropConnectionListed() {
 	for t := 0; t < h.nConnTokens; t++ {
-		tok := h.connTokens[t].of(h.buf)
-		if equalFold(tok, "content-length") || equalFold(tok, "transfer-encoding") || equalFold(tok, "host") {
+		tok := h.connTokens[t].Of(h.Buf)
+		if EqualFold(tok, "content-length") || EqualFold(tok, "transfer-encoding") || EqualFold(tok, "host") {
 			continue
 		}
-		for i := range h.headers {
-			if bytes.EqualFold(h.headers[i].name.of(h.buf), tok) {
-				h.headers[i].drop = true
+		for i := range h.Fields {
+			if bytes.EqualFold(h.Fields[i].Name.Of(h.Buf), tok) {
+				h.Fields[i].Drop = true
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package httpproxy
+package http1
 
 import (
 	"net"
@@ -6,9 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// setNotSentLowat sets TCP_NOTSENT_LOWAT on c; 0 restores the system
+// SetNotSentLowat sets TCP_NOTSENT_LOWAT on c; 0 restores the system
 // default. It is an optimisation: a failure leaves the socket as it was.
-func setNotSentLowat(c *net.TCPConn, n int) {
+func SetNotSentLowat(c *net.TCPConn, n int) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return

@@ -1,4 +1,4 @@
-package httpproxy
+package http1
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// TestDeadlineSlack checks when a bufConn re-arms a deadline: not while
+// TestDeadlineSlack checks when a Conn re-arms a deadline: not while
 // the one armed falls within the slack before the wanted one, always when
 // it would fire later than wanted or too early.
 func TestDeadlineSlack(t *testing.T) {
@@ -31,9 +31,9 @@ func TestDeadlineSlack(t *testing.T) {
 			a, b := net.Pipe()
 			defer a.Close()
 			defer b.Close()
-			bc := bufConn{c: a, rdl: tt.armed, wdl: tt.armed}
-			bc.setReadDeadline(tt.now, tt.timeout)
-			bc.setWriteDeadline(tt.now, tt.timeout)
+			bc := Conn{C: a, rdl: tt.armed, wdl: tt.armed}
+			bc.ArmReadDeadline(tt.now, tt.timeout)
+			bc.ArmWriteDeadline(tt.now, tt.timeout)
 			if bc.rdl != tt.want || bc.wdl != tt.want {
 				t.Errorf("armed read %v, write %v; want %v", bc.rdl, bc.wdl, tt.want)
 			}
@@ -47,10 +47,10 @@ func TestDeadlineFires(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
-	bc := bufConn{c: a, buf: make([]byte, 16)}
-	bc.setReadDeadline(monoNow(), 50*time.Millisecond)
+	bc := Conn{C: a, Buf: make([]byte, 16)}
+	bc.ArmReadDeadline(MonoNow(), 50*time.Millisecond)
 	start := time.Now()
-	if err := bc.fill(16); !errors.Is(err, os.ErrDeadlineExceeded) {
+	if err := bc.Fill(16); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("fill = %v, want a deadline error", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -60,8 +60,8 @@ func TestDeadlineFires(t *testing.T) {
 	// does): armed anew.
 	a.SetReadDeadline(time.Time{})
 	bc.rdl = 0
-	bc.setReadDeadline(monoNow(), 50*time.Millisecond)
-	if err := bc.fill(16); !errors.Is(err, os.ErrDeadlineExceeded) {
+	bc.ArmReadDeadline(MonoNow(), 50*time.Millisecond)
+	if err := bc.Fill(16); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("fill after forgetting = %v, want a deadline error", err)
 	}
 }

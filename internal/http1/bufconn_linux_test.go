@@ -1,4 +1,4 @@
-package httpproxy
+package http1
 
 import (
 	"net"
@@ -35,16 +35,16 @@ func TestArmLowat(t *testing.T) {
 		}
 		return v
 	}
-	b := bufConn{c: tc, tcp: tc}
-	b.armLowat()
+	b := Conn{C: tc, TCP: tc}
+	b.ArmLowat()
 	if v := get(); v != notSentLowat || !b.lowat {
 		t.Fatalf("TCP_NOTSENT_LOWAT = %d (lowat %v), want %d", v, b.lowat, notSentLowat)
 	}
-	setNotSentLowat(tc, 0)
+	SetNotSentLowat(tc, 0)
 	if v := get(); v != 0 {
 		t.Fatalf("TCP_NOTSENT_LOWAT = %d after clearing, want 0", v)
 	}
-	b.armLowat() // armed already: left alone
+	b.ArmLowat() // armed already: left alone
 	if v := get(); v != 0 {
 		t.Fatalf("TCP_NOTSENT_LOWAT = %d after a second armLowat, want it left at 0", v)
 	}

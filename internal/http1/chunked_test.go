@@ -1,4 +1,4 @@
-package httpproxy
+package http1
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ type scanResult struct {
 // error when the scanner breaks its contract: no progress on a non-empty
 // input, a run longer than its input, a data run outside chunk data.
 func feedChunked(in []byte, cuts []int) (scanResult, error) {
-	var cs chunkedScanner
+	var cs ChunkedScanner
 	var r scanResult
 	prev := 0
 	for i := 0; i <= len(cuts); i++ {
@@ -37,9 +37,9 @@ func feedChunked(in []byte, cuts []int) (scanResult, error) {
 		}
 		p := in[prev:end]
 		prev = end
-		for len(p) > 0 && !cs.done() {
+		for len(p) > 0 && !cs.Done() {
 			wasData := cs.state == csData
-			n, data, err := cs.step(p)
+			n, data, err := cs.Step(p)
 			if n < 0 || n > len(p) {
 				return r, fmt.Errorf("step returned %d for %d bytes", n, len(p))
 			}
@@ -60,9 +60,9 @@ func feedChunked(in []byte, cuts []int) (scanResult, error) {
 			}
 			p = p[n:]
 		}
-		if cs.done() {
+		if cs.Done() {
 			r.done = true
-			if n, data, err := cs.step(in[r.consumed:]); n != 0 || data || err != nil {
+			if n, data, err := cs.Step(in[r.consumed:]); n != 0 || data || err != nil {
 				return r, fmt.Errorf("step after the end = %d, %v, %v", n, data, err)
 			}
 			return r, nil
@@ -174,10 +174,10 @@ func TestChunkedPrefixes(t *testing.T) {
 	for _, tt := range validChunkedBodies() {
 		t.Run(tt.name, func(t *testing.T) {
 			for i := range len(tt.body) {
-				var cs chunkedScanner
-				n, err := scanChunked(&cs, []byte(tt.body[:i]))
-				if err != nil || n != i || cs.done() {
-					t.Fatalf("prefix of %d bytes: scanned %d, err %v, done %v", i, n, err, cs.done())
+				var cs ChunkedScanner
+				n, err := ScanChunked(&cs, []byte(tt.body[:i]))
+				if err != nil || n != i || cs.Done() {
+					t.Fatalf("prefix of %d bytes: scanned %d, err %v, done %v", i, n, err, cs.Done())
 				}
 			}
 		})
@@ -262,15 +262,15 @@ func TestChunkedInvalid(t *testing.T) {
 // TestChunkedStep checks the runs step returns: framing up to the first
 // data byte, data up to the chunk's end and no further.
 func TestChunkedStep(t *testing.T) {
-	var cs chunkedScanner
+	var cs ChunkedScanner
 	in := []byte("3;x\r\nabc\r\n2\r\nde\r\n0\r\nT: 1\r\n\r\nNEXT")
 	type run struct {
 		text string
 		data bool
 	}
 	var got []run
-	for p := in; len(p) > 0 && !cs.done(); {
-		n, data, err := cs.step(p)
+	for p := in; len(p) > 0 && !cs.Done(); {
+		n, data, err := cs.Step(p)
 		if err != nil {
 			t.Fatalf("step: %v", err)
 		}
@@ -283,23 +283,23 @@ func TestChunkedStep(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("runs = %+v, want %+v", got, want)
 	}
-	if n, data, err := cs.step([]byte("NEXT")); n != 0 || data || err != nil {
+	if n, data, err := cs.Step([]byte("NEXT")); n != 0 || data || err != nil {
 		t.Errorf("step after the end = %d, %v, %v; want 0, false, nil", n, data, err)
 	}
 
 	// Data arriving in pieces: each step takes what belongs to the chunk.
-	cs = chunkedScanner{}
-	if n, _, err := cs.step([]byte("a\r\n")); n != 3 || err != nil {
+	cs = ChunkedScanner{}
+	if n, _, err := cs.Step([]byte("a\r\n")); n != 3 || err != nil {
 		t.Fatalf("size line: %d, %v", n, err)
 	}
 	for i, want := range []int{4, 4, 2} {
-		n, data, err := cs.step([]byte("0123\r\n0\r\n\r\n")[:4])
+		n, data, err := cs.Step([]byte("0123\r\n0\r\n\r\n")[:4])
 		if n != want || !data || err != nil {
 			t.Fatalf("data step %d = %d, %v, %v; want %d, true, nil", i, n, data, err, want)
 		}
 	}
-	if n, data, err := cs.step([]byte("\r\n0\r\n\r\n")); n != 7 || data || err != nil || !cs.done() {
-		t.Fatalf("final framing = %d, %v, %v, done %v", n, data, err, cs.done())
+	if n, data, err := cs.Step([]byte("\r\n0\r\n\r\n")); n != 7 || data || err != nil || !cs.Done() {
+		t.Fatalf("final framing = %d, %v, %v, done %v", n, data, err, cs.Done())
 	}
 }
 
@@ -318,10 +318,10 @@ func TestChunkedScanChunked(t *testing.T) {
 		{"error", "4\r\nWikiX", 7, false, errChunkCRLF},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var cs chunkedScanner
-			n, err := scanChunked(&cs, []byte(tt.in))
-			if n != tt.wantN || cs.done() != tt.wantDone || err != tt.wantErr {
-				t.Errorf("scanChunked = %d, done %v, %v; want %d, %v, %v", n, cs.done(), err, tt.wantN, tt.wantDone, tt.wantErr)
+			var cs ChunkedScanner
+			n, err := ScanChunked(&cs, []byte(tt.in))
+			if n != tt.wantN || cs.Done() != tt.wantDone || err != tt.wantErr {
+				t.Errorf("scanChunked = %d, done %v, %v; want %d, %v, %v", n, cs.Done(), err, tt.wantN, tt.wantDone, tt.wantErr)
 			}
 		})
 	}

@@ -1,14 +1,14 @@
-package httpproxy
+package http1
 
 import "errors"
 
 // Chunked framing errors.
 var (
-	errChunkSize     = errors.New("httpproxy: malformed chunk size")
-	errChunkOverflow = errors.New("httpproxy: chunk size overflows")
-	errChunkLine     = errors.New("httpproxy: chunk line too long or malformed")
-	errChunkCRLF     = errors.New("httpproxy: missing CRLF after chunk data")
-	errTrailer       = errors.New("httpproxy: malformed or oversized trailer section")
+	errChunkSize     = errors.New("http1: malformed chunk size")
+	errChunkOverflow = errors.New("http1: chunk size overflows")
+	errChunkLine     = errors.New("http1: chunk line too long or malformed")
+	errChunkCRLF     = errors.New("http1: missing CRLF after chunk data")
+	errTrailer       = errors.New("http1: malformed or oversized trailer section")
 )
 
 // Limits of the chunked framing rustle accepts.
@@ -18,11 +18,11 @@ const (
 	maxChunkHex     = 15       // 15 hex digits: sizes below 2^60
 )
 
-// chunkedScanner follows the framing of a chunked body (RFC 9112 §7.1) as
+// ChunkedScanner follows the framing of a chunked body (RFC 9112 §7.1) as
 // its bytes pass through the proxy, so that the body can be forwarded
 // verbatim (or decoded) while its end is found and malformed framing, the
 // food of request smuggling, is refused.
-type chunkedScanner struct {
+type ChunkedScanner struct {
 	state    uint8
 	digits   int   // hex digits of the current size
 	size     int64 // the size being parsed, then the data bytes left
@@ -45,13 +45,24 @@ const (
 	csDone
 )
 
-// done reports whether the whole body has been seen.
-func (s *chunkedScanner) done() bool { return s.state == csDone }
+// TrailerBytes returns how many bytes of the trailer section (its field
+// lines and the final empty line) the scanner has consumed: a caller that
+// keeps the trailers takes that many from the end of the framing runs
+// Step returns once the last chunk is seen.
+func (s *ChunkedScanner) TrailerBytes() int {
+	if s.state == csDone {
+		return s.trailers + 1 // the final LF, which Step does not count
+	}
+	return s.trailers
+}
 
-// step consumes a prefix of p that is either all framing or all chunk data
+// Done reports whether the whole body has been seen.
+func (s *ChunkedScanner) Done() bool { return s.state == csDone }
+
+// Step consumes a prefix of p that is either all framing or all chunk data
 // and returns its length and which it was. It consumes nothing past the
 // end of the body. p must not be empty unless the body is done.
-func (s *chunkedScanner) step(p []byte) (n int, data bool, err error) {
+func (s *ChunkedScanner) Step(p []byte) (n int, data bool, err error) {
 	if s.state == csData {
 		n = len(p)
 		if int64(n) > s.size {
@@ -183,4 +194,18 @@ func unhex(c byte) (byte, bool) {
 		return c - 'A' + 10, true
 	}
 	return 0, false
+}
+
+// ScanChunked advances cs over as much of p as belongs to the body and
+// returns how many bytes that is.
+func ScanChunked(cs *ChunkedScanner, p []byte) (int, error) {
+	m := 0
+	for m < len(p) && !cs.Done() {
+		k, _, err := cs.Step(p[m:])
+		if err != nil {
+			return m, err
+		}
+		m += k
+	}
+	return m, nil
 }
