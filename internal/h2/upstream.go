@@ -1,23 +1,20 @@
 package h2
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
@@ -30,22 +27,12 @@ var (
 	errHeadTooLarge  = errors.New("h2: upstream response head too large")
 	errUnexpected101 = errors.New("h2: upstream switched protocols without an upgrade request")
 	errBadUpgrade    = errors.New("h2: upstream answered the WebSocket handshake wrongly")
+	errCoding        = errors.New("h2: upstream used a transfer coding other than chunked")
+	// errUpstreamClosed is an origin closing the connection before a
+	// byte of its response: a pooled connection it had given up on, so
+	// the request may be sent again.
+	errUpstreamClosed = fmt.Errorf("h2: upstream closed the connection without a response: %w", io.EOF)
 )
-
-// readerPool holds the *bufio.Reader that upstream responses are read
-// with.
-var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
-
-func getReader(r io.Reader) *bufio.Reader {
-	br := readerPool.Get().(*bufio.Reader)
-	br.Reset(r)
-	return br
-}
-
-func putReader(br *bufio.Reader) {
-	br.Reset(nil)
-	readerPool.Put(br)
-}
 
 // answerLocal answers the stream with status, the extra fields and a
 // one-line text body. A request other than CONNECT is read (and dropped)
@@ -97,7 +84,7 @@ func (s *stream) answerError(err error, target string) {
 		s.answer(k.Status(), de.Reason())
 	case errors.As(err, &ne) && ne.Timeout():
 		s.answer(504, "upstream "+target+" did not answer in time")
-	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade):
+	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade), errors.Is(err, errCoding):
 		s.answer(502, strings.TrimPrefix(err.Error(), "h2: "))
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		s.answer(502, "upstream "+target+" closed the connection without a response")
@@ -191,9 +178,9 @@ func (s *stream) forward() {
 	head, chunked := appendRequestHead(make([]byte, 0, 512), r, hasBody, &opts, "")
 	canRetry := !hasBody && isIdempotent(r.method)
 
+	o := getOrigin()
+	defer putOrigin(o)
 	var up *net.TCPConn
-	var br *bufio.Reader
-	var resp *http.Response
 	var err error
 	var written time.Time // when the head went upstream
 	for attempt := 0; ; attempt++ {
@@ -206,11 +193,12 @@ func (s *stream) forward() {
 		if !s.attach(up) {
 			return
 		}
+		o.attach(up)
 		up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 		_, err = up.Write(head)
 		written = time.Now()
 		if err == nil && !hasBody {
-			br, resp, err = s.readResponse(up, r.method, false)
+			err = s.readResponse(o, r.method, false)
 		}
 		if err == nil || attempt > 0 || !reused || !canRetry || !isDeadConn(err) {
 			break
@@ -223,7 +211,7 @@ func (s *stream) forward() {
 		c.wg.Add(1)
 		c.mu.Unlock()
 		go s.sendBody(up, chunked, bodyDone)
-		br, resp, err = s.readResponse(up, r.method, false)
+		err = s.readResponse(o, r.method, false)
 	} else {
 		bodyDone <- nil
 	}
@@ -234,13 +222,13 @@ func (s *stream) forward() {
 		return
 	}
 	s.grant.FirstByte(written)
-	complete := s.relayResponse(resp, r.method, up, br)
+	keep := o.keepAlive(r.method)
+	complete := s.relayResponse(o, r.method)
 	if complete {
 		s.stopBody()
 	}
 	bodyErr := s.bodyResult(bodyDone, up)
-	reuse := complete && bodyErr == nil && !resp.Close && br.Buffered() == 0
-	putReader(br)
+	reuse := complete && bodyErr == nil && keep && len(o.up.Buffered()) == 0
 	s.detach(up, key, reuse)
 }
 
@@ -267,53 +255,6 @@ func (s *stream) bodyResult(done <-chan error, up *net.TCPConn) error {
 	up.SetWriteDeadline(time.Unix(1, 0))
 	<-done
 	return errBodyCut
-}
-
-// relayResponse sends resp (head, body, trailers) on the stream and
-// reports whether all of it was sent.
-func (s *stream) relayResponse(resp *http.Response, method string, up *net.TCPConn, br *bufio.Reader) bool {
-	c := s.c
-	noBody := method == "HEAD" || resp.StatusCode == 204 || resp.StatusCode == 304 ||
-		resp.ContentLength == 0 && len(resp.TransferEncoding) == 0
-	fields := responseFields(make([]hpack.HeaderField, 0, 16), resp.StatusCode, resp.Header, c.cfg.Via)
-	// When body bytes are here already, the head goes out with them.
-	if s.queueHeaders(fields, noBody, br.Buffered() == 0) != nil {
-		return false
-	}
-	s.answered(resp.StatusCode)
-	if noBody {
-		return true
-	}
-	buf := bufPool.Get().(*[bufSize]byte)
-	defer bufPool.Put(buf)
-	var sent int64
-	for {
-		up.SetReadDeadline(time.Now().Add(c.cfg.WriteTimeout))
-		n, err := resp.Body.Read(buf[:])
-		sent += int64(n)
-		s.downBytes += int64(n)
-		// The last bytes of a body of known length carry END_STREAM.
-		last := sent == resp.ContentLength && len(resp.Trailer) == 0
-		s.pace(n)
-		if n > 0 && s.sendData(buf[:n], last) != nil {
-			return false
-		}
-		if last {
-			return true
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			s.resetStream(http2.ErrCodeInternal)
-			return false
-		}
-	}
-	if len(resp.Trailer) > 0 {
-		tf := responseFields(fields[:0], 0, resp.Trailer, false)
-		return s.sendHeaders(tf, true) == nil
-	}
-	return s.sendData(nil, true) == nil
 }
 
 // sendBody writes the request body from the stream's input queue to up,
@@ -382,105 +323,6 @@ func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 		}
 		c.flushLocked()
 	}
-}
-
-// headLimiter bounds the bytes read for a response head; n < 0 means no
-// bound.
-type headLimiter struct {
-	r io.Reader
-	n int
-}
-
-func (l *headLimiter) Read(p []byte) (int, error) {
-	if l.n < 0 {
-		return l.r.Read(p)
-	}
-	if l.n == 0 {
-		return 0, errHeadTooLarge
-	}
-	if len(p) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.r.Read(p)
-	l.n -= n
-	return n, err
-}
-
-// readResponse reads the final response head from up, passing
-// informational (1xx) answers on to the client. upgrade accepts a 101.
-func (s *stream) readResponse(up *net.TCPConn, method string, upgrade bool) (*bufio.Reader, *http.Response, error) {
-	c := s.c
-	lim := &headLimiter{r: up, n: c.cfg.MaxHeaderBytes + 4096}
-	br := getReader(lim)
-	req := &http.Request{Method: method}
-	up.SetReadDeadline(time.Now().Add(c.cfg.ResponseHeaderTimeout))
-	for {
-		resp, err := http.ReadResponse(br, req)
-		if err != nil {
-			putReader(br)
-			if lim.n == 0 {
-				err = errHeadTooLarge
-			}
-			return nil, nil, err
-		}
-		switch {
-		case resp.StatusCode == 101 && !upgrade:
-			putReader(br)
-			return nil, nil, errUnexpected101
-		case resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != 101:
-			fields := responseFields(make([]hpack.HeaderField, 0, 4), resp.StatusCode, resp.Header, false)
-			if err := s.sendHeaders(fields, false); err != nil {
-				putReader(br)
-				return nil, nil, err
-			}
-			lim.n = c.cfg.MaxHeaderBytes + 4096
-			continue
-		}
-		lim.n = -1
-		up.SetReadDeadline(time.Time{})
-		return br, resp, nil
-	}
-}
-
-// responseFields appends the HTTP/2 fields of a response head: :status
-// (unless status is 0, for trailers), then h's fields in lower case less
-// the hop-by-hop ones and those its Connection field names.
-func responseFields(dst []hpack.HeaderField, status int, h http.Header, via bool) []hpack.HeaderField {
-	if status != 0 {
-		dst = append(dst, hpack.HeaderField{Name: ":status", Value: strconv.Itoa(status)})
-	}
-	listed := h["Connection"]
-	for k, vv := range h {
-		name := strings.ToLower(k)
-		switch name {
-		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade", "te", "http2-settings":
-			continue
-		}
-		if !validFieldName(name) || connectionListed(listed, name) {
-			continue
-		}
-		for _, v := range vv {
-			if httpguts.ValidHeaderFieldValue(v) {
-				dst = append(dst, hpack.HeaderField{Name: name, Value: v})
-			}
-		}
-	}
-	if via {
-		dst = append(dst, hpack.HeaderField{Name: "via", Value: "1.1 rustle"})
-	}
-	return dst
-}
-
-// connectionListed reports whether a Connection field value names name.
-func connectionListed(values []string, name string) bool {
-	for _, v := range values {
-		for _, tok := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), name) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func isIdempotent(m string) bool {
@@ -587,30 +429,31 @@ func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []by
 		s.answerError(err, key)
 		return nil, nil, false
 	}
-	br, resp, err := s.readResponse(up, "GET", true)
-	if err != nil {
+	o := getOrigin()
+	defer putOrigin(o)
+	o.attach(up)
+	if err := s.readResponse(o, "GET", true); err != nil {
 		s.answerError(err, key)
 		return nil, nil, false
 	}
-	defer putReader(br)
-	if resp.StatusCode != 101 {
+	h := &o.head
+	if h.Status != 101 {
 		// Refused: the origin's answer goes to the client as it is.
-		if s.relayResponse(resp, "GET", up, br) {
+		if s.relayResponse(o, "GET") {
 			s.stopBody()
 		}
 		return nil, nil, false
 	}
 	sum := sha1.Sum([]byte(wsKey + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
-	if !httpguts.HeaderValuesContainsToken(resp.Header["Upgrade"], "websocket") ||
-		resp.Header.Get("Sec-Websocket-Accept") != base64.StdEncoding.EncodeToString(sum[:]) {
+	accept := h.FieldIndex("sec-websocket-accept")
+	if !upgradesToWebSocket(h) || accept < 0 ||
+		string(h.Fields[accept].Value.Of(h.Buf)) != base64.StdEncoding.EncodeToString(sum[:]) {
 		s.answerError(errBadUpgrade, key)
 		return nil, nil, false
 	}
-	resp.Header.Del("Sec-Websocket-Accept")
-	fields := responseFields(make([]hpack.HeaderField, 0, 8), 200, resp.Header, c.cfg.Via)
+	fields := responseFields(make([]hpack.HeaderField, 0, 8), 200, h, c.cfg.Via, "sec-websocket-accept")
 	var pending []byte
-	if n := br.Buffered(); n > 0 {
-		p, _ := br.Peek(n)
+	if p := o.up.Buffered(); len(p) > 0 {
 		pending = append([]byte(nil), p...)
 	}
 	return fields, pending, true

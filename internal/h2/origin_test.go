@@ -1,0 +1,80 @@
+package h2
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// TestOriginFraming checks how an origin's HTTP/1.1 response, read with
+// internal/http1, reaches an HTTP/2 client: each body framing, the
+// connection-specific fields left out, trailers, and the answers that
+// cannot be passed on.
+func TestOriginFraming(t *testing.T) {
+	p := startProxy(t, Config{MaxHeaderBytes: 4096}, nil)
+	cc := p.client(t)
+	tests := []struct {
+		name       string
+		method     string
+		handler    proxytest.Handler
+		status     int
+		body       string
+		header     map[string]string // want these values ("" = absent)
+		trailer    map[string]string
+		bodyPrefix bool // body is a prefix of the 502's reason
+	}{
+		{name: "length", handler: proxytest.Raw("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\n\r\nhello"),
+			status: 200, body: "hello", header: map[string]string{"X-A": "1", "Content-Length": "5"}},
+		{name: "chunked", handler: proxytest.Raw("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 99\r\n\r\n4\r\nWiki\r\n5;x=y\r\npedia\r\n0\r\n\r\n"),
+			status: 200, body: "Wikipedia", header: map[string]string{"Content-Length": "", "Transfer-Encoding": ""}},
+		{name: "chunked with trailers", handler: proxytest.Raw("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n2\r\nab\r\n0\r\nX-Sum: 2\r\n\r\n"),
+			status: 200, body: "ab", trailer: map[string]string{"X-Sum": "2"}},
+		{name: "close-delimited", handler: proxytest.ThenClose(proxytest.Raw("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the close")),
+			status: 200, body: "until the close"},
+		{name: "HTTP/1.0", handler: proxytest.ThenClose(proxytest.Raw("HTTP/1.0 200 OK\r\nX-Old: yes\r\n\r\nold")),
+			status: 200, body: "old", header: map[string]string{"X-Old": "yes"}},
+		{name: "HEAD keeps Content-Length", method: "HEAD", handler: proxytest.Raw("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"),
+			status: 200, header: map[string]string{"Content-Length": "10"}},
+		{name: "204", handler: proxytest.Raw("HTTP/1.1 204 No Content\r\nX-B: 2\r\n\r\n"),
+			status: 204, header: map[string]string{"X-B": "2"}},
+		{name: "interim then final", handler: proxytest.Raw("HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+			status: 200, body: "ok"},
+		{name: "connection-listed fields dropped", handler: proxytest.Raw("HTTP/1.1 200 OK\r\nConnection: X-Hop, keep-alive\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nX-Kept: 1\r\nContent-Length: 2\r\n\r\nok"),
+			status: 200, body: "ok", header: map[string]string{"X-Hop": "", "Keep-Alive": "", "Connection": "", "X-Kept": "1"}},
+		{name: "other transfer coding", handler: proxytest.Raw("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nxx"),
+			status: 502, body: "rustle: upstream used a transfer coding", bodyPrefix: true},
+		{name: "malformed status line", handler: proxytest.Raw("HTTP/1.1 2000 OK\r\n\r\n"),
+			status: 502, body: "rustle: malformed response from upstream", bodyPrefix: true},
+		{name: "head too large", handler: proxytest.Raw("HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("b", 8<<10) + "\r\nContent-Length: 0\r\n\r\n"),
+			status: 502, body: "rustle: upstream response head too large", bodyPrefix: true},
+		{name: "closed before a response", handler: proxytest.ThenClose(proxytest.Raw("")),
+			status: 502, body: "rustle: upstream", bodyPrefix: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := proxytest.NewOrigin(t, tt.handler)
+			method := tt.method
+			if method == "" {
+				method = "GET"
+			}
+			resp, body := roundTrip(t, cc, newRequest(t, method, o.URL("/"), nil))
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d (body %q), want %d", resp.StatusCode, body, tt.status)
+			}
+			if tt.bodyPrefix && !strings.HasPrefix(body, tt.body) || !tt.bodyPrefix && body != tt.body {
+				t.Errorf("body %q, want %q", body, tt.body)
+			}
+			for k, want := range tt.header {
+				if got := resp.Header.Get(k); got != want {
+					t.Errorf("header %s = %q, want %q (%v)", k, got, want, resp.Header)
+				}
+			}
+			for k, want := range tt.trailer {
+				if got := resp.Trailer.Get(k); got != want {
+					t.Errorf("trailer %s = %q, want %q (%v)", k, got, want, resp.Trailer)
+				}
+			}
+		})
+	}
+}
