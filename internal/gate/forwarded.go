@@ -9,6 +9,18 @@ const (
 	ForwardedXFF  = "x-forwarded-for"
 )
 
+// ForwardedName returns the name of the field mode adds to forwarded
+// requests, "Forwarded" or "X-Forwarded-For"; "" for ForwardedNone.
+func ForwardedName(mode string) string {
+	switch mode {
+	case ForwardedRFC:
+		return "Forwarded"
+	case ForwardedXFF:
+		return "X-Forwarded-For"
+	}
+	return ""
+}
+
 // AppendForwardedFor appends the client's address as the element that
 // mode adds to the request's Forwarded (RFC 7239: for=1.2.3.4, or
 // for="[2001:db8::1]") or X-Forwarded-For (the bare address) field; it

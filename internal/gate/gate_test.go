@@ -81,31 +81,6 @@ func observe(t *testing.T, cfg *proxytest.PolicyConfig) *observed {
 	return o
 }
 
-// sum returns the sum of every series of the metric name (a histogram's
-// sample count).
-func (o *observed) sum(t *testing.T, name string) float64 {
-	t.Helper()
-	fams, err := o.m.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, s := range f.GetMetric() {
-			switch {
-			case s.GetCounter() != nil:
-				n += s.GetCounter().GetValue()
-			case s.GetHistogram() != nil:
-				n += float64(s.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return n
-}
-
 // records waits for n access log records and returns them.
 func (o *observed) records(t *testing.T, n int) []map[string]any {
 	t.Helper()
@@ -359,10 +334,10 @@ func TestAuthorize(t *testing.T) {
 			}
 			g.Answer(k.Status(), 0)
 			g.Finish(0, 0)
-			if got := o.sum(t, "rustle_auth_failures_total"); got != tt.authFailed {
+			if got := proxytest.Metric(t, o.m, "rustle_auth_failures_total"); got != tt.authFailed {
 				t.Errorf("auth failures counted: %v, want %v", got, tt.authFailed)
 			}
-			if got := o.sum(t, "rustle_acl_denials_total"); got != tt.denied {
+			if got := proxytest.Metric(t, o.m, "rustle_acl_denials_total"); got != tt.denied {
 				t.Errorf("ACL denials counted: %v, want %v", got, tt.denied)
 			}
 		})
@@ -434,7 +409,7 @@ func TestAuthMemo(t *testing.T) {
 				}
 				g.Finish(0, 0)
 			}
-			if got := o.sum(t, "rustle_auth_failures_total"); got != tt.authFailed {
+			if got := proxytest.Metric(t, o.m, "rustle_auth_failures_total"); got != tt.authFailed {
 				t.Errorf("auth failures counted: %v, want %v", got, tt.authFailed)
 			}
 		})
@@ -671,13 +646,13 @@ func TestTunnel(t *testing.T) {
 				rec["method"] != "CONNECT" || rec["status"] != float64(200) || rec["upstream"] != echo.Addr || rec["end"] != nil && rec["end"] != "" {
 				t.Errorf("access log record %v, want %v bytes each way", rec, want)
 			}
-			if got := o.sum(t, "rustle_bytes_total"); got != 2*want {
+			if got := proxytest.Metric(t, o.m, "rustle_bytes_total"); got != 2*want {
 				t.Errorf("bytes counted: %v, want %v", got, 2*want)
 			}
-			if got := o.sum(t, "rustle_tunnels_total"); got != 1 {
+			if got := proxytest.Metric(t, o.m, "rustle_tunnels_total"); got != 1 {
 				t.Errorf("tunnels counted: %v, want 1", got)
 			}
-			if got := o.sum(t, "rustle_upstream_dial_duration_seconds"); got != 1 {
+			if got := proxytest.Metric(t, o.m, "rustle_upstream_dial_duration_seconds"); got != 1 {
 				t.Errorf("dials observed: %v, want 1", got)
 			}
 			// The user's count went back with the tunnel.

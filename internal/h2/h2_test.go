@@ -918,30 +918,6 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// counterSum returns the sum of every series of the counter name.
-func counterSum(t *testing.T, m *metrics.Metrics, name string) float64 {
-	t.Helper()
-	fams, err := m.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, s := range f.GetMetric() {
-			switch {
-			case s.GetCounter() != nil:
-				sum += s.GetCounter().GetValue()
-			case s.GetHistogram() != nil:
-				sum += float64(s.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
-}
-
 // TestAccessLogAndMetrics checks the JSON access log records and the
 // counts of a forwarded GET, a 407, a 403 and a CONNECT tunnel over h2.
 func TestAccessLogAndMetrics(t *testing.T) {
@@ -1055,11 +1031,11 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		{"rustle_upstream_first_byte_seconds", 1},
 		{"rustle_user_requests_total", 3}, // the GET, the DELETE and the tunnel
 	} {
-		if got := counterSum(t, m, c.name); got != c.want {
+		if got := proxytest.Metric(t, m, c.name); got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, got, c.want)
 		}
 	}
-	if got := counterSum(t, m, "rustle_bytes_total"); got < 10+10 {
+	if got := proxytest.Metric(t, m, "rustle_bytes_total"); got < 10+10 {
 		t.Errorf("rustle_bytes_total = %v, want the GET's body and the tunnel's 10 bytes", got)
 	}
 }

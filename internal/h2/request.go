@@ -366,32 +366,15 @@ func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key
 		}
 		out = append(out, "\r\n"...)
 	}
-	if o.clientAddr.IsValid() {
-		switch o.forwarded {
-		case ForwardedRFC:
-			out = append(out, "Forwarded: "...)
-			for _, v := range fwdValues {
-				out = append(out, v...)
-				out = append(out, ", "...)
-			}
-			out = append(out, "for="...)
-			if o.clientAddr.Is6() {
-				out = append(out, "\"["...)
-				out = o.clientAddr.AppendTo(out)
-				out = append(out, "]\""...)
-			} else {
-				out = o.clientAddr.AppendTo(out)
-			}
-			out = append(out, "\r\n"...)
-		case ForwardedXFF:
-			out = append(out, "X-Forwarded-For: "...)
-			for _, v := range fwdValues {
-				out = append(out, v...)
-				out = append(out, ", "...)
-			}
-			out = o.clientAddr.AppendTo(out)
-			out = append(out, "\r\n"...)
+	if name := gate.ForwardedName(o.forwarded); name != "" && o.clientAddr.IsValid() {
+		out = append(out, name...)
+		out = append(out, ": "...)
+		for _, v := range fwdValues {
+			out = append(out, v...)
+			out = append(out, ", "...)
 		}
+		out = gate.AppendForwardedFor(out, o.forwarded, o.clientAddr)
+		out = append(out, "\r\n"...)
 	}
 	switch {
 	case r.kind == kindWebSocket:

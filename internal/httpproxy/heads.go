@@ -60,16 +60,11 @@ func (cn *conn) buildRequestHead() {
 		out = append(out, cn.tgt.authority...)
 		out = append(out, crlf...)
 	}
-	switch cn.p.cfg.Forwarded {
-	case ForwardedRFC:
-		out = append(out, "Forwarded: "...)
+	if mode := cn.p.cfg.Forwarded; gate.ForwardedName(mode) != "" {
+		out = append(out, gate.ForwardedName(mode)...)
+		out = append(out, ": "...)
 		out = req.AppendValues(out, fwdName)
-		out = gate.AppendForwardedFor(out, ForwardedRFC, cn.sess.ClientIP())
-		out = append(out, crlf...)
-	case ForwardedXFF:
-		out = append(out, "X-Forwarded-For: "...)
-		out = req.AppendValues(out, fwdName)
-		out = gate.AppendForwardedFor(out, ForwardedXFF, cn.sess.ClientIP())
+		out = gate.AppendForwardedFor(out, mode, cn.sess.ClientIP())
 		out = append(out, crlf...)
 	}
 	if cn.upgrade {

@@ -88,40 +88,15 @@ func waitRecords(t *testing.T, out *lockedBuffer, n int) []logRecord {
 	return recs
 }
 
-// metricValue returns the value of the series of family name whose labels
-// include want (a histogram's sample count); 0 when there is none.
+// metricValue returns proxytest.Metric of the series of family name whose
+// labels include want.
 func metricValue(t *testing.T, m *metrics.Metrics, name string, want map[string]string) float64 {
 	t.Helper()
-	fams, err := m.Gatherer().Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
+	var labels []string
+	for k, v := range want {
+		labels = append(labels, k, v)
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, s := range f.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range s.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue next
-				}
-			}
-			switch {
-			case s.Counter != nil:
-				return s.Counter.GetValue()
-			case s.Gauge != nil:
-				return s.Gauge.GetValue()
-			case s.Histogram != nil:
-				return float64(s.Histogram.GetSampleCount())
-			}
-		}
-	}
-	return 0
+	return proxytest.Metric(t, m, name, labels...)
 }
 
 // TestAccessLogAndMetrics checks the record and the counts of requests

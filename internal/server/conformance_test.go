@@ -32,7 +32,6 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -329,29 +328,8 @@ func startConformRig(t *testing.T, env *conformEnv, paced bool) *conformRig {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	r := &conformRig{addr: map[string]string{}, m: metrics.New(metrics.Config{PerUser: true}), log: &logBuffer{}}
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: r.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, nil, WithMetrics(r.m), WithAccessLog(al))
-	if err != nil {
-		al.Close()
-		t.Fatalf("New: %v", err)
-	}
-	if err := s.Start(); err != nil {
-		s.Close()
-		al.Close()
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		al.Close()
-	})
-	r.s = s
-	for _, a := range s.Addrs() {
-		r.addr[a.Name] = a.Addr.String()
-	}
+	r := &conformRig{m: metrics.New(metrics.Config{PerUser: true}), log: &logBuffer{}}
+	r.s, r.addr = startLogged(t, cfg, nil, r.log, WithMetrics(r.m))
 	return r
 }
 

@@ -26,7 +26,6 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/net/http2"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
 )
 
@@ -62,33 +61,12 @@ func revokeListeners(tl config.ListenerTLS) []config.Listener {
 func startRevokeRig(t *testing.T, cfg *config.Config, roots *x509.CertPool) *revokeRig {
 	t.Helper()
 	r := &revokeRig{
-		addr: map[string]string{}, roots: roots,
+		roots:  roots,
 		target: fmt.Sprintf("http://127.0.0.1:%d/ok", mixedOrigin(t)),
 		echo:   tcpEcho(t), udpEcho: udpEcho(t),
 		logs: &logBuffer{}, access: &logBuffer{},
 	}
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: r.access})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, slog.New(slog.NewTextHandler(r.logs, nil)), WithAccessLog(al))
-	if err != nil {
-		al.Close()
-		t.Fatalf("New: %v", err)
-	}
-	if err := s.Start(); err != nil {
-		s.Close()
-		al.Close()
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		al.Close()
-	})
-	r.s = s
-	for _, a := range s.Addrs() {
-		r.addr[a.Name] = a.Addr.String()
-	}
+	r.s, r.addr = startLogged(t, cfg, slog.New(slog.NewTextHandler(r.logs, nil)), r.access)
 	return r
 }
 

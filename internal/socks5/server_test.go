@@ -446,7 +446,7 @@ func TestAccess(t *testing.T) {
 		send(t, bad, userPassMsg(testUser, "wrong"))
 		expect(t, bad, []byte{1, 1})
 		expectClosed(t, bad)
-		if n := metricValue(t, m, "rustle_auth_failures_total", "listener", "lim"); n != 1 {
+		if n := proxytest.Metric(t, m, "rustle_auth_failures_total", "listener", "lim"); n != 1 {
 			t.Errorf("auth failures counted %v, want 1", n)
 		}
 		c, rep := connectAs(t, srv, allowed, testUser)
@@ -512,45 +512,6 @@ func TestCoolDown(t *testing.T) {
 			expectClosed(t, c)
 		})
 	}
-}
-
-// metricValue returns the sum over the series of the metric name whose
-// labels include labels (name, value pairs): a counter's value, or a
-// histogram's sample count.
-func metricValue(t testing.TB, m *metrics.Metrics, name string, labels ...string) float64 {
-	t.Helper()
-	fams, err := m.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, s := range f.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range s.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-						break
-					}
-				}
-				if !found {
-					continue series
-				}
-			}
-			switch {
-			case s.GetCounter() != nil:
-				sum += s.GetCounter().GetValue()
-			case s.GetHistogram() != nil:
-				sum += float64(s.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
 }
 
 // newAccessLog returns a JSON access log writing to the buffer it
@@ -674,7 +635,7 @@ func TestTunnelObserved(t *testing.T) {
 				{"rustle_upstream_dial_duration_seconds", []string{"result", "ok"}, 1},
 				{"rustle_upstream_dial_duration_seconds", []string{"result", "error"}, 0},
 			} {
-				if got := metricValue(t, m, mt.name, mt.labels...); got != mt.want {
+				if got := proxytest.Metric(t, m, mt.name, mt.labels...); got != mt.want {
 					t.Errorf("%s%q = %v, want %v", mt.name, mt.labels, got, mt.want)
 				}
 			}
@@ -690,7 +651,7 @@ func TestTunnelObserved(t *testing.T) {
 				{"rustle_user_bytes_total", []string{"user", testUser, "direction", "up"}, float64(len(msg))},
 				{"rustle_user_bytes_total", []string{"user", testUser, "direction", "down"}, float64(len(msg))},
 			} {
-				if got := metricValue(t, m, mt.name, mt.labels...); got != mt.want {
+				if got := proxytest.Metric(t, m, mt.name, mt.labels...); got != mt.want {
 					t.Errorf("%s%q = %v, want %v", mt.name, mt.labels, got, mt.want)
 				}
 			}
@@ -776,7 +737,7 @@ func TestRefusalObserved(t *testing.T) {
 				{"rustle_upstream_dial_duration_seconds", []string{"result", "ok"}, dials},
 				{"rustle_user_requests_total", []string{"user", testUser}, 1},
 			} {
-				if got := metricValue(t, m, mt.name, mt.labels...); got != mt.want {
+				if got := proxytest.Metric(t, m, mt.name, mt.labels...); got != mt.want {
 					t.Errorf("%s%q = %v, want %v", mt.name, mt.labels, got, mt.want)
 				}
 			}

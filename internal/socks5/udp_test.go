@@ -403,7 +403,7 @@ func TestUDPObserve(t *testing.T) {
 		{"rustle_user_bytes_total", []string{"user", testUser, "direction", "up"}, float64(payload)},
 		{"rustle_user_bytes_total", []string{"user", testUser, "direction", "down"}, float64(payload)},
 	} {
-		if got := metricValue(t, m, mt.name, mt.labels...); got != mt.want {
+		if got := proxytest.Metric(t, m, mt.name, mt.labels...); got != mt.want {
 			t.Errorf("%s%q = %v, want %v", mt.name, mt.labels, got, mt.want)
 		}
 	}
@@ -438,7 +438,7 @@ func TestUDPRefused(t *testing.T) {
 		"listener": "udp-ref", "user": testUser, "protocol": "socks5-udp", "method": "UDP ASSOCIATE",
 		"status": float64(repNotAllowed), "bytes_up": float64(0), "bytes_down": float64(0),
 	})
-	if got := metricValue(t, m, "rustle_requests_total", "listener", "udp-ref", "code", "4xx"); got != 1 {
+	if got := proxytest.Metric(t, m, "rustle_requests_total", "listener", "udp-ref", "code", "4xx"); got != 1 {
 		t.Errorf("4xx requests %v, want 1", got)
 	}
 }

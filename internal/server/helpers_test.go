@@ -1,0 +1,40 @@
+package server
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/config"
+)
+
+// startLogged starts a Server on cfg with its access log written to
+// access as JSON lines and its own log to logger (nil = discard), and
+// returns it with the bound address of each listener by name. t.Cleanup
+// closes both.
+func startLogged(t *testing.T, cfg *config.Config, logger *slog.Logger, access *logBuffer, opts ...Option) (*Server, map[string]string) {
+	t.Helper()
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: access})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, logger, append(opts, WithAccessLog(al))...)
+	if err != nil {
+		al.Close()
+		t.Fatalf("New: %v", err)
+	}
+	if err := s.Start(); err != nil {
+		s.Close()
+		al.Close()
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Close()
+		al.Close()
+	})
+	addrs := make(map[string]string)
+	for _, a := range s.Addrs() {
+		addrs[a.Name] = a.Addr.String()
+	}
+	return s, addrs
+}
