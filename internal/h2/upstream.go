@@ -77,11 +77,8 @@ func (s *stream) answerError(err error, target string) {
 	case errors.Is(err, errStreamGone):
 		return
 	case errors.As(err, &de):
-		k := gate.DialKind(err)
-		if k == gate.Forbidden {
-			s.c.s.log.Debug("h2: destination refused", "client", s.c.clientAddr, "target", target, "reason", de.Err)
-		}
-		s.answer(k.Status(), de.Reason())
+		// A refused destination was logged by the grant's Dial.
+		s.answer(gate.DialKind(err).Status(), de.Reason())
 	case errors.As(err, &ne) && ne.Timeout():
 		s.answer(504, "upstream "+target+" did not answer in time")
 	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade), errors.Is(err, errCoding):
