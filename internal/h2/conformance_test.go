@@ -95,7 +95,7 @@ func TestH2Spec(t *testing.T) {
 	if bin == "" {
 		t.Skip("h2spec not installed (scripts/deps.sh installs it)")
 	}
-	p := startProxy(t, Config{}, nil)
+	p := startProxy(t, testConfig(Config{}), nil)
 	_, port, _ := net.SplitHostPort(p.addr)
 	report := filepath.Join(t.TempDir(), "h2spec.xml")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -156,7 +156,7 @@ func TestNghttp(t *testing.T) {
 		t.Skip("nghttp not installed (scripts/deps.sh installs nghttp2-client)")
 	}
 	o := echoOrigin(t)
-	p := startProxy(t, Config{}, nil)
+	p := startProxy(t, testConfig(Config{}), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	host := strings.TrimPrefix(o.URL, "http://")

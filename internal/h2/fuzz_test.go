@@ -86,11 +86,14 @@ func FuzzServeConn(f *testing.F) {
 		f.Add(seed)
 	}
 	pol := proxytest.NewPolicy(f, proxytest.PolicyConfig{Rules: []acl.Rule{}, Default: acl.Deny, DialTimeout: time.Second})
-	srv := New(Config{
+	srv, err := New(testConfig(Config{
 		MaxConcurrentStreams: 4,
 		HandshakeTimeout:     2 * time.Second,
 		WriteTimeout:         2 * time.Second,
-	})
+	}))
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		client, server := net.Pipe()
 		sess := proxytest.NewSession(t, pol, server, nil)

@@ -87,8 +87,41 @@ func newTestCert(t testing.TB) *testCert {
 	return &testCert{cert: cert, roots: roots, caPEM: pemCA}
 }
 
-// startProxy serves h2 with cfg under pol (nil: a policy without
-// users, rules or limits) on a loopback TLS listener made like rustle's
+// testConfig returns c with its zero fields set as the configuration's
+// defaults set them (config.SetDefaults: forwarded, max_header_bytes,
+// [timeouts] and [http2]), which New no longer does; Via stays as given.
+func testConfig(c Config) Config {
+	if c.Forwarded == "" {
+		c.Forwarded = ForwardedNone
+	}
+	set32 := func(v *uint32, def uint32) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	set32(&c.MaxConcurrentStreams, 100)
+	set32(&c.MaxHeaderListSize, 65536)
+	set32(&c.InitialStreamWindow, 256<<10)
+	set32(&c.InitialConnWindow, 1<<20)
+	set32(&c.MaxFrameSize, 16384)
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 65536
+	}
+	setDur := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	setDur(&c.HandshakeTimeout, 30*time.Second)      // timeouts.read_header
+	setDur(&c.ResponseHeaderTimeout, 60*time.Second) // timeouts.response_header
+	setDur(&c.IdleTimeout, 60*time.Second)           // timeouts.idle_client
+	setDur(&c.WriteTimeout, 60*time.Second)          // timeouts.write
+	setDur(&c.TunnelIdleTimeout, time.Hour)          // timeouts.idle_tunnel
+	return c
+}
+
+// startProxy serves h2 with cfg (testConfig(...) in the tests) under pol
+// (nil: a policy without users, rules or limits) on a loopback TLS listener made like rustle's
 // https listeners: ALPN h2, TLS over tunnel.RecordConn, and, as
 // internal/server does, a gate.Session per connection that is given the
 // handshake's client certificate and closed when ServeConn returns. The
@@ -107,7 +140,10 @@ func startProxyTLS(t testing.TB, cfg Config, pol *gate.Policy, clientCAs *x509.C
 	if pol == nil {
 		pol = proxytest.NewPolicy(t, proxytest.PolicyConfig{})
 	}
-	srv := New(cfg)
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +289,7 @@ func echoOrigin(t testing.TB) *httptest.Server {
 func TestForward(t *testing.T) {
 	o := echoOrigin(t)
 	pool := proxytest.NewPool(t, dialer.PoolConfig{})
-	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
 	cc := p.client(t)
 	host := strings.TrimPrefix(o.URL, "http://")
 
@@ -316,7 +352,7 @@ func TestForwardLargeBodies(t *testing.T) {
 		w.Write(big)
 	}))
 	t.Cleanup(o.Close)
-	p := startProxy(t, Config{}, nil)
+	p := startProxy(t, testConfig(Config{}), nil)
 	cc := p.client(t)
 	_, body := roundTrip(t, cc, newRequest(t, "GET", o.URL+"/big", nil))
 	if body != string(big) {
@@ -330,7 +366,7 @@ func TestForwardLargeBodies(t *testing.T) {
 
 func TestConnect(t *testing.T) {
 	echo := proxytest.NewEcho(t)
-	p := startProxy(t, Config{}, nil)
+	p := startProxy(t, testConfig(Config{}), nil)
 	cc := p.client(t)
 	pr, pw := io.Pipe()
 	req := newRequest(t, "CONNECT", "", pr)
@@ -368,7 +404,7 @@ func TestConnect(t *testing.T) {
 
 func TestAuthPerStream(t *testing.T) {
 	o := echoOrigin(t)
-	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{Users: map[string]string{"u": "p"}}))
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{Users: map[string]string{"u": "p"}}))
 	cc := p.client(t)
 
 	bad := newRequest(t, "GET", o.URL+"/nope", nil)
@@ -401,7 +437,7 @@ func TestAuthPerStream(t *testing.T) {
 }
 
 func TestLocalAnswers(t *testing.T) {
-	p := startProxy(t, Config{}, nil)
+	p := startProxy(t, testConfig(Config{}), nil)
 	cc := p.client(t)
 	tests := []struct {
 		name string
@@ -440,7 +476,7 @@ func TestWebSocket(t *testing.T) {
 		}
 	}))
 	t.Cleanup(o.Close)
-	p := startProxy(t, Config{}, nil)
+	p := startProxy(t, testConfig(Config{}), nil)
 	cc := p.client(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
@@ -564,7 +600,7 @@ func (rc *rawClient) next() http2.Frame {
 
 func TestRefusedStream(t *testing.T) {
 	echo := proxytest.NewEcho(t)
-	p := startProxy(t, Config{MaxConcurrentStreams: 2}, nil)
+	p := startProxy(t, testConfig(Config{MaxConcurrentStreams: 2}), nil)
 	rc := p.raw(t)
 	// Two tunnels stay open; the third stream is refused, and once one
 	// tunnel is reset a new stream is accepted.
@@ -630,7 +666,7 @@ func TestSlowStreamDoesNotStallOthers(t *testing.T) {
 		w.Write(bytes.Repeat([]byte("z"), 4<<20))
 	}))
 	t.Cleanup(flood.Close)
-	p := startProxy(t, Config{InitialStreamWindow: 65535, InitialConnWindow: 256 << 10}, nil)
+	p := startProxy(t, testConfig(Config{InitialStreamWindow: 65535, InitialConnWindow: 256 << 10}), nil)
 	cc := p.client(t)
 
 	// Stream 1: a big download nobody reads.
@@ -677,7 +713,10 @@ func TestSlowStreamDoesNotStallOthers(t *testing.T) {
 func TestShutdownSendsGoAway(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 	cert := newTestCert(t).cert
-	srv := New(Config{})
+	srv, err := New(testConfig(Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -744,7 +783,7 @@ func TestAccessPolicy(t *testing.T) {
 	o := echoOrigin(t)
 	echo := proxytest.NewEcho(t)
 	_, echoPort, _ := net.SplitHostPort(echo.Addr)
-	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Default: acl.Allow,
 		Rules: []acl.Rule{
 			{Name: "no-connect-to-echo", Action: acl.Deny, Ports: []string{echoPort}, Protocols: []string{"connect"}},
@@ -778,7 +817,7 @@ func TestTrailers(t *testing.T) {
 		w.Header().Set("X-Resp-Trailer", "from origin")
 	}))
 	t.Cleanup(o.Close)
-	p := startProxy(t, Config{}, nil)
+	p := startProxy(t, testConfig(Config{}), nil)
 	cc := p.client(t)
 	req := newRequest(t, "POST", o.URL+"/t", io.MultiReader(strings.NewReader("abc")))
 	req.ContentLength = -1
@@ -793,7 +832,7 @@ func TestTrailers(t *testing.T) {
 }
 
 func TestHeaderListTooLarge(t *testing.T) {
-	p := startProxy(t, Config{MaxHeaderListSize: 1024}, nil)
+	p := startProxy(t, testConfig(Config{MaxHeaderListSize: 1024}), nil)
 	rc := p.raw(t)
 	big := strings.Repeat("b", 500) // each field fits; together they do not
 	rc.headers(1, true, ":method", "GET", ":scheme", "http", ":authority", "example.test", ":path", "/",
@@ -805,7 +844,7 @@ func TestHeaderListTooLarge(t *testing.T) {
 }
 
 func TestIdleConnectionClosed(t *testing.T) {
-	p := startProxy(t, Config{IdleTimeout: 200 * time.Millisecond}, nil)
+	p := startProxy(t, testConfig(Config{IdleTimeout: 200 * time.Millisecond}), nil)
 	rc := p.raw(t)
 	g, ok := rc.next().(*http2.GoAwayFrame)
 	if !ok || g.ErrCode != http2.ErrCodeNo {
@@ -834,7 +873,7 @@ func TestResetClosesUpstream(t *testing.T) {
 		_, err = io.Copy(io.Discard, c)
 		closed <- err
 	}()
-	p := startProxy(t, Config{}, nil)
+	p := startProxy(t, testConfig(Config{}), nil)
 	rc := p.raw(t)
 	rc.headers(1, false, ":method", "CONNECT", ":authority", ln.Addr().String())
 	if h, ok := rc.next().(*http2.MetaHeadersFrame); !ok || h.PseudoValue("status") != "200" {
@@ -870,7 +909,7 @@ func TestWebSocketRefused(t *testing.T) {
 		http.Error(w, "no sockets here", http.StatusForbidden)
 	}))
 	t.Cleanup(o.Close)
-	p := startProxy(t, Config{}, nil)
+	p := startProxy(t, testConfig(Config{}), nil)
 	cc := p.client(t)
 	req := newRequest(t, "CONNECT", o.URL+"/ws", nil)
 	req.Header.Set(":protocol", "websocket")
@@ -883,7 +922,7 @@ func TestWebSocketRefused(t *testing.T) {
 
 func TestViaAndForwarded(t *testing.T) {
 	o := echoOrigin(t)
-	p := startProxy(t, Config{Via: true, Forwarded: ForwardedXFF}, nil)
+	p := startProxy(t, testConfig(Config{Via: true, Forwarded: ForwardedXFF}), nil)
 	cc := p.client(t)
 	req := newRequest(t, "GET", o.URL+"/v", nil)
 	req.Header.Set("X-Forwarded-For", "192.0.2.7")
@@ -931,7 +970,7 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	o := echoOrigin(t)
 	echo := proxytest.NewEcho(t)
 	creds := basic("u")
-	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users:    map[string]string{"u": "pw"},
 		Default:  acl.Allow,
 		Rules:    []acl.Rule{{Name: "no-delete", Action: acl.Deny, Methods: []string{"DELETE"}}},
@@ -1066,7 +1105,7 @@ func TestLimiterAuthCoolDown(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 	o := echoOrigin(t)
 	host := strings.TrimPrefix(o.URL, "http://")
-	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users:  map[string]string{"u": "pw"},
 		Limits: &limits.Config{AuthFailures: 3, AuthCooldown: 1500 * time.Millisecond, MaxConnsPerUser: 1},
 	}))
@@ -1171,7 +1210,7 @@ func TestLimiterUserConns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { al.Close() })
-	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users:     map[string]string{"u": "pw", "v": "pw"},
 		Limits:    &limits.Config{MaxConnsPerUser: 1},
 		AccessLog: al,
@@ -1246,7 +1285,7 @@ func TestLimiterThrottle(t *testing.T) {
 	o := echoOrigin(t)
 	// Refilling at 1 byte/s, the bucket keeps count of the bytes taken.
 	const burst = 1 << 30
-	p := startProxy(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users:  map[string]string{"u": "pw"},
 		Limits: &limits.Config{UserBytesPerSecond: 1, UserBytesBurst: burst},
 	}))
@@ -1355,7 +1394,7 @@ func TestClientCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { al.Close() })
-	p := startProxyTLS(t, Config{}, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+	p := startProxyTLS(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users:     map[string]string{"alice": "pw", "u": "pw"},
 		AccessLog: al,
 	}), ca.pool)
@@ -1416,5 +1455,110 @@ func TestClientCertificate(t *testing.T) {
 				t.Errorf("access log: user %q status %d, want %q %d", rec.User, rec.Status, tt.user, tt.want)
 			}
 		})
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string // "" = valid
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"zero timeouts", func(c *Config) {
+			c.HandshakeTimeout, c.ResponseHeaderTimeout, c.IdleTimeout, c.WriteTimeout, c.TunnelIdleTimeout = 0, 0, 0, 0, 0
+		}, ""},
+		{"forwarded rfc7239", func(c *Config) { c.Forwarded = ForwardedRFC }, ""},
+		{"forwarded empty", func(c *Config) { c.Forwarded = "" },
+			`h2: Forwarded must be "none", "rfc7239" or "x-forwarded-for", got ""`},
+		{"forwarded unknown", func(c *Config) { c.Forwarded = "xff" },
+			`h2: Forwarded must be "none", "rfc7239" or "x-forwarded-for", got "xff"`},
+		{"max header bytes", func(c *Config) { c.MaxHeaderBytes = 0 }, "h2: MaxHeaderBytes must be positive, got 0"},
+		{"max header bytes negative", func(c *Config) { c.MaxHeaderBytes = -1 }, "h2: MaxHeaderBytes must be positive, got -1"},
+		{"streams", func(c *Config) { c.MaxConcurrentStreams = 0 },
+			"h2: MaxConcurrentStreams must be between 1 and 2147483647, got 0"},
+		{"streams too many", func(c *Config) { c.MaxConcurrentStreams = 1 << 31 },
+			"h2: MaxConcurrentStreams must be between 1 and 2147483647, got 2147483648"},
+		{"header list", func(c *Config) { c.MaxHeaderListSize = 0 },
+			"h2: MaxHeaderListSize must be between 1 and 16777216, got 0"},
+		{"header list too large", func(c *Config) { c.MaxHeaderListSize = 16<<20 + 1 },
+			"h2: MaxHeaderListSize must be between 1 and 16777216, got 16777217"},
+		{"stream window", func(c *Config) { c.InitialStreamWindow = 0 },
+			"h2: InitialStreamWindow must be between 65535 and 2147483647, got 0"},
+		{"stream window small", func(c *Config) { c.InitialStreamWindow = 65534 },
+			"h2: InitialStreamWindow must be between 65535 and 2147483647, got 65534"},
+		{"stream window minimum", func(c *Config) { c.InitialStreamWindow = 65535 }, ""},
+		{"conn window", func(c *Config) { c.InitialConnWindow = 0 },
+			"h2: InitialConnWindow must be between 65535 and 2147483647, got 0"},
+		{"conn window large", func(c *Config) { c.InitialConnWindow = 1 << 31 },
+			"h2: InitialConnWindow must be between 65535 and 2147483647, got 2147483648"},
+		{"frame size", func(c *Config) { c.MaxFrameSize = 0 },
+			"h2: MaxFrameSize must be between 16384 and 16777215, got 0"},
+		{"frame size small", func(c *Config) { c.MaxFrameSize = 16383 },
+			"h2: MaxFrameSize must be between 16384 and 16777215, got 16383"},
+		{"frame size large", func(c *Config) { c.MaxFrameSize = 1 << 24 },
+			"h2: MaxFrameSize must be between 16384 and 16777215, got 16777216"},
+		{"frame size maximum", func(c *Config) { c.MaxFrameSize = 1<<24 - 1 }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(Config{})
+			tc.edit(&cfg)
+			srv, err := New(cfg)
+			switch {
+			case tc.want == "" && (err != nil || srv == nil):
+				t.Fatalf("New: %v, want a server", err)
+			case tc.want != "" && (err == nil || err.Error() != tc.want || srv != nil):
+				t.Fatalf("New: %v, %v; want error %q", srv, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestZeroTimeouts checks that a timeout of 0 arms no deadline (rather
+// than one that has already passed): forwarded requests with large
+// bodies either way, and a tunnel with a half-close, all work.
+func TestZeroTimeouts(t *testing.T) {
+	cfg := testConfig(Config{})
+	cfg.HandshakeTimeout, cfg.ResponseHeaderTimeout, cfg.IdleTimeout, cfg.WriteTimeout, cfg.TunnelIdleTimeout = 0, 0, 0, 0, 0
+	const size = 1 << 20
+	big := bytes.Repeat([]byte("0123456789abcdef"), size/16)
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" {
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprint(w, n)
+			return
+		}
+		w.Write(big)
+	}))
+	t.Cleanup(o.Close)
+	echo := proxytest.NewEcho(t)
+	p := startProxy(t, cfg, nil)
+	cc := p.client(t)
+	for i := range 2 { // the second on the connection, after it was idle
+		if _, body := roundTrip(t, cc, newRequest(t, "GET", o.URL+"/big", nil)); body != string(big) {
+			t.Fatalf("GET %d: got %d bytes, want %d", i, len(body), len(big))
+		}
+	}
+	if _, body := roundTrip(t, cc, newRequest(t, "POST", o.URL+"/up", bytes.NewReader(big))); body != fmt.Sprint(size) {
+		t.Fatalf("POST: origin read %s bytes, want %d", body, size)
+	}
+	pr, pw := io.Pipe()
+	req := newRequest(t, "CONNECT", "", pr)
+	req.URL = &url.URL{Host: echo.Addr}
+	req.Host = echo.Addr
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: status %d", resp.StatusCode)
+	}
+	go func() {
+		pw.Write(big)
+		pw.Close()
+	}()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("tunnel: got %d bytes, %v; want %d", len(got), err, len(big))
 	}
 }

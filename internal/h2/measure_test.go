@@ -83,7 +83,7 @@ func measureIdle(t *testing.T, tunnels int, std bool) float64 {
 	if std {
 		addr, caPEM = startStdServer(t)
 	} else {
-		p := startProxy(t, Config{}, nil)
+		p := startProxy(t, testConfig(Config{}), nil)
 		addr, caPEM = p.addr, p.caPEM
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -342,7 +342,7 @@ func BenchmarkForward1K(b *testing.B) {
 	body := bytes.Repeat([]byte("x"), 1024)
 	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
 	b.Cleanup(o.Close)
-	p := startProxy(b, Config{}, proxytest.NewPolicy(b, proxytest.PolicyConfig{Pool: proxytest.NewPool(b, dialer.PoolConfig{})}))
+	p := startProxy(b, testConfig(Config{}), proxytest.NewPolicy(b, proxytest.PolicyConfig{Pool: proxytest.NewPool(b, dialer.PoolConfig{})}))
 	cc := p.client(b)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
@@ -370,7 +370,7 @@ func BenchmarkForward1K(b *testing.B) {
 // ways, to an echo server.
 func BenchmarkConnectBulk(b *testing.B) {
 	echo := proxytest.NewEcho(b)
-	p := startProxy(b, Config{}, nil)
+	p := startProxy(b, testConfig(Config{}), nil)
 	cc := p.client(b)
 	pr, pw := io.Pipe()
 	req, _ := http.NewRequest("CONNECT", "", pr)

@@ -12,7 +12,7 @@ import (
 // connection-specific fields left out, trailers, and the answers that
 // cannot be passed on.
 func TestOriginFraming(t *testing.T) {
-	p := startProxy(t, Config{MaxHeaderBytes: 4096}, nil)
+	p := startProxy(t, testConfig(Config{MaxHeaderBytes: 4096}), nil)
 	cc := p.client(t)
 	tests := []struct {
 		name       string

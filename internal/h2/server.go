@@ -2,6 +2,7 @@ package h2
 
 import (
 	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -14,9 +15,9 @@ import (
 // Forwarded modes: which client-address header forwarded requests carry
 // (the same values as the HTTP/1.1 proxy's).
 const (
-	ForwardedNone = "none"
-	ForwardedRFC  = "rfc7239"
-	ForwardedXFF  = "x-forwarded-for"
+	ForwardedNone = gate.ForwardedNone
+	ForwardedRFC  = gate.ForwardedRFC
+	ForwardedXFF  = gate.ForwardedXFF
 )
 
 // Protocol limits (RFC 9113 §6.5.2, §6.9.1).
@@ -25,13 +26,17 @@ const (
 	maxFrameSize  = 1<<24 - 1
 	maxWindow     = 1<<31 - 1
 	defaultWindow = 65535 // the initial window of every stream and connection
+	maxHeaderList = 16 << 20
 )
 
 // Config configures a Server: the HTTP/2 wire settings and what forwarded
 // requests carry. Who may send what, the upstreams and the observation of
 // requests are the gate.Policy of each connection's session.
+//
+// New fills no defaults: the configuration (config.SetDefaults) resolves
+// every value, and New rejects those out of range.
 type Config struct {
-	// Forwarded is ForwardedNone (or ""), ForwardedRFC or ForwardedXFF.
+	// Forwarded is ForwardedNone, ForwardedRFC or ForwardedXFF.
 	Forwarded string
 	// Via adds "Via: 2 rustle" to forwarded requests (they came over
 	// HTTP/2) and "via: 1.1 rustle" to their responses (from HTTP/1.1
@@ -39,40 +44,44 @@ type Config struct {
 	Via bool
 
 	// MaxConcurrentStreams is advertised in SETTINGS_MAX_CONCURRENT_STREAMS;
-	// a stream beyond it is refused with REFUSED_STREAM. 0 = 100.
+	// a stream beyond it is refused with REFUSED_STREAM. Between 1 and
+	// 2^31-1.
 	MaxConcurrentStreams uint32
 	// MaxHeaderListSize bounds a request's header list (RFC 9113 §6.5.2
 	// size: names, values and 32 bytes per field); a larger one is
-	// answered 431. 0 = 65536.
+	// answered 431. Between 1 and 16 MiB.
 	MaxHeaderListSize uint32
 	// InitialStreamWindow is the flow-control window of each stream the
 	// client opens: how many request-body or tunnel bytes rustle buffers
-	// per stream. 0 = 256 KiB; at least 65535.
+	// per stream. Between 65535 and 2^31-1.
 	InitialStreamWindow uint32
 	// InitialConnWindow is the connection's flow-control window. Bytes
 	// buffered for all streams of a connection together stay under
-	// about twice this. 0 = 1 MiB; at least 65535.
+	// about twice this. Between 65535 and 2^31-1.
 	InitialConnWindow uint32
 	// MaxFrameSize is the largest frame payload rustle accepts and sends.
-	// 0 = 16384.
+	// Between 16384 and 2^24-1.
 	MaxFrameSize uint32
 
-	// MaxHeaderBytes bounds a response head from an origin. 0 = 64 KiB.
+	// MaxHeaderBytes bounds a response head from an origin. Positive.
 	MaxHeaderBytes int
 	// HandshakeTimeout bounds the wait for the client's connection
-	// preface and first SETTINGS frame. 0 = 30s.
+	// preface and first SETTINGS frame; 0 = no limit (the configuration
+	// always sets one).
 	HandshakeTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for an origin's response
-	// head. 0 = 60s.
+	// head; 0 = no limit (the configuration always sets one).
 	ResponseHeaderTimeout time.Duration
 	// IdleTimeout closes (with GOAWAY) a connection that has had no open
-	// stream for this long. 0 = 60s.
+	// stream for this long; 0 = no limit (the configuration always sets
+	// one).
 	IdleTimeout time.Duration
-	// WriteTimeout bounds each blocked write to the client or an origin.
-	// 0 = 60s.
+	// WriteTimeout bounds each blocked write to the client or an origin,
+	// and each wait for more of an origin's response body; 0 = no limit
+	// (the configuration always sets one).
 	WriteTimeout time.Duration
 	// TunnelIdleTimeout resets a CONNECT stream with no bytes either way
-	// for this long. 0 = 1h.
+	// for this long; 0 = no limit (the configuration always sets one).
 	TunnelIdleTimeout time.Duration
 	// Logger receives connection-level events; nil = discard.
 	Logger *slog.Logger
@@ -86,59 +95,55 @@ type Server struct {
 	start time.Time // the origin of tunnels' activity clocks
 }
 
-// New returns a Server for cfg, with its zero values replaced by their
-// defaults.
-func New(cfg Config) *Server {
-	if cfg.MaxConcurrentStreams == 0 {
-		cfg.MaxConcurrentStreams = 100
-	}
-	if cfg.MaxHeaderListSize == 0 {
-		cfg.MaxHeaderListSize = 64 << 10
-	}
-	cfg.InitialStreamWindow = clampWindow(cfg.InitialStreamWindow, 256<<10)
-	cfg.InitialConnWindow = clampWindow(cfg.InitialConnWindow, 1<<20)
-	switch {
-	case cfg.MaxFrameSize == 0:
-		cfg.MaxFrameSize = minFrameSize
-	case cfg.MaxFrameSize < minFrameSize:
-		cfg.MaxFrameSize = minFrameSize
-	case cfg.MaxFrameSize > maxFrameSize:
-		cfg.MaxFrameSize = maxFrameSize
-	}
-	if cfg.MaxHeaderBytes <= 0 {
-		cfg.MaxHeaderBytes = 64 << 10
-	}
-	setDuration(&cfg.HandshakeTimeout, 30*time.Second)
-	setDuration(&cfg.ResponseHeaderTimeout, 60*time.Second)
-	setDuration(&cfg.IdleTimeout, 60*time.Second)
-	setDuration(&cfg.WriteTimeout, 60*time.Second)
-	setDuration(&cfg.TunnelIdleTimeout, time.Hour)
-	if cfg.Forwarded == "" {
-		cfg.Forwarded = ForwardedNone
+// New returns a Server for cfg, or an error naming the first field out of
+// its range (see Config). It fills no defaults.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: log, start: time.Now()}
+	return &Server{cfg: cfg, log: log, start: time.Now()}, nil
 }
 
-func clampWindow(v, def uint32) uint32 {
-	switch {
-	case v == 0:
-		return def
-	case v < defaultWindow:
-		return defaultWindow
-	case v > maxWindow:
-		return maxWindow
+// validate checks the fields that have no meaning at zero or a range in
+// RFC 9113, as config's validation does.
+func (cfg *Config) validate() error {
+	switch cfg.Forwarded {
+	case ForwardedNone, ForwardedRFC, ForwardedXFF:
+	default:
+		return fmt.Errorf("h2: Forwarded must be %q, %q or %q, got %q",
+			ForwardedNone, ForwardedRFC, ForwardedXFF, cfg.Forwarded)
 	}
-	return v
+	if cfg.MaxHeaderBytes <= 0 {
+		return fmt.Errorf("h2: MaxHeaderBytes must be positive, got %d", cfg.MaxHeaderBytes)
+	}
+	for _, f := range [...]struct {
+		name      string
+		v, lo, hi uint32
+	}{
+		{"MaxConcurrentStreams", cfg.MaxConcurrentStreams, 1, maxWindow},
+		{"MaxHeaderListSize", cfg.MaxHeaderListSize, 1, maxHeaderList},
+		{"InitialStreamWindow", cfg.InitialStreamWindow, defaultWindow, maxWindow},
+		{"InitialConnWindow", cfg.InitialConnWindow, defaultWindow, maxWindow},
+		{"MaxFrameSize", cfg.MaxFrameSize, minFrameSize, maxFrameSize},
+	} {
+		if f.v < f.lo || f.v > f.hi {
+			return fmt.Errorf("h2: %s must be between %d and %d, got %d", f.name, f.lo, f.hi, f.v)
+		}
+	}
+	return nil
 }
 
-func setDuration(d *time.Duration, def time.Duration) {
-	if *d <= 0 {
-		*d = def
+// deadline returns the deadline d from now; d == 0 (no limit) gives the
+// zero time, which arms none.
+func deadline(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
 	}
+	return time.Now().Add(d)
 }
 
 // ServeConn serves one HTTP/2 connection until the client closes it, a

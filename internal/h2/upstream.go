@@ -191,7 +191,7 @@ func (s *stream) forward() {
 			return
 		}
 		o.attach(up)
-		up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		up.SetWriteDeadline(deadline(c.cfg.WriteTimeout))
 		_, err = up.Write(head)
 		written = time.Now()
 		if err == nil && !hasBody {
@@ -285,7 +285,7 @@ func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 				end = appendField(end, f.Name, f.Value)
 			}
 			end = append(end, "\r\n"...)
-			up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+			up.SetWriteDeadline(deadline(c.cfg.WriteTimeout))
 			_, err := up.Write(end)
 			return err
 		}
@@ -293,7 +293,7 @@ func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 		s.pumping = true
 		c.mu.Unlock()
 		s.pace(len(p))
-		up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		up.SetWriteDeadline(deadline(c.cfg.WriteTimeout))
 		var err error
 		if chunked {
 			h := strconv.AppendInt(hdr[:0], int64(len(p)), 16)
@@ -421,7 +421,7 @@ func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []by
 	wsKey := base64.StdEncoding.EncodeToString(nonce[:])
 	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr}
 	head, _ := appendRequestHead(make([]byte, 0, 512), &s.req, false, &opts, wsKey)
-	up.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+	up.SetWriteDeadline(deadline(c.cfg.WriteTimeout))
 	if _, err := up.Write(head); err != nil {
 		s.answerError(err, key)
 		return nil, nil, false
@@ -475,13 +475,18 @@ func (s *stream) pumpDown(up *net.TCPConn) {
 		if err != nil {
 			return
 		}
-		up.SetReadDeadline(c.s.start.Add(time.Duration(s.last.Load()) + idle))
+		if idle > 0 {
+			up.SetReadDeadline(c.s.start.Add(time.Duration(s.last.Load()) + idle))
+		}
 		if err := p.Wait(); err != nil {
 			if s.gone() {
 				return
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				if time.Since(c.s.start)-time.Duration(s.last.Load()) >= idle {
+				switch {
+				case idle <= 0: // no limit: a deadline from elsewhere, not ours
+					up.SetReadDeadline(time.Time{})
+				case time.Since(c.s.start)-time.Duration(s.last.Load()) >= idle:
 					s.resetStream(http2.ErrCodeCancel)
 					return
 				}
@@ -531,16 +536,17 @@ func (s *stream) gone() bool {
 // idle timeout meanwhile is reset.
 func (s *stream) finishTunnel() {
 	c := s.c
-	idle := c.cfg.TunnelIdleTimeout
-	var t *time.Timer
-	t = time.AfterFunc(idle, func() {
-		if left := idle - (time.Since(c.s.start) - time.Duration(s.last.Load())); left > 0 {
-			t.Reset(left)
-			return
-		}
-		s.resetStream(http2.ErrCodeCancel)
-	})
-	defer t.Stop()
+	if idle := c.cfg.TunnelIdleTimeout; idle > 0 { // 0: no limit
+		var t *time.Timer
+		t = time.AfterFunc(idle, func() {
+			if left := idle - (time.Since(c.s.start) - time.Duration(s.last.Load())); left > 0 {
+				t.Reset(left)
+				return
+			}
+			s.resetStream(http2.ErrCodeCancel)
+		})
+		defer t.Stop()
+	}
 	c.mu.Lock()
 	for !s.reset && !(s.remoteDone && s.upShut && !s.pumping) {
 		s.cond.Wait()

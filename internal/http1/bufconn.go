@@ -36,8 +36,8 @@ type Conn struct {
 	pool *sync.Pool   // where bp goes back
 
 	// rdl and wdl are the read and write deadlines armed on c, as
-	// MonoNow readings; 0 = unknown. rdl belongs to whoever reads C, wdl
-	// to whoever writes it.
+	// MonoNow readings; 0 = unknown, noDeadline = none armed. rdl belongs
+	// to whoever reads C, wdl to whoever writes it.
 	rdl, wdl time.Duration
 
 	// lowat is set once notSentLowat is armed on TCP; owned by whoever
@@ -89,10 +89,21 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 	return min(timeout/16, 500*time.Millisecond)
 }
 
+// noDeadline is the rdl or wdl of a Conn on which no deadline is armed.
+const noDeadline time.Duration = -1
+
 // ArmReadDeadline arms C's read deadline timeout after now (a MonoNow
 // reading), unless the one armed falls no later and within
-// deadlineSlack(timeout) of it.
+// deadlineSlack(timeout) of it. A timeout of 0 (or less) means no limit:
+// it clears the deadline instead.
 func (b *Conn) ArmReadDeadline(now, timeout time.Duration) {
+	if timeout <= 0 {
+		if b.rdl != noDeadline {
+			b.C.SetReadDeadline(time.Time{})
+			b.rdl = noDeadline
+		}
+		return
+	}
 	if want := now + timeout; !keeps(b.rdl, want, timeout) {
 		b.C.SetReadDeadline(epoch.Add(want))
 		b.rdl = want
@@ -101,16 +112,24 @@ func (b *Conn) ArmReadDeadline(now, timeout time.Duration) {
 
 // ArmWriteDeadline is ArmReadDeadline for C's write deadline.
 func (b *Conn) ArmWriteDeadline(now, timeout time.Duration) {
+	if timeout <= 0 {
+		if b.wdl != noDeadline {
+			b.C.SetWriteDeadline(time.Time{})
+			b.wdl = noDeadline
+		}
+		return
+	}
 	if want := now + timeout; !keeps(b.wdl, want, timeout) {
 		b.C.SetWriteDeadline(epoch.Add(want))
 		b.wdl = want
 	}
 }
 
-// keeps reports whether the deadline armed (0: unknown) may stand for
-// want: it falls no later, and within deadlineSlack(timeout) of it.
+// keeps reports whether the deadline armed (0: unknown, noDeadline:
+// none) may stand for want: it falls no later, and within
+// deadlineSlack(timeout) of it.
 func keeps(armed, want, timeout time.Duration) bool {
-	return armed != 0 && armed <= want && armed >= want-deadlineSlack(timeout)
+	return armed > 0 && armed <= want && armed >= want-deadlineSlack(timeout)
 }
 
 // Attach makes c the connection read through b, with an empty buffer
@@ -201,7 +220,8 @@ func (idleTimeoutError) Temporary() bool { return true }
 // ReadHead reads until buf[r:] holds a whole message head and returns its
 // length. Empty lines before a head are skipped (RFC 9112 §2.2). The
 // caller arms the deadline for the first byte (ArmReadDeadline); once
-// bytes of the head are in, the rest must come within headTimeout. A close
+// bytes of the head are in, the rest must come within headTimeout (0 = no
+// limit). A close
 // before any byte yields errIdle, the first-byte deadline passing
 // errIdleTimeout, and a head over limit bytes errHeadTooLarge.
 func (b *Conn) ReadHead(limit int, headTimeout time.Duration) (int, error) {

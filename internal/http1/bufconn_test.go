@@ -25,6 +25,9 @@ func TestDeadlineSlack(t *testing.T) {
 		{"past the slack", 9 * time.Second, 1600 * time.Millisecond, timeout, 9600 * time.Millisecond},
 		{"shorter timeout", 9 * time.Second, time.Second, time.Second, 2 * time.Second},
 		{"armed later than wanted", 20 * time.Second, time.Second, timeout, 9 * time.Second},
+		{"no limit clears", 9 * time.Second, time.Second, 0, noDeadline},
+		{"no limit, none known", 0, time.Second, 0, noDeadline},
+		{"limit after none", noDeadline, time.Second, timeout, 9 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,5 +66,29 @@ func TestDeadlineFires(t *testing.T) {
 	bc.ArmReadDeadline(MonoNow(), 50*time.Millisecond)
 	if err := bc.Fill(16); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("fill after forgetting = %v, want a deadline error", err)
+	}
+}
+
+// TestZeroTimeoutNoDeadline checks that a timeout of 0 arms no deadline
+// (rather than one that has already passed) and clears one armed before.
+func TestZeroTimeoutNoDeadline(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	bc := Conn{C: a, Buf: make([]byte, 16)}
+	bc.ArmReadDeadline(MonoNow(), time.Hour)
+	bc.ArmReadDeadline(MonoNow(), 0)
+	bc.ArmWriteDeadline(MonoNow(), 0)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		b.Write([]byte("x"))
+		buf := make([]byte, 1)
+		b.Read(buf)
+	}()
+	if err := bc.Fill(16); err != nil {
+		t.Fatalf("fill with no deadline = %v", err)
+	}
+	if _, err := bc.C.Write([]byte("y")); err != nil {
+		t.Fatalf("write with no deadline = %v", err)
 	}
 }

@@ -111,7 +111,7 @@ func TestIPv6(t *testing.T) {
 		{httpproxy.ForwardedXFF, "X-Forwarded-For: ::1"},
 	} {
 		t.Run("client [::1] "+tt.mode, func(t *testing.T) {
-			proxy6 := proxytest.StartProxyOn(t, "[::1]:0", proxytest.NewPolicy(t, proxytest.PolicyConfig{}), serve(httpproxy.Config{Forwarded: tt.mode}))
+			proxy6 := proxytest.StartProxyOn(t, "[::1]:0", proxytest.NewPolicy(t, proxytest.PolicyConfig{}), serve(t, httpproxy.Config{Forwarded: tt.mode}))
 			c := proxytest.Dial(t, proxy6)
 			n := o.NumRequests()
 			if r, _ := c.RoundTrip(get(o, "/")); r.Status != 200 {

@@ -24,10 +24,46 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(proxytest.VerifyNoLeaks(m)) }
 
-// serve returns the ServeFunc of a Proxy for cfg: the HTTP/1.1 front-end
-// on each connection proxytest accepts.
-func serve(cfg httpproxy.Config) proxytest.ServeFunc {
-	p := httpproxy.New(cfg)
+// testConfig returns cfg with its zero fields set to the values the
+// configuration's defaults give them (config.SetDefaults), as the server
+// would pass: New fills none of its own.
+func testConfig(cfg httpproxy.Config) httpproxy.Config {
+	if cfg.Forwarded == "" {
+		cfg.Forwarded = httpproxy.ForwardedNone
+	}
+	if cfg.MaxHeaderBytes == 0 {
+		cfg.MaxHeaderBytes = 65536
+	}
+	if cfg.ReadHeaderTimeout == 0 {
+		cfg.ReadHeaderTimeout = 30 * time.Second
+	}
+	if cfg.ResponseHeaderTimeout == 0 {
+		cfg.ResponseHeaderTimeout = 60 * time.Second
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 60 * time.Second
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 60 * time.Second
+	}
+	return cfg
+}
+
+// newProxy returns a Proxy for testConfig(cfg).
+func newProxy(t testing.TB, cfg httpproxy.Config) *httpproxy.Proxy {
+	t.Helper()
+	p, err := httpproxy.New(testConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// serve returns the ServeFunc of a Proxy for cfg (its zero fields set by
+// testConfig): the HTTP/1.1 front-end on each connection proxytest
+// accepts.
+func serve(t testing.TB, cfg httpproxy.Config) proxytest.ServeFunc {
+	p := newProxy(t, cfg)
 	return func(c *net.TCPConn, s *gate.Session) { p.ServeConn(c, s) }
 }
 
@@ -35,7 +71,7 @@ func serve(cfg httpproxy.Config) proxytest.ServeFunc {
 // returns its address.
 func startProxy(t testing.TB, cfg httpproxy.Config, pc proxytest.PolicyConfig) string {
 	t.Helper()
-	return proxytest.StartProxy(t, proxytest.NewPolicy(t, pc), serve(cfg))
+	return proxytest.StartProxy(t, proxytest.NewPolicy(t, pc), serve(t, cfg))
 }
 
 // setup starts an origin answering with h and a proxy for cfg in front

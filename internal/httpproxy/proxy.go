@@ -13,6 +13,7 @@ package httpproxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -34,21 +35,26 @@ const (
 // dialing, pooling, relaying and observing are the session's
 // [gate.Policy].
 type Config struct {
-	// Forwarded is ForwardedNone (or ""), ForwardedRFC or ForwardedXFF.
+	// Forwarded is ForwardedNone, ForwardedRFC or ForwardedXFF; New
+	// rejects any other value, "" included.
 	Forwarded string
 	// Via adds "Via: 1.1 rustle" to forwarded messages. false = none.
 	Via bool
-	// MaxHeaderBytes bounds a request or response head. 0 = 64 KiB.
+	// MaxHeaderBytes bounds a request or response head; it must be
+	// positive (the configuration always sets it).
 	MaxHeaderBytes int
-	// ReadHeaderTimeout bounds reading a request head from its first byte.
-	// 0 = 30s.
+	// ReadHeaderTimeout bounds reading a request head from its first byte,
+	// and the wait for a connection's first request; 0 = no limit (the
+	// configuration always sets one).
 	ReadHeaderTimeout time.Duration
-	// ResponseHeaderTimeout bounds the wait for a response head. 0 = 60s.
+	// ResponseHeaderTimeout bounds the wait for a response head; 0 = no
+	// limit (the configuration always sets one).
 	ResponseHeaderTimeout time.Duration
-	// IdleTimeout closes a keep-alive client connection idle this long.
-	// 0 = 60s.
+	// IdleTimeout closes a keep-alive client connection idle this long;
+	// 0 = no limit (the configuration always sets one).
 	IdleTimeout time.Duration
-	// WriteTimeout bounds each blocked write. 0 = 60s.
+	// WriteTimeout bounds each blocked write, and each wait for body
+	// bytes; 0 = no limit (the configuration always sets one).
 	WriteTimeout time.Duration
 	// SocketBufferBytes sets SO_SNDBUF/SO_RCVBUF on client sockets.
 	// 0 = kernel autotuning.
@@ -66,25 +72,19 @@ type Proxy struct {
 	conns sync.Pool // *conn, reused across client connections
 }
 
-// New returns a Proxy for cfg.
-func New(cfg Config) *Proxy {
+// New returns a Proxy for cfg. It fills no defaults (the configuration
+// has resolved every value): it returns an error naming the field when
+// MaxHeaderBytes is not positive or Forwarded is not one of the three
+// modes. A timeout of 0 arms no deadline.
+func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxHeaderBytes <= 0 {
-		cfg.MaxHeaderBytes = 64 << 10
+		return nil, fmt.Errorf("httpproxy: MaxHeaderBytes must be positive, got %d", cfg.MaxHeaderBytes)
 	}
-	if cfg.ReadHeaderTimeout <= 0 {
-		cfg.ReadHeaderTimeout = 30 * time.Second
-	}
-	if cfg.ResponseHeaderTimeout <= 0 {
-		cfg.ResponseHeaderTimeout = 60 * time.Second
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = 60 * time.Second
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 60 * time.Second
-	}
-	if cfg.Forwarded == "" {
-		cfg.Forwarded = ForwardedNone
+	switch cfg.Forwarded {
+	case ForwardedNone, ForwardedRFC, ForwardedXFF:
+	default:
+		return nil, fmt.Errorf("httpproxy: Forwarded must be %q, %q or %q, got %q",
+			ForwardedNone, ForwardedRFC, ForwardedXFF, cfg.Forwarded)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -92,7 +92,7 @@ func New(cfg Config) *Proxy {
 	}
 	p := &Proxy{cfg: cfg, log: log}
 	p.conns.New = func() any { return &conn{bodyErr: make(chan error, 1)} }
-	return p
+	return p, nil
 }
 
 // ServeConn serves one client connection until it closes, fails, becomes

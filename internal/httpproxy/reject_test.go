@@ -251,6 +251,7 @@ func TestReadHeaderTimeout(t *testing.T) {
 // the session is closed.
 func serveOne(t *testing.T, ctx context.Context, pol *gate.Policy, cfg httpproxy.Config, release func()) (string, <-chan struct{}) {
 	t.Helper()
+	p := newProxy(t, cfg)
 	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +261,6 @@ func serveOne(t *testing.T, ctx context.Context, pol *gate.Policy, cfg httpproxy
 		ln.Close()
 		t.Fatal(err)
 	}
-	p := httpproxy.New(cfg)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -490,7 +490,7 @@ func TestLimiter(t *testing.T) {
 		Users:  map[string]string{"u": "p"},
 		Limits: &limits.Config{AuthFailures: 2, AuthCooldown: 90 * time.Second, MaxConnsPerUser: 1},
 	})
-	proxy := proxytest.StartProxy(t, pol, serve(httpproxy.Config{}))
+	proxy := proxytest.StartProxy(t, pol, serve(t, httpproxy.Config{}))
 	// userFree reports whether no connection is counted for u.
 	userFree := func() bool {
 		if !pol.Limiter.UserConn("u") {

@@ -210,7 +210,11 @@ func btoi(b bool) int {
 func TestStartProxy(t *testing.T) {
 	o := NewOrigin(t, Respond(200, "via proxy"))
 	s := NewStaticOrigin(t, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstatic")
-	hp := httpproxy.New(httpproxy.Config{})
+	hp, err := httpproxy.New(httpproxy.Config{Forwarded: httpproxy.ForwardedNone, MaxHeaderBytes: 64 << 10, ReadHeaderTimeout: 30 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	proxy := StartProxy(t, NewPolicy(t, PolicyConfig{}), func(c *net.TCPConn, s *gate.Session) { hp.ServeConn(c, s) })
 	c := Dial(t, proxy)
 	r, _ := c.RoundTrip("GET " + o.URL("/") + " HTTP/1.1\r\nHost: " + o.Addr + "\r\n\r\n")

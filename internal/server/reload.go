@@ -137,7 +137,12 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			}
 			gp.Auth = authr
 		}
-		l := &listener{cfg: lc, policy: gp, lm: gp.Metrics, proxy: httpproxy.New(pc), peek: cfg.Timeouts.ReadHeader.Duration,
+		hp, err := httpproxy.New(pc)
+		if err != nil {
+			g.closeCreated()
+			return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
+		}
+		l := &listener{cfg: lc, policy: gp, lm: gp.Metrics, proxy: hp, peek: cfg.Timeouts.ReadHeader.Duration,
 			handshakes: g.handshakes, lim: g.lim, cur: new(atomic.Pointer[listener])}
 		l.cur.Store(l)
 		switch lc.Protocol {
@@ -159,7 +164,10 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 				l.tls = m
 				g.created = append(g.created, m)
 			}
-			l.h2 = newH2(cfg, pc)
+			if l.h2, err = newH2(cfg, pc); err != nil {
+				g.closeCreated()
+				return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
+			}
 		}
 		g.listeners = append(g.listeners, l)
 	}

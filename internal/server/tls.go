@@ -30,7 +30,7 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 // newH2 returns the HTTP/2 server of an "https" listener: its wire
 // settings, with the timeouts and header limits of the listener's
 // HTTP/1.1 proxy (what it may do is its sessions' policy).
-func newH2(cfg *config.Config, pc httpproxy.Config) *h2.Server {
+func newH2(cfg *config.Config, pc httpproxy.Config) (*h2.Server, error) {
 	return h2.New(h2.Config{
 		Forwarded:             pc.Forwarded,
 		Via:                   pc.Via,

@@ -18,7 +18,8 @@
 //     datagram, its port), drops fragments (FRAG != 0), and passes back only
 //     datagrams from addresses the client has sent to. The association ends
 //     when its TCP control connection closes, after Config.UDPIdleTimeout
-//     without a relayed datagram, or when the session's context is done.
+//     (when set) without a relayed datagram, or when the session's context
+//     is done.
 //   - username/password authentication (RFC 1929) through
 //     [gate.Session.Login], against the same users as HTTP Basic. "No
 //     authentication required" is offered only when the policy requires
@@ -45,11 +46,12 @@
 //
 // # Bad input
 //
-// Every read of the handshake runs under Config.HandshakeTimeout, counted
-// from the connection's start: a client that stops mid-greeting is closed
-// when it expires, never waited on. A wrong version byte closes the
-// connection without a reply (there is no reply format to use); no
-// acceptable method gets 0xFF, a wrong password status 0x01, each followed
-// by a close. The parsers in request.go, udp.go and socks4.go are pure
-// functions on byte slices with native fuzz targets.
+// Every read of the handshake runs under Config.HandshakeTimeout (when
+// set; the configuration always sets one), counted from the connection's
+// start: a client that stops mid-greeting is closed when it expires, never
+// waited on. A wrong version byte closes the connection without a reply
+// (there is no reply format to use); no acceptable method gets 0xFF, a
+// wrong password status 0x01, each followed by a close. The parsers in
+// request.go, udp.go and socks4.go are pure functions on byte slices with
+// native fuzz targets.
 package socks5

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/leaktest"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -66,22 +67,34 @@ type testServer struct {
 	active map[*net.TCPConn]struct{} // connections in ServeConn; guarded by mu
 }
 
-// startServer serves cfg under pol on network ("tcp4" or "tcp6") at a
-// loopback port, with its own tunnel engine, until the test ends. A zero
-// HandshakeTimeout is 5s, and a nil Logger is one that discards
-// debug-level records.
+// testConfig returns c with its zero timeouts set as internal/server sets
+// them from the configuration's defaults: HandshakeTimeout is
+// timeouts.read_header (30s), UDPIdleTimeout timeouts.udp_idle (60s). New
+// fills in no defaults of its own.
+func testConfig(c Config) Config {
+	var cfg config.Config
+	cfg.SetDefaults()
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = cfg.Timeouts.ReadHeader.Duration
+	}
+	if c.UDPIdleTimeout == 0 {
+		c.UDPIdleTimeout = cfg.Timeouts.UDPIdle.Duration
+	}
+	return c
+}
+
+// startServer serves testConfig(cfg) under pol on network ("tcp4" or
+// "tcp6") at a loopback port, with its own tunnel engine, until the test
+// ends. A nil Logger is one that discards debug-level records.
 func startServer(t testing.TB, network string, pol *gate.Policy, cfg Config) *testServer {
 	t.Helper()
-	return startServerWith(t, network, pol, cfg, true)
+	return startServerWith(t, network, pol, testConfig(cfg), true)
 }
 
 // startServerWith is startServer, with a tunnel engine only when engine
-// is set.
+// is set, serving cfg as it is (zero timeouts arm no deadline).
 func startServerWith(t testing.TB, network string, pol *gate.Policy, cfg Config, engine bool) *testServer {
 	t.Helper()
-	if cfg.HandshakeTimeout == 0 {
-		cfg.HandshakeTimeout = 5 * time.Second
-	}
 	if cfg.Logger == nil {
 		// Debug level, so that every log call's arguments are built.
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -23,10 +23,13 @@ import (
 type Config struct {
 	// HandshakeTimeout bounds the handshake: every read and write from the
 	// connection's first byte to the request's reply (the upstream dial,
-	// bounded by the Dialer, aside). 0 means 30s.
+	// bounded by the Dialer, aside); 0 = no limit (the configuration
+	// always sets one).
 	HandshakeTimeout time.Duration
 	// UDPIdleTimeout ends a UDP association that relayed no datagram in
-	// either direction for this long. 0 means 60s.
+	// either direction for this long; 0 = no limit, the association then
+	// ends only with its control connection or the session (the
+	// configuration always sets one).
 	UDPIdleTimeout time.Duration
 	// SocketBufferBytes sets SO_SNDBUF and SO_RCVBUF on client sockets;
 	// 0 leaves the kernel's autotuning alone.
@@ -35,12 +38,6 @@ type Config struct {
 	// discards them.
 	Logger *slog.Logger
 }
-
-// Defaults for zero Config fields.
-const (
-	defaultHandshakeTimeout = 30 * time.Second
-	defaultUDPIdleTimeout   = 60 * time.Second
-)
 
 // bufSize is the handshake buffer of a connection: it holds the longest
 // message (an RFC 1929 request, 513 bytes; a SOCKS4a request, 520) with
@@ -55,14 +52,9 @@ type Server struct {
 	conns sync.Pool // *conn, reused across client connections
 }
 
-// New returns a Server for cfg.
+// New returns a Server for cfg. It fills in no defaults: a zero timeout
+// arms no deadline.
 func New(cfg Config) *Server {
-	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = defaultHandshakeTimeout
-	}
-	if cfg.UDPIdleTimeout <= 0 {
-		cfg.UDPIdleTimeout = defaultUDPIdleTimeout
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -173,7 +165,7 @@ func (s *Server) ServeConn(c *net.TCPConn, sess *gate.Session) {
 // serve runs the handshake and reports whether c was handed to the
 // session's tunnel engine.
 func (s *Server) serve(cn *conn) bool {
-	cn.c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	cn.c.SetDeadline(s.handshakeDeadline())
 	if err := cn.fill(); err != nil {
 		s.debug(cn, "socks5: read first byte", err)
 		return false
@@ -321,7 +313,7 @@ func (s *Server) serve4(cn *conn) bool {
 // handed to the session's engine, which then owns the client connection.
 func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 	reply := func(rep byte, bnd netip.AddrPort) error {
-		cn.c.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+		cn.c.SetWriteDeadline(s.handshakeDeadline())
 		if v4 {
 			cd := byte(socks4Granted)
 			if rep != repSucceeded {
@@ -372,7 +364,7 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 	if rest := cn.buf[cn.r:cn.w]; len(rest) > 0 {
 		// Bytes the client sent right behind its request belong to
 		// the tunnel.
-		upc.SetWriteDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+		upc.SetWriteDeadline(s.handshakeDeadline())
 		if _, err := upc.Write(rest); err != nil {
 			upc.Close()
 			g.Finish(0, 0)
@@ -422,6 +414,21 @@ func dialReply(err error) byte {
 		return repHostUnreachable
 	}
 	return repGeneralFailure
+}
+
+// handshakeDeadline returns the deadline of a handshake step starting
+// now: HandshakeTimeout from now, or none when it is 0.
+func (s *Server) handshakeDeadline() time.Time {
+	return deadline(time.Now(), s.cfg.HandshakeTimeout)
+}
+
+// deadline returns the deadline d after t, or the zero time (no deadline)
+// when d is 0 or less.
+func deadline(t time.Time, d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return t.Add(d)
 }
 
 // aLongTimeAgo is a deadline in the past, which makes a blocked read

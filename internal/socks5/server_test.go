@@ -590,7 +590,7 @@ func TestTunnelObserved(t *testing.T) {
 				user = testUser
 				cfg.Users = map[string]string{testUser: testPass}
 			}
-			srv := startServerWith(t, "tcp4", proxytest.NewPolicy(t, cfg), Config{}, tt.engine)
+			srv := startServerWith(t, "tcp4", proxytest.NewPolicy(t, cfg), testConfig(Config{}), tt.engine)
 			var c net.Conn
 			if tt.socks4 {
 				c = dial(t, srv.addr)
@@ -765,7 +765,7 @@ func TestRevoked(t *testing.T) {
 			pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
 				Users: map[string]string{testUser: testPass}, Limits: tt.limits, Revoked: reg,
 			})
-			srv := startServerWith(t, "tcp4", pol, Config{}, false)
+			srv := startServerWith(t, "tcp4", pol, testConfig(Config{}), false)
 			var c net.Conn
 			if tt.udp {
 				c, _ = associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
@@ -793,4 +793,51 @@ func socks4ConnectMsg(ap netip.AddrPort) []byte {
 	a := ap.Addr().As4()
 	b := []byte{4, 1, byte(ap.Port() >> 8), byte(ap.Port())}
 	return append(append(b, a[:]...), 0)
+}
+
+// TestZeroTimeouts checks that New keeps zero timeouts as they are and that
+// they arm no deadline: a handshake (every deadline it sets: the client's
+// read and write, the early data's upstream write) and a UDP association
+// work as with the configuration's timeouts, rather than failing at once.
+func TestZeroTimeouts(t *testing.T) {
+	if s := New(Config{}); s.cfg.HandshakeTimeout != 0 || s.cfg.UDPIdleTimeout != 0 {
+		t.Fatalf("New(Config{}) has HandshakeTimeout %v, UDPIdleTimeout %v, want 0 (no default filled in)",
+			s.cfg.HandshakeTimeout, s.cfg.UDPIdleTimeout)
+	}
+	now := time.Now()
+	for _, d := range []time.Duration{0, -time.Second} {
+		if got := deadline(now, d); !got.IsZero() {
+			t.Errorf("deadline(now, %v) = %v, want the zero time (no deadline)", d, got)
+		}
+	}
+	if got := deadline(now, time.Second); !got.Equal(now.Add(time.Second)) {
+		t.Errorf("deadline(now, 1s) = %v, want %v", got, now.Add(time.Second))
+	}
+
+	srv := startServerWith(t, "tcp4", openPolicy(t), Config{}, false)
+	t.Run("connect", func(t *testing.T) {
+		echo := startEcho(t, "tcp4")
+		c := dial(t, srv.addr)
+		time.Sleep(20 * time.Millisecond)
+		msg := append([]byte{5, 1, methodNoAuth}, requestMsg(cmdConnect, echo)...)
+		send(t, c, append(msg, "early"...))
+		expect(t, c, []byte{5, methodNoAuth})
+		if rep, _ := readReply(t, c); rep != repSucceeded {
+			t.Fatalf("reply %d, want 0", rep)
+		}
+		expect(t, c, []byte("early"))
+		send(t, c, []byte("late"))
+		expect(t, c, []byte("late"))
+	})
+	t.Run("udp associate", func(t *testing.T) {
+		// Only the idle timeout zero, so that this checks the relay's.
+		usrv := startServerWith(t, "tcp4", openPolicy(t), Config{HandshakeTimeout: 30 * time.Second}, false)
+		echo := startUDPEcho(t, "udp4")
+		ctrl, relay := associate(t, usrv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
+		time.Sleep(20 * time.Millisecond)
+		pc := udpClient(t, netip.MustParseAddr("127.0.0.1"))
+		roundTrip(t, pc, relay, datagram(0, echo.addr, "still open"), echo.addr, "still open")
+		ctrl.Close()
+		waitFor(t, "the association to end", func() bool { return usrv.activeConns() == 0 })
+	})
 }

@@ -70,7 +70,7 @@ type resolved struct {
 type association struct {
 	conn     *net.UDPConn
 	log      *slog.Logger
-	idle     time.Duration
+	idle     time.Duration               // the idle timeout; 0: none
 	is4      bool                        // conn is an IPv4 socket
 	client   netip.AddrPort              // the client; port 0 until learned
 	peers    map[netip.AddrPort]struct{} // destinations the client sent to
@@ -118,11 +118,12 @@ func (a *association) addr() netip.AddrPort {
 }
 
 // relay relays datagrams until the relay socket is closed or nothing has
-// been relayed for the idle timeout. ctx bounds host name look-ups.
+// been relayed for the idle timeout (when it is not 0). ctx bounds host
+// name look-ups.
 func (a *association) relay(ctx context.Context) error {
 	a.buf = make([]byte, replyRoom+maxDatagram)
 	for {
-		a.conn.SetReadDeadline(a.lastUsed.Add(a.idle))
+		a.conn.SetReadDeadline(deadline(a.lastUsed, a.idle)) // none when idle is 0
 		n, src, err := a.conn.ReadFromUDPAddrPort(a.buf[replyRoom:])
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
