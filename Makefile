@@ -8,7 +8,7 @@ BENCHFLAGS ?=
 all: build
 
 build:
-	$(GO) build -trimpath -o rustle ./cmd/rustle
+	$(GO) build -trimpath -buildvcs=auto -o rustle ./cmd/rustle
 
 ## test: everything CI runs: dependencies, formatting, vet, the other
 ## platforms' builds, race tests, short fuzzing, and helm lint/template of

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,6 +25,16 @@ func TestVersion(t *testing.T) {
 	r := runRustle(t, "", "version")
 	if r.code != 0 || !regexp.MustCompile(`^rustle \S+\n$`).MatchString(r.stdout) {
 		t.Fatalf("rustle version: exit %d stdout %q stderr %q, want \"rustle VERSION\"", r.code, r.stdout, r.stderr)
+	}
+	// Built in a git checkout, the version names the commit (it printed
+	// "dev" whatever the checkout).
+	out, err := exec.Command("git", "-C", moduleRoot, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Logf("not a git checkout (%v): the revision is not checked", err)
+		return
+	}
+	if rev := strings.TrimSpace(string(out)); !strings.Contains(r.stdout, rev[:12]) {
+		t.Errorf("rustle version = %q, want it to name the commit %s", r.stdout, rev[:12])
 	}
 }
 

@@ -65,7 +65,9 @@ func buildRustle(dir string) error {
 	}
 	moduleRoot = filepath.Dir(gomod)
 	rustleBin = filepath.Join(dir, "rustle")
-	args := []string{"build", "-o", rustleBin}
+	// -buildvcs=auto stamps the revision of a git checkout (rustle
+	// version prints it) whatever GOFLAGS says.
+	args := []string{"build", "-buildvcs=auto", "-o", rustleBin}
 	if os.Getenv("RUSTLE_E2E_RACE") == "1" {
 		args = append(args, "-race")
 	}

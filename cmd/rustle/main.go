@@ -333,14 +333,40 @@ func isTerminal(f *os.File) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
+// versionString returns the version rustle prints: the one -ldflags set,
+// else the module's from the build info (v1.2.3 for `go install
+// ...@v1.2.3`; a pseudo-version with the commit for a build in a git
+// checkout), else "dev" with the VCS revision when the build info has
+// one, else "dev".
 func versionString() string {
 	if version != "" {
 		return version
 	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
 	}
-	return "dev"
+	return buildVersion(bi)
+}
+
+// buildVersion is versionString's reading of bi.
+func buildVersion(bi *debug.BuildInfo) string {
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	return "dev-" + rev[:min(12, len(rev))] + dirty
 }
 
 func usage(w io.Writer) {
