@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -130,6 +131,9 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	return OK
 }
 
+// privateHint tells an operator how to let a private destination through.
+const privateHint = `to allow it, list its range in allow_private (or a rule's allow_private) in the configuration, or start rustle with --allow-private CIDR`
+
 // admitUser makes user the grant's user and counts it (see countUser):
 // OK, or UserLimit past the user's connection limit.
 func (s *Session) admitUser(user string, g *Grant) Kind {
@@ -240,8 +244,14 @@ func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 	if err != nil {
 		if DialKind(err) == Forbidden {
 			p.Metrics.ACLDenied()
-			g.s.debug("gate: destination refused", slog.String("user", g.User),
-				slog.String("target", addr), slog.String("rule", g.Rule), slog.Any("err", err))
+			attrs := []slog.Attr{slog.String("user", g.User), slog.String("target", addr),
+				slog.String("rule", g.Rule), slog.Any("err", err)}
+			if errors.Is(err, dialer.ErrPrivate) {
+				// The way out is the operator's, not the client's: it
+				// is named here, never in the answer.
+				attrs = append(attrs, slog.String("hint", privateHint))
+			}
+			g.s.debug("gate: destination refused", attrs...)
 		}
 		return nil, err
 	}
