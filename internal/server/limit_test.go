@@ -300,31 +300,57 @@ func TestAuthCooldown(t *testing.T) {
 	}
 }
 
+// TestTLSHandshakeLimit checks that a connection takes one of the
+// max_tls_handshakes slots only once a TLS record arrives: a silent
+// socket holds none (it held the only one, and blocked every handshake),
+// while a client that has begun its ClientHello holds the slot until it
+// goes.
 func TestTLSHandshakeLimit(t *testing.T) {
 	cert, roots := proxyCerts(t)
 	_, addrs, _ := startConfigured(t, func(c *config.Config) {
 		c.Limits.MaxTLSHandshakes = 1
 		c.Listen = []config.Listener{{Address: "127.0.0.1:0", Protocol: "https", TLS: cert}}
 	})
-	silent, err := net.Dial("tcp", addrs[0]) // holds the only handshake slot
+	handshake := func() <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addrs[0], &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+			if err == nil {
+				c.Close()
+			}
+			done <- err
+		}()
+		return done
+	}
+	silent, err := net.Dial("tcp", addrs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the server start its handshake
-	done := make(chan error, 1)
-	go func() {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addrs[0], &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
-		if err == nil {
-			c.Close()
+	defer silent.Close()
+	select {
+	case err := <-handshake():
+		if err != nil {
+			t.Fatalf("handshake beside a silent socket: %v", err)
 		}
-		done <- err
-	}()
+	case <-time.After(10 * time.Second):
+		t.Fatal("a silent socket held the only handshake slot")
+	}
+
+	partial, err := net.Dial("tcp", addrs[0]) // a record header, then nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := partial.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x40}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // let the server take the slot
+	done := handshake()
 	select {
 	case err := <-done:
 		t.Fatalf("a second handshake finished while the only slot was held: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	silent.Close()
+	partial.Close()
 	select {
 	case err := <-done:
 		if err != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"log/slog"
 	"net"
 	"time"
@@ -57,13 +58,25 @@ func newH2(cfg *config.Config, pc httpproxy.Config) (*h2.Server, error) {
 // buffer (see tunnel.RecordConn).
 func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 	ctx := sess.Context()
+	// A handshake slot is taken only once a TLS record is arriving: a
+	// silent socket waits for its first byte without one, and plain HTTP
+	// sent to this port is told what the port speaks.
+	b, err := peekByte(ctx, c, l.peek)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if b != tlsHandshakeRecord {
+		l.refuseNotTLS(c, sess, b)
+		return
+	}
 	if !l.acquireHandshake(ctx) { // limits.max_tls_handshakes
 		c.Close()
 		return
 	}
 	tc := tls.Server(tunnel.RecordConn(c), l.tls.TLSConfig())
 	c.SetDeadline(time.Now().Add(l.peek))
-	err := handshake(ctx, tc)
+	err = handshake(ctx, tc)
 	l.releaseHandshake()
 	if err != nil {
 		c.Close()
@@ -77,6 +90,38 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 		return
 	}
 	l.proxy.ServeConn(tc, sess)
+}
+
+// tlsHandshakeRecord is the first byte of a TLS connection: the content
+// type of the record that carries the ClientHello.
+const tlsHandshakeRecord = 0x16
+
+// notTLSAnswer is what plain HTTP sent to an https listener is answered.
+const notTLSAnswer = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n" +
+	"Content-Length: 65\r\nConnection: close\r\n\r\n" +
+	"rustle: this port speaks TLS: use an https:// URL for this proxy\n"
+
+// refuseNotTLS closes a connection to an https listener that did not
+// start with a TLS record, first answering 400 in plain HTTP when it
+// looks like an HTTP request (its first byte a letter, as a method's),
+// and logs it.
+func (l *listener) refuseNotTLS(c *net.TCPConn, sess *gate.Session, first byte) {
+	http := 'A' <= first && first <= 'Z'
+	if http {
+		// A fresh socket's empty send buffer takes the answer at once.
+		// Then a lingering close: closing with the request unread would
+		// reset the connection, and the client could lose the answer.
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		c.Write([]byte(notTLSAnswer))
+		c.CloseWrite()
+		c.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
+		io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+	}
+	if lg := sess.Policy().Logger; lg != nil {
+		lg.Info("server: not TLS on an https listener; closed", "client", sess.Client().String(),
+			"plain_http", http, "first_byte", int(first))
+	}
+	c.Close()
 }
 
 // handshake runs tc's handshake on a goroutine of its own and waits for

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,6 +12,7 @@ import (
 	"encoding/pem"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -286,4 +288,58 @@ func TestHTTPSBadCerts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHTTPSPlainHTTP checks that plain HTTP sent to an https listener is
+// answered 400 in plain HTTP with a line saying the port speaks TLS (it
+// got a bare reset), that other bytes are closed without an answer, and
+// that a TLS client on the same port is still served.
+func TestHTTPSPlainHTTP(t *testing.T) {
+	tl, roots := proxyCerts(t)
+	_, addrs := startListeners(t, 5*time.Second,
+		config.Listener{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl})
+	for _, tt := range []struct {
+		name, send string
+		want       string // the answer's start; "" = closed without one
+	}{
+		{"absolute-form GET", "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n"},
+		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n"},
+		{"binary", "\x05\x01\x00", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addrs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.WriteString(c, tt.send); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(c)
+			if tt.want == "" {
+				if len(got) != 0 {
+					t.Fatalf("answered %q, want a close", got)
+				}
+				return
+			}
+			if !strings.HasPrefix(string(got), tt.want) || !strings.HasSuffix(string(got), "this port speaks TLS: use an https:// URL for this proxy\n") {
+				t.Fatalf("answered %q, want %q and the line about TLS", got, tt.want)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(got))), nil)
+			if err != nil {
+				t.Fatalf("answer is not HTTP: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 400 || int64(len(body)) != resp.ContentLength {
+				t.Errorf("status %d, body %d bytes of Content-Length %d", resp.StatusCode, len(body), resp.ContentLength)
+			}
+		})
+	}
+	// TLS on the same port still works.
+	tc, err := tls.Dial("tcp", addrs[0], &tls.Config{RootCAs: roots, ServerName: "localhost"})
+	if err != nil {
+		t.Fatalf("TLS after plain HTTP: %v", err)
+	}
+	tc.Close()
 }
