@@ -65,8 +65,7 @@ type Grant struct {
 	decision acl.Decision
 	decided  bool           // decision holds an ACL verdict
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
-	perGrant bool           // the user count belongs to the grant
-	counted  string         // the user counted with perGrant; "" none
+	counted  string         // the user counted for the grant's life (not the connection's); "" none
 
 	// What the access log and the metrics learn of the request.
 	observe  bool
@@ -90,8 +89,9 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	p := s.p
 	s.Observe(r, g)
 
-	user, identified := s.Identity()
-	if !identified && p.Auth != nil {
+	k := s.lookup(r.Authorization)
+	user := k.user
+	if !k.identified && !k.memo && p.Auth != nil {
 		ok := false
 		if r.Authorization != nil {
 			user, ok = s.checkHeader(r.Authorization)
@@ -108,8 +108,10 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 			return NeedAuth
 		}
 	}
-	if k := s.admitUser(user, g); k != OK {
-		return k
+	if k.counted {
+		g.User, g.throttle = user, k.throttle
+	} else if kind := s.admitUser(user, g); kind != OK {
+		return kind
 	}
 
 	if p.ACL != nil {
@@ -143,7 +145,7 @@ func (s *Session) admitUser(user string, g *Grant) Kind {
 		s.debug("gate: too many connections for the user", slog.String("user", user))
 		return UserLimit
 	}
-	g.throttle, g.perGrant = bucket, perGrant
+	g.throttle = bucket
 	if perGrant {
 		g.counted = user
 	}

@@ -156,19 +156,48 @@ func (s *Session) CoolingDown() time.Duration {
 	return s.p.Limiter.CoolingDown(s.ip)
 }
 
-// checkHeader checks a Proxy-Authorization value. A client repeats the
-// same value on every request of a connection: while it does, the
-// verdict given at most authMemoTTL ago stands, which saves hashing the
-// value for the authenticator's cache on every request.
+// known is what a session already knows of a request's user, read
+// under one lock: a keep-alive request of the connection's user takes no
+// other lock and asks neither the authenticator nor the limiter.
+type known struct {
+	user       string
+	identified bool           // user is the session's identity (certificate, SOCKS login)
+	memo       bool           // user is the memoised verdict on the request's credentials
+	counted    bool           // user is the connection's counted user, throttle its bucket
+	throttle   *limits.Bucket // counted's byte bucket; nil = not paced
+}
+
+// lookup returns what s knows of the user of a request with the
+// Proxy-Authorization value (nil = none). A client repeats the same value
+// on every request of a connection: while it does, the verdict given at
+// most authMemoTTL ago stands, which saves hashing the value for the
+// authenticator's cache on every request.
+func (s *Session) lookup(value []byte) known {
+	var now time.Duration
+	if value != nil {
+		now = monoNow()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var k known
+	switch {
+	case s.identified:
+		k.user, k.identified = s.identity, true
+	case value != nil && s.memoSet && now-s.memoAt < authMemoTTL && string(value) == string(s.memo):
+		k.user, k.memo = s.memoUser, true
+	default:
+		return k
+	}
+	if k.user != "" && k.user == s.connUser {
+		k.counted, k.throttle = true, s.throttle
+	}
+	return k
+}
+
+// checkHeader asks the authenticator about a Proxy-Authorization value
+// the session has no verdict on, and memoises an accepted one.
 func (s *Session) checkHeader(value []byte) (string, bool) {
 	now := monoNow()
-	s.mu.Lock()
-	if s.memoSet && now-s.memoAt < authMemoTTL && string(value) == string(s.memo) {
-		u := s.memoUser
-		s.mu.Unlock()
-		return u, true
-	}
-	s.mu.Unlock()
 	user, ok := s.p.Auth.Check(value)
 	if ok && len(value) <= authMemoMax {
 		s.mu.Lock()

@@ -14,7 +14,6 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
-	"github.com/rustle-proxy/rustle/internal/limits"
 )
 
 // spliceMin is the body remainder from which bytes are moved with splice
@@ -69,16 +68,14 @@ type conn struct {
 
 	g         gate.Grant   // the current request's passage through the policy
 	gr        gate.Request // what g was asked for
-	throttle  *limits.Bucket
-	hostStr   string // the last target host as a string, reused while it repeats
-	methodStr string // the last method as a string, reused while it repeats
+	hostStr   string       // the last target host as a string, reused while it repeats
+	methodStr string       // the last method as a string, reused while it repeats
 
 	obs observation // what the metrics and access log learn of the current request
 }
 
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
-	cn.throttle = nil
 	cn.gr = gate.Request{}
 	cn.up = http1.Conn{}
 	cn.upKey = ""
@@ -200,7 +197,6 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		cn.writeError(k.Status(), k.Reason(), false)
 		return false, false
 	}
-	cn.throttle = cn.g.Throttle()
 	if isConnect {
 		return false, cn.connect()
 	}
@@ -433,14 +429,6 @@ func (cn *conn) sent() {
 	}
 }
 
-// pace waits, for a user whose bytes are paced, until n more bytes may
-// pass; it is called before the bytes are written.
-func (cn *conn) pace(n int) {
-	if cn.throttle != nil && n > 0 {
-		cn.throttle.Wait(cn.ctx, n)
-	}
-}
-
 // releaseUpstream hands on an upstream kept from the last request when
 // the client connection ends: to the pool when it is idle at a message
 // boundary, closed otherwise.
@@ -556,7 +544,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 		if n > cn.resp.ContentLength {
 			n = cn.resp.ContentLength
 		}
-		cn.pace(int(n))
+		cn.g.Pace(cn.ctx, int(n))
 		if err := cn.vec.write(client, cn.out, avail[:n]); err != nil {
 			return err
 		}
@@ -568,7 +556,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 		return cn.copyChunked(&cn.vec, &cn.client, up, &cn.respChunk, cn.out, dechunk)
 	default: // bodyClose
 		avail := up.Buffered()
-		cn.pace(len(avail))
+		cn.g.Pace(cn.ctx, len(avail))
 		if err := cn.vec.write(client, cn.out, avail); err != nil {
 			return err
 		}
@@ -582,7 +570,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 			if err != nil {
 				return err
 			}
-			cn.pace(len(up.Buffered()))
+			cn.g.Pace(cn.ctx, len(up.Buffered()))
 			cn.client.ArmWriteDeadline(http1.MonoNow(), timeout)
 			if _, err := client.Write(up.Buffered()); err != nil {
 				return err
@@ -604,9 +592,9 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) error {
 			if seg > spliceSegment {
 				seg = spliceSegment
 			}
-			if cn.throttle != nil {
-				seg = min(seg, int64(max(cn.throttle.Burst(), 16<<10)))
-				cn.pace(int(seg))
+			if b := cn.g.Throttle(); b != nil {
+				seg = min(seg, int64(max(b.Burst(), 16<<10)))
+				cn.g.Pace(cn.ctx, int(seg))
 			}
 			dst.ArmLowat()
 			now := http1.MonoNow()
@@ -636,7 +624,7 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) error {
 		if int64(len(b)) > n {
 			b = b[:n]
 		}
-		cn.pace(len(b))
+		cn.g.Pace(cn.ctx, len(b))
 		dst.ArmWriteDeadline(http1.MonoNow(), timeout)
 		if _, err := dst.C.Write(b); err != nil {
 			return err
@@ -679,7 +667,7 @@ func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScann
 			src.R += m
 		}
 		if len(head) > 0 || len(out) > 0 {
-			cn.pace(len(out))
+			cn.g.Pace(cn.ctx, len(out))
 			dst.ArmWriteDeadline(http1.MonoNow(), timeout)
 			if err := v.write(dst.C, head, out); err != nil {
 				return err

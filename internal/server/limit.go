@@ -99,14 +99,6 @@ func (s *Server) setOwnAddrsLocked() {
 	s.guard.SetOwn(own)
 }
 
-// remoteIP returns the address a client connection comes from.
-func remoteIP(c net.Conn) netip.Addr {
-	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.AddrPort().Addr().Unmap()
-	}
-	return netip.Addr{}
-}
-
 // refuse closes a connection the limiter did not admit; on an http
 // listener it first answers 503 (too many connections in all) or 429
 // (the client's limits), which a fresh socket's empty send buffer takes

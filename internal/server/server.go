@@ -37,7 +37,6 @@ type Server struct {
 
 	pool    *dialer.Pool
 	engines []*tunnel.Engine // one per worker
-	proxies []*httpproxy.Proxy
 
 	// The current generation's pieces (see generation); Reload replaces
 	// them under mu.
