@@ -156,7 +156,7 @@ func (c *conn) run(ctx context.Context) bool {
 	c.flushLocked()
 	c.mu.Unlock()
 
-	c.nc.SetReadDeadline(deadline(c.cfg.HandshakeTimeout))
+	c.nc.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.HandshakeTimeout))
 	var pre [len(http2.ClientPreface)]byte
 	if _, err := io.ReadFull(&c.rd, pre[:]); err != nil || string(pre[:]) != http2.ClientPreface {
 		if err == nil {
@@ -287,7 +287,7 @@ func (c *conn) wait() error {
 	if c.park == nil {
 		c.mu.Unlock()
 		if idle {
-			c.nc.SetReadDeadline(deadline(c.cfg.IdleTimeout))
+			c.nc.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.IdleTimeout))
 		} else {
 			c.nc.SetReadDeadline(time.Time{})
 		}
@@ -295,7 +295,7 @@ func (c *conn) wait() error {
 	}
 	c.parked = true
 	if idle {
-		c.raw.SetReadDeadline(deadline(c.cfg.IdleTimeout))
+		c.raw.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.IdleTimeout))
 	}
 	c.mu.Unlock()
 	err := c.park.Wait()
@@ -834,7 +834,7 @@ func (c *conn) writeOutLocked() {
 			timeout = lingerTime
 		}
 		c.mu.Unlock()
-		c.nc.SetWriteDeadline(deadline(timeout))
+		c.nc.SetWriteDeadline(gate.Deadline(time.Now(), timeout))
 		_, err := c.nc.Write(buf.b)
 		c.mu.Lock()
 		buf.b = buf.b[:0]

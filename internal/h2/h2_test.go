@@ -340,8 +340,10 @@ func TestForward(t *testing.T) {
 	}
 }
 
-func TestForwardLargeBodies(t *testing.T) {
-	const size = 3 << 20
+// bigOrigin starts an origin that answers GET with size bytes (returned)
+// and POST with the number of body bytes it read.
+func bigOrigin(t *testing.T, size int) (*httptest.Server, []byte) {
+	t.Helper()
 	big := bytes.Repeat([]byte("0123456789abcdef"), size/16)
 	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == "POST" {
@@ -352,6 +354,12 @@ func TestForwardLargeBodies(t *testing.T) {
 		w.Write(big)
 	}))
 	t.Cleanup(o.Close)
+	return o, big
+}
+
+func TestForwardLargeBodies(t *testing.T) {
+	const size = 3 << 20
+	o, big := bigOrigin(t, size)
 	p := startProxy(t, testConfig(Config{}), nil)
 	cc := p.client(t)
 	_, body := roundTrip(t, cc, newRequest(t, "GET", o.URL+"/big", nil))
@@ -1521,16 +1529,7 @@ func TestZeroTimeouts(t *testing.T) {
 	cfg := testConfig(Config{})
 	cfg.HandshakeTimeout, cfg.ResponseHeaderTimeout, cfg.IdleTimeout, cfg.WriteTimeout, cfg.TunnelIdleTimeout = 0, 0, 0, 0, 0
 	const size = 1 << 20
-	big := bytes.Repeat([]byte("0123456789abcdef"), size/16)
-	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == "POST" {
-			n, _ := io.Copy(io.Discard, r.Body)
-			fmt.Fprint(w, n)
-			return
-		}
-		w.Write(big)
-	}))
-	t.Cleanup(o.Close)
+	o, big := bigOrigin(t, size)
 	echo := proxytest.NewEcho(t)
 	p := startProxy(t, cfg, nil)
 	cc := p.client(t)

@@ -137,15 +137,6 @@ func (cfg *Config) validate() error {
 	return nil
 }
 
-// deadline returns the deadline d from now; d == 0 (no limit) gives the
-// zero time, which arms none.
-func deadline(d time.Duration) time.Time {
-	if d <= 0 {
-		return time.Time{}
-	}
-	return time.Now().Add(d)
-}
-
 // ServeConn serves one HTTP/2 connection until the client closes it, a
 // connection error ends it, or the session's context is done: then it
 // sends GOAWAY, lets the streams in progress (tunnels included) finish,

@@ -471,7 +471,7 @@ func (s *stream) pumpUp() {
 		p := s.in.front()
 		c.mu.Unlock()
 		s.pace(len(p))
-		s.up.SetWriteDeadline(deadline(c.cfg.TunnelIdleTimeout))
+		s.up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.TunnelIdleTimeout))
 		n, err := s.up.Write(p)
 		c.mu.Lock()
 		if n > 0 {

@@ -191,7 +191,7 @@ func (s *stream) forward() {
 			return
 		}
 		o.attach(up)
-		up.SetWriteDeadline(deadline(c.cfg.WriteTimeout))
+		up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.WriteTimeout))
 		_, err = up.Write(head)
 		written = time.Now()
 		if err == nil && !hasBody {
@@ -285,7 +285,7 @@ func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 				end = appendField(end, f.Name, f.Value)
 			}
 			end = append(end, "\r\n"...)
-			up.SetWriteDeadline(deadline(c.cfg.WriteTimeout))
+			up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.WriteTimeout))
 			_, err := up.Write(end)
 			return err
 		}
@@ -293,7 +293,7 @@ func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 		s.pumping = true
 		c.mu.Unlock()
 		s.pace(len(p))
-		up.SetWriteDeadline(deadline(c.cfg.WriteTimeout))
+		up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.WriteTimeout))
 		var err error
 		if chunked {
 			h := strconv.AppendInt(hdr[:0], int64(len(p)), 16)
@@ -421,7 +421,7 @@ func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []by
 	wsKey := base64.StdEncoding.EncodeToString(nonce[:])
 	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr}
 	head, _ := appendRequestHead(make([]byte, 0, 512), &s.req, false, &opts, wsKey)
-	up.SetWriteDeadline(deadline(c.cfg.WriteTimeout))
+	up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.WriteTimeout))
 	if _, err := up.Write(head); err != nil {
 		s.answerError(err, key)
 		return nil, nil, false

@@ -778,7 +778,7 @@ func (cn *conn) connect() bool {
 	}
 	cn.g.Answer(200, 0)
 	client := cn.client.C
-	client.SetWriteDeadline(deadline(cn.p.cfg.WriteTimeout))
+	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
 	if _, err := client.Write(connectEstablished); err != nil {
 		upc.Close()
 		return false
@@ -786,7 +786,7 @@ func (cn *conn) connect() bool {
 	if rest := cn.client.Buffered(); len(rest) > 0 {
 		// Bytes the client sent right behind its CONNECT (a TLS
 		// ClientHello, say) belong to the tunnel.
-		upc.SetWriteDeadline(deadline(cn.p.cfg.WriteTimeout))
+		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
 		if _, err := upc.Write(rest); err != nil {
 			upc.Close()
 			return false
@@ -794,15 +794,6 @@ func (cn *conn) connect() bool {
 		cn.client.R = cn.client.W
 	}
 	return cn.tunnel(upc)
-}
-
-// deadline returns the deadline d from now, or the zero time (none) when
-// d is 0.
-func deadline(d time.Duration) time.Time {
-	if d <= 0 {
-		return time.Time{}
-	}
-	return time.Now().Add(d)
 }
 
 // switchProtocols completes a WebSocket handshake the origin accepted:
@@ -817,7 +808,7 @@ func (cn *conn) switchProtocols() bool {
 	cn.g.Answer(101, 0)
 	upc := cn.up.TCP
 	client := cn.client.C
-	client.SetWriteDeadline(deadline(cn.p.cfg.WriteTimeout))
+	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
 	if err := cn.vec.write(client, cn.out, cn.up.Buffered()); err != nil {
 		cn.dropUpstream()
 		return false
@@ -826,7 +817,7 @@ func (cn *conn) switchProtocols() bool {
 	cn.up.Release()
 	cn.up.C, cn.up.TCP = nil, nil
 	if rest := cn.client.Buffered(); len(rest) > 0 {
-		upc.SetWriteDeadline(deadline(cn.p.cfg.WriteTimeout))
+		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
 		if _, err := upc.Write(rest); err != nil {
 			upc.Close()
 			return false

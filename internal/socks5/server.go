@@ -419,16 +419,7 @@ func dialReply(err error) byte {
 // handshakeDeadline returns the deadline of a handshake step starting
 // now: HandshakeTimeout from now, or none when it is 0.
 func (s *Server) handshakeDeadline() time.Time {
-	return deadline(time.Now(), s.cfg.HandshakeTimeout)
-}
-
-// deadline returns the deadline d after t, or the zero time (no deadline)
-// when d is 0 or less.
-func deadline(t time.Time, d time.Duration) time.Time {
-	if d <= 0 {
-		return time.Time{}
-	}
-	return t.Add(d)
+	return gate.Deadline(time.Now(), s.cfg.HandshakeTimeout)
 }
 
 // aLongTimeAgo is a deadline in the past, which makes a blocked read

@@ -123,7 +123,7 @@ func (a *association) addr() netip.AddrPort {
 func (a *association) relay(ctx context.Context) error {
 	a.buf = make([]byte, replyRoom+maxDatagram)
 	for {
-		a.conn.SetReadDeadline(deadline(a.lastUsed, a.idle)) // none when idle is 0
+		a.conn.SetReadDeadline(gate.Deadline(a.lastUsed, a.idle)) // none when idle is 0
 		n, src, err := a.conn.ReadFromUDPAddrPort(a.buf[replyRoom:])
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
