@@ -42,10 +42,12 @@ const (
 	ProtoWebSocket
 	// ProtoH2 is a request or tunnel carried in an HTTP/2 stream.
 	ProtoH2
-	// ProtoSOCKS5 is a SOCKS5 (or SOCKS4/4a) CONNECT tunnel.
+	// ProtoSOCKS5 is a SOCKS5 CONNECT tunnel.
 	ProtoSOCKS5
 	// ProtoSOCKS5UDP is a SOCKS5 UDP association.
 	ProtoSOCKS5UDP
+	// ProtoSOCKS4 is a SOCKS4 or SOCKS4a CONNECT tunnel.
+	ProtoSOCKS4
 )
 
 var protoNames = [...]string{
@@ -55,10 +57,11 @@ var protoNames = [...]string{
 	ProtoH2:        "h2",
 	ProtoSOCKS5:    "socks5",
 	ProtoSOCKS5UDP: "socks5-udp",
+	ProtoSOCKS4:    "socks4",
 }
 
 // String returns the protocol's name as logged: "http", "connect",
-// "websocket", "h2", "socks5", "socks5-udp", or "-" for the zero value
+// "websocket", "h2", "socks5", "socks5-udp", "socks4", or "-" for the zero value
 // and unknown values.
 func (p Protocol) String() string {
 	if int(p) < len(protoNames) && protoNames[p] != "" {
@@ -108,16 +111,57 @@ type Record struct {
 	Upstream netip.AddrPort
 	// Rule names the ACL rule that decided the request; "" when none did.
 	Rule string
-	// End says why the request or tunnel was ended by rustle before its
-	// time, one of the End constants; "" when it ended as its client or
-	// upstream made it. Text lines carry it as a last field only when it
-	// is set; JSON lines as "end", only when it is set.
-	End string
+	// Reason says why rustle refused the request or ended it before its
+	// time, one of the Reason constants; "" when it was served and ended
+	// as its client or upstream made it. Text lines carry it as a last
+	// field only when it is set; JSON lines as "reason", only when it is
+	// set.
+	Reason string
 }
 
-// EndRevoked is the End of a request or tunnel whose user a reload
-// removed.
-const EndRevoked = "revoked"
+// The reasons of a [Record]: short, fixed words an operator can grep
+// for. A refusal's status says what the client was answered.
+const (
+	// ReasonRevoked: a reload removed the request's or tunnel's user.
+	ReasonRevoked = "revoked"
+	// ReasonAuthMissing: the request carried no credentials on a port
+	// that requires them (the usual first 407 challenge).
+	ReasonAuthMissing = "auth-missing"
+	// ReasonAuthFailed: the credentials were wrong; User is the name
+	// tried (never the password).
+	ReasonAuthFailed = "auth-failed"
+	// ReasonCoolingDown: the client is cooling down after failed
+	// authentications.
+	ReasonCoolingDown = "cooling-down"
+	// ReasonUserLimit: the user has too many connections.
+	ReasonUserLimit = "user-limit"
+	// ReasonDenied: an access rule (Rule) refused the request.
+	ReasonDenied = "denied"
+	// ReasonForbidden: the destination address is not allowed (the
+	// private-destination guard, or a rule once the name resolved).
+	ReasonForbidden = "forbidden"
+	// ReasonUnreachable: the upstream could not be reached.
+	ReasonUnreachable = "unreachable"
+	// ReasonTimedOut: the upstream did not answer in time.
+	ReasonTimedOut = "timed-out"
+	// ReasonBadRequest: the request was malformed (400).
+	ReasonBadRequest = "bad-request"
+	// ReasonHeadTooLarge: the request head exceeded the limit (431).
+	ReasonHeadTooLarge = "head-too-large"
+	// ReasonSmuggling: the request's framing was ambiguous (conflicting
+	// Content-Length and Transfer-Encoding, and the like) and refused.
+	ReasonSmuggling = "smuggling"
+	// ReasonTLSHandshake: the TLS handshake with the client failed.
+	ReasonTLSHandshake = "tls-handshake"
+	// ReasonNotTLS: a client spoke plain HTTP (or anything but TLS) to a
+	// TLS port.
+	ReasonNotTLS = "not-tls"
+	// ReasonProtocol: the client broke its protocol (a malformed SOCKS
+	// message, an HTTP/2 protocol error).
+	ReasonProtocol = "protocol"
+	// ReasonDrained: rustle's shutdown (drain) ended the request or tunnel.
+	ReasonDrained = "drained"
+)
 
 // Format is an access log line format.
 type Format string
@@ -127,16 +171,17 @@ const (
 	// FormatText is the compact positional format, one line per record,
 	// fields separated by one space in the order of [Record]'s fields:
 	//
-	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE
+	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON]
 	//
 	// Empty fields are "-"; bytes outside '!'..'~', '\' and a value of
 	// exactly "-" are escaped as \xHH, so a field never holds a space and
-	// every line splits into exactly 13 fields.
+	// every line splits into exactly 13 fields, or 14 when the record has
+	// a Reason.
 	FormatText Format = "text"
 	// FormatJSON writes one JSON object per line with the keys time,
 	// listener, client, user, protocol, method, target, status, bytes_up,
-	// bytes_down, duration_ms, upstream and rule, always all of them.
-	// Invalid UTF-8 is replaced by U+FFFD.
+	// bytes_down, duration_ms, upstream and rule, always all of them,
+	// and reason when the record has one. Invalid UTF-8 is replaced by U+FFFD.
 	FormatJSON Format = "json"
 )
 

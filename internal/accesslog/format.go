@@ -37,9 +37,9 @@ func appendText(b []byte, r *Record) []byte {
 	b = appendTextAddr(b, r.Upstream)
 	b = append(b, ' ')
 	b = appendTextField(b, r.Rule)
-	if r.End != "" {
+	if r.Reason != "" {
 		b = append(b, ' ')
-		b = appendTextField(b, r.End)
+		b = appendTextField(b, r.Reason)
 	}
 	return append(b, '\n')
 }
@@ -125,9 +125,9 @@ func appendJSON(b []byte, r *Record) []byte {
 	b = appendJSONAddr(b, r.Upstream)
 	b = append(b, `,"rule":`...)
 	b = appendJSONString(b, r.Rule)
-	if r.End != "" {
-		b = append(b, `,"end":`...)
-		b = appendJSONString(b, r.End)
+	if r.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendJSONString(b, r.Reason)
 	}
 	return append(b, "}\n"...)
 }

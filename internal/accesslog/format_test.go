@@ -61,7 +61,12 @@ func goldenRecords() []Record {
 			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("127.0.0.1:5"), User: "bob",
 			Protocol: ProtoConnect, Method: "CONNECT", Target: "example.com:443", Status: 200,
 			BytesUp: 3, BytesDown: 4, Duration: 2 * time.Second,
-			Upstream: netip.MustParseAddrPort("192.0.2.1:443"), End: EndRevoked,
+			Upstream: netip.MustParseAddrPort("192.0.2.1:443"), Reason: ReasonRevoked,
+		},
+		{
+			Time: t0, Listener: "socks", Client: netip.MustParseAddrPort("127.0.0.1:6"),
+			Protocol: ProtoSOCKS4, Method: "CONNECT", Target: "192.0.2.9:80", Status: 91,
+			Reason: ReasonAuthMissing,
 		},
 	}
 }
@@ -114,7 +119,7 @@ func TestJSONDecodes(t *testing.T) {
 			DurationMS float64 `json:"duration_ms"`
 			Upstream   string  `json:"upstream"`
 			Rule       string  `json:"rule"`
-			End        string  `json:"end"`
+			Reason     string  `json:"reason"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
@@ -136,7 +141,7 @@ func TestJSONDecodes(t *testing.T) {
 		check("method", got.Method, r.Method)
 		check("target", got.Target, validUTF8(r.Target))
 		check("rule", got.Rule, r.Rule)
-		check("end", got.End, r.End)
+		check("reason", got.Reason, r.Reason)
 		check("client", got.Client, addrString(r.Client))
 		check("upstream", got.Upstream, addrString(r.Upstream))
 		if r.Protocol != 0 {
@@ -153,21 +158,21 @@ func TestJSONDecodes(t *testing.T) {
 }
 
 // TestTextFields checks that every text line has 13 fields, and a 14th
-// when the record has an End, that unescape to the record's values.
+// when the record has a Reason, that unescape to the record's values.
 func TestTextFields(t *testing.T) {
 	for i, r := range goldenRecords() {
 		line := appendText(nil, &r)
 		fields := strings.Split(strings.TrimSuffix(string(line), "\n"), " ")
 		want := 13
-		if r.End != "" {
+		if r.Reason != "" {
 			want = 14
 		}
 		if len(fields) != want {
 			t.Fatalf("record %d: %d fields, want %d: %q", i, len(fields), want, line)
 		}
 		expect := map[int]string{1: r.Listener, 3: r.User, 5: r.Method, 6: r.Target, 12: r.Rule}
-		if r.End != "" {
-			expect[13] = r.End
+		if r.Reason != "" {
+			expect[13] = r.Reason
 		}
 		for j, want := range expect {
 			if got := unescapeText(t, fields[j]); got != want {

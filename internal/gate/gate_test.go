@@ -247,18 +247,19 @@ func TestAuthorize(t *testing.T) {
 		want   gate.Kind
 		user   string
 		rule   string
-		retry  bool // RetryAfter is set
+		retry  bool   // RetryAfter is set
+		reason string // the access log record's reason
 		// The auth failures and ACL denials counted in all.
 		authFailed, denied float64
 	}{
 		{name: "no auth", cert: "-", want: gate.OK},
 		{name: "no auth ignores credentials", cert: "-", authz: basicAuth("alice", "pw"), want: gate.OK},
 		{name: "need auth without credentials", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
-			want: gate.NeedAuth, authFailed: 1},
+			want: gate.NeedAuth, authFailed: 1, reason: "auth-missing"},
 		{name: "need auth with a wrong password", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
-			authz: wrong, want: gate.NeedAuth, authFailed: 1},
+			authz: wrong, want: gate.NeedAuth, authFailed: 1, reason: "auth-failed"},
 		{name: "need auth with another scheme", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
-			authz: []byte("Bearer abc"), want: gate.NeedAuth, authFailed: 1},
+			authz: []byte("Bearer abc"), want: gate.NeedAuth, authFailed: 1, reason: "auth-failed"},
 		{name: "cooling down after 3 failures", cfg: proxytest.PolicyConfig{Users: users, Limits: coolDown}, cert: "-",
 			before: func(t *testing.T, p *gate.Policy, s *gate.Session) {
 				for i := range 2 {
@@ -269,7 +270,7 @@ func TestAuthorize(t *testing.T) {
 					g.Finish(0, 0)
 				}
 			},
-			authz: wrong, want: gate.CoolingDown, retry: true, authFailed: 3},
+			authz: wrong, want: gate.CoolingDown, retry: true, authFailed: 3, reason: "cooling-down"},
 		{name: "user limit", cfg: proxytest.PolicyConfig{Users: users, Limits: &limits.Config{MaxConnsPerUser: 1}}, cert: "-",
 			before: func(t *testing.T, p *gate.Policy, _ *gate.Session) {
 				other := newSession(t, p)
@@ -279,9 +280,9 @@ func TestAuthorize(t *testing.T) {
 				}
 				g.Finish(0, 0) // the connection keeps the count
 			},
-			authz: basicAuth("alice", "pw"), want: gate.UserLimit, user: "alice"},
+			authz: basicAuth("alice", "pw"), want: gate.UserLimit, user: "alice", reason: "user-limit"},
 		{name: "denied by a rule", cfg: proxytest.PolicyConfig{Users: users, Rules: rules}, cert: "-",
-			host: "blocked.example", authz: basicAuth("alice", "pw"), want: gate.Denied, user: "alice", rule: "no-blocked", denied: 1},
+			host: "blocked.example", authz: basicAuth("alice", "pw"), want: gate.Denied, user: "alice", rule: "no-blocked", denied: 1, reason: "denied"},
 		{name: "allowed by a rule", cfg: proxytest.PolicyConfig{Users: users, Rules: rules}, cert: "-",
 			authz: basicAuth("alice", "pw"), want: gate.OK, user: "alice", rule: "rest"},
 		{name: "ok with the user", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
@@ -291,7 +292,7 @@ func TestAuthorize(t *testing.T) {
 		{name: "certificate wins over credentials", cfg: proxytest.PolicyConfig{Users: users}, cert: "carol",
 			authz: wrong, want: gate.OK, user: "carol"},
 		{name: "certificate without a common name", cfg: proxytest.PolicyConfig{Users: users}, cert: "",
-			want: gate.NeedAuth, authFailed: 1},
+			want: gate.NeedAuth, authFailed: 1, reason: "auth-missing"},
 		{name: "certificate without a common name, credentials", cfg: proxytest.PolicyConfig{Users: users}, cert: "",
 			authz: basicAuth("alice", "pw"), want: gate.OK, user: "alice"},
 	}
@@ -339,6 +340,11 @@ func TestAuthorize(t *testing.T) {
 			}
 			if got := proxytest.Metric(t, o.m, "rustle_acl_denials_total"); got != tt.denied {
 				t.Errorf("ACL denials counted: %v, want %v", got, tt.denied)
+			}
+			recs := o.records(t, 1)
+			rec := recs[len(recs)-1]
+			if got, _ := rec["reason"].(string); got != tt.reason {
+				t.Errorf("access log reason %q, want %q: %v", got, tt.reason, rec)
 			}
 		})
 	}
@@ -643,7 +649,7 @@ func TestTunnel(t *testing.T) {
 			}
 			rec := o.records(t, 1)[0]
 			if rec["bytes_up"] != want || rec["bytes_down"] != want || rec["user"] != "alice" ||
-				rec["method"] != "CONNECT" || rec["status"] != float64(200) || rec["upstream"] != echo.Addr || rec["end"] != nil && rec["end"] != "" {
+				rec["method"] != "CONNECT" || rec["status"] != float64(200) || rec["upstream"] != echo.Addr || rec["reason"] != nil && rec["reason"] != "" {
 				t.Errorf("access log record %v, want %v bytes each way", rec, want)
 			}
 			if got := proxytest.Metric(t, o.m, "rustle_bytes_total"); got != 2*want {
@@ -806,8 +812,8 @@ func TestRegistryRevoke(t *testing.T) {
 		t.Errorf("alice's tunnel after bob's revocation: %v", err)
 	}
 	rec := o.records(t, 1)[0]
-	if rec["user"] != "bob" || rec["end"] != accesslog.EndRevoked || rec["bytes_up"] != float64(1) {
-		t.Errorf("bob's tunnel's record %v, want end %q", rec, accesslog.EndRevoked)
+	if rec["user"] != "bob" || rec["reason"] != accesslog.ReasonRevoked || rec["bytes_up"] != float64(1) {
+		t.Errorf("bob's tunnel's record %v, want reason %q", rec, accesslog.ReasonRevoked)
 	}
 
 	// Everything that ends leaves the registry.

@@ -78,7 +78,7 @@ type Grant struct {
 	status   int    // the status (or SOCKS reply) sent; 0 = none
 	class    int    // the HTTP status class the metrics count status in
 	upstream netip.AddrPort
-	why      string // the access log's End; "" = see the session
+	reason   string // the access log's Reason; "" = see the session
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -99,19 +99,23 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 				if wait := p.Limiter.AuthFailed(s.ip); wait > 0 {
 					g.RetryAfter = wait
 					p.Metrics.AuthFailed()
-					return CoolingDown
+					return g.refuse(CoolingDown)
 				}
 			}
 		}
 		if !ok {
 			p.Metrics.AuthFailed()
+			g.refuse(NeedAuth)
+			if r.Authorization != nil {
+				g.reason = accesslog.ReasonAuthFailed
+			}
 			return NeedAuth
 		}
 	}
 	if k.counted {
 		g.User, g.throttle = user, k.throttle
 	} else if kind := s.admitUser(user, g); kind != OK {
-		return kind
+		return g.refuse(kind)
 	}
 
 	if p.ACL != nil {
@@ -123,11 +127,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		g.Rule = g.decision.Rule
 		if !g.decision.Allow {
 			p.Metrics.ACLDenied()
-			if p.logger().Enabled(context.Background(), slog.LevelDebug) {
-				s.debug("gate: access denied", slog.String("user", user),
-					slog.String("target", string(r.Target)), slog.String("rule", g.Rule))
-			}
-			return Denied
+			return g.refuse(Denied) // logged at Finish
 		}
 	}
 	return OK
@@ -161,10 +161,11 @@ func (s *Session) Observe(r *Request, g *Grant) {
 	g.observe = s.p.observing()
 	if g.observe {
 		g.start = time.Now()
-		g.proto = r.Log
-		g.method = internMethod(g.method, r.Method)
-		g.target = append(g.target[:0], r.Target...)
 	}
+	// Kept even unobserved: a refusal's debug line names them.
+	g.proto = r.Log
+	g.method = internMethod(g.method, r.Method)
+	g.target = append(g.target[:0], r.Target...)
 }
 
 // Observing reports whether the request is observed (metrics or access
@@ -244,7 +245,7 @@ func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 		g.Rule = d.Rule
 	}
 	if err != nil {
-		if DialKind(err) == Forbidden {
+		if g.refuse(DialKind(err)) == Forbidden {
 			p.Metrics.ACLDenied()
 			attrs := []slog.Attr{slog.String("user", g.User), slog.String("target", addr),
 				slog.String("rule", g.Rule), slog.Any("err", err)}
@@ -304,6 +305,9 @@ func (g *Grant) Finish(up, down int64) {
 		return
 	}
 	g.finished = true
+	if g.reason != "" {
+		g.debugRefusal()
+	}
 	if g.observe && g.class != 0 {
 		p := g.s.p
 		if g.tunnel {
@@ -347,18 +351,62 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Duration:  time.Since(g.start),
 		Upstream:  g.upstream,
 		Rule:      g.Rule,
-		End:       g.endReason(),
+		Reason:    g.endReason(),
 	}
 }
 
-// endReason returns why rustle ended the request before its time: the
-// grant's own reason, or the session's revocation.
+// debugRefusal logs, at debug level, a request that was refused or ended
+// early, with what its access log record says of it.
+func (g *Grant) debugRefusal() {
+	if !g.s.p.logger().Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	g.s.debug("gate: request refused", slog.String("reason", g.reason), slog.Int("status", g.status),
+		slog.String("protocol", g.proto.String()), slog.String("user", g.User),
+		slog.String("method", g.method), slog.String("target", string(g.target)), slog.String("rule", g.Rule))
+}
+
+// refuse notes k, a refusal, as the request's reason in the access log,
+// and returns it.
+func (g *Grant) refuse(k Kind) Kind {
+	g.reason = k.logReason()
+	return k
+}
+
+// SetReason sets the request's Reason in the access log (one of the
+// accesslog Reason constants), for a refusal or an early end the front-
+// end decided: a malformed request, a protocol error.
+func (g *Grant) SetReason(reason string) { g.reason = reason }
+
+// logReason returns the access log's Reason for k; "" for OK.
+func (k Kind) logReason() string {
+	switch k {
+	case NeedAuth:
+		return accesslog.ReasonAuthMissing
+	case CoolingDown:
+		return accesslog.ReasonCoolingDown
+	case UserLimit:
+		return accesslog.ReasonUserLimit
+	case Denied:
+		return accesslog.ReasonDenied
+	case Forbidden:
+		return accesslog.ReasonForbidden
+	case Unreachable:
+		return accesslog.ReasonUnreachable
+	case TimedOut:
+		return accesslog.ReasonTimedOut
+	}
+	return ""
+}
+
+// endReason returns why rustle refused the request or ended it before
+// its time: the grant's own reason, or the session's revocation.
 func (g *Grant) endReason() string {
-	if g.why != "" {
-		return g.why
+	if g.reason != "" {
+		return g.reason
 	}
 	if context.Cause(g.s.rctx) == ErrRevoked {
-		return accesslog.EndRevoked
+		return accesslog.ReasonRevoked
 	}
 	return ""
 }

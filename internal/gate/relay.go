@@ -63,7 +63,7 @@ func (g *Grant) Tunnel(client net.Conn, upc *net.TCPConn, beforeIdle func()) (ha
 		cut, err := s.eng.AddCut(tc, upc, func(r tunnel.Result) {
 			reg.removeTunnel(user, h.ended())
 			if errors.Is(r.Err, tunnel.ErrCut) { // only revocation cuts
-				d.why = accesslog.EndRevoked
+				d.reason = accesslog.ReasonRevoked
 			}
 			d.Finish(r.Up, r.Down)
 			if back != nil {

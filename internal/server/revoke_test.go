@@ -604,8 +604,8 @@ func TestRevokeRemovedUsers(t *testing.T) {
 				t.Errorf("%d access log records of bob's tunnels, want %d: %v", len(recs), bobTunnels, recs)
 			}
 			for _, rec := range recs {
-				if rec["end"] != "revoked" {
-					t.Errorf("revoked tunnel logged with end %q: %v", rec["end"], rec)
+				if rec["reason"] != "revoked" {
+					t.Errorf("revoked tunnel logged with reason %q: %v", rec["reason"], rec)
 				}
 				if rec["status"] != float64(200) && rec["status"] != float64(0) {
 					t.Errorf("revoked tunnel logged with status %v: %v", rec["status"], rec)
