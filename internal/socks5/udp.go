@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -76,7 +77,10 @@ type association struct {
 	peers    map[netip.AddrPort]struct{} // destinations the client sent to
 	names    map[string]resolved         // host names looked up
 	lastUsed time.Time                   // when a datagram was last relayed
-	buf      []byte                      // replyRoom + maxDatagram bytes
+	// buf is the datagram being relayed, borrowed from datagrams for
+	// it (where the platform can wait for one without a buffer, see
+	// waitDatagram) or for the relay's life.
+	buf *[replyRoom + maxDatagram]byte
 
 	// grant is the association's passage through the policy: it
 	// permits each datagram's destination. Used by relay's goroutine
@@ -120,16 +124,32 @@ func (a *association) addr() netip.AddrPort {
 // relay relays datagrams until the relay socket is closed or nothing has
 // been relayed for the idle timeout (when it is not 0). ctx bounds host
 // name look-ups.
+//
+// An idle association holds no datagram buffer where the platform lets
+// relay wait for a datagram without one (waitDatagram): a buffer is
+// borrowed from a shared pool for each datagram and given back once it is
+// relayed.
 func (a *association) relay(ctx context.Context) error {
-	a.buf = make([]byte, replyRoom+maxDatagram)
+	wait := newDatagramWaiter(a.conn)
+	defer func() {
+		if a.buf != nil {
+			datagrams.Put(a.buf)
+			a.buf = nil
+		}
+	}()
 	for {
 		a.conn.SetReadDeadline(gate.Deadline(a.lastUsed, a.idle)) // none when idle is 0
+		if wait != nil {
+			if err := wait.Wait(); err != nil {
+				return relayErr(err)
+			}
+		}
+		if a.buf == nil {
+			a.buf = datagrams.Get().(*[replyRoom + maxDatagram]byte)
+		}
 		n, src, err := a.conn.ReadFromUDPAddrPort(a.buf[replyRoom:])
 		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return errIdle
-			}
-			return err
+			return relayErr(err)
 		}
 		src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 		switch {
@@ -140,7 +160,23 @@ func (a *association) relay(ctx context.Context) error {
 		default:
 			a.drop("not from the client or a destination it sent to", src)
 		}
+		if wait != nil {
+			datagrams.Put(a.buf)
+			a.buf = nil
+		}
 	}
+}
+
+// datagrams holds the buffers associations relay datagrams in.
+var datagrams = sync.Pool{New: func() any { return new([replyRoom + maxDatagram]byte) }}
+
+// relayErr returns the error that ends a relay whose read failed with
+// err: errIdle for the read deadline.
+func relayErr(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return errIdle
+	}
+	return err
 }
 
 func (a *association) isPeer(src netip.AddrPort) bool {

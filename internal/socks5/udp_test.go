@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -440,5 +441,34 @@ func TestUDPRefused(t *testing.T) {
 	})
 	if got := proxytest.Metric(t, m, "rustle_requests_total", "listener", "udp-ref", "code", "4xx"); got != 1 {
 		t.Errorf("4xx requests %v, want 1", got)
+	}
+}
+
+// TestUDPIdleMemory checks that an idle association holds no datagram
+// buffer: 200 associations that have each relayed a datagram and then
+// wait take well under the 64 KiB each that a buffer of their own would
+// (issue 15: 2,000 associations took 117 MB).
+func TestUDPIdleMemory(t *testing.T) {
+	if !udpParks {
+		t.Skip("this platform reads datagrams into a buffer held for the association's life")
+	}
+	const n = 200
+	echo := startUDPEcho(t, "udp4")
+	srv := startServer(t, "tcp4", openPolicy(t), Config{})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
+		pc := udpClient(t, relay.Addr())
+		p := "hello " + strconv.Itoa(i)
+		roundTrip(t, pc, relay, datagram(0, echo.addr, p), echo.addr, p)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (int64(after.HeapInuse) - int64(before.HeapInuse)) / n
+	t.Logf("heap in use per idle association (client and test sockets included): %d bytes", per)
+	if per > 24<<10 {
+		t.Errorf("an idle association holds %d bytes of heap, want at most %d: it keeps a datagram buffer", per, 24<<10)
 	}
 }
