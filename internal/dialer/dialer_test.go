@@ -76,6 +76,33 @@ func TestPoolGetPut(t *testing.T) {
 	}
 }
 
+// TestPoolRetain checks that Retain closes and drops exactly the idle
+// connections its function refuses.
+func TestPoolRetain(t *testing.T) {
+	ln := listen(t)
+	p := NewPool(PoolConfig{IdleTimeout: time.Minute})
+	t.Cleanup(func() { p.Close() })
+	a1, a2, b1 := pair(t, ln), pair(t, ln), pair(t, ln)
+	p.Put("a:1", a1)
+	p.Put("a:1", a2)
+	p.Put("b:1", b1)
+	if n := p.Retain(func(c *net.TCPConn) bool { return c == a1 }); n != 2 {
+		t.Errorf("Retain closed %d, want 2", n)
+	}
+	if got := p.Len(); got != 1 {
+		t.Errorf("Len = %d after Retain, want 1", got)
+	}
+	if _, err := a2.Write([]byte("x")); err == nil {
+		t.Error("a dropped connection is still open")
+	}
+	if got := p.Get([]byte("a:1")); got != a1 {
+		t.Error("the kept connection is not handed out")
+	}
+	if got := p.Get([]byte("b:1")); got != nil {
+		t.Error("a dropped host still hands out a connection")
+	}
+}
+
 func TestPoolGetAllocs(t *testing.T) {
 	ln := listen(t)
 	p := NewPool(PoolConfig{})

@@ -112,6 +112,27 @@ func inPrefixes(ps []netip.Prefix, ip netip.Addr) bool {
 type Guard struct {
 	allow []netip.Prefix
 	own   atomic.Pointer[ownAddrs] // set by SetOwn; nil until then
+	// next, once set by Supersede, is the guard that decides in g's
+	// place.
+	next atomic.Pointer[Guard]
+}
+
+// Supersede makes next decide every later Check of g (and of the guards
+// that superseded g before): a reload's guard applies at once to the
+// connections accepted before it, whose dialers hold g.
+func (g *Guard) Supersede(next *Guard) {
+	if next != g {
+		g.next.Store(next)
+	}
+}
+
+// current returns the guard that decides for g: the last in its chain of
+// Supersede calls.
+func (g *Guard) current() *Guard {
+	for n := g.next.Load(); n != nil; n = g.next.Load() {
+		g = n
+	}
+	return g
 }
 
 // ownAddrs are the proxy's listening addresses.
@@ -138,7 +159,7 @@ func NewGuard(allow []netip.Prefix) *Guard {
 
 // Allowed returns the private ranges the guard lets through.
 func (g *Guard) Allowed() []netip.Prefix {
-	return append([]netip.Prefix(nil), g.allow...)
+	return append([]netip.Prefix(nil), g.current().allow...)
 }
 
 // SetOwn sets the proxy's listening addresses, which the guard refuses
@@ -212,6 +233,7 @@ func (g *Guard) allowed(ip netip.Addr) bool {
 // private address that neither the guard's allowed ranges nor the caller
 // (privateOK, from the request's policy) allow.
 func (g *Guard) Check(ap netip.AddrPort, privateOK bool) error {
+	g = g.current()
 	if g.isOwn(ap) {
 		return ErrOwnAddress
 	}

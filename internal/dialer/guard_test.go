@@ -75,6 +75,36 @@ func TestGuardCheck(t *testing.T) {
 	}
 }
 
+// TestGuardSupersede checks that a superseded guard decides as the guard
+// that superseded it, through a chain of reloads.
+func TestGuardSupersede(t *testing.T) {
+	loop := netip.MustParseAddrPort("127.0.0.1:80")
+	g1 := NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+	if err := g1.Check(loop, false); err != nil {
+		t.Fatalf("allowed range: %v", err)
+	}
+	g2 := NewGuard(nil)
+	g1.Supersede(g2)
+	if err := g1.Check(loop, false); err != ErrPrivate {
+		t.Errorf("superseded guard: %v, want ErrPrivate", err)
+	}
+	g3 := NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
+	g3.SetOwn([]netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:3128")})
+	g2.Supersede(g3)
+	g3.Supersede(g3) // a guard never supersedes itself
+	for _, g := range []*Guard{g1, g2, g3} {
+		if err := g.Check(loop, false); err != nil {
+			t.Errorf("chain: %v, want the last guard's nil", err)
+		}
+		if err := g.Check(netip.MustParseAddrPort("127.0.0.1:3128"), true); err != ErrOwnAddress {
+			t.Errorf("chain, own address: %v", err)
+		}
+		if a := g.Allowed(); len(a) != 1 || a[0].String() != "127.0.0.1/32" {
+			t.Errorf("Allowed() = %v", a)
+		}
+	}
+}
+
 // permitter is a Permitter that records the addresses it is asked about.
 type permitter struct {
 	mu      sync.Mutex

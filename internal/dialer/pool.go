@@ -117,6 +117,33 @@ func (p *Pool) Put(key string, c *net.TCPConn) bool {
 	return true
 }
 
+// Retain closes the idle connections that keep reports false for (a
+// reload's guard no longer lets them through) and returns how many it
+// closed. keep is called with the pool locked.
+func (p *Pool) Retain(keep func(c *net.TCPConn) bool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	closed := 0
+	for k, h := range p.idle {
+		kept := h.conns[:0]
+		for _, ic := range h.conns {
+			if keep(ic.c) {
+				kept = append(kept, ic)
+				continue
+			}
+			ic.c.Close()
+			closed++
+		}
+		clear(h.conns[len(kept):])
+		h.conns = kept
+		if len(kept) == 0 {
+			delete(p.idle, k)
+		}
+	}
+	p.total -= closed
+	return closed
+}
+
 // Len returns the number of idle connections held.
 func (p *Pool) Len() int {
 	p.mu.Lock()

@@ -267,11 +267,12 @@ func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
 
 // Admits reports whether the request may use c, an upstream connection
 // made for an earlier request (kept by its client, or pooled): its
-// address is checked against this request's rule. On true it is the
+// address is checked against this request's rule and the current
+// private-destination guard, as a dial to it would be. On true it is the
 // request's upstream in the access log.
 func (g *Grant) Admits(c *net.TCPConn) bool {
 	ap := remoteAddrPort(c)
-	if g.decided && g.s.p.Dialer.Check(ap, &g.decision) != nil {
+	if g.s.p.Dialer.Check(ap, g.permitter()) != nil {
 		return false
 	}
 	g.upstream = ap

@@ -298,6 +298,21 @@ func (s *Server) Reload(cfg *config.Config) error {
 	}
 	s.mu.Unlock()
 
+	// The new guard decides at once for the connections accepted before
+	// the reload too (their dialers hold the old one), and the pooled
+	// upstreams it no longer lets through are closed: tightening
+	// allow_private takes effect on every reuse and every dial.
+	prev.guard.Supersede(g.guard)
+	if s.pool != nil {
+		n := s.pool.Retain(func(c *net.TCPConn) bool {
+			a, ok := c.RemoteAddr().(*net.TCPAddr)
+			return ok && g.guard.Check(a.AddrPort(), false) == nil
+		})
+		if n > 0 {
+			s.log.Info("pooled upstream connections closed: the reloaded guard refuses them", "count", n)
+		}
+	}
+
 	// Connections already past their handshake keep working when their
 	// TLS manager stops rotating ticket keys.
 	keepTLS := make(map[*tlsconf.Manager]bool)

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"golang.org/x/net/http2"
 )
 
 // reloadConfig returns a validated configuration for the reload tests:
@@ -488,5 +490,78 @@ func TestReloadLimits(t *testing.T) {
 	}
 	if code, _, err := first.get(target, auth); err != nil || code != 200 {
 		t.Errorf("connection from the first generation: %d %v", code, err)
+	}
+}
+
+// TestReloadTightensGuard checks that a reload which removes allow_private
+// applies at once to connections accepted before it: neither an upstream
+// kept by a client connection (HTTP/1.1 and HTTP/2) nor a pooled one is
+// reused to reach the loopback origin, and the pooled ones are closed
+// (issue 15: they were reused for over 50 s).
+func TestReloadTightensGuard(t *testing.T) {
+	target := fmt.Sprintf("http://127.0.0.1:%d/ok", mixedOrigin(t))
+	tl, roots := proxyCerts(t)
+	listeners := func(c *config.Config) {
+		c.Listen = append(c.Listen, config.Listener{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl})
+	}
+	s := startReloadable(t, reloadConfig(t, listeners))
+	addr := addrOf(s, "main")
+	auth := basic("alice", "pw")
+
+	kept := dialKeepAlive(t, addr)
+	if code, _, err := kept.get(target, auth); err != nil || code != 200 {
+		t.Fatalf("before the reload: %d %v", code, err)
+	}
+	pooled := dialKeepAlive(t, addr) // its upstream goes to the pool when it closes
+	if code, _, err := pooled.get(target, auth); err != nil || code != 200 {
+		t.Fatalf("before the reload: %d %v", code, err)
+	}
+	pooled.c.Close()
+	proxytest.WaitFor(t, "an upstream in the pool", func() bool { return s.pool.Len() > 0 })
+
+	tc, err := tls.Dial("tcp", addrOf(s, "tls"), &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	h2get := func() int {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", target, nil)
+		req.Header.Set("Proxy-Authorization", strings.TrimPrefix(auth, "Proxy-Authorization: "))
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("GET over h2: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := h2get(); code != 200 {
+		t.Fatalf("h2 before the reload: %d", code)
+	}
+
+	if err := s.Reload(reloadConfig(t, func(c *config.Config) {
+		c.AllowPrivate = nil
+		listeners(c)
+	})); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	if n := s.pool.Len(); n != 0 {
+		t.Errorf("%d pooled upstreams to loopback kept after the reload", n)
+	}
+	if code, _, err := kept.get(target, auth); err != nil || code != 403 {
+		t.Errorf("kept upstream after the reload: %d %v, want 403", code, err)
+	}
+	if code := h2get(); code != 403 {
+		t.Errorf("h2 stream after the reload: %d, want 403", code)
+	}
+	if code := status(t, addr, target, auth); code != 403 {
+		t.Errorf("new connection after the reload: %d, want 403", code)
 	}
 }
