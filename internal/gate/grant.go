@@ -268,11 +268,18 @@ func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
 // Admits reports whether the request may use c, an upstream connection
 // made for an earlier request (kept by its client, or pooled): its
 // address is checked against this request's rule and the current
-// private-destination guard, as a dial to it would be. On true it is the
+// private-destination guard, as a dial to it would be. A request that
+// cannot be sent again on a fresh connection if c turns out dead
+// (canRetry false: it has a body, or is not idempotent) is admitted only
+// while c is still open: origins close idle connections after their
+// keep-alive timeout, and an upload must not meet one. On true c is the
 // request's upstream in the access log.
-func (g *Grant) Admits(c *net.TCPConn) bool {
+func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
 	ap := remoteAddrPort(c)
 	if g.s.p.Dialer.Check(ap, g.permitter()) != nil {
+		return false
+	}
+	if !canRetry && !dialer.Alive(c) {
 		return false
 	}
 	g.upstream = ap

@@ -340,6 +340,33 @@ func TestForward(t *testing.T) {
 	}
 }
 
+// TestPooledClosedByOrigin checks that a request with a body, which
+// cannot be sent twice, does not go out on a pooled upstream the origin
+// closed while it was idle: it is sent once, on a fresh connection
+// (issue 15: uploads met 502 after the origin's keep-alive timeout).
+func TestPooledClosedByOrigin(t *testing.T) {
+	o := proxytest.NewOrigin(t, proxytest.ThenClose(proxytest.Respond(200, "ok")))
+	pool := proxytest.NewPool(t, dialer.PoolConfig{})
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
+	cc := p.client(t)
+	if resp, _ := roundTrip(t, cc, newRequest(t, "GET", o.URL("/"), nil)); resp.StatusCode != 200 {
+		t.Fatalf("first answer %d", resp.StatusCode)
+	}
+	proxytest.WaitFor(t, "a dead connection in the pool", func() bool {
+		return pool.Len() == 1 && o.ClosedConns() == 1
+	})
+	for _, method := range []string{"POST", "PUT"} {
+		resp, _ := roundTrip(t, cc, newRequest(t, method, o.URL("/up"), strings.NewReader("upload")))
+		if resp.StatusCode != 200 {
+			t.Errorf("%s on a dead pooled upstream: %d, want 200 from a fresh connection", method, resp.StatusCode)
+		}
+		proxytest.WaitFor(t, "the origin to close", func() bool { return o.ClosedConns() == o.Conns() })
+	}
+	if n := o.NumRequests(); n != 3 {
+		t.Errorf("origin got %d requests, want 3: each sent once", n)
+	}
+}
+
 // bigOrigin starts an origin that answers GET with size bytes (returned)
 // and POST with the number of body bytes it read.
 func bigOrigin(t *testing.T, size int) (*httptest.Server, []byte) {

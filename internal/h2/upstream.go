@@ -146,13 +146,14 @@ func (s *stream) detach(up *net.TCPConn, key string, reuse bool) {
 }
 
 // upstream returns a pooled connection to key or dials one, and reports
-// whether it was pooled.
-func (s *stream) upstream(key string, fresh bool) (*net.TCPConn, bool, error) {
+// whether it was pooled. canRetry says whether the request could be sent
+// again should a pooled connection turn out dead (see gate.Grant.Admits).
+func (s *stream) upstream(key string, fresh, canRetry bool) (*net.TCPConn, bool, error) {
 	if p := s.grant.Pool(); p != nil && !fresh {
 		if up := p.Get([]byte(key)); up != nil {
 			// A pooled connection may have been made under another
 			// request's rule: the grant checks its address.
-			if s.grant.Admits(up) {
+			if s.grant.Admits(up, canRetry) {
 				return up, true, nil
 			}
 			up.Close()
@@ -173,7 +174,7 @@ func (s *stream) forward() {
 	hasBody := !r.endStream
 	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr}
 	head, chunked := appendRequestHead(make([]byte, 0, 512), r, hasBody, &opts, "")
-	canRetry := !hasBody && isIdempotent(r.method)
+	canRetry := !hasBody && gate.Idempotent(r.method)
 
 	o := getOrigin()
 	defer putOrigin(o)
@@ -182,7 +183,7 @@ func (s *stream) forward() {
 	var written time.Time // when the head went upstream
 	for attempt := 0; ; attempt++ {
 		var reused bool
-		up, reused, err = s.upstream(key, attempt > 0)
+		up, reused, err = s.upstream(key, attempt > 0, canRetry)
 		if err != nil {
 			s.answerError(err, key)
 			return
@@ -320,14 +321,6 @@ func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 		}
 		c.flushLocked()
 	}
-}
-
-func isIdempotent(m string) bool {
-	switch m {
-	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
-		return true
-	}
-	return false
 }
 
 // isDeadConn reports whether err says a pooled connection had been

@@ -202,7 +202,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	}
 
 	isHead := cn.isHead
-	idempotent := isIdempotent(method)
+	idempotent := gate.Idempotent(method)
 	clientMinor := req.Minor
 	req.DropConnectionListed()
 	cn.buildRequestHead()
@@ -242,7 +242,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	// one turns out dead and the request can be replayed.
 	canRetry := idempotent && bodyDone
 	for attempt := 0; ; attempt++ {
-		if err = cn.getUpstream(attempt > 0); err != nil {
+		if err = cn.getUpstream(attempt > 0, canRetry); err != nil {
 			cn.writeDialError(err)
 			return false, false
 		}
@@ -341,16 +341,6 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	return clientKeep, false
 }
 
-// isIdempotent reports whether a request of this method may be sent again
-// after a connection failure (RFC 9110 §9.2.2).
-func isIdempotent(m []byte) bool {
-	switch string(m) {
-	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
-		return true
-	}
-	return false
-}
-
 // isDeadConnErr reports whether err shows a pooled connection that the
 // origin had already closed: nothing of a response arrived.
 func isDeadConnErr(err error) bool {
@@ -359,8 +349,10 @@ func isDeadConnErr(err error) bool {
 }
 
 // getUpstream takes an idle connection for cn.key from the pool or dials
-// one. fresh forces a dial.
-func (cn *conn) getUpstream(fresh bool) error {
+// one. fresh forces a dial; canRetry says whether the request could be
+// sent again should a reused connection turn out dead (see
+// gate.Grant.Admits).
+func (cn *conn) getUpstream(fresh, canRetry bool) error {
 	var c *net.TCPConn
 	cn.upReused = false
 	if cn.up.C != nil && cn.up.Buf == nil {
@@ -368,7 +360,7 @@ func (cn *conn) getUpstream(fresh bool) error {
 		// origin if this request's rule admits its address, else offer
 		// it to others.
 		if !fresh && cn.upKey == string(cn.key) {
-			if cn.g.Admits(cn.up.TCP) {
+			if cn.g.Admits(cn.up.TCP, canRetry) {
 				cn.upReused = true
 				cn.up.TakeBuf(&http1.UpstreamBufs)
 				return nil
@@ -382,7 +374,7 @@ func (cn *conn) getUpstream(fresh bool) error {
 	if !fresh && cn.pool != nil {
 		if c = cn.pool.Get(cn.key); c != nil {
 			cn.upReused = true
-			if !cn.g.Admits(c) {
+			if !cn.g.Admits(c, canRetry) {
 				c.Close()
 				c, cn.upReused = nil, false
 			}
