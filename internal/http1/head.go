@@ -90,8 +90,10 @@ type Head struct {
 
 	ContentLength int64 // -1 when absent
 	Chunked       bool
-	// TEOther is set when Transfer-Encoding is present but not chunked
-	// (responses only: the body is then delimited by close).
+	// TEOther is set when Transfer-Encoding names a coding other than
+	// chunked (responses only). A response whose final coding is
+	// chunked is framed by it (Chunked), whatever codings come before;
+	// one without is delimited by close.
 	TEOther bool
 
 	ConnClose, ConnKeepAlive bool
@@ -241,7 +243,10 @@ func (h *Head) ParseResponse(b []byte) error {
 	if err := h.parseFields(b, eol+2); err != nil {
 		return ErrBadResponseHead
 	}
-	return h.checkFraming(false)
+	if err := h.checkFraming(false); err != nil {
+		return ErrBadResponseHead
+	}
+	return nil
 }
 
 // parseVersion parses "HTTP/1.0" or "HTTP/1.1" and returns the minor version.
@@ -486,10 +491,12 @@ func (h *Head) checkFraming(request bool) error {
 		if request {
 			return errTEHTTP10
 		}
-		// An HTTP/1.0 response with Transfer-Encoding: framing is
-		// faulty; read it as close-delimited, and drop Content-Length
-		// below as for any response with both.
-		h.Chunked, h.TEOther = false, true
+		// An HTTP/1.0 response with Transfer-Encoding is faulty framing
+		// (RFC 9112 §6.1): relayed as close-delimited under the proxy's
+		// HTTP/1.1 status line with its Transfer-Encoding kept, a client
+		// would frame it by chunks and take what follows the last one
+		// for its next response. Refused.
+		return ErrBadResponseHead
 	}
 	if h.ContentLength >= 0 {
 		if request {
@@ -511,9 +518,11 @@ func (h *Head) checkFraming(request bool) error {
 		if !h.Chunked {
 			return errTENotChunked
 		}
-	} else if h.TEOther {
-		h.Chunked = false // close-delimited, forwarded as is
 	}
+	// A response is framed one way only: by chunks when chunked is the
+	// final coding ("gzip, chunked", or "identity" then "chunked" in two
+	// fields), so that bytes after the last chunk are never relayed as
+	// part of it; by the connection's close otherwise.
 	return nil
 }
 

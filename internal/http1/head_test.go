@@ -826,19 +826,21 @@ func TestParseResponseFraming(t *testing.T) {
 			wantCL: -1, wantOther: true,
 			wantLines: []string{"Transfer-Encoding: gzip", "-Content-Length: 3"},
 		},
-		// The forwarder does not decode codings; a response whose chunked
-		// framing wraps another coding is passed through verbatim and
-		// delimited by close.
-		{name: "TE gzip then chunked", fields: []string{"Transfer-Encoding: gzip, chunked"}, wantCL: -1, wantOther: true},
-		{name: "TE identity", fields: []string{"Transfer-Encoding: identity"}, wantCL: -1, wantOther: true},
+		// A response is framed one way only (issue 15: response
+		// splitting): by its chunks when chunked is the final coding,
+		// whatever comes before it (the other codings are passed on, not
+		// decoded); by close otherwise.
+		{name: "TE gzip then chunked", fields: []string{"Transfer-Encoding: gzip, chunked"}, wantCL: -1, wantChunk: true, wantOther: true},
 		{
-			name: "HTTP/1.0 with TE is close-delimited", line: "HTTP/1.0 200 OK",
-			fields: []string{"Transfer-Encoding: chunked"}, wantCL: -1, wantOther: true,
+			name: "TE identity then chunked in two fields", fields: []string{"Transfer-Encoding: identity", "Transfer-Encoding: chunked"},
+			wantCL: -1, wantChunk: true, wantOther: true,
 		},
+		{name: "TE identity", fields: []string{"Transfer-Encoding: identity"}, wantCL: -1, wantOther: true},
+		// Transfer-Encoding in an HTTP/1.0 response is faulty framing.
+		{name: "HTTP/1.0 with TE", line: "HTTP/1.0 200 OK", fields: []string{"Transfer-Encoding: chunked"}, wantErr: ErrBadResponseHead},
 		{
 			name: "HTTP/1.0 with TE and CL", line: "HTTP/1.0 200 OK",
-			fields: []string{"Content-Length: 5", "Transfer-Encoding: chunked"}, wantCL: -1, wantOther: true,
-			wantLines: []string{"-Content-Length: 5", "Transfer-Encoding: chunked"},
+			fields: []string{"Content-Length: 5", "Transfer-Encoding: chunked"}, wantErr: ErrBadResponseHead,
 		},
 		{name: "HTTP/1.0 CL", line: "HTTP/1.0 200 OK", fields: []string{"Content-Length: 5"}, wantCL: 5},
 		{

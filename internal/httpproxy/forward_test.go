@@ -587,6 +587,21 @@ func TestResponseFraming(t *testing.T) {
 			"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nzipped",
 			"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nConnection: close\r\n\r\n", "zipped", true,
 		},
+		// Response splitting (issue 15): a response whose final coding is
+		// chunked ends at its last chunk, and what the origin sends after
+		// it never reaches the client as part of it (nor as the answer to
+		// its next request): the upstream is dropped, not reused.
+		{
+			"gzip then chunked is framed by chunks",
+			"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED",
+			"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "2\r\nok\r\n0\r\n\r\n", false,
+		},
+		{
+			"identity then chunked is framed by chunks",
+			"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED",
+			"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n\r\n", "2\r\nok\r\n0\r\n\r\n", false,
+		},
+		{"HTTP/1.0 with chunked is refused", "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED", "", "", true},
 		{"conflicting Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!", "", "", true},
 		{"malformed Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: 2x\r\n\r\nok", "", "", true},
 		{"obs-fold", "HTTP/1.1 200 OK\r\nX-A: 1\r\n 2\r\nContent-Length: 2\r\n\r\nok", "", "", true},
@@ -613,8 +628,8 @@ func TestResponseFraming(t *testing.T) {
 				t.Errorf("answer %q %q, want %q %q", r.Head, r.RawBody, tt.wantHead, tt.wantBody)
 			}
 			if !tt.closed {
-				if again, _ := c.RoundTrip(get(o, "/")); again.Status != 200 {
-					t.Errorf("next request: %q", again.Head)
+				if again, _ := c.RoundTrip(get(o, "/")); again.Status != 200 || strings.Contains(string(again.RawBody), "SMUGGLED") {
+					t.Errorf("next request: %q %q", again.Head, again.RawBody)
 				}
 			}
 		})
