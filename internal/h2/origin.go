@@ -246,10 +246,12 @@ func responseFields(dst []hpack.HeaderField, status int, h *http1.Head, via bool
 		switch string(lname) {
 		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade", "te", "http2-settings":
 			continue
-		case "trailer", "proxy-authenticate", "proxy-authorization":
+		case "trailer":
 			// Hop-by-hop for the parser, which serves a proxy speaking
-			// HTTP/1.1 on both sides; passed on to an HTTP/2 client as
-			// they always were.
+			// HTTP/1.1 on both sides; an HTTP/2 client is told of the
+			// trailers the stream ends with. (An origin's
+			// Proxy-Authenticate is meant for rustle, not the client,
+			// and dropped as on the HTTP/1.1 path.)
 		default:
 			if f.Drop {
 				continue
