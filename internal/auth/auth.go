@@ -66,13 +66,17 @@ type account struct {
 }
 
 // Authenticator checks Basic Proxy-Authorization values against a fixed set
-// of users. It is safe for concurrent use. Create one with New.
+// of users. It is safe for concurrent use. Create one with New, or a view
+// of one restricted to some of its users with [Authenticator.Only].
 type Authenticator struct {
 	challenge string
 	accounts  []account // read-only after New
 	dummy     []byte    // bcrypt hash of a random password, compared on a miss for an unknown or plain user
 	salt      [16]byte  // random prefix of hashed cache keys
 	cache     *cache
+	// only holds the names of the users a view made by Only accepts; nil
+	// accepts every user. Read-only.
+	only map[string]struct{}
 
 	// now and compare are time.Now and bcrypt.CompareHashAndPassword, set
 	// by New and replaced only by tests before first use.
@@ -238,17 +242,51 @@ func quote(s string) string {
 	return b.String()
 }
 
+// Only returns a view of a that accepts only the users named in names:
+// the credentials of any other user of a are refused as an unknown user's
+// are. The view shares a's users, verdict cache (so bcrypt still runs once
+// per credential, whichever view asks) and challenge. Names a does not know
+// are left out; check them with [Authenticator.Has] first. A nil or empty
+// names gives a view that accepts nobody.
+func (a *Authenticator) Only(names []string) *Authenticator {
+	v := *a
+	v.only = make(map[string]struct{}, len(names))
+	for _, n := range names {
+		if a.Has(n) {
+			v.only[n] = struct{}{}
+		}
+	}
+	return &v
+}
+
+// Allows reports whether a lets in the user named name when something else
+// than a password vouched for the name (a client certificate): every name
+// unless a is a view made by [Authenticator.Only], which allows the names
+// it accepts. A nil Authenticator allows every name.
+func (a *Authenticator) Allows(name string) bool {
+	if a == nil || a.only == nil {
+		return true
+	}
+	_, ok := a.only[name]
+	return ok
+}
+
 // Challenge returns the Proxy-Authenticate header value, for example
 // `Basic realm="rustle"`, with the realm quoted and escaped.
 func (a *Authenticator) Challenge() string { return a.challenge }
 
-// Len returns the number of users known.
-func (a *Authenticator) Len() int { return len(a.accounts) }
+// Len returns the number of users a accepts.
+func (a *Authenticator) Len() int {
+	if a.only != nil {
+		return len(a.only)
+	}
+	return len(a.accounts)
+}
 
-// Has reports whether a user named name is known; a nil Authenticator
+// Has reports whether a accepts a user named name; a nil Authenticator
 // knows nobody.
 func (a *Authenticator) Has(name string) bool {
-	return a != nil && a.lookup([]byte(name)) != nil
+	return a != nil && a.lookup([]byte(name)) != nil && a.Allows(name)
 }
 
 // Check verifies a Proxy-Authorization header value such as
@@ -259,21 +297,31 @@ func (a *Authenticator) Has(name string) bool {
 // Verdicts, wrong ones included, are cached by the salted SHA-256 of value
 // for Config.CacheTTL, so bcrypt runs once per distinct value, not per
 // request; a hit allocates nothing. Values longer than MaxValueLen and
-// malformed values are refused without bcrypt and are not cached. Check is
-// safe for concurrent use.
+// malformed values are refused without bcrypt and are not cached. A view
+// made by [Authenticator.Only] refuses the users it leaves out after the
+// same work. Check is safe for concurrent use.
 func (a *Authenticator) Check(value []byte) (user string, ok bool) {
 	if len(value) == 0 || len(value) > MaxValueLen {
 		return "", false
 	}
 	key := a.key(value)
 	if v, hit := a.cache.shard(&key).get(&key, a.now()); hit {
-		return v.user, v.ok
+		return a.accepted(v.user, v.ok)
 	}
 	name, pass, ok := parseBasic(value)
 	if !ok {
 		return "", false
 	}
-	return a.cache.resolve(&key, a.now, func() (string, bool) { return a.verify(name, pass) })
+	return a.accepted(a.cache.resolve(&key, a.now, func() (string, bool) { return a.verify(name, pass) }))
+}
+
+// accepted returns a verdict of the shared cache as a gives it: refused
+// for a user a view leaves out.
+func (a *Authenticator) accepted(user string, ok bool) (string, bool) {
+	if ok && !a.Allows(user) {
+		return "", false
+	}
+	return user, ok
 }
 
 // CheckUserPassword verifies a user name and password given apart, as in

@@ -698,3 +698,85 @@ func BenchmarkCheckHitParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestOnly checks a view restricted to some users: it refuses the others'
+// right credentials (Basic and SOCKS5 alike) as an unknown user's, shares
+// the verdict cache with the Authenticator it came from without either
+// changing the other's verdicts, allocates nothing on a hit, and allows
+// only its users' names to other means of authentication.
+func TestOnly(t *testing.T) {
+	a := newAuth(t, auth.Config{})
+	compares := auth.CountCompares(a) // before Only: the view compares through it too
+	v := a.Only([]string{"alice", "bob", "mallory"})
+
+	tests := []struct {
+		name       string
+		user, pass string
+		onView     string // the user the view accepts; "" = refused
+		onAll      string // the user a accepts
+	}{
+		{"listed bcrypt user", "alice", alicePW, "alice", "alice"},
+		{"listed plain user", "bob", bobPW, "bob", "bob"},
+		{"unlisted bcrypt user", "carol", carolPW, "", "carol"},
+		{"unlisted plain user", "dave", davePW, "", "dave"},
+		{"listed user, wrong password", "alice", "wrong", "", ""},
+		{"listed but unknown", "mallory", "x", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The view asks first: its refusal must not stick to a's verdict.
+			before := compares.Load()
+			if user, ok := v.Check(basic(tt.user, tt.pass)); user != tt.onView || ok != (tt.onView != "") {
+				t.Errorf("view: Check = %q, %v; want %q", user, ok, tt.onView)
+			}
+			if user, ok := v.CheckUserPassword([]byte(tt.user), []byte(tt.pass)); user != tt.onView || ok != (tt.onView != "") {
+				t.Errorf("view: CheckUserPassword = %q, %v; want %q", user, ok, tt.onView)
+			}
+			if user, ok := a.Check(basic(tt.user, tt.pass)); user != tt.onAll || ok != (tt.onAll != "") {
+				t.Errorf("all users: Check = %q, %v; want %q", user, ok, tt.onAll)
+			}
+			if n := compares.Load() - before; n != 1 {
+				t.Errorf("bcrypt ran %d times for one credential asked of both, want 1 (one shared cache)", n)
+			}
+			if got, want := v.Has(tt.user), tt.onView != "" || tt.user == "alice"; got != want {
+				t.Errorf("view: Has(%q) = %v, want %v", tt.user, got, want)
+			}
+		})
+	}
+	if n := v.Len(); n != 2 {
+		t.Errorf("view: Len = %d, want 2 (alice and bob; mallory is no user)", n)
+	}
+	if v.Challenge() != a.Challenge() {
+		t.Errorf("view: Challenge %q, want %q", v.Challenge(), a.Challenge())
+	}
+
+	for _, tt := range []struct {
+		a    *auth.Authenticator
+		name string
+		want bool
+	}{
+		{a, "erin", true}, // every name: a certificate's user need not be configured
+		{v, "alice", true},
+		{v, "carol", false},
+		{v, "erin", false},
+		{nil, "erin", true},
+		{a.Only(nil), "alice", false},
+	} {
+		if got := tt.a.Allows(tt.name); got != tt.want {
+			t.Errorf("Allows(%q) = %v, want %v (view of %d users)", tt.name, got, tt.want, tt.a.Len())
+		}
+	}
+	if _, ok := a.Only(nil).Check(basic("alice", alicePW)); ok {
+		t.Error("a view of no users accepted alice")
+	}
+
+	carol := basic("carol", carolPW)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, ok := v.Check(carol); ok {
+			t.Fatal("view accepted carol on a hit")
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("a view's refusal on a cache hit: %v allocations, want 0", allocs)
+	}
+}
