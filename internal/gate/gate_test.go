@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -678,7 +679,7 @@ func TestTunnel(t *testing.T) {
 // tunnels of the users it is told to, and only those, and that sessions
 // and tunnels leave the registry when they end.
 func TestRegistryRevoke(t *testing.T) {
-	if n := (*gate.Registry)(nil).Revoke(func(string) bool { return false }); n != 0 {
+	if n := (*gate.Registry)(nil).Revoke(func(string, string) bool { return false }); n != 0 {
 		t.Errorf("nil registry revoked %d", n)
 	}
 	reg := new(gate.Registry)
@@ -761,10 +762,10 @@ func TestRegistryRevoke(t *testing.T) {
 	if n := reg.Users(); n != 3 {
 		t.Errorf("Users() = %d, want 3 (alice, bob, carol)", n)
 	}
-	if n := reg.Revoke(func(string) bool { return true }); n != 0 {
+	if n := reg.Revoke(func(string, string) bool { return true }); n != 0 {
 		t.Errorf("Revoke keeping everyone revoked %d", n)
 	}
-	if n := reg.Revoke(func(u string) bool { return u != "bob" }); n != 1 {
+	if n := reg.Revoke(func(_, u string) bool { return u != "bob" }); n != 1 {
 		t.Errorf("Revoke(bob) = %d, want 1", n)
 	}
 
@@ -822,7 +823,160 @@ func TestRegistryRevoke(t *testing.T) {
 		h.s.Close()
 	}
 	proxytest.WaitFor(t, "the registry empty", func() bool { return reg.Users() == 0 })
-	if n := reg.Revoke(func(string) bool { return false }); n != 0 {
+	if n := reg.Revoke(func(string, string) bool { return false }); n != 0 {
 		t.Errorf("Revoke on an empty registry = %d", n)
 	}
+}
+
+// TestListenerUsers checks a policy restricted to some of the users, as
+// a listener's users key makes it: another user's right credentials are
+// refused as wrong ones are (Basic, SOCKS5 login), counted as a failed
+// authentication, and a client certificate naming another user is no
+// identity.
+func TestListenerUsers(t *testing.T) {
+	cfg := proxytest.PolicyConfig{Users: users, Only: []string{"alice"}, Limits: &limits.Config{}}
+	o := observe(t, &cfg)
+	p := proxytest.NewPolicy(t, cfg)
+	if !p.RequiresAuth() || p.Challenge() == "" {
+		t.Fatalf("a restricted policy: RequiresAuth %v, challenge %q", p.RequiresAuth(), p.Challenge())
+	}
+	tests := []struct {
+		name  string
+		setup func(s *gate.Session) // nil = none
+		authz []byte
+		want  gate.Kind
+		fails float64 // failed authentications counted
+	}{
+		{"listed user", nil, basicAuth("alice", "pw"), gate.OK, 0},
+		{"unlisted user, right password", nil, basicAuth("bob", "pw2"), gate.NeedAuth, 1},
+		{"unlisted user's SOCKS5 login", func(s *gate.Session) {
+			if _, k := s.Login([]byte("bob"), []byte("pw2")); k != gate.NeedAuth {
+				t.Errorf("bob's login: %v, want %v", k, gate.NeedAuth)
+			}
+		}, nil, gate.NeedAuth, 2},
+		{"listed user's SOCKS5 login", func(s *gate.Session) {
+			if _, k := s.Login([]byte("alice"), []byte("pw")); k != gate.OK {
+				t.Errorf("alice's login: %v, want ok", k)
+			}
+		}, nil, gate.OK, 0},
+		{"listed user's certificate", func(s *gate.Session) { s.SetTLS(certState(t, "alice")) }, nil, gate.OK, 0},
+		{"unlisted user's certificate", func(s *gate.Session) {
+			s.SetTLS(certState(t, "carol"))
+			if u, ok := s.Identity(); ok {
+				t.Errorf("identity %q from a certificate of a user not on the listener", u)
+			}
+		}, nil, gate.NeedAuth, 1},
+		{"unlisted user's certificate, listed user's password", func(s *gate.Session) { s.SetTLS(certState(t, "carol")) },
+			basicAuth("alice", "pw"), gate.OK, 0},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Each from its own address: no cool-down carries over.
+			s := p.NewSession(context.Background(), netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 3, byte(i + 1)}), 40000), nil, nil)
+			defer s.Close()
+			before := proxytest.Metric(t, o.m, "rustle_auth_failures_total")
+			if tt.setup != nil {
+				tt.setup(s)
+			}
+			var g gate.Grant
+			k := s.Authorize(connectReq("example.com", tt.authz), &g)
+			g.Finish(0, 0)
+			if k != tt.want {
+				t.Errorf("Authorize = %v, want %v", k, tt.want)
+			}
+			if got := proxytest.Metric(t, o.m, "rustle_auth_failures_total") - before; got != tt.fails {
+				t.Errorf("failed authentications counted: %v, want %v", got, tt.fails)
+			}
+		})
+	}
+}
+
+// TestRegistryRevokeByListener checks that Revoke ends a user's sessions
+// and engine tunnels on the listeners keep names and not the user's
+// sessions and tunnels on another listener of the same registry.
+func TestRegistryRevokeByListener(t *testing.T) {
+	reg := new(gate.Registry)
+	eng := newEngine(t)
+	echo := proxytest.NewEcho(t)
+	policies := map[string]*gate.Policy{}
+	for _, name := range []string{"a", "b"} {
+		policies[name] = proxytest.NewPolicy(t, proxytest.PolicyConfig{Listener: name, Users: users, Revoked: reg})
+	}
+	// session authorizes bob on the listener's policy, on a pipe whose far
+	// end it returns.
+	session := func(listener string) (*gate.Session, net.Conn) {
+		t.Helper()
+		a, b := net.Pipe()
+		t.Cleanup(func() {
+			a.Close()
+			b.Close()
+		})
+		s := policies[listener].NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40007"), nil, nil)
+		s.Attach(b)
+		t.Cleanup(s.Close)
+		var g gate.Grant
+		if k := s.Authorize(connectReq("example.com", basicAuth("bob", "pw2")), &g); k != gate.OK {
+			t.Fatalf("bob on %s: %v", listener, k)
+		}
+		g.Finish(0, 0)
+		return s, a
+	}
+	// tunnel opens an engine tunnel of bob's on the listener.
+	tunnelOn := func(listener string) net.Conn {
+		t.Helper()
+		client, served := tcpPair(t)
+		s := policies[listener].NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40008"), eng, nil)
+		s.Attach(served)
+		defer s.Close()
+		var g gate.Grant
+		if k := s.Authorize(connectReq("127.0.0.1", basicAuth("bob", "pw2")), &g); k != gate.OK {
+			t.Fatalf("bob on %s: %v", listener, k)
+		}
+		upc, err := g.Dial(context.Background(), echo.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Answer(200, 0)
+		if !g.Tunnel(served, upc, nil) {
+			t.Fatal("the tunnel was not handed to the engine")
+		}
+		if err := echoThrough(client, "x"); err != nil {
+			t.Fatal(err)
+		}
+		return client
+	}
+	onA, _ := session("a")
+	onB, _ := session("b")
+	tunnelA, tunnelB := tunnelOn("a"), tunnelOn("b")
+
+	var asked []string
+	n := reg.Revoke(func(listener, user string) bool {
+		asked = append(asked, listener+"/"+user)
+		return listener != "a"
+	})
+	if n != 1 {
+		t.Errorf("Revoke(bob on a) = %d, want 1 user", n)
+	}
+	for _, want := range []string{"a/bob", "b/bob"} {
+		if !slices.Contains(asked, want) {
+			t.Errorf("keep asked about %q, not %s", asked, want)
+		}
+	}
+	if cause := context.Cause(onA.Context()); !errors.Is(cause, gate.ErrRevoked) {
+		t.Errorf("bob's session on a: cause %v, want ErrRevoked", cause)
+	}
+	if err := onB.Context().Err(); err != nil {
+		t.Errorf("bob's session on b: %v, want it open", err)
+	}
+	tunnelA.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if b, err := io.ReadAll(tunnelA); len(b) > 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("bob's tunnel on a after the revocation: %q, %v; want it ended", b, err)
+	}
+	if err := echoThrough(tunnelB, "y"); err != nil {
+		t.Errorf("bob's tunnel on b after the revocation on a: %v", err)
+	}
+	endTunnel(t, tunnelB)
+	onA.Close()
+	onB.Close()
+	proxytest.WaitFor(t, "the registry empty", func() bool { return reg.Users() == 0 })
 }

@@ -26,8 +26,11 @@ import (
 type Policy struct {
 	// Listener names the listener in access log records; "" = none.
 	Listener string
-	// Auth checks credentials; nil = no authentication (a request is
-	// anonymous unless a client certificate names its user).
+	// Auth checks credentials: the listener's users (a view made by
+	// [auth.Authenticator.Only] for a listener restricted to some users,
+	// whose client certificates it restricts too). nil = no
+	// authentication (a request is anonymous unless a client certificate
+	// names its user).
 	Auth *auth.Authenticator
 	// ACL decides each request before it is dialed, and each address it
 	// resolves to; nil allows every request (the dialer's

@@ -58,7 +58,7 @@ func (g *Grant) Tunnel(client net.Conn, upc *net.TCPConn, beforeIdle func()) (ha
 		g.finished = true // d reports and releases now
 		g.counted = ""
 		back := s.handoff()
-		reg, user := s.p.Revoked, d.User
+		reg, listener, user := s.p.Revoked, s.p.Listener, d.User
 		h := new(heldTunnel)
 		cut, err := s.eng.AddCut(tc, upc, func(r tunnel.Result) {
 			reg.removeTunnel(user, h.ended())
@@ -79,7 +79,7 @@ func (g *Grant) Tunnel(client net.Conn, upc *net.TCPConn, beforeIdle func()) (ha
 		}
 		if reg != nil && user != "" {
 			// The tunnel outlives its session: revoking its user cuts it.
-			h.track(func() *tunnelEnd { return reg.addTunnel(user, cut) })
+			h.track(func() *tunnelEnd { return reg.addTunnel(listener, user, cut) })
 		}
 		return true
 	}

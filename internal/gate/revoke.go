@@ -4,10 +4,10 @@ import (
 	"sync"
 )
 
-// Registry tracks which sessions and tunnels each user holds open, across
-// configuration generations, so that a reload that removes a user ends
-// them. The zero Registry is ready to use; a nil *Registry tracks
-// nothing.
+// Registry tracks which sessions and tunnels each user holds open on
+// each listener, across configuration generations, so that a reload that
+// removes a user, or takes a user off a listener, ends them. The zero
+// Registry is ready to use; a nil *Registry tracks nothing.
 type Registry struct {
 	mu sync.Mutex
 	// users holds each user's sessions and the end functions of its
@@ -24,7 +24,10 @@ type held struct {
 }
 
 // tunnelEnd ends one tunnel that lives on in the engine.
-type tunnelEnd struct{ end func() }
+type tunnelEnd struct {
+	listener string // the listener the tunnel's connection came in on
+	end      func()
+}
 
 func (r *Registry) heldLocked(user string) *held {
 	if r.users == nil {
@@ -70,13 +73,14 @@ func (r *Registry) forget(s *Session) {
 	delete(r.of, s)
 }
 
-// addTunnel tracks a tunnel of user that end closes; the returned value
-// is passed to removeTunnel when the tunnel ends. nil when not tracked.
-func (r *Registry) addTunnel(user string, end func()) *tunnelEnd {
+// addTunnel tracks a tunnel of user on listener that end closes; the
+// returned value is passed to removeTunnel when the tunnel ends. nil when
+// not tracked.
+func (r *Registry) addTunnel(listener, user string, end func()) *tunnelEnd {
 	if r == nil || user == "" {
 		return nil
 	}
-	t := &tunnelEnd{end: end}
+	t := &tunnelEnd{listener: listener, end: end}
 	r.mu.Lock()
 	r.heldLocked(user).tunnels[t] = struct{}{}
 	r.mu.Unlock()
@@ -102,10 +106,12 @@ func (r *Registry) dropLocked(user string, h *held) {
 	}
 }
 
-// Revoke ends every session and tunnel of the users for which keep
-// returns false, and returns how many users it revoked. Sessions end with
-// ErrRevoked as their context's cause and their connections closed.
-func (r *Registry) Revoke(keep func(user string) bool) int {
+// Revoke ends every session and tunnel of a user on a listener (as
+// [Policy.Listener] names it) for which keep returns false, and returns
+// how many users it revoked anything of. Sessions end with ErrRevoked as
+// their context's cause and their connections closed. keep is called with
+// r locked: it must not call r.
+func (r *Registry) Revoke(keep func(listener, user string) bool) int {
 	if r == nil {
 		return 0
 	}
@@ -114,15 +120,21 @@ func (r *Registry) Revoke(keep func(user string) bool) int {
 	n := 0
 	r.mu.Lock()
 	for u, h := range r.users {
-		if keep(u) {
-			continue
-		}
-		n++
+		revoked := false
 		for s := range h.sessions {
-			sessions = append(sessions, s)
+			if !keep(s.p.Listener, u) {
+				sessions = append(sessions, s)
+				revoked = true
+			}
 		}
 		for t := range h.tunnels {
-			tunnels = append(tunnels, t)
+			if !keep(t.listener, u) {
+				tunnels = append(tunnels, t)
+				revoked = true
+			}
+		}
+		if revoked {
+			n++
 		}
 	}
 	r.mu.Unlock()

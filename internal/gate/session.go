@@ -92,10 +92,17 @@ func (s *Session) Attach(c net.Conn) {
 
 // SetTLS takes the identity of a verified client certificate from cs: a
 // certificate whose subject has a common name authenticates every request
-// of the connection as that user; one without is no identity.
+// of the connection as that user, if the listener's authenticator allows
+// the name (see [auth.Authenticator.Allows]: a listener restricted to some
+// users takes a certificate of another as none); one without is no
+// identity.
 func (s *Session) SetTLS(cs tls.ConnectionState) {
 	user, ok := clientCertUser(cs)
 	if !ok {
+		return
+	}
+	if !s.p.Auth.Allows(user) {
+		s.debug("gate: the client certificate's user is not one of the listener's users", slog.String("user", user))
 		return
 	}
 	s.mu.Lock()

@@ -26,6 +26,9 @@ type PolicyConfig struct {
 	Listener string
 	// Users maps user names to passwords; nil = no authentication.
 	Users map[string]string
+	// Only restricts the policy to these of Users, as a listener's users
+	// key does (see auth.Authenticator.Only); nil = every user.
+	Only []string
 	// Rules are the access rules, with Groups and Default ("" = deny);
 	// nil Rules = no access policy.
 	Rules   []acl.Rule
@@ -82,6 +85,9 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 			t.Fatalf("proxytest: users: %v", err)
 		}
 		p.Auth = a
+		if cfg.Only != nil {
+			p.Auth = a.Only(cfg.Only)
+		}
 	}
 	if cfg.Rules != nil {
 		pol, err := acl.New(acl.Config{Rules: cfg.Rules, Groups: cfg.Groups, Default: cfg.Default})

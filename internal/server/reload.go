@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -327,7 +327,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	s.log.Info("configuration reloaded", "listeners", len(g.listeners),
 		"added", len(g.listeners)-len(inUse), "removed", removed,
 		"users", g.users, "acl_rules", len(cfg.ACL.Rules))
-	s.revokeRemoved(prev.authr, g.authr)
+	s.revokeRemoved(prev, g)
 	return nil
 }
 
@@ -405,24 +405,50 @@ func closeAll(lns []net.Listener) {
 }
 
 // revokeRemoved ends the connections, tunnels, streams and SOCKS
-// sessions of the users that old knew and cur does not: a reload that
-// removes a user (or its users-file line) takes its access away at once,
-// not when its connections happen to close. A user named only by a
-// client certificate is not in either and keeps its connections.
-func (s *Server) revokeRemoved(old, cur *auth.Authenticator) {
-	if old == nil {
-		return
-	}
-	var names []string
-	n := s.revoked.Revoke(func(user string) bool {
-		if old.Has(user) && !cur.Has(user) {
-			names = append(names, user)
+// sessions that prev's users had and g takes away: a reload that removes
+// a user (or its users-file line), or takes a user off a listener's users
+// list, ends the user's access there at once, not when its connections
+// happen to close. On each listener, by name, a user is revoked whom
+// prev's authenticator of the listener accepted and g's does not, or whom
+// g's does not allow at all (a client certificate's user left out of the
+// listener's users list); a listener that g has not, or that does not
+// authenticate in g, is judged by g's configured users. A user named only
+// by a client certificate, on a listener without a users list, is in
+// neither and keeps its connections.
+func (s *Server) revokeRemoved(prev, g *generation) {
+	before, after := listenerAuths(prev.listeners), listenerAuths(g.listeners)
+	var names, listeners []string
+	n := s.revoked.Revoke(func(listener, user string) bool {
+		old := before[listener]
+		if old == nil {
+			old = prev.authr
+		}
+		cur := after[listener]
+		if cur == nil {
+			cur = g.authr
+		}
+		if old.Has(user) && !cur.Has(user) || !cur.Allows(user) {
+			names, listeners = append(names, user), append(listeners, listener)
 			return false
 		}
 		return true
 	})
 	if n > 0 {
-		sort.Strings(names)
-		s.log.Info("access revoked: users removed by the reload", "users", strings.Join(names, ","), "count", n)
+		slices.Sort(names)
+		slices.Sort(listeners)
+		s.log.Info("access revoked: users removed by the reload", "users", strings.Join(slices.Compact(names), ","), "count", n,
+			"listeners", strings.Join(slices.Compact(listeners), ","))
 	}
+}
+
+// listenerAuths returns the authenticator of each listener that
+// authenticates, by name.
+func listenerAuths(ls []*listener) map[string]*auth.Authenticator {
+	m := make(map[string]*auth.Authenticator, len(ls))
+	for _, l := range ls {
+		if l.policy.Auth != nil {
+			m[l.cfg.Name] = l.policy.Auth
+		}
+	}
+	return m
 }

@@ -778,7 +778,7 @@ func TestRevoked(t *testing.T) {
 				send(t, c, []byte("before"))
 				expect(t, c, []byte("before"))
 			}
-			if n := reg.Revoke(func(u string) bool { return u != testUser }); n != 1 {
+			if n := reg.Revoke(func(_, u string) bool { return u != testUser }); n != 1 {
 				t.Fatalf("Revoke revoked %d users, want 1", n)
 			}
 			c.SetReadDeadline(time.Now().Add(10 * time.Second))
