@@ -3,10 +3,20 @@
 package e2e
 
 import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/proxy"
 )
 
 // realm is the realm the auth tests configure.
@@ -141,6 +151,36 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// getStatus fetches /hello of o through the HTTP proxy at addr as user
+// ("" = no credentials) with Go's Transport and returns the status; a 200
+// must carry the origin's body.
+func getStatus(t testing.TB, o *origin, addr, user, pass string) int {
+	t.Helper()
+	resp, body := newProxyClient(t, proxyURL(addr, user, pass), nil).fetch(t, "GET", o.URL+"/hello", nil)
+	if resp.StatusCode == http.StatusOK && body != "hello from origin\n" {
+		t.Errorf("through %s as %q: body %q", addr, user, body)
+	}
+	return resp.StatusCode
+}
+
+// socksConnect connects to target through the SOCKS5 proxy at addr,
+// logging in as user, and says whether it got through (an echo of a line
+// included).
+func socksConnect(t testing.TB, addr, user, pass, target string) error {
+	t.Helper()
+	d, err := proxy.SOCKS5("tcp", addr, &proxy.Auth{User: user, Password: pass}, &net.Dialer{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := d.Dial("tcp", target)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	return echoOnce(c, []byte("through socks5\n"))
+}
+
 func TestListenFlag(t *testing.T) {
 	t.Parallel()
 	o := newOrigin(t, "127.0.0.1", false)
@@ -151,28 +191,275 @@ func TestListenFlag(t *testing.T) {
 		if strings.Contains(p.log.String(), "quick:start") {
 			t.Errorf("the log repeats the password from -L:\n%s", p.log.String())
 		}
-		resp, body := newProxyClient(t, proxyURL(p.addr(), "quick", "start"), nil).fetch(t, "GET", o.URL+"/hello", nil)
-		if resp.StatusCode != 200 || body != "hello from origin\n" {
-			t.Fatalf("with the -L credentials: status %s body %q", resp.Status, body)
+		if got := getStatus(t, o, p.addr(), "quick", "start"); got != 200 {
+			t.Errorf("with the -L credentials: status %d, want 200", got)
 		}
-		resp, body = newProxyClient(t, proxyURL(p.addr(), "", ""), nil).fetch(t, "GET", o.URL+"/hello", nil)
-		if resp.StatusCode != 407 {
-			t.Fatalf("without credentials: status %s body %q, want 407", resp.Status, body)
+		if got := getStatus(t, o, p.addr(), "", ""); got != 407 {
+			t.Errorf("without credentials: status %d, want 407", got)
+		}
+	})
+
+	// The issue's case: a -L URL's user is that listener's, and a -L
+	// listener without one authenticates nobody (it is on loopback, so
+	// that is no open proxy). Three loopback addresses give the port-0
+	// listeners names of their own.
+	t.Run("users are per listener", func(t *testing.T) {
+		p := startRustle(t, "-L", "http://alice:a@127.0.0.1:0", "-L", "http://bob:b@127.0.0.2:0", "-L", "http://127.0.0.3:0")
+		p.waitStarted(t)
+		if len(p.addrs) != 3 {
+			t.Fatalf("listeners %q, want three", p.addrs)
+		}
+		for _, tc := range []struct {
+			listener   int
+			user, pass string
+			want       int
+		}{
+			{0, "alice", "a", 200},
+			{0, "bob", "b", 407},
+			{0, "", "", 407},
+			{1, "bob", "b", 200},
+			{1, "alice", "a", 407},
+			{2, "", "", 200},
+		} {
+			if got := getStatus(t, o, p.addrs[tc.listener], tc.user, tc.pass); got != tc.want {
+				t.Errorf("listener %d (%s) as %q: status %d, want %d", tc.listener+1, p.addrs[tc.listener], tc.user, got, tc.want)
+			}
+		}
+		if n := strings.Count(p.log.String(), "auth=none"); n != 1 {
+			t.Errorf("%d listening lines say auth=none, want 1 (the third listener's):\n%s", n, p.log)
+		}
+	})
+
+	t.Run("one name, a password per listener", func(t *testing.T) {
+		echo := newEchoServer(t)
+		p := startRustle(t, "-L", "socks5://alice:one@127.0.0.1:0", "-L", "http://alice:two@127.0.0.1:0")
+		p.waitStarted(t)
+		if err := socksConnect(t, p.addrs[0], "alice", "one", echo.addr()); err != nil {
+			t.Errorf("SOCKS5 as alice:one on her socks5 listener: %v", err)
+		}
+		if err := socksConnect(t, p.addrs[0], "alice", "two", echo.addr()); err == nil {
+			t.Errorf("SOCKS5 as alice:two, the http listener's password, got through")
+		}
+		if got := getStatus(t, o, p.addrs[1], "alice", "two"); got != 200 {
+			t.Errorf("alice:two on her http listener: %d, want 200", got)
+		}
+		if got := getStatus(t, o, p.addrs[1], "alice", "one"); got != 407 {
+			t.Errorf("alice:one, the socks5 listener's password, on the http listener: %d, want 407", got)
+		}
+	})
+
+	t.Run("a -L user is no other listener's", func(t *testing.T) {
+		// Beside a listener with a user, one on every address without
+		// userinfo is an open proxy: refused, as with no users at all.
+		r := runRustle(t, "", "check", "-L", "http://alice:a@127.0.0.1:0", "-L", "http://0.0.0.0:3128")
+		if r.code != 1 || !strings.Contains(r.stderr, "listen[1]: open proxy refused") {
+			t.Errorf("rustle check: exit %d, stderr %q; want 1 and listen[1] refused as an open proxy", r.code, r.stderr)
 		}
 	})
 
 	t.Run("with a file", func(t *testing.T) {
+		// The file has no users: its listener authenticates nobody, and
+		// the flag's user is the flag listener's alone.
 		path := writeFile(t, "rustle.toml", proxyConfig("127.0.0.1:0", "5s", ""))
 		p := startRustle(t, "-c", path, "-L", "http://flag:user@127.0.0.1:0")
 		p.waitStarted(t)
 		if len(p.addrs) != 2 || p.addrs[0] == p.addrs[1] {
 			t.Fatalf("listeners %q, want two: the file's and the flag's", p.addrs)
 		}
-		for _, addr := range p.addrs {
-			resp, body := newProxyClient(t, proxyURL(addr, "flag", "user"), nil).fetch(t, "GET", o.URL+"/hello", nil)
-			if resp.StatusCode != 200 || body != "hello from origin\n" {
-				t.Errorf("listener %s with the -L user: status %s body %q", addr, resp.Status, body)
+		if got := getStatus(t, o, p.addrs[0], "", ""); got != 200 {
+			t.Errorf("the file's listener without credentials: %d, want 200", got)
+		}
+		if got := getStatus(t, o, p.addrs[1], "flag", "user"); got != 200 {
+			t.Errorf("the flag's listener with its user: %d, want 200", got)
+		}
+		if got := getStatus(t, o, p.addrs[1], "", ""); got != 407 {
+			t.Errorf("the flag's listener without credentials: %d, want 407", got)
+		}
+	})
+
+	t.Run("with a file of users", func(t *testing.T) {
+		// A -L listener without userinfo takes the file's users; one with
+		// userinfo takes its user and none of the file's.
+		path := writeFile(t, "rustle.toml", proxyConfig("127.0.0.1:0", "5s", inlineUser("filer", "f")))
+		p := startRustle(t, "-c", path, "-L", "http://127.0.0.2:0", "-L", "http://flag:user@127.0.0.3:0")
+		p.waitStarted(t)
+		if len(p.addrs) != 3 {
+			t.Fatalf("listeners %q, want three: the file's and two flags'", p.addrs)
+		}
+		for _, tc := range []struct {
+			listener   int
+			user, pass string
+			want       int
+		}{
+			{0, "filer", "f", 200},
+			{0, "flag", "user", 407},
+			{1, "filer", "f", 200},
+			{1, "", "", 407},
+			{1, "flag", "user", 407},
+			{2, "flag", "user", 200},
+			{2, "filer", "f", 407},
+		} {
+			if got := getStatus(t, o, p.addrs[tc.listener], tc.user, tc.pass); got != tc.want {
+				t.Errorf("listener %d (%s) as %q: status %d, want %d", tc.listener+1, p.addrs[tc.listener], tc.user, got, tc.want)
 			}
 		}
 	})
+}
+
+// TestListenerUsers checks the listener key users in a file, with the
+// built binary and real clients: on a listener that names alice, bob's
+// right password is refused over HTTP (Go's Transport and curl), SOCKS5
+// (username/password), HTTPS (HTTP/1.1 and HTTP/2) and both sides of a
+// mixed port, while a listener without the key takes both; and a name
+// that is no user is refused at load with its line.
+func TestListenerUsers(t *testing.T) {
+	t.Parallel()
+	o := newOrigin(t, "127.0.0.1", false)
+	echo := newEchoServer(t)
+	certDir := t.TempDir()
+	if r := runRustle(t, "", "cert", certDir); r.code != 0 {
+		t.Fatalf("rustle cert: exit %d: %s", r.code, r.stderr)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(readCertPEM(t, filepath.Join(certDir, "ca.pem")))
+	config := func(users string) string {
+		return fmt.Sprintf(`workers = 2
+
+[auth]
+realm = %q
+
+[[auth.users]]
+name = "alice"
+password = "a-pw"
+
+[[auth.users]]
+name = "bob"
+password = "b-pw"
+
+[[listen]]
+name = "http"
+address = "127.0.0.1:0"
+users = %s
+
+[[listen]]
+name = "socks"
+address = "127.0.0.1:0"
+protocol = "socks5"
+users = ["alice"]
+
+[[listen]]
+name = "https"
+address = "127.0.0.1:0"
+protocol = "https"
+users = ["alice"]
+tls = { cert = %q, key = %q }
+
+[[listen]]
+name = "mixed"
+address = "127.0.0.1:0"
+protocol = "mixed"
+users = ["alice"]
+
+[[listen]]
+name = "everyone"
+address = "127.0.0.1:0"
+`, realm, users, filepath.Join(certDir, "server.pem"), filepath.Join(certDir, "server.key"))
+	}
+
+	t.Run("unknown user", func(t *testing.T) {
+		path := writeFile(t, "rustle.toml", config(`["alice", "mallory"]`))
+		r := runRustle(t, "", "check", "-c", path)
+		want := path + `:17: listen[0].users[1]: user "mallory" is neither in [[auth.users]] nor in an auth.htpasswd file`
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("rustle check: exit %d, stderr %q; want 1 and %q", r.code, r.stderr, want)
+		}
+	})
+
+	p := startRustle(t, "-c", writeFile(t, "rustle.toml", config(`["alice"]`)))
+	p.waitStarted(t)
+	if len(p.addrs) != 5 {
+		t.Fatalf("listeners %q, want five", p.addrs)
+	}
+	httpAddr, socksAddr, httpsAddr, mixedAddr, everyone := p.addrs[0], p.addrs[1], p.addrs[2], p.addrs[3], p.addrs[4]
+	target := o.URL + "/hello"
+
+	// tlsGet sends a GET of target over TLS to the https listener, with
+	// ALPN proto, and returns the status.
+	tlsGet := func(t *testing.T, proto, user, pass string) int {
+		t.Helper()
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", httpsAddr,
+			&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{proto}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if got := c.ConnectionState().NegotiatedProtocol; got != proto {
+			t.Fatalf("ALPN %q, want %q", got, proto)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		req, _ := http.NewRequest("GET", target, nil)
+		req.Header.Set("Proxy-Authorization", strings.TrimSuffix(strings.TrimPrefix(basicAuth(user, pass), "Proxy-Authorization: "), "\r\n"))
+		var resp *http.Response
+		if proto == "h2" {
+			cc, err := (&http2.Transport{}).NewClientConn(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			if resp, err = cc.RoundTrip(req); err != nil {
+				t.Fatalf("h2 GET: %v", err)
+			}
+		} else {
+			if err := req.WriteProxy(c); err != nil {
+				t.Fatal(err)
+			}
+			if resp, err = http.ReadResponse(bufio.NewReader(c), req); err != nil {
+				t.Fatalf("GET over TLS: %v", err)
+			}
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode == http.StatusOK && string(body) != "hello from origin\n" {
+			t.Errorf("%s as %s: body %q", proto, user, body)
+		}
+		if resp.StatusCode == http.StatusProxyAuthRequired {
+			checkChallenge(t, resp, string(body))
+		}
+		return resp.StatusCode
+	}
+
+	for _, tc := range []struct {
+		name string
+		try  func(t *testing.T, user, pass string) bool // got through
+		bob  bool                                       // bob gets through
+	}{
+		{"http, Go", func(t *testing.T, user, pass string) bool { return getStatus(t, o, httpAddr, user, pass) == 200 }, false},
+		{"http, curl", func(t *testing.T, user, pass string) bool {
+			needCurl(t)
+			r := curlVia(t, proxyURL(httpAddr, user, pass).String(), target)
+			return r.status == 200
+		}, false},
+		{"socks5", func(t *testing.T, user, pass string) bool {
+			return socksConnect(t, socksAddr, user, pass, echo.addr()) == nil
+		}, false},
+		{"https, HTTP/1.1", func(t *testing.T, user, pass string) bool { return tlsGet(t, "http/1.1", user, pass) == 200 }, false},
+		{"https, HTTP/2", func(t *testing.T, user, pass string) bool { return tlsGet(t, "h2", user, pass) == 200 }, false},
+		{"mixed, http", func(t *testing.T, user, pass string) bool { return getStatus(t, o, mixedAddr, user, pass) == 200 }, false},
+		{"mixed, socks5", func(t *testing.T, user, pass string) bool {
+			return socksConnect(t, mixedAddr, user, pass, echo.addr()) == nil
+		}, false},
+		{"a listener without users", func(t *testing.T, user, pass string) bool { return getStatus(t, o, everyone, user, pass) == 200 }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.try(t, "alice", "a-pw") {
+				t.Errorf("alice, a listed user, was refused")
+			}
+			if got := tc.try(t, "bob", "b-pw"); got != tc.bob {
+				t.Errorf("bob with his right password: got through %v, want %v", got, tc.bob)
+			}
+		})
+	}
 }

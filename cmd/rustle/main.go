@@ -93,7 +93,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.Usage = func() { usage(stderr) }
 	file := fs.String("c", "", "configuration `file` (TOML); default: the embedded config")
 	var listens listenFlags
-	fs.Var(&listens, "L", "listener `URL`: http://, socks5:// or mixed://[user:pass@]host:port (repeatable)")
+	fs.Var(&listens, "L", "listener `URL`: http://, socks5:// or mixed://[user:pass@]host:port, the user being that listener's alone (repeatable)")
 	var adminAddr optionalString
 	fs.Var(&adminAddr, "admin", "admin listener `host:port` for /metrics, /healthz and /readyz (overrides the file's admin)")
 	var allowPrivate allowPrivateFlags
@@ -200,14 +200,9 @@ func loadConfig(file string, listens []string, adminAddr *optionalString) (*conf
 		}
 	}
 	for _, u := range listens {
-		l, user, err := config.ParseListenURL(u)
+		l, err := config.ParseListenURL(u) // its user, if any, is its own
 		if err != nil {
 			return nil, fmt.Errorf("-L: %w", err)
-		}
-		if user != nil {
-			if err := addUser(cfg, *user); err != nil {
-				return nil, fmt.Errorf("-L: %w", err)
-			}
 		}
 		cfg.Listen = append(cfg.Listen, l)
 	}
@@ -219,21 +214,6 @@ func loadConfig(file string, listens []string, adminAddr *optionalString) (*conf
 		return nil, err
 	}
 	return cfg, nil
-}
-
-// addUser adds a user from a -L URL, accepting the same user twice with
-// the same password.
-func addUser(cfg *config.Config, u config.User) error {
-	for _, have := range cfg.Auth.Users {
-		if have.Name == u.Name {
-			if have.Password == u.Password && have.Bcrypt == "" {
-				return nil
-			}
-			return fmt.Errorf("user %q is defined twice with different passwords", u.Name)
-		}
-	}
-	cfg.Auth.Users = append(cfg.Auth.Users, u)
-	return nil
 }
 
 // newLogger returns the logger c asks for, writing to w, its level set in
@@ -385,7 +365,9 @@ Flags:
   -c FILE   configuration file (TOML); see rustle.example.toml
   -L URL    add a listener: http://, https://, socks5:// or mixed://, with
             optional user:pass@, e.g. -L http://user:pass@127.0.0.1:8080 or
-            -L 'https://u:p@127.0.0.1:8443?cert=server.pem&key=server.key'
+            -L 'https://u:p@127.0.0.1:8443?cert=server.pem&key=server.key';
+            user:pass@ is that listener's only user, and no other's; without
+            it the listener takes the -c file's users, if any
             (without -c, -L listeners replace the default one)
   --admin ADDR
             serve /metrics, /healthz and /readyz on ADDR (host:port),

@@ -322,8 +322,20 @@ type Listener struct {
 	// told apart by the first byte). "" means "http".
 	Protocol string `toml:"protocol"`
 	// Auth is "basic" or "none"; "" means "basic" when any user is
-	// configured and "none" otherwise (see [Config.EffectiveAuth]).
+	// configured, or the listener has a URLUser, and "none" otherwise (see
+	// [Config.EffectiveAuth]).
 	Auth string `toml:"auth"`
+	// Users restricts the listener to these configured users (names from
+	// [[auth.users]] or the htpasswd files): another user's credentials,
+	// and a client certificate naming another user, are refused on it as
+	// unknown. Empty means every configured user.
+	Users []string `toml:"users"`
+	// URLUser is the user a -L URL's userinfo names (see
+	// [ParseListenURL]): the listener's only user, who authenticates on
+	// no other listener; the configured users do not authenticate on it.
+	// nil means none: the listener takes the configured users. It cannot
+	// be set in a file.
+	URLUser *User `toml:"-"`
 	// AllowOpen permits a non-loopback listener without authentication;
 	// false refuses such an open proxy.
 	AllowOpen bool `toml:"allow_open"`
@@ -519,20 +531,20 @@ func (c *Config) WorkerCount() int {
 }
 
 // HasUsers reports whether any user is configured, inline or through an
-// htpasswd file.
+// htpasswd file; a listener's URLUser is not one.
 func (c *Config) HasUsers() bool {
 	return len(c.Auth.Users) > 0 || len(c.Auth.Htpasswd) > 0
 }
 
 // EffectiveAuth returns the authentication a listener uses, "basic" or
-// "none": its Auth when set, otherwise "basic" if any user is configured
-// (inline or in an htpasswd file) and "none" if not. An unknown Auth value
-// is returned unchanged; [Config.Validate] rejects it.
+// "none": its Auth when set, otherwise "basic" if it has a URLUser or any
+// user is configured (inline or in an htpasswd file) and "none" if not. An
+// unknown Auth value is returned unchanged; [Config.Validate] rejects it.
 func (c *Config) EffectiveAuth(l Listener) string {
 	if l.Auth != "" {
 		return l.Auth
 	}
-	if c.HasUsers() {
+	if l.URLUser != nil || c.HasUsers() {
 		return AuthBasic
 	}
 	return AuthNone

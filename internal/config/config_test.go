@@ -141,7 +141,7 @@ func TestExampleFile(t *testing.T) {
 		t.Fatalf("Validate: %v", err)
 	}
 	want := documentedDefaults()
-	want.Listen = []Listener{{Name: "main", Address: "127.0.0.1:3128", Protocol: "http"}}
+	want.Listen = []Listener{{Name: "main", Address: "127.0.0.1:3128", Protocol: "http", Users: []string{}}}
 	want.Auth.Htpasswd = []string{}
 	want.AllowPrivate = []string{}
 	want.ACL.Groups = map[string][]string{}
@@ -168,21 +168,28 @@ func TestEffectiveAuth(t *testing.T) {
 	users := Auth{Users: []User{{Name: "a", Password: "p"}}}
 	files := Auth{Htpasswd: []string{"/etc/rustle/htpasswd"}}
 	tests := []struct {
-		name   string
-		auth   Auth
-		listen string
-		want   string
+		name    string
+		auth    Auth
+		listen  string
+		urlUser bool // the listener has a -L URL's user
+		want    string
 	}{
-		{"no users", Auth{}, "", "none"},
-		{"inline users", users, "", "basic"},
-		{"htpasswd files", files, "", "basic"},
-		{"explicit none with users", users, "none", "none"},
-		{"explicit basic", Auth{}, "basic", "basic"},
+		{"no users", Auth{}, "", false, "none"},
+		{"inline users", users, "", false, "basic"},
+		{"htpasswd files", files, "", false, "basic"},
+		{"explicit none with users", users, "none", false, "none"},
+		{"explicit basic", Auth{}, "basic", false, "basic"},
+		{"-L user", Auth{}, "", true, "basic"},
+		{"-L user, explicit none", Auth{}, "none", true, "none"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &Config{Auth: tt.auth}
-			if got := c.EffectiveAuth(Listener{Auth: tt.listen}); got != tt.want {
+			l := Listener{Auth: tt.listen}
+			if tt.urlUser {
+				l.URLUser = &User{Name: "dave", Password: "d"}
+			}
+			if got := c.EffectiveAuth(l); got != tt.want {
 				t.Errorf("EffectiveAuth = %q, want %q", got, tt.want)
 			}
 		})

@@ -14,18 +14,20 @@ import (
 // "https://127.0.0.1:8443?cert=server.pem&key=server.key".
 //
 // The scheme is the listener's protocol (see the protocol key). The
-// userinfo, percent-decoded, becomes a user with a plain password, returned
-// as the *User, and sets the listener's Auth to "basic"; without userinfo
-// the *User is nil and Auth is "". The port is required. An https URL
+// userinfo, percent-decoded, becomes the listener's URLUser, with a plain
+// password: the one user of that listener, and of no other. It sets the
+// listener's Auth to "basic"; without userinfo URLUser is nil and Auth is
+// "" (the configured users, if any, as for a listener of the file). The
+// port is required. An https URL
 // needs the query parameters cert and key (client_ca is optional); other
 // query parameters, a path and a fragment are errors. The Listener's Name is "", for
 // [Config.SetDefaults] to fill in; nothing else is validated here that
 // [Config.Validate] checks later, except the address.
 //
 // Error messages never repeat the password.
-func ParseListenURL(s string) (Listener, *User, error) {
-	fail := func(format string, args ...any) (Listener, *User, error) {
-		return Listener{}, nil, fmt.Errorf("config: listen URL %s: %s", redactURL(s), fmt.Sprintf(format, args...))
+func ParseListenURL(s string) (Listener, error) {
+	fail := func(format string, args ...any) (Listener, error) {
+		return Listener{}, fmt.Errorf("config: listen URL %s: %s", redactURL(s), fmt.Sprintf(format, args...))
 	}
 	scheme, _, ok := strings.Cut(s, "://")
 	if !ok {
@@ -81,7 +83,7 @@ func ParseListenURL(s string) (Listener, *User, error) {
 	}
 	l := Listener{Address: u.Host, Protocol: u.Scheme, TLS: tlsc}
 	if u.User == nil {
-		return l, nil, nil
+		return l, nil
 	}
 	name := u.User.Username()
 	password, ok := u.User.Password()
@@ -94,7 +96,8 @@ func ParseListenURL(s string) (Listener, *User, error) {
 		return fail("user %q has no password", name)
 	}
 	l.Auth = AuthBasic
-	return l, &User{Name: name, Password: password}, nil
+	l.URLUser = &User{Name: name, Password: password}
+	return l, nil
 }
 
 // redactURL returns s with any password replaced by "xxxxx", or, when s

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -10,24 +11,21 @@ import (
 
 func TestParseListenURL(t *testing.T) {
 	tests := []struct {
-		in       string
-		want     Listener
-		wantUser *User
-		wantErr  string // substring of the error; "" for success
+		in      string
+		want    Listener
+		wantErr string // substring of the error; "" for success
 	}{
 		{in: "http://127.0.0.1:8080", want: Listener{Address: "127.0.0.1:8080", Protocol: "http"}},
 		{in: "http://:3128", want: Listener{Address: ":3128", Protocol: "http"}},
 		{in: "http://[::1]:3128", want: Listener{Address: "[::1]:3128", Protocol: "http"}},
 		{in: "HTTP://localhost:3128/", want: Listener{Address: "localhost:3128", Protocol: "http"}},
 		{
-			in:       "http://user:pass@127.0.0.1:8080",
-			want:     Listener{Address: "127.0.0.1:8080", Protocol: "http", Auth: "basic"},
-			wantUser: &User{Name: "user", Password: "pass"},
+			in:   "http://user:pass@127.0.0.1:8080",
+			want: Listener{Address: "127.0.0.1:8080", Protocol: "http", Auth: "basic", URLUser: &User{Name: "user", Password: "pass"}},
 		},
 		{
-			in:       "http://al%20ice:p%40ss%3Aw0rd%2F@[::1]:3128",
-			want:     Listener{Address: "[::1]:3128", Protocol: "http", Auth: "basic"},
-			wantUser: &User{Name: "al ice", Password: "p@ss:w0rd/"},
+			in:   "http://al%20ice:p%40ss%3Aw0rd%2F@[::1]:3128",
+			want: Listener{Address: "[::1]:3128", Protocol: "http", Auth: "basic", URLUser: &User{Name: "al ice", Password: "p@ss:w0rd/"}},
 		},
 		{in: "http://127.0.0.1", wantErr: "missing port"},
 		{in: "http://[::1]", wantErr: "missing port"},
@@ -35,14 +33,12 @@ func TestParseListenURL(t *testing.T) {
 		{in: "http://::1:3128", wantErr: "invalid port"},
 		{in: "socks5://127.0.0.1:1080", want: Listener{Address: "127.0.0.1:1080", Protocol: "socks5"}},
 		{
-			in:       "socks5://user:pass@127.0.0.1:1080",
-			want:     Listener{Address: "127.0.0.1:1080", Protocol: "socks5", Auth: "basic"},
-			wantUser: &User{Name: "user", Password: "pass"},
+			in:   "socks5://user:pass@127.0.0.1:1080",
+			want: Listener{Address: "127.0.0.1:1080", Protocol: "socks5", Auth: "basic", URLUser: &User{Name: "user", Password: "pass"}},
 		},
 		{
-			in:       "mixed://user:pass@127.0.0.1:3128",
-			want:     Listener{Address: "127.0.0.1:3128", Protocol: "mixed", Auth: "basic"},
-			wantUser: &User{Name: "user", Password: "pass"},
+			in:   "mixed://user:pass@127.0.0.1:3128",
+			want: Listener{Address: "127.0.0.1:3128", Protocol: "mixed", Auth: "basic", URLUser: &User{Name: "user", Password: "pass"}},
 		},
 		{in: "mixed://[::1]:3128", want: Listener{Address: "[::1]:3128", Protocol: "mixed"}},
 		{in: "socks4://127.0.0.1:1080", wantErr: `scheme "socks4" is not one of http, https, socks5, mixed`},
@@ -53,9 +49,8 @@ func TestParseListenURL(t *testing.T) {
 		{in: "http://127.0.0.1:8080?cert=a.pem", wantErr: "query parameters are only for https://"},
 		{in: "http://127.0.0.1:8080?", wantErr: "query parameters are only for https://"},
 		{
-			in:       "https://u:p@127.0.0.1:8443?cert=server.pem&key=server.key",
-			want:     Listener{Address: "127.0.0.1:8443", Protocol: "https", Auth: "basic", TLS: ListenerTLS{Cert: "server.pem", Key: "server.key"}},
-			wantUser: &User{Name: "u", Password: "p"},
+			in:   "https://u:p@127.0.0.1:8443?cert=server.pem&key=server.key",
+			want: Listener{Address: "127.0.0.1:8443", Protocol: "https", Auth: "basic", TLS: ListenerTLS{Cert: "server.pem", Key: "server.key"}, URLUser: &User{Name: "u", Password: "p"}},
 		},
 		{
 			in:   "https://127.0.0.1:8443?cert=c.pem&key=k.pem&client_ca=ca.pem",
@@ -78,10 +73,10 @@ func TestParseListenURL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			l, u, err := ParseListenURL(tt.in)
+			l, err := ParseListenURL(tt.in)
 			if tt.wantErr != "" {
 				if err == nil {
-					t.Fatalf("ParseListenURL = %+v, %+v; want an error containing %q", l, u, tt.wantErr)
+					t.Fatalf("ParseListenURL = %+v; want an error containing %q", l, tt.wantErr)
 				}
 				if !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "config: listen URL ") {
 					t.Errorf("error %q: want a config: listen URL error containing %q", err, tt.wantErr)
@@ -97,26 +92,23 @@ func TestParseListenURL(t *testing.T) {
 			if diff := cmp.Diff(tt.want, l); diff != "" {
 				t.Errorf("listener (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.wantUser, u); diff != "" {
-				t.Errorf("user (-want +got):\n%s", diff)
-			}
 		})
 	}
 }
 
-// TestListenURLValidates checks that a listener and user from -L flags make
-// a configuration that validates, once defaults are set.
+// TestListenURLValidates checks that listeners from -L flags make a
+// configuration that validates, once defaults are set: a listener with a
+// user of its own authenticates, even on every address, and one without
+// authenticates nobody when no users are configured (so it is refused on
+// a non-loopback address as an open proxy).
 func TestListenURLValidates(t *testing.T) {
 	c := &Config{}
 	for _, s := range []string{"http://alice:secret@:3128", "http://[::1]:3129", "socks5://bob:secret@:1080", "mixed://127.0.0.1:3130"} {
-		l, u, err := ParseListenURL(s)
+		l, err := ParseListenURL(s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.Listen = append(c.Listen, l)
-		if u != nil {
-			c.Auth.Users = append(c.Auth.Users, *u)
-		}
 	}
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {
@@ -124,6 +116,24 @@ func TestListenURLValidates(t *testing.T) {
 	}
 	if got := c.Listen[0].Name; got != "http :3128" {
 		t.Errorf("default name %q, want %q", got, "http :3128")
+	}
+	if len(c.Auth.Users) != 0 {
+		t.Errorf("users %v: a -L user is its listener's, not one of the configured users", c.Auth.Users)
+	}
+	for i, want := range []string{AuthBasic, AuthNone, AuthBasic, AuthNone} {
+		if got := c.EffectiveAuth(c.Listen[i]); got != want {
+			t.Errorf("listener %s: auth %q, want %q", c.Listen[i].Name, got, want)
+		}
+	}
+
+	open, err := ParseListenURL("http://:3131")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Listen = append(c.Listen, open)
+	c.SetDefaults()
+	if err := c.Validate(); !errors.Is(err, ErrOpenProxy) {
+		t.Errorf("Validate with -L http://:3131 beside listeners with users: %v, want ErrOpenProxy", err)
 	}
 }
 
@@ -135,10 +145,11 @@ func FuzzParseListenURL(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		l, u, err := ParseListenURL(s)
+		l, err := ParseListenURL(s)
 		if err != nil {
 			return
 		}
+		u := l.URLUser
 		if !slices.Contains(protocols, l.Protocol) {
 			t.Fatalf("ParseListenURL(%q): protocol %q", s, l.Protocol)
 		}

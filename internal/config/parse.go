@@ -249,11 +249,12 @@ func (d *decoder) table(m map[string]any, rv reflect.Value, path []string) {
 	}
 }
 
-// fieldByTag returns the field of struct type t whose toml tag is key.
+// fieldByTag returns the field of struct type t whose toml tag is key; a
+// field tagged "-" is not decoded.
 func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if name, _, _ := strings.Cut(f.Tag.Get("toml"), ","); name == key && f.IsExported() {
+		if name, _, _ := strings.Cut(f.Tag.Get("toml"), ","); name == key && name != "-" && f.IsExported() {
 			return f, true
 		}
 	}

@@ -108,6 +108,17 @@ func TestParseUnknownKeys(t *testing.T) {
 			},
 		},
 		{
+			// URLUser (tagged "-") comes from -L only.
+			name: "a -L user in a file",
+			src: lines(
+				`[[listen]]`,
+				`address = "127.0.0.1:1"`,
+				`"-" = { name = "alice", password = "a" }`,
+				`URLUser = { name = "alice", password = "a" }`,
+			),
+			want: []string{"rustle.toml:3: unknown key listen.-", "rustle.toml:4: unknown key listen.URLUser"},
+		},
+		{
 			name: "unknown table reported once",
 			src:  lines(`[tls]`, `cert = "a"`, `key = "b"`),
 			want: []string{"rustle.toml:1: unknown key tls"},
@@ -340,6 +351,7 @@ func TestParseValues(t *testing.T) {
 		`address = ":3129"`,
 		`allow_open = true`,
 		`proxy_protocol = true`,
+		`users = ["bob"]`,
 	)
 	got, err := Parse([]byte(src), "rustle.toml")
 	if err != nil {
@@ -357,7 +369,7 @@ func TestParseValues(t *testing.T) {
 	want.Auth.Users = []User{{Name: "alice", Password: "p:w"}, {Name: "bob", Bcrypt: "$2y$10$abc"}}
 	want.Listen = []Listener{
 		{Name: "http [::1]:3128", Address: "[::1]:3128", Protocol: "http", Auth: "basic"},
-		{Name: "lan", Address: ":3129", Protocol: "http", AllowOpen: true, ProxyProtocol: true},
+		{Name: "lan", Address: ":3129", Protocol: "http", AllowOpen: true, ProxyProtocol: true, Users: []string{"bob"}},
 	}
 	if diff := cmp.Diff(&want, got, ignoreLocation); diff != "" {
 		t.Errorf("Parse (-want +got):\n%s", diff)

@@ -40,7 +40,8 @@ var (
 // Beyond the type and range of each key, it refuses duplicate listener
 // names and addresses, auth = "basic" with no users, user names that are
 // empty, repeated or contain ':', users with not exactly one of password
-// and bcrypt, and an open proxy by accident: a listener whose host is not
+// and bcrypt, a listener's users list on a listener that does not
+// authenticate with the configured users, and an open proxy by accident: a listener whose host is not
 // loopback (127.0.0.0/8, ::1 or "localhost"; ":3128", "0.0.0.0" and "[::]"
 // are not) whose effective auth is "none", unless its allow_open is true.
 // The admin address must be host:port and differ from every listener's.
@@ -282,9 +283,10 @@ func (c *Config) validateListeners(v *validator) {
 		}
 		if !slices.Contains(authModes, l.Auth) {
 			v.add(key+".auth", fmt.Errorf("%q is not \"basic\", \"none\" or \"\"", l.Auth))
-		} else if l.Auth == AuthBasic && !c.HasUsers() {
+		} else if l.Auth == AuthBasic && !c.HasUsers() && l.URLUser == nil {
 			v.add(key+".auth", errors.New(`"basic" but no users: add [[auth.users]] or auth.htpasswd files`))
 		}
+		c.validateListenerUsers(v, key, l)
 
 		host, canon, err := splitListenAddress(l.Address)
 		if err != nil {
@@ -302,6 +304,41 @@ func (c *Config) validateListeners(v *validator) {
 			v.add(key, fmt.Errorf("%w: %q is not a loopback address and its auth is \"none\"; configure users, or set allow_open = true",
 				ErrOpenProxy, l.Address))
 		}
+	}
+}
+
+// validateListenerUsers checks the users key of the listener at key:
+// user names, none repeated, on a listener that authenticates with the
+// configured users. Whether each name is a configured user is known only
+// once the htpasswd files are read; the server checks it, reporting it
+// with [Config.KeyError].
+func (c *Config) validateListenerUsers(v *validator, key string, l Listener) {
+	if len(l.Users) == 0 {
+		return
+	}
+	switch {
+	case l.URLUser != nil:
+		v.add(key+".users", errors.New("is not for a -L listener: its user is the URL's"))
+		return
+	case l.Auth == AuthNone:
+		v.add(key+".users", errors.New(`is for a listener that authenticates, and its auth is "none"`))
+		return
+	case !c.HasUsers():
+		v.add(key+".users", errors.New("names users but none are configured: add [[auth.users]] or auth.htpasswd files"))
+		return
+	}
+	seen := make(map[string]int)
+	for j, name := range l.Users {
+		k := fmt.Sprintf("%s.users[%d]", key, j)
+		if err := acl.ParseUser(name); err != nil {
+			v.add(k, err)
+			continue
+		}
+		if i, dup := seen[name]; dup {
+			v.add(k, fmt.Errorf("%q is also %s.users[%d]", name, key, i))
+			continue
+		}
+		seen[name] = j
 	}
 }
 
@@ -375,12 +412,21 @@ type validator struct {
 // add records a problem with key ("listen[1].address"), located in the
 // configuration's file when it came from one.
 func (v *validator) add(key string, err error) {
+	v.errs = append(v.errs, v.c.KeyError(key, err))
+}
+
+// KeyError returns err as an [*Error] about key, a key as Validate names
+// it ("listen[1].users[0]"), located at the key's line in the file c was
+// parsed from, as Validate's errors are. It is for a problem found only
+// once what the configuration names is loaded, such as a listener's user
+// that no htpasswd file defines.
+func (c *Config) KeyError(key string, err error) *Error {
 	e := &Error{Key: key, Err: err}
-	if v.c.src != "" {
-		e.File = v.c.src
-		e.Line = v.c.lines[pathString(keyPath(key))]
+	if c.src != "" {
+		e.File = c.src
+		e.Line = c.lines[pathString(keyPath(key))]
 	}
-	v.errs = append(v.errs, e)
+	return e
 }
 
 // keyPath turns a Validate key such as "listen[1].address" into the path

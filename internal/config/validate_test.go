@@ -143,6 +143,39 @@ func TestValidate(t *testing.T) {
 		{"auth basic without users", func(c *Config) { c.Listen[0].Auth = "basic" }, []string{"listen[0].auth"}},
 		{"auth basic with inline users", func(c *Config) { c.Listen[0].Auth = "basic"; c.Auth.Users = []User{alice} }, nil},
 		{"auth basic with htpasswd", func(c *Config) { c.Listen[0].Auth = "basic"; c.Auth.Htpasswd = []string{"/etc/h"} }, nil},
+		{"listener users", func(c *Config) {
+			c.Auth.Users = []User{alice, {Name: "bob", Password: "x"}}
+			c.Listen[0].Users = []string{"bob"}
+		}, nil},
+		{"listener users from htpasswd files", func(c *Config) {
+			// Whether carol is in the files is known once they are read:
+			// the server checks it.
+			c.Auth.Htpasswd = []string{"/etc/h"}
+			c.Listen[0].Users = []string{"carol"}
+		}, nil},
+		{"listener users without users", func(c *Config) { c.Listen[0].Users = []string{"alice"} }, []string{"listen[0].users"}},
+		{"listener users with auth none", func(c *Config) {
+			c.Auth.Users = []User{alice}
+			c.Listen[0].Auth, c.Listen[0].Users = "none", []string{"alice"}
+		}, []string{"listen[0].users"}},
+		{"listener users on a -L listener", func(c *Config) {
+			c.Listen[0].Auth, c.Listen[0].URLUser = "basic", &User{Name: "dave", Password: "d"}
+			c.Listen[0].Users = []string{"dave"}
+		}, []string{"listen[0].users"}},
+		{"listener user names", func(c *Config) {
+			c.Auth.Users = []User{alice}
+			c.Listen[0].Users = []string{"alice", "", "a:b", "alice"}
+		}, []string{"listen[0].users[1]", "listen[0].users[2]", "listen[0].users[3]"}},
+		{"-L user makes auth basic", func(c *Config) {
+			c.Listen = []Listener{listener(":3128")}
+			c.Listen[0].Auth, c.Listen[0].URLUser = "basic", &User{Name: "dave", Password: "d"}
+		}, nil},
+		{"open: beside a -L user", func(c *Config) {
+			// A -L URL's user is its listener's: another listener without
+			// users authenticates nobody.
+			c.Listen = []Listener{listener("127.0.0.1:1"), listener(":3128")}
+			c.Listen[0].Auth, c.Listen[0].URLUser = "basic", &User{Name: "dave", Password: "d"}
+		}, []string{"listen[1]"}},
 		{"duplicate names", func(c *Config) {
 			c.Listen = []Listener{listener("127.0.0.1:1"), listener("127.0.0.1:2")}
 			c.Listen[1].Name = c.Listen[0].Name
@@ -272,6 +305,45 @@ func TestValidateNamesFileAndLine(t *testing.T) {
 	d.Log.Level = "loud"
 	if got := errorStrings(t, d.Validate()); len(got) != 1 || !strings.HasPrefix(got[0], "config: log.level") {
 		t.Errorf("Default().Validate() = %q, want a config: prefix", got)
+	}
+}
+
+// TestListenerUsersFileAndLine checks that the errors about a
+// listener's users name the file and line, Validate's and those that
+// KeyError makes for a user only the server can find missing.
+func TestListenerUsersFileAndLine(t *testing.T) {
+	src := lines(
+		`[[auth.users]]`,
+		`name = "alice"`,
+		`password = "a"`,
+		``,
+		`[[listen]]`,
+		`address = "127.0.0.1:1"`,
+		`users = ["alice",`,
+		`  "alice"]`,
+		``,
+		`[[listen]]`,
+		`address = "127.0.0.1:2"`,
+		`auth = "none"`,
+		`users = ["alice"]`,
+	)
+	c, err := Parse([]byte(src), "r.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`r.toml:8: listen[0].users[1]: "alice" is also listen[0].users[0]`,
+		`r.toml:13: listen[1].users: is for a listener that authenticates, and its auth is "none"`,
+	}
+	if diff := cmp.Diff(want, errorStrings(t, c.Validate())); diff != "" {
+		t.Errorf("Validate messages (-want +got):\n%s", diff)
+	}
+	e := c.KeyError("listen[0].users[1]", errors.New(`user "alice" is not there`))
+	if got, want := e.Error(), `r.toml:8: listen[0].users[1]: user "alice" is not there`; got != want {
+		t.Errorf("KeyError = %q, want %q", got, want)
+	}
+	if got, want := Default().KeyError("listen[0].users[0]", errors.New("x")).Error(), "config: listen[0].users[0]: x"; got != want {
+		t.Errorf("KeyError of a configuration without a file = %q, want %q", got, want)
 	}
 }
 

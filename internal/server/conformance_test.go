@@ -275,6 +275,7 @@ type conformEnv struct {
 	tls      config.ListenerTLS
 	roots    *x509.CertPool
 	carol    *tls.Certificate // client certificate with CN "carol"
+	dave     *tls.Certificate // client certificate with CN "dave", a user no listener lists
 	noCN     *tls.Certificate // client certificate without a common name
 	nextFrom int              // the next client address to hand out
 }
@@ -302,7 +303,10 @@ func startConformRig(t *testing.T, env *conformEnv, paced bool) *conformRig {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Workers = 1
-	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}}
+	// Every listener that authenticates takes alice and carol (the client
+	// certificate's user), not bob.
+	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}, {Name: "bob", Password: "pw"}, {Name: "carol", Password: "pw"}}
+	only := []string{"alice", "carol"}
 	cfg.AllowPrivate = []string{"127.0.0.1/32"} // the origins; not 127.0.0.2
 	cfg.Upstream.MaxIdlePerHost = -1            // every forward dials
 	cfg.Timeouts.ResponseHeader.Duration = 400 * time.Millisecond
@@ -318,11 +322,11 @@ func startConformRig(t *testing.T, env *conformEnv, paced bool) *conformRig {
 		cfg.Limits.UserBytesBurst = 16 << 10
 	}
 	cfg.Listen = []config.Listener{
-		{Name: "plain", Address: "127.0.0.1:0", Protocol: "http"},
-		{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: env.tls},
-		{Name: "socks", Address: "127.0.0.1:0", Protocol: "socks5"},
+		{Name: "plain", Address: "127.0.0.1:0", Protocol: "http", Users: only},
+		{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: env.tls, Users: only},
+		{Name: "socks", Address: "127.0.0.1:0", Protocol: "socks5", Users: only},
 		{Name: "socks4", Address: "127.0.0.1:0", Protocol: "socks5", Auth: config.AuthNone},
-		{Name: "mixed", Address: "127.0.0.1:0", Protocol: "mixed"},
+		{Name: "mixed", Address: "127.0.0.1:0", Protocol: "mixed", Users: only},
 	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -724,9 +728,9 @@ func trySOCKS4a(c net.Conn, a conformAsk, ans *conformAnswer) error {
 }
 
 // conformClientCerts writes a client CA into a file and returns its path
-// with two certificates it signs: one with the common name "carol", one
-// whose subject has no common name.
-func conformClientCerts(t *testing.T) (string, *tls.Certificate, *tls.Certificate) {
+// with three certificates it signs: one with the common name "carol", one
+// whose subject has no common name, and one with the common name "dave".
+func conformClientCerts(t *testing.T) (string, *tls.Certificate, *tls.Certificate, *tls.Certificate) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -765,7 +769,8 @@ func conformClientCerts(t *testing.T) (string, *tls.Certificate, *tls.Certificat
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return path, issue(2, pkix.Name{CommonName: "carol"}), issue(3, pkix.Name{Organization: []string{"no common name"}})
+	return path, issue(2, pkix.Name{CommonName: "carol"}), issue(3, pkix.Name{Organization: []string{"no common name"}}),
+		issue(4, pkix.Name{CommonName: "dave"})
 }
 
 // TestConformance drives every front-end through every outcome of the
@@ -787,7 +792,7 @@ func TestConformance(t *testing.T) {
 	_, echoPort, _ := net.SplitHostPort(env.echo.Addr)
 	env.guarded = net.JoinHostPort("127.0.0.2", echoPort)
 	env.tls, env.roots = proxyCerts(t)
-	env.tls.ClientCA, env.carol, env.noCN = conformClientCerts(t)
+	env.tls.ClientCA, env.carol, env.noCN, env.dave = conformClientCerts(t)
 	rigs := map[bool]*conformRig{false: startConformRig(t, env, false), true: startConformRig(t, env, true)}
 
 	payload := []byte("conformance tunnel payload\n")
@@ -831,6 +836,13 @@ func TestConformance(t *testing.T) {
 			name:   "407 no credentials",
 			skip:   skips{socks4a: noSOCKS4Auth},
 			ask:    tunnelTo(env.echo.Addr, "", ""),
+			status: 407, authFail: true, authFails: 1,
+		},
+		{
+			// bob is a configured user, but not one of the listener's.
+			name:   "407 user not on the listener",
+			skip:   skips{socks4a: noSOCKS4Auth},
+			ask:    tunnelTo(env.echo.Addr, "bob", "pw"),
 			status: 407, authFail: true, authFails: 1,
 		},
 		{
@@ -918,6 +930,14 @@ func TestConformance(t *testing.T) {
 			},
 			status: 200, user: "carol", rule: "allow-rest", upstream: env.origin.Addr,
 			down: int64(len(conformBody)), dial: "ok", firstByte: true,
+		},
+		{
+			name: "certificate of a user not on the listener",
+			skip: skips{noTLS: "no TLS: no client certificate"},
+			ask: func(c *conformCell) conformAsk {
+				return conformAsk{forward: true, target: env.origin.URL("/dave"), cert: env.dave}
+			},
+			status: 407, authFail: true, authFails: 1,
 		},
 		{
 			name: "certificate without a common name",

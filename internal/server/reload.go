@@ -102,7 +102,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		}
 	}
 	o := s.opts
-	for _, lc := range cfg.Listen {
+	for i, lc := range cfg.Listen {
 		log := s.log.With("listener", lc.Name)
 		pc := httpproxy.Config{
 			Forwarded:             cfg.Forwarded,
@@ -131,11 +131,12 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			gp.UserMetrics = o.metrics.User
 		}
 		if cfg.EffectiveAuth(lc) == config.AuthBasic {
-			if authr == nil {
+			a, err := listenerAuth(cfg, i, authr)
+			if err != nil {
 				g.closeCreated()
-				return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
+				return nil, err
 			}
-			gp.Auth = authr
+			gp.Auth = a
 		}
 		hp, err := httpproxy.New(pc)
 		if err != nil {
@@ -172,6 +173,38 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		g.listeners = append(g.listeners, l)
 	}
 	return g, nil
+}
+
+// listenerAuth returns the authenticator of cfg.Listen[i], a listener
+// that authenticates: its -L URL's user alone, the configured users
+// (authr) its users key names, or every configured user.
+func listenerAuth(cfg *config.Config, i int, authr *auth.Authenticator) (*auth.Authenticator, error) {
+	lc := cfg.Listen[i]
+	switch {
+	case lc.URLUser != nil:
+		u := lc.URLUser
+		a, err := auth.New(auth.Config{
+			Realm:     cfg.Auth.Realm,
+			Users:     []auth.User{{Name: u.Name, Password: u.Password, Bcrypt: u.Bcrypt}},
+			CacheTTL:  cfg.Auth.CacheTTL.Duration,
+			CacheSize: cfg.Auth.CacheSize,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("server: listener %s: load its user: %w", lc.Name, err)
+		}
+		return a, nil
+	case authr == nil:
+		return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
+	case len(lc.Users) > 0:
+		for j, name := range lc.Users {
+			if !authr.Has(name) {
+				return nil, fmt.Errorf("server: listener %s: %w", lc.Name, cfg.KeyError(fmt.Sprintf("listen[%d].users[%d]", i, j),
+					fmt.Errorf("user %q is neither in [[auth.users]] nor in an auth.htpasswd file", name)))
+			}
+		}
+		return authr.Only(lc.Users), nil
+	}
+	return authr, nil
 }
 
 // Check loads what cfg names, as New would: the users and their files,

@@ -614,3 +614,87 @@ func TestRevokeRemovedUsers(t *testing.T) {
 		})
 	}
 }
+
+// TestRevokeUserTakenOffListener checks that a reload that gives
+// listeners a users list leaving bob out ends bob's keep-alive
+// connections, tunnels, HTTP/2 streams and SOCKS5 sessions on those
+// listeners within 2 s, and the connection of a client certificate's user
+// it leaves out, while bob keeps his on the listener without a list and
+// alice, on the list, keeps hers everywhere; the one log line names bob
+// and the listeners.
+func TestRevokeUserTakenOffListener(t *testing.T) {
+	tl, roots := proxyCerts(t)
+	var carol *tls.Certificate
+	tl.ClientCA, carol, _, _ = conformClientCerts(t)
+	configure := func(only []string) *config.Config {
+		t.Helper()
+		cfg := config.Default()
+		cfg.Workers = 1
+		cfg.AllowPrivate = []string{"127.0.0.0/8"}
+		cfg.Auth.Users = []config.User{{Name: "alice", Password: "alice-pw"}, {Name: "bob", Password: "bob-pw"}}
+		cfg.Listen = revokeListeners(tl)
+		for i := range cfg.Listen {
+			if cfg.Listen[i].Name != "http" {
+				cfg.Listen[i].Users = only
+			}
+		}
+		cfg.SetDefaults()
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("config: %v", err)
+		}
+		return cfg
+	}
+	r := startRevokeRig(t, configure(nil), roots)
+
+	var alice, bobKept, bobEnded []*holding
+	for _, lc := range revokeListeners(tl) {
+		alice = append(alice, r.hold(t, lc, "alice", "alice-pw")...)
+		if lc.Name == "http" {
+			bobKept = append(bobKept, r.hold(t, lc, "bob", "bob-pw")...)
+		} else {
+			bobEnded = append(bobEnded, r.hold(t, lc, "bob", "bob-pw")...)
+		}
+	}
+	// carol, named by her certificate alone, on the https listener.
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", r.addr["https"],
+		&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}, Certificates: []tls.Certificate{*carol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	carolHeld := r.keepAlive(t, "carol's certificate keep-alive", c, "", "")
+
+	if err := r.s.Reload(configure([]string{"alice"})); err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	deadline := time.Now().Add(revokeWithin)
+	for _, h := range append(bobEnded, carolHeld) {
+		t.Run("ends "+h.name, func(t *testing.T) {
+			if err := h.ended(deadline); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for _, h := range append(alice, bobKept...) {
+		t.Run("keeps "+h.name, func(t *testing.T) {
+			if err := h.works(); err != nil {
+				t.Errorf("after the reload: %v", err)
+			}
+		})
+	}
+	want := `msg="access revoked: users removed by the reload" users=bob,carol count=2 listeners=https,mixed,socks`
+	if got := strings.Count(r.logs.String(), "access revoked"); got != 1 || !strings.Contains(r.logs.String(), want) {
+		t.Errorf("the log has %d revocation lines, want one with %s:\n%s", got, want, r.logs)
+	}
+	for _, tc := range []struct {
+		listener string
+		want     int
+	}{
+		{"http", 200},
+		{"mixed", 407},
+	} {
+		if got := status(t, r.addr[tc.listener], r.target, basic("bob", "bob-pw")); got != tc.want {
+			t.Errorf("bob's new request on %s after the reload: %d, want %d", tc.listener, got, tc.want)
+		}
+	}
+}
