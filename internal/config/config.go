@@ -349,6 +349,34 @@ type Listener struct {
 	// TLS is the certificate of an "https" listener, required for it and
 	// refused for the other protocols; its zero value means no TLS.
 	TLS ListenerTLS `toml:"tls"`
+	// ALPN lists the protocols an "https" listener offers in the TLS
+	// handshake, "h2" and "http/1.1", in the order it prefers them: a
+	// client offering both gets the first. nil means ["h2", "http/1.1"]
+	// (see [Listener.EffectiveALPN]); an empty list is refused, and so is
+	// the key on the other protocols. With "http/1.1" in the list, a
+	// client that chose "h2" and then speaks HTTP/1.1 is served HTTP/1.1.
+	ALPN []string `toml:"alpn"`
+}
+
+// ALPN protocol names, the values a listener's alpn key takes.
+const (
+	// ALPNH2 is HTTP/2 over TLS.
+	ALPNH2 = "h2"
+	// ALPNHTTP1 is HTTP/1.1.
+	ALPNHTTP1 = "http/1.1"
+)
+
+// defaultALPN is what an https listener offers without an alpn key.
+var defaultALPN = []string{ALPNH2, ALPNHTTP1}
+
+// EffectiveALPN returns the ALPN protocols the listener offers: its ALPN,
+// or ["h2", "http/1.1"] when that is nil. The result must not be
+// modified.
+func (l Listener) EffectiveALPN() []string {
+	if l.ALPN == nil {
+		return defaultALPN
+	}
+	return l.ALPN
 }
 
 // ListenerTLS configures TLS towards the clients of an "https" listener.

@@ -11,7 +11,7 @@ import (
 // ParseListenURL parses a gost-style -L flag value such as
 // "http://127.0.0.1:8080", "http://user:pass@[::1]:3128", "http://:3128",
 // "socks5://user:pass@127.0.0.1:1080", "mixed://127.0.0.1:3128" or
-// "https://127.0.0.1:8443?cert=server.pem&key=server.key".
+// "https://127.0.0.1:8443?cert=server.pem&key=server.key&alpn=http/1.1".
 //
 // The scheme is the listener's protocol (see the protocol key). The
 // userinfo, percent-decoded, becomes the listener's URLUser, with a plain
@@ -19,8 +19,9 @@ import (
 // listener's Auth to "basic"; without userinfo URLUser is nil and Auth is
 // "" (the configured users, if any, as for a listener of the file). The
 // port is required. An https URL
-// needs the query parameters cert and key (client_ca is optional); other
-// query parameters, a path and a fragment are errors. The Listener's Name is "", for
+// needs the query parameters cert and key; client_ca and alpn (the
+// listener's alpn list, comma-separated: "h2,http/1.1") are optional;
+// other query parameters, a path and a fragment are errors. The Listener's Name is "", for
 // [Config.SetDefaults] to fill in; nothing else is validated here that
 // [Config.Validate] checks later, except the address.
 //
@@ -48,9 +49,10 @@ func ParseListenURL(s string) (Listener, error) {
 		return fail("want no path or fragment after host:port")
 	}
 	var tlsc ListenerTLS
+	var alpn []string
 	if u.RawQuery != "" || u.ForceQuery {
 		if u.Scheme != "https" {
-			return fail("query parameters are only for https:// (cert, key, client_ca)")
+			return fail("query parameters are only for https:// (cert, key, client_ca, alpn)")
 		}
 		q, err := url.ParseQuery(u.RawQuery)
 		if err != nil {
@@ -67,8 +69,10 @@ func ParseListenURL(s string) (Listener, error) {
 				tlsc.Key = vs[0]
 			case "client_ca":
 				tlsc.ClientCA = vs[0]
+			case "alpn":
+				alpn = strings.Split(vs[0], ",")
 			default:
-				return fail("unknown query parameter %q (want cert, key, client_ca)", k)
+				return fail("unknown query parameter %q (want cert, key, client_ca, alpn)", k)
 			}
 		}
 	}
@@ -81,7 +85,7 @@ func ParseListenURL(s string) (Listener, error) {
 	if _, _, err := splitListenAddress(u.Host); err != nil {
 		return fail("%v", err)
 	}
-	l := Listener{Address: u.Host, Protocol: u.Scheme, TLS: tlsc}
+	l := Listener{Address: u.Host, Protocol: u.Scheme, TLS: tlsc, ALPN: alpn}
 	if u.User == nil {
 		return l, nil
 	}

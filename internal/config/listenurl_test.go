@@ -56,6 +56,15 @@ func TestParseListenURL(t *testing.T) {
 			in:   "https://127.0.0.1:8443?cert=c.pem&key=k.pem&client_ca=ca.pem",
 			want: Listener{Address: "127.0.0.1:8443", Protocol: "https", TLS: ListenerTLS{Cert: "c.pem", Key: "k.pem", ClientCA: "ca.pem"}},
 		},
+		{
+			in:   "https://127.0.0.1:8443?cert=c.pem&key=k.pem&alpn=http/1.1",
+			want: Listener{Address: "127.0.0.1:8443", Protocol: "https", TLS: ListenerTLS{Cert: "c.pem", Key: "k.pem"}, ALPN: []string{"http/1.1"}},
+		},
+		{
+			in:   "https://127.0.0.1:8443?cert=c.pem&key=k.pem&alpn=http%2F1.1,h2",
+			want: Listener{Address: "127.0.0.1:8443", Protocol: "https", TLS: ListenerTLS{Cert: "c.pem", Key: "k.pem"}, ALPN: []string{"http/1.1", "h2"}},
+		},
+		{in: "http://127.0.0.1:8080?alpn=h2", wantErr: "query parameters are only for https:// (cert, key, client_ca, alpn)"},
 		{in: "https://127.0.0.1:8443", wantErr: "https:// needs ?cert=FILE&key=FILE"},
 		{in: "https://127.0.0.1:8443?cert=c.pem", wantErr: "https:// needs ?cert=FILE&key=FILE"},
 		{in: "https://127.0.0.1:8443?cert=c.pem&key=k.pem&ktls=1", wantErr: `unknown query parameter "ktls"`},
@@ -103,7 +112,8 @@ func TestParseListenURL(t *testing.T) {
 // a non-loopback address as an open proxy).
 func TestListenURLValidates(t *testing.T) {
 	c := &Config{}
-	for _, s := range []string{"http://alice:secret@:3128", "http://[::1]:3129", "socks5://bob:secret@:1080", "mixed://127.0.0.1:3130"} {
+	for _, s := range []string{"http://alice:secret@:3128", "http://[::1]:3129", "socks5://bob:secret@:1080", "mixed://127.0.0.1:3130",
+		"https://127.0.0.1:8443?cert=c.pem&key=k.pem&alpn=http/1.1", "https://127.0.0.1:8444?cert=c.pem&key=k.pem&alpn=h2,http/1.1"} {
 		l, err := ParseListenURL(s)
 		if err != nil {
 			t.Fatal(err)

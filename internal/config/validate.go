@@ -281,6 +281,7 @@ func (c *Config) validateListeners(v *validator) {
 		} else if l.TLS.Set() {
 			v.add(key+".tls", fmt.Errorf("is only for https listeners, not %q", l.Protocol))
 		}
+		c.validateALPN(v, key, l)
 		if !slices.Contains(authModes, l.Auth) {
 			v.add(key+".auth", fmt.Errorf("%q is not \"basic\", \"none\" or \"\"", l.Auth))
 		} else if l.Auth == AuthBasic && !c.HasUsers() && l.URLUser == nil {
@@ -339,6 +340,30 @@ func (c *Config) validateListenerUsers(v *validator, key string, l Listener) {
 			continue
 		}
 		seen[name] = j
+	}
+}
+
+// validateALPN checks a listener's alpn key: https only, not empty, each
+// entry "h2" or "http/1.1" and none twice.
+func (c *Config) validateALPN(v *validator, key string, l Listener) {
+	if l.ALPN == nil {
+		return
+	}
+	key += ".alpn"
+	if l.Protocol != "https" {
+		v.add(key, fmt.Errorf("is only for https listeners, not %q", l.Protocol))
+		return
+	}
+	if len(l.ALPN) == 0 {
+		v.add(key, fmt.Errorf("is empty: list %q, %q or both, or leave the key out for both", ALPNH2, ALPNHTTP1))
+	}
+	for i, p := range l.ALPN {
+		switch {
+		case p != ALPNH2 && p != ALPNHTTP1:
+			v.add(fmt.Sprintf("%s[%d]", key, i), fmt.Errorf("%q is neither %q nor %q", p, ALPNH2, ALPNHTTP1))
+		case slices.Index(l.ALPN, p) < i:
+			v.add(fmt.Sprintf("%s[%d]", key, i), fmt.Errorf("%q is listed twice", p))
+		}
 	}
 }
 

@@ -357,6 +357,14 @@ func TestValidateTLS(t *testing.T) {
 		{"https without a pair", Listener{Address: "127.0.0.1:8443", Protocol: "https"}, []string{"listen[0].tls.cert", "listen[0].tls.key"}},
 		{"tls on http", Listener{Address: "127.0.0.1:3128", Protocol: "http", TLS: ListenerTLS{Cert: "c", Key: "k"}}, []string{"listen[0].tls"}},
 		{"ktls on socks5", Listener{Address: "127.0.0.1:1080", Protocol: "socks5", TLS: ListenerTLS{KTLS: true}}, []string{"listen[0].tls"}},
+		{"alpn http/1.1", httpsALPN("http/1.1"), nil},
+		{"alpn h2", httpsALPN("h2"), nil},
+		{"alpn both, http/1.1 first", httpsALPN("http/1.1", "h2"), nil},
+		{"alpn empty", httpsALPN(), []string{"listen[0].alpn"}},
+		{"alpn unknown", httpsALPN("h2", "h3", "spdy/3"), []string{"listen[0].alpn[1]", "listen[0].alpn[2]"}},
+		{"alpn twice", httpsALPN("h2", "http/1.1", "h2"), []string{"listen[0].alpn[2]"}},
+		{"alpn on http", Listener{Address: "127.0.0.1:3128", Protocol: "http", ALPN: []string{"http/1.1"}}, []string{"listen[0].alpn"}},
+		{"alpn on mixed", Listener{Address: "127.0.0.1:3128", Protocol: "mixed", ALPN: []string{"h2"}}, []string{"listen[0].alpn"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -370,6 +378,33 @@ func TestValidateTLS(t *testing.T) {
 				t.Errorf("Validate error keys (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// httpsALPN returns an https listener whose alpn key lists protos.
+func httpsALPN(protos ...string) Listener {
+	return Listener{Address: "127.0.0.1:8443", Protocol: "https", TLS: ListenerTLS{Cert: "c", Key: "k"}, ALPN: append([]string{}, protos...)}
+}
+
+// TestValidateALPNMessages checks that alpn errors name the key, its
+// line, and what is wrong.
+func TestValidateALPNMessages(t *testing.T) {
+	src := "[[listen]]\naddress = \"127.0.0.1:8443\"\nprotocol = \"https\"\ntls = { cert = \"c\", key = \"k\" }\n" +
+		"alpn = [\"h2\", \"http/1.0\", \"h2\"]\n\n" +
+		"[[listen]]\naddress = \"127.0.0.1:3128\"\nalpn = [\"http/1.1\"]\n\n" +
+		"[[listen]]\naddress = \"127.0.0.1:8444\"\nprotocol = \"https\"\ntls = { cert = \"c\", key = \"k\" }\nalpn = []\n"
+	c, err := Parse([]byte(src), "a.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`a.toml:5: listen[0].alpn[1]: "http/1.0" is neither "h2" nor "http/1.1"`,
+		`a.toml:5: listen[0].alpn[2]: "h2" is listed twice`,
+		`a.toml:9: listen[1].alpn: is only for https listeners, not "http"`,
+		`a.toml:15: listen[2].alpn: is empty: list "h2", "http/1.1" or both, or leave the key out for both`,
+	}
+	if diff := cmp.Diff(want, errorStrings(t, c.Validate())); diff != "" {
+		t.Errorf("Validate messages (-want +got):\n%s", diff)
 	}
 }
 

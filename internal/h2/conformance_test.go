@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // h2specExcluded lists the h2spec cases that do not apply to rustle, by
@@ -38,36 +40,6 @@ func summary(t testing.TB, format string, args ...any) {
 	fmt.Fprintln(f, line)
 }
 
-// findTool returns the path of a tool installed by scripts/deps.sh: on
-// PATH, or in GOBIN or GOPATH/bin for Go tools.
-func findTool(name string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	for _, dir := range []string{os.Getenv("GOBIN"), goEnv("GOBIN"), filepath.Join(goEnv("GOPATH"), "bin")} {
-		if dir == "" {
-			continue
-		}
-		if p := filepath.Join(dir, name); fileExists(p) {
-			return p
-		}
-	}
-	return ""
-}
-
-func goEnv(key string) string {
-	out, err := exec.Command("go", "env", key).Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
-}
-
 // junitReport is the part of h2spec's JUnit report the test reads.
 type junitReport struct {
 	Suites []struct {
@@ -91,7 +63,7 @@ type junitReport struct {
 // https://127.0.0.1:PORT/, which rustle answers itself (400: not a proxy
 // request) with a body, enough for every flow-control case.
 func TestH2Spec(t *testing.T) {
-	bin := findTool("h2spec")
+	bin := proxytest.FindTool("h2spec")
 	if bin == "" {
 		t.Skip("h2spec not installed (scripts/deps.sh installs it)")
 	}
@@ -151,7 +123,7 @@ func TestH2Spec(t *testing.T) {
 // nghttp2-client), which can send a proxy-style request: :scheme http
 // and the origin's :authority, over TLS to the proxy.
 func TestNghttp(t *testing.T) {
-	bin := findTool("nghttp")
+	bin := proxytest.FindTool("nghttp")
 	if bin == "" {
 		t.Skip("nghttp not installed (scripts/deps.sh installs nghttp2-client)")
 	}

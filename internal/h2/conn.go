@@ -76,6 +76,7 @@ type conn struct {
 	hdec        *hpack.Decoder
 	park        *tunnel.Parker // nil when raw is
 	bigFrame    bool           // fr read a frame over framerKeep since it was made
+	prefaced    bool           // the client preface was read before serving began
 	sawSettings bool
 
 	mu         sync.Mutex
@@ -157,12 +158,14 @@ func (c *conn) run(ctx context.Context) bool {
 	c.mu.Unlock()
 
 	c.nc.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.HandshakeTimeout))
-	var pre [len(http2.ClientPreface)]byte
-	if _, err := io.ReadFull(&c.rd, pre[:]); err != nil || string(pre[:]) != http2.ClientPreface {
-		if err == nil {
-			return c.connError(http2.ConnectionError(http2.ErrCodeProtocol))
+	if !c.prefaced {
+		var pre [len(http2.ClientPreface)]byte
+		if _, err := io.ReadFull(&c.rd, pre[:]); err != nil || string(pre[:]) != http2.ClientPreface {
+			if err == nil {
+				return c.connError(http2.ConnectionError(http2.ErrCodeProtocol))
+			}
+			return false
 		}
-		return false
 	}
 	if ctx.Err() != nil {
 		c.shutdown()

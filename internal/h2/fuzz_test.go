@@ -101,7 +101,7 @@ func FuzzServeConn(f *testing.F) {
 		go func() {
 			defer close(done)
 			defer sess.Close()
-			srv.serveConn(server, sess)
+			srv.serveConn(server, sess, false)
 		}()
 		drained := make(chan struct{})
 		go func() {

@@ -150,13 +150,22 @@ func (cfg *Config) validate() error {
 // tunnel.RecordConn, an idle connection waits on socket readiness and
 // holds no read buffer.
 func (s *Server) ServeConn(c *tls.Conn, sess *gate.Session) {
-	s.serveConn(c, sess)
+	s.serveConn(c, sess, false)
+}
+
+// ServePrefaced is ServeConn for a connection whose client connection
+// preface ("PRI * HTTP/2.0…", RFC 9113 §3.4) the caller has already read
+// and checked: the server starts with the client's SETTINGS.
+func (s *Server) ServePrefaced(c *tls.Conn, sess *gate.Session) {
+	s.serveConn(c, sess, true)
 }
 
 // serveConn is ServeConn for any net.Conn speaking HTTP/2 with prior
-// knowledge (the fuzz tests serve a net.Pipe).
-func (s *Server) serveConn(nc net.Conn, sess *gate.Session) {
+// knowledge (the fuzz tests serve a net.Pipe); prefaced says the client
+// preface has been read.
+func (s *Server) serveConn(nc net.Conn, sess *gate.Session, prefaced bool) {
 	cn := newConn(s, nc, sess)
+	cn.prefaced = prefaced
 	cn.inspect()
 	// The connection's reader runs on this goroutine: kept shallow, its
 	// stack shrinks to 4 KiB while the connection is idle.

@@ -103,6 +103,14 @@ func New(cfg Config) (*Proxy, error) {
 // its client's address and its tunnel engine; the caller closes it after
 // ServeConn returns.
 func (p *Proxy) ServeConn(c net.Conn, sess *gate.Session) {
+	p.ServeConnRead(c, sess, nil)
+}
+
+// ServeConnRead is ServeConn for a connection from which the caller has
+// already read the bytes read, to see what it speaks: they are served as
+// the start of the first request. read must fit a client connection's
+// read buffer (8 KiB); it is copied there.
+func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
 	if tc, ok := c.(*net.TCPConn); ok && p.cfg.SocketBufferBytes > 0 {
 		if rc, err := tc.SyscallConn(); err == nil {
 			dialer.SetBuffers(rc, p.cfg.SocketBufferBytes)
@@ -114,6 +122,7 @@ func (p *Proxy) ServeConn(c net.Conn, sess *gate.Session) {
 	cn.ctx = sess.Context()
 	cn.pool = sess.Policy().Pool
 	cn.client.Attach(c, &http1.ClientBufs)
+	cn.client.W = copy(cn.client.Buf, read)
 	// On shutdown, a connection waiting for its next request is woken so
 	// that it closes; one in the middle of a request finishes it first.
 	stop := context.AfterFunc(cn.ctx, func() {

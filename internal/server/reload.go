@@ -93,11 +93,12 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	})
 
 	// TLS managers of the previous generation, by their settings.
-	reuse := make(map[config.ListenerTLS][]*tlsconf.Manager)
+	reuse := make(map[tlsKey][]*tlsconf.Manager)
 	if prev != nil {
 		for _, l := range prev.listeners {
 			if l.tls != nil {
-				reuse[l.cfg.TLS] = append(reuse[l.cfg.TLS], l.tls)
+				k := tlsKeyOf(l.cfg)
+				reuse[k] = append(reuse[k], l.tls)
 			}
 		}
 	}
@@ -150,8 +151,9 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		case "socks5", "mixed":
 			l.socks = newSOCKS(cfg, log)
 		case "https":
-			if ms := reuse[lc.TLS]; len(ms) > 0 {
-				l.tls, reuse[lc.TLS] = ms[0], ms[1:]
+			if k := tlsKeyOf(lc); len(reuse[k]) > 0 {
+				ms := reuse[k]
+				l.tls, reuse[k] = ms[0], ms[1:]
 				if err := l.tls.Reload(); err != nil {
 					g.closeCreated()
 					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
@@ -165,9 +167,13 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 				l.tls = m
 				g.created = append(g.created, m)
 			}
-			if l.h2, err = newH2(cfg, pc); err != nil {
-				g.closeCreated()
-				return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
+			alpn := lc.EffectiveALPN()
+			l.http1 = slices.Contains(alpn, config.ALPNHTTP1)
+			if slices.Contains(alpn, config.ALPNH2) {
+				if l.h2, err = newH2(cfg, pc); err != nil {
+					g.closeCreated()
+					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
+				}
 			}
 		}
 		g.listeners = append(g.listeners, l)
@@ -220,6 +226,17 @@ func Check(cfg *config.Config) error {
 	}
 	g.closeCreated()
 	return nil
+}
+
+// tlsKey is what a TLS manager is made from: a listener's TLS files
+// and the ALPN protocols it offers, joined with commas.
+type tlsKey struct {
+	tls  config.ListenerTLS
+	alpn string
+}
+
+func tlsKeyOf(lc config.Listener) tlsKey {
+	return tlsKey{lc.TLS, strings.Join(lc.EffectiveALPN(), ",")}
 }
 
 // closeCreated closes the TLS managers g made, when g is dropped.

@@ -77,7 +77,8 @@ type listener struct {
 	proxy  *httpproxy.Proxy
 	socks  *socks5.Server   // for "socks5" and "mixed" listeners; nil otherwise
 	tls    *tlsconf.Manager // for "https" listeners; nil otherwise
-	h2     *h2.Server       // HTTP/2 for "https" listeners; nil otherwise
+	h2     *h2.Server       // HTTP/2 for "https" listeners that offer "h2"; nil otherwise
+	http1  bool             // an "https" listener offers "http/1.1" (see serveTLS)
 	peek   time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
 	lns    []net.Listener
 

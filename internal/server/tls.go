@@ -3,10 +3,14 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -23,7 +27,7 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 		Key:        lc.TLS.Key,
 		ClientCA:   lc.TLS.ClientCA,
 		KTLS:       lc.TLS.KTLS,
-		NextProtos: []string{"h2", "http/1.1"},
+		NextProtos: slices.Clone(lc.EffectiveALPN()),
 		Logger:     log,
 	})
 }
@@ -52,7 +56,8 @@ func newH2(cfg *config.Config, pc httpproxy.Config) (*h2.Server, error) {
 
 // serveTLS completes the TLS handshake of a client of an "https" listener
 // within the read-header timeout, then serves HTTP/2 over it when ALPN
-// chose "h2", HTTP/1.1 proxying otherwise.
+// chose "h2" (see serveH2), HTTP/1.1 proxying otherwise; a listener
+// whose alpn leaves out "http/1.1" closes a client that chose nothing.
 // The socket is wrapped so that crypto/tls never reads past a record it
 // needs, which lets an idle tunnel park on socket readiness with no
 // buffer (see tunnel.RecordConn).
@@ -85,11 +90,120 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 	c.SetDeadline(time.Time{})
 	cs := tc.ConnectionState()
 	sess.SetTLS(cs) // a verified client certificate names the user
-	if l.h2 != nil && cs.NegotiatedProtocol == "h2" {
+	switch {
+	case l.h2 != nil && cs.NegotiatedProtocol == config.ALPNH2:
+		l.serveH2(tc, sess)
+	case l.http1:
+		l.proxy.ServeConn(tc, sess)
+	default:
+		// An h2-only listener, and a client that chose no protocol: it
+		// offered none, or only http/1.1, which crypto/tls lets through
+		// choosing nothing (one that offered others failed the
+		// handshake).
+		if lg := sess.Policy().Logger; lg != nil && lg.Enabled(ctx, slog.LevelDebug) {
+			lg.Debug("server: TLS client chose no ALPN protocol on an h2-only listener; closed",
+				"client", sess.Client().String())
+		}
+		tc.Close()
+	}
+}
+
+// serveH2 serves a client that chose "h2". Some clients choose it and
+// then speak HTTP/1.1 (Go's net/http Transport to an https:// proxy: its
+// CONNECT requests); so on a listener that also offers "http/1.1" the
+// client's first bytes are read first, within the read-header timeout
+// (see firstBytesKind): the HTTP/2 client preface goes on as HTTP/2, the
+// start of an HTTP/1.1 request is served as HTTP/1.1 from those bytes on,
+// and anything else is closed, as is a client that sends nothing or stops
+// before the bytes tell. The reads never go past the preface, so the
+// *tls.Conn itself is handed on, as it would be without them, and a
+// CONNECT tunnel still gets the TLS relay.
+func (l *listener) serveH2(tc *tls.Conn, sess *gate.Session) {
+	if !l.http1 {
 		l.h2.ServeConn(tc, sess)
 		return
 	}
-	l.proxy.ServeConn(tc, sess)
+	var first [len(http2.ClientPreface)]byte
+	n, kind, err := readFirstBytes(sess.Context(), tc, first[:], l.peek)
+	switch {
+	case err != nil:
+		tc.Close()
+	case kind == firstH2:
+		l.h2.ServePrefaced(tc, sess)
+	case kind == firstHTTP1:
+		l.proxy.ServeConnRead(tc, sess, first[:n])
+	default:
+		if lg := sess.Policy().Logger; lg != nil && lg.Enabled(sess.Context(), slog.LevelDebug) {
+			lg.Debug("server: TLS client chose h2, then sent neither the HTTP/2 preface nor an HTTP/1.1 request; closed",
+				"client", sess.Client().String())
+		}
+		tc.Close()
+	}
+}
+
+// What the first bytes of a client that chose h2 are (firstBytesKind).
+const (
+	firstMore  = iota // a start of more than one kind, or of one not yet certain: read on
+	firstH2           // the HTTP/2 client preface, whole
+	firstHTTP1        // an HTTP/1.1 request line's method and space
+	firstOther        // neither
+)
+
+// http1Methods are the request methods (RFC 9110 and PATCH), each with
+// the space after it, that begin an HTTP/1.1 request on a connection
+// that chose h2.
+var http1Methods = [...]string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "CONNECT ", "OPTIONS ", "TRACE ", "PATCH "}
+
+// firstBytesKind says what b, the first bytes of a connection that chose
+// h2, begins. The preface and an HTTP/1.1 method part ways by their
+// second byte at the latest ("PR" against "PO", "PU" and "PA");
+// any other start is not served, so that a client speaking neither is
+// closed as an HTTP/2 server would close it, not answered in HTTP/1.1.
+func firstBytesKind(b []byte) int {
+	if string(b) == http2.ClientPreface {
+		return firstH2
+	}
+	kind := firstOther
+	if len(b) < len(http2.ClientPreface) && string(b) == http2.ClientPreface[:len(b)] {
+		kind = firstMore
+	}
+	for _, m := range http1Methods {
+		switch {
+		case len(b) >= len(m) && string(b[:len(m)]) == m:
+			return firstHTTP1
+		case len(b) < len(m) && string(b) == m[:len(b)]:
+			kind = firstMore
+		}
+	}
+	return kind
+}
+
+// readFirstBytes reads the first bytes of tc into p, which has the
+// length of the HTTP/2 client preface, until firstBytesKind tells what
+// they are, and returns how many it read and their kind. The error is
+// non-nil when reading ended (EOF, timeout passed, ctx done) before the
+// bytes told. It waits at most timeout (0 = no limit), and no longer than
+// ctx lives.
+func readFirstBytes(ctx context.Context, tc *tls.Conn, p []byte, timeout time.Duration) (int, int, error) {
+	tc.SetReadDeadline(gate.Deadline(time.Now(), timeout))
+	stop := context.AfterFunc(ctx, func() { tc.SetReadDeadline(time.Unix(1, 0)) })
+	n, kind := 0, firstMore
+	var err error
+	for kind == firstMore && err == nil {
+		var m int
+		m, err = tc.Read(p[n:])
+		n += m
+		kind = firstBytesKind(p[:n])
+	}
+	if !stop() {
+		return n, kind, fmt.Errorf("server: read first bytes after ALPN h2: %w", ctx.Err())
+	}
+	if kind == firstMore {
+		return n, kind, fmt.Errorf("server: read first bytes after ALPN h2: %w", err)
+	}
+	// Told; a read error comes back on the next read.
+	tc.SetReadDeadline(time.Time{})
+	return n, kind, nil
 }
 
 // tlsHandshakeRecord is the first byte of a TLS connection: the content
