@@ -346,6 +346,13 @@ type Listener struct {
 	// without a valid header are closed. false (the default) reads no
 	// header: the client address is the socket's peer.
 	ProxyProtocol bool `toml:"proxy_protocol"`
+	// ProxyProtocolFrom lists the peers (IP addresses or CIDR prefixes:
+	// the load balancers) a proxy_protocol listener takes connections
+	// from; a connection from any other peer is closed before a byte of
+	// it is read, header or not. nil means every peer, trusted to send
+	// the header; an empty list is refused, and so is the key without
+	// proxy_protocol = true.
+	ProxyProtocolFrom []string `toml:"proxy_protocol_from"`
 	// TLS is the certificate of an "https" listener, required for it and
 	// refused for the other protocols; its zero value means no TLS.
 	TLS ListenerTLS `toml:"tls"`

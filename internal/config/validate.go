@@ -282,6 +282,7 @@ func (c *Config) validateListeners(v *validator) {
 			v.add(key+".tls", fmt.Errorf("is only for https listeners, not %q", l.Protocol))
 		}
 		c.validateALPN(v, key, l)
+		c.validateProxyProtocolFrom(v, key, l)
 		if !slices.Contains(authModes, l.Auth) {
 			v.add(key+".auth", fmt.Errorf("%q is not \"basic\", \"none\" or \"\"", l.Auth))
 		} else if l.Auth == AuthBasic && !c.HasUsers() && l.URLUser == nil {
@@ -363,6 +364,27 @@ func (c *Config) validateALPN(v *validator, key string, l Listener) {
 			v.add(fmt.Sprintf("%s[%d]", key, i), fmt.Errorf("%q is neither %q nor %q", p, ALPNH2, ALPNHTTP1))
 		case slices.Index(l.ALPN, p) < i:
 			v.add(fmt.Sprintf("%s[%d]", key, i), fmt.Errorf("%q is listed twice", p))
+		}
+	}
+}
+
+// validateProxyProtocolFrom checks a listener's proxy_protocol_from:
+// only with proxy_protocol, not empty, each entry an address or prefix.
+func (c *Config) validateProxyProtocolFrom(v *validator, key string, l Listener) {
+	if l.ProxyProtocolFrom == nil {
+		return
+	}
+	key += ".proxy_protocol_from"
+	if !l.ProxyProtocol {
+		v.add(key, errors.New("is only for listeners with proxy_protocol = true"))
+		return
+	}
+	if len(l.ProxyProtocolFrom) == 0 {
+		v.add(key, errors.New("is empty: list the balancers' addresses, or leave the key out to take the header from every peer"))
+	}
+	for i, p := range l.ProxyProtocolFrom {
+		if _, err := acl.ParsePrefix(p); err != nil {
+			v.add(fmt.Sprintf("%s[%d]", key, i), err)
 		}
 	}
 }

@@ -365,6 +365,15 @@ func TestValidateTLS(t *testing.T) {
 		{"alpn twice", httpsALPN("h2", "http/1.1", "h2"), []string{"listen[0].alpn[2]"}},
 		{"alpn on http", Listener{Address: "127.0.0.1:3128", Protocol: "http", ALPN: []string{"http/1.1"}}, []string{"listen[0].alpn"}},
 		{"alpn on mixed", Listener{Address: "127.0.0.1:3128", Protocol: "mixed", ALPN: []string{"h2"}}, []string{"listen[0].alpn"}},
+		{"proxy_protocol_from", Listener{Address: "127.0.0.1:3128", ProxyProtocol: true,
+			ProxyProtocolFrom: []string{"10.0.0.0/8", "127.0.0.1", "::1", "[fd00::1]", "2001:db8::/32", "::ffff:192.0.2.0/120"}}, nil},
+		{"proxy_protocol_from without proxy_protocol", Listener{Address: "127.0.0.1:3128", ProxyProtocolFrom: []string{"10.0.0.0/8"}},
+			[]string{"listen[0].proxy_protocol_from"}},
+		{"proxy_protocol_from empty", Listener{Address: "127.0.0.1:3128", ProxyProtocol: true, ProxyProtocolFrom: []string{}},
+			[]string{"listen[0].proxy_protocol_from"}},
+		{"proxy_protocol_from bad entries", Listener{Address: "127.0.0.1:3128", ProxyProtocol: true,
+			ProxyProtocolFrom: []string{"10.0.0.0/8", "10.0.0.0/33", "lb.example.com", ""}},
+			[]string{"listen[0].proxy_protocol_from[1]", "listen[0].proxy_protocol_from[2]", "listen[0].proxy_protocol_from[3]"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -402,6 +411,27 @@ func TestValidateALPNMessages(t *testing.T) {
 		`a.toml:5: listen[0].alpn[2]: "h2" is listed twice`,
 		`a.toml:9: listen[1].alpn: is only for https listeners, not "http"`,
 		`a.toml:15: listen[2].alpn: is empty: list "h2", "http/1.1" or both, or leave the key out for both`,
+	}
+	if diff := cmp.Diff(want, errorStrings(t, c.Validate())); diff != "" {
+		t.Errorf("Validate messages (-want +got):\n%s", diff)
+	}
+}
+
+// TestValidateProxyProtocolFromMessages checks that proxy_protocol_from
+// errors name the key, its line, and what is wrong.
+func TestValidateProxyProtocolFromMessages(t *testing.T) {
+	src := "[[listen]]\naddress = \"127.0.0.1:3128\"\nproxy_protocol = true\n" +
+		"proxy_protocol_from = [\"10.0.0.0/8\",\n  \"10.1.2.3/40\"]\n\n" +
+		"[[listen]]\naddress = \"127.0.0.1:3129\"\nproxy_protocol_from = [\"127.0.0.1\"]\n\n" +
+		"[[listen]]\naddress = \"127.0.0.1:3130\"\nproxy_protocol = true\nproxy_protocol_from = []\n"
+	c, err := Parse([]byte(src), "p.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`p.toml:5: listen[0].proxy_protocol_from[1]: "10.1.2.3/40" is not an IP address or CIDR prefix`,
+		`p.toml:9: listen[1].proxy_protocol_from: is only for listeners with proxy_protocol = true`,
+		`p.toml:14: listen[2].proxy_protocol_from: is empty: list the balancers' addresses, or leave the key out to take the header from every peer`,
 	}
 	if diff := cmp.Diff(want, errorStrings(t, c.Validate())); diff != "" {
 		t.Errorf("Validate messages (-want +got):\n%s", diff)

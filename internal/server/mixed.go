@@ -87,9 +87,26 @@ func peekByte(ctx context.Context, c *net.TCPConn, timeout time.Duration) (byte,
 // serveProxied reads the PROXY protocol header that starts a connection
 // to a proxy_protocol listener, within the read-header timeout, then
 // admits it with the listener's limits as coming from the address the
-// header carries, and serves it (serveConn). A connection without a valid
-// header is closed. The caller has counted the connection in s.conns.
+// header carries, and serves it (serveConn). A connection from a peer
+// outside proxy_protocol_from is closed unread, and logged; one without
+// a valid header is closed. The caller has counted the connection in
+// s.conns.
 func (s *Server) serveProxied(l *listener, c *net.TCPConn, eng *tunnel.Engine) {
+	if l.ppFrom != nil {
+		var peer netip.AddrPort
+		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+			peer = a.AddrPort()
+		}
+		if !trusted(l.ppFrom, peer.Addr().Unmap()) {
+			if s.log.Enabled(s.connCtx, slog.LevelInfo) {
+				s.log.Info("server: connection to a PROXY protocol listener from a peer outside proxy_protocol_from; closed",
+					"listener", l.cfg.Name, "peer", peer.String())
+			}
+			c.Close()
+			s.conns.Done()
+			return
+		}
+	}
 	client, err := readProxyHeader(s.connCtx, c, l.peek)
 	if err != nil {
 		s.log.Debug("server: connection without a valid PROXY protocol header closed",
@@ -104,6 +121,16 @@ func (s *Server) serveProxied(l *listener, c *net.TCPConn, eng *tunnel.Engine) {
 		return
 	}
 	s.serveConn(l, c, client, eng)
+}
+
+// trusted reports whether ip is in one of the prefixes.
+func trusted(from []netip.Prefix, ip netip.Addr) bool {
+	for _, p := range from {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // readProxyHeader reads the PROXY protocol header (v1 or v2) at the start

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
@@ -147,6 +148,14 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		l := &listener{cfg: lc, policy: gp, lm: gp.Metrics, proxy: hp, peek: cfg.Timeouts.ReadHeader.Duration,
 			handshakes: g.handshakes, lim: g.lim, cur: new(atomic.Pointer[listener])}
 		l.cur.Store(l)
+		for _, e := range lc.ProxyProtocolFrom {
+			p, err := acl.ParsePrefix(e)
+			if err != nil {
+				g.closeCreated()
+				return nil, fmt.Errorf("server: listener %s: proxy_protocol_from: %w", lc.Name, err)
+			}
+			l.ppFrom = append(l.ppFrom, p)
+		}
 		switch lc.Protocol {
 		case "socks5", "mixed":
 			l.socks = newSOCKS(cfg, log)

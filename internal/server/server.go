@@ -80,6 +80,7 @@ type listener struct {
 	h2     *h2.Server       // HTTP/2 for "https" listeners that offer "h2"; nil otherwise
 	http1  bool             // an "https" listener offers "http/1.1" (see serveTLS)
 	peek   time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
+	ppFrom []netip.Prefix   // the peers a proxy_protocol listener takes connections from; nil = every peer
 	lns    []net.Listener
 
 	handshakes chan struct{}   // the server's TLS handshake slots
@@ -184,6 +185,10 @@ func (s *Server) Start() error {
 		}
 		s.log.Info("listening", "listener", l.cfg.Name, "protocol", l.cfg.Protocol,
 			"addr", l.lns[0].Addr().String(), "auth", s.cfg.EffectiveAuth(l.cfg), "workers", workers)
+		if l.cfg.ProxyProtocol && l.ppFrom == nil {
+			s.log.Warn("listener takes a PROXY protocol header, and so a client address, from any peer; "+
+				"list the balancers in proxy_protocol_from", "listener", l.cfg.Name)
+		}
 	}
 	s.setOwnAddrsLocked()
 	s.logGuard()
