@@ -118,6 +118,11 @@ type Timeouts struct {
 	// ReadHeader is the time a client has to send a complete request head,
 	// counted from its first byte; zero means 30s.
 	ReadHeader Duration `toml:"read_header"`
+	// ClientHello is the time a client of an https listener has, from
+	// its connection, to send the first record of its TLS handshake (the
+	// ClientHello) whole; no handshake slot is held meanwhile. Zero means
+	// 10s.
+	ClientHello Duration `toml:"client_hello"`
 	// Connect is the time to resolve and connect to an upstream; zero
 	// means 10s.
 	Connect Duration `toml:"connect"`
@@ -448,6 +453,7 @@ const (
 	defaultAccessLogFmt   = "text"
 	defaultMaxUsers       = 100
 	defaultReadHeader     = 30 * time.Second
+	defaultClientHello    = 10 * time.Second
 	defaultConnect        = 10 * time.Second
 	defaultResponseHeader = 60 * time.Second
 	defaultIdleClient     = 60 * time.Second
@@ -490,6 +496,7 @@ func (c *Config) SetDefaults() {
 
 	t := &c.Timeouts
 	setDuration(&t.ReadHeader, defaultReadHeader)
+	setDuration(&t.ClientHello, defaultClientHello)
 	setDuration(&t.Connect, defaultConnect)
 	setDuration(&t.ResponseHeader, defaultResponseHeader)
 	setDuration(&t.IdleClient, defaultIdleClient)

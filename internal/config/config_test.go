@@ -28,6 +28,7 @@ func documentedDefaults() Config {
 		Metrics:           Metrics{MaxUsers: 100},
 		Timeouts: Timeouts{
 			ReadHeader:     Duration{30 * time.Second},
+			ClientHello:    Duration{10 * time.Second},
 			Connect:        Duration{10 * time.Second},
 			ResponseHeader: Duration{60 * time.Second},
 			IdleClient:     Duration{60 * time.Second},

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
@@ -121,26 +122,93 @@ func refuse(l *listener, c *net.TCPConn, v limits.Verdict, retry time.Duration) 
 	c.Close()
 }
 
-// acquireHandshake takes one of the server's TLS handshake slots,
-// waiting at most l.peek (and no longer than ctx lives); it reports
-// whether it got one.
-func (l *listener) acquireHandshake(ctx context.Context) bool {
-	select {
-	case l.handshakes <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(l.peek)
-	defer t.Stop()
-	select {
-	case l.handshakes <- struct{}{}:
-		return true
-	case <-t.C:
-		return false
-	case <-ctx.Done():
-		return false
-	}
+// handshakeSlots bounds the TLS handshakes in progress: all of them
+// (limits.max_tls_handshakes) and those of one client address, an
+// eighth of all (at least one), so that a flood of handshakes from one
+// address that then stall cannot take every slot from the others. A
+// handshake waits for its address's slot first, then for one of all.
+type handshakeSlots struct {
+	all   chan struct{} // a send takes a slot
+	perIP int
+
+	mu  sync.Mutex
+	ips map[netip.Addr]*ipSlots // addresses with a handshake waiting or in progress; guarded by mu
 }
 
-// releaseHandshake gives back a slot acquireHandshake took.
-func (l *listener) releaseHandshake() { <-l.handshakes }
+// ipSlots are one client address's handshake slots.
+type ipSlots struct {
+	ip   netip.Addr
+	c    chan struct{} // a send takes a slot
+	refs int           // handshakes waiting or in progress; guarded by handshakeSlots.mu
+}
+
+// newHandshakeSlots returns slots for n handshakes at once.
+func newHandshakeSlots(n int) *handshakeSlots {
+	n = max(1, n)
+	return &handshakeSlots{all: make(chan struct{}, n), perIP: max(1, n/8), ips: make(map[netip.Addr]*ipSlots)}
+}
+
+// acquire takes a slot for a handshake from ip, waiting at most timeout
+// (and no longer than ctx lives). It returns what release gives back,
+// nil when it got no slot.
+func (h *handshakeSlots) acquire(ctx context.Context, ip netip.Addr, timeout time.Duration) *ipSlots {
+	h.mu.Lock()
+	s := h.ips[ip]
+	if s == nil {
+		s = &ipSlots{ip: ip, c: make(chan struct{}, h.perIP)}
+		h.ips[ip] = s
+	}
+	s.refs++
+	h.mu.Unlock()
+	var t *time.Timer
+	take := func(c chan struct{}) bool {
+		select {
+		case c <- struct{}{}:
+			return true
+		default:
+		}
+		if t == nil {
+			t = time.NewTimer(timeout)
+		}
+		select {
+		case c <- struct{}{}:
+			return true
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return false
+	}
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	if !take(s.c) {
+		h.unref(s)
+		return nil
+	}
+	if !take(h.all) {
+		<-s.c
+		h.unref(s)
+		return nil
+	}
+	return s
+}
+
+// release gives back the slot acquire returned.
+func (h *handshakeSlots) release(s *ipSlots) {
+	<-h.all
+	<-s.c
+	h.unref(s)
+}
+
+func (h *handshakeSlots) unref(s *ipSlots) {
+	h.mu.Lock()
+	if s.refs--; s.refs == 0 {
+		delete(h.ips, s.ip)
+	}
+	h.mu.Unlock()
+}
+
+// size returns how many handshakes the slots let run at once.
+func (h *handshakeSlots) size() int { return cap(h.all) }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,15 +302,50 @@ func TestAuthCooldown(t *testing.T) {
 	}
 }
 
-// TestTLSHandshakeLimit checks that a connection takes one of the
-// max_tls_handshakes slots only once a TLS record arrives: a silent
-// socket holds none (it held the only one, and blocked every handshake),
-// while a client that has begun its ClientHello holds the slot until it
-// goes.
+// clientHello returns the first TLS record of a real handshake to
+// 127.0.0.1: a whole ClientHello.
+func clientHello(t *testing.T) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go tls.Client(a, &tls.Config{ServerName: "127.0.0.1"}).Handshake()
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(b, hdr); err != nil {
+		t.Fatal(err)
+	}
+	rec := make([]byte, 5+int(hdr[3])<<8+int(hdr[4]))
+	copy(rec, hdr)
+	if _, err := io.ReadFull(b, rec[5:]); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// dialFrom connects to addr from the loopback address from.
+func dialFrom(t *testing.T, from, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestTLSHandshakeLimit checks limits.max_tls_handshakes and
+// timeouts.client_hello: a slot is taken only once a whole ClientHello
+// has arrived, so that neither a silent socket nor one that sends part of
+// its first record holds one (issue 15: 300 silent sockets delayed a
+// real handshake by 29 s), such a socket is closed after client_hello,
+// and a whole ClientHello that then stalls holds its slot.
 func TestTLSHandshakeLimit(t *testing.T) {
 	cert, roots := proxyCerts(t)
 	_, addrs, _ := startConfigured(t, func(c *config.Config) {
 		c.Limits.MaxTLSHandshakes = 1
+		c.Timeouts.ClientHello.Duration = 500 * time.Millisecond
+		c.Timeouts.ReadHeader.Duration = 5 * time.Second
 		c.Listen = []config.Listener{{Address: "127.0.0.1:0", Protocol: "https", TLS: cert}}
 	})
 	handshake := func() <-chan error {
@@ -322,42 +359,75 @@ func TestTLSHandshakeLimit(t *testing.T) {
 		}()
 		return done
 	}
-	silent, err := net.Dial("tcp", addrs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	select {
-	case err := <-handshake():
-		if err != nil {
-			t.Fatalf("handshake beside a silent socket: %v", err)
+	within := func(what string, done <-chan error, d time.Duration) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		case <-time.After(d):
+			t.Fatalf("%s: not done within %v", what, d)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a silent socket held the only handshake slot")
 	}
-
-	partial, err := net.Dial("tcp", addrs[0]) // a record header, then nothing
-	if err != nil {
-		t.Fatal(err)
-	}
+	silent := dialFrom(t, "127.0.0.1", addrs[0])
+	partial := dialFrom(t, "127.0.0.1", addrs[0]) // a record header, then nothing
 	if _, err := partial.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x40}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // let the server take the slot
+	within("a handshake beside a silent and a partial socket", handshake(), 2*time.Second)
+	for name, c := range map[string]net.Conn{"silent": silent, "partial": partial} {
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("%s socket after client_hello: %v, want it closed", name, err)
+		}
+	}
+
+	stalled := dialFrom(t, "127.0.0.1", addrs[0]) // a whole ClientHello, then nothing
+	if _, err := stalled.Write(clientHello(t)); err != nil {
+		t.Fatal(err)
+	}
+	stalled.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := stalled.Read(make([]byte, 1)); err != nil { // the server's flight: the slot is taken
+		t.Fatalf("no ServerHello to a whole ClientHello: %v", err)
+	}
 	done := handshake()
 	select {
 	case err := <-done:
 		t.Fatalf("a second handshake finished while the only slot was held: %v", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	partial.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("handshake after the slot was freed: %v", err)
+	stalled.Close()
+	within("the handshake after the slot was freed", done, 5*time.Second)
+}
+
+// TestTLSHandshakeFairness checks that stalled handshakes from one
+// address take at most an eighth of the slots: a real client from
+// another address is not kept waiting (issue 15).
+func TestTLSHandshakeFairness(t *testing.T) {
+	cert, roots := proxyCerts(t)
+	s, addrs, _ := startConfigured(t, func(c *config.Config) {
+		c.Limits.MaxTLSHandshakes = 8
+		c.Timeouts.ReadHeader.Duration = 10 * time.Second
+		c.Listen = []config.Listener{{Address: "127.0.0.1:0", Protocol: "https", TLS: cert}}
+	})
+	hello := clientHello(t)
+	for range 16 {
+		c := dialFrom(t, "127.0.0.2", addrs[0])
+		if _, err := c.Write(hello); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second handshake did not finish after the slot was freed")
+	}
+	waitFor(t, "the stalled handshakes to take their slot", func() bool { return len(s.handshakes.all) == 1 })
+	start := time.Now()
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
+	c, err := tls.DialWithDialer(d, "tcp", addrs[0], &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatalf("handshake beside 16 stalled ones from another address: %v", err)
+	}
+	c.Close()
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("handshake beside 16 stalled ones from another address took %v", took)
 	}
 }
 

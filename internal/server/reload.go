@@ -35,7 +35,7 @@ type generation struct {
 	guard      *dialer.Guard
 	lim        *limits.Limiter
 	authr      *auth.Authenticator // the users; nil = none configured
-	handshakes chan struct{}
+	handshakes *handshakeSlots
 	listeners  []*listener
 	users      int                // the number of users, inline and from files
 	created    []*tlsconf.Manager // TLS managers this build made rather than took from the previous generation
@@ -82,10 +82,10 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	} else {
 		g.lim = newLimiter(cfg.Limits, s.log)
 	}
-	if n := max(1, cfg.Limits.MaxTLSHandshakes); prev != nil && cap(prev.handshakes) == n {
+	if n := max(1, cfg.Limits.MaxTLSHandshakes); prev != nil && prev.handshakes.size() == n {
 		g.handshakes = prev.handshakes
 	} else {
-		g.handshakes = make(chan struct{}, n)
+		g.handshakes = newHandshakeSlots(n)
 	}
 	d := dialer.New(dialer.Config{
 		Timeout:           cfg.Timeouts.Connect.Duration,
@@ -146,6 +146,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
 		}
 		l := &listener{cfg: lc, policy: gp, lm: gp.Metrics, proxy: hp, peek: cfg.Timeouts.ReadHeader.Duration,
+			hello:      cfg.Timeouts.ClientHello.Duration,
 			handshakes: g.handshakes, lim: g.lim, cur: new(atomic.Pointer[listener])}
 		l.cur.Store(l)
 		for _, e := range lc.ProxyProtocolFrom {

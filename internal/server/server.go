@@ -43,7 +43,7 @@ type Server struct {
 	cfg        *config.Config
 	guard      *dialer.Guard   // the private-destination guard
 	lim        *limits.Limiter // connection and authentication limits
-	handshakes chan struct{}   // TLS handshake slots: a send takes one
+	handshakes *handshakeSlots // TLS handshake slots
 	users      *auth.Authenticator
 
 	// revoked tracks every generation's sessions and tunnels by user, so
@@ -80,10 +80,11 @@ type listener struct {
 	h2     *h2.Server       // HTTP/2 for "https" listeners that offer "h2"; nil otherwise
 	http1  bool             // an "https" listener offers "http/1.1" (see serveTLS)
 	peek   time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
+	hello  time.Duration    // how long an "https" listener waits for a whole ClientHello record
 	ppFrom []netip.Prefix   // the peers a proxy_protocol listener takes connections from; nil = every peer
 	lns    []net.Listener
 
-	handshakes chan struct{}   // the server's TLS handshake slots
+	handshakes *handshakeSlots // the server's TLS handshake slots
 	lim        *limits.Limiter // the generation's limits: admissions
 	// cur is the listener that the accept loops of lns hand connections
 	// to; Reload stores the next generation's listener in it when that one

@@ -66,7 +66,10 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 	// A handshake slot is taken only once a TLS record is arriving: a
 	// silent socket waits for its first byte without one, and plain HTTP
 	// sent to this port is told what the port speaks.
-	b, err := peekByte(ctx, c, l.peek)
+	// Nor does a ClientHello that trickles in: the slot waits for its
+	// whole first record, which must arrive within client_hello.
+	helloBy := time.Now().Add(l.hello)
+	b, err := peekByte(ctx, c, l.hello)
 	if err != nil {
 		c.Close()
 		return
@@ -75,14 +78,19 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 		l.refuseNotTLS(c, sess, b)
 		return
 	}
-	if !l.acquireHandshake(ctx) { // limits.max_tls_handshakes
+	if err := waitRecord(ctx, c, helloBy); err != nil {
+		c.Close()
+		return
+	}
+	slot := l.handshakes.acquire(ctx, sess.ClientIP(), l.peek) // limits.max_tls_handshakes
+	if slot == nil {
 		c.Close()
 		return
 	}
 	tc := tls.Server(tunnel.RecordConn(c), l.tls.TLSConfig())
 	c.SetDeadline(time.Now().Add(l.peek))
 	err = handshake(ctx, tc)
-	l.releaseHandshake()
+	l.handshakes.release(slot)
 	if err != nil {
 		c.Close()
 		return
@@ -204,6 +212,31 @@ func readFirstBytes(ctx context.Context, tc *tls.Conn, p []byte, timeout time.Du
 	// Told; a read error comes back on the next read.
 	tc.SetReadDeadline(time.Time{})
 	return n, kind, nil
+}
+
+// waitRecord waits, reading nothing, until the first TLS record c has
+// received is whole in its socket buffer, until deadline at the latest
+// and no longer than ctx is live.
+func waitRecord(ctx context.Context, c *net.TCPConn, deadline time.Time) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("server: wait for the ClientHello: %w", err)
+	}
+	c.SetReadDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
+	var w recordWaiter
+	err = rc.Read(w.ready)
+	if !stop() {
+		return fmt.Errorf("server: wait for the ClientHello: %w", ctx.Err())
+	}
+	c.SetReadDeadline(time.Time{})
+	if err == nil {
+		err = w.err
+	}
+	if err != nil {
+		return fmt.Errorf("server: wait for the ClientHello: %w", err)
+	}
+	return nil
 }
 
 // tlsHandshakeRecord is the first byte of a TLS connection: the content
