@@ -16,6 +16,7 @@ type ListenerMetrics struct {
 	up, down  prometheus.Counter
 	tunnels   prometheus.Counter
 	authFails prometheus.Counter
+	authAsks  prometheus.Counter
 	aclDenies prometheus.Counter
 	dialOK    prometheus.Observer
 	dialErr   prometheus.Observer
@@ -76,10 +77,21 @@ func (l *ListenerMetrics) TunnelOpened() {
 	}
 }
 
-// AuthFailed counts a request refused for missing or wrong credentials.
+// AuthFailed counts a request or SOCKS login refused for wrong
+// credentials: ones the authenticator checked and refused.
 func (l *ListenerMetrics) AuthFailed() {
 	if l != nil {
 		l.authFails.Inc()
+	}
+}
+
+// AuthChallenged counts a request refused because it offered no
+// credentials on a listener that authenticates: the 407 challenge a
+// client gets before it sends them, a SOCKS5 greeting without
+// username/password, a SOCKS4 request.
+func (l *ListenerMetrics) AuthChallenged() {
+	if l != nil {
+		l.authAsks.Inc()
 	}
 }
 

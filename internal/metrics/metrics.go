@@ -79,6 +79,7 @@ type Metrics struct {
 	bytes     *prometheus.CounterVec
 	tunnels   *prometheus.CounterVec
 	authFails *prometheus.CounterVec
+	authAsks  *prometheus.CounterVec
 	aclDenies *prometheus.CounterVec
 	dial      *prometheus.HistogramVec
 	ttfb      *prometheus.HistogramVec
@@ -131,7 +132,11 @@ func New(cfg Config) *Metrics {
 		}, lp),
 		authFails: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "auth_failures_total",
-			Help: "Requests refused for missing or wrong credentials, by listener and protocol.",
+			Help: "Requests and SOCKS logins refused for wrong credentials, by listener and protocol.",
+		}, lp),
+		authAsks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "auth_challenges_total",
+			Help: "Requests refused for missing credentials (the 407 challenge before a client authenticates, a SOCKS greeting without username/password, SOCKS4), by listener and protocol.",
 		}, lp),
 		aclDenies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "acl_denials_total",
@@ -161,7 +166,7 @@ func New(cfg Config) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo, m.accepted, m.open, m.requests, m.bytes, m.tunnels,
-		m.authFails, m.aclDenies, m.dial, m.ttfb, m.funcs,
+		m.authFails, m.authAsks, m.aclDenies, m.dial, m.ttfb, m.funcs,
 	)
 	if cfg.PerUser {
 		m.userRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -233,6 +238,7 @@ func (m *Metrics) Listener(name, protocol string) *ListenerMetrics {
 		down:      m.bytes.WithLabelValues(name, protocol, "down"),
 		tunnels:   m.tunnels.WithLabelValues(name, protocol),
 		authFails: m.authFails.WithLabelValues(name, protocol),
+		authAsks:  m.authAsks.WithLabelValues(name, protocol),
 		aclDenies: m.aclDenies.WithLabelValues(name, protocol),
 		dialOK:    m.dial.WithLabelValues("ok"),
 		dialErr:   m.dial.WithLabelValues("error"),

@@ -129,6 +129,9 @@ func TestListenerSeries(t *testing.T) {
 	s.TunnelOpened()
 	s.TunnelOpened()
 	l.AuthFailed()
+	l.AuthChallenged()
+	l.AuthChallenged()
+	s.AuthChallenged()
 	s.ACLDenied()
 	l.Dialed(3*time.Millisecond, true)
 	l.Dialed(time.Second, false)
@@ -159,6 +162,8 @@ func TestListenerSeries(t *testing.T) {
 		{"rustle_tunnels_total", socks(), 2},
 		{"rustle_auth_failures_total", plain(), 1},
 		{"rustle_auth_failures_total", socks(), 0},
+		{"rustle_auth_challenges_total", plain(), 2},
+		{"rustle_auth_challenges_total", socks(), 1},
 		{"rustle_acl_denials_total", socks(), 1},
 		{"rustle_upstream_dial_duration_seconds", lbl("result", "ok"), 1},
 		{"rustle_upstream_dial_duration_seconds", lbl("result", "error"), 2},
@@ -279,6 +284,7 @@ func TestNil(t *testing.T) {
 	l.Bytes(1, 1)
 	l.TunnelOpened()
 	l.AuthFailed()
+	l.AuthChallenged()
 	l.ACLDenied()
 	l.Dialed(time.Second, true)
 	l.FirstByte(time.Second)
@@ -310,6 +316,7 @@ func TestNoAllocs(t *testing.T) {
 		{"Bytes", func() { l.Bytes(100, 1000) }},
 		{"TunnelOpened", l.TunnelOpened},
 		{"AuthFailed", l.AuthFailed},
+		{"AuthChallenged", l.AuthChallenged},
 		{"ACLDenied", l.ACLDenied},
 		{"Dialed", func() { l.Dialed(time.Millisecond, true) }},
 		{"FirstByte", func() { l.FirstByte(time.Millisecond) }},
