@@ -780,3 +780,38 @@ func TestOnly(t *testing.T) {
 		t.Errorf("a view's refusal on a cache hit: %v allocations, want 0", allocs)
 	}
 }
+
+// TestAppendBasicUser checks that the user name a value tries is the one
+// Check reads, that nothing of the password is returned, and that a
+// value which is no Basic credential names nobody.
+func TestAppendBasicUser(t *testing.T) {
+	basic := func(cred string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte(cred)) }
+	tests := []struct {
+		name, value, want string
+	}{
+		{"basic", basic("alice:secret"), "alice"},
+		{"scheme in any case, spaces around", "  bAsIc   " + base64.StdEncoding.EncodeToString([]byte("bob:pw")) + "\t", "bob"},
+		{"colons in the password", basic("carol:pa:ss:word"), "carol"},
+		{"empty password", basic("dave:"), "dave"},
+		{"bytes beyond ASCII", basic("zoë \x01:pw"), "zoë \x01"},
+		{"no colon", basic("alice"), ""},
+		{"empty user", basic(":pw"), ""},
+		{"another scheme", "Bearer " + base64.StdEncoding.EncodeToString([]byte("alice:pw")), ""},
+		{"not base64", "Basic al!ce", ""},
+		{"unpadded", "Basic " + base64.RawStdEncoding.EncodeToString([]byte("alice:p")), ""},
+		{"empty", "", ""},
+		{"too long", basic("alice:" + strings.Repeat("x", auth.MaxValueLen)), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := auth.AppendBasicUser([]byte("pre:"), []byte(tt.value))
+			if string(got) != "pre:"+tt.want {
+				t.Errorf("AppendBasicUser(%q) = %q, want %q", tt.value, got, "pre:"+tt.want)
+			}
+		})
+	}
+	value, dst := []byte(basic("alice:secret")), make([]byte, 0, 64)
+	if n := testing.AllocsPerRun(100, func() { dst = auth.AppendBasicUser(dst[:0], value) }); n != 0 {
+		t.Errorf("AppendBasicUser allocates %v times", n)
+	}
+}

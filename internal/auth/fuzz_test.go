@@ -84,6 +84,13 @@ func FuzzCheck(f *testing.F) {
 		if ok != wellFormed || !bytes.Equal(user, refUser) || !bytes.Equal(pass, refPass) {
 			t.Fatalf("parseBasic(%q) = %q, %q, %v; reference %q, %q, %v", value, user, pass, ok, refUser, refPass, wellFormed)
 		}
+		wantName := refUser
+		if len(value) > auth.MaxValueLen {
+			wantName = nil
+		}
+		if name := auth.AppendBasicUser(nil, value); !bytes.Equal(name, wantName) {
+			t.Fatalf("AppendBasicUser(%q) = %q; reference %q", value, name, wantName)
+		}
 		for i := range 2 {
 			gotUser, gotOK := a.Check(value)
 			if gotUser != wantUser || gotOK != (wantUser != "") {

@@ -21,31 +21,68 @@ var basicEncoding = base64.StdEncoding.Strict()
 // scheme, a token that is not strict padded base64, a decoded credential
 // without ':' or with an empty user.
 func parseBasic(value []byte) (user, pass []byte, ok bool) {
+	token, ok := basicToken(value)
+	if !ok {
+		return nil, nil, false
+	}
+	decoded := make([]byte, basicEncoding.DecodedLen(len(token)))
+	return splitBasic(decoded, token)
+}
+
+// basicToken returns the token68 of a Basic value, as parseBasic reads it.
+func basicToken(value []byte) ([]byte, bool) {
 	value = bytes.Trim(value, " \t")
 	const scheme = "basic"
 	if len(value) < len(scheme)+2 || !bytes.EqualFold(value[:len(scheme)], []byte(scheme)) || value[len(scheme)] != ' ' {
-		return nil, nil, false
+		return nil, false
 	}
 	token := bytes.TrimLeft(value[len(scheme):], " ")
 	if len(token) == 0 {
-		return nil, nil, false
+		return nil, false
 	}
 	// encoding/base64 skips '\r' and '\n'; refuse anything outside the alphabet.
 	for _, c := range token {
 		if !isBase64(c) {
-			return nil, nil, false
+			return nil, false
 		}
 	}
-	decoded := make([]byte, basicEncoding.DecodedLen(len(token)))
-	n, err := basicEncoding.Decode(decoded, token)
+	return token, true
+}
+
+// splitBasic decodes token into buf, which holds its decoded length, and
+// splits it into user and pass, which alias buf.
+func splitBasic(buf, token []byte) (user, pass []byte, ok bool) {
+	n, err := basicEncoding.Decode(buf, token)
 	if err != nil {
 		return nil, nil, false
 	}
-	user, pass, found := bytes.Cut(decoded[:n], []byte{':'})
+	user, pass, found := bytes.Cut(buf[:n], []byte{':'})
 	if !found || len(user) == 0 {
 		return nil, nil, false
 	}
 	return user, pass, true
+}
+
+// AppendBasicUser appends to dst the user name a Proxy-Authorization
+// value tries, as [Authenticator.Check] reads it, and returns the extended
+// slice: the name of a Basic credential, never its password. For another
+// scheme, a value that does not decode or one longer than MaxValueLen it
+// returns dst unchanged. It does not allocate beyond growing dst.
+func AppendBasicUser(dst, value []byte) []byte {
+	if len(value) > MaxValueLen {
+		return dst
+	}
+	token, ok := basicToken(value)
+	if !ok {
+		return dst
+	}
+	var buf [MaxValueLen]byte // the decoded token is shorter than value
+	user, _, ok := splitBasic(buf[:], token)
+	if ok {
+		dst = append(dst, user...)
+	}
+	clear(buf[:])
+	return dst
 }
 
 func isBase64(c byte) bool {
