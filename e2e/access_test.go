@@ -120,33 +120,50 @@ allow_private = ["127.0.0.1/32"]
 	}
 }
 
-// TestAuthFailureCooldown checks the fail2ban contract: after
-// limits.auth_failures wrong passwords the address gets 429 with
-// Retry-After, and rustle logs one line a fail2ban filter matches.
+// TestAuthFailureCooldown checks the cool-downs and the fail2ban
+// contract: after limits.auth_failures wrong passwords a user name gets
+// 429 with Retry-After at the address, logged on a line of its own that
+// a fail2ban filter for the address does not match; after
+// limits.auth_failures_per_address failures as any names the address
+// does, with the one line the filter matches.
 func TestAuthFailureCooldown(t *testing.T) {
 	o := newOrigin(t, "127.0.0.1", false)
-	p := startProxy(t, "127.0.0.1:0", inlineUser("alice", "pw")+"\n[limits]\nauth_failures = 3\nauth_cooldown = \"10m\"\n")
-	get := func(pass string) *http.Response {
-		resp, _ := rawExchange(t, p.addr(), "GET", "GET "+o.URL+"/hello HTTP/1.1\r\nHost: x\r\n"+basicAuth("alice", pass)+"\r\n")
+	p := startProxy(t, "127.0.0.1:0", inlineUser("alice", "pw")+
+		"\n[limits]\nauth_failures = 3\nauth_failures_per_address = 5\nauth_cooldown = \"10m\"\n")
+	get := func(user, pass string) *http.Response {
+		resp, _ := rawExchange(t, p.addr(), "GET", "GET "+o.URL+"/hello HTTP/1.1\r\nHost: x\r\n"+basicAuth(user, pass)+"\r\n")
 		return resp
 	}
+	// waitLine waits for line and checks it is in the log n times.
+	waitLine := func(line string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for n > 0 && !strings.Contains(p.log.String(), line) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := strings.Count(p.log.String(), line); got != n {
+			t.Errorf("%d lines %q in the log, want %d:\n%s", got, line, n, p.log)
+		}
+	}
 	for i := range 2 {
-		if resp := get("wrong"); resp.StatusCode != http.StatusProxyAuthRequired {
+		if resp := get("alice", "wrong"); resp.StatusCode != http.StatusProxyAuthRequired {
 			t.Fatalf("wrong password %d: %s", i+1, resp.Status)
 		}
 	}
-	if resp := get("wrong"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "600" {
+	if resp := get("alice", "wrong"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "600" {
 		t.Fatalf("third wrong password: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
 	}
-	if resp := get("pw"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+	if resp := get("alice", "pw"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("right password while cooling down: %s", resp.Status)
 	}
-	const line = `level=WARN msg="auth failures" client=127.0.0.1 failures=3 window=1m0s cooldown=10m0s`
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(p.log.String(), line) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	waitLine(`level=WARN msg="auth failures of one user name" client=127.0.0.1 user=alice failures=3 window=1m0s cooldown=10m0s`, 1)
+	const fail2ban = `level=WARN msg="auth failures" client=127.0.0.1 failures=5 window=1m0s cooldown=10m0s`
+	waitLine(`msg="auth failures" `, 0)
+	if resp := get("carol", "x"); resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Fatalf("carol: %s", resp.Status)
 	}
-	if n := strings.Count(p.log.String(), line); n != 1 {
-		t.Errorf("%d fail2ban lines %q in the log, want 1:\n%s", n, line, p.log)
+	if resp := get("dave", "x"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "600" {
+		t.Fatalf("the address's fifth failure: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
 	}
+	waitLine(fail2ban, 1)
 }

@@ -278,14 +278,22 @@ type Limits struct {
 	// https listeners; 0 means 256.
 	MaxTLSHandshakes int `toml:"max_tls_handshakes"`
 	// AuthFailures is the number of failed authentications from one
-	// client address within AuthFailureWindow after which the address is
-	// refused for AuthCooldown; 0 means 10 and -1 turns the check off.
+	// client address with one user name within AuthFailureWindow after
+	// which that name is refused from that address for AuthCooldown
+	// (other names from the address are not); 0 means 10 and -1 turns
+	// the check off.
 	AuthFailures int `toml:"auth_failures"`
+	// AuthFailuresPerAddress is the number of failed authentications from
+	// one client address, whatever the user names, within
+	// AuthFailureWindow after which the whole address is refused for
+	// AuthCooldown; 0 means 5 × AuthFailures (50), or off when
+	// AuthFailures is -1; -1 turns the check off.
+	AuthFailuresPerAddress int `toml:"auth_failures_per_address"`
 	// AuthFailureWindow is the window failures are counted in; zero
 	// means 1m.
 	AuthFailureWindow Duration `toml:"auth_failure_window"`
-	// AuthCooldown is how long an address that reached AuthFailures is
-	// refused; zero means 5m.
+	// AuthCooldown is how long an address, or a user name at an address,
+	// that reached its bound is refused; zero means 5m.
 	AuthCooldown Duration `toml:"auth_cooldown"`
 	// UserBytesPerSecond bounds the bytes each user moves per second, both
 	// directions together (a token bucket); 0 means no limit.
@@ -476,6 +484,9 @@ const (
 	defaultACLDefault     = "deny"
 	defaultTLSHandshakes  = 256
 	defaultAuthFailures   = 10
+	// defaultAuthPerAddress is how many times auth_failures an address
+	// may fail, whatever the names, before it cools down as a whole.
+	defaultAuthPerAddress = 5
 	defaultAuthWindow     = time.Minute
 	defaultAuthCooldown   = 5 * time.Minute
 )
@@ -531,6 +542,12 @@ func (c *Config) SetDefaults() {
 	}
 	setInt(&lim.MaxTLSHandshakes, defaultTLSHandshakes)
 	setInt(&lim.AuthFailures, defaultAuthFailures)
+	if lim.AuthFailuresPerAddress == 0 {
+		lim.AuthFailuresPerAddress = -1
+		if lim.AuthFailures > 0 {
+			lim.AuthFailuresPerAddress = defaultAuthPerAddress * lim.AuthFailures
+		}
+	}
 	setDuration(&lim.AuthFailureWindow, defaultAuthWindow)
 	setDuration(&lim.AuthCooldown, defaultAuthCooldown)
 	if lim.UserBytesBurst == 0 {

@@ -43,10 +43,11 @@ func documentedDefaults() Config {
 		Auth: Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},
 		ACL:  ACL{Default: "deny"},
 		Limits: Limits{
-			MaxTLSHandshakes:  256,
-			AuthFailures:      10,
-			AuthFailureWindow: Duration{time.Minute},
-			AuthCooldown:      Duration{5 * time.Minute},
+			MaxTLSHandshakes:       256,
+			AuthFailures:           10,
+			AuthFailuresPerAddress: 50,
+			AuthFailureWindow:      Duration{time.Minute},
+			AuthCooldown:           Duration{5 * time.Minute},
 		},
 	}
 }
@@ -94,6 +95,33 @@ func TestSetDefaults(t *testing.T) {
 				c.Timeouts.Drain = Duration{-time.Second} // Validate's business
 				c.Upstream.MaxIdlePerHost = -1
 				c.Auth.Realm, c.Auth.CacheSize = "r", 5
+				return c
+			},
+		},
+		{
+			name: "per-address auth failures follow auth_failures",
+			in:   Config{Limits: Limits{AuthFailures: 4}},
+			want: func() Config {
+				c := documentedDefaults()
+				c.Limits.AuthFailures, c.Limits.AuthFailuresPerAddress = 4, 20
+				return c
+			},
+		},
+		{
+			name: "auth failures off: per address off too",
+			in:   Config{Limits: Limits{AuthFailures: -1}},
+			want: func() Config {
+				c := documentedDefaults()
+				c.Limits.AuthFailures, c.Limits.AuthFailuresPerAddress = -1, -1
+				return c
+			},
+		},
+		{
+			name: "per-address auth failures kept",
+			in:   Config{Limits: Limits{AuthFailures: -1, AuthFailuresPerAddress: 7}},
+			want: func() Config {
+				c := documentedDefaults()
+				c.Limits.AuthFailures, c.Limits.AuthFailuresPerAddress = -1, 7
 				return c
 			},
 		},

@@ -180,6 +180,8 @@ func (c *Config) validateLimits(v *validator) {
 		"%d is less than 1", l.ConnectionBurst)
 	v.check(l.MaxTLSHandshakes > 0, "limits.max_tls_handshakes", "%d is not positive", l.MaxTLSHandshakes)
 	v.check(l.AuthFailures > 0 || l.AuthFailures == -1, "limits.auth_failures", "%d is neither positive nor -1 (off)", l.AuthFailures)
+	v.check(l.AuthFailuresPerAddress > 0 || l.AuthFailuresPerAddress == -1, "limits.auth_failures_per_address",
+		"%d is neither positive nor -1 (off)", l.AuthFailuresPerAddress)
 	v.positive("limits.auth_failure_window", l.AuthFailureWindow)
 	v.positive("limits.auth_cooldown", l.AuthCooldown)
 	v.check(l.UserBytesPerSecond >= 0, "limits.user_bytes_per_second", "%d is negative", l.UserBytesPerSecond)

@@ -488,11 +488,11 @@ func TestValidateACLAndLimits(t *testing.T) {
 		}},
 		{"limits", func(c *Config) {
 			c.Limits = Limits{MaxConnections: -2, MaxConnectionsPerClient: -1, MaxConnectionsPerUser: -1, ConnectionRate: -1,
-				ConnectionBurst: -1, MaxTLSHandshakes: -1, AuthFailures: -2, AuthFailureWindow: Duration{-1}, AuthCooldown: Duration{-1},
-				UserBytesPerSecond: -1, UserBytesBurst: -1}
+				ConnectionBurst: -1, MaxTLSHandshakes: -1, AuthFailures: -2, AuthFailuresPerAddress: -2, AuthFailureWindow: Duration{-1},
+				AuthCooldown: Duration{-1}, UserBytesPerSecond: -1, UserBytesBurst: -1}
 		}, []string{"limits.max_connections", "limits.max_connections_per_client", "limits.max_connections_per_user",
 			"limits.connection_rate", "limits.connection_burst", "limits.max_tls_handshakes", "limits.auth_failures",
-			"limits.auth_failure_window", "limits.auth_cooldown", "limits.user_bytes_per_second", "limits.user_bytes_burst"}},
+			"limits.auth_failures_per_address", "limits.auth_failure_window", "limits.auth_cooldown", "limits.user_bytes_per_second", "limits.user_bytes_burst"}},
 		{"limits off", func(c *Config) { c.Limits.MaxConnections, c.Limits.AuthFailures = -1, -1 }, nil},
 	}
 	for _, tt := range tests {

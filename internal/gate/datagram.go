@@ -21,10 +21,13 @@ func (s *Session) AuthorizeAssociation(r *Request, g *Grant) Kind {
 	s.Observe(r, g)
 	user, identified := s.Identity()
 	if !identified && p.Auth != nil {
-		p.Metrics.AuthFailed()
-		return NeedAuth
+		p.Metrics.AuthChallenged()
+		return g.refuse(NeedAuth)
 	}
-	return s.admitUser(user, g)
+	if kind := s.admitUser(user, g); kind != OK {
+		return g.refuse(kind)
+	}
+	return OK
 }
 
 // PermitDatagram reports, with a nil error, whether a datagram of the

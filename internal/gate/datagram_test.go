@@ -42,20 +42,26 @@ func TestAuthorizeAssociation(t *testing.T) {
 		held  bool // another session of the user holds its only connection
 		want  gate.Kind
 		user  string
+		// The access log record's reason; the challenges counted.
+		reason     string
+		challenges float64
 	}{
 		{name: "open", cfg: proxytest.PolicyConfig{}, want: gate.OK},
 		{name: "open, rules deny by default", cfg: proxytest.PolicyConfig{Rules: denyAll}, want: gate.OK},
-		{name: "no login", cfg: proxytest.PolicyConfig{Users: users}, want: gate.NeedAuth},
+		{name: "no login", cfg: proxytest.PolicyConfig{Users: users}, want: gate.NeedAuth, reason: "auth-missing", challenges: 1},
 		{name: "login", cfg: proxytest.PolicyConfig{Users: users, Rules: denyAll}, login: true, want: gate.OK, user: "alice"},
 		{name: "user limit", cfg: proxytest.PolicyConfig{Users: users, Limits: &limits.Config{MaxConnsPerUser: 1}},
-			login: true, held: true, want: gate.UserLimit, user: "alice"},
+			login: true, held: true, want: gate.UserLimit, user: "alice", reason: "user-limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := proxytest.NewPolicy(t, tt.cfg)
+			cfg := tt.cfg
+			o := observe(t, &cfg)
+			p := proxytest.NewPolicy(t, cfg)
 			if tt.held {
 				other := newSession(t, p)
-				if _, k := other.Login([]byte("alice"), []byte("pw")); k != gate.OK {
+				var lg gate.Grant
+				if _, k := other.Login([]byte("alice"), []byte("pw"), &lg); k != gate.OK {
 					t.Fatalf("Login: %v", k)
 				}
 				var g gate.Grant
@@ -65,7 +71,8 @@ func TestAuthorizeAssociation(t *testing.T) {
 			}
 			s := newSession(t, p)
 			if tt.login {
-				if _, k := s.Login([]byte("alice"), []byte("pw")); k != gate.OK {
+				var lg gate.Grant
+				if _, k := s.Login([]byte("alice"), []byte("pw"), &lg); k != gate.OK {
 					t.Fatalf("Login: %v", k)
 				}
 			}
@@ -76,7 +83,18 @@ func TestAuthorizeAssociation(t *testing.T) {
 			if g.User != tt.user {
 				t.Errorf("User = %q, want %q", g.User, tt.user)
 			}
+			g.Answer(int(tt.want), tt.want.Status())
 			g.Finish(0, 0)
+			recs := o.records(t, 1)
+			if got, _ := recs[len(recs)-1]["reason"].(string); got != tt.reason {
+				t.Errorf("access log reason %q, want %q", got, tt.reason)
+			}
+			if got := proxytest.Metric(t, o.m, "rustle_auth_challenges_total"); got != tt.challenges {
+				t.Errorf("challenges counted %v, want %v", got, tt.challenges)
+			}
+			if got := proxytest.Metric(t, o.m, "rustle_auth_failures_total"); got != 0 {
+				t.Errorf("auth failures counted %v, want 0", got)
+			}
 		})
 	}
 }

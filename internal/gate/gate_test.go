@@ -69,7 +69,7 @@ type observed struct {
 // them in cfg.
 func observe(t *testing.T, cfg *proxytest.PolicyConfig) *observed {
 	t.Helper()
-	o := &observed{m: metrics.New(metrics.Config{}), out: &lockedBuffer{}}
+	o := &observed{m: metrics.New(metrics.Config{PerUser: true}), out: &lockedBuffer{}}
 	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: o.out})
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +78,7 @@ func observe(t *testing.T, cfg *proxytest.PolicyConfig) *observed {
 	o.al = al
 	cfg.Listener = "test"
 	cfg.Metrics = o.m.Listener("test", "http")
+	cfg.UserMetrics = o.m.User
 	cfg.AccessLog = al
 	return o
 }
@@ -232,12 +233,34 @@ func TestDialKind(t *testing.T) {
 }
 
 func TestAuthorize(t *testing.T) {
-	coolDown := &limits.Config{AuthFailures: 3, AuthWindow: time.Minute, AuthCooldown: time.Minute}
+	coolDown := &limits.Config{AuthFailures: 3, AuthFailuresPerAddress: 4, AuthWindow: time.Minute, AuthCooldown: time.Minute}
 	rules := []acl.Rule{
 		{Name: "no-blocked", Action: acl.Deny, Hosts: []string{"blocked.example"}},
 		{Name: "rest", Action: acl.Allow},
 	}
-	wrong := basicAuth("alice", "nope")
+	const secret = "n0pe-secret"
+	wrong := basicAuth("alice", secret)
+	// fail makes n failed authentications as user from the tests' client
+	// address, each on a connection of its own, opened after s.
+	fail := func(n int, user string) func(t *testing.T, p *gate.Policy, s *gate.Session) {
+		return func(t *testing.T, p *gate.Policy, _ *gate.Session) {
+			for i := range n {
+				var g gate.Grant
+				if k := newSession(t, p).Authorize(connectReq("example.com", basicAuth(user, secret)), &g); k != gate.NeedAuth && k != gate.CoolingDown {
+					t.Fatalf("failure %d: %v, want need-auth or cooling-down", i+1, k)
+				}
+				g.Finish(0, 0)
+			}
+		}
+	}
+	// failNames fails once as each of n names.
+	failNames := func(n int) func(t *testing.T, p *gate.Policy, s *gate.Session) {
+		return func(t *testing.T, p *gate.Policy, s *gate.Session) {
+			for i := range n {
+				fail(1, fmt.Sprintf("guess%d", i))(t, p, s)
+			}
+		}
+	}
 	tests := []struct {
 		name   string
 		cfg    proxytest.PolicyConfig
@@ -250,17 +273,22 @@ func TestAuthorize(t *testing.T) {
 		rule   string
 		retry  bool   // RetryAfter is set
 		reason string // the access log record's reason
-		// The auth failures and ACL denials counted in all.
-		authFailed, denied float64
+		logged string // the access log record's user when not user: the name tried
+		// The auth failures, challenges and ACL denials counted in all.
+		authFailed, challenged, denied float64
 	}{
 		{name: "no auth", cert: "-", want: gate.OK},
 		{name: "no auth ignores credentials", cert: "-", authz: basicAuth("alice", "pw"), want: gate.OK},
-		{name: "need auth without credentials", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
-			want: gate.NeedAuth, authFailed: 1, reason: "auth-missing"},
-		{name: "need auth with a wrong password", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
-			authz: wrong, want: gate.NeedAuth, authFailed: 1, reason: "auth-failed"},
-		{name: "need auth with another scheme", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
+		{name: "need auth without credentials: a challenge", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
+			want: gate.NeedAuth, challenged: 1, reason: "auth-missing"},
+		{name: "need auth with a wrong password: a failure naming the user tried", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
+			authz: wrong, want: gate.NeedAuth, authFailed: 1, reason: "auth-failed", logged: "alice"},
+		{name: "an unknown user tried", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
+			authz: basicAuth("mallory", secret), want: gate.NeedAuth, authFailed: 1, reason: "auth-failed", logged: "mallory"},
+		{name: "need auth with another scheme: nobody tried", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
 			authz: []byte("Bearer abc"), want: gate.NeedAuth, authFailed: 1, reason: "auth-failed"},
+		{name: "need auth with an undecodable value: nobody tried", cfg: proxytest.PolicyConfig{Users: users}, cert: "-",
+			authz: []byte("Basic !!!"), want: gate.NeedAuth, authFailed: 1, reason: "auth-failed"},
 		{name: "cooling down after 3 failures", cfg: proxytest.PolicyConfig{Users: users, Limits: coolDown}, cert: "-",
 			before: func(t *testing.T, p *gate.Policy, s *gate.Session) {
 				for i := range 2 {
@@ -271,7 +299,30 @@ func TestAuthorize(t *testing.T) {
 					g.Finish(0, 0)
 				}
 			},
-			authz: wrong, want: gate.CoolingDown, retry: true, authFailed: 3, reason: "cooling-down"},
+			authz: wrong, want: gate.CoolingDown, retry: true, authFailed: 3, reason: "cooling-down", logged: "alice"},
+		{name: "cooling down: the right password refused unchecked, on a connection opened before",
+			cfg: proxytest.PolicyConfig{Users: users, Limits: coolDown}, cert: "-", before: fail(3, "alice"),
+			authz: basicAuth("alice", "pw"), want: gate.CoolingDown, retry: true, authFailed: 3, reason: "cooling-down", logged: "alice"},
+		{name: "cooling down: a guess on a connection opened before is not checked",
+			cfg: proxytest.PolicyConfig{Users: users, Limits: coolDown}, cert: "-", before: fail(3, "alice"),
+			authz: basicAuth("alice", "guess"), want: gate.CoolingDown, retry: true, authFailed: 3, reason: "cooling-down", logged: "alice"},
+		{name: "one name cooling down leaves another from the same address",
+			cfg: proxytest.PolicyConfig{Users: users, Limits: coolDown}, cert: "-", before: fail(3, "alice"),
+			authz: basicAuth("bob", "pw2"), want: gate.OK, user: "bob", authFailed: 3},
+		{name: "a memoised verdict stands while its name cools down",
+			cfg: proxytest.PolicyConfig{Users: users, Limits: coolDown}, cert: "-",
+			before: func(t *testing.T, p *gate.Policy, s *gate.Session) {
+				var g gate.Grant
+				if k := s.Authorize(connectReq("example.com", basicAuth("alice", "pw")), &g); k != gate.OK {
+					t.Fatalf("alice: %v", k)
+				}
+				g.Finish(0, 0)
+				fail(3, "alice")(t, p, s)
+			},
+			authz: basicAuth("alice", "pw"), want: gate.OK, user: "alice", authFailed: 3},
+		{name: "many names from one address cool the address down",
+			cfg: proxytest.PolicyConfig{Users: users, Limits: coolDown}, cert: "-", before: failNames(4),
+			authz: basicAuth("bob", "pw2"), want: gate.CoolingDown, retry: true, authFailed: 4, reason: "cooling-down", logged: "bob"},
 		{name: "user limit", cfg: proxytest.PolicyConfig{Users: users, Limits: &limits.Config{MaxConnsPerUser: 1}}, cert: "-",
 			before: func(t *testing.T, p *gate.Policy, _ *gate.Session) {
 				other := newSession(t, p)
@@ -282,6 +333,19 @@ func TestAuthorize(t *testing.T) {
 				g.Finish(0, 0) // the connection keeps the count
 			},
 			authz: basicAuth("alice", "pw"), want: gate.UserLimit, user: "alice", reason: "user-limit"},
+		{name: "a failed name is no user of the limiter", cfg: proxytest.PolicyConfig{Users: users, Limits: &limits.Config{MaxConnsPerUser: 1}}, cert: "-",
+			before: func(t *testing.T, p *gate.Policy, s *gate.Session) {
+				var g gate.Grant
+				if k := s.Authorize(connectReq("example.com", basicAuth("bob", secret)), &g); k != gate.NeedAuth {
+					t.Fatalf("bob's wrong password: %v", k)
+				}
+				g.Finish(0, 0)
+				if !p.Limiter.UserConn("bob") {
+					t.Fatal("bob's failure counted as a connection of his")
+				}
+				p.Limiter.UserDone("bob")
+			},
+			authz: basicAuth("bob", "pw2"), want: gate.OK, user: "bob", authFailed: 1},
 		{name: "denied by a rule", cfg: proxytest.PolicyConfig{Users: users, Rules: rules}, cert: "-",
 			host: "blocked.example", authz: basicAuth("alice", "pw"), want: gate.Denied, user: "alice", rule: "no-blocked", denied: 1, reason: "denied"},
 		{name: "allowed by a rule", cfg: proxytest.PolicyConfig{Users: users, Rules: rules}, cert: "-",
@@ -293,7 +357,7 @@ func TestAuthorize(t *testing.T) {
 		{name: "certificate wins over credentials", cfg: proxytest.PolicyConfig{Users: users}, cert: "carol",
 			authz: wrong, want: gate.OK, user: "carol"},
 		{name: "certificate without a common name", cfg: proxytest.PolicyConfig{Users: users}, cert: "",
-			want: gate.NeedAuth, authFailed: 1, reason: "auth-missing"},
+			want: gate.NeedAuth, challenged: 1, reason: "auth-missing"},
 		{name: "certificate without a common name, credentials", cfg: proxytest.PolicyConfig{Users: users}, cert: "",
 			authz: basicAuth("alice", "pw"), want: gate.OK, user: "alice"},
 	}
@@ -328,26 +392,76 @@ func TestAuthorize(t *testing.T) {
 			if retry := g.RetryAfter > 0 && g.RetryAfter <= time.Minute; retry != tt.retry {
 				t.Errorf("RetryAfter = %v", g.RetryAfter)
 			}
-			if tt.retry && s.CoolingDown() <= 0 {
-				t.Errorf("CoolingDown() = %v while cooling down", s.CoolingDown())
-			}
 			if g.Session() != s {
 				t.Error("Session() is not the grant's session")
 			}
 			g.Answer(k.Status(), 0)
 			g.Finish(0, 0)
-			if got := proxytest.Metric(t, o.m, "rustle_auth_failures_total"); got != tt.authFailed {
-				t.Errorf("auth failures counted: %v, want %v", got, tt.authFailed)
-			}
-			if got := proxytest.Metric(t, o.m, "rustle_acl_denials_total"); got != tt.denied {
-				t.Errorf("ACL denials counted: %v, want %v", got, tt.denied)
+			for _, c := range []struct {
+				name string
+				want float64
+			}{
+				{"rustle_auth_failures_total", tt.authFailed},
+				{"rustle_auth_challenges_total", tt.challenged},
+				{"rustle_acl_denials_total", tt.denied},
+			} {
+				if got := proxytest.Metric(t, o.m, c.name); got != c.want {
+					t.Errorf("%s: %v, want %v", c.name, got, c.want)
+				}
 			}
 			recs := o.records(t, 1)
 			rec := recs[len(recs)-1]
 			if got, _ := rec["reason"].(string); got != tt.reason {
 				t.Errorf("access log reason %q, want %q: %v", got, tt.reason, rec)
 			}
+			logged := tt.user
+			if logged == "" {
+				logged = tt.logged
+			}
+			if got, _ := rec["user"].(string); got != logged {
+				t.Errorf("access log user %q, want %q", got, logged)
+			}
+			// Per-user series only for users who authenticated.
+			if got := proxytest.Metric(t, o.m, "rustle_user_requests_total", "user", tt.logged); tt.logged != "" && tt.logged != tt.user && got != 0 {
+				t.Errorf("a series for %q, who did not authenticate", tt.logged)
+			}
+			if out := o.out.String(); strings.Contains(out, secret) || bytes.Contains([]byte(out), wrong[len("Basic "):]) {
+				t.Errorf("the access log holds a password or credentials:\n%s", out)
+			}
 		})
+	}
+}
+
+// TestAuthorizeParallelGuesses checks that the streams of one connection
+// (an HTTP/2 client's) cannot check guesses side by side: the
+// credentials a session has no verdict on are checked one at a time, so
+// the failure that starts the cool-down refuses every guess queued behind
+// it unchecked.
+func TestAuthorizeParallelGuesses(t *testing.T) {
+	cfg := proxytest.PolicyConfig{Users: users, Limits: &limits.Config{AuthFailures: 3, AuthCooldown: time.Minute}}
+	o := observe(t, &cfg)
+	s := newSession(t, proxytest.NewPolicy(t, cfg))
+	const streams = 40
+	kinds := make([]gate.Kind, streams)
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() {
+			var g gate.Grant
+			kinds[i] = s.Authorize(connectReq("example.com", basicAuth("alice", fmt.Sprintf("guess%d", i))), &g)
+			g.Answer(kinds[i].Status(), 0)
+			g.Finish(0, 0)
+		})
+	}
+	wg.Wait()
+	count := map[gate.Kind]int{}
+	for _, k := range kinds {
+		count[k]++
+	}
+	if count[gate.NeedAuth] != 2 || count[gate.CoolingDown] != streams-2 {
+		t.Errorf("outcomes %v, want 2 need-auth and the rest cooling down", count)
+	}
+	if got := proxytest.Metric(t, o.m, "rustle_auth_failures_total"); got != 3 {
+		t.Errorf("%v guesses checked and failed, want 3: the cool-down did not stop the rest", got)
 	}
 }
 
@@ -719,7 +833,8 @@ func TestRegistryRevoke(t *testing.T) {
 	alice := session(authorize("alice", "pw"))
 	bob := session(authorize("bob", "pw2"))
 	bobLogin := session(func(s *gate.Session) {
-		if _, k := s.Login([]byte("bob"), []byte("pw2")); k != gate.OK {
+		var g gate.Grant
+		if _, k := s.Login([]byte("bob"), []byte("pw2"), &g); k != gate.OK {
 			t.Fatalf("bob's login: %v", k)
 		}
 	})

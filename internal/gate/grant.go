@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,7 +55,8 @@ type Request struct {
 type Grant struct {
 	s *Session
 
-	// User is the authenticated user; "" = anonymous.
+	// User is the authenticated user; "" = anonymous, or not
+	// authenticated (the access log then names the user tried).
 	User string
 	// Rule names the access rule that decided (the last one asked, for an
 	// address-dependent decision); "" when there are no rules.
@@ -79,39 +81,41 @@ type Grant struct {
 	class    int    // the HTTP status class the metrics count status in
 	upstream netip.AddrPort
 	reason   string // the access log's Reason; "" = see the session
+	// tried is the user name refused credentials named, which the access
+	// log shows for a refusal; never a password, and never a user of the
+	// metrics or the Limiter's user counts.
+	tried []byte
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
 // and the access rule's verdict. It returns OK for a grant, or why the
 // request is refused; a refusal is counted in the metrics, and the front-
 // end answers it and calls Finish with the status it sent.
+//
+// Credentials the session has a verdict on (its identity, the value it
+// accepted last, within authMemoTTL) cost one lock. Others are checked
+// one at a time per session (see Session.verifyMu), and refused
+// unchecked while the client's address, or the user name they try at it,
+// cools down, on every connection and stream. A request without
+// credentials is counted as a challenge, wrong ones as a failure, which
+// the access log names the user tried of; neither gets a per-user series
+// or a user count.
 func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	p := s.p
 	s.Observe(r, g)
 
 	k := s.lookup(r.Authorization)
-	user := k.user
 	if !k.identified && !k.memo && p.Auth != nil {
-		ok := false
-		if r.Authorization != nil {
-			user, ok = s.checkHeader(r.Authorization)
-			if !ok && p.Limiter != nil {
-				if wait := p.Limiter.AuthFailed(s.ip); wait > 0 {
-					g.RetryAfter = wait
-					p.Metrics.AuthFailed()
-					return g.refuse(CoolingDown)
-				}
-			}
+		if r.Authorization == nil {
+			p.Metrics.AuthChallenged()
+			return g.refuse(NeedAuth)
 		}
-		if !ok {
-			p.Metrics.AuthFailed()
-			g.refuse(NeedAuth)
-			if r.Authorization != nil {
-				g.reason = accesslog.ReasonAuthFailed
-			}
-			return NeedAuth
+		var kind Kind
+		if k, kind = s.verifyHeader(r.Authorization, g); kind != OK {
+			return kind
 		}
 	}
+	user := k.user
 	if k.counted {
 		g.User, g.throttle = user, k.throttle
 	} else if kind := s.admitUser(user, g); kind != OK {
@@ -197,8 +201,8 @@ func (g *Grant) reset(s *Session) {
 	if g.s != nil && !g.finished {
 		g.end()
 	}
-	target, method := g.target[:0], g.method
-	*g = Grant{s: s, target: target, method: method}
+	target, method, tried := g.target[:0], g.method, g.tried[:0]
+	*g = Grant{s: s, target: target, method: method, tried: tried}
 }
 
 // Session returns the session g belongs to.
@@ -349,7 +353,7 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Time:      g.start,
 		Listener:  s.p.Listener,
 		Client:    s.client,
-		User:      g.User,
+		User:      g.logUser(),
 		Protocol:  g.proto,
 		Method:    g.method,
 		Target:    bytesString(g.target),
@@ -370,8 +374,17 @@ func (g *Grant) debugRefusal() {
 		return
 	}
 	g.s.debug("gate: request refused", slog.String("reason", g.reason), slog.Int("status", g.status),
-		slog.String("protocol", g.proto.String()), slog.String("user", g.User),
+		slog.String("protocol", g.proto.String()), slog.String("user", g.logUser()),
 		slog.String("method", g.method), slog.String("target", string(g.target)), slog.String("rule", g.Rule))
+}
+
+// logUser returns the user the access log names: the authenticated user,
+// or the name refused credentials tried.
+func (g *Grant) logUser() string {
+	if g.User != "" {
+		return g.User
+	}
+	return bytesString(g.tried)
 }
 
 // refuse notes k, a refusal, as the request's reason in the access log,
@@ -436,6 +449,7 @@ func (g *Grant) detach() *Grant {
 	d.method = strings.Clone(g.method)
 	d.User = strings.Clone(g.User)
 	d.Rule = strings.Clone(g.Rule)
+	d.tried = slices.Clone(g.tried)
 	return &d
 }
 

@@ -36,7 +36,8 @@ type Policy struct {
 	// resolves to; nil allows every request (the dialer's
 	// private-destination guard still applies).
 	ACL *acl.Policy
-	// Limiter enforces the authentication cool-down, connections per user
+	// Limiter enforces the authentication cool-downs (of an address, and
+	// of a user name at an address), connections per user
 	// and users' byte rates, and takes back connection admissions; nil =
 	// no limits.
 	Limiter *limits.Limiter
@@ -100,10 +101,14 @@ const (
 	// OK grants the request.
 	OK Kind = iota
 	// NeedAuth refuses a request without valid credentials: 407, or a
-	// failed SOCKS authentication.
+	// failed SOCKS authentication. The access log's reason tells missing
+	// credentials (auth-missing, counted as a challenge) from wrong ones
+	// (auth-failed, counted as a failure).
 	NeedAuth
-	// CoolingDown refuses a client that failed to authenticate too often:
-	// 429 with Retry-After (Grant.RetryAfter).
+	// CoolingDown refuses credentials from a client address, or naming a
+	// user name at that address, that failed to authenticate too often:
+	// 429 with Retry-After (Grant.RetryAfter). The credentials are not
+	// checked.
 	CoolingDown
 	// UserLimit refuses a user with too many connections: 429.
 	UserLimit
@@ -141,7 +146,7 @@ func (k Kind) Reason() string {
 	case NeedAuth:
 		return "proxy authentication required"
 	case CoolingDown:
-		return "too many failed authentications from this address; try again later"
+		return "too many failed authentications; try again later"
 	case UserLimit:
 		return "too many connections for this user"
 	case Denied:

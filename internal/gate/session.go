@@ -10,6 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
@@ -64,6 +67,12 @@ type Session struct {
 	memoAt   time.Duration
 	memoSet  bool
 	closed   bool // guarded by mu
+
+	// verifyMu serialises the checks of credentials the session has no
+	// verdict on: HTTP/2 streams share the session, and a guess waits
+	// for the one before it, whose failure may start the cool-down that
+	// refuses it unchecked. Taken before mu, never under it.
+	verifyMu sync.Mutex
 }
 
 // Policy returns the policy the session applies.
@@ -119,23 +128,33 @@ func (s *Session) Identity() (string, bool) {
 	return s.identity, s.identified
 }
 
-// Login checks a SOCKS5 username and password (RFC 1929). On success the
-// user is the session's identity for every later request. A failure
-// counts against the client's authentication failures: NeedAuth, or
-// CoolingDown when the client is now cooling down.
-func (s *Session) Login(user, password []byte) (string, Kind) {
+// Login checks a SOCKS5 username and password (RFC 1929), observing the
+// login in g as a SOCKS5 exchange without a method or target. On success
+// the user is the session's identity for every later request, and g is
+// left unanswered (not reported). On a failure the front-end answers,
+// calls g.Answer with the status it sent and the class of the Kind's
+// Status, and Finish: NeedAuth for wrong credentials (counted as a failed
+// authentication), CoolingDown when the client's address, or the name at
+// that address, is cooling down (the password is then not checked) or
+// this failure started it. Either way the access log names the user
+// tried, and the Limiter does not count it as a user.
+func (s *Session) Login(user, password []byte, g *Grant) (string, Kind) {
 	p := s.p
+	s.Observe(&Request{Protocol: acl.SOCKS5, Log: accesslog.ProtoSOCKS5}, g)
 	if p.Auth == nil {
 		return "", OK
 	}
+	s.verifyMu.Lock()
+	defer s.verifyMu.Unlock()
+	g.tried = append(g.tried[:0], user...)
+	if kind := s.coolingDown(g); kind != OK {
+		return "", kind
+	}
 	name, ok := p.Auth.CheckUserPassword(user, password)
 	if !ok {
-		p.Metrics.AuthFailed()
-		if p.Limiter != nil && p.Limiter.AuthFailed(s.ip) > 0 {
-			return "", CoolingDown
-		}
-		return "", NeedAuth
+		return "", s.failed(g)
 	}
+	g.tried = g.tried[:0]
 	s.mu.Lock()
 	s.identity, s.identified = name, true
 	s.mu.Unlock()
@@ -143,19 +162,78 @@ func (s *Session) Login(user, password []byte) (string, Kind) {
 	return name, OK
 }
 
-// NoCredentials counts, on a listener that authenticates, a client
-// refused because it offered no credentials at all (a SOCKS5 greeting
-// without username/password, a SOCKS4 request), as Authorize counts a
-// request without Proxy-Authorization: in the metrics, not towards the
-// client's cool-down.
-func (s *Session) NoCredentials() {
+// NoCredentials refuses r, on a listener that authenticates, for offering
+// no credentials at all (a SOCKS5 greeting without username/password, a
+// SOCKS4 request), as Authorize refuses a request without
+// Proxy-Authorization: it observes r in g with the reason auth-missing and
+// counts a challenge, not a failure, and nothing towards the client's
+// cool-down. The front-end answers, calls g.Answer with the class of
+// NeedAuth's Status, and Finish.
+func (s *Session) NoCredentials(r *Request, g *Grant) {
+	s.Observe(r, g)
 	if s.p.Auth != nil {
-		s.p.Metrics.AuthFailed()
+		s.p.Metrics.AuthChallenged()
 	}
+	g.refuse(NeedAuth)
 }
 
-// CoolingDown returns how long the client must still wait after too many
-// failed authentications; 0 when it need not.
+// verifyHeader checks a Proxy-Authorization value the session has no
+// verdict on, one check of the session at a time (see verifyMu): it takes
+// the verdict another stream reached meanwhile, then refuses the value
+// unchecked while the client's address, or the user name it tries there,
+// cools down; then asks the authenticator. On a refusal g names the user
+// tried.
+func (s *Session) verifyHeader(value []byte, g *Grant) (known, Kind) {
+	s.verifyMu.Lock()
+	defer s.verifyMu.Unlock()
+	if k := s.lookup(value); k.memo {
+		return k, OK
+	}
+	g.tried = auth.AppendBasicUser(g.tried[:0], value)
+	if kind := s.coolingDown(g); kind != OK {
+		return known{}, kind
+	}
+	user, ok := s.checkHeader(value)
+	if !ok {
+		return known{}, s.failed(g)
+	}
+	g.tried = g.tried[:0]
+	return known{user: user}, OK
+}
+
+// coolingDown refuses, with CoolingDown and the time left in g, credentials
+// naming g.tried while the client's address or that name at the address
+// cools down; OK otherwise.
+func (s *Session) coolingDown(g *Grant) Kind {
+	lim := s.p.Limiter
+	if lim == nil {
+		return OK
+	}
+	if wait := lim.CoolingDownAs(s.ip, g.tried); wait > 0 {
+		g.RetryAfter = wait
+		return g.refuse(CoolingDown)
+	}
+	return OK
+}
+
+// failed counts wrong credentials that named g.tried: in the metrics, and
+// towards the cool-down of the client's address and of that name there.
+// It returns CoolingDown when the failure started one, NeedAuth otherwise.
+func (s *Session) failed(g *Grant) Kind {
+	p := s.p
+	p.Metrics.AuthFailed()
+	if p.Limiter != nil {
+		if wait := p.Limiter.AuthFailed(s.ip, g.tried); wait > 0 {
+			g.RetryAfter = wait
+			return g.refuse(CoolingDown)
+		}
+	}
+	g.reason = accesslog.ReasonAuthFailed
+	return NeedAuth
+}
+
+// CoolingDown returns how long the client's address as a whole must still
+// wait after too many failed authentications; 0 when it need not.
 func (s *Session) CoolingDown() time.Duration {
 	if s.p.Limiter == nil {
 		return 0

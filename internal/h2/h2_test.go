@@ -1073,7 +1073,7 @@ func TestAccessLogAndMetrics(t *testing.T) {
 		{"GET", recs["GET 200"], map[string]any{"protocol": "h2", "listener": "tls", "user": "u", "method": "GET",
 			"target": o.URL + "/a?b=1", "status": float64(200), "upstream": strings.TrimPrefix(o.URL, "http://"), "bytes_up": float64(0)}},
 		{"407", recs["GET 407"], map[string]any{"protocol": "h2", "user": "", "method": "GET", "target": o.URL + "/noauth",
-			"status": float64(407), "upstream": ""}},
+			"status": float64(407), "upstream": "", "reason": "auth-missing"}},
 		{"403", recs["DELETE 403"], map[string]any{"protocol": "h2", "user": "u", "method": "DELETE", "status": float64(403),
 			"rule": "no-delete", "upstream": ""}},
 		{"CONNECT", recs["CONNECT 200"], map[string]any{"protocol": "h2", "user": "u", "method": "CONNECT", "target": echo.Addr,
@@ -1099,7 +1099,8 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	}{
 		{"rustle_requests_total", 4}, // GET, 407, 403, the tunnel's 200
 		{"rustle_tunnels_total", 1},
-		{"rustle_auth_failures_total", 1},
+		{"rustle_auth_challenges_total", 1}, // the 407 without credentials
+		{"rustle_auth_failures_total", 0},
 		{"rustle_acl_denials_total", 1},
 		{"rustle_upstream_dial_duration_seconds", 2}, // the GET's and the CONNECT's
 		{"rustle_upstream_first_byte_seconds", 1},
@@ -1182,8 +1183,9 @@ func TestLimiterAuthCoolDown(t *testing.T) {
 			t.Fatalf("failure on stream %d: %s, GOAWAY %v; want 407 and no GOAWAY", id, h.PseudoValue("status"), g)
 		}
 	}
-	if d := lim.CoolingDown(netip.MustParseAddr("127.0.0.1")); d != 0 {
-		t.Fatalf("cooling down after two failures (%v); the missing credentials counted", d)
+	client := netip.MustParseAddr("127.0.0.1")
+	if d, dn := lim.CoolingDown(client), lim.CoolingDownAs(client, []byte("bad")); d != 0 || dn != 0 {
+		t.Fatalf("cooling down after two failures (%v, %v); the missing credentials counted", d, dn)
 	}
 	get(9, "proxy-authorization", basic("bad"))
 	h, g := answer(9)
@@ -1197,7 +1199,7 @@ func TestLimiterAuthCoolDown(t *testing.T) {
 	if g.ErrCode != http2.ErrCodeEnhanceYourCalm || g.LastStreamID != 9 {
 		t.Fatalf("GOAWAY %v, last stream %d; want ENHANCE_YOUR_CALM, 9", g.ErrCode, g.LastStreamID)
 	}
-	if d := lim.CoolingDown(netip.MustParseAddr("127.0.0.1")); d <= 0 {
+	if d := lim.CoolingDownAs(client, []byte("bad")); d <= 0 {
 		t.Fatal("the client is not cooling down after three failures")
 	}
 	// The tunnel still works; once it ends, the connection closes.

@@ -365,22 +365,23 @@ func TestRefusalsCounted(t *testing.T) {
 	}, proxytest.Respond(200, "ok"))
 	h := "Host: " + o.Addr
 	tests := []struct {
-		name, req          string
-		status             int
-		authFails, denials float64
+		name, req                      string
+		status                         int
+		authFails, challenges, denials float64
 	}{
-		{"no credentials", get(o, "/"), 407, 1, 0},
-		{"wrong password", request("GET", o.URL("/"), 1, "", h, basicAuth("alice", "x")), 407, 1, 0},
-		{"CONNECT without credentials", "CONNECT " + o.Addr + " HTTP/1.1\r\n" + h + "\r\n\r\n", 407, 1, 0},
-		{"denied by a rule", request("POST", o.URL("/"), 1, "", h, basicAuth("alice", "a")), 403, 0, 1},
-		{"refused by the guard", request("GET", o.URL("/"), 1, "", h, basicAuth("bob", "b")), 403, 0, 1},
-		{"malformed target without credentials", "GET / HTTP/1.1\r\n" + h + "\r\n\r\n", 400, 0, 0},
-		{"allowed", request("GET", o.URL("/"), 1, "", h, basicAuth("alice", "a")), 200, 0, 0},
+		{"no credentials", get(o, "/"), 407, 0, 1, 0},
+		{"wrong password", request("GET", o.URL("/"), 1, "", h, basicAuth("alice", "x")), 407, 1, 0, 0},
+		{"CONNECT without credentials", "CONNECT " + o.Addr + " HTTP/1.1\r\n" + h + "\r\n\r\n", 407, 0, 1, 0},
+		{"denied by a rule", request("POST", o.URL("/"), 1, "", h, basicAuth("alice", "a")), 403, 0, 0, 1},
+		{"refused by the guard", request("GET", o.URL("/"), 1, "", h, basicAuth("bob", "b")), 403, 0, 0, 1},
+		{"malformed target without credentials", "GET / HTTP/1.1\r\n" + h + "\r\n\r\n", 400, 0, 0, 0},
+		{"allowed", request("GET", o.URL("/"), 1, "", h, basicAuth("alice", "a")), 200, 0, 0, 0},
 	}
 	lbl := map[string]string{"listener": "main", "protocol": "http"}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			auth0 := metricValue(t, m, "rustle_auth_failures_total", lbl)
+			ask0 := metricValue(t, m, "rustle_auth_challenges_total", lbl)
 			deny0 := metricValue(t, m, "rustle_acl_denials_total", lbl)
 			r, _ := proxytest.Dial(t, proxy).RoundTrip(tt.req)
 			if r.Status != tt.status {
@@ -388,6 +389,9 @@ func TestRefusalsCounted(t *testing.T) {
 			}
 			if got := metricValue(t, m, "rustle_auth_failures_total", lbl) - auth0; got != tt.authFails {
 				t.Errorf("auth failures counted %v, want %v", got, tt.authFails)
+			}
+			if got := metricValue(t, m, "rustle_auth_challenges_total", lbl) - ask0; got != tt.challenges {
+				t.Errorf("auth challenges counted %v, want %v", got, tt.challenges)
 			}
 			if got := metricValue(t, m, "rustle_acl_denials_total", lbl) - deny0; got != tt.denials {
 				t.Errorf("denials counted %v, want %v", got, tt.denials)

@@ -500,8 +500,10 @@ func TestLimiter(t *testing.T) {
 		return true
 	}
 
+	// The failures name v: the cool-down they start is v's, and leaves u
+	// free to connect from the same address.
 	c := proxytest.Dial(t, proxy)
-	if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "x"))); r.Status != 407 {
+	if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("v", "x"))); r.Status != 407 {
 		t.Fatalf("first wrong password: %q", r.Head)
 	}
 	// A request without credentials is not a failure: were it one, this
@@ -509,7 +511,7 @@ func TestLimiter(t *testing.T) {
 	if r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr)); r.Status != 407 {
 		t.Fatalf("no credentials: %q", r.Head)
 	}
-	r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("u", "y")))
+	r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, basicAuth("v", "y")))
 	if r.Status != 429 || r.Header.Get("Retry-After") != "90" {
 		t.Fatalf("second wrong password: %q", r.Head)
 	}
@@ -607,7 +609,8 @@ func BenchmarkForward1KPolicy(b *testing.B) {
 // TestAuthRepeated checks a connection's requests that repeat, change
 // and restore their Proxy-Authorization value: each is judged on its own
 // value (an accepted value is no pass for another), every refused value
-// counts as a failure, and a new connection starts afresh. (That an
+// counts as a failure, and the cool-down they start holds on a new
+// connection, even with the accepted value. (That an
 // accepted value is not hashed again on every request is the session's
 // memo, which gate's tests see.)
 func TestAuthRepeated(t *testing.T) {
@@ -639,7 +642,8 @@ func TestAuthRepeated(t *testing.T) {
 		}
 	}
 	c.ExpectClosed()
-	if r, _ := proxytest.Dial(t, proxy).RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, good)); r.Status != 200 {
-		t.Fatalf("new connection: %q", r.Head)
+	// The cool-down holds on every connection, the right password too.
+	if r, _ := proxytest.Dial(t, proxy).RoundTrip(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, good)); r.Status != 429 {
+		t.Fatalf("new connection while cooling down: %q, want 429", r.Head)
 	}
 }

@@ -17,3 +17,14 @@ func (l *Limiter) Clients() int {
 	defer l.mu.Unlock()
 	return len(l.clients)
 }
+
+// Names returns the user names tracked, as counted and as held in the
+// clients' tables.
+func (l *Limiter) Names() (counted, held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.clients {
+		held += len(c.names)
+	}
+	return l.names, held
+}

@@ -1,18 +1,25 @@
 // Package limits enforces rustle's resource limits: client connections
 // open in total, per client address and per user; new connections per
-// second per client address; failed authentications per client address,
-// after which the address cools down; and bytes per second per user.
+// second per client address; failed authentications per client address
+// and user name tried, after which that name cools down at that address,
+// and per client address whatever the names, after which the whole
+// address cools down; and bytes per second per user.
 //
 // A [Limiter] is shared by every listener. The server asks [Limiter.Admit]
 // for each accepted connection and calls [Limiter.Release] when it ends;
 // the proxies report users ([Limiter.UserConn], [Limiter.UserDone]) and
-// failed authentications ([Limiter.AuthFailed]) and pace users' bytes
-// through [Limiter.Throttle]. Per-address state is dropped once it no longer
-// holds anything, so memory follows the clients active recently.
+// failed authentications ([Limiter.AuthFailed]), ask before they check
+// credentials whether their address and name are cooling down
+// ([Limiter.CoolingDownAs]) and pace users' bytes through
+// [Limiter.Throttle]. Per-address state is dropped once it no longer
+// holds anything, so memory follows the clients active recently; the user
+// names tried, which clients choose, are tracked in a table of bounded
+// size.
 package limits
 
 import (
 	"context"
+	"hash/maphash"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -34,13 +41,26 @@ type Config struct {
 	ConnRate float64
 	// ConnBurst is the size of that bucket; 0 = max(1, 2*ConnRate).
 	ConnBurst int
-	// AuthFailures is the failed authentications from one address within
-	// AuthWindow that start a cool-down of AuthCooldown; 0 = off.
+	// AuthFailures is the failed authentications from one address with
+	// one user name within AuthWindow that start a cool-down of
+	// AuthCooldown for that name at that address (other names from the
+	// address go on); 0 = off.
 	AuthFailures int
+	// AuthFailuresPerAddress is the failed authentications from one
+	// address, whatever the names tried, within AuthWindow that start a
+	// cool-down of AuthCooldown for the whole address; 0 = off.
+	AuthFailuresPerAddress int
 	// AuthWindow is the window failures are counted in; 0 = 1m.
 	AuthWindow time.Duration
-	// AuthCooldown is how long an address is refused; 0 = 5m.
+	// AuthCooldown is how long an address, or a name at an address, is
+	// refused; 0 = 5m.
 	AuthCooldown time.Duration
+	// AuthNames bounds the (address, user name) pairs whose failures are
+	// tracked at once; 0 = DefaultAuthNames.
+	AuthNames int
+	// AuthNamesPerClient bounds the user names tracked for one address;
+	// 0 = DefaultAuthNamesPerClient.
+	AuthNamesPerClient int
 	// UserBytesPerSecond paces each user's bytes; 0 = no limit.
 	UserBytesPerSecond int64
 	// UserBytesBurst is the size of each user's byte bucket; 0 =
@@ -84,6 +104,19 @@ func (v Verdict) String() string {
 // nothing.
 const sweepEvery = 30 * time.Second
 
+// The bounds of the table of user names tried, by default. A name takes
+// an entry at its first failure, about 100 bytes: 6.5 MB at most.
+const (
+	// DefaultAuthNames is the (address, user name) pairs tracked at once.
+	DefaultAuthNames = 1 << 16
+	// DefaultAuthNamesPerClient is the user names tracked for one address.
+	DefaultAuthNamesPerClient = 256
+)
+
+// nameSweepEvery bounds how often a full table of names is swept for
+// room.
+const nameSweepEvery = time.Second
+
 // warnEvery bounds the refusal warnings to one per kind per interval.
 const warnEvery = 10 * time.Second
 
@@ -94,23 +127,59 @@ type Limiter struct {
 	log *slog.Logger
 	now func() time.Time
 
-	mu        sync.Mutex
-	total     int                          // connections admitted and not released; guarded by mu
-	clients   map[netip.Addr]*client       // guarded by mu
-	users     map[string]*user             // guarded by mu
-	lastSweep time.Time                    // guarded by mu
-	refused   [len(verdictNames)]int       // refusals since the last warning, by verdict; guarded by mu
-	lastWarn  [len(verdictNames)]time.Time // guarded by mu
+	seed maphash.Seed // keys the user names tried
+
+	mu            sync.Mutex
+	total         int                          // connections admitted and not released; guarded by mu
+	clients       map[netip.Addr]*client       // guarded by mu
+	users         map[string]*user             // guarded by mu
+	names         int                          // entries in every client's names; guarded by mu
+	lastSweep     time.Time                    // guarded by mu
+	lastNameSweep time.Time                    // guarded by mu
+	refused       [len(verdictNames)]int       // refusals since the last warning, by verdict; guarded by mu
+	lastWarn      [len(verdictNames)]time.Time // guarded by mu
 }
 
 // client is the state of one client address.
 type client struct {
-	conns       int
-	tokens      float64   // connection-rate bucket
-	refilled    time.Time // when tokens was last brought up to date
-	failures    int
+	conns    int
+	tokens   float64   // connection-rate bucket
+	refilled time.Time // when tokens was last brought up to date
+	// The address's failed authentications, every name together, and
+	// its cool-down.
+	fails failures
+	// names holds the failures of each user name tried from the address,
+	// by the name's keyed hash; nil until the first.
+	names map[uint64]failures
+}
+
+// failures counts failed authentications within a window, and the
+// cool-down they started.
+type failures struct {
+	n           int
 	windowStart time.Time
 	bannedUntil time.Time
+}
+
+// live reports whether f still holds anything at now: failures within
+// the window, or a cool-down.
+func (f *failures) live(now time.Time, window time.Duration) bool {
+	return now.Before(f.bannedUntil) || f.n > 0 && now.Sub(f.windowStart) < window
+}
+
+// add counts a failure at now and reports whether it reaches limit, in
+// which case f cools down from now for cooldown and counts afresh.
+func (f *failures) add(now time.Time, limit int, window, cooldown time.Duration) (int, bool) {
+	if f.n == 0 || now.Sub(f.windowStart) >= window {
+		f.n, f.windowStart = 0, now
+	}
+	f.n++
+	if f.n < limit {
+		return f.n, false
+	}
+	n := f.n
+	f.n, f.bannedUntil = 0, now.Add(cooldown)
+	return n, true
 }
 
 // user is the state of one user.
@@ -130,6 +199,12 @@ func New(cfg Config) *Limiter {
 	if cfg.AuthCooldown <= 0 {
 		cfg.AuthCooldown = 5 * time.Minute
 	}
+	if cfg.AuthNames <= 0 {
+		cfg.AuthNames = DefaultAuthNames
+	}
+	if cfg.AuthNamesPerClient <= 0 {
+		cfg.AuthNamesPerClient = DefaultAuthNamesPerClient
+	}
 	if cfg.UserBytesPerSecond > 0 && cfg.UserBytesBurst <= 0 {
 		cfg.UserBytesBurst = cfg.UserBytesPerSecond
 	}
@@ -141,6 +216,7 @@ func New(cfg Config) *Limiter {
 		cfg:     cfg,
 		log:     log,
 		now:     time.Now,
+		seed:    maphash.MakeSeed(),
 		clients: make(map[netip.Addr]*client),
 		users:   make(map[string]*user),
 	}
@@ -159,8 +235,8 @@ func (l *Limiter) Admit(addr netip.Addr) (v Verdict, retry time.Duration) {
 	}
 	c := l.clients[addr]
 	switch {
-	case c != nil && now.Before(c.bannedUntil):
-		v, retry = CoolingDown, c.bannedUntil.Sub(now)
+	case c != nil && now.Before(c.fails.bannedUntil):
+		v, retry = CoolingDown, c.fails.bannedUntil.Sub(now)
 	case l.cfg.MaxConns > 0 && l.total >= l.cfg.MaxConns:
 		v = TooMany
 	case l.cfg.MaxConnsPerClient > 0 && c != nil && c.conns >= l.cfg.MaxConnsPerClient:
@@ -234,11 +310,12 @@ func (l *Limiter) Conns() int {
 }
 
 // sweepLocked drops the state of addresses that hold no connection, no
-// failure, no cool-down and a full rate bucket.
+// failure, no cool-down, no user name's and a full rate bucket.
 func (l *Limiter) sweepLocked(now time.Time) {
 	l.lastSweep = now
+	l.sweepNamesLocked(now)
 	for a, c := range l.clients {
-		if c.conns > 0 || now.Before(c.bannedUntil) || c.failures > 0 && now.Sub(c.windowStart) < l.cfg.AuthWindow {
+		if c.conns > 0 || c.fails.live(now, l.cfg.AuthWindow) || len(c.names) > 0 {
 			continue
 		}
 		if l.cfg.ConnRate > 0 {
@@ -256,58 +333,183 @@ func (l *Limiter) sweepLocked(now time.Time) {
 	}
 }
 
-// AuthFailed records a failed authentication from addr. It returns the
-// cool-down left when addr is (now) cooling down, in which case the
-// connection is to be refused; 0 otherwise. The failure that starts a
-// cool-down logs one warning:
+// sweepNamesLocked drops the user names that hold no failure within the
+// window and no cool-down.
+func (l *Limiter) sweepNamesLocked(now time.Time) {
+	l.lastNameSweep = now
+	for _, c := range l.clients {
+		for h, f := range c.names {
+			if !f.live(now, l.cfg.AuthWindow) {
+				delete(c.names, h)
+				l.names--
+			}
+		}
+		if len(c.names) == 0 {
+			c.names = nil
+		}
+	}
+}
+
+// authOn reports whether failed authentications are counted at all.
+func (l *Limiter) authOn() bool { return l.cfg.AuthFailures > 0 || l.cfg.AuthFailuresPerAddress > 0 }
+
+// nameKey returns the key of a user name tried: its hash under the
+// Limiter's seed, so that the table holds no name and a client cannot
+// aim two names at one entry.
+func (l *Limiter) nameKey(name []byte) uint64 { return maphash.Bytes(l.seed, name) }
+
+// AuthFailed records a failed authentication from addr that tried the
+// user name name ("" when the credentials named none). It returns the
+// cool-down left when addr, or name at addr, is (now) cooling down, in
+// which case the request is to be refused; 0 otherwise. A failure while
+// cooling down is not counted. The failure that reaches
+// AuthFailuresPerAddress cools the whole address down and logs one
+// warning, which a fail2ban filter may act on:
 //
 //	msg="auth failures" client=ADDR failures=N window=W cooldown=C
-func (l *Limiter) AuthFailed(addr netip.Addr) time.Duration {
-	if l.cfg.AuthFailures <= 0 {
+//
+// The failure that reaches AuthFailures for one name cools that name
+// down at addr alone, and logs a warning of its own, to leave the address
+// alone (behind it may be a NAT or many clients):
+//
+//	msg="auth failures of one user name" client=ADDR user=NAME failures=N window=W cooldown=C
+//
+// Names are tracked within bounds (AuthNames, AuthNamesPerClient): past
+// them the oldest name of the address that is not cooling down is
+// forgotten, and a failure that finds no room counts towards the address
+// alone.
+func (l *Limiter) AuthFailed(addr netip.Addr, name []byte) time.Duration {
+	if !l.authOn() {
 		return 0
 	}
 	addr = addr.Unmap()
+	key := l.nameKey(name)
 	now := l.now()
 	l.mu.Lock()
 	c := l.clients[addr]
 	if c == nil {
 		c = l.newClientLocked(addr, now)
 	}
-	if now.Before(c.bannedUntil) {
-		left := c.bannedUntil.Sub(now)
+	if left := l.coolingLocked(c, key, now); left > 0 {
 		l.mu.Unlock()
 		return left
 	}
-	if c.failures == 0 || now.Sub(c.windowStart) >= l.cfg.AuthWindow {
-		c.failures, c.windowStart = 0, now
+	var nAddr, nName int
+	var addrBan, nameBan bool
+	if l.cfg.AuthFailuresPerAddress > 0 {
+		nAddr, addrBan = c.fails.add(now, l.cfg.AuthFailuresPerAddress, l.cfg.AuthWindow, l.cfg.AuthCooldown)
 	}
-	c.failures++
-	if c.failures < l.cfg.AuthFailures {
-		l.mu.Unlock()
+	if l.cfg.AuthFailures > 0 && !addrBan {
+		if f, ok := l.nameLocked(c, key, now); ok {
+			nName, nameBan = f.add(now, l.cfg.AuthFailures, l.cfg.AuthWindow, l.cfg.AuthCooldown)
+			c.names[key] = f
+		}
+	}
+	l.mu.Unlock()
+	switch {
+	case addrBan:
+		l.log.LogAttrs(context.Background(), slog.LevelWarn, "auth failures",
+			slog.String("client", addr.String()), slog.Int("failures", nAddr),
+			slog.Duration("window", l.cfg.AuthWindow), slog.Duration("cooldown", l.cfg.AuthCooldown))
+	case nameBan:
+		l.log.LogAttrs(context.Background(), slog.LevelWarn, "auth failures of one user name",
+			slog.String("client", addr.String()), slog.String("user", string(name)), slog.Int("failures", nName),
+			slog.Duration("window", l.cfg.AuthWindow), slog.Duration("cooldown", l.cfg.AuthCooldown))
+	default:
 		return 0
 	}
-	n := c.failures
-	c.failures = 0
-	c.bannedUntil = now.Add(l.cfg.AuthCooldown)
-	l.mu.Unlock()
-	l.log.LogAttrs(context.Background(), slog.LevelWarn, "auth failures",
-		slog.String("client", addr.String()), slog.Int("failures", n),
-		slog.Duration("window", l.cfg.AuthWindow), slog.Duration("cooldown", l.cfg.AuthCooldown))
 	return l.cfg.AuthCooldown
 }
 
-// CoolingDown returns the cool-down left for addr, or 0.
+// nameLocked returns the failures of the name keyed key at c, making room
+// for a new name within the table's bounds; false when there is none.
+func (l *Limiter) nameLocked(c *client, key uint64, now time.Time) (failures, bool) {
+	if f, ok := c.names[key]; ok {
+		return f, true
+	}
+	if len(c.names) >= l.cfg.AuthNamesPerClient && !l.forgetOldestLocked(c, now) {
+		return failures{}, false
+	}
+	if l.names >= l.cfg.AuthNames {
+		if now.Sub(l.lastNameSweep) >= nameSweepEvery {
+			l.sweepNamesLocked(now)
+		}
+		if l.names >= l.cfg.AuthNames {
+			return failures{}, false
+		}
+	}
+	if c.names == nil {
+		c.names = make(map[uint64]failures)
+	}
+	l.names++
+	return failures{}, true
+}
+
+// forgetOldestLocked drops the name of c whose window started first among
+// those not cooling down, and reports whether there was one.
+func (l *Limiter) forgetOldestLocked(c *client, now time.Time) bool {
+	var oldest uint64
+	var at time.Time
+	found := false
+	for h, f := range c.names {
+		if now.Before(f.bannedUntil) {
+			continue
+		}
+		if !found || f.windowStart.Before(at) {
+			oldest, at, found = h, f.windowStart, true
+		}
+	}
+	if found {
+		delete(c.names, oldest)
+		l.names--
+	}
+	return found
+}
+
+// coolingLocked returns the cool-down left for c's address, or for the
+// name keyed key at it; 0 when neither cools down.
+func (l *Limiter) coolingLocked(c *client, key uint64, now time.Time) time.Duration {
+	until := c.fails.bannedUntil
+	if f, ok := c.names[key]; ok && f.bannedUntil.After(until) {
+		until = f.bannedUntil
+	}
+	if now.Before(until) {
+		return until.Sub(now)
+	}
+	return 0
+}
+
+// CoolingDown returns the cool-down left for addr as a whole, or 0.
 func (l *Limiter) CoolingDown(addr netip.Addr) time.Duration {
-	if l.cfg.AuthFailures <= 0 {
+	if !l.authOn() {
 		return 0
 	}
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c := l.clients[addr.Unmap()]; c != nil && now.Before(c.bannedUntil) {
-		return c.bannedUntil.Sub(now)
+	if c := l.clients[addr.Unmap()]; c != nil && now.Before(c.fails.bannedUntil) {
+		return c.fails.bannedUntil.Sub(now)
 	}
 	return 0
+}
+
+// CoolingDownAs returns the cool-down left for addr, or for the user name
+// name tried from addr, or 0: credentials naming name from addr are then
+// to be refused without being checked.
+func (l *Limiter) CoolingDownAs(addr netip.Addr, name []byte) time.Duration {
+	if !l.authOn() {
+		return 0
+	}
+	addr = addr.Unmap()
+	key := l.nameKey(name)
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.clients[addr]
+	if c == nil {
+		return 0
+	}
+	return l.coolingLocked(c, key, now)
 }
 
 // UserConn counts a connection as name's and reports whether it is within

@@ -3,11 +3,13 @@ package limits_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,46 +93,188 @@ func TestConnectionRate(t *testing.T) {
 	admit(t, l, a, limits.TooFast)
 }
 
+// name is a user name tried, as the proxies pass it.
+func name(s string) []byte { return []byte(s) }
+
+// TestAuthFailures checks the cool-down of one user name at one address:
+// it starts at AuthFailures failures within the window, refuses that name
+// there until it ends, and leaves other names at the address, the name at
+// other addresses and the address's new connections alone.
 func TestAuthFailures(t *testing.T) {
 	var logs bytes.Buffer
-	l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthWindow: time.Minute, AuthCooldown: 5 * time.Minute,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if d := l.AuthFailed(a); d != 0 {
+	l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthFailuresPerAddress: 10, AuthWindow: time.Minute,
+		AuthCooldown: 5 * time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if d := l.AuthFailed(a, name("alice")); d != 0 {
 		t.Fatalf("first failure: cool-down %v", d)
 	}
 	clk.advance(2 * time.Minute) // the window starts again
-	l.AuthFailed(a)
-	l.AuthFailed(a)
-	if d := l.CoolingDown(a); d != 0 {
+	l.AuthFailed(a, name("alice"))
+	l.AuthFailed(a, name("alice"))
+	if d := l.CoolingDownAs(a, name("alice")); d != 0 {
 		t.Fatalf("two failures in the window: cool-down %v", d)
 	}
-	if d := l.AuthFailed(a); d != 5*time.Minute {
+	if d := l.AuthFailed(a, name("alice")); d != 5*time.Minute {
 		t.Fatalf("third failure in the window: cool-down %v, want 5m", d)
 	}
-	fail2ban := regexp.MustCompile(`(?m)^time=\S+ level=WARN msg="auth failures" client=192\.0\.2\.1 failures=3 window=1m0s cooldown=5m0s$`)
-	if !fail2ban.MatchString(logs.String()) {
-		t.Errorf("log %q lacks the fail2ban line", logs.String())
+	line := regexp.MustCompile(`(?m)^time=\S+ level=WARN msg="auth failures of one user name" client=192\.0\.2\.1 user=alice failures=3 window=1m0s cooldown=5m0s$`)
+	if !line.MatchString(logs.String()) {
+		t.Errorf("log %q lacks the user name's cool-down line", logs.String())
+	}
+	if strings.Contains(logs.String(), `msg="auth failures" `) {
+		t.Errorf("one name's cool-down logged the address's (fail2ban) line: %q", logs.String())
 	}
 	clk.advance(time.Minute)
-	if v, retry := l.Admit(a); v != limits.CoolingDown || retry != 4*time.Minute {
-		t.Errorf("Admit while cooling down = %v, %v", v, retry)
+	for _, tt := range []struct {
+		addr netip.Addr
+		name string
+		want time.Duration
+	}{
+		{a, "alice", 4 * time.Minute},
+		{netip.MustParseAddr("::ffff:192.0.2.1"), "alice", 4 * time.Minute}, // the same address
+		{a, "bob", 0},
+		{a, "alicE", 0},
+		{a, "", 0},
+		{b, "alice", 0},
+	} {
+		if d := l.CoolingDownAs(tt.addr, name(tt.name)); d != tt.want {
+			t.Errorf("CoolingDownAs(%s, %q) = %v, want %v", tt.addr, tt.name, d, tt.want)
+		}
 	}
-	admit(t, l, b, limits.OK)
-	if d := l.AuthFailed(a); d != 4*time.Minute {
-		t.Errorf("failure while cooling down: %v, want 4m", d)
+	if d := l.CoolingDown(a); d != 0 {
+		t.Errorf("the address cools down (%v) for one name's failures", d)
+	}
+	admit(t, l, a, limits.OK)
+	// Failures while cooling down are not counted: were they, these
+	// would reach the address's bound.
+	for range 20 {
+		if d := l.AuthFailed(a, name("alice")); d != 4*time.Minute {
+			t.Fatalf("failure while cooling down: %v, want 4m", d)
+		}
+	}
+	if d := l.AuthFailed(a, name("bob")); d != 0 || l.CoolingDown(a) != 0 {
+		t.Errorf("bob's first failure: %v, address %v; want neither cooling down", d, l.CoolingDown(a))
 	}
 	if n := bytes.Count(logs.Bytes(), []byte("auth failures")); n != 1 {
 		t.Errorf("%d warnings, want one per cool-down", n)
 	}
 	clk.advance(4 * time.Minute)
-	admit(t, l, a, limits.OK)
+	if d := l.CoolingDownAs(a, name("alice")); d != 0 {
+		t.Errorf("alice still cooling down (%v) after the cool-down", d)
+	}
 
 	off, _ := newLimiter(limits.Config{})
 	for range 100 {
-		if d := off.AuthFailed(a); d != 0 {
+		if d := off.AuthFailed(a, name("alice")); d != 0 {
 			t.Fatalf("AuthFailed with the check off = %v", d)
 		}
 	}
+	if d := off.CoolingDownAs(a, name("alice")); d != 0 {
+		t.Fatalf("CoolingDownAs with the check off = %v", d)
+	}
+}
+
+// TestAuthFailuresPerAddress checks the bound on one address guessing
+// many names: AuthFailuresPerAddress failures, whatever the names, cool
+// the whole address down, which then refuses every name and new
+// connections, and logs the fail2ban line once.
+func TestAuthFailuresPerAddress(t *testing.T) {
+	var logs bytes.Buffer
+	l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthFailuresPerAddress: 5, AuthWindow: time.Minute,
+		AuthCooldown: 5 * time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for i := range 4 {
+		if d := l.AuthFailed(a, name(fmt.Sprintf("user%d", i))); d != 0 {
+			t.Fatalf("failure %d: cool-down %v", i+1, d)
+		}
+	}
+	if d := l.CoolingDown(a); d != 0 {
+		t.Fatalf("four failures: the address cools down (%v)", d)
+	}
+	if d := l.AuthFailed(a, name("user4")); d != 5*time.Minute {
+		t.Fatalf("fifth failure: cool-down %v, want 5m", d)
+	}
+	clk.advance(time.Minute)
+	if d := l.CoolingDown(a); d != 4*time.Minute {
+		t.Errorf("CoolingDown(a) = %v, want 4m", d)
+	}
+	if d := l.CoolingDownAs(a, name("bob")); d != 4*time.Minute {
+		t.Errorf("CoolingDownAs(a, bob) = %v, want 4m: the address refuses every name", d)
+	}
+	if v, retry := l.Admit(a); v != limits.CoolingDown || retry != 4*time.Minute {
+		t.Errorf("Admit while cooling down = %v, %v", v, retry)
+	}
+	admit(t, l, b, limits.OK)
+	if d := l.CoolingDownAs(b, name("user0")); d != 0 {
+		t.Errorf("another address cools down: %v", d)
+	}
+	fail2ban := regexp.MustCompile(`(?m)^time=\S+ level=WARN msg="auth failures" client=192\.0\.2\.1 failures=5 window=1m0s cooldown=5m0s$`)
+	if !fail2ban.MatchString(logs.String()) {
+		t.Errorf("log %q lacks the fail2ban line", logs.String())
+	}
+	if n := bytes.Count(logs.Bytes(), []byte("auth failures")); n != 1 {
+		t.Errorf("%d warnings, want one", n)
+	}
+	clk.advance(4 * time.Minute)
+	admit(t, l, a, limits.OK)
+}
+
+// TestAuthNamesBounded checks that the table of user names tried stays
+// within its bounds whatever names clients send, that it forgets names
+// not cooling down first, and that a failure finding no room still counts
+// towards its address.
+func TestAuthNamesBounded(t *testing.T) {
+	names := func(t *testing.T, l *limits.Limiter, max int) {
+		t.Helper()
+		counted, held := l.Names()
+		if counted != held || held > max {
+			t.Fatalf("names counted %d, held %d; want equal and at most %d", counted, held, max)
+		}
+	}
+	t.Run("per address", func(t *testing.T) {
+		l, _ := newLimiter(limits.Config{AuthFailures: 2, AuthNamesPerClient: 4})
+		for i := range 1000 {
+			l.AuthFailed(a, name(fmt.Sprintf("guess%d", i)))
+			names(t, l, 4)
+		}
+		// The newest names are kept: a second failure cools one down.
+		if d := l.AuthFailed(a, name("guess999")); d == 0 {
+			t.Error("the newest name forgotten")
+		}
+	})
+	t.Run("names cooling down are kept", func(t *testing.T) {
+		l, _ := newLimiter(limits.Config{AuthFailures: 1, AuthFailuresPerAddress: 8, AuthNamesPerClient: 4})
+		for i := range 7 {
+			l.AuthFailed(a, name(fmt.Sprintf("user%d", i))) // each cools its name down
+			names(t, l, 4)
+		}
+		for i := range 4 {
+			if d := l.CoolingDownAs(a, name(fmt.Sprintf("user%d", i))); d == 0 {
+				t.Errorf("user%d forgotten while cooling down", i)
+			}
+		}
+		if d := l.CoolingDownAs(a, name("user5")); d != 0 {
+			t.Errorf("user5, for which there was no room, cools down (%v)", d)
+		}
+		// The failures without room counted towards the address.
+		if d := l.AuthFailed(a, name("user7")); d == 0 || l.CoolingDown(a) == 0 {
+			t.Error("the eighth failure did not cool the address down")
+		}
+	})
+	t.Run("in all", func(t *testing.T) {
+		l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthNames: 8, AuthWindow: time.Minute})
+		for i := range 100 {
+			addr := netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
+			l.AuthFailed(addr, name("alice"))
+			l.AuthFailed(addr, name("bob"))
+			names(t, l, 8)
+		}
+		clk.advance(2 * time.Minute) // the failures leave the window
+		l.AuthFailed(b, name("carol"))
+		l.AuthFailed(b, name("carol"))
+		if d := l.AuthFailed(b, name("carol")); d == 0 {
+			t.Error("no room for a new name once the others' windows had passed")
+		}
+		names(t, l, 8)
+	})
 }
 
 func TestUserConns(t *testing.T) {
@@ -160,12 +304,15 @@ func TestSweep(t *testing.T) {
 		admit(t, l, addr, limits.OK)
 		l.Release(addr)
 	}
-	l.AuthFailed(a)
+	l.AuthFailed(a, name("alice"))
 	admit(t, l, b, limits.OK) // b stays connected
 	clk.advance(time.Hour)
 	admit(t, l, netip.MustParseAddr("203.0.113.1"), limits.OK) // sweeps
 	if n := l.Clients(); n != 2 {
 		t.Errorf("%d client addresses kept after the sweep, want 2 (b and the new one)", n)
+	}
+	if counted, held := l.Names(); counted != 0 || held != 0 {
+		t.Errorf("%d (%d) user names kept after the sweep, want 0", counted, held)
 	}
 }
 

@@ -54,22 +54,20 @@ func newLimiter(c config.Limits, log *slog.Logger) *limits.Limiter {
 	if soft, _, err := openFileLimit(); err == nil {
 		nofile = soft
 	}
-	auth := c.AuthFailures
-	if auth < 0 {
-		auth = 0
-	}
+	auth, perAddress := max(c.AuthFailures, 0), max(c.AuthFailuresPerAddress, 0) // -1 = off
 	return limits.New(limits.Config{
-		MaxConns:           c.ConnectionLimit(nofile),
-		MaxConnsPerClient:  c.MaxConnectionsPerClient,
-		MaxConnsPerUser:    c.MaxConnectionsPerUser,
-		ConnRate:           float64(c.ConnectionRate),
-		ConnBurst:          c.ConnectionBurst,
-		AuthFailures:       auth,
-		AuthWindow:         c.AuthFailureWindow.Duration,
-		AuthCooldown:       c.AuthCooldown.Duration,
-		UserBytesPerSecond: int64(c.UserBytesPerSecond),
-		UserBytesBurst:     int64(c.UserBytesBurst),
-		Logger:             log,
+		MaxConns:               c.ConnectionLimit(nofile),
+		MaxConnsPerClient:      c.MaxConnectionsPerClient,
+		MaxConnsPerUser:        c.MaxConnectionsPerUser,
+		ConnRate:               float64(c.ConnectionRate),
+		ConnBurst:              c.ConnectionBurst,
+		AuthFailures:           auth,
+		AuthFailuresPerAddress: perAddress,
+		AuthWindow:             c.AuthFailureWindow.Duration,
+		AuthCooldown:           c.AuthCooldown.Duration,
+		UserBytesPerSecond:     int64(c.UserBytesPerSecond),
+		UserBytesBurst:         int64(c.UserBytesBurst),
+		Logger:                 log,
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -259,47 +258,6 @@ func TestPerClientLimits(t *testing.T) {
 			t.Errorf("third connection at once: %q", status)
 		}
 	})
-}
-
-func TestAuthCooldown(t *testing.T) {
-	port := mixedOrigin(t)
-	target := fmt.Sprintf("http://127.0.0.1:%d/ok", port)
-	_, addrs, logs := startConfigured(t, func(c *config.Config) {
-		c.AllowPrivate = []string{"127.0.0.0/8"}
-		c.Auth.Users = []config.User{{Name: "alice", Password: "pw"}}
-		c.Limits.AuthFailures = 2
-		c.Limits.AuthCooldown.Duration = time.Hour
-		c.Listen = append(c.Listen, config.Listener{Address: "127.0.0.1:0", Protocol: "socks5"})
-	})
-	wrong := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("alice:wrong"))
-	right := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("alice:pw"))
-	if status, _, _ := rawGet(t, addrs[0], "", target, wrong); !strings.HasPrefix(status, "407") {
-		t.Fatalf("first wrong password: %q", status)
-	}
-	if status, _, _ := rawGet(t, addrs[0], "", target, wrong); status != "429 Too Many Requests 3600" {
-		t.Fatalf("second wrong password: %q, want 429 with Retry-After 3600", status)
-	}
-	status, _, err := rawGet(t, addrs[0], "", target, right)
-	if err != nil || !strings.HasPrefix(status, "429 ") || strings.HasSuffix(status, " ") {
-		t.Errorf("right password while cooling down: %q %v, want 429 with Retry-After", status, err)
-	}
-	if _, body, err := rawGet(t, addrs[0], "127.0.0.2", target, right); err != nil || body != "origin says /ok" {
-		t.Errorf("another address: %q %v", body, err)
-	}
-	// The SOCKS listener closes the cooling address at once.
-	c, err := net.Dial("tcp", addrs[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	c.Write([]byte{5, 1, 2})
-	if n, err := c.Read(make([]byte, 2)); err == nil {
-		t.Errorf("SOCKS from a cooling address read %d bytes, want a closed connection", n)
-	}
-	if got := strings.Count(logs.String(), `msg="auth failures" client=127.0.0.1 failures=2 window=1m0s cooldown=1h0m0s`); got != 1 {
-		t.Errorf("%d fail2ban lines, want 1:\n%s", got, logs)
-	}
 }
 
 // clientHello returns the first TLS record of a real handshake to

@@ -37,12 +37,29 @@
 // A CONNECT that the access rules, the private-destination guard or the
 // per-user connection limit refuses gets 0x02 (connection not allowed by
 // ruleset), as does a UDP ASSOCIATE past the user's limit; a UDP datagram
-// the rules or the guard refuse is dropped. A client cooling down after
-// too many failed logins is closed without a reply. Dial failures map to
+// the rules or the guard refuse is dropped. A client whose address cools
+// down after too many failed logins is closed without a reply; a login
+// naming a user name that cools down at the client's address is answered
+// the failure status (0x01) without its password being checked, whenever
+// the connection was opened. Dial failures map to
 // reply codes: connection refused 0x05, network unreachable 0x03, host
 // unreachable 0x04, a name that does not resolve or is not a valid host
 // name 0x04, a connect timeout 0x06 (TTL expired), anything else 0x01. An unknown command gets 0x07 and an unknown address
 // type 0x08. A SOCKS4 request that is refused or fails gets 0x5B.
+//
+// # Logging
+//
+// Every exchange rustle refuses is logged and counted through the
+// session ([gate.Grant.Finish]), even one that ends before any request:
+// a failed login as protocol socks5 with no method or target, the user
+// name tried (never the password) and as status the RFC 1929 status byte
+// sent (1), reason auth-failed (or cooling-down); a greeting without
+// username/password on a listener that requires it with status 0xFF (255,
+// the method selection sent), reason auth-missing; a SOCKS4 request there
+// as protocol socks4 with status 0x5B (91), reason auth-missing. Their
+// status class is the HTTP status of the refusal (407, or 429 while
+// cooling down). SOCKS4 and SOCKS4a tunnels are logged as protocol
+// socks4.
 //
 // # Bad input
 //

@@ -198,7 +198,14 @@ func (s *Server) serve5(cn *conn) bool {
 		return false
 	}
 	if method == methodNoAcceptable {
-		cn.sess.NoCredentials()
+		if cn.sess.Policy().RequiresAuth() {
+			// No username/password offered: logged as a request refused
+			// for missing credentials, before any request was read.
+			g := &cn.grant
+			cn.sess.NoCredentials(&gate.Request{Protocol: acl.SOCKS5, Log: accesslog.ProtoSOCKS5}, g)
+			g.Answer(methodNoAcceptable, gate.NeedAuth.Status())
+			g.Finish(0, 0)
+		}
 		s.debug(cn, "socks5: no acceptable authentication method", nil)
 		return false
 	}
@@ -249,8 +256,9 @@ func (s *Server) selectMethod(cn *conn, methods []byte) byte {
 }
 
 // authenticate runs the RFC 1929 sub-negotiation and reports whether the
-// client may go on. A failed login is answered with the failure status
-// and closes the connection.
+// client may go on. A failed login is answered with the failure status,
+// logged as a SOCKS5 exchange without a method or target whose status is
+// that status byte (1), and closes the connection.
 func (s *Server) authenticate(cn *conn) bool {
 	up, err := read(cn, parseUserPass)
 	if err != nil {
@@ -260,10 +268,13 @@ func (s *Server) authenticate(cn *conn) bool {
 		s.debug(cn, "socks5: read username/password", err)
 		return false
 	}
-	user, kind := cn.sess.Login(up.user, up.pass)
+	g := &cn.grant
+	user, kind := cn.sess.Login(up.user, up.pass, g)
 	status := byte(userPassOK)
 	if kind != gate.OK {
 		status = userPassFailure
+		g.Answer(int(status), kind.Status())
+		defer g.Finish(0, 0)
 	}
 	if err := cn.write(append(cn.out[:0], userPassVersion, status)); err != nil {
 		s.debug(cn, "socks5: write authentication status", err)
@@ -292,8 +303,15 @@ func (s *Server) serve4(cn *conn) bool {
 		s.debug(cn, "socks5: read socks4 request", err)
 		return false
 	case cn.sess.Policy().RequiresAuth():
-		cn.sess.NoCredentials()
+		cn.target = append(cn.target[:0], req.dst.String()...)
+		g := &cn.grant
+		cn.sess.NoCredentials(&gate.Request{
+			Protocol: acl.SOCKS4, Log: accesslog.ProtoSOCKS4, Method: socks4Method(req.cmd),
+			Host: req.dst.host, Addr: req.dst.ip, Port: req.dst.port, Target: cn.target,
+		}, g)
 		cn.reply4(socks4Rejected, netip.AddrPort{})
+		g.Answer(socks4Rejected, gate.NeedAuth.Status())
+		g.Finish(0, 0)
 		s.debug(cn, "socks5: socks4 refused: the listener requires authentication", nil)
 		return false
 	case req.cmd != cmdConnect:
@@ -323,15 +341,15 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 		}
 		return cn.reply5(rep, bnd)
 	}
-	proto := acl.SOCKS5
+	proto, logProto := acl.SOCKS5, accesslog.ProtoSOCKS5
 	if v4 {
-		proto = acl.SOCKS4
+		proto, logProto = acl.SOCKS4, accesslog.ProtoSOCKS4
 	}
 	target := dst.String()
 	cn.target = append(cn.target[:0], target...)
 	g := &cn.grant
 	kind := cn.sess.Authorize(&gate.Request{
-		Protocol: proto, Log: accesslog.ProtoSOCKS5, Method: "CONNECT",
+		Protocol: proto, Log: logProto, Method: "CONNECT",
 		Host: dst.host, Addr: dst.ip, Port: dst.port, Target: cn.target,
 	}, g)
 	if kind != gate.OK {

@@ -471,38 +471,72 @@ func TestAccess(t *testing.T) {
 	})
 }
 
-// TestCoolDown checks that a client that failed to log in too often is
-// refused: its failed logins are answered with the failure status and
-// closed, and once it is cooling down its next connections are closed
-// before any reply, even with the right password, and for SOCKS4 too.
+// TestCoolDown checks the cool-downs of failed logins: a user name that
+// failed too often is refused at the client's address, even with the
+// right password and on a connection opened before the cool-down began,
+// while another user from the address still logs in; and an address that
+// failed too often as any names is closed before any reply, SOCKS4 too.
 func TestCoolDown(t *testing.T) {
 	echo := startEcho(t, "tcp4")
+	alog, out := newAccessLog(t)
 	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
-		Users:  map[string]string{testUser: testPass},
-		Limits: &limits.Config{AuthFailures: 2, AuthCooldown: time.Hour},
+		Users:     map[string]string{testUser: testPass, "bob": testPass},
+		Limits:    &limits.Config{AuthFailures: 2, AuthFailuresPerAddress: 4, AuthCooldown: time.Hour},
+		AccessLog: alog,
 	})
 	srv := startServer(t, "tcp4", pol, Config{})
-	for i := range 2 {
+	failLogin := func(user string) {
+		t.Helper()
 		c := dial(t, srv.addr)
 		greet(t, c, methodUserPass, methodUserPass)
-		send(t, c, userPassMsg(testUser, "wrong"))
+		send(t, c, userPassMsg(user, "wrong"))
 		expect(t, c, []byte{1, 1})
 		expectClosed(t, c)
-		if i == 0 {
-			// One failure does not start the cool-down.
-			c, rep := connectAs(t, srv, echo, testUser)
-			if rep != repSucceeded {
-				t.Fatalf("CONNECT after one failure: reply %d", rep)
-			}
-			c.Close()
+	}
+	// early has greeted before the cool-down, and logs in during it.
+	early := dial(t, srv.addr)
+	greet(t, early, methodUserPass, methodUserPass)
+	failLogin(testUser)
+	// One failure does not start the cool-down.
+	c, rep := connectAs(t, srv, echo, testUser)
+	if rep != repSucceeded {
+		t.Fatalf("CONNECT after one failure: reply %d", rep)
+	}
+	c.Close()
+	failLogin(testUser)
+
+	send(t, early, userPassMsg(testUser, testPass))
+	expect(t, early, []byte{1, 1})
+	expectClosed(t, early)
+	late := dial(t, srv.addr)
+	greet(t, late, methodUserPass, methodUserPass)
+	send(t, late, userPassMsg(testUser, testPass))
+	expect(t, late, []byte{1, 1})
+	expectClosed(t, late)
+	c, rep = connectAs(t, srv, echo, "bob")
+	if rep != repSucceeded {
+		t.Fatalf("bob from the address where alice cools down: reply %d", rep)
+	}
+	c.Close()
+	// The failure that started the cool-down, early's and late's.
+	waitFor(t, "the refused logins' records", func() bool {
+		return strings.Count(out.String(), `"reason":"cooling-down"`) == 3
+	})
+	for _, r := range records(t, out) {
+		if r["reason"] == "cooling-down" {
+			checkRecord(t, r, map[string]any{"user": testUser, "protocol": "socks5", "method": "", "target": "", "status": float64(1)})
 		}
 	}
+
+	// Two more names reach the address's bound of 4 failures.
+	failLogin("carol")
+	failLogin("dave")
 	tests := []struct {
 		name string
 		send []byte
 	}{
 		{"socks5 greeting", []byte{5, 1, methodUserPass}},
-		{"socks5 greeting and login", append([]byte{5, 1, methodUserPass}, userPassMsg(testUser, testPass)...)},
+		{"socks5 greeting and login", append([]byte{5, 1, methodUserPass}, userPassMsg("bob", testPass)...)},
 		{"socks4", socks4ConnectMsg(echo)},
 	}
 	for _, tt := range tests {
@@ -510,6 +544,82 @@ func TestCoolDown(t *testing.T) {
 			c := dial(t, srv.addr)
 			send(t, c, tt.send)
 			expectClosed(t, c)
+		})
+	}
+}
+
+// TestAuthObserved checks that every authentication refusal before a
+// request is logged and counted: a wrong password as a failure naming
+// the user tried (never the password) with the RFC 1929 status, a
+// greeting without username/password and a SOCKS4 request as challenges
+// (status 0xFF and 91, the reply sent); none makes a per-user series.
+func TestAuthObserved(t *testing.T) {
+	echo := startEcho(t, "tcp4")
+	tests := []struct {
+		name               string
+		send               []byte
+		reply              []byte
+		rec                map[string]any
+		failed, challenged float64
+	}{
+		{name: "wrong password",
+			send:  append([]byte{5, 1, methodUserPass}, userPassMsg(testUser, "n0t-the-pw")...),
+			reply: []byte{5, methodUserPass, 1, 1},
+			rec: map[string]any{"user": testUser, "protocol": "socks5", "method": "", "target": "",
+				"status": float64(1), "reason": "auth-failed"},
+			failed: 1},
+		{name: "unknown user",
+			send:  append([]byte{5, 1, methodUserPass}, userPassMsg("mallory", "n0t-the-pw")...),
+			reply: []byte{5, methodUserPass, 1, 1},
+			rec: map[string]any{"user": "mallory", "protocol": "socks5", "method": "", "target": "",
+				"status": float64(1), "reason": "auth-failed"},
+			failed: 1},
+		{name: "no acceptable method", send: []byte{5, 1, methodNoAuth}, reply: []byte{5, methodNoAcceptable},
+			rec: map[string]any{"user": "", "protocol": "socks5", "method": "", "target": "",
+				"status": float64(methodNoAcceptable), "reason": "auth-missing"},
+			challenged: 1},
+		{name: "socks4", send: socks4ConnectMsg(echo), reply: []byte{0, socks4Rejected, 0, 0, 0, 0, 0, 0},
+			rec: map[string]any{"user": "", "protocol": "socks4", "method": "CONNECT", "target": echo.String(),
+				"status": float64(socks4Rejected), "reason": "auth-missing"},
+			challenged: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			alog, out := newAccessLog(t)
+			m := metrics.New(metrics.Config{PerUser: true})
+			pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+				Listener: "auth", Users: map[string]string{testUser: testPass},
+				Metrics: m.Listener("auth", "socks5"), UserMetrics: m.User, AccessLog: alog,
+			})
+			srv := startServer(t, "tcp4", pol, Config{})
+			c := dial(t, srv.addr)
+			send(t, c, tt.send)
+			expect(t, c, tt.reply)
+			expectClosed(t, c)
+			waitFor(t, "the refusal's record", func() bool { return strings.Contains(out.String(), "\n") })
+			recs := records(t, out)
+			if len(recs) != 1 {
+				t.Fatalf("got %d access log records, want 1: %q", len(recs), out.String())
+			}
+			tt.rec["listener"] = "auth"
+			checkRecord(t, recs[0], tt.rec)
+			if strings.Contains(out.String(), "n0t-the-pw") {
+				t.Errorf("the password in the access log: %s", out.String())
+			}
+			for _, mt := range []struct {
+				name   string
+				labels []string
+				want   float64
+			}{
+				{"rustle_auth_failures_total", []string{"listener", "auth"}, tt.failed},
+				{"rustle_auth_challenges_total", []string{"listener", "auth"}, tt.challenged},
+				{"rustle_requests_total", []string{"listener", "auth", "code", "4xx"}, 1},
+				{"rustle_user_requests_total", nil, 0},
+			} {
+				if got := proxytest.Metric(t, m, mt.name, mt.labels...); got != mt.want {
+					t.Errorf("%s%q = %v, want %v", mt.name, mt.labels, got, mt.want)
+				}
+			}
 		})
 	}
 }
@@ -617,8 +727,12 @@ func TestTunnelObserved(t *testing.T) {
 			if len(recs) != 1 {
 				t.Fatalf("got %d access log records, want 1: %q", len(recs), out.String())
 			}
+			proto := "socks5"
+			if tt.socks4 {
+				proto = "socks4"
+			}
 			checkRecord(t, recs[0], map[string]any{
-				"listener": "obs", "user": user, "protocol": "socks5", "method": "CONNECT",
+				"listener": "obs", "user": user, "protocol": proto, "method": "CONNECT",
 				"target": echo.String(), "status": float64(repSucceeded), "upstream": echo.String(),
 				"bytes_up": float64(len(msg)), "bytes_down": float64(len(msg)),
 			})

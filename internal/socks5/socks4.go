@@ -87,6 +87,17 @@ func nulField(b []byte, start int) (int, bool, error) {
 	return 0, false, errShort
 }
 
+// socks4Method names a SOCKS4 command as the access log shows it.
+func socks4Method(cmd byte) string {
+	switch cmd {
+	case cmdConnect:
+		return "CONNECT"
+	case cmdBind:
+		return "BIND"
+	}
+	return ""
+}
+
 // appendSOCKS4Reply appends a SOCKS4 reply: VN (0) CD DSTPORT DSTIP, with
 // bnd as DSTPORT and DSTIP when it is an IPv4 address and zeros otherwise.
 func appendSOCKS4Reply(b []byte, cd byte, bnd netip.AddrPort) []byte {
