@@ -84,19 +84,27 @@ type Record struct {
 	Listener string
 	// Client is the client's address (after PROXY protocol, when used).
 	Client netip.AddrPort
-	// User is the authenticated user name; "" when there was no
-	// authentication or it failed.
+	// User is the authenticated user name; for a refusal of wrong
+	// credentials or a cool-down, the user name they tried (never the
+	// password); "" when there was no authentication, or credentials
+	// that named no user (another scheme, undecodable).
 	User string
 	// Protocol is what the client spoke.
 	Protocol Protocol
 	// Method is the HTTP method ("GET", "CONNECT"); for SOCKS, "CONNECT"
-	// or "UDP ASSOCIATE".
+	// or "UDP ASSOCIATE" (text lines write its space \x20), "BIND" for
+	// a refused SOCKS4 BIND, and "" for a SOCKS5 exchange refused before
+	// any request (a failed login, a greeting without an acceptable
+	// method), whose Target is "" too.
 	Method string
 	// Target is the request target: an absolute URL for plain HTTP, or
 	// host:port for tunnels and SOCKS.
 	Target string
 	// Status is the HTTP status sent to the client; for SOCKS, the reply
-	// code (0 is success). Zero when no response was sent.
+	// code (0 is success; SOCKS4's 90-93), or for a SOCKS5 exchange
+	// refused before any request what was sent instead: the RFC 1929
+	// status (1) of a failed login, 255 (no acceptable method) for a
+	// greeting. Zero when no response was sent.
 	Status int
 	// BytesUp counts bytes from the client to the upstream: the request
 	// body, or everything sent into a tunnel.
@@ -130,8 +138,10 @@ const (
 	// ReasonAuthFailed: the credentials were wrong; User is the name
 	// tried (never the password).
 	ReasonAuthFailed = "auth-failed"
-	// ReasonCoolingDown: the client is cooling down after failed
-	// authentications.
+	// ReasonCoolingDown: the client's address, or the user name tried
+	// (User) at that address, is cooling down after failed
+	// authentications; the credentials were not checked (or their
+	// failure started the cool-down).
 	ReasonCoolingDown = "cooling-down"
 	// ReasonUserLimit: the user has too many connections.
 	ReasonUserLimit = "user-limit"
