@@ -965,12 +965,12 @@ func TestListenerUsers(t *testing.T) {
 		{"listed user", nil, basicAuth("alice", "pw"), gate.OK, 0},
 		{"unlisted user, right password", nil, basicAuth("bob", "pw2"), gate.NeedAuth, 1},
 		{"unlisted user's SOCKS5 login", func(s *gate.Session) {
-			if _, k := s.Login([]byte("bob"), []byte("pw2")); k != gate.NeedAuth {
+			if _, k := s.Login([]byte("bob"), []byte("pw2"), new(gate.Grant)); k != gate.NeedAuth {
 				t.Errorf("bob's login: %v, want %v", k, gate.NeedAuth)
 			}
-		}, nil, gate.NeedAuth, 2},
+		}, nil, gate.NeedAuth, 1}, // the login; the request without credentials is a challenge
 		{"listed user's SOCKS5 login", func(s *gate.Session) {
-			if _, k := s.Login([]byte("alice"), []byte("pw")); k != gate.OK {
+			if _, k := s.Login([]byte("alice"), []byte("pw"), new(gate.Grant)); k != gate.OK {
 				t.Errorf("alice's login: %v, want ok", k)
 			}
 		}, nil, gate.OK, 0},
@@ -980,7 +980,7 @@ func TestListenerUsers(t *testing.T) {
 			if u, ok := s.Identity(); ok {
 				t.Errorf("identity %q from a certificate of a user not on the listener", u)
 			}
-		}, nil, gate.NeedAuth, 1},
+		}, nil, gate.NeedAuth, 0}, // no identity, no credentials: a challenge
 		{"unlisted user's certificate, listed user's password", func(s *gate.Session) { s.SetTLS(certState(t, "carol")) },
 			basicAuth("alice", "pw"), gate.OK, 0},
 	}

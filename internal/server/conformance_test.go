@@ -859,7 +859,7 @@ func TestConformance(t *testing.T) {
 			name:   "407 user not on the listener",
 			skip:   skips{socks4a: noSOCKS4Auth},
 			ask:    tunnelTo(env.echo.Addr, "bob", "pw"),
-			status: 407, authFail: true, authFails: 1,
+			status: 407, reason: "auth-failed", authFail: true, tried: "bob", authFails: 1,
 		},
 		{
 			name:   "403 by rule",
@@ -967,7 +967,8 @@ func TestConformance(t *testing.T) {
 			ask: func(c *conformCell) conformAsk {
 				return conformAsk{forward: true, target: env.origin.URL("/dave"), cert: env.dave}
 			},
-			status: 407, authFail: true, authFails: 1,
+			// No identity and no credentials: the usual challenge.
+			status: 407, reason: "auth-missing", authFail: true, authAsks: 1,
 		},
 		{
 			name: "certificate without a common name",
