@@ -28,6 +28,13 @@ type Field struct {
 type ParseError struct {
 	Status int
 	Reason string
+	// Framing is set when the head was refused for how it frames its
+	// body, the shapes of request smuggling: Content-Length and
+	// Transfer-Encoding together, conflicting or invalid Content-Length
+	// values, a Transfer-Encoding whose last coding is not chunked (or
+	// any in HTTP/1.0), and the line folding and whitespace before a
+	// colon that can hide either field from one parser but not another.
+	Framing bool
 }
 
 // Error returns the reason with the package prefix.
@@ -41,6 +48,12 @@ func NewParseError(status int, reason string) error {
 
 func perr(status int, reason string) error { return NewParseError(status, reason) }
 
+// framingErr returns a *ParseError refusing a message for its framing
+// (see ParseError.Framing).
+func framingErr(reason string) error {
+	return &ParseError{Status: 400, Reason: reason, Framing: true}
+}
+
 // Parse errors, allocated once.
 var (
 	errBadRequestLine  = perr(400, "malformed request line")
@@ -49,17 +62,18 @@ var (
 	errVersion         = perr(505, "unsupported HTTP version")
 	errBadVersion      = perr(400, "malformed HTTP version")
 	errBareCR          = perr(400, "bare CR or LF in message head")
-	errObsFold         = perr(400, "obsolete line folding in header")
-	errBadHeaderName   = perr(400, "malformed header name (or whitespace before colon)")
+	errObsFold         = framingErr("obsolete line folding in header")
+	errSpaceColon      = framingErr("whitespace between header name and colon")
+	errBadHeaderName   = perr(400, "malformed header name")
 	errBadHeaderValue  = perr(400, "invalid character in header value")
 	errTooManyHeaders  = perr(431, "too many header fields")
 	ErrHeadTooLarge    = perr(431, "request header fields too large")
-	errBadCL           = perr(400, "invalid Content-Length")
-	errDupCL           = perr(400, "conflicting Content-Length values")
-	errCLAndTE         = perr(400, "both Content-Length and Transfer-Encoding")
-	errTENotChunked    = perr(400, "Transfer-Encoding without chunked as final coding")
+	errBadCL           = framingErr("invalid Content-Length")
+	errDupCL           = framingErr("conflicting Content-Length values")
+	errCLAndTE         = framingErr("both Content-Length and Transfer-Encoding")
+	errTENotChunked    = framingErr("Transfer-Encoding without chunked as final coding")
 	errTEUnsupported   = perr(501, "unsupported transfer coding")
-	errTEHTTP10        = perr(400, "Transfer-Encoding in an HTTP/1.0 message")
+	errTEHTTP10        = framingErr("Transfer-Encoding in an HTTP/1.0 message")
 	errDupHost         = perr(400, "more than one Host header")
 	errTooManyConnOpts = perr(400, "too many Connection options")
 	ErrBadStatusLine   = errors.New("http1: malformed status line")
@@ -165,45 +179,59 @@ var fieldVChar = func() (t [256]bool) {
 }()
 
 // ParseRequest parses a request head: b must be the whole head as found by
-// findHeadEnd.
+// findHeadEnd. When it fails past the request line, Method and Target
+// are set: they were parsed.
 func (h *Head) ParseRequest(b []byte) error {
+	eol, err := h.ParseRequestLine(b)
+	if err != nil {
+		return err
+	}
+	if err := h.parseFields(b, eol+2); err != nil {
+		return err
+	}
+	return h.checkFraming(true)
+}
+
+// ParseRequestLine parses the request line at the start of b, which may
+// hold a head not yet whole (one refused as too large or too slow, whose
+// request line may still say what it was): Method, Target and Minor are
+// set when it returns nil, with the index of the line's CR. No other
+// field is parsed.
+func (h *Head) ParseRequestLine(b []byte) (int, error) {
 	h.reset(b)
 	eol, err := lineEnd(b, 0)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	line := b[:eol]
 	// method SP request-target SP HTTP-version
 	sp1 := bytes.IndexByte(line, ' ')
 	if sp1 <= 0 {
-		return errBadRequestLine
+		return 0, errBadRequestLine
 	}
 	for _, c := range line[:sp1] {
 		if !tchar[c] {
-			return errBadMethod
+			return 0, errBadMethod
 		}
 	}
 	rest := line[sp1+1:]
 	sp2 := bytes.IndexByte(rest, ' ')
 	if sp2 <= 0 {
-		return errBadRequestLine
+		return 0, errBadRequestLine
 	}
 	for _, c := range rest[:sp2] {
 		if c <= ' ' || c == 0x7f {
-			return errBadTarget
+			return 0, errBadTarget
 		}
+	}
+	minor, err := parseVersion(rest[sp2+1:])
+	if err != nil {
+		return 0, err
 	}
 	h.Method = Span{0, int32(sp1)}
 	h.Target = Span{int32(sp1 + 1), int32(sp1 + 1 + sp2)}
-	minor, err := parseVersion(rest[sp2+1:])
-	if err != nil {
-		return err
-	}
 	h.Minor = minor
-	if err := h.parseFields(b, eol+2); err != nil {
-		return err
-	}
-	return h.checkFraming(true)
+	return eol, nil
 }
 
 // ParseResponse parses a response head.
@@ -304,6 +332,9 @@ func (h *Head) parseFields(b []byte, off int) error {
 				break
 			}
 			if !tchar[c] {
+				if (c == ' ' || c == '\t') && i > off && spaceThenColon(b[i:eol]) {
+					return errSpaceColon
+				}
 				return errBadHeaderName
 			}
 		}
@@ -335,6 +366,20 @@ func (h *Head) parseFields(b []byte, off int) error {
 		}
 		off = eol + 2
 	}
+}
+
+// spaceThenColon reports whether b is whitespace up to a colon.
+func spaceThenColon(b []byte) bool {
+	for _, c := range b {
+		switch c {
+		case ' ', '\t':
+		case ':':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // noteField records what the framing, connection management and

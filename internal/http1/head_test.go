@@ -3,6 +3,7 @@ package http1
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,8 +238,8 @@ func TestParseRequestHeaderSyntax(t *testing.T) {
 		{"all tchars", "!#$%&'*+-.^_`|~09azAZ: v", nil, "v"},
 		{"obs-text value", "X-Foo: caf\xc3\xa9 \xff", nil, "caf\xc3\xa9 \xff"},
 		{"colon in value", "X-Foo: a:b::", nil, "a:b::"},
-		{"space before colon", "Host : h", errBadHeaderName, ""},
-		{"tab before colon", "Host\t: h", errBadHeaderName, ""},
+		{"space before colon", "Host : h", errSpaceColon, ""},
+		{"tab before colon", "Host\t: h", errSpaceColon, ""},
 		{"space in name", "X Foo: v", errBadHeaderName, ""},
 		{"empty name", ": v", errBadHeaderName, ""},
 		{"no colon", "X-Foo", errBadHeaderName, ""},
@@ -363,7 +364,7 @@ func TestParseRequestFraming(t *testing.T) {
 		{name: "CL empty", fields: []string{"Content-Length:"}, wantErr: errBadCL, wantStatus: 400},
 		{name: "CL non-ASCII digit", fields: []string{"Content-Length: \xd9\xa5"}, wantErr: errBadCL, wantStatus: 400},
 		{name: "CL NUL", fields: []string{"Content-Length: 5\x00"}, wantErr: errBadHeaderValue, wantStatus: 400},
-		{name: "CL space before colon", fields: []string{"Content-Length : 5"}, wantErr: errBadHeaderName, wantStatus: 400},
+		{name: "CL space before colon", fields: []string{"Content-Length : 5"}, wantErr: errSpaceColon, wantStatus: 400},
 		{name: "CL obs-fold", fields: []string{"Content-Length:", " 5"}, wantErr: errBadCL, wantStatus: 400},
 		{name: "CL duplicate different", fields: []string{"Content-Length: 5", "Content-Length: 6"}, wantErr: errDupCL, wantStatus: 400},
 		{name: "CL duplicate different case", fields: []string{"Content-Length: 5", "CONTENT-LENGTH: 50"}, wantErr: errDupCL, wantStatus: 400},
@@ -408,7 +409,7 @@ func TestParseRequestFraming(t *testing.T) {
 		// The empty first line is refused before the fold is seen.
 		{name: "TE obs-fold empty first line", fields: []string{"Transfer-Encoding:", " chunked"}, wantErr: errTENotChunked, wantStatus: 400},
 		{name: "TE obs-fold list", fields: []string{"Transfer-Encoding: gzip,", "\tchunked"}, wantErr: errTENotChunked, wantStatus: 400},
-		{name: "TE space before colon", fields: []string{"Transfer-Encoding : chunked"}, wantErr: errBadHeaderName, wantStatus: 400},
+		{name: "TE space before colon", fields: []string{"Transfer-Encoding : chunked"}, wantErr: errSpaceColon, wantStatus: 400},
 		{name: "TE vertical tab", fields: []string{"Transfer-Encoding: \x0bchunked"}, wantErr: errBadHeaderValue, wantStatus: 400},
 		{name: "TE bare CR", fields: []string{"Transfer-Encoding: chunked\r"}, wantErr: errBareCR, wantStatus: 400},
 		{name: "TE in HTTP/1.0", version: "HTTP/1.0", fields: []string{"Transfer-Encoding: chunked"}, wantErr: errTEHTTP10, wantStatus: 400},
@@ -1071,6 +1072,80 @@ func TestParseAllocs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if n := testing.AllocsPerRun(100, tt.f); n != 0 {
 				t.Errorf("%s: %v allocs per run, want 0", tt.name, n)
+			}
+		})
+	}
+}
+
+// TestParseErrorFraming checks which refusals say the request's framing
+// was refused (the smuggling shapes) and which do not.
+func TestParseErrorFraming(t *testing.T) {
+	tests := []struct {
+		name    string
+		fields  []string
+		framing bool
+	}{
+		{"CL and TE", []string{"Content-Length: 3", "Transfer-Encoding: chunked"}, true},
+		{"CL duplicate different", []string{"Content-Length: 5", "Content-Length: 6"}, true},
+		{"CL list", []string{"Content-Length: 5, 5"}, true},
+		{"CL signed", []string{"Content-Length: +5"}, true},
+		{"TE chunked not last", []string{"Transfer-Encoding: chunked, gzip"}, true},
+		{"TE gzip", []string{"Transfer-Encoding: gzip"}, true},
+		{"TE obs-fold", []string{"Transfer-Encoding: gzip", " chunked"}, true},
+		{"obs-fold elsewhere", []string{"X-A: a", " b"}, true},
+		{"TE space before colon", []string{"Transfer-Encoding : chunked"}, true},
+		{"tab before colon", []string{"X-A\t: b"}, true},
+		{"space in name", []string{"X A: b"}, false},
+		{"NUL in value", []string{"X-A: a\x00b"}, false},
+		{"TE gzip, chunked", []string{"Transfer-Encoding: gzip, chunked"}, false},
+		{"duplicate Host", []string{"Host: h"}, false},
+		{"too many headers", slices.Repeat([]string{"X-A: b"}, maxHeaders), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h Head
+			err := h.ParseRequest(rawHead(append([]string{"POST http://h/ HTTP/1.1", "Host: h"}, tt.fields...)...))
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("ParseRequest: %v, want a *ParseError", err)
+			}
+			if pe.Framing != tt.framing {
+				t.Errorf("%v: Framing %v, want %v", err, pe.Framing, tt.framing)
+			}
+		})
+	}
+	var h Head
+	if err := h.ParseRequest(rawHead("POST http://h/ HTTP/1.0", "Transfer-Encoding: chunked")); err != errTEHTTP10 || !err.(*ParseError).Framing {
+		t.Errorf("TE in HTTP/1.0: %v, want a framing refusal", err)
+	}
+}
+
+// TestParseRequestLinePartial checks that the request line of a head not
+// yet whole is parsed, and that nothing of its fields is.
+func TestParseRequestLinePartial(t *testing.T) {
+	tests := []struct {
+		name, b        string
+		method, target string // "" = not parsed
+	}{
+		{"line and part of a field", "GET http://h/a HTTP/1.1\r\nX-Secret: hunter", "GET", "http://h/a"},
+		{"line only", "CONNECT h:443 HTTP/1.1\r\n", "CONNECT", "h:443"},
+		{"line not ended", "GET http://h/a HTTP/1.1", "", ""},
+		{"bad version", "GET http://h/a HTTP/2.0\r\nX: y", "", ""},
+		{"bad method", "G(T http://h/a HTTP/1.1\r\n", "", ""},
+		{"empty", "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var h Head
+			_, err := h.ParseRequestLine([]byte(tt.b))
+			if (err == nil) != (tt.method != "") {
+				t.Fatalf("ParseRequestLine(%q): %v", tt.b, err)
+			}
+			if m, tg := string(h.Method.Of(h.Buf)), string(h.Target.Of(h.Buf)); m != tt.method || tg != tt.target {
+				t.Errorf("method %q, target %q; want %q, %q", m, tg, tt.method, tt.target)
+			}
+			if len(h.Fields) != 0 {
+				t.Errorf("%d fields parsed, want none", len(h.Fields))
 			}
 		})
 	}
