@@ -158,6 +158,11 @@ const (
 	ReasonBadRequest = "bad-request"
 	// ReasonHeadTooLarge: the request head exceeded the limit (431).
 	ReasonHeadTooLarge = "head-too-large"
+	// ReasonHeadTimeout: the client began a request head but did not
+	// finish it within the read-header timeout (408). A connection that
+	// sends nothing, or stays idle between requests, is closed without a
+	// record.
+	ReasonHeadTimeout = "head-timeout"
 	// ReasonSmuggling: the request's framing was ambiguous (conflicting
 	// Content-Length and Transfer-Encoding, and the like) and refused.
 	ReasonSmuggling = "smuggling"

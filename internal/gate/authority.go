@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bytes"
 	"errors"
 	"net/netip"
 	"strconv"
@@ -121,3 +122,23 @@ func AppendHostPort[T ~string | ~[]byte](dst []byte, host T, port int, ipv6 bool
 	dst = append(dst, ':')
 	return strconv.AppendInt(dst, int64(port), 10)
 }
+
+// LoggableTarget returns a request target as a log may show it: target
+// itself, or nil when its authority carries userinfo (user:password@),
+// which is a credential. Only a refused request can carry it: every
+// front-end refuses userinfo in a target.
+func LoggableTarget(target []byte) []byte {
+	a := target
+	if i := bytes.Index(a, schemeSep); i >= 0 {
+		a = a[i+len(schemeSep):]
+	}
+	if i := bytes.IndexAny(a, "/?#"); i >= 0 {
+		a = a[:i]
+	}
+	if bytes.IndexByte(a, '@') >= 0 {
+		return nil
+	}
+	return target
+}
+
+var schemeSep = []byte("://")

@@ -20,7 +20,10 @@
 // the paced relay or the portable relay, all returning the bytes each
 // way) and ends with [Grant.Finish], which writes the access log record
 // and the metrics. One request of each protocol thus counts and logs the
-// same fields.
+// same fields. What a front-end refuses before it is a request the policy
+// can decide (a malformed or oversized head, an HTTP/2 protocol error, a
+// failed TLS handshake) is reported once with [Session.Reject]: a record
+// with what was parsed of it and its reason, and a debug line.
 //
 // Bytes, for every protocol, are the payload bytes relayed: a request or
 // response body, or what a tunnel carried each way; response heads are

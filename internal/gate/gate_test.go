@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/netip"
@@ -1094,4 +1095,93 @@ func TestRegistryRevokeByListener(t *testing.T) {
 	onA.Close()
 	onB.Close()
 	proxytest.WaitFor(t, "the registry empty", func() bool { return reg.Users() == 0 })
+}
+
+// TestReject checks what a request refused before it could be decided
+// leaves: one access log record with what was parsed of it, its status
+// and reason; a request counted only when something was answered; and
+// one debug line naming the cause.
+func TestReject(t *testing.T) {
+	tests := []struct {
+		name           string
+		req            gate.Request
+		status         int
+		reason         string
+		cause          error
+		protocol       string // as logged in JSON
+		method, target string
+		counted        float64
+	}{
+		{"malformed head", gate.Request{Log: accesslog.ProtoHTTP, Method: "POST", Target: []byte("http://example.com/a")},
+			400, accesslog.ReasonSmuggling, errors.New("http1: both Content-Length and Transfer-Encoding"), "http", "POST", "http://example.com/a", 1},
+		{"nothing parsed", gate.Request{Log: accesslog.ProtoHTTP}, 431, accesslog.ReasonHeadTooLarge, nil, "http", "", "", 1},
+		{"nothing answered", gate.Request{Target: []byte("sni.example")}, 0, accesslog.ReasonTLSHandshake,
+			errors.New("remote error: tls: bad certificate"), "", "", "sni.example", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logs := &lockedBuffer{}
+			cfg := proxytest.PolicyConfig{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+			o := observe(t, &cfg)
+			s := newSession(t, proxytest.NewPolicy(t, cfg))
+			var g gate.Grant
+			// A grant a previous request left is replaced, not reported again.
+			if k := s.Authorize(connectReq("example.com", nil), &g); k != gate.OK {
+				t.Fatalf("Authorize: %v", k)
+			}
+			g.Answer(200, 0)
+			g.Finish(0, 0)
+			s.Reject(&tt.req, &g, tt.status, tt.reason, tt.cause)
+			g.Finish(0, 0) // idempotent
+			recs := o.records(t, 2)
+			if len(recs) != 2 {
+				t.Fatalf("%d records, want 2: %v", len(recs), recs)
+			}
+			rec := recs[1]
+			if rec["reason"] != tt.reason || rec["status"] != float64(tt.status) || rec["method"] != tt.method ||
+				rec["target"] != tt.target || rec["protocol"] != tt.protocol || rec["user"] != "" {
+				t.Errorf("record %v, want status %d, reason %s, method %q, target %q", rec, tt.status, tt.reason, tt.method, tt.target)
+			}
+			if got := proxytest.Metric(t, o.m, "rustle_requests_total", "code", "4xx"); got != tt.counted {
+				t.Errorf("4xx requests counted %v, want %v", got, tt.counted)
+			}
+			if got := proxytest.Metric(t, o.m, "rustle_requests_total", "code", "other"); got != 0 {
+				t.Errorf("requests counted without a status: %v", got)
+			}
+			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], `msg="gate: request refused"`) ||
+				!strings.Contains(lines[0], "reason="+tt.reason) || !strings.Contains(lines[0], fmt.Sprintf("status=%d", tt.status)) {
+				t.Fatalf("debug lines %q, want one refusal with reason %s", lines, tt.reason)
+			}
+			if hasErr := strings.Contains(lines[0], " err="); hasErr != (tt.cause != nil) {
+				t.Errorf("debug line %q: err attribute %v, want %v", lines[0], hasErr, tt.cause != nil)
+			}
+		})
+	}
+}
+
+// TestLoggableTarget checks that a target whose authority carries
+// userinfo is not logged, and that any other is, '@' elsewhere included.
+func TestLoggableTarget(t *testing.T) {
+	for _, tt := range []struct {
+		target string
+		logged bool
+	}{
+		{"http://example.com/a", true},
+		{"http://example.com/a@b?c=d@e", true},
+		{"http://example.com?q=a@b", true},
+		{"example.com:443", true},
+		{"/a@b", true},
+		{"", true},
+		{"http://alice:pw@example.com/", false},
+		{"HTTP://alice@example.com", false},
+		{"http://a:b@c@example.com/", false},
+		{"alice:pw@example.com:443", false},
+		{"ws://alice:pw@example.com?x", false},
+	} {
+		got := gate.LoggableTarget([]byte(tt.target))
+		if (got != nil || tt.target == "") != tt.logged || got != nil && string(got) != tt.target {
+			t.Errorf("LoggableTarget(%q) = %q, want logged %v", tt.target, got, tt.logged)
+		}
+	}
 }

@@ -85,6 +85,10 @@ type Grant struct {
 	// log shows for a refusal; never a password, and never a user of the
 	// metrics or the Limiter's user counts.
 	tried []byte
+	// unanswered: logged though nothing was answered (a Reject with
+	// status 0), and not counted as a request.
+	unanswered bool
+	cause      error // what was wrong, for the debug line of a Reject; nil = nothing said
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -170,6 +174,27 @@ func (s *Session) Observe(r *Request, g *Grant) {
 	g.proto = r.Log
 	g.method = internMethod(g.method, r.Method)
 	g.target = append(g.target[:0], r.Target...)
+}
+
+// Reject reports what the front-end refused before it became a request
+// the policy could decide, or a connection that failed before it carried
+// one: a malformed, oversized or unfinished request head, ambiguous
+// framing, an HTTP/2 protocol error, a failed TLS handshake, plain HTTP
+// on a TLS port. r says what was read of it: Log, and Method and Target
+// as far as they were parsed (nil and "" are logged as "-"; a target
+// with userinfo is not logged: see LoggableTarget; the rest of r is
+// ignored). status is what the client was answered, 0 = nothing;
+// reason is one of the accesslog Reason constants; cause, when not nil,
+// says what was wrong, in the debug line only (it must hold no byte of
+// a header value or a body). The front-end writes its answer itself. g
+// is finished on return: it was logged, and counted as a request when
+// status is not 0, as any other refusal.
+func (s *Session) Reject(r *Request, g *Grant, status int, reason string, cause error) {
+	s.Observe(&Request{Log: r.Log, Method: r.Method, Target: LoggableTarget(r.Target)}, g)
+	g.Answer(status, 0)
+	g.unanswered = status == 0
+	g.reason, g.cause = reason, cause
+	g.Finish(0, 0)
 }
 
 // Observing reports whether the request is observed (metrics or access
@@ -310,7 +335,8 @@ func (g *Grant) Answer(status, class int) {
 // body bytes, or a tunnel's payload) to the access log and the metrics,
 // and ends the grant's hold on the user's connection count. A grant that
 // answered nothing (Answer never called) is not reported (a SOCKS
-// success is reply code 0: the class it is counted in tells). Finish is
+// success is reply code 0: the class it is counted in tells), but for a
+// Reject with status 0, which is logged and not counted. Finish is
 // idempotent; the next Authorize finishes a grant left open.
 func (g *Grant) Finish(up, down int64) {
 	if g.s == nil || g.finished {
@@ -320,14 +346,16 @@ func (g *Grant) Finish(up, down int64) {
 	if g.reason != "" {
 		g.debugRefusal()
 	}
-	if g.observe && g.class != 0 {
+	if g.observe && (g.class != 0 || g.unanswered) {
 		p := g.s.p
-		if g.tunnel {
-			p.Metrics.Bytes(up, down)
-		} else {
-			p.Metrics.Request(g.class, up, down)
+		if g.class != 0 { // a Reject that answered nothing is no request to count
+			if g.tunnel {
+				p.Metrics.Bytes(up, down)
+			} else {
+				p.Metrics.Request(g.class, up, down)
+			}
+			g.userMetrics().Request(up, down)
 		}
-		g.userMetrics().Request(up, down)
 		if p.AccessLog != nil {
 			rec := g.record(up, down)
 			p.AccessLog.Log(&rec)
@@ -373,9 +401,13 @@ func (g *Grant) debugRefusal() {
 	if !g.s.p.logger().Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	g.s.debug("gate: request refused", slog.String("reason", g.reason), slog.Int("status", g.status),
+	attrs := []slog.Attr{slog.String("reason", g.reason), slog.Int("status", g.status),
 		slog.String("protocol", g.proto.String()), slog.String("user", g.logUser()),
-		slog.String("method", g.method), slog.String("target", string(g.target)), slog.String("rule", g.Rule))
+		slog.String("method", g.method), slog.String("target", string(g.target)), slog.String("rule", g.Rule)}
+	if g.cause != nil {
+		attrs = append(attrs, slog.Any("err", g.cause))
+	}
+	g.s.debug("gate: request refused", attrs...)
 }
 
 // logUser returns the user the access log names: the authenticated user,

@@ -2,6 +2,7 @@ package proxytest
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sort"
@@ -55,6 +56,8 @@ type PolicyConfig struct {
 	TunnelIdle time.Duration
 	// Revoked tracks sessions per user; nil = none.
 	Revoked *gate.Registry
+	// Logger receives the policy's refusals at debug level; nil = discard.
+	Logger *slog.Logger
 }
 
 // NewPolicy returns the policy cfg describes; it fails the test when the
@@ -69,6 +72,7 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 		AccessLog:   cfg.AccessLog,
 		TunnelIdle:  cfg.TunnelIdle,
 		Revoked:     cfg.Revoked,
+		Logger:      cfg.Logger,
 	}
 	if cfg.Users != nil {
 		names := make([]string, 0, len(cfg.Users))
