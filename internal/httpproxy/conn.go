@@ -108,14 +108,18 @@ func (cn *conn) serve() bool {
 		n, err := cn.client.ReadHead(p.cfg.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
 		cn.idle.Store(false)
 		if err != nil {
+			// Nothing of a request (a close or an idle timeout) is no
+			// refusal; a head begun and not finished is.
 			var pe *http1.ParseError
 			var ne net.Error
 			switch {
 			case err == http1.ErrIdle, err == http1.ErrIdleTimeout:
 			case errors.As(err, &pe):
-				cn.writeError(pe.Status, pe.Reason, false)
+				cn.req.ParseRequestLine(cn.client.Buffered())
+				cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
 			case errors.As(err, &ne) && ne.Timeout() && cn.ctx.Err() == nil:
-				cn.writeError(408, "request head not received in time", false)
+				cn.req.ParseRequestLine(cn.client.Buffered())
+				cn.rejectHead(408, "request head not received in time", accesslog.ReasonHeadTimeout, err)
 			}
 			return false
 		}
@@ -123,7 +127,7 @@ func (cn *conn) serve() bool {
 		if err := cn.req.ParseRequest(cn.client.Buf[cn.client.R : cn.client.R+n]); err != nil {
 			var pe *http1.ParseError
 			if errors.As(err, &pe) {
-				cn.writeError(pe.Status, pe.Reason, false)
+				cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
 			}
 			return false
 		}
@@ -139,6 +143,35 @@ func (cn *conn) serve() bool {
 			return false
 		}
 	}
+}
+
+// rejectHead refuses a request head that was not whole or did not parse:
+// it is logged with what cn.req holds of its request line (nothing
+// unless the line parsed: never a header's value), and answered status
+// with why.
+func (cn *conn) rejectHead(status int, why, reason string, cause error) {
+	r := gate.Request{Log: accesslog.ProtoHTTP}
+	if req := &cn.req; !req.Method.Empty() {
+		m := req.Method.Of(req.Buf)
+		if string(m) == "CONNECT" {
+			r.Log = accesslog.ProtoConnect
+		}
+		r.Method = cn.internMethod(m)
+		r.Target = req.Target.Of(req.Buf)
+	}
+	cn.sess.Reject(&r, &cn.g, status, reason, cause)
+	cn.writeError(status, why, false)
+}
+
+// headReason returns the access log's reason for a refused request head.
+func headReason(pe *http1.ParseError) string {
+	switch {
+	case pe.Status == 431:
+		return accesslog.ReasonHeadTooLarge
+	case pe.Framing:
+		return accesslog.ReasonSmuggling
+	}
+	return accesslog.ReasonBadRequest
 }
 
 // handle serves one parsed request. It reports whether the client
@@ -170,7 +203,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	if err != nil {
 		var pe *http1.ParseError
 		errors.As(err, &pe)
-		cn.sess.Observe(r, &cn.g)
+		cn.sess.Reject(r, &cn.g, pe.Status, accesslog.ReasonBadRequest, err)
 		cn.writeError(pe.Status, pe.Reason, false)
 		return false, false
 	}
@@ -218,6 +251,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		avail := cn.client.Buffered()
 		m, err := http1.ScanChunked(&cn.reqChunk, avail)
 		if err != nil {
+			cn.g.SetReason(accesslog.ReasonBadRequest)
 			cn.writeError(400, "malformed chunked request body", false)
 			return false, false
 		}

@@ -52,6 +52,7 @@ type logRecord struct {
 	BytesDown int64 `json:"bytes_down"`
 	Upstream  string
 	Rule      string
+	Reason    string
 }
 
 // newAccessLog returns a JSON access log writing to the buffer it also
@@ -289,9 +290,9 @@ func TestTunnelObserved(t *testing.T) {
 }
 
 // TestAccessLogNotBody sends requests whose bodies, of several sizes and
-// both framings, stream through the buffer their heads were read into:
-// each record keeps the method and target sent, and no byte of a body
-// reaches the log.
+// both framings, stream through the buffer their heads were read into,
+// and a request refused for its framing behind them: each record keeps
+// the method and target sent, and no byte of a body reaches the log.
 func TestAccessLogNotBody(t *testing.T) {
 	t.Parallel()
 	const line = "password=hunter2&token=SECRET\n"
@@ -310,8 +311,11 @@ func TestAccessLogNotBody(t *testing.T) {
 					body = chunkBytes(body, 3000)
 					post = append([]byte(request("POST", postTarget, 1, "", "Host: "+o.Addr, "Transfer-Encoding: chunked")), body...)
 				}
-				// Two bodied requests and a GET behind them, in one write.
-				wire := append(append(post, post...), get(o, "/after")...)
+				// Two bodied requests, a GET and a request refused for
+				// its framing behind them, in one write.
+				refusedTarget := o.URL("/refused?size=" + strconv.Itoa(size))
+				refused := request("POST", refusedTarget, 1, "", "Host: "+o.Addr, "Content-Length: 30", "Transfer-Encoding: chunked") + line
+				wire := append(append(append(post, post...), get(o, "/after")...), refused...)
 				c := proxytest.Dial(t, proxy)
 				werr := make(chan error, 1)
 				go func() {
@@ -319,19 +323,20 @@ func TestAccessLogNotBody(t *testing.T) {
 					_, err := c.Conn.Write(wire)
 					werr <- err
 				}()
-				for _, m := range []string{"POST", "POST", "GET"} {
-					if r := c.ReadResponse(m); r.Status != 200 {
+				for i, m := range []string{"POST", "POST", "GET", "POST"} {
+					if r := c.ReadResponse(m); r.Status != []int{200, 200, 200, 400}[i] {
 						t.Fatalf("%s: answer %q", m, r.Head)
 					}
 				}
 				if err := <-werr; err != nil {
 					t.Fatalf("write: %v", err)
 				}
-				recs := waitRecords(t, out, 3)
+				recs := waitRecords(t, out, 4)
 				for i, want := range []logRecord{
 					{Protocol: "http", Method: "POST", Target: postTarget, Status: 200, BytesUp: int64(len(body)), BytesDown: 2, Upstream: o.Addr},
 					{Protocol: "http", Method: "POST", Target: postTarget, Status: 200, BytesUp: int64(len(body)), BytesDown: 2, Upstream: o.Addr},
 					{Protocol: "http", Method: "GET", Target: o.URL("/after"), Status: 200, BytesDown: 2, Upstream: o.Addr},
+					{Protocol: "http", Method: "POST", Target: refusedTarget, Status: 400, Reason: "smuggling"},
 				} {
 					if recs[i] != want {
 						t.Errorf("record %d = %+v, want %+v", i, recs[i], want)
