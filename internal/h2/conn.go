@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
@@ -53,9 +55,10 @@ const (
 )
 
 var (
-	errWoken = errors.New("h2: reader woken")
-	errIdle  = errors.New("h2: connection idle")
-	errDone  = errors.New("h2: connection drained")
+	errNoPreface = errors.New("h2: the connection did not start with the client preface")
+	errWoken     = errors.New("h2: reader woken")
+	errIdle      = errors.New("h2: connection idle")
+	errDone      = errors.New("h2: connection drained")
 )
 
 // conn is one HTTP/2 client connection.
@@ -78,6 +81,7 @@ type conn struct {
 	bigFrame    bool           // fr read a frame over framerKeep since it was made
 	prefaced    bool           // the client preface was read before serving began
 	sawSettings bool
+	rejected    int // malformed requests logged (rejectStream)
 
 	mu         sync.Mutex
 	wcond      sync.Cond          // signalled when writing turns false; L is &mu
@@ -162,7 +166,7 @@ func (c *conn) run(ctx context.Context) bool {
 		var pre [len(http2.ClientPreface)]byte
 		if _, err := io.ReadFull(&c.rd, pre[:]); err != nil || string(pre[:]) != http2.ClientPreface {
 			if err == nil {
-				return c.connError(http2.ConnectionError(http2.ErrCodeProtocol))
+				return c.connError(http2.ConnectionError(http2.ErrCodeProtocol), errNoPreface)
 			}
 			return false
 		}
@@ -188,17 +192,17 @@ func (c *conn) run(ctx context.Context) bool {
 			}
 		}
 		fh, err := c.fr.ReadFrameHeader()
+		var f http2.Frame
 		if err == nil {
 			if fh.Length > framerKeep {
 				c.bigFrame = true
 			}
-			var f http2.Frame
 			if f, err = c.fr.ReadFrameForHeader(fh); err == nil {
 				err = c.process(f)
 			}
 		}
 		if err != nil {
-			if !c.handleError(fh, err) {
+			if !c.handleError(fh, f, err) {
 				return c.goAwaySent()
 			}
 		}
@@ -215,9 +219,9 @@ func (c *conn) run(ctx context.Context) bool {
 	}
 }
 
-// handleError deals with an error from reading or handling a frame. It
-// reports whether the connection goes on.
-func (c *conn) handleError(fh http2.FrameHeader, err error) bool {
+// handleError deals with an error from reading or handling a frame (f,
+// nil when it was not read). It reports whether the connection goes on.
+func (c *conn) handleError(fh http2.FrameHeader, f http2.Frame, err error) bool {
 	var se http2.StreamError
 	var ce http2.ConnectionError
 	switch {
@@ -227,19 +231,25 @@ func (c *conn) handleError(fh http2.FrameHeader, err error) bool {
 			// A refused or malformed new stream is closed, and counts.
 			c.maxID = se.StreamID
 		}
-		if s := c.streams[se.StreamID]; s != nil {
+		s := c.streams[se.StreamID]
+		if s != nil {
 			c.resetLocked(s, se.Code, true)
 		} else {
 			c.writeRSTLocked(se.StreamID, se.Code)
 		}
 		c.kickLocked()
 		c.mu.Unlock()
+		if s == nil && fh.Type == http2.FrameHeaders && se.Code == http2.ErrCodeProtocol {
+			// A malformed request, which never became a stream (an open
+			// stream's own record tells of its end).
+			c.rejectStream(f, se)
+		}
 		return true
 	case errors.As(err, &ce):
-		c.connError(ce)
+		c.connError(ce, err)
 		return false
 	case errors.Is(err, http2.ErrFrameTooLarge):
-		c.connError(http2.ConnectionError(http2.ErrCodeFrameSize))
+		c.connError(http2.ConnectionError(http2.ErrCodeFrameSize), err)
 		return false
 	}
 	if !c.sawSettings && err != nil {
@@ -248,14 +258,45 @@ func (c *conn) handleError(fh http2.FrameHeader, err error) bool {
 	return false
 }
 
-// connError sends GOAWAY with the error's code. It returns true (a
-// GOAWAY was sent).
-func (c *conn) connError(ce http2.ConnectionError) bool {
+// connError sends GOAWAY with the error's code, for the client's error
+// cause, and logs the connection's end: one access log record, whatever
+// the streams before it. It returns true (a GOAWAY was sent).
+func (c *conn) connError(ce http2.ConnectionError, cause error) bool {
 	c.mu.Lock()
 	c.goAwayLocked(http2.ErrCode(ce))
 	c.mu.Unlock()
-	c.s.log.Debug("h2: connection error", "code", http2.ErrCode(ce).String(), "client", c.clientAddr)
+	if d := c.fr.ErrorDetail(); d != nil {
+		cause = fmt.Errorf("%w: %v", cause, d)
+	}
+	var g gate.Grant
+	c.sess.Reject(&gate.Request{Log: accesslog.ProtoH2}, &g, 0, accesslog.ReasonProtocol, cause)
 	return true
+}
+
+// maxRejectedLogged bounds the malformed requests logged per connection:
+// a client flooding them leaves that many lines, not one per frame.
+const maxRejectedLogged = 16
+
+// rejectStream logs a request refused as malformed, its stream reset with
+// PROTOCOL_ERROR: with its method when f, its frame, carried a valid one,
+// never its target; past maxRejectedLogged on the connection, not at all.
+func (c *conn) rejectStream(f http2.Frame, se http2.StreamError) {
+	if c.rejected == maxRejectedLogged {
+		return
+	}
+	c.rejected++
+	r := gate.Request{Log: accesslog.ProtoH2}
+	if mh, ok := f.(*http2.MetaHeadersFrame); ok {
+		if m := mh.PseudoValue("method"); validToken(m) {
+			r.Method = m
+		}
+	}
+	cause := se.Cause
+	if cause == nil {
+		cause = se
+	}
+	var g gate.Grant
+	c.sess.Reject(&r, &g, 0, accesslog.ReasonProtocol, cause)
 }
 
 func (c *conn) goAwaySent() bool {

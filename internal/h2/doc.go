@@ -34,6 +34,12 @@
 //     other user on it for the life of its stream);
 //   - a request an access rule denies: 403.
 //
+// What never becomes a stream's request is logged with
+// gate.Session.Reject, reason protocol: a malformed request, its stream
+// reset with PROTOCOL_ERROR (one record each, the first 16 of a
+// connection), and a connection error, answered with GOAWAY (one record
+// for the connection, whatever frames follow it).
+//
 // A granted stream dials, or takes a pooled upstream, through its
 // gate.Grant, which also learns its status, first byte and payload bytes
 // for the access log and the metrics. A paced user's bytes wait for the

@@ -155,7 +155,13 @@ func (s *stream) serve() bool {
 	}
 	switch r.kind {
 	case kindLocal:
-		s.answerLocal(r.localStatus())
+		status, why := r.localStatus()
+		reason := accesslog.ReasonBadRequest
+		if status == 431 {
+			reason = accesslog.ReasonHeadTooLarge
+		}
+		s.grant.SetReason(reason)
+		s.answerLocal(status, why)
 		return false
 	case kindForward:
 		s.forward()
@@ -185,6 +191,9 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 		target = append(append(append(append(target, r.scheme...), "://"...), r.authority...), r.path...)
 	} else {
 		target = append(make([]byte, 0, len(r.authority)), r.authority...)
+	}
+	if r.kind == kindLocal {
+		target = gate.LoggableTarget(target) // a refused :authority may carry userinfo
 	}
 	var authz []byte
 	if r.hasProxyAuth {
