@@ -14,7 +14,13 @@ import (
 // closes both.
 func startLogged(t *testing.T, cfg *config.Config, logger *slog.Logger, access *logBuffer, opts ...Option) (*Server, map[string]string) {
 	t.Helper()
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: access})
+	return startLoggedAs(t, cfg, logger, access, accesslog.FormatJSON, opts...)
+}
+
+// startLoggedAs is startLogged with the access log in format.
+func startLoggedAs(t *testing.T, cfg *config.Config, logger *slog.Logger, access *logBuffer, format accesslog.Format, opts ...Option) (*Server, map[string]string) {
+	t.Helper()
+	al, err := accesslog.New(accesslog.Config{Format: format, Writer: access})
 	if err != nil {
 		t.Fatal(err)
 	}

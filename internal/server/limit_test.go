@@ -260,9 +260,9 @@ func TestPerClientLimits(t *testing.T) {
 	})
 }
 
-// clientHello returns the first TLS record of a real handshake to
+// rawClientHello returns the first TLS record of a real handshake to
 // 127.0.0.1: a whole ClientHello.
-func clientHello(t *testing.T) []byte {
+func rawClientHello(t *testing.T) []byte {
 	t.Helper()
 	a, b := net.Pipe()
 	defer a.Close()
@@ -342,7 +342,7 @@ func TestTLSHandshakeLimit(t *testing.T) {
 	}
 
 	stalled := dialFrom(t, "127.0.0.1", addrs[0]) // a whole ClientHello, then nothing
-	if _, err := stalled.Write(clientHello(t)); err != nil {
+	if _, err := stalled.Write(rawClientHello(t)); err != nil {
 		t.Fatal(err)
 	}
 	stalled.SetReadDeadline(time.Now().Add(3 * time.Second))
@@ -369,7 +369,7 @@ func TestTLSHandshakeFairness(t *testing.T) {
 		c.Timeouts.ReadHeader.Duration = 10 * time.Second
 		c.Listen = []config.Listener{{Address: "127.0.0.1:0", Protocol: "https", TLS: cert}}
 	})
-	hello := clientHello(t)
+	hello := rawClientHello(t)
 	for range 16 {
 		c := dialFrom(t, "127.0.0.2", addrs[0])
 		if _, err := c.Write(hello); err != nil {

@@ -10,14 +10,14 @@ import (
 	"slices"
 	"time"
 
-	"golang.org/x/net/http2"
-
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
+	"golang.org/x/net/http2"
 )
 
 // newTLS loads the certificate of an "https" listener.
@@ -87,11 +87,15 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 		c.Close()
 		return
 	}
-	tc := tls.Server(tunnel.RecordConn(c), l.tls.TLSConfig())
+	tc, hello := serverConn(c, l.tls.TLSConfig())
 	c.SetDeadline(time.Now().Add(l.peek))
 	err = handshake(ctx, tc)
 	l.handshakes.release(slot)
 	if err != nil {
+		if ctx.Err() == nil { // not cut by a shutdown
+			var g gate.Grant
+			sess.Reject(&gate.Request{Target: []byte(hello.serverName)}, &g, 0, accesslog.ReasonTLSHandshake, err)
+		}
 		c.Close()
 		return
 	}
@@ -239,6 +243,29 @@ func waitRecord(ctx context.Context, c *net.TCPConn, deadline time.Time) error {
 	return nil
 }
 
+// clientHello is what a handshake learnt of the client's hello.
+type clientHello struct {
+	serverName string // the server name (SNI) asked for; "" = none, or the hello was not read
+}
+
+// serverConn returns a TLS server connection over c with base's settings,
+// and what its handshake learns of the client's hello, which is set once
+// the hello is read, also when the handshake then fails (read it once
+// the handshake has returned).
+func serverConn(c *net.TCPConn, base *tls.Config) (*tls.Conn, *clientHello) {
+	hello := new(clientHello)
+	cfg := base.Clone()
+	next := base.GetConfigForClient
+	cfg.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		hello.serverName = hi.ServerName
+		if next == nil {
+			return nil, nil
+		}
+		return next(hi)
+	}
+	return tls.Server(tunnel.RecordConn(c), cfg), hello
+}
+
 // tlsHandshakeRecord is the first byte of a TLS connection: the content
 // type of the record that carries the ClientHello.
 const tlsHandshakeRecord = 0x16
@@ -251,9 +278,16 @@ const notTLSAnswer = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; char
 // refuseNotTLS closes a connection to an https listener that did not
 // start with a TLS record, first answering 400 in plain HTTP when it
 // looks like an HTTP request (its first byte a letter, as a method's),
-// and logs it.
+// and logs it (the access log, and the refusal's debug line).
 func (l *listener) refuseNotTLS(c *net.TCPConn, sess *gate.Session, first byte) {
 	http := 'A' <= first && first <= 'Z'
+	status := 0
+	if http {
+		status = 400
+	}
+	var g gate.Grant
+	sess.Reject(&gate.Request{}, &g, status, accesslog.ReasonNotTLS,
+		fmt.Errorf("server: not TLS on an https listener: first byte %#02x, plain HTTP %v", first, http))
 	if http {
 		// A fresh socket's empty send buffer takes the answer at once.
 		// Then a lingering close: closing with the request unread would
@@ -263,10 +297,6 @@ func (l *listener) refuseNotTLS(c *net.TCPConn, sess *gate.Session, first byte) 
 		c.CloseWrite()
 		c.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
 		io.Copy(io.Discard, io.LimitReader(c, 64<<10))
-	}
-	if lg := sess.Policy().Logger; lg != nil {
-		lg.Info("server: not TLS on an https listener; closed", "client", sess.Client().String(),
-			"plain_http", http, "first_byte", int(first))
 	}
 	c.Close()
 }
