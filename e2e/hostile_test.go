@@ -4,13 +4,16 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,12 +116,13 @@ func (o *countingOrigin) serve(c net.Conn) {
 
 func (o *countingOrigin) addr() string { return o.ln.Addr().String() }
 
-// hostileShape is one malformed or ambiguous request and the status
-// rustle must answer it with.
+// hostileShape is one malformed or ambiguous request, the status rustle
+// must answer it with and the reason its access log record gives.
 type hostileShape struct {
 	name   string
 	req    string
 	status int
+	reason string
 }
 
 // hostileShapes returns the corpus for an origin at addr.
@@ -129,86 +133,88 @@ func hostileShapes(addr string) []hostileShape {
 	get := "GET " + u + " HTTP/1.1\r\n" + h
 	return []hostileShape{
 		// CL.TE and TE.CL: both framings at once, in either order.
-		{"CL.TE", post + "Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nX", 400},
-		{"TE.CL", post + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n8\r\nSMUGGLED\r\n0\r\n\r\n", 400},
-		{"CL.TE odd casing", post + "content-length: 4\r\ntRaNsFeR-eNcOdInG: ChUnKeD\r\n\r\n0\r\n\r\n", 400},
-		{"TE.TE second header", post + "Transfer-Encoding: chunked\r\nTransfer-encoding: identity\r\n\r\n0\r\n\r\n", 400},
-		{"TE.TE same value twice", post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
-		{"TE obs-fold", post + "Transfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n", 400},
-		{"TE obs-fold continuation", post + "X-A: a\r\nTransfer-Encoding: identity\r\n\tchunked\r\n\r\n0\r\n\r\n", 400},
-		{"TE space before colon", post + "Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 400},
-		{"TE xchunked", post + "Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 400},
-		{"TE chunked, identity", post + "Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", 400},
-		{"TE second encoding before chunked", post + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501},
-		{"TE vertical tab", post + "Transfer-Encoding: \x0bchunked\r\n\r\n0\r\n\r\n", 400},
-		{"TE in HTTP/1.0", "POST " + u + " HTTP/1.0\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"CL.TE", post + "Content-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nX", 400, "smuggling"},
+		{"TE.CL", post + "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n8\r\nSMUGGLED\r\n0\r\n\r\n", 400, "smuggling"},
+		{"CL.TE odd casing", post + "content-length: 4\r\ntRaNsFeR-eNcOdInG: ChUnKeD\r\n\r\n0\r\n\r\n", 400, "smuggling"},
+		{"TE.TE second header", post + "Transfer-Encoding: chunked\r\nTransfer-encoding: identity\r\n\r\n0\r\n\r\n", 400, "smuggling"},
+		{"TE.TE same value twice", post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "smuggling"},
+		{"TE obs-fold", post + "Transfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n", 400, "smuggling"},
+		{"TE obs-fold continuation", post + "X-A: a\r\nTransfer-Encoding: identity\r\n\tchunked\r\n\r\n0\r\n\r\n", 400, "smuggling"},
+		{"TE space before colon", post + "Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n", 400, "smuggling"},
+		{"TE xchunked", post + "Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 400, "smuggling"},
+		{"TE chunked, identity", post + "Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n", 400, "smuggling"},
+		{"TE second encoding before chunked", post + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501, "bad-request"},
+		{"TE vertical tab", post + "Transfer-Encoding: \x0bchunked\r\n\r\n0\r\n\r\n", 400, "bad-request"},
+		{"TE in HTTP/1.0", "POST " + u + " HTTP/1.0\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "smuggling"},
 		// Content-Length.
-		{"duplicate CL, different", post + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400},
-		{"CL list", post + "Content-Length: 5, 6\r\n\r\nhello!", 400},
-		{"signed CL +", post + "Content-Length: +5\r\n\r\nhello", 400},
-		{"signed CL -", post + "Content-Length: -1\r\n\r\n", 400},
-		{"hex CL", post + "Content-Length: 0x5\r\n\r\nhello", 400},
-		{"huge CL", post + "Content-Length: 99999999999999999999999\r\n\r\n", 400},
-		{"CL with space inside", post + "Content-Length: 1 0\r\n\r\n", 400},
-		{"empty CL", post + "Content-Length: \r\n\r\n", 400},
+		{"duplicate CL, different", post + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!", 400, "smuggling"},
+		{"CL list", post + "Content-Length: 5, 6\r\n\r\nhello!", 400, "smuggling"},
+		{"signed CL +", post + "Content-Length: +5\r\n\r\nhello", 400, "smuggling"},
+		{"signed CL -", post + "Content-Length: -1\r\n\r\n", 400, "smuggling"},
+		{"hex CL", post + "Content-Length: 0x5\r\n\r\nhello", 400, "smuggling"},
+		{"huge CL", post + "Content-Length: 99999999999999999999999\r\n\r\n", 400, "smuggling"},
+		{"CL with space inside", post + "Content-Length: 1 0\r\n\r\n", 400, "smuggling"},
+		{"empty CL", post + "Content-Length: \r\n\r\n", 400, "smuggling"},
 		// Chunked bodies.
-		{"chunk size overflow", post + "Transfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n", 400},
-		{"chunk size 2^64", post + "Transfer-Encoding: chunked\r\n\r\n10000000000000000\r\nx\r\n0\r\n\r\n", 400},
-		{"chunk size junk", post + "Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400},
-		{"chunk size 0x", post + "Transfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n", 400},
-		{"chunk size negative", post + "Transfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n", 400},
-		{"chunk data without CRLF", post + "Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", 400},
-		{"chunk extension 64 KiB", post + "Transfer-Encoding: chunked\r\n\r\n5;" + strings.Repeat("e", 64<<10) + "\r\nhello\r\n0\r\n\r\n", 400},
-		{"chunk extension bare LF", post + "Transfer-Encoding: chunked\r\n\r\n5;ext\nhello\r\n0\r\n\r\n", 400},
-		{"chunk extension bare CR", post + "Transfer-Encoding: chunked\r\n\r\n5;e\rx\r\nhello\r\n0\r\n\r\n", 400},
-		{"chunk line bare LF", post + "Transfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", 400},
-		{"trailer obs-fold", post + "Transfer-Encoding: chunked\r\n\r\n0\r\nX-T: a\r\n b\r\n\r\n", 400},
+		{"chunk size overflow", post + "Transfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n", 400, "bad-request"},
+		{"chunk size 2^64", post + "Transfer-Encoding: chunked\r\n\r\n10000000000000000\r\nx\r\n0\r\n\r\n", 400, "bad-request"},
+		{"chunk size junk", post + "Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400, "bad-request"},
+		{"chunk size 0x", post + "Transfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n", 400, "bad-request"},
+		{"chunk size negative", post + "Transfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n", 400, "bad-request"},
+		{"chunk data without CRLF", post + "Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", 400, "bad-request"},
+		{"chunk extension 64 KiB", post + "Transfer-Encoding: chunked\r\n\r\n5;" + strings.Repeat("e", 64<<10) + "\r\nhello\r\n0\r\n\r\n", 400, "bad-request"},
+		{"chunk extension bare LF", post + "Transfer-Encoding: chunked\r\n\r\n5;ext\nhello\r\n0\r\n\r\n", 400, "bad-request"},
+		{"chunk extension bare CR", post + "Transfer-Encoding: chunked\r\n\r\n5;e\rx\r\nhello\r\n0\r\n\r\n", 400, "bad-request"},
+		{"chunk line bare LF", post + "Transfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", 400, "bad-request"},
+		{"trailer obs-fold", post + "Transfer-Encoding: chunked\r\n\r\n0\r\nX-T: a\r\n b\r\n\r\n", 400, "bad-request"},
 		// Line and field syntax.
-		{"bare LF in header", get + "X-A: 1\nX-B: 2\r\n\r\n", 400},
-		{"bare CR in header", get + "X-A: 1\rX-B: 2\r\n\r\n", 400},
-		{"bare LF request line", "GET " + u + " HTTP/1.1\n" + h + "\r\n", 400},
-		{"NUL in value", get + "X-A: a\x00b\r\n\r\n", 400},
-		{"NUL in name", get + "X-\x00A: b\r\n\r\n", 400},
-		{"NUL in request line", "GET " + u + "\x00 HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"header without colon", get + "X-A b\r\n\r\n", 400},
-		{"empty header name", get + ": b\r\n\r\n", 400},
-		{"space in header name", get + "X A: b\r\n\r\n", 400},
-		{"obs-fold", get + "X-A: 1\r\n  folded\r\n\r\n", 400},
-		{"duplicate Host", get + h + "\r\n", 400},
-		{"double space in request line", "GET  " + u + " HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"lower-case version", "GET " + u + " http/1.1\r\n" + h + "\r\n", 400},
-		{"HTTP/0.9", "GET /\r\n\r\n", 400},
-		{"unsupported version", "GET " + u + " HTTP/2.0\r\n" + h + "\r\n", 505},
-		{"bad method token", "GE(T " + u + " HTTP/1.1\r\n" + h + "\r\n", 400},
+		{"bare LF in header", get + "X-A: 1\nX-B: 2\r\n\r\n", 400, "bad-request"},
+		{"bare CR in header", get + "X-A: 1\rX-B: 2\r\n\r\n", 400, "bad-request"},
+		{"bare LF request line", "GET " + u + " HTTP/1.1\n" + h + "\r\n", 400, "bad-request"},
+		{"NUL in value", get + "X-A: a\x00b\r\n\r\n", 400, "bad-request"},
+		{"NUL in name", get + "X-\x00A: b\r\n\r\n", 400, "bad-request"},
+		{"NUL in request line", "GET " + u + "\x00 HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"header without colon", get + "X-A b\r\n\r\n", 400, "bad-request"},
+		{"empty header name", get + ": b\r\n\r\n", 400, "bad-request"},
+		{"space in header name", get + "X A: b\r\n\r\n", 400, "bad-request"},
+		{"obs-fold", get + "X-A: 1\r\n  folded\r\n\r\n", 400, "smuggling"},
+		{"duplicate Host", get + h + "\r\n", 400, "bad-request"},
+		{"double space in request line", "GET  " + u + " HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"lower-case version", "GET " + u + " http/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"HTTP/0.9", "GET /\r\n\r\n", 400, "bad-request"},
+		{"unsupported version", "GET " + u + " HTTP/2.0\r\n" + h + "\r\n", 505, "bad-request"},
+		{"bad method token", "GE(T " + u + " HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
 		// Size limits (max_header_bytes 65536 by default).
-		{"over-long request line", "GET " + u + strings.Repeat("a", 70<<10) + " HTTP/1.1\r\n" + h + "\r\n", 431},
-		{"over-long header", get + "X-A: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", 431},
-		{"too many headers", get + strings.Repeat("X-A: b\r\n", 2000) + "\r\n", 431},
+		{"over-long request line", "GET " + u + strings.Repeat("a", 70<<10) + " HTTP/1.1\r\n" + h + "\r\n", 431, "head-too-large"},
+		{"over-long header", get + "X-A: " + strings.Repeat("a", 70<<10) + "\r\n\r\n", 431, "head-too-large"},
+		{"too many headers", get + strings.Repeat("X-A: b\r\n", 2000) + "\r\n", 431, "head-too-large"},
 		// Targets.
-		{"CONNECT without port", "CONNECT " + strings.Split(addr, ":")[0] + " HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"CONNECT port 0", "CONNECT 127.0.0.1:0 HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"CONNECT port too big", "CONNECT 127.0.0.1:99999 HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"CONNECT with scheme", "CONNECT http://" + addr + " HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"CONNECT with userinfo", "CONNECT user@" + addr + " HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"CONNECT with path", "CONNECT " + addr + "/x HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"CONNECT unclosed bracket", "CONNECT [::1:443 HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"CONNECT empty host", "CONNECT :443 HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"absolute-form with userinfo", "GET http://user:pass@" + addr + "/ HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"absolute-form with user only", "GET http://user@" + addr + "/ HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"absolute-form with an @ in the password", "GET http://a:b@c@" + addr + "/ HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"origin-form", "GET / HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"asterisk-form", "OPTIONS * HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"fragment", "GET " + u + "#f HTTP/1.1\r\n" + h + "\r\n", 400},
-		{"https scheme", "GET https://" + addr + "/ HTTP/1.1\r\n" + h + "\r\n", 400},
+		{"CONNECT without port", "CONNECT " + strings.Split(addr, ":")[0] + " HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"CONNECT port 0", "CONNECT 127.0.0.1:0 HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"CONNECT port too big", "CONNECT 127.0.0.1:99999 HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"CONNECT with scheme", "CONNECT http://" + addr + " HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"CONNECT with userinfo", "CONNECT user@" + addr + " HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"CONNECT with path", "CONNECT " + addr + "/x HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"CONNECT unclosed bracket", "CONNECT [::1:443 HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"CONNECT empty host", "CONNECT :443 HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"absolute-form with userinfo", "GET http://user:pass@" + addr + "/ HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"absolute-form with user only", "GET http://user@" + addr + "/ HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"absolute-form with an @ in the password", "GET http://a:b@c@" + addr + "/ HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"origin-form", "GET / HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"asterisk-form", "OPTIONS * HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"fragment", "GET " + u + "#f HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
+		{"https scheme", "GET https://" + addr + "/ HTTP/1.1\r\n" + h + "\r\n", 400, "bad-request"},
 	}
 }
 
 // TestHostileShapes sends every shape of the corpus on its own connection
-// and checks its status, that the connection is then closed, and that the
-// origin sees nothing of any of them.
+// and checks its status, that the connection is then closed, that the
+// origin sees nothing of any of them, and that each has its access log
+// record with the status and its reason, and no body byte.
 func TestHostileShapes(t *testing.T) {
 	o := newCountingOrigin(t)
-	p := startProxy(t, "127.0.0.1:0", "")
+	accessLog := filepath.Join(t.TempDir(), "access.log")
+	p := startProxy(t, "127.0.0.1:0", fmt.Sprintf("[access_log]\nenabled = true\nformat = \"json\"\npath = %q\n", accessLog))
 	shapes := hostileShapes(o.addr())
 	refused := 0
 	for _, sh := range shapes {
@@ -237,8 +243,56 @@ func TestHostileShapes(t *testing.T) {
 	if resp.StatusCode != 200 || body != "ok" || o.conns.Load() != 1 {
 		t.Errorf("a well-formed request: %s %q, origin connections %d", resp.Status, body, o.conns.Load())
 	}
-	hostileSummary(t, "%d request shapes tried, %d refused with the expected status and the connection closed; the origin saw %d bytes of them",
-		len(shapes), refused, seen)
+	// One record per shape, in order (each was answered and closed before
+	// the next was sent), then the well-formed request's.
+	recs := waitAccessRecords(t, accessLog, len(shapes)+1)
+	if len(recs) != len(shapes)+1 {
+		t.Fatalf("%d access log records, want %d (one per shape and the well-formed request)", len(recs), len(shapes)+1)
+	}
+	logged := 0
+	for i, sh := range shapes {
+		if recs[i].Status != sh.status || recs[i].Reason != sh.reason {
+			t.Errorf("%s: record status %d, reason %q; want %d, %q", sh.name, recs[i].Status, recs[i].Reason, sh.status, sh.reason)
+		} else {
+			logged++
+		}
+	}
+	if last := recs[len(shapes)]; last.Status != 200 || last.Reason != "" {
+		t.Errorf("the well-formed request's record: %+v", last)
+	}
+	if b, _ := os.ReadFile(accessLog); bytes.Contains(b, []byte("SMUGGLED")) || bytes.Contains(b, []byte("hello")) {
+		t.Errorf("a body byte in the access log:\n%s", b)
+	}
+	hostileSummary(t, "%d request shapes tried, %d refused with the expected status and the connection closed, %d logged with their reason; the origin saw %d bytes of them",
+		len(shapes), refused, logged, seen)
+}
+
+// hostileRecord is what TestHostileShapes checks of an access log record.
+type hostileRecord struct {
+	Status int
+	Reason string
+}
+
+// waitAccessRecords waits, at most 10s, until the JSON access log at path
+// holds n records, and returns the records it holds then.
+func waitAccessRecords(t *testing.T, path string, n int) []hostileRecord {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var recs []hostileRecord
+		b, _ := os.ReadFile(path)
+		for line := range strings.Lines(string(b)) {
+			var r hostileRecord
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("access log line %q: %v", line, err)
+			}
+			recs = append(recs, r)
+		}
+		if len(recs) >= n || time.Now().After(deadline) {
+			return recs
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // sendShape writes req on a new connection to addr and returns the
