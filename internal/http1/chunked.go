@@ -197,15 +197,18 @@ func unhex(c byte) (byte, bool) {
 }
 
 // ScanChunked advances cs over as much of p as belongs to the body and
-// returns how many bytes that is.
-func ScanChunked(cs *ChunkedScanner, p []byte) (int, error) {
-	m := 0
-	for m < len(p) && !cs.Done() {
-		k, _, err := cs.Step(p[m:])
+// returns how many bytes that is, and how many of them are chunk data
+// (the body's content, without its framing).
+func ScanChunked(cs *ChunkedScanner, p []byte) (n, data int, err error) {
+	for n < len(p) && !cs.Done() {
+		k, isData, err := cs.Step(p[n:])
 		if err != nil {
-			return m, err
+			return n, data, err
 		}
-		m += k
+		if isData {
+			data += k
+		}
+		n += k
 	}
-	return m, nil
+	return n, data, nil
 }

@@ -175,7 +175,7 @@ func TestChunkedPrefixes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			for i := range len(tt.body) {
 				var cs ChunkedScanner
-				n, err := ScanChunked(&cs, []byte(tt.body[:i]))
+				n, _, err := ScanChunked(&cs, []byte(tt.body[:i]))
 				if err != nil || n != i || cs.Done() {
 					t.Fatalf("prefix of %d bytes: scanned %d, err %v, done %v", i, n, err, cs.Done())
 				}
@@ -309,19 +309,21 @@ func TestChunkedScanChunked(t *testing.T) {
 		name     string
 		in       string
 		wantN    int
+		wantData int
 		wantDone bool
 		wantErr  error
 	}{
-		{"whole body and more", body + "GET / HTTP/1.1\r\n", len(body), true, nil},
-		{"part", body[:6], 6, false, nil},
-		{"empty", "", 0, false, nil},
-		{"error", "4\r\nWikiX", 7, false, errChunkCRLF},
+		{"whole body and more", body + "GET / HTTP/1.1\r\n", len(body), 4, true, nil},
+		{"part", body[:6], 6, 3, false, nil},
+		{"framing only", body[:3], 3, 0, false, nil},
+		{"empty", "", 0, 0, false, nil},
+		{"error", "4\r\nWikiX", 7, 4, false, errChunkCRLF},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var cs ChunkedScanner
-			n, err := ScanChunked(&cs, []byte(tt.in))
-			if n != tt.wantN || cs.Done() != tt.wantDone || err != tt.wantErr {
-				t.Errorf("scanChunked = %d, done %v, %v; want %d, %v, %v", n, cs.Done(), err, tt.wantN, tt.wantDone, tt.wantErr)
+			n, data, err := ScanChunked(&cs, []byte(tt.in))
+			if n != tt.wantN || data != tt.wantData || cs.Done() != tt.wantDone || err != tt.wantErr {
+				t.Errorf("scanChunked = %d, %d data, done %v, %v; want %d, %d, %v, %v", n, data, cs.Done(), err, tt.wantN, tt.wantData, tt.wantDone, tt.wantErr)
 			}
 		})
 	}

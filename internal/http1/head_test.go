@@ -1063,7 +1063,7 @@ func TestParseAllocs(t *testing.T) {
 		}},
 		{"chunkedScanner", func() {
 			cs = ChunkedScanner{}
-			if n, err := ScanChunked(&cs, body); err != nil || n != len(body) || !cs.Done() {
+			if n, _, err := ScanChunked(&cs, body); err != nil || n != len(body) || !cs.Done() {
 				t.Fatalf("scanChunked = %d, %v, done %v", n, err, cs.Done())
 			}
 		}},

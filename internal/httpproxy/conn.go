@@ -249,7 +249,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	case req.Chunked:
 		cn.reqChunk = http1.ChunkedScanner{}
 		avail := cn.client.Buffered()
-		m, err := http1.ScanChunked(&cn.reqChunk, avail)
+		m, _, err := http1.ScanChunked(&cn.reqChunk, avail)
 		if err != nil {
 			cn.g.SetReason(accesslog.ReasonBadRequest)
 			cn.writeError(400, "malformed chunked request body", false)
@@ -685,7 +685,7 @@ func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScann
 			out = avail[:w]
 			src.R += m
 		} else {
-			m, err := http1.ScanChunked(cs, avail)
+			m, _, err := http1.ScanChunked(cs, avail)
 			if err != nil {
 				return err
 			}

@@ -4,8 +4,9 @@
 // ([NewEcho], [NewTLSEcho]), a proxy served on a loopback port
 // ([StartProxy]), a raw client that writes exactly the bytes it is given
 // and parses what comes back ([Dial], [Client]), CONNECT helpers
-// ([Connect], [ConnectPipelined]) and a goroutine-leak check for TestMain
-// ([VerifyNoLeaks]).
+// ([Connect], [ConnectPipelined]), large downloads ([Bulk]), a client
+// connection that goes away part way through a write ([Cut]) and a
+// goroutine-leak check for TestMain ([VerifyNoLeaks]).
 //
 // It is imported only by _test.go files and end-to-end tests. Every
 // server listens on 127.0.0.1:0, and also on [::1]:0 when the host has
