@@ -88,7 +88,8 @@ type Grant struct {
 	// unanswered: logged though nothing was answered (a Reject with
 	// status 0), and not counted as a request.
 	unanswered bool
-	cause      error // what was wrong, for the debug line of a Reject; nil = nothing said
+	cause      error    // what was wrong, for the debug line of a Reject; nil = nothing said
+	added      [2]int64 // payload bytes up and down the front-end wrote itself (AddBytes)
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -331,9 +332,20 @@ func (g *Grant) Answer(status, class int) {
 	g.status, g.class = status, class
 }
 
-// Finish reports the request: its bytes each way (request and response
-// body bytes, or a tunnel's payload) to the access log and the metrics,
-// and ends the grant's hold on the user's connection count. A grant that
+// AddBytes counts payload bytes the front-end wrote itself outside the
+// relay that reports the rest: the bytes that came behind a CONNECT, a
+// SOCKS request or an origin's 101, written before Tunnel. Finish reports
+// them with the bytes it is given.
+func (g *Grant) AddBytes(up, down int64) {
+	g.added[0] += up
+	g.added[1] += down
+}
+
+// Finish reports the request: its payload bytes each way (see the
+// package documentation: the request and response content, or a
+// tunnel's payload, written to the upstream and to the client), with
+// those AddBytes counted, to the access log and the metrics, and ends
+// the grant's hold on the user's connection count. A grant that
 // answered nothing (Answer never called) is not reported (a SOCKS
 // success is reply code 0: the class it is counted in tells), but for a
 // Reject with status 0, which is logged and not counted. Finish is
@@ -343,6 +355,8 @@ func (g *Grant) Finish(up, down int64) {
 		return
 	}
 	g.finished = true
+	up += g.added[0]
+	down += g.added[1]
 	if g.reason != "" {
 		g.debugRefusal()
 	}

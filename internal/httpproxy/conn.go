@@ -243,19 +243,20 @@ func (cn *conn) handle() (keep, handedOff bool) {
 
 	// The part of the request body already buffered goes out with the head.
 	var inBuf []byte
+	inData := 0         // the content of inBuf
 	var remaining int64 // Content-Length bytes not yet buffered
 	bodyDone := true
 	switch {
 	case req.Chunked:
 		cn.reqChunk = http1.ChunkedScanner{}
 		avail := cn.client.Buffered()
-		m, _, err := http1.ScanChunked(&cn.reqChunk, avail)
+		m, data, err := http1.ScanChunked(&cn.reqChunk, avail)
 		if err != nil {
 			cn.g.SetReason(accesslog.ReasonBadRequest)
 			cn.writeError(400, "malformed chunked request body", false)
 			return false, false
 		}
-		inBuf = avail[:m]
+		inBuf, inData = avail[:m], data
 		cn.client.R += m
 		bodyDone = cn.reqChunk.Done()
 	case req.ContentLength > 0:
@@ -264,13 +265,11 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		if n > req.ContentLength {
 			n = req.ContentLength
 		}
-		inBuf = avail[:n]
+		inBuf, inData = avail[:n], int(n)
 		cn.client.R += int(n)
 		remaining = req.ContentLength - n
 		bodyDone = remaining == 0
 	}
-
-	cn.obs.up = int64(len(inBuf))
 
 	// Send the request, retrying once on a fresh connection when a pooled
 	// one turns out dead and the request can be replayed.
@@ -281,7 +280,12 @@ func (cn *conn) handle() (keep, handedOff bool) {
 			return false, false
 		}
 		cn.up.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
-		err = cn.vec.write(cn.up.TCP, cn.out, inBuf)
+		var w int64
+		w, err = cn.vec.write(cn.up.TCP, cn.out, inBuf)
+		cn.obs.up = int64(inData)
+		if err != nil {
+			cn.obs.up = content(http1.ChunkedScanner{}, inBuf, w-int64(len(cn.out)), req.Chunked)
+		}
 		if err == nil && bodyDone {
 			cn.sent()
 			err = cn.readResponseHead(clientMinor)
@@ -343,14 +347,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 
 	cn.client.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
 	cn.g.Answer(resp.Status, 0)
-	v0 := cn.vec.n
-	err = cn.forwardResponseBody(mode, dechunk)
-	cn.obs.down = cn.vec.n - v0 + cn.obs.down
-	if mode != bodyNone {
-		// The head went through vec: not counted. A chunked body found
-		// malformed before anything was written sent no head either.
-		cn.obs.down = max(0, cn.obs.down-int64(len(cn.out)))
-	}
+	cn.obs.down, err = cn.forwardResponseBody(mode, dechunk)
 	if streaming && cn.finishBody() != nil {
 		// The response ended before the request body did: neither
 		// connection is at a message boundary.
@@ -555,15 +552,16 @@ type clientError struct{ err error }
 func (e *clientError) Error() string { return "httpproxy: write to client: " + e.err.Error() }
 func (e *clientError) Unwrap() error { return e.err }
 
-// forwardResponseBody writes the response head in cn.out and the body.
-func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
+// forwardResponseBody writes the response head in cn.out and the body,
+// and returns how much of the body's content was written to the client.
+func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 	up := &cn.up
 	client := cn.client.C
 	timeout := cn.p.cfg.WriteTimeout
 	switch mode {
 	case bodyNone:
 		_, err := client.Write(cn.out)
-		return err
+		return 0, err
 	case bodyLength:
 		avail := up.Buffered()
 		n := int64(len(avail))
@@ -571,47 +569,54 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) error {
 			n = cn.resp.ContentLength
 		}
 		cn.g.Pace(cn.ctx, int(n))
-		if err := cn.vec.write(client, cn.out, avail[:n]); err != nil {
-			return err
+		w, err := cn.vec.write(client, cn.out, avail[:n])
+		down := max(0, w-int64(len(cn.out)))
+		if err != nil {
+			return down, err
 		}
 		up.R += int(n)
-		cn.obs.down = cn.resp.ContentLength - n // moved by copyN, past the vec
-		return cn.copyN(&cn.client, up, cn.resp.ContentLength-n)
+		m, err := cn.copyN(&cn.client, up, cn.resp.ContentLength-n)
+		return down + m, err
 	case bodyChunked:
 		cn.respChunk = http1.ChunkedScanner{}
 		return cn.copyChunked(&cn.vec, &cn.client, up, &cn.respChunk, cn.out, dechunk)
 	default: // bodyClose
 		avail := up.Buffered()
 		cn.g.Pace(cn.ctx, len(avail))
-		if err := cn.vec.write(client, cn.out, avail); err != nil {
-			return err
+		w, err := cn.vec.write(client, cn.out, avail)
+		down := max(0, w-int64(len(cn.out)))
+		if err != nil {
+			return down, err
 		}
 		up.R = up.W
 		for {
 			up.ArmReadDeadline(http1.MonoNow(), timeout)
 			err := up.Fill(len(up.Buf))
 			if err == io.EOF {
-				return nil
+				return down, nil
 			}
 			if err != nil {
-				return err
+				return down, err
 			}
 			cn.g.Pace(cn.ctx, len(up.Buffered()))
 			cn.client.ArmWriteDeadline(http1.MonoNow(), timeout)
-			if _, err := client.Write(up.Buffered()); err != nil {
-				return err
+			k, err := client.Write(up.Buffered())
+			down += int64(k)
+			if err != nil {
+				return down, err
 			}
-			cn.obs.down += int64(len(up.Buffered()))
 			up.R = up.W
 		}
 	}
 }
 
 // copyN moves n bytes from src to dst: with splice for large remainders
-// between TCP sockets, through src's buffer otherwise.
-func (cn *conn) copyN(dst, src *http1.Conn, n int64) error {
+// between TCP sockets, through src's buffer otherwise. It returns how
+// many were written to dst (n unless it fails).
+func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 	timeout := cn.p.cfg.WriteTimeout
 	dstTCP := dst.TCP
+	var moved int64
 	for n > 0 {
 		if n >= spliceMin && src.R == src.W && dstTCP != nil && src.TCP != nil {
 			seg := n
@@ -626,14 +631,17 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) error {
 			now := http1.MonoNow()
 			dst.ArmWriteDeadline(now, timeout)
 			src.ArmReadDeadline(now, timeout)
+			// Spliced bytes are counted as written to dst: what was
+			// read into the pipe and never written is not.
 			lr := io.LimitedReader{R: src.TCP, N: seg}
 			m, err := dstTCP.ReadFrom(&lr)
 			n -= m
+			moved += m
 			if err != nil {
-				return err
+				return moved, err
 			}
 			if m < seg {
-				return io.ErrUnexpectedEOF
+				return moved, io.ErrUnexpectedEOF
 			}
 			continue
 		}
@@ -641,9 +649,9 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) error {
 			src.ArmReadDeadline(http1.MonoNow(), timeout)
 			if err := src.Fill(len(src.Buf)); err != nil {
 				if err == io.EOF {
-					return io.ErrUnexpectedEOF
+					return moved, io.ErrUnexpectedEOF
 				}
-				return err
+				return moved, err
 			}
 		}
 		b := src.Buffered()
@@ -652,81 +660,100 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) error {
 		}
 		cn.g.Pace(cn.ctx, len(b))
 		dst.ArmWriteDeadline(http1.MonoNow(), timeout)
-		if _, err := dst.C.Write(b); err != nil {
-			return err
+		k, err := dst.C.Write(b)
+		moved += int64(k)
+		if err != nil {
+			return moved, err
 		}
 		src.R += len(b)
 		n -= int64(len(b))
 	}
-	return nil
+	return moved, nil
 }
 
 // copyChunked forwards a chunked body from src to dst, verbatim or, when
 // dechunk is set, as its bare data, after first writing head (which may
-// be nil).
-func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScanner, head []byte, dechunk bool) error {
+// be nil). It returns how much of the body's content (its chunk data) was
+// written to dst.
+func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScanner, head []byte, dechunk bool) (int64, error) {
 	timeout := cn.p.cfg.WriteTimeout
+	var moved int64
 	for {
 		avail := src.Buffered()
+		from := *cs // the framing state out starts in
 		var out []byte
+		data := 0
 		if dechunk {
 			// Gather the data runs of the buffered bytes in place.
 			w, m := 0, 0
 			for m < len(avail) && !cs.Done() {
-				k, data, err := cs.Step(avail[m:])
+				k, isData, err := cs.Step(avail[m:])
 				if err != nil {
-					return err
+					return moved, err
 				}
-				if data {
+				if isData {
 					w += copy(avail[w:], avail[m:m+k])
 				}
 				m += k
 			}
-			out = avail[:w]
+			out, data = avail[:w], w
 			src.R += m
 		} else {
-			m, _, err := http1.ScanChunked(cs, avail)
+			m, d, err := http1.ScanChunked(cs, avail)
 			if err != nil {
-				return err
+				return moved, err
 			}
-			out = avail[:m]
+			out, data = avail[:m], d
 			src.R += m
 		}
 		if len(head) > 0 || len(out) > 0 {
 			cn.g.Pace(cn.ctx, len(out))
 			dst.ArmWriteDeadline(http1.MonoNow(), timeout)
-			if err := v.write(dst.C, head, out); err != nil {
-				return err
+			w, err := v.write(dst.C, head, out)
+			if err != nil {
+				return moved + content(from, out, w-int64(len(head)), !dechunk), err
 			}
+			moved += int64(data)
 			head = nil
 		}
 		if cs.Done() {
-			return nil
+			return moved, nil
 		}
 		src.ArmReadDeadline(http1.MonoNow(), timeout)
 		if err := src.Fill(len(src.Buf)); err != nil {
 			if err == io.EOF {
-				return io.ErrUnexpectedEOF
+				return moved, io.ErrUnexpectedEOF
 			}
-			return err
+			return moved, err
 		}
 	}
+}
+
+// content returns how much body content the first k bytes of out carry
+// (none when k <= 0): k itself, or when out is chunked framing, which cs
+// (the scanner's state before out) follows, the chunk data among them.
+func content(cs http1.ChunkedScanner, out []byte, k int64, chunked bool) int64 {
+	if k <= 0 {
+		return 0
+	}
+	if !chunked {
+		return k
+	}
+	_, data, _ := http1.ScanChunked(&cs, out[:k])
+	return int64(data)
 }
 
 // sendBody streams the rest of a request body from the client to the
 // upstream; it runs on its own goroutine, joined by finishBody.
 func (cn *conn) sendBody(remaining int64, chunked bool) {
+	var n int64
 	var err error
 	if chunked {
-		v0 := cn.bodyVec.n
-		err = cn.copyChunked(&cn.bodyVec, &cn.up, &cn.client, &cn.reqChunk, nil, false)
-		cn.obs.up += cn.bodyVec.n - v0
+		n, err = cn.copyChunked(&cn.bodyVec, &cn.up, &cn.client, &cn.reqChunk, nil, false)
 	} else {
-		err = cn.copyN(&cn.up, &cn.client, remaining)
-		if err == nil {
-			cn.obs.up += remaining
-		}
+		n, err = cn.copyN(&cn.up, &cn.client, remaining)
 	}
+	cn.obs.up += n
 	cn.bodyErr <- err
 }
 
@@ -751,7 +778,6 @@ func (cn *conn) finishBody() error {
 // vec writes two buffers with one writev; its fields are reused so that
 // a write allocates nothing. A vec is used by one goroutine at a time.
 type vec struct {
-	n    int64 // bytes written so far, for the metrics
 	iov  [2][]byte
 	bufs net.Buffers
 	join []byte // a and b joined, for connections without writev (TLS)
@@ -761,35 +787,36 @@ type vec struct {
 // writev, so that head and a small body leave in one TLS record.
 const maxJoin = 16 << 10
 
-// write writes a and b with one system call where it can.
-func (v *vec) write(c net.Conn, a, b []byte) error {
-	v.n += int64(len(a) + len(b))
+// write writes a and b with one system call where it can, and returns
+// how many of their bytes were written: all unless it fails.
+func (v *vec) write(c net.Conn, a, b []byte) (int64, error) {
 	if len(b) == 0 {
-		_, err := c.Write(a)
-		return err
+		n, err := c.Write(a)
+		return int64(n), err
 	}
 	if len(a) == 0 {
-		_, err := c.Write(b)
-		return err
+		n, err := c.Write(b)
+		return int64(n), err
 	}
 	if _, ok := c.(*net.TCPConn); !ok {
 		if len(a)+len(b) > maxJoin {
-			if _, err := c.Write(a); err != nil {
-				return err
+			n, err := c.Write(a)
+			if err != nil {
+				return int64(n), err
 			}
-			_, err := c.Write(b)
-			return err
+			m, err := c.Write(b)
+			return int64(n + m), err
 		}
 		v.join = append(append(v.join[:0], a...), b...)
-		_, err := c.Write(v.join)
-		return err
+		n, err := c.Write(v.join)
+		return int64(n), err
 	}
 	v.iov[0], v.iov[1] = a, b
 	v.bufs = v.iov[:]
-	_, err := v.bufs.WriteTo(c)
+	n, err := v.bufs.WriteTo(c)
 	v.iov[0], v.iov[1] = nil, nil
 	v.bufs = nil
-	return err
+	return n, err
 }
 
 // connect serves a CONNECT request: dial, answer 200, and hand both
@@ -813,7 +840,9 @@ func (cn *conn) connect() bool {
 		// Bytes the client sent right behind its CONNECT (a TLS
 		// ClientHello, say) belong to the tunnel.
 		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
-		if _, err := upc.Write(rest); err != nil {
+		n, err := upc.Write(rest)
+		cn.g.AddBytes(int64(n), 0)
+		if err != nil {
 			upc.Close()
 			return false
 		}
@@ -835,7 +864,10 @@ func (cn *conn) switchProtocols() bool {
 	upc := cn.up.TCP
 	client := cn.client.C
 	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
-	if err := cn.vec.write(client, cn.out, cn.up.Buffered()); err != nil {
+	// The bytes behind either head are the tunnel's first.
+	w, err := cn.vec.write(client, cn.out, cn.up.Buffered())
+	cn.g.AddBytes(0, max(0, w-int64(len(cn.out))))
+	if err != nil {
 		cn.dropUpstream()
 		return false
 	}
@@ -844,7 +876,9 @@ func (cn *conn) switchProtocols() bool {
 	cn.up.C, cn.up.TCP = nil, nil
 	if rest := cn.client.Buffered(); len(rest) > 0 {
 		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
-		if _, err := upc.Write(rest); err != nil {
+		n, err := upc.Write(rest)
+		cn.g.AddBytes(int64(n), 0)
+		if err != nil {
 			upc.Close()
 			return false
 		}

@@ -6,7 +6,7 @@ import "time"
 // for its grant's Finish: the payload bytes each way and when the request
 // was complete upstream.
 type observation struct {
-	up, down int64     // body bytes client->upstream and upstream->client
+	up, down int64     // body content written to the upstream and to the client
 	sent     time.Time // when the request was complete upstream; zero = not observed
 }
 

@@ -383,7 +383,9 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 		// Bytes the client sent right behind its request belong to
 		// the tunnel.
 		upc.SetWriteDeadline(s.handshakeDeadline())
-		if _, err := upc.Write(rest); err != nil {
+		n, err := upc.Write(rest)
+		g.AddBytes(int64(n), 0)
+		if err != nil {
 			upc.Close()
 			g.Finish(0, 0)
 			s.debug(cn, "socks5: write early data upstream", err)

@@ -378,6 +378,32 @@ func TestDialReply(t *testing.T) {
 	}
 }
 
+// TestEarlyBytesCounted checks that bytes sent right behind the request,
+// which the server writes upstream itself before the tunnel is relayed,
+// count in the tunnel's bytes up, in the engine and by goroutines.
+func TestEarlyBytesCounted(t *testing.T) {
+	for _, engine := range []bool{true, false} {
+		t.Run(fmt.Sprintf("engine=%v", engine), func(t *testing.T) {
+			echo := startEcho(t, "tcp4")
+			alog, out := newAccessLog(t)
+			srv := startServerWith(t, "tcp4", proxytest.NewPolicy(t, proxytest.PolicyConfig{AccessLog: alog}), testConfig(Config{}), engine)
+			c := dial(t, srv.addr)
+			msg := append([]byte{5, 1, methodNoAuth}, requestMsg(cmdConnect, echo)...)
+			send(t, c, append(msg, "early"...))
+			expect(t, c, []byte{5, methodNoAuth})
+			if rep, _ := readReply(t, c); rep != repSucceeded {
+				t.Fatalf("reply %d, want 0", rep)
+			}
+			expect(t, c, []byte("early"))
+			send(t, c, []byte("late"))
+			expect(t, c, []byte("late"))
+			c.Close()
+			waitFor(t, "the tunnel's record", func() bool { return strings.Contains(out.String(), "\n") })
+			checkRecord(t, records(t, out)[0], map[string]any{"bytes_up": float64(9), "bytes_down": float64(9)})
+		})
+	}
+}
+
 // connectAs opens a connection to srv, logs in as user (or offers no
 // authentication when user is ""), sends a CONNECT to dst and returns the
 // connection and the reply code.
