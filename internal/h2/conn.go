@@ -84,7 +84,7 @@ type conn struct {
 	rejected    int // malformed requests logged (rejectStream)
 
 	mu         sync.Mutex
-	wcond      sync.Cond          // signalled when writing turns false; L is &mu
+	wcond      sync.Cond          // broadcast when a write of out ends and when writing turns false; L is &mu
 	streams    map[uint32]*stream // open and half-closed streams; guarded by mu
 	maxID      uint32             // highest stream id the client opened; guarded by mu
 	workers    int                // stream goroutines running; guarded by mu
@@ -98,6 +98,9 @@ type conn struct {
 	henc       *hpack.Encoder     // writes into hbuf; guarded by mu
 	hbuf       bytes.Buffer       // guarded by mu
 	out        *outBuf            // frames not yet written; nil when none; guarded by mu
+	queued     int64              // bytes of frames ever queued in out; guarded by mu
+	sent       int64              // bytes of them written to the client; guarded by mu
+	flights    []flight           // relayed DATA frames queued and not yet written, in order; guarded by mu
 	writing    bool               // a goroutine is writing out; guarded by mu
 	werr       error              // the first write failure; guarded by mu
 	blocked    []*stream          // streams waiting for connection window or output room; guarded by mu
@@ -771,6 +774,7 @@ func (c *conn) appendFrame(t http2.FrameType, flags http2.Flags, id uint32, payl
 	c.out.b = append(c.out.b, byte(n>>16), byte(n>>8), byte(n), byte(t), byte(flags),
 		byte(id>>24)&0x7f, byte(id>>16), byte(id>>8), byte(id))
 	c.out.b = append(c.out.b, payload...)
+	c.queued += int64(9 + n)
 	if len(c.out.b) > outHardLimit && c.werr == nil {
 		c.werr = errors.New("h2: client does not read its answers")
 		c.nc.Close()
@@ -879,8 +883,9 @@ func (c *conn) writeOutLocked() {
 		}
 		c.mu.Unlock()
 		c.nc.SetWriteDeadline(gate.Deadline(time.Now(), timeout))
-		_, err := c.nc.Write(buf.b)
+		n, err := c.nc.Write(buf.b)
 		c.mu.Lock()
+		c.landedLocked(int64(n), err != nil)
 		buf.b = buf.b[:0]
 		if c.out == nil {
 			c.out = buf
@@ -892,11 +897,41 @@ func (c *conn) writeOutLocked() {
 			c.nc.Close() // the reader stops too
 		}
 		c.wakeBlockedLocked()
+		c.wcond.Broadcast() // streams waiting for their DATA to be written
 	}
 	c.writing = false
 	c.releaseOutLocked()
 	c.wcond.Broadcast()
 	c.wakeBlockedLocked()
+}
+
+// flight is a relayed DATA frame queued in out: its stream, where in the
+// connection's output it ends (conn.queued after it) and its payload.
+type flight struct {
+	s   *stream
+	end int64
+	n   int64
+}
+
+// landedLocked accounts for n more bytes of output written to the client:
+// each relayed DATA frame now wholly written counts in its stream's bytes
+// down. After a failed write (failed set) the frames not written never
+// will be, and are forgotten.
+func (c *conn) landedLocked(n int64, failed bool) {
+	c.sent += n
+	i := 0
+	for ; i < len(c.flights) && c.flights[i].end <= c.sent; i++ {
+		c.flights[i].s.downBytes += c.flights[i].n
+	}
+	if failed {
+		i = len(c.flights)
+	}
+	k := copy(c.flights, c.flights[i:])
+	clear(c.flights[k:])
+	c.flights = c.flights[:k]
+	if k == 0 && cap(c.flights) > 256 {
+		c.flights = nil // a burst of small frames: hold no large array while idle
+	}
 }
 
 // releaseOutLocked gives back an empty output buffer, so that an idle

@@ -72,6 +72,12 @@
 // upstream slows only its own stream; connection credit is returned as
 // bytes are queued, until a connection window's worth is queued in all.
 //
+// A stream's bytes down are the relayed DATA payload written to the
+// client: the output buffer notes each relayed DATA frame's stream and
+// where the frame ends, the writer credits a stream as its frames are
+// wholly written, and a stream is finished (logged and counted) once its
+// last frame is written or the connection has failed.
+//
 // While idle, a connection's reader waits on socket readiness too (the
 // TLS connection is made over tunnel.RecordConn, so crypto/tls holds no
 // unread bytes), holding no read buffer, output buffer or frame buffer.

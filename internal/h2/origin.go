@@ -123,6 +123,7 @@ func (s *stream) relayResponse(o *origin, method string) bool {
 	if none {
 		return true
 	}
+	s.relaying = true
 	if h.Chunked {
 		return s.relayChunked(o, fields[:0])
 	}
@@ -136,7 +137,6 @@ func (s *stream) relayResponse(o *origin, method string) bool {
 			if left >= 0 {
 				left -= int64(len(b))
 			}
-			s.downBytes += int64(len(b))
 			s.pace(len(b))
 			// The last bytes of a body of known length carry END_STREAM.
 			if s.sendData(b, left == 0) != nil {
@@ -189,7 +189,6 @@ func (s *stream) relayChunked(o *origin, fields []hpack.HeaderField) bool {
 		// The last data carries END_STREAM unless trailers follow.
 		end := cs.Done() && len(o.trailers) <= 2
 		if w > 0 || end {
-			s.downBytes += int64(w)
 			s.pace(w)
 			if s.sendData(avail[:w], end) != nil {
 				return false

@@ -51,7 +51,9 @@ type stream struct {
 	upShut      bool // up's write half is shut down
 	cancel      context.CancelFunc
 	paceStop    context.CancelFunc // ends paceCtx; nil when the stream's bytes are not paced
-	upBytes     int64              // the client's bytes written upstream (body or tunnel)
+	upBytes     int64              // the client's bytes written upstream (body content or tunnel)
+	downBytes   int64              // relayed DATA payload written to the client (see conn.flights)
+	dataEnd     int64              // conn.queued once the stream's last relayed DATA frame was queued
 
 	// Set by the worker (paced and paceCtx with c.mu held) before it
 	// starts other goroutines for the stream; read-only after.
@@ -61,11 +63,11 @@ type stream struct {
 	// grant is the stream's passage through the session's policy, used by
 	// the worker; its Pace is called by the stream's other goroutines too
 	// (it only reads the bucket Authorize set).
-	grant     gate.Grant
-	downBytes int64        // response body or tunnel bytes sent to the client; owned by the worker
-	got       int64        // DATA payload bytes received; owned by the reader
-	upw       rawWriter    // non-blocking writes to up; used by the reader while !pumping
-	last      atomic.Int64 // when a tunnel byte last moved, in ns since start
+	grant    gate.Grant
+	relaying bool         // the DATA sent is relayed payload (not rustle's own answer); owned by the worker
+	got      int64        // DATA payload bytes received; owned by the reader
+	upw      rawWriter    // non-blocking writes to up; used by the reader while !pumping
+	last     atomic.Int64 // when a tunnel byte last moved, in ns since start
 }
 
 func (c *conn) newStreamLocked(id uint32, req request) *stream {
@@ -90,13 +92,25 @@ func (s *stream) run() {
 
 // finish reports the stream's request, or its tunnel, as over: its
 // payload bytes each way go to the grant, which logs and counts it and
-// ends its hold on the user's connection count.
+// ends its hold on the user's connection count. It first waits until the
+// relayed DATA it queued has been written to the client, or cannot be
+// (the connection failed), so that bytes down are what was written.
 func (s *stream) finish() {
 	c := s.c
 	c.mu.Lock()
-	up := s.upBytes
+	for s.dataEnd > c.sent && c.werr == nil {
+		if c.writing {
+			c.wcond.Wait()
+			continue
+		}
+		c.flushLocked()
+		if s.dataEnd > c.sent && c.werr == nil {
+			break // nothing queued is left to write; not expected
+		}
+	}
+	up, down := s.upBytes, s.downBytes
 	c.mu.Unlock()
-	s.grant.Finish(up, s.downBytes)
+	s.grant.Finish(up, down)
 }
 
 // exit ends the stream's worker.
@@ -297,6 +311,10 @@ func (s *stream) sendData(p []byte, end bool) error {
 			flags = http2.FlagDataEndStream
 		}
 		c.appendFrame(http2.FrameData, flags, s.id, p[:n])
+		if s.relaying {
+			c.flights = append(c.flights, flight{s: s, end: c.queued, n: n})
+			s.dataEnd = c.queued
+		}
 		s.sendWindow -= n
 		c.sendWindow -= n
 		p = p[n:]
@@ -442,9 +460,9 @@ func (s *stream) deliverLocked(p []byte) {
 	s.kickUpLocked()
 }
 
-// consumedLocked accounts for n queued bytes written upstream.
+// consumedLocked accounts for n queued bytes done with: written upstream
+// (and counted by the caller) or given up.
 func (s *stream) consumedLocked(n int) {
-	s.countUpLocked(n)
 	s.in.consume(n)
 	s.c.dequeuedLocked(int64(n))
 	s.creditLocked(int64(n))
@@ -486,6 +504,7 @@ func (s *stream) pumpUp() {
 		if n > 0 {
 			s.touch()
 		}
+		s.countUpLocked(n)
 		s.consumedLocked(n)
 		if err != nil && !s.reset {
 			c.resetLocked(s, http2.ErrCodeConnect, true)

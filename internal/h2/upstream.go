@@ -296,16 +296,20 @@ func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 		s.pace(len(p))
 		up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.WriteTimeout))
 		var err error
+		var n int // bytes of p written
 		if chunked {
 			h := strconv.AppendInt(hdr[:0], int64(len(p)), 16)
 			h = append(h, "\r\n"...)
 			bufs := net.Buffers{h, p, []byte("\r\n")}
-			_, err = bufs.WriteTo(up)
+			var w int64
+			w, err = bufs.WriteTo(up)
+			n = int(min(max(w-int64(len(h)), 0), int64(len(p))))
 		} else {
-			_, err = up.Write(p)
+			n, err = up.Write(p)
 		}
 		c.mu.Lock()
 		s.pumping = false
+		s.countUpLocked(n)
 		if s.reset {
 			c.dequeuedLocked(int64(s.in.n))
 			s.in.drop()
@@ -361,6 +365,7 @@ func (s *stream) connect() bool {
 		return false
 	}
 	s.answered(200)
+	s.relaying = true
 	s.req.fields = nil // the tunnel does not need them; an idle one keeps less
 	c.mu.Lock()
 	if s.reset {
@@ -385,7 +390,6 @@ func (s *stream) connect() bool {
 			s.detach(up, key, false)
 			return false
 		}
-		s.downBytes += int64(len(pending))
 	}
 	// The tunnel goes on on a fresh goroutine, whose stack, parked with
 	// few frames on it, the garbage collector shrinks to 4 KiB; this
@@ -497,7 +501,6 @@ func (s *stream) pumpDown(up *net.TCPConn) {
 				bufPool.Put(buf)
 				return
 			}
-			s.downBytes += int64(m)
 		}
 		bufPool.Put(buf)
 		switch {
