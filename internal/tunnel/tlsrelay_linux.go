@@ -441,8 +441,8 @@ func (r *tlsRelay) pumpUp() error {
 		buf := tlsBufPool.Get().(*[tlsBufSize]byte)
 		n, err := r.client.Read(buf[:])
 		if n > 0 {
-			werr := r.write(r.upstream, buf[:n])
-			r.up += int64(n)
+			w, werr := r.write(r.upstream, buf[:n])
+			r.up += int64(w)
 			if werr != nil {
 				tlsBufPool.Put(buf)
 				return r.wrap(werr, "write to upstream")
@@ -476,8 +476,8 @@ func (r *tlsRelay) pumpDown() error {
 		buf := tlsBufPool.Get().(*[tlsBufSize]byte)
 		n, err := r.upNB.readNow(buf[:])
 		if n > 0 {
-			werr := r.write(r.client, buf[:n])
-			r.down += int64(n)
+			w, werr := r.write(r.client, buf[:n])
+			r.down += int64(w)
 			if werr != nil {
 				tlsBufPool.Put(buf)
 				return r.wrap(werr, "write to client")
@@ -507,21 +507,21 @@ func (r *tlsRelay) pumpDown() error {
 	}
 }
 
-// write writes p to w within the idle timeout and notes the activity.
-func (r *tlsRelay) write(w net.Conn, p []byte) error {
+// write writes p to w within the idle timeout, notes the activity and
+// returns how many bytes of p were written.
+func (r *tlsRelay) write(w net.Conn, p []byte) (int, error) {
 	if r.idle <= 0 {
-		_, err := w.Write(p)
-		return err
+		return w.Write(p)
 	}
 	now := time.Since(r.start)
 	w.SetWriteDeadline(r.start.Add(now + r.idle))
-	_, err := w.Write(p)
+	n, err := w.Write(p)
 	if err == nil {
 		r.last.Store(int64(time.Since(r.start)))
 	} else if errors.Is(err, os.ErrDeadlineExceeded) {
 		err = fmt.Errorf("%w: no write progress for %v", ErrIdleTimeout, r.idle)
 	}
-	return err
+	return n, err
 }
 
 // park waits until src may be readable. With an idle timeout it wakes when
