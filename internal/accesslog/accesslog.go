@@ -106,11 +106,17 @@ type Record struct {
 	// status (1) of a failed login, 255 (no acceptable method) for a
 	// greeting. Zero when no response was sent.
 	Status int
-	// BytesUp counts bytes from the client to the upstream: the request
-	// body, or everything sent into a tunnel.
+	// BytesUp is, on every protocol, the payload rustle wrote to the
+	// upstream: the content of the request body (without chunked or
+	// HTTP/2 framing), or what a tunnel carried from the client; heads,
+	// trailers and rustle's own answers never count, nor bytes read but
+	// not written.
 	BytesUp int64
-	// BytesDown counts bytes from the upstream to the client: the
-	// response body, or everything received from a tunnel.
+	// BytesDown is, on every protocol, the payload rustle wrote to the
+	// client: the content of the response body (without chunked or
+	// HTTP/2 framing), or what a tunnel carried from the upstream; heads,
+	// trailers and rustle's own answers never count, nor bytes read but
+	// not written.
 	BytesDown int64
 	// Duration is how long the request or tunnel lasted.
 	Duration time.Duration

@@ -25,7 +25,11 @@
 // failed TLS handshake) is reported once with [Session.Reject]: a record
 // with what was parsed of it and its reason, and a debug line.
 //
-// Bytes, for every protocol, are the payload bytes relayed: a request or
-// response body, or what a tunnel carried each way; response heads are
-// not counted.
+// Bytes up and down are, on every protocol, the payload rustle wrote to
+// the upstream and to the client: the content of request and response
+// bodies (without chunked or HTTP/2 framing), or what a tunnel carried
+// each way; heads, trailers and rustle's own answers never count, nor
+// bytes read but not written. A front-end counts a write's bytes as it
+// returns (what the socket took, also when the write then failed), and
+// for HTTP/2 a DATA frame once it is wholly written to the connection.
 package gate

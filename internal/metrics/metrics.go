@@ -124,7 +124,7 @@ func New(cfg Config) *Metrics {
 		}, append(lp, "code")),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "bytes_total",
-			Help: "Payload bytes relayed, by listener, protocol and direction (up: client to upstream, down: upstream to client).",
+			Help: "Payload bytes written, by listener, protocol and direction (up: to the upstream, down: to the client): body content or tunnel bytes, never heads.",
 		}, append(lp, "direction")),
 		tunnels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "tunnels_total",

@@ -1,0 +1,382 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// The downloads of these tests: a body far larger than what a client
+// that stops reading, and the sockets between, can hold.
+const (
+	bulkSize  = 64 << 20
+	bulkRead  = 1 << 20  // what a client reads before it stops
+	bulkBound = 16 << 20 // bytes down above this were never delivered
+)
+
+// bytesRig is a running server with a plain HTTP, an HTTPS and a SOCKS5
+// listener, users alice and bob, and an origin of large downloads.
+type bytesRig struct {
+	s      *Server
+	addr   map[string]string
+	roots  *x509.CertPool
+	tls    config.ListenerTLS
+	origin *proxytest.Origin // /length, /chunked, /close: bulkSize bytes each
+	m      *metrics.Metrics
+	log    *logBuffer
+}
+
+// bytesConfig is the rig's configuration; bob is a user only withBob.
+func bytesConfig(t *testing.T, tl config.ListenerTLS, withBob bool) *config.Config {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.AllowPrivate = []string{"127.0.0.0/8"}
+	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}}
+	if withBob {
+		cfg.Auth.Users = append(cfg.Auth.Users, config.User{Name: "bob", Password: "pw"})
+	}
+	cfg.Listen = []config.Listener{
+		{Name: "plain", Address: "127.0.0.1:0", Protocol: "http"},
+		{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl},
+		{Name: "socks", Address: "127.0.0.1:0", Protocol: "socks5"},
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+func startBytesRig(t *testing.T) *bytesRig {
+	t.Helper()
+	r := &bytesRig{m: metrics.New(metrics.Config{}), log: &logBuffer{}}
+	r.origin = proxytest.NewOrigin(t, nil)
+	r.origin.Handle("/length", proxytest.Bulk(bulkSize, proxytest.ByLength))
+	r.origin.Handle("/chunked", proxytest.Bulk(bulkSize, proxytest.ByChunks))
+	r.origin.Handle("/close", proxytest.Bulk(bulkSize, proxytest.ByClose))
+	r.tls, r.roots = proxyCerts(t)
+	r.s, r.addr = startLogged(t, bytesConfig(t, r.tls, true), nil, r.log, WithMetrics(r.m))
+	return r
+}
+
+// download is one way of fetching a large body through the proxy.
+type download struct {
+	name     string
+	listener string
+	// start opens a connection to the proxy as user (password "pw") and
+	// asks for a large body.
+	start func(t *testing.T, r *bytesRig, user string) fetch
+}
+
+// fetch is a download under way.
+type fetch struct {
+	rd   io.Reader      // what the client reads the body from (for HTTP/1.1, the answer head first)
+	from netip.AddrPort // the client's address
+	conn net.Conn       // the client's socket: closing it ends the download
+}
+
+// dialSmall connects to addr with a small receive buffer, so that the
+// kernel holds little of what the client does not read; t.Cleanup closes
+// the connection.
+func dialSmall(t *testing.T, addr string) *net.TCPConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	tc := c.(*net.TCPConn)
+	tc.SetReadBuffer(64 << 10)
+	return tc
+}
+
+func clientAddr(c net.Conn) netip.AddrPort { return c.LocalAddr().(*net.TCPAddr).AddrPort() }
+
+func (r *bytesRig) tlsClient(t *testing.T, c net.Conn, proto string) *tls.Conn {
+	t.Helper()
+	tc := tls.Client(c, &tls.Config{RootCAs: r.roots, ServerName: "127.0.0.1", NextProtos: []string{proto}})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if got := tc.ConnectionState().NegotiatedProtocol; got != proto {
+		t.Fatalf("ALPN %q, want %q", got, proto)
+	}
+	return tc
+}
+
+func authValue(user string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":pw"))
+}
+
+// httpGet is a download by an absolute-form GET of path on HTTP/1.1,
+// over TLS when tlsPort is set.
+func httpGet(path string, tlsPort bool) func(t *testing.T, r *bytesRig, user string) fetch {
+	return func(t *testing.T, r *bytesRig, user string) fetch {
+		t.Helper()
+		listener := "plain"
+		if tlsPort {
+			listener = "tls"
+		}
+		raw := dialSmall(t, r.addr[listener])
+		var c net.Conn = raw
+		if tlsPort {
+			c = r.tlsClient(t, raw, "http/1.1")
+		}
+		req := "GET " + r.origin.URL(path) + " HTTP/1.1\r\nHost: " + r.origin.Addr + "\r\nProxy-Authorization: " + authValue(user) + "\r\n\r\n"
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		return fetch{rd: c, from: clientAddr(raw), conn: raw}
+	}
+}
+
+// connectTunnel sends a CONNECT for the origin on c and reads the 200.
+func connectTunnel(t *testing.T, r *bytesRig, c net.Conn, user string) *bufio.Reader {
+	t.Helper()
+	req := "CONNECT " + r.origin.Addr + " HTTP/1.1\r\nHost: " + r.origin.Addr + "\r\nProxy-Authorization: " + authValue(user) + "\r\n\r\n"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	return br
+}
+
+// getThrough asks for the origin's /length on an open tunnel w.
+func getThrough(t *testing.T, r *bytesRig, w io.Writer) {
+	t.Helper()
+	if _, err := io.WriteString(w, "GET /length HTTP/1.1\r\nHost: "+r.origin.Addr+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// h2Do sends req on a new HTTP/2 connection and returns the fetch of
+// its response body.
+func (r *bytesRig) h2Do(t *testing.T, req *http.Request) fetch {
+	t.Helper()
+	raw := dialSmall(t, r.addr["tls"])
+	tc := r.tlsClient(t, raw, "h2")
+	cc, err := (&http2.Transport{}).NewClientConn(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	resp, err := cc.RoundTrip(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("h2 %s: %v %v", req.Method, resp, err)
+	}
+	return fetch{rd: resp.Body, from: clientAddr(raw), conn: raw}
+}
+
+var downloads = []download{
+	{name: "http Content-Length", listener: "plain", start: httpGet("/length", false)},
+	{name: "http chunked", listener: "plain", start: httpGet("/chunked", false)},
+	{name: "http close-delimited", listener: "plain", start: httpGet("/close", false)},
+	{name: "https Content-Length", listener: "tls", start: httpGet("/length", true)},
+	{name: "h2 GET", listener: "tls", start: func(t *testing.T, r *bytesRig, user string) fetch {
+		req, _ := http.NewRequest("GET", r.origin.URL("/length"), nil)
+		req.Header.Set("Proxy-Authorization", authValue(user))
+		return r.h2Do(t, req)
+	}},
+	{name: "CONNECT tunnel", listener: "plain", start: func(t *testing.T, r *bytesRig, user string) fetch {
+		c := dialSmall(t, r.addr["plain"])
+		br := connectTunnel(t, r, c, user)
+		getThrough(t, r, c)
+		return fetch{rd: br, from: clientAddr(c), conn: c}
+	}},
+	{name: "https CONNECT tunnel", listener: "tls", start: func(t *testing.T, r *bytesRig, user string) fetch {
+		raw := dialSmall(t, r.addr["tls"])
+		c := r.tlsClient(t, raw, "http/1.1")
+		br := connectTunnel(t, r, c, user)
+		getThrough(t, r, c)
+		return fetch{rd: br, from: clientAddr(raw), conn: raw}
+	}},
+	{name: "h2 CONNECT tunnel", listener: "tls", start: func(t *testing.T, r *bytesRig, user string) fetch {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { pw.Close() })
+		req, _ := http.NewRequest("CONNECT", "", pr)
+		req.URL, req.Host = &url.URL{Host: r.origin.Addr}, r.origin.Addr
+		req.Header.Set("Proxy-Authorization", authValue(user))
+		go io.WriteString(pw, "GET /length HTTP/1.1\r\nHost: "+r.origin.Addr+"\r\n\r\n")
+		return r.h2Do(t, req)
+	}},
+	{name: "SOCKS5 tunnel", listener: "socks", start: func(t *testing.T, r *bytesRig, user string) fetch {
+		c := dialSmall(t, r.addr["socks"])
+		br := socksLogin(t, c, user, "pw")
+		socksRequest(t, c, br, 1, netip.MustParseAddrPort(r.origin.Addr))
+		c.SetDeadline(time.Time{})
+		getThrough(t, r, c)
+		return fetch{rd: br, from: clientAddr(c), conn: c}
+	}},
+}
+
+// bytesRecord is what these tests read of an access log record.
+type bytesRecord struct {
+	Client    string `json:"client"`
+	Status    int    `json:"status"`
+	BytesDown int64  `json:"bytes_down"`
+}
+
+// record waits for the access log record of the client at from.
+func (r *bytesRig) record(t *testing.T, from netip.AddrPort) bytesRecord {
+	t.Helper()
+	var rec bytesRecord
+	waitFor(t, "the access log record of "+from.String(), func() bool {
+		for line := range strings.Lines(r.log.String()) {
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("access log line %q: %v", line, err)
+			}
+			if ap, err := netip.ParseAddrPort(rec.Client); err == nil && ap.Addr().Unmap() == from.Addr() && ap.Port() == from.Port() {
+				return true
+			}
+		}
+		return false
+	})
+	return rec
+}
+
+// bytesDown returns rustle_bytes_total down of listener.
+func (r *bytesRig) bytesDown(t *testing.T, listener string) float64 {
+	t.Helper()
+	return proxytest.Metric(t, r.m, "rustle_bytes_total", "listener", listener, "direction", "down")
+}
+
+// checkDelivered fails unless rec, of a download through listener,
+// logs success and counts at least what the client read (less heads)
+// and no more than could have been delivered.
+func checkDelivered(t *testing.T, rec bytesRecord, listener string, read int64) {
+	t.Helper()
+	status := 200
+	if listener == "socks" {
+		status = 0 // the SOCKS5 reply code
+	}
+	if testing.Verbose() {
+		t.Logf("read %d, logged %d bytes down", read, rec.BytesDown)
+	}
+	if rec.Status != status || rec.BytesDown < read-64<<10 || rec.BytesDown > bulkBound {
+		t.Errorf("record %+v: the client read %d bytes of a %d-byte body; bytes down must lie between the two, far below the body",
+			rec, read, int64(bulkSize))
+	}
+}
+
+// TestBytesClientStopsReading has a client of each front-end read a
+// megabyte of a 64 MB download and close: the record and
+// rustle_bytes_total count what was written to it, not the body.
+func TestBytesClientStopsReading(t *testing.T) {
+	r := startBytesRig(t)
+	for _, d := range downloads {
+		t.Run(d.name, func(t *testing.T) {
+			before := r.bytesDown(t, d.listener)
+			f := d.start(t, r, "alice")
+			read, err := io.CopyN(io.Discard, f.rd, bulkRead)
+			if err != nil {
+				t.Fatalf("read %d bytes: %v", read, err)
+			}
+			f.conn.Close()
+			rec := r.record(t, f.from)
+			checkDelivered(t, rec, d.listener, read)
+			if got := r.bytesDown(t, d.listener) - before; got != float64(rec.BytesDown) {
+				t.Errorf("rustle_bytes_total down grew by %v, the record says %d", got, rec.BytesDown)
+			}
+		})
+	}
+	t.Run("curl --limit-rate --max-time", func(t *testing.T) {
+		path, err := exec.LookPath("curl")
+		if err != nil {
+			t.Skip("curl not installed")
+		}
+		before := r.bytesDown(t, "plain")
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, path, "-sS", "-o", "/dev/null", "-w", "%{size_download} %{local_port}",
+			"--limit-rate", "1M", "--max-time", "2", "--noproxy", "", "-x", "http://alice:pw@"+r.addr["plain"],
+			r.origin.URL("/length")).Output()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 28 {
+			t.Fatalf("curl: %v (want exit 28, the time limit) %q", err, out)
+		}
+		var size int64
+		var port uint16
+		if _, err := fmt.Sscan(string(out), &size, &port); err != nil {
+			t.Fatalf("curl output %q: %v", out, err)
+		}
+		rec := r.record(t, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port))
+		checkDelivered(t, rec, "plain", size)
+		if got := r.bytesDown(t, "plain") - before; got != float64(rec.BytesDown) {
+			t.Errorf("rustle_bytes_total down grew by %v, the record says %d", got, rec.BytesDown)
+		}
+	})
+}
+
+// TestBytesCut has a client of each front-end read a megabyte of a
+// 64 MB download and stop reading, then ends the downloads from the
+// server's side: by a shutdown whose drain time runs out, and by a
+// reload that removes the user. Each record counts what was written to
+// its client, far below the body.
+func TestBytesCut(t *testing.T) {
+	for _, cut := range []string{"drain", "revocation"} {
+		t.Run(cut, func(t *testing.T) {
+			r := startBytesRig(t)
+			before := map[string]float64{}
+			for _, l := range []string{"plain", "tls", "socks"} {
+				before[l] = r.bytesDown(t, l)
+			}
+			froms := make([]netip.AddrPort, len(downloads))
+			reads := make([]int64, len(downloads))
+			for i, d := range downloads {
+				f := d.start(t, r, "bob")
+				n, err := io.CopyN(io.Discard, f.rd, bulkRead)
+				if err != nil {
+					t.Fatalf("%s: read %d bytes: %v", d.name, n, err)
+				}
+				froms[i], reads[i] = f.from, n
+			}
+			// Every client has stopped reading, its download stalled.
+			switch cut {
+			case "drain":
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				if err := r.s.Shutdown(ctx); err == nil {
+					t.Fatal("Shutdown: nil, want the drain time to run out")
+				}
+			case "revocation":
+				if err := r.s.Reload(bytesConfig(t, r.tls, false)); err != nil {
+					t.Fatalf("Reload: %v", err)
+				}
+			}
+			sums := map[string]float64{}
+			for i, d := range downloads {
+				rec := r.record(t, froms[i])
+				t.Run(d.name, func(t *testing.T) { checkDelivered(t, rec, d.listener, reads[i]) })
+				sums[d.listener] += float64(rec.BytesDown)
+			}
+			for l, sum := range sums {
+				if got := r.bytesDown(t, l) - before[l]; got != sum {
+					t.Errorf("rustle_bytes_total down of %s grew by %v, its records say %v", l, got, sum)
+				}
+			}
+		})
+	}
+}
