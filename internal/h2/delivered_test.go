@@ -36,7 +36,7 @@ func startCutProxy(t *testing.T, limit int64) (string, *lockedBuffer, *metrics.M
 		t.Fatal(err)
 	}
 	addr := proxytest.StartProxy(t, pol, func(c *net.TCPConn, sess *gate.Session) {
-		srv.serveConn(proxytest.Cut(c, limit), sess)
+		srv.serveConn(proxytest.Cut(c, limit), sess, false)
 	})
 	return addr, out, m
 }
