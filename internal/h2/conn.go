@@ -493,23 +493,21 @@ func (c *conn) processSettings(f *http2.SettingsFrame) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The streams' windows change once per frame, by the last
+	// SETTINGS_INITIAL_WINDOW_SIZE in it: a frame repeating the entry
+	// thousands of times costs no more than one with it once.
+	window := int64(-1)
 	err := f.ForeachSetting(func(st http2.Setting) error {
 		if err := st.Valid(); err != nil {
 			return err
 		}
 		switch st.ID {
 		case http2.SettingHeaderTableSize:
+			// The encoder keeps the smallest size it was given
+			// until its next table size update (RFC 7541 §4.2).
 			c.henc.SetMaxDynamicTableSize(st.Val)
 		case http2.SettingInitialWindowSize:
-			delta := int64(st.Val) - c.peerWindow
-			c.peerWindow = int64(st.Val)
-			for _, s := range c.streams {
-				s.sendWindow += delta
-				if s.sendWindow > maxWindow {
-					return http2.ConnectionError(http2.ErrCodeFlowControl)
-				}
-				s.cond.Broadcast()
-			}
+			window = int64(st.Val)
 		case http2.SettingMaxFrameSize:
 			c.peerFrame = int(st.Val)
 		}
@@ -517,6 +515,17 @@ func (c *conn) processSettings(f *http2.SettingsFrame) error {
 	})
 	if err != nil {
 		return err
+	}
+	if window >= 0 && window != c.peerWindow {
+		delta := window - c.peerWindow
+		c.peerWindow = window
+		for _, s := range c.streams {
+			s.sendWindow += delta
+			if s.sendWindow > maxWindow {
+				return http2.ConnectionError(http2.ErrCodeFlowControl)
+			}
+			s.cond.Broadcast()
+		}
 	}
 	c.appendFrame(http2.FrameSettings, http2.FlagSettingsAck, 0, nil)
 	c.kickLocked()

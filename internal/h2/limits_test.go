@@ -1,0 +1,171 @@
+package h2
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// rawWith is p.raw with the client's SETTINGS carrying settings.
+func (p *testProxy) rawWith(t testing.TB, settings ...http2.Setting) *rawClient {
+	t.Helper()
+	c := p.dialTLS(t)
+	t.Cleanup(func() { c.Close() })
+	rc := &rawClient{t: t, c: c, fr: http2.NewFramer(c, c)}
+	rc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	rc.enc = hpack.NewEncoder(&rc.buf)
+	io.WriteString(c, http2.ClientPreface)
+	rc.fr.WriteSettings(settings...)
+	return rc
+}
+
+// sync sends a PING and reads until its ACK, acknowledging rustle's
+// SETTINGS on the way: after it the client owes rustle no frame, and may
+// stall in the middle of one.
+func (rc *rawClient) sync() {
+	rc.t.Helper()
+	rc.fr.WritePing(false, [8]byte{'s', 'y', 'n', 'c'})
+	rc.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			rc.t.Fatalf("sync: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				rc.fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if f.IsAck() {
+				return
+			}
+		}
+	}
+}
+
+// block returns the HPACK encoding of fields (name, value, ...) as
+// never-indexed literals, so that the same bytes may be sent any number
+// of times.
+func block(fields ...string) []byte {
+	var b bytes.Buffer
+	enc := hpack.NewEncoder(&b)
+	for i := 0; i+1 < len(fields); i += 2 {
+		enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1], Sensitive: true})
+	}
+	return b.Bytes()
+}
+
+// ending is what a raw client saw of the end of a connection.
+type ending struct {
+	goAway   *http2.GoAwayFrame // nil when none came
+	resets   map[uint32]http2.ErrCode
+	statuses map[uint32]string
+	pingAcks int
+	after    time.Duration // from the call until the connection ended
+	err      error         // the read error that ended it
+}
+
+// readToEnd reads frames until the connection ends or within has passed
+// (then it fails the test), noting GOAWAY, RST_STREAM and response
+// statuses; stop, when not nil, ends the wait early once it returns true.
+func (rc *rawClient) readToEnd(within time.Duration, stop func(*ending) bool) *ending {
+	rc.t.Helper()
+	e := &ending{resets: map[uint32]http2.ErrCode{}, statuses: map[uint32]string{}}
+	start := time.Now()
+	rc.c.SetReadDeadline(start.Add(within))
+	for {
+		f, err := rc.fr.ReadFrame()
+		if err != nil {
+			e.after, e.err = time.Since(start), err
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				rc.t.Fatalf("connection still open %v later (GOAWAY %v, %d streams reset, statuses %v)", within, e.goAway, len(e.resets), e.statuses)
+			}
+			return e
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				rc.fr.WriteSettingsAck()
+			}
+		case *http2.PingFrame:
+			if f.IsAck() {
+				e.pingAcks++
+			}
+		case *http2.GoAwayFrame:
+			g := *f
+			e.goAway = &g
+		case *http2.RSTStreamFrame:
+			e.resets[f.StreamID] = f.ErrCode
+		case *http2.MetaHeadersFrame:
+			if s := f.PseudoValue("status"); s != "" {
+				e.statuses[f.StreamID] = s
+			}
+		}
+		if stop != nil && stop(e) {
+			e.after = time.Since(start)
+			return e
+		}
+	}
+}
+
+// TestSettingsDuplicates checks that a SETTINGS frame is applied in time
+// linear in its size, not in its entries times the open streams: 40
+// frames of 2,730 SETTINGS_INITIAL_WINDOW_SIZE entries each (a full
+// 16 KiB frame) cost about the same with 1,000 streams open as with one.
+func TestSettingsDuplicates(t *testing.T) {
+	var frame bytes.Buffer
+	fr := http2.NewFramer(&frame, nil)
+	entries := make([]http2.Setting, minFrameSize/6)
+	const frames = 40
+	for f := range frames {
+		// Each frame ends on another window than the last one's, so
+		// that every frame changes the streams' windows.
+		for i := range entries {
+			entries[i] = http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(65535 + (f+len(entries)-1-i)%2)}
+		}
+		fr.WriteSettings(entries...)
+	}
+	apply := func(streams int) time.Duration {
+		p := startProxy(t, testConfig(Config{MaxConcurrentStreams: uint32(streams)}), nil)
+		rc := p.raw(t)
+		// Streams rustle answers itself (:scheme https) stay open while
+		// it waits for the bodies that never come.
+		var open bytes.Buffer
+		ofr := http2.NewFramer(&open, nil)
+		hb := block(":method", "POST", ":scheme", "https", ":authority", "example.test", ":path", "/")
+		for i := range streams {
+			ofr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), EndHeaders: true, BlockFragment: hb})
+		}
+		ofr.WritePing(false, [8]byte{1})
+		rc.c.Write(open.Bytes())
+		rc.readToEnd(10*time.Second, func(e *ending) bool { return e.pingAcks > 0 })
+		start := time.Now()
+		go rc.c.Write(frame.Bytes())
+		acks := 0
+		rc.c.SetReadDeadline(time.Now().Add(60 * time.Second))
+		for acks < frames {
+			f, err := rc.fr.ReadFrame()
+			if err != nil {
+				t.Fatalf("%d streams: after %d SETTINGS ACKs: %v", streams, acks, err)
+			}
+			if sf, ok := f.(*http2.SettingsFrame); ok && sf.IsAck() {
+				acks++
+			}
+		}
+		return time.Since(start)
+	}
+	one := apply(1)
+	many := apply(1000)
+	t.Logf("%d SETTINGS frames of %d entries: %v with 1 stream open, %v with 1,000", frames, len(entries), one, many)
+	if many > 3*one+200*time.Millisecond {
+		t.Errorf("SETTINGS with 1,000 streams open took %v, with one %v: want about the same", many, one)
+	}
+}
