@@ -174,6 +174,7 @@ func (c *conn) run(ctx context.Context) bool {
 			return false
 		}
 	}
+	c.rd.track = true
 	if ctx.Err() != nil {
 		c.shutdown()
 	}
@@ -200,7 +201,17 @@ func (c *conn) run(ctx context.Context) bool {
 			if fh.Length > framerKeep {
 				c.bigFrame = true
 			}
-			if f, err = c.fr.ReadFrameForHeader(fh); err == nil {
+			// A header block is bounded in time and in frames (the
+			// framer reads its CONTINUATION frames itself).
+			block := fh.Type == http2.FrameHeaders && !fh.Flags.Has(http2.FlagHeadersEndHeaders)
+			if block {
+				c.rd.startBlock(gate.Deadline(time.Now(), c.cfg.HandshakeTimeout), c.maxContinuations())
+			}
+			f, err = c.fr.ReadFrameForHeader(fh)
+			if block {
+				c.rd.endBlock()
+			}
+			if err == nil {
 				err = c.process(f)
 			}
 		}
@@ -212,6 +223,8 @@ func (c *conn) run(ctx context.Context) bool {
 		if !c.sawSettings {
 			c.nc.SetReadDeadline(time.Time{})
 			c.sawSettings = true
+			// From now on a read within a frame is bounded.
+			c.rd.timeout, c.rd.bounded, c.rd.always = c.cfg.WriteTimeout, true, c.park != nil
 		}
 		c.mu.Lock()
 		done := c.drainedLocked()
@@ -254,11 +267,24 @@ func (c *conn) handleError(fh http2.FrameHeader, f http2.Frame, err error) bool 
 	case errors.Is(err, http2.ErrFrameTooLarge):
 		c.connError(http2.ConnectionError(http2.ErrCodeFrameSize), err)
 		return false
+	case errors.Is(err, errContinuations):
+		c.connError(http2.ConnectionError(http2.ErrCodeEnhanceYourCalm), err)
+		return false
+	case c.sawSettings && errors.Is(err, os.ErrDeadlineExceeded):
+		c.s.log.Debug("h2: client read timed out", "client", c.clientAddr)
+		return false
 	}
 	if !c.sawSettings && err != nil {
 		c.s.log.Debug("h2: connection ended before its first SETTINGS", "err", err)
 	}
 	return false
+}
+
+// maxContinuations returns how many CONTINUATION frames a header block
+// may have: enough to carry a header list of the largest size allowed in
+// fragments of 1 KiB, and at least 16.
+func (c *conn) maxContinuations() int {
+	return max(16, int(c.cfg.MaxHeaderListSize>>10))
 }
 
 // connError sends GOAWAY with the error's code, for the client's error
@@ -338,12 +364,16 @@ func (c *conn) wait() error {
 		} else {
 			c.nc.SetReadDeadline(time.Time{})
 		}
+		c.rd.armed = idle
 		return nil
 	}
 	c.parked = true
 	if idle {
 		c.raw.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.IdleTimeout))
+	} else if c.rd.armed {
+		c.raw.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
 	}
+	c.rd.armed = false
 	c.mu.Unlock()
 	err := c.park.Wait()
 	c.mu.Lock()
@@ -963,20 +993,54 @@ func putUint32(b []byte, v uint32) {
 // TLS records (a buffer of bufSize takes any record's plaintext), so
 // that nothing stays inside crypto/tls when it is empty, and it borrows
 // its buffer only while it holds bytes.
+//
+// Once track is set (after the connection preface) it follows the frame
+// boundaries in the bytes it hands out, since the framer reads a header
+// block's CONTINUATION frames by itself: it bounds each read within a
+// frame, and the frames and the time a header block may take.
 type reader struct {
 	nc   net.Conn
 	buf  *[bufSize]byte
 	r, w int
 	err  error // a read error held back until the buffered bytes are read
+
+	track bool // frame boundaries are followed
+	hn    int  // bytes of the next frame header handed out, 0 to 8
+	hlen  int  // that header's length field, as far as handed out
+	left  int  // payload bytes of the current frame not yet handed out
+	// frames counts the frame headers handed out since startBlock; a
+	// header block may have at most limit of them (its CONTINUATION
+	// frames) when limit is positive.
+	frames, limit int
+	// until is the header block's deadline; zero when none.
+	until time.Time
+	// timeout bounds each read from nc within a frame once bounded is
+	// set (after the first SETTINGS frame); 0 = no limit. With always
+	// set, a read at a frame boundary is bounded too: the connection
+	// waits for readiness before it, so the read itself should not
+	// wait.
+	timeout         time.Duration
+	bounded, always bool
+	armed           bool // a read deadline is set on nc
 }
 
+// errContinuations is a header block in more CONTINUATION frames than a
+// header list of the size allowed needs (CVE-2023-45288).
+var errContinuations = errors.New("h2: header block in too many CONTINUATION frames")
+
 func (r *reader) Read(p []byte) (int, error) {
+	if r.limit > 0 && r.frames >= r.limit && r.hn == 0 && r.left == 0 {
+		return 0, errContinuations
+	}
 	if r.r == r.w {
 		if r.err != nil {
 			return 0, r.err
 		}
+		r.arm()
 		if len(p) >= bufSize {
-			return r.nc.Read(p)
+			n, err := r.nc.Read(p)
+			r.advance(p[:n])
+			return n, err
 		}
 		if r.buf == nil {
 			r.buf = bufPool.Get().(*[bufSize]byte)
@@ -993,7 +1057,61 @@ func (r *reader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, r.buf[r.r:r.w])
 	r.r += n
+	r.advance(p[:n])
 	return n, nil
+}
+
+// advance follows the frames through b, the bytes handed out next.
+func (r *reader) advance(b []byte) {
+	if !r.track {
+		return
+	}
+	for len(b) > 0 {
+		if r.left > 0 {
+			k := min(r.left, len(b))
+			r.left -= k
+			b = b[k:]
+			continue
+		}
+		if r.hn < 3 {
+			r.hlen = r.hlen<<8 | int(b[0])
+		}
+		r.hn++
+		b = b[1:]
+		if r.hn == 9 {
+			r.left, r.hn, r.hlen = r.hlen, 0, 0
+			r.frames++
+		}
+	}
+}
+
+// arm sets the read deadline for a read from nc: one within a frame
+// waits at most timeout, and no longer than the header block's deadline.
+func (r *reader) arm() {
+	if !r.bounded || !r.always && r.hn == 0 && r.left == 0 && r.until.IsZero() {
+		return
+	}
+	d := gate.Deadline(time.Now(), r.timeout)
+	if !r.until.IsZero() && (d.IsZero() || r.until.Before(d)) {
+		d = r.until
+	}
+	if d.IsZero() && !r.armed {
+		return
+	}
+	r.nc.SetReadDeadline(d)
+	r.armed = !d.IsZero()
+}
+
+// startBlock starts a header block, whose HEADERS frame header was just
+// read: until is its deadline (zero: none), and it may have up to limit
+// CONTINUATION frames.
+func (r *reader) startBlock(until time.Time, limit int) {
+	r.until, r.frames, r.limit = until, 0, limit
+}
+
+// endBlock ends the header block's bounds.
+func (r *reader) endBlock() {
+	r.until, r.limit = time.Time{}, 0
 }
 
 // empty reports whether no byte is buffered.

@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // rawWith is p.raw with the client's SETTINGS carrying settings.
@@ -113,6 +115,93 @@ func (rc *rawClient) readToEnd(within time.Duration, stop func(*ending) bool) *e
 			e.after = time.Since(start)
 			return e
 		}
+	}
+}
+
+// margin is how much later than its timeout a stalled connection or
+// stream may end: generous for a loaded machine, far below the minute
+// that the timeouts not under test are.
+const margin = 3 * time.Second
+
+// TestStalledClientTimesOut checks that a client which stops sending in
+// the middle of something is cut off within the timeout that applies to
+// it, with every other timeout far away: a header block left without
+// END_HEADERS (read_header), and half a frame header on an idle
+// connection and beside an open tunnel (write, a read within a frame).
+func TestStalledClientTimesOut(t *testing.T) {
+	const short = 300 * time.Millisecond
+	echo := proxytest.NewEcho(t)
+	for _, tc := range []struct {
+		name  string
+		cfg   Config
+		users bool
+		send  func(rc *rawClient)
+		// want checks how the connection ended.
+		want func(t *testing.T, e *ending)
+	}{
+		{
+			name: "header block without END_HEADERS",
+			cfg:  Config{HandshakeTimeout: short},
+			send: func(rc *rawClient) {
+				rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndStream: true,
+					BlockFragment: block(":method", "GET", ":scheme", "http")})
+			},
+		},
+		{
+			name: "half a frame header",
+			cfg:  Config{WriteTimeout: short},
+			send: func(rc *rawClient) { rc.c.Write([]byte{0, 0, 8, byte(http2.FramePing)}) },
+		},
+		{
+			name: "half a frame header beside a tunnel",
+			cfg:  Config{WriteTimeout: short},
+			send: func(rc *rawClient) {
+				rc.headers(1, false, ":method", "CONNECT", ":authority", echo.Addr)
+				if h, ok := rc.next().(*http2.MetaHeadersFrame); !ok || h.PseudoValue("status") != "200" {
+					rc.t.Fatalf("CONNECT: got %v", h)
+				}
+				rc.c.Write([]byte{0, 0, 8, byte(http2.FramePing)})
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(tc.cfg)
+			var pc proxytest.PolicyConfig
+			if tc.users {
+				pc.Users = map[string]string{"u": "p"}
+			}
+			p := startProxy(t, cfg, proxytest.NewPolicy(t, pc))
+			rc := p.raw(t)
+			rc.sync()
+			tc.send(rc)
+			e := rc.readToEnd(short+margin, nil)
+			t.Logf("closed %v after the stall (%v)", e.after.Round(time.Millisecond), e.err)
+			if tc.want != nil {
+				tc.want(t, e)
+			}
+		})
+	}
+}
+
+// TestContinuationFlood sends a header block that never ends: a HEADERS
+// frame and a thousand empty CONTINUATION frames, then nothing. The
+// connection must end in GOAWAY (ENHANCE_YOUR_CALM or PROTOCOL_ERROR)
+// before those frames run out, long before the header block's timeout.
+func TestContinuationFlood(t *testing.T) {
+	p := startProxy(t, testConfig(Config{}), nil)
+	rc := p.raw(t)
+	var flood bytes.Buffer
+	fr := http2.NewFramer(&flood, nil)
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndStream: true, BlockFragment: block(":method", "GET")})
+	const frames = 1000
+	for range frames {
+		fr.WriteContinuation(1, false, nil)
+	}
+	rc.sync()
+	go rc.c.Write(flood.Bytes())
+	e := rc.readToEnd(margin, nil)
+	if e.goAway == nil || e.goAway.ErrCode != http2.ErrCodeEnhanceYourCalm && e.goAway.ErrCode != http2.ErrCodeProtocol {
+		t.Fatalf("after %d empty CONTINUATION frames: GOAWAY %v, want ENHANCE_YOUR_CALM or PROTOCOL_ERROR", frames, e.goAway)
 	}
 }
 

@@ -66,8 +66,10 @@ type Config struct {
 	// MaxHeaderBytes bounds a response head from an origin. Positive.
 	MaxHeaderBytes int
 	// HandshakeTimeout bounds the wait for the client's connection
-	// preface and first SETTINGS frame; 0 = no limit (the configuration
-	// always sets one).
+	// preface and first SETTINGS frame, and each header block (a HEADERS
+	// frame and its CONTINUATION frames) from its HEADERS frame on, as
+	// timeouts.read_header bounds an HTTP/1.1 request head; 0 = no limit
+	// (the configuration always sets one).
 	HandshakeTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for an origin's response
 	// head; 0 = no limit (the configuration always sets one).
@@ -77,8 +79,9 @@ type Config struct {
 	// one).
 	IdleTimeout time.Duration
 	// WriteTimeout bounds each blocked write to the client or an origin,
-	// and each wait for more of an origin's response body; 0 = no limit
-	// (the configuration always sets one).
+	// each wait for more of an origin's response body, and each read of a
+	// frame the client has begun to send; 0 = no limit (the
+	// configuration always sets one).
 	WriteTimeout time.Duration
 	// TunnelIdleTimeout resets a CONNECT stream with no bytes either way
 	// for this long; 0 = no limit (the configuration always sets one).
