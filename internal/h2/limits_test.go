@@ -126,8 +126,11 @@ const margin = 3 * time.Second
 // TestStalledClientTimesOut checks that a client which stops sending in
 // the middle of something is cut off within the timeout that applies to
 // it, with every other timeout far away: a header block left without
-// END_HEADERS (read_header), and half a frame header on an idle
-// connection and beside an open tunnel (write, a read within a frame).
+// END_HEADERS (read_header), half a frame header on an idle connection
+// and beside an open tunnel (write, a read within a frame), a connection
+// whose last stream has ended (idle_client), and a request answered by
+// rustle itself (here 407) whose body never comes (write, then
+// idle_client).
 func TestStalledClientTimesOut(t *testing.T) {
 	const short = 300 * time.Millisecond
 	echo := proxytest.NewEcho(t)
@@ -161,6 +164,38 @@ func TestStalledClientTimesOut(t *testing.T) {
 					rc.t.Fatalf("CONNECT: got %v", h)
 				}
 				rc.c.Write([]byte{0, 0, 8, byte(http2.FramePing)})
+			},
+		},
+		{
+			name: "idle after its last stream",
+			cfg:  Config{IdleTimeout: short},
+			send: func(rc *rawClient) {
+				rc.headers(1, false, ":method", "CONNECT", ":authority", echo.Addr)
+				rc.fr.WriteData(1, true, nil)
+			},
+			want: func(t *testing.T, e *ending) {
+				if e.statuses[1] != "200" || e.goAway == nil || e.goAway.ErrCode != http2.ErrCodeNo {
+					t.Errorf("status %q, GOAWAY %v: want 200, then GOAWAY(NO_ERROR) once idle", e.statuses[1], e.goAway)
+				}
+			},
+		},
+		{
+			name:  "unauthenticated request without its body",
+			cfg:   Config{WriteTimeout: short, IdleTimeout: short},
+			users: true,
+			send: func(rc *rawClient) {
+				rc.headers(1, false, ":method", "POST", ":scheme", "http", ":authority", echo.Addr, ":path", "/")
+			},
+			want: func(t *testing.T, e *ending) {
+				if e.statuses[1] != "407" {
+					t.Errorf("stream 1: status %q, want 407", e.statuses[1])
+				}
+				if code, ok := e.resets[1]; !ok || code != http2.ErrCodeNo {
+					t.Errorf("stream 1: reset %v (%v), want RST_STREAM(NO_ERROR) asking for no more body", code, ok)
+				}
+				if e.goAway == nil || e.goAway.ErrCode != http2.ErrCodeNo {
+					t.Errorf("then idle: GOAWAY %v, want NO_ERROR", e.goAway)
+				}
 			},
 		},
 	} {

@@ -68,6 +68,9 @@ type stream struct {
 	got      int64        // DATA payload bytes received; owned by the reader
 	upw      rawWriter    // non-blocking writes to up; used by the reader while !pumping
 	last     atomic.Int64 // when a tunnel byte last moved, in ns since start
+	// timer wakes the worker from a wait with a deadline
+	// (waitUntilLocked); made on its first such wait. Guarded by c.mu.
+	timer *time.Timer
 }
 
 func (c *conn) newStreamLocked(id uint32, req request) *stream {
@@ -122,7 +125,9 @@ func (s *stream) exit() {
 		c.resetLocked(s, http2.ErrCodeInternal, true)
 	}
 	c.workers--
-	if c.goAway {
+	if c.goAway || c.workers == 0 && len(c.streams) == 0 {
+		// The reader looks again at whether the connection has
+		// drained, or is idle: then its idle timeout starts.
 		c.wakeLocked()
 	}
 	if s.paceStop != nil {
@@ -394,15 +399,47 @@ func (s *stream) stopBody() {
 }
 
 // waitRemote waits until the client has ended its side of s (or s is
-// reset), dropping what it sends meanwhile.
+// reset), dropping what it sends meanwhile, for at most the write
+// timeout: the answer does not need the body.
 func (s *stream) waitRemote() {
 	c := s.c
 	c.mu.Lock()
 	s.discardLocked()
-	for !s.remoteDone && !s.reset {
-		s.cond.Wait()
+	deadline := gate.Deadline(time.Now(), c.cfg.WriteTimeout)
+	for !s.remoteDone && !s.reset && s.waitUntilLocked(deadline) {
 	}
 	c.mu.Unlock()
+}
+
+// waitUntilLocked waits for a broadcast of s.cond, or until deadline
+// (zero: no deadline). It reports false, without waiting, once the
+// deadline has passed. Only the stream's worker waits with a deadline:
+// the stream has one timer.
+func (s *stream) waitUntilLocked(deadline time.Time) bool {
+	if deadline.IsZero() {
+		s.cond.Wait()
+		return true
+	}
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false
+	}
+	if s.timer == nil {
+		s.timer = time.AfterFunc(d, s.wake)
+	} else {
+		s.timer.Reset(d)
+	}
+	s.cond.Wait()
+	s.timer.Stop()
+	return true
+}
+
+// wake is the timer's: it wakes the stream's waiters to look at their
+// deadlines.
+func (s *stream) wake() {
+	s.c.mu.Lock()
+	s.cond.Broadcast()
+	s.c.mu.Unlock()
 }
 
 // discardLocked drops the client's bytes from now on.

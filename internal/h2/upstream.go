@@ -36,8 +36,8 @@ var (
 
 // answerLocal answers the stream with status, the extra fields and a
 // one-line text body. A request other than CONNECT is read (and dropped)
-// to its end first; a client still sending after the answer is asked to
-// stop.
+// to its end first, for at most the write timeout; a client still
+// sending after the answer is asked to stop.
 func (s *stream) answerLocal(status int, reason string, extra ...hpack.HeaderField) {
 	if s.req.method == "CONNECT" {
 		s.c.mu.Lock()
