@@ -82,6 +82,10 @@ type conn struct {
 	prefaced    bool           // the client preface was read before serving began
 	sawSettings bool
 	rejected    int // malformed requests logged (rejectStream)
+	// The client's budget of early resets (resetBudget): resets is what
+	// is left of it at resetAt; zero resetAt = the whole burst.
+	resets  float64
+	resetAt time.Time
 
 	mu         sync.Mutex
 	wcond      sync.Cond          // broadcast when a write of out ends and when writing turns false; L is &mu
@@ -596,9 +600,44 @@ func (c *conn) processRSTStream(f *http2.RSTStreamFrame) error {
 		return http2.ConnectionError(http2.ErrCodeProtocol) // idle stream
 	}
 	if s := c.streams[f.StreamID]; s != nil {
+		early := !s.headersSent
 		c.resetLocked(s, f.ErrCode, false)
+		if early && !c.earlyResetLocked() {
+			c.s.log.Debug("h2: too many streams reset before their answer", "client", c.clientAddr)
+			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
 	}
 	return nil
+}
+
+// resetBudget returns how many streams a client may reset before rustle
+// has answered them (or open while the workers of such streams are still
+// running), at once (burst) and per second after that: twice
+// the streams it may have open, at least 100 and at most 1,000, and a
+// tenth of that per second. A stream reset so costs rustle its worker,
+// its authorization and maybe a dial, the client only two small frames
+// (the rapid reset attack, CVE-2023-44487).
+func resetBudget(maxStreams uint32) (burst int, perSecond float64) {
+	burst = int(min(max(2*uint64(maxStreams), 100), 1000))
+	return burst, float64(burst) / 10
+}
+
+// earlyResetLocked spends one of the client's early resets; it reports
+// false when none is left.
+func (c *conn) earlyResetLocked() bool {
+	burst, rate := resetBudget(c.cfg.MaxConcurrentStreams)
+	now := time.Now()
+	if c.resetAt.IsZero() {
+		c.resets = float64(burst)
+	} else {
+		c.resets = min(float64(burst), c.resets+now.Sub(c.resetAt).Seconds()*rate)
+	}
+	c.resetAt = now
+	if c.resets < 1 {
+		return false
+	}
+	c.resets--
+	return true
 }
 
 func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
@@ -634,8 +673,16 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	if f.HasPriority() && f.Priority.StreamDep == id {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	}
-	if c.goAway || c.closing || len(c.streams) >= int(c.cfg.MaxConcurrentStreams) ||
-		c.workers >= 2*int(c.cfg.MaxConcurrentStreams) {
+	if c.goAway || c.closing || len(c.streams) >= int(c.cfg.MaxConcurrentStreams) {
+		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
+	}
+	if c.workers >= 2*int(c.cfg.MaxConcurrentStreams) {
+		// The workers of streams that have ended (reset before
+		// their answer) are still running: refused, and counted as
+		// reset early.
+		if !c.earlyResetLocked() {
+			return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
+		}
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
 	var req request

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("H2_MEMORY_HELPER") != "" {
 		os.Exit(memoryHelper())
 	}
+	if os.Getenv("H2_FLOOD_HELPER") != "" {
+		os.Exit(floodHelper())
+	}
 	if os.Getenv("H2_MEMORY_PROFILE") != "" {
 		runtime.MemProfileRate = 1
 	}

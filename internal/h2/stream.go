@@ -42,6 +42,7 @@ type stream struct {
 	trailers    []hpack.HeaderField
 	remoteDone  bool // END_STREAM received
 	localDone   bool // END_STREAM sent
+	headersSent bool // a header block was sent: the client's reset is not an early one
 	reset       bool // RST_STREAM sent or received, or the connection ended
 	blocked     bool // in c.blocked
 	discard     bool // client bytes are dropped (an answer that ignores the body)
@@ -263,6 +264,7 @@ func (s *stream) queueHeaders(fields []hpack.HeaderField, end, flush bool) error
 		return err
 	}
 	c.writeHeadersLocked(s.id, fields, end)
+	s.headersSent = true
 	if end {
 		s.endLocalLocked()
 	}
