@@ -5,6 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -340,5 +343,88 @@ func TestSettingsDuplicates(t *testing.T) {
 	t.Logf("%d SETTINGS frames of %d entries: %v with 1 stream open, %v with 1,000", frames, len(entries), one, many)
 	if many > 3*one+200*time.Millisecond {
 		t.Errorf("SETTINGS with 1,000 streams open took %v, with one %v: want about the same", many, one)
+	}
+}
+
+// TestZeroWindow checks that a response stalled by a client that grants
+// no flow-control window is ended (RST_STREAM) and its upstream closed
+// after timeouts.write, whether the stream's or the connection's window
+// is the one at zero, and that a tunnel stalled so ends after
+// timeouts.idle_tunnel.
+func TestZeroWindow(t *testing.T) {
+	const short = 300 * time.Millisecond
+	big := strings.Repeat("z", 128<<10)
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		settings []http2.Setting
+		body     string
+		connect  bool
+	}{
+		{name: "stream window", cfg: Config{WriteTimeout: short}, body: "hello",
+			settings: []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}}},
+		{name: "connection window", cfg: Config{WriteTimeout: short}, body: big,
+			settings: []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 1 << 20}}},
+		{name: "tunnel", cfg: Config{TunnelIdleTimeout: short}, connect: true,
+			settings: []http2.Setting{{ID: http2.SettingInitialWindowSize, Val: 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var upstream string
+			var closed func() bool
+			if tc.connect {
+				ln, done := talkativeUpstream(t)
+				upstream, closed = ln, done
+			} else {
+				o := proxytest.NewOrigin(t, proxytest.Respond(200, tc.body))
+				upstream, closed = o.Addr, func() bool { return o.ClosedConns() == 1 }
+			}
+			p := startProxy(t, testConfig(tc.cfg), nil)
+			rc := p.rawWith(t, tc.settings...)
+			if tc.connect {
+				rc.headers(1, false, ":method", "CONNECT", ":authority", upstream)
+			} else {
+				rc.headers(1, true, ":method", "GET", ":scheme", "http", ":authority", upstream, ":path", "/")
+			}
+			e := rc.readToEnd(short+margin, func(e *ending) bool { _, ok := e.resets[1]; return ok })
+			t.Logf("status %s, RST_STREAM(%v) %v after the request", e.statuses[1], e.resets[1], e.after.Round(time.Millisecond))
+			if e.statuses[1] != "200" {
+				t.Errorf("status %q, want 200 before the stall", e.statuses[1])
+			}
+			proxytest.WaitFor(t, "the stalled stream's upstream closed", closed)
+		})
+	}
+}
+
+// talkativeUpstream is a TCP server that sends bytes as soon as a
+// connection opens and then reads until it ends; closed reports whether
+// that has happened.
+func talkativeUpstream(t *testing.T) (addr string, closed func() bool) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	ended := false
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write(bytes.Repeat([]byte("t"), 1024))
+		c.SetReadDeadline(time.Now().Add(time.Minute))
+		_, err = io.Copy(io.Discard, c)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			mu.Lock()
+			ended = true
+			mu.Unlock()
+		}
+	}()
+	return ln.Addr().String(), func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return ended
 	}
 }

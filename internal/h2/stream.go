@@ -276,11 +276,15 @@ func (s *stream) queueHeaders(fields []hpack.HeaderField, end, flush bool) error
 
 // sendData sends p as DATA frames within the flow-control windows,
 // waiting for them as needed; end sets END_STREAM on the last frame (an
-// empty one when p is empty).
+// empty one when p is empty). A client that grants no window for the
+// write timeout gets the stream reset (RST_STREAM CANCEL), which closes
+// its upstream.
 func (s *stream) sendData(p []byte, end bool) error {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	waiting := false       // for window, since deadline was set
+	var deadline time.Time // of the wait for window; zero: no limit
 	for {
 		if err := s.sendErrLocked(); err != nil {
 			return err
@@ -294,10 +298,11 @@ func (s *stream) sendData(p []byte, end bool) error {
 			return nil
 		}
 		if c.out != nil && len(c.out.b) >= outLimit {
+			// The writer's write timeout bounds this wait.
 			if !c.writing {
 				c.flushLocked()
 			} else {
-				s.waitConnLocked()
+				s.waitConnLocked(time.Time{})
 			}
 			continue
 		}
@@ -305,13 +310,17 @@ func (s *stream) sendData(p []byte, end bool) error {
 		if n <= 0 {
 			if c.out != nil && len(c.out.b) > 0 && !c.writing {
 				c.flushLocked() // the client may be waiting for it to grant more
-			} else if s.sendWindow > 0 {
-				s.waitConnLocked()
-			} else {
-				s.cond.Wait()
+				continue
+			}
+			if !waiting {
+				waiting, deadline = true, gate.Deadline(time.Now(), c.cfg.WriteTimeout)
+			}
+			if !s.waitWindowLocked(deadline) {
+				return s.stalledLocked()
 			}
 			continue
 		}
+		waiting = false
 		var flags http2.Flags
 		last := n == int64(len(p))
 		if last && end {
@@ -337,7 +346,8 @@ func (s *stream) sendData(p []byte, end bool) error {
 
 // sendable waits until some bytes may be sent on s and returns how many
 // (at most max), so that a tunnel reads no more from its upstream than
-// the client accepts.
+// the client accepts. A tunnel whose client grants no window while no
+// byte moves either way for the tunnel idle timeout is reset.
 func (s *stream) sendable(max int) (int, error) {
 	c := s.c
 	c.mu.Lock()
@@ -352,22 +362,38 @@ func (s *stream) sendable(max int) (int, error) {
 			return int(n), nil
 		case c.out != nil && len(c.out.b) > 0 && !c.writing:
 			c.flushLocked()
-		case s.sendWindow > 0:
-			s.waitConnLocked()
-		default:
-			s.cond.Wait()
+		case !s.waitWindowLocked(s.idleDeadline()):
+			return 0, s.stalledLocked()
 		}
 	}
 }
 
+// waitWindowLocked waits for the stream's window, or the connection's
+// when the stream has some, until deadline (zero: none). It reports
+// false once the deadline has passed.
+func (s *stream) waitWindowLocked(deadline time.Time) bool {
+	if s.sendWindow > 0 {
+		return s.waitConnLocked(deadline)
+	}
+	return s.waitUntilLocked(deadline)
+}
+
 // waitConnLocked waits for a change in the connection's window or output
-// room.
-func (s *stream) waitConnLocked() {
+// room, until deadline (zero: none). It reports false once the deadline
+// has passed.
+func (s *stream) waitConnLocked(deadline time.Time) bool {
 	if !s.blocked {
 		s.blocked = true
 		s.c.blocked = append(s.c.blocked, s)
 	}
-	s.cond.Wait()
+	return s.waitUntilLocked(deadline)
+}
+
+// stalledLocked resets s, whose client has granted it no window for the
+// time allowed, and returns errStreamGone.
+func (s *stream) stalledLocked() error {
+	s.c.resetLocked(s, http2.ErrCodeCancel, true)
+	return errStreamGone
 }
 
 // endLocalLocked notes that rustle's side of s is done.
@@ -563,6 +589,16 @@ func (s *stream) pumpUp() {
 // touch notes tunnel activity.
 func (s *stream) touch() {
 	s.last.Store(int64(time.Since(s.c.s.start)))
+}
+
+// idleDeadline returns when a tunnel with no more activity becomes idle
+// for the tunnel idle timeout; zero when there is no limit.
+func (s *stream) idleDeadline() time.Time {
+	idle := s.c.cfg.TunnelIdleTimeout
+	if idle <= 0 {
+		return time.Time{}
+	}
+	return s.c.s.start.Add(time.Duration(s.last.Load()) + idle)
 }
 
 // chunkQueue is a byte queue in pooled bufSize chunks; it holds no

@@ -473,7 +473,7 @@ func (s *stream) pumpDown(up *net.TCPConn) {
 			return
 		}
 		if idle > 0 {
-			up.SetReadDeadline(c.s.start.Add(time.Duration(s.last.Load()) + idle))
+			up.SetReadDeadline(s.idleDeadline())
 		}
 		if err := p.Wait(); err != nil {
 			if s.gone() {
