@@ -91,4 +91,18 @@
 // Shutdown (the session's context) sends GOAWAY; streams in progress,
 // tunnels included, run on until they end or the server closes the
 // connection.
+//
+// # Bounds on what a client may make rustle wait for or do
+//
+// A frame the client has begun must go on arriving: each read within it
+// waits at most WriteTimeout, and a header block must end within
+// HandshakeTimeout (timeouts.read_header) of its HEADERS frame and in
+// at most max(16, MaxHeaderListSize/1024) CONTINUATION frames (the
+// reader follows frame boundaries in the bytes it hands the framer,
+// which reads CONTINUATION frames itself; x/net's own bound counts
+// bytes only, not empty frames). Streams the client resets before rustle
+// has answered them spend a budget (resetBudget) whose end is GOAWAY
+// with ENHANCE_YOUR_CALM. A response waits at most WriteTimeout for
+// flow-control window, a tunnel as long as it is not idle for
+// TunnelIdleTimeout; then the stream is reset and its upstream closed.
 package h2
