@@ -160,6 +160,10 @@ const (
 	ReasonUnreachable = "unreachable"
 	// ReasonTimedOut: the upstream did not answer in time.
 	ReasonTimedOut = "timed-out"
+	// ReasonUpstreamFailed: the upstream closed the connection without
+	// a response, or answered one rustle refuses to relay (malformed,
+	// too large a head, a transfer coding it cannot frame): 502.
+	ReasonUpstreamFailed = "upstream-failed"
 	// ReasonBadRequest: the request was malformed (400).
 	ReasonBadRequest = "bad-request"
 	// ReasonHeadTooLarge: the request head exceeded the limit (431).

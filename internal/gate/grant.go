@@ -475,6 +475,9 @@ func (g *Grant) endReason() string {
 	if context.Cause(g.s.rctx) == ErrRevoked {
 		return accesslog.ReasonRevoked
 	}
+	if cut := g.s.p.Cut; cut != nil && cut.Err() != nil {
+		return accesslog.ReasonDrained
+	}
 	return ""
 }
 

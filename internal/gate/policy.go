@@ -60,6 +60,10 @@ type Policy struct {
 	TunnelIdle time.Duration
 	// Logger receives refusals at debug level; nil = discard.
 	Logger *slog.Logger
+	// Cut is done once rustle's shutdown cuts what still runs (the end
+	// of the drain): what ends after it is logged with the reason
+	// drained. nil = never.
+	Cut context.Context
 	// Revoked tracks the sessions and tunnels of each user so that a
 	// reload that removes the user can end them; nil = not tracked.
 	Revoked *Registry

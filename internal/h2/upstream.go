@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -80,12 +81,16 @@ func (s *stream) answerError(err error, target string) {
 		// A refused destination was logged by the grant's Dial.
 		s.answer(gate.DialKind(err).Status(), de.Reason())
 	case errors.As(err, &ne) && ne.Timeout():
+		s.grant.SetReason(accesslog.ReasonTimedOut)
 		s.answer(504, "upstream "+target+" did not answer in time")
 	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade), errors.Is(err, errCoding):
+		s.grant.SetReason(accesslog.ReasonUpstreamFailed)
 		s.answer(502, strings.TrimPrefix(err.Error(), "h2: "))
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		s.grant.SetReason(accesslog.ReasonUpstreamFailed)
 		s.answer(502, "upstream "+target+" closed the connection without a response")
 	default:
+		s.grant.SetReason(accesslog.ReasonUpstreamFailed)
 		s.answer(502, "malformed response from upstream "+target)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
@@ -213,6 +214,14 @@ func (cn *conn) writeUpstreamError(err error) {
 		return // the client is gone
 	}
 	var ne net.Error
+	var de *dialer.Error
+	switch {
+	case errors.As(err, &de):
+	case errors.As(err, &ne) && ne.Timeout():
+		cn.g.SetReason(accesslog.ReasonTimedOut)
+	default:
+		cn.g.SetReason(accesslog.ReasonUpstreamFailed)
+	}
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
 		cn.writeError(504, "upstream "+cn.upKeyOrTarget()+" did not answer in time", false)
@@ -225,7 +234,6 @@ func (cn *conn) writeUpstreamError(err error) {
 	case errors.Is(err, http1.ErrBadStatusLine), errors.Is(err, http1.ErrBadResponseHead):
 		cn.writeError(502, "malformed response from upstream "+cn.upKeyOrTarget(), false)
 	default:
-		var de *dialer.Error
 		if errors.As(err, &de) {
 			cn.writeDialError(err)
 			return

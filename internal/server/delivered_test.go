@@ -238,6 +238,7 @@ type bytesRecord struct {
 	Client    string `json:"client"`
 	Status    int    `json:"status"`
 	BytesDown int64  `json:"bytes_down"`
+	Reason    string `json:"reason"`
 }
 
 // record waits for the access log record of the client at from.
@@ -369,7 +370,14 @@ func TestBytesCut(t *testing.T) {
 			sums := map[string]float64{}
 			for i, d := range downloads {
 				rec := r.record(t, froms[i])
-				t.Run(d.name, func(t *testing.T) { checkDelivered(t, rec, d.listener, reads[i]) })
+				t.Run(d.name, func(t *testing.T) {
+					checkDelivered(t, rec, d.listener, reads[i])
+					// The record says who cut it: the drain's end, or
+					// the reload.
+					if want := map[string]string{"drain": "drained", "revocation": "revoked"}[cut]; rec.Reason != want {
+						t.Errorf("record's reason %q, want %q", rec.Reason, want)
+					}
+				})
 				sums[d.listener] += float64(rec.BytesDown)
 			}
 			for l, sum := range sums {

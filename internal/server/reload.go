@@ -128,6 +128,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			TunnelIdle: cfg.Timeouts.IdleTunnel.Duration,
 			Logger:     log,
 			Revoked:    s.revoked,
+			Cut:        s.cutCtx,
 		}
 		if o.metrics != nil {
 			gp.UserMetrics = o.metrics.User

@@ -54,6 +54,10 @@ type Server struct {
 	// asks idle connections to close.
 	connCtx    context.Context
 	connCancel context.CancelFunc
+	// cutCtx is done when Close cuts the connections and tunnels still
+	// running (gate.Policy.Cut).
+	cutCtx    context.Context
+	cutCancel context.CancelFunc
 
 	mu        sync.Mutex
 	listeners []*listener // guarded by mu
@@ -133,6 +137,7 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 		})
 	}
 	s.connCtx, s.connCancel = context.WithCancel(context.Background())
+	s.cutCtx, s.cutCancel = context.WithCancel(context.Background())
 
 	for range workerCount(cfg, logger) {
 		e, err := tunnel.New(tunnel.Config{
@@ -341,6 +346,7 @@ func (s *Server) Close() error {
 	s.closeListenersLocked()
 	s.mu.Unlock()
 	s.accepts.Wait()
+	s.cutCancel() // first: what the closing below ends is logged as drained
 	s.connCancel()
 	s.connMu.Lock()
 	for c := range s.active {
