@@ -151,6 +151,9 @@ const (
 	ReasonCoolingDown = "cooling-down"
 	// ReasonUserLimit: the user has too many connections.
 	ReasonUserLimit = "user-limit"
+	// ReasonOverloaded: rustle holds as many connections as
+	// limits.max_connections allows (503).
+	ReasonOverloaded = "overloaded"
 	// ReasonDenied: an access rule (Rule) refused the request.
 	ReasonDenied = "denied"
 	// ReasonForbidden: the destination address is not allowed (the

@@ -259,14 +259,16 @@ type ACLRule struct {
 // field means its documented default; see each field.
 type Limits struct {
 	// MaxConnections bounds the client connections open at once, tunnels
-	// included; 0 means derived from the open-file limit at start (see
+	// included, each HTTP/2 stream holding an upstream beyond a
+	// connection's first counting as one more; 0 means derived from the open-file limit at start (see
 	// [Limits.ConnectionLimit]) and -1 means no limit.
 	MaxConnections int `toml:"max_connections"`
 	// MaxConnectionsPerClient bounds the connections of one client IP
 	// address; 0 means no limit.
 	MaxConnectionsPerClient int `toml:"max_connections_per_client"`
 	// MaxConnectionsPerUser bounds the connections authenticated as one
-	// user; 0 means no limit.
+	// user, HTTP/2 streams counted as for MaxConnections; 0 means no
+	// limit.
 	MaxConnectionsPerUser int `toml:"max_connections_per_user"`
 	// ConnectionRate is the new connections per second one client IP
 	// address may open (a token bucket); 0 means no limit.

@@ -68,6 +68,8 @@ type Grant struct {
 	decided  bool           // decision holds an ACL verdict
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	counted  string         // the user counted for the grant's life (not the connection's); "" none
+	hold     holdKind       // what Hold counted, given back at Finish
+	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
 
 	// What the access log and the metrics learn of the request.
 	observe  bool
@@ -378,9 +380,68 @@ func (g *Grant) Finish(up, down int64) {
 	g.end()
 }
 
+// holdKind is what Grant.Hold counted.
+type holdKind uint8
+
+const (
+	holdNone    holdKind = iota
+	holdCovered          // the session's one upstream its admission covers
+	holdExtra            // a further upstream, counted with the Limiter
+)
+
+// Hold counts the upstream the request is about to hold (dialled, or
+// taken from the pool) for a front-end that serves requests of one client
+// connection at once (HTTP/2 streams), until Finish. A client
+// connection's admission covers one upstream at a time, as it does on
+// HTTP/1.1 and SOCKS; each further one counts with the Limiter (see
+// [limits.Limiter.Extra]) as one connection against max_connections and,
+// for an authenticated user, one of the user's against
+// max_connections_per_user (unless the grant's user, not the
+// connection's, is counted for the grant already). It returns OK, or
+// UserLimit or Overloaded, which the front-end answers (429, 503) and
+// Finishes. Hold is called at most once per grant.
+func (g *Grant) Hold() Kind {
+	s := g.s
+	s.mu.Lock()
+	if !s.covered {
+		s.covered = true
+		s.mu.Unlock()
+		g.hold = holdCovered
+		return OK
+	}
+	s.mu.Unlock()
+	lim := s.p.Limiter
+	if lim == nil {
+		return OK
+	}
+	user := g.User
+	if g.counted != "" {
+		user = ""
+	}
+	switch lim.Extra(user) {
+	case limits.OK:
+	case limits.TooManyForUser:
+		s.debug("gate: too many upstreams for the user", slog.String("user", g.User))
+		return g.refuse(UserLimit)
+	default:
+		return g.refuse(Overloaded)
+	}
+	g.hold, g.extraFor = holdExtra, user
+	return OK
+}
+
 // end gives back what the grant holds.
 func (g *Grant) end() {
 	g.finished = true
+	switch g.hold {
+	case holdCovered:
+		g.s.mu.Lock()
+		g.s.covered = false
+		g.s.mu.Unlock()
+	case holdExtra:
+		g.s.p.Limiter.ExtraDone(g.extraFor)
+	}
+	g.hold, g.extraFor = holdNone, ""
 	if g.counted != "" {
 		g.s.p.Limiter.UserDone(g.counted)
 		g.counted = ""
@@ -462,6 +523,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonUnreachable
 	case TimedOut:
 		return accesslog.ReasonTimedOut
+	case Overloaded:
+		return accesslog.ReasonOverloaded
 	}
 	return ""
 }

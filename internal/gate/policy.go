@@ -125,6 +125,10 @@ const (
 	Unreachable
 	// TimedOut is a dial or an upstream that did not answer in time: 504.
 	TimedOut
+	// Overloaded refuses a further upstream (see [Grant.Hold]) while
+	// rustle holds as many connections as limits.max_connections allows:
+	// 503.
+	Overloaded
 )
 
 // Status returns the HTTP status a front-end answers k with; 200 for OK.
@@ -140,6 +144,8 @@ func (k Kind) Status() int {
 		return 502
 	case TimedOut:
 		return 504
+	case Overloaded:
+		return 503
 	}
 	return 200
 }
@@ -161,6 +167,8 @@ func (k Kind) Reason() string {
 		return "upstream unreachable"
 	case TimedOut:
 		return "upstream timed out"
+	case Overloaded:
+		return "too many connections"
 	}
 	return ""
 }
@@ -184,6 +192,8 @@ func (k Kind) String() string {
 		return "unreachable"
 	case TimedOut:
 		return "timed-out"
+	case Overloaded:
+		return "overloaded"
 	}
 	return "unknown"
 }

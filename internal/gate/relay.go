@@ -57,6 +57,7 @@ func (g *Grant) Tunnel(client net.Conn, upc *net.TCPConn, beforeIdle func()) (ha
 		d := g.detach()
 		g.finished = true // d reports and releases now
 		g.counted = ""
+		g.hold, g.extraFor = holdNone, ""
 		back := s.handoff()
 		reg, listener, user := s.p.Revoked, s.p.Listener, d.User
 		h := new(heldTunnel)

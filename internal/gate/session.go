@@ -67,6 +67,9 @@ type Session struct {
 	memoAt   time.Duration
 	memoSet  bool
 	closed   bool // guarded by mu
+	// covered says a grant holds the one upstream the connection's
+	// admission covers (see Grant.Hold); guarded by mu.
+	covered bool
 
 	// verifyMu serialises the checks of credentials the session has no
 	// verdict on: HTTP/2 streams share the session, and a guess waits

@@ -183,7 +183,14 @@ func (s *stream) serve() bool {
 		s.grant.SetReason(reason)
 		s.answerLocal(status, why)
 		return false
-	case kindForward:
+	}
+	// The stream is to hold an upstream: past the first one of the
+	// connection, it counts as a connection of its own.
+	if k := s.grant.Hold(); k != gate.OK {
+		s.answerLocal(k.Status(), k.Reason())
+		return false
+	}
+	if r.kind == kindForward {
 		s.forward()
 		return false
 	}

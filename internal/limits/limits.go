@@ -28,7 +28,9 @@ import (
 
 // Config configures a Limiter. A zero field turns its limit off.
 type Config struct {
-	// MaxConns bounds client connections open at once; 0 = no limit.
+	// MaxConns bounds client connections open at once, and with them
+	// the further upstream connections a client connection holds at once
+	// (see [Limiter.Extra]), each counted as one; 0 = no limit.
 	MaxConns int
 	// MaxConnsPerClient bounds the connections of one client address;
 	// 0 = no limit.
@@ -87,10 +89,14 @@ const (
 	// CoolingDown refuses an address that failed to authenticate too
 	// often (HTTP: 429 with Retry-After).
 	CoolingDown
+	// TooManyForUser refuses a further upstream of a user past
+	// MaxConnsPerUser (see [Limiter.Extra]; HTTP: 429).
+	TooManyForUser
 )
 
 var verdictNames = [...]string{"ok", "too many connections", "too many connections from the client",
-	"too many new connections from the client", "client cooling down after failed authentications"}
+	"too many new connections from the client", "client cooling down after failed authentications",
+	"too many connections for the user"}
 
 // String describes v.
 func (v Verdict) String() string {
@@ -302,7 +308,51 @@ func (l *Limiter) Release(addr netip.Addr) {
 	}
 }
 
-// Conns returns the number of connections admitted and not released.
+// Extra counts an upstream connection that a client connection holds
+// beyond the one its admission covers (a further HTTP/2 stream's): as
+// one connection against MaxConns and, when name (a user) is not "", as one of
+// name's connections against MaxConnsPerUser, so that multiplexed
+// streams cannot hold more descriptors than as many connections would.
+// It returns OK, TooMany or TooManyForUser; nothing is counted unless
+// OK, which is to be matched by one ExtraDone(name).
+func (l *Limiter) Extra(name string) Verdict {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cfg.MaxConns > 0 && l.total >= l.cfg.MaxConns {
+		l.refusedLocked(TooMany, now)
+		return TooMany
+	}
+	var u *user
+	if name != "" && l.cfg.MaxConnsPerUser > 0 {
+		if u = l.users[name]; u == nil {
+			u = &user{}
+			l.users[name] = u
+		}
+		if u.conns >= l.cfg.MaxConnsPerUser {
+			l.refusedLocked(TooManyForUser, now)
+			return TooManyForUser
+		}
+		u.conns++
+	}
+	l.total++
+	return OK
+}
+
+// ExtraDone ends the count of an upstream Extra admitted for name.
+func (l *Limiter) ExtraDone(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total--
+	if name != "" && l.cfg.MaxConnsPerUser > 0 {
+		if u := l.users[name]; u != nil && u.conns > 0 {
+			u.conns--
+		}
+	}
+}
+
+// Conns returns the number of connections admitted and not released,
+// the further upstreams Extra counts included.
 func (l *Limiter) Conns() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -427,3 +427,42 @@ func TestRelayPaced(t *testing.T) {
 		t.Errorf("128 KiB relayed in %v, faster than the bucket allows", el)
 	}
 }
+
+// TestExtra counts further upstreams against MaxConns and the user's
+// limit, and gives them back.
+func TestExtra(t *testing.T) {
+	l := limits.New(limits.Config{MaxConns: 3, MaxConnsPerUser: 2})
+	addr := netip.MustParseAddr("192.0.2.1")
+	if v, _ := l.Admit(addr); v != limits.OK {
+		t.Fatalf("Admit: %v", v)
+	}
+	if !l.UserConn("u") {
+		t.Fatal("UserConn(u) refused")
+	}
+	steps := []struct {
+		name string
+		user string
+		want limits.Verdict
+	}{
+		{"u's second", "u", limits.OK},
+		{"u's third", "u", limits.TooManyForUser},
+		{"anonymous fills max_connections", "", limits.OK},
+		{"past max_connections", "", limits.TooMany},
+	}
+	for _, s := range steps {
+		if got := l.Extra(s.user); got != s.want {
+			t.Fatalf("%s: Extra(%q) = %v, want %v", s.name, s.user, got, s.want)
+		}
+	}
+	if v, _ := l.Admit(addr); v != limits.TooMany {
+		t.Fatalf("Admit with max_connections held by extras: %v, want limits.TooMany", v)
+	}
+	l.ExtraDone("u")
+	l.ExtraDone("")
+	if got := l.Conns(); got != 1 {
+		t.Fatalf("Conns after ExtraDone: %d, want 1", got)
+	}
+	if got := l.Extra("u"); got != limits.OK {
+		t.Fatalf("Extra(u) after ExtraDone: %v", got)
+	}
+}
