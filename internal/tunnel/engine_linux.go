@@ -83,7 +83,11 @@ type Engine struct {
 	spare      []*tunnel // reused backing array for pending
 	pool       []*pipe   // empty pipes for reuse
 	pipeWarn   bool      // whether a refused F_SETPIPE_SZ was logged
-	events     []unix.EpollEvent
+	memWarn    bool      // whether a pipe in memory was logged
+	memPool    []*pipe   // empty pipes in memory for reuse
+	// pipe2 makes a pipe: unix.Pipe2, or a test's failure.
+	pipe2  func(p []int, flags int) error
+	events []unix.EpollEvent
 }
 
 // New creates an Engine and starts its loop goroutine. Call [Engine.Close]
@@ -105,6 +109,7 @@ func newWithClock(cfg Config, clock func() time.Duration) (*Engine, error) {
 		idleTimeout: cfg.IdleTimeout,
 		pipeSize:    cfg.PipeSize,
 		maxIdle:     cfg.MaxIdlePipes,
+		pipe2:       unix.Pipe2,
 		exited:      make(chan struct{}),
 		start:       time.Now(),
 		fakeClock:   clock,

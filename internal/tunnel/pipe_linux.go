@@ -6,17 +6,60 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// memPipeSize is the capacity of a pipe in memory (see pipe.buf).
+const memPipeSize = 64 << 10
+
 // pipe is one splice pipe: bytes spliced in from a source socket wait here
-// until they are spliced out to the destination.
+// until they are spliced out to the destination. When the process has no
+// descriptor left for a pipe, a direction relays through memory instead:
+// buf holds the bytes, read and written with plain system calls, so that
+// a live tunnel goes on (more slowly) rather than being reset.
 type pipe struct {
-	r, w int   // read and write ends, non-blocking
-	n    int64 // bytes in the pipe now
-	cap  int64 // capacity in bytes, as the kernel reports it
+	r, w int    // read and write ends, non-blocking; unused when buf is set
+	n    int64  // bytes in the pipe now
+	cap  int64  // capacity in bytes, as the kernel reports it
+	buf  []byte // a pipe in memory when not nil: the bytes are buf[off:off+n]
+	off  int64
 }
 
 func (p *pipe) close() {
+	if p.buf != nil {
+		return
+	}
 	unix.Close(p.r)
 	unix.Close(p.w)
+}
+
+// fill reads from the socket src into the pipe's free room.
+func (p *pipe) fill(src int) (int64, error) {
+	if p.buf == nil {
+		return unix.Splice(src, nil, p.w, nil, int(p.cap-p.n), spliceFlags)
+	}
+	if p.off > 0 {
+		copy(p.buf, p.buf[p.off:p.off+p.n])
+		p.off = 0
+	}
+	n, err := unix.Read(src, p.buf[p.n:])
+	if err != nil {
+		n = 0
+	}
+	return int64(n), err
+}
+
+// drain writes the pipe's bytes to the socket dst.
+func (p *pipe) drain(dst int) (int64, error) {
+	if p.buf == nil {
+		return unix.Splice(p.r, nil, dst, nil, int(p.n), spliceFlags)
+	}
+	n, err := unix.Write(dst, p.buf[p.off:p.off+p.n])
+	if err != nil {
+		return 0, err
+	}
+	p.off += int64(n)
+	if int64(n) == p.n {
+		p.off = 0
+	}
+	return int64(n), nil
 }
 
 // getPipe returns an empty pipe from the pool, or a new one.
@@ -28,7 +71,22 @@ func (e *Engine) getPipe() (*pipe, error) {
 		return p, nil
 	}
 	var fds [2]int
-	if err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+	if err := e.pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		if err == unix.EMFILE || err == unix.ENFILE {
+			// Out of descriptors: relay through memory rather than
+			// reset the tunnel.
+			if !e.memWarn {
+				e.memWarn = true
+				e.log.Warn("tunnel: no descriptor for a splice pipe, relaying through memory", "err", err)
+			}
+			if n := len(e.memPool); n > 0 {
+				p := e.memPool[n-1]
+				e.memPool[n-1] = nil
+				e.memPool = e.memPool[:n-1]
+				return p, nil
+			}
+			return &pipe{buf: make([]byte, memPipeSize), cap: memPipeSize}, nil
+		}
 		return nil, fmt.Errorf("tunnel: create pipe: %w", err)
 	}
 	p := &pipe{r: fds[0], w: fds[1]}
@@ -52,6 +110,12 @@ func (e *Engine) getPipe() (*pipe, error) {
 // putPipe returns a pipe to the pool, or closes it when it still holds bytes
 // or the pool is full.
 func (e *Engine) putPipe(p *pipe) {
+	if p.buf != nil {
+		if p.n == 0 && len(e.memPool) < e.maxIdle {
+			e.memPool = append(e.memPool, p)
+		}
+		return
+	}
 	if p.n != 0 || len(e.pool) >= e.maxIdle {
 		p.close()
 		return

@@ -126,7 +126,7 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 	for range maxRounds {
 		progress := false
 		if p := dr.p; p != nil && p.n > 0 && t.ready[1-d]&canWrite != 0 {
-			n, err := unix.Splice(p.r, nil, dst, nil, int(p.n), spliceFlags)
+			n, err := p.drain(dst)
 			switch err {
 			case nil:
 				p.n -= int64(n)
@@ -179,7 +179,7 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 				}
 				dr.p = p
 			}
-			n, err := unix.Splice(src, nil, p.w, nil, int(p.cap-p.n), spliceFlags)
+			n, err := p.fill(src)
 			switch {
 			case err == nil && n == 0:
 				dr.eof = true
