@@ -110,6 +110,12 @@ func (b *Conn) ArmReadDeadline(now, timeout time.Duration) {
 	}
 }
 
+// WriteDeadlinePassed reports whether the write deadline ArmWriteDeadline
+// armed has passed at now (a MonoNow reading): false when none is armed
+// or it is unknown. A copy that failed with a timeout while reading and
+// writing at once tells by it which side timed out.
+func (b *Conn) WriteDeadlinePassed(now time.Duration) bool { return b.wdl > 0 && now >= b.wdl }
+
 // ArmWriteDeadline is ArmReadDeadline for C's write deadline.
 func (b *Conn) ArmWriteDeadline(now, timeout time.Duration) {
 	if timeout <= 0 {

@@ -28,6 +28,7 @@ type ChunkedScanner struct {
 	size     int64 // the size being parsed, then the data bytes left
 	lineLen  int   // bytes of the current size or trailer line
 	trailers int   // bytes of the trailer section so far
+	fields   int   // bytes of the trailer section's field lines so far
 }
 
 const (
@@ -39,7 +40,8 @@ const (
 	csDataCR                   // expect the CR after chunk data
 	csDataLF                   // expect the LF after chunk data
 	csTrailerBOL               // at the start of a trailer line (or the final empty line)
-	csTrailerLine              // inside a trailer line
+	csTrailerName              // inside a trailer field's name
+	csTrailerLine              // inside a trailer field's value
 	csTrailerLF                // saw the CR of a trailer line
 	csFinalLF                  // saw the CR of the final empty line
 	csDone
@@ -154,12 +156,28 @@ func (s *ChunkedScanner) Step(p []byte) (n int, data bool, err error) {
 				s.state = csFinalLF
 				continue
 			}
-			if c == ' ' || c == '\t' || !fieldVChar[c] {
+			// A trailer field is a header field (RFC 9112 §7.1.2): a
+			// token, a colon, a value. A request line, a line without a
+			// colon or whitespace before the colon is none.
+			s.fields++
+			if !tchar[c] {
 				return n, false, errTrailer
 			}
-			s.state = csTrailerLine
+			s.state = csTrailerName
+		case csTrailerName:
+			s.trailers++
+			s.fields++
+			if s.trailers > maxTrailerBytes {
+				return n, false, errTrailer
+			}
+			if c == ':' {
+				s.state = csTrailerLine
+			} else if !tchar[c] {
+				return n, false, errTrailer
+			}
 		case csTrailerLine:
 			s.trailers++
+			s.fields++
 			if s.trailers > maxTrailerBytes {
 				return n, false, errTrailer
 			}
@@ -173,6 +191,7 @@ func (s *ChunkedScanner) Step(p []byte) (n int, data bool, err error) {
 				return n, false, errTrailer
 			}
 			s.trailers++
+			s.fields++
 			s.state = csTrailerBOL
 		case csFinalLF:
 			if c != '\n' {
@@ -211,4 +230,27 @@ func ScanChunked(cs *ChunkedScanner, p []byte) (n, data int, err error) {
 		n += k
 	}
 	return n, data, nil
+}
+
+// ScanChunkedNoTrailers is ScanChunked for a body forwarded without its
+// trailer fields (a proxy may discard them, RFC 9110 §6.5.1): it advances
+// cs over p as ScanChunked does and returns out, the bytes to forward
+// instead of p[:n]: those less the trailer field lines among them, which
+// it removes in place (p is modified). The last chunk and the final empty
+// line are kept, so the body forwarded stays well framed.
+func ScanChunkedNoTrailers(cs *ChunkedScanner, p []byte) (n int, out []byte, data int, err error) {
+	f0, t0 := cs.fields, cs.TrailerBytes()
+	n, data, err = ScanChunked(cs, p)
+	if err != nil {
+		return n, p[:n], data, err
+	}
+	df := cs.fields - f0
+	if df == 0 {
+		return n, p[:n], data, nil
+	}
+	// The field bytes of this run come last but for the final empty
+	// line's bytes (tail) behind them.
+	tail := cs.TrailerBytes() - t0 - df
+	copy(p[n-tail-df:], p[n-tail:n])
+	return n, p[:n-df], data, nil
 }

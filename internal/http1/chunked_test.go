@@ -228,6 +228,11 @@ func TestChunkedInvalid(t *testing.T) {
 		{"trailer tab fold", "0\r\nX: y\r\n\tz\r\n\r\n", errTrailer, 10},
 		{"NUL in trailer", "0\r\nX: \x00\r\n\r\n", errTrailer, 7},
 		{"NUL starts trailer", "0\r\n\x00: 1\r\n\r\n", errTrailer, 4},
+		{"request line in trailer", "0\r\nGET /SMUGGLED HTTP/1.1\r\nHost: x\r\n\r\n", errTrailer, 7},
+		{"trailer without colon", "0\r\nX-Sum\r\n\r\n", errTrailer, 9},
+		{"space before trailer colon", "0\r\nX-Sum : 1\r\n\r\n", errTrailer, 9},
+		{"empty trailer name", "0\r\n: 1\r\n\r\n", errTrailer, 4},
+		{"oversized trailer name", "0\r\n" + strings.Repeat("x", maxTrailerBytes+1) + ": 1\r\n\r\n", errTrailer, 3 + maxTrailerBytes + 1},
 		{"oversized trailer line", "0\r\nX: " + strings.Repeat("a", maxTrailerBytes) + "\r\n\r\n", errTrailer, 3 + maxTrailerBytes + 1},
 		{"oversized trailer section", "0\r\n" + strings.Repeat("X-Pad: "+strings.Repeat("p", 991)+"\r\n", 70) + "\r\n", errTrailer, 0},
 	}
@@ -324,6 +329,40 @@ func TestChunkedScanChunked(t *testing.T) {
 			n, data, err := ScanChunked(&cs, []byte(tt.in))
 			if n != tt.wantN || data != tt.wantData || cs.Done() != tt.wantDone || err != tt.wantErr {
 				t.Errorf("scanChunked = %d, %d data, done %v, %v; want %d, %d, %v, %v", n, data, cs.Done(), err, tt.wantN, tt.wantData, tt.wantDone, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestScanChunkedNoTrailers checks that a body forwarded without its
+// trailers keeps its chunks, last chunk and final empty line, however it
+// is split, and loses every trailer field line.
+func TestScanChunkedNoTrailers(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"no trailers", "3\r\nabc\r\n0\r\n\r\n", "3\r\nabc\r\n0\r\n\r\n"},
+		{"one", "3\r\nabc\r\n0\r\nX-Sum: 3\r\n\r\n", "3\r\nabc\r\n0\r\n\r\n"},
+		{"two", "0\r\nContent-Length: 5\r\nHost: x\r\n\r\n", "0\r\n\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for cut := 0; cut <= len(tt.in); cut++ {
+				for cut2 := cut; cut2 <= len(tt.in); cut2++ {
+					var cs ChunkedScanner
+					var got []byte
+					for _, part := range []string{tt.in[:cut], tt.in[cut:cut2], tt.in[cut2:]} {
+						n, out, _, err := ScanChunkedNoTrailers(&cs, []byte(part))
+						if err != nil {
+							t.Fatalf("cuts %d %d: %v", cut, cut2, err)
+						}
+						if n != len(part) {
+							t.Fatalf("cuts %d %d: consumed %d of %d", cut, cut2, n, len(part))
+						}
+						got = append(got, out...)
+					}
+					if !cs.Done() || string(got) != tt.want {
+						t.Fatalf("cuts %d %d: done %v, forwarded %q, want %q", cut, cut2, cs.Done(), got, tt.want)
+					}
+				}
 			}
 		})
 	}

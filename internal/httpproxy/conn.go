@@ -61,7 +61,9 @@ type conn struct {
 	vec     vec    // writes of the serving goroutine
 	bodyVec vec    // writes of the sendBody goroutine
 
-	bodyErr chan error // the sendBody goroutine's result
+	bodyErr chan error         // the sendBody goroutine's result
+	rw      http1.ResponseWait // the wait for the response head while sendBody runs
+	waitRW  bool               // readResponseHead waits through rw
 	nreq    int
 	isHead  bool // the request being served is a HEAD: answers carry no body
 	upgrade bool // the request being served is a WebSocket handshake
@@ -250,13 +252,13 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	case req.Chunked:
 		cn.reqChunk = http1.ChunkedScanner{}
 		avail := cn.client.Buffered()
-		m, data, err := http1.ScanChunked(&cn.reqChunk, avail)
+		m, out, data, err := http1.ScanChunkedNoTrailers(&cn.reqChunk, avail)
 		if err != nil {
 			cn.g.SetReason(accesslog.ReasonBadRequest)
 			cn.writeError(400, "malformed chunked request body", false)
 			return false, false
 		}
-		inBuf, inData = avail[:m], data
+		inBuf, inData = out, data
 		cn.client.R += m
 		bodyDone = cn.reqChunk.Done()
 	case req.ContentLength > 0:
@@ -303,13 +305,24 @@ func (cn *conn) handle() (keep, handedOff bool) {
 
 	streaming := false
 	if !bodyDone {
+		// The response-header timeout starts once the body is sent;
+		// an early answer is read at once, and a body that fails on
+		// the client's side ends the wait (see http1.ResponseWait).
 		streaming = true
 		cn.sent()
+		cn.rw.Start(&cn.up, p.cfg.ResponseHeaderTimeout)
+		cn.waitRW = true
 		go cn.sendBody(remaining, req.Chunked)
-		if err := cn.readResponseHead(clientMinor); err != nil {
-			cn.finishBody()
+		err := cn.readResponseHead(clientMinor)
+		cn.waitRW = false
+		if err != nil {
+			berr := cn.finishBody()
 			cn.dropUpstream()
-			cn.writeUpstreamError(err)
+			if cn.rw.WasCut() {
+				cn.writeBodyError(berr)
+			} else {
+				cn.writeUpstreamError(err)
+			}
 			return false, false
 		}
 	}
@@ -502,8 +515,16 @@ var (
 func (cn *conn) readResponseHead(clientMinor int) error {
 	p := cn.p
 	for {
-		cn.up.ArmReadDeadline(http1.MonoNow(), p.cfg.ResponseHeaderTimeout)
-		n, err := cn.up.ReadHead(p.cfg.MaxHeaderBytes, p.cfg.ResponseHeaderTimeout)
+		var n int
+		var err error
+		if cn.waitRW {
+			cn.rw.Arm()
+			n, err = cn.up.ReadHead(p.cfg.MaxHeaderBytes, p.cfg.ResponseHeaderTimeout)
+			cn.rw.End()
+		} else {
+			cn.up.ArmReadDeadline(http1.MonoNow(), p.cfg.ResponseHeaderTimeout)
+			n, err = cn.up.ReadHead(p.cfg.MaxHeaderBytes, p.cfg.ResponseHeaderTimeout)
+		}
 		if err != nil {
 			if err == http1.ErrIdle {
 				return errUpstreamClosed
@@ -579,7 +600,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 		return down + m, err
 	case bodyChunked:
 		cn.respChunk = http1.ChunkedScanner{}
-		return cn.copyChunked(&cn.vec, &cn.client, up, &cn.respChunk, cn.out, dechunk)
+		return cn.copyChunked(&cn.vec, &cn.client, up, &cn.respChunk, cn.out, dechunk, false)
 	default: // bodyClose
 		avail := up.Buffered()
 		cn.g.Pace(cn.ctx, len(avail))
@@ -612,7 +633,8 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 
 // copyN moves n bytes from src to dst: with splice for large remainders
 // between TCP sockets, through src's buffer otherwise. It returns how
-// many were written to dst (n unless it fails).
+// many were written to dst (n unless it fails). A failure known to be on
+// src's side is a *readError; a failed splice may be on either.
 func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 	timeout := cn.p.cfg.WriteTimeout
 	dstTCP := dst.TCP
@@ -629,7 +651,10 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 			}
 			dst.ArmLowat()
 			now := http1.MonoNow()
-			dst.ArmWriteDeadline(now, timeout)
+			// dst's deadline falls an eighth later than src's (more than
+			// the slack either may be armed with), so that a timeout
+			// before it passed is src's.
+			dst.ArmWriteDeadline(now, timeout+timeout/8)
 			src.ArmReadDeadline(now, timeout)
 			// Spliced bytes are counted as written to dst: what was
 			// read into the pipe and never written is not.
@@ -638,10 +663,13 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 			n -= m
 			moved += m
 			if err != nil {
+				if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() && timeout > 0 && !dst.WriteDeadlinePassed(http1.MonoNow()) {
+					return moved, &readError{err, false}
+				}
 				return moved, err
 			}
 			if m < seg {
-				return moved, io.ErrUnexpectedEOF
+				return moved, &readError{io.ErrUnexpectedEOF, false}
 			}
 			continue
 		}
@@ -649,9 +677,9 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 			src.ArmReadDeadline(http1.MonoNow(), timeout)
 			if err := src.Fill(len(src.Buf)); err != nil {
 				if err == io.EOF {
-					return moved, io.ErrUnexpectedEOF
+					return moved, &readError{io.ErrUnexpectedEOF, false}
 				}
-				return moved, err
+				return moved, &readError{err, false}
 			}
 		}
 		b := src.Buffered()
@@ -673,9 +701,10 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 
 // copyChunked forwards a chunked body from src to dst, verbatim or, when
 // dechunk is set, as its bare data, after first writing head (which may
-// be nil). It returns how much of the body's content (its chunk data) was
-// written to dst.
-func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScanner, head []byte, dechunk bool) (int64, error) {
+// be nil); noTrailers drops the trailer fields of a verbatim body. It
+// returns how much of the body's content (its chunk data) was written to
+// dst. A failure on src's side (a read, the framing) is a *readError.
+func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScanner, head []byte, dechunk, noTrailers bool) (int64, error) {
 	timeout := cn.p.cfg.WriteTimeout
 	var moved int64
 	for {
@@ -689,7 +718,7 @@ func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScann
 			for m < len(avail) && !cs.Done() {
 				k, isData, err := cs.Step(avail[m:])
 				if err != nil {
-					return moved, err
+					return moved, &readError{err, true}
 				}
 				if isData {
 					w += copy(avail[w:], avail[m:m+k])
@@ -698,10 +727,17 @@ func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScann
 			}
 			out, data = avail[:w], w
 			src.R += m
+		} else if noTrailers {
+			m, o, d, err := http1.ScanChunkedNoTrailers(cs, avail)
+			if err != nil {
+				return moved, &readError{err, true}
+			}
+			out, data = o, d
+			src.R += m
 		} else {
 			m, d, err := http1.ScanChunked(cs, avail)
 			if err != nil {
-				return moved, err
+				return moved, &readError{err, true}
 			}
 			out, data = avail[:m], d
 			src.R += m
@@ -722,12 +758,22 @@ func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScann
 		src.ArmReadDeadline(http1.MonoNow(), timeout)
 		if err := src.Fill(len(src.Buf)); err != nil {
 			if err == io.EOF {
-				return moved, io.ErrUnexpectedEOF
+				return moved, &readError{io.ErrUnexpectedEOF, false}
 			}
-			return moved, err
+			return moved, &readError{err, false}
 		}
 	}
 }
+
+// readError marks a failure of a copy on its source's side: a read, or
+// (framing) the chunked framing of what was read.
+type readError struct {
+	err     error
+	framing bool
+}
+
+func (e *readError) Error() string { return e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
 
 // content returns how much body content the first k bytes of out carry
 // (none when k <= 0): k itself, or when out is chunked framing, which cs
@@ -749,11 +795,17 @@ func (cn *conn) sendBody(remaining int64, chunked bool) {
 	var n int64
 	var err error
 	if chunked {
-		n, err = cn.copyChunked(&cn.bodyVec, &cn.up, &cn.client, &cn.reqChunk, nil, false)
+		n, err = cn.copyChunked(&cn.bodyVec, &cn.up, &cn.client, &cn.reqChunk, nil, false, true)
 	} else {
 		n, err = cn.copyN(&cn.up, &cn.client, remaining)
 	}
 	cn.obs.up += n
+	if re := (*readError)(nil); errors.As(err, &re) {
+		cn.rw.Cut()
+	} else {
+		// Sent, or failed upstream: the origin may have answered.
+		cn.rw.BodySent()
+	}
 	cn.bodyErr <- err
 }
 

@@ -245,3 +245,23 @@ func (cn *conn) writeUpstreamError(err error) {
 func (cn *conn) upKeyOrTarget() string {
 	return string(cn.key)
 }
+
+// writeBodyError answers a request whose body failed on the client's
+// side (err, a *readError) before any of the response reached the client:
+// 400 for malformed framing or a body cut short, 408 for a body that
+// stopped coming.
+func (cn *conn) writeBodyError(err error) {
+	var re *readError
+	var ne net.Error
+	switch {
+	case errors.As(err, &re) && re.framing:
+		cn.g.SetReason(accesslog.ReasonBadRequest)
+		cn.writeError(400, "malformed chunked request body", false)
+	case errors.As(err, &ne) && ne.Timeout():
+		cn.g.SetReason(accesslog.ReasonTimedOut)
+		cn.writeError(408, "request body not received in time", false)
+	default:
+		cn.g.SetReason(accesslog.ReasonBadRequest)
+		cn.writeError(400, "request body incomplete", false)
+	}
+}

@@ -330,6 +330,10 @@ func (x *Exchange) ReadBody() ([]byte, error) {
 	return x.Req.Body, nil
 }
 
+// RawSoFar returns a copy of the request body's bytes as read so far, as
+// they came on the wire (framing included): for a body that never ends.
+func (x *Exchange) RawSoFar() []byte { return bytes.Clone(x.raw.Bytes()) }
+
 // Write writes p to the connection as it is.
 func (x *Exchange) Write(p []byte) (int, error) { return x.c.Write(p) }
 
