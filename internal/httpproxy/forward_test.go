@@ -304,9 +304,9 @@ func TestRequestBodies(t *testing.T) {
 	big := payload(5 << 20)
 	tests := []struct {
 		name    string
-		header  string // framing header line
-		wire    []byte // the body as sent
-		data    []byte // its payload
+		header  string           // framing header line
+		wire    []byte           // the body as sent
+		data    []byte           // its payload
 		trailer proxytest.Header // the trailer fields sent, which the proxy drops
 		split   bool             // write the head, wait, then the body
 	}{
