@@ -176,6 +176,10 @@ const (
 	// sends nothing, or stays idle between requests, is closed without a
 	// record.
 	ReasonHeadTimeout = "head-timeout"
+	// ReasonBodyTimeout: the client stopped sending its request body:
+	// none of it came for the write timeout (408, or on HTTP/2 a reset
+	// stream once the response had begun).
+	ReasonBodyTimeout = "body-timeout"
 	// ReasonSmuggling: the request's framing was ambiguous (conflicting
 	// Content-Length and Transfer-Encoding, and the like) and refused.
 	ReasonSmuggling = "smuggling"

@@ -24,6 +24,12 @@ type origin struct {
 	trailer  http1.Head // the trailer section of a chunked body
 	cs       http1.ChunkedScanner
 	trailers []byte // the trailer section's bytes
+
+	// rw arms the wait for the response head while the request body is
+	// sent (see http1.ResponseWait); bodyPending: readResponse waits
+	// through it.
+	rw          http1.ResponseWait
+	bodyPending bool
 }
 
 var originPool = sync.Pool{New: func() any { return new(origin) }}
@@ -59,14 +65,24 @@ func (o *origin) keepAlive(method string) bool {
 // readResponse reads the final response head into o.head, passing
 // informational (1xx) answers on to the client. upgrade accepts a 101.
 // The wait for each head is bounded by the response-header timeout, its
-// size by MaxHeaderBytes.
+// size by MaxHeaderBytes; while o.bodyPending, the timeout starts once the
+// request body is sent, and the wait ends when the body fails on the
+// client's side (o.rw).
 func (s *stream) readResponse(o *origin, method string, upgrade bool) error {
 	c := s.c
 	up := &o.up
 	h := &o.head
 	for {
-		up.ArmReadDeadline(http1.MonoNow(), c.cfg.ResponseHeaderTimeout)
-		n, err := up.ReadHead(c.cfg.MaxHeaderBytes, c.cfg.ResponseHeaderTimeout)
+		var n int
+		var err error
+		if o.bodyPending {
+			o.rw.Arm()
+			n, err = up.ReadHead(c.cfg.MaxHeaderBytes, c.cfg.ResponseHeaderTimeout)
+			o.rw.End()
+		} else {
+			up.ArmReadDeadline(http1.MonoNow(), c.cfg.ResponseHeaderTimeout)
+			n, err = up.ReadHead(c.cfg.MaxHeaderBytes, c.cfg.ResponseHeaderTimeout)
+		}
 		switch {
 		case err == http1.ErrIdle:
 			return errUpstreamClosed

@@ -46,6 +46,7 @@ type stream struct {
 	reset       bool // RST_STREAM sent or received, or the connection ended
 	blocked     bool // in c.blocked
 	discard     bool // client bytes are dropped (an answer that ignores the body)
+	finalHead   bool // forward took the origin's final response head: a stalled body resets s
 	tunnel      bool // client bytes go to up
 	up          *net.TCPConn
 	pumping     bool // a goroutine is writing in's first bytes to up
@@ -70,8 +71,10 @@ type stream struct {
 	upw      rawWriter    // non-blocking writes to up; used by the reader while !pumping
 	last     atomic.Int64 // when a tunnel byte last moved, in ns since start
 	// timer wakes the worker from a wait with a deadline
-	// (waitUntilLocked); made on its first such wait. Guarded by c.mu.
-	timer *time.Timer
+	// (waitUntilLocked), bodyTimer the request body's writer (writeBody);
+	// each is made on its first such wait. Guarded by c.mu.
+	timer     *time.Timer
+	bodyTimer *time.Timer
 }
 
 func (c *conn) newStreamLocked(id uint32, req request) *stream {
@@ -448,9 +451,15 @@ func (s *stream) waitRemote() {
 
 // waitUntilLocked waits for a broadcast of s.cond, or until deadline
 // (zero: no deadline). It reports false, without waiting, once the
-// deadline has passed. Only the stream's worker waits with a deadline:
-// the stream has one timer.
+// deadline has passed. It is the stream's worker's: the request body's
+// writer waits with waitTimerLocked on a timer of its own.
 func (s *stream) waitUntilLocked(deadline time.Time) bool {
+	return s.waitTimerLocked(&s.timer, deadline)
+}
+
+// waitTimerLocked is waitUntilLocked with the timer *t, which only one
+// goroutine may wait with at a time.
+func (s *stream) waitTimerLocked(t **time.Timer, deadline time.Time) bool {
 	if deadline.IsZero() {
 		s.cond.Wait()
 		return true
@@ -459,13 +468,13 @@ func (s *stream) waitUntilLocked(deadline time.Time) bool {
 	if d <= 0 {
 		return false
 	}
-	if s.timer == nil {
-		s.timer = time.AfterFunc(d, s.wake)
+	if *t == nil {
+		*t = time.AfterFunc(d, s.wake)
 	} else {
-		s.timer.Reset(d)
+		(*t).Reset(d)
 	}
 	s.cond.Wait()
-	s.timer.Stop()
+	(*t).Stop()
 	return true
 }
 

@@ -209,17 +209,38 @@ func (s *stream) forward() {
 		s.detach(up, key, false)
 	}
 	bodyDone := make(chan error, 1)
+	cut := false // the request body failed on the client's side before the head was taken
 	if err == nil && hasBody {
+		// The response-header timeout starts once the body is sent; an
+		// early answer is read at once, and a body that fails on the
+		// client's side ends the wait (see http1.ResponseWait).
+		o.rw.Start(&o.up, c.cfg.ResponseHeaderTimeout)
+		o.bodyPending = true
 		c.mu.Lock()
 		c.wg.Add(1)
 		c.mu.Unlock()
-		go s.sendBody(up, chunked, bodyDone)
+		go s.sendBody(o, up, chunked, bodyDone)
 		err = s.readResponse(o, r.method, false)
+		o.bodyPending = false
+		c.mu.Lock()
+		if cut = o.rw.WasCut(); !cut && err == nil {
+			s.finalHead = true // from now on, a stalled body resets s
+		}
+		c.mu.Unlock()
 	} else {
 		bodyDone <- nil
 	}
+	if cut {
+		s.detach(up, key, false)
+		if berr := <-bodyDone; errors.Is(berr, errBodyStalled) {
+			s.grant.SetReason(accesslog.ReasonBodyTimeout)
+			s.answer(408, "request body not received in time")
+		}
+		return
+	}
 	if err != nil {
 		s.detach(up, key, false)
+		s.dropBody()
 		<-bodyDone
 		s.answerError(err, key)
 		return
@@ -231,6 +252,9 @@ func (s *stream) forward() {
 		s.stopBody()
 	}
 	bodyErr := s.bodyResult(bodyDone, up)
+	if errors.Is(bodyErr, errBodyStalled) {
+		s.grant.SetReason(accesslog.ReasonBodyTimeout) // the stream was reset
+	}
 	reuse := complete && bodyErr == nil && keep && len(o.up.Buffered()) == 0
 	s.detach(up, key, reuse)
 }
@@ -260,25 +284,76 @@ func (s *stream) bodyResult(done <-chan error, up *net.TCPConn) error {
 	return errBodyCut
 }
 
-// sendBody writes the request body from the stream's input queue to up,
-// chunked when its length is unknown, with the client's trailers. done
-// gets nil when the whole body was written.
-func (s *stream) sendBody(up *net.TCPConn, chunked bool, done chan<- error) {
-	defer s.c.wg.Done()
-	done <- s.writeBody(up, chunked)
+// errBodyStalled is the request body's error when the client sent none
+// of it for the write timeout.
+var errBodyStalled = errors.New("h2: client sent no request body for the write timeout")
+
+// errBodyUnwanted is the request body's error when the exchange failed
+// upstream while the body was awaited.
+var errBodyUnwanted = errors.New("h2: request body no longer wanted")
+
+// dropBody ends the request body's writer while it waits for the
+// client: the exchange failed and the body will not be sent.
+func (s *stream) dropBody() {
+	c := s.c
+	c.mu.Lock()
+	s.discardLocked()
+	s.cond.Broadcast()
+	c.mu.Unlock()
 }
 
+// sendBody writes the request body from the stream's input queue to up,
+// chunked when its length is unknown, with the client's trailers. done
+// gets nil when the whole body was written. It tells o.rw how the body
+// ended: sent (or failed upstream: the origin may answer), or failed on
+// the client's side (a reset, a stall). A stall after the response head
+// was taken resets the stream, ending the response's relay.
+func (s *stream) sendBody(o *origin, up *net.TCPConn, chunked bool, done chan<- error) {
+	c := s.c
+	defer c.wg.Done()
+	err := s.writeBody(up, chunked)
+	switch {
+	case errors.Is(err, errBodyStalled):
+		o.rw.Cut()
+		c.mu.Lock()
+		if s.finalHead {
+			c.resetLocked(s, http2.ErrCodeCancel, true)
+		}
+		c.mu.Unlock()
+	case errors.Is(err, errStreamGone):
+		o.rw.Cut()
+	default:
+		o.rw.BodySent()
+	}
+	done <- err
+}
+
+// writeBody writes the request body to up. It waits for the client's
+// DATA for at most the write timeout at a time.
 func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 	c := s.c
 	var hdr [16]byte
 	c.mu.Lock()
 	for {
-		for s.in.n == 0 && !s.remoteDone && !s.reset {
-			s.cond.Wait()
+		waiting := false       // for the client, since deadline was set
+		var deadline time.Time // of the wait for the client; zero: no limit
+		for s.in.n == 0 && !s.remoteDone && !s.reset && !s.discard {
+			if !waiting {
+				waiting, deadline = true, gate.Deadline(time.Now(), c.cfg.WriteTimeout)
+			}
+			if !s.waitTimerLocked(&s.bodyTimer, deadline) {
+				s.discardLocked()
+				c.mu.Unlock()
+				return errBodyStalled
+			}
 		}
 		if s.reset {
 			c.mu.Unlock()
 			return errStreamGone
+		}
+		if s.in.n == 0 && !s.remoteDone {
+			c.mu.Unlock()
+			return errBodyUnwanted
 		}
 		if s.in.n == 0 {
 			trailers := s.trailers

@@ -258,7 +258,7 @@ func (cn *conn) writeBodyError(err error) {
 		cn.g.SetReason(accesslog.ReasonBadRequest)
 		cn.writeError(400, "malformed chunked request body", false)
 	case errors.As(err, &ne) && ne.Timeout():
-		cn.g.SetReason(accesslog.ReasonTimedOut)
+		cn.g.SetReason(accesslog.ReasonBodyTimeout)
 		cn.writeError(408, "request body not received in time", false)
 	default:
 		cn.g.SetReason(accesslog.ReasonBadRequest)
