@@ -71,15 +71,16 @@ func TestSlowUploadOutlastsResponseHeader(t *testing.T) {
 }
 
 // TestStalledUpload checks that a request body that stops coming ends
-// the exchange within timeouts.write, answered 408, however long the
-// response-header timeout.
+// the exchange within timeouts.write, answered 408 and logged with the
+// reason body-timeout, however long the response-header timeout.
 func TestStalledUpload(t *testing.T) {
 	t.Parallel()
 	for _, header := range []string{"Content-Length: 100000", "Transfer-Encoding: chunked"} {
 		t.Run(header, func(t *testing.T) {
 			t.Parallel()
 			cfg := httpproxy.Config{WriteTimeout: 300 * time.Millisecond, ResponseHeaderTimeout: time.Minute}
-			o, proxy, _ := setup(t, cfg, proxytest.Respond(200, "never"))
+			al, out := newAccessLog(t)
+			o, proxy, _ := setupPolicy(t, cfg, proxytest.PolicyConfig{AccessLog: al}, proxytest.Respond(200, "never"))
 			c := proxytest.Dial(t, proxy)
 			c.Timeout = 10 * time.Second
 			body := "abc"
@@ -94,6 +95,9 @@ func TestStalledUpload(t *testing.T) {
 			}
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("answered after %v, want about timeouts.write (300ms)", d)
+			}
+			if rec := waitRecords(t, out, 1)[0]; rec.Status != 408 || rec.Reason != "body-timeout" {
+				t.Errorf("logged %+v, want status 408 reason body-timeout", rec)
 			}
 		})
 	}
