@@ -64,6 +64,14 @@ type Engine struct {
 	fakeClock func() time.Duration  // tests only: replaces the engine clock
 
 	open   atomic.Int64  // tunnels added and not yet finished
+	// maxPipes is Config.MaxPipes, changed by SetMaxPipes; read by the
+	// loop when it would make a pipe.
+	maxPipes atomic.Int64
+	// pipes counts the splice pipes open, pooled ones included, and
+	// memPipes the directions relaying through memory now. Written by the
+	// loop only (atomic so that Pipes may read them).
+	pipes    atomic.Int64
+	memPipes atomic.Int64
 	exited chan struct{} // closed when the loop goroutine has returned
 
 	mu      sync.Mutex
@@ -84,6 +92,7 @@ type Engine struct {
 	pool       []*pipe   // empty pipes for reuse
 	pipeWarn   bool      // whether a refused F_SETPIPE_SZ was logged
 	memWarn    bool      // whether a pipe in memory was logged
+	capWarn    bool      // whether reaching maxPipes was logged
 	memPool    []*pipe   // empty pipes in memory for reuse
 	// pipe2 makes a pipe: unix.Pipe2, or a test's failure.
 	pipe2  func(p []int, flags int) error
@@ -103,6 +112,9 @@ func newWithClock(cfg Config, clock func() time.Duration) (*Engine, error) {
 	}
 	if cfg.PipeSize < 0 {
 		return nil, fmt.Errorf("tunnel: negative pipe size %d", cfg.PipeSize)
+	}
+	if cfg.MaxPipes < 0 {
+		return nil, fmt.Errorf("tunnel: negative pipe bound %d", cfg.MaxPipes)
 	}
 	e := &Engine{
 		log:         cfg.Logger,
@@ -130,6 +142,7 @@ func newWithClock(cfg Config, clock func() time.Duration) (*Engine, error) {
 		e.sweepEvery = min(max(e.idleTimeout/8, minSweepEvery), maxSweepEvery)
 		e.nextSweep = e.sweepEvery
 	}
+	e.maxPipes.Store(int64(cfg.MaxPipes))
 	binary.NativeEndian.PutUint64(e.wakeBuf[:], 1)
 
 	var err error
@@ -231,6 +244,19 @@ func (e *Engine) add(client, upstream *net.TCPConn, done func(Result)) (*tunnel,
 // Len returns the number of tunnels open now: added and not yet finished.
 func (e *Engine) Len() int {
 	return int(e.open.Load())
+}
+
+// SetMaxPipes changes [Config.MaxPipes] to n (0: no bound, as a negative
+// n). Pipes open past a lowered bound are closed as they empty: the
+// engine makes no new one until it holds fewer than n.
+func (e *Engine) SetMaxPipes(n int) {
+	e.maxPipes.Store(int64(max(n, 0)))
+}
+
+// Pipes returns the splice pipes the engine holds now, idle pooled ones
+// included, and the tunnel directions relaying through memory now.
+func (e *Engine) Pipes() (splice, inMemory int) {
+	return int(e.pipes.Load()), int(e.memPipes.Load())
 }
 
 // Close ends every open tunnel (their done callbacks get [ErrClosed]),
@@ -445,7 +471,7 @@ func (e *Engine) shutdown(err error) {
 		e.finish(e.all[len(e.all)-1], err)
 	}
 	for _, p := range e.pool {
-		p.close()
+		e.closePipe(p)
 	}
 	e.pool = nil
 	e.again = nil

@@ -39,6 +39,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.PipeSize < 0 {
 		return nil, fmt.Errorf("tunnel: negative pipe size %d", cfg.PipeSize)
 	}
+	if cfg.MaxPipes < 0 {
+		return nil, fmt.Errorf("tunnel: negative pipe bound %d", cfg.MaxPipes)
+	}
 	e := &Engine{idle: cfg.IdleTimeout}
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	return e, nil
@@ -108,6 +111,13 @@ func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, clie
 func (e *Engine) Len() int {
 	return int(e.open.Load())
 }
+
+// SetMaxPipes does nothing: this engine has no splice pipes.
+func (e *Engine) SetMaxPipes(n int) {}
+
+// Pipes returns 0, 0: this engine has no splice pipes, and its tunnels
+// relay through buffers of their own.
+func (e *Engine) Pipes() (splice, inMemory int) { return 0, 0 }
 
 // Close ends every open tunnel (their done callbacks get [ErrClosed]) and
 // waits for their goroutines. It is idempotent and always returns nil.

@@ -62,13 +62,22 @@ func (p *pipe) drain(dst int) (int64, error) {
 	return int64(n), nil
 }
 
-// getPipe returns an empty pipe from the pool, or a new one.
+// getPipe returns an empty pipe from the pool, a new one, or, when the
+// engine holds its Config.MaxPipes or the process is out of descriptors,
+// a pipe in memory.
 func (e *Engine) getPipe() (*pipe, error) {
 	if n := len(e.pool); n > 0 {
 		p := e.pool[n-1]
 		e.pool[n-1] = nil
 		e.pool = e.pool[:n-1]
 		return p, nil
+	}
+	if limit := e.maxPipes.Load(); limit > 0 && e.pipes.Load() >= limit {
+		if !e.capWarn {
+			e.capWarn = true
+			e.log.Info("tunnel: splice pipe budget spent, relaying through memory", "max_pipes", limit)
+		}
+		return e.memPipe(), nil
 	}
 	var fds [2]int
 	if err := e.pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
@@ -79,16 +88,11 @@ func (e *Engine) getPipe() (*pipe, error) {
 				e.memWarn = true
 				e.log.Warn("tunnel: no descriptor for a splice pipe, relaying through memory", "err", err)
 			}
-			if n := len(e.memPool); n > 0 {
-				p := e.memPool[n-1]
-				e.memPool[n-1] = nil
-				e.memPool = e.memPool[:n-1]
-				return p, nil
-			}
-			return &pipe{buf: make([]byte, memPipeSize), cap: memPipeSize}, nil
+			return e.memPipe(), nil
 		}
 		return nil, fmt.Errorf("tunnel: create pipe: %w", err)
 	}
+	e.pipes.Add(1)
 	p := &pipe{r: fds[0], w: fds[1]}
 	size, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, e.pipeSize)
 	if err != nil {
@@ -99,7 +103,7 @@ func (e *Engine) getPipe() (*pipe, error) {
 			e.log.Debug("tunnel: pipe size refused, using the kernel default", "size", e.pipeSize, "err", err)
 		}
 		if size, err = unix.FcntlInt(uintptr(p.w), unix.F_GETPIPE_SZ, 0); err != nil {
-			p.close()
+			e.closePipe(p)
 			return nil, fmt.Errorf("tunnel: get pipe size: %w", err)
 		}
 	}
@@ -107,18 +111,39 @@ func (e *Engine) getPipe() (*pipe, error) {
 	return p, nil
 }
 
-// putPipe returns a pipe to the pool, or closes it when it still holds bytes
-// or the pool is full.
+// memPipe returns an empty pipe in memory from its pool, or a new one.
+func (e *Engine) memPipe() *pipe {
+	e.memPipes.Add(1)
+	if n := len(e.memPool); n > 0 {
+		p := e.memPool[n-1]
+		e.memPool[n-1] = nil
+		e.memPool = e.memPool[:n-1]
+		return p
+	}
+	return &pipe{buf: make([]byte, memPipeSize), cap: memPipeSize}
+}
+
+// putPipe returns a pipe to the pool, or closes it when it still holds
+// bytes, the pool is full or the engine holds more than its MaxPipes.
 func (e *Engine) putPipe(p *pipe) {
 	if p.buf != nil {
+		e.memPipes.Add(-1)
 		if p.n == 0 && len(e.memPool) < e.maxIdle {
 			e.memPool = append(e.memPool, p)
 		}
 		return
 	}
-	if p.n != 0 || len(e.pool) >= e.maxIdle {
-		p.close()
+	if limit := e.maxPipes.Load(); p.n != 0 || len(e.pool) >= e.maxIdle || (limit > 0 && e.pipes.Load() > limit) {
+		e.closePipe(p)
 		return
 	}
 	e.pool = append(e.pool, p)
+}
+
+// closePipe closes a splice pipe and takes it off the engine's count.
+func (e *Engine) closePipe(p *pipe) {
+	if p.buf == nil {
+		e.pipes.Add(-1)
+	}
+	p.close()
 }

@@ -43,6 +43,13 @@ type Config struct {
 	// MaxIdlePipes is how many empty pipes the engine keeps for reuse;
 	// 0 means 16, a negative value means none. Ignored off Linux.
 	MaxIdlePipes int
+	// MaxPipes bounds the splice pipes the engine holds at once, idle
+	// pooled ones included (each is two descriptors); a tunnel direction
+	// that needs one past it relays through a 64 KiB buffer in memory, as
+	// when the process is out of descriptors, so that the process's
+	// descriptors are not spent on pipes. 0 means no bound. See
+	// [Engine.SetMaxPipes]. Ignored off Linux.
+	MaxPipes int
 	// Logger receives the engine's own failures (not tunnel results, which
 	// go to the done callback); nil discards them.
 	Logger *slog.Logger
