@@ -63,7 +63,7 @@ type Engine struct {
 	start     time.Time             // monotonic origin of the engine clock
 	fakeClock func() time.Duration  // tests only: replaces the engine clock
 
-	open   atomic.Int64  // tunnels added and not yet finished
+	open atomic.Int64 // tunnels added and not yet finished
 	// maxPipes is Config.MaxPipes, changed by SetMaxPipes; read by the
 	// loop when it would make a pipe.
 	maxPipes atomic.Int64
@@ -72,7 +72,7 @@ type Engine struct {
 	// loop only (atomic so that Pipes may read them).
 	pipes    atomic.Int64
 	memPipes atomic.Int64
-	exited chan struct{} // closed when the loop goroutine has returned
+	exited   chan struct{} // closed when the loop goroutine has returned
 
 	mu      sync.Mutex
 	closed  bool      // guarded by mu
