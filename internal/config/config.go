@@ -260,8 +260,11 @@ type ACLRule struct {
 type Limits struct {
 	// MaxConnections bounds the client connections open at once, tunnels
 	// included, each HTTP/2 stream holding an upstream beyond a
-	// connection's first counting as one more; 0 means derived from the open-file limit at start (see
-	// [Limits.ConnectionLimit]) and -1 means no limit.
+	// connection's first counting as one more; 0 means derived from the
+	// open-file limit at start, a quarter of which is kept for the splice
+	// pipes of tunnels in flight (see [Limits.DescriptorBudget]), and -1
+	// means no limit. The splice pipes get the descriptors the
+	// connections leave.
 	MaxConnections int `toml:"max_connections"`
 	// MaxConnectionsPerClient bounds the connections of one client IP
 	// address; 0 means no limit.
@@ -305,22 +308,48 @@ type Limits struct {
 	UserBytesBurst int `toml:"user_bytes_burst"`
 }
 
+// Descriptor budget of [Limits.DescriptorBudget]: descriptorReserve
+// descriptors are kept for listeners, logs, users and certificate files,
+// the rest is shared by connections (two descriptors each) and splice
+// pipes (two each), of which a derived connection limit leaves at least
+// pipeShare of the open-file limit.
+const (
+	descriptorReserve = 128
+	pipeShare         = 4 // a quarter of nofile goes to pipes
+	minDerivedConns   = 64
+	minPipes          = 16
+)
+
 // ConnectionLimit returns the connection limit in effect for a process
-// whose soft open-file limit is nofile: MaxConnections when positive, 0
-// (no limit) when it is -1, and otherwise (nofile - 128) / 2, at least 64,
-// as a proxied connection holds two descriptors.
+// whose soft open-file limit is nofile: the first result of
+// [Limits.DescriptorBudget].
 func (l Limits) ConnectionLimit(nofile uint64) int {
+	conns, _ := l.DescriptorBudget(nofile)
+	return conns
+}
+
+// DescriptorBudget splits the soft open-file limit nofile between client
+// connections and the splice pipes of tunnels in flight, so that new
+// clients are refused before descriptors run out. conns is the
+// connection limit: MaxConnections when positive, 0 (no limit) when it
+// is -1, and otherwise (nofile - 128 - nofile/4) / 2, at least 64, as a
+// proxied connection holds two descriptors and a quarter of them is kept
+// for pipes. pipes is how many splice pipes (two descriptors each, idle
+// pooled ones included) the tunnel engines may hold together: what the
+// connections leave, (nofile - 128 - 2*conns) / 2, at least 16; with no
+// connection limit, nofile/8 (a quarter of the descriptors). A tunnel
+// direction past it relays through memory instead.
+func (l Limits) DescriptorBudget(nofile uint64) (conns, pipes int) {
+	n := int64(min(nofile, 1<<40))
 	switch {
 	case l.MaxConnections > 0:
-		return l.MaxConnections
+		conns = l.MaxConnections
 	case l.MaxConnections < 0:
-		return 0
+		return 0, int(max(n/pipeShare/2, minPipes))
+	default:
+		conns = int(max((n-descriptorReserve-n/pipeShare)/2, minDerivedConns))
 	}
-	n := 64
-	if nofile > 128+2*64 {
-		n = int(min(nofile, 1<<40)-128) / 2
-	}
-	return n
+	return conns, int(max((n-descriptorReserve-2*int64(conns))/2, minPipes))
 }
 
 // Listener is one listening address.

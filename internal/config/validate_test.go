@@ -559,10 +559,46 @@ func TestConnectionLimit(t *testing.T) {
 		nofile uint64
 		want   int
 	}{
-		{0, 20000, 9936}, {0, 1024, 448}, {0, 100, 64}, {0, 1 << 62, (1<<40 - 128) / 2}, {500, 20000, 500}, {-1, 20000, 0},
+		{0, 20000, 7436}, {0, 1024, 320}, {0, 100, 64}, {0, 1 << 62, (1<<40 - 128 - 1<<38) / 2}, {500, 20000, 500}, {-1, 20000, 0},
 	} {
 		if got := (Limits{MaxConnections: tt.max}).ConnectionLimit(tt.nofile); got != tt.want {
 			t.Errorf("ConnectionLimit(max %d, nofile %d) = %d, want %d", tt.max, tt.nofile, got, tt.want)
 		}
+	}
+}
+
+// TestDescriptorBudget checks that connections and splice pipes share the
+// open-file limit: together, with the 128 kept back, they never need more
+// descriptors than nofile, except at the floors (64 connections, 16 pipes).
+func TestDescriptorBudget(t *testing.T) {
+	tests := []struct {
+		name             string
+		max              int
+		nofile           uint64
+		wantConns, pipes int
+	}{
+		{"derived, 1024", 0, 1024, 320, 128},
+		// The limit of issue 15: 536 connections and no pipe left.
+		{"derived, 1200", 0, 1200, 386, 150},
+		{"derived, 20000", 0, 20000, 7436, 2500},
+		{"derived, 65536", 0, 65536, 24512, 8192},
+		{"derived, floors", 0, 100, 64, 16},
+		{"derived, clamped", 0, 1 << 62, (1<<40 - 128 - 1<<38) / 2, 1 << 37},
+		{"explicit, pipes get the rest", 500, 20000, 500, 9436},
+		{"explicit, nothing left", 500, 1024, 500, 16},
+		{"no limit, a quarter for pipes", -1, 20000, 0, 2500},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conns, pipes := (Limits{MaxConnections: tt.max}).DescriptorBudget(tt.nofile)
+			if conns != tt.wantConns || pipes != tt.pipes {
+				t.Errorf("DescriptorBudget(max %d, nofile %d) = %d connections, %d pipes; want %d, %d",
+					tt.max, tt.nofile, conns, pipes, tt.wantConns, tt.pipes)
+			}
+			if tt.max >= 0 && conns > 64 && pipes > 16 && uint64(128+2*conns+2*pipes) > tt.nofile {
+				t.Errorf("%d connections and %d pipes need %d descriptors, over the limit %d",
+					conns, pipes, 128+2*conns+2*pipes, tt.nofile)
+			}
+		})
 	}
 }

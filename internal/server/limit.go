@@ -47,16 +47,45 @@ func newGuard(allow []string) (*dialer.Guard, error) {
 	return dialer.NewGuard(prefixes), nil
 }
 
-// newLimiter returns the limiter for the configuration's [limits]; the
-// connection limit derived from the open-file limit when not set.
-func newLimiter(c config.Limits, log *slog.Logger) *limits.Limiter {
+// budget is how the process's descriptors are shared (see
+// config.Limits.DescriptorBudget).
+type budget struct {
+	nofile uint64 // the soft open-file limit it was derived from
+	conns  int    // the connection limit; 0 = none
+	pipes  int    // the splice pipes of every tunnel engine together
+}
+
+// descriptorBudget splits the open-file limit (defaultOpenFiles when it
+// cannot be read) between connections and splice pipes as c says.
+func descriptorBudget(c config.Limits) budget {
 	var nofile uint64 = defaultOpenFiles
 	if soft, _, err := openFileLimit(); err == nil {
 		nofile = soft
 	}
+	conns, pipes := c.DescriptorBudget(nofile)
+	return budget{nofile: nofile, conns: conns, pipes: pipes}
+}
+
+// setPipesLocked gives each tunnel engine its share of the splice pipes
+// of b, at least one.
+func (s *Server) setPipesLocked(b budget) {
+	for _, e := range s.engines {
+		e.SetMaxPipes(max(1, b.pipes/len(s.engines)))
+	}
+}
+
+// logBudget logs how the descriptors are shared.
+func (s *Server) logBudget(b budget) {
+	s.log.Info("descriptor budget", "open_files", b.nofile, "connections", b.conns, "splice_pipes", b.pipes,
+		"splice_pipes_per_worker", max(1, b.pipes/max(1, len(s.engines))))
+}
+
+// newLimiter returns the limiter for the configuration's [limits], with
+// the connection limit conns (0: none).
+func newLimiter(c config.Limits, conns int, log *slog.Logger) *limits.Limiter {
 	auth, perAddress := max(c.AuthFailures, 0), max(c.AuthFailuresPerAddress, 0) // -1 = off
 	return limits.New(limits.Config{
-		MaxConns:               c.ConnectionLimit(nofile),
+		MaxConns:               conns,
 		MaxConnsPerClient:      c.MaxConnectionsPerClient,
 		MaxConnsPerUser:        c.MaxConnectionsPerUser,
 		ConnRate:               float64(c.ConnectionRate),

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -398,5 +399,51 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDescriptorBudgetLogged checks that the server splits the open-file
+// limit between connections and splice pipes as the configuration says,
+// gives each worker's engine its share of the pipes, logs the split at
+// start and again when a reload changes it.
+func TestDescriptorBudgetLogged(t *testing.T) {
+	soft, _, err := openFileLimit()
+	if err != nil {
+		soft = defaultOpenFiles
+	}
+	const workers = 2
+	want := func(t *testing.T, s *Server, logs *logBuffer, max int) {
+		t.Helper()
+		conns, pipes := (config.Limits{MaxConnections: max}).DescriptorBudget(soft)
+		line := fmt.Sprintf(`msg="descriptor budget" open_files=%d connections=%d splice_pipes=%d splice_pipes_per_worker=%d`,
+			soft, conns, pipes, pipes/workers)
+		if !strings.Contains(logs.String(), line) {
+			t.Errorf("no log line %s in:\n%s", line, logs)
+		}
+		if runtime.GOOS != "linux" {
+			return // only the Linux engine has pipes
+		}
+		for i, e := range s.engines {
+			if got := e.MaxPipes(); got != pipes/workers {
+				t.Errorf("max_connections %d: engine %d bounded to %d pipes, want %d", max, i, got, pipes/workers)
+			}
+		}
+	}
+	for _, max := range []int{0, 100} {
+		t.Run(fmt.Sprintf("max_connections %d", max), func(t *testing.T) {
+			logs := &logBuffer{}
+			s, _ := startLogged(t, reloadConfig(t, func(c *config.Config) {
+				c.Workers = workers
+				c.Limits.MaxConnections = max
+			}), slog.New(slog.NewTextHandler(logs, nil)), &logBuffer{})
+			want(t, s, logs, max)
+			if err := s.Reload(reloadConfig(t, func(c *config.Config) {
+				c.Workers = workers
+				c.Limits.MaxConnections = max + 50
+			})); err != nil {
+				t.Fatalf("Reload: %v", err)
+			}
+			want(t, s, logs, max+50)
+		})
 	}
 }

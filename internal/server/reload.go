@@ -34,6 +34,7 @@ type generation struct {
 	cfg        *config.Config
 	guard      *dialer.Guard
 	lim        *limits.Limiter
+	budget     budget              // the descriptors' split, lim's connection limit
 	authr      *auth.Authenticator // the users; nil = none configured
 	handshakes *handshakeSlots
 	listeners  []*listener
@@ -78,9 +79,10 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	}
 	g.guard = guard
 	if prev != nil && prev.cfg.Limits == cfg.Limits {
-		g.lim = prev.lim
+		g.lim, g.budget = prev.lim, prev.budget
 	} else {
-		g.lim = newLimiter(cfg.Limits, s.log)
+		g.budget = descriptorBudget(cfg.Limits)
+		g.lim = newLimiter(cfg.Limits, g.budget.conns, s.log)
 	}
 	if n := max(1, cfg.Limits.MaxTLSHandshakes); prev != nil && prev.handshakes.size() == n {
 		g.handshakes = prev.handshakes
@@ -261,11 +263,15 @@ func (g *generation) closeCreated() {
 func (s *Server) useLocked(g *generation) {
 	s.cfg, s.guard, s.lim, s.handshakes, s.users = g.cfg, g.guard, g.lim, g.handshakes, g.authr
 	s.listeners = g.listeners
+	if g.budget != s.budget {
+		s.budget = g.budget
+		s.setPipesLocked(g.budget)
+	}
 }
 
 // currentLocked returns the server's current generation.
 func (s *Server) currentLocked() *generation {
-	return &generation{cfg: s.cfg, guard: s.guard, lim: s.lim, authr: s.users,
+	return &generation{cfg: s.cfg, guard: s.guard, lim: s.lim, budget: s.budget, authr: s.users,
 		handshakes: s.handshakes, listeners: s.listeners}
 }
 
@@ -345,7 +351,11 @@ func (s *Server) Reload(cfg *config.Config) error {
 			removed++
 		}
 	}
+	budgetChanged := g.budget != prev.budget
 	s.useLocked(g)
+	if budgetChanged {
+		s.logBudget(g.budget)
+	}
 	for i, l := range g.listeners {
 		if kept[i] != nil {
 			continue

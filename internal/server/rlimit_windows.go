@@ -5,7 +5,8 @@ import "errors"
 // defaultOpenFiles is the open-file limit the default connection limit
 // is derived from on Windows, which has no per-process limit on open
 // sockets (only memory bounds them): 65536, so a connection limit of
-// 32704 unless limits.max_connections sets one.
+// 24512 (and 8192 splice pipes, unused there) unless
+// limits.max_connections sets one.
 const defaultOpenFiles = 65536
 
 // openFileLimit reports that Windows has no open-file limit.

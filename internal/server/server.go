@@ -43,6 +43,7 @@ type Server struct {
 	cfg        *config.Config
 	guard      *dialer.Guard   // the private-destination guard
 	lim        *limits.Limiter // connection and authentication limits
+	budget     budget          // the descriptors' split between connections and the engines' pipes
 	handshakes *handshakeSlots // TLS handshake slots
 	users      *auth.Authenticator
 
@@ -175,6 +176,7 @@ func (s *Server) Start() error {
 	if soft, hard, err := openFileLimit(); err == nil {
 		s.log.Info("open file limit", "soft", soft, "hard", hard)
 	}
+	s.logBudget(s.budget)
 	workers := len(s.engines)
 	for _, l := range s.listeners {
 		addr := l.cfg.Address

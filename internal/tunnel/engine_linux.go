@@ -253,6 +253,11 @@ func (e *Engine) SetMaxPipes(n int) {
 	e.maxPipes.Store(int64(max(n, 0)))
 }
 
+// MaxPipes returns the engine's bound on splice pipes; 0 means none.
+func (e *Engine) MaxPipes() int {
+	return int(e.maxPipes.Load())
+}
+
 // Pipes returns the splice pipes the engine holds now, idle pooled ones
 // included, and the tunnel directions relaying through memory now.
 func (e *Engine) Pipes() (splice, inMemory int) {

@@ -115,6 +115,9 @@ func (e *Engine) Len() int {
 // SetMaxPipes does nothing: this engine has no splice pipes.
 func (e *Engine) SetMaxPipes(n int) {}
 
+// MaxPipes returns 0: this engine has no splice pipes.
+func (e *Engine) MaxPipes() int { return 0 }
+
 // Pipes returns 0, 0: this engine has no splice pipes, and its tunnels
 // relay through buffers of their own.
 func (e *Engine) Pipes() (splice, inMemory int) { return 0, 0 }
