@@ -8,7 +8,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/metrics"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,9 +51,38 @@ func TestFloodCPU(t *testing.T) {
 			if !ok {
 				t.Skip("no process CPU time on this platform")
 			}
+			// The heap is sampled while the flood runs (runtime/metrics
+			// reads it without stopping the world): its peak over the
+			// start is what the flood made the proxy hold.
+			heap0 := heapBytes()
+			var peak atomic.Uint64
+			stop := make(chan struct{})
+			var sampled sync.WaitGroup
+			sampled.Go(func() {
+				tick := time.NewTicker(10 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					if h := heapBytes(); h > peak.Load() {
+						peak.Store(h)
+					}
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+				}
+			})
 			start := time.Now()
-			if err := cmd.Run(); err != nil {
+			err := cmd.Run()
+			close(stop)
+			sampled.Wait()
+			if err != nil {
 				t.Fatalf("flood helper: %v\n%s", err, stderr.String())
+			}
+			grew := int64(peak.Load()) - int64(heap0)
+			summary(t, "h2: a %s flood grew the proxy's heap by at most %d KiB (limit %d KiB)", kind, grew>>10, floodHeap>>10)
+			if grew > floodHeap {
+				t.Errorf("a %s flood grew the proxy's heap by %d KiB, want under %d KiB", kind, grew>>10, floodHeap>>10)
 			}
 			// The proxy's side of the connection ends soon after the
 			// client's.
@@ -68,6 +100,17 @@ func TestFloodCPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// floodHeap bounds how much a flood may grow the proxy's heap: one
+// connection's streams are bounded, so it must not grow with the frames.
+const floodHeap = 16 << 20
+
+// heapBytes returns the bytes of live and not yet swept heap objects.
+func heapBytes() uint64 {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	return sample[0].Value.Uint64()
 }
 
 // floodHelper is the client of TestFloodCPU, run in a child process: it
