@@ -666,7 +666,7 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		if f.Truncated {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 		}
-		s.trailers = f.Fields
+		// Checked, then dropped: the upstream body ends without them.
 		return c.endOfRequestLocked(s)
 	}
 	c.maxID = id

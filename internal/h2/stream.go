@@ -39,15 +39,14 @@ type stream struct {
 	recvWindow  int64      // bytes the client may still send
 	recvUnacked int64      // stream credit not yet sent
 	in          chunkQueue // request body or tunnel bytes not yet written upstream
-	trailers    []hpack.HeaderField
-	remoteDone  bool // END_STREAM received
-	localDone   bool // END_STREAM sent
-	headersSent bool // a header block was sent: the client's reset is not an early one
-	reset       bool // RST_STREAM sent or received, or the connection ended
-	blocked     bool // in c.blocked
-	discard     bool // client bytes are dropped (an answer that ignores the body)
-	finalHead   bool // forward took the origin's final response head: a stalled body resets s
-	tunnel      bool // client bytes go to up
+	remoteDone  bool       // END_STREAM received
+	localDone   bool       // END_STREAM sent
+	headersSent bool       // a header block was sent: the client's reset is not an early one
+	reset       bool       // RST_STREAM sent or received, or the connection ended
+	blocked     bool       // in c.blocked
+	discard     bool       // client bytes are dropped (an answer that ignores the body)
+	finalHead   bool       // forward took the origin's final response head: a stalled body resets s
+	tunnel      bool       // client bytes go to up
 	up          *net.TCPConn
 	pumping     bool // a goroutine is writing in's first bytes to up
 	upShut      bool // up's write half is shut down

@@ -303,7 +303,7 @@ func (s *stream) dropBody() {
 }
 
 // sendBody writes the request body from the stream's input queue to up,
-// chunked when its length is unknown, with the client's trailers. done
+// chunked when its length is unknown, without the client's trailers. done
 // gets nil when the whole body was written. It tells o.rw how the body
 // ended: sent (or failed upstream: the origin may answer), or failed on
 // the client's side (a reset, a stall). A stall after the response head
@@ -356,18 +356,15 @@ func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
 			return errBodyUnwanted
 		}
 		if s.in.n == 0 {
-			trailers := s.trailers
 			c.mu.Unlock()
 			if !chunked {
 				return nil
 			}
-			end := []byte("0\r\n")
-			for _, f := range trailers {
-				end = appendField(end, f.Name, f.Value)
-			}
-			end = append(end, "\r\n"...)
+			// The client's trailers are dropped, as on HTTP/1.1 (RFC 9110
+			// §6.5.1): none can carry a framing or hop-by-hop field to
+			// the origin.
 			up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.WriteTimeout))
-			_, err := up.Write(end)
+			_, err := up.Write([]byte("0\r\n\r\n"))
 			return err
 		}
 		p := s.in.front()
