@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,10 +70,19 @@ func startRefusalRig(t *testing.T, format accesslog.Format) *refusalRig {
 	return r
 }
 
-// dial connects to listener, over TLS offering only HTTP/1.1 for "tls".
+// refusalClients numbers the rig's client connections: each comes from
+// a loopback address of its own, so that a record is never taken for
+// another connection's that had the same port (the logs keep every
+// record of the test, and parallel subtests reuse ports).
+var refusalClients atomic.Uint32
+
+// dial connects to listener from a loopback address no other connection
+// of the test used, over TLS offering only HTTP/1.1 for "tls".
 func (r *refusalRig) dial(t *testing.T, listener string) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", r.addr[listener])
+	n := refusalClients.Add(1)
+	from := net.IPv4(127, 3, byte(n>>8), byte(n))
+	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}).Dial("tcp", r.addr[listener])
 	if err != nil {
 		t.Fatal(err)
 	}
