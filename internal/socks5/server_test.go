@@ -865,6 +865,13 @@ func TestRefusalObserved(t *testing.T) {
 				want["rule"] = tt.rule
 			}
 			checkRecord(t, recs[0], want)
+			if tt.hold {
+				// The held tunnel is counted as it starts, which may be
+				// just after its client read the success reply.
+				waitFor(t, "the held tunnel counted", func() bool {
+					return proxytest.Metric(t, m, "rustle_tunnels_total", "listener", "ref") == 1
+				})
+			}
 			for _, mt := range []struct {
 				name   string
 				labels []string
