@@ -188,8 +188,8 @@ const (
 	// ReasonNotTLS: a client spoke plain HTTP (or anything but TLS) to a
 	// TLS port.
 	ReasonNotTLS = "not-tls"
-	// ReasonProtocol: the client broke its protocol (a malformed SOCKS
-	// message, an HTTP/2 protocol error).
+	// ReasonProtocol: the client broke its protocol (an HTTP/2
+	// protocol error).
 	ReasonProtocol = "protocol"
 	// ReasonDrained: rustle's shutdown (drain) ended the request or tunnel.
 	ReasonDrained = "drained"

@@ -215,31 +215,30 @@ func (cn *conn) writeUpstreamError(err error) {
 	}
 	var ne net.Error
 	var de *dialer.Error
+	status, why := 502, ""
 	switch {
-	case errors.As(err, &de):
 	case errors.As(err, &ne) && ne.Timeout():
-		cn.g.SetReason(accesslog.ReasonTimedOut)
+		status, why = 504, "upstream "+cn.upKeyOrTarget()+" did not answer in time"
+	case errors.Is(err, errUpstreamClosed):
+		why = "upstream " + cn.upKeyOrTarget() + " closed the connection without a response"
+	case errors.Is(err, errRespTooLarge):
+		why = "upstream response head too large"
+	case errors.Is(err, errUnexpected101):
+		why = "upstream switched protocols without an upgrade request"
+	case errors.Is(err, http1.ErrBadStatusLine), errors.Is(err, http1.ErrBadResponseHead):
+		why = "malformed response from upstream " + cn.upKeyOrTarget()
+	case errors.As(err, &de):
+		cn.writeDialError(err) // the grant's Dial noted its reason
+		return
 	default:
+		why = "upstream " + cn.upKeyOrTarget() + " failed: connection error"
+	}
+	if status == 504 {
+		cn.g.SetReason(accesslog.ReasonTimedOut)
+	} else {
 		cn.g.SetReason(accesslog.ReasonUpstreamFailed)
 	}
-	switch {
-	case errors.As(err, &ne) && ne.Timeout():
-		cn.writeError(504, "upstream "+cn.upKeyOrTarget()+" did not answer in time", false)
-	case errors.Is(err, errUpstreamClosed):
-		cn.writeError(502, "upstream "+cn.upKeyOrTarget()+" closed the connection without a response", false)
-	case errors.Is(err, errRespTooLarge):
-		cn.writeError(502, "upstream response head too large", false)
-	case errors.Is(err, errUnexpected101):
-		cn.writeError(502, "upstream switched protocols without an upgrade request", false)
-	case errors.Is(err, http1.ErrBadStatusLine), errors.Is(err, http1.ErrBadResponseHead):
-		cn.writeError(502, "malformed response from upstream "+cn.upKeyOrTarget(), false)
-	default:
-		if errors.As(err, &de) {
-			cn.writeDialError(err)
-			return
-		}
-		cn.writeError(502, "upstream "+cn.upKeyOrTarget()+" failed: connection error", false)
-	}
+	cn.writeError(status, why, false)
 }
 
 func (cn *conn) upKeyOrTarget() string {
