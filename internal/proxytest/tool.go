@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // FindTool returns the path of a tool installed by scripts/deps.sh: on
@@ -30,4 +31,21 @@ func goEnv(key string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// RequireTool returns the path of the program name (see FindTool). When it
+// is missing the test is skipped with the package that provides it, or,
+// under CI (the environment variable CI is "true", as .ci/run sets it),
+// fails: CI installs everything scripts/deps.sh names, so a missing
+// program there is a broken setup, not a reason to pass.
+func RequireTool(t testing.TB, name, pkg string) string {
+	t.Helper()
+	if p := FindTool(name); p != "" {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s not installed under CI (scripts/deps.sh installs %s)", name, pkg)
+	}
+	t.Skipf("%s not installed (scripts/deps.sh installs %s)", name, pkg)
+	return ""
 }
