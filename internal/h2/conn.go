@@ -3,6 +3,7 @@ package h2
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -149,7 +150,12 @@ func (c *conn) newFramer() {
 // serve runs the connection: it reads and handles frames until the
 // connection ends, then tears it down.
 func (c *conn) serve(ctx context.Context) {
-	if c.raw != nil {
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		// Its Parker sees the bytes RecordConn read ahead.
+		if p, ok := tunnel.TLSParker(tc); ok {
+			c.park = p
+		}
+	} else if c.raw != nil {
 		if rc, err := c.raw.SyscallConn(); err == nil {
 			c.park = tunnel.NewParker(rc)
 		}

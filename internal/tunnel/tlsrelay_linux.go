@@ -176,6 +176,9 @@ type Parker struct {
 	rc  syscall.RawConn
 	fn  func(uintptr) bool // p.ready, bound once so that waits do not allocate
 	one [1]byte
+	// ahead, for a TLS connection's Parker (TLSParker), holds bytes read
+	// from the socket before the wait; nil otherwise.
+	ahead *recordConn
 	// err is the socket error the peek reported. The kernel reports a
 	// pending error (a reset) only once, so the peek must keep it: the
 	// next read would see a plain end of stream instead.
@@ -216,6 +219,9 @@ func (p *Parker) ready(fd uintptr) bool {
 // deadline past. Nothing is read or buffered while it waits.
 func (p *Parker) Wait() error {
 	p.err = nil
+	if p.ahead != nil && p.ahead.pending() {
+		return nil
+	}
 	if err := p.rc.Read(p.fn); err != nil {
 		return err
 	}
@@ -227,8 +233,24 @@ func (p *Parker) Wait() error {
 
 // recordConn is the net.Conn that RecordConn returns.
 type recordConn struct {
-	tc     *net.TCPConn
-	bounds recordBounds // owned by the reading goroutine
+	tc *net.TCPConn
+	rc syscall.RawConn // tc's; nil if it has none (then reads go to tc)
+
+	// The fields below are owned by the reading goroutine.
+	bounds recordBounds
+	// ahead holds bytes read from the socket that crypto/tls has not
+	// asked for yet, ahead[ar:aw]; nil when there are none: it is
+	// borrowed from tlsBufPool for one read and given back as soon as it
+	// is empty, so an idle connection holds no buffer.
+	ahead  *[tlsBufSize]byte
+	ar, aw int
+	// fillFn is c.fill, bound once so that reads do not allocate; fillN
+	// and fillErr are its results, fillNB its mode (return on EAGAIN
+	// instead of waiting).
+	fillFn  func(uintptr) bool
+	fillN   int
+	fillErr error
+	fillNB  bool
 	// nb, when set (by RelayTLS, before its reads start), makes Read
 	// return errWouldBlock instead of waiting for bytes.
 	nb *rawReader
@@ -240,14 +262,23 @@ type recordConn struct {
 // A connection that may later become a TLS tunnel must be wrapped this way
 // from the start; [RelayTLS] requires it.
 //
-// Reading each header by itself costs one more read system call per
-// record, and saves memory: crypto/tls's input buffer is then empty at
-// each record start and is reused from its start; with the next header
-// already in it, it would grow by doubling as each body arrives (measured:
-// 48 KiB instead of 32 KiB kept per connection after a Go client's bulk
-// upload).
+// The socket itself is read ahead, as much as it has (up to 16 KiB), into
+// a pooled buffer that is given back as soon as crypto/tls has taken its
+// bytes: one read system call per record or fewer, rather than one for
+// each header and one for each body. Bounding crypto/tls's reads saves
+// memory: its input buffer is then empty at each record start and is
+// reused from its start; with the next header already in it, it would
+// grow by doubling as each body arrives (measured: 48 KiB instead of 32
+// KiB kept per connection after a Go client's bulk upload). A reader that
+// parks on the socket's readiness must use [TLSParker], which sees the
+// bytes read ahead.
 func RecordConn(c *net.TCPConn) net.Conn {
-	return &recordConn{tc: c}
+	rc := &recordConn{tc: c}
+	if raw, err := c.SyscallConn(); err == nil {
+		rc.rc = raw
+		rc.fillFn = rc.fill
+	}
+	return rc
 }
 
 // RawTCP returns the TCP socket under a TLS connection made over
@@ -261,6 +292,21 @@ func RawTCP(c *tls.Conn) (*net.TCPConn, bool) {
 	return rc.tc, true
 }
 
+// TLSParker returns a Parker for the socket under c, a TLS connection
+// made over [RecordConn], whose Wait returns at once while bytes read
+// ahead from the socket wait for crypto/tls; nil and false for any other
+// connection. Like the connection's reads, it is used by the reading
+// goroutine only.
+func TLSParker(c *tls.Conn) (*Parker, bool) {
+	rc, ok := c.NetConn().(*recordConn)
+	if !ok || rc.rc == nil {
+		return nil, false
+	}
+	p := NewParker(rc.rc)
+	p.ahead = rc
+	return p, true
+}
+
 // Read reads from the socket, never past the end of the current record's
 // header or body.
 func (c *recordConn) Read(p []byte) (int, error) {
@@ -270,16 +316,80 @@ func (c *recordConn) Read(p []byte) (int, error) {
 	if lim := c.bounds.limit(); len(p) > lim {
 		p = p[:lim]
 	}
-	var n int
-	var err error
-	if c.nb != nil {
-		n, err = c.nb.readNow(p)
-	} else {
-		n, err = c.tc.Read(p)
+	if c.rc == nil {
+		n, err := c.tc.Read(p)
+		c.bounds.advance(p[:n])
+		return n, err
+	}
+	if c.ar == c.aw {
+		if err := c.readAhead(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, c.ahead[c.ar:c.aw])
+	c.ar += n
+	if c.ar == c.aw {
+		tlsBufPool.Put(c.ahead)
+		c.ahead, c.ar, c.aw = nil, 0, 0
 	}
 	c.bounds.advance(p[:n])
-	return n, err
+	return n, nil
 }
+
+// readAhead reads what the socket has into a pooled buffer, waiting for
+// bytes unless the connection is in RelayTLS's non-blocking mode (then
+// errWouldBlock when the socket is empty). No buffer is held while it
+// waits. It returns io.EOF at the end of the stream.
+func (c *recordConn) readAhead() error {
+	c.fillNB = c.nb != nil
+	err := c.rc.Read(c.fillFn)
+	n, rerr := c.fillN, c.fillErr
+	c.fillN, c.fillErr = 0, nil
+	switch {
+	case err != nil:
+		// Closed, or the read deadline passed.
+		return c.opError(err)
+	case rerr == unix.EAGAIN:
+		return errWouldBlock
+	case rerr != nil:
+		return c.opError(os.NewSyscallError("read", rerr))
+	case n == 0:
+		return io.EOF
+	}
+	c.ar, c.aw = 0, n
+	return nil
+}
+
+// fill is the RawConn.Read callback of readAhead.
+func (c *recordConn) fill(fd uintptr) bool {
+	if c.ahead == nil {
+		c.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
+	}
+	for {
+		n, err := unix.Read(int(fd), c.ahead[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if n <= 0 {
+			tlsBufPool.Put(c.ahead)
+			c.ahead = nil
+			if err == unix.EAGAIN && !c.fillNB {
+				return false // wait for readiness, holding no buffer
+			}
+		}
+		c.fillN, c.fillErr = max(n, 0), err
+		return true
+	}
+}
+
+// opError wraps a read error as net.TCPConn.Read would.
+func (c *recordConn) opError(err error) error {
+	return &net.OpError{Op: "read", Net: "tcp", Source: c.tc.LocalAddr(), Addr: c.tc.RemoteAddr(), Err: err}
+}
+
+// pending reports whether bytes read ahead from the socket wait for
+// crypto/tls.
+func (c *recordConn) pending() bool { return c.ar < c.aw }
 
 func (c *recordConn) Write(p []byte) (int, error)        { return c.tc.Write(p) }
 func (c *recordConn) Close() error                       { return c.tc.Close() }
@@ -436,7 +546,10 @@ func (r *tlsRelay) downLoop() {
 // pumpUp moves plaintext from the TLS client to upstream until the client
 // ends its stream (nil) or something fails.
 func (r *tlsRelay) pumpUp() error {
-	wait := NewParker(r.clientNB.rc)
+	wait, ok := TLSParker(r.client)
+	if !ok {
+		wait = NewParker(r.clientNB.rc)
+	}
 	for {
 		buf := tlsBufPool.Get().(*[tlsBufSize]byte)
 		n, err := r.client.Read(buf[:])

@@ -26,6 +26,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // tlsTestPKI is a self-signed server certificate for 127.0.0.1, made once.
@@ -904,5 +906,78 @@ func BenchmarkRelayTLSUpload(b *testing.B) {
 		if err := <-errc; err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestRecordConnReadAhead checks that RecordConn reads the socket ahead in
+// one read, hands crypto/tls no more than the current record's header or
+// body, gives its buffer back once drained, and that a TLS Parker does not
+// wait while bytes read ahead are pending.
+func TestRecordConnReadAhead(t *testing.T) {
+	ln := tlsListener(t)
+	dialed, accepted := tcpPairTLS(t, ln)
+	defer dialed.Close()
+	defer accepted.Close()
+	stream := append(record(100, 1), record(200, 2)...)
+	if _, err := dialed.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := accepted.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int {
+		var n int
+		raw.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+		return n
+	}
+	for deadline := time.Now().Add(10 * time.Second); queued() < len(stream); {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d bytes arrived", queued(), len(stream))
+		}
+		runtime.Gosched()
+	}
+	nc := RecordConn(accepted)
+	rc := nc.(*recordConn)
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 4096)
+	n, err := nc.Read(buf)
+	if err != nil || n != recordHeaderLen {
+		t.Fatalf("first read: %d bytes, %v; want the %d-byte header", n, err, recordHeaderLen)
+	}
+	if q := queued(); q != 0 {
+		t.Errorf("%d bytes left in the socket after the first read, want all read ahead", q)
+	}
+	// The socket is empty, but bytes wait: a Parker must not sleep. A
+	// short deadline turns a wrong wait into an error, not a hang.
+	p := NewParker(rc.rc)
+	p.ahead = rc
+	accepted.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if err := p.Wait(); err != nil {
+		t.Fatalf("Parker.Wait with bytes read ahead: %v", err)
+	}
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var reads []int
+	reads = append(reads, n)
+	got := append([]byte(nil), buf[:n]...)
+	for len(got) < len(stream) {
+		n, err := nc.Read(buf)
+		if err != nil {
+			t.Fatalf("read after %d bytes: %v", len(got), err)
+		}
+		reads = append(reads, n)
+		got = append(got, buf[:n]...)
+	}
+	if !bytes.Equal(got, stream) {
+		t.Fatal("read-ahead changed the stream")
+	}
+	checkBounds(t, stream, reads)
+	if rc.ahead != nil || rc.pending() {
+		t.Error("the read-ahead buffer is kept after it was drained")
+	}
+	// Drained: the Parker waits on the socket again.
+	accepted.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if err := p.Wait(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Parker.Wait on an empty socket: %v, want the deadline", err)
 	}
 }

@@ -36,3 +36,8 @@ func RelayTLS(ctx context.Context, client *tls.Conn, raw *net.TCPConn, upstream 
 	raw.Close()
 	return res.Up, res.Down, res.Err
 }
+
+// TLSParker returns a Parker for the socket under a TLS connection made
+// over [RecordConn] on Linux. Elsewhere it always returns nil and false,
+// as [RawTCP] does.
+func TLSParker(*tls.Conn) (*Parker, bool) { return nil, false }
