@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -763,5 +764,66 @@ func TestLoopParksAfterSweeps(t *testing.T) {
 	used := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
 	if used > 100*time.Millisecond {
 		t.Fatalf("the process used %v of CPU in 200 ms with an idle engine, want it idle", used)
+	}
+}
+
+// TestShortReadThenFIN checks the end of a stream whose last bytes and FIN
+// reach the proxy together, in one epoll event: the engine skips the read
+// after a short one (the socket is empty then), but not when the event
+// said the peer was done, or the FIN would never be seen. Each case sends
+// a few bytes and closes, on a tunnel that is idle in the engine and on
+// one whose bytes and FIN were queued before it was added.
+func TestShortReadThenFIN(t *testing.T) {
+	for _, queued := range []bool{false, true} {
+		t.Run(map[bool]string{false: "idle tunnel", true: "queued before Add"}[queued], func(t *testing.T) {
+			e := newEngine(t, Config{})
+			ln := newListener(t)
+			for i := range 20 {
+				msg := []byte("last words " + strconv.Itoa(i))
+				clientApp, clientProxy := tcpPair(t, ln)
+				upstreamProxy, upstreamApp := tcpPair(t, ln)
+				deadline := time.Now().Add(20 * time.Second)
+				clientApp.SetDeadline(deadline)
+				upstreamApp.SetDeadline(deadline)
+				t.Cleanup(func() { clientApp.Close(); upstreamApp.Close() })
+				send := func() {
+					t.Helper()
+					if _, err := clientApp.Write(msg); err != nil {
+						t.Fatal(err)
+					}
+					if err := clientApp.CloseWrite(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if queued {
+					send()
+				}
+				done := make(chan Result, 1)
+				if err := e.Add(clientProxy, upstreamProxy, func(r Result) { done <- r }); err != nil {
+					t.Fatal(err)
+				}
+				if !queued {
+					// One exchange first, so that the tunnel is
+					// registered and idle when the last bytes come.
+					if _, err := upstreamApp.Write([]byte("hi")); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := io.ReadFull(clientApp, make([]byte, 2)); err != nil {
+						t.Fatal(err)
+					}
+					send()
+				}
+				got, err := io.ReadAll(upstreamApp)
+				if err != nil || !bytes.Equal(got, msg) {
+					t.Fatalf("tunnel %d: upstream read %q, %v; want %q then EOF", i, got, err, msg)
+				}
+				upstreamApp.Close()
+				select {
+				case <-done:
+				case <-time.After(20 * time.Second):
+					t.Fatalf("tunnel %d did not end", i)
+				}
+			}
+		})
 	}
 }

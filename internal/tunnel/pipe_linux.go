@@ -46,6 +46,24 @@ func (p *pipe) fill(src int) (int64, error) {
 	return int64(n), err
 }
 
+// shortFill returns a count such that a fill that moves fewer bytes than
+// it has emptied the socket's receive queue; 0 when no count tells. A TCP
+// read stops short only when the queue is empty; a splice also when the
+// pipe runs out of slots (one page each, the pipe's capacity over the
+// page size), which an empty pipe cannot before as many bytes as it has
+// slots have moved, each slot holding at least one.
+func (p *pipe) shortFill() int64 {
+	if p.buf != nil {
+		return p.cap - p.n
+	}
+	if p.n != 0 {
+		return 0
+	}
+	return p.cap / pageSize
+}
+
+var pageSize = int64(unix.Getpagesize())
+
 // drain writes the pipe's bytes to the socket dst.
 func (p *pipe) drain(dst int) (int64, error) {
 	if p.buf == nil {

@@ -19,6 +19,10 @@ const (
 	// Bits of tunnel.ready, per side.
 	canRead  = 1 << 0
 	canWrite = 1 << 1
+	// sawHup: an event reported the side's peer done sending (or the
+	// socket failed). Sticky: from then on every short read is followed
+	// by one more, which sees the end of the stream (see pump).
+	sawHup = 1 << 2
 )
 
 // tunnel is one relayed pair of sockets. All fields except fd, done and
@@ -28,7 +32,7 @@ type tunnel struct {
 	cutAsked bool     // AddCut's cut was called; guarded by Engine.mu
 	fd       [2]int32 // client and upstream descriptors, owned by the engine
 	gen      uint32   // registration tag carried by this tunnel's epoll events
-	ready    [2]uint8 // per side: canRead, canWrite as last learned from the kernel
+	ready    [2]uint8 // per side: canRead, canWrite as last learned from the kernel, and sawHup
 	queued   bool     // in Engine.again
 	moved    bool     // bytes moved during this turn
 	dead     bool     // finished; its descriptors are closed
@@ -65,6 +69,9 @@ func (e *Engine) handle(t *tunnel, side int, events uint32) {
 	}
 	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		t.ready[side] |= canRead
+	}
+	if events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		t.ready[side] |= sawHup
 	}
 	if events&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		t.ready[side] |= canWrite
@@ -179,6 +186,7 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 				}
 				dr.p = p
 			}
+			short := p.shortFill()
 			n, err := p.fill(src)
 			switch {
 			case err == nil && n == 0:
@@ -188,6 +196,14 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 				p.n += int64(n)
 				progress = true
 				t.moved = true
+				if n < short && t.ready[d]&sawHup == 0 {
+					// The socket had no more: a read now would
+					// only return EAGAIN, and bytes that arrive
+					// later bring a new edge. (A FIN that arrived
+					// before this turn's event brings none, hence
+					// sawHup.)
+					t.ready[d] &^= canRead
+				}
 			case err == unix.EAGAIN && p.n == 0:
 				// The pipe is empty, so the socket is.
 				t.ready[d] &^= canRead
