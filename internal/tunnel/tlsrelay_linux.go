@@ -251,6 +251,12 @@ type recordConn struct {
 	fillN   int
 	fillErr error
 	fillNB  bool
+	// drained: in non-blocking mode, the last read from the socket
+	// returned fewer bytes than it asked for, so the socket was empty
+	// then: the next read answers errWouldBlock at once, and the caller's
+	// Parker (which looks at the socket before it parks) sees what came
+	// since.
+	drained bool
 	// nb, when set (by RelayTLS, before its reads start), makes Read
 	// return errWouldBlock instead of waiting for bytes.
 	nb *rawReader
@@ -342,6 +348,12 @@ func (c *recordConn) Read(p []byte) (int, error) {
 // waits. It returns io.EOF at the end of the stream.
 func (c *recordConn) readAhead() error {
 	c.fillNB = c.nb != nil
+	if c.drained {
+		c.drained = false
+		if c.fillNB {
+			return errWouldBlock
+		}
+	}
 	err := c.rc.Read(c.fillFn)
 	n, rerr := c.fillN, c.fillErr
 	c.fillN, c.fillErr = 0, nil
@@ -357,6 +369,7 @@ func (c *recordConn) readAhead() error {
 		return io.EOF
 	}
 	c.ar, c.aw = 0, n
+	c.drained = c.fillNB && n < tlsBufSize
 	return nil
 }
 
@@ -597,6 +610,11 @@ func (r *tlsRelay) pumpDown() error {
 			}
 		}
 		tlsBufPool.Put(buf)
+		if err == nil && n < len(buf) {
+			// A short read emptied the socket: wait rather than
+			// read again for EAGAIN (the Parker looks first).
+			err = errWouldBlock
+		}
 		switch {
 		case err == nil:
 		case err == errWouldBlock || errors.Is(err, os.ErrDeadlineExceeded):
