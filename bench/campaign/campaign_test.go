@@ -6,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/rustle-proxy/rustle/bench/report"
 )
@@ -25,7 +27,10 @@ func TestSelectTests(t *testing.T) {
 			"socks-bulk", "socks-mem",
 			"https-1k", "https-10k", "https-1k-newconn", "https-1m", "https-10m", "https-connect-bulk", "https-mem", "https-1k-full",
 			"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem",
-			"ws-64", "ws-64k", "ws-newconn", "wss-64", "wss-64k", "wss-newconn"}},
+			"ws-64", "ws-64k", "ws-newconn", "wss-64", "wss-64k", "wss-newconn",
+			"cores-1", "cores-2", "cores-4", "cores-8"}},
+		{list: "cores", want: []string{"cores-1", "cores-2", "cores-4", "cores-8"}},
+		{list: "cores-2,http-1k", want: []string{"http-1k", "cores-2"}},
 		{list: "connect-bulk,http-1k", want: []string{"http-1k", "connect-bulk"}},
 		{list: "cpu-1k", want: []string{"http-1k"}},
 		{list: "mem-9000, http-1k", want: []string{"http-1k", "mem-tunnels"}},
@@ -197,6 +202,11 @@ func TestRuns(t *testing.T) {
 		{"h2-mem", "rustle", true},
 		{"h2-mem", "none", false},
 		{"h2-mem", "squid", false},
+		{"cores-1", "rustle", true},
+		{"cores-8", "squid", true},
+		{"cores-2", "tinyproxy", true},
+		{"cores-2", "dante", false},
+		{"cores-4", "none", false},
 	}
 	for _, tt := range cases {
 		if got := runs(byID[tt.test], proxyByName(tt.proxy)); got != tt.want {
@@ -343,8 +353,14 @@ func TestQuickEstimateFitsTenMinutes(t *testing.T) {
 }
 
 // fill renders the template bench/<name> for a listener as the campaign
-// does.
+// does, with one worker.
 func fill(t *testing.T, name, listener string, asRoot bool) string {
+	t.Helper()
+	return fillWorkers(t, name, listener, asRoot, 1)
+}
+
+// fillWorkers is fill with the given number of workers.
+func fillWorkers(t *testing.T, name, listener string, asRoot bool, workers int) string {
 	t.Helper()
 	e := &env{
 		benchDir: "..", maxFD: 20000, passwdFile: "/tmp/x/htpasswd",
@@ -353,7 +369,7 @@ func fill(t *testing.T, name, listener string, asRoot bool) string {
 		certFile: "/tmp/x/tls/server.pem", keyFile: "/tmp/x/tls/server.key", socksMethod: "username",
 	}
 	path := filepath.Join(t.TempDir(), name)
-	if err := e.writeConf(name, path, "/tmp/x/dir", listener, 3128); err != nil {
+	if err := e.writeConf(name, path, "/tmp/x/dir", listener, 3128, workers); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)
@@ -523,5 +539,371 @@ func TestRustleConf(t *testing.T) {
 				t.Errorf("rustle.toml listeners = %+v, want [%+v]", c.Listen, tt.want)
 			}
 		})
+	}
+}
+
+// topo returns n CPUs numbered from first, each its own physical core.
+func topo(first, n int) []cpuTopo {
+	var out []cpuTopo
+	for i := range n {
+		out = append(out, cpuTopo{cpu: first + i, core: "0:" + strconv.Itoa(first+i)})
+	}
+	return out
+}
+
+// seq returns the CPU numbers from to to, inclusive.
+func seq(from, to int) []int {
+	var out []int
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func TestPlanCores(t *testing.T) {
+	// 16 CPUs as 8 cores with two hardware threads each, siblings i and
+	// i+8 (Linux's usual numbering on x86).
+	var smt16 []cpuTopo
+	for i := range 16 {
+		smt16 = append(smt16, cpuTopo{cpu: i, core: "0:" + strconv.Itoa(i%8)})
+	}
+	// 2 CPUs that are the two threads of one core.
+	smt2 := []cpuTopo{{0, "0:0"}, {1, "0:0"}}
+	split := func(proxy, load []int) coreSplit { return coreSplit{proxy: proxy, load: load} }
+	tests := []struct {
+		name string
+		cpus []cpuTopo
+		want []coreSplit
+	}{
+		{"2 cores: 1 dedicated, then 2 with the load sharing", topo(0, 2), []coreSplit{
+			split([]int{0}, []int{1}),
+			{proxy: []int{0, 1}, load: []int{0, 1}, shared: true},
+		}},
+		{"3 cores: 2 shares, with the third CPU for the load too", topo(0, 3), []coreSplit{
+			split([]int{0}, []int{1, 2}),
+			{proxy: []int{0, 1}, load: []int{0, 1, 2}, shared: true},
+		}},
+		{"4 cores: 1 and 2", topo(0, 4), []coreSplit{
+			split([]int{0}, seq(1, 3)),
+			split([]int{0, 1}, []int{2, 3}),
+		}},
+		{"16 cores: 1, 2, 4 and 8", topo(0, 16), []coreSplit{
+			split([]int{0}, seq(1, 15)),
+			split([]int{0, 1}, seq(2, 15)),
+			split(seq(0, 3), seq(4, 15)),
+			split(seq(0, 7), seq(8, 15)),
+		}},
+		{"32 cores: up to 8, the load on the other 24", topo(0, 32), []coreSplit{
+			split([]int{0}, seq(1, 31)),
+			split([]int{0, 1}, seq(2, 31)),
+			split(seq(0, 3), seq(4, 31)),
+			split(seq(0, 7), seq(8, 31)),
+		}},
+		{"an affinity mask of CPUs 4 to 7", topo(4, 4), []coreSplit{
+			split([]int{4}, seq(5, 7)),
+			split([]int{4, 5}, []int{6, 7}),
+		}},
+		{"16 threads on 8 cores: one thread per proxy core, its sibling idle, no room for 8", smt16, []coreSplit{
+			split([]int{0}, []int{1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 15}),
+			split([]int{0, 1}, []int{2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15}),
+			split(seq(0, 3), []int{4, 5, 6, 7, 12, 13, 14, 15}),
+		}},
+		{"2 threads of one core: logical CPUs", smt2, []coreSplit{
+			{proxy: []int{0}, load: []int{1}, logical: true},
+			{proxy: []int{0, 1}, load: []int{0, 1}, shared: true, logical: true},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := planCores(tt.cpus)
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(coreSplit{})); diff != "" {
+				t.Errorf("planCores (-want +got):\n%s", diff)
+			}
+			for _, s := range got {
+				if !s.shared && len(s.load) < s.n() {
+					t.Errorf("%d proxy cores with %d load CPUs, want at least as many", s.n(), len(s.load))
+				}
+				if !s.shared {
+					for _, c := range s.proxy {
+						if slices.Contains(s.load, c) {
+							t.Errorf("CPU %d is the proxy's and the load's in a split that is not shared", c)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestCoreSplitFor(t *testing.T) {
+	e := &env{proxyCore: 0, loadCore: 1}
+	e.corePlan = planCores(topo(0, 2))
+	byID := map[string]testDef{}
+	for _, td := range tests {
+		byID[td.id] = td
+	}
+	cases := []struct {
+		test      string
+		proxy     string
+		load      string
+		ok        bool
+		wantShare bool
+	}{
+		// Every test but the cores ones keeps the base split.
+		{test: "http-1k", proxy: "0", load: "1", ok: true},
+		{test: "mem-tunnels", proxy: "0", load: "1", ok: true},
+		{test: "cores-1", proxy: "0", load: "1", ok: true},
+		{test: "cores-2", proxy: "0,1", load: "0,1", ok: true, wantShare: true},
+		{test: "cores-4", ok: false},
+		{test: "cores-8", ok: false},
+	}
+	for _, tt := range cases {
+		s, ok := e.coreSplitFor(byID[tt.test])
+		if ok != tt.ok || cpuList(s.proxy) != tt.proxy || cpuList(s.load) != tt.load || s.shared != tt.wantShare {
+			t.Errorf("coreSplitFor(%s) = %+v, %v; want proxy %q, load %q, shared %v, %v", tt.test, s, ok, tt.proxy, tt.load, tt.wantShare, tt.ok)
+		}
+	}
+}
+
+func TestCoresNotes(t *testing.T) {
+	notes := coresNotes(planCores(topo(0, 2)), []int{1, 2, 4, 8}, 2)
+	if len(notes) != 2 {
+		t.Fatalf("coresNotes on 2 cores = %q, want the shared note and the missing rows", notes)
+	}
+	for _, want := range []string{"CPUs 0,1 with wrk (2 threads) and the origin sharing those same CPUs", "1 against 2 with the load sharing"} {
+		if !strings.Contains(notes[0], want) {
+			t.Errorf("shared note %q lacks %q", notes[0], want)
+		}
+	}
+	if want := "no row for 4, 8 proxy cores"; !strings.Contains(notes[1], want) {
+		t.Errorf("missing note %q lacks %q", notes[1], want)
+	}
+	if notes := coresNotes(planCores(topo(0, 16)), []int{1, 2, 4, 8}, 16); len(notes) != 0 {
+		t.Errorf("coresNotes on 16 cores = %q, want none", notes)
+	}
+	if notes := coresNotes(planCores(topo(0, 4)), []int{2}, 4); len(notes) != 0 {
+		t.Errorf("coresNotes on 4 cores for 2 = %q, want none", notes)
+	}
+}
+
+func TestCoreSplitAll(t *testing.T) {
+	s := coreSplit{proxy: []int{0, 1}, load: []int{0, 1, 2}}
+	if got := cpuList(s.all()); got != "0,1,2" {
+		t.Errorf("all = %s, want 0,1,2", got)
+	}
+	if got := cpuList(coreSplit{proxy: []int{3}, load: []int{5, 4}}.all()); got != "3,4,5" {
+		t.Errorf("all = %s, want 3,4,5", got)
+	}
+}
+
+func TestBusy(t *testing.T) {
+	before := map[int]report.CPUTimes{0: {}, 1: {}, 2: {}}
+	after := map[int]report.CPUTimes{
+		0: {Busy: 100}, // 100 % busy
+		1: {Busy: 50, Idle: 50},
+		2: {Idle: 100},
+	}
+	got := busy(coreSplit{proxy: []int{0, 1}, load: []int{2}}, before, after)
+	if len(got) != 2 || got[0] != 75 || got[1] != 0 {
+		t.Errorf("busy = %v, want [75 0]", got)
+	}
+}
+
+func TestWrkArgs(t *testing.T) {
+	e := &env{benchDir: "/b", lookPath: map[string]string{"wrk": "/usr/bin/wrk"}, authHeader: "Basic x", origin: originAddrs{HTTP: "127.0.0.1:9"}}
+	byID := map[string]testDef{}
+	for _, td := range tests {
+		byID[td.id] = td
+	}
+	r := &running{addr: "127.0.0.1:3128"}
+	for _, tt := range []struct {
+		test, want string
+	}{
+		{"http-1k", "/usr/bin/wrk -t1 -c256 -d3s --timeout 10s -s /b/wrk/proxy.lua http://127.0.0.1:3128/"},
+		{"cores-1", "/usr/bin/wrk -t1 -c256 -d3s --timeout 10s -s /b/wrk/proxy.lua http://127.0.0.1:3128/"},
+		{"cores-4", "/usr/bin/wrk -t4 -c256 -d3s --timeout 10s -s /b/wrk/proxy.lua http://127.0.0.1:3128/"},
+		{"cores-8", "/usr/bin/wrk -t8 -c256 -d3s --timeout 10s -s /b/wrk/proxy.lua http://127.0.0.1:3128/"},
+	} {
+		argv, env := e.wrkArgs(byID[tt.test], r, 256, 3*time.Second)
+		if got := strings.Join(argv, " "); got != tt.want {
+			t.Errorf("wrkArgs(%s) = %q, want %q", tt.test, got, tt.want)
+		}
+		if !slices.Contains(env, "BENCH_TARGET=http://127.0.0.1:9/1k") || !slices.Contains(env, "BENCH_CLOSE=0") {
+			t.Errorf("wrkArgs(%s) env = %q", tt.test, env)
+		}
+	}
+}
+
+func TestCoresTests(t *testing.T) {
+	var ns []int
+	for _, td := range tests {
+		if td.proxyCores == 0 {
+			if td.group == "cores" {
+				t.Errorf("test %s in the cores group without proxy cores", td.id)
+			}
+			continue
+		}
+		ns = append(ns, td.proxyCores)
+		if td.group != "cores" || td.kind != kindWrk || td.path != "/1k" || td.newConn || td.listener != lnHTTP {
+			t.Errorf("test %s: not the seed's http-1kb on the plain port: %+v", td.id, td)
+		}
+		if !slices.Equal(td.levels, []int{64, 256, 1024, 4096}) {
+			t.Errorf("test %s levels %v, want the seed's 64 to 4,096", td.id, td.levels)
+		}
+		if len(td.rows) != 1 || td.rows[0].Cores != td.proxyCores || td.rows[0].Section != secCores || !td.rows[0].Selects {
+			t.Errorf("test %s rows %+v", td.id, td.rows)
+		}
+	}
+	if !slices.Equal(ns, coreCounts) {
+		t.Errorf("cores tests for %v, want %v", ns, coreCounts)
+	}
+}
+
+func TestWorkersInConf(t *testing.T) {
+	if conf := fillWorkers(t, "squid.conf", lnHTTP, true, 4); !strings.Contains(conf, "\nworkers 4\n") {
+		t.Errorf("squid.conf with 4 workers:\n%s", conf)
+	}
+	var c struct {
+		Workers int `toml:"workers"`
+	}
+	if _, err := toml.Decode(fillWorkers(t, "rustle.toml", lnHTTP, true, 8), &c); err != nil || c.Workers != 8 {
+		t.Errorf("rustle.toml with 8 workers: workers = %d, %v", c.Workers, err)
+	}
+}
+
+func TestQuickEstimateCores(t *testing.T) {
+	pl := plan{repeats: 1, duration: 3 * time.Second, warmup: time.Second, settle: time.Second, quick: true}
+	sel, err := selectTests("cores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// On each machine size the cores that fit, against rustle, Squid and
+	// Tinyproxy (Dante has no HTTP port, "no proxy" no proxy cores).
+	for _, tt := range []struct {
+		cpus      int
+		wantTests []string
+	}{
+		{2, []string{"cores-1", "cores-2"}},
+		{4, []string{"cores-1", "cores-2"}},
+		{16, []string{"cores-1", "cores-2", "cores-4", "cores-8"}},
+		{32, []string{"cores-1", "cores-2", "cores-4", "cores-8"}},
+	} {
+		fit := fitTests(sel, planCores(topo(0, tt.cpus)))
+		var ids []string
+		var pairs []pair
+		for _, td := range fit {
+			ids = append(ids, td.id)
+			for _, p := range proxies {
+				if runs(td, p) {
+					pairs = append(pairs, pair{td, p})
+				}
+			}
+		}
+		if !slices.Equal(ids, tt.wantTests) {
+			t.Errorf("%d CPUs: tests %v, want %v", tt.cpus, ids, tt.wantTests)
+		}
+		if len(pairs) != 3*len(tt.wantTests) {
+			t.Errorf("%d CPUs: %d pairs, want %d (rustle, Squid, Tinyproxy per test)", tt.cpus, len(pairs), 3*len(tt.wantTests))
+		}
+		got := estimate(pl, pairs)
+		t.Logf("-quick -tests cores on %d CPUs: %d pairs, estimate %s", tt.cpus, len(pairs), got)
+		if got+90*time.Second > 9*time.Minute {
+			t.Errorf("-quick -tests cores on %d CPUs: estimate %s with its waits, want under 9 minutes", tt.cpus, got)
+		}
+	}
+	// The other tests are kept whatever the machine.
+	all, _ := selectTests("all")
+	if got := len(fitTests(all, planCores(topo(0, 2)))); got != len(all)-2 {
+		t.Errorf("all on 2 CPUs: %d tests, want all %d but cores-4 and cores-8", got, len(all))
+	}
+}
+
+func TestPublish(t *testing.T) {
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "bench"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(root, "bench", "results", "2026-12-01T120000")
+	if err := os.MkdirAll(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := report.Campaign{
+		Started: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), Seed: 7, Repeats: 3, DurationS: 10,
+		Machine: "AMD EPYC, 16 cores", Proxies: []report.Proxy{{Name: "rustle", Label: "rustle", Version: "at abc123"}, {Name: "squid", Label: "Squid", Version: "5.7"}},
+		Rows: []report.Row{{ID: "http-1k", Test: "http-1k", Section: secPlain, Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Chart: "throughput"}},
+		Runs: []report.Run{
+			{Test: "http-1k", Proxy: "rustle", Conns: 64, Clean: true, Metrics: map[string]float64{"http-1k": 45000}, CoreBusy: []float64{99, 70}},
+			{Test: "http-1k", Proxy: "squid", Conns: 64, Clean: true, Metrics: map[string]float64{"http-1k": 9000}, CoreBusy: []float64{99, 30}},
+		},
+	}
+	if err := writeOutputs(run, c); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(run, "runs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := publishTo(root, run); err != nil {
+		t.Fatal(err)
+	}
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(root, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if got := read("bench/results-charts/runs.json"); got != string(raw) {
+		t.Error("published runs.json differs from the campaign's")
+	}
+	for _, chart := range []string{report.ThroughputChart, report.MemoryChart} {
+		if got, want := read("bench/results-charts/"+chart), read("bench/results/2026-12-01T120000/"+chart); got != want {
+			t.Errorf("published %s differs from the campaign's", chart)
+		}
+	}
+	results := read("bench/RESULTS.md")
+	for _, want := range []string{
+		"# Benchmarks: rustle against Squid\n",
+		"Raw runs: [`results-charts/runs.json`](results-charts/runs.json). Rendered again from them with `go run ./bench/campaign -report bench/results-charts`.",
+		"Machine: AMD EPYC, 16 cores.",
+		"Versions: rustle at abc123; Squid 5.7.",
+		"| HTTP, 1 KB responses | req/s | 45,000 | 9,000 | 5.0× more |",
+		"](results-charts/throughput.svg)",
+	} {
+		if !strings.Contains(results, want) {
+			t.Errorf("RESULTS.md lacks %q:\n%s", want, results)
+		}
+	}
+	// -report on the published directory renders RESULTS.md again, the
+	// same, and writes no report.md there.
+	if err := os.WriteFile(filepath.Join(root, "bench", "RESULTS.md"), []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rerenderIn(root, filepath.Join(root, "bench", "results-charts")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("bench/RESULTS.md"); got != results {
+		t.Errorf("-report bench/results-charts gave\n%s\nwant\n%s", got, results)
+	}
+	if _, err := os.Stat(filepath.Join(root, "bench", "results-charts", "report.md")); err == nil {
+		t.Error("-report bench/results-charts wrote a report.md beside the runs")
+	}
+	// Publishing the published copy again keeps it.
+	if err := publishTo(root, filepath.Join(root, "bench", "results-charts")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("bench/results-charts/runs.json"); got != string(raw) {
+		t.Error("publishing the published copy changed its runs.json")
+	}
+	// -report elsewhere renders report.md in place, as before.
+	if err := os.Remove(filepath.Join(run, "report.md")); err != nil {
+		t.Fatal(err)
+	}
+	if err := rerenderIn(root, run); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("bench/results/2026-12-01T120000/report.md"); !strings.Contains(got, "](throughput.svg)") {
+		t.Errorf("report.md of a campaign directory does not link its charts beside it:\n%s", got)
 	}
 }

@@ -6,7 +6,9 @@
 // origin ("no proxy"), every proxy pinned to one core with authentication
 // on, and the load generator with the origin pinned to the other core.
 // Plain HTTP, HTTPS-proxy, HTTP/2-over-TLS, WebSocket (plain and over TLS)
-// and SOCKS5 rows; a proxy without a mode shows "—" there.
+// and SOCKS5 rows; a proxy without a mode shows "—" there. The "More
+// cores" table (-tests cores) gives the proxy 1, 2, 4 and 8 cores, as many
+// as the machine allows with as many load cores beside them.
 //
 // It installs what is missing (wrk, squid, tinyproxy, dante-server, with
 // apt-get, as root, without letting the packages start their services), builds the
@@ -26,6 +28,8 @@
 //
 //	go run ./bench/campaign [-quick] [-tests http-1k,connect-bulk] [-proxies rustle,squid]
 //	go run ./bench/campaign -report bench/results/DIR   # re-render a report
+//	go run ./bench/campaign -publish bench/results/DIR  # copy it to bench/RESULTS.md and bench/results-charts/
+//	go run ./bench/campaign -report bench/results-charts   # re-render the published copy
 package main
 
 import (
@@ -63,12 +67,18 @@ func run() error {
 	outFlag := flag.String("out", "", "output directory (default bench/results/<date-time>)")
 	rustleBin := flag.String("rustle", "", "rustle binary to use instead of building ./cmd/rustle")
 	install := flag.Bool("install", true, "install missing packages (wrk, squid, tinyproxy, dante-server) with apt-get when root")
-	reportDir := flag.String("report", "", "only re-render report.md and the charts from DIR/runs.json")
+	reportDir := flag.String("report", "", "only re-render report.md and the charts from DIR/runs.json (DIR bench/results-charts: the published bench/RESULTS.md)")
+	publishDir := flag.String("publish", "", "only publish the campaign in DIR: its runs.json to bench/results-charts/, its report rendered again as bench/RESULTS.md with its charts beside the runs (tracked paths)")
 	quietWait := flag.Duration("quiet-wait", 0, "before each test, wait up to this long for other load on the cores to drop below 15 % (default 60s, quick 15s; negative: never wait)")
 	flag.Parse()
 
-	if *reportDir != "" {
+	switch {
+	case *reportDir != "" && *publishDir != "":
+		return errors.New("campaign: -report and -publish are exclusive")
+	case *reportDir != "":
 		return rerender(*reportDir)
+	case *publishDir != "":
+		return publish(*publishDir)
 	}
 
 	pl := plan{repeats: 3, duration: 10 * time.Second, warmup: 3 * time.Second, settle: 2 * time.Second, quick: *quick}
@@ -115,8 +125,20 @@ func run() error {
 	}
 	e := &env{root: root, benchDir: filepath.Join(root, "bench"), out: os.Stdout, rustleBin: *rustleBin, silentClosers: map[string]bool{},
 		lacking: map[string]map[string]string{}, extraTuning: map[string][]string{}}
-	if e.proxyCore, e.loadCore, err = pickCores(); err != nil {
+	if err := e.pickCores(); err != nil {
 		return err
+	}
+	// The "More cores" tests that do not fit on this machine are left out,
+	// with a note.
+	var coreNotes []string
+	if wanted := coresWanted(selected); len(wanted) > 0 {
+		coreNotes = coresNotes(e.corePlan, wanted, len(e.cpus))
+		for _, n := range coreNotes {
+			fmt.Fprintln(e.out, "NOTE: "+n)
+		}
+	}
+	if selected = fitTests(selected, e.corePlan); len(selected) == 0 {
+		return errors.New("campaign: no selected test fits on this machine")
 	}
 	e.clkTck = clockTicks(ctx)
 	e.setIdentity()
@@ -159,7 +181,15 @@ func run() error {
 
 	c := report.Campaign{
 		Started: time.Now().UTC(), Seed: *seed, Quick: *quick, Repeats: pl.repeats, DurationS: pl.duration.Seconds(),
-		Machine: machine(), ProxyCore: e.proxyCore, LoadCore: e.loadCore,
+		Machine: machine(), ProxyCore: e.proxyCore, LoadCore: e.loadCore, Notes: coreNotes,
+	}
+	coresRun := false
+	for _, t := range selected {
+		if t.proxyCores > 0 {
+			s := e.split(t)
+			c.CoreSplits = append(c.CoreSplits, report.CoreSplit{Test: t.id, ProxyCPUs: s.proxy, LoadCPUs: s.load, Shared: s.shared})
+			coresRun = true
+		}
 	}
 	c.Tools = e.toolVersions(ctx)
 	for _, t := range selected {
@@ -178,6 +208,9 @@ func run() error {
 		}
 		p.Version = v
 		p.Tuning = append(append([]string(nil), d.tuning...), e.extraTuning[d.name]...)
+		if line := coresTuning[d.name]; line != "" && coresRun {
+			p.Tuning = append(p.Tuning, line)
+		}
 		for _, t := range selected {
 			if why := e.lacks(d.name, t); why != "" && d.has(t.needs) {
 				for _, r := range t.rows {
@@ -197,10 +230,11 @@ func run() error {
 		c.Notes = append(c.Notes, note)
 	}
 
-	originProc, err := e.startOrigin(ctx)
+	originProc, addrs, err := e.startOrigin(ctx, "origin", []int{e.loadCore})
 	if err != nil {
 		return err
 	}
+	e.origin = addrs
 	defer originProc.stop(2 * time.Second)
 	e.originPID = originProc.pid()
 	fmt.Fprintf(e.out, "origin: http %s, sink %s, hold %s\n", e.origin.HTTP, e.origin.Sink, e.origin.Hold)
@@ -243,8 +277,13 @@ func run() error {
 		if _, ok := skipped[portKey]; ok {
 			continue
 		}
+		if p.t.proxyCores > 1 {
+			// A proxy that fails with n workers is skipped on that test
+			// only: its one-worker port may be fine.
+			portKey += "/" + p.t.id
+		}
 		waitStart := time.Now()
-		other := e.waitQuiet(ctx, min(maxQuiet, quietBudget))
+		other := e.waitQuiet(ctx, e.split(p.t).all(), min(maxQuiet, quietBudget))
 		quietBudget = max(0, quietBudget-time.Since(waitStart))
 		if other > quietLimit {
 			note := fmt.Sprintf("%s against %s started while other processes used %.0f %% of the cores.", p.t.id, p.def.label, other)
@@ -297,6 +336,9 @@ func runs(t testDef, d *proxyDef) bool {
 	if !d.has(t.needs) {
 		return false
 	}
+	if t.proxyCores > 0 && d.name == "none" {
+		return false // "no proxy" has no proxy cores
+	}
 	return t.kind != kindHold || d.name != "none"
 }
 
@@ -329,6 +371,10 @@ func estimate(pl plan, pairs []pair) time.Duration {
 			// (measured in quick campaigns here).
 			n := len(pl.levels(p.t)) * pl.repeats
 			total += 3500*time.Millisecond + pl.warmup + time.Duration(n)*(pl.duration+time.Second)
+			if p.t.proxyCores > 0 {
+				// An origin of its own, and Squid's SMP kids.
+				total += 2 * time.Second
+			}
 		}
 	}
 	return total
@@ -365,10 +411,10 @@ func resumptionNotes(c report.Campaign) []string {
 // starts, in percent.
 const quietLimit = 15
 
-// waitQuiet samples the load of other processes on the two cores for half
-// a second at a time until it is at most quietLimit or maxWait has passed,
-// and returns the last sample.
-func (e *env) waitQuiet(ctx context.Context, maxWait time.Duration) float64 {
+// waitQuiet samples the load of other processes on cpus (the next test's)
+// for half a second at a time until it is at most quietLimit or maxWait
+// has passed, and returns the last sample.
+func (e *env) waitQuiet(ctx context.Context, cpus []int, maxWait time.Duration) float64 {
 	deadline := time.Now().Add(maxWait)
 	said := false
 	for {
@@ -383,7 +429,7 @@ func (e *env) waitQuiet(ctx context.Context, maxWait time.Duration) float64 {
 			return 0
 		}
 		o1, _ := usage(e.originPID)
-		other := report.OtherPercent(a, b, []int{e.proxyCore, e.loadCore}, delta(o0.ticks, o1.ticks))
+		other := report.OtherPercent(a, b, cpus, delta(o0.ticks, o1.ticks))
 		if other <= quietLimit || ctx.Err() != nil || time.Now().After(deadline) {
 			return other
 		}
@@ -427,11 +473,22 @@ func writeOutputs(dir string, c report.Campaign) error {
 
 // render writes report.md and the charts of c into dir.
 func render(dir string, c report.Campaign) error {
+	var b bytes.Buffer
+	if err := report.Markdown(&b, c); err != nil {
+		return fmt.Errorf("campaign: render report.md: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, "report.md"), b.Bytes()); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	return renderCharts(dir, c)
+}
+
+// renderCharts writes the charts of c into dir.
+func renderCharts(dir string, c report.Campaign) error {
 	for _, f := range []struct {
 		name string
 		fn   func(*bytes.Buffer, report.Campaign) error
 	}{
-		{"report.md", func(b *bytes.Buffer, c report.Campaign) error { return report.Markdown(b, c) }},
 		{report.ThroughputChart, func(b *bytes.Buffer, c report.Campaign) error { return report.ThroughputSVG(b, c) }},
 		{report.MemoryChart, func(b *bytes.Buffer, c report.Campaign) error { return report.MemorySVG(b, c) }},
 	} {
@@ -446,20 +503,113 @@ func render(dir string, c report.Campaign) error {
 	return nil
 }
 
-// rerender rebuilds the report of an earlier campaign from its runs.json.
+// rerender rebuilds the report of an earlier campaign from its runs.json;
+// for the published copy (bench/results-charts) it rebuilds
+// bench/RESULTS.md and the charts beside the runs.
 func rerender(dir string) error {
-	b, err := os.ReadFile(filepath.Join(dir, "runs.json"))
+	root, _ := findRoot() // outside the repository: no published copy
+	return rerenderIn(root, dir)
+}
+
+// rerenderIn is rerender for the repository at root.
+func rerenderIn(root, dir string) error {
+	_, c, err := readRuns(dir)
 	if err != nil {
-		return fmt.Errorf("campaign: %w", err)
+		return err
 	}
-	var c report.Campaign
-	if err := json.Unmarshal(b, &c); err != nil {
-		return fmt.Errorf("campaign: decode %s/runs.json: %w", dir, err)
+	if root != "" && samePath(dir, publishedDir(root)) {
+		return renderPublished(root, c)
 	}
 	if err := render(dir, c); err != nil {
 		return err
 	}
 	fmt.Println(filepath.Join(dir, "report.md"))
+	return nil
+}
+
+// readRuns reads and decodes dir/runs.json, returning its bytes too.
+func readRuns(dir string) ([]byte, report.Campaign, error) {
+	var c report.Campaign
+	b, err := os.ReadFile(filepath.Join(dir, "runs.json"))
+	if err != nil {
+		return nil, c, fmt.Errorf("campaign: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, c, fmt.Errorf("campaign: decode %s/runs.json: %w", dir, err)
+	}
+	return b, c, nil
+}
+
+// The published copy of a campaign, tracked in git where bench/results is
+// not: bench/RESULTS.md, and the runs and charts in bench/results-charts.
+const (
+	publishedReport = "RESULTS.md"
+	publishedCharts = "results-charts"
+)
+
+// publishedDir returns the directory of the published runs and charts.
+func publishedDir(root string) string { return filepath.Join(root, "bench", publishedCharts) }
+
+// samePath reports whether a and b name the same directory.
+func samePath(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// publish copies the campaign in dir to the tracked paths: its runs.json,
+// byte for byte, into bench/results-charts, and its report and charts
+// rendered again from them as bench/RESULTS.md (the chart and runs links
+// pointing into bench/results-charts) and bench/results-charts/*.svg.
+func publish(dir string) error {
+	root, err := findRoot()
+	if err != nil {
+		return err
+	}
+	return publishTo(root, dir)
+}
+
+// publishTo is publish for the repository at root.
+func publishTo(root, dir string) error {
+	raw, c, err := readRuns(dir)
+	if err != nil {
+		return err
+	}
+	dest := publishedDir(root)
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	if !samePath(dir, dest) {
+		if err := writeFileAtomic(filepath.Join(dest, "runs.json"), raw); err != nil {
+			return fmt.Errorf("campaign: %w", err)
+		}
+	}
+	if err := renderPublished(root, c); err != nil {
+		return err
+	}
+	fmt.Printf("published %s: commit bench/%s and bench/%s/\n", dir, publishedReport, publishedCharts)
+	return nil
+}
+
+// renderPublished writes bench/RESULTS.md and the charts of c into
+// bench/results-charts.
+func renderPublished(root string, c report.Campaign) error {
+	dest := publishedDir(root)
+	opts := report.Options{
+		ChartDir: publishedCharts + "/", RunsPath: publishedCharts + "/runs.json",
+		Rerender: "go run ./bench/campaign -report bench/" + publishedCharts,
+	}
+	var b bytes.Buffer
+	if err := report.MarkdownWith(&b, c, opts); err != nil {
+		return fmt.Errorf("campaign: render %s: %w", publishedReport, err)
+	}
+	if err := writeFileAtomic(filepath.Join(root, "bench", publishedReport), b.Bytes()); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	if err := renderCharts(dest, c); err != nil {
+		return err
+	}
+	fmt.Println(filepath.Join(root, "bench", publishedReport))
 	return nil
 }
 

@@ -20,7 +20,7 @@ import (
 
 // proc is a process the campaign started: a proxy, the origin or a load
 // tool. It is started through taskset so that it and every process it forks
-// stay on one core.
+// stay on its CPUs (one, but for the "More cores" tests).
 type proc struct {
 	name string
 	cmd  *exec.Cmd
@@ -35,10 +35,10 @@ var (
 	procs   = map[*proc]bool{}
 )
 
-// startProc starts argv pinned to core, in its own process group, with
+// startProc starts argv pinned to cpus, in its own process group, with
 // stdout and stderr appended to logPath (or to stdout, if not nil).
-func startProc(name string, core int, argv []string, env []string, logPath string, stdout io.Writer) (*proc, error) {
-	args := append([]string{"-c", strconv.Itoa(core)}, argv...)
+func startProc(name string, cpus []int, argv []string, env []string, logPath string, stdout io.Writer) (*proc, error) {
+	args := append([]string{"-c", cpuList(cpus)}, argv...)
 	cmd := exec.Command("taskset", args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -237,22 +237,27 @@ func cpuSample() (map[int]report.CPUTimes, error) {
 	return report.ParseCPUStat(string(b))
 }
 
-// busy returns the busy % of the proxy core and the load core between two
-// samples.
-func (e *env) busy(before, after map[int]report.CPUTimes) []float64 {
-	return []float64{
-		report.BusyPercent(before[e.proxyCore], after[e.proxyCore]),
-		report.BusyPercent(before[e.loadCore], after[e.loadCore]),
+// busy returns the busy % of the proxy's CPUs and of the load side's
+// between two samples, each averaged over its CPUs (one each, but for the
+// "More cores" tests).
+func busy(s coreSplit, before, after map[int]report.CPUTimes) []float64 {
+	avg := func(cpus []int) float64 {
+		var sum float64
+		for _, c := range cpus {
+			sum += report.BusyPercent(before[c], after[c])
+		}
+		return sum / float64(max(len(cpus), 1))
 	}
+	return []float64{avg(s.proxy), avg(s.load)}
 }
 
-// runTool runs a load tool pinned to the load core to completion, bounded
-// by ctx and timeout, and returns its stdout and stderr together and the
-// CPU seconds (user+system) it used.
-func runTool(ctx context.Context, core int, timeout time.Duration, argv, env []string) (string, float64, error) {
+// runTool runs a load tool pinned to cpus to completion, bounded by ctx
+// and timeout, and returns its stdout and stderr together and the CPU
+// seconds (user+system) it used.
+func runTool(ctx context.Context, cpus []int, timeout time.Duration, argv, env []string) (string, float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args := append([]string{"-c", strconv.Itoa(core)}, argv...)
+	args := append([]string{"-c", cpuList(cpus)}, argv...)
 	cmd := exec.CommandContext(ctx, "taskset", args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }

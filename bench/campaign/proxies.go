@@ -42,9 +42,10 @@ type proxyDef struct {
 	// in e.lacking, and tuning lines decided here in e.extraTuning.
 	prepare func(ctx context.Context, e *env) (string, error)
 	// command writes the proxy's configuration for one listener (lnHTTP,
-	// lnHTTPS, lnSOCKS) into dir and returns the command line that runs it
-	// in the foreground on port, and environment variables to add.
-	command func(e *env, dir, listener string, port int) (argv, environ []string, err error)
+	// lnHTTPS, lnSOCKS) with the given number of workers (1, but for the
+	// "More cores" tests) into dir and returns the command line that runs
+	// it in the foreground on port, and environment variables to add.
+	command func(e *env, dir, listener string, port, workers int) (argv, environ []string, err error)
 }
 
 // has reports whether the proxy has every feature in needs.
@@ -66,6 +67,9 @@ var allFeatures = []string{featHTTP, featHTTPS, featWebSocket, featSOCKS, featH2
 // bench/rustle.toml and bench/danted.conf.
 type confData struct {
 	Port int
+	// Workers is the number of workers (rustle's workers, Squid's SMP
+	// workers): 1, but for the "More cores" tests.
+	Workers int
 	// Listener is the port's protocol: "http", "https" or "socks5".
 	Listener string
 	// TLS is true for an https listener, with the server's certificate
@@ -100,9 +104,9 @@ var proxies = []*proxyDef{
 			"HTTP/2 rows: the same https listener, which offers h2 with ALPN; [http2] at its defaults (100 concurrent streams, 256 KiB stream window, 1 MiB connection window, 16 KiB frames)",
 		},
 		prepare: prepareRustle,
-		command: func(e *env, dir, listener string, port int) ([]string, []string, error) {
+		command: func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
 			conf := filepath.Join(dir, "rustle.toml")
-			if err := e.writeConf("rustle.toml", conf, dir, listener, port); err != nil {
+			if err := e.writeConf("rustle.toml", conf, dir, listener, port, workers); err != nil {
 				return nil, nil, err
 			}
 			return []string{e.rustleBin, "-c", conf}, nil, nil
@@ -123,9 +127,9 @@ var proxies = []*proxyDef{
 			"TLS tests: https_port with tls-cert= and tls-key= (the campaign's certificate); no tls-min-version (built with GnuTLS, Squid 5.7 turns it into a priority string GnuTLS refuses), so the TLS library's defaults; the library is named beside the version",
 		},
 		prepare: prepareSquid,
-		command: func(e *env, dir, listener string, port int) ([]string, []string, error) {
+		command: func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
 			conf := filepath.Join(dir, "squid.conf")
-			if err := e.writeConf("squid.conf", conf, dir, listener, port); err != nil {
+			if err := e.writeConf("squid.conf", conf, dir, listener, port, workers); err != nil {
 				return nil, nil, err
 			}
 			return []string{e.lookPath["squid"], "--foreground", "-f", conf}, nil, nil
@@ -143,9 +147,9 @@ var proxies = []*proxyDef{
 			"CONNECT allowed to any port (no ConnectPort line)",
 		},
 		prepare: preparePackaged("tinyproxy", "tinyproxy", "-v"),
-		command: func(e *env, dir, listener string, port int) ([]string, []string, error) {
+		command: func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
 			conf := filepath.Join(dir, "tinyproxy.conf")
-			if err := e.writeConf("tinyproxy.conf", conf, dir, listener, port); err != nil {
+			if err := e.writeConf("tinyproxy.conf", conf, dir, listener, port, workers); err != nil {
 				return nil, nil, err
 			}
 			return []string{e.lookPath["tinyproxy"], "-d", "-c", conf}, nil, nil
@@ -161,9 +165,9 @@ var proxies = []*proxyDef{
 			"timeouts at their defaults (timeout.io 0: idle tunnels are kept)",
 		},
 		prepare: prepareDante,
-		command: func(e *env, dir, listener string, port int) ([]string, []string, error) {
+		command: func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
 			conf := filepath.Join(dir, "danted.conf")
-			if err := e.writeConf("danted.conf", conf, dir, listener, port); err != nil {
+			if err := e.writeConf("danted.conf", conf, dir, listener, port, workers); err != nil {
 				return nil, nil, err
 			}
 			// TMPDIR: Dante's lock and shared-memory files.
@@ -281,14 +285,14 @@ func prepareDante(ctx context.Context, e *env) (string, error) {
 }
 
 // writeConf fills the template bench/<name> into path for a proxy serving
-// listener on port.
-func (e *env) writeConf(name, path, dir, listener string, port int) error {
+// listener on port with workers workers.
+func (e *env) writeConf(name, path, dir, listener string, port, workers int) error {
 	tpl, err := template.ParseFiles(filepath.Join(e.benchDir, name))
 	if err != nil {
 		return fmt.Errorf("campaign: parse template %s: %w", name, err)
 	}
 	d := confData{
-		Port: port, Listener: listener, TLS: listener == lnHTTPS, Cert: e.certFile, Key: e.keyFile,
+		Port: port, Workers: max(1, workers), Listener: listener, TLS: listener == lnHTTPS, Cert: e.certFile, Key: e.keyFile,
 		Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
 		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash, SOCKSMethod: e.socksMethod,
 	}
@@ -314,6 +318,8 @@ type running struct {
 	// auth is the user:pass the load tool sends; "" when the proxy takes
 	// no credentials (Dante with socksmethod none).
 	auth string
+	// split is where the proxy and the load side run.
+	split coreSplit
 	// closesSilently is true when the proxy closes a client connection
 	// after each response without announcing it with "Connection: close"
 	// (Tinyproxy). wrk then counts one read error per request and
@@ -322,23 +328,24 @@ type running struct {
 }
 
 // startProxy starts a fresh instance of def serving listener on a free
-// port, pinned to the proxy core, and checks it: a request with
-// credentials must get the 1 KB body, one without must be refused. A
-// failed start is tried once more, on another port, before it counts.
-func (e *env) startProxy(ctx context.Context, def *proxyDef, listener string) (*running, error) {
-	r, err := e.startProxyOnce(ctx, def, listener)
+// port, pinned to the proxy CPUs of split with a worker per CPU, and
+// checks it: a request with credentials must get the 1 KB body, one
+// without must be refused. A failed start is tried once more, on another
+// port, before it counts.
+func (e *env) startProxy(ctx context.Context, def *proxyDef, listener string, split coreSplit) (*running, error) {
+	r, err := e.startProxyOnce(ctx, def, listener, split)
 	if err == nil || ctx.Err() != nil {
 		return r, err
 	}
 	fmt.Fprintf(e.out, "%s did not start, trying once more: %s\n", def.name, firstLines(err.Error(), 2))
 	sleep(ctx, time.Second)
-	return e.startProxyOnce(ctx, def, listener)
+	return e.startProxyOnce(ctx, def, listener, split)
 }
 
 // startProxyOnce makes one attempt of startProxy.
-func (e *env) startProxyOnce(ctx context.Context, def *proxyDef, listener string) (*running, error) {
+func (e *env) startProxyOnce(ctx context.Context, def *proxyDef, listener string, split coreSplit) (*running, error) {
 	if def.name == "none" {
-		return &running{def: def, listener: listener}, e.preflight(ctx, &running{listener: lnHTTP})
+		return &running{def: def, listener: listener, split: split}, e.preflight(ctx, &running{listener: lnHTTP})
 	}
 	e.starts++
 	dir := filepath.Join(e.tmp, fmt.Sprintf("%s-%d", def.name, e.starts))
@@ -353,15 +360,15 @@ func (e *env) startProxyOnce(ctx context.Context, def *proxyDef, listener string
 	if err != nil {
 		return nil, err
 	}
-	argv, environ, err := def.command(e, dir, listener, port)
+	argv, environ, err := def.command(e, dir, listener, port, split.n())
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProc(def.name, e.proxyCore, argv, environ, filepath.Join(dir, "output.log"), nil)
+	p, err := startProc(def.name, split.proxy, argv, environ, filepath.Join(dir, "output.log"), nil)
 	if err != nil {
 		return nil, err
 	}
-	r := &running{def: def, p: p, addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, listener: listener, auth: e.user + ":" + e.pass}
+	r := &running{def: def, p: p, addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, listener: listener, auth: e.user + ":" + e.pass, split: split}
 	if def.name == "dante" {
 		r.auth = ""
 		if e.socksMethod == "username" {

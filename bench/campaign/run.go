@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,9 +44,19 @@ func (p plan) levels(t testDef) []int {
 // test a fresh proxy per repeat. Every run is passed to record as soon as
 // it ends. An error means the proxy could not be started or checked.
 func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, record func(report.Run)) error {
+	split := e.split(t)
+	if !slices.Equal(split.load, []int{e.loadCore}) {
+		// The origin of the campaign runs on the base load core: a test
+		// whose load side has other CPUs gets an origin of its own there.
+		restore, err := e.useOrigin(ctx, t.id, split.load)
+		if err != nil {
+			return err
+		}
+		defer restore()
+	}
 	if t.kind == kindHold {
 		for rep := 1; rep <= pl.repeats; rep++ {
-			r, err := e.startProxy(ctx, def, t.listener)
+			r, err := e.startProxy(ctx, def, t.listener, split)
 			if err != nil {
 				return err
 			}
@@ -63,7 +74,7 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 		}
 		return nil
 	}
-	r, err := e.startProxy(ctx, def, t.listener)
+	r, err := e.startProxy(ctx, def, t.listener, split)
 	if err != nil {
 		return err
 	}
@@ -121,7 +132,7 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 	}
 	c1, _ := cpuSample()
 	o1, _ := usage(e.originPID)
-	run.CoreBusy = e.busy(c0, c1)
+	run.CoreBusy = busy(r.split, c0, c1)
 	ours := delta(o0.ticks, o1.ticks) + uint64(toolCPU*e.clkTck)
 	if r.p != nil {
 		u1, uerr := usage(r.p.pid())
@@ -133,7 +144,7 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 			ours += delta(u0.ticks, u1.ticks)
 		}
 	}
-	run.OtherBusy = report.OtherPercent(c0, c1, []int{e.proxyCore, e.loadCore}, ours)
+	run.OtherBusy = report.OtherPercent(c0, c1, r.split.all(), ours)
 	if err != nil {
 		run.Clean = false
 		run.Problem = strings.TrimSpace(strings.Join([]string{run.Problem, err.Error()}, " "))
@@ -153,20 +164,8 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 // wrkRun runs wrk through the proxy (or straight to the origin), fills run
 // from its summary and returns the CPU seconds wrk used.
 func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
-	secs := int(math.Ceil(d.Seconds()))
-	target, url := "http://"+e.origin.HTTP+t.path, "http://"+r.addr+"/"
-	auth := e.authHeader
-	if r.addr == "" {
-		target, url, auth = t.path, "http://"+e.origin.HTTP+"/", ""
-	}
-	closeEnv := "0"
-	if t.newConn {
-		closeEnv = "1"
-	}
-	argv := []string{e.lookPath["wrk"], "-t1", "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(secs) + "s",
-		"--timeout", "10s", "-s", filepath.Join(e.benchDir, "wrk", "proxy.lua"), url}
-	env := []string{"BENCH_TARGET=" + target, "BENCH_HOST=" + e.origin.HTTP, "BENCH_AUTH=" + auth, "BENCH_CLOSE=" + closeEnv}
-	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, env)
+	argv, env := e.wrkArgs(t, r, conns, d)
+	out, cpu, err := runTool(ctx, r.split.load, d+60*time.Second, argv, env)
 	run.Raw = out
 	if err != nil {
 		return cpu, err
@@ -177,6 +176,27 @@ func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d ti
 	}
 	judgeHTTP(t, r, conns, w, run)
 	return cpu, nil
+}
+
+// wrkArgs returns wrk's command line and the environment of its script
+// for a run of t at conns against r lasting d.
+func (e *env) wrkArgs(t testDef, r *running, conns int, d time.Duration) (argv, env []string) {
+	secs := int(math.Ceil(d.Seconds()))
+	target, url := "http://"+e.origin.HTTP+t.path, "http://"+r.addr+"/"
+	auth := e.authHeader
+	if r.addr == "" {
+		target, url, auth = t.path, "http://"+e.origin.HTTP+"/", ""
+	}
+	closeEnv := "0"
+	if t.newConn {
+		closeEnv = "1"
+	}
+	// One wrk thread, or n for a test with n proxy cores.
+	threads := max(1, t.proxyCores)
+	argv = []string{e.lookPath["wrk"], "-t" + strconv.Itoa(threads), "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(secs) + "s",
+		"--timeout", "10s", "-s", filepath.Join(e.benchDir, "wrk", "proxy.lua"), url}
+	env = []string{"BENCH_TARGET=" + target, "BENCH_HOST=" + e.origin.HTTP, "BENCH_AUTH=" + auth, "BENCH_CLOSE=" + closeEnv}
+	return argv, env
 }
 
 // judgeHTTP fills run from a wrk-style summary (wrk's, or load http's) and
@@ -286,7 +306,7 @@ func (e *env) loadHTTPRun(ctx context.Context, t testDef, r *running, conns int,
 	if t.newConn {
 		argv = append(argv, "-newconn")
 	}
-	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
+	out, cpu, err := runTool(ctx, r.split.load, d+60*time.Second, argv, nil)
 	run.Raw = out
 	if err != nil {
 		return cpu, err
@@ -335,7 +355,7 @@ func (e *env) wsRun(ctx context.Context, t testDef, r *running, conns int, d tim
 	if t.newConn {
 		argv = append(argv, "-newconn")
 	}
-	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
+	out, cpu, err := runTool(ctx, r.split.load, d+60*time.Second, argv, nil)
 	run.Raw = out
 	if err != nil {
 		return cpu, err
@@ -389,7 +409,7 @@ func (e *env) bulkRun(ctx context.Context, t testDef, r *running, conns int, d t
 	argv := append([]string{filepath.Join(e.bin, "load"), "bulk"}, e.loadArgs(t, r)...)
 	argv = append(argv, "-target", e.target(t, r), "-stats", "http://"+e.origin.HTTP+"/_stats",
 		"-conns", strconv.Itoa(conns), "-duration", d.String())
-	out, cpu, err := runTool(ctx, e.loadCore, d+60*time.Second, argv, nil)
+	out, cpu, err := runTool(ctx, r.split.load, d+60*time.Second, argv, nil)
 	run.Raw = out
 	if err != nil {
 		return cpu, err
@@ -447,7 +467,7 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	args := append([]string{"-c", strconv.Itoa(e.loadCore), filepath.Join(e.bin, "load"), "hold"}, e.loadArgs(t, r)...)
+	args := append([]string{"-c", cpuList(r.split.load), filepath.Join(e.bin, "load"), "hold"}, e.loadArgs(t, r)...)
 	args = append(args, "-target", e.target(t, r), "-steps", strings.Join(steps, ","), "-timeout", "9m")
 	cmd := exec.CommandContext(ctx, "taskset", args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -512,12 +532,12 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 	finish()
 	c1, _ := cpuSample()
 	o1, _ := usage(e.originPID)
-	run.CoreBusy = e.busy(c0, c1)
+	run.CoreBusy = busy(r.split, c0, c1)
 	ours := delta(u.ticks, u1.ticks) + delta(o0.ticks, o1.ticks)
 	if cmd.ProcessState != nil {
 		ours += uint64((cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds() * e.clkTck)
 	}
-	run.OtherBusy = report.OtherPercent(c0, c1, []int{e.proxyCore, e.loadCore}, ours)
+	run.OtherBusy = report.OtherPercent(c0, c1, r.split.all(), ours)
 	run.ProxyRSSKB = rss
 	run.Metrics[t.memPrefix+"-slope"] = float64(rss-base) / float64(last)
 	run.Raw = strings.Join(raw, "\n")

@@ -54,7 +54,13 @@ type env struct {
 	dropGroup  string
 	maxFD      int
 
+	// proxyCore and loadCore are the base split of every test but the
+	// "More cores" ones: the first two CPUs of the affinity mask. cpus are
+	// all the CPUs of the mask, corePlan the splits of the "More cores"
+	// tests that fit on them.
 	proxyCore, loadCore int
+	cpus                []cpuTopo
+	corePlan            []coreSplit
 	clkTck              float64
 
 	origin    originAddrs
@@ -134,23 +140,38 @@ func findRoot() (string, error) {
 	return "", errors.New("campaign: run from inside the rustle repository (no go.mod with bench/ above the working directory)")
 }
 
-// pickCores returns the first two CPUs this process may run on: the proxy's
-// and the load generator's.
-func pickCores() (int, int, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return 0, 0, fmt.Errorf("campaign: read CPU affinity: %w", err)
+// pickCores reads the CPUs this process may run on: the first two are the
+// base split (the proxy's and the load generator's), and the "More cores"
+// tests are planned on all of them.
+func (e *env) pickCores() error {
+	cpus, err := allowedCPUs()
+	if err != nil {
+		return err
 	}
-	var cpus []int
-	for i := 0; i < 1024 && len(cpus) < 2; i++ {
-		if set.IsSet(i) {
-			cpus = append(cpus, i)
+	e.cpus, e.proxyCore, e.loadCore = cpus, cpus[0].cpu, cpus[1].cpu
+	e.corePlan = planCores(cpus)
+	return nil
+}
+
+// split returns where t runs: the base split, or for a "More cores" test
+// its split of the plan (false when it does not fit on this machine).
+func (e *env) split(t testDef) coreSplit {
+	s, _ := e.coreSplitFor(t)
+	return s
+}
+
+// coreSplitFor is split, with false for a "More cores" test that does
+// not fit on this machine.
+func (e *env) coreSplitFor(t testDef) (coreSplit, bool) {
+	if t.proxyCores == 0 {
+		return coreSplit{proxy: []int{e.proxyCore}, load: []int{e.loadCore}}, true
+	}
+	for _, s := range e.corePlan {
+		if s.n() == t.proxyCores {
+			return s, true
 		}
 	}
-	if len(cpus) < 2 {
-		return 0, 0, errors.New("campaign: needs at least 2 CPUs (one for the proxy, one for load and origin)")
-	}
-	return cpus[0], cpus[1], nil
+	return coreSplit{}, false
 }
 
 // ensureTools finds the programs the campaign runs and installs the Debian
@@ -315,19 +336,20 @@ func (e *env) setIdentity() {
 	}
 }
 
-// startOrigin starts the origin pinned to the load core and reads its
-// addresses.
-func (e *env) startOrigin(ctx context.Context) (*proc, error) {
+// startOrigin starts an origin pinned to cpus (Go sizes GOMAXPROCS to
+// them) and reads its addresses; name names its log.
+func (e *env) startOrigin(ctx context.Context, name string, cpus []int) (*proc, originAddrs, error) {
+	var addrs originAddrs
 	r, w, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, addrs, err
 	}
 	defer r.Close()
 	argv := []string{filepath.Join(e.bin, "origin"), "-lifetime", "12h", "-cert", e.certFile, "-key", e.keyFile}
-	p, err := startProc("origin", e.loadCore, argv, nil, filepath.Join(e.tmp, "origin.log"), w)
+	p, err := startProc(name, cpus, argv, nil, filepath.Join(e.tmp, name+".log"), w)
 	w.Close()
 	if err != nil {
-		return nil, err
+		return nil, addrs, err
 	}
 	line := make(chan string, 1)
 	go func() {
@@ -336,18 +358,35 @@ func (e *env) startOrigin(ctx context.Context) (*proc, error) {
 	}()
 	select {
 	case s := <-line:
-		if err := json.Unmarshal([]byte(s), &e.origin); err != nil || e.origin.HTTP == "" {
+		if err := json.Unmarshal([]byte(s), &addrs); err != nil || addrs.HTTP == "" {
 			p.stop(time.Second)
-			return nil, fmt.Errorf("campaign: origin address line %q: %v", s, err)
+			return nil, addrs, fmt.Errorf("campaign: %s address line %q: %v", name, s, err)
 		}
 	case <-time.After(10 * time.Second):
 		p.stop(time.Second)
-		return nil, errors.New("campaign: origin printed no addresses within 10s")
+		return nil, addrs, fmt.Errorf("campaign: %s printed no addresses within 10s", name)
 	case <-ctx.Done():
 		p.stop(time.Second)
-		return nil, ctx.Err()
+		return nil, addrs, ctx.Err()
 	}
-	return p, nil
+	return p, addrs, nil
+}
+
+// useOrigin starts an origin of test's own on cpus and makes it the
+// campaign's (addresses and the PID whose CPU time is not "other load")
+// until restore is called, which stops it and puts the campaign's origin
+// back.
+func (e *env) useOrigin(ctx context.Context, test string, cpus []int) (restore func(), err error) {
+	p, addrs, err := e.startOrigin(ctx, "origin-"+test, cpus)
+	if err != nil {
+		return nil, err
+	}
+	saved, savedPID := e.origin, e.originPID
+	e.origin, e.originPID = addrs, p.pid()
+	return func() {
+		p.stop(2 * time.Second)
+		e.origin, e.originPID = saved, savedPID
+	}, nil
 }
 
 // machine describes the host in one line.
@@ -398,12 +437,12 @@ func (e *env) toolVersions(ctx context.Context) []string {
 		wrkv = strings.TrimSpace(line)
 	}
 	return []string{
-		wrkv + ", 1 thread, --timeout 10s, bench/wrk/proxy.lua (absolute-form requests with Proxy-Authorization; origin form for no proxy)",
+		wrkv + ", 1 thread (n threads in the More cores tests), --timeout 10s, bench/wrk/proxy.lua (absolute-form requests with Proxy-Authorization; origin form for no proxy)",
 		"bench/load (" + runtime.Version() + "): CONNECT and SOCKS5 bulk and held tunnels; HTTPS-proxy requests (load http, counted like wrk; Go's TLS client, TLS 1.3, a session cache for resumption or none for full handshakes); WebSocket messages (load ws, closed loop, client frames with the all-zero mask key)",
 		"bench/load h2: a minimal HTTP/2 client on golang.org/x/net/http2's Framer and HPACK over Go's TLS (ALPN h2 only), one request at a time per connection, 4 MiB stream and 1 GiB connection receive windows; bulk/hold -h2: x/net/http2's ClientConn, one connection per CONNECT stream",
 		"bench/origin (" + runtime.Version() + "): hand-written HTTP/1.1 origin with fixed bodies and Content-Length, TCP sink, TCP hold port, hand-written WebSocket echo; TLS variants (https, wss, TLS sink) for the no-proxy column of the TLS tests; an HTTP/2 listener (x/net/http2's server: the same bodies, a POST sink) for the no-proxy column of the HTTP/2 tests",
 		"TLS: a campaign CA and an ECDSA P-256 server certificate for 127.0.0.1, made at start, used by every https port",
-		fmt.Sprintf("proxy on CPU %d; load tool and origin on CPU %d", e.proxyCore, e.loadCore),
+		fmt.Sprintf("proxy on CPU %d; load tool and origin on CPU %d (the More cores tests: see their table)", e.proxyCore, e.loadCore),
 	}
 }
 

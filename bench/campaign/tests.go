@@ -78,8 +78,14 @@ type testDef struct {
 	// memPrefix-pss-<last step>.
 	steps     []int
 	memPrefix string
+	// proxyCores is the number of proxy cores of a test of the "More
+	// cores" table (the proxy pinned to that many CPUs with as many
+	// workers, wrk with as many threads, wrk and the origin on other
+	// CPUs); 0 for every other test, which runs on the base split (one
+	// CPU for the proxy, one for the load side).
+	proxyCores int
 	// group names the tests that -tests can select together ("plain",
-	// "socks", "https", "h2", "websocket").
+	// "socks", "https", "h2", "websocket", "cores").
 	group string
 	rows  []report.Row
 }
@@ -100,6 +106,7 @@ const (
 	secH2        = "HTTP/2 over TLS"
 	secWS        = "WebSocket, plain"
 	secWSS       = "WebSocket over TLS"
+	secCores     = "More cores: plain HTTP, 1 KB responses, 1 to 8 proxy cores"
 )
 
 // notNone marks rows that have no "no proxy" figure (proxy CPU, proxy
@@ -370,10 +377,27 @@ var tests = []testDef{
 	},
 }
 
-// init fills in the fields every row of a test shares: its test, the
+// coresTest is the test of the "More cores" table with n proxy cores: the
+// seed's http-1kb at its levels 64 to 4,096, keep-alive.
+func coresTest(n int) testDef {
+	row := report.Row{ID: fmt.Sprintf("cores-%d", n), Section: secCores, Title: fmt.Sprint(n), Unit: "req/s", Selects: true, Cores: n, Unsupported: notNone}
+	if n == 1 {
+		row.Note = "the seed's http-1kb test (1 KB responses, keep-alive, authentication on) with n proxy cores: the proxy pinned to n CPUs on n physical cores with n workers (Squid: workers n), wrk with n threads, wrk and the origin on the other CPUs; connection levels 64, 256, 1,024 and 4,096, best clean level kept. The ratio columns divide each proxy's figure by its own with 1 core (the seed's ×7.96 at 8 for its proxy)."
+	}
+	return testDef{
+		id: row.ID, kind: kindWrk, path: "/1k", body: 1 << 10, proxyCores: n, group: "cores",
+		levels: []int{64, 256, 1024, 4096}, quickLevels: []int{256, 1024},
+		rows: []report.Row{row},
+	}
+}
+
+// init adds the "More cores" tests and fills in the fields every row of a test shares: its test, the
 // plain section by default, the listener and group defaults, and the
 // proxies that lack a feature the test needs (their cells read "—").
 func init() {
+	for _, n := range coreCounts {
+		tests = append(tests, coresTest(n))
+	}
 	for i := range tests {
 		t := &tests[i]
 		if t.listener == "" {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,10 +31,31 @@ var Caveats = []string{
 	"Memory is VmRSS summed over the proxy's processes; it includes shared pages (libraries) counted once per process.",
 }
 
+// Options says where a report's links point, for a copy published away
+// from the campaign's output directory.
+type Options struct {
+	// ChartDir is put before the chart file names in the links ("" for
+	// charts beside the report, "results-charts/" for the published copy).
+	ChartDir string
+	// RunsPath is the raw runs file as the report names it; "" names
+	// runs.json beside the report.
+	RunsPath string
+	// Rerender, when set, is the command that renders the report again
+	// from its runs, printed at the top.
+	Rerender string
+}
+
 // Markdown writes the report of c. Chart links point to ThroughputChart and
 // MemoryChart in the same directory.
-func Markdown(w io.Writer, c Campaign) error {
+func Markdown(w io.Writer, c Campaign) error { return MarkdownWith(w, c, Options{}) }
+
+// MarkdownWith writes the report of c with the links of o.
+func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 	bw := bufio.NewWriter(w)
+	runsPath := "`runs.json` beside this file"
+	if o.RunsPath != "" {
+		runsPath = "[`" + o.RunsPath + "`](" + o.RunsPath + ")"
+	}
 	figs := Figures(c)
 	labels := map[string]string{}
 	for _, p := range c.Proxies {
@@ -45,8 +67,25 @@ func Markdown(w io.Writer, c Campaign) error {
 			names = append(names, p.Label)
 		}
 	}
-	fmt.Fprintf(bw, "# Benchmarks: rustle against %s\n\n", joinAnd(names))
-	fmt.Fprintf(bw, "One campaign on one machine, %s. Raw runs: `runs.json` beside this file.\n\n", c.Started.UTC().Format("2006-01-02 15:04 MST"))
+	title := "# Benchmarks: rustle against " + joinAnd(names)
+	if c.Quick {
+		title += " (quick mode: a smoke run)"
+	}
+	fmt.Fprintf(bw, "%s\n\n", title)
+	if c.Quick {
+		bw.WriteString("> **Quick mode**: one repeat of a few seconds at one or two concurrency levels per test. These figures show that the harness runs; they are not a campaign's figures and are not for comparison.\n\n")
+	}
+	fmt.Fprintf(bw, "One campaign on one machine, %s. Raw runs: %s.", c.Started.UTC().Format("2006-01-02 15:04 MST"), runsPath)
+	if o.Rerender != "" {
+		fmt.Fprintf(bw, " Rendered again from them with `%s`.", o.Rerender)
+	}
+	bw.WriteString("\n\n")
+	if c.Machine != "" {
+		fmt.Fprintf(bw, "Machine: %s.\n\n", c.Machine)
+	}
+	if v := versions(c); v != "" {
+		fmt.Fprintf(bw, "Versions: %s.\n\n", v)
+	}
 	fmt.Fprintf(bw, "%s\n\n", conditions(c))
 	if lines := shortVersion(c, figs); len(lines) > 0 {
 		bw.WriteString("## The short version\n\n")
@@ -105,6 +144,10 @@ func Markdown(w io.Writer, c Campaign) error {
 	}
 	for _, sec := range sections(c.Rows) {
 		fmt.Fprintf(bw, "### %s\n\n", sec)
+		if coresSection(c.Rows, sec) {
+			coresTable(bw, c, figs, sec)
+			continue
+		}
 		hdr := []string{"Test", "Unit"}
 		for _, p := range c.Proxies {
 			hdr = append(hdr, p.Label)
@@ -189,8 +232,8 @@ func Markdown(w io.Writer, c Campaign) error {
 	}
 
 	bw.WriteString("\n## Charts\n\n")
-	fmt.Fprintf(bw, "![Throughput by test and proxy](%s)\n\n", ThroughputChart)
-	fmt.Fprintf(bw, "![Memory against open tunnels](%s)\n\n", MemoryChart)
+	fmt.Fprintf(bw, "![Throughput by test and proxy](%s)\n\n", o.ChartDir+ThroughputChart)
+	fmt.Fprintf(bw, "![Memory against open tunnels](%s)\n\n", o.ChartDir+MemoryChart)
 
 	bw.WriteString("## What these numbers do not show\n\n")
 	for _, l := range append(append([]string(nil), Caveats...), c.Notes...) {
@@ -250,12 +293,165 @@ func shortVersion(c Campaign, figs map[string]map[string]Cell) []string {
 	return out
 }
 
+// versions names the proxies' versions and the load generator's, for the
+// top of the report.
+func versions(c Campaign) string {
+	var parts []string
+	for _, p := range c.Proxies {
+		switch {
+		case p.Name == NoProxy || p.Version == "":
+		case strings.HasPrefix(strings.ToLower(p.Version), strings.ToLower(p.Label)):
+			parts = append(parts, p.Version) // "Squid Cache: Version 5.7", "tinyproxy 1.11.1"
+		default:
+			parts = append(parts, p.Label+" "+p.Version)
+		}
+	}
+	for _, t := range c.Tools {
+		if head, _, _ := strings.Cut(t, ","); strings.HasPrefix(head, "wrk") {
+			parts = append(parts, head)
+		}
+	}
+	for _, t := range c.Tools {
+		if i := strings.Index(t, "(go1"); i >= 0 {
+			if j := strings.IndexByte(t[i:], ')'); j > 0 {
+				parts = append(parts, "load tool and origin built with "+t[i+1:i+j])
+				break
+			}
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// maxCores returns the largest proxy core count of the rows, 0 without a
+// "More cores" row.
+func maxCores(rows []Row) int {
+	n := 0
+	for _, r := range rows {
+		n = max(n, r.Cores)
+	}
+	return n
+}
+
+// coresSection reports whether every row of sec is a "More cores" row.
+func coresSection(rows []Row, sec string) bool {
+	found := false
+	for _, r := range rows {
+		if r.Section == sec {
+			if r.Cores == 0 {
+				return false
+			}
+			found = true
+		}
+	}
+	return found
+}
+
+// coresTable writes the "More cores" table of sec: one line per proxy core
+// count with every proxy's figure (the seed's columns), then each proxy's
+// figure divided by its own with 1 core, and the CPUs the proxy and the
+// load side had.
+func coresTable(bw *bufio.Writer, c Campaign, figs map[string]map[string]Cell, sec string) {
+	var rows []Row
+	for _, r := range c.Rows {
+		if r.Section == sec {
+			rows = append(rows, r)
+		}
+	}
+	slices.SortStableFunc(rows, func(a, b Row) int { return a.Cores - b.Cores })
+	var base *Row
+	for i := range rows {
+		if rows[i].Cores == 1 {
+			base = &rows[i]
+		}
+	}
+	var cols, scaled []Proxy
+	for _, p := range c.Proxies {
+		if p.Name == NoProxy {
+			continue
+		}
+		cols = append(cols, p)
+		if base != nil && figs[base.ID][p.Name].OK {
+			scaled = append(scaled, p)
+		}
+	}
+	splits := map[string]CoreSplit{}
+	for _, s := range c.CoreSplits {
+		splits[s.Test] = s
+	}
+	unit := rows[0].Unit
+	hdr := []string{"Proxy cores"}
+	for _, p := range cols {
+		hdr = append(hdr, p.Label+" ("+unit+")")
+	}
+	for _, p := range scaled {
+		hdr = append(hdr, p.Label+" vs 1 core")
+	}
+	hdr = append(hdr, "CPUs: proxy; load and origin")
+	var lines [][]string
+	var notes []string
+	for _, r := range rows {
+		line := []string{fmt.Sprint(r.Cores)}
+		for _, p := range cols {
+			line = append(line, figs[r.ID][p.Name].Text)
+		}
+		for _, p := range scaled {
+			cell, one := figs[r.ID][p.Name], figs[base.ID][p.Name]
+			switch {
+			case cell.Text == TextUnsupported:
+				line = append(line, TextUnsupported)
+			case cell.OK && one.Value > 0:
+				line = append(line, fmt.Sprintf("×%.2f", cell.Value/one.Value))
+			default:
+				line = append(line, "n/a")
+			}
+		}
+		where := "—"
+		if s, ok := splits[r.Test]; ok {
+			where = CPURanges(s.ProxyCPUs) + "; " + CPURanges(s.LoadCPUs)
+			if s.Shared {
+				where += " (shared with the proxy)"
+			}
+		}
+		lines = append(lines, append(line, where))
+		if r.Note != "" {
+			notes = append(notes, "More cores: "+r.Note)
+		}
+	}
+	Table(bw, hdr, lines, 1)
+	for _, n := range notes {
+		fmt.Fprintf(bw, "\n%s\n", n)
+	}
+	bw.WriteString("\n")
+}
+
+// CPURanges prints CPU numbers with runs collapsed: "0", "0-7", "1,3-5".
+func CPURanges(cpus []int) string {
+	var parts []string
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		switch {
+		case j == i:
+			parts = append(parts, fmt.Sprint(cpus[i]))
+		case j == i+1:
+			parts = append(parts, fmt.Sprint(cpus[i]), fmt.Sprint(cpus[j]))
+		default:
+			parts = append(parts, fmt.Sprintf("%d-%d", cpus[i], cpus[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
 // conditions is the one-line summary under the title, as in the seed.
 func conditions(c Campaign) string {
-	parts := []string{"1 core per proxy", "authentication on"}
-	if c.Machine != "" {
-		parts = append(parts, c.Machine)
+	perProxy := "1 core per proxy"
+	if n := maxCores(c.Rows); n > 1 {
+		perProxy = fmt.Sprintf("1 core per proxy (1 to %d in the More cores table)", n)
 	}
+	parts := []string{perProxy, "authentication on"}
 	parts = append(parts, "loopback")
 	parts = append(parts, fmt.Sprintf("median of %d run(s) of %s", c.Repeats, durationText(c.DurationS)))
 	parts = append(parts, fmt.Sprintf("seed %d", c.Seed))
@@ -268,8 +464,8 @@ func conditions(c Campaign) string {
 
 // procedure lists how the runs were made.
 func procedure(c Campaign) []string {
-	return []string{
-		fmt.Sprintf("Each proxy pinned to CPU %d with taskset, one worker; wrk or the Go load tool and the origin pinned to CPU %d.", c.ProxyCore, c.LoadCore),
+	out := []string{
+		fmt.Sprintf("Each proxy pinned to CPU %d with taskset, one worker; wrk or the Go load tool and the origin pinned to CPU %d%s.", c.ProxyCore, c.LoadCore, map[bool]string{true: " (but in the More cores tests, below)"}[len(c.CoreSplits) > 0]),
 		"Authentication on for every proxy (HTTP Basic, Proxy-Authorization on every request; SOCKS5 username/password), unless its tuning below says otherwise.",
 		fmt.Sprintf("Test order shuffled with seed %d; the proxy is restarted before each test and each test starts with a warm-up run that is recorded apart and never counted.", c.Seed),
 		fmt.Sprintf("A concurrency sweep per test: every level runs %d time(s) for %s; a level with any error, non-2xx response, short body or failed tunnel is not clean; the clean level with the best median is kept (at_conns).", c.Repeats, durationText(c.DurationS)),
@@ -279,6 +475,18 @@ func procedure(c Campaign) []string {
 		"Memory: VmRSS summed over all the proxy's processes with N open tunnels (CONNECT answered, one small exchange through each, then idle); the slope is (RSS at the largest N − RSS with none open) ÷ N.",
 		"The busy % of both cores is recorded for every run from /proc/stat.",
 	}
+	if len(c.CoreSplits) > 0 {
+		var where []string
+		for _, s := range c.CoreSplits {
+			w := fmt.Sprintf("%s: proxy on CPUs %s, load and origin on %s", s.Test, CPURanges(s.ProxyCPUs), CPURanges(s.LoadCPUs))
+			if s.Shared {
+				w += " (shared with the proxy)"
+			}
+			where = append(where, w)
+		}
+		out = append(out, "More cores: with n proxy cores the proxy is pinned to n CPUs, one per physical core, with n workers; wrk runs n threads, and it and an origin of the test's own (Go sizes it to its CPUs) are pinned to the other CPUs ("+strings.Join(where, "; ")+"). In the core-load table the busy % of the proxy and of the load side are averages over their CPUs.")
+	}
+	return out
 }
 
 // durationText prints seconds as "10 s".

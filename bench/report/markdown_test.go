@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -297,5 +298,117 @@ func TestNiceCeil(t *testing.T) {
 		if got := niceCeil(tt.in); got != tt.want {
 			t.Errorf("niceCeil(%v) = %v, want %v", tt.in, got, tt.want)
 		}
+	}
+}
+
+// coresCampaign adds the "More cores" rows to testCampaign: rustle and
+// Squid at 1 and 2 proxy cores, the 2-core split shared as on a 2-CPU
+// machine.
+func coresCampaign() Campaign {
+	c := testCampaign()
+	sec := "More cores: plain HTTP, 1 KB responses, 1 to 8 proxy cores"
+	for _, n := range []int{2, 1} { // out of order: the table sorts by cores
+		c.Rows = append(c.Rows, Row{ID: fmt.Sprintf("cores-%d", n), Test: fmt.Sprintf("cores-%d", n), Section: sec, Title: fmt.Sprint(n), Unit: "req/s",
+			Selects: true, Cores: n, Unsupported: []string{NoProxy}, Note: map[int]string{1: "the seed's http-1kb.", 2: ""}[n]})
+	}
+	c.CoreSplits = []CoreSplit{
+		{Test: "cores-1", ProxyCPUs: []int{0}, LoadCPUs: []int{1}},
+		{Test: "cores-2", ProxyCPUs: []int{0, 1}, LoadCPUs: []int{0, 1}, Shared: true},
+	}
+	add := func(test, proxy string, conns int, v float64) {
+		c.Runs = append(c.Runs, Run{Test: test, Proxy: proxy, Conns: conns, Clean: true, Metrics: map[string]float64{test: v}, CoreBusy: []float64{99, 60}})
+	}
+	add("cores-1", "rustle", 256, 40000)
+	add("cores-1", "rustle", 1024, 38000)
+	add("cores-2", "rustle", 1024, 58000)
+	add("cores-1", "squid", 256, 10000)
+	add("cores-2", "squid", 256, 19000)
+	return c
+}
+
+func TestMarkdownCoresTable(t *testing.T) {
+	var b bytes.Buffer
+	if err := Markdown(&b, coresCampaign()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"### More cores: plain HTTP, 1 KB responses, 1 to 8 proxy cores\n\n" +
+			"| Proxy cores | rustle (req/s) | Squid (req/s) | Tinyproxy (req/s) | rustle vs 1 core | Squid vs 1 core | CPUs: proxy; load and origin |\n" +
+			"|---|---:|---:|---:|---:|---:|---:|\n" +
+			"| 1 | 40,000 | 10,000 | not run | ×1.00 | ×1.00 | 0; 1 |\n" +
+			"| 2 | 58,000 | 19,000 | not run | ×1.45 | ×1.90 | 0,1; 0,1 (shared with the proxy) |\n",
+		"More cores: the seed's http-1kb.",
+		"1 core per proxy (1 to 2 in the More cores table)",
+		"cores-2: proxy on CPUs 0,1, load and origin on 0,1 (shared with the proxy)",
+		"pinned to CPU 1 (but in the More cores tests, below).",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q; report:\n%s", want, out)
+		}
+	}
+	// The kept level of each count is in the core-load table.
+	if want := "| cores-1 | rustle | 256 ✓, 1024 ✓ | 256 |"; !strings.Contains(out, want) {
+		t.Errorf("report lacks %q", want)
+	}
+	// A campaign without the table says one core per proxy.
+	b.Reset()
+	if err := Markdown(&b, testCampaign()); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); strings.Contains(out, "More cores") || !strings.Contains(out, "1 core per proxy · ") {
+		t.Errorf("report without cores rows mentions them, or not one core per proxy:\n%s", out)
+	}
+}
+
+func TestCPURanges(t *testing.T) {
+	for _, tt := range []struct {
+		in   []int
+		want string
+	}{
+		{nil, ""}, {[]int{0}, "0"}, {[]int{0, 1}, "0,1"}, {[]int{0, 1, 2, 3}, "0-3"},
+		{[]int{1, 3, 4, 5, 9, 10}, "1,3-5,9,10"}, {[]int{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26}, "8-15,24-26"},
+	} {
+		if got := CPURanges(tt.in); got != tt.want {
+			t.Errorf("CPURanges(%v) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestMarkdownTopAndLinks(t *testing.T) {
+	c := testCampaign()
+	c.Proxies[0].Version = "at 9497fdd"
+	c.Proxies[2] = Proxy{Name: "tinyproxy", Label: "Tinyproxy", Version: "tinyproxy 1.11.1 (Debian 1.11.1-2.1)"}
+	c.Tools = []string{"wrk debian/4.1.0-3+b2, 1 thread, --timeout 10s", "bench/load (go1.26.8): CONNECT and SOCKS5 bulk", "bench/origin (go1.26.8): hand-written"}
+	var b bytes.Buffer
+	if err := MarkdownWith(&b, c, Options{ChartDir: "results-charts/", RunsPath: "results-charts/runs.json", Rerender: "go run ./bench/campaign -report bench/results-charts"}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"Raw runs: [`results-charts/runs.json`](results-charts/runs.json). Rendered again from them with `go run ./bench/campaign -report bench/results-charts`.\n",
+		"Machine: AMD EPYC, 2 cores.\n",
+		"Versions: rustle at 9497fdd; Squid 5.7; tinyproxy 1.11.1 (Debian 1.11.1-2.1); wrk debian/4.1.0-3+b2; load tool and origin built with go1.26.8.\n",
+		"![Throughput by test and proxy](results-charts/throughput.svg)",
+		"![Memory against open tunnels](results-charts/memory.svg)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q; report:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "smoke") {
+		t.Error("a full campaign's report calls itself a smoke run")
+	}
+	// Quick mode says so in the title.
+	c.Quick = true
+	b.Reset()
+	if err := Markdown(&b, c); err != nil {
+		t.Fatal(err)
+	}
+	if title, _, _ := strings.Cut(b.String(), "\n"); title != "# Benchmarks: rustle against Squid and Tinyproxy (quick mode: a smoke run)" {
+		t.Errorf("quick report title %q", title)
+	}
+	if !strings.Contains(b.String(), "![Throughput by test and proxy](throughput.svg)") {
+		t.Error("a report without options does not link its charts beside it")
 	}
 }

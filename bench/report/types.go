@@ -60,6 +60,11 @@ type Row struct {
 	// Tunnels is the number of open tunnels of a memory row, its x value in
 	// the memory chart.
 	Tunnels int `json:"tunnels,omitempty"`
+	// Cores is the number of proxy cores of a row of the "More cores"
+	// table; 0 for every other row. A section whose rows all have Cores
+	// set is printed as that table: one line per core count, a ratio
+	// column per proxy against its own 1-core figure.
+	Cores int `json:"cores,omitempty"`
 	// Note is a footnote printed under the table, if any.
 	Note string `json:"note,omitempty"`
 }
@@ -136,6 +141,9 @@ type Campaign struct {
 	// generator with the origin were pinned to.
 	ProxyCore int `json:"proxy_core"`
 	LoadCore  int `json:"load_core"`
+	// CoreSplits says where the processes of each "More cores" test ran;
+	// empty when there was none.
+	CoreSplits []CoreSplit `json:"core_splits,omitempty"`
 	// Tools lists the load tools and their versions, one per line.
 	Tools []string `json:"tools,omitempty"`
 	// Order is the shuffled order in which test/proxy pairs ran.
@@ -146,4 +154,18 @@ type Campaign struct {
 	// Notes are extra lines for the "What these numbers do not show"
 	// section, after the standard caveats.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// CoreSplit is where the processes of one test of the "More cores" table
+// ran.
+type CoreSplit struct {
+	// Test is the test's ID ("cores-2").
+	Test string `json:"test"`
+	// ProxyCPUs are the CPUs the proxy was pinned to, LoadCPUs those of
+	// the load generator and the origin.
+	ProxyCPUs []int `json:"proxy_cpus"`
+	LoadCPUs  []int `json:"load_cpus"`
+	// Shared is true when the load side shared the proxy's CPUs (a
+	// machine too small for both to have their own).
+	Shared bool `json:"shared,omitempty"`
 }
