@@ -148,17 +148,13 @@ func planCores(cpus []cpuTopo) []coreSplit {
 		cpus, logical = flat, true
 		plan = fit(cpus)
 	}
-	if len(plan) == 1 && len(cpus) >= 2 {
-		two, ok := splitCores(cpus, 2)
-		if !ok {
-			// Two physical cores and no CPU left: the proxy on both.
-			two = coreSplit{proxy: []int{plan[0].proxy[0], plan[0].load[0]}}
-		}
-		var all []int
+	if len(plan) == 1 {
+		// The proxy on its CPU and the first of the load's (another
+		// physical core), the load on every CPU.
+		two := coreSplit{proxy: []int{plan[0].proxy[0], plan[0].load[0]}, shared: true}
 		for _, c := range cpus {
-			all = append(all, c.cpu)
+			two.load = append(two.load, c.cpu)
 		}
-		two.load, two.shared = all, true
 		plan = append(plan, two)
 	}
 	for i := range plan {
