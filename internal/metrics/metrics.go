@@ -89,6 +89,7 @@ type Metrics struct {
 	maxUsers     int
 
 	funcs *funcCollector
+	dns   *dnsVecs // made by the first DNS call; guarded by mu
 
 	mu        sync.Mutex
 	listeners map[[2]string]*ListenerMetrics // guarded by mu
