@@ -131,6 +131,12 @@ type Record struct {
 	// field only when it is set; JSON lines as "reason", only when it is
 	// set.
 	Reason string
+	// Source is the local address of the upstream connection when an
+	// egress source chose it ([egress] bind, bind_same, a prefix or an
+	// interface); zero otherwise. Text lines carry it after Reason ("-"
+	// when no reason) only when it is set; JSON lines as "source", only
+	// when it is set.
+	Source netip.AddrPort
 }
 
 // The reasons of a [Record]: short, fixed words an operator can grep
@@ -193,6 +199,12 @@ const (
 	ReasonProtocol = "protocol"
 	// ReasonDrained: rustle's shutdown (drain) ended the request or tunnel.
 	ReasonDrained = "drained"
+	// ReasonDNSFailed: the destination's name could not be resolved: no
+	// such name, or no configured resolver answered (502).
+	ReasonDNSFailed = "dns-failed"
+	// ReasonNoSource: the egress configuration has no source address of
+	// the destination's address family (502).
+	ReasonNoSource = "no-source"
 )
 
 // Format is an access log line format.

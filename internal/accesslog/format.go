@@ -37,9 +37,13 @@ func appendText(b []byte, r *Record) []byte {
 	b = appendTextAddr(b, r.Upstream)
 	b = append(b, ' ')
 	b = appendTextField(b, r.Rule)
-	if r.Reason != "" {
+	if r.Reason != "" || r.Source.IsValid() {
 		b = append(b, ' ')
 		b = appendTextField(b, r.Reason)
+	}
+	if r.Source.IsValid() {
+		b = append(b, ' ')
+		b = appendAddr(b, r.Source)
 	}
 	return append(b, '\n')
 }
@@ -128,6 +132,11 @@ func appendJSON(b []byte, r *Record) []byte {
 	if r.Reason != "" {
 		b = append(b, `,"reason":`...)
 		b = appendJSONString(b, r.Reason)
+	}
+	if r.Source.IsValid() {
+		b = append(b, `,"source":"`...)
+		b = appendAddr(b, r.Source)
+		b = append(b, '"')
 	}
 	return append(b, "}\n"...)
 }

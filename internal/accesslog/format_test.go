@@ -68,6 +68,16 @@ func goldenRecords() []Record {
 			Protocol: ProtoSOCKS4, Method: "CONNECT", Target: "192.0.2.9:80", Status: 91,
 			Reason: ReasonAuthMissing,
 		},
+		{
+			Time: t0, Listener: "egress", Client: netip.MustParseAddrPort("127.0.0.1:7"), User: "alice",
+			Protocol: ProtoConnect, Method: "CONNECT", Target: "example.com:443", Status: 200,
+			Upstream: netip.MustParseAddrPort("[2001:db8:ff::1]:443"), Source: netip.MustParseAddrPort("[2001:db8:1::42]:40001"),
+		},
+		{
+			Time: t0, Listener: "egress", Client: netip.MustParseAddrPort("127.0.0.1:8"),
+			Protocol: ProtoHTTP, Method: "GET", Target: "http://example.com/", Status: 502,
+			Reason: ReasonDNSFailed, Source: netip.MustParseAddrPort("203.0.113.7:40002"),
+		},
 	}
 }
 
@@ -120,6 +130,7 @@ func TestJSONDecodes(t *testing.T) {
 			Upstream   string  `json:"upstream"`
 			Rule       string  `json:"rule"`
 			Reason     string  `json:"reason"`
+			Source     string  `json:"source"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
@@ -144,6 +155,7 @@ func TestJSONDecodes(t *testing.T) {
 		check("reason", got.Reason, r.Reason)
 		check("client", got.Client, addrString(r.Client))
 		check("upstream", got.Upstream, addrString(r.Upstream))
+		check("source", got.Source, addrString(r.Source))
 		if r.Protocol != 0 {
 			check("protocol", got.Protocol, r.Protocol.String())
 		}
@@ -157,21 +169,25 @@ func TestJSONDecodes(t *testing.T) {
 	}
 }
 
-// TestTextFields checks that every text line has 13 fields, and a 14th
-// when the record has a Reason, that unescape to the record's values.
+// TestTextFields checks that every text line has 13 fields, a 14th when
+// the record has a Reason or a Source, and a 15th with a Source, that
+// unescape to the record's values.
 func TestTextFields(t *testing.T) {
 	for i, r := range goldenRecords() {
 		line := appendText(nil, &r)
 		fields := strings.Split(strings.TrimSuffix(string(line), "\n"), " ")
 		want := 13
-		if r.Reason != "" {
+		switch {
+		case r.Source.IsValid():
+			want = 15
+		case r.Reason != "":
 			want = 14
 		}
 		if len(fields) != want {
 			t.Fatalf("record %d: %d fields, want %d: %q", i, len(fields), want, line)
 		}
 		expect := map[int]string{1: r.Listener, 3: r.User, 5: r.Method, 6: r.Target, 12: r.Rule}
-		if r.Reason != "" {
+		if r.Reason != "" || r.Source.IsValid() {
 			expect[13] = r.Reason
 		}
 		for j, want := range expect {
@@ -181,6 +197,11 @@ func TestTextFields(t *testing.T) {
 		}
 		if got, want := fields[2], orDash(addrString(r.Client)); got != want {
 			t.Errorf("record %d: client %q, want %q", i, got, want)
+		}
+		if r.Source.IsValid() {
+			if got, want := fields[14], addrString(r.Source); got != want {
+				t.Errorf("record %d: source %q, want %q", i, got, want)
+			}
 		}
 	}
 }

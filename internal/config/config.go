@@ -68,6 +68,12 @@ type Config struct {
 	// Limits bounds connections, handshakes, failed authentications and
 	// per-user byte rates.
 	Limits Limits `toml:"limits"`
+	// DNS configures rustle's own resolver; its zero value means the
+	// system resolver.
+	DNS DNS `toml:"dns"`
+	// Egress configures the source address of upstream connections; its
+	// zero value leaves it to the kernel.
+	Egress Egress `toml:"egress"`
 	// Listen holds one entry per listening address. Empty means none: a
 	// configuration must get at least one listener from the file or from
 	// the command line before it validates.
@@ -407,6 +413,9 @@ type Listener struct {
 	// the key on the other protocols. With "http/1.1" in the list, a
 	// client that chose "h2" and then speaks HTTP/1.1 is served HTTP/1.1.
 	ALPN []string `toml:"alpn"`
+	// Egress is the listener's source of upstream connections, replacing
+	// the global [egress] when any of its keys is set.
+	Egress ListenerEgress `toml:"egress"`
 }
 
 // ALPN protocol names, the values a listener's alpn key takes.
@@ -585,6 +594,7 @@ func (c *Config) SetDefaults() {
 		lim.UserBytesBurst = lim.UserBytesPerSecond
 	}
 
+	c.DNS.setDefaults()
 	for i := range c.Listen {
 		l := &c.Listen[i]
 		setString(&l.Protocol, defaultProtocol)

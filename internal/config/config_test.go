@@ -49,6 +49,8 @@ func documentedDefaults() Config {
 			AuthFailureWindow:      Duration{time.Minute},
 			AuthCooldown:           Duration{5 * time.Minute},
 		},
+		DNS: DNS{Timeout: Duration{2 * time.Second}, MaxTTL: Duration{time.Hour}, NegativeTTL: Duration{30 * time.Second},
+			CacheSize: 10000},
 	}
 }
 

@@ -102,6 +102,7 @@ func Load(path string) (*Config, error) {
 		resolve(&t.ClientCA)
 	}
 	resolve(&c.AccessLog.Path)
+	resolve(&c.DNS.CA)
 	return c, nil
 }
 

@@ -86,6 +86,8 @@ func (c *Config) Validate() error {
 	}
 	c.validateACL(v)
 	c.validateLimits(v)
+	c.validateDNS(v)
+	c.validateEgress(v)
 	return v.err()
 }
 

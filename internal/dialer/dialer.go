@@ -8,6 +8,15 @@
 // proxy's own listening addresses are refused (answered 403 by a proxy)
 // unless an exception allows them, and the address checked is the address
 // dialed, so a second DNS answer cannot slip past the check.
+//
+// A dial may carry [Options], the choices a route makes: the [Resolver]
+// that resolves its host (rustle's own, see package resolve, or the
+// system's) and the [Source] its connection comes from (fixed addresses,
+// an address from a prefix per connection or per session key, the
+// address the client reached, an interface). The destination's address
+// family decides the source's; a destination with no address of a family
+// the source has is refused with [ErrNoSource], never dialed from another
+// address.
 package dialer
 
 import (
@@ -17,8 +26,11 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/resolve"
 )
 
 // Config configures a Dialer.
@@ -32,9 +44,35 @@ type Config struct {
 	// Guard refuses private destinations and the proxy's own addresses;
 	// nil = no such check (and names are resolved by net.Dialer).
 	Guard *Guard
-	// Resolver resolves host names when Guard is set; nil =
-	// net.DefaultResolver.
-	Resolver *net.Resolver
+	// Resolver resolves host names; nil = net.DefaultResolver, and
+	// then, without a Guard or a dial's policy or options, names are
+	// resolved by net.Dialer. A dial's Options may name another.
+	Resolver Resolver
+}
+
+// Resolver resolves host names, as [net.Resolver.LookupNetIP] does
+// (network "ip", "ip4" or "ip6"); *net.Resolver and *resolve.Resolver
+// implement it. The slice returned is not modified.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Options are one dial's choices beyond the dialer's own, which a route
+// (or the listener and user, see gate) makes. The zero Options changes
+// nothing.
+type Options struct {
+	// Resolver resolves the host; nil = the dialer's.
+	Resolver Resolver
+	// Source chooses the connection's source address and interface;
+	// nil = the kernel's choice.
+	Source *Source
+	// Key is the session key: connections with one key take one address
+	// from a Source's prefix (and one of its addresses); "" = each
+	// connection its own.
+	Key string
+	// Reached is the address the client connected to, the source of a
+	// bind_same Source.
+	Reached netip.Addr
 }
 
 // Dialer dials upstream TCP connections.
@@ -42,7 +80,9 @@ type Dialer struct {
 	nd       net.Dialer
 	timeout  time.Duration
 	guard    *Guard
-	resolver *net.Resolver
+	resolver Resolver
+	custom   bool // resolver is not the system's: resolve always
+	buffers  int  // SO_SNDBUF and SO_RCVBUF; 0 = autotuning
 }
 
 // Permitter decides, for one dial, whether each address the destination
@@ -69,7 +109,8 @@ func New(cfg Config) *Dialer {
 	d := &Dialer{nd: net.Dialer{
 		Timeout:   cfg.Timeout,
 		KeepAlive: -1, // rustle bounds idle connections with its own timeouts
-	}, timeout: cfg.Timeout, guard: cfg.Guard, resolver: cfg.Resolver}
+	}, timeout: cfg.Timeout, guard: cfg.Guard, resolver: cfg.Resolver, custom: cfg.Resolver != nil,
+		buffers: cfg.SocketBufferBytes}
 	if d.resolver == nil {
 		d.resolver = net.DefaultResolver
 	}
@@ -85,11 +126,14 @@ func New(cfg Config) *Dialer {
 // caller's deadline) expired, which a proxy answers with 504; Forbidden
 // when every address was refused by the guard or the policy (Err wraps
 // ErrPrivate, ErrOwnAddress or ErrDenied), which a proxy answers with 403;
-// other failures are answered with 502.
+// other failures are answered with 502. DNS is set when the host could
+// not be resolved (no such name, or no resolver answered): a 502, never a
+// timeout, whatever the resolvers' timeouts were.
 type Error struct {
 	Addr      string
 	Timeout   bool
 	Forbidden bool
+	DNS       bool
 	Err       error
 }
 
@@ -110,11 +154,16 @@ func (e *Error) Reason() string {
 		return "destination " + e.Addr + " is a private or local address"
 	case e.Forbidden:
 		return "destination " + e.Addr + " is not allowed"
+	case errors.Is(e.Err, ErrNoSource):
+		return "no source address of the address family of " + e.Addr + " is configured"
 	case e.Timeout:
 		return "connect to " + e.Addr + " timed out"
 	case errors.As(e.Err, &dnsErr):
 		if dnsErr.IsNotFound {
 			return "cannot resolve " + dnsErr.Name + ": no such host"
+		}
+		if errors.Is(dnsErr, resolve.ErrNoAnswer) {
+			return "cannot resolve " + dnsErr.Name + ": no DNS resolver answered"
 		}
 		return "cannot resolve " + dnsErr.Name
 	case errors.Is(e.Err, syscall.ECONNREFUSED):
@@ -138,9 +187,29 @@ func (d *Dialer) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 // nothing is left it returns an [*Error] with Forbidden set. Errors are
 // always *Error.
 func (d *Dialer) DialPermit(ctx context.Context, addr string, p Permitter) (*net.TCPConn, error) {
-	if d.guard == nil && p == nil {
+	return d.DialOptions(ctx, addr, p, nil)
+}
+
+// DialOptions is DialPermit with o's choices (nil = none): o's resolver
+// resolves the host, and o's source gives each connection its source
+// address, of the destination address's family: addresses of a family
+// the source has no address of are dropped after the guard's checks, and
+// when none is left the dial fails with ErrNoSource.
+func (d *Dialer) DialOptions(ctx context.Context, addr string, p Permitter, o *Options) (*net.TCPConn, error) {
+	res, custom := d.resolver, d.custom
+	if o != nil && o.Resolver != nil {
+		res, custom = o.Resolver, true
+	}
+	if o != nil && o.Source == nil && o.Resolver == nil {
+		o = nil
+	}
+	if d.guard == nil && p == nil && !custom && o == nil {
 		c, err := d.nd.DialContext(ctx, "tcp", addr)
 		if err != nil {
+			var dnsErr *net.DNSError
+			if errors.As(err, &dnsErr) {
+				return nil, &Error{Addr: addr, DNS: true, Err: err}
+			}
 			return nil, dialError(addr, err)
 		}
 		return c.(*net.TCPConn), nil
@@ -159,9 +228,9 @@ func (d *Dialer) DialPermit(ctx context.Context, addr string, p Permitter) (*net
 	if ip, err := netip.ParseAddr(host); err == nil {
 		ips = []netip.Addr{ip}
 	} else {
-		ips, err = d.resolver.LookupNetIP(ctx, "ip", host)
+		ips, err = res.LookupNetIP(ctx, "ip", host)
 		if err != nil {
-			return nil, dialError(addr, err)
+			return nil, &Error{Addr: addr, DNS: true, Err: err}
 		}
 	}
 	addrs := make([]netip.AddrPort, 0, len(ips))
@@ -179,11 +248,28 @@ func (d *Dialer) DialPermit(ctx context.Context, addr string, p Permitter) (*net
 	if len(addrs) == 0 {
 		if refused == nil {
 			refused = &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
-			return nil, &Error{Addr: addr, Err: refused}
+			return nil, &Error{Addr: addr, DNS: true, Err: refused}
 		}
 		return nil, &Error{Addr: addr, Forbidden: true, Err: refused}
 	}
-	c, err := d.dialAddrs(ctx, addrs)
+	if o != nil && o.Source != nil && o.Source.restricts() {
+		kept := addrs[:0]
+		first := addrs[0].Addr()
+		for _, a := range addrs {
+			if o.Source.serves(a.Addr(), o.Reached) {
+				kept = append(kept, a)
+			}
+		}
+		if len(kept) == 0 {
+			fam := "IPv4"
+			if !first.Is4() {
+				fam = "IPv6"
+			}
+			return nil, &Error{Addr: addr, Err: fmt.Errorf("%w: %s resolves to %s addresses only (%s)", ErrNoSource, host, fam, first)}
+		}
+		addrs = kept
+	}
+	c, err := d.dialAddrs(ctx, addrs, o)
 	if err != nil {
 		return nil, dialError(addr, err)
 	}
@@ -225,7 +311,7 @@ func dialError(addr string, err error) *Error {
 // in turn, and after fallbackDelay (or as soon as they have all failed)
 // those of the other family in parallel. It returns the first connection
 // made and closes any other.
-func (d *Dialer) dialAddrs(ctx context.Context, addrs []netip.AddrPort) (*net.TCPConn, error) {
+func (d *Dialer) dialAddrs(ctx context.Context, addrs []netip.AddrPort, o *Options) (*net.TCPConn, error) {
 	var primaries, fallbacks []netip.AddrPort
 	for _, a := range addrs {
 		if a.Addr().Is4() == addrs[0].Addr().Is4() {
@@ -235,7 +321,7 @@ func (d *Dialer) dialAddrs(ctx context.Context, addrs []netip.AddrPort) (*net.TC
 		}
 	}
 	if len(fallbacks) == 0 {
-		return d.dialSerial(ctx, primaries)
+		return d.dialSerial(ctx, primaries, o)
 	}
 	type result struct {
 		c       *net.TCPConn
@@ -247,7 +333,7 @@ func (d *Dialer) dialAddrs(ctx context.Context, addrs []netip.AddrPort) (*net.TC
 	results := make(chan result, 2)
 	start := func(list []netip.AddrPort, primary bool) {
 		go func() {
-			c, err := d.dialSerial(ctx, list)
+			c, err := d.dialSerial(ctx, list, o)
 			results <- result{c, err, primary}
 		}()
 	}
@@ -290,7 +376,7 @@ func (d *Dialer) dialAddrs(ctx context.Context, addrs []netip.AddrPort) (*net.TC
 
 // dialSerial tries addrs in turn, giving each an even share of the time
 // left (at least minAttempt when there is that much).
-func (d *Dialer) dialSerial(ctx context.Context, addrs []netip.AddrPort) (*net.TCPConn, error) {
+func (d *Dialer) dialSerial(ctx context.Context, addrs []netip.AddrPort, o *Options) (*net.TCPConn, error) {
 	var firstErr error
 	for i, a := range addrs {
 		actx, cancel := ctx, context.CancelFunc(func() {})
@@ -302,10 +388,10 @@ func (d *Dialer) dialSerial(ctx context.Context, addrs []netip.AddrPort) (*net.T
 			}
 			actx, cancel = context.WithTimeout(ctx, share)
 		}
-		c, err := d.nd.DialContext(actx, "tcp", a.String())
+		c, err := d.dialOne(actx, a, o)
 		cancel()
 		if err == nil {
-			return c.(*net.TCPConn), nil
+			return c, nil
 		}
 		if firstErr == nil {
 			firstErr = err
@@ -315,6 +401,42 @@ func (d *Dialer) dialSerial(ctx context.Context, addrs []netip.AddrPort) (*net.T
 		}
 	}
 	return nil, firstErr
+}
+
+// dialOne connects to a, from the source o chooses.
+func (d *Dialer) dialOne(ctx context.Context, a netip.AddrPort, o *Options) (*net.TCPConn, error) {
+	if o == nil || o.Source == nil {
+		c, err := d.nd.DialContext(ctx, "tcp", a.String())
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.TCPConn), nil
+	}
+	src := o.Source
+	local, freebind := src.pick(a.Addr(), o.Key, o.Reached)
+	nd := d.nd
+	if local.IsValid() {
+		nd.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
+	}
+	if freebind || src.device != "" {
+		buffers, device := d.buffers, src.device
+		nd.Control = func(network, _ string, rc syscall.RawConn) error {
+			if buffers > 0 {
+				if err := SetBuffers(rc, buffers); err != nil {
+					return err
+				}
+			}
+			if err := setEgress(rc, strings.HasSuffix(network, "6"), freebind, device); err != nil {
+				return fmt.Errorf("dialer: source %s, interface %q: %w", local, device, err)
+			}
+			return nil
+		}
+	}
+	c, err := nd.DialContext(ctx, "tcp", a.String())
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
 }
 
 // SetBuffers sets SO_SNDBUF and SO_RCVBUF to n bytes on a socket.

@@ -226,7 +226,7 @@ func TestDialAddrsFallback(t *testing.T) {
 		{"first works", []netip.AddrPort{good, v6closed}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := d.dialAddrs(context.Background(), tt.addrs)
+			c, err := d.dialAddrs(context.Background(), tt.addrs, nil)
 			if err != nil {
 				t.Fatalf("dialAddrs(%v): %v", tt.addrs, err)
 			}
@@ -236,7 +236,7 @@ func TestDialAddrsFallback(t *testing.T) {
 			c.Close()
 		})
 	}
-	if _, err := d.dialAddrs(context.Background(), []netip.AddrPort{closed, v6closed}); err == nil {
+	if _, err := d.dialAddrs(context.Background(), []netip.AddrPort{closed, v6closed}, nil); err == nil {
 		t.Errorf("dialAddrs to closed ports succeeded")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
@@ -82,7 +83,9 @@ type Grant struct {
 	status   int    // the status (or SOCKS reply) sent; 0 = none
 	class    int    // the HTTP status class the metrics count status in
 	upstream netip.AddrPort
-	reason   string // the access log's Reason; "" = see the session
+	source   netip.AddrPort // the upstream's local address when an egress source chose it
+	opts     dialer.Options // the dial's options, made by DialOptions
+	reason   string         // the access log's Reason; "" = see the session
 	// tried is the user name refused credentials named, which the access
 	// log shows for a refusal; never a password, and never a user of the
 	// metrics or the Limiter's user counts.
@@ -265,19 +268,52 @@ func (g *Grant) Decision() *acl.Decision {
 	return &g.decision
 }
 
-// Dial connects to addr ("host:port") under the request's decision and
-// the private-destination guard, and feeds the dial histogram. On an
-// error, DialKind tells how to answer it.
+// DialOptions returns the options the grant's dials use, which a route
+// may change before Dial (its own resolver or source): the source of the
+// request's user (see [Egress]), the session key its user name carries
+// ([auth.SessionKey]) and the address the client reached. The options
+// live in g until the next Authorize.
+func (g *Grant) DialOptions() *dialer.Options {
+	s := g.s
+	src := s.p.Egress.For(g.User)
+	g.opts = dialer.Options{Source: src}
+	if src != nil {
+		g.opts.Key = auth.SessionKey(g.User)
+		g.opts.Reached = s.reached()
+	}
+	return &g.opts
+}
+
+// Dial connects to addr ("host:port") under the request's decision, the
+// private-destination guard and the grant's dial options (see
+// DialOptions), and feeds the dial histogram. On an error, DialKind tells
+// how to answer it; the access log's reason says dns-failed for a name
+// that could not be resolved and no-source for a destination of an
+// address family the egress source has no address of.
 func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
+	return g.DialWith(ctx, addr, g.DialOptions())
+}
+
+// DialWith is Dial with the options o (nil = none: the dialer's resolver
+// and the kernel's source).
+func (g *Grant) DialWith(ctx context.Context, addr string, o *dialer.Options) (*net.TCPConn, error) {
 	p := g.s.p
 	t0 := time.Now()
-	c, err := p.Dialer.DialPermit(ctx, addr, g.permitter())
+	c, err := p.Dialer.DialOptions(ctx, addr, g.permitter(), o)
 	p.Metrics.Dialed(time.Since(t0), err == nil)
 	if d := g.decision; g.decided {
 		g.Rule = d.Rule
 	}
 	if err != nil {
-		if g.refuse(DialKind(err)) == Forbidden {
+		kind := g.refuse(DialKind(err))
+		var de *dialer.Error
+		switch {
+		case errors.Is(err, dialer.ErrNoSource):
+			g.reason = accesslog.ReasonNoSource
+		case errors.As(err, &de) && de.DNS:
+			g.reason = accesslog.ReasonDNSFailed
+		}
+		if kind == Forbidden {
 			p.Metrics.ACLDenied()
 			attrs := []slog.Attr{slog.String("user", g.User), slog.String("target", addr),
 				slog.String("rule", g.Rule), slog.Any("err", err)}
@@ -291,6 +327,9 @@ func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 		return nil, err
 	}
 	g.upstream = remoteAddrPort(c)
+	if o != nil && o.Source != nil {
+		g.source = localAddrPort(c)
+	}
 	return c, nil
 }
 
@@ -311,10 +350,19 @@ func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
 	if g.s.p.Dialer.Check(ap, g.permitter()) != nil {
 		return false
 	}
+	var local netip.AddrPort
+	if src := g.s.p.Egress.For(g.User); src != nil {
+		// A connection made from another user's (or session's) source
+		// is not this request's to reuse.
+		local = localAddrPort(c)
+		if !src.Owns(local.Addr(), ap.Addr(), auth.SessionKey(g.User), g.s.reached()) {
+			return false
+		}
+	}
 	if !canRetry && !dialer.Alive(c) {
 		return false
 	}
-	g.upstream = ap
+	g.upstream, g.source = ap, local
 	return true
 }
 
@@ -467,6 +515,7 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Upstream:  g.upstream,
 		Rule:      g.Rule,
 		Reason:    g.endReason(),
+		Source:    g.source,
 	}
 }
 
@@ -563,6 +612,15 @@ func (g *Grant) detach() *Grant {
 	d.Rule = strings.Clone(g.Rule)
 	d.tried = slices.Clone(g.tried)
 	return &d
+}
+
+// localAddrPort returns c's local address, unmapped.
+func localAddrPort(c *net.TCPConn) netip.AddrPort {
+	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
 }
 
 // remoteAddrPort returns the address c is connected to, unmapped.

@@ -43,6 +43,9 @@ type Policy struct {
 	Limiter *limits.Limiter
 	// Dialer dials upstreams; required.
 	Dialer *dialer.Dialer
+	// Egress chooses the source address (and interface) of upstream
+	// connections, per user; nil = the kernel's choice.
+	Egress *Egress
 	// Pool keeps idle upstream connections; nil = no upstream keep-alive.
 	Pool *dialer.Pool
 	// Metrics counts the listener's requests, bytes, tunnels, refusals,
@@ -207,6 +210,8 @@ func DialKind(err error) Kind {
 		return OK
 	case errors.As(err, &de) && de.Forbidden:
 		return Forbidden
+	case errors.As(err, &de) && de.DNS:
+		return Unreachable // a resolution failure is no upstream timeout
 	case errors.As(err, &de) && de.Timeout, errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, context.DeadlineExceeded):
 		return TimedOut
 	}

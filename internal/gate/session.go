@@ -51,6 +51,9 @@ type Session struct {
 	release func()
 	// conn is closed when the session's user is revoked; guarded by mu.
 	conn net.Conn
+	// local is the address the client connected to (a bind_same
+	// source), set by Attach; guarded by mu.
+	local netip.Addr
 	// identity is the user a verified client certificate or a SOCKS
 	// login named; identified says there is one. Guarded by mu.
 	identity   string
@@ -97,9 +100,19 @@ func (s *Session) Context() context.Context { return s.ctx }
 
 // Attach names the connection that revocation closes.
 func (s *Session) Attach(c net.Conn) {
+	local := localAddr(c)
 	s.mu.Lock()
 	s.conn = c
+	s.local = local
 	s.mu.Unlock()
+}
+
+// reached returns the address the client connected to, once Attach
+// named its connection.
+func (s *Session) reached() netip.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.local
 }
 
 // SetTLS takes the identity of a verified client certificate from cs: a

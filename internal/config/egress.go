@@ -1,0 +1,156 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Egress configures where upstream connections come from, for every
+// listener; a listener's own egress table, and a user's rule, replace it.
+// Its zero value leaves the source address to the kernel.
+type Egress struct {
+	// Bind lists source addresses ("203.0.113.7", "2001:db8::7") and
+	// prefixes ("2001:db8:1::/64"). Each connection takes one of its
+	// destination's address family (the family follows the
+	// destination; none of it is a 502, never another address); from a
+	// prefix, an address of its own, or one per session key (a user
+	// name such as "alice-session-42"). An address must be configured on
+	// the host unless Freebind is set. Empty means the kernel's choice.
+	Bind []string `toml:"bind"`
+	// Interface binds upstream sockets to this network interface
+	// (SO_BINDTODEVICE; Linux only); "" means none.
+	Interface string `toml:"interface"`
+	// Freebind lets Bind name addresses not configured on the host
+	// (IP_FREEBIND; Linux only); addresses from a prefix always have
+	// it. false means every Bind address must be the host's.
+	Freebind bool `toml:"freebind"`
+	// Rules give users and groups sources of their own: the first rule
+	// naming a request's user (or the user name without its session
+	// key, or a group of it) decides. Empty means none.
+	Rules []EgressRule `toml:"rules"`
+}
+
+// EgressRule is the egress of some users and groups. Its Bind,
+// Interface and Freebind mean what [Egress]'s do, and replace the
+// listener's and the global ones for those users.
+type EgressRule struct {
+	// Users are user names; Groups names of groups in [acl.groups]. One
+	// of them at least is required.
+	Users  []string `toml:"users"`
+	Groups []string `toml:"groups"`
+	// Bind lists source addresses and prefixes; empty means the kernel's
+	// choice (with Interface, a bound interface only).
+	Bind []string `toml:"bind"`
+	// Interface is the interface to bind to; "" means none.
+	Interface string `toml:"interface"`
+	// Freebind lets Bind name addresses not configured on the host.
+	Freebind bool `toml:"freebind"`
+}
+
+// ListenerEgress is a listener's egress: when any key is set it replaces
+// the global [egress] table's bind, interface and freebind for the
+// listener's requests (users' rules still apply).
+type ListenerEgress struct {
+	// Bind lists source addresses and prefixes, as [Egress.Bind].
+	Bind []string `toml:"bind"`
+	// BindSame makes each upstream connection come from the address the
+	// client connected to (Tinyproxy's BindSame): a client that reached
+	// an IPv4 address can reach IPv4 destinations only. It excludes
+	// Bind. false means Bind's choice.
+	BindSame bool `toml:"bind_same"`
+	// Interface binds upstream sockets to this interface; "" means
+	// none.
+	Interface string `toml:"interface"`
+	// Freebind lets Bind name addresses not configured on the host.
+	Freebind bool `toml:"freebind"`
+}
+
+// Set reports whether any key of the listener's egress is set.
+func (e ListenerEgress) Set() bool {
+	return len(e.Bind) > 0 || e.BindSame || e.Interface != "" || e.Freebind
+}
+
+// Set reports whether the global egress sets a source (its rules aside).
+func (e *Egress) Set() bool {
+	return len(e.Bind) > 0 || e.Interface != "" || e.Freebind
+}
+
+// validateEgress checks the [egress] table, its rules and every
+// listener's egress. Whether an address is the host's is checked when
+// the server loads the configuration, with [Config.KeyError].
+func (c *Config) validateEgress(v *validator) {
+	e := &c.Egress
+	validateBind(v, "egress", e.Bind, e.Interface)
+	for i, r := range e.Rules {
+		key := fmt.Sprintf("egress.rules[%d]", i)
+		v.check(len(r.Users)+len(r.Groups) > 0, key, "names no users and no groups")
+		v.check(len(r.Bind) > 0 || r.Interface != "", key, "sets neither bind nor interface")
+		for j, g := range r.Groups {
+			if _, ok := c.ACL.Groups[g]; !ok {
+				v.add(fmt.Sprintf("%s.groups[%d]", key, j), fmt.Errorf("group %q is not defined in [acl.groups]", g))
+			}
+		}
+		for j, u := range r.Users {
+			v.check(u != "" && !strings.Contains(u, ":"), fmt.Sprintf("%s.users[%d]", key, j), "%q is not a user name", u)
+		}
+		validateBind(v, key, r.Bind, r.Interface)
+	}
+	for i, l := range c.Listen {
+		key := fmt.Sprintf("listen[%d].egress", i)
+		le := l.Egress
+		v.check(!le.BindSame || len(le.Bind) == 0, key+".bind_same", "excludes bind: connections come from the address the client reached")
+		validateBind(v, key, le.Bind, le.Interface)
+	}
+}
+
+// validateBind checks the bind list and interface of the egress table at
+// key.
+func validateBind(v *validator, key string, bind []string, iface string) {
+	for i, b := range bind {
+		k := fmt.Sprintf("%s.bind[%d]", key, i)
+		if strings.Contains(b, "/") {
+			p, err := netip.ParsePrefix(b)
+			switch {
+			case err != nil:
+				v.add(k, fmt.Errorf("%q is not an IP address or a CIDR prefix", b))
+			case p.Addr().BitLen()-p.Bits() < 2:
+				v.add(k, fmt.Errorf("%q leaves fewer than 2 host bits: list the address instead", b))
+			case p.Masked() != p:
+				v.add(k, fmt.Errorf("%q has host bits set: write %s", b, p.Masked()))
+			}
+			continue
+		}
+		a, err := netip.ParseAddr(b)
+		switch {
+		case err != nil:
+			v.add(k, fmt.Errorf("%q is not an IP address or a CIDR prefix", b))
+		case a.IsUnspecified(), a.IsMulticast():
+			v.add(k, fmt.Errorf("%q cannot be a source address", b))
+		case a.Zone() != "":
+			v.add(k, fmt.Errorf("%q: give the interface in interface, not as a zone", b))
+		}
+	}
+	if iface != "" {
+		v.check(len(iface) < 16 && !strings.ContainsAny(iface, "/ \t\n:"), key+".interface",
+			"%q is not an interface name", iface)
+	}
+	if len(bind) == 0 {
+		return
+	}
+	if slicesHasDup(bind) {
+		v.add(key+".bind", errors.New("lists an entry twice"))
+	}
+}
+
+func slicesHasDup(list []string) bool {
+	seen := make(map[string]bool, len(list))
+	for _, s := range list {
+		if seen[s] {
+			return true
+		}
+		seen[s] = true
+	}
+	return false
+}

@@ -1,0 +1,51 @@
+package gate
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+)
+
+// Egress chooses where a listener's upstream connections come from: the
+// source of the request's user when it has one of its own, else the
+// listener's. A route that chooses its own source or resolver overrides
+// the grant's dial options (see [Grant.DialOptions]).
+type Egress struct {
+	// Default is the source of requests whose user has none of its own
+	// (the listener's egress, or the global one); nil = the kernel's
+	// choice.
+	Default *dialer.Source
+	// Users maps user names to their sources ([[egress.rules]], group
+	// members included); nil = none. A name carrying a session key
+	// ("alice-session-42") takes its own entry, or else the entry of
+	// the name without the key ("alice").
+	Users map[string]*dialer.Source
+}
+
+// For returns the source of user's requests; nil = the kernel's choice.
+func (e *Egress) For(user string) *dialer.Source {
+	if e == nil {
+		return nil
+	}
+	if user != "" && e.Users != nil {
+		if s, ok := e.Users[user]; ok {
+			return s
+		}
+		if base := auth.SessionUser(user); base != user {
+			if s, ok := e.Users[base]; ok {
+				return s
+			}
+		}
+	}
+	return e.Default
+}
+
+// localAddr returns the address c was reached at, unmapped.
+func localAddr(c net.Conn) netip.Addr {
+	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}
