@@ -29,8 +29,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/rustle-proxy/rustle/internal/resolve"
 )
 
 // Config configures a Dialer.
@@ -162,7 +160,8 @@ func (e *Error) Reason() string {
 		if dnsErr.IsNotFound {
 			return "cannot resolve " + dnsErr.Name + ": no such host"
 		}
-		if errors.Is(dnsErr, resolve.ErrNoAnswer) {
+		var na interface{ NoAnswer() bool }
+		if errors.As(dnsErr, &na) && na.NoAnswer() { // resolve.ErrNoAnswer
 			return "cannot resolve " + dnsErr.Name + ": no DNS resolver answered"
 		}
 		return "cannot resolve " + dnsErr.Name

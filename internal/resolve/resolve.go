@@ -17,8 +17,17 @@ import (
 )
 
 // ErrNoAnswer is wrapped (as a [net.DNSError]'s UnwrapErr) by the error
-// of a lookup that no configured server answered.
-var ErrNoAnswer = errors.New("resolve: no resolver answered")
+// of a lookup that no configured server answered. It has a method
+// NoAnswer, which callers that cannot import this package (the dialer)
+// find with errors.As.
+var ErrNoAnswer error = noAnswer{}
+
+type noAnswer struct{}
+
+func (noAnswer) Error() string { return "resolve: no resolver answered" }
+
+// NoAnswer marks the error as ErrNoAnswer.
+func (noAnswer) NoAnswer() bool { return true }
 
 // Family is an address family choice.
 type Family uint8

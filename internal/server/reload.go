@@ -17,6 +17,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/resolve"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 )
 
@@ -38,6 +39,7 @@ type generation struct {
 	authr      *auth.Authenticator // the users; nil = none configured
 	handshakes *handshakeSlots
 	listeners  []*listener
+	resolver   *resolve.Resolver  // the [dns] resolver; nil = the system's
 	users      int                // the number of users, inline and from files
 	created    []*tlsconf.Manager // TLS managers this build made rather than took from the previous generation
 }
@@ -89,11 +91,24 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	} else {
 		g.handshakes = newHandshakeSlots(n)
 	}
-	d := dialer.New(dialer.Config{
+	res, err := s.newResolver(cfg, prev)
+	if err != nil {
+		return nil, err
+	}
+	g.resolver = res
+	dc := dialer.Config{
 		Timeout:           cfg.Timeouts.Connect.Duration,
 		SocketBufferBytes: cfg.SocketBufferBytes,
 		Guard:             guard,
-	})
+	}
+	if res != nil {
+		dc.Resolver = res
+	}
+	d := dialer.New(dc)
+	egress, err := newEgress(cfg)
+	if err != nil {
+		return nil, err
+	}
 
 	// TLS managers of the previous generation, by their settings.
 	reuse := make(map[tlsKey][]*tlsconf.Manager)
@@ -134,6 +149,10 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		}
 		if o.metrics != nil {
 			gp.UserMetrics = o.metrics.User
+		}
+		if gp.Egress, err = listenerEgress(cfg, i, egress); err != nil {
+			g.closeCreated()
+			return nil, err
 		}
 		if cfg.EffectiveAuth(lc) == config.AuthBasic {
 			a, err := listenerAuth(cfg, i, authr)
@@ -238,6 +257,9 @@ func Check(cfg *config.Config) error {
 		return err
 	}
 	g.closeCreated()
+	if g.resolver != nil {
+		g.resolver.Close()
+	}
 	return nil
 }
 
@@ -262,6 +284,10 @@ func (g *generation) closeCreated() {
 // useLocked makes g the server's current generation.
 func (s *Server) useLocked(g *generation) {
 	s.cfg, s.guard, s.lim, s.handshakes, s.users = g.cfg, g.guard, g.lim, g.handshakes, g.authr
+	if s.resolver != nil && s.resolver != g.resolver {
+		s.resolver.Close() // its idle DNS over HTTPS connections; the dialers that hold it still work
+	}
+	s.resolver = g.resolver
 	s.listeners = g.listeners
 	if g.budget != s.budget {
 		s.budget = g.budget
@@ -272,7 +298,7 @@ func (s *Server) useLocked(g *generation) {
 // currentLocked returns the server's current generation.
 func (s *Server) currentLocked() *generation {
 	return &generation{cfg: s.cfg, guard: s.guard, lim: s.lim, budget: s.budget, authr: s.users,
-		handshakes: s.handshakes, listeners: s.listeners}
+		handshakes: s.handshakes, listeners: s.listeners, resolver: s.resolver}
 }
 
 // Reload swaps in cfg, a validated configuration, for the connections

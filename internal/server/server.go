@@ -24,6 +24,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/resolve"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -46,6 +47,7 @@ type Server struct {
 	budget     budget          // the descriptors' split between connections and the engines' pipes
 	handshakes *handshakeSlots // TLS handshake slots
 	users      *auth.Authenticator
+	resolver   *resolve.Resolver // the [dns] resolver; nil = the system's
 
 	// revoked tracks every generation's sessions and tunnels by user, so
 	// that a reload that removes a user ends them.
@@ -346,6 +348,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	s.closeListenersLocked()
+	res := s.resolver
 	s.mu.Unlock()
 	s.accepts.Wait()
 	s.cutCancel() // first: what the closing below ends is logged as drained
@@ -365,6 +368,9 @@ func (s *Server) Close() error {
 	}
 	if s.pool != nil {
 		s.pool.Close()
+	}
+	if res != nil {
+		res.Close()
 	}
 	return nil
 }

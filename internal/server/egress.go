@@ -1,0 +1,169 @@
+package server
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/resolve"
+)
+
+// newResolver returns the [dns] resolver of cfg, nil when cfg has none
+// (the system resolver), reusing prev's when its [dns] is the same, so
+// that a reload keeps the cache.
+func (s *Server) newResolver(cfg *config.Config, prev *generation) (*resolve.Resolver, error) {
+	d := &cfg.DNS
+	if !d.Enabled() {
+		return nil, nil
+	}
+	if prev != nil && prev.resolver != nil && prev.cfg.DNS.Equal(d) {
+		return prev.resolver, nil
+	}
+	rc := resolve.Config{
+		Timeout:     d.Timeout.Duration,
+		MinTTL:      d.MinTTL.Duration,
+		MaxTTL:      d.MaxTTL.Duration,
+		NegativeTTL: d.NegativeTTL.Duration,
+		CacheSize:   d.CacheSize,
+		Hosts:       d.HostAddrs(),
+	}
+	labels := make([]string, len(d.Resolvers))
+	for i, u := range d.Resolvers {
+		srv, err := resolve.ParseServer(u)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("dns.resolvers[%d]", i), err))
+		}
+		rc.Servers = append(rc.Servers, srv)
+		labels[i] = srv.Label
+	}
+	var err error
+	if rc.Prefer, err = resolve.ParseFamily(d.Prefer); err != nil {
+		return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.prefer", err))
+	}
+	if rc.Only, err = resolve.ParseFamily(d.Only); err != nil {
+		return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.only", err))
+	}
+	if d.CA != "" {
+		pem, err := os.ReadFile(d.CA)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.ca", err))
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.ca", fmt.Errorf("%s holds no PEM certificate", d.CA)))
+		}
+		rc.TLS = &tls.Config{RootCAs: roots}
+	}
+	rc.Metrics = s.opts.metrics.DNS(labels)
+	return resolve.New(rc)
+}
+
+// egressTable is what [egress] and the users' rules build: the global
+// source and the users' sources.
+type egressTable struct {
+	global *dialer.Source            // nil = the kernel's choice
+	users  map[string]*dialer.Source // nil = none
+}
+
+// newEgress builds the global egress source and the users' rules,
+// checking that their addresses are the host's (unless freebind) and
+// that their interfaces exist.
+func newEgress(cfg *config.Config) (egressTable, error) {
+	var t egressTable
+	e := &cfg.Egress
+	if e.Set() {
+		src, err := newSource(cfg, "egress", dialer.SourceConfig{Bind: e.Bind, Interface: e.Interface, Freebind: e.Freebind})
+		if err != nil {
+			return t, err
+		}
+		t.global = src
+	}
+	for i, r := range e.Rules {
+		key := fmt.Sprintf("egress.rules[%d]", i)
+		src, err := newSource(cfg, key, dialer.SourceConfig{Bind: r.Bind, Interface: r.Interface, Freebind: r.Freebind})
+		if err != nil {
+			return t, err
+		}
+		if t.users == nil {
+			t.users = make(map[string]*dialer.Source)
+		}
+		add := func(u string) {
+			if _, ok := t.users[u]; !ok { // the first rule naming a user decides
+				t.users[u] = src
+			}
+		}
+		for _, u := range r.Users {
+			add(u)
+		}
+		for _, g := range r.Groups {
+			for _, u := range cfg.ACL.Groups[g] {
+				add(u)
+			}
+		}
+	}
+	return t, nil
+}
+
+// listenerEgress returns the egress of cfg.Listen[i]: its own source
+// when it sets one, else the global; the users' rules in both cases. nil
+// when there is nothing to choose.
+func listenerEgress(cfg *config.Config, i int, t egressTable) (*gate.Egress, error) {
+	le := cfg.Listen[i].Egress
+	def := t.global
+	if le.Set() {
+		src, err := newSource(cfg, fmt.Sprintf("listen[%d].egress", i),
+			dialer.SourceConfig{Bind: le.Bind, BindSame: le.BindSame, Interface: le.Interface, Freebind: le.Freebind})
+		if err != nil {
+			return nil, err
+		}
+		def = src
+	}
+	if def == nil && t.users == nil {
+		return nil, nil
+	}
+	return &gate.Egress{Default: def, Users: t.users}, nil
+}
+
+// newSource makes the source of the egress table at key, refusing an
+// address the host does not have (without freebind) and an interface it
+// does not have, naming the key and its line.
+func newSource(cfg *config.Config, key string, sc dialer.SourceConfig) (*dialer.Source, error) {
+	src, err := dialer.NewSource(sc)
+	if err != nil {
+		var be *dialer.BindError
+		if errors.As(err, &be) {
+			return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, be.Index), be.Err))
+		}
+		k := key
+		switch {
+		case sc.BindSame:
+			k = key + ".bind_same"
+		case sc.Interface != "":
+			k = key + ".interface"
+		case sc.Freebind:
+			k = key + ".freebind"
+		}
+		return nil, fmt.Errorf("server: %w", cfg.KeyError(k, err))
+	}
+	i, err := src.Missing(sc.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", cfg.KeyError(key+".bind", err))
+	}
+	if i >= 0 {
+		return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, i),
+			fmt.Errorf("%s is not an address of this host: configure it on an interface, or set freebind = true", sc.Bind[i])))
+	}
+	if sc.Interface != "" {
+		if _, err := net.InterfaceByName(sc.Interface); err != nil {
+			return nil, fmt.Errorf("server: %w", cfg.KeyError(key+".interface",
+				fmt.Errorf("%q is not an interface of this host: %w", sc.Interface, err)))
+		}
+	}
+	return src, nil
+}
