@@ -1,0 +1,133 @@
+package proxytest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// netnsSeq numbers the namespaces a test process makes.
+var netnsSeq atomic.Int64
+
+// RequireNetns checks that the test can make network namespaces (it runs
+// as root and iproute2's ip is installed, and a namespace can be added):
+// it returns the path of ip, or skips the test with the reason, or under
+// CI (CI=true) fails it.
+func RequireNetns(t testing.TB) string {
+	t.Helper()
+	ip := RequireTool(t, "ip", "iproute2")
+	why := ""
+	if os.Geteuid() != 0 {
+		why = "network namespaces need root"
+	} else {
+		name := fmt.Sprintf("rustle-probe-%d", os.Getpid())
+		if out, err := exec.Command(ip, "netns", "add", name).CombinedOutput(); err != nil {
+			why = fmt.Sprintf("ip netns add: %v: %s", err, bytes.TrimSpace(out))
+		} else {
+			exec.Command(ip, "netns", "del", name).Run()
+		}
+	}
+	if why == "" {
+		return ip
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("cannot make network namespaces under CI: %s", why)
+	}
+	t.Skipf("cannot make network namespaces: %s", why)
+	return ""
+}
+
+// NewNetns adds a network namespace with its loopback up, named after
+// prefix and the process, and deletes it at t.Cleanup. It returns its
+// name.
+func NewNetns(t testing.TB, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), netnsSeq.Add(1))
+	IP(t, "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	IP(t, "-n", name, "link", "set", "lo", "up")
+	return name
+}
+
+// IP runs ip with args, failing the test on an error.
+func IP(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+}
+
+// ListenIn listens on addr in the network namespace ns, from a thread
+// that enters it and is then discarded; the listener stays in ns and is
+// closed at t.Cleanup. The rest of the process stays where it was.
+func ListenIn(t testing.TB, ns, network, addr string) net.Listener {
+	t.Helper()
+	f, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		t.Fatalf("proxytest: open namespace %s: %v", ns, err)
+	}
+	defer f.Close()
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread, now in ns, ends with the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("setns: %w", err)}
+			return
+		}
+		ln, err := net.Listen(network, addr)
+		ch <- result{ln, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("proxytest: listen %s in namespace %s: %v", addr, ns, r.err)
+	}
+	t.Cleanup(func() { r.ln.Close() })
+	return r.ln
+}
+
+// netnsChildEnv names the environment variable that tells a test run
+// again inside a namespace (RunInNetns) that it is the child.
+const netnsChildEnv = "RUSTLE_NETNS_CHILD"
+
+// NetnsChild returns the value RunInNetns passed the test run inside a
+// namespace, and whether this is that run.
+func NetnsChild() (string, bool) {
+	return os.LookupEnv(netnsChildEnv)
+}
+
+// RunInNetns runs the test t again, alone, in the network namespace ns
+// (ip netns exec, the test binary with -test.run naming t), with value
+// for NetnsChild, and fails t if it fails; its output is logged.
+func RunInNetns(t *testing.T, ns, value string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _, _ := strings.Cut(t.Name(), "/")
+	cmd := exec.Command("ip", "netns", "exec", ns, exe, "-test.run", "^"+name+"$", "-test.v", "-test.count=1",
+		"-test.timeout=5m")
+	cmd.Env = append(os.Environ(), netnsChildEnv+"="+value)
+	out, err := cmd.CombinedOutput()
+	t.Logf("in namespace %s:\n%s", ns, out)
+	if err != nil {
+		t.Fatalf("the test inside namespace %s failed: %v", ns, err)
+	}
+	if !bytes.Contains(out, []byte("--- PASS: "+name)) {
+		t.Fatalf("the test inside namespace %s did not pass (skipped?)", ns)
+	}
+}
+
