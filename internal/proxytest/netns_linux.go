@@ -130,4 +130,3 @@ func RunInNetns(t *testing.T, ns, value string) {
 		t.Fatalf("the test inside namespace %s did not pass (skipped?)", ns)
 	}
 }
-
