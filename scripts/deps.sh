@@ -12,6 +12,9 @@ command -v wget >/dev/null 2>&1 || need+=(wget)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# ip (iproute2) for the network namespaces internal/server's
+# TestEgressNetns makes.
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # nghttp (an HTTP/2 client) for internal/h2's interop test.
 command -v nghttp >/dev/null 2>&1 || need+=(nghttp2-client)
 # h2spec, the HTTP/2 conformance suite internal/h2's TestH2Spec runs,

@@ -120,6 +120,10 @@ func New(cfg Config) *Dialer {
 	return d
 }
 
+// Resolver returns the resolver the dialer resolves host names with: the
+// configured one, or net.DefaultResolver.
+func (d *Dialer) Resolver() Resolver { return d.resolver }
+
 // Error is a failed dial. Timeout is set when the connect timeout (or the
 // caller's deadline) expired, which a proxy answers with 504; Forbidden
 // when every address was refused by the guard or the policy (Err wraps

@@ -42,6 +42,11 @@ func (e *Egress) For(user string) *dialer.Source {
 	return e.Default
 }
 
+// Resolver returns the resolver the grant's dials resolve host names
+// with (the [dns] resolver, or the system's), for a front-end that
+// resolves destinations itself (SOCKS UDP datagrams).
+func (g *Grant) Resolver() dialer.Resolver { return g.s.p.Dialer.Resolver() }
+
 // localAddr returns the address c was reached at, unmapped.
 func localAddr(c net.Conn) netip.Addr {
 	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {

@@ -1,6 +1,8 @@
 package resolve
 
 import (
+	"net/url"
+	"strings"
 	"testing"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -35,6 +37,29 @@ func FuzzParseAnswer(f *testing.F) {
 			if !ip.Is4() {
 				t.Fatalf("A answer holds %v", ip)
 			}
+		}
+	})
+}
+
+// FuzzParseServer: any string parses or is refused without a panic, and
+// the label of an accepted URL never holds its password.
+func FuzzParseServer(f *testing.F) {
+	for _, s := range []string{"udp://192.0.2.1", "tcp://[2001:db8::1]:53", "tls://dns.example:853",
+		"https://u:secret@dns.example/dns-query", "https://dns.example", "udp://:53", "https://[::1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		srv, err := ParseServer(s)
+		if err != nil {
+			return
+		}
+		if u, perr := url.Parse(s); perr == nil && u.User != nil {
+			if p, ok := u.User.Password(); ok && p != "" && strings.Contains(srv.Label, ":"+p+"@") {
+				t.Fatalf("label %q shows the password", srv.Label)
+			}
+		}
+		if srv.Transport != HTTPS && srv.Addr == "" {
+			t.Fatalf("%q: no address", s)
 		}
 	})
 }

@@ -265,7 +265,7 @@ func (a *association) resolve(ctx context.Context, dst addr) (netip.AddrPort, bo
 				network = "ip4"
 			}
 			lctx, cancel := context.WithTimeout(ctx, resolveTimeout)
-			ips, err := net.DefaultResolver.LookupNetIP(lctx, network, dst.host)
+			ips, err := a.grant.Resolver().LookupNetIP(lctx, network, dst.host)
 			cancel()
 			if err != nil || len(ips) == 0 {
 				return netip.AddrPort{}, false
