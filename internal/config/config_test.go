@@ -172,7 +172,10 @@ func TestExampleFile(t *testing.T) {
 		t.Fatalf("Validate: %v", err)
 	}
 	want := documentedDefaults()
-	want.Listen = []Listener{{Name: "main", Address: "127.0.0.1:3128", Protocol: "http", Users: []string{}}}
+	want.Listen = []Listener{{Name: "main", Address: "127.0.0.1:3128", Protocol: "http", Users: []string{},
+		Egress: ListenerEgress{Bind: []string{}}}}
+	want.DNS.Resolvers, want.DNS.Hosts = []string{}, map[string][]string{}
+	want.Egress.Bind = []string{}
 	want.Auth.Htpasswd = []string{}
 	want.AllowPrivate = []string{}
 	want.ACL.Groups = map[string][]string{}
