@@ -206,6 +206,9 @@ func TestDialKind(t *testing.T) {
 		{"refused", &dialer.Error{Addr: "127.0.0.1:1", Err: refused}, gate.Unreachable},
 		{"plain ECONNREFUSED", refused, gate.Unreachable},
 		{"other", errors.New("no such host"), gate.Unreachable},
+		{"resolution timed out", &dialer.Error{Addr: "x.test:80", DNS: true, Err: &net.DNSError{Err: "i/o timeout", Name: "x.test", IsTimeout: true}},
+			gate.Unreachable},
+		{"no source", &dialer.Error{Addr: "x.test:80", Err: fmt.Errorf("%w: v6 only", dialer.ErrNoSource)}, gate.Unreachable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -283,7 +283,7 @@ func (r *Resolver) wait(ctx context.Context, key cacheKey, host string) ([]netip
 // run looks key up with the servers, caches the outcome and hands it to
 // the call's waiters. Its time is bounded by the queries' timeouts.
 func (r *Resolver) run(key cacheKey, c *call) {
-	addrs, err, ttl := r.query(key)
+	addrs, ttl, err := r.query(key)
 	r.mu.Lock()
 	if ttl > 0 {
 		if _, ok := r.cache[key]; !ok && len(r.cache) >= r.cfg.CacheSize {
@@ -325,10 +325,10 @@ type famResult struct {
 
 // query asks the servers for key's families (in parallel) and returns the
 // ordered addresses or the error, and how long to cache them (0 = not).
-func (r *Resolver) query(key cacheKey) ([]netip.Addr, error, time.Duration) {
+func (r *Resolver) query(key cacheKey) ([]netip.Addr, time.Duration, error) {
 	name, err := dnsmessage.NewName(key.name + ".")
 	if err != nil {
-		return nil, &net.DNSError{Err: "invalid name", Name: key.name, IsNotFound: true}, 0
+		return nil, 0, &net.DNSError{Err: "invalid name", Name: key.name, IsNotFound: true}
 	}
 	var v4, v6 famResult
 	switch key.fams {
@@ -373,14 +373,14 @@ func (r *Resolver) query(key cacheKey) ([]netip.Addr, error, time.Duration) {
 	addrs := r.order(key.fams, v4.a.addrs, v6.a.addrs)
 	if len(addrs) > 0 {
 		if failed != nil {
-			return addrs, nil, 0 // a partial answer is used but not cached
+			return addrs, 0, nil // a partial answer is used but not cached
 		}
-		return addrs, nil, min(max(ttl, r.cfg.MinTTL), r.cfg.MaxTTL)
+		return addrs, min(max(ttl, r.cfg.MinTTL), r.cfg.MaxTTL), nil
 	}
 	if failed != nil {
-		return nil, &net.DNSError{Err: ErrNoAnswer.Error() + " (" + failed.Error() + ")", Name: key.name, UnwrapErr: ErrNoAnswer}, 0
+		return nil, 0, &net.DNSError{Err: ErrNoAnswer.Error() + " (" + failed.Error() + ")", Name: key.name, UnwrapErr: ErrNoAnswer}
 	}
-	return nil, &net.DNSError{Err: "no such host", Name: key.name, IsNotFound: true}, negTTL
+	return nil, negTTL, &net.DNSError{Err: "no such host", Name: key.name, IsNotFound: true}
 }
 
 // ask asks the servers in order for name's records of type t, each query
