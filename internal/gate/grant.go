@@ -269,19 +269,29 @@ func (g *Grant) Decision() *acl.Decision {
 }
 
 // DialOptions returns the options the grant's dials use, which a route
-// may change before Dial (its own resolver or source): the source of the
-// request's user (see [Egress]), the session key its user name carries
-// ([auth.SessionKey]) and the address the client reached. The options
-// live in g until the next Authorize.
+// may change before DialWith (its own resolver or source): the source of
+// the request's user (see [Egress]), the session key (see sessionKey)
+// and the address the client reached. The options live in g until the
+// next Authorize.
 func (g *Grant) DialOptions() *dialer.Options {
 	s := g.s
 	src := s.p.Egress.For(g.User)
 	g.opts = dialer.Options{Source: src}
 	if src != nil {
-		g.opts.Key = auth.SessionKey(g.User)
+		g.opts.Key = sessionKey(g.User)
 		g.opts.Reached = s.reached()
 	}
 	return &g.opts
+}
+
+// sessionKey returns the dialer's session key for user: the whole name
+// when it carries a session key ([auth.SessionKey]: "alice-session-42"),
+// so that alice's session 42 and bob's are apart; "" otherwise.
+func sessionKey(user string) string {
+	if auth.SessionKey(user) == "" {
+		return ""
+	}
+	return user
 }
 
 // Dial connects to addr ("host:port") under the request's decision, the
@@ -355,7 +365,7 @@ func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
 		// A connection made from another user's (or session's) source
 		// is not this request's to reuse.
 		local = localAddrPort(c)
-		if !src.Owns(local.Addr(), ap.Addr(), auth.SessionKey(g.User), g.s.reached()) {
+		if !src.Owns(local.Addr(), ap.Addr(), sessionKey(g.User), g.s.reached()) {
 			return false
 		}
 	}
