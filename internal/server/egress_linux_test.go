@@ -38,8 +38,9 @@ const (
 // the IPv4 bind address); bind_same connects from the address the client
 // reached; a destination of a family with no source address is a 502
 // (no-source); an interface binds the socket (through one that does not
-// lead to the origin the connection fails). The access log's source field is the address the
-// origin saw.
+// lead to the origin the connection fails); a pooled upstream stays with
+// its session; users and groups take their rules' sources. The access
+// log's source field is the address the origin saw.
 func TestEgressNetns(t *testing.T) {
 	if originNS, child := proxytest.NetnsChild(); child {
 		egressChild(t, originNS)
@@ -80,10 +81,22 @@ upstream = { max_idle_per_host = -1 }
 timeouts = { connect = "3s" }
 
 [auth]
-users = [{ name = "alice-session-42", password = "pw" }, { name = "alice-session-43", password = "pw" }]
+users = [{ name = "alice-session-42", password = "pw" }, { name = "alice-session-43", password = "pw" },
+  { name = "carol", password = "pw" }, { name = "dave-session-7", password = "pw" }]
+
+[acl.groups]
+team = ["dave"]
 
 [egress]
 bind = ["2001:db8:1::/64", "203.0.113.7"]
+
+[[egress.rules]]
+users = ["carol"]
+bind = ["2001:db8::7"]
+
+[[egress.rules]]
+groups = ["team"]
+bind = ["192.0.2.2", "2001:db8:a::2"]
 
 [[listen]]
 name = "prefix"
@@ -300,6 +313,22 @@ address = "127.0.0.6:0"
 		if fromPrefix != 1000+40 || fixed != 1 || noSource != 2 {
 			t.Fatalf("records: %d with a source from the prefix, %d from 203.0.113.7, %d no-source; want 1040, 1 and 2",
 				fromPrefix, fixed, noSource)
+		}
+	})
+
+	t.Run("users and groups have sources of their own", func(t *testing.T) {
+		for _, tc := range []struct{ user, url, want string }{
+			{"carol", url6, "2001:db8::7"},
+			{"dave-session-7", url6, "2001:db8:a::2"}, // the group's rule, by the name without its session key
+			{"dave-session-7", url4, "192.0.2.2"},
+			{"alice-session-42", url4, "203.0.113.7"}, // no rule: the global bind
+		} {
+			if got, err := sourceVia(addrs["session"], tc.url, tc.user); err != nil || got != tc.want {
+				t.Errorf("%s to %s: source %q, %v; want %s", tc.user, tc.url, got, err, tc.want)
+			}
+		}
+		if status, body, err := getVia(addrs["session"], url4, "carol"); err != nil || status != 502 {
+			t.Errorf("carol (IPv6 source only) to an IPv4 origin: %d %q %v; want 502", status, body, err)
 		}
 	})
 }
