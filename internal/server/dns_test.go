@@ -204,3 +204,47 @@ func TestEgressLoadErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestDNSReloadKeepsCache: a reload that leaves [dns] alone keeps the
+// resolver and its cache; one that changes it starts a new one.
+func TestDNSReloadKeepsCache(t *testing.T) {
+	origin := proxytest.NewOrigin(t, proxytest.Respond(200, "hello"))
+	_, port, _ := net.SplitHostPort(origin.Addr)
+	dns := proxytest.NewDNSServer(t)
+	dns.Set("origin.rustle.test", 300, "127.0.0.1")
+	mk := func(timeout time.Duration) *config.Config {
+		cfg := config.Default()
+		cfg.Workers = 1
+		cfg.Upstream.MaxIdlePerHost = -1
+		cfg.Listen = []config.Listener{{Name: "p", Address: "127.0.0.1:0", Auth: config.AuthNone}}
+		cfg.AllowPrivate = []string{"127.0.0.0/8"}
+		cfg.DNS = config.DNS{Resolvers: []string{"udp://" + dns.UDP}, Only: "ipv4", Timeout: config.Duration{Duration: timeout}}
+		cfg.SetDefaults()
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	s, addrs := startLogged(t, mk(time.Second), nil, &logBuffer{})
+	url := "http://origin.rustle.test:" + port + "/"
+	for i, tc := range []struct {
+		reload *config.Config
+		asked  int
+	}{
+		{nil, 1},
+		{mk(time.Second), 1},     // the same [dns]: cached
+		{mk(2 * time.Second), 2}, // another [dns]: a new cache
+	} {
+		if tc.reload != nil {
+			if err := s.Reload(tc.reload); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := get(t, addrs["p"], url); r.Status != 200 {
+			t.Fatalf("step %d: %d %q", i, r.Status, r.Body)
+		}
+		if n := dns.Asked("origin.rustle.test"); n != tc.asked {
+			t.Fatalf("step %d: the resolver was asked %d times, want %d", i, n, tc.asked)
+		}
+	}
+}
