@@ -6,6 +6,9 @@ import (
 )
 
 func TestSourcePick(t *testing.T) {
+	if !freebindSupported {
+		t.Skip("source prefixes need IP_FREEBIND (Linux)")
+	}
 	v4, v6 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8:ff::1")
 	s, err := NewSource(SourceConfig{Bind: []string{"203.0.113.7", "2001:db8:1::/64"}})
 	if err != nil {

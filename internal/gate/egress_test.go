@@ -14,11 +14,11 @@ import (
 // users' sessions of one key stay apart; without a session key there is
 // none.
 func TestDialOptionsEgress(t *testing.T) {
-	def, err := dialer.NewSource(dialer.SourceConfig{Bind: []string{"2001:db8:1::/64"}})
+	def, err := dialer.NewSource(dialer.SourceConfig{Bind: []string{"2001:db8:1::1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	alices, _ := dialer.NewSource(dialer.SourceConfig{Bind: []string{"2001:db8:2::/64"}})
+	alices, _ := dialer.NewSource(dialer.SourceConfig{Bind: []string{"2001:db8:2::1"}})
 	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{Users: map[string]string{
 		"alice-session-42": "pw", "bob-session-42": "pw", "carol": "pw"}})
 	p.Egress = &gate.Egress{Default: def, Users: map[string]*dialer.Source{"alice": alices}}
