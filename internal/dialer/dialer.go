@@ -147,6 +147,41 @@ func (d *Dialer) DialPermit(ctx context.Context, addr string, p Permitter) (*net
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
+	addrs, err := d.resolve(ctx, addr, p)
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.dialAddrs(ctx, addrs)
+	if err != nil {
+		return nil, dialError(addr, err)
+	}
+	return c, nil
+}
+
+// DialTrusted connects to addr ("host:port"), an address the operator
+// configured (a parent proxy), with the dialer's timeout and socket
+// options but without the guard: a parent on loopback or a private
+// network is the operator's choice, not a client's. Errors are *Error.
+func (d *Dialer) DialTrusted(ctx context.Context, addr string) (*net.TCPConn, error) {
+	c, err := d.nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, dialError(addr, err)
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// Resolve returns the addresses addr ("host:port") may be connected to
+// under the guard and p, as DialPermit would try them: for a caller that
+// hands the connection to someone else (a SOCKS5 parent proxy given the
+// address rustle resolved and checked). It fails as DialPermit would, with
+// an [*Error], when nothing is left.
+func (d *Dialer) Resolve(ctx context.Context, addr string, p Permitter) ([]netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	return d.resolve(ctx, addr, p)
+}
+
+func (d *Dialer) resolve(ctx context.Context, addr string, p Permitter) ([]netip.AddrPort, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, &Error{Addr: addr, Err: err}
@@ -183,11 +218,7 @@ func (d *Dialer) DialPermit(ctx context.Context, addr string, p Permitter) (*net
 		}
 		return nil, &Error{Addr: addr, Forbidden: true, Err: refused}
 	}
-	c, err := d.dialAddrs(ctx, addrs)
-	if err != nil {
-		return nil, dialError(addr, err)
-	}
-	return c, nil
+	return addrs, nil
 }
 
 // Check applies the guard and p to the remote address of a connection made
