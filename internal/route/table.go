@@ -131,7 +131,9 @@ func New(cfg Config) (*Table, error) {
 		criteria[i] = rc.Match
 		criteria[i].Name = name
 		r := Route{name: name}
-		fail := func(key string, err error) { errs = append(errs, fmt.Errorf("route: route %s: %s: %w", name, key, err)) }
+		fail := func(key string, err error) {
+			errs = append(errs, fmt.Errorf("route: route %s: %s: %w", name, key, err))
+		}
 		switch rc.Fallback {
 		case "":
 		case Direct:
