@@ -86,6 +86,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateACL(v)
 	c.validateLimits(v)
+	c.validateRoutes(v)
 	return v.err()
 }
 

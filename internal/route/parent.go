@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -114,11 +115,6 @@ func NewParent(cfg ParentConfig) (*Parent, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("route: parent without a name")
 	}
-	u, err := url.Parse(cfg.URL)
-	if err != nil {
-		// url's error quotes the URL, password and all.
-		return nil, fmt.Errorf("route: parent %s: url is not a URL", cfg.Name)
-	}
 	p := &Parent{name: cfg.Name, timeout: cfg.ConnectTimeout, idle: cfg.IdleTimeout, probe: cfg.Probe}
 	if p.timeout == 0 {
 		p.timeout = DefaultConnectTimeout
@@ -126,36 +122,16 @@ func NewParent(cfg ParentConfig) (*Parent, error) {
 	if cfg.ConnectTimeout < 0 || cfg.IdleTimeout < 0 {
 		return nil, fmt.Errorf("route: parent %s: negative timeout", cfg.Name)
 	}
-	switch u.Scheme {
-	case "http":
-		p.scheme = HTTP
-	case "https":
-		p.scheme = HTTPS
-	case "socks5":
-		p.scheme = SOCKS5
-	case "socks5h":
-		p.scheme = SOCKS5H
-	default:
-		return nil, fmt.Errorf("route: parent %s: scheme %q is not http, https, socks5 or socks5h", cfg.Name, u.Scheme)
+	u, err := parseURL(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("route: parent %s: %w", cfg.Name, err)
 	}
-	if u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("route: parent %s: url has a path, query or fragment; want %s://[user:pass@]host:port", cfg.Name, u.Scheme)
-	}
-	host, port := u.Hostname(), u.Port()
-	if host == "" || port == "" {
-		return nil, fmt.Errorf("route: parent %s: url needs a host and a port", cfg.Name)
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return nil, fmt.Errorf("route: parent %s: port %q is not 1-65535", cfg.Name, port)
-	}
-	p.addr = net.JoinHostPort(host, port)
-	if u.User != nil {
-		p.user = u.User.Username()
-		p.pass, _ = u.User.Password()
+	p.scheme, p.addr = u.scheme, u.addr
+	host := u.host
+	if u.hasUser {
+		p.user, p.pass = u.user, u.pass
 		if p.scheme.IsHTTP() {
 			p.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(p.user+":"+p.pass))
-		} else if len(p.user) == 0 || len(p.user) > 255 || len(p.pass) > 255 {
-			return nil, fmt.Errorf("route: parent %s: a SOCKS5 user name is 1-255 bytes and its password at most 255", cfg.Name)
 		}
 	}
 	if (cfg.CAFile != "" || cfg.ServerName != "") && p.scheme != HTTPS {
@@ -189,6 +165,70 @@ func NewParent(cfg ParentConfig) (*Parent, error) {
 	}
 	p.health.init(cfg.Health)
 	return p, nil
+}
+
+// ParseURL checks a parent URL, scheme://[user:pass@]host:port with the
+// scheme http, https, socks5 or socks5h, and returns its scheme and
+// host:port. The error never repeats the password.
+func ParseURL(raw string) (Scheme, string, error) {
+	u, err := parseURL(raw)
+	if err != nil {
+		return 0, "", fmt.Errorf("route: %w", err)
+	}
+	return u.scheme, u.addr, nil
+}
+
+// parsedURL is a parent URL taken apart.
+type parsedURL struct {
+	scheme     Scheme
+	host, addr string
+	hasUser    bool
+	user, pass string
+}
+
+func parseURL(raw string) (parsedURL, error) {
+	var r parsedURL
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url's error quotes the URL, password and all.
+		return r, errors.New("url is not a URL")
+	}
+	switch u.Scheme {
+	case "http":
+		r.scheme = HTTP
+	case "https":
+		r.scheme = HTTPS
+	case "socks5":
+		r.scheme = SOCKS5
+	case "socks5h":
+		r.scheme = SOCKS5H
+	default:
+		return r, fmt.Errorf("scheme %q is not http, https, socks5 or socks5h", u.Scheme)
+	}
+	if u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return r, fmt.Errorf("url has a path, query or fragment; want %s://[user:pass@]host:port", u.Scheme)
+	}
+	r.host = u.Hostname()
+	port := u.Port()
+	if r.host == "" || port == "" {
+		return r, errors.New("url needs a host and a port")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return r, fmt.Errorf("port %q is not 1-65535", port)
+	}
+	r.addr = net.JoinHostPort(r.host, port)
+	if u.User != nil {
+		r.hasUser = true
+		r.user = u.User.Username()
+		r.pass, _ = u.User.Password()
+		if r.scheme.IsHTTP() && strings.Contains(r.user, ":") {
+			return r, errors.New("user name has ':'")
+		}
+		if !r.scheme.IsHTTP() && (len(r.user) == 0 || len(r.user) > 255 || len(r.pass) > 255) {
+			return r, errors.New("a SOCKS5 user name is 1-255 bytes and its password at most 255")
+		}
+	}
+	return r, nil
 }
 
 // Name returns the parent's configured name.
