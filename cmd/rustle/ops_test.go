@@ -268,7 +268,7 @@ func TestAdminFlag(t *testing.T) {
 		{"bad flag", "", &optionalString{set: true, v: "localhost"}, "", "admin"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := loadConfig(tt.file, []string{"http://127.0.0.1:0"}, tt.flag)
+			cfg, err := loadConfig(tt.file, []string{"http://127.0.0.1:0"}, "", tt.flag)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Errorf("loadConfig = %v, want an error about %s", err, tt.wantErr)

@@ -128,9 +128,18 @@ type Record struct {
 	// Reason says why rustle refused the request or ended it before its
 	// time, one of the Reason constants; "" when it was served and ended
 	// as its client or upstream made it. Text lines carry it as a last
-	// field only when it is set; JSON lines as "reason", only when it is
-	// set.
+	// field only when it is set (or "-" before Route and Parent); JSON
+	// lines as "reason", only when it is set.
 	Reason string
+	// Route names the route (see package route) that chose how the
+	// request reached its destination; "" when no route matched (direct).
+	// Text lines carry Route and Parent as two last fields, after Reason,
+	// only when one of them is set; JSON lines as "route" and "parent",
+	// each only when it is set.
+	Route string
+	// Parent names the parent proxy the request or tunnel went through;
+	// "" when it went direct.
+	Parent string
 }
 
 // The reasons of a [Record]: short, fixed words an operator can grep
@@ -203,17 +212,18 @@ const (
 	// FormatText is the compact positional format, one line per record,
 	// fields separated by one space in the order of [Record]'s fields:
 	//
-	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON]
+	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [ROUTE PARENT]]
 	//
 	// Empty fields are "-"; bytes outside '!'..'~', '\' and a value of
 	// exactly "-" are escaped as \xHH, so a field never holds a space and
-	// every line splits into exactly 13 fields, or 14 when the record has
-	// a Reason.
+	// every line splits into exactly 13 fields, 14 when the record has
+	// a Reason, or 16 when it has a Route or a Parent (REASON is then "-"
+	// when it has none).
 	FormatText Format = "text"
 	// FormatJSON writes one JSON object per line with the keys time,
 	// listener, client, user, protocol, method, target, status, bytes_up,
 	// bytes_down, duration_ms, upstream and rule, always all of them,
-	// and reason when the record has one. Invalid UTF-8 is replaced by U+FFFD.
+	// and reason, route and parent when the record has them. Invalid UTF-8 is replaced by U+FFFD.
 	FormatJSON Format = "json"
 )
 

@@ -37,9 +37,15 @@ func appendText(b []byte, r *Record) []byte {
 	b = appendTextAddr(b, r.Upstream)
 	b = append(b, ' ')
 	b = appendTextField(b, r.Rule)
-	if r.Reason != "" {
+	if r.Reason != "" || r.Route != "" || r.Parent != "" {
 		b = append(b, ' ')
 		b = appendTextField(b, r.Reason)
+	}
+	if r.Route != "" || r.Parent != "" {
+		b = append(b, ' ')
+		b = appendTextField(b, r.Route)
+		b = append(b, ' ')
+		b = appendTextField(b, r.Parent)
 	}
 	return append(b, '\n')
 }
@@ -128,6 +134,14 @@ func appendJSON(b []byte, r *Record) []byte {
 	if r.Reason != "" {
 		b = append(b, `,"reason":`...)
 		b = appendJSONString(b, r.Reason)
+	}
+	if r.Route != "" {
+		b = append(b, `,"route":`...)
+		b = appendJSONString(b, r.Route)
+	}
+	if r.Parent != "" {
+		b = append(b, `,"parent":`...)
+		b = appendJSONString(b, r.Parent)
 	}
 	return append(b, "}\n"...)
 }

@@ -68,6 +68,17 @@ func goldenRecords() []Record {
 			Protocol: ProtoSOCKS4, Method: "CONNECT", Target: "192.0.2.9:80", Status: 91,
 			Reason: ReasonAuthMissing,
 		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("127.0.0.1:7"), User: "alice",
+			Protocol: ProtoConnect, Method: "CONNECT", Target: "example.com:443", Status: 200,
+			BytesUp: 5, BytesDown: 6, Duration: time.Second,
+			Upstream: netip.MustParseAddrPort("127.0.0.1:3128"), Route: "fleet", Parent: "squid",
+		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("127.0.0.1:8"),
+			Protocol: ProtoHTTP, Method: "GET", Target: "http://example.com/", Status: 502,
+			Reason: ReasonUnreachable, Route: "fleet",
+		},
 	}
 }
 
@@ -120,6 +131,8 @@ func TestJSONDecodes(t *testing.T) {
 			Upstream   string  `json:"upstream"`
 			Rule       string  `json:"rule"`
 			Reason     string  `json:"reason"`
+			Route      string  `json:"route"`
+			Parent     string  `json:"parent"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
@@ -142,6 +155,8 @@ func TestJSONDecodes(t *testing.T) {
 		check("target", got.Target, validUTF8(r.Target))
 		check("rule", got.Rule, r.Rule)
 		check("reason", got.Reason, r.Reason)
+		check("route", got.Route, r.Route)
+		check("parent", got.Parent, r.Parent)
 		check("client", got.Client, addrString(r.Client))
 		check("upstream", got.Upstream, addrString(r.Upstream))
 		if r.Protocol != 0 {
@@ -157,8 +172,9 @@ func TestJSONDecodes(t *testing.T) {
 	}
 }
 
-// TestTextFields checks that every text line has 13 fields, and a 14th
-// when the record has a Reason, that unescape to the record's values.
+// TestTextFields checks that every text line has 13 fields, a 14th when
+// the record has a Reason, and 16 when it has a Route or Parent, that
+// unescape to the record's values.
 func TestTextFields(t *testing.T) {
 	for i, r := range goldenRecords() {
 		line := appendText(nil, &r)
@@ -167,12 +183,19 @@ func TestTextFields(t *testing.T) {
 		if r.Reason != "" {
 			want = 14
 		}
+		routed := r.Route != "" || r.Parent != ""
+		if routed {
+			want = 16
+		}
 		if len(fields) != want {
 			t.Fatalf("record %d: %d fields, want %d: %q", i, len(fields), want, line)
 		}
 		expect := map[int]string{1: r.Listener, 3: r.User, 5: r.Method, 6: r.Target, 12: r.Rule}
-		if r.Reason != "" {
+		if r.Reason != "" || routed {
 			expect[13] = r.Reason
+		}
+		if routed {
+			expect[14], expect[15] = r.Route, r.Parent
 		}
 		for j, want := range expect {
 			if got := unescapeText(t, fields[j]); got != want {
