@@ -202,6 +202,21 @@ const (
 	ReasonProtocol = "protocol"
 	// ReasonDrained: rustle's shutdown (drain) ended the request or tunnel.
 	ReasonDrained = "drained"
+	// ReasonParentUnreachable: the route's parent proxy (Parent) could
+	// not be connected to, or broke its handshake (502).
+	ReasonParentUnreachable = "parent-unreachable"
+	// ReasonParentTimedOut: the parent did not finish its handshake
+	// within its connect timeout (504).
+	ReasonParentTimedOut = "parent-timed-out"
+	// ReasonParentAuth: the parent refused rustle's credentials for it
+	// (502).
+	ReasonParentAuth = "parent-auth-failed"
+	// ReasonParentRefused: the parent refused to connect to the
+	// destination, or answered in another protocol (502).
+	ReasonParentRefused = "parent-refused"
+	// ReasonNoParent: every parent of the route (Route) is down and the
+	// route does not fall back to direct (502).
+	ReasonNoParent = "no-parent"
 )
 
 // Format is an access log line format.

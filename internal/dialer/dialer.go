@@ -100,10 +100,16 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Reason is a one-line, client-safe description of the failure, for the
-// body of a 502 or 504 answer.
+// body of a 502 or 504 answer; a cause with a Reason method (a parent
+// proxy's failure, see package route) gives its own.
 func (e *Error) Reason() string {
 	var dnsErr *net.DNSError
+	var own interface{ Reason() string }
 	switch {
+	case errors.As(e.Err, &own):
+		// A cause with a client-safe reason of its own: a parent proxy's
+		// failure.
+		return own.Reason()
 	case errors.Is(e.Err, ErrOwnAddress):
 		return "destination " + e.Addr + " is this proxy"
 	case errors.Is(e.Err, ErrPrivate):

@@ -15,6 +15,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 // Request is what a front-end read of one request: the protocol it came
@@ -66,6 +67,8 @@ type Grant struct {
 
 	decision acl.Decision
 	decided  bool           // decision holds an ACL verdict
+	route    *route.Route   // the route Authorize chose; nil = direct (see route.go)
+	parent   *route.Parent  // the parent Dial went through; nil = direct
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	counted  string         // the user counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
@@ -129,11 +132,12 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		return g.refuse(kind)
 	}
 
+	ar := acl.Request{
+		Client: s.ip, User: user, Host: r.Host, Addr: r.Addr, Port: r.Port,
+		Method: r.Method, Protocol: r.Protocol,
+	}
 	if p.ACL != nil {
-		g.decision = p.ACL.Decide(acl.Request{
-			Client: s.ip, User: user, Host: r.Host, Addr: r.Addr, Port: r.Port,
-			Method: r.Method, Protocol: r.Protocol,
-		})
+		g.decision = p.ACL.Decide(ar)
 		g.decided = true
 		g.Rule = g.decision.Rule
 		if !g.decision.Allow {
@@ -141,6 +145,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 			return g.refuse(Denied) // logged at Finish
 		}
 	}
+	g.chooseRoute(&ar)
 	return OK
 }
 
@@ -266,17 +271,39 @@ func (g *Grant) Decision() *acl.Decision {
 }
 
 // Dial connects to addr ("host:port") under the request's decision and
-// the private-destination guard, and feeds the dial histogram. On an
-// error, DialKind tells how to answer it.
+// the private-destination guard, directly or through the parent its
+// route picks (see route.go), and feeds the dial histogram. On an error,
+// DialKind tells how to answer it, and the *dialer.Error's Reason what to
+// say. The connection is TCP to the destination, or a tunnel to it
+// through a plain (http, socks5) parent; an https parent is refused here
+// (its connection is TLS): a front-end that can relay one uses DialConn.
 func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
+	c, err := g.DialConn(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		return tc, nil
+	}
+	c.Close()
+	err = &dialer.Error{Addr: addr, Err: errHTTPSParent}
+	g.refuse(Unreachable)
+	return nil, err
+}
+
+// DialConn is Dial for a front-end that relays any connection (a tunnel
+// handed to Tunnel): the result is a *net.TCPConn, or the *tls.Conn of
+// an https parent.
+func (g *Grant) DialConn(ctx context.Context, addr string) (net.Conn, error) {
 	p := g.s.p
 	t0 := time.Now()
-	c, err := p.Dialer.DialPermit(ctx, addr, g.permitter())
+	c, err := g.dialRoute(ctx, addr)
 	p.Metrics.Dialed(time.Since(t0), err == nil)
 	if d := g.decision; g.decided {
 		g.Rule = d.Rule
 	}
 	if err != nil {
+		reason := g.reason // a parent's failure says which
 		if g.refuse(DialKind(err)) == Forbidden {
 			p.Metrics.ACLDenied()
 			attrs := []slog.Attr{slog.String("user", g.User), slog.String("target", addr),
@@ -287,10 +314,14 @@ func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 				attrs = append(attrs, slog.String("hint", privateHint))
 			}
 			g.s.debug("gate: destination refused", attrs...)
+		} else if reason != "" {
+			g.reason = reason
 		}
 		return nil, err
 	}
-	g.upstream = remoteAddrPort(c)
+	if tc, ok := c.(*net.TCPConn); ok && g.parent == nil {
+		g.upstream = remoteAddrPort(tc)
+	}
 	return c, nil
 }
 
@@ -307,6 +338,9 @@ func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
 // keep-alive timeout, and an upload must not meet one. On true c is the
 // request's upstream in the access log.
 func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
+	if g.ViaParent() {
+		return false // phase 1: a request through a parent dials its own
+	}
 	ap := remoteAddrPort(c)
 	if g.s.p.Dialer.Check(ap, g.permitter()) != nil {
 		return false
@@ -467,6 +501,8 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Upstream:  g.upstream,
 		Rule:      g.Rule,
 		Reason:    g.endReason(),
+		Route:     g.route.Name(),
+		Parent:    g.parent.Name(),
 	}
 }
 

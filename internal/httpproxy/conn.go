@@ -432,6 +432,9 @@ func (cn *conn) getUpstream(fresh, canRetry bool) error {
 			return err
 		}
 		cn.upKey = addr
+		if cn.g.ViaParent() {
+			cn.upKey = "" // a tunnel through a parent: reused by no other request, not pooled
+		}
 	} else if cn.upKey == "" || cn.upKey != string(cn.key) {
 		cn.upKey = string(cn.key)
 	}
@@ -484,7 +487,7 @@ func (cn *conn) putUpstream() {
 	c := cn.up.TCP
 	cn.up.Release()
 	cn.up.C, cn.up.TCP = nil, nil
-	if cn.pool == nil {
+	if cn.pool == nil || cn.upKey == "" {
 		c.Close()
 		return
 	}
@@ -876,7 +879,7 @@ func (v *vec) write(c net.Conn, a, b []byte) (int64, error) {
 // connection was handed off.
 func (cn *conn) connect() bool {
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	upc, err := cn.g.Dial(context.WithoutCancel(cn.ctx), string(cn.key))
+	upc, err := cn.g.DialConn(context.WithoutCancel(cn.ctx), string(cn.key))
 	if err != nil {
 		cn.writeDialError(err)
 		return false
@@ -944,7 +947,7 @@ func (cn *conn) switchProtocols() bool {
 // socket, with tunnel.RelayTLS for a TLS client, by goroutines for a paced
 // user or elsewhere. It takes ownership of both connections and reports
 // true.
-func (cn *conn) tunnel(upc *net.TCPConn) bool {
+func (cn *conn) tunnel(upc net.Conn) bool {
 	if cn.client.Lowat() {
 		// A tunnel is relayed best with the send queue the kernel
 		// chooses: its relay is the busier side.

@@ -106,6 +106,7 @@ type Parent struct {
 	idle    time.Duration
 	probe   ProbeConfig
 	health  Health
+	obs     Observer // nil = none; set by Table.Observe before use
 }
 
 // NewParent parses and checks cfg: the URL, the CA file of an https
@@ -231,8 +232,14 @@ func parseURL(raw string) (parsedURL, error) {
 	return r, nil
 }
 
-// Name returns the parent's configured name.
-func (p *Parent) Name() string { return p.name }
+// Name returns the parent's configured name; "" for a nil Parent
+// (direct).
+func (p *Parent) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
+}
 
 // Scheme returns the parent's protocol.
 func (p *Parent) Scheme() Scheme { return p.scheme }
@@ -282,17 +289,29 @@ type Target struct {
 // connect timeout, or earlier with ctx. The parent's health learns the
 // outcome. Errors are *Error.
 func (p *Parent) Dial(ctx context.Context, d Dialer, t Target) (net.Conn, error) {
+	t0 := time.Now()
 	c, err := p.dial(ctx, d, func(c net.Conn) error { return p.handshake(c, t) })
-	p.health.observe(err, time.Now())
+	p.observe(t0, err)
 	return c, err
+}
+
+// observe tells the health and the observer how a dial that began at t0
+// ended.
+func (p *Parent) observe(t0 time.Time, err error) {
+	now := time.Now()
+	p.health.observe(err, now)
+	if p.obs != nil {
+		p.obs.Dialed(now.Sub(t0), err == nil)
+	}
 }
 
 // DialParent connects to the parent without a handshake (and through TLS
 // for an https parent), for plain HTTP requests sent to an HTTP parent in
 // absolute form. The health learns the outcome. Errors are *Error.
 func (p *Parent) DialParent(ctx context.Context, d Dialer) (net.Conn, error) {
+	t0 := time.Now()
 	c, err := p.dial(ctx, d, nil)
-	p.health.observe(err, time.Now())
+	p.observe(t0, err)
 	return c, err
 }
 

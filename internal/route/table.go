@@ -56,8 +56,13 @@ type Route struct {
 	fallback bool   // direct when every parent is down
 }
 
-// Name returns the route's name.
-func (r *Route) Name() string { return r.name }
+// Name returns the route's name; "" for a nil Route (no route matched).
+func (r *Route) Name() string {
+	if r == nil {
+		return ""
+	}
+	return r.name
+}
 
 // Group returns the route's parents; nil for a direct route.
 func (r *Route) Group() *Group { return r.group }
@@ -207,11 +212,24 @@ func (t *Table) Parents() []*Parent { return t.parents }
 // Parent returns the parent named name, nil when there is none.
 func (t *Table) Parent(name string) *Parent { return t.byName[name] }
 
-// OnHealth calls f (from the goroutine that noted it) whenever a parent
-// goes down or comes back up; set it before the table is used.
-func (t *Table) OnHealth(f func(p *Parent, up bool)) {
+// Observer learns what happens to a parent: *metrics.ParentMetrics
+// implements it.
+type Observer interface {
+	// Dialed is called after every dial through the parent (a request or
+	// tunnel, or a probe) with how long it took and whether it succeeded.
+	Dialed(d time.Duration, ok bool)
+	// Health is called when the parent goes down or comes back up.
+	Health(up bool)
+}
+
+// Observe gives each parent the Observer f returns for it (nil = none);
+// call it before the table is used.
+func (t *Table) Observe(f func(p *Parent) Observer) {
 	for _, p := range t.parents {
-		p.health.onChange = func(up bool) { f(p, up) }
+		if o := f(p); o != nil {
+			p.obs = o
+			p.health.onChange = o.Health
+		}
 	}
 }
 
@@ -231,8 +249,12 @@ func (t *Table) Healthy(now time.Time) bool {
 }
 
 // Start starts one probe loop per parent with a probe interval, dialing
-// with d. Close stops and joins them.
+// with d; a second call does nothing, nor does a call on a nil Table.
+// Close stops and joins them.
 func (t *Table) Start(d Dialer) {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.cancel != nil {
@@ -253,8 +275,11 @@ func (t *Table) Start(d Dialer) {
 }
 
 // Close stops the probes and waits for them to return. The routes and
-// parents stay usable.
+// parents stay usable. A nil Table has nothing to close.
 func (t *Table) Close() error {
+	if t == nil {
+		return nil
+	}
 	t.mu.Lock()
 	cancel := t.cancel
 	t.mu.Unlock()

@@ -23,6 +23,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
@@ -46,6 +47,7 @@ type Server struct {
 	budget     budget          // the descriptors' split between connections and the engines' pipes
 	handshakes *handshakeSlots // TLS handshake slots
 	users      *auth.Authenticator
+	routes     *route.Table // parents and routes, with their probes; nil = none (see routes.go)
 
 	// revoked tracks every generation's sessions and tunnels by user, so
 	// that a reload that removes a user ends them.
@@ -366,6 +368,10 @@ func (s *Server) Close() error {
 	if s.pool != nil {
 		s.pool.Close()
 	}
+	s.mu.Lock()
+	rt := s.routes
+	s.mu.Unlock()
+	rt.Close() // the probes
 	return nil
 }
 
