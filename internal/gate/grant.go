@@ -278,26 +278,25 @@ func (g *Grant) Decision() *acl.Decision {
 // through a plain (http, socks5) parent; an https parent is refused here
 // (its connection is TLS): a front-end that can relay one uses DialConn.
 func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
-	c, err := g.DialConn(ctx, addr)
+	c, err := g.dial(ctx, addr, true)
 	if err != nil {
 		return nil, err
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		return tc, nil
-	}
-	c.Close()
-	err = &dialer.Error{Addr: addr, Err: errHTTPSParent}
-	g.refuse(Unreachable)
-	return nil, err
+	return c.(*net.TCPConn), nil
 }
 
 // DialConn is Dial for a front-end that relays any connection (a tunnel
 // handed to Tunnel): the result is a *net.TCPConn, or the *tls.Conn of
 // an https parent.
 func (g *Grant) DialConn(ctx context.Context, addr string) (net.Conn, error) {
+	return g.dial(ctx, addr, false)
+}
+
+// dial is Dial (tcpOnly) or DialConn.
+func (g *Grant) dial(ctx context.Context, addr string, tcpOnly bool) (net.Conn, error) {
 	p := g.s.p
 	t0 := time.Now()
-	c, err := g.dialRoute(ctx, addr)
+	c, err := g.dialRoute(ctx, addr, tcpOnly)
 	p.Metrics.Dialed(time.Since(t0), err == nil)
 	if d := g.decision; g.decided {
 		g.Rule = d.Rule

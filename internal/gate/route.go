@@ -41,20 +41,32 @@ func (g *Grant) ViaParent() bool { return !g.route.Direct() }
 // route is down.
 type errNoParent struct{ route string }
 
-func (e errNoParent) Error() string { return "gate: route " + e.route + ": " + route.ErrNoParent.Error() }
+func (e errNoParent) Error() string {
+	return "gate: route " + e.route + ": " + route.ErrNoParent.Error()
+}
 func (e errNoParent) Unwrap() error { return route.ErrNoParent }
 
 // Reason is the client-safe reason.
 func (e errNoParent) Reason() string { return "no parent proxy of route " + e.route + " is up" }
 
 // errHTTPSParent refuses an https parent on a path that needs a TCP
-// connection to the destination (Dial).
-var errHTTPSParent = errors.New("gate: an https parent gives a TLS connection; this request needs a TCP one (use DialConn)")
+// connection to the destination (Dial: plain HTTP forwarding, HTTP/2
+// streams), which phase 2 of the parents work is to add.
+type errHTTPSParent struct{ parent string }
+
+func (e errHTTPSParent) Error() string {
+	return "gate: parent " + e.parent + " is https, which gives a TLS connection; this request needs a TCP one"
+}
+
+// Reason is the client-safe reason.
+func (e errHTTPSParent) Reason() string {
+	return "parent proxy " + e.parent + " (https) takes only tunnels (CONNECT, SOCKS) for now"
+}
 
 // dialRoute dials addr under the grant's route: direct (DialPermit), or
 // through the parent it picks. The result is a *net.TCPConn, or for an
-// https parent a *tls.Conn.
-func (g *Grant) dialRoute(ctx context.Context, addr string) (net.Conn, error) {
+// https parent a *tls.Conn, which tcpOnly refuses before dialing.
+func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool) (net.Conn, error) {
 	p := g.s.p
 	if g.route.Direct() {
 		c, err := p.Dialer.DialPermit(ctx, addr, g.permitter())
@@ -84,6 +96,10 @@ func (g *Grant) dialRoute(ctx context.Context, addr string) (net.Conn, error) {
 		return c, nil
 	}
 	g.parent = parent
+	if tcpOnly && parent.Scheme() == route.HTTPS {
+		g.reason = accesslog.ReasonParentRefused
+		return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{parent.Name()}}
+	}
 	t := route.Target{Host: host, Port: uint16(port)}
 	if err := g.checkForParent(ctx, parent, addr, &t); err != nil {
 		return nil, err
