@@ -208,3 +208,139 @@ func TestRoutesRealParents(t *testing.T) {
 		})
 	}
 }
+
+// startRouted starts rustle with a plain and a socks5 listener, the
+// parents and routes modify sets, its access log and metrics.
+func startRouted(t *testing.T, modify func(c *config.Config)) (map[string]string, *logBuffer, *metrics.Metrics) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.Listen = []config.Listener{
+		{Name: "plain", Address: "127.0.0.1:0", Protocol: "http"},
+		{Name: "socks", Address: "127.0.0.1:0", Protocol: "socks5"},
+	}
+	modify(cfg)
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New(metrics.Config{})
+	access := &logBuffer{}
+	_, addrs := startLogged(t, cfg, nil, access, WithMetrics(m))
+	return addrs, access, m
+}
+
+// lastRecord waits for the n-th access log record and returns it.
+func lastRecord(t *testing.T, access *logBuffer, n int) routeRecord {
+	t.Helper()
+	var recs []routeRecord
+	proxytest.WaitFor(t, "an access log record", func() bool {
+		recs = routeRecords(t, access)
+		return len(recs) >= n
+	})
+	return recs[n-1]
+}
+
+// TestRoutesGuard checks what the private-destination guard sees on a
+// route through a parent: rustle resolves for a socks5 parent and checks
+// what it resolved; for socks5h and http parents an IP literal is still
+// refused, but a name goes to the parent, which resolves it where the
+// guard cannot see (here localhost, let through).
+func TestRoutesGuard(t *testing.T) {
+	_, tlsURL, originCA := routeOrigins(t)
+	port := tlsURL[strings.LastIndexByte(tlsURL, ':')+1:]
+	dante := proxytest.StartDante(t)
+	addrs, access, _ := startRouted(t, func(c *config.Config) {
+		c.Parents = []config.Parent{
+			{Name: "d5", URL: "socks5://" + dante.Addr},
+			{Name: "d5h", URL: "socks5h://" + dante.Addr},
+		}
+		c.Routes = []config.Route{
+			{Name: "resolved-here", Protocols: []string{"socks5"}, Via: config.Strings{"d5"}},
+			{Name: "resolved-there", Via: config.Strings{"d5h"}},
+		}
+	})
+	tests := []struct {
+		name   string
+		args   []string
+		ok     bool
+		route  string
+		reason string
+	}{
+		{"socks5 parent, name resolved by rustle to loopback", []string{"--socks5-hostname", addrs["socks"], "-k", "https://localhost:" + port + "/"}, false, "resolved-here", "forbidden"},
+		{"socks5 parent, loopback literal", []string{"--socks5-hostname", addrs["socks"], "-k", "https://127.0.0.1:" + port + "/"}, false, "resolved-here", "forbidden"},
+		{"socks5h parent, loopback literal", []string{"-x", "http://" + addrs["plain"], "--cacert", originCA, tlsURL + "/"}, false, "resolved-there", "forbidden"},
+		{"socks5h parent, a name the parent resolves", []string{"-x", "http://" + addrs["plain"], "-k", "https://localhost:" + port + "/"}, true, "resolved-there", ""},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := curl(t, tt.args...)
+			if ok := err == nil && out == "origin GET /"; ok != tt.ok {
+				t.Errorf("curl = %q, %v; want success %v", out, err, tt.ok)
+			}
+			r := lastRecord(t, access, i+1)
+			if r.Route != tt.route || r.Reason != tt.reason {
+				t.Errorf("record %+v: want route %s, reason %q", r, tt.route, tt.reason)
+			}
+		})
+	}
+}
+
+// TestRoutesHealth checks passive health through rustle: a dead parent
+// first in a first-available group fails its request (no retry on the
+// next parent yet) and is then down, the next requests go to the live
+// one; a route whose only parent is down refuses with no-parent, or goes
+// direct with fallback = "direct".
+func TestRoutesHealth(t *testing.T) {
+	plain, _, _ := routeOrigins(t)
+	dante := proxytest.StartDante(t)
+	dead := proxytest.ClosedPort(t)
+	addrs, access, m := startRouted(t, func(c *config.Config) {
+		c.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Parents = []config.Parent{
+			{Name: "dead", URL: "socks5h://" + dead, MaxFails: 1},
+			{Name: "dante", URL: "socks5h://" + dante.Addr},
+		}
+		c.Routes = []config.Route{
+			{Name: "failover", Methods: []string{"GET"}, Via: config.Strings{"dead", "dante"}, Select: "first-available"},
+			{Name: "refuse", Methods: []string{"PUT"}, Via: config.Strings{"dead"}},
+			{Name: "fallback", Methods: []string{"DELETE"}, Via: config.Strings{"dead"}, Fallback: "direct"},
+		}
+	})
+	proxy := "http://" + addrs["plain"]
+	get := func(method string) (string, error) {
+		return curl(t, "-x", proxy, "-X", method, "-w", " %{http_code}", "--no-fail", plain+"/h")
+	}
+	steps := []struct {
+		method string
+		want   string // curl's output ends with it
+		route  string
+		parent string
+		reason string
+	}{
+		{"GET", "parent proxy dead is unreachable\n 502", "failover", "dead", "parent-unreachable"},
+		{"GET", "origin GET /h 200", "failover", "dante", ""},
+		{"GET", "origin GET /h 200", "failover", "dante", ""},
+		{"PUT", "no parent proxy of route refuse is up\n 502", "refuse", "", "no-parent"},
+		{"DELETE", "origin DELETE /h 200", "fallback", "", ""},
+	}
+	for i, st := range steps {
+		out, err := get(st.method)
+		if err != nil || !strings.HasSuffix(out, st.want) {
+			t.Errorf("step %d %s: curl = %q, %v; want it to end with %q", i, st.method, out, err, st.want)
+		}
+		r := lastRecord(t, access, i+1)
+		if r.Route != st.route || r.Parent != st.parent || r.Reason != st.reason {
+			t.Errorf("step %d: record %+v; want route %s parent %q reason %q", i, r, st.route, st.parent, st.reason)
+		}
+	}
+	if got := proxytest.Metric(t, m, "rustle_parent_up", "parent", "dead"); got != 0 {
+		t.Errorf("rustle_parent_up{dead} = %v, want 0", got)
+	}
+	if got := proxytest.Metric(t, m, "rustle_parent_connect_failures_total", "parent", "dead"); got != 1 {
+		t.Errorf("rustle_parent_connect_failures_total{dead} = %v, want 1", got)
+	}
+	if got := proxytest.Metric(t, m, "rustle_parent_requests_total", "parent", "dante"); got != 2 {
+		t.Errorf("rustle_parent_requests_total{dante} = %v, want 2", got)
+	}
+}
