@@ -69,6 +69,8 @@ type Grant struct {
 	decided  bool           // decision holds an ACL verdict
 	route    *route.Route   // the route Authorize chose; nil = direct (see route.go)
 	parent   *route.Parent  // the parent Dial went through; nil = direct
+	picked   bool           // parent was picked (by ForwardParent) before the dial
+	forward  bool           // plain HTTP sent to parent (an http one) in absolute form
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	counted  string         // the user counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
@@ -302,26 +304,33 @@ func (g *Grant) dial(ctx context.Context, addr string, tcpOnly bool) (net.Conn, 
 		g.Rule = d.Rule
 	}
 	if err != nil {
-		reason := g.reason // a parent's failure says which
-		if g.refuse(DialKind(err)) == Forbidden {
-			p.Metrics.ACLDenied()
-			attrs := []slog.Attr{slog.String("user", g.User), slog.String("target", addr),
-				slog.String("rule", g.Rule), slog.Any("err", err)}
-			if errors.Is(err, dialer.ErrPrivate) {
-				// The way out is the operator's, not the client's: it
-				// is named here, never in the answer.
-				attrs = append(attrs, slog.String("hint", privateHint))
-			}
-			g.s.debug("gate: destination refused", attrs...)
-		} else if reason != "" {
-			g.reason = reason
-		}
+		g.dialFailed(addr, err)
 		return nil, err
 	}
 	if tc, ok := c.(*net.TCPConn); ok && g.parent == nil {
 		g.upstream = remoteAddrPort(tc)
 	}
 	return c, nil
+}
+
+// dialFailed notes err, a failed dial (or a destination refused before
+// one) of addr: the access log's reason, the metrics and the debug line.
+func (g *Grant) dialFailed(addr string, err error) {
+	p := g.s.p
+	reason := g.reason // a parent's failure says which
+	if g.refuse(DialKind(err)) == Forbidden {
+		p.Metrics.ACLDenied()
+		attrs := []slog.Attr{slog.String("user", g.User), slog.String("target", addr),
+			slog.String("rule", g.Rule), slog.Any("err", err)}
+		if errors.Is(err, dialer.ErrPrivate) {
+			// The way out is the operator's, not the client's: it
+			// is named here, never in the answer.
+			attrs = append(attrs, slog.String("hint", privateHint))
+		}
+		g.s.debug("gate: destination refused", attrs...)
+	} else if reason != "" {
+		g.reason = reason
+	}
 }
 
 // Pool returns the upstream pool; nil = none.
@@ -337,8 +346,17 @@ func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
 // keep-alive timeout, and an upload must not meet one. On true c is the
 // request's upstream in the access log.
 func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
+	if g.forward {
+		// A connection to the request's HTTP parent, pooled under its
+		// key: the destination was checked by ForwardParent.
+		if !canRetry && !dialer.Alive(c) {
+			return false
+		}
+		g.upstream = remoteAddrPort(c)
+		return true
+	}
 	if g.ViaParent() {
-		return false // phase 1: a request through a parent dials its own
+		return false // a tunnel through a parent is for its own request only
 	}
 	ap := remoteAddrPort(c)
 	if g.s.p.Dialer.Check(ap, g.permitter()) != nil {

@@ -17,7 +17,7 @@ import (
 // policy's routes that r matches (nil = direct). The parent is picked
 // when the grant dials.
 func (g *Grant) chooseRoute(r *acl.Request) {
-	g.route, g.parent = nil, nil
+	g.route, g.parent, g.picked, g.forward = nil, nil, false, false
 	if t := g.s.p.Routes; t != nil {
 		g.route = t.Match(*r)
 	}
@@ -30,12 +30,92 @@ func (g *Grant) Route() *route.Route { return g.route }
 // when it went direct (or has not dialed).
 func (g *Grant) Parent() *route.Parent { return g.parent }
 
-// ViaParent reports whether the request's route goes through parents:
-// its upstream, once dialed, is a tunnel through one and is not for
-// requests of another route. A kept or pooled connection made for
-// another request is not used for it (see Admits), and the connection it
-// dials is not to be pooled by origin.
-func (g *Grant) ViaParent() bool { return !g.route.Direct() }
+// ViaParent reports whether the request's upstream is (or, once dialed,
+// will be) a tunnel through a parent: it is for no other request. A kept
+// or pooled connection made for another request is not used for it (see
+// Admits), and the connection it dials is not to be pooled. A request
+// ForwardParent sent to an HTTP parent is not: its connection to the
+// parent is pooled under ForwardKey.
+func (g *Grant) ViaParent() bool { return !g.route.Direct() && !g.forward && !(g.picked && g.parent == nil) }
+
+// ForwardParent picks, for a plain HTTP request (not a tunnel), the
+// parent of its route, and returns it when it is an http parent, which
+// takes the request itself: the front-end sends it in absolute form with
+// the parent's Authorization as Proxy-Authorization (the client's is
+// never sent), pools the connection under ForwardKey, and Dial then
+// connects to the parent without a CONNECT. It returns nil for a request
+// that goes direct, or that Dial tunnels through a socks5, socks5h or
+// https parent. The destination is checked as for a tunnel through the
+// parent (an IP literal by the guard and the rules, a name by the rules
+// as unresolved); a refusal, or every parent down (ErrNoParent), is an
+// error to answer as a dial's. addr is the destination host:port, only
+// read during the call. Call it once, after Authorize and before Dial or
+// Admits, which are then given the ForwardKey rather than the
+// destination.
+func (g *Grant) ForwardParent(addr []byte) (*route.Parent, error) {
+	if g.route.Direct() {
+		return nil, nil
+	}
+	err := g.forwardParent(bytesString(addr))
+	if err != nil {
+		a := string(addr)
+		var de *dialer.Error
+		if errors.As(err, &de) {
+			de.Addr = a // it viewed addr
+		}
+		g.dialFailed(a, err)
+		return nil, err
+	}
+	if g.forward {
+		return g.parent, nil
+	}
+	return nil, nil
+}
+
+func (g *Grant) forwardParent(addr string) error {
+	host, port, err := splitAddr(addr)
+	if err != nil {
+		return err
+	}
+	parent, err := g.route.Pick(route.Key{Host: host, User: g.User})
+	g.picked = true
+	if err != nil {
+		g.reason = accesslog.ReasonNoParent
+		return &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
+	}
+	g.parent = parent
+	if parent == nil || parent.Scheme() != route.HTTP {
+		return nil
+	}
+	t := route.Target{Host: host, Port: port}
+	if err := g.checkForParent(context.Background(), parent, addr, &t); err != nil {
+		return err
+	}
+	g.forward = true
+	return nil
+}
+
+// ForwardKey appends to dst the upstream pool key of an HTTP parent's
+// connections: its name and address, which no origin's host:port can be.
+func ForwardKey(dst []byte, p *route.Parent) []byte {
+	dst = append(dst, "parent "...)
+	dst = append(dst, p.Name()...)
+	dst = append(dst, ' ')
+	return append(dst, p.Addr()...)
+}
+
+// splitAddr splits host:port.
+func splitAddr(addr string) (string, uint16, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, &dialer.Error{Addr: addr, Err: err}
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return "", 0, &dialer.Error{Addr: addr, Err: err}
+	}
+	return host, uint16(port), nil
+}
 
 // errNoParent is the cause of a dial refused because every parent of the
 // route is down.
@@ -75,18 +155,28 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool) (net.C
 		}
 		return c, nil
 	}
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, &dialer.Error{Addr: addr, Err: err}
+	if g.forward {
+		// The request goes to the parent itself (ForwardParent checked
+		// its destination); addr is its pool key.
+		c, err := g.parent.DialParent(ctx, p.Dialer)
+		if err != nil {
+			return nil, g.parentError(addr, err)
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			g.upstream = remoteAddrPort(tc)
+		}
+		return c, nil
 	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
+	host, port, err := splitAddr(addr)
 	if err != nil {
-		return nil, &dialer.Error{Addr: addr, Err: err}
+		return nil, err
 	}
-	parent, err := g.route.Pick(route.Key{Host: host, User: g.User})
-	if err != nil {
-		g.reason = accesslog.ReasonNoParent
-		return nil, &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
+	parent := g.parent
+	if !g.picked {
+		if parent, err = g.route.Pick(route.Key{Host: host, User: g.User}); err != nil {
+			g.reason = accesslog.ReasonNoParent
+			return nil, &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
+		}
 	}
 	if parent == nil { // every parent down; the route falls back to direct
 		c, err := p.Dialer.DialPermit(ctx, addr, g.permitter())
@@ -100,23 +190,29 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool) (net.C
 		g.reason = accesslog.ReasonParentRefused
 		return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{parent.Name()}}
 	}
-	t := route.Target{Host: host, Port: uint16(port)}
+	t := route.Target{Host: host, Port: port}
 	if err := g.checkForParent(ctx, parent, addr, &t); err != nil {
 		return nil, err
 	}
 	c, err := parent.Dial(ctx, p.Dialer, t)
 	if err != nil {
-		var re *route.Error
-		if errors.As(err, &re) {
-			g.reason = parentReason(re.Kind)
-			return nil, &dialer.Error{Addr: addr, Timeout: re.Kind == route.TimedOut, Err: re}
-		}
-		return nil, &dialer.Error{Addr: addr, Err: err}
+		return nil, g.parentError(addr, err)
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		g.upstream = remoteAddrPort(tc)
 	}
 	return c, nil
+}
+
+// parentError returns a parent's failure to dial addr as a *dialer.Error
+// and notes its reason.
+func (g *Grant) parentError(addr string, err error) error {
+	var re *route.Error
+	if errors.As(err, &re) {
+		g.reason = parentReason(re.Kind)
+		return &dialer.Error{Addr: addr, Timeout: re.Kind == route.TimedOut, Err: re}
+	}
+	return &dialer.Error{Addr: addr, Err: err}
 }
 
 // checkForParent applies the access rules and the private-destination

@@ -14,6 +14,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 // spliceMin is the body remainder from which bytes are moved with splice
@@ -48,8 +49,9 @@ type conn struct {
 	// requests it may be kept, without its buffer (up.Buf nil), for the
 	// next request to the same origin: see getUpstream.
 	up       http1.Conn
-	upKey    string // pool key of up
-	upReused bool   // up served an earlier request
+	upKey    string        // pool key of up
+	fwd      *route.Parent // the HTTP parent the request goes to in absolute form; nil = none
+	upReused bool          // up served an earlier request
 
 	req, resp http1.Head
 	tgt       target
@@ -240,8 +242,20 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	idempotent := gate.Idempotent(method)
 	clientMinor := req.Minor
 	req.DropConnectionListed()
-	cn.buildRequestHead()
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
+	cn.fwd = nil
+	if !cn.upgrade && !cn.g.Route().Direct() {
+		// An HTTP parent takes the request itself, in absolute form; the
+		// pool keeps connections to it under its key.
+		if cn.fwd, err = cn.g.ForwardParent(cn.key); err != nil {
+			cn.writeDialError(err)
+			return false, false
+		}
+		if cn.fwd != nil {
+			cn.key = gate.ForwardKey(cn.key[:0], cn.fwd)
+		}
+	}
+	cn.buildRequestHead()
 
 	// The part of the request body already buffered goes out with the head.
 	var inBuf []byte
