@@ -36,7 +36,9 @@ func (g *Grant) Parent() *route.Parent { return g.parent }
 // Admits), and the connection it dials is not to be pooled. A request
 // ForwardParent sent to an HTTP parent is not: its connection to the
 // parent is pooled under ForwardKey.
-func (g *Grant) ViaParent() bool { return !g.route.Direct() && !g.forward && !(g.picked && g.parent == nil) }
+func (g *Grant) ViaParent() bool {
+	return !g.route.Direct() && !g.forward && !(g.picked && g.parent == nil)
+}
 
 // ForwardParent picks, for a plain HTTP request (not a tunnel), the
 // parent of its route, and returns it when it is an http parent, which
