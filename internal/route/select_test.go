@@ -1,8 +1,12 @@
 package route
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -319,5 +323,58 @@ func BenchmarkDecide(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		decide(tab, benchRequests[i%len(benchRequests)])
+	}
+}
+
+// TestProbes checks the active health check: a probe brings a parent
+// that is down back up (a TCP connect, and a CONNECT to a target), puts
+// a dead one down, and Close stops and joins the probe loops.
+func TestProbes(t *testing.T) {
+	live := fakeParent(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if req, err := http.ReadRequest(br); err == nil && req.Method == "CONNECT" {
+			c.Write([]byte("HTTP/1.1 200 OK\r\n\r\n"))
+		}
+	})
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	const every = 5 * time.Millisecond
+	tab, err := New(Config{Parents: []ParentConfig{
+		{Name: "tcp", URL: "http://" + live, Probe: ProbeConfig{Interval: every}},
+		{Name: "connect", URL: "http://" + live, Probe: ProbeConfig{Interval: every, Target: "origin.test:443"}},
+		{Name: "dead", URL: "http://" + dead, Health: HealthConfig{MaxFails: 2}, Probe: ProbeConfig{Interval: every}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	down(tab.Parent("tcp"), now)
+	down(tab.Parent("connect"), now)
+	before := runtime.NumGoroutine()
+	tab.Start(testDialer())
+	waitUntil(t, "the probes to bring tcp and connect up and put dead down", func() bool {
+		n := time.Now()
+		return tab.Parent("tcp").Health().Up(n) && tab.Parent("connect").Health().Up(n) && !tab.Parent("dead").Health().Up(n)
+	})
+	if !tab.Healthy(time.Now()) {
+		t.Error("Healthy = false with no route")
+	}
+	tab.Close() // joins the probe loops
+	waitUntil(t, "as many goroutines as before Start", func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// waitUntil polls cond until it holds, failing after 10s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
