@@ -103,9 +103,11 @@ func routeOrigins(t *testing.T) (plain, tlsURL, caFile string) {
 // kind of parent, started by the test: Squid as an HTTP parent with Basic
 // auth, Dante as a socks5 and a socks5h parent, rustle itself as an
 // HTTPS parent and as a SOCKS5 parent with username auth. curl drives a
-// plain HTTP request and a CONNECT on rustle's plain port and a SOCKS5
-// CONNECT (--socks5-hostname); each reaches the origin, the access log
-// names the route and the parent, and rustle's parent metrics count it.
+// plain HTTP request and a CONNECT on rustle's plain port, a SOCKS5
+// CONNECT (--socks5-hostname) and a SOCKS4a CONNECT; each reaches the
+// origin (but a plain request through the https parent, refused with its
+// reason), the access log names the route and the parent, and rustle's
+// parent metrics count it.
 func TestRoutesRealParents(t *testing.T) {
 	plain, tlsURL, originCA := routeOrigins(t)
 	squid := proxytest.StartSquid(t)
@@ -152,6 +154,7 @@ func TestRoutesRealParents(t *testing.T) {
 				{"plain GET", []string{"-x", "http://" + addrs["plain"], plain + "/get"}, "origin GET /get"},
 				{"CONNECT", []string{"-x", "http://" + addrs["plain"], "--cacert", originCA, tlsURL + "/connect"}, "origin GET /connect"},
 				{"SOCKS5", []string{"--socks5-hostname", addrs["socks"], "--cacert", originCA, tlsURL + "/socks"}, "origin GET /socks"},
+				{"SOCKS4a", []string{"--socks4a", addrs["socks"], plain + "/socks4"}, "origin GET /socks4"},
 			}
 			if !tt.tcp {
 				// An https parent takes tunnels only, for now: a plain
@@ -166,13 +169,13 @@ func TestRoutesRealParents(t *testing.T) {
 				}
 			}
 			var recs []routeRecord
-			proxytest.WaitFor(t, "three access log records", func() bool {
+			proxytest.WaitFor(t, "four access log records", func() bool {
 				recs = routeRecords(t, access)
-				return len(recs) >= 3
+				return len(recs) >= 4
 			})
 			for _, r := range recs {
 				refused := !tt.tcp && r.Protocol == "http" && r.Status == 502 && r.Reason == "parent-refused"
-				if r.Route != config.ForwardName || r.Parent != config.ForwardName || !(r.Status == 200 || r.Protocol == "socks5" && r.Status == 0 || refused) {
+				if r.Route != config.ForwardName || r.Parent != config.ForwardName || !(r.Status == 200 || r.Protocol == "socks5" && r.Status == 0 || r.Protocol == "socks4" && (r.Status == 0 || r.Status == 90) || refused) {
 					t.Errorf("record %+v: want route and parent %q", r, config.ForwardName)
 				}
 				if tt.tcp {
@@ -181,9 +184,9 @@ func TestRoutesRealParents(t *testing.T) {
 					}
 				}
 			}
-			wantDials := 3.0
+			wantDials := 4.0
 			if !tt.tcp {
-				wantDials = 2
+				wantDials = 3
 			}
 			if got := proxytest.Metric(t, m, "rustle_parent_requests_total", "parent", config.ForwardName); got != wantDials {
 				t.Errorf("rustle_parent_requests_total = %v, want %v", got, wantDials)
@@ -194,9 +197,9 @@ func TestRoutesRealParents(t *testing.T) {
 			if strings.HasPrefix(tt.name, "rustle") {
 				// The parent logs what went through it: the tunnels,
 				// and the plain request unless refused before (https).
-				want := 3
+				want := 4
 				if !tt.tcp {
-					want = 2
+					want = 3
 				}
 				proxytest.WaitFor(t, "the parent's records", func() bool {
 					return strings.Count(pAccess.String(), "\n")-pBefore >= want
