@@ -341,6 +341,18 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		}
 	}
 
+	if cn.fwd != nil && cn.resp.Status == 407 {
+		// The HTTP parent refused rustle's own credentials: no answer
+		// the client could give would help, so it is no 407 of its own.
+		if streaming {
+			cn.finishBody()
+		}
+		cn.dropUpstream()
+		cn.fwd.Health().Failed(time.Now())
+		cn.g.SetReason(accesslog.ReasonParentAuth)
+		cn.writeError(502, "parent proxy "+cn.fwd.Name()+" refused rustle's credentials", false)
+		return false, false
+	}
 	if cn.resp.Status == 101 {
 		return false, cn.switchProtocols()
 	}

@@ -417,3 +417,24 @@ func TestRoutesHTTPParentForward(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutesHTTPParentAuthFailed checks that Squid's 407 to a forwarded
+// request (wrong parent credentials in the configuration) reaches the
+// client as a 502 naming the parent, not as a 407 it would answer with
+// its own credentials.
+func TestRoutesHTTPParentAuthFailed(t *testing.T) {
+	plain, _, _ := routeOrigins(t)
+	squid := proxytest.StartSquid(t)
+	addrs, access, _ := startRouted(t, func(c *config.Config) {
+		c.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Parents = []config.Parent{{Name: "squid", URL: "http://" + proxytest.SquidUser + ":wrong@" + squid.Addr}}
+		c.Routes = []config.Route{{Name: "all", Via: config.Strings{"squid"}}}
+	})
+	out, err := curl(t, "-x", "http://"+addrs["plain"], "-w", " %{http_code}", "--no-fail", plain+"/x")
+	if want := "parent proxy squid refused rustle's credentials\n 502"; err != nil || !strings.HasSuffix(out, want) {
+		t.Errorf("curl = %q, %v; want it to end with %q", out, err, want)
+	}
+	if r := lastRecord(t, access, 1); r.Reason != "parent-auth-failed" || r.Parent != "squid" {
+		t.Errorf("record %+v, want reason parent-auth-failed", r)
+	}
+}
