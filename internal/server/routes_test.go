@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"encoding/pem"
@@ -436,5 +437,51 @@ func TestRoutesHTTPParentAuthFailed(t *testing.T) {
 	}
 	if r := lastRecord(t, access, 1); r.Reason != "parent-auth-failed" || r.Parent != "squid" {
 		t.Errorf("record %+v, want reason parent-auth-failed", r)
+	}
+}
+
+// TestRoutesH2 checks that HTTP/2 streams go through a route's parent:
+// a forwarded request and a CONNECT on an https listener, through Dante.
+func TestRoutesH2(t *testing.T) {
+	plain, _, _ := routeOrigins(t)
+	dante := proxytest.StartDante(t)
+	tl, roots := proxyCerts(t)
+	addrs, access, _ := startRouted(t, func(c *config.Config) {
+		c.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Listen = append(c.Listen, config.Listener{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl})
+		c.Parents = []config.Parent{{Name: "dante", URL: "socks5h://" + dante.Addr}}
+		c.Routes = []config.Route{{Name: "all", Via: config.Strings{"dante"}}}
+	})
+	r := &authRig{addr: addrs, roots: roots}
+	cc := r.dialH2(t)
+	if status, err := h2Get(cc, plain+"/h2", "", ""); err != nil || status != 200 {
+		t.Fatalf("h2 GET: %d, %v", status, err)
+	}
+	host := strings.TrimPrefix(plain, "http://")
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "CONNECT", "http://"+host, pr)
+	req.Host = host
+	resp, err := cc.RoundTrip(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("h2 CONNECT: %v, %v", resp, err)
+	}
+	go io.WriteString(pw, "GET /tunnel HTTP/1.1\r\nHost: "+host+"\r\nConnection: close\r\n\r\n")
+	got, _ := http.ReadResponse(bufio.NewReader(resp.Body), nil)
+	if got == nil {
+		t.Fatal("no response through the h2 tunnel")
+	}
+	body, _ := io.ReadAll(got.Body)
+	if string(body) != "origin GET /tunnel" {
+		t.Errorf("through the h2 tunnel: %q", body)
+	}
+	pw.Close()
+	resp.Body.Close()
+	cc.Close()
+	for i := 1; i <= 2; i++ {
+		if rec := lastRecord(t, access, i); rec.Route != "all" || rec.Parent != "dante" || rec.Upstream != dante.Addr {
+			t.Errorf("record %d: %+v, want route all, parent dante, upstream %s", i, rec, dante.Addr)
+		}
 	}
 }
