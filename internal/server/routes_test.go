@@ -485,3 +485,43 @@ func TestRoutesH2(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutesSplice checks that a tunnel through a plain parent (Squid,
+// Dante) ends in the splice engine: it is counted by the engines while it
+// carries bytes.
+func TestRoutesSplice(t *testing.T) {
+	echo := proxytest.NewEcho(t)
+	squid := proxytest.StartSquid(t)
+	dante := proxytest.StartDante(t)
+	for _, url := range []string{
+		"http://" + proxytest.SquidUser + ":" + proxytest.SquidPassword + "@" + squid.Addr,
+		"socks5://" + dante.Addr,
+	} {
+		t.Run(url[:strings.Index(url, ":")], func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Workers = 1
+			cfg.AllowPrivate = []string{"127.0.0.0/8"}
+			cfg.Listen = []config.Listener{{Name: "plain", Address: "127.0.0.1:0", Protocol: "http"}}
+			if err := cfg.AddForward(url); err != nil {
+				t.Fatal(err)
+			}
+			cfg.SetDefaults()
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			s, addrs := startLogged(t, cfg, nil, &logBuffer{})
+			c := proxytest.Connect(t, addrs["plain"], echo.Addr)
+			c.SetDeadline(time.Now().Add(proxytest.DefaultTimeout))
+			if _, err := io.WriteString(c, "ping"); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 4)
+			if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+				t.Fatalf("echo through the tunnel: %q, %v", buf, err)
+			}
+			if n := s.Tunnels(); n != 1 {
+				t.Errorf("the splice engines hold %d tunnels, want 1", n)
+			}
+		})
+	}
+}
