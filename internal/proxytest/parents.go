@@ -49,7 +49,7 @@ func (p *ExternalProxy) Output() string { return p.out.String() }
 // t.Cleanup.
 func StartSquid(t testing.TB) *ExternalProxy {
 	t.Helper()
-	bin := RequireTool(t, "squid", "squid")
+	bin := sbinTool(t, "squid", "squid")
 	helper := "/usr/lib/squid/basic_ncsa_auth"
 	if _, err := os.Stat(helper); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -92,7 +92,7 @@ func StartSquid(t testing.TB) *ExternalProxy {
 // It is killed by t.Cleanup.
 func StartDante(t testing.TB) *ExternalProxy {
 	t.Helper()
-	bin := RequireTool(t, "danted", "dante-server")
+	bin := sbinTool(t, "danted", "dante-server")
 	dir := worldReadableDir(t)
 	addr := ClosedPort(t)
 	host, port, _ := net.SplitHostPort(addr)
@@ -109,6 +109,18 @@ func StartDante(t testing.TB) *ExternalProxy {
 		"",
 	}, "\n"))
 	return startExternal(t, addr, bin, "-f", conf, "-N", "1", "-p", filepath.Join(dir, "danted.pid"))
+}
+
+// sbinTool is RequireTool for a daemon Debian installs in /usr/sbin,
+// which a user's PATH may not hold.
+func sbinTool(t testing.TB, name, pkg string) string {
+	t.Helper()
+	if p := filepath.Join("/usr/sbin", name); FindTool(name) == "" {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return RequireTool(t, name, pkg)
 }
 
 // startExternal runs bin with args and waits until addr accepts
