@@ -17,6 +17,10 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # nghttp (an HTTP/2 client) for internal/h2's interop test.
 command -v nghttp >/dev/null 2>&1 || need+=(nghttp2-client)
+# Squid and Dante, real parent proxies for the route tests
+# (internal/route, internal/server): an HTTP parent with Basic auth, a SOCKS5 parent.
+command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || need+=(squid)
+command -v danted >/dev/null 2>&1 || [ -x /usr/sbin/danted ] || need+=(dante-server)
 # h2spec, the HTTP/2 conformance suite internal/h2's TestH2Spec runs,
 # from the Go module proxy (the release has no go.mod, hence
 # +incompatible).

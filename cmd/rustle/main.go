@@ -2,7 +2,7 @@
 //
 // Usage:
 //
-//	rustle [-c FILE] [-L URL]... [--admin ADDR] [--allow-private CIDR]...
+//	rustle [-c FILE] [-L URL]... [-F URL] [--admin ADDR] [--allow-private CIDR]...
 //	                               run (the embedded default config without -c)
 //	rustle check -c FILE           validate a config file
 //	rustle passwd USER             print an htpasswd line (bcrypt) for USER
@@ -94,6 +94,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	file := fs.String("c", "", "configuration `file` (TOML); default: the embedded config")
 	var listens listenFlags
 	fs.Var(&listens, "L", "listener `URL`: http://, socks5:// or mixed://[user:pass@]host:port, the user being that listener's alone (repeatable)")
+	forward := fs.String("F", "", "parent proxy `URL` every request no route of the file matches goes through: http://, https://, socks5:// or socks5h://[user:pass@]host:port")
 	var adminAddr optionalString
 	fs.Var(&adminAddr, "admin", "admin listener `host:port` for /metrics, /healthz and /readyz (overrides the file's admin)")
 	var allowPrivate allowPrivateFlags
@@ -108,7 +109,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// load reads the configuration as at start: the file (again, on
 	// SIGHUP) and the flags given at start.
 	load := func() (*config.Config, error) {
-		cfg, err := loadConfig(*file, listens, &adminAddr)
+		cfg, err := loadConfig(*file, listens, *forward, &adminAddr)
 		if err != nil {
 			return nil, err
 		}
@@ -183,9 +184,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // loadConfig reads file (or the embedded default), adds the -L
-// listeners, applies --admin (when adminAddr is not nil), fills defaults
-// and validates.
-func loadConfig(file string, listens []string, adminAddr *optionalString) (*config.Config, error) {
+// listeners and the -F parent (forward, "" = none), applies --admin (when
+// adminAddr is not nil), fills defaults and validates.
+func loadConfig(file string, listens []string, forward string, adminAddr *optionalString) (*config.Config, error) {
 	var cfg *config.Config
 	if file != "" {
 		c, err := config.Load(file)
@@ -205,6 +206,11 @@ func loadConfig(file string, listens []string, adminAddr *optionalString) (*conf
 			return nil, fmt.Errorf("-L: %w", err)
 		}
 		cfg.Listen = append(cfg.Listen, l)
+	}
+	if forward != "" {
+		if err := cfg.AddForward(forward); err != nil {
+			return nil, err
+		}
 	}
 	if adminAddr != nil {
 		adminAddr.apply(&cfg.Admin)
@@ -233,6 +239,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	file := fs.String("c", "", "configuration `file` to validate")
 	var listens listenFlags
 	fs.Var(&listens, "L", "listener `URL` to add (repeatable)")
+	forward := fs.String("F", "", "parent proxy `URL` to add, as for rustle -F")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -240,7 +247,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rustle check: -c FILE is required")
 		return 2
 	}
-	cfg, err := loadConfig(*file, listens, nil)
+	cfg, err := loadConfig(*file, listens, *forward, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
@@ -351,7 +358,7 @@ func buildVersion(bi *debug.BuildInfo) string {
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
-  rustle [-c FILE] [-L URL]... [--admin ADDR] [--allow-private CIDR]...
+  rustle [-c FILE] [-L URL]... [-F URL] [--admin ADDR] [--allow-private CIDR]...
                                  run the proxy (the embedded default config
                                  listens on 127.0.0.1:3128 without auth)
   rustle check -c FILE           validate a config file and exit
@@ -369,6 +376,12 @@ Flags:
             user:pass@ is that listener's only user, and no other's; without
             it the listener takes the -c file's users, if any
             (without -c, -L listeners replace the default one)
+  -F URL    send every request no route of the -c file matches through a
+            parent proxy: http://, https://, socks5:// (rustle resolves and
+            checks the destination) or socks5h:// (the parent resolves), with
+            optional user:pass@ for the parent, e.g.
+            -L http://127.0.0.1:3128 -F http://user:pass@parent:3128;
+            one -F only (parents are not chained)
   --admin ADDR
             serve /metrics, /healthz and /readyz on ADDR (host:port),
             e.g. --admin 127.0.0.1:9090; overrides the file's admin key

@@ -268,7 +268,7 @@ func TestAdminFlag(t *testing.T) {
 		{"bad flag", "", &optionalString{set: true, v: "localhost"}, "", "admin"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := loadConfig(tt.file, []string{"http://127.0.0.1:0"}, tt.flag)
+			cfg, err := loadConfig(tt.file, []string{"http://127.0.0.1:0"}, "", tt.flag)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Errorf("loadConfig = %v, want an error about %s", err, tt.wantErr)
@@ -396,5 +396,24 @@ func TestRunReload(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("rustle did not stop after SIGTERM:\n%s", stderr.String())
+	}
+}
+
+// TestForwardFlag checks -F: a parent F and a catch-all route through
+// it; a bad URL and a loop to rustle's own -L listener are refused
+// without the password.
+func TestForwardFlag(t *testing.T) {
+	cfg, err := loadConfig("", []string{"http://127.0.0.1:3128"}, "socks5h://u:secret@127.0.0.1:1080", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Parents) != 1 || cfg.Parents[0].Name != "F" || len(cfg.Routes) != 1 || cfg.Routes[0].Via[0] != "F" {
+		t.Errorf("-F gave parents %+v, routes %+v", cfg.Parents, cfg.Routes)
+	}
+	for _, bad := range []string{"gopher://u:secret@127.0.0.1:1", "http://u:secret@127.0.0.1:3128"} {
+		_, err := loadConfig("", []string{"http://127.0.0.1:3128"}, bad, nil)
+		if err == nil || strings.Contains(err.Error(), "secret") {
+			t.Errorf("-F %s: %v", bad, err)
+		}
 	}
 }

@@ -127,16 +127,25 @@ type Record struct {
 	Rule string
 	// Reason says why rustle refused the request or ended it before its
 	// time, one of the Reason constants; "" when it was served and ended
-	// as its client or upstream made it. Text lines carry it as a last
-	// field only when it is set; JSON lines as "reason", only when it is
-	// set.
+	// as its client or upstream made it. Text lines carry it as the 14th
+	// field when it or a later optional field (Source, Route, Parent) is
+	// set, "-" when unset; JSON lines as "reason", only when it is set.
 	Reason string
 	// Source is the local address of the upstream connection when an
 	// egress source chose it ([egress] bind, bind_same, a prefix or an
-	// interface); zero otherwise. Text lines carry it after Reason ("-"
-	// when no reason) only when it is set; JSON lines as "source", only
-	// when it is set.
+	// interface); zero otherwise. Text lines carry it as the 15th field
+	// when it, Route or Parent is set, "-" when unset; JSON lines as
+	// "source", only when it is set.
 	Source netip.AddrPort
+	// Route names the route (see package route) that chose how the
+	// request reached its destination; "" when no route matched (direct).
+	// Text lines carry Route and Parent as the 16th and 17th fields, only
+	// when one of them is set ("-" for the unset one); JSON lines as
+	// "route" and "parent", each only when it is set.
+	Route string
+	// Parent names the parent proxy the request or tunnel went through;
+	// "" when it went direct.
+	Parent string
 }
 
 // The reasons of a [Record]: short, fixed words an operator can grep
@@ -205,6 +214,21 @@ const (
 	// ReasonNoSource: the egress configuration has no source address of
 	// the destination's address family (502).
 	ReasonNoSource = "no-source"
+	// ReasonParentUnreachable: the route's parent proxy (Parent) could
+	// not be connected to, or broke its handshake (502).
+	ReasonParentUnreachable = "parent-unreachable"
+	// ReasonParentTimedOut: the parent did not finish its handshake
+	// within its connect timeout (504).
+	ReasonParentTimedOut = "parent-timed-out"
+	// ReasonParentAuth: the parent refused rustle's credentials for it
+	// (502).
+	ReasonParentAuth = "parent-auth-failed"
+	// ReasonParentRefused: the parent refused to connect to the
+	// destination, or answered in another protocol (502).
+	ReasonParentRefused = "parent-refused"
+	// ReasonNoParent: every parent of the route (Route) is down and the
+	// route does not fall back to direct (502).
+	ReasonNoParent = "no-parent"
 )
 
 // Format is an access log line format.
@@ -215,17 +239,18 @@ const (
 	// FormatText is the compact positional format, one line per record,
 	// fields separated by one space in the order of [Record]'s fields:
 	//
-	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON]
+	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [ROUTE PARENT]]
 	//
 	// Empty fields are "-"; bytes outside '!'..'~', '\' and a value of
 	// exactly "-" are escaped as \xHH, so a field never holds a space and
-	// every line splits into exactly 13 fields, or 14 when the record has
-	// a Reason.
+	// every line splits into exactly 13 fields, 14 when the record has
+	// a Reason, or 16 when it has a Route or a Parent (REASON is then "-"
+	// when it has none).
 	FormatText Format = "text"
 	// FormatJSON writes one JSON object per line with the keys time,
 	// listener, client, user, protocol, method, target, status, bytes_up,
 	// bytes_down, duration_ms, upstream and rule, always all of them,
-	// and reason when the record has one. Invalid UTF-8 is replaced by U+FFFD.
+	// and reason, route and parent when the record has them. Invalid UTF-8 is replaced by U+FFFD.
 	FormatJSON Format = "json"
 )
 

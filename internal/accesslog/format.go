@@ -37,13 +37,30 @@ func appendText(b []byte, r *Record) []byte {
 	b = appendTextAddr(b, r.Upstream)
 	b = append(b, ' ')
 	b = appendTextField(b, r.Rule)
-	if r.Reason != "" || r.Source.IsValid() {
+	// The optional last fields: each one written forces those before
+	// it, as "-" when unset.
+	tail := 0
+	switch {
+	case r.Route != "" || r.Parent != "":
+		tail = 3
+	case r.Source.IsValid():
+		tail = 2
+	case r.Reason != "":
+		tail = 1
+	}
+	if tail >= 1 {
 		b = append(b, ' ')
 		b = appendTextField(b, r.Reason)
 	}
-	if r.Source.IsValid() {
+	if tail >= 2 {
 		b = append(b, ' ')
-		b = appendAddr(b, r.Source)
+		b = appendTextAddr(b, r.Source)
+	}
+	if tail >= 3 {
+		b = append(b, ' ')
+		b = appendTextField(b, r.Route)
+		b = append(b, ' ')
+		b = appendTextField(b, r.Parent)
 	}
 	return append(b, '\n')
 }
@@ -137,6 +154,14 @@ func appendJSON(b []byte, r *Record) []byte {
 		b = append(b, `,"source":"`...)
 		b = appendAddr(b, r.Source)
 		b = append(b, '"')
+	}
+	if r.Route != "" {
+		b = append(b, `,"route":`...)
+		b = appendJSONString(b, r.Route)
+	}
+	if r.Parent != "" {
+		b = append(b, `,"parent":`...)
+		b = appendJSONString(b, r.Parent)
 	}
 	return append(b, "}\n"...)
 }

@@ -78,6 +78,23 @@ func goldenRecords() []Record {
 			Protocol: ProtoHTTP, Method: "GET", Target: "http://example.com/", Status: 502,
 			Reason: ReasonDNSFailed, Source: netip.MustParseAddrPort("203.0.113.7:40002"),
 		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("127.0.0.1:7"), User: "alice",
+			Protocol: ProtoConnect, Method: "CONNECT", Target: "example.com:443", Status: 200,
+			BytesUp: 5, BytesDown: 6, Duration: time.Second,
+			Upstream: netip.MustParseAddrPort("127.0.0.1:3128"), Route: "fleet", Parent: "squid",
+		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("127.0.0.1:8"),
+			Protocol: ProtoHTTP, Method: "GET", Target: "http://example.com/", Status: 502,
+			Reason: ReasonUnreachable, Route: "fleet",
+		},
+		{
+			Time: t0, Listener: "egress", Client: netip.MustParseAddrPort("127.0.0.1:9"), User: "carol",
+			Protocol: ProtoHTTP, Method: "GET", Target: "http://example.com/", Status: 200,
+			Upstream: netip.MustParseAddrPort("192.0.2.3:3128"), Source: netip.MustParseAddrPort("203.0.113.7:40003"),
+			Route: "fleet", Parent: "squid",
+		},
 	}
 }
 
@@ -131,6 +148,8 @@ func TestJSONDecodes(t *testing.T) {
 			Rule       string  `json:"rule"`
 			Reason     string  `json:"reason"`
 			Source     string  `json:"source"`
+			Route      string  `json:"route"`
+			Parent     string  `json:"parent"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
@@ -153,6 +172,8 @@ func TestJSONDecodes(t *testing.T) {
 		check("target", got.Target, validUTF8(r.Target))
 		check("rule", got.Rule, r.Rule)
 		check("reason", got.Reason, r.Reason)
+		check("route", got.Route, r.Route)
+		check("parent", got.Parent, r.Parent)
 		check("client", got.Client, addrString(r.Client))
 		check("upstream", got.Upstream, addrString(r.Upstream))
 		check("source", got.Source, addrString(r.Source))
@@ -170,14 +191,18 @@ func TestJSONDecodes(t *testing.T) {
 }
 
 // TestTextFields checks that every text line has 13 fields, a 14th when
-// the record has a Reason or a Source, and a 15th with a Source, that
+// the record has a Reason, a 15th when it has a Source, and 17 when it
+// has a Route or Parent (the fields before the last set ones "-"), that
 // unescape to the record's values.
 func TestTextFields(t *testing.T) {
 	for i, r := range goldenRecords() {
 		line := appendText(nil, &r)
 		fields := strings.Split(strings.TrimSuffix(string(line), "\n"), " ")
+		routed := r.Route != "" || r.Parent != ""
 		want := 13
 		switch {
+		case routed:
+			want = 17
 		case r.Source.IsValid():
 			want = 15
 		case r.Reason != "":
@@ -187,8 +212,11 @@ func TestTextFields(t *testing.T) {
 			t.Fatalf("record %d: %d fields, want %d: %q", i, len(fields), want, line)
 		}
 		expect := map[int]string{1: r.Listener, 3: r.User, 5: r.Method, 6: r.Target, 12: r.Rule}
-		if r.Reason != "" || r.Source.IsValid() {
+		if want > 13 {
 			expect[13] = r.Reason
+		}
+		if routed {
+			expect[15], expect[16] = r.Route, r.Parent
 		}
 		for j, want := range expect {
 			if got := unescapeText(t, fields[j]); got != want {
@@ -198,8 +226,8 @@ func TestTextFields(t *testing.T) {
 		if got, want := fields[2], orDash(addrString(r.Client)); got != want {
 			t.Errorf("record %d: client %q, want %q", i, got, want)
 		}
-		if r.Source.IsValid() {
-			if got, want := fields[14], addrString(r.Source); got != want {
+		if want > 14 {
+			if got, want := fields[14], orDash(addrString(r.Source)); got != want {
 				t.Errorf("record %d: source %q, want %q", i, got, want)
 			}
 		}

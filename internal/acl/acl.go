@@ -275,6 +275,23 @@ func (d *Decision) Permit(ip netip.Addr) (ok, private bool) {
 	return true, false
 }
 
+// PermitUnresolved decides an allowed request whose host name rustle will
+// not resolve (a parent proxy resolves it): a pending decision is made as
+// if the name resolved to no address, IP and CIDR host entries not
+// matching it, as [Policy.Check] decides. A decision that is not pending
+// is its own verdict.
+func (d *Decision) PermitUnresolved() bool {
+	if !d.Allow {
+		return false
+	}
+	if !d.pending {
+		return true
+	}
+	allow, rule := d.policy.decideUnresolved(&d.req)
+	d.Rule = rule
+	return allow
+}
+
 // Check decides r and returns whether it is allowed and the name of the
 // deciding rule (DefaultRule when none matched). A decision that depends
 // on the destination's address, for a host name, is made as if the name

@@ -78,6 +78,13 @@ type Config struct {
 	// configuration must get at least one listener from the file or from
 	// the command line before it validates.
 	Listen []Listener `toml:"listen"`
+	// Parents are the parent proxies routes may send requests through;
+	// empty means none (see routes.go).
+	Parents []Parent `toml:"parents"`
+	// Routes choose, first match wins, how a request reaches its
+	// destination: direct or through parents; empty means every request
+	// goes direct.
+	Routes []Route `toml:"routes"`
 
 	// src and lines locate keys in the file the configuration was parsed
 	// from, so that Validate's errors can name file and line; both are
@@ -600,6 +607,7 @@ func (c *Config) SetDefaults() {
 		setString(&l.Protocol, defaultProtocol)
 		setString(&l.Name, l.Protocol+" "+l.Address)
 	}
+	c.setRouteDefaults()
 }
 
 func setString(p *string, def string) {

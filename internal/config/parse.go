@@ -103,6 +103,9 @@ func Load(path string) (*Config, error) {
 	}
 	resolve(&c.AccessLog.Path)
 	resolve(&c.DNS.CA)
+	for i := range c.Parents {
+		resolve(&c.Parents[i].CAFile)
+	}
 	return c, nil
 }
 
@@ -155,11 +158,18 @@ type decoder struct {
 	errs  []*Error
 }
 
-var durationType = reflect.TypeFor[Duration]()
+var (
+	durationType = reflect.TypeFor[Duration]()
+	stringsType  = reflect.TypeFor[Strings]()
+)
 
 // value stores v, found at path, in rv. path holds keys and array indices
 // (see indexElem).
 func (d *decoder) value(v any, rv reflect.Value, path []string) {
+	if s, ok := v.(string); ok && rv.Type() == stringsType {
+		rv.Set(reflect.ValueOf(Strings{s})) // one string for a list of one
+		return
+	}
 	if rv.Type() == durationType {
 		s, ok := v.(string)
 		if !ok {

@@ -88,6 +88,7 @@ func (c *Config) Validate() error {
 	c.validateLimits(v)
 	c.validateDNS(v)
 	c.validateEgress(v)
+	c.validateRoutes(v)
 	return v.err()
 }
 

@@ -146,10 +146,16 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Reason is a one-line, client-safe description of the failure, for the
-// body of a 502 or 504 answer.
+// body of a 502 or 504 answer; a cause with a Reason method (a parent
+// proxy's failure, see package route) gives its own.
 func (e *Error) Reason() string {
 	var dnsErr *net.DNSError
+	var own interface{ Reason() string }
 	switch {
+	case errors.As(e.Err, &own):
+		// A cause with a client-safe reason of its own: a parent proxy's
+		// failure.
+		return own.Reason()
 	case errors.Is(e.Err, ErrOwnAddress):
 		return "destination " + e.Addr + " is this proxy"
 	case errors.Is(e.Err, ErrPrivate):
@@ -219,6 +225,43 @@ func (d *Dialer) DialOptions(ctx context.Context, addr string, p Permitter, o *O
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
+	addrs, err := d.resolve(ctx, addr, p, res, o)
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.dialAddrs(ctx, addrs, o)
+	if err != nil {
+		return nil, dialError(addr, err)
+	}
+	return c, nil
+}
+
+// DialTrusted connects to addr ("host:port"), an address the operator
+// configured (a parent proxy), with the dialer's timeout and socket
+// options but without the guard: a parent on loopback or a private
+// network is the operator's choice, not a client's. Errors are *Error.
+func (d *Dialer) DialTrusted(ctx context.Context, addr string) (*net.TCPConn, error) {
+	c, err := d.nd.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, dialError(addr, err)
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// Resolve returns the addresses addr ("host:port") may be connected to
+// under the guard and p, as DialPermit would try them: for a caller that
+// hands the connection to someone else (a SOCKS5 parent proxy given the
+// address rustle resolved and checked). It fails as DialPermit would, with
+// an [*Error], when nothing is left.
+func (d *Dialer) Resolve(ctx context.Context, addr string, p Permitter) ([]netip.AddrPort, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	return d.resolve(ctx, addr, p, d.resolver, nil)
+}
+
+// resolve resolves addr's host with res and returns the addresses the
+// guard, p and o's source leave, in the order dialAddrs tries them.
+func (d *Dialer) resolve(ctx context.Context, addr string, p Permitter, res Resolver, o *Options) ([]netip.AddrPort, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, &Error{Addr: addr, Err: err}
@@ -272,11 +315,7 @@ func (d *Dialer) DialOptions(ctx context.Context, addr string, p Permitter, o *O
 		}
 		addrs = kept
 	}
-	c, err := d.dialAddrs(ctx, addrs, o)
-	if err != nil {
-		return nil, dialError(addr, err)
-	}
-	return c, nil
+	return addrs, nil
 }
 
 // Check applies the guard and p to the remote address of a connection made

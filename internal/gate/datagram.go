@@ -37,7 +37,9 @@ func (s *Session) AuthorizeAssociation(r *Request, g *Grant) Kind {
 // and user, and the dialer's private-destination guard checks dst under
 // that decision. The deciding rule becomes g.Rule, so that the access
 // log names the rule of the last datagram. A refused datagram is dropped
-// by the front-end and not counted as a refusal. PermitDatagram is used
+// by the front-end and not counted as a refusal; so is a datagram whose
+// route (see route.go) goes through parents, which do not relay UDP yet:
+// it is never sent direct instead. PermitDatagram is used
 // by one goroutine at a time, as the rest of g.
 func (g *Grant) PermitDatagram(host string, dst netip.AddrPort) error {
 	s := g.s
@@ -61,6 +63,17 @@ func (g *Grant) PermitDatagram(host string, dst netip.AddrPort) error {
 	}
 	if err != nil {
 		return fmt.Errorf("gate: datagram to %s: %w", dst, err)
+	}
+	if t := p.Routes; t != nil {
+		// UDP through a parent is not written: a datagram whose route
+		// goes through parents is dropped, never sent direct.
+		rt := t.Match(acl.Request{
+			Client: s.ip, User: g.User, Host: host, Addr: dst.Addr().Unmap(), Port: dst.Port(),
+			Protocol: acl.SOCKS5UDP,
+		})
+		if !rt.Direct() {
+			return fmt.Errorf("gate: datagram to %s: route %s goes through parents, which do not relay UDP yet", dst, rt.Name())
+		}
 	}
 	return nil
 }

@@ -3,12 +3,14 @@ package gate_test
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 // newSession opens a session of p for a client at 127.0.0.1, closed at
@@ -139,4 +141,34 @@ func TestPermitDatagram(t *testing.T) {
 			g.Finish(0, 0)
 		})
 	}
+}
+
+// TestPermitDatagramRoute checks that a datagram whose route goes through
+// parents is dropped rather than sent direct, and one on a direct route
+// (or none) is not.
+func TestPermitDatagramRoute(t *testing.T) {
+	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{})
+	tab, err := route.New(route.Config{
+		Parents: []route.ParentConfig{{Name: "up", URL: "socks5://127.0.0.1:1080"}},
+		Routes: []route.RouteConfig{
+			{Name: "dns", Match: acl.Rule{Ports: []string{"53"}}, Via: []string{"direct"}},
+			{Name: "rest", Match: acl.Rule{Ports: []string{"1-52", "54-65535"}}, Via: []string{"up"}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Routes = tab
+	s := newSession(t, p)
+	var g gate.Grant
+	if k := s.AuthorizeAssociation(associateReq(), &g); k != gate.OK {
+		t.Fatalf("AuthorizeAssociation = %v", k)
+	}
+	if err := g.PermitDatagram("", netip.MustParseAddrPort("127.0.0.1:53")); err != nil {
+		t.Errorf("datagram on the direct route: %v", err)
+	}
+	if err := g.PermitDatagram("", netip.MustParseAddrPort("127.0.0.1:123")); err == nil || !strings.Contains(err.Error(), "route rest") {
+		t.Errorf("datagram on a route through parents: %v, want it dropped", err)
+	}
+	g.Finish(0, 0)
 }

@@ -25,6 +25,17 @@
 // failed TLS handshake) is reported once with [Session.Reject]: a record
 // with what was parsed of it and its reason, and a debug line.
 //
+// A policy with a route table ([Policy.Routes], package route) also
+// chooses, in Authorize and from the same fields the access rules see,
+// the route of each request; [Grant.Dial] and [Grant.DialConn] apply it:
+// direct, or through the parent the route picks at dial time (a tunnel
+// through an http, socks5 or socks5h parent is still a *net.TCPConn for
+// the splice engine; DialConn may return an https parent's *tls.Conn,
+// which [Grant.Tunnel] relays with goroutines). A plain HTTP front-end
+// asks [Grant.ForwardParent] first: an http parent takes the request in
+// absolute form and its connections are pooled under [ForwardKey]. The
+// access log names the route and the parent of every record.
+//
 // Bytes up and down are, on every protocol, the payload rustle wrote to
 // the upstream and to the client: the content of request and response
 // bodies (without chunked or HTTP/2 framing), or what a tunnel carried

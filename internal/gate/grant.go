@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 // Request is what a front-end read of one request: the protocol it came
@@ -67,6 +68,10 @@ type Grant struct {
 
 	decision acl.Decision
 	decided  bool           // decision holds an ACL verdict
+	route    *route.Route   // the route Authorize chose; nil = direct (see route.go)
+	parent   *route.Parent  // the parent Dial went through; nil = direct
+	picked   bool           // parent was picked (by ForwardParent) before the dial
+	forward  bool           // plain HTTP sent to parent (an http one) in absolute form
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	counted  string         // the user counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
@@ -132,11 +137,12 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		return g.refuse(kind)
 	}
 
+	ar := acl.Request{
+		Client: s.ip, User: user, Host: r.Host, Addr: r.Addr, Port: r.Port,
+		Method: r.Method, Protocol: r.Protocol,
+	}
 	if p.ACL != nil {
-		g.decision = p.ACL.Decide(acl.Request{
-			Client: s.ip, User: user, Host: r.Host, Addr: r.Addr, Port: r.Port,
-			Method: r.Method, Protocol: r.Protocol,
-		})
+		g.decision = p.ACL.Decide(ar)
 		g.decided = true
 		g.Rule = g.decision.Rule
 		if !g.decision.Allow {
@@ -144,6 +150,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 			return g.refuse(Denied) // logged at Finish
 		}
 	}
+	g.chooseRoute(&ar)
 	return OK
 }
 
@@ -268,8 +275,7 @@ func (g *Grant) Decision() *acl.Decision {
 	return &g.decision
 }
 
-// DialOptions returns the options the grant's dials use, which a route
-// may change before DialWith (its own resolver or source): the source of
+// DialOptions returns the options the grant's dials use: the source of
 // the request's user (see [Egress]), the session key (see sessionKey)
 // and the address the client reached. The options live in g until the
 // next Authorize.
@@ -296,51 +302,79 @@ func sessionKey(user string) string {
 
 // Dial connects to addr ("host:port") under the request's decision, the
 // private-destination guard and the grant's dial options (see
-// DialOptions), and feeds the dial histogram. On an error, DialKind tells
-// how to answer it; the access log's reason says dns-failed for a name
-// that could not be resolved and no-source for a destination of an
-// address family the egress source has no address of.
+// DialOptions), directly or through the parent its route picks (see
+// route.go), and feeds the dial histogram. On an error, DialKind tells
+// how to answer it, and the *dialer.Error's Reason what to say; the
+// access log's reason says dns-failed for a name that could not be
+// resolved, no-source for a destination of an address family the egress
+// source has no address of, and which parent failed how. The connection
+// is TCP to the destination, or a tunnel to it through a plain (http,
+// socks5) parent; an https parent is refused here (its connection is
+// TLS): a front-end that can relay one uses DialConn.
 func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
-	return g.DialWith(ctx, addr, g.DialOptions())
+	c, err := g.dial(ctx, addr, true)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
 }
 
-// DialWith is Dial with the options o (nil = none: the dialer's resolver
-// and the kernel's source).
-func (g *Grant) DialWith(ctx context.Context, addr string, o *dialer.Options) (*net.TCPConn, error) {
+// DialConn is Dial for a front-end that relays any connection (a tunnel
+// handed to Tunnel): the result is a *net.TCPConn, or the *tls.Conn of
+// an https parent.
+func (g *Grant) DialConn(ctx context.Context, addr string) (net.Conn, error) {
+	return g.dial(ctx, addr, false)
+}
+
+// dial is Dial (tcpOnly) or DialConn.
+func (g *Grant) dial(ctx context.Context, addr string, tcpOnly bool) (net.Conn, error) {
 	p := g.s.p
 	t0 := time.Now()
-	c, err := p.Dialer.DialOptions(ctx, addr, g.permitter(), o)
+	o := g.DialOptions()
+	c, err := g.dialRoute(ctx, addr, tcpOnly, o)
 	p.Metrics.Dialed(time.Since(t0), err == nil)
 	if d := g.decision; g.decided {
 		g.Rule = d.Rule
 	}
 	if err != nil {
-		kind := g.refuse(DialKind(err))
-		var de *dialer.Error
-		switch {
-		case errors.Is(err, dialer.ErrNoSource):
-			g.reason = accesslog.ReasonNoSource
-		case errors.As(err, &de) && de.DNS:
-			g.reason = accesslog.ReasonDNSFailed
-		}
-		if kind == Forbidden {
-			p.Metrics.ACLDenied()
-			attrs := []slog.Attr{slog.String("user", g.User), slog.String("target", addr),
-				slog.String("rule", g.Rule), slog.Any("err", err)}
-			if errors.Is(err, dialer.ErrPrivate) {
-				// The way out is the operator's, not the client's: it
-				// is named here, never in the answer.
-				attrs = append(attrs, slog.String("hint", privateHint))
-			}
-			g.s.debug("gate: destination refused", attrs...)
-		}
+		g.dialFailed(addr, err)
 		return nil, err
 	}
-	g.upstream = remoteAddrPort(c)
-	if o != nil && o.Source != nil {
-		g.source = localAddrPort(c)
+	if tc, ok := c.(*net.TCPConn); ok && g.parent == nil {
+		g.upstream = remoteAddrPort(tc)
+		if o.Source != nil {
+			g.source = localAddrPort(tc)
+		}
 	}
 	return c, nil
+}
+
+// dialFailed notes err, a failed dial (or a destination refused before
+// one) of addr: the access log's reason, the metrics and the debug line.
+func (g *Grant) dialFailed(addr string, err error) {
+	p := g.s.p
+	reason := g.reason // a parent's failure says which
+	kind := g.refuse(DialKind(err))
+	var de *dialer.Error
+	switch {
+	case errors.Is(err, dialer.ErrNoSource):
+		g.reason = accesslog.ReasonNoSource
+	case errors.As(err, &de) && de.DNS:
+		g.reason = accesslog.ReasonDNSFailed
+	case kind != Forbidden && reason != "":
+		g.reason = reason
+	}
+	if kind == Forbidden {
+		p.Metrics.ACLDenied()
+		attrs := []slog.Attr{slog.String("user", g.User), slog.String("target", addr),
+			slog.String("rule", g.Rule), slog.Any("err", err)}
+		if errors.Is(err, dialer.ErrPrivate) {
+			// The way out is the operator's, not the client's: it
+			// is named here, never in the answer.
+			attrs = append(attrs, slog.String("hint", privateHint))
+		}
+		g.s.debug("gate: destination refused", attrs...)
+	}
 }
 
 // Pool returns the upstream pool; nil = none.
@@ -356,6 +390,18 @@ func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
 // keep-alive timeout, and an upload must not meet one. On true c is the
 // request's upstream in the access log.
 func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
+	if g.forward {
+		// A connection to the request's HTTP parent, pooled under its
+		// key: the destination was checked by ForwardParent.
+		if !canRetry && !dialer.Alive(c) {
+			return false
+		}
+		g.upstream = remoteAddrPort(c)
+		return true
+	}
+	if g.ViaParent() {
+		return false // a tunnel through a parent is for its own request only
+	}
 	ap := remoteAddrPort(c)
 	if g.s.p.Dialer.Check(ap, g.permitter()) != nil {
 		return false
@@ -526,6 +572,8 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Rule:      g.Rule,
 		Reason:    g.endReason(),
 		Source:    g.source,
+		Route:     g.route.Name(),
+		Parent:    g.parent.Name(),
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
@@ -48,6 +49,10 @@ type Policy struct {
 	Egress *Egress
 	// Pool keeps idle upstream connections; nil = no upstream keep-alive.
 	Pool *dialer.Pool
+	// Routes chooses, for each authorized request, how its upstream is
+	// reached: direct or through a parent proxy (see route.go); nil =
+	// every request direct.
+	Routes *route.Table
 	// Metrics counts the listener's requests, bytes, tunnels, refusals,
 	// dials and first bytes; nil = none.
 	Metrics *metrics.ListenerMetrics

@@ -38,9 +38,14 @@ func (g *Grant) TunnelOpened() {
 // lives on in the engine (true: the serving goroutine must not close
 // client) or has already ended (false).
 //
+// upc is what Dial or DialConn returned: a *net.TCPConn (to the
+// destination, or a tunnel through a plain parent), which the engine and
+// the TLS relay take, or an https parent's *tls.Conn, which only the
+// paced and the portable relay do.
+//
 // beforeIdle, if not nil, is called before a relay that parks the client
 // connection: the front-end gives back its read buffer there.
-func (g *Grant) Tunnel(client net.Conn, upc *net.TCPConn, beforeIdle func()) (handedOff bool) {
+func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handedOff bool) {
 	s := g.s
 	client.SetDeadline(time.Time{})
 	upc.SetDeadline(time.Time{})
@@ -53,7 +58,8 @@ func (g *Grant) Tunnel(client net.Conn, upc *net.TCPConn, beforeIdle func()) (ha
 		g.Finish(up, down)
 		return false
 	}
-	if tc, ok := client.(*net.TCPConn); ok && s.eng != nil {
+	utc, upTCP := upc.(*net.TCPConn)
+	if tc, ok := client.(*net.TCPConn); ok && upTCP && s.eng != nil {
 		d := g.detach()
 		g.finished = true // d reports and releases now
 		g.counted = ""
@@ -61,7 +67,7 @@ func (g *Grant) Tunnel(client net.Conn, upc *net.TCPConn, beforeIdle func()) (ha
 		back := s.handoff()
 		reg, listener, user := s.p.Revoked, s.p.Listener, d.User
 		h := new(heldTunnel)
-		cut, err := s.eng.AddCut(tc, upc, func(r tunnel.Result) {
+		cut, err := s.eng.AddCut(tc, utc, func(r tunnel.Result) {
 			reg.removeTunnel(user, h.ended())
 			if errors.Is(r.Err, tunnel.ErrCut) { // only revocation cuts
 				d.reason = accesslog.ReasonRevoked
@@ -84,12 +90,12 @@ func (g *Grant) Tunnel(client net.Conn, upc *net.TCPConn, beforeIdle func()) (ha
 		}
 		return true
 	}
-	if tc, ok := client.(*tls.Conn); ok {
+	if tc, ok := client.(*tls.Conn); ok && upTCP {
 		if raw, ok := tunnel.RawTCP(tc); ok {
 			if beforeIdle != nil {
 				beforeIdle()
 			}
-			up, down, _ := tunnel.RelayTLS(ctx, tc, raw, upc, s.p.TunnelIdle)
+			up, down, _ := tunnel.RelayTLS(ctx, tc, raw, utc, s.p.TunnelIdle)
 			client.Close()
 			upc.Close()
 			g.Finish(up, down)

@@ -140,7 +140,7 @@ func (s *stream) detach(up *net.TCPConn, key string, reuse bool) {
 	pool := s.grant.Pool()
 	c.mu.Lock()
 	s.up = nil
-	reuse = reuse && !s.reset && pool != nil
+	reuse = reuse && !s.reset && pool != nil && !s.grant.ViaParent()
 	c.mu.Unlock()
 	if !reuse {
 		up.Close()

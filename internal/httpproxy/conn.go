@@ -14,6 +14,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 // spliceMin is the body remainder from which bytes are moved with splice
@@ -48,8 +49,9 @@ type conn struct {
 	// requests it may be kept, without its buffer (up.Buf nil), for the
 	// next request to the same origin: see getUpstream.
 	up       http1.Conn
-	upKey    string // pool key of up
-	upReused bool   // up served an earlier request
+	upKey    string        // pool key of up
+	fwd      *route.Parent // the HTTP parent the request goes to in absolute form; nil = none
+	upReused bool          // up served an earlier request
 
 	req, resp http1.Head
 	tgt       target
@@ -240,8 +242,20 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	idempotent := gate.Idempotent(method)
 	clientMinor := req.Minor
 	req.DropConnectionListed()
-	cn.buildRequestHead()
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
+	cn.fwd = nil
+	if !cn.upgrade && !cn.g.Route().Direct() {
+		// An HTTP parent takes the request itself, in absolute form; the
+		// pool keeps connections to it under its key.
+		if cn.fwd, err = cn.g.ForwardParent(cn.key); err != nil {
+			cn.writeDialError(err)
+			return false, false
+		}
+		if cn.fwd != nil {
+			cn.key = gate.ForwardKey(cn.key[:0], cn.fwd)
+		}
+	}
+	cn.buildRequestHead()
 
 	// The part of the request body already buffered goes out with the head.
 	var inBuf []byte
@@ -327,6 +341,18 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		}
 	}
 
+	if cn.fwd != nil && cn.resp.Status == 407 {
+		// The HTTP parent refused rustle's own credentials: no answer
+		// the client could give would help, so it is no 407 of its own.
+		if streaming {
+			cn.finishBody()
+		}
+		cn.dropUpstream()
+		cn.fwd.Health().Failed(time.Now())
+		cn.g.SetReason(accesslog.ReasonParentAuth)
+		cn.writeError(502, "parent proxy "+cn.fwd.Name()+" refused rustle's credentials", false)
+		return false, false
+	}
 	if cn.resp.Status == 101 {
 		return false, cn.switchProtocols()
 	}
@@ -432,6 +458,9 @@ func (cn *conn) getUpstream(fresh, canRetry bool) error {
 			return err
 		}
 		cn.upKey = addr
+		if cn.g.ViaParent() {
+			cn.upKey = "" // a tunnel through a parent: reused by no other request, not pooled
+		}
 	} else if cn.upKey == "" || cn.upKey != string(cn.key) {
 		cn.upKey = string(cn.key)
 	}
@@ -484,7 +513,7 @@ func (cn *conn) putUpstream() {
 	c := cn.up.TCP
 	cn.up.Release()
 	cn.up.C, cn.up.TCP = nil, nil
-	if cn.pool == nil {
+	if cn.pool == nil || cn.upKey == "" {
 		c.Close()
 		return
 	}
@@ -876,7 +905,7 @@ func (v *vec) write(c net.Conn, a, b []byte) (int64, error) {
 // connection was handed off.
 func (cn *conn) connect() bool {
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	upc, err := cn.g.Dial(context.WithoutCancel(cn.ctx), string(cn.key))
+	upc, err := cn.g.DialConn(context.WithoutCancel(cn.ctx), string(cn.key))
 	if err != nil {
 		cn.writeDialError(err)
 		return false
@@ -944,7 +973,7 @@ func (cn *conn) switchProtocols() bool {
 // socket, with tunnel.RelayTLS for a TLS client, by goroutines for a paced
 // user or elsewhere. It takes ownership of both connections and reports
 // true.
-func (cn *conn) tunnel(upc *net.TCPConn) bool {
+func (cn *conn) tunnel(upc net.Conn) bool {
 	if cn.client.Lowat() {
 		// A tunnel is relayed best with the send queue the kernel
 		// chooses: its relay is the busier side.

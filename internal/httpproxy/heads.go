@@ -14,7 +14,8 @@ import (
 const crlf = "\r\n"
 
 // buildRequestHead writes into cn.out the head forwarded upstream for
-// cn.req: the request line in origin-form, the client's header lines in
+// cn.req: the request line in origin-form (absolute-form to an HTTP
+// parent, cn.fwd, with the parent's Proxy-Authorization at the end), the client's header lines in
 // their order and case less the hop-by-hop ones, Host set to the target's
 // authority, and the Forwarded and Via headers the configuration asks for.
 func (cn *conn) buildRequestHead() {
@@ -22,6 +23,11 @@ func (cn *conn) buildRequestHead() {
 	b := req.Buf
 	out := append(cn.out[:0], req.Method.Of(b)...)
 	out = append(out, ' ')
+	if cn.fwd != nil {
+		// To an HTTP parent: absolute form.
+		out = append(out, "http://"...)
+		out = append(out, cn.tgt.authority...)
+	}
 	if cn.tgt.path[0] == '?' {
 		out = append(out, '/')
 	}
@@ -73,6 +79,12 @@ func (cn *conn) buildRequestHead() {
 	}
 	if cn.p.cfg.Via {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
+	}
+	if cn.fwd != nil && cn.fwd.Authorization() != "" {
+		// The parent's own credentials; the client's were dropped.
+		out = append(out, "Proxy-Authorization: "...)
+		out = append(out, cn.fwd.Authorization()...)
+		out = append(out, crlf...)
 	}
 	cn.out = append(out, crlf...)
 }
@@ -242,6 +254,9 @@ func (cn *conn) writeUpstreamError(err error) {
 }
 
 func (cn *conn) upKeyOrTarget() string {
+	if cn.fwd != nil {
+		return "through parent proxy " + cn.fwd.Name() // its key holds its address
+	}
 	return string(cn.key)
 }
 

@@ -88,8 +88,9 @@ type Metrics struct {
 	userBytes    *prometheus.CounterVec // nil unless per-user series are on
 	maxUsers     int
 
-	funcs *funcCollector
-	dns   *dnsVecs // made by the first DNS call; guarded by mu
+	funcs   *funcCollector
+	dns     *dnsVecs    // made by the first DNS call; guarded by mu
+	parents *parentVecs // see parent.go
 
 	mu        sync.Mutex
 	listeners map[[2]string]*ListenerMetrics // guarded by mu
@@ -169,6 +170,7 @@ func New(cfg Config) *Metrics {
 		buildInfo, m.accepted, m.open, m.requests, m.bytes, m.tunnels,
 		m.authFails, m.authAsks, m.aclDenies, m.dial, m.ttfb, m.funcs,
 	)
+	m.parents = newParentVecs(m.reg)
 	if cfg.PerUser {
 		m.userRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "user_requests_total",

@@ -18,6 +18,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/resolve"
+	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 )
 
@@ -42,6 +43,8 @@ type generation struct {
 	resolver   *resolve.Resolver  // the [dns] resolver; nil = the system's
 	users      int                // the number of users, inline and from files
 	created    []*tlsconf.Manager // TLS managers this build made rather than took from the previous generation
+	routes     *route.Table       // nil = no parents or routes
+	dialer     *dialer.Dialer     // what the routes' probes dial parents with
 }
 
 // build makes the generation of cfg. prev, the generation in use, is nil
@@ -109,6 +112,10 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	if err != nil {
 		return nil, err
 	}
+	if g.routes, err = newRoutes(cfg, s.opts.metrics); err != nil {
+		return nil, err
+	}
+	g.dialer = d
 
 	// TLS managers of the previous generation, by their settings.
 	reuse := make(map[tlsKey][]*tlsconf.Manager)
@@ -140,6 +147,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			Limiter:    g.lim,
 			Dialer:     d,
 			Pool:       s.pool,
+			Routes:     g.routes,
 			Metrics:    o.metrics.Listener(lc.Name, lc.Protocol),
 			AccessLog:  o.access,
 			TunnelIdle: cfg.Timeouts.IdleTunnel.Duration,
@@ -289,6 +297,10 @@ func (s *Server) useLocked(g *generation) {
 	}
 	s.resolver = g.resolver
 	s.listeners = g.listeners
+	if g.routes != s.routes {
+		s.routes = g.routes
+		g.routes.Start(g.dialer) // the previous table's probes are closed by Reload
+	}
 	if g.budget != s.budget {
 		s.budget = g.budget
 		s.setPipesLocked(g.budget)
@@ -298,7 +310,7 @@ func (s *Server) useLocked(g *generation) {
 // currentLocked returns the server's current generation.
 func (s *Server) currentLocked() *generation {
 	return &generation{cfg: s.cfg, guard: s.guard, lim: s.lim, budget: s.budget, authr: s.users,
-		handshakes: s.handshakes, listeners: s.listeners, resolver: s.resolver}
+		handshakes: s.handshakes, listeners: s.listeners, resolver: s.resolver, routes: s.routes}
 }
 
 // Reload swaps in cfg, a validated configuration, for the connections
@@ -400,6 +412,9 @@ func (s *Server) Reload(cfg *config.Config) error {
 	// upstreams it no longer lets through are closed: tightening
 	// allow_private takes effect on every reuse and every dial.
 	prev.guard.Supersede(g.guard)
+	// Connections keep the routes and parents they were given; only the
+	// previous table's probes stop.
+	prev.routes.Close()
 	if s.pool != nil {
 		n := s.pool.Retain(func(c *net.TCPConn) bool {
 			a, ok := c.RemoteAddr().(*net.TCPAddr)

@@ -25,6 +25,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/resolve"
+	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -48,6 +49,7 @@ type Server struct {
 	handshakes *handshakeSlots // TLS handshake slots
 	users      *auth.Authenticator
 	resolver   *resolve.Resolver // the [dns] resolver; nil = the system's
+	routes     *route.Table      // parents and routes, with their probes; nil = none (see routes.go)
 
 	// revoked tracks every generation's sessions and tunnels by user, so
 	// that a reload that removes a user ends them.
@@ -372,6 +374,10 @@ func (s *Server) Close() error {
 	if res != nil {
 		res.Close()
 	}
+	s.mu.Lock()
+	rt := s.routes
+	s.mu.Unlock()
+	rt.Close() // the probes
 	return nil
 }
 

@@ -362,7 +362,7 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 			slog.String("outcome", kind.String()), slog.String("rule", g.Rule))
 		return false
 	}
-	upc, err := g.Dial(context.WithoutCancel(cn.sess.Context()), target)
+	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()), target)
 	if err != nil {
 		rep := dialReply(err)
 		reply(rep, netip.AddrPort{})
@@ -371,7 +371,10 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 		s.debug(cn, "socks5: connect", err, slog.String("target", target), slog.String("rule", g.Rule))
 		return false
 	}
-	bnd := upc.LocalAddr().(*net.TCPAddr).AddrPort()
+	var bnd netip.AddrPort
+	if a, ok := upc.LocalAddr().(*net.TCPAddr); ok {
+		bnd = a.AddrPort()
+	}
 	if err := reply(repSucceeded, bnd); err != nil {
 		upc.Close()
 		g.Finish(0, 0) // nothing was answered: not reported

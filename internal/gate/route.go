@@ -1,0 +1,264 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/route"
+)
+
+// chooseRoute notes the route of an authorized request: the first of the
+// policy's routes that r matches (nil = direct). The parent is picked
+// when the grant dials.
+func (g *Grant) chooseRoute(r *acl.Request) {
+	g.route, g.parent, g.picked, g.forward = nil, nil, false, false
+	if t := g.s.p.Routes; t != nil {
+		g.route = t.Match(*r)
+	}
+}
+
+// Route returns the request's route, nil when no route matched (direct).
+func (g *Grant) Route() *route.Route { return g.route }
+
+// Parent returns the parent the request's upstream went through, nil
+// when it went direct (or has not dialed).
+func (g *Grant) Parent() *route.Parent { return g.parent }
+
+// ViaParent reports whether the request's upstream is (or, once dialed,
+// will be) a tunnel through a parent: it is for no other request. A kept
+// or pooled connection made for another request is not used for it (see
+// Admits), and the connection it dials is not to be pooled. A request
+// ForwardParent sent to an HTTP parent is not: its connection to the
+// parent is pooled under ForwardKey.
+func (g *Grant) ViaParent() bool {
+	return !g.route.Direct() && !g.forward && !(g.picked && g.parent == nil)
+}
+
+// ForwardParent picks, for a plain HTTP request (not a tunnel), the
+// parent of its route, and returns it when it is an http parent, which
+// takes the request itself: the front-end sends it in absolute form with
+// the parent's Authorization as Proxy-Authorization (the client's is
+// never sent), pools the connection under ForwardKey, and Dial then
+// connects to the parent without a CONNECT. It returns nil for a request
+// that goes direct, or that Dial tunnels through a socks5, socks5h or
+// https parent. The destination is checked as for a tunnel through the
+// parent (an IP literal by the guard and the rules, a name by the rules
+// as unresolved); a refusal, or every parent down (ErrNoParent), is an
+// error to answer as a dial's. addr is the destination host:port, only
+// read during the call. Call it once, after Authorize and before Dial or
+// Admits, which are then given the ForwardKey rather than the
+// destination.
+func (g *Grant) ForwardParent(addr []byte) (*route.Parent, error) {
+	if g.route.Direct() {
+		return nil, nil
+	}
+	err := g.forwardParent(bytesString(addr))
+	if err != nil {
+		a := string(addr)
+		var de *dialer.Error
+		if errors.As(err, &de) {
+			de.Addr = a // it viewed addr
+		}
+		g.dialFailed(a, err)
+		return nil, err
+	}
+	if g.forward {
+		return g.parent, nil
+	}
+	return nil, nil
+}
+
+func (g *Grant) forwardParent(addr string) error {
+	host, port, err := splitAddr(addr)
+	if err != nil {
+		return err
+	}
+	parent, err := g.route.Pick(route.Key{Host: host, User: g.User})
+	g.picked = true
+	if err != nil {
+		g.reason = accesslog.ReasonNoParent
+		return &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
+	}
+	g.parent = parent
+	if parent == nil || parent.Scheme() != route.HTTP {
+		return nil
+	}
+	t := route.Target{Host: host, Port: port}
+	if err := g.checkForParent(context.Background(), parent, addr, &t); err != nil {
+		return err
+	}
+	g.forward = true
+	return nil
+}
+
+// ForwardKey appends to dst the upstream pool key of an HTTP parent's
+// connections: its name and address, which no origin's host:port can be.
+func ForwardKey(dst []byte, p *route.Parent) []byte {
+	dst = append(dst, "parent "...)
+	dst = append(dst, p.Name()...)
+	dst = append(dst, ' ')
+	return append(dst, p.Addr()...)
+}
+
+// splitAddr splits host:port.
+func splitAddr(addr string) (string, uint16, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, &dialer.Error{Addr: addr, Err: err}
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return "", 0, &dialer.Error{Addr: addr, Err: err}
+	}
+	return host, uint16(port), nil
+}
+
+// errNoParent is the cause of a dial refused because every parent of the
+// route is down.
+type errNoParent struct{ route string }
+
+func (e errNoParent) Error() string {
+	return "gate: route " + e.route + ": " + route.ErrNoParent.Error()
+}
+func (e errNoParent) Unwrap() error { return route.ErrNoParent }
+
+// Reason is the client-safe reason.
+func (e errNoParent) Reason() string { return "no parent proxy of route " + e.route + " is up" }
+
+// errHTTPSParent refuses an https parent on a path that needs a TCP
+// connection to the destination (Dial: plain HTTP forwarding, HTTP/2
+// streams), which phase 2 of the parents work is to add.
+type errHTTPSParent struct{ parent string }
+
+func (e errHTTPSParent) Error() string {
+	return "gate: parent " + e.parent + " is https, which gives a TLS connection; this request needs a TCP one"
+}
+
+// Reason is the client-safe reason.
+func (e errHTTPSParent) Reason() string {
+	return "parent proxy " + e.parent + " (https) takes only tunnels (CONNECT, SOCKS) for now"
+}
+
+// dialRoute dials addr under the grant's route: direct (with the dial
+// options o: the egress source and resolver), or through the parent it
+// picks (the parent's own address is dialled from the kernel's choice of
+// source, not o's). The result is a *net.TCPConn, or for an https parent
+// a *tls.Conn, which tcpOnly refuses before dialing.
+func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dialer.Options) (net.Conn, error) {
+	p := g.s.p
+	if g.route.Direct() {
+		c, err := p.Dialer.DialOptions(ctx, addr, g.permitter(), o)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	if g.forward {
+		// The request goes to the parent itself (ForwardParent checked
+		// its destination); addr is its pool key.
+		c, err := g.parent.DialParent(ctx, p.Dialer)
+		if err != nil {
+			return nil, g.parentError(addr, err)
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			g.upstream = remoteAddrPort(tc)
+		}
+		return c, nil
+	}
+	host, port, err := splitAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	parent := g.parent
+	if !g.picked {
+		if parent, err = g.route.Pick(route.Key{Host: host, User: g.User}); err != nil {
+			g.reason = accesslog.ReasonNoParent
+			return nil, &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
+		}
+	}
+	if parent == nil { // every parent down; the route falls back to direct
+		c, err := p.Dialer.DialOptions(ctx, addr, g.permitter(), o)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	g.parent = parent
+	if tcpOnly && parent.Scheme() == route.HTTPS {
+		g.reason = accesslog.ReasonParentRefused
+		return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{parent.Name()}}
+	}
+	t := route.Target{Host: host, Port: port}
+	if err := g.checkForParent(ctx, parent, addr, &t); err != nil {
+		return nil, err
+	}
+	c, err := parent.Dial(ctx, p.Dialer, t)
+	if err != nil {
+		return nil, g.parentError(addr, err)
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		g.upstream = remoteAddrPort(tc)
+	}
+	return c, nil
+}
+
+// parentError returns a parent's failure to dial addr as a *dialer.Error
+// and notes its reason.
+func (g *Grant) parentError(addr string, err error) error {
+	var re *route.Error
+	if errors.As(err, &re) {
+		g.reason = parentReason(re.Kind)
+		return &dialer.Error{Addr: addr, Timeout: re.Kind == route.TimedOut, Err: re}
+	}
+	return &dialer.Error{Addr: addr, Err: err}
+}
+
+// checkForParent applies the access rules and the private-destination
+// guard to a destination sent to parent. For a socks5 parent rustle
+// resolves the name, checks every address as a direct dial would and
+// sends the first allowed one. For the others the parent resolves: an IP
+// literal is checked as it would be for a direct dial, and a name is
+// decided by the rules as if it resolved to no address (their IP and CIDR
+// host entries do not match it); what the parent resolves it to is not
+// seen.
+func (g *Grant) checkForParent(ctx context.Context, parent *route.Parent, addr string, t *route.Target) error {
+	d := g.s.p.Dialer
+	if parent.ResolvesLocally() {
+		addrs, err := d.Resolve(ctx, addr, g.permitter())
+		if err != nil {
+			return err
+		}
+		t.Addr = addrs[0].Addr()
+		return nil
+	}
+	if ip, err := netip.ParseAddr(t.Host); err == nil {
+		if err := d.Check(netip.AddrPortFrom(ip.Unmap(), t.Port), g.permitter()); err != nil {
+			return &dialer.Error{Addr: addr, Forbidden: true, Err: err}
+		}
+		return nil
+	}
+	if g.decided && !g.decision.PermitUnresolved() {
+		g.Rule = g.decision.Rule
+		return &dialer.Error{Addr: addr, Forbidden: true, Err: dialer.ErrDenied}
+	}
+	return nil
+}
+
+// parentReason returns the access log's reason for a parent's failure.
+func parentReason(k route.ErrorKind) string {
+	switch k {
+	case route.TimedOut:
+		return accesslog.ReasonParentTimedOut
+	case route.AuthFailed:
+		return accesslog.ReasonParentAuth
+	case route.Refused, route.Protocol:
+		return accesslog.ReasonParentRefused
+	}
+	return accesslog.ReasonParentUnreachable
+}

@@ -1,0 +1,75 @@
+package gate_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"github.com/rustle-proxy/rustle/internal/route"
+)
+
+// routedPolicy is a policy with a user, a rule and a route table: CONNECT
+// to port 443 goes through the parents, the rest direct.
+func routedPolicy(t testing.TB) *gate.Policy {
+	t.Helper()
+	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{"alice-session-42": "pw"},
+		Rules: []acl.Rule{{Name: "all", Action: acl.Allow}},
+	})
+	tab, err := route.New(route.Config{
+		Parents: []route.ParentConfig{{Name: "a", URL: "http://127.0.0.1:3128"}, {Name: "b", URL: "socks5://127.0.0.1:1080"}},
+		Routes: []route.RouteConfig{
+			{Name: "tls", Match: acl.Rule{Ports: []string{"443"}}, Via: []string{"a", "b"}, Select: "hash-session"},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Routes = tab
+	return p
+}
+
+// TestAuthorizeRoute checks that Authorize chooses the route from the
+// request's fields, and that doing so on the keep-alive path (a reused
+// grant, a remembered credential) allocates nothing.
+func TestAuthorizeRoute(t *testing.T) {
+	p := routedPolicy(t)
+	s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40010"), nil, nil)
+	defer s.Close()
+	var g gate.Grant
+	tls := connectReq("www.example.com", basicAuth("alice-session-42", "pw"))
+	plain := connectReq("www.example.com", basicAuth("alice-session-42", "pw"))
+	plain.Port = 80
+	if k := s.Authorize(tls, &g); k != gate.OK || g.Route().Name() != "tls" || !g.ViaParent() {
+		t.Fatalf("port 443: %v, route %q", k, g.Route().Name())
+	}
+	g.Finish(0, 0)
+	if k := s.Authorize(plain, &g); k != gate.OK || g.Route() != nil || g.ViaParent() {
+		t.Fatalf("port 80: %v, route %q", k, g.Route().Name())
+	}
+	g.Finish(0, 0)
+	if n := testing.AllocsPerRun(100, func() {
+		s.Authorize(tls, &g)
+		g.Finish(0, 0)
+	}); n != 0 {
+		t.Errorf("Authorize with a route allocates %v times", n)
+	}
+}
+
+// BenchmarkAuthorizeRoute measures Authorize with a route table on the
+// keep-alive path.
+func BenchmarkAuthorizeRoute(b *testing.B) {
+	p := routedPolicy(b)
+	s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40011"), nil, nil)
+	defer s.Close()
+	var g gate.Grant
+	r := connectReq("www.example.com", basicAuth("alice-session-42", "pw"))
+	b.ReportAllocs()
+	for b.Loop() {
+		s.Authorize(r, &g)
+		g.Finish(0, 0)
+	}
+}

@@ -1,0 +1,328 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+)
+
+// Direct is the via of a route that connects to the destination itself.
+const Direct = "direct"
+
+// RouteConfig is one route as configured.
+type RouteConfig struct {
+	// Name names the route in the access log and errors; "" means
+	// "routes[N]", N its index from 0.
+	Name string
+	// Match holds the route's criteria, with the syntax and meaning of an
+	// access rule's (Action and AllowPrivate empty); empty criteria match
+	// every request.
+	Match acl.Rule
+	// Via is Direct, or the names of one or more parents.
+	Via []string
+	// Select is how the route picks among its parents (see
+	// [ParseSelect]); "" = round-robin.
+	Select string
+	// Fallback is what a request does when every parent is down: Direct,
+	// or "" to be refused (502).
+	Fallback string
+	// SessionSeparator separates a user from its session in a user name
+	// for hash-user; "" = DefaultSessionSeparator.
+	SessionSeparator string
+}
+
+// Config is a route table as configured.
+type Config struct {
+	// Parents are the parents routes may name.
+	Parents []ParentConfig
+	// Routes are tried in order; the first that matches wins.
+	Routes []RouteConfig
+	// Groups are the user groups of the access rules, which routes'
+	// groups criteria name.
+	Groups map[string][]string
+}
+
+// Route is one compiled route. It is immutable and stays usable after its
+// Table is closed.
+type Route struct {
+	name     string
+	group    *Group // nil = direct
+	fallback bool   // direct when every parent is down
+}
+
+// Name returns the route's name; "" for a nil Route (no route matched).
+func (r *Route) Name() string {
+	if r == nil {
+		return ""
+	}
+	return r.name
+}
+
+// Group returns the route's parents; nil for a direct route.
+func (r *Route) Group() *Group { return r.group }
+
+// Direct reports whether the route connects directly.
+func (r *Route) Direct() bool { return r == nil || r.group == nil }
+
+// Pick returns the parent a request with key k goes through: nil for a
+// direct route, or for one that falls back to direct when every parent
+// is down; ErrNoParent when every parent is down and the route has no
+// fallback. It allocates nothing.
+func (r *Route) Pick(k Key) (*Parent, error) { return r.PickExcept(k, nil) }
+
+// PickExcept is Pick skipping the parent except, for a retry on the next
+// parent after except failed.
+func (r *Route) PickExcept(k Key, except *Parent) (*Parent, error) {
+	if r.Direct() {
+		return nil, nil
+	}
+	if p := r.group.Pick(k, time.Now(), except); p != nil {
+		return p, nil
+	}
+	if r.fallback {
+		return nil, nil
+	}
+	return nil, ErrNoParent
+}
+
+// Table is a compiled route table with its parents. It is safe for
+// concurrent use.
+type Table struct {
+	matcher *acl.Matcher
+	routes  []Route
+	parents []*Parent
+	byName  map[string]*Parent
+
+	mu     sync.Mutex
+	cancel context.CancelFunc // stops the probes; nil = not started
+	wg     sync.WaitGroup
+}
+
+// New compiles cfg. It fails on a bad parent, a duplicate parent name, a
+// route naming an unknown parent, a bad criterion or selection; the
+// errors name the parent or route and the key.
+func New(cfg Config) (*Table, error) {
+	t := &Table{byName: make(map[string]*Parent, len(cfg.Parents))}
+	var errs []error
+	for _, pc := range cfg.Parents {
+		if pc.Name == Direct {
+			errs = append(errs, fmt.Errorf("route: parent %q: the name is reserved", pc.Name))
+			continue
+		}
+		if _, dup := t.byName[pc.Name]; dup {
+			errs = append(errs, fmt.Errorf("route: parent %s: name given twice", pc.Name))
+			continue
+		}
+		p, err := NewParent(pc)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		t.byName[p.name] = p
+		t.parents = append(t.parents, p)
+	}
+	criteria := make([]acl.Rule, len(cfg.Routes))
+	for i, rc := range cfg.Routes {
+		name := rc.Name
+		if name == "" {
+			name = "routes[" + strconv.Itoa(i) + "]"
+		}
+		criteria[i] = rc.Match
+		criteria[i].Name = name
+		r := Route{name: name}
+		fail := func(key string, err error) {
+			errs = append(errs, fmt.Errorf("route: route %s: %s: %w", name, key, err))
+		}
+		switch rc.Fallback {
+		case "":
+		case Direct:
+			r.fallback = true
+		default:
+			fail("fallback", fmt.Errorf("%q is neither %q nor empty", rc.Fallback, Direct))
+		}
+		sel, err := ParseSelect(rc.Select)
+		if err != nil {
+			fail("select", err)
+		}
+		switch {
+		case len(rc.Via) == 0:
+			fail("via", errors.New("is empty: name parents or \"direct\""))
+		case len(rc.Via) == 1 && rc.Via[0] == Direct:
+			if rc.Select != "" || rc.Fallback != "" {
+				fail("via", errors.New("a direct route has no select or fallback"))
+			}
+		default:
+			ps := make([]*Parent, 0, len(rc.Via))
+			seen := make(map[string]bool, len(rc.Via))
+			for _, v := range rc.Via {
+				p, ok := t.byName[v]
+				switch {
+				case v == Direct:
+					fail("via", errors.New("\"direct\" cannot be one of a group of parents; use fallback = \"direct\""))
+				case seen[v]:
+					fail("via", fmt.Errorf("parent %q named twice", v))
+				case !ok:
+					fail("via", fmt.Errorf("parent %q is not defined in [[parents]]", v))
+				default:
+					ps = append(ps, p)
+				}
+				seen[v] = true
+			}
+			r.group = NewGroup(ps, sel, rc.SessionSeparator)
+		}
+		t.routes = append(t.routes, r)
+	}
+	m, err := acl.NewMatcher(criteria, cfg.Groups)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("route: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	t.matcher = m
+	return t, nil
+}
+
+// Match returns the first route that matches r, nil when none does (the
+// request goes direct). It allocates nothing.
+func (t *Table) Match(r acl.Request) *Route {
+	if t == nil {
+		return nil
+	}
+	if i := t.matcher.Match(r); i >= 0 {
+		return &t.routes[i]
+	}
+	return nil
+}
+
+// Routes returns the compiled routes in order; the slice must not be
+// changed.
+func (t *Table) Routes() []Route { return t.routes }
+
+// Parents returns the parents in configuration order; the slice must not
+// be changed.
+func (t *Table) Parents() []*Parent { return t.parents }
+
+// Parent returns the parent named name, nil when there is none.
+func (t *Table) Parent(name string) *Parent { return t.byName[name] }
+
+// Observer learns what happens to a parent: *metrics.ParentMetrics
+// implements it.
+type Observer interface {
+	// Dialed is called after every dial through the parent (a request or
+	// tunnel, or a probe) with how long it took and whether it succeeded.
+	Dialed(d time.Duration, ok bool)
+	// Health is called when the parent goes down or comes back up.
+	Health(up bool)
+}
+
+// Observe gives each parent the Observer f returns for it (nil = none);
+// call it before the table is used.
+func (t *Table) Observe(f func(p *Parent) Observer) {
+	for _, p := range t.parents {
+		if o := f(p); o != nil {
+			p.obs = o
+			p.health.onChange = o.Health
+		}
+	}
+}
+
+// Healthy reports whether every route through parents has one that is up
+// at now, or falls back to direct (for readiness).
+func (t *Table) Healthy(now time.Time) bool {
+	for i := range t.routes {
+		r := &t.routes[i]
+		if r.Direct() || r.fallback {
+			continue
+		}
+		if r.group.Pick(Key{}, now, nil) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// Start starts one probe loop per parent with a probe interval, dialing
+// with d; a second call does nothing, nor does a call on a nil Table.
+// Close stops and joins them.
+func (t *Table) Start(d Dialer) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	for _, p := range t.parents {
+		if p.probe.Interval <= 0 {
+			continue
+		}
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			p.probeLoop(ctx, d)
+		}()
+	}
+}
+
+// Close stops the probes and waits for them to return. The routes and
+// parents stay usable. A nil Table has nothing to close.
+func (t *Table) Close() error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	cancel := t.cancel
+	t.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	t.wg.Wait()
+	return nil
+}
+
+// probeLoop probes p every interval until ctx is done.
+func (p *Parent) probeLoop(ctx context.Context, d Dialer) {
+	tick := time.NewTicker(p.probe.Interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		p.Probe(ctx, d)
+	}
+}
+
+// Probe checks p once, as its probe loop does, and notes the outcome in
+// its health; it returns the failure, nil when the parent answered.
+func (p *Parent) Probe(ctx context.Context, d Dialer) error {
+	var c net.Conn
+	var err error
+	if p.probe.Target == "" {
+		c, err = p.DialParent(ctx, d)
+	} else {
+		host, port, _ := splitTarget(p.probe.Target)
+		t := Target{Host: host, Port: port}
+		if p.scheme == SOCKS5 {
+			// A probe target of a socks5 parent is an address (checked
+			// at load).
+			t.Addr, _ = parseAddr(host)
+		}
+		c, err = p.Dial(ctx, d, t)
+	}
+	if c != nil {
+		c.Close()
+	}
+	return err
+}
