@@ -132,12 +132,13 @@ func (c *Config) validateDNS(v *validator) {
 			}
 		}
 	}
-	if !d.Enabled() {
+	routed := slices.ContainsFunc(c.Routes, func(r Route) bool { return len(r.Resolvers) > 0 })
+	if !d.Enabled() && !routed {
 		for _, k := range []struct {
 			key string
 			set bool
 		}{{"dns.prefer", d.Prefer != ""}, {"dns.only", d.Only != ""}, {"dns.hosts", len(d.Hosts) > 0}, {"dns.ca", d.CA != ""}} {
-			v.check(!k.set, k.key, "needs dns.resolvers: without them the system resolver is used")
+			v.check(!k.set, k.key, "needs dns.resolvers (or a route's resolvers): without them the system resolver is used")
 		}
 	}
 }

@@ -65,7 +65,7 @@ func TestDNSKeysNeedResolvers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{`d.toml:2: dns.prefer: needs dns.resolvers: without them the system resolver is used`}
+	want := []string{`d.toml:2: dns.prefer: needs dns.resolvers (or a route's resolvers): without them the system resolver is used`}
 	if diff := cmp.Diff(want, errorStrings(t, c.Validate())); diff != "" {
 		t.Errorf("Validate messages (-want +got):\n%s", diff)
 	}

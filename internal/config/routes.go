@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/resolve"
 	"github.com/rustle-proxy/rustle/internal/route"
 )
 
@@ -94,7 +95,32 @@ type Route struct {
 	// SessionSeparator separates a user name from its session for
 	// hash-user ("alice-session-42" is user alice); "" means "-session-".
 	SessionSeparator string `toml:"session_separator"`
+	// Egress is where the route's direct connections come from (bind,
+	// interface, freebind, as [egress]); it replaces the listener's and
+	// the global egress for requests the route takes direct (a user's
+	// [[egress.rules]] entry still wins). Dials through a parent come
+	// from the kernel's choice. Its zero value keeps the listener's.
+	Egress RouteEgress `toml:"egress"`
+	// Resolvers are DNS servers (as dns.resolvers) that resolve the
+	// names of the route's direct destinations instead of [dns]'s, with
+	// [dns]'s timeout, cache bounds, prefer, only, hosts and ca, and a
+	// cache of their own; empty means [dns]'s (or the system's).
+	Resolvers []string `toml:"resolvers"`
 }
+
+// RouteEgress is a route's egress: its keys mean what [Egress]'s do.
+type RouteEgress struct {
+	// Bind lists source addresses and prefixes; empty means the
+	// listener's choice (or, with Interface, a bound interface only).
+	Bind []string `toml:"bind"`
+	// Interface is the interface to bind to; "" means none.
+	Interface string `toml:"interface"`
+	// Freebind lets Bind name addresses not configured on the host.
+	Freebind bool `toml:"freebind"`
+}
+
+// Set reports whether any key of the route's egress is set.
+func (e RouteEgress) Set() bool { return len(e.Bind) > 0 || e.Interface != "" || e.Freebind }
 
 // Strings is a list of strings that a configuration may also give as one
 // string: via = "squid" is via = ["squid"].
@@ -188,6 +214,12 @@ func (c *Config) validateRoutes(v *validator) {
 			names[r.Name] = i
 		}
 		c.validateCriteria(v, key, r.Clients, r.Users, r.Groups, r.Hosts, r.Ports, r.Methods, r.Protocols)
+		validateBind(v, key+".egress", r.Egress.Bind, r.Egress.Interface)
+		for j, u := range r.Resolvers {
+			if _, err := resolve.ParseServer(u); err != nil {
+				v.add(fmt.Sprintf("%s.resolvers[%d]", key, j), errors.New(strings.TrimPrefix(err.Error(), "resolve: ")))
+			}
+		}
 		direct := len(r.Via) == 1 && r.Via[0] == route.Direct
 		switch {
 		case len(r.Via) == 0:

@@ -116,6 +116,12 @@ fallback = "squid"
 
 [[routes]]
 ports = ["443"]
+
+[[routes]]
+name = "egress"
+via = "direct"
+egress = { bind = ["not-an-address"] }
+resolvers = ["ftp://dns.example"]
 `
 	c, err := Parse([]byte(src), "r.toml")
 	if err != nil {
@@ -141,6 +147,8 @@ ports = ["443"]
 		`r.toml:38: routes[2].via[2]: parent "s5" is named twice`,
 		`r.toml:39: routes[2].fallback: "squid" is neither "direct" nor empty`,
 		`r.toml:41: routes[3]: via is required: "direct", a parent's name or a list of them`,
+		`r.toml:47: routes[4].egress.bind[0]: "not-an-address" is not an IP address or a CIDR prefix`,
+		`r.toml:48: routes[4].resolvers[0]: resolver "ftp://dns.example": scheme "ftp" is not udp, tcp, tls or https`,
 	}
 	for _, w := range want {
 		if !slices.Contains(got, w) {

@@ -26,20 +26,27 @@ type Egress struct {
 
 // For returns the source of user's requests; nil = the kernel's choice.
 func (e *Egress) For(user string) *dialer.Source {
+	src, _ := e.forUser(user)
+	return src
+}
+
+// forUser is For, reporting whether the source is the user's own (a
+// [[egress.rules]] entry) rather than the listener's default.
+func (e *Egress) forUser(user string) (src *dialer.Source, own bool) {
 	if e == nil {
-		return nil
+		return nil, false
 	}
 	if user != "" && e.Users != nil {
 		if s, ok := e.Users[user]; ok {
-			return s
+			return s, true
 		}
 		if base := auth.SessionUser(user); base != user {
 			if s, ok := e.Users[base]; ok {
-				return s
+				return s, true
 			}
 		}
 	}
-	return e.Default
+	return e.Default, false
 }
 
 // Resolver returns the resolver the grant's dials resolve host names

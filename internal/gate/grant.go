@@ -276,18 +276,30 @@ func (g *Grant) Decision() *acl.Decision {
 }
 
 // DialOptions returns the options the grant's dials use: the source of
-// the request's user (see [Egress]), the session key (see sessionKey)
-// and the address the client reached. The options live in g until the
-// next Authorize.
+// the request's user (see [Egress]), else its route's, else the
+// listener's; the route's resolver, if it has one; the session key (see
+// sessionKey) and the address the client reached. The options live in g
+// until the next Authorize.
 func (g *Grant) DialOptions() *dialer.Options {
 	s := g.s
-	src := s.p.Egress.For(g.User)
-	g.opts = dialer.Options{Source: src}
+	src := g.egressSource()
+	g.opts = dialer.Options{Source: src, Resolver: g.route.Resolver()}
 	if src != nil {
 		g.opts.Key = sessionKey(g.User)
 		g.opts.Reached = s.reached()
 	}
 	return &g.opts
+}
+
+// egressSource returns the source of the grant's direct connections:
+// the user's own, else the route's, else the listener's (see [Egress]);
+// nil = the kernel's choice.
+func (g *Grant) egressSource() *dialer.Source {
+	src, own := g.s.p.Egress.forUser(g.User)
+	if rs := g.route.Source(); rs != nil && !own {
+		return rs
+	}
+	return src
 }
 
 // sessionKey returns the dialer's session key for user: the whole name
@@ -407,7 +419,7 @@ func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
 		return false
 	}
 	var local netip.AddrPort
-	if src := g.s.p.Egress.For(g.User); src != nil {
+	if src := g.egressSource(); src != nil {
 		// A connection made from another user's (or session's) source
 		// is not this request's to reuse.
 		local = localAddrPort(c)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // Direct is the via of a route that connects to the destination itself.
@@ -35,6 +36,12 @@ type RouteConfig struct {
 	// SessionSeparator separates a user from its session in a user name
 	// for hash-user; "" = DefaultSessionSeparator.
 	SessionSeparator string
+	// Source is where the route's direct connections come from; nil =
+	// the listener's egress.
+	Source *dialer.Source
+	// Resolver resolves the names of the route's direct destinations;
+	// nil = the dialer's.
+	Resolver dialer.Resolver
 }
 
 // Config is a route table as configured.
@@ -54,6 +61,26 @@ type Route struct {
 	name     string
 	group    *Group // nil = direct
 	fallback bool   // direct when every parent is down
+	source   *dialer.Source
+	resolver dialer.Resolver
+}
+
+// Source returns where the route's direct connections come from; nil
+// (also for a nil Route) = the listener's egress.
+func (r *Route) Source() *dialer.Source {
+	if r == nil {
+		return nil
+	}
+	return r.source
+}
+
+// Resolver returns what resolves the route's direct destinations; nil
+// (also for a nil Route) = the dialer's.
+func (r *Route) Resolver() dialer.Resolver {
+	if r == nil {
+		return nil
+	}
+	return r.resolver
 }
 
 // Name returns the route's name; "" for a nil Route (no route matched).
@@ -135,7 +162,7 @@ func New(cfg Config) (*Table, error) {
 		}
 		criteria[i] = rc.Match
 		criteria[i].Name = name
-		r := Route{name: name}
+		r := Route{name: name, source: rc.Source, resolver: rc.Resolver}
 		fail := func(key string, err error) {
 			errs = append(errs, fmt.Errorf("route: route %s: %s: %w", name, key, err))
 		}
@@ -287,6 +314,14 @@ func (t *Table) Close() error {
 		cancel()
 	}
 	t.wg.Wait()
+	for _, r := range t.routes {
+		// The routes' own resolvers' idle connections (DNS over
+		// HTTPS); a resolver still held by a dial in flight keeps
+		// working.
+		if c, ok := r.resolver.(interface{ Close() error }); ok {
+			c.Close()
+		}
+	}
 	return nil
 }
 

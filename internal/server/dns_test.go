@@ -252,3 +252,54 @@ func TestDNSReloadKeepsCache(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteResolvers checks that a route with resolvers of its own
+// resolves its direct destinations with them, with a cache of its own,
+// while other requests use [dns]'s, and that the guard checks what the
+// route's resolvers answer too.
+func TestRouteResolvers(t *testing.T) {
+	origin := proxytest.NewOrigin(t, proxytest.Respond(200, "hello"))
+	_, port, _ := net.SplitHostPort(origin.Addr)
+	global := proxytest.NewDNSServer(t)
+	global.Set("origin.rustle.test", 300, "127.0.0.1")
+	own := proxytest.NewDNSServer(t)
+	own.Set("inside.corp.test", 300, "127.0.0.1")
+	own.Set("www.corp.test", 300, "10.0.0.1") // a private answer the rule does not allow
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.Upstream.MaxIdlePerHost = -1
+	cfg.Listen = []config.Listener{{Name: "p", Address: "127.0.0.1:0", Auth: config.AuthNone}}
+	cfg.ACL.Default = "allow"
+	cfg.ACL.Rules = []config.ACLRule{{Name: "tests", Action: "allow", Hosts: []string{"origin.rustle.test", "inside.corp.test"},
+		AllowPrivate: []string{"127.0.0.0/8"}}, {Name: "rest", Action: "allow"}}
+	cfg.DNS = config.DNS{Resolvers: []string{"udp://" + global.UDP}, Only: "ipv4"}
+	cfg.Routes = []config.Route{{Name: "corp", Hosts: []string{".corp.test"}, Via: config.Strings{"direct"},
+		Resolvers: []string{"tcp://" + own.TCP}}}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	access := &logBuffer{}
+	_, addrs := startLogged(t, cfg, slog.New(slog.DiscardHandler), access)
+	proxy := addrs["p"]
+	for i := range 2 {
+		if r := get(t, proxy, "http://inside.corp.test:"+port+"/"); r.Status != 200 {
+			t.Fatalf("request %d through the route's resolver: %d %q", i, r.Status, r.Body)
+		}
+	}
+	if n := own.Asked("inside.corp.test"); n != 1 {
+		t.Errorf("the route's resolver was asked %d times for two requests, want 1 (then its cache)", n)
+	}
+	if n := global.Asked("inside.corp.test"); n != 0 {
+		t.Errorf("[dns]'s resolver was asked %d times for the route's name", n)
+	}
+	if r := get(t, proxy, "http://origin.rustle.test:"+port+"/"); r.Status != 200 {
+		t.Fatalf("a name outside the route: %d %q", r.Status, r.Body)
+	}
+	if n := own.Asked("origin.rustle.test"); n != 0 {
+		t.Errorf("the route's resolver was asked %d times for a name outside the route", n)
+	}
+	if r := get(t, proxy, "http://www.corp.test:"+port+"/"); r.Status != 403 {
+		t.Fatalf("a private answer from the route's resolver: %d %q, want 403 from the guard", r.Status, r.Body)
+	}
+}

@@ -25,6 +25,13 @@ func (s *Server) newResolver(cfg *config.Config, prev *generation) (*resolve.Res
 	if prev != nil && prev.resolver != nil && prev.cfg.DNS.Equal(d) {
 		return prev.resolver, nil
 	}
+	return s.buildResolver(cfg, "dns.resolvers", d.Resolvers)
+}
+
+// buildResolver makes a resolver asking servers (the configuration's key
+// names them in errors) with [dns]'s other settings.
+func (s *Server) buildResolver(cfg *config.Config, key string, servers []string) (*resolve.Resolver, error) {
+	d := &cfg.DNS
 	rc := resolve.Config{
 		Timeout:     d.Timeout.Duration,
 		MinTTL:      d.MinTTL.Duration,
@@ -33,11 +40,11 @@ func (s *Server) newResolver(cfg *config.Config, prev *generation) (*resolve.Res
 		CacheSize:   d.CacheSize,
 		Hosts:       d.HostAddrs(),
 	}
-	labels := make([]string, len(d.Resolvers))
-	for i, u := range d.Resolvers {
+	labels := make([]string, len(servers))
+	for i, u := range servers {
 		srv, err := resolve.ParseServer(u)
 		if err != nil {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("dns.resolvers[%d]", i), err))
+			return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("%s[%d]", key, i), err))
 		}
 		rc.Servers = append(rc.Servers, srv)
 		labels[i] = srv.Label

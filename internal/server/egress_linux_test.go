@@ -82,7 +82,7 @@ timeouts = { connect = "3s" }
 
 [auth]
 users = [{ name = "alice-session-42", password = "pw" }, { name = "alice-session-43", password = "pw" },
-  { name = "carol", password = "pw" }, { name = "dave-session-7", password = "pw" }]
+  { name = "carol", password = "pw" }, { name = "dave-session-7", password = "pw" }, { name = "erin", password = "pw" }]
 
 [acl.groups]
 team = ["dave"]
@@ -132,6 +132,12 @@ name = "veth"
 address = "127.0.0.5:0"
 auth = "none"
 egress = { interface = "vp", bind = ["192.0.2.2"] }
+
+[[routes]]
+name = "erin"
+users = ["erin", "carol"]
+via = "direct"
+egress = { bind = ["2001:db8:a::2", "192.0.2.2"] }
 `
 	cfg, err := config.Parse([]byte(src), "egress.toml")
 	if err != nil {
@@ -329,6 +335,18 @@ address = "127.0.0.6:0"
 		}
 		if status, body, err := getVia(addrs["session"], url4, "carol"); err != nil || status != 502 {
 			t.Errorf("carol (IPv6 source only) to an IPv4 origin: %d %q %v; want 502", status, body, err)
+		}
+	})
+
+	t.Run("a route has a source of its own", func(t *testing.T) {
+		for _, tc := range []struct{ user, url, want string }{
+			{"erin", url4, "192.0.2.2"},     // the route's, not the global 203.0.113.7
+			{"erin", url6, "2001:db8:a::2"}, // the route's, not the global prefix
+			{"carol", url6, "2001:db8::7"},  // her own rule wins over the route's
+		} {
+			if got, err := sourceVia(addrs["session"], tc.url, tc.user); err != nil || got != tc.want {
+				t.Errorf("%s to %s: source %q, %v; want %s", tc.user, tc.url, got, err, tc.want)
+			}
 		}
 	})
 }

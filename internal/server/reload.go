@@ -112,7 +112,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	if err != nil {
 		return nil, err
 	}
-	if g.routes, err = newRoutes(cfg, s.opts.metrics); err != nil {
+	if g.routes, err = s.newRoutes(cfg, s.opts.metrics); err != nil {
 		return nil, err
 	}
 	g.dialer = d
