@@ -246,8 +246,8 @@ type ACLRule struct {
 	Ports []string `toml:"ports"`
 	// Methods are request methods ("GET", "CONNECT").
 	Methods []string `toml:"methods"`
-	// Protocols are "http", "connect", "websocket", "socks5", "socks5-udp"
-	// and "socks4".
+	// Protocols are "http", "connect", "websocket", "socks5", "socks5-udp",
+	// "socks4" and "udp" (an HTTP/3 CONNECT-UDP flow).
 	Protocols []string `toml:"protocols"`
 	// AllowPrivate lists private destination ranges that requests this
 	// (allow) rule matches may reach; empty means none beyond the

@@ -103,9 +103,10 @@ func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.A
 		if !httpguts.ValidHeaderFieldValue(f.Value) {
 			return r, errMalformed("invalid value of field " + f.Name)
 		}
-		switch f.Name {
-		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+		if gate.ConnectionSpecific(f.Name) {
 			return r, errMalformed("connection-specific field " + f.Name)
+		}
+		switch f.Name {
 		case "te":
 			if f.Value != "trailers" {
 				return r, errMalformed("te other than trailers")
