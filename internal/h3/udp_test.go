@@ -1,0 +1,346 @@
+package h3
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quic-go/masque-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/yosida95/uritemplate/v3"
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// dnsAnswer is the address the test DNS server gives every A query.
+var dnsAnswer = [4]byte{192, 0, 2, 53}
+
+// startDNS runs a tiny DNS server on a loopback UDP port until the test
+// ends: it answers every query with one A record, dnsAnswer.
+func startDNS(t *testing.T) *net.UDPConn {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { c.Close(); <-done })
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := c.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				continue
+			}
+			q, err := p.Question()
+			if err != nil {
+				continue
+			}
+			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true})
+			b.StartQuestions()
+			b.Question(q)
+			b.StartAnswers()
+			b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60},
+				dnsmessage.AResource{A: dnsAnswer})
+			out, err := b.Finish()
+			if err != nil {
+				continue
+			}
+			c.WriteToUDP(out, from)
+		}
+	}()
+	return c
+}
+
+// dnsQuery returns a query for name's A record.
+func dnsQuery(t *testing.T, id uint16, name string) []byte {
+	t.Helper()
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: id, RecursionDesired: true})
+	b.StartQuestions()
+	b.Question(dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	q, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// dialUDP asks the proxy for a CONNECT-UDP flow to target with
+// masque-go's client, with the Proxy-Authorization value authz.
+func (p *testProxy) dialUDP(t *testing.T, target, authz string) (*masque.Conn, *http.Response, error) {
+	t.Helper()
+	tmpl := uritemplate.MustNew("https://" + p.Addr + "/.well-known/masque/udp/{target_host}/{target_port}/")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	req, err := masque.NewRequest(ctx, tmpl, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if authz != "" {
+		req.Header().Set("Proxy-Authorization", authz)
+	}
+	tr := &masque.Transport{TLSClientConfig: &tls.Config{RootCAs: p.Roots, NextProtos: []string{http3.NextProtoH3}}}
+	conn, rsp, err := tr.Dial(req)
+	if conn != nil {
+		t.Cleanup(func() { conn.Close() })
+	}
+	return conn, rsp, err
+}
+
+// TestConnectUDPDNS sends a real DNS query through a CONNECT-UDP flow that
+// masque-go's client opened, to a DNS server on the loopback, and reads
+// the answer; the flow's access log record counts its payload bytes.
+func TestConnectUDPDNS(t *testing.T) {
+	var out lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	dns := startDNS(t)
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass}, AccessLog: al,
+	}))
+
+	if _, rsp, err := p.dialUDP(t, dns.LocalAddr().String(), basic(testUser, "wrong")); err == nil || rsp == nil || rsp.StatusCode != 407 {
+		t.Fatalf("CONNECT-UDP with a wrong password: %v %v, want 407", rsp, err)
+	}
+	conn, _, err := p.dialUDP(t, dns.LocalAddr().String(), basic(testUser, testPass))
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	q := dnsQuery(t, 0x5353, "rustle.test.")
+	if _, err := conn.WriteTo(q, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 1500)
+	n, _, err := conn.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("read the DNS answer: %v", err)
+	}
+	var parser dnsmessage.Parser
+	h, err := parser.Start(buf[:n])
+	if err != nil || h.ID != 0x5353 || !h.Response {
+		t.Fatalf("answer header %+v, %v", h, err)
+	}
+	parser.SkipAllQuestions()
+	a, err := parser.Answer()
+	if err != nil {
+		t.Fatalf("answer: %v", err)
+	}
+	if r, ok := a.Body.(*dnsmessage.AResource); !ok || r.A != dnsAnswer {
+		t.Fatalf("answer %v, want A %v", a.Body, dnsAnswer)
+	}
+	conn.Close()
+	proxytest.WaitFor(t, "the flow's access log record", func() bool {
+		return strings.Contains(out.String(), `"status":200`)
+	})
+	log := out.String()
+	for _, want := range []string{`"protocol":"h3"`, `"method":"CONNECT-UDP"`, `"status":407`,
+		`"bytes_up":` + strconv.Itoa(len(q)), `"bytes_down":` + strconv.Itoa(n), `"target":"udp://127.0.0.1:`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("access log lacks %s:\n%s", want, log)
+		}
+	}
+}
+
+// TestConnectUDPRefused checks the refusals of a CONNECT-UDP request: the
+// private-destination guard (a loopback target), an access rule denying
+// the udp protocol, and a path the template does not match.
+func TestConnectUDPRefused(t *testing.T) {
+	dns := startDNS(t)
+	tests := []struct {
+		name   string
+		pc     proxytest.PolicyConfig
+		status int
+	}{
+		{"private destination", proxytest.PolicyConfig{Guard: true}, 403},
+		{"udp denied by a rule", proxytest.PolicyConfig{Default: acl.Allow,
+			Rules: []acl.Rule{{Name: "no-udp", Action: acl.Deny, Protocols: []string{"udp"}}}}, 403},
+		{"udp allowed by a rule", proxytest.PolicyConfig{Default: acl.Deny,
+			Rules: []acl.Rule{{Name: "udp", Action: acl.Allow, Protocols: []string{"udp"}}}}, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := startProxy(t, testConfig(), proxytest.NewPolicy(t, tt.pc))
+			conn, rsp, err := p.dialUDP(t, dns.LocalAddr().String(), "")
+			if rsp == nil {
+				t.Fatalf("no response: %v", err)
+			}
+			if rsp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d (%v)", rsp.StatusCode, tt.status, err)
+			}
+			if tt.status == 200 {
+				conn.Close()
+			}
+		})
+	}
+}
+
+// TestConnectUDPFlowLimit opens more flows than a connection may have on
+// one QUIC connection: those past MaxFlows are answered 503, and closing
+// one lets the next through.
+func TestConnectUDPFlowLimit(t *testing.T) {
+	dns := startDNS(t)
+	cfg := testConfig()
+	cfg.MaxFlows = 3
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	qc := p.dial(t)
+	cc, err := (&masque.Transport{}).NewClientConn(qc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := uritemplate.MustNew("https://" + p.Addr + "/.well-known/masque/udp/{target_host}/{target_port}/")
+	open := func() (*masque.Conn, int) {
+		req, err := masque.NewRequest(context.Background(), tmpl, dns.LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, rsp, err := cc.Dial(req)
+		if rsp == nil {
+			t.Fatalf("no response: %v", err)
+		}
+		return c, rsp.StatusCode
+	}
+	var conns []*masque.Conn
+	for i := range 20 {
+		c, status := open()
+		want := 200
+		if i >= cfg.MaxFlows {
+			want = 503
+		}
+		if status != want {
+			t.Fatalf("flow %d: %d, want %d", i, status, want)
+		}
+		if c != nil {
+			conns = append(conns, c)
+		}
+	}
+	conns[0].Close()
+	proxytest.WaitFor(t, "the closed flow to be given back", func() bool { return p.srv.Flows() < cfg.MaxFlows })
+	c, status := open()
+	if status != 200 {
+		t.Fatalf("after a flow closed: %d, want 200", status)
+	}
+	c.Close()
+	for _, c := range conns[1:] {
+		c.Close()
+	}
+	proxytest.WaitFor(t, "every flow to end", func() bool { return p.srv.Flows() == 0 })
+}
+
+// TestConnectUDPIdle checks that a flow carrying no datagram ends after
+// UDPIdleTimeout: the client's reads fail once the proxy ends the stream.
+func TestConnectUDPIdle(t *testing.T) {
+	dns := startDNS(t)
+	cfg := testConfig()
+	cfg.UDPIdleTimeout = 200 * time.Millisecond
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	conn, _, err := p.dialUDP(t, dns.LocalAddr().String(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxytest.WaitFor(t, "the idle flow to end", func() bool { return p.srv.Flows() == 0 })
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err = conn.ReadFrom(make([]byte, 100))
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read on an idled-out flow: %v, want the stream's end", err)
+	}
+}
+
+
+// rawFlow opens a CONNECT-UDP stream to target with quic-go's low-level
+// HTTP/3 client, so that the test can send datagrams and capsules of its
+// own making.
+func (p *testProxy) rawFlow(t *testing.T, target string) *http3.RequestStream {
+	t.Helper()
+	qc := p.dial(t)
+	cc := (&http3.Transport{EnableDatagrams: true}).NewClientConn(qc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	select {
+	case <-cc.ReceivedSettings():
+	case <-ctx.Done():
+		t.Fatal("no SETTINGS from the proxy")
+	}
+	str, err := cc.OpenRequestStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(target)
+	req, err := http.NewRequestWithContext(ctx, http.MethodConnect,
+		"https://"+p.Addr+"/.well-known/masque/udp/"+host+"/"+port+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Proto = "connect-udp"
+	req.Header.Set(http3.CapsuleProtocolHeader, "?1")
+	if err := str.SendRequestHeader(req); err != nil {
+		t.Fatal(err)
+	}
+	rsp, err := str.ReadResponse()
+	if err != nil || rsp.StatusCode != 200 {
+		t.Fatalf("CONNECT-UDP: %v %v", rsp, err)
+	}
+	return str
+}
+
+// TestConnectUDPMalformed sends a flow datagrams it must drop (a context
+// ID it never registered, a truncated context ID) among well-formed ones:
+// only the well-formed ones reach the target, and the flow goes on. Then a
+// malformed capsule on the stream ends the flow.
+func TestConnectUDPMalformed(t *testing.T) {
+	dns := startDNS(t)
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	str := p.rawFlow(t, dns.LocalAddr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, tt := range []struct {
+		name   string
+		prefix []byte
+		answer bool
+	}{
+		{"context ID 2", []byte{0x02}, false},
+		{"truncated context ID", []byte{0x80, 0x00}, false},
+		{"context ID 0", []byte{0x00}, true},
+		{"two-byte context ID 0", []byte{0x40, 0x00}, true},
+	} {
+		id := uint16(100 + i)
+		if err := str.SendDatagram(append(tt.prefix, dnsQuery(t, id, "rustle.test.")...)); err != nil {
+			t.Fatalf("%s: send: %v", tt.name, err)
+		}
+		if !tt.answer {
+			continue
+		}
+		b, err := str.ReceiveDatagram(ctx)
+		if err != nil {
+			t.Fatalf("%s: no answer: %v", tt.name, err)
+		}
+		var parser dnsmessage.Parser
+		h, err := parser.Start(b[1:])
+		if b[0] != 0 || err != nil || h.ID != id {
+			t.Fatalf("%s: answer %x (header %+v, %v): want the answer to query %d with context ID 0", tt.name, b, h, err, id)
+		}
+	}
+	// A DATAGRAM capsule longer than the stream goes on: the stream ends
+	// within a capsule, which ends the flow.
+	str.Write([]byte{0x00, 0x7f, 0xff, 0x00})
+	str.Close()
+	proxytest.WaitFor(t, "the flow to end", func() bool { return p.srv.Flows() == 0 })
+}
