@@ -178,4 +178,3 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
-

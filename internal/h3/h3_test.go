@@ -167,4 +167,3 @@ func TestConnectDenied(t *testing.T) {
 		t.Errorf("the echo server got %d connections, want 0", n)
 	}
 }
-

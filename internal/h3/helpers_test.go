@@ -154,4 +154,3 @@ func get(t *testing.T, cc *http3.ClientConn, url, authz string) (*http.Response,
 	}
 	return resp, body
 }
-

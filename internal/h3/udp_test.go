@@ -264,7 +264,6 @@ func TestConnectUDPIdle(t *testing.T) {
 	}
 }
 
-
 // rawFlow opens a CONNECT-UDP stream to target with quic-go's low-level
 // HTTP/3 client, so that the test can send datagrams and capsules of its
 // own making.
