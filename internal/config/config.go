@@ -61,6 +61,8 @@ type Config struct {
 	Upstream Upstream `toml:"upstream"`
 	// HTTP2 configures HTTP/2, which https listeners offer with ALPN.
 	HTTP2 HTTP2 `toml:"http2"`
+	// HTTP3 configures HTTP/3 on the https listeners that turn it on.
+	HTTP3 HTTP3 `toml:"http3"`
 	// Auth configures proxy authentication.
 	Auth Auth `toml:"auth"`
 	// ACL is the access policy: ordered allow and deny rules.
@@ -407,6 +409,10 @@ type Listener struct {
 	// the key on the other protocols. With "http/1.1" in the list, a
 	// client that chose "h2" and then speaks HTTP/1.1 is served HTTP/1.1.
 	ALPN []string `toml:"alpn"`
+	// HTTP3 serves HTTP/3 (QUIC) on an "https" listener's port number
+	// over UDP, with its certificate and users (see [HTTP3]); false
+	// serves TCP only. Refused on the other protocols.
+	HTTP3 bool `toml:"http3"`
 }
 
 // ALPN protocol names, the values a listener's alpn key takes.
@@ -557,6 +563,7 @@ func (c *Config) SetDefaults() {
 	setInt(&h.InitialStreamWindow, defaultH2StreamWindow)
 	setInt(&h.InitialConnWindow, defaultH2ConnWindow)
 	setInt(&h.MaxFrameSize, defaultH2FrameSize)
+	c.setHTTP3Defaults()
 
 	setString(&c.Auth.Realm, defaultRealm)
 	setDuration(&c.Auth.CacheTTL, defaultCacheTTL)

@@ -84,7 +84,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	cs.active.Add(1)
 	defer func() {
 		if cs.active.Add(-1) == 0 && cs.draining.Load() {
-			cs.conn.CloseWithError(codeNoError, "shutting down")
+			cs.closeDrained()
 		}
 	}()
 	q := s.classify(r)

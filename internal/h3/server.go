@@ -241,9 +241,27 @@ func (s *Server) drain(cs *connState) {
 	})
 	cs.draining.Store(true)
 	if cs.active.Load() == 0 {
-		cs.conn.CloseWithError(codeNoError, "shutting down")
+		cs.closeDrained()
 	}
 }
+
+// closeDrained closes a draining connection whose requests have ended,
+// once what they sent last has had time to be acknowledged: a
+// CONNECTION_CLOSE discards stream data still unacknowledged (a tunnel's
+// last bytes and FIN). The wait is three probe timeouts of the
+// connection's RTT (RFC 9002 §6.2.1), at least lingerMin and at most
+// lingerMax.
+func (cs *connState) closeDrained() {
+	st := cs.conn.ConnectionStats()
+	d := min(max(3*(st.SmoothedRTT+4*st.MeanDeviation), lingerMin), lingerMax)
+	time.AfterFunc(d, func() { cs.conn.CloseWithError(codeNoError, "shutting down") })
+}
+
+// The bounds on closeDrained's wait.
+const (
+	lingerMin = 50 * time.Millisecond
+	lingerMax = 2 * time.Second
+)
 
 // Conns returns the QUIC connections served now.
 func (s *Server) Conns() int { return int(s.nconns.Load()) }
