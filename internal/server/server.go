@@ -65,11 +65,11 @@ type Server struct {
 	listeners []*listener // guarded by mu
 	// quics are the QUIC sockets opened, kept until Close: a socket a
 	// reload stops using still carries its connections. Guarded by mu.
-	quics []*quicSocket
-	started   bool        // guarded by mu
-	stopped   bool        // listeners closed for good; guarded by mu
-	closed    bool        // guarded by mu
-	reloadMu  sync.Mutex  // serializes Reload
+	quics    []*quicSocket
+	started  bool       // guarded by mu
+	stopped  bool       // listeners closed for good; guarded by mu
+	closed   bool       // guarded by mu
+	reloadMu sync.Mutex // serializes Reload
 
 	accepts sync.WaitGroup // accept loops
 	conns   sync.WaitGroup // connection goroutines
