@@ -66,7 +66,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 		up.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	}
 	bw := bufio.NewWriterSize(up, 4096)
-	if err := out.Write(bw); err == nil {
+	err = out.Write(bw)
+	if err == nil {
 		err = bw.Flush()
 	}
 	sent := time.Now()

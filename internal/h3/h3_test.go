@@ -2,15 +2,23 @@ package h3
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -166,4 +174,86 @@ func TestConnectDenied(t *testing.T) {
 	if n := echo.Conns(); n != 0 {
 		t.Errorf("the echo server got %d connections, want 0", n)
 	}
+}
+
+// TestMaxConns checks that a listener serves at most MaxConns QUIC
+// connections at once: the one past it is closed with H3_EXCESSIVE_LOAD,
+// and once one closes a new one is served.
+func TestMaxConns(t *testing.T) {
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	cfg := testConfig()
+	cfg.MaxConns = 2
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	first := p.client(t)
+	for _, cc := range []*http3.ClientConn{first, p.client(t)} {
+		if resp, _ := get(t, cc, o.URL("/"), ""); resp.StatusCode != 200 {
+			t.Fatalf("GET: %d", resp.StatusCode)
+		}
+	}
+	qc := p.dial(t)
+	select {
+	case <-qc.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection past MaxConns is still open")
+	}
+	var appErr *quic.ApplicationError
+	if err := context.Cause(qc.Context()); !errors.As(err, &appErr) || appErr.ErrorCode != quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad) {
+		t.Fatalf("closed with %v, want H3_EXCESSIVE_LOAD", err)
+	}
+	first.CloseWithError(0, "")
+	proxytest.WaitFor(t, "the closed connection to be given back", func() bool { return p.srv.Conns() < cfg.MaxConns })
+	if resp, _ := get(t, p.client(t), o.URL("/"), ""); resp.StatusCode != 200 {
+		t.Fatalf("GET after a connection closed: %d", resp.StatusCode)
+	}
+}
+
+// TestForwardBody posts request bodies through the proxy to an origin
+// that echoes them: of a known length (Content-Length) and of an unknown
+// one (chunked upstream), and checks the bytes each way in the access log.
+func TestForwardBody(t *testing.T) {
+	var out lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	o := proxytest.NewOrigin(t, proxytest.Echo())
+	cfg := testConfig()
+	cfg.Via, cfg.Forwarded = true, gate.ForwardedXFF
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{AccessLog: al}))
+	cc := p.client(t)
+	payload := strings.Repeat("rustle h3 body ", 5000) // 75,000 bytes: several DATA frames
+	tests := []struct {
+		name    string
+		length  int64
+		framing string
+	}{
+		{"content-length", int64(len(payload)), "Content-Length"},
+		{"unknown length", -1, "Transfer-Encoding"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, o.URL("/echo"), io.NopCloser(strings.NewReader(payload)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.ContentLength = tt.length
+			resp, err := cc.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || string(body) != payload {
+				t.Fatalf("POST: %d, %d bytes back, %v", resp.StatusCode, len(body), err)
+			}
+			reqs := o.Requests()
+			got := reqs[len(reqs)-1]
+			if got.Header.Get(tt.framing) == "" || got.Header.Get("Via") != "3 rustle" || got.Header.Get("X-Forwarded-For") != "127.0.0.1" {
+				t.Errorf("origin got %q", got.Head)
+			}
+		})
+	}
+	want := `"bytes_up":` + strconv.Itoa(len(payload)) + `,"bytes_down":` + strconv.Itoa(len(payload))
+	proxytest.WaitFor(t, "both access log records", func() bool { return strings.Count(out.String(), want) == 2 })
 }

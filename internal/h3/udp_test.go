@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quic-go/masque-go"
+	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/yosida95/uritemplate/v3"
 	"golang.org/x/net/dns/dnsmessage"
@@ -342,4 +344,82 @@ func TestConnectUDPMalformed(t *testing.T) {
 	str.Write([]byte{0x00, 0x7f, 0xff, 0x00})
 	str.Close()
 	proxytest.WaitFor(t, "the flow to end", func() bool { return p.srv.Flows() == 0 })
+}
+
+// TestConnectUDPQUIC runs a real QUIC connection through a CONNECT-UDP
+// flow: quic-go dials a local quic-go HTTP/3 origin over masque-go's
+// proxied PacketConn, and an HTTP/3 GET comes back.
+func TestConnectUDPQUIC(t *testing.T) {
+	cert, roots := proxytest.SelfSigned(t)
+	originUDP, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := &http3.Server{
+		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte("h3 origin " + r.URL.Path + " " + r.Proto))
+		}),
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); origin.Serve(originUDP) }()
+	t.Cleanup(func() { origin.Close(); originUDP.Close(); <-served })
+
+	t.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true") // the proxied PacketConn has no socket buffers
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass},
+	}))
+	pconn, _, err := p.dialUDP(t, originUDP.LocalAddr().String(), basic(testUser, testPass))
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The flow's datagrams carry at most about 1,200 bytes of QUIC packet
+	// inside the proxy connection's own packets: quic-go's minimum.
+	qc, err := quic.Dial(ctx, pconn, originUDP.LocalAddr(),
+		&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{http3.NextProtoH3}},
+		&quic.Config{InitialPacketSize: 1200, DisablePathMTUDiscovery: true})
+	if err != nil {
+		t.Fatalf("QUIC to the origin through the flow: %v", err)
+	}
+	defer qc.CloseWithError(0, "")
+	cc := (&http3.Transport{}).NewClientConn(qc)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+originUDP.LocalAddr().String()+"/through", nil)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("HTTP/3 GET through the flow: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || string(body) != "h3 origin /through HTTP/3.0" {
+		t.Fatalf("GET through the flow: %d %q %v", resp.StatusCode, body, err)
+	}
+}
+
+// TestConnectUDPListenerFlowLimit opens flows from several connections:
+// past MaxListenerFlows in all, each is answered 503, though no
+// connection has reached MaxFlows.
+func TestConnectUDPListenerFlowLimit(t *testing.T) {
+	dns := startDNS(t)
+	cfg := testConfig()
+	cfg.MaxFlows, cfg.MaxListenerFlows = 10, 4
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	ok, refused := 0, 0
+	for range 4 { // connections
+		for range 3 { // flows on each
+			_, rsp, err := p.dialUDP(t, dns.LocalAddr().String(), "")
+			switch {
+			case err == nil:
+				ok++
+			case rsp != nil && rsp.StatusCode == 503:
+				refused++
+			default:
+				t.Fatalf("flow: %v %v", rsp, err)
+			}
+		}
+	}
+	if ok != cfg.MaxListenerFlows || refused != 12-cfg.MaxListenerFlows || p.srv.Flows() != cfg.MaxListenerFlows {
+		t.Fatalf("%d flows granted, %d refused, %d open: want %d granted, the rest refused", ok, refused, p.srv.Flows(), cfg.MaxListenerFlows)
+	}
 }
