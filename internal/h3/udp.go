@@ -55,7 +55,7 @@ func (s *Server) connectUDP(w http.ResponseWriter, r *http.Request, cs *connStat
 	str := w.(http3.HTTPStreamer).HTTPStream()
 	f := &flow{str: str}
 	f.readCapsules()
-	g.RelayFlow(cs.sess.Context(), f, up, s.cfg.UDPIdleTimeout)
+	g.RelayFlow(r.Context(), f, up, s.cfg.UDPIdleTimeout)
 	<-f.capsulesDone
 }
 
