@@ -85,7 +85,8 @@ const maxUDPPayload = 65527
 // have tightened it) and dropped when refused; a paced user's datagrams
 // wait on the user's bucket. It reports the flow as a tunnel
 // (TunnelOpened, with the status already answered) and calls Finish with
-// the payload bytes each way; it owns upc and closes client and upc.
+// the payload bytes each way; it counts the datagrams in the metrics as
+// they pass. It owns upc and closes client and upc.
 func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, idle time.Duration) FlowResult {
 	g.TunnelOpened()
 	s := g.s
@@ -95,6 +96,7 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 	var last atomic.Int64 // since start, when a datagram last passed
 	var res FlowResult
 	dst := g.upstream
+	m := s.p.Metrics // nil: no metrics
 	var once sync.Once
 	end := func(err error) {
 		once.Do(func() {
@@ -142,6 +144,7 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 			}
 			res.Down += int64(n)
 			res.DatagramsDown++
+			m.Datagrams(0, 1, 0)
 			last.Store(int64(time.Since(start)))
 		}
 	})
@@ -153,6 +156,7 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 		}
 		if err := s.p.Dialer.Check(dst, g.permitter()); err != nil {
 			res.Refused++
+			m.Datagrams(0, 0, 1)
 			continue
 		}
 		g.Pace(ctx, len(p))
@@ -166,6 +170,7 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 		}
 		res.Up += int64(n)
 		res.DatagramsUp++
+		m.Datagrams(1, 0, 0)
 		last.Store(int64(time.Since(start)))
 	}
 	wg.Wait()

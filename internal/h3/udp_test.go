@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -55,8 +58,9 @@ func TestConnectUDPDNS(t *testing.T) {
 	}
 	t.Cleanup(func() { al.Close() })
 	dns := proxytest.StartDNS(t)
+	m := metrics.New(metrics.Config{})
 	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
-		Users: map[string]string{testUser: testPass}, AccessLog: al,
+		Users: map[string]string{testUser: testPass}, AccessLog: al, Metrics: m.Listener("h3", "https"),
 	}))
 
 	if _, rsp, err := p.dialUDP(t, dns.LocalAddr().String(), basic(testUser, "wrong")); err == nil || rsp == nil || rsp.StatusCode != 407 {
@@ -87,6 +91,20 @@ func TestConnectUDPDNS(t *testing.T) {
 		if !strings.Contains(log, want) {
 			t.Errorf("access log lacks %s:\n%s", want, log)
 		}
+	}
+	for _, c := range []struct {
+		name, direction string
+		want            float64
+	}{
+		{"rustle_datagrams_total", "up", 1}, {"rustle_datagrams_total", "down", 1}, {"rustle_datagrams_total", "refused", 0},
+		{"rustle_bytes_total", "up", float64(len(q))}, {"rustle_bytes_total", "down", float64(n)},
+	} {
+		if got := proxytest.Metric(t, m, c.name, "direction", c.direction); got != c.want {
+			t.Errorf("%s{direction=%q} = %v, want %v", c.name, c.direction, got, c.want)
+		}
+	}
+	if got := proxytest.Metric(t, m, "rustle_tunnels_total"); got != 1 {
+		t.Errorf("rustle_tunnels_total = %v, want 1 (the flow)", got)
 	}
 }
 
@@ -349,4 +367,50 @@ func TestConnectUDPListenerFlowLimit(t *testing.T) {
 	if ok != cfg.MaxListenerFlows || refused != 12-cfg.MaxListenerFlows || p.srv.Flows() != cfg.MaxListenerFlows {
 		t.Fatalf("%d flows granted, %d refused, %d open: want %d granted, the rest refused", ok, refused, p.srv.Flows(), cfg.MaxListenerFlows)
 	}
+}
+
+// TestConnectUDPGuardPerDatagram checks that the private-destination
+// guard decides every datagram, not only the flow: once a reload's guard
+// (Supersede) refuses the target, the flow's datagrams are dropped and
+// counted as refused, though the flow was granted before.
+func TestConnectUDPGuardPerDatagram(t *testing.T) {
+	dns := proxytest.StartDNS(t)
+	m := metrics.New(metrics.Config{})
+	guard := dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{Metrics: m.Listener("h3", "https")})
+	pol.Dialer = dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: guard})
+	p := startProxy(t, testConfig(), pol)
+	str := p.rawFlow(t, dns.LocalAddr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := str.SendDatagram(append([]byte{0}, proxytest.DNSQuery(t, 1, "before.test.")...)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := str.ReceiveDatagram(ctx)
+	if err != nil {
+		t.Fatalf("answer before the guard changed: %v", err)
+	}
+	proxytest.CheckDNSAnswer(t, b[1:], 1)
+
+	guard.Supersede(dialer.NewGuard(nil)) // loopback refused from now on
+	for id := uint16(2); id < 5; id++ {
+		if err := str.SendDatagram(append([]byte{0}, proxytest.DNSQuery(t, id, "after.test.")...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxytest.WaitFor(t, "the refused datagrams to be counted", func() bool {
+		return proxytest.Metric(t, m, "rustle_datagrams_total", "direction", "refused") == 3
+	})
+	if up := proxytest.Metric(t, m, "rustle_datagrams_total", "direction", "up"); up != 1 {
+		t.Errorf("datagrams sent to the target: %v, want 1 (the one before the guard changed)", up)
+	}
+	// Let through again, the flow goes on: the next datagram is answered.
+	guard.Supersede(dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}))
+	if err := str.SendDatagram(append([]byte{0}, proxytest.DNSQuery(t, 9, "again.test.")...)); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = str.ReceiveDatagram(ctx); err != nil {
+		t.Fatalf("answer after the guard let the target through again: %v", err)
+	}
+	proxytest.CheckDNSAnswer(t, b[1:], 9)
 }
