@@ -4,15 +4,19 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/quic-go/masque-go"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
+	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -164,5 +168,55 @@ func TestReloadH3(t *testing.T) {
 	defer cancel()
 	if _, err := quic.DialAddr(ctx, addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{http3.NextProtoH3}}, nil); err == nil {
 		t.Fatal("QUIC handshake succeeded after a reload turned http3 off")
+	}
+}
+
+// TestHTTPSListenerConnectUDP opens a CONNECT-UDP flow with masque-go's
+// client on an https listener with http3 on, through the configured URI
+// template, and carries a real DNS query to a DNS server on the loopback
+// (which allow_private lets through); timeouts.udp_idle ends the flow.
+func TestHTTPSListenerConnectUDP(t *testing.T) {
+	tl, roots := proxyCerts(t)
+	dns := proxytest.StartDNS(t)
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}}
+	cfg.AllowPrivate = []string{"127.0.0.0/8"}
+	cfg.HTTP3.UDPTemplate = "/udp?h={target_host}&p={target_port}"
+	cfg.Timeouts.UDPIdle.Duration = 300 * time.Millisecond
+	cfg.Listen = []config.Listener{{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl, HTTP3: true}}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := startReloadable(t, cfg)
+	addr := addrOf(s, "tls")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := masque.NewRequest(ctx, uritemplate.MustNew("https://"+addr+"/udp?h={target_host}&p={target_port}"), dns.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header().Set("Proxy-Authorization", basicValue("alice", "pw"))
+	tr := &masque.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{http3.NextProtoH3}}}
+	conn, _, err := tr.Dial(req)
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	defer conn.Close()
+	if _, err := conn.WriteTo(proxytest.DNSQuery(t, 7, "rustle.test."), nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 1500)
+	n, _, err := conn.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("read the DNS answer: %v", err)
+	}
+	proxytest.CheckDNSAnswer(t, buf[:n], 7)
+	// Idle for timeouts.udp_idle: the proxy ends the flow.
+	if _, _, err := conn.ReadFrom(buf); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on an idle flow: %v, want the flow's end", err)
 	}
 }
