@@ -60,6 +60,10 @@ type Flow interface {
 	// Close ends the flow on the client's side; it makes a pending
 	// ReceivePayload return.
 	Close() error
+	// MaxPayload is the largest UDP payload the flow can carry to the
+	// client (at most 65527); a larger datagram from the target is
+	// dropped. It bounds the flow's read buffer.
+	MaxPayload() int
 }
 
 // FlowResult is what RelayFlow relayed: payload bytes and datagrams each
@@ -127,7 +131,8 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 
 	var wg sync.WaitGroup
 	wg.Go(func() { // target to client
-		buf := make([]byte, maxUDPPayload)
+		max := min(client.MaxPayload(), maxUDPPayload)
+		buf := make([]byte, max+1) // one more: a longer datagram is told apart, and dropped
 		for {
 			n, err := upc.Read(buf)
 			if errors.Is(err, syscall.ECONNREFUSED) {
@@ -136,6 +141,9 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 			if err != nil {
 				end(fmt.Errorf("gate: flow: read from %s: %w", dst, err))
 				return
+			}
+			if n > max {
+				continue // too large for the client's side
 			}
 			g.Pace(ctx, n)
 			if err := client.SendPayload(buf[:n]); err != nil {

@@ -117,6 +117,9 @@ func (f *capsuleFlow) SendPayload(p []byte) error {
 	return f.s.sendData(f.out, false)
 }
 
+// MaxPayload is the largest UDP payload: a capsule carries any.
+func (f *capsuleFlow) MaxPayload() int { return 65527 }
+
 // Close ends the stream: with END_STREAM when the client has ended its
 // side (the flow is over), else with RST_STREAM CANCEL, which also ends a
 // ReceivePayload waiting for the client.

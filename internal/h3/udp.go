@@ -138,6 +138,15 @@ func (f *flow) SendPayload(p []byte) error {
 	return err
 }
 
+// maxDatagramPayload is the largest UDP payload rustle sends in a QUIC
+// DATAGRAM frame: what fits in a packet on a path of 1500-byte MTU after
+// the QUIC and HTTP Datagram overheads, a little more than quic-go's
+// largest frame. Anything larger would not go out.
+const maxDatagramPayload = 1500
+
+// MaxPayload bounds the datagrams the target sends that the flow carries.
+func (f *flow) MaxPayload() int { return maxDatagramPayload }
+
 // Close ends the stream both ways, which ends a pending ReceivePayload.
 func (f *flow) Close() error {
 	f.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeNoError))
