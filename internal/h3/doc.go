@@ -24,8 +24,9 @@
 //
 // Each QUIC connection is one gate.Session; every request stream is
 // decided by it with Session.Authorize (Proxy-Authorization on every
-// request, 407 per request; 429 for a client cooling down or a user
-// over its limit; 403 for a rule's denial), with the ACL protocol
+// request, 407 per request; 429 for a client cooling down, after which
+// the connection closes once its requests in progress have ended, or for
+// a user over its limit; 403 for a rule's denial), with the ACL protocol
 // "http", "connect" or "udp", and logged with protocol "h3". A stream
 // holding an upstream counts as a connection past the first (Grant.Hold).
 //

@@ -19,6 +19,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -256,4 +257,32 @@ func TestForwardBody(t *testing.T) {
 	}
 	want := `"bytes_up":` + strconv.Itoa(len(payload)) + `,"bytes_down":` + strconv.Itoa(len(payload))
 	proxytest.WaitFor(t, "both access log records", func() bool { return strings.Count(out.String(), want) == 2 })
+}
+
+// TestCoolingDown checks that wrong credentials on one QUIC connection
+// start the client's cool-down: the failure that starts it is answered 429
+// with Retry-After, and the connection then closes, as HTTP/2's GOAWAY
+// ENHANCE_YOUR_CALM ends one.
+func TestCoolingDown(t *testing.T) {
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:  map[string]string{testUser: testPass},
+		Limits: &limits.Config{AuthFailures: 3, AuthCooldown: 1500 * time.Millisecond},
+	}))
+	qc := p.dial(t)
+	cc := (&http3.Transport{}).NewClientConn(qc)
+	for i, want := range []int{407, 407, 429} {
+		resp, _ := get(t, cc, o.URL("/"), basic(testUser, "wrong"))
+		if resp.StatusCode != want {
+			t.Fatalf("failure %d: %d, want %d", i+1, resp.StatusCode, want)
+		}
+		if want == 429 && resp.Header.Get("Retry-After") != "2" {
+			t.Errorf("Retry-After %q, want 2", resp.Header.Get("Retry-After"))
+		}
+	}
+	select {
+	case <-qc.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection is still open after the cool-down started")
+	}
 }

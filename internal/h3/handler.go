@@ -102,6 +102,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		secs := int64((g.RetryAfter + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		answer(w, g, 429, k.Reason())
+		// As HTTP/2's GOAWAY ENHANCE_YOUR_CALM: the connection closes once
+		// its requests in progress (tunnels, flows) have ended.
+		cs.draining.Store(true)
 		return
 	default: // gate.UserLimit: 429; gate.Denied: 403
 		answer(w, g, k.Status(), k.Reason())
