@@ -8,9 +8,12 @@
 // Each request stream is one of:
 //
 //   - a request with :scheme http and an :authority, forwarded to an
-//     HTTP/1.1 origin dialed through the grant (hop-by-hop fields
+//     HTTP/1.1 origin over the upstream keep-alive pool the other
+//     front-ends share, or dialed through the grant (hop-by-hop fields
 //     dropped with gate.HopByHop, failures answered as
-//     gate.UpstreamFailure says);
+//     gate.UpstreamFailure says; a request without a body that met a
+//     pooled connection the origin had closed is sent again on a fresh
+//     one);
 //   - CONNECT (RFC 9114 §4.4): a TCP tunnel relayed by gate.Grant.Tunnel,
 //     the stream's FIN passed on as a half-close;
 //   - extended CONNECT with :protocol connect-udp (RFC 9298) to a path

@@ -3,11 +3,14 @@ package h3
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/textproto"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
@@ -15,20 +18,142 @@ import (
 )
 
 // forward serves a request for an HTTP/1.1 origin: the request goes out
-// on a new upstream connection dialed through the grant, without its
-// hop-by-hop fields, with the configured Forwarded and Via; the response
-// comes back without its own.
+// on an upstream connection from the keep-alive pool the other
+// front-ends share (checked by the grant) or dialed through the grant,
+// without its hop-by-hop fields, with the configured Forwarded and Via;
+// the response comes back without its own, and the connection goes back
+// to the pool when both messages were complete and the origin keeps it.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, q *request, g *gate.Grant) {
-	addr := string(gate.AppendHostPort(nil, q.host, q.port, q.ipv6))
-	up, err := g.Dial(r.Context(), addr)
+	key := string(gate.AppendHostPort(nil, q.host, q.port, q.ipv6))
+	out, body := s.outgoing(r, cs)
+	body.g = g
+	canRetry := out.Body == nil && gate.Idempotent(r.Method)
+
+	var up *net.TCPConn
+	var br *bufio.Reader
+	var resp *http.Response
+	var sent time.Time
+	var err error
+	for attempt := 0; ; attempt++ {
+		var reused bool
+		up, reused, err = s.upstream(r.Context(), g, key, attempt > 0, canRetry)
+		if err != nil {
+			s.answerFailure(w, g, err, key)
+			return
+		}
+		resp, br, sent, err = s.exchange(r.Context(), up, out)
+		if err == nil || attempt > 0 || !reused || !canRetry || !deadConn(err) {
+			break
+		}
+		up.Close() // a pooled connection the origin had closed: once more on a fresh one
+	}
 	if err != nil {
-		s.answerFailure(w, g, err, addr)
+		up.Close()
+		s.answerFailure(w, g, err, key)
 		return
 	}
-	defer up.Close()
 	stop := context.AfterFunc(r.Context(), func() { up.Close() }) // the client reset the stream
-	defer stop()
+	reuse := false
+	defer func() {
+		if !stop() || !reuse || g.Pool() == nil {
+			up.Close()
+			return
+		}
+		up.SetDeadline(time.Time{})
+		g.Pool().Put(key, up)
+	}()
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		g.SetReason(accesslog.ReasonUpstreamFailed)
+		answer(w, g, 502, "upstream "+key+" switched protocols without an upgrade request")
+		return
+	}
+	up.SetReadDeadline(time.Time{})
+	g.FirstByte(sent)
+	copyEndToEnd(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	g.Answer(resp.StatusCode, 0)
+	var down int64
+	buf := make([]byte, 16<<10)
+	complete := false
+	for {
+		if s.cfg.WriteTimeout > 0 {
+			up.SetReadDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		}
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			g.Pace(r.Context(), n)
+			m, werr := w.Write(buf[:n])
+			down += int64(m)
+			if werr != nil {
+				break
+			}
+		}
+		if rerr != nil {
+			if rerr == io.EOF {
+				complete = true
+			} else {
+				g.SetReason(accesslog.ReasonUpstreamFailed)
+			}
+			break
+		}
+	}
+	reuse = complete && !resp.Close && br.Buffered() == 0
+	g.Finish(body.n, down)
+}
 
+// upstream returns a pooled connection to key that the grant admits, or
+// dials one, and reports whether it was pooled. fresh skips the pool.
+func (s *Server) upstream(ctx context.Context, g *gate.Grant, key string, fresh, canRetry bool) (*net.TCPConn, bool, error) {
+	if p := g.Pool(); p != nil && !fresh {
+		if up := p.Get([]byte(key)); up != nil {
+			if g.Admits(up, canRetry) {
+				return up, true, nil
+			}
+			up.Close()
+		}
+	}
+	up, err := g.Dial(ctx, key)
+	return up, false, err
+}
+
+// exchange writes out to up and reads the final response head (1xx
+// responses skipped), within the write and response-header timeouts, and
+// returns the response, its reader and when the request was sent.
+func (s *Server) exchange(ctx context.Context, up *net.TCPConn, out *http.Request) (*http.Response, *bufio.Reader, time.Time, error) {
+	stop := context.AfterFunc(ctx, func() { up.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if s.cfg.WriteTimeout > 0 {
+		up.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+	}
+	bw := bufio.NewWriterSize(up, 4096)
+	err := out.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	sent := time.Now()
+	if err != nil {
+		return nil, nil, sent, err
+	}
+	if s.cfg.ResponseHeaderTimeout > 0 {
+		up.SetReadDeadline(time.Now().Add(s.cfg.ResponseHeaderTimeout))
+	}
+	br := bufio.NewReaderSize(up, 4096)
+	for {
+		resp, err := http.ReadResponse(br, out)
+		if err != nil {
+			return nil, nil, sent, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, br, sent, nil
+		}
+		resp.Body.Close() // 1xx: the final response follows
+	}
+}
+
+// outgoing returns the HTTP/1.1 request forwarded for r, and the reader
+// that counts its body's bytes.
+func (s *Server) outgoing(r *http.Request, cs *connState) (*http.Request, *countingReader) {
 	out := &http.Request{
 		Method:        r.Method,
 		URL:           &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery},
@@ -58,73 +183,31 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 	if out.Header.Get("User-Agent") == "" {
 		out.Header["User-Agent"] = []string{""} // net/http would add its own
 	}
-	body := &countingReader{r: r.Body, g: g, ctx: r}
-	if r.ContentLength != 0 {
+	body := &countingReader{r: r.Body, g: nil, ctx: r}
+	switch {
+	case r.ContentLength > 0:
+		out.Body = io.NopCloser(body)
+	case r.ContentLength < 0:
+		// Unknown: a request whose HEADERS ended the stream reads EOF at
+		// once and has none (no chunked framing, and no probe by
+		// net/http); another's first bytes go first.
+		var first [1]byte
+		n, err := r.Body.Read(first[:])
+		if n == 0 && err == io.EOF {
+			out.ContentLength = 0
+			break
+		}
+		body.r = io.MultiReader(strings.NewReader(string(first[:n])), r.Body)
 		out.Body = io.NopCloser(body)
 	}
-	if s.cfg.WriteTimeout > 0 {
-		up.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-	}
-	bw := bufio.NewWriterSize(up, 4096)
-	err = out.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	sent := time.Now()
-	if err != nil {
-		s.answerFailure(w, g, err, addr)
-		return
-	}
-	if s.cfg.ResponseHeaderTimeout > 0 {
-		up.SetReadDeadline(time.Now().Add(s.cfg.ResponseHeaderTimeout))
-	}
-	br := bufio.NewReaderSize(up, 4096)
-	var resp *http.Response
-	for {
-		resp, err = http.ReadResponse(br, out)
-		if err != nil {
-			s.answerFailure(w, g, err, addr)
-			return
-		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			break
-		}
-		resp.Body.Close() // 1xx: the final response follows
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		g.SetReason(accesslog.ReasonUpstreamFailed)
-		answer(w, g, 502, "upstream "+addr+" switched protocols without an upgrade request")
-		return
-	}
-	up.SetReadDeadline(time.Time{})
-	g.FirstByte(sent)
-	copyEndToEnd(w.Header(), resp.Header)
-	w.WriteHeader(resp.StatusCode)
-	g.Answer(resp.StatusCode, 0)
-	var down int64
-	buf := make([]byte, 16<<10)
-	for {
-		if s.cfg.WriteTimeout > 0 {
-			up.SetReadDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		}
-		n, rerr := resp.Body.Read(buf)
-		if n > 0 {
-			g.Pace(r.Context(), n)
-			m, werr := w.Write(buf[:n])
-			down += int64(m)
-			if werr != nil {
-				break
-			}
-		}
-		if rerr != nil {
-			if rerr != io.EOF {
-				g.SetReason(accesslog.ReasonUpstreamFailed)
-			}
-			break
-		}
-	}
-	g.Finish(body.n, down)
+	return out, body
+}
+
+// deadConn reports whether err says a pooled connection had been closed
+// by the origin before the request reached it.
+func deadConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // answerFailure answers a request whose upstream exchange failed before
@@ -174,7 +257,9 @@ type countingReader struct {
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	if n > 0 {
-		c.g.Pace(c.ctx.Context(), n)
+		if c.g != nil {
+			c.g.Pace(c.ctx.Context(), n)
+		}
 		c.n += int64(n)
 	}
 	return n, err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -284,5 +285,38 @@ func TestCoolingDown(t *testing.T) {
 	case <-qc.Context().Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the connection is still open after the cool-down started")
+	}
+}
+
+// TestForwardPooled checks that forwarded requests share the upstream
+// keep-alive pool: an origin that keeps its connection serves every
+// request on one, and one that closes it after each answer (without
+// saying so) gets each request again on a fresh connection, which the
+// client never sees.
+func TestForwardPooled(t *testing.T) {
+	tests := []struct {
+		name  string
+		h     proxytest.Handler
+		conns int
+	}{
+		{"kept alive", proxytest.Respond(200, "ok"), 1},
+		{"closed after each answer", proxytest.ThenClose(proxytest.Respond(200, "ok")), 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := proxytest.NewOrigin(t, tt.h)
+			pool := dialer.NewPool(dialer.PoolConfig{MaxIdlePerHost: 4, MaxIdle: 16, IdleTimeout: time.Minute})
+			t.Cleanup(func() { pool.Close() })
+			p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
+			cc := p.client(t)
+			for i := range 4 {
+				if resp, body := get(t, cc, o.URL("/"), ""); resp.StatusCode != 200 || string(body) != "ok" {
+					t.Fatalf("GET %d: %d %q", i, resp.StatusCode, body)
+				}
+			}
+			if n := o.Conns(); n != tt.conns {
+				t.Errorf("origin connections: %d, want %d", n, tt.conns)
+			}
+		})
 	}
 }

@@ -55,7 +55,7 @@ func testConfig() Config {
 
 // startProxy serves cfg's HTTP/3 under policy until the test ends, when
 // it drains (GOAWAY) and closes every connection.
-func startProxy(t *testing.T, cfg Config, policy *gate.Policy) *testProxy {
+func startProxy(t testing.TB, cfg Config, policy *gate.Policy) *testProxy {
 	t.Helper()
 	srv, err := New(cfg)
 	if err != nil {
@@ -110,7 +110,7 @@ func startProxy(t *testing.T, cfg Config, policy *gate.Policy) *testProxy {
 
 // dial opens a QUIC connection to the proxy with HTTP/3's ALPN and
 // datagrams on, closed when the test ends.
-func (p *testProxy) dial(t *testing.T) *quic.Conn {
+func (p *testProxy) dial(t testing.TB) *quic.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -126,7 +126,7 @@ func (p *testProxy) dial(t *testing.T) *quic.Conn {
 // client returns quic-go's HTTP/3 client on a new connection to the
 // proxy: its RoundTrip sends a request with :scheme http and the URL's
 // authority as it is, the form of a request to a forward proxy.
-func (p *testProxy) client(t *testing.T) *http3.ClientConn {
+func (p *testProxy) client(t testing.TB) *http3.ClientConn {
 	t.Helper()
 	tr := &http3.Transport{EnableDatagrams: true}
 	return tr.NewClientConn(p.dial(t))
@@ -134,7 +134,7 @@ func (p *testProxy) client(t *testing.T) *http3.ClientConn {
 
 // get sends a GET for url through cc with the Proxy-Authorization value
 // authz ("" = none).
-func get(t *testing.T, cc *http3.ClientConn, url, authz string) (*http.Response, []byte) {
+func get(t testing.TB, cc *http3.ClientConn, url, authz string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {

@@ -27,7 +27,7 @@ import (
 
 // dialUDP asks the proxy for a CONNECT-UDP flow to target with
 // masque-go's client, with the Proxy-Authorization value authz.
-func (p *testProxy) dialUDP(t *testing.T, target, authz string) (*masque.Conn, *http.Response, error) {
+func (p *testProxy) dialUDP(t testing.TB, target, authz string) (*masque.Conn, *http.Response, error) {
 	t.Helper()
 	tmpl := uritemplate.MustNew("https://" + p.Addr + "/.well-known/masque/udp/{target_host}/{target_port}/")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
