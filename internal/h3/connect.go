@@ -17,11 +17,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, q *request, g *
 	addr := string(gate.AppendHostPort(nil, q.host, q.port, q.ipv6))
 	up, err := g.Dial(r.Context(), addr)
 	if err != nil {
-		status, reason, text := gate.UpstreamFailure(err, addr)
-		if reason != "" {
-			g.SetReason(reason)
-		}
-		answer(w, g, status, text)
+		s.answerFailure(w, g, err, addr)
 		return
 	}
 	w.WriteHeader(http.StatusOK)

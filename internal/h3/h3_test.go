@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -317,6 +318,54 @@ func TestForwardPooled(t *testing.T) {
 			if n := o.Conns(); n != tt.conns {
 				t.Errorf("origin connections: %d, want %d", n, tt.conns)
 			}
+		})
+	}
+}
+
+// TestUpstreamFailures checks the answers to requests whose upstream
+// cannot be had, as every front-end gives them (gate.UpstreamFailure): a
+// refused connection is 502, a destination the guard refuses 403, for a
+// tunnel and a forwarded request alike, each logged with its reason.
+func TestUpstreamFailures(t *testing.T) {
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := closed.Addr().String()
+	closed.Close() // nothing listens there now
+	tests := []struct {
+		name    string
+		guard   bool
+		connect bool
+		status  int
+		reason  string
+	}{
+		{"CONNECT refused", false, true, 502, "unreachable"},
+		{"GET refused", false, false, 502, "unreachable"},
+		{"CONNECT to a private address", true, true, 403, "forbidden"},
+		{"GET to a private address", true, false, 403, "forbidden"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out lockedBuffer
+			al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { al.Close() })
+			p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{Guard: tt.guard, AccessLog: al}))
+			var status int
+			if tt.connect {
+				resp, _ := connectStream(t, p.client(t), addr, "")
+				status = resp.StatusCode
+			} else {
+				resp, _ := get(t, p.client(t), "http://"+addr+"/", "")
+				status = resp.StatusCode
+			}
+			if status != tt.status {
+				t.Fatalf("status %d, want %d", status, tt.status)
+			}
+			proxytest.WaitFor(t, "the record", func() bool { return strings.Contains(out.String(), `"reason":"`+tt.reason+`"`) })
 		})
 	}
 }
