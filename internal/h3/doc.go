@@ -40,6 +40,12 @@
 // itself bounds what rustle sends towards an address it has not
 // validated to three times what it received (RFC 9000 §8.1).
 //
+// Measured (TestIdleMemory, the proxy's Go heap and stacks, clients in
+// another process): about 70 KiB per idle HTTP/3 connection, most of it
+// quic-go's connection state, and about 30 KiB per idle CONNECT-UDP flow
+// (its stream, three parked goroutines, a 1.5 KB read buffer and a UDP
+// socket).
+//
 // Shutdown (the session's context done) sends GOAWAY: requests in
 // progress, tunnels and flows included, run on, and the connection
 // closes once none is left or the drain is cut; a revoked user's

@@ -35,6 +35,7 @@ func basic(user, pass string) string {
 type testProxy struct {
 	Addr  string
 	Roots *x509.CertPool
+	cert  []byte // the proxy's certificate (DER), which Roots trusts
 	srv   *Server
 }
 
@@ -105,7 +106,7 @@ func startProxy(t testing.TB, cfg Config, policy *gate.Policy) *testProxy {
 		cutNow()
 		tr.Close()
 	})
-	return &testProxy{Addr: udp.LocalAddr().String(), Roots: roots, srv: srv}
+	return &testProxy{Addr: udp.LocalAddr().String(), Roots: roots, cert: cert.Certificate[0], srv: srv}
 }
 
 // dial opens a QUIC connection to the proxy with HTTP/3's ALPN and
