@@ -124,10 +124,12 @@ func TestHTTPSListenerH3(t *testing.T) {
 	}
 }
 
-// TestReloadH3 checks that a reload keeps an http3 listener's UDP socket
-// and applies the new users to it: a connection whose user the reload
-// removed is closed, and a new one authenticates with the new users on
-// the same port. A reload that turns http3 off closes the socket.
+// TestReloadH3 checks that a reload that turns http3 on for a listener it
+// keeps opens the UDP socket on the listener's port; that a later reload
+// keeps the socket and applies the new users to it: a connection whose
+// user the reload removed is closed, and a new one authenticates with the
+// new users on the same port; and that a reload turning http3 off closes
+// the socket.
 func TestReloadH3(t *testing.T) {
 	tl, roots := proxyCerts(t)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
@@ -138,8 +140,16 @@ func TestReloadH3(t *testing.T) {
 			c.Listen = []config.Listener{{Name: "main", Address: "127.0.0.1:0", Protocol: "https", TLS: tl, HTTP3: on}}
 		}
 	}
-	s := startReloadable(t, reloadConfig(t, withH3(true, config.User{Name: "alice", Password: "pw"})))
+	s := startReloadable(t, reloadConfig(t, withH3(false, config.User{Name: "alice", Password: "pw"})))
 	addr := addrOf(s, "main")
+	// A reload turns http3 on for the listener it keeps: a UDP socket on
+	// the same port.
+	if err := s.Reload(reloadConfig(t, withH3(true, config.User{Name: "alice", Password: "pw"}))); err != nil {
+		t.Fatalf("Reload with http3: %v", err)
+	}
+	if got := addrOf(s, "main"); got != addr {
+		t.Fatalf("listener moved from %s to %s", addr, got)
+	}
 	aliceConn, alice := dialH3(t, addr, roots)
 	if code, _, err := h3Get(t, alice, origin.URL, basicValue("alice", "pw")); err != nil || code != 200 {
 		t.Fatalf("before the reload: %d %v", code, err)
