@@ -26,7 +26,7 @@ func TestSelectTests(t *testing.T) {
 		{list: "all", want: []string{"http-1k", "http-10k", "http-1k-newconn", "http-1m", "http-10m", "connect-bulk", "mem-tunnels",
 			"socks-bulk", "socks-mem",
 			"https-1k", "https-10k", "https-1k-newconn", "https-1m", "https-10m", "https-connect-bulk", "https-mem", "https-1k-full",
-			"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem",
+			"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem", "h3-1k",
 			"ws-64", "ws-64k", "ws-newconn", "wss-64", "wss-64k", "wss-newconn",
 			"cores-1", "cores-2", "cores-4", "cores-8"}},
 		{list: "cores", want: []string{"cores-1", "cores-2", "cores-4", "cores-8"}},
@@ -41,6 +41,7 @@ func TestSelectTests(t *testing.T) {
 		{list: "wss-p99,ws-cpu", want: []string{"ws-64", "wss-64"}},
 		{list: "h2", want: []string{"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem"}},
 		{list: "h2-mem-9000,h2-mem-slope,https-1k", want: []string{"https-1k", "h2-mem"}},
+		{list: "h3,cpu-h3-1k", want: []string{"h3-1k"}},
 		{list: "http-2k", wantErr: true},
 	}
 	for _, tt := range tests {
@@ -115,9 +116,15 @@ func TestTestTable(t *testing.T) {
 		if td.h2() && !td.tls() {
 			t.Errorf("test %s: HTTP/2 without TLS (rustle offers h2 only with ALPN on its TLS port)", td.id)
 		}
+		if td.kind == kindH3 && (!td.h3() || !td.tls()) {
+			t.Errorf("test %s: load h3 for a test that does not need h3 on the TLS port", td.id)
+		}
 		for _, r := range td.rows {
 			if (r.Section == secH2) != td.h2() {
 				t.Errorf("row %s in section %q, test needs h2: %v", r.ID, r.Section, td.h2())
+			}
+			if (r.Section == secH3) != td.h3() {
+				t.Errorf("row %s in section %q, test needs h3: %v", r.ID, r.Section, td.h3())
 			}
 		}
 	}
@@ -488,6 +495,7 @@ func TestRustleConf(t *testing.T) {
 			Cert string `toml:"cert"`
 			Key  string `toml:"key"`
 		} `toml:"tls"`
+		HTTP3 bool `toml:"http3"`
 	}
 	tests := []struct {
 		listener string
@@ -496,7 +504,7 @@ func TestRustleConf(t *testing.T) {
 		{lnHTTP, listener{Name: "bench", Address: "127.0.0.1:3128", Protocol: "http", Auth: "basic"}},
 		{lnSOCKS, listener{Name: "bench", Address: "127.0.0.1:3128", Protocol: "socks5", Auth: "basic"}},
 		{lnHTTPS, func() listener {
-			l := listener{Name: "bench", Address: "127.0.0.1:3128", Protocol: "https", Auth: "basic"}
+			l := listener{Name: "bench", Address: "127.0.0.1:3128", Protocol: "https", Auth: "basic", HTTP3: true}
 			l.TLS.Cert, l.TLS.Key = "/tmp/x/tls/server.pem", "/tmp/x/tls/server.key"
 			return l
 		}()},

@@ -59,9 +59,9 @@ func (p *proxyDef) has(needs []string) bool {
 }
 
 // allFeatures is what rustle and the client straight to the origin can
-// do (the origin has an HTTP/2 listener for the no-proxy column of the
-// HTTP/2 rows).
-var allFeatures = []string{featHTTP, featHTTPS, featWebSocket, featSOCKS, featH2}
+// do (the origin has HTTP/2 and HTTP/3 listeners for the no-proxy column
+// of the HTTP/2 and HTTP/3 rows).
+var allFeatures = []string{featHTTP, featHTTPS, featWebSocket, featSOCKS, featH2, featH3}
 
 // confData fills the templates bench/squid.conf, bench/tinyproxy.conf,
 // bench/rustle.toml and bench/danted.conf.
@@ -102,6 +102,7 @@ var proxies = []*proxyDef{
 			"auth = \"basic\", one user with a bcrypt hash; verdicts cached (auth.cache_ttl default 5m), so bcrypt runs once",
 			"one listener per test: protocol \"http\", \"https\" (tls = { cert, key }: TLS 1.2 and 1.3, session tickets on, as shipped) or \"socks5\" (username/password against the same user)",
 			"HTTP/2 rows: the same https listener, which offers h2 with ALPN; [http2] at its defaults (100 concurrent streams, 256 KiB stream window, 1 MiB connection window, 16 KiB frames)",
+			"HTTP/3 rows: the same https listener with http3 = true (its port number over UDP); [http3] at its defaults",
 		},
 		prepare: prepareRustle,
 		command: func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {

@@ -125,7 +125,7 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 		toolCPU, err = e.wrkRun(ctx, t, r, conns, d, &run)
 	case kindBulk:
 		toolCPU, err = e.bulkRun(ctx, t, r, conns, d, &run)
-	case kindHTTP, kindH2:
+	case kindHTTP, kindH2, kindH3:
 		toolCPU, err = e.loadHTTPRun(ctx, t, r, conns, d, &run)
 	case kindWS:
 		toolCPU, err = e.wsRun(ctx, t, r, conns, d, &run)
@@ -286,6 +286,8 @@ func (e *env) target(t testDef, r *running) string {
 	switch {
 	case direct && t.h2():
 		return o.H2
+	case direct && t.h3():
+		return o.H3
 	case direct && t.tls():
 		return o.HTTPS
 	}
@@ -298,8 +300,11 @@ func (e *env) target(t testDef, r *running) string {
 // returns the CPU seconds the load tool used.
 func (e *env) loadHTTPRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
 	sub := "http"
-	if t.kind == kindH2 {
+	switch t.kind {
+	case kindH2:
 		sub = "h2"
+	case kindH3:
+		sub = "h3"
 	}
 	argv := append([]string{filepath.Join(e.bin, "load"), sub}, e.loadArgs(t, r)...)
 	argv = append(argv, "-target", e.target(t, r), "-path", t.path, "-conns", strconv.Itoa(conns), "-duration", d.String())

@@ -98,6 +98,7 @@ type originAddrs struct {
 	WSS     string `json:"wss"`
 	SinkTLS string `json:"sinktls"`
 	H2      string `json:"h2"`
+	H3      string `json:"h3"` // UDP: HTTP/3
 }
 
 // lack records that proxy lacks feature on this machine, and why.

@@ -29,6 +29,9 @@ const (
 	// kindH2 runs "load h2": requests per second over HTTP/2 to an HTTPS
 	// proxy (ALPN h2), one stream at a time per connection.
 	kindH2
+	// kindH3 runs "load h3": requests per second over HTTP/3 to the HTTPS
+	// proxy's port over UDP, one request at a time per connection.
+	kindH3
 )
 
 // Listeners: the proxy port a test talks to. A proxy is started with the
@@ -47,6 +50,7 @@ const (
 	featWebSocket = "websocket" // relays WebSocket upgrades
 	featSOCKS     = "socks5"    // SOCKS5 CONNECT with username/password
 	featH2        = "h2"        // HTTP/2 on the TLS port (ALPN h2): forwarded requests and CONNECT streams
+	featH3        = "h3"        // HTTP/3 on the TLS port's number over UDP: forwarded requests
 )
 
 // testDef is one test of the campaign: how to run it and the rows of the
@@ -96,6 +100,9 @@ func (t testDef) tls() bool { return t.listener == lnHTTPS }
 // h2 reports whether the test speaks HTTP/2 to the proxy.
 func (t testDef) h2() bool { return slices.Contains(t.needs, featH2) }
 
+// h3 reports whether the test speaks HTTP/3 to the proxy.
+func (t testDef) h3() bool { return slices.Contains(t.needs, featH3) }
+
 // Sections of the report, in the seed's order (SOCKS5, which the seed
 // does not have, right after the plain port's CONNECT rows).
 const (
@@ -104,6 +111,7 @@ const (
 	secHTTPS     = "HTTPS proxy (resumed TLS sessions)"
 	secHTTPSFull = "HTTPS proxy, full handshake on every connection"
 	secH2        = "HTTP/2 over TLS"
+	secH3        = "HTTP/3 over QUIC"
 	secWS        = "WebSocket, plain"
 	secWSS       = "WebSocket over TLS"
 	secCores     = "More cores: plain HTTP, 1 KB responses, 1 to 8 proxy cores"
@@ -321,6 +329,19 @@ var tests = []testDef{
 		id: "h2-mem", kind: kindHold, listener: lnHTTPS, needs: []string{featHTTPS, featH2}, group: "h2",
 		steps: []int{1000, 5000, 9000}, memPrefix: "h2-mem",
 		rows: memRows("h2-mem", secH2, "HTTP/2 tunnels", "", false),
+	},
+
+	// HTTP/3 (issue 19), on the HTTPS port's number over UDP: one QUIC
+	// connection per client connection, one request at a time on it.
+	{
+		id: "h3-1k", kind: kindH3, listener: lnHTTPS, needs: []string{featHTTPS, featH3}, group: "h3", path: "/1k", body: 1 << 10,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "h3-1k", Section: secH3, Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Chart: "throughput",
+				Note: "one QUIC connection per client connection (quic-go's http3 client), each sending forwarded requests (:scheme http, :authority the origin, Proxy-Authorization) one after the other. The proxy forwards them to the HTTP/1.1 origin over its keep-alive pool. \"No proxy\" is HTTP/3 straight to an HTTP/3 origin (quic-go's server)."},
+			{ID: "cpu-h3-1k", Section: secH3, Title: "CPU cost per request (1 KB)", Unit: "µs/req", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
+				Note: "derived from the HTTP/3 1 KB runs at their kept level, as the plain port's: proxy CPU over each run divided by the requests it completed, median of the runs."},
+		},
 	},
 
 	// WebSocket (issue 4), on the plain port and over TLS.

@@ -64,6 +64,15 @@
 // https to its HTTP/2 listener. Counted and printed like "load http";
 // bytes are response body bytes.
 //
+//	load h3 -proxy ADDR -tls -ca FILE -target ORIGIN -path /1k -conns N [-newconn] -duration D
+//
+// is "load http" over HTTP/3 (quic-go's http3 client): N QUIC connections
+// to the proxy's port over UDP, each sending forwarded requests (:scheme
+// http, :authority the origin, with Proxy-Authorization) one after the
+// other; or, with -newconn, one request per connection. Straight to the
+// origin (no -proxy) the requests are https to its HTTP/3 listener.
+// Counted and printed like "load http"; bytes are response body bytes.
+//
 // bulk and hold are bounded by -timeout, http and ws by their duration plus
 // twice -req-timeout.
 package main
@@ -89,6 +98,8 @@ func main() {
 		err = runWS(os.Args[2:])
 	case "h2":
 		err = runH2(os.Args[2:])
+	case "h3":
+		err = runH3(os.Args[2:])
 	default:
 		usage()
 	}
@@ -99,6 +110,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: load bulk|hold|http|ws|h2 [flags]; load bulk -h for the flags")
+	fmt.Fprintln(os.Stderr, "usage: load bulk|hold|http|ws|h2|h3 [flags]; load bulk -h for the flags")
 	os.Exit(2)
 }

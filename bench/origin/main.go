@@ -19,7 +19,9 @@
 // origin: https (the HTTP origin), wss (the WebSocket echo) and sinktls
 // (the sink); and h2, HTTP/2 over TLS (ALPN "h2", golang.org/x/net/http2's
 // server) with the same bodies and a POST sink at /_sink, for the HTTP/2
-// rows. Through a proxy the origin side is always plain HTTP/1.1.
+// rows; and h3, HTTP/3 over QUIC on a UDP port (quic-go's server), the
+// same bodies, for the HTTP/3 rows. Through a proxy the origin side is
+// always plain HTTP/1.1.
 //
 // At start it prints one JSON line to stdout with the address of each
 // listener, e.g. {"http":"127.0.0.1:40001","sink":"127.0.0.1:40002",...}.
@@ -44,10 +46,13 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/http"
 	"os/signal"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/quic-go/quic-go/http3"
 )
 
 func main() {
@@ -87,6 +92,23 @@ func main() {
 		)
 	}
 	addrs := map[string]string{}
+	var h3srv *http3.Server
+	if *certFile != "" {
+		cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+		if err != nil {
+			log.Fatalf("load TLS certificate %s: %v", *certFile, err)
+		}
+		udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			log.Fatalf("listen h3: %v", err)
+		}
+		h3srv = &http3.Server{
+			TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+			Handler:   http.HandlerFunc(o.handleH2),
+		}
+		addrs["h3"] = udp.LocalAddr().String()
+		go h3srv.Serve(udp)
+	}
 	for i := range services {
 		s := &services[i]
 		ln, err := net.Listen("tcp", s.addr)
@@ -115,6 +137,9 @@ func main() {
 	<-ctx.Done()
 	for i := range services {
 		services[i].ln.Close()
+	}
+	if h3srv != nil {
+		h3srv.Close()
 	}
 	// Accept loops return once their listener is closed; connections still
 	// open end with the process.

@@ -48,6 +48,9 @@ const (
 	ProtoSOCKS5UDP
 	// ProtoSOCKS4 is a SOCKS4 or SOCKS4a CONNECT tunnel.
 	ProtoSOCKS4
+	// ProtoH3 is a request, tunnel or CONNECT-UDP flow carried in an
+	// HTTP/3 stream.
+	ProtoH3
 )
 
 var protoNames = [...]string{
@@ -58,10 +61,11 @@ var protoNames = [...]string{
 	ProtoSOCKS5:    "socks5",
 	ProtoSOCKS5UDP: "socks5-udp",
 	ProtoSOCKS4:    "socks4",
+	ProtoH3:        "h3",
 }
 
 // String returns the protocol's name as logged: "http", "connect",
-// "websocket", "h2", "socks5", "socks5-udp", "socks4", or "-" for the zero value
+// "websocket", "h2", "socks5", "socks5-udp", "socks4", "h3", or "-" for the zero value
 // and unknown values.
 func (p Protocol) String() string {
 	if int(p) < len(protoNames) && protoNames[p] != "" {

@@ -51,6 +51,9 @@ const (
 	SOCKS5UDP
 	// SOCKS4 is a SOCKS4 or SOCKS4a CONNECT ("socks4").
 	SOCKS4
+	// UDP is a CONNECT-UDP flow (RFC 9298, over HTTP/3): its target
+	// when the flow is asked for, and each datagram's destination ("udp").
+	UDP
 )
 
 var protocolNames = []struct {
@@ -58,7 +61,7 @@ var protocolNames = []struct {
 	name string
 }{
 	{HTTP, "http"}, {Connect, "connect"}, {WebSocket, "websocket"},
-	{SOCKS5, "socks5"}, {SOCKS5UDP, "socks5-udp"}, {SOCKS4, "socks4"},
+	{SOCKS5, "socks5"}, {SOCKS5UDP, "socks5-udp"}, {SOCKS4, "socks4"}, {UDP, "udp"},
 }
 
 // ProtocolNames lists the protocol names a rule accepts, in order.
@@ -82,7 +85,7 @@ func (p Protocol) String() string {
 }
 
 // ParseProtocol returns the Protocol named s ("http", "connect",
-// "websocket", "socks5", "socks5-udp" or "socks4").
+// "websocket", "socks5", "socks5-udp", "socks4" or "udp").
 func ParseProtocol(s string) (Protocol, error) {
 	for _, pn := range protocolNames {
 		if pn.name == s {

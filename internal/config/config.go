@@ -61,6 +61,8 @@ type Config struct {
 	Upstream Upstream `toml:"upstream"`
 	// HTTP2 configures HTTP/2, which https listeners offer with ALPN.
 	HTTP2 HTTP2 `toml:"http2"`
+	// HTTP3 configures HTTP/3 on the https listeners that turn it on.
+	HTTP3 HTTP3 `toml:"http3"`
 	// Auth configures proxy authentication.
 	Auth Auth `toml:"auth"`
 	// ACL is the access policy: ordered allow and deny rules.
@@ -259,8 +261,8 @@ type ACLRule struct {
 	Ports []string `toml:"ports"`
 	// Methods are request methods ("GET", "CONNECT").
 	Methods []string `toml:"methods"`
-	// Protocols are "http", "connect", "websocket", "socks5", "socks5-udp"
-	// and "socks4".
+	// Protocols are "http", "connect", "websocket", "socks5", "socks5-udp",
+	// "socks4" and "udp" (an HTTP/3 CONNECT-UDP flow).
 	Protocols []string `toml:"protocols"`
 	// AllowPrivate lists private destination ranges that requests this
 	// (allow) rule matches may reach; empty means none beyond the
@@ -423,6 +425,10 @@ type Listener struct {
 	// Egress is the listener's source of upstream connections, replacing
 	// the global [egress] when any of its keys is set.
 	Egress ListenerEgress `toml:"egress"`
+	// HTTP3 serves HTTP/3 (QUIC) on an "https" listener's port number
+	// over UDP, with its certificate and users (see [HTTP3]); false
+	// serves TCP only. Refused on the other protocols.
+	HTTP3 bool `toml:"http3"`
 }
 
 // ALPN protocol names, the values a listener's alpn key takes.
@@ -573,6 +579,7 @@ func (c *Config) SetDefaults() {
 	setInt(&h.InitialStreamWindow, defaultH2StreamWindow)
 	setInt(&h.InitialConnWindow, defaultH2ConnWindow)
 	setInt(&h.MaxFrameSize, defaultH2FrameSize)
+	c.setHTTP3Defaults()
 
 	setString(&c.Auth.Realm, defaultRealm)
 	setDuration(&c.Auth.CacheTTL, defaultCacheTTL)

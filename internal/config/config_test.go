@@ -40,6 +40,8 @@ func documentedDefaults() Config {
 		Upstream: Upstream{MaxIdlePerHost: 64, MaxIdle: 4096, IdleTimeout: Duration{90 * time.Second}},
 		HTTP2: HTTP2{MaxConcurrentStreams: 100, MaxHeaderListSize: 65536, InitialStreamWindow: 262144,
 			InitialConnWindow: 1048576, MaxFrameSize: 16384},
+		HTTP3: HTTP3{MaxStreams: 100, MaxFlows: 64, MaxListenerFlows: 10000,
+			UDPTemplate: "/.well-known/masque/udp/{target_host}/{target_port}/"},
 		Auth: Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},
 		ACL:  ACL{Default: "deny"},
 		Limits: Limits{

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -19,8 +20,9 @@ import (
 // listener's Auth to "basic"; without userinfo URLUser is nil and Auth is
 // "" (the configured users, if any, as for a listener of the file). The
 // port is required. An https URL
-// needs the query parameters cert and key; client_ca and alpn (the
-// listener's alpn list, comma-separated: "h2,http/1.1") are optional;
+// needs the query parameters cert and key; client_ca, alpn (the
+// listener's alpn list, comma-separated: "h2,http/1.1") and http3 ("1"
+// serves HTTP/3 on the port over UDP too) are optional;
 // other query parameters, a path and a fragment are errors. The Listener's Name is "", for
 // [Config.SetDefaults] to fill in; nothing else is validated here that
 // [Config.Validate] checks later, except the address.
@@ -50,9 +52,10 @@ func ParseListenURL(s string) (Listener, error) {
 	}
 	var tlsc ListenerTLS
 	var alpn []string
+	var http3 bool
 	if u.RawQuery != "" || u.ForceQuery {
 		if u.Scheme != "https" {
-			return fail("query parameters are only for https:// (cert, key, client_ca, alpn)")
+			return fail("query parameters are only for https:// (cert, key, client_ca, alpn, http3)")
 		}
 		q, err := url.ParseQuery(u.RawQuery)
 		if err != nil {
@@ -71,8 +74,12 @@ func ParseListenURL(s string) (Listener, error) {
 				tlsc.ClientCA = vs[0]
 			case "alpn":
 				alpn = strings.Split(vs[0], ",")
+			case "http3":
+				if http3, err = strconv.ParseBool(vs[0]); err != nil {
+					return fail("http3=%q: want 1 or 0", vs[0])
+				}
 			default:
-				return fail("unknown query parameter %q (want cert, key, client_ca, alpn)", k)
+				return fail("unknown query parameter %q (want cert, key, client_ca, alpn, http3)", k)
 			}
 		}
 	}
@@ -85,7 +92,7 @@ func ParseListenURL(s string) (Listener, error) {
 	if _, _, err := splitListenAddress(u.Host); err != nil {
 		return fail("%v", err)
 	}
-	l := Listener{Address: u.Host, Protocol: u.Scheme, TLS: tlsc, ALPN: alpn}
+	l := Listener{Address: u.Host, Protocol: u.Scheme, TLS: tlsc, ALPN: alpn, HTTP3: http3}
 	if u.User == nil {
 		return l, nil
 	}

@@ -76,6 +76,7 @@ func (c *Config) Validate() error {
 	v.positive("upstream.idle_timeout", u.IdleTimeout)
 
 	c.validateHTTP2(v)
+	c.validateHTTP3(v)
 	c.validateAuth(v)
 	c.validateListeners(v)
 	c.validateAdmin(v)

@@ -12,6 +12,12 @@
 //   - extended CONNECT with :protocol websocket (RFC 8441), advertised with
 //     SETTINGS_ENABLE_CONNECT_PROTOCOL: translated into an HTTP/1.1
 //     Upgrade handshake with the origin, then a tunnel;
+//   - extended CONNECT with :protocol connect-udp (RFC 9298 §5) to a
+//     path the UDP URI template matches: a UDP flow whose payloads travel
+//     in DATAGRAM capsules (RFC 9297 §3.5) on the stream, relayed by
+//     gate.Grant.RelayFlow (ACL protocol udp; the guard checks every
+//     datagram's destination; the flow ends after UDPIdleTimeout without
+//     a datagram, or with the stream);
 //   - anything else (a request to the proxy itself, :scheme https) is
 //     answered by rustle with a short error, once authorized like any
 //     other request.

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -32,6 +33,15 @@ func fieldsOf(b []byte) []hpack.HeaderField {
 	return fields
 }
 
+// udpTemplate is the default CONNECT-UDP URI template.
+var udpTemplate = func() *masque.Template {
+	t, err := masque.ParseTemplate(masque.DefaultTemplate)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}()
+
 // FuzzParseRequest checks that parseRequest never panics, and that the
 // HTTP/1.1 head built from a request it accepts for forwarding is one
 // HTTP/1.1 request naming the same target: no field of the client's can
@@ -39,6 +49,7 @@ func fieldsOf(b []byte) []hpack.HeaderField {
 func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte(":method: GET\n:scheme: http\n:authority: example.com\n:path: /\naccept: */*"))
 	f.Add([]byte(":method: CONNECT\n:authority: example.com:443"))
+	f.Add([]byte(":method: CONNECT\n:protocol: connect-udp\n:scheme: https\n:authority: proxy:8443\n:path: /.well-known/masque/udp/dns.example/53/\ncapsule-protocol: ?1"))
 	f.Add([]byte(":method: CONNECT\n:protocol: websocket\n:scheme: http\n:authority: example.com\n:path: /chat\nsec-websocket-version: 13"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fields := fieldsOf(b)
@@ -50,6 +61,17 @@ func FuzzParseRequest(f *testing.F) {
 		if r.kind == kindConnect {
 			if r.port < 1 || r.port > 65535 || r.host == "" {
 				t.Fatalf("CONNECT target %q parsed to %q port %d", r.authority, r.host, r.port)
+			}
+			return
+		}
+		if r.kind == kindConnectUDP {
+			// Not forwarded: its :path names a UDP target, which the
+			// worker matches against the URI template.
+			if r.method != "CONNECT" || r.protocol != protoConnectUDP || r.path == "" {
+				t.Fatalf("CONNECT-UDP request %+v", r)
+			}
+			if host, port, err := udpTemplate.Match(r.path); err == nil && (host == "" || port == 0) {
+				t.Fatalf("CONNECT-UDP :path %q matched to %q port %d", r.path, host, port)
 			}
 			return
 		}

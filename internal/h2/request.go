@@ -14,10 +14,11 @@ import (
 type requestKind uint8
 
 const (
-	kindForward   requestKind = iota // :scheme http: forwarded to an HTTP/1.1 origin
-	kindConnect                      // CONNECT: a TCP tunnel (RFC 9113 §8.5)
-	kindWebSocket                    // CONNECT with :protocol websocket (RFC 8441)
-	kindLocal                        // not a proxy request: answered by rustle itself
+	kindForward    requestKind = iota // :scheme http: forwarded to an HTTP/1.1 origin
+	kindConnect                       // CONNECT: a TCP tunnel (RFC 9113 §8.5)
+	kindWebSocket                     // CONNECT with :protocol websocket (RFC 8441)
+	kindConnectUDP                    // CONNECT with :protocol connect-udp (RFC 9298): a UDP flow in capsules
+	kindLocal                         // not a proxy request: answered by rustle itself
 )
 
 // request is a validated HTTP/2 request head (RFC 9113 §8.2, §8.3).
@@ -48,6 +49,9 @@ type request struct {
 	// endStream is set when the HEADERS frame ended the stream: no body.
 	endStream bool
 }
+
+// protoConnectUDP is the :protocol of a CONNECT-UDP request (RFC 9298 §3).
+const protoConnectUDP = "connect-udp"
 
 // errMalformed is the error of a malformed request head, which is a
 // stream error of type PROTOCOL_ERROR (RFC 9113 §8.1.1).
@@ -103,9 +107,10 @@ func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.A
 		if !httpguts.ValidHeaderFieldValue(f.Value) {
 			return r, errMalformed("invalid value of field " + f.Name)
 		}
-		switch f.Name {
-		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+		if gate.ConnectionSpecific(f.Name) {
 			return r, errMalformed("connection-specific field " + f.Name)
+		}
+		switch f.Name {
 		case "te":
 			if f.Value != "trailers" {
 				return r, errMalformed("te other than trailers")
@@ -175,6 +180,12 @@ func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.A
 	}
 
 	// A well-formed request: now what can rustle do with it?
+	if r.method == "CONNECT" && r.protocol == protoConnectUDP {
+		// The target is in :path, which the worker matches against the
+		// URI template (see stream.matchUDP).
+		r.kind = kindConnectUDP
+		return r, nil
+	}
 	if r.method == "CONNECT" && r.protocol != "websocket" {
 		return local(r, 501, "unsupported :protocol "+strconv.Quote(r.protocol)), nil
 	}

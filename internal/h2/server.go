@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -86,6 +87,13 @@ type Config struct {
 	// TunnelIdleTimeout resets a CONNECT stream with no bytes either way
 	// for this long; 0 = no limit (the configuration always sets one).
 	TunnelIdleTimeout time.Duration
+	// UDPTemplate is the CONNECT-UDP URI template's path (RFC 9298)
+	// that extended CONNECT with :protocol connect-udp is matched
+	// against; nil = masque.DefaultTemplate.
+	UDPTemplate *masque.Template
+	// UDPIdleTimeout ends a CONNECT-UDP flow that passed no datagram
+	// either way for this long; 0 = no limit.
+	UDPIdleTimeout time.Duration
 	// Logger receives connection-level events; nil = discard.
 	Logger *slog.Logger
 }
@@ -107,6 +115,13 @@ func New(cfg Config) (*Server, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.UDPTemplate == nil {
+		t, err := masque.ParseTemplate(masque.DefaultTemplate)
+		if err != nil {
+			return nil, err
+		}
+		cfg.UDPTemplate = t
 	}
 	return &Server{cfg: cfg, log: log, start: time.Now()}, nil
 }

@@ -145,6 +145,9 @@ func (s *stream) exit() {
 func (s *stream) serve() bool {
 	c := s.c
 	r := &s.req
+	if r.kind == kindConnectUDP {
+		s.matchUDP()
+	}
 	switch k := c.authorize(r, &s.grant); k {
 	case gate.OK:
 	case gate.NeedAuth:
@@ -192,8 +195,12 @@ func (s *stream) serve() bool {
 		s.answerLocal(k.Status(), k.Reason())
 		return false
 	}
-	if r.kind == kindForward {
+	switch r.kind {
+	case kindForward:
 		s.forward()
+		return false
+	case kindConnectUDP:
+		s.connectUDP()
 		return false
 	}
 	return s.connect()
@@ -204,9 +211,12 @@ func (s *stream) serve() bool {
 // credentials like any other, and is logged with the answer it gets.
 func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 	proto := acl.HTTP
+	method := r.method
 	switch {
 	case r.kind == kindWebSocket || r.method == "CONNECT" && r.protocol == "websocket":
 		proto = acl.WebSocket
+	case r.method == "CONNECT" && r.protocol == protoConnectUDP:
+		proto, method = acl.UDP, "CONNECT-UDP"
 	case r.method == "CONNECT":
 		proto = acl.Connect
 	}
@@ -215,7 +225,9 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 	// it, but its escape analysis lets a stack buffer escape: the
 	// buffer is made to size.)
 	var target []byte
-	if r.scheme != "" {
+	if r.kind == kindConnectUDP {
+		target = gate.AppendHostPort([]byte("udp://"), r.host, r.port, r.ipv6)
+	} else if r.scheme != "" {
 		target = make([]byte, 0, len(r.scheme)+3+len(r.authority)+len(r.path))
 		target = append(append(append(append(target, r.scheme...), "://"...), r.authority...), r.path...)
 	} else {
@@ -232,7 +244,7 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 	return c.sess.Authorize(&gate.Request{
 		Protocol:      proto,
 		Log:           accesslog.ProtoH2,
-		Method:        r.method,
+		Method:        method,
 		Host:          r.host,
 		Port:          uint16(r.port),
 		Target:        target,

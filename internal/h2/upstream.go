@@ -19,7 +19,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
-	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
@@ -72,26 +71,19 @@ func (s *stream) answer(status int, reason string, extra ...hpack.HeaderField) {
 // answerError answers a request whose upstream exchange failed before
 // any of the response was sent.
 func (s *stream) answerError(err error, target string) {
-	var de *dialer.Error
-	var ne net.Error
 	switch {
 	case errors.Is(err, errStreamGone):
 		return
-	case errors.As(err, &de):
-		// A refused destination was logged by the grant's Dial.
-		s.answer(gate.DialKind(err).Status(), de.Reason())
-	case errors.As(err, &ne) && ne.Timeout():
-		s.grant.SetReason(accesslog.ReasonTimedOut)
-		s.answer(504, "upstream "+target+" did not answer in time")
 	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade), errors.Is(err, errCoding):
 		s.grant.SetReason(accesslog.ReasonUpstreamFailed)
 		s.answer(502, strings.TrimPrefix(err.Error(), "h2: "))
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		s.grant.SetReason(accesslog.ReasonUpstreamFailed)
-		s.answer(502, "upstream "+target+" closed the connection without a response")
 	default:
-		s.grant.SetReason(accesslog.ReasonUpstreamFailed)
-		s.answer(502, "malformed response from upstream "+target)
+		// A refused destination was logged by the grant's Dial.
+		status, reason, text := gate.UpstreamFailure(err, target)
+		if reason != "" {
+			s.grant.SetReason(reason)
+		}
+		s.answer(status, text)
 	}
 }
 

@@ -15,6 +15,9 @@ type ListenerMetrics struct {
 	requests  [len(statusClasses)]prometheus.Counter
 	up, down  prometheus.Counter
 	tunnels   prometheus.Counter
+	dgUp      prometheus.Counter
+	dgDown    prometheus.Counter
+	dgRefused prometheus.Counter
 	authFails prometheus.Counter
 	authAsks  prometheus.Counter
 	aclDenies prometheus.Counter
@@ -74,6 +77,24 @@ func (l *ListenerMetrics) Bytes(up, down int64) {
 func (l *ListenerMetrics) TunnelOpened() {
 	if l != nil {
 		l.tunnels.Inc()
+	}
+}
+
+// Datagrams adds a CONNECT-UDP flow's datagrams when it ends: up sent to
+// its target, down sent to the client, refused dropped for their
+// destination.
+func (l *ListenerMetrics) Datagrams(up, down, refused int64) {
+	if l == nil {
+		return
+	}
+	if up > 0 {
+		l.dgUp.Add(float64(up))
+	}
+	if down > 0 {
+		l.dgDown.Add(float64(down))
+	}
+	if refused > 0 {
+		l.dgRefused.Add(float64(refused))
 	}
 }
 

@@ -78,6 +78,7 @@ type Metrics struct {
 	requests  *prometheus.CounterVec
 	bytes     *prometheus.CounterVec
 	tunnels   *prometheus.CounterVec
+	datagrams *prometheus.CounterVec
 	authFails *prometheus.CounterVec
 	authAsks  *prometheus.CounterVec
 	aclDenies *prometheus.CounterVec
@@ -132,6 +133,10 @@ func New(cfg Config) *Metrics {
 			Namespace: namespace, Name: "tunnels_total",
 			Help: "Tunnels opened (CONNECT, WebSocket, SOCKS), by listener and protocol.",
 		}, lp),
+		datagrams: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "datagrams_total",
+			Help: "Datagrams of CONNECT-UDP flows, by listener, protocol and direction (up: sent to the target, down: sent to the client, refused: dropped because the access rules or the private-destination guard refused their destination).",
+		}, append(lp, "direction")),
 		authFails: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "auth_failures_total",
 			Help: "Requests and SOCKS logins refused for wrong credentials, by listener and protocol.",
@@ -167,7 +172,7 @@ func New(cfg Config) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildInfo, m.accepted, m.open, m.requests, m.bytes, m.tunnels,
+		buildInfo, m.accepted, m.open, m.requests, m.bytes, m.tunnels, m.datagrams,
 		m.authFails, m.authAsks, m.aclDenies, m.dial, m.ttfb, m.funcs,
 	)
 	m.parents = newParentVecs(m.reg)
@@ -240,6 +245,9 @@ func (m *Metrics) Listener(name, protocol string) *ListenerMetrics {
 		up:        m.bytes.WithLabelValues(name, protocol, "up"),
 		down:      m.bytes.WithLabelValues(name, protocol, "down"),
 		tunnels:   m.tunnels.WithLabelValues(name, protocol),
+		dgUp:      m.datagrams.WithLabelValues(name, protocol, "up"),
+		dgDown:    m.datagrams.WithLabelValues(name, protocol, "down"),
+		dgRefused: m.datagrams.WithLabelValues(name, protocol, "refused"),
 		authFails: m.authFails.WithLabelValues(name, protocol),
 		authAsks:  m.authAsks.WithLabelValues(name, protocol),
 		aclDenies: m.aclDenies.WithLabelValues(name, protocol),

@@ -37,6 +37,7 @@ type DNSServer struct {
 
 	mu      sync.Mutex
 	records map[dnsKey][]dnsRecord // guarded by mu
+	anyA    []dnsRecord            // the A answer of every name not set (SetAny); guarded by mu
 	asked   map[string]int         // questions by lower-case name; guarded by mu
 	mode    DNSMode                // guarded by mu
 	negTTL  uint32                 // guarded by mu
@@ -170,6 +171,14 @@ func (s *DNSServer) SetCNAME(name string, ttl uint32, target string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.records[dnsKey{fqdn(name), dnsmessage.TypeCNAME}] = []dnsRecord{{ttl: ttl, cname: fqdn(target)}}
+}
+
+// SetAny makes the server answer the A query of every name not set
+// with addr (IPv4), TTL ttl.
+func (s *DNSServer) SetAny(ttl uint32, addr netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.anyA = []dnsRecord{{ttl: ttl, addr: addr}}
 }
 
 // SetNegativeTTL sets the SOA MINIMUM (and TTL) of NXDOMAIN and NODATA
@@ -347,7 +356,11 @@ func (s *DNSServer) answer(msg []byte, udp bool) []byte {
 			known = true
 		}
 	}
-	for _, rec := range s.records[dnsKey{cur, q.Type}] {
+	recs := s.records[dnsKey{cur, q.Type}]
+	if !known && s.anyA != nil && q.Type == dnsmessage.TypeA {
+		known, recs = true, s.anyA
+	}
+	for _, rec := range recs {
 		owner, rec := cur, rec
 		answers = append(answers, func(b *dnsmessage.Builder) error {
 			hdr := dnsmessage.ResourceHeader{Name: dnsmessage.MustNewName(owner), Class: dnsmessage.ClassINET, TTL: rec.ttl}

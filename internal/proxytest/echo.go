@@ -200,3 +200,10 @@ func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 	roots.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, roots
 }
+
+// SelfSigned returns an ECDSA certificate for localhost and the loopback
+// addresses, and a pool that trusts it.
+func SelfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	return selfSigned(t)
+}

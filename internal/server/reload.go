@@ -215,6 +215,12 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
 				}
 			}
+			if lc.HTTP3 {
+				if l.h3, err = newH3(cfg, pc); err != nil {
+					g.closeCreated()
+					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
+				}
+			}
 		}
 		g.listeners = append(g.listeners, l)
 	}
@@ -351,35 +357,57 @@ func (s *Server) Reload(cfg *config.Config) error {
 	// Keep the sockets of unchanged addresses; open the new ones.
 	kept := pairListeners(prev.listeners, g.listeners)
 	var opened []net.Listener
+	var openedQUIC []*quicSocket // sockets this reload opened, for listeners with http3 on
+	fail := func(err error) error {
+		closeAll(opened)
+		for _, q := range openedQUIC {
+			q.close()
+		}
+		g.closeCreated()
+		return err
+	}
 	for i, l := range g.listeners {
 		if ol := kept[i]; ol != nil {
 			l.lns = ol.lns
-			continue
+			l.cur = ol.cur // what a QUIC socket opened below hands connections to
+			if l.h3 != nil && ol.quic != nil {
+				l.quic = ol.quic
+				continue
+			}
+		} else {
+			lns, err := openSockets(l.cfg, len(s.engines))
+			if err != nil {
+				return fail(err)
+			}
+			l.lns = lns
+			opened = append(opened, lns...)
 		}
-		lns, err := openSockets(l.cfg, len(s.engines))
-		if err != nil {
-			closeAll(opened)
-			g.closeCreated()
-			return err
+		if l.h3 != nil {
+			q, err := openQUIC(l)
+			if err != nil {
+				return fail(err)
+			}
+			l.quic = q
+			openedQUIC = append(openedQUIC, q)
 		}
-		l.lns = lns
-		opened = append(opened, lns...)
 	}
 	g.guard.SetOwn(ownAddrs(g.listeners))
 
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
-		closeAll(opened)
-		g.closeCreated()
-		return errors.New("server: reload: server is shutting down")
+		return fail(errors.New("server: reload: server is shutting down"))
 	}
 	inUse := make(map[*listener]bool)
+	quicInUse := make(map[*quicSocket]bool)
 	for i, l := range g.listeners {
 		if ol := kept[i]; ol != nil {
 			inUse[ol] = true
 			l.cur = ol.cur
 			l.cur.Store(l) // accept loops on these sockets now hand out l
+		}
+		if l.quic != nil {
+			quicInUse[l.quic] = true
 		}
 	}
 	removed := 0
@@ -387,6 +415,18 @@ func (s *Server) Reload(cfg *config.Config) error {
 		if !inUse[ol] {
 			closeAll(ol.lns)
 			removed++
+		}
+		if ol.quic != nil && !quicInUse[ol.quic] {
+			ol.quic.retire() // its connections run on, then it closes
+		}
+	}
+	s.quics = append(s.quics, openedQUIC...)
+	for _, q := range openedQUIC {
+		for _, l := range g.listeners {
+			if l.quic == q {
+				s.accepts.Add(1)
+				go s.acceptQUIC(q, l.cur)
+			}
 		}
 	}
 	budgetChanged := g.budget != prev.budget

@@ -21,6 +21,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h2"
+	"github.com/rustle-proxy/rustle/internal/h3"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
@@ -66,10 +67,13 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners []*listener // guarded by mu
-	started   bool        // guarded by mu
-	stopped   bool        // listeners closed for good; guarded by mu
-	closed    bool        // guarded by mu
-	reloadMu  sync.Mutex  // serializes Reload
+	// quics are the QUIC sockets opened, kept until Close: a socket a
+	// reload stops using still carries its connections. Guarded by mu.
+	quics    []*quicSocket
+	started  bool       // guarded by mu
+	stopped  bool       // listeners closed for good; guarded by mu
+	closed   bool       // guarded by mu
+	reloadMu sync.Mutex // serializes Reload
 
 	accepts sync.WaitGroup // accept loops
 	conns   sync.WaitGroup // connection goroutines
@@ -87,6 +91,8 @@ type listener struct {
 	socks  *socks5.Server   // for "socks5" and "mixed" listeners; nil otherwise
 	tls    *tlsconf.Manager // for "https" listeners; nil otherwise
 	h2     *h2.Server       // HTTP/2 for "https" listeners that offer "h2"; nil otherwise
+	h3     *h3.Server       // HTTP/3 for "https" listeners with http3 on; nil otherwise
+	quic   *quicSocket      // h3's UDP socket; nil without h3
 	http1  bool             // an "https" listener offers "http/1.1" (see serveTLS)
 	peek   time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
 	hello  time.Duration    // how long an "https" listener waits for a whole ClientHello record
@@ -195,8 +201,17 @@ func (s *Server) Start() error {
 			}
 			l.lns = append(l.lns, ln)
 		}
+		if l.h3 != nil {
+			q, err := openQUIC(l)
+			if err != nil {
+				s.closeListenersLocked()
+				return err
+			}
+			l.quic = q
+			s.quics = append(s.quics, q)
+		}
 		s.log.Info("listening", "listener", l.cfg.Name, "protocol", l.cfg.Protocol,
-			"addr", l.lns[0].Addr().String(), "auth", s.cfg.EffectiveAuth(l.cfg), "workers", workers)
+			"addr", l.lns[0].Addr().String(), "auth", s.cfg.EffectiveAuth(l.cfg), "workers", workers, "http3", l.quic != nil)
 		if l.cfg.ProxyProtocol && l.ppFrom == nil {
 			s.log.Warn("listener takes a PROXY protocol header, and so a client address, from any peer; "+
 				"list the balancers in proxy_protocol_from", "listener", l.cfg.Name)
@@ -208,6 +223,10 @@ func (s *Server) Start() error {
 		for w, ln := range l.lns {
 			s.accepts.Add(1)
 			go s.acceptLoop(ln, l.cur, s.engines[w])
+		}
+		if l.quic != nil {
+			s.accepts.Add(1)
+			go s.acceptQUIC(l.quic, l.cur)
 		}
 	}
 	return nil
@@ -351,6 +370,7 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.closeListenersLocked()
 	res := s.resolver
+	quics := s.quics
 	s.mu.Unlock()
 	s.accepts.Wait()
 	s.cutCancel() // first: what the closing below ends is logged as drained
@@ -362,6 +382,9 @@ func (s *Server) Close() error {
 	s.connMu.Unlock()
 	for _, e := range s.engines {
 		e.Close()
+	}
+	for _, q := range quics {
+		q.close() // its connections with it
 	}
 	for _, l := range s.listeners {
 		if l.tls != nil {
@@ -387,5 +410,8 @@ func (s *Server) closeListenersLocked() {
 		for _, ln := range l.lns {
 			ln.Close()
 		}
+	}
+	for _, q := range s.quics {
+		q.stop() // connections go on until Close
 	}
 }

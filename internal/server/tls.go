@@ -15,6 +15,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 	"golang.org/x/net/http2"
@@ -36,6 +37,10 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 // settings, with the timeouts and header limits of the listener's
 // HTTP/1.1 proxy (what it may do is its sessions' policy).
 func newH2(cfg *config.Config, pc httpproxy.Config) (*h2.Server, error) {
+	tmpl, err := masque.ParseTemplate(cfg.HTTP3.UDPTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("http3.udp_template: %w", err)
+	}
 	return h2.New(h2.Config{
 		Forwarded:             pc.Forwarded,
 		Via:                   pc.Via,
@@ -50,6 +55,8 @@ func newH2(cfg *config.Config, pc httpproxy.Config) (*h2.Server, error) {
 		IdleTimeout:           pc.IdleTimeout,
 		WriteTimeout:          pc.WriteTimeout,
 		TunnelIdleTimeout:     cfg.Timeouts.IdleTunnel.Duration,
+		UDPTemplate:           tmpl,
+		UDPIdleTimeout:        cfg.Timeouts.UDPIdle.Duration,
 		Logger:                pc.Logger,
 	})
 }

@@ -1,0 +1,53 @@
+// Package h3 serves HTTP/3 (RFC 9114) to clients of rustle's https
+// listeners that have http3 on: a forward proxy over QUIC, on the
+// listener's port number over UDP, with its certificate and users.
+// quic-go is the QUIC stack and its http3 package the HTTP/3 framing;
+// this package holds what rustle does with each request stream, and
+// calls internal/gate for everything the other front-ends share.
+//
+// Each request stream is one of:
+//
+//   - a request with :scheme http and an :authority, forwarded to an
+//     HTTP/1.1 origin over the upstream keep-alive pool the other
+//     front-ends share, or dialed through the grant (hop-by-hop fields
+//     dropped with gate.HopByHop, failures answered as
+//     gate.UpstreamFailure says; a request without a body that met a
+//     pooled connection the origin had closed is sent again on a fresh
+//     one);
+//   - CONNECT (RFC 9114 §4.4): a TCP tunnel relayed by gate.Grant.Tunnel,
+//     the stream's FIN passed on as a half-close;
+//   - extended CONNECT with :protocol connect-udp (RFC 9298) to a path
+//     the configured URI template matches: a UDP flow whose payloads
+//     travel in HTTP Datagrams (RFC 9297) in QUIC DATAGRAM frames,
+//     relayed by gate.Grant.RelayFlow (the guard checks every datagram's
+//     destination; the flow idles out after UDPIdleTimeout); capsules
+//     the client sends on the stream are read and skipped;
+//   - anything else is answered by rustle with a short error, once
+//     authorized like any other request.
+//
+// Each QUIC connection is one gate.Session; every request stream is
+// decided by it with Session.Authorize (Proxy-Authorization on every
+// request, 407 per request; 429 for a client cooling down, after which
+// the connection closes once its requests in progress have ended, or for
+// a user over its limit; 403 for a rule's denial), with the ACL protocol
+// "http", "connect" or "udp", and logged with protocol "h3". A stream
+// holding an upstream counts as a connection past the first (Grant.Hold).
+//
+// Bounds: MaxStreams concurrent request streams per connection (QUIC
+// stream credit), MaxFlows CONNECT-UDP flows per connection and
+// MaxListenerFlows per listener (503 past either), MaxConns QUIC
+// connections per listener (closed with H3_EXCESSIVE_LOAD past it). QUIC
+// itself bounds what rustle sends towards an address it has not
+// validated to three times what it received (RFC 9000 §8.1).
+//
+// Measured (TestIdleMemory, the proxy's Go heap and stacks, clients in
+// another process): about 70 KiB per idle HTTP/3 connection, most of it
+// quic-go's connection state, and about 30 KiB per idle CONNECT-UDP flow
+// (its stream, three parked goroutines, a 1.5 KB read buffer and a UDP
+// socket).
+//
+// Shutdown (the session's context done) sends GOAWAY: requests in
+// progress, tunnels and flows included, run on, and the connection
+// closes once none is left or the drain is cut; a revoked user's
+// connection is closed at once.
+package h3

@@ -1,0 +1,219 @@
+package h3
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quic-go/masque-go"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/yosida95/uritemplate/v3"
+
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// TestIdleMemory measures what idle HTTP/3 connections (each after one
+// forwarded GET) and idle CONNECT-UDP flows (each after one datagram
+// each way, all on one connection) cost the proxy: Go heap in use plus
+// goroutine stacks, per connection and per flow, with the clients in a
+// child process. It bounds them generously, to catch a buffer or a
+// goroutine too many, not to time anything.
+func TestIdleMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens hundreds of QUIC connections")
+	}
+	const conns, flows = 200, 400
+	dns := proxytest.StartDNS(t)
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	cfg := testConfig()
+	cfg.MaxFlows, cfg.MaxStreams = flows+10, flows+10
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		"H3_MEMORY_HELPER=1",
+		"H3_MEMORY_PROXY="+p.Addr,
+		"H3_MEMORY_CERT="+base64.StdEncoding.EncodeToString(p.cert),
+		"H3_MEMORY_ORIGIN="+o.URL("/"),
+		"H3_MEMORY_TARGET="+dns.UDP,
+		fmt.Sprintf("H3_MEMORY_CONNS=%d", conns),
+		fmt.Sprintf("H3_MEMORY_FLOWS=%d", flows),
+	)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	lines := bufio.NewScanner(stdout)
+	expect := func(want string) {
+		t.Helper()
+		if !lines.Scan() || lines.Text() != want {
+			stdin.Close()
+			err := cmd.Wait()
+			t.Fatalf("helper: got %q, want %q (%v); stderr:\n%s", lines.Text(), want, err, stderr.String())
+		}
+	}
+	expect("warm")
+	base := inUse()
+	io.WriteString(stdin, "conns\n")
+	expect("conns")
+	withConns := inUse()
+	io.WriteString(stdin, "flows\n")
+	expect("flows")
+	withFlows := inUse()
+	perConn := float64(withConns-base) / conns
+	perFlow := float64(withFlows-withConns) / flows
+	t.Logf("h3: an idle HTTP/3 connection costs the proxy %.1f KiB of heap+stacks, an idle CONNECT-UDP flow %.1f KiB (%d connections, %d flows on one connection, race detector %v)",
+		perConn/1024, perFlow/1024, conns, flows, raceEnabled())
+	connLimit, flowLimit := 200.0*1024, 48.0*1024
+	if raceEnabled() {
+		connLimit, flowLimit = 2*connLimit, 2*flowLimit
+	}
+	if perConn > connLimit || perFlow > flowLimit {
+		t.Errorf("%.1f KiB per idle connection (limit %.0f), %.1f KiB per idle flow (limit %.0f)",
+			perConn/1024, connLimit/1024, perFlow/1024, flowLimit/1024)
+	}
+}
+
+// raceEnabled reports whether the race detector is on (stacks and heap
+// are larger then).
+func raceEnabled() bool { return raceBuild }
+
+// inUse returns heap in use plus stacks once garbage collection has
+// settled (a few cycles, so that what finalizers free counts too).
+func inUse() uint64 {
+	var ms runtime.MemStats
+	for range 5 {
+		runtime.GC()
+	}
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse + ms.StackInuse
+}
+
+// memoryHelper is the child process of TestIdleMemory: it opens the
+// connections and the flows when told to on stdin, reporting each phase
+// on stdout, and exits when stdin closes.
+func memoryHelper() int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "helper:", err); return 1 }
+	der, err := base64.StdEncoding.DecodeString(os.Getenv("H3_MEMORY_CERT"))
+	if err != nil {
+		return fail(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return fail(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(cert)
+	proxy := os.Getenv("H3_MEMORY_PROXY")
+	conns, _ := strconv.Atoi(os.Getenv("H3_MEMORY_CONNS"))
+	flows, _ := strconv.Atoi(os.Getenv("H3_MEMORY_FLOWS"))
+	tlsConf := &tls.Config{RootCAs: roots, NextProtos: []string{http3.NextProtoH3}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dial := func() (*quic.Conn, error) {
+		return quic.DialAddr(ctx, proxy, tlsConf, &quic.Config{EnableDatagrams: true, InitialPacketSize: 1350})
+	}
+	get := func(qc *quic.Conn) error {
+		cc := (&http3.Transport{EnableDatagrams: true}).NewClientConn(qc)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, os.Getenv("H3_MEMORY_ORIGIN"), nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return nil
+	}
+	in := bufio.NewScanner(os.Stdin)
+	var keep []any
+	// One connection and one flow before the baseline: one-time costs.
+	warm, err := dial()
+	if err != nil {
+		return fail(err)
+	}
+	if err := get(warm); err != nil {
+		return fail(err)
+	}
+	fc, err := dial() // the flows' connection
+	if err != nil {
+		return fail(err)
+	}
+	mc, err := (&masque.Transport{}).NewClientConn(fc)
+	if err != nil {
+		return fail(err)
+	}
+	tmpl := uritemplate.MustNew("https://" + proxy + "/.well-known/masque/udp/{target_host}/{target_port}/")
+	flow := func() error {
+		req, err := masque.NewRequest(ctx, tmpl, os.Getenv("H3_MEMORY_TARGET"))
+		if err != nil {
+			return err
+		}
+		c, _, err := mc.Dial(req)
+		if err != nil {
+			return err
+		}
+		keep = append(keep, c)
+		c.WriteTo(proxytest.DNSQuery(nopTB{}, 1, "idle.test."), nil)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, _, err = c.ReadFrom(make([]byte, 1500))
+		return err
+	}
+	if err := flow(); err != nil {
+		return fail(err)
+	}
+	fmt.Println("warm")
+	for in.Scan() {
+		switch in.Text() {
+		case "conns":
+			for range conns {
+				qc, err := dial()
+				if err != nil {
+					return fail(err)
+				}
+				if err := get(qc); err != nil {
+					return fail(err)
+				}
+				keep = append(keep, qc)
+			}
+			fmt.Println("conns")
+		case "flows":
+			for range flows {
+				if err := flow(); err != nil {
+					return fail(err)
+				}
+			}
+			fmt.Println("flows")
+		}
+	}
+	return 0
+}
+
+// nopTB is the testing.TB of the helper process, which has no test.
+type nopTB struct{ testing.TB }
+
+func (nopTB) Helper()                   {}
+func (nopTB) Fatal(args ...any)         { fmt.Fprintln(os.Stderr, args...); os.Exit(1) }
+func (nopTB) Fatalf(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...); os.Exit(1) }

@@ -1,0 +1,5 @@
+//go:build race
+
+package h3
+
+const raceBuild = true

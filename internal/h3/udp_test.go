@@ -1,0 +1,416 @@
+package h3
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quic-go/masque-go"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"github.com/yosida95/uritemplate/v3"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// dialUDP asks the proxy for a CONNECT-UDP flow to target with
+// masque-go's client, with the Proxy-Authorization value authz.
+func (p *testProxy) dialUDP(t testing.TB, target, authz string) (*masque.Conn, *http.Response, error) {
+	t.Helper()
+	tmpl := uritemplate.MustNew("https://" + p.Addr + "/.well-known/masque/udp/{target_host}/{target_port}/")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	req, err := masque.NewRequest(ctx, tmpl, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if authz != "" {
+		req.Header().Set("Proxy-Authorization", authz)
+	}
+	tr := &masque.Transport{TLSClientConfig: &tls.Config{RootCAs: p.Roots, NextProtos: []string{http3.NextProtoH3}}}
+	conn, rsp, err := tr.Dial(req)
+	if conn != nil {
+		t.Cleanup(func() { conn.Close() })
+	}
+	return conn, rsp, err
+}
+
+// TestConnectUDPDNS sends a real DNS query through a CONNECT-UDP flow that
+// masque-go's client opened, to a DNS server on the loopback, and reads
+// the answer; the flow's access log record counts its payload bytes.
+func TestConnectUDPDNS(t *testing.T) {
+	var out lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	dns := proxytest.StartDNS(t)
+	m := metrics.New(metrics.Config{})
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass}, AccessLog: al, Metrics: m.Listener("h3", "https"),
+	}))
+
+	if _, rsp, err := p.dialUDP(t, dns.UDP, basic(testUser, "wrong")); err == nil || rsp == nil || rsp.StatusCode != 407 {
+		t.Fatalf("CONNECT-UDP with a wrong password: %v %v, want 407", rsp, err)
+	}
+	conn, _, err := p.dialUDP(t, dns.UDP, basic(testUser, testPass))
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	q := proxytest.DNSQuery(t, 0x5353, "rustle.test.")
+	if _, err := conn.WriteTo(q, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 1500)
+	n, _, err := conn.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("read the DNS answer: %v", err)
+	}
+	proxytest.CheckDNSAnswer(t, buf[:n], 0x5353)
+	conn.Close()
+	proxytest.WaitFor(t, "the flow's access log record", func() bool {
+		return strings.Contains(out.String(), `"status":200`)
+	})
+	log := out.String()
+	for _, want := range []string{`"protocol":"h3"`, `"method":"CONNECT-UDP"`, `"status":407`,
+		`"bytes_up":` + strconv.Itoa(len(q)), `"bytes_down":` + strconv.Itoa(n), `"target":"udp://127.0.0.1:`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("access log lacks %s:\n%s", want, log)
+		}
+	}
+	for _, c := range []struct {
+		name, direction string
+		want            float64
+	}{
+		{"rustle_datagrams_total", "up", 1}, {"rustle_datagrams_total", "down", 1}, {"rustle_datagrams_total", "refused", 0},
+		{"rustle_bytes_total", "up", float64(len(q))}, {"rustle_bytes_total", "down", float64(n)},
+	} {
+		if got := proxytest.Metric(t, m, c.name, "direction", c.direction); got != c.want {
+			t.Errorf("%s{direction=%q} = %v, want %v", c.name, c.direction, got, c.want)
+		}
+	}
+	if got := proxytest.Metric(t, m, "rustle_tunnels_total"); got != 1 {
+		t.Errorf("rustle_tunnels_total = %v, want 1 (the flow)", got)
+	}
+}
+
+// TestConnectUDPRefused checks the refusals of a CONNECT-UDP request: the
+// private-destination guard (a loopback target), an access rule denying
+// the udp protocol, and a path the template does not match.
+func TestConnectUDPRefused(t *testing.T) {
+	dns := proxytest.StartDNS(t)
+	tests := []struct {
+		name   string
+		pc     proxytest.PolicyConfig
+		status int
+	}{
+		{"private destination", proxytest.PolicyConfig{Guard: true}, 403},
+		{"udp denied by a rule", proxytest.PolicyConfig{Default: acl.Allow,
+			Rules: []acl.Rule{{Name: "no-udp", Action: acl.Deny, Protocols: []string{"udp"}}}}, 403},
+		{"udp allowed by a rule", proxytest.PolicyConfig{Default: acl.Deny,
+			Rules: []acl.Rule{{Name: "udp", Action: acl.Allow, Protocols: []string{"udp"}}}}, 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := startProxy(t, testConfig(), proxytest.NewPolicy(t, tt.pc))
+			conn, rsp, err := p.dialUDP(t, dns.UDP, "")
+			if rsp == nil {
+				t.Fatalf("no response: %v", err)
+			}
+			if rsp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d (%v)", rsp.StatusCode, tt.status, err)
+			}
+			if tt.status == 200 {
+				conn.Close()
+			}
+		})
+	}
+}
+
+// TestConnectUDPFlowLimit opens more flows than a connection may have on
+// one QUIC connection: those past MaxFlows are answered 503, and closing
+// one lets the next through.
+func TestConnectUDPFlowLimit(t *testing.T) {
+	dns := proxytest.StartDNS(t)
+	cfg := testConfig()
+	cfg.MaxFlows = 3
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	qc := p.dial(t)
+	cc, err := (&masque.Transport{}).NewClientConn(qc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := uritemplate.MustNew("https://" + p.Addr + "/.well-known/masque/udp/{target_host}/{target_port}/")
+	open := func() (*masque.Conn, int) {
+		req, err := masque.NewRequest(context.Background(), tmpl, dns.UDP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, rsp, err := cc.Dial(req)
+		if rsp == nil {
+			t.Fatalf("no response: %v", err)
+		}
+		return c, rsp.StatusCode
+	}
+	var conns []*masque.Conn
+	for i := range 20 {
+		c, status := open()
+		want := 200
+		if i >= cfg.MaxFlows {
+			want = 503
+		}
+		if status != want {
+			t.Fatalf("flow %d: %d, want %d", i, status, want)
+		}
+		if c != nil {
+			conns = append(conns, c)
+		}
+	}
+	conns[0].Close()
+	proxytest.WaitFor(t, "the closed flow to be given back", func() bool { return p.srv.Flows() < cfg.MaxFlows })
+	c, status := open()
+	if status != 200 {
+		t.Fatalf("after a flow closed: %d, want 200", status)
+	}
+	c.Close()
+	for _, c := range conns[1:] {
+		c.Close()
+	}
+	proxytest.WaitFor(t, "every flow to end", func() bool { return p.srv.Flows() == 0 })
+}
+
+// TestConnectUDPIdle checks that a flow carrying no datagram ends after
+// UDPIdleTimeout: the client's reads fail once the proxy ends the stream.
+func TestConnectUDPIdle(t *testing.T) {
+	dns := proxytest.StartDNS(t)
+	cfg := testConfig()
+	cfg.UDPIdleTimeout = 200 * time.Millisecond
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	conn, _, err := p.dialUDP(t, dns.UDP, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxytest.WaitFor(t, "the idle flow to end", func() bool { return p.srv.Flows() == 0 })
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err = conn.ReadFrom(make([]byte, 100))
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("read on an idled-out flow: %v, want the stream's end", err)
+	}
+}
+
+// rawFlow opens a CONNECT-UDP stream to target with quic-go's low-level
+// HTTP/3 client, so that the test can send datagrams and capsules of its
+// own making.
+func (p *testProxy) rawFlow(t *testing.T, target string) *http3.RequestStream {
+	t.Helper()
+	qc := p.dial(t)
+	cc := (&http3.Transport{EnableDatagrams: true}).NewClientConn(qc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	select {
+	case <-cc.ReceivedSettings():
+	case <-ctx.Done():
+		t.Fatal("no SETTINGS from the proxy")
+	}
+	str, err := cc.OpenRequestStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(target)
+	req, err := http.NewRequestWithContext(ctx, http.MethodConnect,
+		"https://"+p.Addr+"/.well-known/masque/udp/"+host+"/"+port+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Proto = "connect-udp"
+	req.Header.Set(http3.CapsuleProtocolHeader, "?1")
+	if err := str.SendRequestHeader(req); err != nil {
+		t.Fatal(err)
+	}
+	rsp, err := str.ReadResponse()
+	if err != nil || rsp.StatusCode != 200 {
+		t.Fatalf("CONNECT-UDP: %v %v", rsp, err)
+	}
+	return str
+}
+
+// TestConnectUDPMalformed sends a flow datagrams it must drop (a context
+// ID it never registered, a truncated context ID) among well-formed ones:
+// only the well-formed ones reach the target, and the flow goes on. Then a
+// malformed capsule on the stream ends the flow.
+func TestConnectUDPMalformed(t *testing.T) {
+	dns := proxytest.StartDNS(t)
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	str := p.rawFlow(t, dns.UDP)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, tt := range []struct {
+		name   string
+		prefix []byte
+		answer bool
+	}{
+		{"context ID 2", []byte{0x02}, false},
+		{"truncated context ID", []byte{0x80, 0x00}, false},
+		{"context ID 0", []byte{0x00}, true},
+		{"two-byte context ID 0", []byte{0x40, 0x00}, true},
+	} {
+		id := uint16(100 + i)
+		if err := str.SendDatagram(append(tt.prefix, proxytest.DNSQuery(t, id, "rustle.test.")...)); err != nil {
+			t.Fatalf("%s: send: %v", tt.name, err)
+		}
+		if !tt.answer {
+			continue
+		}
+		b, err := str.ReceiveDatagram(ctx)
+		if err != nil {
+			t.Fatalf("%s: no answer: %v", tt.name, err)
+		}
+		if b[0] != 0 {
+			t.Fatalf("%s: answer with context ID %d, want 0", tt.name, b[0])
+		}
+		proxytest.CheckDNSAnswer(t, b[1:], id)
+	}
+	// A DATAGRAM capsule longer than the stream goes on: the stream ends
+	// within a capsule, which ends the flow.
+	str.Write([]byte{0x00, 0x7f, 0xff, 0x00})
+	str.Close()
+	proxytest.WaitFor(t, "the flow to end", func() bool { return p.srv.Flows() == 0 })
+}
+
+// TestConnectUDPQUIC runs a real QUIC connection through a CONNECT-UDP
+// flow: quic-go dials a local quic-go HTTP/3 origin over masque-go's
+// proxied PacketConn, and an HTTP/3 GET comes back.
+func TestConnectUDPQUIC(t *testing.T) {
+	cert, roots := proxytest.SelfSigned(t)
+	originUDP, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := &http3.Server{
+		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte("h3 origin " + r.URL.Path + " " + r.Proto))
+		}),
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); origin.Serve(originUDP) }()
+	t.Cleanup(func() { origin.Close(); originUDP.Close(); <-served })
+
+	t.Setenv("QUIC_GO_DISABLE_RECEIVE_BUFFER_WARNING", "true") // the proxied PacketConn has no socket buffers
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass},
+	}))
+	pconn, _, err := p.dialUDP(t, originUDP.LocalAddr().String(), basic(testUser, testPass))
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The flow's datagrams carry at most about 1,200 bytes of QUIC packet
+	// inside the proxy connection's own packets: quic-go's minimum.
+	qc, err := quic.Dial(ctx, pconn, originUDP.LocalAddr(),
+		&tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{http3.NextProtoH3}},
+		&quic.Config{InitialPacketSize: 1200, DisablePathMTUDiscovery: true})
+	if err != nil {
+		t.Fatalf("QUIC to the origin through the flow: %v", err)
+	}
+	defer qc.CloseWithError(0, "")
+	cc := (&http3.Transport{}).NewClientConn(qc)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+originUDP.LocalAddr().String()+"/through", nil)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("HTTP/3 GET through the flow: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || string(body) != "h3 origin /through HTTP/3.0" {
+		t.Fatalf("GET through the flow: %d %q %v", resp.StatusCode, body, err)
+	}
+}
+
+// TestConnectUDPListenerFlowLimit opens flows from several connections:
+// past MaxListenerFlows in all, each is answered 503, though no
+// connection has reached MaxFlows.
+func TestConnectUDPListenerFlowLimit(t *testing.T) {
+	dns := proxytest.StartDNS(t)
+	cfg := testConfig()
+	cfg.MaxFlows, cfg.MaxListenerFlows = 10, 4
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	ok, refused := 0, 0
+	for range 4 { // connections
+		for range 3 { // flows on each
+			_, rsp, err := p.dialUDP(t, dns.UDP, "")
+			switch {
+			case err == nil:
+				ok++
+			case rsp != nil && rsp.StatusCode == 503:
+				refused++
+			default:
+				t.Fatalf("flow: %v %v", rsp, err)
+			}
+		}
+	}
+	if ok != cfg.MaxListenerFlows || refused != 12-cfg.MaxListenerFlows || p.srv.Flows() != cfg.MaxListenerFlows {
+		t.Fatalf("%d flows granted, %d refused, %d open: want %d granted, the rest refused", ok, refused, p.srv.Flows(), cfg.MaxListenerFlows)
+	}
+}
+
+// TestConnectUDPGuardPerDatagram checks that the private-destination
+// guard decides every datagram, not only the flow: once a reload's guard
+// (Supersede) refuses the target, the flow's datagrams are dropped and
+// counted as refused, though the flow was granted before.
+func TestConnectUDPGuardPerDatagram(t *testing.T) {
+	dns := proxytest.StartDNS(t)
+	m := metrics.New(metrics.Config{})
+	guard := dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{Metrics: m.Listener("h3", "https")})
+	pol.Dialer = dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: guard})
+	p := startProxy(t, testConfig(), pol)
+	str := p.rawFlow(t, dns.UDP)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := str.SendDatagram(append([]byte{0}, proxytest.DNSQuery(t, 1, "before.test.")...)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := str.ReceiveDatagram(ctx)
+	if err != nil {
+		t.Fatalf("answer before the guard changed: %v", err)
+	}
+	proxytest.CheckDNSAnswer(t, b[1:], 1)
+
+	guard.Supersede(dialer.NewGuard(nil)) // loopback refused from now on
+	for id := uint16(2); id < 5; id++ {
+		if err := str.SendDatagram(append([]byte{0}, proxytest.DNSQuery(t, id, "after.test.")...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxytest.WaitFor(t, "the refused datagrams to be counted", func() bool {
+		return proxytest.Metric(t, m, "rustle_datagrams_total", "direction", "refused") == 3
+	})
+	if up := proxytest.Metric(t, m, "rustle_datagrams_total", "direction", "up"); up != 1 {
+		t.Errorf("datagrams sent to the target: %v, want 1 (the one before the guard changed)", up)
+	}
+	// Let through again, the flow goes on: the next datagram is answered.
+	guard.Supersede(dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}))
+	if err := str.SendDatagram(append([]byte{0}, proxytest.DNSQuery(t, 9, "again.test.")...)); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = str.ReceiveDatagram(ctx); err != nil {
+		t.Fatalf("answer after the guard let the target through again: %v", err)
+	}
+	proxytest.CheckDNSAnswer(t, b[1:], 9)
+}

@@ -1,0 +1,182 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/h3"
+	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/masque"
+)
+
+// quicSocket is an http3 listener's UDP socket and its QUIC listener,
+// which a reload that keeps the listener's TCP sockets keeps too.
+type quicSocket struct {
+	udp  *net.UDPConn
+	tr   *quic.Transport
+	ln   *quic.Listener
+	once sync.Once // closes
+
+	mu      sync.Mutex
+	conns   int  // connections served on it; guarded by mu
+	retired bool // no listener uses it: closed once conns is 0; guarded by mu
+}
+
+// newH3 returns the HTTP/3 server of an https listener with http3 on: the
+// [http3] bounds, the CONNECT-UDP template, and the timeouts and header
+// limits of the listener's HTTP/1.1 proxy.
+func newH3(cfg *config.Config, pc httpproxy.Config) (*h3.Server, error) {
+	tmpl, err := masque.ParseTemplate(cfg.HTTP3.UDPTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("http3.udp_template: %w", err)
+	}
+	return h3.New(h3.Config{
+		Forwarded:             pc.Forwarded,
+		Via:                   pc.Via,
+		Template:              tmpl,
+		MaxHeaderBytes:        pc.MaxHeaderBytes,
+		HandshakeTimeout:      pc.ReadHeaderTimeout,
+		IdleTimeout:           pc.IdleTimeout,
+		ResponseHeaderTimeout: pc.ResponseHeaderTimeout,
+		WriteTimeout:          pc.WriteTimeout,
+		UDPIdleTimeout:        cfg.Timeouts.UDPIdle.Duration,
+		MaxConns:              cfg.HTTP3.MaxConnections,
+		MaxStreams:            cfg.HTTP3.MaxStreams,
+		MaxFlows:              cfg.HTTP3.MaxFlows,
+		MaxListenerFlows:      cfg.HTTP3.MaxListenerFlows,
+		Logger:                pc.Logger,
+	})
+}
+
+// openQUIC opens l's UDP socket on the address and port number of its
+// first TCP socket, and a QUIC listener on it whose certificate and QUIC
+// settings are those of the listener that cur holds at each handshake.
+func openQUIC(l *listener) (*quicSocket, error) {
+	tcp, ok := l.lns[0].Addr().(*net.TCPAddr)
+	if !ok {
+		return nil, fmt.Errorf("server: listen %s on %s over UDP: no TCP address", l.cfg.Name, l.cfg.Address)
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: tcp.IP, Port: tcp.Port, Zone: tcp.Zone})
+	if err != nil {
+		return nil, fmt.Errorf("server: listen %s on %s over UDP: %w", l.cfg.Name, tcp, err)
+	}
+	cur := l.cur
+	tlsConf := h3.TLSConfig(func() *tls.Config { return cur.Load().tls.TLSConfig() })
+	qc := l.h3.QUICConfig().Clone()
+	qc.GetConfigForClient = func(*quic.ClientInfo) (*quic.Config, error) {
+		if s := cur.Load().h3; s != nil {
+			return s.QUICConfig(), nil
+		}
+		return nil, errors.New("server: http3 is off on this listener")
+	}
+	tr := &quic.Transport{Conn: udp}
+	ln, err := tr.Listen(tlsConf, qc)
+	if err != nil {
+		tr.Close()
+		udp.Close()
+		return nil, fmt.Errorf("server: listen %s on %s over QUIC: %w", l.cfg.Name, tcp, err)
+	}
+	return &quicSocket{udp: udp, tr: tr, ln: ln}, nil
+}
+
+// stop closes the QUIC listener: no connection is accepted any more;
+// those accepted go on until close.
+func (q *quicSocket) stop() { q.ln.Close() }
+
+// close closes the socket, and with it every connection on it. It is
+// idempotent.
+func (q *quicSocket) close() {
+	q.once.Do(func() {
+		q.ln.Close()
+		q.tr.Close()
+		q.udp.Close()
+	})
+}
+
+// retire stops q, which a reload no longer uses, and closes it once the
+// connections it carries have ended.
+func (q *quicSocket) retire() {
+	q.stop()
+	q.mu.Lock()
+	q.retired = true
+	idle := q.conns == 0
+	q.mu.Unlock()
+	if idle {
+		q.close()
+	}
+}
+
+// hold counts a connection served on q.
+func (q *quicSocket) hold() {
+	q.mu.Lock()
+	q.conns++
+	q.mu.Unlock()
+}
+
+// release ends hold's count, closing a retired socket its last
+// connection leaves.
+func (q *quicSocket) release() {
+	q.mu.Lock()
+	q.conns--
+	last := q.retired && q.conns == 0
+	q.mu.Unlock()
+	if last {
+		q.close()
+	}
+}
+
+// acceptQUIC accepts QUIC connections on q until its listener is closed,
+// handing each, once admitted as a TCP connection would be, to the
+// listener cur holds at that moment.
+func (s *Server) acceptQUIC(q *quicSocket, cur *atomic.Pointer[listener]) {
+	defer s.accepts.Done()
+	for {
+		c, err := q.ln.Accept(context.Background())
+		if err != nil {
+			return
+		}
+		l := cur.Load()
+		if l.h3 == nil {
+			c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "http3 is off")
+			continue
+		}
+		var client netip.AddrPort
+		if a, ok := c.RemoteAddr().(*net.UDPAddr); ok {
+			ap := a.AddrPort()
+			client = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		}
+		if v, _ := l.lim.Admit(client.Addr()); v != limits.OK {
+			c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), v.String())
+			continue
+		}
+		s.conns.Add(1)
+		q.hold()
+		go func() {
+			defer q.release()
+			s.serveQUIC(l, c, client)
+		}()
+	}
+}
+
+// serveQUIC serves an admitted QUIC connection in a session of the
+// listener's policy that gives the admission back when it closes.
+func (s *Server) serveQUIC(l *listener, c *quic.Conn, client netip.AddrPort) {
+	defer s.conns.Done()
+	lim, ip := l.lim, client.Addr()
+	sess := l.policy.NewSession(s.connCtx, client, nil, func() { lim.Release(ip) })
+	l.lm.Accepted()
+	l.h3.ServeConn(c, sess)
+	l.lm.Closed()
+	sess.Close()
+}
