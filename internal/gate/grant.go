@@ -134,7 +134,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 
 	if p.ACL != nil {
 		g.decision = p.ACL.Decide(acl.Request{
-			Client: s.ip, User: user, Host: r.Host, Addr: r.Addr, Port: r.Port,
+			Client: s.ip, User: user, Groups: k.groups, Host: r.Host, Addr: r.Addr, Port: r.Port,
 			Method: r.Method, Protocol: r.Protocol,
 		})
 		g.decided = true
@@ -584,6 +584,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonTimedOut
 	case Overloaded:
 		return accesslog.ReasonOverloaded
+	case AuthUnavailable:
+		return accesslog.ReasonAuthUnavailable
 	}
 	return ""
 }
