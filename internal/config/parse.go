@@ -103,6 +103,7 @@ func Load(path string) (*Config, error) {
 	}
 	resolve(&c.AccessLog.Path)
 	resolve(&c.DNS.CA)
+	c.resolveProviderPaths(resolve)
 	return c, nil
 }
 
