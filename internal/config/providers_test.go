@@ -142,7 +142,11 @@ func TestValidateProviders(t *testing.T) {
 			p.URL, p.InsecurePlaintext = "ldap://127.0.0.1:389", true
 			c.Auth.Providers = []Provider{p}
 		}, nil},
-		{"StartTLS", func(c *Config) { p := ldap; p.URL, p.StartTLS = "ldap://ldap.example.org", true; c.Auth.Providers = []Provider{p} }, nil},
+		{"StartTLS", func(c *Config) {
+			p := ldap
+			p.URL, p.StartTLS = "ldap://ldap.example.org", true
+			c.Auth.Providers = []Provider{p}
+		}, nil},
 		{"StartTLS on ldaps", func(c *Config) { p := ldap; p.StartTLS = true; c.Auth.Providers = []Provider{p} }, []string{"auth.providers[0].start_tls"}},
 		{"no filter", func(c *Config) { p := ldap; p.UserFilter = ""; c.Auth.Providers = []Provider{p} }, []string{"auth.providers[0].user_filter"}},
 		{"filter without {user}", func(c *Config) { p := ldap; p.UserFilter = "(uid=x)"; c.Auth.Providers = []Provider{p} }, []string{"auth.providers[0].user_filter"}},
