@@ -438,13 +438,13 @@ func (a *Authenticator) Name() string { return "local" }
 // VerifyPassword checks a user name and password against a's own users
 // (not its cache, nor its other providers), running exactly one bcrypt
 // comparison, as a cache miss of Check does: a's users as a [Provider] of
-// another Authenticator.
+// another Authenticator, whose verdicts are cached for a's CacheTTL.
 func (a *Authenticator) VerifyPassword(user, pass []byte) Verdict {
 	name, ok := a.verify(user, pass)
 	if !ok {
-		return Verdict{}
+		return Verdict{TTL: a.cache.ttl}
 	}
-	return Verdict{User: name, Outcome: Accepted}
+	return Verdict{User: name, Outcome: Accepted, TTL: a.cache.ttl}
 }
 
 // VerifyToken refuses every token: a's own users have passwords.

@@ -1,19 +1,9 @@
 package auth_test
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
 	"encoding/base64"
 	"encoding/json"
-	"math/big"
-	"net/http"
-	"net/http/httptest"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +11,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // This file tests the JWT provider against a JWKS origin the test runs,
@@ -30,106 +21,6 @@ const (
 	testIssuer   = "https://token.actions.githubusercontent.com"
 	testAudience = "rustle"
 )
-
-// signer is a key the test signs tokens with, published under kid.
-type signer struct {
-	kid string
-	alg jwt.SigningMethod
-	key crypto.Signer
-}
-
-func newRSASigner(t testing.TB, kid string) signer {
-	t.Helper()
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return signer{kid, jwt.SigningMethodRS256, k}
-}
-
-func newECSigner(t testing.TB, kid string) signer {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return signer{kid, jwt.SigningMethodES256, k}
-}
-
-func newEdSigner(t testing.TB, kid string) signer {
-	t.Helper()
-	_, k, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return signer{kid, jwt.SigningMethodEdDSA, k}
-}
-
-// jwk returns the public JWK of s.
-func (s signer) jwk() map[string]string {
-	b64 := base64.RawURLEncoding.EncodeToString
-	switch k := s.key.Public().(type) {
-	case *rsa.PublicKey:
-		return map[string]string{"kty": "RSA", "kid": s.kid, "use": "sig", "alg": "RS256",
-			"n": b64(k.N.Bytes()), "e": b64(big.NewInt(int64(k.E)).Bytes())}
-	case *ecdsa.PublicKey:
-		raw, _ := k.Bytes()
-		return map[string]string{"kty": "EC", "kid": s.kid, "crv": "P-256", "x": b64(raw[1:33]), "y": b64(raw[33:])}
-	case ed25519.PublicKey:
-		return map[string]string{"kty": "OKP", "kid": s.kid, "crv": "Ed25519", "x": b64(k)}
-	}
-	panic("unknown key")
-}
-
-// mint returns a token of claims signed by s.
-func (s signer) mint(t testing.TB, claims jwt.MapClaims) string {
-	t.Helper()
-	tok := jwt.NewWithClaims(s.alg, claims)
-	tok.Header["kid"] = s.kid
-	str, err := tok.SignedString(s.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return str
-}
-
-// jwksOrigin serves a key set the test changes, counting fetches.
-type jwksOrigin struct {
-	*httptest.Server
-	mu      sync.Mutex
-	keys    []signer
-	down    bool
-	fetches atomic.Int64
-}
-
-func startJWKS(t testing.TB, keys ...signer) *jwksOrigin {
-	t.Helper()
-	o := &jwksOrigin{keys: keys}
-	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		o.fetches.Add(1)
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		if o.down {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
-		}
-		var doc struct {
-			Keys []map[string]string `json:"keys"`
-		}
-		for _, k := range o.keys {
-			doc.Keys = append(doc.Keys, k.jwk())
-		}
-		json.NewEncoder(w).Encode(doc)
-	}))
-	t.Cleanup(o.Close)
-	return o
-}
-
-func (o *jwksOrigin) set(down bool, keys ...signer) {
-	o.mu.Lock()
-	o.keys, o.down = keys, down
-	o.mu.Unlock()
-}
 
 // claims returns the claims of a GitHub Actions token for repository
 // and ref, expiring in ttl.
@@ -160,10 +51,10 @@ func maps(c jwt.MapClaims) jwt.MapClaims {
 	return out
 }
 
-func newJWT(t testing.TB, o *jwksOrigin, modify func(c *auth.JWTConfig)) *auth.Authenticator {
+func newJWT(t testing.TB, o *proxytest.JWKS, modify func(c *auth.JWTConfig)) *auth.Authenticator {
 	t.Helper()
 	cfg := auth.JWTConfig{
-		Issuer: testIssuer, Audience: testAudience, JWKSURL: o.URL + "/jwks", InsecurePlaintext: true,
+		Issuer: testIssuer, Audience: testAudience, JWKSURL: o.URL, InsecurePlaintext: true,
 		UserClaim: "repository", GroupClaim: "{repository}@{ref}",
 		Groups: map[string][]string{"ci-main": {"octo-org/app@refs/heads/main"}, "ci-any": {"octo-org/app@refs/heads/main", "octo-org/app@refs/heads/dev"}},
 	}
@@ -189,9 +80,9 @@ func bearer(tok string) []byte { return []byte("Bearer " + tok) }
 // foreign key, an unknown key id, "none" and an HMAC token keyed with
 // the public key; as a bearer token and as a Basic password.
 func TestJWT(t *testing.T) {
-	rs, es, ed := newRSASigner(t, "rs"), newECSigner(t, "es"), newEdSigner(t, "ed")
-	foreign := newRSASigner(t, "rs") // same kid, another key
-	o := startJWKS(t, rs, es, ed)
+	rs, es, ed := proxytest.NewRSASigner(t, "rs"), proxytest.NewECSigner(t, "es"), proxytest.NewEdSigner(t, "ed")
+	foreign := proxytest.NewRSASigner(t, "rs") // same kid, another key
+	o := proxytest.StartJWKS(t, rs, es, ed)
 	a := newJWT(t, o, nil)
 	main := claims("octo-org/app", "refs/heads/main", time.Hour)
 
@@ -201,7 +92,7 @@ func TestJWT(t *testing.T) {
 	}
 	hmacTok := jwt.NewWithClaims(jwt.SigningMethodHS256, main)
 	hmacTok.Header["kid"] = "rs"
-	pub := rs.jwk()["n"]
+	pub := rs.JWK()["n"]
 	hmac, err := hmacTok.SignedString([]byte(pub))
 	if err != nil {
 		t.Fatal(err)
@@ -213,26 +104,26 @@ func TestJWT(t *testing.T) {
 		user   string
 		groups []string
 	}{
-		{"RS256", bearer(rs.mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
-		{"ES256", bearer(es.mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
-		{"EdDSA", bearer(ed.mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
-		{"another branch", bearer(rs.mint(t, claims("octo-org/app", "refs/heads/dev", time.Hour))), auth.Accepted, "octo-org/app", []string{"ci-any"}},
-		{"no group", bearer(rs.mint(t, claims("octo-org/lib", "refs/heads/main", time.Hour))), auth.Accepted, "octo-org/lib", nil},
-		{"scheme in lower case", []byte("bearer " + rs.mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
-		{"as a Basic password", basicValue("x-token", rs.mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
-		{"expired", bearer(rs.mint(t, claims("octo-org/app", "refs/heads/main", -time.Minute))), auth.Refused, "", nil},
-		{"not yet valid", bearer(rs.mint(t, with(main, "nbf", time.Now().Add(time.Hour).Unix()))), auth.Refused, "", nil},
-		{"wrong issuer", bearer(rs.mint(t, with(main, "iss", "https://evil.example"))), auth.Refused, "", nil},
-		{"wrong audience", bearer(rs.mint(t, with(main, "aud", "someone-else"))), auth.Refused, "", nil},
-		{"audience among others", bearer(rs.mint(t, with(main, "aud", []string{"x", testAudience}))), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
-		{"no exp", bearer(rs.mint(t, with(main, "exp", nil))), auth.Refused, "", nil},
-		{"no user claim", bearer(rs.mint(t, with(main, "repository", nil))), auth.Refused, "", nil},
-		{"user claim not a string", bearer(rs.mint(t, with(main, "repository", 7))), auth.Refused, "", nil},
-		{"foreign key, known kid", bearer(foreign.mint(t, main)), auth.Refused, "", nil},
-		{"unknown kid", bearer(newRSASigner(t, "other").mint(t, main)), auth.Refused, "", nil},
+		{"RS256", bearer(rs.Mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
+		{"ES256", bearer(es.Mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
+		{"EdDSA", bearer(ed.Mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
+		{"another branch", bearer(rs.Mint(t, claims("octo-org/app", "refs/heads/dev", time.Hour))), auth.Accepted, "octo-org/app", []string{"ci-any"}},
+		{"no group", bearer(rs.Mint(t, claims("octo-org/lib", "refs/heads/main", time.Hour))), auth.Accepted, "octo-org/lib", nil},
+		{"scheme in lower case", []byte("bearer " + rs.Mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
+		{"as a Basic password", basicValue("x-token", rs.Mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
+		{"expired", bearer(rs.Mint(t, claims("octo-org/app", "refs/heads/main", -time.Minute))), auth.Refused, "", nil},
+		{"not yet valid", bearer(rs.Mint(t, with(main, "nbf", time.Now().Add(time.Hour).Unix()))), auth.Refused, "", nil},
+		{"wrong issuer", bearer(rs.Mint(t, with(main, "iss", "https://evil.example"))), auth.Refused, "", nil},
+		{"wrong audience", bearer(rs.Mint(t, with(main, "aud", "someone-else"))), auth.Refused, "", nil},
+		{"audience among others", bearer(rs.Mint(t, with(main, "aud", []string{"x", testAudience}))), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
+		{"no exp", bearer(rs.Mint(t, with(main, "exp", nil))), auth.Refused, "", nil},
+		{"no user claim", bearer(rs.Mint(t, with(main, "repository", nil))), auth.Refused, "", nil},
+		{"user claim not a string", bearer(rs.Mint(t, with(main, "repository", 7))), auth.Refused, "", nil},
+		{"foreign key, known kid", bearer(foreign.Mint(t, main)), auth.Refused, "", nil},
+		{"unknown kid", bearer(proxytest.NewRSASigner(t, "other").Mint(t, main)), auth.Refused, "", nil},
 		{"alg none", bearer(none), auth.Refused, "", nil},
 		{"HS256 keyed with the public key", bearer(hmac), auth.Refused, "", nil},
-		{"tampered payload", bearer(tamper(rs.mint(t, main))), auth.Refused, "", nil},
+		{"tampered payload", bearer(tamper(rs.Mint(t, main))), auth.Refused, "", nil},
 		{"not a token", bearer("abc"), auth.Refused, "", nil},
 	}
 	for _, tt := range tests {
@@ -243,7 +134,7 @@ func TestJWT(t *testing.T) {
 			}
 		})
 	}
-	if n := o.fetches.Load(); n > 2 {
+	if n := o.Fetches(); n > 2 {
 		t.Errorf("%d key set fetches: an unknown kid fetched more than once in JWKSMinInterval", n)
 	}
 }
@@ -275,9 +166,9 @@ func splitDots(s string) []string {
 // TestJWTBasicUser checks that with a basic_user set, a token is taken
 // as the password of that user name only.
 func TestJWTBasicUser(t *testing.T) {
-	rs := newRSASigner(t, "rs")
-	a := newJWT(t, startJWKS(t, rs), func(c *auth.JWTConfig) { c.BasicUser = "x-oidc" })
-	tok := rs.mint(t, claims("octo-org/app", "refs/heads/main", time.Hour))
+	rs := proxytest.NewRSASigner(t, "rs")
+	a := newJWT(t, proxytest.StartJWKS(t, rs), func(c *auth.JWTConfig) { c.BasicUser = "x-oidc" })
+	tok := rs.Mint(t, claims("octo-org/app", "refs/heads/main", time.Hour))
 	if r := a.Authenticate(basicValue("x-oidc", tok)); r.Outcome != auth.Accepted || r.User != "octo-org/app" {
 		t.Errorf("the configured user name: %v %q", r.Outcome, r.User)
 	}
@@ -291,8 +182,8 @@ func TestJWTBasicUser(t *testing.T) {
 // at most every JWKSMinInterval), and a token signed with a key taken
 // out is refused once the set is fetched again.
 func TestJWTRotation(t *testing.T) {
-	old, next := newRSASigner(t, "2026-11"), newECSigner(t, "2026-12")
-	o := startJWKS(t, old)
+	old, next := proxytest.NewRSASigner(t, "2026-11"), proxytest.NewECSigner(t, "2026-12")
+	o := proxytest.StartJWKS(t, old)
 	now := time.Now()
 	var clock atomic.Int64
 	clock.Store(now.UnixNano())
@@ -303,11 +194,11 @@ func TestJWTRotation(t *testing.T) {
 	})
 	auth.SetClock(a, at)
 	main := claims("octo-org/app", "refs/heads/main", 2*time.Hour)
-	if r := a.Authenticate(bearer(old.mint(t, main))); r.Outcome != auth.Accepted {
+	if r := a.Authenticate(bearer(old.Mint(t, main))); r.Outcome != auth.Accepted {
 		t.Fatalf("a token of the first key: %v", r.Outcome)
 	}
-	o.set(false, old, next) // the issuer publishes its next key
-	newTok := next.mint(t, main)
+	o.Set(false, old, next) // the issuer publishes its next key
+	newTok := next.Mint(t, main)
 	if r := a.Authenticate(bearer(newTok)); r.Outcome != auth.Refused {
 		t.Fatalf("a token of the new key within 10s of the last fetch: %v, want refused", r.Outcome)
 	}
@@ -315,12 +206,12 @@ func TestJWTRotation(t *testing.T) {
 	if r := a.Authenticate(bearer(newTok)); r.Outcome != auth.Accepted {
 		t.Fatalf("the same token later (the refusal was not cached): %v", r.Outcome)
 	}
-	if n := o.fetches.Load(); n != 2 {
+	if n := o.Fetches(); n != 2 {
 		t.Errorf("%d fetches, want 2: the unknown key id fetches the set again", n)
 	}
-	o.set(false, next) // and retires the old one
-	retired := old.mint(t, with(main, "jti", "1"))
-	before := o.fetches.Load()
+	o.Set(false, next) // and retires the old one
+	retired := old.Mint(t, with(main, "jti", "1"))
+	before := o.Fetches()
 	for range 5 {
 		// Still in the fetched set: accepted until it is fetched again.
 		if r := a.Authenticate(bearer(retired)); r.Outcome != auth.Accepted {
@@ -328,17 +219,17 @@ func TestJWTRotation(t *testing.T) {
 		}
 	}
 	tick(time.Hour) // the set is stale: the next miss fetches it
-	retired2 := old.mint(t, with(main, "jti", "2"))
+	retired2 := old.Mint(t, with(main, "jti", "2"))
 	if r := a.Authenticate(bearer(retired2)); r.Outcome != auth.Refused {
 		t.Errorf("a token of the retired key after the refresh: %v", r.Outcome)
 	}
-	unknown := newRSASigner(t, "unknown")
+	unknown := proxytest.NewRSASigner(t, "unknown")
 	for i := range 5 {
-		if r := a.Authenticate(bearer(unknown.mint(t, with(main, "jti", i)))); r.Outcome != auth.Refused {
+		if r := a.Authenticate(bearer(unknown.Mint(t, with(main, "jti", i)))); r.Outcome != auth.Refused {
 			t.Errorf("a token of an unknown key: %v", r.Outcome)
 		}
 	}
-	if n := o.fetches.Load() - before; n != 1 {
+	if n := o.Fetches() - before; n != 1 {
 		t.Errorf("%d fetches for the refresh and 5 unknown key ids within 10s, want 1", n)
 	}
 }
@@ -347,20 +238,20 @@ func TestJWTRotation(t *testing.T) {
 // than its exp, and that an unreachable key set before any fetch is
 // Unavailable, then recovers.
 func TestJWTCacheUntilExp(t *testing.T) {
-	rs := newRSASigner(t, "rs")
-	o := startJWKS(t, rs)
+	rs := proxytest.NewRSASigner(t, "rs")
+	o := proxytest.StartJWKS(t, rs)
 	var clock atomic.Int64
 	clock.Store(time.Now().UnixNano())
 	at := func() time.Time { return time.Unix(0, clock.Load()) }
 	a := newJWT(t, o, func(c *auth.JWTConfig) { c.Now = at; c.CacheTTL = time.Hour; c.Leeway = -1 })
 	auth.SetClock(a, at)
 
-	o.set(true, rs)
-	tok := bearer(rs.mint(t, claims("octo-org/app", "refs/heads/main", 2*time.Minute)))
+	o.Set(true, rs)
+	tok := bearer(rs.Mint(t, claims("octo-org/app", "refs/heads/main", 2*time.Minute)))
 	if r := a.Authenticate(tok); r.Outcome != auth.Unavailable {
 		t.Fatalf("with the key set unreachable: %v, want unavailable", r.Outcome)
 	}
-	o.set(false, rs)
+	o.Set(false, rs)
 	clock.Add(int64(2 * time.Second)) // past the retry interval
 	if r := a.Authenticate(tok); r.Outcome != auth.Accepted {
 		t.Fatalf("with the key set back: %v", r.Outcome)

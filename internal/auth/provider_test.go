@@ -140,9 +140,9 @@ type providerCase struct {
 func providerCases(t testing.TB) []providerCase {
 	t.Helper()
 	local := newAuth(t, auth.Config{})
-	rs := newRSASigner(t, "rs")
-	jwtAuth := newJWT(t, startJWKS(t, rs), nil)
-	tok := rs.mint(t, claims("octo-org/app", "refs/heads/main", time.Hour))
+	rs := proxytest.NewRSASigner(t, "rs")
+	jwtAuth := newJWT(t, proxytest.StartJWKS(t, rs), nil)
+	tok := rs.Mint(t, claims("octo-org/app", "refs/heads/main", time.Hour))
 	d := proxytest.StartSlapd(t, proxytest.DirectoryLDIF)
 	lp, err := auth.NewLDAP(auth.LDAPConfig{
 		URL: d.URL, InsecurePlaintext: true, BindDN: "cn=svc,dc=example,dc=org", BindPassword: "svc-pw",
