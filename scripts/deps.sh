@@ -17,6 +17,10 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # nghttp (an HTTP/2 client) for internal/h2's interop test.
 command -v nghttp >/dev/null 2>&1 || need+=(nghttp2-client)
+# slapd (OpenLDAP's server) and ldapadd for the LDAP provider's tests,
+# which run a directory of their own on loopback ports.
+[ -x /usr/sbin/slapd ] || command -v slapd >/dev/null 2>&1 || need+=(slapd)
+command -v ldapadd >/dev/null 2>&1 || need+=(ldap-utils)
 # h2spec, the HTTP/2 conformance suite internal/h2's TestH2Spec runs,
 # from the Go module proxy (the release has no go.mod, hence
 # +incompatible).

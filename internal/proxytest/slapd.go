@@ -51,7 +51,10 @@ type Slapd struct {
 // stops the server.
 func StartSlapd(t testing.TB, ldif string) *Slapd {
 	t.Helper()
-	bin := RequireTool(t, "slapd", "slapd")
+	bin := "/usr/sbin/slapd" // Debian's, which a PATH without sbin misses
+	if _, err := os.Stat(bin); err != nil {
+		bin = RequireTool(t, "slapd", "slapd")
+	}
 	ldapadd := RequireTool(t, "ldapadd", "ldap-utils")
 	dir := t.TempDir()
 	cert, roots := selfSigned(t)

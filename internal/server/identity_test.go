@@ -63,7 +63,7 @@ func startIdentityRig(t *testing.T) *identityRig {
 		{Name: "corp", Type: config.ProviderLDAP, URL: r.dir.URL, InsecurePlaintext: true,
 			BindDN: "cn=svc,dc=example,dc=org", BindPassword: "svc-pw", BaseDN: "ou=people,dc=example,dc=org",
 			UserFilter: "(&(objectClass=inetOrgPerson)(uid={user})(!(employeeType=disabled)))", GroupAttribute: "memberOf",
-			Groups: map[string][]string{"devs": {"cn=developers,ou=groups,dc=example,dc=org"}},
+			Groups:  map[string][]string{"devs": {"cn=developers,ou=groups,dc=example,dc=org"}},
 			Timeout: config.Duration{Duration: 2 * time.Second}},
 		{Name: "actions", Type: config.ProviderJWT, Issuer: githubIssuer, Audience: "rustle", JWKSURL: r.jwks.URL,
 			InsecurePlaintext: true, UserClaim: "repository", GroupClaim: "{repository}@{ref}",
