@@ -88,9 +88,9 @@ func fits(key any, alg string) bool {
 }
 
 // key returns the public key for kid and alg: from the keys held while
-// they are fresh; else, or for a key id they lack, fetched again, for an
-// unknown key id at most every minInterval (every retryInterval while
-// none is held). A failed fetch keeps the keys held. It fails with
+// they are fresh; else, or for a key id they lack, fetched again, at most
+// every minInterval (every retryInterval while none is held). A failed
+// fetch keeps the keys held, stale or not. It fails with
 // errNoKeys when no key set could ever be fetched, errUnknownKey when
 // the key set has no such key.
 func (s *keySet) key(kid, alg string) (any, error) {
@@ -109,11 +109,11 @@ func (s *keySet) key(kid, alg string) (any, error) {
 			return k, nil
 		}
 	}
-	wait := s.minInterval
+	wait := s.minInterval // an unknown key id, or a stale set: a rotation, or an issuer down
 	if ks == nil {
 		wait = retryInterval
 	}
-	if stale || now.Sub(s.tried) >= wait {
+	if now.Sub(s.tried) >= wait {
 		s.tried = now
 		fresh, err := s.fetch()
 		if err != nil {

@@ -18,8 +18,8 @@ import (
 
 // Defaults of an LDAP provider.
 const (
-	// DefaultLDAPTimeout bounds each step of a verification (the dial,
-	// each request) when LDAPConfig.Timeout is zero.
+	// DefaultLDAPTimeout bounds a verification (the dial, TLS, the binds
+	// and searches) when LDAPConfig.Timeout is zero.
 	DefaultLDAPTimeout = 5 * time.Second
 	// DefaultLDAPConnections is the most verifications in progress at
 	// once when LDAPConfig.MaxConnections is zero.
@@ -82,8 +82,9 @@ type LDAPConfig struct {
 	// directory groups that no entry names are ignored. nil means no
 	// rustle groups.
 	Groups map[string][]string
-	// Timeout bounds the dial, the TLS handshake and each request, and
-	// the wait for a free connection slot; 0 means DefaultLDAPTimeout.
+	// Timeout bounds a verification as a whole (the dial, TLS, the binds
+	// and searches), and the wait for a free connection slot before it;
+	// 0 means DefaultLDAPTimeout.
 	Timeout time.Duration
 	// MaxConnections bounds the verifications in progress at once, each
 	// on a connection of its own; 0 means DefaultLDAPConnections.
@@ -109,6 +110,8 @@ type LDAP struct {
 	cfg     LDAPConfig
 	name    string
 	url     string
+	addr    string // host:port to dial
+	ldaps   bool   // TLS from the start
 	tls     *tls.Config
 	slots   chan struct{}
 	groups  []groupDN
@@ -161,6 +164,15 @@ func NewLDAP(cfg LDAPConfig) (*LDAP, error) {
 		return nil, fmt.Errorf("auth: ldap %s: url %q: the scheme is neither ldaps nor ldap", p.name, cfg.URL)
 	}
 	p.url = cfg.URL
+	p.ldaps = u.Scheme == "ldaps"
+	port := u.Port()
+	if port == "" {
+		port = "389"
+		if p.ldaps {
+			port = "636"
+		}
+	}
+	p.addr = net.JoinHostPort(u.Hostname(), port)
 	if cfg.TLS != nil {
 		p.tls = cfg.TLS.Clone()
 	} else {
@@ -306,13 +318,26 @@ func (p *LDAP) verify(user, pass string) (string, []string, error) {
 
 // dial connects to the directory, with TLS from the start or by
 // StartTLS as configured, and binds the service account if there is one
-// and the provider searches.
+// and the provider searches. The connection's socket has a deadline of
+// the timeout from now: the whole verification, TLS handshakes included,
+// ends within it.
 func (p *LDAP) dial() (*ldap.Conn, error) {
 	d := &net.Dialer{Timeout: p.timeout}
-	c, err := ldap.DialURL(p.url, ldap.DialWithDialer(d), ldap.DialWithTLSConfig(p.tls))
+	nc, err := d.Dial("tcp", p.addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", p.url, err)
 	}
+	nc.SetDeadline(time.Now().Add(p.timeout))
+	if p.ldaps {
+		tc := tls.Client(nc, p.tls)
+		if err := tc.Handshake(); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("TLS handshake with %s: %w", p.url, err)
+		}
+		nc = tc
+	}
+	c := ldap.NewConn(nc, p.ldaps)
+	c.Start()
 	c.SetTimeout(p.timeout)
 	if p.cfg.StartTLS {
 		if err := c.StartTLS(p.tls); err != nil {

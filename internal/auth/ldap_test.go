@@ -3,7 +3,9 @@ package auth_test
 import (
 	"crypto/tls"
 	"encoding/base64"
+	"net"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,4 +190,81 @@ func TestLDAPConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLDAPHangingDirectory checks that a directory that accepts
+// connections and then says nothing (over ldap://, StartTLS or ldaps://),
+// or grants StartTLS and then stalls the TLS handshake, is Unavailable
+// within the timeout, not a request that hangs.
+func TestLDAPHangingDirectory(t *testing.T) {
+	silent := hangingDirectory(t, false)
+	stalling := hangingDirectory(t, true)
+	base := auth.LDAPConfig{BaseDN: "dc=example,dc=org", UserFilter: "(uid={user})", Timeout: 300 * time.Millisecond}
+	for _, tt := range []struct {
+		name   string
+		modify func(c *auth.LDAPConfig)
+	}{
+		{"ldap", func(c *auth.LDAPConfig) { c.URL, c.InsecurePlaintext = "ldap://"+silent, true }},
+		{"StartTLS", func(c *auth.LDAPConfig) { c.URL, c.StartTLS = "ldap://"+silent, true }},
+		{"StartTLS granted, then no handshake", func(c *auth.LDAPConfig) { c.URL, c.StartTLS = "ldap://"+stalling, true }},
+		{"ldaps", func(c *auth.LDAPConfig) { c.URL = "ldaps://" + silent }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := base
+			tt.modify(&c)
+			p, err := auth.NewLDAP(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if v := p.VerifyPassword([]byte("alice"), []byte("pw")); v.Outcome != auth.Unavailable {
+				t.Errorf("a silent directory: %v, want unavailable", v.Outcome)
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("took %v with a timeout of 300ms", d)
+			}
+		})
+	}
+}
+
+// startTLSGranted is an LDAP ExtendedResponse to message 1 with the
+// result success: what a directory answers a StartTLS request with.
+var startTLSGranted = []byte{0x30, 0x0c, 0x02, 0x01, 0x01, 0x78, 0x07, 0x0a, 0x01, 0x00, 0x04, 0x00, 0x04, 0x00}
+
+// hangingDirectory returns the address of a listener that holds every
+// connection open and answers nothing, or, with grant, answers the first
+// request (a StartTLS) with success and then nothing.
+func hangingDirectory(t *testing.T, grant bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	held := make(chan net.Conn, 16)
+	conns.Add(1)
+	go func() {
+		defer conns.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if grant {
+				buf := make([]byte, 512)
+				c.Read(buf) // the StartTLS request, in one segment on loopback
+				c.Write(startTLSGranted)
+			}
+			held <- c
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		conns.Wait()
+		close(held)
+		for c := range held {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
 }

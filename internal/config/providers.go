@@ -138,8 +138,9 @@ type Provider struct {
 	// name, to the directory groups' DNs (ldap) or the GroupClaim values
 	// (jwt) whose users are in it; nil means none.
 	Groups map[string][]string `toml:"groups"`
-	// Timeout (ldap, jwt) bounds each directory request, dial and TLS
-	// handshake, or a key set fetch; zero means 5s.
+	// Timeout (ldap, jwt) bounds a verification against the directory
+	// as a whole (dial, TLS, binds and searches), or a key set fetch;
+	// zero means 5s.
 	Timeout Duration `toml:"timeout"`
 	// CacheTTL is how long an accepted verdict is cached (a token's at
 	// most until its exp); zero means auth.cache_ttl.
