@@ -299,6 +299,10 @@ func (a *Authenticator) Allows(name string) bool {
 	return ok
 }
 
+// HasProviders reports whether a tries a provider besides its own users
+// (see Config.Providers); false for a nil Authenticator.
+func (a *Authenticator) HasProviders() bool { return a != nil && a.tokens }
+
 // Challenge returns the Proxy-Authenticate header value, for example
 // `Basic realm="rustle"`, with the realm quoted and escaped.
 func (a *Authenticator) Challenge() string { return a.challenge }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -329,5 +330,57 @@ func TestIdentityDirectoryDown(t *testing.T) {
 	waitFor(t, "bob let in with the directory back", func() bool { return status("bob", "bob-pw") == 403 }) // in, but not in devs
 	if got := status("alice", "nope"); got != 407 {
 		t.Errorf("a wrong password with the directory back: %d", got)
+	}
+}
+
+// TestIdentityReloadKeepsProviderUsers reloads a configuration whose
+// listener restricts the local users (users = ["zoe"]) and also takes
+// tokens: a token user's keep-alive connection is not revoked by the
+// reload (the list is not theirs), while a local user the reload takes
+// off the list is.
+func TestIdentityReloadKeepsProviderUsers(t *testing.T) {
+	key := proxytest.NewEdSigner(t, "k")
+	jwks := proxytest.StartJWKS(t, key)
+	origin := fmt.Sprintf("127.0.0.1:%d", mixedOrigin(t))
+	configure := func(users ...string) *config.Config {
+		cfg := config.Default()
+		cfg.Workers = 1
+		cfg.AllowPrivate = []string{"127.0.0.0/8"}
+		cfg.Auth.Users = []config.User{{Name: "zoe", Password: "zoe-pw"}, {Name: "yan", Password: "yan-pw"}}
+		cfg.Auth.Providers = []config.Provider{{Name: "ci", Type: config.ProviderJWT, Issuer: githubIssuer, Audience: "rustle",
+			JWKSURL: jwks.URL, InsecurePlaintext: true, UserClaim: "repository"}}
+		cfg.Listen = []config.Listener{{Name: "plain", Address: "127.0.0.1:0", Protocol: "http", Users: users}}
+		cfg.SetDefaults()
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("config: %v", err)
+		}
+		return cfg
+	}
+	s, addrs := startLogged(t, configure("zoe", "yan"), nil, &logBuffer{})
+	tok := key.Mint(t, jwt.MapClaims{"iss": githubIssuer, "aud": "rustle", "repository": "octo-org/app",
+		"exp": time.Now().Add(10 * time.Minute).Unix()})
+	get := func(c *proxytest.Client, authz string) (int, error) {
+		c.Write("GET http://" + origin + "/k HTTP/1.1\r\nHost: " + origin + "\r\nProxy-Authorization: " + authz + "\r\n\r\n")
+		resp, err := c.TryReadResponse("GET")
+		if err != nil {
+			return 0, err
+		}
+		return resp.Status, nil
+	}
+	tokenConn, yanConn := proxytest.Dial(t, addrs["plain"]), proxytest.Dial(t, addrs["plain"])
+	yan := "Basic " + base64.StdEncoding.EncodeToString([]byte("yan:yan-pw"))
+	for c, authz := range map[*proxytest.Client]string{tokenConn: "Bearer " + tok, yanConn: yan} {
+		if st, err := get(c, authz); err != nil || st != 200 {
+			t.Fatalf("before the reload: %d %v", st, err)
+		}
+	}
+	if err := s.Reload(configure("zoe")); err != nil {
+		t.Fatal(err)
+	}
+	if err := yanConn.WaitClosed(); err != nil {
+		t.Errorf("yan, taken off the list: %v", err)
+	}
+	if st, err := get(tokenConn, "Bearer "+tok); err != nil || st != 200 {
+		t.Errorf("the token user's connection after the reload: %d %v, want 200 on the same connection", st, err)
 	}
 }

@@ -555,7 +555,11 @@ func (s *Server) revokeRemoved(prev, g *generation) {
 		if cur == nil {
 			cur = g.authr
 		}
-		if old.Has(user) && !cur.Has(user) || !cur.Allows(user) {
+		// A user a provider vouched for is not cur's to disallow: Allows
+		// judges only names without a password (client certificates), and
+		// on a listener with providers those are not told apart from the
+		// providers' users, so they are left to their next connection.
+		if old.Has(user) && !cur.Has(user) || !cur.Allows(user) && !cur.HasProviders() {
 			names, listeners = append(names, user), append(listeners, listener)
 			return false
 		}
