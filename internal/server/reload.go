@@ -542,7 +542,9 @@ func closeAll(lns []net.Listener) {
 // listener's users list); a listener that g has not, or that does not
 // authenticate in g, is judged by g's configured users. A user named only
 // by a client certificate, on a listener without a users list, is in
-// neither and keeps its connections.
+// neither and keeps its connections; so does, on a listener with identity
+// providers, every user the configured users do not have (a provider's
+// user, or a certificate's: they are not told apart).
 func (s *Server) revokeRemoved(prev, g *generation) {
 	before, after := listenerAuths(prev.listeners), listenerAuths(g.listeners)
 	var names, listeners []string
