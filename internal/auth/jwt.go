@@ -196,8 +196,11 @@ func NewJWT(cfg JWTConfig) (*JWT, error) {
 	p.parser = jwt.NewParser(jwt.WithValidMethods(algs), jwt.WithIssuer(cfg.Issuer), jwt.WithAudience(cfg.Audience),
 		jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithLeeway(leeway), jwt.WithTimeFunc(p.now), jwt.WithStrictDecoding())
 	timeout := cmpOr(cfg.Timeout, DefaultJWTTimeout)
+	// Fetches are rare: no idle connection is kept, so that a provider
+	// a reload drops leaves nothing open behind.
 	client := &http.Client{Timeout: timeout, Transport: &http.Transport{
 		TLSClientConfig: cfg.TLS, Proxy: nil, TLSHandshakeTimeout: timeout, ResponseHeaderTimeout: timeout,
+		DisableKeepAlives: true,
 	}}
 	log := cfg.Logger
 	if log == nil {
