@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"golang.org/x/net/http2"
 	"golang.org/x/net/proxy"
 
 	"github.com/rustle-proxy/rustle/internal/config"
@@ -29,8 +32,8 @@ import (
 
 const githubIssuer = "https://token.actions.githubusercontent.com"
 
-// identityRig is a running server whose listeners "plain" (http) and
-// "socks" (socks5) take the local user zoe (password "zoe-pw"), the
+// identityRig is a running server whose listeners "plain" (http),
+// "tls" (https, HTTP/2 offered) and "socks" (socks5) take the local user zoe (password "zoe-pw"), the
 // directory's users and the issuer's tokens; access rules let the
 // directory's developers (group devs) anywhere, tokens of
 // octo-org/app on main (group ci-main) to the origin's port only, and
@@ -42,8 +45,9 @@ type identityRig struct {
 	dir    *proxytest.Slapd
 	key    *proxytest.Signer
 	jwks   *proxytest.JWKS
-	origin string // "http://127.0.0.1:PORT"
-	other  string // another origin, on a port the ci rule leaves out
+	origin string         // "http://127.0.0.1:PORT"
+	other  string         // another origin, on a port the ci rule leaves out
+	roots  *x509.CertPool // trusts the "tls" listener's certificate
 }
 
 func startIdentityRig(t *testing.T) *identityRig {
@@ -79,8 +83,11 @@ func startIdentityRig(t *testing.T) *identityRig {
 		{Name: "zoe", Action: "allow", Users: []string{"zoe"}},
 		{Name: "short", Action: "allow", Users: []string{"o/a"}},
 	}
+	tl, roots := proxyCerts(t)
+	r.roots = roots
 	cfg.Listen = []config.Listener{
 		{Name: "plain", Address: "127.0.0.1:0", Protocol: "http"},
+		{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl},
 		{Name: "socks", Address: "127.0.0.1:0", Protocol: "socks5"},
 	}
 	cfg.SetDefaults()
@@ -287,6 +294,61 @@ func TestIdentityGoAndSOCKS(t *testing.T) {
 	})
 	if !slices.Contains(users, "alice") || !slices.Contains(users, "o/a") {
 		t.Errorf("SOCKS5 tunnels logged as %q, want alice and o/a", users)
+	}
+}
+
+// TestIdentityH2 checks a bearer token and a directory user over HTTP/2
+// (the https listener, h2 by ALPN), a refused token's 407 with its
+// challenge, and the 503 of credentials the stopped directory cannot
+// check.
+func TestIdentityH2(t *testing.T) {
+	r := startIdentityRig(t)
+	tc, err := tls.Dial("tcp", r.addr["tls"], &tls.Config{RootCAs: r.roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN: %q, want h2", p)
+	}
+	cc, err := (&http2.Transport{AllowHTTP: true}).NewClientConn(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	get := func(authz, target string) *http.Response {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", target+"/h2", nil)
+		req.Header.Set("Proxy-Authorization", authz)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("GET over h2: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	main := r.token(t, "octo-org/app", "refs/heads/main")
+	expired := r.token(t, "octo-org/app", "refs/heads/main", func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Minute).Unix() })
+	for _, tt := range []struct {
+		name, authz, target string
+		want                int
+	}{
+		{"token of main", "Bearer " + main, r.origin, 200},
+		{"token of main, another port", "Bearer " + main, r.other, 403},
+		{"expired token", "Bearer " + expired, r.origin, 407},
+		{"directory user", "Basic " + base64.StdEncoding.EncodeToString([]byte("alice:alice-pw")), r.other, 200},
+	} {
+		if resp := get(tt.authz, tt.target); resp.StatusCode != tt.want {
+			t.Errorf("%s: %d, want %d", tt.name, resp.StatusCode, tt.want)
+		} else if tt.want == 407 && resp.Header.Get("Proxy-Authenticate") == "" {
+			t.Errorf("%s: a 407 without a challenge", tt.name)
+		}
+	}
+	r.dir.Stop()
+	if resp := get("Basic "+base64.StdEncoding.EncodeToString([]byte("bob:bob-pw")), r.origin); resp.StatusCode != 503 {
+		t.Errorf("a directory user with the directory stopped: %d, want 503", resp.StatusCode)
 	}
 }
 
