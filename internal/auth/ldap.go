@@ -69,6 +69,12 @@ type LDAPConfig struct {
 	// bound user's own entry; "" means "(objectClass=*)" there, and is
 	// an error without UserDN.
 	UserFilter string
+	// NameAttribute is the user entry's attribute whose value becomes the
+	// user name, as "uid", so that a directory whose matching ignores
+	// case (or accepts other spellings) still gives one name per user; an
+	// entry without it is refused. "" means the name as the client gave
+	// it.
+	NameAttribute string
 	// GroupAttribute is the user entry's attribute that lists the DNs of
 	// the user's groups, as "memberOf"; "" reads none.
 	GroupAttribute string
@@ -289,11 +295,12 @@ func (p *LDAP) verify(user, pass string) (string, []string, error) {
 	}
 	defer c.Close()
 	var dn string
-	var dirGroups []string
+	var entry *ldap.Entry // nil when nothing was read of it
 	if p.cfg.UserDN == "" {
-		if dn, dirGroups, err = p.search(c, user); err != nil {
+		if entry, err = p.search(c, user); err != nil {
 			return "", nil, err
 		}
+		dn = entry.DN
 		if err := p.bindUser(c, dn, pass); err != nil {
 			return "", nil, err
 		}
@@ -302,9 +309,19 @@ func (p *LDAP) verify(user, pass string) (string, []string, error) {
 		if err := p.bindUser(c, dn, pass); err != nil {
 			return "", nil, err
 		}
-		if dirGroups, err = p.ownEntry(c, dn, user); err != nil {
+		if entry, err = p.ownEntry(c, dn, user); err != nil {
 			return "", nil, err
 		}
+	}
+	name := user
+	if p.cfg.NameAttribute != "" {
+		if name = entry.GetEqualFoldAttributeValue(p.cfg.NameAttribute); !validName([]byte(name)) {
+			return "", nil, fmt.Errorf("entry %s has no usable %s: %w", dn, p.cfg.NameAttribute, errRefused)
+		}
+	}
+	var dirGroups []string
+	if entry != nil {
+		dirGroups = p.attrGroups(entry)
 	}
 	if p.cfg.GroupFilter != "" {
 		more, err := p.searchGroups(c, dn, user)
@@ -313,7 +330,7 @@ func (p *LDAP) verify(user, pass string) (string, []string, error) {
 		}
 		dirGroups = append(dirGroups, more...)
 	}
-	return user, p.mapGroups(dirGroups), nil
+	return name, p.mapGroups(dirGroups), nil
 }
 
 // dial connects to the directory, with TLS from the start or by
@@ -354,28 +371,27 @@ func (p *LDAP) dial() (*ldap.Conn, error) {
 	return c, nil
 }
 
-// search finds the user's entry with UserFilter under BaseDN and returns
-// its DN and the groups of its GroupAttribute.
-func (p *LDAP) search(c *ldap.Conn, user string) (string, []string, error) {
+// search finds the user's entry with UserFilter under BaseDN, with its
+// NameAttribute and GroupAttribute.
+func (p *LDAP) search(c *ldap.Conn, user string) (*ldap.Entry, error) {
 	filter := strings.ReplaceAll(p.cfg.UserFilter, "{user}", ldap.EscapeFilter(user))
 	res, err := c.Search(p.request(p.cfg.BaseDN, ldap.ScopeWholeSubtree, filter))
 	switch {
 	case ldap.IsErrorWithCode(err, ldap.LDAPResultSizeLimitExceeded):
-		return "", nil, fmt.Errorf("user filter matches more than one entry: %w", errRefused)
+		return nil, fmt.Errorf("user filter matches more than one entry: %w", errRefused)
 	case err != nil:
-		return "", nil, fmt.Errorf("search %s for a user: %w", p.cfg.BaseDN, err)
+		return nil, fmt.Errorf("search %s for a user: %w", p.cfg.BaseDN, err)
 	case len(res.Entries) != 1:
-		return "", nil, fmt.Errorf("user filter matches %d entries: %w", len(res.Entries), errRefused)
+		return nil, fmt.Errorf("user filter matches %d entries: %w", len(res.Entries), errRefused)
 	}
-	e := res.Entries[0]
-	return e.DN, p.attrGroups(e), nil
+	return res.Entries[0], nil
 }
 
-// ownEntry checks, after a direct bind, that the user's entry matches
-// UserFilter, and returns the groups of its GroupAttribute; it asks
-// nothing when neither is configured.
-func (p *LDAP) ownEntry(c *ldap.Conn, dn, user string) ([]string, error) {
-	if p.cfg.UserFilter == "" && p.cfg.GroupAttribute == "" {
+// ownEntry reads, after a direct bind, the user's entry, checking that
+// it matches UserFilter, with its NameAttribute and GroupAttribute; it
+// reads nothing (nil) when none of them is configured.
+func (p *LDAP) ownEntry(c *ldap.Conn, dn, user string) (*ldap.Entry, error) {
+	if p.cfg.UserFilter == "" && p.cfg.GroupAttribute == "" && p.cfg.NameAttribute == "" {
 		return nil, nil
 	}
 	filter := "(objectClass=*)"
@@ -391,15 +407,20 @@ func (p *LDAP) ownEntry(c *ldap.Conn, dn, user string) ([]string, error) {
 	case len(res.Entries) != 1:
 		return nil, fmt.Errorf("entry does not match the user filter: %w", errRefused)
 	}
-	return p.attrGroups(res.Entries[0]), nil
+	return res.Entries[0], nil
 }
 
 // request returns a search for the entries under (or at) base matching
-// filter, asking for GroupAttribute alone (or no attribute).
+// filter, asking for NameAttribute and GroupAttribute (or no attribute).
 func (p *LDAP) request(base string, scope int, filter string) *ldap.SearchRequest {
-	attrs := []string{"1.1"} // no attributes (RFC 4511 section 4.5.1.8)
-	if p.cfg.GroupAttribute != "" {
-		attrs = []string{p.cfg.GroupAttribute}
+	var attrs []string
+	for _, a := range []string{p.cfg.NameAttribute, p.cfg.GroupAttribute} {
+		if a != "" {
+			attrs = append(attrs, a)
+		}
+	}
+	if attrs == nil {
+		attrs = []string{"1.1"} // no attributes (RFC 4511 section 4.5.1.8)
 	}
 	secs := int((p.timeout + time.Second - 1) / time.Second)
 	return ldap.NewSearchRequest(base, scope, ldap.NeverDerefAliases, 2, secs, false, filter, attrs, nil)

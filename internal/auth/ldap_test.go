@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +52,10 @@ func TestLDAP(t *testing.T) {
 	startTLS.InsecurePlaintext, startTLS.StartTLS, startTLS.TLS = false, true, tlsc
 	ldaps := search
 	ldaps.URL, ldaps.InsecurePlaintext, ldaps.TLS = d.TLSURL, false, tlsc
+	named := search
+	named.NameAttribute = "uid"
+	directNamed := direct
+	directNamed.NameAttribute = "uid"
 
 	type check struct {
 		user, pass string
@@ -72,12 +77,16 @@ func TestLDAP(t *testing.T) {
 	tests := []struct {
 		name string
 		cfg  auth.LDAPConfig
+		// canonical: the user name is the entry's uid, not as typed.
+		canonical bool
 	}{
-		{"search then bind, memberOf", search},
-		{"search then bind, group search", groupSearch},
-		{"direct bind", direct},
-		{"StartTLS", startTLS},
-		{"ldaps", ldaps},
+		{"search then bind, memberOf", search, false},
+		{"search then bind, group search", groupSearch, false},
+		{"direct bind", direct, false},
+		{"StartTLS", startTLS, false},
+		{"ldaps", ldaps, false},
+		{"search then bind, the name from uid", named, true},
+		{"direct bind, the name from uid", directNamed, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -94,6 +103,9 @@ func TestLDAP(t *testing.T) {
 				wantUser := ""
 				if c.want == auth.Accepted {
 					wantUser = c.user
+					if tt.canonical {
+						wantUser = strings.ToLower(c.user)
+					}
 				}
 				if r.Outcome != c.want || r.User != wantUser || !slices.Equal(r.Groups, c.groups) {
 					t.Errorf("%s / %q: got %v %q %q, want %v %q %q", c.user, c.pass, r.Outcome, r.User, r.Groups, c.want, wantUser, c.groups)

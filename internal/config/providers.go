@@ -90,6 +90,12 @@ type Provider struct {
 	// UserDN (ldap) is a DN template for a direct bind, as
 	// "uid={user},ou=people,dc=example,dc=org"; "" means search then bind.
 	UserDN string `toml:"user_dn"`
+	// NameAttribute (ldap) is the user entry's attribute whose value is
+	// the user name, as "uid": one name per user however the client
+	// spells it (a directory's matching ignores case), for access rules,
+	// limits and the logs; an entry without it is refused. "" means the
+	// name as the client typed it.
+	NameAttribute string `toml:"name_attribute"`
 	// GroupAttribute (ldap) is the user entry's attribute listing its
 	// groups' DNs, as "memberOf"; "" reads none.
 	GroupAttribute string `toml:"group_attribute"`
@@ -342,6 +348,7 @@ func (p Provider) foreignKeys() []string {
 		{"bind_dn", p.BindDN != "", ldap}, {"bind_password", p.BindPassword != "", ldap},
 		{"bind_password_file", p.BindPasswordFile != "", ldap}, {"base_dn", p.BaseDN != "", ldap},
 		{"user_filter", p.UserFilter != "", ldap}, {"user_dn", p.UserDN != "", ldap},
+		{"name_attribute", p.NameAttribute != "", ldap},
 		{"group_attribute", p.GroupAttribute != "", ldap}, {"group_base_dn", p.GroupBaseDN != "", ldap},
 		{"group_filter", p.GroupFilter != "", ldap}, {"max_connections", p.MaxConnections != 0, ldap},
 		{"issuer", p.Issuer != "", jwt}, {"audience", p.Audience != "", jwt}, {"jwks_url", p.JWKSURL != "", jwt},

@@ -67,9 +67,10 @@ func startIdentityRig(t *testing.T) *identityRig {
 	cfg.Auth.Providers = []config.Provider{
 		{Name: "corp", Type: config.ProviderLDAP, URL: r.dir.URL, InsecurePlaintext: true,
 			BindDN: "cn=svc,dc=example,dc=org", BindPassword: "svc-pw", BaseDN: "ou=people,dc=example,dc=org",
-			UserFilter: "(&(objectClass=inetOrgPerson)(uid={user})(!(employeeType=disabled)))", GroupAttribute: "memberOf",
-			Groups:  map[string][]string{"devs": {"cn=developers,ou=groups,dc=example,dc=org"}},
-			Timeout: config.Duration{Duration: 2 * time.Second}},
+			UserFilter: "(&(objectClass=inetOrgPerson)(uid={user})(!(employeeType=disabled)))", NameAttribute: "uid",
+			GroupAttribute: "memberOf",
+			Groups:         map[string][]string{"devs": {"cn=developers,ou=groups,dc=example,dc=org"}},
+			Timeout:        config.Duration{Duration: 2 * time.Second}},
 		{Name: "actions", Type: config.ProviderJWT, Issuer: githubIssuer, Audience: "rustle", JWKSURL: r.jwks.URL,
 			InsecurePlaintext: true, UserClaim: "repository", GroupClaim: "{repository}@{ref}",
 			Groups: map[string][]string{"ci-main": {"octo-org/app@refs/heads/main"}}},
@@ -171,6 +172,7 @@ func TestIdentityCurl(t *testing.T) {
 		reason string
 	}{
 		{"directory user in devs", user("alice", "alice-pw"), r.other, 200, "alice", ""},
+		{"directory user, the name in another case", user("ALICE", "alice-pw"), r.other, 200, "alice", ""},
 		{"directory user outside devs", user("bob", "bob-pw"), "", 403, "bob", "denied"},
 		{"disabled directory user", user("carol", "carol-pw"), "", 407, "carol", "auth-failed"},
 		{"wrong password", user("alice", "nope"), "", 407, "alice", "auth-failed"},

@@ -46,7 +46,7 @@ func newProvider(cfg *config.Config, pc config.Provider, log *slog.Logger) (auth
 		return auth.NewLDAP(auth.LDAPConfig{
 			Name: pc.Name, URL: pc.URL, StartTLS: pc.StartTLS, InsecurePlaintext: pc.InsecurePlaintext, TLS: tc,
 			BindDN: pc.BindDN, BindPassword: pass, UserDN: pc.UserDN, BaseDN: pc.BaseDN, UserFilter: pc.UserFilter,
-			GroupAttribute: pc.GroupAttribute, GroupBaseDN: pc.GroupBaseDN, GroupFilter: pc.GroupFilter, Groups: pc.Groups,
+			NameAttribute: pc.NameAttribute, GroupAttribute: pc.GroupAttribute, GroupBaseDN: pc.GroupBaseDN, GroupFilter: pc.GroupFilter, Groups: pc.Groups,
 			Timeout: pc.Timeout.Duration, MaxConnections: pc.MaxConnections,
 			CacheTTL: pc.CacheTTL.Duration, NegativeCacheTTL: pc.NegativeCacheTTL.Duration, Logger: log,
 		})
