@@ -336,9 +336,11 @@ func (p *JWT) VerifyToken(token []byte) Verdict {
 	if err != nil || exp == nil {
 		return refused
 	}
+	// The parser allows the leeway past exp too; rustle does not: a
+	// token is good until its exp, and cached no longer.
 	ttl := min(exp.Sub(p.now()), cmpOr(p.cfg.CacheTTL, DefaultCacheTTL))
 	if ttl <= 0 {
-		ttl = -1 // accepted within the leeway: not cached
+		return refused
 	}
 	var groups []string
 	if p.group.claim != "" || p.group.parts != nil {

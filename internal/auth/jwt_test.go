@@ -112,6 +112,8 @@ func TestJWT(t *testing.T) {
 		{"scheme in lower case", []byte("bearer " + rs.Mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
 		{"as a Basic password", basicValue("x-token", rs.Mint(t, main)), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
 		{"expired", bearer(rs.Mint(t, claims("octo-org/app", "refs/heads/main", -time.Minute))), auth.Refused, "", nil},
+		{"expired within the leeway", bearer(rs.Mint(t, claims("octo-org/app", "refs/heads/main", -5*time.Second))), auth.Refused, "", nil},
+		{"issued a little ahead of the clock", bearer(rs.Mint(t, with(main, "iat", time.Now().Add(10*time.Second).Unix()))), auth.Accepted, "octo-org/app", []string{"ci-any", "ci-main"}},
 		{"not yet valid", bearer(rs.Mint(t, with(main, "nbf", time.Now().Add(time.Hour).Unix()))), auth.Refused, "", nil},
 		{"wrong issuer", bearer(rs.Mint(t, with(main, "iss", "https://evil.example"))), auth.Refused, "", nil},
 		{"wrong audience", bearer(rs.Mint(t, with(main, "aud", "someone-else"))), auth.Refused, "", nil},
