@@ -68,6 +68,7 @@ type Grant struct {
 	decision acl.Decision
 	decided  bool           // decision holds an ACL verdict
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
+	groups   []string       // the groups the user's identity provider gave it; shared, never modified
 	counted  string         // the user counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
 	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
@@ -126,6 +127,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		}
 	}
 	user := k.user
+	g.groups = k.groups
 	if k.counted {
 		g.User, g.throttle = user, k.throttle
 	} else if kind := s.admitUser(user, g); kind != OK {
@@ -275,7 +277,7 @@ func (g *Grant) Decision() *acl.Decision {
 // next Authorize.
 func (g *Grant) DialOptions() *dialer.Options {
 	s := g.s
-	src := s.p.Egress.For(g.User)
+	src := s.p.Egress.For(g.User, g.groups)
 	g.opts = dialer.Options{Source: src}
 	if src != nil {
 		g.opts.Key = sessionKey(g.User)
@@ -361,7 +363,7 @@ func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
 		return false
 	}
 	var local netip.AddrPort
-	if src := g.s.p.Egress.For(g.User); src != nil {
+	if src := g.s.p.Egress.For(g.User, g.groups); src != nil {
 		// A connection made from another user's (or session's) source
 		// is not this request's to reuse.
 		local = localAddrPort(c)

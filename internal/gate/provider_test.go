@@ -7,6 +7,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -137,4 +138,46 @@ func TestAuthorizeProviders(t *testing.T) {
 		}
 		lg.Finish(0, 0)
 	})
+}
+
+// TestEgressProviderGroups checks that an egress rule naming a group an
+// identity provider gives chooses the source of that group's users: a
+// user's own entry first, then the first rule's group it is in, else the
+// listener's default; a bearer token's claim group alike.
+func TestEgressProviderGroups(t *testing.T) {
+	src := func(addr string) *dialer.Source {
+		s, err := dialer.NewSource(dialer.SourceConfig{Bind: []string{addr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	def, builders, ci, own := src("127.0.0.10"), src("127.0.0.11"), src("127.0.0.12"), src("127.0.0.13")
+	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: users, Providers: []auth.Provider{&directory{}, auth.Local}, ProviderGroups: []string{"builders", "ci"},
+	})
+	p.Egress = &gate.Egress{Default: def, Users: map[string]*dialer.Source{"erin": own},
+		Groups: []gate.GroupSource{{Group: "ci", Source: ci}, {Group: "builders", Source: builders}}}
+	for _, tt := range []struct {
+		name  string
+		authz []byte
+		want  *dialer.Source
+	}{
+		{"a directory user in builders", basicAuth("carl", "dir-pw"), builders},
+		{"a directory user in no group", basicAuth("dora", "dir-pw2"), def},
+		{"a user's own rule before its group's", basicAuth("erin", "dir-pw3"), own},
+		{"a token's claim group", []byte("Bearer tok.en.ci"), ci},
+		{"a local user", basicAuth("alice", "pw"), def},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var g gate.Grant
+			if k := newSession(t, p).Authorize(connectReq("example.com", tt.authz), &g); k != gate.OK {
+				t.Fatalf("Authorize: %v", k)
+			}
+			if got := g.DialOptions().Source; got != tt.want {
+				t.Errorf("the source of %s is not the one its rule names", g.User)
+			}
+			g.Finish(0, 0)
+		})
+	}
 }
