@@ -90,7 +90,7 @@ func (c *Config) validateEgress(v *validator) {
 		v.check(len(r.Bind) > 0 || r.Interface != "", key, "sets neither bind nor interface")
 		for j, g := range r.Groups {
 			if _, ok := c.ACL.Groups[g]; !ok && !c.providerGroup(g) {
-				v.add(fmt.Sprintf("%s.groups[%d]", key, j), fmt.Errorf("group %q is not defined in [acl.groups] nor by an [[auth.providers]] entry's groups", g))
+				v.add(fmt.Sprintf("%s.groups[%d]", key, j), fmt.Errorf("group %q is not defined in [acl.groups]", g))
 			}
 		}
 		for j, u := range r.Users {
