@@ -21,6 +21,10 @@ command -v nghttp >/dev/null 2>&1 || need+=(nghttp2-client)
 # (internal/route, internal/server): an HTTP parent with Basic auth, a SOCKS5 parent.
 command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || need+=(squid)
 command -v danted >/dev/null 2>&1 || [ -x /usr/sbin/danted ] || need+=(dante-server)
+# slapd (OpenLDAP's server) and ldapadd for the LDAP provider's tests,
+# which run a directory of their own on loopback ports.
+[ -x /usr/sbin/slapd ] || command -v slapd >/dev/null 2>&1 || need+=(slapd)
+command -v ldapadd >/dev/null 2>&1 || need+=(ldap-utils)
 # h2spec, the HTTP/2 conformance suite internal/h2's TestH2Spec runs,
 # from the Go module proxy (the release has no go.mod, hence
 # +incompatible).

@@ -133,7 +133,8 @@ func TestTestTable(t *testing.T) {
 func TestUnsupportedCells(t *testing.T) {
 	// What each proxy lacks, as the seed's tables show it: Tinyproxy has
 	// only the plain port (no WebSocket), Squid no SOCKS, Dante only SOCKS,
-	// and "no proxy" has no proxy CPU or memory.
+	// and "no proxy" has no proxy CPU or memory; the rustle-ldap and
+	// rustle-jwt columns run the plain HTTP port only.
 	cases := []struct {
 		row  string
 		want []string
@@ -141,26 +142,26 @@ func TestUnsupportedCells(t *testing.T) {
 		{"http-1k", []string{"dante"}},
 		{"cpu-1k", []string{"none", "dante"}},
 		{"mem-1000", []string{"none", "dante"}},
-		{"socks-bulk", []string{"squid", "tinyproxy"}},
-		{"socks-mem-9000", []string{"none", "squid", "tinyproxy"}},
-		{"https-1k", []string{"tinyproxy", "dante"}},
-		{"https-1k-full", []string{"tinyproxy", "dante"}},
-		{"https-mem-slope", []string{"none", "tinyproxy", "dante"}},
-		{"ws-64", []string{"tinyproxy", "dante"}},
-		{"ws-p99", []string{"tinyproxy", "dante"}},
-		{"ws-cpu", []string{"none", "tinyproxy", "dante"}},
-		{"wss-64k", []string{"tinyproxy", "dante"}},
+		{"socks-bulk", []string{"squid", "tinyproxy", "rustle-ldap", "rustle-jwt"}},
+		{"socks-mem-9000", []string{"none", "squid", "tinyproxy", "rustle-ldap", "rustle-jwt"}},
+		{"https-1k", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"https-1k-full", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"https-mem-slope", []string{"none", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"ws-64", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"ws-p99", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"ws-cpu", []string{"none", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"wss-64k", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
 		// HTTP/2 to clients: rustle only (and HTTP/2 straight to the
 		// origin); Squid's https_port, Tinyproxy and Dante have none.
-		{"h2-1k", []string{"squid", "tinyproxy", "dante"}},
-		{"h2-10k", []string{"squid", "tinyproxy", "dante"}},
-		{"h2-1k-newconn", []string{"squid", "tinyproxy", "dante"}},
-		{"h2-1m", []string{"squid", "tinyproxy", "dante"}},
-		{"h2-10m", []string{"squid", "tinyproxy", "dante"}},
-		{"h2-connect-bulk", []string{"squid", "tinyproxy", "dante"}},
-		{"h2-mem-1000", []string{"none", "squid", "tinyproxy", "dante"}},
-		{"h2-mem-9000", []string{"none", "squid", "tinyproxy", "dante"}},
-		{"h2-mem-slope", []string{"none", "squid", "tinyproxy", "dante"}},
+		{"h2-1k", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"h2-10k", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"h2-1k-newconn", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"h2-1m", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"h2-10m", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"h2-connect-bulk", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"h2-mem-1000", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"h2-mem-9000", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
+		{"h2-mem-slope", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt"}},
 	}
 	rows := map[string][]string{}
 	for _, td := range tests {
@@ -337,7 +338,7 @@ func TestSquidTLS(t *testing.T) {
 func TestQuickEstimateFitsTenMinutes(t *testing.T) {
 	pl := plan{repeats: 1, duration: 3 * time.Second, warmup: time.Second, settle: time.Second, quick: true}
 	// Every group, and the new rows together (the README's subsets), fit
-	// in ten minutes in quick mode.
+	// in ten minutes in quick mode, with the default columns.
 	for _, list := range append(groups(), "socks,https,websocket") {
 		sel, err := selectTests(list)
 		if err != nil {
@@ -346,7 +347,7 @@ func TestQuickEstimateFitsTenMinutes(t *testing.T) {
 		var pairs []pair
 		for _, td := range sel {
 			for _, p := range proxies {
-				if runs(td, p) {
+				if runs(td, p) && slices.Contains(strings.Split(defaultProxies, ","), p.name) {
 					pairs = append(pairs, pair{td, p})
 				}
 			}
@@ -786,7 +787,8 @@ func TestQuickEstimateCores(t *testing.T) {
 		t.Fatal(err)
 	}
 	// On each machine size the cores that fit, against rustle, Squid and
-	// Tinyproxy (Dante has no HTTP port, "no proxy" no proxy cores).
+	// Tinyproxy (Dante has no HTTP port, "no proxy" no proxy cores), of
+	// the default columns.
 	for _, tt := range []struct {
 		cpus      int
 		wantTests []string
@@ -802,7 +804,7 @@ func TestQuickEstimateCores(t *testing.T) {
 		for _, td := range fit {
 			ids = append(ids, td.id)
 			for _, p := range proxies {
-				if runs(td, p) {
+				if runs(td, p) && slices.Contains(strings.Split(defaultProxies, ","), p.name) {
 					pairs = append(pairs, pair{td, p})
 				}
 			}

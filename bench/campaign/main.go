@@ -59,7 +59,7 @@ func main() {
 
 func run() error {
 	testsFlag := flag.String("tests", "all", "comma-separated groups ("+strings.Join(groups(), ", ")+"), tests ("+testIDs()+") or row IDs such as cpu-1k")
-	proxiesFlag := flag.String("proxies", "rustle,squid,tinyproxy,dante,none", "comma-separated proxies ("+proxyNames()+")")
+	proxiesFlag := flag.String("proxies", defaultProxies, "comma-separated proxies ("+proxyNames()+")")
 	quick := flag.Bool("quick", false, "fewer levels, 1 repeat, 3 s runs: under 10 minutes in all")
 	repeats := flag.Int("repeats", 0, "runs per level (default 3, quick 1)")
 	duration := flag.Duration("duration", 0, "length of a measured run (default 10s, quick 3s)")
@@ -341,6 +341,10 @@ func runs(t testDef, d *proxyDef) bool {
 	}
 	return t.kind != kindHold || d.name != "none"
 }
+
+// defaultProxies are the columns a campaign runs without -proxies; the
+// rustle-ldap and rustle-jwt columns are asked for by name.
+const defaultProxies = "rustle,squid,tinyproxy,dante,none"
 
 // proxyNames lists the proxies the campaign knows, for messages.
 func proxyNames() string {

@@ -87,6 +87,11 @@ type confData struct {
 	// SOCKSMethod is Dante's socksmethod: "username" (a system user) or
 	// "none".
 	SOCKSMethod string
+	// Provider is the identity provider of a rustle column: "" (the
+	// htpasswd user), "ldap" (the directory at LDAPURL) or "jwt" (tokens
+	// of Issuer, keys at JWKSURL).
+	Provider                 string
+	LDAPURL, JWKSURL, Issuer string
 }
 
 // proxies lists every proxy the campaign knows, in column order.
@@ -105,13 +110,29 @@ var proxies = []*proxyDef{
 			"HTTP/3 rows: the same https listener with http3 = true (its port number over UDP); [http3] at its defaults",
 		},
 		prepare: prepareRustle,
-		command: func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
-			conf := filepath.Join(dir, "rustle.toml")
-			if err := e.writeConf("rustle.toml", conf, dir, listener, port, workers); err != nil {
-				return nil, nil, err
-			}
-			return []string{e.rustleBin, "-c", conf}, nil, nil
+		command: rustleCommand(""),
+	},
+	{
+		name: "rustle-ldap", label: "rustle (LDAP user)", pkg: "slapd", binary: "slapd",
+		features: []string{featHTTP},
+		tuning: []string{
+			"rustle as in its own column, but its one user is in an LDAP directory, not htpasswd: an [[auth.providers]] ldap entry (search with a service account, then bind), the listener's providers = [\"directory\"]",
+			"the directory: Debian's slapd on loopback (mdb, the user loaded with slapadd), pinned to the load core; rustle caches the verdict (cache_ttl 5m), so it is asked once per start",
+			"only the plain HTTP port (-proxies rustle,rustle-ldap,rustle-jwt -tests http-1k compares the cost per request of each kind of identity)",
 		},
+		prepare: prepareRustleLDAP,
+		command: rustleCommand("ldap"),
+	},
+	{
+		name: "rustle-jwt", label: "rustle (bearer token)",
+		features: []string{featHTTP},
+		tuning: []string{
+			"rustle as in its own column, but the client presents a bearer token: an [[auth.providers]] jwt entry, the listener's providers = [\"tokens\"]",
+			"wrk sends Proxy-Authorization: Bearer <ES256 token> (about 0.3 KB); the load tool and the checks send it as a Basic password; the key set is served by the campaign on loopback and fetched once; verdicts cached until min(exp, 5m), the token valid for 24 h",
+			"only the plain HTTP port",
+		},
+		prepare: prepareRustleJWT,
+		command: rustleCommand("jwt"),
 	},
 	{
 		name: "squid", label: "Squid", pkg: "squid", binary: "squid",
@@ -285,20 +306,46 @@ func prepareDante(ctx context.Context, e *env) (string, error) {
 	return v, nil
 }
 
+// rustleCommand returns the command of a rustle column whose user comes
+// from provider ("" = the htpasswd user; "ldap", "jwt").
+func rustleCommand(provider string) func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
+	return func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
+		conf := filepath.Join(dir, "rustle.toml")
+		d := e.confData(dir, listener, port, workers)
+		d.Provider = provider
+		if err := e.writeConfData("rustle.toml", conf, d); err != nil {
+			return nil, nil, err
+		}
+		return []string{e.rustleBin, "-c", conf}, nil, nil
+	}
+}
+
 // writeConf fills the template bench/<name> into path for a proxy serving
 // listener on port with workers workers.
 func (e *env) writeConf(name, path, dir, listener string, port, workers int) error {
-	tpl, err := template.ParseFiles(filepath.Join(e.benchDir, name))
-	if err != nil {
-		return fmt.Errorf("campaign: parse template %s: %w", name, err)
-	}
+	return e.writeConfData(name, path, e.confData(dir, listener, port, workers))
+}
+
+// confData returns what the templates get for a proxy serving listener
+// on port with workers workers and its files in dir.
+func (e *env) confData(dir, listener string, port, workers int) confData {
 	d := confData{
 		Port: port, Workers: max(1, workers), Listener: listener, TLS: listener == lnHTTPS, Cert: e.certFile, Key: e.keyFile,
 		Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
 		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash, SOCKSMethod: e.socksMethod,
+		LDAPURL: e.ldapURL, JWKSURL: e.jwksURL, Issuer: benchIssuer,
 	}
 	if e.asRoot {
 		d.User, d.Group = e.dropUser, e.dropGroup
+	}
+	return d
+}
+
+// writeConfData fills the template bench/<name> into path with d.
+func (e *env) writeConfData(name, path string, d confData) error {
+	tpl, err := template.ParseFiles(filepath.Join(e.benchDir, name))
+	if err != nil {
+		return fmt.Errorf("campaign: parse template %s: %w", name, err)
 	}
 	var b bytes.Buffer
 	if err := tpl.Execute(&b, d); err != nil {
@@ -321,11 +368,22 @@ type running struct {
 	auth string
 	// split is where the proxy and the load side run.
 	split coreSplit
+	// header is the Proxy-Authorization value wrk and the keep-alive
+	// probe send; "" means Basic with the campaign's user (e.authHeader).
+	header string
 	// closesSilently is true when the proxy closes a client connection
 	// after each response without announcing it with "Connection: close"
 	// (Tinyproxy). wrk then counts one read error per request and
 	// reconnects; wrkRun tolerates those.
 	closesSilently bool
+}
+
+// authHeader returns the Proxy-Authorization value wrk sends to r.
+func (r *running) authHeader(e *env) string {
+	if r.header != "" {
+		return r.header
+	}
+	return e.authHeader
 }
 
 // startProxy starts a fresh instance of def serving listener on a free
@@ -370,6 +428,9 @@ func (e *env) startProxyOnce(ctx context.Context, def *proxyDef, listener string
 		return nil, err
 	}
 	r := &running{def: def, p: p, addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, listener: listener, auth: e.user + ":" + e.pass, split: split}
+	if def.name == "rustle-jwt" {
+		r.auth, r.header = e.user+":"+e.token, "Bearer "+e.token
+	}
 	if def.name == "dante" {
 		r.auth = ""
 		if e.socksMethod == "username" {
@@ -463,7 +524,8 @@ func (e *env) preflight(ctx context.Context, r *running) error {
 				u.Scheme = "https"
 			}
 			if withAuth {
-				u.User = url.UserPassword(e.user, e.pass)
+				user, pass, _ := strings.Cut(r.auth, ":")
+				u.User = url.UserPassword(user, pass)
 			}
 			tr.Proxy = http.ProxyURL(u)
 		}
@@ -533,7 +595,7 @@ func (e *env) probeKeepAlive(r *running) (bool, error) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	req := "GET http://" + e.origin.HTTP + "/1k HTTP/1.1\r\nHost: " + e.origin.HTTP + "\r\nProxy-Authorization: " + e.authHeader + "\r\n\r\n"
+	req := "GET http://" + e.origin.HTTP + "/1k HTTP/1.1\r\nHost: " + e.origin.HTTP + "\r\nProxy-Authorization: " + r.authHeader(e) + "\r\n\r\n"
 	br := bufio.NewReader(c)
 	for i := range 2 {
 		if _, err := io.WriteString(c, req); err != nil {

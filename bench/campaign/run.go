@@ -183,7 +183,7 @@ func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d ti
 func (e *env) wrkArgs(t testDef, r *running, conns int, d time.Duration) (argv, env []string) {
 	secs := int(math.Ceil(d.Seconds()))
 	target, url := "http://"+e.origin.HTTP+t.path, "http://"+r.addr+"/"
-	auth := e.authHeader
+	auth := r.authHeader(e)
 	if r.addr == "" {
 		target, url, auth = t.path, "http://"+e.origin.HTTP+"/", ""
 	}

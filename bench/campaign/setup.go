@@ -49,10 +49,14 @@ type env struct {
 	bcryptHash string
 	passwdFile string // user:bcrypt, for Squid
 	authHeader string // "Basic ..." for wrk
-	asRoot     bool
-	dropUser   string // Squid's and Tinyproxy's user when run as root
-	dropGroup  string
-	maxFD      int
+	// ldapURL is the directory of the rustle-ldap column, jwksURL the key
+	// set of the rustle-jwt column and token its client's bearer token;
+	// "" until their prepare functions start them.
+	ldapURL, jwksURL, token string
+	asRoot                  bool
+	dropUser                string // Squid's and Tinyproxy's user when run as root
+	dropGroup               string
+	maxFD                   int
 
 	// proxyCore and loadCore are the base split of every test but the
 	// "More cores" ones: the first two CPUs of the affinity mask. cpus are

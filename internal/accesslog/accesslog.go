@@ -163,6 +163,12 @@ const (
 	// ReasonAuthFailed: the credentials were wrong; User is the name
 	// tried (never the password).
 	ReasonAuthFailed = "auth-failed"
+	// ReasonAuthUnavailable: an identity provider that might have
+	// accepted the credentials (a directory, a token issuer's key set)
+	// could not be asked, and none accepted them: 503, not a 407 the
+	// client would answer with the same credentials, and not a failed
+	// authentication. User is the name tried.
+	ReasonAuthUnavailable = "auth-unavailable"
 	// ReasonCoolingDown: the client's address, or the user name tried
 	// (User) at that address, is cooling down after failed
 	// authentications; the credentials were not checked (or their

@@ -116,8 +116,10 @@ type Rule struct {
 	Clients []string
 	// Users are user names.
 	Users []string
-	// Groups are names of groups defined in Config.Groups; a user who is a
-	// member of one matches, as if listed in Users.
+	// Groups are names of groups defined in Config.Groups or named in
+	// Config.ProviderGroups; a user who is a member of one (listed in
+	// Config.Groups, or given it by Request.Groups) matches, as if listed
+	// in Users.
 	Groups []string
 	// Hosts are destinations: a name ("example.com", ASCII, matched
 	// without regard to case), "*.example.com" (names under example.com, not
@@ -145,6 +147,10 @@ type Config struct {
 	Rules []Rule
 	// Groups maps a group name to its members' user names.
 	Groups map[string][]string
+	// ProviderGroups names the groups identity providers put users in
+	// (Request.Groups), which rules may name besides those of Groups; a
+	// name in both has the members of either. nil means none.
+	ProviderGroups []string
 	// Default is the action when no rule matches, Allow or Deny; "" means
 	// Deny.
 	Default string
@@ -171,7 +177,7 @@ func New(cfg Config) (*Policy, error) {
 	}
 	var errs []error
 	for i, rc := range cfg.Rules {
-		r, err := compile(rc, cfg.Groups)
+		r, err := compile(rc, cfg.Groups, cfg.ProviderGroups)
 		if err != nil {
 			name := rc.Name
 			if name == "" {
@@ -203,6 +209,10 @@ type Request struct {
 	// User is the authenticated user; "" (no authentication) matches no
 	// users or groups criterion.
 	User string
+	// Groups are the groups the user's identity provider put it in
+	// (sorted or not), matched against rules' groups named in
+	// Config.ProviderGroups; nil = none.
+	Groups []string
 	// Host is the destination as the client named it: a host name or an
 	// IP literal without brackets.
 	Host string

@@ -255,3 +255,49 @@ func BenchmarkDecide(b *testing.B) {
 		p.Decide(r)
 	}
 }
+
+// TestProviderGroups checks groups that identity providers give users
+// (Request.Groups): a rule naming one matches a user the request says is
+// in it, whatever the user's name; a group both configured and provided
+// has the members of either; a group neither configured nor provided is
+// an error; and deciding allocates nothing.
+func TestProviderGroups(t *testing.T) {
+	cfg := acl.Config{
+		Groups:         map[string][]string{"devs": {"zoe"}},
+		ProviderGroups: []string{"devs", "ci-main"},
+		Rules: []acl.Rule{
+			{Name: "ci", Action: acl.Allow, Groups: []string{"ci-main"}, Hosts: []string{"registry.example"}},
+			{Name: "devs", Action: acl.Allow, Groups: []string{"devs"}},
+		},
+	}
+	p := mustPolicy(t, cfg)
+	tests := []struct {
+		name  string
+		req   acl.Request
+		allow bool
+		rule  string
+	}{
+		{"provided group", acl.Request{User: "octo-org/app", Groups: []string{"ci-main"}, Host: "registry.example", Port: 443}, true, "ci"},
+		{"provided group, other host", acl.Request{User: "octo-org/app", Groups: []string{"ci-main"}, Host: "example.com", Port: 443}, false, acl.DefaultRule},
+		{"no group", acl.Request{User: "octo-org/app", Host: "registry.example", Port: 443}, false, acl.DefaultRule},
+		{"configured member", acl.Request{User: "zoe", Host: "example.com", Port: 443}, true, "devs"},
+		{"provided member of a configured group", acl.Request{User: "alice", Groups: []string{"devs"}, Host: "example.com", Port: 443}, true, "devs"},
+		{"a group no rule names", acl.Request{User: "alice", Groups: []string{"staff"}, Host: "example.com", Port: 443}, false, acl.DefaultRule},
+		{"groups without a user", acl.Request{Groups: []string{"devs"}, Host: "example.com", Port: 443}, false, acl.DefaultRule},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if allow, rule := p.Check(tt.req); allow != tt.allow || rule != tt.rule {
+				t.Errorf("Check = %v %q, want %v %q", allow, rule, tt.allow, tt.rule)
+			}
+		})
+	}
+	r := tests[0].req
+	if n := testing.AllocsPerRun(100, func() { p.Decide(r) }); n != 0 {
+		t.Errorf("Decide with groups allocates %v times", n)
+	}
+	cfg.ProviderGroups = []string{"devs"}
+	if _, err := acl.New(cfg); err == nil || !strings.Contains(err.Error(), `"ci-main" is not defined`) {
+		t.Errorf("New with a group neither configured nor provided: %v", err)
+	}
+}

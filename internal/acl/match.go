@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -19,6 +20,7 @@ type rule struct {
 
 	clients   []netip.Prefix
 	users     map[string]struct{} // users and members of the groups; nil = any
+	groups    map[string]struct{} // provider groups whose members match too; nil = none
 	hosts     hostSet
 	ports     []portRange
 	methods   []string
@@ -46,7 +48,7 @@ const (
 )
 
 // compile compiles one configured rule.
-func compile(rc Rule, groups map[string][]string) (rule, error) {
+func compile(rc Rule, groups map[string][]string, providerGroups []string) (rule, error) {
 	r := rule{name: rc.Name}
 	var errs []error
 	fail := func(key string, err error) { errs = append(errs, fmt.Errorf("%s: %w", key, err)) }
@@ -77,12 +79,19 @@ func compile(rc Rule, groups map[string][]string) (rule, error) {
 	}
 	for _, g := range rc.Groups {
 		members, ok := groups[g]
-		if !ok {
+		provided := slices.Contains(providerGroups, g)
+		if !ok && !provided {
 			fail("groups", fmt.Errorf("group %q is not defined", g))
 			continue
 		}
 		for _, u := range members {
 			r.users[u] = struct{}{}
+		}
+		if provided {
+			if r.groups == nil {
+				r.groups = make(map[string]struct{})
+			}
+			r.groups[g] = struct{}{}
 		}
 	}
 	for _, h := range rc.Hosts {
@@ -313,7 +322,7 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 		if r.User == "" {
 			return matchNo
 		}
-		if _, ok := ru.users[r.User]; !ok {
+		if _, ok := ru.users[r.User]; !ok && !ru.inGroups(r.Groups) {
 			return matchNo
 		}
 	}
@@ -360,6 +369,17 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 		return matchPending
 	}
 	return matchNo
+}
+
+// inGroups reports whether one of groups is a provider group of the
+// rule.
+func (ru *rule) inGroups(groups []string) bool {
+	for _, g := range groups {
+		if _, ok := ru.groups[g]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // matchName reports whether the normalized name host matches a name entry.

@@ -20,7 +20,11 @@ type Matcher struct {
 // [Rule]'s. Action and AllowPrivate must be empty: a matcher decides
 // nothing. Name, when set, names the entry in errors; "" means
 // "[N]", N its index from 0. The error names the entry and the criterion.
-func NewMatcher(criteria []Rule, groups map[string][]string) (*Matcher, error) {
+//
+// providerGroups names the groups identity providers put users in, which
+// criteria may name beside groups' keys (see [Config.ProviderGroups]);
+// nil = none.
+func NewMatcher(criteria []Rule, groups map[string][]string, providerGroups []string) (*Matcher, error) {
 	m := &Matcher{entries: make([]rule, 0, len(criteria))}
 	var errs []error
 	for i, rc := range criteria {
@@ -33,7 +37,7 @@ func NewMatcher(criteria []Rule, groups map[string][]string) (*Matcher, error) {
 			continue
 		}
 		rc.Action = Allow
-		r, err := compile(rc, groups)
+		r, err := compile(rc, groups, providerGroups)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("acl: matcher %s: %w", name, err))
 			continue

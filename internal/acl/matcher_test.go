@@ -15,7 +15,7 @@ func TestMatcher(t *testing.T) {
 		{Name: "team", Groups: []string{"team"}},
 		{Name: "net", Hosts: []string{"10.0.0.0/8"}, Protocols: []string{"socks5"}},
 		{Name: "lan", Clients: []string{"192.0.2.0/24"}, Methods: []string{"GET"}},
-	}, map[string][]string{"team": {"bob"}})
+	}, map[string][]string{"team": {"bob"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestMatcherErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := NewMatcher([]Rule{tt.rule}, nil)
+			_, err := NewMatcher([]Rule{tt.rule}, nil, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("NewMatcher error = %v, want one with %q", err, tt.want)
 			}

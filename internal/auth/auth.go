@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,12 @@ type Config struct {
 	// CacheSize is the most verdicts cached. 0 means DefaultCacheSize
 	// (10000); negative is an error.
 	CacheSize int
+	// Providers are the sources of identities tried, in order, for each
+	// credential the cache has no verdict on, until one accepts it;
+	// [Local] stands for the users of Files and Users. nil means
+	// []Provider{Local}. A list without Local while Files or Users are
+	// set is an error.
+	Providers []Provider
 }
 
 // account is a configured user, ready for checking.
@@ -77,6 +84,11 @@ type Authenticator struct {
 	// only holds the names of the users a view made by Only accepts; nil
 	// accepts every user. Read-only.
 	only map[string]struct{}
+	// chain is Config.Providers, or just Local; read-only.
+	chain []Provider
+	// tokens says a provider of chain other than Local may take a bearer
+	// token: without one a Bearer value is refused unchecked.
+	tokens bool
 
 	// now and compare are time.Now and bcrypt.CompareHashAndPassword, set
 	// by New and replaced only by tests before first use.
@@ -143,6 +155,20 @@ func New(cfg Config) (*Authenticator, error) {
 		accounts = append(accounts, newAccount(u))
 	}
 
+	chain := cfg.Providers
+	if chain == nil {
+		chain = []Provider{Local}
+	}
+	if len(accounts) > 0 && !slices.Contains(chain, Local) {
+		return nil, errors.New("auth: users are configured but the providers leave them out")
+	}
+	tokens := false
+	for i, p := range chain {
+		if p == nil {
+			return nil, fmt.Errorf("auth: provider %d is nil", i+1)
+		}
+		tokens = tokens || p != Local
+	}
 	dummy, err := dummyHash(accounts)
 	if err != nil {
 		return nil, err
@@ -152,6 +178,8 @@ func New(cfg Config) (*Authenticator, error) {
 		accounts:  accounts,
 		dummy:     dummy,
 		cache:     newCache(size, ttl),
+		chain:     slices.Clone(chain),
+		tokens:    tokens,
 		now:       time.Now,
 		compare:   bcrypt.CompareHashAndPassword,
 	}
@@ -271,6 +299,10 @@ func (a *Authenticator) Allows(name string) bool {
 	return ok
 }
 
+// HasProviders reports whether a tries a provider besides its own users
+// (see Config.Providers); false for a nil Authenticator.
+func (a *Authenticator) HasProviders() bool { return a != nil && a.tokens }
+
 // Challenge returns the Proxy-Authenticate header value, for example
 // `Basic realm="rustle"`, with the realm quoted and escaped.
 func (a *Authenticator) Challenge() string { return a.challenge }
@@ -292,70 +324,156 @@ func (a *Authenticator) Has(name string) bool {
 // Check verifies a Proxy-Authorization header value such as
 // "Basic dXNlcjpwYXNz"; the scheme is matched case-insensitively. It returns
 // the user name and true when the credentials are valid, and "" and false
-// otherwise.
-//
-// Verdicts, wrong ones included, are cached by the salted SHA-256 of value
-// for Config.CacheTTL, so bcrypt runs once per distinct value, not per
-// request; a hit allocates nothing. Values longer than MaxValueLen and
-// malformed values are refused without bcrypt and are not cached. A view
-// made by [Authenticator.Only] refuses the users it leaves out after the
-// same work. Check is safe for concurrent use.
+// otherwise (also when a provider was unavailable): see
+// [Authenticator.Authenticate], which tells those apart and gives the
+// user's groups.
 func (a *Authenticator) Check(value []byte) (user string, ok bool) {
+	r := a.Authenticate(value)
+	return r.User, r.Outcome == Accepted
+}
+
+// Authenticate verifies a Proxy-Authorization header value: Basic
+// credentials (RFC 7617), checked against the providers of
+// Config.Providers in order (the configured users for [Local]), or a
+// bearer token ("Bearer" and a token68), checked against the providers
+// other than Local. Schemes are matched case-insensitively.
+//
+// Verdicts, refusals included, are cached by the salted SHA-256 of value
+// for the TTL each carries (Config.CacheTTL for the configured users), so
+// that bcrypt, a directory or a token's signature is asked once per
+// distinct value, not per request; a hit allocates nothing. Values longer
+// than MaxValueLen and malformed values are refused without asking anyone
+// and are not cached; neither is Unavailable. A view made by
+// [Authenticator.Only] refuses the configured users it leaves out after
+// the same work; users of other providers are not its to restrict.
+// Authenticate is safe for concurrent use.
+func (a *Authenticator) Authenticate(value []byte) Result {
 	if len(value) == 0 || len(value) > MaxValueLen {
-		return "", false
+		return Result{}
 	}
 	key := a.key(value)
 	if v, hit := a.cache.shard(&key).get(&key, a.now()); hit {
-		return a.accepted(v.user, v.ok)
+		return a.accepted(v.entry)
 	}
-	name, pass, ok := parseBasic(value)
+	if name, pass, ok := parseBasic(value); ok {
+		return a.accepted(a.cache.resolve(&key, a.now, func() entry {
+			return a.resolveChain(func(p Provider) Verdict {
+				if p == Local {
+					return a.VerifyPassword(name, pass)
+				}
+				return p.VerifyPassword(name, pass)
+			})
+		}))
+	}
+	if !a.tokens {
+		return Result{}
+	}
+	t, ok := bearerToken(value)
 	if !ok {
-		return "", false
+		return Result{}
 	}
-	return a.accepted(a.cache.resolve(&key, a.now, func() (string, bool) { return a.verify(name, pass) }))
+	token := bytes.Clone(t) // value must not escape to the providers: it may be on the caller's stack
+	return a.accepted(a.cache.resolve(&key, a.now, func() entry {
+		return a.resolveChain(func(p Provider) Verdict {
+			if p == Local {
+				return Verdict{}
+			}
+			return p.VerifyToken(token)
+		})
+	}))
 }
 
 // accepted returns a verdict of the shared cache as a gives it: refused
-// for a user a view leaves out.
-func (a *Authenticator) accepted(user string, ok bool) (string, bool) {
-	if ok && !a.Allows(user) {
-		return "", false
+// for a configured user a view leaves out.
+func (a *Authenticator) accepted(e entry) Result {
+	if e.outcome == Accepted && e.local && !a.Allows(e.user) {
+		return Result{}
 	}
-	return user, ok
+	if e.outcome != Accepted {
+		return Result{Outcome: e.outcome}
+	}
+	return Result{User: e.user, Groups: e.groups, Outcome: Accepted}
 }
 
 // CheckUserPassword verifies a user name and password given apart, as in
 // SOCKS5 username/password authentication (RFC 1929). It returns what
-// [Authenticator.Check] returns for the Basic value
-// "Basic " + base64(user ":" pass), which it builds on the stack: verdicts
-// are shared with Check through the same cache, a hit allocates nothing, and
-// a miss runs the same single bcrypt comparison with the same constant-time
-// look-up. An empty user name or one containing ':' (no configured user has
-// one), and a pair too long to encode within [MaxValueLen], are refused
-// without bcrypt and are not cached. It is safe for concurrent use.
+// [Authenticator.Check] returns for the same pair; see
+// [Authenticator.AuthenticateUserPassword].
 func (a *Authenticator) CheckUserPassword(user, pass []byte) (string, bool) {
+	r := a.AuthenticateUserPassword(user, pass)
+	return r.User, r.Outcome == Accepted
+}
+
+// AuthenticateUserPassword verifies a user name and password given
+// apart, as in SOCKS5 username/password authentication (RFC 1929). It
+// returns what [Authenticator.Authenticate] returns for the Basic value
+// "Basic " + base64(user ":" pass), which it builds on the stack:
+// verdicts are shared with Authenticate through the same cache, a hit
+// allocates nothing, and a miss does the same work. An empty user name
+// or one containing ':' (no configured user has one), and a pair too
+// long to encode within 1024 bytes (a SOCKS5 pair is at most 511), are
+// refused without asking anyone and are not cached. It is safe for
+// concurrent use.
+func (a *Authenticator) AuthenticateUserPassword(user, pass []byte) Result {
 	const prefix = "Basic "
 	n := len(user) + 1 + len(pass)
-	if len(user) == 0 || bytes.IndexByte(user, ':') >= 0 || len(prefix)+basicEncoding.EncodedLen(n) > MaxValueLen {
-		return "", false
+	if len(user) == 0 || bytes.IndexByte(user, ':') >= 0 || len(prefix)+basicEncoding.EncodedLen(n) > maxPairLen {
+		return Result{}
 	}
-	var raw [MaxValueLen]byte // n < MaxValueLen, as its encoding is longer
+	var raw [maxPairLen]byte // n < maxPairLen, as its encoding is longer
 	copy(raw[:], user)
 	raw[len(user)] = ':'
 	copy(raw[len(user)+1:], pass)
-	var value [MaxValueLen]byte
+	var value [maxPairLen]byte
 	copy(value[:], prefix)
 	basicEncoding.Encode(value[len(prefix):], raw[:n])
-	return a.Check(value[:len(prefix)+basicEncoding.EncodedLen(n)])
+	r := a.Authenticate(value[:len(prefix)+basicEncoding.EncodedLen(n)])
+	clear(raw[:n])
+	return r
 }
 
-// key returns the cache key of value: the SHA-256 of a.salt followed by value.
+// maxPairLen bounds the Basic value AuthenticateUserPassword builds.
+const maxPairLen = 1024
+
+// Name returns "local", the name of an Authenticator's own users as a
+// provider.
+func (a *Authenticator) Name() string { return "local" }
+
+// VerifyPassword checks a user name and password against a's own users
+// (not its cache, nor its other providers), running exactly one bcrypt
+// comparison, as a cache miss of Check does: a's users as a [Provider] of
+// another Authenticator, whose verdicts are cached for a's CacheTTL.
+func (a *Authenticator) VerifyPassword(user, pass []byte) Verdict {
+	name, ok := a.verify(user, pass)
+	if !ok {
+		return Verdict{TTL: a.cache.ttl}
+	}
+	return Verdict{User: name, Outcome: Accepted, TTL: a.cache.ttl}
+}
+
+// VerifyToken refuses every token: a's own users have passwords.
+func (a *Authenticator) VerifyToken([]byte) Verdict { return Verdict{} }
+
+// key returns the cache key of value: the SHA-256 of a.salt followed by
+// value, or for a value longer than shortValue (a bearer token) of a.salt
+// with its first byte inverted followed by the SHA-256 of value, so that
+// the buffer on the stack stays small and no short value has a long one's
+// key.
 func (a *Authenticator) key(value []byte) cacheKey {
-	var buf [len(a.salt) + MaxValueLen]byte
+	var buf [len(a.salt) + shortValue]byte
 	n := copy(buf[:], a.salt[:])
-	n += copy(buf[n:], value)
+	if len(value) > shortValue {
+		buf[0] = ^buf[0]
+		sum := sha256.Sum256(value)
+		n += copy(buf[n:], sum[:])
+	} else {
+		n += copy(buf[n:], value)
+	}
 	return sha256.Sum256(buf[:n])
 }
+
+// shortValue is the longest value key hashes with the salt in one pass.
+const shortValue = 1024
 
 // lookup returns the account named name, or nil. It compares the SHA-256 of
 // name with every account's in constant time, so its time depends only on

@@ -10,17 +10,24 @@ type cacheKey = [32]byte
 
 // verdict is the cached result of checking one value.
 type verdict struct {
-	user    string    // user name when ok; "" otherwise
-	ok      bool      // credentials valid
+	entry
 	expires time.Time // entry unusable from this time on
 }
 
+// entry is what checking one value concluded, as the cache keeps it.
+type entry struct {
+	user    string   // user name when accepted; "" otherwise
+	groups  []string // the user's rustle groups from its provider; shared, never modified
+	outcome Outcome
+	local   bool          // accepted by the Authenticator's own users, whom a view made by Only restricts
+	ttl     time.Duration // how long to cache it; <= 0 = not cached
+}
+
 // flight is a verification in progress; later callers for the same key wait
-// for it instead of running bcrypt again.
+// for it instead of running the verification again.
 type flight struct {
-	done chan struct{} // closed when user and ok are set
-	user string
-	ok   bool
+	done chan struct{} // closed when e is set
+	e    entry
 }
 
 // maxShards is the most shards a cache is split into.
@@ -82,19 +89,20 @@ func (s *shard) get(k *cacheKey, now time.Time) (verdict, bool) {
 
 // resolve returns the verdict for k, running verify when no unexpired
 // verdict is cached and no other caller is already running it for k; the
-// result is cached until now()+ttl. Concurrent callers for the same key wait
-// for the first one's result.
-func (c *cache) resolve(k *cacheKey, now func() time.Time, verify func() (string, bool)) (string, bool) {
+// result is cached until now() plus its ttl, and not at all when its ttl
+// is not positive. Concurrent callers for the same
+// key wait for the first one's result.
+func (c *cache) resolve(k *cacheKey, now func() time.Time, verify func() entry) entry {
 	s := c.shard(k)
 	s.mu.Lock()
 	if v, ok := s.entries[*k]; ok && now().Before(v.expires) {
 		s.mu.Unlock()
-		return v.user, v.ok
+		return v.entry
 	}
 	if f := s.pending[*k]; f != nil {
 		s.mu.Unlock()
 		<-f.done
-		return f.user, f.ok
+		return f.e
 	}
 	f := &flight{done: make(chan struct{})}
 	s.pending[*k] = f
@@ -105,15 +113,16 @@ func (c *cache) resolve(k *cacheKey, now func() time.Time, verify func() (string
 		// On a panic in verify the waiters get a refusal and nothing is cached.
 		s.mu.Lock()
 		delete(s.pending, *k)
-		if stored {
-			s.insertLocked(k, verdict{user: f.user, ok: f.ok, expires: now().Add(c.ttl)}, c.perShard, now())
+		if stored && f.e.ttl > 0 {
+			t := now()
+			s.insertLocked(k, verdict{entry: f.e, expires: t.Add(f.e.ttl)}, c.perShard, t)
 		}
 		s.mu.Unlock()
 		close(f.done)
 	}()
-	f.user, f.ok = verify()
+	f.e = verify()
 	stored = true
-	return f.user, f.ok
+	return f.e
 }
 
 // insertLocked stores v under k, first making room when the shard holds max
@@ -130,11 +139,11 @@ func (s *shard) insertLocked(k *cacheKey, v verdict, max int, now time.Time) {
 			var victim cacheKey
 			found, n := false, 0
 			for key, e := range s.entries { // map order is randomised
-				if !found || !e.ok {
+				if !found || e.outcome != Accepted {
 					victim, found = key, true
 				}
 				n++
-				if !e.ok || n >= evictSample {
+				if e.outcome != Accepted || n >= evictSample {
 					break
 				}
 			}

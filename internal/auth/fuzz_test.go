@@ -7,9 +7,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // FuzzParseHtpasswd checks that ParseHtpasswd never panics, that its errors
@@ -97,5 +100,37 @@ func FuzzCheck(f *testing.F) {
 				t.Fatalf("call %d: Check(%q) = %q, %v; want %q, %v", i+1, value, gotUser, gotOK, wantUser, wantUser != "")
 			}
 		}
+	})
+}
+
+// FuzzBearer checks Authenticate with a token provider on any value: it
+// never panics, and accepts only the one valid token the test minted,
+// given as a bearer token or as a Basic password.
+func FuzzBearer(f *testing.F) {
+	key := proxytest.NewECSigner(f, "k")
+	tok := key.Mint(f, claims("octo-org/app", "refs/heads/main", time.Hour))
+	a := newJWT(f, proxytest.StartJWKS(f, key), nil)
+	for _, s := range []string{"Bearer " + tok, "bearer  " + tok + " ", "Bearer " + tok + "=", "Bearer a.b.c", "Bearer ",
+		"Basic " + base64.StdEncoding.EncodeToString([]byte("x:"+tok)), "Bearer " + strings.Replace(tok, ".", "..", 1)} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		r := a.Authenticate(value)
+		if r.Outcome != auth.Accepted {
+			return
+		}
+		v := bytes.Trim(value, " \t")
+		if i := bytes.LastIndexByte(v, ' '); i >= 0 {
+			v = v[i+1:]
+		}
+		if string(v) == tok {
+			return
+		}
+		if dec, err := base64.StdEncoding.DecodeString(string(v)); err == nil {
+			if _, pass, ok := bytes.Cut(dec, []byte(":")); ok && string(pass) == tok {
+				return
+			}
+		}
+		t.Fatalf("Authenticate(%q) accepted %q: not the minted token", value, r.User)
 	})
 }

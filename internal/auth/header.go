@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 )
 
-// MaxValueLen is the longest Proxy-Authorization value Check considers;
-// longer values are refused without decoding, hashing or running bcrypt.
-const MaxValueLen = 1024
+// MaxValueLen is the longest Proxy-Authorization value Check considers,
+// room for a bearer token (an OIDC token of a CI job is 1-2 KB) or Basic
+// credentials carrying one as the password; longer values are refused
+// without decoding, hashing or running bcrypt.
+const MaxValueLen = 8192
 
 // basicEncoding decodes the token68 of a Basic credential: standard base64
 // with padding, non-zero trailing bits refused, so that each user-pass has
@@ -83,6 +85,38 @@ func AppendBasicUser(dst, value []byte) []byte {
 	}
 	clear(buf[:])
 	return dst
+}
+
+// bearerToken returns the token68 of a Bearer value (RFC 6750 section
+// 2.1, as a proxy credential): the scheme matched case-insensitively,
+// spaces and tabs around the value and one or more spaces after the
+// scheme allowed, the token made of letters, digits, '-', '.', '_', '~',
+// '+' and '/', then any '='. It reports false for anything else.
+func bearerToken(value []byte) ([]byte, bool) {
+	value = bytes.Trim(value, " \t")
+	const scheme = "bearer"
+	if len(value) < len(scheme)+2 || !bytes.EqualFold(value[:len(scheme)], []byte(scheme)) || value[len(scheme)] != ' ' {
+		return nil, false
+	}
+	token := bytes.TrimLeft(value[len(scheme):], " ")
+	end := len(token)
+	for end > 0 && token[end-1] == '=' {
+		end--
+	}
+	if end == 0 {
+		return nil, false
+	}
+	for _, c := range token[:end] {
+		if !isToken68(c) {
+			return nil, false
+		}
+	}
+	return token, true
+}
+
+func isToken68(c byte) bool {
+	return ('A' <= c && c <= 'Z') || ('a' <= c && c <= 'z') || ('0' <= c && c <= '9') ||
+		c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/'
 }
 
 func isBase64(c byte) bool {

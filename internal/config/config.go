@@ -211,6 +211,10 @@ type Auth struct {
 	CacheSize int `toml:"cache_size"`
 	// Users are inline users, in addition to those in the htpasswd files.
 	Users []User `toml:"users"`
+	// Providers are identity providers beside the users above (LDAP
+	// directories, token issuers, htpasswd files of their own); see
+	// providers.go. Empty means none.
+	Providers []Provider `toml:"providers"`
 }
 
 // User is one inline user. Exactly one of Password and Bcrypt is set.
@@ -387,8 +391,15 @@ type Listener struct {
 	// Users restricts the listener to these configured users (names from
 	// [[auth.users]] or the htpasswd files): another user's credentials,
 	// and a client certificate naming another user, are refused on it as
-	// unknown. Empty means every configured user.
+	// unknown. Empty means every configured user. The users of
+	// [[auth.providers]] are not restricted by it.
 	Users []string `toml:"users"`
+	// Providers names the identity providers the listener tries, in
+	// order: [[auth.providers]] names, and "local" for the users of
+	// [[auth.users]] and auth.htpasswd. nil means "local" (when users
+	// are configured) and then every provider (see
+	// [Config.ListenerProviders]); an empty list is refused.
+	Providers []string `toml:"providers"`
 	// URLUser is the user a -L URL's userinfo names (see
 	// [ParseListenURL]): the listener's only user, who authenticates on
 	// no other listener; the configured users do not authenticate on it.
@@ -584,6 +595,7 @@ func (c *Config) SetDefaults() {
 	setString(&c.Auth.Realm, defaultRealm)
 	setDuration(&c.Auth.CacheTTL, defaultCacheTTL)
 	setInt(&c.Auth.CacheSize, defaultCacheSize)
+	c.setProviderDefaults()
 
 	setString(&c.ACL.Default, defaultACLDefault)
 	for i := range c.ACL.Rules {
@@ -653,13 +665,14 @@ func (c *Config) HasUsers() bool {
 
 // EffectiveAuth returns the authentication a listener uses, "basic" or
 // "none": its Auth when set, otherwise "basic" if it has a URLUser or any
-// user is configured (inline or in an htpasswd file) and "none" if not. An
-// unknown Auth value is returned unchanged; [Config.Validate] rejects it.
+// user is configured (inline, in an htpasswd file, or an identity
+// provider) and "none" if not. An unknown Auth value is returned
+// unchanged; [Config.Validate] rejects it.
 func (c *Config) EffectiveAuth(l Listener) string {
 	if l.Auth != "" {
 		return l.Auth
 	}
-	if l.URLUser != nil || c.HasUsers() {
+	if l.URLUser != nil || c.HasUsers() || c.HasProviders() {
 		return AuthBasic
 	}
 	return AuthNone

@@ -36,8 +36,9 @@ type Egress struct {
 // Interface and Freebind mean what [Egress]'s do, and replace the
 // listener's and the global ones for those users.
 type EgressRule struct {
-	// Users are user names; Groups names of groups in [acl.groups]. One
-	// of them at least is required.
+	// Users are user names; Groups names of groups in [acl.groups] or
+	// of an [[auth.providers]] entry's groups. One of them at least is
+	// required.
 	Users  []string `toml:"users"`
 	Groups []string `toml:"groups"`
 	// Bind lists source addresses and prefixes; empty means the kernel's
@@ -88,7 +89,7 @@ func (c *Config) validateEgress(v *validator) {
 		v.check(len(r.Users)+len(r.Groups) > 0, key, "names no users and no groups")
 		v.check(len(r.Bind) > 0 || r.Interface != "", key, "sets neither bind nor interface")
 		for j, g := range r.Groups {
-			if _, ok := c.ACL.Groups[g]; !ok {
+			if _, ok := c.ACL.Groups[g]; !ok && !c.providerGroup(g) {
 				v.add(fmt.Sprintf("%s.groups[%d]", key, j), fmt.Errorf("group %q is not defined in [acl.groups]", g))
 			}
 		}

@@ -106,6 +106,7 @@ func Load(path string) (*Config, error) {
 	for i := range c.Parents {
 		resolve(&c.Parents[i].CAFile)
 	}
+	c.resolveProviderPaths(resolve)
 	return c, nil
 }
 

@@ -263,8 +263,8 @@ func (c *Config) validateCriteria(v *validator, key string, clients, users, grou
 	each("clients", clients, func(s string) error { _, err := acl.ParsePrefix(s); return err })
 	each("users", users, acl.ParseUser)
 	each("groups", groups, func(g string) error {
-		if _, ok := c.ACL.Groups[g]; !ok {
-			return fmt.Errorf("group %q is not defined in [acl.groups]", g)
+		if _, ok := c.ACL.Groups[g]; !ok && !c.providerGroup(g) {
+			return fmt.Errorf("group %q is not defined in [acl.groups] nor by an [[auth.providers]] entry's groups", g)
 		}
 		return nil
 	})
@@ -314,7 +314,7 @@ func validLabel(s string) bool {
 // RouteConfig returns the route table's configuration for
 // [route.New]: the parents and routes, with the access rules' groups.
 func (c *Config) RouteConfig() route.Config {
-	rc := route.Config{Groups: c.ACL.Groups}
+	rc := route.Config{Groups: c.ACL.Groups, ProviderGroups: c.ProviderGroups()}
 	for _, p := range c.Parents {
 		rc.Parents = append(rc.Parents, route.ParentConfig{
 			Name: p.Name, URL: p.URL, CAFile: p.CAFile, ServerName: p.ServerName,

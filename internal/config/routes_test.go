@@ -142,7 +142,7 @@ resolvers = ["ftp://dns.example"]
 		`r.toml:31: routes[1].name: "a" is also the name of routes[0]`,
 		`r.toml:32: routes[1].hosts[0]: "a b" is not a host name, *.suffix, .suffix, IP address or CIDR prefix`,
 		`r.toml:34: routes[1].fallback: is for routes through parents`,
-		`r.toml:37: routes[2].groups[0]: group "nogroup" is not defined in [acl.groups]`,
+		`r.toml:37: routes[2].groups[0]: group "nogroup" is not defined in [acl.groups] nor by an [[auth.providers]] entry's groups`,
 		`r.toml:38: routes[2].via[1]: "direct" cannot be one of a list of parents; use fallback = "direct"`,
 		`r.toml:38: routes[2].via[2]: parent "s5" is named twice`,
 		`r.toml:39: routes[2].fallback: "squid" is neither "direct" nor empty`,

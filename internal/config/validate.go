@@ -78,6 +78,7 @@ func (c *Config) Validate() error {
 	c.validateHTTP2(v)
 	c.validateHTTP3(v)
 	c.validateAuth(v)
+	c.validateProviders(v)
 	c.validateListeners(v)
 	c.validateAdmin(v)
 	for i, p := range c.AllowPrivate {
@@ -142,8 +143,8 @@ func (c *Config) validateACL(v *validator) {
 		each("clients", r.Clients, prefix)
 		each("users", r.Users, acl.ParseUser)
 		each("groups", r.Groups, func(g string) error {
-			if _, ok := a.Groups[g]; !ok {
-				return fmt.Errorf("group %q is not defined in [acl.groups]", g)
+			if _, ok := a.Groups[g]; !ok && !c.providerGroup(g) {
+				return fmt.Errorf("group %q is not defined in [acl.groups] nor by an [[auth.providers]] entry's groups", g)
 			}
 			return nil
 		})
@@ -291,10 +292,11 @@ func (c *Config) validateListeners(v *validator) {
 		c.validateProxyProtocolFrom(v, key, l)
 		if !slices.Contains(authModes, l.Auth) {
 			v.add(key+".auth", fmt.Errorf("%q is not \"basic\", \"none\" or \"\"", l.Auth))
-		} else if l.Auth == AuthBasic && !c.HasUsers() && l.URLUser == nil {
+		} else if l.Auth == AuthBasic && !c.HasUsers() && !c.HasProviders() && l.URLUser == nil {
 			v.add(key+".auth", errors.New(`"basic" but no users: add [[auth.users]] or auth.htpasswd files`))
 		}
 		c.validateListenerUsers(v, key, l)
+		c.validateListenerProviders(v, key, l)
 
 		host, canon, err := splitListenAddress(l.Address)
 		if err != nil {

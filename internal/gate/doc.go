@@ -11,7 +11,8 @@
 //
 // Every request a front-end reads becomes a [Request], and
 // [Session.Authorize] turns it into a [Grant] or a refusal ([Kind]: need
-// auth, cooling down, user limit, denied by a rule). A front-end maps a
+// auth, cooling down, an identity provider unavailable, user limit,
+// denied by a rule). A front-end maps a
 // refusal to its wire (407/403/429, an h2 :status, a SOCKS reply) and
 // nothing else. On a grant it dials with [Grant.Dial] (which always feeds
 // the dial histogram), checks a kept or pooled upstream with

@@ -22,17 +22,31 @@ type Egress struct {
 	// ("alice-session-42") takes its own entry, or else the entry of
 	// the name without the key ("alice").
 	Users map[string]*dialer.Source
+	// Groups are the sources of groups that identity providers give
+	// users ([[egress.rules]] naming them), in the rules' order: a user
+	// without an entry in Users takes the first whose group it is in.
+	// nil = none.
+	Groups []GroupSource
 }
 
-// For returns the source of user's requests; nil = the kernel's choice.
-func (e *Egress) For(user string) *dialer.Source {
-	src, _ := e.forUser(user)
+// GroupSource is the source of the users an identity provider puts in
+// Group.
+type GroupSource struct {
+	Group  string
+	Source *dialer.Source
+}
+
+// For returns the source of the requests of user, whom its identity
+// provider put in groups (nil = none); nil = the kernel's choice.
+func (e *Egress) For(user string, groups []string) *dialer.Source {
+	src, _ := e.forUser(user, groups)
 	return src
 }
 
 // forUser is For, reporting whether the source is the user's own (a
-// [[egress.rules]] entry) rather than the listener's default.
-func (e *Egress) forUser(user string) (src *dialer.Source, own bool) {
+// [[egress.rules]] entry, by name or by a provider's group) rather than
+// the listener's default.
+func (e *Egress) forUser(user string, groups []string) (src *dialer.Source, own bool) {
 	if e == nil {
 		return nil, false
 	}
@@ -43,6 +57,15 @@ func (e *Egress) forUser(user string) (src *dialer.Source, own bool) {
 		if base := auth.SessionUser(user); base != user {
 			if s, ok := e.Users[base]; ok {
 				return s, true
+			}
+		}
+	}
+	if user != "" {
+		for _, gs := range e.Groups {
+			for _, g := range groups {
+				if g == gs.Group {
+					return gs.Source, true
+				}
 			}
 		}
 	}

@@ -164,6 +164,8 @@ func TestKind(t *testing.T) {
 		{gate.Forbidden, 403, "forbidden", "destination"},
 		{gate.Unreachable, 502, "unreachable", "unreachable"},
 		{gate.TimedOut, 504, "timed-out", "timed out"},
+		{gate.Overloaded, 503, "overloaded", "connections"},
+		{gate.AuthUnavailable, 503, "auth-unavailable", "unavailable"},
 		{gate.Kind(200), 200, "unknown", ""},
 	}
 	for _, tt := range tests {

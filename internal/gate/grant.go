@@ -73,6 +73,7 @@ type Grant struct {
 	picked   bool           // parent was picked (by ForwardParent) before the dial
 	forward  bool           // plain HTTP sent to parent (an http one) in absolute form
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
+	groups   []string       // the groups the user's identity provider gave it; shared, never modified
 	counted  string         // the user counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
 	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
@@ -131,6 +132,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		}
 	}
 	user := k.user
+	g.groups = k.groups
 	if k.counted {
 		g.User, g.throttle = user, k.throttle
 	} else if kind := s.admitUser(user, g); kind != OK {
@@ -138,7 +140,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	}
 
 	ar := acl.Request{
-		Client: s.ip, User: user, Host: r.Host, Addr: r.Addr, Port: r.Port,
+		Client: s.ip, User: user, Groups: k.groups, Host: r.Host, Addr: r.Addr, Port: r.Port,
 		Method: r.Method, Protocol: r.Protocol,
 	}
 	if p.ACL != nil {
@@ -295,7 +297,7 @@ func (g *Grant) DialOptions() *dialer.Options {
 // the user's own, else the route's, else the listener's (see [Egress]);
 // nil = the kernel's choice.
 func (g *Grant) egressSource() *dialer.Source {
-	src, own := g.s.p.Egress.forUser(g.User)
+	src, own := g.s.p.Egress.forUser(g.User, g.groups)
 	if rs := g.route.Source(); rs != nil && !own {
 		return rs
 	}
@@ -644,6 +646,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonTimedOut
 	case Overloaded:
 		return accesslog.ReasonOverloaded
+	case AuthUnavailable:
+		return accesslog.ReasonAuthUnavailable
 	}
 	return ""
 }

@@ -27,9 +27,10 @@ import (
 type Policy struct {
 	// Listener names the listener in access log records; "" = none.
 	Listener string
-	// Auth checks credentials: the listener's users (a view made by
-	// [auth.Authenticator.Only] for a listener restricted to some users,
-	// whose client certificates it restricts too). nil = no
+	// Auth checks credentials: the listener's users and identity
+	// providers (a view made by [auth.Authenticator.Only] for a listener
+	// restricted to some users, whose client certificates it restricts
+	// too). nil = no
 	// authentication (a request is anonymous unless a client certificate
 	// names its user).
 	Auth *auth.Authenticator
@@ -137,6 +138,11 @@ const (
 	// rustle holds as many connections as limits.max_connections allows:
 	// 503.
 	Overloaded
+	// AuthUnavailable refuses credentials that no identity provider
+	// accepted while one that might have could not be asked (a directory
+	// down): 503, a failed SOCKS authentication. It is not counted as a
+	// failed authentication, nor towards a cool-down.
+	AuthUnavailable
 )
 
 // Status returns the HTTP status a front-end answers k with; 200 for OK.
@@ -152,7 +158,7 @@ func (k Kind) Status() int {
 		return 502
 	case TimedOut:
 		return 504
-	case Overloaded:
+	case Overloaded, AuthUnavailable:
 		return 503
 	}
 	return 200
@@ -177,6 +183,8 @@ func (k Kind) Reason() string {
 		return "upstream timed out"
 	case Overloaded:
 		return "too many connections"
+	case AuthUnavailable:
+		return "authentication service unavailable; try again later"
 	}
 	return ""
 }
@@ -202,6 +210,8 @@ func (k Kind) String() string {
 		return "timed-out"
 	case Overloaded:
 		return "overloaded"
+	case AuthUnavailable:
+		return "auth-unavailable"
 	}
 	return "unknown"
 }

@@ -26,8 +26,9 @@ var ErrRevoked = errors.New("gate: user removed by a reload")
 const authMemoTTL = time.Second
 
 // authMemoMax bounds the value a session memoises; longer ones are
-// checked on every request.
-const authMemoMax = 1024
+// checked on every request. It is the longest value the authenticator
+// considers: a bearer token.
+const authMemoMax = auth.MaxValueLen
 
 // Session is one client connection's standing with its listener's
 // Policy. It is made by [Policy.NewSession] and ended by Close. Its
@@ -55,21 +56,25 @@ type Session struct {
 	// source), set by Attach; guarded by mu.
 	local netip.Addr
 	// identity is the user a verified client certificate or a SOCKS
-	// login named; identified says there is one. Guarded by mu.
-	identity   string
-	identified bool
+	// login named, identityGroups the groups its provider gave it;
+	// identified says there is one. Guarded by mu.
+	identity       string
+	identityGroups []string
+	identified     bool
 	// connUser is the connection's first user ("" none): counted with
 	// the Limiter, when there is one, for the connection's life; throttle
 	// is that user's byte bucket. Guarded by mu.
 	connUser string
 	throttle *limits.Bucket
-	// The Proxy-Authorization value last accepted, the user it named and
-	// when (monotonic); memoSet says they hold a verdict. Guarded by mu.
-	memo     []byte
-	memoUser string
-	memoAt   time.Duration
-	memoSet  bool
-	closed   bool // guarded by mu
+	// The Proxy-Authorization value last accepted, the user it named
+	// with its groups, and when (monotonic); memoSet says they hold a
+	// verdict. Guarded by mu.
+	memo       []byte
+	memoUser   string
+	memoGroups []string
+	memoAt     time.Duration
+	memoSet    bool
+	closed     bool // guarded by mu
 	// covered says a grant holds the one upstream the connection's
 	// admission covers (see Grant.Hold); guarded by mu.
 	covered bool
@@ -146,14 +151,16 @@ func (s *Session) Identity() (string, bool) {
 
 // Login checks a SOCKS5 username and password (RFC 1929), observing the
 // login in g as a SOCKS5 exchange without a method or target. On success
-// the user is the session's identity for every later request, and g is
-// left unanswered (not reported). On a failure the front-end answers,
-// calls g.Answer with the status it sent and the class of the Kind's
-// Status, and Finish: NeedAuth for wrong credentials (counted as a failed
-// authentication), CoolingDown when the client's address, or the name at
-// that address, is cooling down (the password is then not checked) or
-// this failure started it. Either way the access log names the user
-// tried, and the Limiter does not count it as a user.
+// the user (with the groups its provider gave it) is the session's
+// identity for every later request, and g is left unanswered (not
+// reported). On a failure the front-end answers, calls g.Answer with the
+// status it sent and the class of the Kind's Status, and Finish:
+// NeedAuth for wrong credentials (counted as a failed authentication),
+// CoolingDown when the client's address, or the name at that address, is
+// cooling down (the password is then not checked) or this failure started
+// it, AuthUnavailable when an identity provider could not be asked (not a
+// failure). Either way the access log names the user tried, and the
+// Limiter does not count it as a user.
 func (s *Session) Login(user, password []byte, g *Grant) (string, Kind) {
 	p := s.p
 	s.Observe(&Request{Protocol: acl.SOCKS5, Log: accesslog.ProtoSOCKS5}, g)
@@ -166,16 +173,27 @@ func (s *Session) Login(user, password []byte, g *Grant) (string, Kind) {
 	if kind := s.coolingDown(g); kind != OK {
 		return "", kind
 	}
-	name, ok := p.Auth.CheckUserPassword(user, password)
-	if !ok {
+	r := p.Auth.AuthenticateUserPassword(user, password)
+	switch r.Outcome {
+	case auth.Unavailable:
+		return "", s.unavailable(g)
+	case auth.Refused:
 		return "", s.failed(g)
 	}
 	g.tried = g.tried[:0]
 	s.mu.Lock()
-	s.identity, s.identified = name, true
+	s.identity, s.identityGroups, s.identified = r.User, r.Groups, true
 	s.mu.Unlock()
-	s.track(name)
-	return name, OK
+	s.track(r.User)
+	return r.User, OK
+}
+
+// unavailable refuses credentials that an identity provider could not
+// check: AuthUnavailable, logged at debug, neither counted as a failure
+// nor towards a cool-down.
+func (s *Session) unavailable(g *Grant) Kind {
+	s.debug("gate: an identity provider is unavailable", slog.String("user", bytesString(g.tried)))
+	return g.refuse(AuthUnavailable)
 }
 
 // NoCredentials refuses r, on a listener that authenticates, for offering
@@ -209,12 +227,15 @@ func (s *Session) verifyHeader(value []byte, g *Grant) (known, Kind) {
 	if kind := s.coolingDown(g); kind != OK {
 		return known{}, kind
 	}
-	user, ok := s.checkHeader(value)
-	if !ok {
+	r := s.checkHeader(value)
+	switch r.Outcome {
+	case auth.Unavailable:
+		return known{}, s.unavailable(g)
+	case auth.Refused:
 		return known{}, s.failed(g)
 	}
 	g.tried = g.tried[:0]
-	return known{user: user}, OK
+	return known{user: r.User, groups: r.Groups}, OK
 }
 
 // coolingDown refuses, with CoolingDown and the time left in g, credentials
@@ -262,6 +283,7 @@ func (s *Session) CoolingDown() time.Duration {
 // other lock and asks neither the authenticator nor the limiter.
 type known struct {
 	user       string
+	groups     []string       // the user's groups from its identity provider; shared, never modified
 	identified bool           // user is the session's identity (certificate, SOCKS login)
 	memo       bool           // user is the memoised verdict on the request's credentials
 	counted    bool           // user is the connection's counted user, throttle its bucket
@@ -283,9 +305,9 @@ func (s *Session) lookup(value []byte) known {
 	var k known
 	switch {
 	case s.identified:
-		k.user, k.identified = s.identity, true
+		k.user, k.groups, k.identified = s.identity, s.identityGroups, true
 	case value != nil && s.memoSet && now-s.memoAt < authMemoTTL && string(value) == string(s.memo):
-		k.user, k.memo = s.memoUser, true
+		k.user, k.groups, k.memo = s.memoUser, s.memoGroups, true
 	default:
 		return k
 	}
@@ -297,16 +319,16 @@ func (s *Session) lookup(value []byte) known {
 
 // checkHeader asks the authenticator about a Proxy-Authorization value
 // the session has no verdict on, and memoises an accepted one.
-func (s *Session) checkHeader(value []byte) (string, bool) {
+func (s *Session) checkHeader(value []byte) auth.Result {
 	now := monoNow()
-	user, ok := s.p.Auth.Check(value)
-	if ok && len(value) <= authMemoMax {
+	r := s.p.Auth.Authenticate(value)
+	if r.Outcome == auth.Accepted && len(value) <= authMemoMax {
 		s.mu.Lock()
 		s.memo = append(s.memo[:0], value...)
-		s.memoUser, s.memoAt, s.memoSet = user, now, true
+		s.memoUser, s.memoGroups, s.memoAt, s.memoSet = r.User, r.Groups, now, true
 		s.mu.Unlock()
 	}
-	return user, ok
+	return r
 }
 
 // countUser counts a request of user with the Limiter: the first user

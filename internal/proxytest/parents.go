@@ -59,10 +59,10 @@ func StartSquid(t testing.TB) *ExternalProxy {
 	}
 	dir := worldReadableDir(t)
 	htpasswd := filepath.Join(dir, "htpasswd")
-	writeFile(t, htpasswd, squidHtpasswd)
+	writeFile(t, htpasswd, []byte(squidHtpasswd), 0o644)
 	addr := ClosedPort(t)
 	conf := filepath.Join(dir, "squid.conf")
-	writeFile(t, conf, strings.Join([]string{
+	writeFile(t, conf, []byte(strings.Join([]string{
 		"http_port " + addr,
 		"pid_filename none",
 		"cache_log stdio:/dev/stderr",
@@ -79,7 +79,7 @@ func StartSquid(t testing.TB) *ExternalProxy {
 		"http_access allow authed",
 		"http_access deny all",
 		"",
-	}, "\n"))
+	}, "\n")), 0o644)
 	return startExternal(t, addr, bin, "-N", "-f", conf)
 }
 
@@ -97,7 +97,7 @@ func StartDante(t testing.TB) *ExternalProxy {
 	addr := ClosedPort(t)
 	host, port, _ := net.SplitHostPort(addr)
 	conf := filepath.Join(dir, "danted.conf")
-	writeFile(t, conf, strings.Join([]string{
+	writeFile(t, conf, []byte(strings.Join([]string{
 		"logoutput: stderr",
 		"internal: " + host + " port = " + port,
 		"external: 127.0.0.1",
@@ -107,7 +107,7 @@ func StartDante(t testing.TB) *ExternalProxy {
 		"client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }",
 		"socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 command: connect }",
 		"",
-	}, "\n"))
+	}, "\n")), 0o644)
 	return startExternal(t, addr, bin, "-f", conf, "-N", "1", "-p", filepath.Join(dir, "danted.pid"))
 }
 
@@ -173,10 +173,12 @@ func worldReadableDir(t testing.TB) string {
 	return dir
 }
 
-func writeFile(t testing.TB, name, content string) {
+// writeFile writes a test server's file, failing the test on an error;
+// perm is 0o644 for what a server that drops its privileges must read.
+func writeFile(t testing.TB, name string, data []byte, perm os.FileMode) {
 	t.Helper()
-	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
+	if err := os.WriteFile(name, data, perm); err != nil {
+		t.Fatalf("proxytest: %v", err)
 	}
 }
 

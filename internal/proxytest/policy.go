@@ -30,6 +30,12 @@ type PolicyConfig struct {
 	// Only restricts the policy to these of Users, as a listener's users
 	// key does (see auth.Authenticator.Only); nil = every user.
 	Only []string
+	// Providers are the identity providers tried in order, auth.Local
+	// standing for Users; nil = Users alone. With Providers and no
+	// Users, the policy authenticates with the providers alone.
+	Providers []auth.Provider
+	// ProviderGroups names the groups the providers give, for Rules.
+	ProviderGroups []string
 	// Rules are the access rules, with Groups and Default ("" = deny);
 	// nil Rules = no access policy.
 	Rules   []acl.Rule
@@ -74,7 +80,7 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 		Revoked:     cfg.Revoked,
 		Logger:      cfg.Logger,
 	}
-	if cfg.Users != nil {
+	if cfg.Users != nil || cfg.Providers != nil {
 		names := make([]string, 0, len(cfg.Users))
 		for n := range cfg.Users {
 			names = append(names, n)
@@ -84,7 +90,7 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 		for i, n := range names {
 			users[i] = auth.User{Name: n, Password: cfg.Users[n]}
 		}
-		a, err := auth.New(auth.Config{Users: users})
+		a, err := auth.New(auth.Config{Users: users, Providers: cfg.Providers})
 		if err != nil {
 			t.Fatalf("proxytest: users: %v", err)
 		}
@@ -94,7 +100,7 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 		}
 	}
 	if cfg.Rules != nil {
-		pol, err := acl.New(acl.Config{Rules: cfg.Rules, Groups: cfg.Groups, Default: cfg.Default})
+		pol, err := acl.New(acl.Config{Rules: cfg.Rules, Groups: cfg.Groups, ProviderGroups: cfg.ProviderGroups, Default: cfg.Default})
 		if err != nil {
 			t.Fatalf("proxytest: rules: %v", err)
 		}

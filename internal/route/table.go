@@ -53,6 +53,9 @@ type Config struct {
 	// Groups are the user groups of the access rules, which routes'
 	// groups criteria name.
 	Groups map[string][]string
+	// ProviderGroups are the groups identity providers put users in,
+	// which routes' groups criteria may name too; nil = none.
+	ProviderGroups []string
 }
 
 // Route is one compiled route. It is immutable and stays usable after its
@@ -205,7 +208,7 @@ func New(cfg Config) (*Table, error) {
 		}
 		t.routes = append(t.routes, r)
 	}
-	m, err := acl.NewMatcher(criteria, cfg.Groups)
+	m, err := acl.NewMatcher(criteria, cfg.Groups, cfg.ProviderGroups)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("route: %w", err))
 	}

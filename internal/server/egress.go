@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
@@ -76,6 +77,7 @@ func (s *Server) buildResolver(cfg *config.Config, key string, servers []string)
 type egressTable struct {
 	global *dialer.Source            // nil = the kernel's choice
 	users  map[string]*dialer.Source // nil = none
+	groups []gate.GroupSource        // identity providers' groups, in the rules' order; nil = none
 }
 
 // newEgress builds the global egress source and the users' rules,
@@ -84,6 +86,7 @@ type egressTable struct {
 func newEgress(cfg *config.Config) (egressTable, error) {
 	var t egressTable
 	e := &cfg.Egress
+	providerGroups := cfg.ProviderGroups()
 	if e.Set() {
 		src, err := newSource(cfg, "egress", dialer.SourceConfig{Bind: e.Bind, Interface: e.Interface, Freebind: e.Freebind})
 		if err != nil {
@@ -112,6 +115,9 @@ func newEgress(cfg *config.Config) (egressTable, error) {
 			for _, u := range cfg.ACL.Groups[g] {
 				add(u)
 			}
+			if slices.Contains(providerGroups, g) {
+				t.groups = append(t.groups, gate.GroupSource{Group: g, Source: src})
+			}
 		}
 	}
 	return t, nil
@@ -131,10 +137,10 @@ func listenerEgress(cfg *config.Config, i int, t egressTable) (*gate.Egress, err
 		}
 		def = src
 	}
-	if def == nil && t.users == nil {
+	if def == nil && t.users == nil && t.groups == nil {
 		return nil, nil
 	}
-	return &gate.Egress{Default: def, Users: t.users}, nil
+	return &gate.Egress{Default: def, Users: t.users, Groups: t.groups}, nil
 }
 
 // newSource makes the source of the egress table at key, refusing an

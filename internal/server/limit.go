@@ -17,9 +17,10 @@ import (
 	"github.com/rustle-proxy/rustle/internal/limits"
 )
 
-// newPolicy compiles the configuration's access rules; nil when there are
-// none (every request allowed).
-func newPolicy(c config.ACL) (*acl.Policy, error) {
+// newPolicy compiles the configuration's access rules, which may name
+// the identity providers' groups; nil when there are none (every request
+// allowed).
+func newPolicy(c config.ACL, providerGroups []string) (*acl.Policy, error) {
 	if len(c.Rules) == 0 {
 		return nil, nil
 	}
@@ -30,7 +31,7 @@ func newPolicy(c config.ACL) (*acl.Policy, error) {
 			Hosts: r.Hosts, Ports: r.Ports, Methods: r.Methods, Protocols: r.Protocols, AllowPrivate: r.AllowPrivate,
 		}
 	}
-	return acl.New(acl.Config{Rules: rules, Groups: c.Groups, Default: c.Default})
+	return acl.New(acl.Config{Rules: rules, Groups: c.Groups, ProviderGroups: providerGroups, Default: c.Default})
 }
 
 // newGuard returns the private-destination guard with the configuration's

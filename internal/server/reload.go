@@ -55,14 +55,10 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	g := &generation{cfg: cfg}
 	var authr *auth.Authenticator
 	if cfg.HasUsers() {
-		users := make([]auth.User, len(cfg.Auth.Users))
-		for i, u := range cfg.Auth.Users {
-			users[i] = auth.User{Name: u.Name, Password: u.Password, Bcrypt: u.Bcrypt}
-		}
 		a, err := auth.New(auth.Config{
 			Realm:     cfg.Auth.Realm,
 			Files:     cfg.Auth.Htpasswd,
-			Users:     users,
+			Users:     localUsers(cfg),
 			CacheTTL:  cfg.Auth.CacheTTL.Duration,
 			CacheSize: cfg.Auth.CacheSize,
 		})
@@ -74,11 +70,17 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		g.users = a.Len()
 	}
 
+	providers, err := newProviders(cfg, s.log)
+	if err != nil {
+		return nil, err
+	}
+	chains := make(map[string]*auth.Authenticator) // by the providers they try
+
 	guard, err := newGuard(cfg.AllowPrivate)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	policy, err := newPolicy(cfg.ACL)
+	policy, err := newPolicy(cfg.ACL, cfg.ProviderGroups())
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -163,7 +165,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			return nil, err
 		}
 		if cfg.EffectiveAuth(lc) == config.AuthBasic {
-			a, err := listenerAuth(cfg, i, authr)
+			a, err := listenerAuth(cfg, i, authr, providers, chains)
 			if err != nil {
 				g.closeCreated()
 				return nil, err
@@ -228,10 +230,29 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 }
 
 // listenerAuth returns the authenticator of cfg.Listen[i], a listener
-// that authenticates: its -L URL's user alone, the configured users
-// (authr) its users key names, or every configured user.
-func listenerAuth(cfg *config.Config, i int, authr *auth.Authenticator) (*auth.Authenticator, error) {
+// that authenticates: its -L URL's user alone, or its identity providers
+// (see config.ListenerProviders) in order, with the configured users
+// (authr) its users key names, or every configured user, where "local"
+// stands among them.
+func listenerAuth(cfg *config.Config, i int, authr *auth.Authenticator, providers map[string]auth.Provider,
+	chains map[string]*auth.Authenticator) (*auth.Authenticator, error) {
 	lc := cfg.Listen[i]
+	if names := cfg.ListenerProviders(lc); lc.URLUser == nil && !(len(names) == 1 && names[0] == config.LocalProvider) {
+		if len(names) == 0 {
+			return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
+		}
+		a, err := chainAuth(cfg, names, authr, providers, chains)
+		if err != nil {
+			return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
+		}
+		if len(lc.Users) > 0 {
+			if err := knownUsers(cfg, i, authr); err != nil {
+				return nil, err
+			}
+			return a.Only(lc.Users), nil
+		}
+		return a, nil
+	}
 	switch {
 	case lc.URLUser != nil:
 		u := lc.URLUser
@@ -248,15 +269,25 @@ func listenerAuth(cfg *config.Config, i int, authr *auth.Authenticator) (*auth.A
 	case authr == nil:
 		return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
 	case len(lc.Users) > 0:
-		for j, name := range lc.Users {
-			if !authr.Has(name) {
-				return nil, fmt.Errorf("server: listener %s: %w", lc.Name, cfg.KeyError(fmt.Sprintf("listen[%d].users[%d]", i, j),
-					fmt.Errorf("user %q is neither in [[auth.users]] nor in an auth.htpasswd file", name)))
-			}
+		if err := knownUsers(cfg, i, authr); err != nil {
+			return nil, err
 		}
 		return authr.Only(lc.Users), nil
 	}
 	return authr, nil
+}
+
+// knownUsers checks that the users key of cfg.Listen[i] names users of
+// authr, the configured users.
+func knownUsers(cfg *config.Config, i int, authr *auth.Authenticator) error {
+	lc := cfg.Listen[i]
+	for j, name := range lc.Users {
+		if !authr.Has(name) {
+			return fmt.Errorf("server: listener %s: %w", lc.Name, cfg.KeyError(fmt.Sprintf("listen[%d].users[%d]", i, j),
+				fmt.Errorf("user %q is neither in [[auth.users]] nor in an auth.htpasswd file", name)))
+		}
+	}
+	return nil
 }
 
 // Check loads what cfg names, as New would: the users and their files,
@@ -566,7 +597,9 @@ func closeAll(lns []net.Listener) {
 // listener's users list); a listener that g has not, or that does not
 // authenticate in g, is judged by g's configured users. A user named only
 // by a client certificate, on a listener without a users list, is in
-// neither and keeps its connections.
+// neither and keeps its connections; so does, on a listener with identity
+// providers, every user the configured users do not have (a provider's
+// user, or a certificate's: they are not told apart).
 func (s *Server) revokeRemoved(prev, g *generation) {
 	before, after := listenerAuths(prev.listeners), listenerAuths(g.listeners)
 	var names, listeners []string
@@ -579,7 +612,11 @@ func (s *Server) revokeRemoved(prev, g *generation) {
 		if cur == nil {
 			cur = g.authr
 		}
-		if old.Has(user) && !cur.Has(user) || !cur.Allows(user) {
+		// A user a provider vouched for is not cur's to disallow: Allows
+		// judges only names without a password (client certificates), and
+		// on a listener with providers those are not told apart from the
+		// providers' users, so they are left to their next connection.
+		if old.Has(user) && !cur.Has(user) || !cur.Allows(user) && !cur.HasProviders() {
 			names, listeners = append(names, user), append(listeners, listener)
 			return false
 		}
