@@ -87,13 +87,16 @@ type confData struct {
 	// SOCKSMethod is Dante's socksmethod: "username" (a system user) or
 	// "none".
 	SOCKSMethod string
+	// Resolver is rustle's [dns] and upstream keep-alive for a DNS test
+	// (dns.go); zero for every other test.
+	Resolver resolverConf
 }
 
 // proxies lists every proxy the campaign knows, in column order.
 var proxies = []*proxyDef{
 	{
 		name: "rustle", label: "rustle",
-		features: allFeatures,
+		features: rustleFeatures,
 		tuning: []string{
 			"go build -trimpath ./cmd/rustle from the tree",
 			"workers = 1",
@@ -225,6 +228,7 @@ func prepareRustle(ctx context.Context, e *env) (string, error) {
 		}
 		e.rustleBin = bin
 	}
+	e.prepareDNSRows()
 	version := "from the tree"
 	if out, err := exec.CommandContext(ctx, "git", "-C", e.root, "describe", "--always", "--dirty").Output(); err == nil {
 		version = "at " + strings.TrimSpace(string(out))
@@ -295,6 +299,7 @@ func (e *env) writeConf(name, path, dir, listener string, port, workers int) err
 		Port: port, Workers: max(1, workers), Listener: listener, TLS: listener == lnHTTPS, Cert: e.certFile, Key: e.keyFile,
 		Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
 		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash, SOCKSMethod: e.socksMethod,
+		Resolver: e.resolver,
 	}
 	if e.asRoot {
 		d.User, d.Group = e.dropUser, e.dropGroup
