@@ -92,13 +92,16 @@ type confData struct {
 	// of Issuer, keys at JWKSURL).
 	Provider                 string
 	LDAPURL, JWKSURL, Issuer string
+	// Resolver is rustle's [dns] and upstream keep-alive for a DNS test
+	// (dns.go); zero for every other test.
+	Resolver resolverConf
 }
 
 // proxies lists every proxy the campaign knows, in column order.
 var proxies = []*proxyDef{
 	{
 		name: "rustle", label: "rustle",
-		features: allFeatures,
+		features: rustleFeatures,
 		tuning: []string{
 			"go build -trimpath ./cmd/rustle from the tree",
 			"workers = 1",
@@ -247,6 +250,7 @@ func prepareRustle(ctx context.Context, e *env) (string, error) {
 		}
 		e.rustleBin = bin
 	}
+	e.prepareDNSRows()
 	version := "from the tree"
 	if out, err := exec.CommandContext(ctx, "git", "-C", e.root, "describe", "--always", "--dirty").Output(); err == nil {
 		version = "at " + strings.TrimSpace(string(out))
@@ -334,6 +338,7 @@ func (e *env) confData(dir, listener string, port, workers int) confData {
 		Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
 		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash, SOCKSMethod: e.socksMethod,
 		LDAPURL: e.ldapURL, JWKSURL: e.jwksURL, Issuer: benchIssuer,
+		Resolver: e.resolver,
 	}
 	if e.asRoot {
 		d.User, d.Group = e.dropUser, e.dropGroup

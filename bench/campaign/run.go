@@ -44,6 +44,7 @@ func (p plan) levels(t testDef) []int {
 // test a fresh proxy per repeat. Every run is passed to record as soon as
 // it ends. An error means the proxy could not be started or checked.
 func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, record func(report.Run)) error {
+	defer e.useResolver(t)()
 	split := e.split(t)
 	if !slices.Equal(split.load, []int{e.loadCore}) {
 		// The origin of the campaign runs on the base load core: a test
@@ -108,6 +109,7 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 // proxy's CPU and both cores around it.
 func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d time.Duration) report.Run {
 	run := report.Run{Test: t.id, Proxy: r.def.name, Conns: conns, Start: time.Now().UTC(), Metrics: map[string]float64{}}
+	dnsBefore := e.dnsQueries(ctx, t)
 	var u0 treeUsage
 	if r.p != nil {
 		var err error
@@ -149,6 +151,7 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 		run.Clean = false
 		run.Problem = strings.TrimSpace(strings.Join([]string{run.Problem, err.Error()}, " "))
 	}
+	e.judgeDNS(ctx, t, dnsBefore, d, &run)
 	// CPU per request, message or byte, for the rows that ask for it.
 	for _, row := range t.rows {
 		switch {
@@ -182,7 +185,8 @@ func (e *env) wrkRun(ctx context.Context, t testDef, r *running, conns int, d ti
 // for a run of t at conns against r lasting d.
 func (e *env) wrkArgs(t testDef, r *running, conns int, d time.Duration) (argv, env []string) {
 	secs := int(math.Ceil(d.Seconds()))
-	target, url := "http://"+e.origin.HTTP+t.path, "http://"+r.addr+"/"
+	origin := e.originFor(t) // a host name in a DNS test
+	target, url := "http://"+origin+t.path, "http://"+r.addr+"/"
 	auth := r.authHeader(e)
 	if r.addr == "" {
 		target, url, auth = t.path, "http://"+e.origin.HTTP+"/", ""
@@ -195,7 +199,7 @@ func (e *env) wrkArgs(t testDef, r *running, conns int, d time.Duration) (argv, 
 	threads := max(1, t.proxyCores)
 	argv = []string{e.lookPath["wrk"], "-t" + strconv.Itoa(threads), "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(secs) + "s",
 		"--timeout", "10s", "-s", filepath.Join(e.benchDir, "wrk", "proxy.lua"), url}
-	env = []string{"BENCH_TARGET=" + target, "BENCH_HOST=" + e.origin.HTTP, "BENCH_AUTH=" + auth, "BENCH_CLOSE=" + closeEnv}
+	env = []string{"BENCH_TARGET=" + target, "BENCH_HOST=" + origin, "BENCH_AUTH=" + auth, "BENCH_CLOSE=" + closeEnv}
 	return argv, env
 }
 

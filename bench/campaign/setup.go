@@ -90,6 +90,12 @@ type env struct {
 	// decided while preparing a proxy.
 	lacking     map[string]map[string]string
 	extraTuning map[string][]string
+
+	// resolver is rustle's [dns] and upstream keep-alive for the test
+	// being run (useResolver); hostsName the /etc/hosts name of the
+	// system-resolver row (prepareDNSRows). See dns.go.
+	resolver  resolverConf
+	hostsName string
 }
 
 // originAddrs is the address line the origin prints.
@@ -102,7 +108,8 @@ type originAddrs struct {
 	WSS     string `json:"wss"`
 	SinkTLS string `json:"sinktls"`
 	H2      string `json:"h2"`
-	H3      string `json:"h3"` // UDP: HTTP/3
+	H3      string `json:"h3"`  // UDP: HTTP/3
+	DNS     string `json:"dns"` // UDP: the DNS responder of the DNS rows
 }
 
 // lack records that proxy lacks feature on this machine, and why.

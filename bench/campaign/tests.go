@@ -88,8 +88,13 @@ type testDef struct {
 	// CPUs); 0 for every other test, which runs on the base split (one
 	// CPU for the proxy, one for the load side).
 	proxyCores int
+	// resolver is how the proxy resolves the origin's host name in a DNS
+	// test (resolverSystem, resolverDNS in dns.go): the requests then name
+	// the origin by a host name; "" for every other test, whose requests
+	// name its IP address.
+	resolver string
 	// group names the tests that -tests can select together ("plain",
-	// "socks", "https", "h2", "websocket", "cores").
+	// "socks", "https", "h2", "websocket", "dns", "cores").
 	group string
 	rows  []report.Row
 }
@@ -412,10 +417,11 @@ func coresTest(n int) testDef {
 	}
 }
 
-// init adds the "More cores" tests and fills in the fields every row of a test shares: its test, the
+// init adds the DNS tests (dns.go) and the "More cores" tests and fills in the fields every row of a test shares: its test, the
 // plain section by default, the listener and group defaults, and the
 // proxies that lack a feature the test needs (their cells read "—").
 func init() {
+	tests = append(tests, dnsTests...)
 	for _, n := range coreCounts {
 		tests = append(tests, coresTest(n))
 	}

@@ -13,6 +13,9 @@
 //     keeps them open and idle; the tunnels of the memory test end here.
 //   - ws: a WebSocket echo (any path): answers the upgrade, then sends
 //     every message back; the WebSocket tests end here.
+//   - dns (UDP): a DNS responder for the zone bench.test, where
+//     origin.bench.test is 127.0.0.1 (A, TTL 300 s; no AAAA), the
+//     resolver of rustle's [dns] rows; /_stats counts its queries.
 //
 // With -cert and -key (PEM) it also runs TLS variants for the "no proxy"
 // column of the TLS tests, where the client talks TLS straight to the
@@ -34,7 +37,7 @@
 //
 // Usage:
 //
-//	origin [-http ADDR] [-sink ADDR] [-hold ADDR] [-ws ADDR] [-cert PEM -key PEM] [-lifetime D]
+//	origin [-http ADDR] [-sink ADDR] [-hold ADDR] [-ws ADDR] [-dns ADDR] [-cert PEM -key PEM] [-lifetime D]
 package main
 
 import (
@@ -62,6 +65,7 @@ func main() {
 	sinkAddr := flag.String("sink", "127.0.0.1:0", "`address` of the TCP sink")
 	holdAddr := flag.String("hold", "127.0.0.1:0", "`address` of the TCP hold (echo, then idle) port")
 	wsAddr := flag.String("ws", "127.0.0.1:0", "`address` of the WebSocket echo")
+	dnsAddr := flag.String("dns", "127.0.0.1:0", "UDP `address` of the DNS responder (zone bench.test)")
 	certFile := flag.String("cert", "", "PEM certificate `file` for the TLS listeners (https, wss, sinktls); none without it")
 	keyFile := flag.String("key", "", "PEM key `file` of -cert")
 	lifetime := flag.Duration("lifetime", 6*time.Hour, "exit after this long even without a signal")
@@ -118,6 +122,11 @@ func main() {
 		s.ln = ln
 		addrs[s.name] = ln.Addr().String()
 	}
+	dnsConn, err := net.ListenPacket("udp", *dnsAddr)
+	if err != nil {
+		log.Fatalf("listen dns on %s: %v", *dnsAddr, err)
+	}
+	addrs["dns"] = dnsConn.LocalAddr().String()
 	line, err := json.Marshal(addrs)
 	if err != nil {
 		log.Fatalf("encode addresses: %v", err)
@@ -134,6 +143,7 @@ func main() {
 		s := &services[i]
 		wg.Go(func() { acceptLoop(s.ln, s.handle) })
 	}
+	wg.Go(func() { o.dns.serve(dnsConn) })
 	<-ctx.Done()
 	for i := range services {
 		services[i].ln.Close()
@@ -141,6 +151,7 @@ func main() {
 	if h3srv != nil {
 		h3srv.Close()
 	}
+	dnsConn.Close()
 	// Accept loops return once their listener is closed; connections still
 	// open end with the process.
 	wg.Wait()

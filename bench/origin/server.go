@@ -44,6 +44,8 @@ type origin struct {
 	holdConns    atomic.Int64 // currently open
 	wsConns      atomic.Int64 // upgrades answered
 	wsMessages   atomic.Int64 // data frames echoed
+
+	dns dnsResponder // the DNS responder, with its query counter
 }
 
 func newOrigin() *origin {
@@ -247,6 +249,7 @@ type Stats struct {
 	HoldConns    int64 `json:"hold_conns"`
 	WSConns      int64 `json:"ws_conns"`
 	WSMessages   int64 `json:"ws_messages"`
+	DNSQueries   int64 `json:"dns_queries"`
 }
 
 func (o *origin) stats() Stats {
@@ -257,6 +260,7 @@ func (o *origin) stats() Stats {
 		HoldConns:    o.holdConns.Load(),
 		WSConns:      o.wsConns.Load(),
 		WSMessages:   o.wsMessages.Load(),
+		DNSQueries:   o.dns.queries.Load(),
 	}
 }
 

@@ -166,6 +166,10 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 		for _, p := range secPeers {
 			hdr = append(hdr, labels[Reference]+" ÷ "+p.Label)
 		}
+		against := againstRows(c.Rows, sec)
+		if len(against) > 0 {
+			hdr = append(hdr, labels[Reference]+", row ÷ baseline row")
+		}
 		var rows [][]string
 		var notes []string
 		for _, r := range c.Rows {
@@ -178,6 +182,9 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 			}
 			for _, p := range secPeers {
 				line = append(line, RatioText(figs[r.ID][Reference], figs[r.ID][p.Name]))
+			}
+			if len(against) > 0 {
+				line = append(line, againstText(r, against, figs))
 			}
 			rows = append(rows, line)
 			if r.Note != "" {
@@ -320,6 +327,39 @@ func versions(c Campaign) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// againstRows returns the IDs of the rows of sec that another row of sec
+// is compared with (Row.Against), or nil when none is.
+func againstRows(rows []Row, sec string) map[string]bool {
+	var out map[string]bool
+	for _, r := range rows {
+		if r.Section == sec && r.Against != "" {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[r.Against] = true
+		}
+	}
+	return out
+}
+
+// againstText is the cell of r in the "row ÷ baseline row" column: the
+// reference proxy's figure on r divided by its figure on r.Against
+// ("×0.91"), "baseline" on a row others are compared with, "n/a" when
+// either figure is missing, "" on a row outside any comparison.
+func againstText(r Row, baselines map[string]bool, figs map[string]map[string]Cell) string {
+	if r.Against == "" {
+		if baselines[r.ID] {
+			return "baseline"
+		}
+		return ""
+	}
+	cell, base := figs[r.ID][Reference], figs[r.Against][Reference]
+	if !cell.OK || !base.OK || !(base.Value > 0) {
+		return "n/a"
+	}
+	return fmt.Sprintf("×%.2f", cell.Value/base.Value)
 }
 
 // maxCores returns the largest proxy core count of the rows, 0 without a

@@ -65,6 +65,12 @@ type Row struct {
 	// set is printed as that table: one line per core count, a ratio
 	// column per proxy against its own 1-core figure.
 	Cores int `json:"cores,omitempty"`
+	// Against is the ID of another row of the same section, of the same
+	// unit, that this row is compared with: the table then gets a column
+	// with the reference proxy's figure on this row divided by its figure
+	// on that one (the cached [dns] resolver against the system resolver,
+	// say). "" for no such comparison.
+	Against string `json:"against,omitempty"`
 	// Note is a footnote printed under the table, if any.
 	Note string `json:"note,omitempty"`
 }
@@ -108,6 +114,10 @@ type Run struct {
 	// run, TLSResumed those that resumed a session.
 	TLSHandshakes int64 `json:"tls_handshakes,omitempty"`
 	TLSResumed    int64 `json:"tls_resumed,omitempty"`
+	// DNSQueries counts the queries the origin's DNS responder answered
+	// during the run, in the tests that resolve with it; nil in the
+	// others.
+	DNSQueries *int64 `json:"dns_queries,omitempty"`
 	// ProxyCPUSeconds is utime+stime of all the proxy's processes over the
 	// run.
 	ProxyCPUSeconds float64 `json:"proxy_cpu_s,omitempty"`
