@@ -112,7 +112,11 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	if err != nil {
 		return nil, err
 	}
-	if g.routes, err = newRoutes(cfg, s.opts.metrics); err != nil {
+	var prevRoutes *route.Table
+	if prev != nil {
+		prevRoutes = prev.routes
+	}
+	if g.routes, err = newRoutes(cfg, s.opts.metrics, prevRoutes); err != nil {
 		return nil, err
 	}
 	g.dialer = d
@@ -413,8 +417,11 @@ func (s *Server) Reload(cfg *config.Config) error {
 	// allow_private takes effect on every reuse and every dial.
 	prev.guard.Supersede(g.guard)
 	// Connections keep the routes and parents they were given; only the
-	// previous table's probes stop.
+	// previous table's probes stop (but those of the parents carried
+	// over, which the new table runs on), and the series of the parents
+	// the reload removed are deleted.
 	prev.routes.Close()
+	forgetRemoved(s.opts.metrics, prev.routes, g.routes)
 	if s.pool != nil {
 		n := s.pool.Retain(func(c *net.TCPConn) bool {
 			a, ok := c.RemoteAddr().(*net.TCPAddr)
