@@ -221,9 +221,14 @@ func (t *Table) Match(r acl.Request) *Route {
 // changed.
 func (t *Table) Routes() []Route { return t.routes }
 
-// Parents returns the parents in configuration order; the slice must not
-// be changed.
-func (t *Table) Parents() []*Parent { return t.parents }
+// Parents returns the parents in configuration order (none for a nil
+// Table); the slice must not be changed.
+func (t *Table) Parents() []*Parent {
+	if t == nil {
+		return nil
+	}
+	return t.parents
+}
 
 // Parent returns the parent named name, nil when there is none (or t is
 // nil).

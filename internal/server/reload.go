@@ -304,6 +304,7 @@ func (s *Server) useLocked(g *generation) {
 	if g.routes != s.routes {
 		s.routes = g.routes
 		g.routes.Start(g.dialer) // the previous table's probes are closed by Reload
+		setParentIdle(s.pool, g.routes)
 	}
 	if g.budget != s.budget {
 		s.budget = g.budget

@@ -2,6 +2,10 @@ package server
 
 import (
 	"fmt"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/metrics"
@@ -38,4 +42,20 @@ func forgetRemoved(m *metrics.Metrics, prev, cur *route.Table) {
 			m.ForgetParent(p.Name())
 		}
 	}
+}
+
+// setParentIdle gives the pooled connections to each of t's parents
+// (pooled under gate.ForwardKey) the parent's idle_timeout; t nil = no
+// parents. A nil pool keeps nothing.
+func setParentIdle(pool *dialer.Pool, t *route.Table) {
+	if pool == nil {
+		return
+	}
+	m := make(map[string]time.Duration)
+	for _, p := range t.Parents() {
+		if d := p.IdleTimeout(); d > 0 {
+			m[string(gate.ForwardKey(nil, p))] = d
+		}
+	}
+	pool.SetKeyIdleTimeouts(m)
 }

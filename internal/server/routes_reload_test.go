@@ -167,3 +167,40 @@ func TestRoutesReload(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutesParentIdleTimeout checks that a parent's idle_timeout applies
+// to the idle pooled connections to it: the keep-alive connection to an
+// HTTP parent (rustle) is closed after it, though the pool's own idle
+// timeout is much longer.
+func TestRoutesParentIdleTimeout(t *testing.T) {
+	plain, _, _ := routeOrigins(t)
+	pcfg := config.Default()
+	pcfg.Workers = 1
+	pcfg.AllowPrivate = []string{"127.0.0.0/8"}
+	pcfg.Listen = []config.Listener{{Name: "phttp", Address: "127.0.0.1:0", Protocol: "http"}}
+	pcfg.SetDefaults()
+	if err := pcfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	_, paddrs := startLogged(t, pcfg, nil, &logBuffer{})
+
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.AllowPrivate = []string{"127.0.0.0/8"}
+	cfg.Listen = []config.Listener{{Name: "plain", Address: "127.0.0.1:0", Protocol: "http"}}
+	cfg.Upstream.IdleTimeout = config.Duration{Duration: time.Hour}
+	cfg.Parents = []config.Parent{{Name: "up", URL: "http://" + paddrs["phttp"], IdleTimeout: config.Duration{Duration: time.Second}}}
+	cfg.Routes = []config.Route{{Name: "all", Via: config.Strings{"up"}}}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, addrs := startLogged(t, cfg, nil, &logBuffer{})
+	if out, err := curl(t, "-x", "http://"+addrs["plain"], plain+"/x"); err != nil || out != "origin GET /x" {
+		t.Fatalf("curl = %q, %v", out, err)
+	}
+	if n := s.pool.Len(); n != 1 {
+		t.Fatalf("%d idle upstream connections after the request, want 1 (to the parent)", n)
+	}
+	proxytest.WaitFor(t, "the parent's idle connection to be closed after its idle_timeout", func() bool { return s.pool.Len() == 0 })
+}
