@@ -267,8 +267,12 @@ func (t *Table) Observe(f func(p *Parent) Observer) {
 }
 
 // Healthy reports whether every route through parents has one that is up
-// at now, or falls back to direct (for readiness).
+// at now, or falls back to direct (for readiness); a nil Table has no
+// such route.
 func (t *Table) Healthy(now time.Time) bool {
+	if t == nil {
+		return true
+	}
 	for i := range t.routes {
 		r := &t.routes[i]
 		if r.Direct() || r.fallback {

@@ -59,3 +59,13 @@ func setParentIdle(pool *dialer.Pool, t *route.Table) {
 	}
 	pool.SetKeyIdleTimeouts(m)
 }
+
+// ParentsReady reports whether the routes let the server take traffic,
+// for /readyz: true unless the configuration sets ready_requires_parents
+// and a route through parents has none up (and no direct fallback).
+func (s *Server) ParentsReady() bool {
+	s.mu.Lock()
+	cfg, t := s.cfg, s.routes
+	s.mu.Unlock()
+	return cfg == nil || !cfg.ReadyRequiresParents || t.Healthy(time.Now())
+}
