@@ -43,6 +43,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -165,7 +166,7 @@ func run() error {
 
 	fmt.Fprintf(e.out, "campaign: seed %d, %d test(s), proxies %s, %d repeat(s) of %s, output %s\n",
 		*seed, len(selected), *proxiesFlag, pl.repeats, pl.duration, out)
-	if err := e.ensureTools(ctx, defs, *install); err != nil {
+	if err := e.ensureTools(ctx, append(slices.Clone(defs), parentDefs(selected)...), *install); err != nil {
 		return err
 	}
 	if err := e.buildTools(ctx); err != nil {
@@ -340,6 +341,17 @@ func runs(t testDef, d *proxyDef) bool {
 		return false // "no proxy" has no proxy cores
 	}
 	return t.kind != kindHold || d.name != "none"
+}
+
+// parentDefs returns the proxies the selected tests run as parents.
+func parentDefs(selected []testDef) []*proxyDef {
+	var out []*proxyDef
+	for _, t := range selected {
+		if d := proxyByName(t.parent); d != nil && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // proxyNames lists the proxies the campaign knows, for messages.

@@ -87,13 +87,17 @@ type confData struct {
 	// SOCKSMethod is Dante's socksmethod: "username" (a system user) or
 	// "none".
 	SOCKSMethod string
+	// ParentURL is the url of rustle's [[parents]] entry and Via its
+	// route's via ("direct" or "parent"), for the parent tests; "" = no
+	// parent and no route.
+	ParentURL, Via string
 }
 
 // proxies lists every proxy the campaign knows, in column order.
 var proxies = []*proxyDef{
 	{
 		name: "rustle", label: "rustle",
-		features: allFeatures,
+		features: append(slices.Clone(allFeatures), featParents),
 		tuning: []string{
 			"go build -trimpath ./cmd/rustle from the tree",
 			"workers = 1",
@@ -102,6 +106,7 @@ var proxies = []*proxyDef{
 			"auth = \"basic\", one user with a bcrypt hash; verdicts cached (auth.cache_ttl default 5m), so bcrypt runs once",
 			"one listener per test: protocol \"http\", \"https\" (tls = { cert, key }: TLS 1.2 and 1.3, session tickets on, as shipped) or \"socks5\" (username/password against the same user)",
 			"HTTP/2 rows: the same https listener, which offers h2 with ALPN; [http2] at its defaults (100 concurrent streams, 256 KiB stream window, 1 MiB connection window, 16 KiB frames)",
+			"parent rows: the same config with one [[parents]] entry (url http://user:pass@127.0.0.1:PORT, the parent's Basic credentials; health and pool settings at their defaults) and one [[routes]] entry for every request, via = \"direct\" or via the parent",
 		},
 		prepare: prepareRustle,
 		command: func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
@@ -295,6 +300,7 @@ func (e *env) writeConf(name, path, dir, listener string, port, workers int) err
 		Port: port, Workers: max(1, workers), Listener: listener, TLS: listener == lnHTTPS, Cert: e.certFile, Key: e.keyFile,
 		Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
 		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash, SOCKSMethod: e.socksMethod,
+		ParentURL: e.parentURL, Via: e.parentVia,
 	}
 	if e.asRoot {
 		d.User, d.Group = e.dropUser, e.dropGroup

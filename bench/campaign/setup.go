@@ -86,6 +86,11 @@ type env struct {
 	// decided while preparing a proxy.
 	lacking     map[string]map[string]string
 	extraTuning map[string][]string
+
+	// parentURL and parentVia are the [[parents]] url and the route's via
+	// that the next rustle configuration written gets, while a parent
+	// test runs (see startParent); "" = none.
+	parentURL, parentVia string
 }
 
 // originAddrs is the address line the origin prints.
