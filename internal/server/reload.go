@@ -116,7 +116,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	if prev != nil {
 		prevRoutes = prev.routes
 	}
-	if g.routes, err = newRoutes(cfg, s.opts.metrics, prevRoutes); err != nil {
+	if g.routes, err = newRoutes(cfg, prevRoutes); err != nil {
 		return nil, err
 	}
 	g.dialer = d
@@ -371,6 +371,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 		opened = append(opened, lns...)
 	}
 	g.guard.SetOwn(ownAddrs(g.listeners))
+	observeRoutes(s.opts.metrics, g.routes) // before any connection can use them
 
 	s.mu.Lock()
 	if s.stopped {

@@ -12,12 +12,14 @@ import (
 	"github.com/rustle-proxy/rustle/internal/route"
 )
 
-// newRoutes compiles the configuration's parents and routes, each parent
-// observed by its metrics series; nil when there are neither. The parents
-// of prev (the table in use; nil at start) with the same name and URL are
-// carried over with their health (see route.NewAfter). Its probes start
-// when the generation is put to use.
-func newRoutes(cfg *config.Config, m *metrics.Metrics, prev *route.Table) (*route.Table, error) {
+// newRoutes compiles the configuration's parents and routes; nil when
+// there are neither. The parents of prev (the table in use; nil at start)
+// with the same name and URL are carried over with their health (see
+// route.NewAfter). Its metrics series (observeRoutes, called once the
+// build is sure to be used, before any connection uses it) and probes
+// start when the generation is put to use, so that a build that is
+// dropped leaves no series behind.
+func newRoutes(cfg *config.Config, prev *route.Table) (*route.Table, error) {
 	if len(cfg.Parents) == 0 && len(cfg.Routes) == 0 {
 		return nil, nil
 	}
@@ -25,10 +27,16 @@ func newRoutes(cfg *config.Config, m *metrics.Metrics, prev *route.Table) (*rout
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	if m != nil {
-		t.Observe(func(p *route.Parent) route.Observer { return m.Parent(p.Name()) })
-	}
 	return t, nil
+}
+
+// observeRoutes gives each of t's parents its metrics series (a parent
+// carried over keeps the one it has); nil m or t: nothing to do.
+func observeRoutes(m *metrics.Metrics, t *route.Table) {
+	if m == nil || t == nil {
+		return
+	}
+	t.Observe(func(p *route.Parent) route.Observer { return m.Parent(p.Name()) })
 }
 
 // forgetRemoved deletes the metrics series of prev's parents that cur
