@@ -98,19 +98,19 @@ func (g *Grant) DatagramParent(host string, ip netip.Addr, port uint16) (*route.
 		return nil, nil
 	}
 	key := host
-	if key == "" {
-		key = ip.String()
+	if key == "" && rt.Group().Select() == route.HashHost {
+		key = ip.String() // only hash-host reads it
 	}
 	parent, err := rt.Pick(route.Key{Host: key, User: g.User})
 	if err != nil {
 		g.reason = accesslog.ReasonNoParent
-		return nil, fmt.Errorf("gate: datagram to %s: %w", key, errNoParent{rt.Name()})
+		return nil, fmt.Errorf("gate: datagram to %s: %w", datagramDst(host, ip), errNoParent{rt.Name()})
 	}
 	g.parent = parent
 	if parent != nil && parent.Scheme().IsHTTP() {
 		g.reason = accesslog.ReasonParentRefused
 		return nil, fmt.Errorf("gate: datagram to %s: route %s picked parent %s (%s), which cannot carry UDP: %w",
-			key, rt.Name(), parent.Name(), parent.Scheme(), route.ErrNoUDP)
+			datagramDst(host, ip), rt.Name(), parent.Name(), parent.Scheme(), route.ErrNoUDP)
 	}
 	return parent, nil
 }
@@ -153,4 +153,12 @@ func (g *Grant) AssociateParent(ctx context.Context, parent *route.Parent) (*rou
 		return nil, fmt.Errorf("gate: udp associate through parent %s: %w", parent.Name(), err)
 	}
 	return a, nil
+}
+
+// datagramDst names a datagram's destination in an error.
+func datagramDst(host string, ip netip.Addr) string {
+	if host != "" {
+		return host
+	}
+	return ip.String()
 }
