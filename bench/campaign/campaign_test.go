@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/rustle-proxy/rustle/bench/report"
+	"github.com/rustle-proxy/rustle/internal/config"
 )
 
 func TestSelectTests(t *testing.T) {
@@ -29,9 +30,11 @@ func TestSelectTests(t *testing.T) {
 			"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem", "h3-1k",
 			"ws-64", "ws-64k", "ws-newconn", "wss-64", "wss-64k", "wss-newconn",
 			"dns-system", "dns-cached",
+			"parent-direct-1k", "parent-direct-bulk", "parent-squid-1k", "parent-squid-bulk", "parent-rustle-1k", "parent-rustle-bulk",
 			"cores-1", "cores-2", "cores-4", "cores-8"}},
 		{list: "dns", want: []string{"dns-system", "dns-cached"}},
 		{list: "cpu-dns-cached", want: []string{"dns-cached"}},
+		{list: "parents", want: []string{"parent-direct-1k", "parent-direct-bulk", "parent-squid-1k", "parent-squid-bulk", "parent-rustle-1k", "parent-rustle-bulk"}},
 		{list: "cores", want: []string{"cores-1", "cores-2", "cores-4", "cores-8"}},
 		{list: "cores-2,http-1k", want: []string{"http-1k", "cores-2"}},
 		{list: "connect-bulk,http-1k", want: []string{"http-1k", "connect-bulk"}},
@@ -918,5 +921,35 @@ func TestPublish(t *testing.T) {
 	}
 	if got := read("bench/results/2026-12-01T120000/report.md"); !strings.Contains(got, "](throughput.svg)") {
 		t.Errorf("report.md of a campaign directory does not link its charts beside it:\n%s", got)
+	}
+}
+
+// TestRustleConfParent checks the rustle configuration of the parent
+// tests: rustle's own loader takes it (strict keys, validation: the
+// parent's URL, the route naming it) and it routes every request direct
+// or through the parent.
+func TestRustleConfParent(t *testing.T) {
+	for _, via := range []string{"direct", "parent"} {
+		t.Run(via, func(t *testing.T) {
+			e := &env{
+				// A real bcrypt hash (of "x"): Validate checks it.
+				benchDir: "..", user: "bench", pass: "0123456789abcdef", bcryptHash: "$2a$04$MDYbuzZoZd8Kh3sNZbyiU.Pz/1cGgkZ/04VR5o4LExhcXf2Ouvyw6",
+				parentURL: "http://bench:0123456789abcdef@127.0.0.1:3129", parentVia: via,
+			}
+			path := filepath.Join(t.TempDir(), "rustle.toml")
+			if err := e.writeConf("rustle.toml", path, t.TempDir(), lnHTTP, 3128, 1); err != nil {
+				t.Fatal(err)
+			}
+			c, err := config.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if len(c.Parents) != 1 || c.Parents[0].URL != e.parentURL || len(c.Routes) != 1 || len(c.Routes[0].Via) != 1 || c.Routes[0].Via[0] != via {
+				t.Errorf("parents %+v, routes %+v; want one parent at %s and one route via %s", c.Parents, c.Routes, e.parentURL, via)
+			}
+		})
 	}
 }

@@ -30,8 +30,8 @@ import (
 // rustle runs the DNS rows.
 const featDNS = "dns"
 
-// rustleFeatures are rustle's features: everything, and its [dns].
-var rustleFeatures = append(slices.Clip(allFeatures), featDNS)
+// rustleFeatures are rustle's features: everything, its [dns] and its parents.
+var rustleFeatures = append(slices.Clip(allFeatures), featDNS, featParents)
 
 // Resolvers of a DNS test (testDef.resolver).
 const (

@@ -43,6 +43,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -165,7 +166,7 @@ func run() error {
 
 	fmt.Fprintf(e.out, "campaign: seed %d, %d test(s), proxies %s, %d repeat(s) of %s, output %s\n",
 		*seed, len(selected), *proxiesFlag, pl.repeats, pl.duration, out)
-	if err := e.ensureTools(ctx, defs, *install); err != nil {
+	if err := e.ensureTools(ctx, append(slices.Clone(defs), parentDefs(selected)...), *install); err != nil {
 		return err
 	}
 	if err := e.buildTools(ctx); err != nil {
@@ -345,6 +346,17 @@ func runs(t testDef, d *proxyDef) bool {
 // defaultProxies are the columns a campaign runs without -proxies; the
 // rustle-ldap and rustle-jwt columns are asked for by name.
 const defaultProxies = "rustle,squid,tinyproxy,dante,none"
+
+// parentDefs returns the proxies the selected tests run as parents.
+func parentDefs(selected []testDef) []*proxyDef {
+	var out []*proxyDef
+	for _, t := range selected {
+		if d := proxyByName(t.parent); d != nil && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
 
 // proxyNames lists the proxies the campaign knows, for messages.
 func proxyNames() string {

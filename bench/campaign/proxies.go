@@ -95,6 +95,10 @@ type confData struct {
 	// Resolver is rustle's [dns] and upstream keep-alive for a DNS test
 	// (dns.go); zero for every other test.
 	Resolver resolverConf
+	// ParentURL is the url of rustle's [[parents]] entry and Via its
+	// route's via ("direct" or "parent"), for the parent tests; "" = no
+	// parent and no route.
+	ParentURL, Via string
 }
 
 // proxies lists every proxy the campaign knows, in column order.
@@ -111,6 +115,7 @@ var proxies = []*proxyDef{
 			"one listener per test: protocol \"http\", \"https\" (tls = { cert, key }: TLS 1.2 and 1.3, session tickets on, as shipped) or \"socks5\" (username/password against the same user)",
 			"HTTP/2 rows: the same https listener, which offers h2 with ALPN; [http2] at its defaults (100 concurrent streams, 256 KiB stream window, 1 MiB connection window, 16 KiB frames)",
 			"HTTP/3 rows: the same https listener with http3 = true (its port number over UDP); [http3] at its defaults",
+			"parent rows: the same config with one [[parents]] entry (url http://user:pass@127.0.0.1:PORT, the parent's Basic credentials; health and pool settings at their defaults) and one [[routes]] entry for every request, via = \"direct\" or via the parent",
 		},
 		prepare: prepareRustle,
 		command: rustleCommand(""),
@@ -338,7 +343,8 @@ func (e *env) confData(dir, listener string, port, workers int) confData {
 		Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
 		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash, SOCKSMethod: e.socksMethod,
 		LDAPURL: e.ldapURL, JWKSURL: e.jwksURL, Issuer: benchIssuer,
-		Resolver: e.resolver,
+		Resolver:  e.resolver,
+		ParentURL: e.parentURL, Via: e.parentVia,
 	}
 	if e.asRoot {
 		d.User, d.Group = e.dropUser, e.dropGroup

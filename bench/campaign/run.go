@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +55,13 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 			return err
 		}
 		defer restore()
+	}
+	if t.parent != "" {
+		stop, err := e.startParent(ctx, t, split)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if t.kind == kindHold {
 		for rep := 1; rep <= pl.repeats; rep++ {
@@ -103,6 +111,47 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 		}
 	}
 	return nil
+}
+
+// parentUnused is the url of the parent the direct-route test declares
+// and never uses (the discard port: nothing is sent to it).
+const parentUnused = "http://127.0.0.1:9"
+
+// startParent sets up the parent of a parent test t: for parentDirect
+// nothing runs (the rustle configuration declares an unused parent and a
+// direct route); otherwise the parent proxy (Squid or rustle) is started
+// on the plain port, pinned to the load side's CPUs of split, and the
+// rustle configuration written next routes every request through it with
+// the campaign's credentials. The returned function stops the parent and
+// clears the setting.
+func (e *env) startParent(ctx context.Context, t testDef, split coreSplit) (func(), error) {
+	if t.parent == parentDirect {
+		e.parentURL, e.parentVia = parentUnused, "direct"
+		return func() { e.parentURL, e.parentVia = "", "" }, nil
+	}
+	def := proxyByName(t.parent)
+	if def == nil {
+		return nil, fmt.Errorf("campaign: test %s: unknown parent %q", t.id, t.parent)
+	}
+	if def.binary != "" {
+		if _, ok := e.lookPath[def.binary]; !ok {
+			return nil, fmt.Errorf("campaign: test %s: parent %s is not installed (Debian package %s)", t.id, def.name, def.pkg)
+		}
+	}
+	if t.parent == parentRustle && e.rustleBin == "" {
+		return nil, fmt.Errorf("campaign: test %s: rustle is not built", t.id)
+	}
+	e.parentURL, e.parentVia = "", ""
+	r, err := e.startProxy(ctx, def, lnHTTP, coreSplit{proxy: split.load, load: split.load, shared: true})
+	if err != nil {
+		return nil, fmt.Errorf("campaign: test %s: start the parent: %w", t.id, err)
+	}
+	u := url.URL{Scheme: "http", User: url.UserPassword(e.user, e.pass), Host: r.addr}
+	e.parentURL, e.parentVia = u.String(), "parent"
+	return func() {
+		e.parentURL, e.parentVia = "", ""
+		r.stop()
+	}, nil
 }
 
 // measure runs one throughput run of t at conns against r, sampling the

@@ -96,6 +96,10 @@ type env struct {
 	// system-resolver row (prepareDNSRows). See dns.go.
 	resolver  resolverConf
 	hostsName string
+	// parentURL and parentVia are the [[parents]] url and the route's via
+	// that the next rustle configuration written gets, while a parent
+	// test runs (see startParent); "" = none.
+	parentURL, parentVia string
 }
 
 // originAddrs is the address line the origin prints.

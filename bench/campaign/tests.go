@@ -51,6 +51,14 @@ const (
 	featSOCKS     = "socks5"    // SOCKS5 CONNECT with username/password
 	featH2        = "h2"        // HTTP/2 on the TLS port (ALPN h2): forwarded requests and CONNECT streams
 	featH3        = "h3"        // HTTP/3 on the TLS port's number over UDP: forwarded requests
+	featParents   = "parents"   // sends requests through a parent proxy ([[parents]], [[routes]]): rustle only
+)
+
+// The parents of the "Through a parent proxy" tests (testDef.parent).
+const (
+	parentDirect = "direct" // a [[parents]] entry declared, and a route via = "direct"
+	parentSquid  = "squid"  // through Squid (an http parent with Basic auth)
+	parentRustle = "rustle" // through another rustle (an http parent with Basic auth)
 )
 
 // testDef is one test of the campaign: how to run it and the rows of the
@@ -95,6 +103,12 @@ type testDef struct {
 	resolver string
 	// group names the tests that -tests can select together ("plain",
 	// "socks", "https", "h2", "websocket", "dns", "cores").
+	// parent is, for a test of the "Through a parent proxy" section, how
+	// the proxy reaches the origin: parentDirect, parentSquid or
+	// parentRustle; "" for every other test.
+	parent string
+	// group names the tests that -tests can select together ("plain",
+	// "socks", "https", "h2", "websocket", "parents", "cores").
 	group string
 	rows  []report.Row
 }
@@ -120,7 +134,49 @@ const (
 	secWS        = "WebSocket, plain"
 	secWSS       = "WebSocket over TLS"
 	secCores     = "More cores: plain HTTP, 1 KB responses, 1 to 8 proxy cores"
+	secParents   = "Through a parent proxy: rustle with [[parents]], direct route against rustle → Squid and rustle → rustle"
 )
+
+// parentNote is the note of the first row of the parent section.
+const parentNote = "rustle on the plain port with one [[parents]] entry and one [[routes]] entry for every request: via = \"direct\" (the parent declared, not used), or via the parent, an http:// parent with Basic auth (rustle's own credentials for it): Squid as in its own column, or a second rustle as in its own column. Plain requests go to the parent in absolute form on keep-alive connections pooled per parent; CONNECT is a CONNECT through the parent. The parent runs pinned to the load side's CPUs (with wrk and the origin), so the proxy core is rustle's alone; the CPU rows count rustle's CPU only, not the parent's. The three routes run in the same campaign, so compare them with each other, not with other sections."
+
+// parentTests returns the tests of the parent section: for each route
+// (direct, via Squid, via rustle), 1 KB requests with their CPU cost and
+// CONNECT bulk with its CPU cost per byte.
+func parentTests() []testDef {
+	var out []testDef
+	for _, pt := range []struct{ parent, label string }{
+		{parentDirect, "direct route"},
+		{parentSquid, "via Squid"},
+		{parentRustle, "via rustle"},
+	} {
+		http := report.Row{ID: "parent-" + pt.parent + "-1k", Section: secParents, Title: "HTTP, 1 KB responses, " + pt.label, Unit: "req/s", Selects: true, Unsupported: notNone}
+		if pt.parent == parentDirect {
+			http.Note = parentNote
+		}
+		out = append(out,
+			testDef{
+				id: "parent-" + pt.parent + "-1k", kind: kindWrk, path: "/1k", body: 1 << 10, parent: pt.parent,
+				needs: []string{featHTTP, featParents}, group: "parents",
+				levels: []int{64, 256}, quickLevels: []int{64},
+				rows: []report.Row{http,
+					{ID: "parent-" + pt.parent + "-cpu-1k", Section: secParents, Title: "CPU cost per request (1 KB), " + pt.label, Unit: "µs/req", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
+						Note: "rustle's CPU (utime+stime) over each run divided by the requests it completed, median of the runs at the kept level; the parent's CPU is not counted."},
+				},
+			},
+			testDef{
+				id: "parent-" + pt.parent + "-bulk", kind: kindBulk, parent: pt.parent,
+				needs: []string{featHTTP, featParents}, group: "parents",
+				levels: []int{1, 4}, quickLevels: []int{4},
+				rows: []report.Row{
+					{ID: "parent-" + pt.parent + "-bulk", Section: secParents, Title: "CONNECT tunnels, bulk transfer, " + pt.label, Unit: "Gbit/s", Decimals: 1, Selects: true, Unsupported: notNone},
+					{ID: "parent-" + pt.parent + "-cpu-bulk", Section: secParents, Title: "CPU cost per byte (CONNECT bulk), " + pt.label, Unit: "ns/B", Decimals: 2, LessIsBetter: true, Unsupported: notNone,
+						Note: "rustle's CPU over each run divided by the bytes the sink received, median of the runs at the kept level; the parent's CPU is not counted."},
+				},
+			})
+	}
+	return out
+}
 
 // notNone marks rows that have no "no proxy" figure (proxy CPU, proxy
 // memory).
@@ -422,6 +478,7 @@ func coresTest(n int) testDef {
 // proxies that lack a feature the test needs (their cells read "—").
 func init() {
 	tests = append(tests, dnsTests...)
+	tests = append(tests, parentTests()...)
 	for _, n := range coreCounts {
 		tests = append(tests, coresTest(n))
 	}

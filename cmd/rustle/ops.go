@@ -21,11 +21,12 @@ import (
 // the metrics and admin listener, readiness and systemd notifications.
 type ops struct {
 	log     *slog.Logger
-	access  *accesslog.Logger // nil when the access log is off
-	metrics *metrics.Metrics  // nil without an admin listener
-	admin   *admin.Server     // nil without an admin listener
-	ready   atomic.Bool       // what /readyz reports
-	level   *slog.LevelVar    // the log level a reload may change; nil = fixed
+	access  *accesslog.Logger             // nil when the access log is off
+	metrics *metrics.Metrics              // nil without an admin listener
+	admin   *admin.Server                 // nil without an admin listener
+	ready   atomic.Bool                   // what /readyz reports, with the server's routes
+	srv     atomic.Pointer[server.Server] // set by attach; nil = none yet
+	level   *slog.LevelVar                // the log level a reload may change; nil = fixed
 }
 
 // startOps opens the access log and starts the admin listener, not yet
@@ -54,7 +55,7 @@ func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, 
 		if o.access != nil {
 			o.metrics.SetAccessLogDropped(o.access.Dropped)
 		}
-		o.admin = admin.New(cfg.Admin, o.metrics.Handler(), o.ready.Load, logger)
+		o.admin = admin.New(cfg.Admin, o.metrics.Handler(), o.isReady, logger)
 		if err := o.admin.Start(); err != nil {
 			o.close(context.Background())
 			return nil, err
@@ -65,9 +66,22 @@ func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, 
 	return o, nil
 }
 
-// attach lets the metrics read the server's pool and tunnel counts.
+// attach lets the metrics read the server's pool and tunnel counts, and
+// readiness its routes.
 func (o *ops) attach(srv *server.Server) {
 	srv.RegisterMetrics(o.metrics)
+	o.srv.Store(srv)
+}
+
+// isReady is what /readyz reports: started and not draining, and the
+// server's routes have their parents when the configuration requires it
+// (ready_requires_parents).
+func (o *ops) isReady() bool {
+	if !o.ready.Load() {
+		return false
+	}
+	srv := o.srv.Load()
+	return srv == nil || srv.ParentsReady()
 }
 
 // started turns readiness on and tells systemd that rustle is ready.

@@ -417,3 +417,64 @@ func TestForwardFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestOpsReadyRequiresParents runs rustle with ready_requires_parents and
+// a route through one parent, probed: /readyz answers 503 once the probe
+// finds the parent dead, and 200 again once a parent listens at its
+// address and the probe brings it back.
+func TestOpsReadyRequiresParents(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "rustle.toml")
+	src := "workers = 1\nready_requires_parents = true\n" +
+		"[[listen]]\naddress = \"127.0.0.1:0\"\n" +
+		"[[parents]]\nname = \"up\"\nurl = \"http://" + parent + "\"\nmax_fails = 1\nprobe_interval = \"50ms\"\n" +
+		"[[routes]]\nvia = \"up\"\n"
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"-c", cfgPath, "--admin", "127.0.0.1:0"}, nil, &stdout, &stderr) }()
+	t.Cleanup(func() {
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		<-done
+	})
+	url := "http://" + waitFor(t, &stderr, regexp.MustCompile(`msg="admin listening" addr=(\S+)`))[1] + "/readyz"
+	readyz := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			code, _ := httpGet(t, url)
+			if code == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz = %d, want %d\n%s", code, want, stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	readyz(503) // the probe found nothing at the parent's address
+	pl, err := net.Listen("tcp4", parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pl.Close() })
+	go func() {
+		for {
+			c, err := pl.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	readyz(200) // the probe brought it back
+}

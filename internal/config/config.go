@@ -43,6 +43,10 @@ type Config struct {
 	// Admin is the host:port of the admin HTTP listener, which serves
 	// /metrics, /healthz and /readyz; "" means no admin listener.
 	Admin string `toml:"admin"`
+	// ReadyRequiresParents makes /readyz answer 503 while a route through
+	// parents has none up and no direct fallback; false means the routes
+	// do not count for readiness (see routes.go).
+	ReadyRequiresParents bool `toml:"ready_requires_parents"`
 	// AllowPrivate lists destination ranges (IP addresses or CIDR
 	// prefixes) that the private-destination guard lets through; empty
 	// means the guard refuses every private, local and reserved address.

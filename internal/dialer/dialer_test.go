@@ -226,3 +226,34 @@ func TestDialSocketBuffers(t *testing.T) {
 		t.Errorf("SO_RCVBUF = %d, want at least %d", got, 256<<10)
 	}
 }
+
+// TestPoolKeyIdleTimeouts checks a key's own idle timeout (a parent's
+// idle_timeout): the reaper closes its connections after it while another
+// key's, on the pool's long timeout, stay; Get does not hand out one past
+// it; and a key set for connections already kept applies to them.
+func TestPoolKeyIdleTimeouts(t *testing.T) {
+	ln := listen(t)
+	p := NewPool(PoolConfig{IdleTimeout: time.Hour})
+	t.Cleanup(func() { p.Close() })
+	kept := pair(t, ln)
+	p.Put("parent p 127.0.0.1:1", pair(t, ln)) // already kept when the timeout is set
+	p.Put("origin:80", kept)
+	p.SetKeyIdleTimeouts(map[string]time.Duration{"parent p 127.0.0.1:1": 50 * time.Millisecond})
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Len() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle connections; the reaper did not close the parent's after its idle timeout", p.Len())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := p.Get([]byte("origin:80")); got != kept {
+		t.Error("the other key's connection is gone")
+	}
+
+	c := pair(t, ln)
+	p.Put("parent p 127.0.0.1:1", c)
+	time.Sleep(60 * time.Millisecond)
+	if got := p.Get([]byte("parent p 127.0.0.1:1")); got != nil {
+		t.Error("Get returned a parent's connection idle past its idle timeout")
+	}
+}

@@ -23,13 +23,15 @@ type PoolConfig struct {
 type Pool struct {
 	cfg PoolConfig
 
-	mu     sync.Mutex
-	idle   map[string]*hostIdle // guarded by mu
-	total  int                  // guarded by mu
-	closed bool                 // guarded by mu
+	mu       sync.Mutex
+	idle     map[string]*hostIdle     // guarded by mu
+	timeouts map[string]time.Duration // idle timeouts of particular keys; guarded by mu
+	total    int                      // guarded by mu
+	closed   bool                     // guarded by mu
 
-	stop chan struct{}
-	done chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+	reset chan time.Duration // a new reaper period
 
 	// Hits and Misses count Get calls that found or did not find a
 	// connection; guarded by mu.
@@ -39,7 +41,10 @@ type Pool struct {
 // hostIdle holds one origin's idle connections, most recent last. The
 // map holds pointers so that Get never stores under a key it converted
 // from bytes (which would allocate).
-type hostIdle struct{ conns []idleConn }
+type hostIdle struct {
+	conns   []idleConn
+	timeout time.Duration // how long a connection of the key stays idle
+}
 
 type idleConn struct {
 	c     *net.TCPConn
@@ -59,10 +64,11 @@ func NewPool(cfg PoolConfig) *Pool {
 		cfg.IdleTimeout = 90 * time.Second
 	}
 	p := &Pool{
-		cfg:  cfg,
-		idle: make(map[string]*hostIdle),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+		cfg:   cfg,
+		idle:  make(map[string]*hostIdle),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		reset: make(chan time.Duration, 1),
 	}
 	go p.reapLoop()
 	return p
@@ -84,7 +90,7 @@ func (p *Pool) Get(key []byte) *net.TCPConn {
 			h.conns[last] = idleConn{}
 			h.conns = h.conns[:last]
 			p.total--
-			if now.Sub(ic.since) < p.cfg.IdleTimeout {
+			if now.Sub(ic.since) < h.timeout {
 				p.hits++
 				p.mu.Unlock()
 				return ic.c
@@ -108,13 +114,55 @@ func (p *Pool) Put(key string, c *net.TCPConn) bool {
 		return false
 	}
 	if h == nil {
-		h = &hostIdle{}
+		h = &hostIdle{timeout: p.timeoutLocked(key)}
 		p.idle[key] = h
 	}
 	h.conns = append(h.conns, idleConn{c: c, since: time.Now()})
 	p.total++
 	p.mu.Unlock()
 	return true
+}
+
+// SetKeyIdleTimeouts gives the connections kept under the keys of m
+// their own idle timeout (a parent proxy's idle_timeout, under the key
+// its connections are pooled with), replacing the ones set before; every
+// other key has PoolConfig.IdleTimeout. Connections already kept take
+// their key's new timeout at once; the reaper runs often enough for the
+// shortest.
+func (p *Pool) SetKeyIdleTimeouts(m map[string]time.Duration) {
+	p.mu.Lock()
+	p.timeouts = make(map[string]time.Duration, len(m))
+	shortest := p.cfg.IdleTimeout
+	for k, d := range m {
+		if d > 0 {
+			p.timeouts[k] = d
+			shortest = min(shortest, d)
+		}
+	}
+	for k, h := range p.idle {
+		h.timeout = p.timeoutLocked(k)
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.reset: // an older period not taken yet
+	default:
+	}
+	p.reset <- reapPeriod(shortest)
+}
+
+// timeoutLocked returns the idle timeout of key's connections.
+func (p *Pool) timeoutLocked(key string) time.Duration {
+	if d, ok := p.timeouts[key]; ok {
+		return d
+	}
+	return p.cfg.IdleTimeout
+}
+
+// reapPeriod returns how often the reaper runs for a shortest idle
+// timeout of d: every d/2, and at most every second unless d is shorter
+// (at most every 10ms).
+func reapPeriod(d time.Duration) time.Duration {
+	return max(d/2, min(time.Second, d), 10*time.Millisecond)
 }
 
 // Retain closes the idle connections that keep reports false for (a
@@ -183,16 +231,14 @@ func (p *Pool) Close() error {
 // reapLoop closes expired idle connections until Close.
 func (p *Pool) reapLoop() {
 	defer close(p.done)
-	period := p.cfg.IdleTimeout / 2
-	if period < time.Second {
-		period = time.Second
-	}
-	t := time.NewTicker(period)
+	t := time.NewTicker(reapPeriod(p.cfg.IdleTimeout))
 	defer t.Stop()
 	for {
 		select {
 		case <-p.stop:
 			return
+		case d := <-p.reset:
+			t.Reset(d)
 		case now := <-t.C:
 			p.reap(now)
 		}
@@ -206,7 +252,7 @@ func (p *Pool) reap(now time.Time) {
 		list := h.conns
 		keep := list[:0]
 		for _, ic := range list {
-			if now.Sub(ic.since) >= p.cfg.IdleTimeout {
+			if now.Sub(ic.since) >= h.timeout {
 				expired = append(expired, ic.c)
 				p.total--
 			} else {

@@ -1,11 +1,15 @@
 package gate
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 // AuthorizeAssociation decides a SOCKS5 UDP ASSOCIATE r as Authorize
@@ -37,10 +41,9 @@ func (s *Session) AuthorizeAssociation(r *Request, g *Grant) Kind {
 // and user, and the dialer's private-destination guard checks dst under
 // that decision. The deciding rule becomes g.Rule, so that the access
 // log names the rule of the last datagram. A refused datagram is dropped
-// by the front-end and not counted as a refusal; so is a datagram whose
-// route (see route.go) goes through parents, which do not relay UDP yet:
-// it is never sent direct instead. PermitDatagram is used
-// by one goroutine at a time, as the rest of g.
+// by the front-end and not counted as a refusal. The route is not asked:
+// DatagramParent is, first. PermitDatagram is used by one goroutine at a
+// time, as the rest of g.
 func (g *Grant) PermitDatagram(host string, dst netip.AddrPort) error {
 	s := g.s
 	p := s.p
@@ -64,16 +67,98 @@ func (g *Grant) PermitDatagram(host string, dst netip.AddrPort) error {
 	if err != nil {
 		return fmt.Errorf("gate: datagram to %s: %w", dst, err)
 	}
-	if t := p.Routes; t != nil {
-		// UDP through a parent is not written: a datagram whose route
-		// goes through parents is dropped, never sent direct.
-		rt := t.Match(acl.Request{
-			Client: s.ip, User: g.User, Host: host, Addr: dst.Addr().Unmap(), Port: dst.Port(),
-			Protocol: acl.SOCKS5UDP,
-		})
-		if !rt.Direct() {
-			return fmt.Errorf("gate: datagram to %s: route %s goes through parents, which do not relay UDP yet", dst, rt.Name())
-		}
+	return nil
+}
+
+// DatagramParent returns the parent a datagram of the grant's association
+// goes through, chosen by the policy's routes as for a request of
+// protocol acl.SOCKS5UDP to host (a name; "" when the client sent the
+// address ip) and port, from the session's client and user: nil for a
+// direct route (no route, via = "direct", or a fallback to direct with
+// every parent down), else a socks5 or socks5h parent of the route. It
+// is an error, and the front-end drops the datagram (never sends it
+// direct instead), when every parent of the route is down and it has no
+// fallback, or when the parent picked is an http or https one, which
+// cannot carry UDP. The route and parent become the grant's, so that the
+// access log names those of the last datagram. The destination is not
+// checked here: PermitDatagram (an address) or PermitDatagramName (a
+// name a socks5h parent resolves) does it next.
+func (g *Grant) DatagramParent(host string, ip netip.Addr, port uint16) (*route.Parent, error) {
+	s := g.s
+	t := s.p.Routes
+	if t == nil {
+		return nil, nil
+	}
+	rt := t.Match(acl.Request{
+		Client: s.ip, User: g.User, Host: host, Addr: ip.Unmap(), Port: port,
+		Protocol: acl.SOCKS5UDP,
+	})
+	g.route, g.parent, g.picked = rt, nil, true
+	if rt.Direct() {
+		return nil, nil
+	}
+	key := host
+	if key == "" && rt.Group().Select() == route.HashHost {
+		key = ip.String() // only hash-host reads it
+	}
+	parent, err := rt.Pick(route.Key{Host: key, User: g.User})
+	if err != nil {
+		g.reason = accesslog.ReasonNoParent
+		return nil, fmt.Errorf("gate: datagram to %s: %w", datagramDst(host, ip), errNoParent{rt.Name()})
+	}
+	g.parent = parent
+	if parent != nil && parent.Scheme().IsHTTP() {
+		g.reason = accesslog.ReasonParentRefused
+		return nil, fmt.Errorf("gate: datagram to %s: route %s picked parent %s (%s), which cannot carry UDP: %w",
+			datagramDst(host, ip), rt.Name(), parent.Name(), parent.Scheme(), route.ErrNoUDP)
+	}
+	return parent, nil
+}
+
+// PermitDatagramName reports, with a nil error, whether a datagram to the
+// host name host may be sent to a socks5h parent, which resolves it: the
+// access rules decide it as PermitDatagram would, as if the name resolved
+// to no address (their IP and CIDR host entries do not match it), as for
+// a tunnel through such a parent. What the parent resolves the name to is
+// not seen by the private-destination guard.
+func (g *Grant) PermitDatagramName(host string, port uint16) error {
+	s := g.s
+	p := s.p
+	if p.ACL == nil {
+		return nil
+	}
+	g.decision = p.ACL.Decide(acl.Request{
+		Client: s.ip, User: g.User, Host: host, Port: port, Protocol: acl.SOCKS5UDP,
+	})
+	g.decided = true
+	g.Rule = g.decision.Rule
+	if !g.decision.Allow || !g.decision.PermitUnresolved() {
+		return fmt.Errorf("gate: datagram to %s: %w by rule %q", host, dialer.ErrDenied, g.Rule)
 	}
 	return nil
+}
+
+// AssociateParent opens a UDP association with parent (see
+// route.Parent.Associate) for the grant's association, dialing the
+// parent with the policy's dialer. A failure is noted as the grant's
+// reason (parent-refused when the parent refused UDP ASSOCIATE) for the
+// association's record; the front-end drops the datagrams meant for it.
+func (g *Grant) AssociateParent(ctx context.Context, parent *route.Parent) (*route.Association, error) {
+	a, err := parent.Associate(ctx, g.s.p.Dialer)
+	if err != nil {
+		var re *route.Error
+		if errors.As(err, &re) {
+			g.reason = parentReason(re.Kind)
+		}
+		return nil, fmt.Errorf("gate: udp associate through parent %s: %w", parent.Name(), err)
+	}
+	return a, nil
+}
+
+// datagramDst names a datagram's destination in an error.
+func datagramDst(host string, ip netip.Addr) string {
+	if host != "" {
+		return host
+	}
+	return ip.String()
 }

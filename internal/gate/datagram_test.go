@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -143,32 +144,58 @@ func TestPermitDatagram(t *testing.T) {
 	}
 }
 
-// TestPermitDatagramRoute checks that a datagram whose route goes through
-// parents is dropped rather than sent direct, and one on a direct route
-// (or none) is not.
-func TestPermitDatagramRoute(t *testing.T) {
+// TestDatagramParent checks the route of a datagram: a direct route (or
+// none) gives no parent, a route through a socks5 parent gives it, one
+// through an http parent (which cannot carry UDP) or through parents all
+// down without a fallback is an error, never a direct send; and a name
+// for a socks5h parent is decided by the rules as unresolved.
+func TestDatagramParent(t *testing.T) {
 	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{})
 	tab, err := route.New(route.Config{
-		Parents: []route.ParentConfig{{Name: "up", URL: "socks5://127.0.0.1:1080"}},
+		Parents: []route.ParentConfig{
+			{Name: "up", URL: "socks5://127.0.0.1:1080"},
+			{Name: "web", URL: "http://127.0.0.1:3128"},
+			{Name: "gone", URL: "socks5h://127.0.0.1:1081", Health: route.HealthConfig{MaxFails: 1}},
+		},
 		Routes: []route.RouteConfig{
 			{Name: "dns", Match: acl.Rule{Ports: []string{"53"}}, Via: []string{"direct"}},
+			{Name: "http", Match: acl.Rule{Ports: []string{"80"}}, Via: []string{"web"}},
+			{Name: "down", Match: acl.Rule{Ports: []string{"81"}}, Via: []string{"gone"}},
 			{Name: "rest", Match: acl.Rule{Ports: []string{"1-52", "54-65535"}}, Via: []string{"up"}},
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	tab.Parent("gone").Health().Failed(time.Now())
 	p.Routes = tab
 	s := newSession(t, p)
 	var g gate.Grant
 	if k := s.AuthorizeAssociation(associateReq(), &g); k != gate.OK {
 		t.Fatalf("AuthorizeAssociation = %v", k)
 	}
-	if err := g.PermitDatagram("", netip.MustParseAddrPort("127.0.0.1:53")); err != nil {
-		t.Errorf("datagram on the direct route: %v", err)
+	lo := netip.MustParseAddr("127.0.0.1")
+	tests := []struct {
+		port    uint16
+		parent  string
+		wantErr string
+	}{
+		{53, "", ""},
+		{123, "up", ""},
+		{80, "", "cannot carry UDP"},
+		{81, "", "no parent of the route is up"},
 	}
-	if err := g.PermitDatagram("", netip.MustParseAddrPort("127.0.0.1:123")); err == nil || !strings.Contains(err.Error(), "route rest") {
-		t.Errorf("datagram on a route through parents: %v, want it dropped", err)
+	for _, tt := range tests {
+		got, err := g.DatagramParent("", lo, tt.port)
+		if got.Name() != tt.parent || (tt.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("port %d: parent %q, %v; want %q, error with %q", tt.port, got.Name(), err, tt.parent, tt.wantErr)
+		}
+	}
+	if got, err := g.DatagramParent("example.test", netip.Addr{}, 123); got.Name() != "up" || err != nil {
+		t.Errorf("a name on route rest: %q, %v", got.Name(), err)
+	}
+	if err := g.PermitDatagramName("example.test", 123); err != nil {
+		t.Errorf("PermitDatagramName with no rules: %v", err)
 	}
 	g.Finish(0, 0)
 }

@@ -95,3 +95,19 @@ func (p *ParentMetrics) Health(up bool) {
 		p.up.Set(0)
 	}
 }
+
+// ForgetParent deletes the series of the parent proxy named name, which
+// a reload removed from the configuration, so that only configured
+// parents are exported. A ParentMetrics still held for it (by a
+// connection of the previous configuration) counts into series no longer
+// exported. It does nothing on a nil Metrics.
+func (m *Metrics) ForgetParent(name string) {
+	if m == nil {
+		return
+	}
+	v := m.parents
+	v.requests.DeleteLabelValues(name)
+	v.failures.DeleteLabelValues(name)
+	v.up.DeleteLabelValues(name)
+	v.dial.DeletePartialMatch(prometheus.Labels{"parent": name})
+}

@@ -85,12 +85,26 @@ func StartSquid(t testing.TB) *ExternalProxy {
 
 // StartDante starts Debian's Dante server (danted; skipped without it,
 // failing under CI) as a SOCKS5 parent on loopback without
-// authentication, allowing CONNECT to anything. Dante's username method
+// authentication, allowing CONNECT and UDP ASSOCIATE to anything (and
+// the UDP replies of loopback destinations). Dante's username method
 // checks the system's user database (passwd, or PAM), which a test
 // cannot give a user of its own without changing the machine's; rustle's
 // own SOCKS5 listener stands in for a SOCKS5 parent with username auth.
 // It is killed by t.Cleanup.
 func StartDante(t testing.TB) *ExternalProxy {
+	t.Helper()
+	return startDante(t, "connect udpassociate")
+}
+
+// StartDanteTCPOnly is StartDante allowing only CONNECT: it refuses UDP
+// ASSOCIATE (reply 0x02, not allowed by ruleset).
+func StartDanteTCPOnly(t testing.TB) *ExternalProxy {
+	t.Helper()
+	return startDante(t, "connect")
+}
+
+// startDante starts Dante allowing the SOCKS commands commands.
+func startDante(t testing.TB, commands string) *ExternalProxy {
 	t.Helper()
 	bin := sbinTool(t, "danted", "dante-server")
 	dir := worldReadableDir(t)
@@ -105,7 +119,8 @@ func StartDante(t testing.TB) *ExternalProxy {
 		"clientmethod: none",
 		"user.unprivileged: nobody",
 		"client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }",
-		"socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 command: connect }",
+		"socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 command: " + commands + " }",
+		"socks pass { from: 0.0.0.0/0 to: 127.0.0.0/8 command: udpreply }",
 		"",
 	}, "\n")), 0o644)
 	return startExternal(t, addr, bin, "-f", conf, "-N", "1", "-p", filepath.Join(dir, "danted.pid"))

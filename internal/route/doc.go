@@ -30,10 +30,13 @@
 // and when all are, falls back to direct or refuses with [ErrNoParent].
 // [Table.Match] and [Route.Pick] allocate nothing.
 //
-// Where phase 2 hooks in: a retry on the next parent calls
-// [Route.PickExcept] with the parent that failed; a reload builds a new
-// Table (a connection keeps the *Route and *Parent it was given, which
-// stay usable after the old Table is closed, only their probes stop);
-// readiness asks [Table.Healthy]; SOCKS UDP through a parent needs a UDP
-// ASSOCIATE client beside [Parent.Dial] (not written).
+// A reload builds the next Table with [NewAfter]: a parent of the same
+// name and URL keeps its health, and when its configuration is unchanged
+// it is the same *Parent, whose probe loop the new Table takes over (a
+// loop runs while a started Table holds the parent). A connection keeps
+// the *Route and *Parent it was given, which stay usable after the old
+// Table is closed. Readiness asks [Table.Healthy]. [Parent.Associate]
+// makes a SOCKS5 UDP ASSOCIATE with a socks5 or socks5h parent for SOCKS
+// UDP through it; http and https parents cannot carry UDP. A retry on the
+// next parent calls [Route.PickExcept] with the parent that failed.
 package route

@@ -128,6 +128,33 @@ const (
 // connectSOCKS5 greets the parent, authenticates with its user name and
 // password when it has them, and asks it to CONNECT to t.
 func (p *Parent) connectSOCKS5(c net.Conn, t Target) error {
+	if err := p.socksLogin(c); err != nil {
+		return err
+	}
+	req, err := p.socksRequest(t)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Write(req); err != nil {
+		return fmt.Errorf("send SOCKS5 CONNECT: %w", err)
+	}
+	rep, err := ReadSOCKS5Reply(c)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Parent = p.name
+		}
+		return err
+	}
+	if rep != 0 {
+		return &Error{Parent: p.name, Kind: Refused, Code: int(rep), Err: fmt.Errorf("SOCKS5 CONNECT: %s", socksReplyText(rep))}
+	}
+	return nil
+}
+
+// socksLogin greets the parent and authenticates with its user name and
+// password when it has them.
+func (p *Parent) socksLogin(c net.Conn) error {
 	method := byte(methodNone)
 	if p.user != "" {
 		method = methodUserPass
@@ -160,24 +187,6 @@ func (p *Parent) connectSOCKS5(c net.Conn, t Target) error {
 		if two[1] != 0 {
 			return &Error{Parent: p.name, Kind: AuthFailed, Code: int(two[1]), Err: fmt.Errorf("SOCKS5 username/password refused (status %d)", two[1])}
 		}
-	}
-	req, err := p.socksRequest(t)
-	if err != nil {
-		return err
-	}
-	if _, err := c.Write(req); err != nil {
-		return fmt.Errorf("send SOCKS5 CONNECT: %w", err)
-	}
-	rep, err := ReadSOCKS5Reply(c)
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) {
-			e.Parent = p.name
-		}
-		return err
-	}
-	if rep != 0 {
-		return &Error{Parent: p.name, Kind: Refused, Code: int(rep), Err: fmt.Errorf("SOCKS5 CONNECT: %s", socksReplyText(rep))}
 	}
 	return nil
 }
@@ -214,12 +223,20 @@ func (p *Parent) socksRequest(t Target) ([]byte, error) {
 // code (0 = succeeded). A reply that is not SOCKS5 is an *Error of kind
 // Protocol (with no Parent set).
 func ReadSOCKS5Reply(r io.Reader) (byte, error) {
+	rep, _, err := readSOCKS5Reply(r)
+	return rep, err
+}
+
+// readSOCKS5Reply is ReadSOCKS5Reply returning the bound address too (the
+// zero AddrPort when the reply names a host).
+func readSOCKS5Reply(r io.Reader) (byte, netip.AddrPort, error) {
+	var bnd netip.AddrPort
 	var h [4]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return 0, fmt.Errorf("read SOCKS5 reply: %w", err)
+		return 0, bnd, fmt.Errorf("read SOCKS5 reply: %w", err)
 	}
 	if h[0] != socksVersion {
-		return 0, &Error{Kind: Protocol, Err: fmt.Errorf("SOCKS version %d in the reply", h[0])}
+		return 0, bnd, &Error{Kind: Protocol, Err: fmt.Errorf("SOCKS version %d in the reply", h[0])}
 	}
 	var n int
 	switch h[3] {
@@ -230,17 +247,23 @@ func ReadSOCKS5Reply(r io.Reader) (byte, error) {
 	case atypDomain:
 		var l [1]byte
 		if _, err := io.ReadFull(r, l[:]); err != nil {
-			return 0, fmt.Errorf("read SOCKS5 reply: %w", err)
+			return 0, bnd, fmt.Errorf("read SOCKS5 reply: %w", err)
 		}
 		n = int(l[0])
 	default:
-		return 0, &Error{Kind: Protocol, Err: fmt.Errorf("SOCKS5 reply address type %d", h[3])}
+		return 0, bnd, &Error{Kind: Protocol, Err: fmt.Errorf("SOCKS5 reply address type %d", h[3])}
 	}
 	var rest [255 + 2]byte
 	if _, err := io.ReadFull(r, rest[:n+2]); err != nil {
-		return 0, fmt.Errorf("read SOCKS5 reply: %w", err)
+		return 0, bnd, fmt.Errorf("read SOCKS5 reply: %w", err)
 	}
-	return h[1], nil
+	switch h[3] {
+	case atypIPv4:
+		bnd = netip.AddrPortFrom(netip.AddrFrom4([4]byte(rest[:4])), uint16(rest[4])<<8|uint16(rest[5]))
+	case atypIPv6:
+		bnd = netip.AddrPortFrom(netip.AddrFrom16([16]byte(rest[:16])), uint16(rest[16])<<8|uint16(rest[17]))
+	}
+	return h[1], bnd, nil
 }
 
 // socksReplyText names a SOCKS5 reply code.

@@ -47,6 +47,15 @@ func (h *Health) init(cfg HealthConfig) {
 	h.cfg = cfg
 }
 
+// carry takes old's state: down or up, and the failures counted; a
+// reload's new parent of the same name and URL goes on from it.
+func (h *Health) carry(old *Health) {
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	h.fails, h.first = old.fails, old.first
+	h.downUntil.Store(old.downUntil.Load())
+}
+
 // Up reports whether the parent may be picked at now: it is not down
 // (it may be on probation). It allocates nothing.
 func (h *Health) Up(now time.Time) bool {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -106,7 +107,16 @@ type Parent struct {
 	idle    time.Duration
 	probe   ProbeConfig
 	health  Health
-	obs     Observer // nil = none; set by Table.Observe before use
+	obs     Observer     // nil = none; set by Table.Observe before use
+	cfg     ParentConfig // as configured, to carry the parent over a reload
+
+	// The probe loop, shared by the tables that hold the parent (a
+	// reload's new table takes it over from the old one).
+	probeMu     sync.Mutex
+	probeRefs   int                // the started tables holding the parent; guarded by probeMu
+	probeDialer Dialer             // what the loop dials with, the latest table's; guarded by probeMu
+	probeStop   context.CancelFunc // stops the loop; guarded by probeMu
+	probeDone   chan struct{}      // closed when the loop returns; guarded by probeMu
 }
 
 // NewParent parses and checks cfg: the URL, the CA file of an https
@@ -116,7 +126,7 @@ func NewParent(cfg ParentConfig) (*Parent, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("route: parent without a name")
 	}
-	p := &Parent{name: cfg.Name, timeout: cfg.ConnectTimeout, idle: cfg.IdleTimeout, probe: cfg.Probe}
+	p := &Parent{name: cfg.Name, timeout: cfg.ConnectTimeout, idle: cfg.IdleTimeout, probe: cfg.Probe, cfg: cfg}
 	if p.timeout == 0 {
 		p.timeout = DefaultConnectTimeout
 	}

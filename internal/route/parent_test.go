@@ -306,3 +306,33 @@ func TestDialCancel(t *testing.T) {
 		t.Fatal("Dial ignored the cancelled context")
 	}
 }
+
+// TestConnectTimeoutHandshake checks that a parent's connect timeout
+// bounds its handshake, not only the TCP connect: a parent that accepts
+// and then says nothing (no TLS ServerHello, no SOCKS5 method answer, no
+// CONNECT answer) fails TimedOut once it has passed, for each scheme.
+func TestConnectTimeoutHandshake(t *testing.T) {
+	for _, scheme := range []string{"http", "https", "socks5h"} {
+		t.Run(scheme, func(t *testing.T) {
+			addr := fakeParent(t, func(c net.Conn) {
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				io.Copy(io.Discard, c)
+			})
+			const timeout = 200 * time.Millisecond
+			p, err := NewParent(ParentConfig{Name: "p", URL: scheme + "://" + addr, ConnectTimeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t0 := time.Now()
+			_, err = p.Dial(context.Background(), testDialer(), Target{Host: "o.test", Port: 443})
+			took := time.Since(t0)
+			var e *Error
+			if !errors.As(err, &e) || e.Kind != TimedOut {
+				t.Fatalf("Dial = %v, want a TimedOut *Error", err)
+			}
+			if took < timeout || took > 5*time.Second {
+				t.Errorf("Dial took %v with a connect timeout of %v", took, timeout)
+			}
+		})
+	}
+}

@@ -129,15 +129,22 @@ type Table struct {
 	parents []*Parent
 	byName  map[string]*Parent
 
-	mu     sync.Mutex
-	cancel context.CancelFunc // stops the probes; nil = not started
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	started bool // Start ran and Close has not; guarded by mu
 }
 
 // New compiles cfg. It fails on a bad parent, a duplicate parent name, a
 // route naming an unknown parent, a bad criterion or selection; the
 // errors name the parent or route and the key.
-func New(cfg Config) (*Table, error) {
+func New(cfg Config) (*Table, error) { return NewAfter(cfg, nil) }
+
+// NewAfter is New for a reload: a parent of prev (nil = none) with the
+// same name and URL is carried over. When its whole configuration is
+// unchanged the new table holds the very same *Parent: its health,
+// observer and probe loop go on (Start takes the loop over, prev's Close
+// leaves it running). Otherwise a new Parent is made with the old one's
+// health state (down or up, failures counted). prev is only read.
+func NewAfter(cfg Config, prev *Table) (*Table, error) {
 	t := &Table{byName: make(map[string]*Parent, len(cfg.Parents))}
 	var errs []error
 	for _, pc := range cfg.Parents {
@@ -149,10 +156,19 @@ func New(cfg Config) (*Table, error) {
 			errs = append(errs, fmt.Errorf("route: parent %s: name given twice", pc.Name))
 			continue
 		}
+		old := prev.Parent(pc.Name)
+		if old != nil && old.cfg == pc {
+			t.byName[old.name] = old
+			t.parents = append(t.parents, old)
+			continue
+		}
 		p, err := NewParent(pc)
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if old != nil && old.cfg.URL == pc.URL {
+			p.health.carry(&old.health)
 		}
 		t.byName[p.name] = p
 		t.parents = append(t.parents, p)
@@ -235,12 +251,23 @@ func (t *Table) Match(r acl.Request) *Route {
 // changed.
 func (t *Table) Routes() []Route { return t.routes }
 
-// Parents returns the parents in configuration order; the slice must not
-// be changed.
-func (t *Table) Parents() []*Parent { return t.parents }
+// Parents returns the parents in configuration order (none for a nil
+// Table); the slice must not be changed.
+func (t *Table) Parents() []*Parent {
+	if t == nil {
+		return nil
+	}
+	return t.parents
+}
 
-// Parent returns the parent named name, nil when there is none.
-func (t *Table) Parent(name string) *Parent { return t.byName[name] }
+// Parent returns the parent named name, nil when there is none (or t is
+// nil).
+func (t *Table) Parent(name string) *Parent {
+	if t == nil {
+		return nil
+	}
+	return t.byName[name]
+}
 
 // Observer learns what happens to a parent: *metrics.ParentMetrics
 // implements it.
@@ -252,20 +279,30 @@ type Observer interface {
 	Health(up bool)
 }
 
-// Observe gives each parent the Observer f returns for it (nil = none);
-// call it before the table is used.
+// Observe gives each parent the Observer f returns for it (nil = none),
+// and tells the observer the parent's health; call it before the table
+// is used. A parent carried over from the previous table (see NewAfter)
+// keeps the observer it has.
 func (t *Table) Observe(f func(p *Parent) Observer) {
 	for _, p := range t.parents {
+		if p.obs != nil {
+			continue
+		}
 		if o := f(p); o != nil {
 			p.obs = o
 			p.health.onChange = o.Health
+			o.Health(p.health.downUntil.Load() == 0)
 		}
 	}
 }
 
 // Healthy reports whether every route through parents has one that is up
-// at now, or falls back to direct (for readiness).
+// at now, or falls back to direct (for readiness); a nil Table has no
+// such route.
 func (t *Table) Healthy(now time.Time) bool {
+	if t == nil {
+		return true
+	}
 	for i := range t.routes {
 		r := &t.routes[i]
 		if r.Direct() || r.fallback {
@@ -279,57 +316,92 @@ func (t *Table) Healthy(now time.Time) bool {
 }
 
 // Start starts one probe loop per parent with a probe interval, dialing
-// with d; a second call does nothing, nor does a call on a nil Table.
-// Close stops and joins them.
+// with d; a parent carried over from a started table keeps its loop,
+// which dials with d from then on. A second call does nothing, nor does a
+// call on a nil Table. Close stops and joins them.
 func (t *Table) Start(d Dialer) {
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.cancel != nil {
+	if t.started {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.cancel = cancel
+	t.started = true
 	for _, p := range t.parents {
-		if p.probe.Interval <= 0 {
-			continue
+		if p.probe.Interval > 0 {
+			p.holdProbe(d)
 		}
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			p.probeLoop(ctx, d)
-		}()
 	}
 }
 
-// Close stops the probes and waits for them to return. The routes and
-// parents stay usable. A nil Table has nothing to close.
+// Close stops the probes that no other started table holds and waits for
+// them to return. The routes and parents stay usable. A nil Table has
+// nothing to close.
 func (t *Table) Close() error {
 	if t == nil {
 		return nil
 	}
 	t.mu.Lock()
-	cancel := t.cancel
-	t.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	t.wg.Wait()
+	defer t.mu.Unlock()
 	for _, r := range t.routes {
 		// The routes' own resolvers' idle connections (DNS over
 		// HTTPS); a resolver still held by a dial in flight keeps
 		// working.
-		if c, ok := r.resolver.(interface{ Close() error }); ok {
+		if c, ok := r.resolver.(interface{ Close() }); ok {
 			c.Close()
+		}
+	}
+	if !t.started {
+		return nil
+	}
+	t.started = false
+	for _, p := range t.parents {
+		if p.probe.Interval > 0 {
+			p.releaseProbe()
 		}
 	}
 	return nil
 }
 
+// holdProbe counts one more table holding p's probe loop, starting it for
+// the first, and makes the loop dial with d.
+func (p *Parent) holdProbe(d Dialer) {
+	p.probeMu.Lock()
+	defer p.probeMu.Unlock()
+	p.probeDialer = d
+	p.probeRefs++
+	if p.probeRefs > 1 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	p.probeStop, p.probeDone = cancel, done
+	go func() {
+		defer close(done)
+		p.probeLoop(ctx)
+	}()
+}
+
+// releaseProbe counts one table less holding p's probe loop, and stops
+// and joins it after the last.
+func (p *Parent) releaseProbe() {
+	p.probeMu.Lock()
+	p.probeRefs--
+	if p.probeRefs > 0 {
+		p.probeMu.Unlock()
+		return
+	}
+	stop, done := p.probeStop, p.probeDone
+	p.probeStop, p.probeDone, p.probeDialer = nil, nil, nil
+	p.probeMu.Unlock()
+	stop()
+	<-done
+}
+
 // probeLoop probes p every interval until ctx is done.
-func (p *Parent) probeLoop(ctx context.Context, d Dialer) {
+func (p *Parent) probeLoop(ctx context.Context) {
 	tick := time.NewTicker(p.probe.Interval)
 	defer tick.Stop()
 	for {
@@ -338,7 +410,12 @@ func (p *Parent) probeLoop(ctx context.Context, d Dialer) {
 			return
 		case <-tick.C:
 		}
-		p.Probe(ctx, d)
+		p.probeMu.Lock()
+		d := p.probeDialer
+		p.probeMu.Unlock()
+		if d != nil {
+			p.Probe(ctx, d)
+		}
 	}
 }
 

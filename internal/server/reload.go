@@ -114,7 +114,11 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	if err != nil {
 		return nil, err
 	}
-	if g.routes, err = s.newRoutes(cfg, s.opts.metrics); err != nil {
+	var prevRoutes *route.Table
+	if prev != nil {
+		prevRoutes = prev.routes
+	}
+	if g.routes, err = s.newRoutes(cfg, prevRoutes); err != nil {
 		return nil, err
 	}
 	g.dialer = d
@@ -337,6 +341,7 @@ func (s *Server) useLocked(g *generation) {
 	if g.routes != s.routes {
 		s.routes = g.routes
 		g.routes.Start(g.dialer) // the previous table's probes are closed by Reload
+		setParentIdle(s.pool, g.routes)
 	}
 	if g.budget != s.budget {
 		s.budget = g.budget
@@ -423,6 +428,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 		}
 	}
 	g.guard.SetOwn(ownAddrs(g.listeners))
+	observeRoutes(s.opts.metrics, g.routes) // before any connection can use them
 
 	s.mu.Lock()
 	if s.stopped {
@@ -484,8 +490,11 @@ func (s *Server) Reload(cfg *config.Config) error {
 	// allow_private takes effect on every reuse and every dial.
 	prev.guard.Supersede(g.guard)
 	// Connections keep the routes and parents they were given; only the
-	// previous table's probes stop.
+	// previous table's probes stop (but those of the parents carried
+	// over, which the new table runs on), and the series of the parents
+	// the reload removed are deleted.
 	prev.routes.Close()
+	forgetRemoved(s.opts.metrics, prev.routes, g.routes)
 	if s.pool != nil {
 		n := s.pool.Retain(func(c *net.TCPConn) bool {
 			a, ok := c.RemoteAddr().(*net.TCPAddr)

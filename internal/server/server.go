@@ -167,6 +167,7 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 		s.Close()
 		return nil, err
 	}
+	observeRoutes(o.metrics, g.routes)
 	s.useLocked(g) // s is not shared yet
 	return s, nil
 }

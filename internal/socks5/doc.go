@@ -19,7 +19,19 @@
 //     datagrams from addresses the client has sent to. The association ends
 //     when its TCP control connection closes, after Config.UDPIdleTimeout
 //     (when set) without a relayed datagram, or when the session's context
-//     is done.
+//     is done. A datagram whose route goes through a socks5 or socks5h
+//     parent ([gate.Grant.DatagramParent]) is sent, with its RFC 1928
+//     header, to the parent's relay on a UDP association rustle holds
+//     with the parent ([gate.Grant.AssociateParent]: a control connection
+//     and a UDP socket per parent, made on the first datagram, ended with
+//     the client's association); the parent's datagrams are passed back
+//     as it sent them, by a goroutine per parent. The destination is
+//     checked first: an address (the client's, or what rustle resolved
+//     for a socks5 parent, which is sent the address) by
+//     [gate.Grant.PermitDatagram], a name for a socks5h parent by
+//     [gate.Grant.PermitDatagramName]. A datagram for a parent that could
+//     not be associated with (it refused UDP ASSOCIATE, or is down) is
+//     dropped, and so is one whose route picks an http or https parent.
 //   - username/password authentication (RFC 1929) through
 //     [gate.Session.Login], against the same users as HTTP Basic. "No
 //     authentication required" is offered only when the policy requires

@@ -517,7 +517,7 @@ func (s *Server) associate(cn *conn, hint addr) {
 	cancel()
 	a.conn.Close() // ends relay
 	wg.Wait()
-	g.Finish(a.up, a.down)
+	g.Finish(a.up, a.down.Load())
 }
 
 // relayUDP runs an association's relay until it ends, then wakes the

@@ -9,9 +9,11 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 // UDP relay limits.
@@ -32,6 +34,10 @@ const (
 	nameTTL = 30 * time.Second
 	// resolveTimeout bounds the lookup of one host name.
 	resolveTimeout = 5 * time.Second
+	// parentRetry is how long the datagrams meant for a parent that
+	// could not be associated with (down, or refusing UDP ASSOCIATE) are
+	// dropped before the association is tried again.
+	parentRetry = 10 * time.Second
 )
 
 // errIdle ends an association that relayed nothing for the idle timeout.
@@ -87,8 +93,27 @@ type association struct {
 	// while it runs.
 	grant *gate.Grant
 
-	up   int64 // payload bytes relayed from the client to destinations
-	down int64 // payload bytes relayed from destinations to the client
+	// parents are the associations held with SOCKS5 parents for the
+	// datagrams whose route goes through them, by parent; nil until the
+	// first. Their readers (wg) relay the parents' datagrams to the
+	// client.
+	parents map[*route.Parent]*parentAssoc
+	wg      sync.WaitGroup
+
+	up       int64        // payload bytes relayed from the client to destinations
+	down     atomic.Int64 // payload bytes relayed from destinations to the client
+	lastDown atomic.Int64 // unix nanoseconds of the last datagram a parent relayed to the client
+}
+
+// parentAssoc is a UDP association held with a SOCKS5 parent: its
+// control connection, a UDP socket connected to its relay, or why it
+// could not be made.
+type parentAssoc struct {
+	assoc *route.Association // nil when it failed
+	conn  *net.UDPConn       // connected to assoc.Relay
+	err   error              // why it could not be made; then until retry
+	retry time.Time
+	dead  atomic.Bool // the control connection or the socket ended
 }
 
 // newAssociation binds a relay socket on local (the address the client's
@@ -132,15 +157,19 @@ func (a *association) addr() netip.AddrPort {
 func (a *association) relay(ctx context.Context) error {
 	wait := newDatagramWaiter(a.conn)
 	defer func() {
+		a.closeParents()
 		if a.buf != nil {
 			datagrams.Put(a.buf)
 			a.buf = nil
 		}
 	}()
 	for {
-		a.conn.SetReadDeadline(gate.Deadline(a.lastUsed, a.idle)) // none when idle is 0
+		a.conn.SetReadDeadline(gate.Deadline(a.last(), a.idle)) // none when idle is 0
 		if wait != nil {
 			if err := wait.Wait(); err != nil {
+				if a.active(err) {
+					continue
+				}
 				return relayErr(err)
 			}
 		}
@@ -149,6 +178,9 @@ func (a *association) relay(ctx context.Context) error {
 		}
 		n, src, err := a.conn.ReadFromUDPAddrPort(a.buf[replyRoom:])
 		if err != nil {
+			if a.active(err) {
+				continue
+			}
 			return relayErr(err)
 		}
 		src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
@@ -179,6 +211,21 @@ func relayErr(err error) error {
 	return err
 }
 
+// last returns when a datagram was last relayed, either way, through a
+// parent or not.
+func (a *association) last() time.Time {
+	if d := a.lastDown.Load(); d > a.lastUsed.UnixNano() {
+		return time.Unix(0, d)
+	}
+	return a.lastUsed
+}
+
+// active reports whether a read that failed with err only reached the
+// idle deadline while a parent's datagrams kept the association busy.
+func (a *association) active(err error) bool {
+	return a.idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && time.Since(a.last()) < a.idle
+}
+
 func (a *association) isPeer(src netip.AddrPort) bool {
 	_, ok := a.peers[src]
 	return ok
@@ -198,6 +245,15 @@ func (a *association) fromClient(ctx context.Context, src netip.AddrPort, n int)
 	}
 	if h.frag != 0 {
 		a.drop("fragment", src)
+		return
+	}
+	parent, err := a.grant.DatagramParent(h.dst.host, h.dst.ip, h.dst.port)
+	if err != nil {
+		a.drop(err.Error(), src)
+		return
+	}
+	if parent != nil {
+		a.toParent(ctx, parent, h, hn, n)
 		return
 	}
 	dst, ok := a.resolve(ctx, h.dst)
@@ -246,7 +302,7 @@ func (a *association) toClient(src netip.AddrPort, n int) {
 		a.drop("send to client failed", src)
 		return
 	}
-	a.down += int64(n)
+	a.down.Add(int64(n))
 	a.lastUsed = time.Now()
 }
 
@@ -254,16 +310,27 @@ func (a *association) toClient(src netip.AddrPort, n int) {
 // (in the relay socket's address family) through a small cache. It reports
 // false for an address the relay socket cannot reach.
 func (a *association) resolve(ctx context.Context, dst addr) (netip.AddrPort, bool) {
+	network := "ip6"
+	if a.is4 {
+		network = "ip4"
+	}
+	ap, ok := a.lookup(ctx, dst, network)
+	if !ok || ap.Addr().Is4() != a.is4 {
+		return netip.AddrPort{}, false
+	}
+	return ap, true
+}
+
+// lookup returns dst's address, looking a host name up in network (ip,
+// ip4 or ip6) through the cache; false when it does not resolve or is
+// unspecified.
+func (a *association) lookup(ctx context.Context, dst addr, network string) (netip.AddrPort, bool) {
 	ip := dst.ip
 	if dst.host != "" {
 		now := time.Now()
-		if r, ok := a.names[dst.host]; ok && now.Before(r.expires) {
+		if r, ok := a.names[dst.host]; ok && now.Before(r.expires) && (network == "ip" || r.ip.Is4() == (network == "ip4")) {
 			ip = r.ip
 		} else {
-			network := "ip6"
-			if a.is4 {
-				network = "ip4"
-			}
 			lctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 			ips, err := a.grant.Resolver().LookupNetIP(lctx, network, dst.host)
 			cancel()
@@ -277,10 +344,151 @@ func (a *association) resolve(ctx context.Context, dst addr) (netip.AddrPort, bo
 			a.names[dst.host] = resolved{ip: ip, expires: now.Add(nameTTL)}
 		}
 	}
-	if ip.Is4() != a.is4 || ip.IsUnspecified() {
+	if !ip.IsValid() || ip.IsUnspecified() {
 		return netip.AddrPort{}, false
 	}
 	return netip.AddrPortFrom(ip, dst.port), true
+}
+
+// toParent relays the n-byte datagram at a.buf[replyRoom:], whose header
+// (hn bytes) is h, through parent: its destination checked as the
+// parent will be given it (an address rustle resolved for a socks5
+// parent, the client's address, or a name a socks5h parent resolves),
+// sent with the RFC 1928 header to the parent's relay on the association
+// held with it, made on the first datagram.
+func (a *association) toParent(ctx context.Context, parent *route.Parent, h udpHeader, hn, n int) {
+	start := replyRoom // the datagram to send starts here, header and all
+	switch {
+	case h.dst.host == "" || parent.ResolvesLocally():
+		dst, ok := a.lookup(ctx, h.dst, "ip")
+		if !ok {
+			a.drop("destination does not resolve", netip.AddrPort{})
+			return
+		}
+		if why := a.refuse(h.dst, dst); why != "" {
+			a.drop(why, dst)
+			return
+		}
+		if h.dst.host != "" {
+			// The parent gets the address rustle resolved and checked.
+			var hdr [replyRoom]byte
+			nh := appendAddrPort(append(hdr[:0], 0, 0, 0), dst)
+			start = replyRoom + hn - len(nh)
+			copy(a.buf[start:], nh)
+		}
+	default:
+		if err := a.grant.PermitDatagramName(h.dst.host, h.dst.port); err != nil {
+			a.drop(err.Error(), netip.AddrPort{})
+			return
+		}
+	}
+	pa := a.parentAssoc(ctx, parent)
+	if pa.err != nil {
+		a.drop(pa.err.Error(), netip.AddrPort{})
+		return
+	}
+	if _, err := pa.conn.Write(a.buf[start : replyRoom+n]); err != nil {
+		pa.dead.Store(true)
+		a.drop("send to the parent failed", pa.assoc.Relay)
+		return
+	}
+	a.up += int64(n - hn)
+	a.lastUsed = time.Now()
+}
+
+// parentAssoc returns the association held with parent, making it (or
+// making it again once the one held ended, or parentRetry after it
+// failed).
+func (a *association) parentAssoc(ctx context.Context, parent *route.Parent) *parentAssoc {
+	now := time.Now()
+	pa := a.parents[parent]
+	switch {
+	case pa == nil:
+	case pa.err != nil && now.Before(pa.retry):
+		return pa
+	case pa.err == nil && !pa.dead.Load():
+		return pa
+	case pa.err == nil:
+		pa.close()
+	}
+	if a.parents == nil {
+		a.parents = make(map[*route.Parent]*parentAssoc)
+	}
+	pa = &parentAssoc{}
+	a.parents[parent] = pa
+	as, err := a.grant.AssociateParent(ctx, parent)
+	if err == nil {
+		var conn *net.UDPConn
+		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(as.Relay))
+		if err != nil {
+			as.Control.Close()
+			err = fmt.Errorf("socks5: udp socket to parent %s's relay %s: %w", parent.Name(), as.Relay, err)
+		} else {
+			pa.assoc, pa.conn = as, conn
+		}
+	}
+	if err != nil {
+		pa.err, pa.retry = err, now.Add(parentRetry)
+		return pa
+	}
+	client := a.client
+	a.wg.Go(func() { a.fromParent(pa, client) })
+	a.wg.Go(func() {
+		// The parent ends the association by closing its control
+		// connection; nothing is expected on it.
+		var b [64]byte
+		for {
+			if _, err := as.Control.Read(b[:]); err != nil {
+				break
+			}
+		}
+		pa.dead.Store(true)
+		pa.conn.Close()
+	})
+	return pa
+}
+
+// fromParent relays the datagrams the parent's relay sends on pa to the
+// client, as they come (their header names their source), until pa's
+// socket is closed. It runs on its own goroutine, with its own buffer.
+func (a *association) fromParent(pa *parentAssoc, client netip.AddrPort) {
+	buf := make([]byte, maxDatagram)
+	for {
+		n, err := pa.conn.Read(buf)
+		if err != nil {
+			pa.dead.Store(true)
+			return
+		}
+		h, hn, err := parseUDPHeader(buf[:n])
+		if err != nil || h.frag != 0 {
+			a.drop("bad header from the parent", pa.assoc.Relay)
+			continue
+		}
+		buf[0], buf[1] = 0, 0
+		if _, err := a.conn.WriteToUDPAddrPort(buf[:n], client); err != nil {
+			a.drop("send to client failed", pa.assoc.Relay)
+			continue
+		}
+		a.down.Add(int64(n - hn))
+		a.lastDown.Store(time.Now().UnixNano())
+	}
+}
+
+// close ends pa at the parent and stops its goroutines.
+func (pa *parentAssoc) close() {
+	if pa.assoc != nil {
+		pa.assoc.Control.Close()
+		pa.conn.Close()
+	}
+}
+
+// closeParents ends the associations held with parents and waits for
+// their goroutines.
+func (a *association) closeParents() {
+	for _, pa := range a.parents {
+		pa.close()
+	}
+	a.wg.Wait()
 }
 
 // drop logs a dropped datagram at debug level.
