@@ -72,6 +72,8 @@ type Grant struct {
 	parent   *route.Parent  // the parent Dial went through; nil = direct
 	picked   bool           // parent was picked (by ForwardParent) before the dial
 	forward  bool           // plain HTTP sent to parent (an http one) in absolute form
+	plain    bool           // ForwardParent was asked: a plain HTTP request, which its front-end retries itself
+	retried  bool           // RetryParent moved the request to another parent already
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	counted  string         // the user counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
@@ -332,6 +334,12 @@ func (g *Grant) dial(ctx context.Context, addr string, tcpOnly bool) (net.Conn, 
 	t0 := time.Now()
 	o := g.DialOptions()
 	c, err := g.dialRoute(ctx, addr, tcpOnly, o)
+	if err != nil && !g.plain && g.RetryParent(addr, err) {
+		// A tunnel (CONNECT, SOCKS, WebSocket) whose parent failed
+		// before the client had an answer: nothing was sent, so the
+		// next parent is dialled.
+		c, err = g.dialRoute(ctx, addr, tcpOnly, o)
+	}
 	p.Metrics.Dialed(time.Since(t0), err == nil)
 	if d := g.decision; g.decided {
 		g.Rule = d.Rule

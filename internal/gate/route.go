@@ -3,9 +3,11 @@ package gate
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
@@ -17,7 +19,7 @@ import (
 // policy's routes that r matches (nil = direct). The parent is picked
 // when the grant dials.
 func (g *Grant) chooseRoute(r *acl.Request) {
-	g.route, g.parent, g.picked, g.forward = nil, nil, false, false
+	g.route, g.parent, g.picked, g.forward, g.plain, g.retried = nil, nil, false, false, false, false
 	if t := g.s.p.Routes; t != nil {
 		g.route = t.Match(*r)
 	}
@@ -53,7 +55,8 @@ func (g *Grant) ViaParent() bool {
 // error to answer as a dial's. addr is the destination host:port, only
 // read during the call. Call it once, after Authorize and before Dial or
 // Admits, which are then given the ForwardKey rather than the
-// destination.
+// destination; and once more after RetryParent, for the parent it
+// picked.
 func (g *Grant) ForwardParent(addr []byte) (*route.Parent, error) {
 	if g.route.Direct() {
 		return nil, nil
@@ -79,13 +82,17 @@ func (g *Grant) forwardParent(addr string) error {
 	if err != nil {
 		return err
 	}
-	parent, err := g.route.Pick(route.Key{Host: host, User: g.User})
-	g.picked = true
-	if err != nil {
-		g.reason = accesslog.ReasonNoParent
-		return &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
+	g.plain = true
+	parent := g.parent
+	if !g.picked { // else RetryParent picked it
+		parent, err = g.route.Pick(route.Key{Host: host, User: g.User})
+		g.picked = true
+		if err != nil {
+			g.reason = accesslog.ReasonNoParent
+			return &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
+		}
+		g.parent = parent
 	}
-	g.parent = parent
 	if parent == nil || parent.Scheme() != route.HTTP {
 		return nil
 	}
@@ -95,6 +102,61 @@ func (g *Grant) forwardParent(addr string) error {
 	}
 	g.forward = true
 	return nil
+}
+
+// RetryParent moves a request whose parent failed before any byte of
+// the response to the next parent of its route ([route.Route.PickExcept]
+// skipping the one that failed), once per request, and reports whether
+// it did: the request is then to be sent again through that parent. err
+// is the failure: a dial's error that a parent caused (its connect or
+// handshake failed: a *route.Error that counts against it, which the
+// parent's health has noted), or, for a plain HTTP request sent to an
+// http parent (ForwardParent returned it), the error of the exchange on
+// a fresh connection to it that ended before a response byte, which
+// RetryParent counts against the parent's health. A parent that answered
+// and refused the destination is not retried, nor a request without a
+// parent or whose route has no other parent up (a fallback to direct is
+// not taken for a retry). addr is the destination host:port.
+//
+// The front-end calls it only for a request it can send again: a tunnel
+// not yet answered (Dial and DialConn do this themselves for a request
+// that did not ask ForwardParent), or an idempotent request (see
+// [Idempotent]) of which no body byte was sent; a plain HTTP front-end
+// then asks ForwardParent again and builds its head for the parent it
+// returns. The failed attempt's reason is forgotten.
+func (g *Grant) RetryParent(addr string, err error) bool {
+	failed := g.parent
+	if failed == nil || g.retried || g.route.Direct() || err == nil {
+		return false
+	}
+	var re *route.Error
+	switch {
+	case errors.As(err, &re):
+		if re.Kind == route.Refused || re.Parent != failed.Name() {
+			return false
+		}
+	case g.forward:
+		var de *dialer.Error
+		if errors.As(err, &de) {
+			return false // a dial refused before the parent was asked
+		}
+		failed.Health().Failed(time.Now())
+	default:
+		return false // through a tunnel: the destination may have failed
+	}
+	host, _, serr := splitAddr(addr)
+	if serr != nil {
+		return false
+	}
+	next, perr := g.route.PickExcept(route.Key{Host: host, User: g.User}, failed)
+	if perr != nil || next == nil {
+		return false
+	}
+	g.s.debug("gate: retrying on the next parent", slog.String("failed", failed.Name()),
+		slog.String("next", next.Name()), slog.String("target", addr), slog.Any("err", err))
+	g.parent, g.picked, g.forward, g.retried = next, true, false, true
+	g.reason, g.cause = "", nil
+	return true
 }
 
 // ForwardKey appends to dst the upstream pool key of an HTTP parent's

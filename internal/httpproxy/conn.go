@@ -288,10 +288,16 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	}
 
 	// Send the request, retrying once on a fresh connection when a pooled
-	// one turns out dead and the request can be replayed.
+	// one turns out dead and the request can be replayed, and once on the
+	// route's next parent when its parent fails before a response byte
+	// (an idempotent request of which no body byte went to it).
 	canRetry := idempotent && bodyDone
-	for attempt := 0; ; attempt++ {
-		if err = cn.getUpstream(attempt > 0, canRetry); err != nil {
+	fresh := false
+	for {
+		if err = cn.getUpstream(fresh, canRetry); err != nil {
+			if canRetry && cn.retryParent(&err) {
+				continue
+			}
 			cn.writeDialError(err)
 			return false, false
 		}
@@ -306,10 +312,21 @@ func (cn *conn) handle() (keep, handedOff bool) {
 			cn.sent()
 			err = cn.readResponseHead(clientMinor)
 		}
-		if err == nil || !(cn.upReused && canRetry && isDeadConnErr(err)) || attempt > 0 {
+		if err == nil || !canRetry || !isDeadConnErr(err) {
 			break
 		}
-		cn.dropUpstream()
+		if cn.upReused && !fresh {
+			cn.dropUpstream()
+			fresh = true
+			continue
+		}
+		if !hasBody && cn.retryParent(&err) {
+			// The route's parent (a fresh connection to it) closed
+			// before a byte of the response.
+			cn.dropUpstream()
+			continue
+		}
+		break
 	}
 	if err != nil {
 		cn.dropUpstream()
@@ -409,6 +426,36 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		cn.dropUpstream()
 	}
 	return clientKeep, false
+}
+
+// retryParent moves the request, whose parent failed (err) before any
+// byte of the response, to the route's next parent (see
+// gate.Grant.RetryParent): the pool key and the request head are made
+// for it. It reports false when the request stays where it is, *err
+// then being what to answer (the next parent's refusal of the
+// destination, if it came to that).
+func (cn *conn) retryParent(err *error) bool {
+	if cn.g.Parent() == nil {
+		return false
+	}
+	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
+	if !cn.g.RetryParent(string(cn.key), *err) {
+		if cn.fwd != nil {
+			cn.key = gate.ForwardKey(cn.key[:0], cn.fwd)
+		}
+		return false
+	}
+	fwd, ferr := cn.g.ForwardParent(cn.key)
+	if ferr != nil {
+		*err = ferr
+		return false
+	}
+	cn.fwd = fwd
+	if fwd != nil {
+		cn.key = gate.ForwardKey(cn.key[:0], fwd)
+	}
+	cn.buildRequestHead()
+	return true
 }
 
 // isDeadConnErr reports whether err shows a pooled connection that the
