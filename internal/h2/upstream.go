@@ -175,9 +175,15 @@ func (s *stream) upstream(key string, fresh, canRetry bool) (*net.TCPConn, bool,
 func (s *stream) forward() {
 	c := s.c
 	r := &s.req
-	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
+	dest := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
 	hasBody := !r.endStream
 	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr}
+	// key is the pool key: the destination, or an HTTP parent's key when
+	// the request goes to one in absolute form.
+	key, ok := s.forwardParent(dest, &opts)
+	if !ok {
+		return
+	}
 	head, chunked := appendRequestHead(make([]byte, 0, 512), r, hasBody, &opts, "")
 	canRetry := !hasBody && gate.Idempotent(r.method)
 
@@ -186,11 +192,21 @@ func (s *stream) forward() {
 	var up *net.TCPConn
 	var err error
 	var written time.Time // when the head went upstream
-	for attempt := 0; ; attempt++ {
+	fresh := false
+	for {
 		var reused bool
-		up, reused, err = s.upstream(key, attempt > 0, canRetry)
+		up, reused, err = s.upstream(key, fresh, canRetry)
 		if err != nil {
-			s.answerError(err, key)
+			// A parent that failed to connect: once more through the
+			// route's next one (see gate.Grant.RetryParent).
+			if canRetry && s.grant.RetryParent(dest, err) {
+				if key, ok = s.forwardParent(dest, &opts); !ok {
+					return
+				}
+				head, chunked = appendRequestHead(head[:0], r, hasBody, &opts, "")
+				continue
+			}
+			s.answerError(err, upstreamName(key, &opts))
 			return
 		}
 		if !s.attach(up) {
@@ -203,10 +219,25 @@ func (s *stream) forward() {
 		if err == nil && !hasBody {
 			err = s.readResponse(o, r.method, false)
 		}
-		if err == nil || attempt > 0 || !reused || !canRetry || !isDeadConn(err) {
+		if err == nil || !canRetry || !isDeadConn(err) {
 			break
 		}
 		s.detach(up, key, false)
+		if reused && !fresh {
+			fresh = true // a pooled connection the origin had closed
+			continue
+		}
+		if reused || !s.grant.RetryParent(dest, err) {
+			// Answered below; the upstream is closed already.
+			s.answerError(err, upstreamName(key, &opts))
+			return
+		}
+		// The route's parent closed a fresh connection before a byte
+		// of the response: once more through its next parent.
+		if key, ok = s.forwardParent(dest, &opts); !ok {
+			return
+		}
+		head, chunked = appendRequestHead(head[:0], r, hasBody, &opts, "")
 	}
 	bodyDone := make(chan error, 1)
 	cut := false // the request body failed on the client's side before the head was taken
@@ -242,7 +273,7 @@ func (s *stream) forward() {
 		s.detach(up, key, false)
 		s.dropBody()
 		<-bodyDone
-		s.answerError(err, key)
+		s.answerError(err, upstreamName(key, &opts))
 		return
 	}
 	s.grant.FirstByte(written)
@@ -257,6 +288,36 @@ func (s *stream) forward() {
 	}
 	reuse := complete && bodyErr == nil && keep && len(o.up.Buffered()) == 0
 	s.detach(up, key, reuse)
+}
+
+// forwardParent asks the grant whether the request to dest goes to an
+// HTTP parent in absolute form (see gate.Grant.ForwardParent), notes the
+// parent in o, and returns the pool key: dest, or the parent's key. On a
+// refusal it has answered the stream and reports false.
+func (s *stream) forwardParent(dest string, o *headOptions) (string, bool) {
+	o.parent = nil
+	if s.grant.Route().Direct() {
+		return dest, true
+	}
+	p, err := s.grant.ForwardParent([]byte(dest))
+	if err != nil {
+		s.answerError(err, dest)
+		return "", false
+	}
+	if p == nil {
+		return dest, true
+	}
+	o.parent = p
+	return string(gate.ForwardKey(make([]byte, 0, 64), p)), true
+}
+
+// upstreamName is how an answer names the upstream at key: the
+// destination, or the parent (never its address) the request went to.
+func upstreamName(key string, o *headOptions) string {
+	if o.parent != nil {
+		return "through parent proxy " + o.parent.Name()
+	}
+	return key
 }
 
 // errBodyCut is the request body's error when the origin answered
