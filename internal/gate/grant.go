@@ -312,7 +312,11 @@ func sessionKey(user string) string {
 // source has no address of, and which parent failed how. The connection
 // is TCP to the destination, or a tunnel to it through a plain (http,
 // socks5) parent; an https parent is refused here (its connection is
-// TLS): a front-end that can relay one uses DialConn.
+// TLS): a front-end that can relay one uses DialConn. A request that did
+// not ask ForwardParent (a tunnel: CONNECT, SOCKS, WebSocket) whose
+// parent fails to connect or to hand over the tunnel is dialled once
+// more through the route's next parent (see RetryParent): nothing was
+// sent yet.
 func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 	c, err := g.dial(ctx, addr, true)
 	if err != nil {
@@ -322,8 +326,8 @@ func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 }
 
 // DialConn is Dial for a front-end that relays any connection (a tunnel
-// handed to Tunnel): the result is a *net.TCPConn, or the *tls.Conn of
-// an https parent.
+// handed to Tunnel, a forwarded request's exchange): the result is a
+// *net.TCPConn, or the *tls.Conn of an https parent.
 func (g *Grant) DialConn(ctx context.Context, addr string) (net.Conn, error) {
 	return g.dial(ctx, addr, false)
 }
@@ -397,11 +401,12 @@ func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
 // while c is still open: origins close idle connections after their
 // keep-alive timeout, and an upload must not meet one. On true c is the
 // request's upstream in the access log.
-func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
+func (g *Grant) Admits(c net.Conn, canRetry bool) bool {
 	if g.forward {
-		// A connection to the request's HTTP parent, pooled under its
-		// key: the destination was checked by ForwardParent.
-		if !canRetry && !dialer.Alive(c) {
+		// A connection to the request's HTTP parent (TLS for an https
+		// one), pooled under its key: the destination was checked by
+		// ForwardParent.
+		if !canRetry && !alive(c) {
 			return false
 		}
 		g.upstream = remoteAddrPort(c)
@@ -423,7 +428,7 @@ func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
 			return false
 		}
 	}
-	if !canRetry && !dialer.Alive(c) {
+	if !canRetry && !alive(c) {
 		return false
 	}
 	g.upstream, g.source = ap, local
@@ -680,8 +685,14 @@ func (g *Grant) detach() *Grant {
 	return &d
 }
 
+// alive is dialer.Alive for a TCP connection or a TLS one over TCP.
+func alive(c net.Conn) bool {
+	tc := dialer.TCPOf(c)
+	return tc != nil && dialer.Alive(tc)
+}
+
 // localAddrPort returns c's local address, unmapped.
-func localAddrPort(c *net.TCPConn) netip.AddrPort {
+func localAddrPort(c net.Conn) netip.AddrPort {
 	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
 		ap := a.AddrPort()
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
@@ -690,7 +701,7 @@ func localAddrPort(c *net.TCPConn) netip.AddrPort {
 }
 
 // remoteAddrPort returns the address c is connected to, unmapped.
-func remoteAddrPort(c *net.TCPConn) netip.AddrPort {
+func remoteAddrPort(c net.Conn) netip.AddrPort {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		ap := a.AddrPort()
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())

@@ -43,18 +43,20 @@ func (g *Grant) ViaParent() bool {
 }
 
 // ForwardParent picks, for a plain HTTP request (not a tunnel), the
-// parent of its route, and returns it when it is an http parent, which
-// takes the request itself: the front-end sends it in absolute form with
-// the parent's Authorization as Proxy-Authorization (the client's is
-// never sent), pools the connection under ForwardKey, and Dial then
-// connects to the parent without a CONNECT. It returns nil for a request
-// that goes direct, or that Dial tunnels through a socks5, socks5h or
-// https parent. The destination is checked as for a tunnel through the
-// parent (an IP literal by the guard and the rules, a name by the rules
-// as unresolved); a refusal, or every parent down (ErrNoParent), is an
-// error to answer as a dial's. addr is the destination host:port, only
-// read during the call. Call it once, after Authorize and before Dial or
-// Admits, which are then given the ForwardKey rather than the
+// parent of its route, and returns it when it is an http or https
+// parent, which takes the request itself: the front-end sends it in
+// absolute form with the parent's Authorization as Proxy-Authorization
+// (the client's is never sent; see AppendRequestTarget and
+// AppendParentAuthorization), pools the connection under ForwardKey,
+// and DialConn then connects to the parent without a CONNECT (a
+// *tls.Conn for an https parent, which Dial refuses). It returns nil for
+// a request that goes direct, or that Dial tunnels through a socks5 or
+// socks5h parent. The destination is checked as for a tunnel through
+// the parent (an IP literal by the guard and the rules, a name by the
+// rules as unresolved); a refusal, or every parent down (ErrNoParent),
+// is an error to answer as a dial's. addr is the destination host:port,
+// only read during the call. Call it once, after Authorize and before
+// Dial or Admits, which are then given the ForwardKey rather than the
 // destination; and once more after RetryParent, for the parent it
 // picked.
 func (g *Grant) ForwardParent(addr []byte) (*route.Parent, error) {
@@ -93,7 +95,7 @@ func (g *Grant) forwardParent(addr string) error {
 		}
 		g.parent = parent
 	}
-	if parent == nil || parent.Scheme() != route.HTTP {
+	if parent == nil || !parent.Scheme().IsHTTP() {
 		return nil
 	}
 	t := route.Target{Host: host, Port: port}
@@ -194,8 +196,9 @@ func (e errNoParent) Unwrap() error { return route.ErrNoParent }
 func (e errNoParent) Reason() string { return "no parent proxy of route " + e.route + " is up" }
 
 // errHTTPSParent refuses an https parent on a path that needs a TCP
-// connection to the destination (Dial: plain HTTP forwarding, HTTP/2
-// streams), which phase 2 of the parents work is to add.
+// connection (Dial): HTTP/2 CONNECT and WebSocket streams, whose relay
+// waits for the upstream socket's readiness while it holds no buffer,
+// which a TLS connection's buffered records would defeat.
 type errHTTPSParent struct{ parent string }
 
 func (e errHTTPSParent) Error() string {
@@ -204,7 +207,7 @@ func (e errHTTPSParent) Error() string {
 
 // Reason is the client-safe reason.
 func (e errHTTPSParent) Reason() string {
-	return "parent proxy " + e.parent + " (https) takes only tunnels (CONNECT, SOCKS) for now"
+	return "parent proxy " + e.parent + " (https) does not carry HTTP/2 tunnels (CONNECT, WebSocket)"
 }
 
 // dialRoute dials addr under the grant's route: direct (with the dial
@@ -224,13 +227,15 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dia
 	if g.forward {
 		// The request goes to the parent itself (ForwardParent checked
 		// its destination); addr is its pool key.
+		if tcpOnly && g.parent.Scheme() == route.HTTPS {
+			g.reason = accesslog.ReasonParentRefused
+			return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{g.parent.Name()}}
+		}
 		c, err := g.parent.DialParent(ctx, p.Dialer)
 		if err != nil {
 			return nil, g.parentError(addr, err)
 		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			g.upstream = remoteAddrPort(tc)
-		}
+		g.upstream = remoteAddrPort(c)
 		return c, nil
 	}
 	host, port, err := splitAddr(addr)

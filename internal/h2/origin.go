@@ -48,7 +48,7 @@ func putOrigin(o *origin) {
 }
 
 // attach makes up the connection o reads, with an empty buffer.
-func (o *origin) attach(up *net.TCPConn) {
+func (o *origin) attach(up net.Conn) {
 	o.up.Release()
 	o.up.Attach(up, &http1.UpstreamBufs)
 }

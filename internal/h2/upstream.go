@@ -96,8 +96,9 @@ func (s *stream) answerError(err error, target string) {
 }
 
 // dial connects to addr under the stream's grant; a reset of the stream
-// cancels it.
-func (s *stream) dial(addr string) (*net.TCPConn, error) {
+// cancels it. The connection is TCP for a tunnel (tcpOnly), and may be
+// TLS to an https parent for a forwarded request.
+func (s *stream) dial(addr string, tcpOnly bool) (net.Conn, error) {
 	c := s.c
 	c.mu.Lock()
 	if s.reset {
@@ -107,7 +108,16 @@ func (s *stream) dial(addr string) (*net.TCPConn, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	c.mu.Unlock()
-	up, err := s.grant.Dial(ctx, addr)
+	var up net.Conn
+	var err error
+	if tcpOnly {
+		var tc *net.TCPConn
+		if tc, err = s.grant.Dial(ctx, addr); err == nil {
+			up = tc
+		}
+	} else {
+		up, err = s.grant.DialConn(ctx, addr)
+	}
 	c.mu.Lock()
 	s.cancel = nil
 	gone := s.reset
@@ -121,7 +131,7 @@ func (s *stream) dial(addr string) (*net.TCPConn, error) {
 
 // attach makes up the stream's upstream, which a reset interrupts. It
 // closes up and reports false when the stream is gone already.
-func (s *stream) attach(up *net.TCPConn) bool {
+func (s *stream) attach(up net.Conn) bool {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -135,7 +145,7 @@ func (s *stream) attach(up *net.TCPConn) bool {
 
 // detach ends the stream's use of up: back to the pool as key when reuse
 // is set and the stream was not reset, closed otherwise.
-func (s *stream) detach(up *net.TCPConn, key string, reuse bool) {
+func (s *stream) detach(up net.Conn, key string, reuse bool) {
 	c := s.c
 	pool := s.grant.Pool()
 	c.mu.Lock()
@@ -153,7 +163,7 @@ func (s *stream) detach(up *net.TCPConn, key string, reuse bool) {
 // upstream returns a pooled connection to key or dials one, and reports
 // whether it was pooled. canRetry says whether the request could be sent
 // again should a pooled connection turn out dead (see gate.Grant.Admits).
-func (s *stream) upstream(key string, fresh, canRetry bool) (*net.TCPConn, bool, error) {
+func (s *stream) upstream(key string, fresh, canRetry bool) (net.Conn, bool, error) {
 	if p := s.grant.Pool(); p != nil && !fresh {
 		if up := p.Get([]byte(key)); up != nil {
 			// A pooled connection may have been made under another
@@ -164,7 +174,7 @@ func (s *stream) upstream(key string, fresh, canRetry bool) (*net.TCPConn, bool,
 			up.Close()
 		}
 	}
-	up, err := s.dial(key)
+	up, err := s.dial(key, false)
 	return up, false, err
 }
 
@@ -189,7 +199,7 @@ func (s *stream) forward() {
 
 	o := getOrigin()
 	defer putOrigin(o)
-	var up *net.TCPConn
+	var up net.Conn // TCP, or TLS to an https parent
 	var err error
 	var written time.Time // when the head went upstream
 	fresh := false
@@ -327,7 +337,7 @@ var errBodyCut = errors.New("h2: origin answered before taking the whole request
 // bodyResult waits for the request body's writer. When the origin has
 // answered without taking the whole body, the writer is given a moment
 // and then cut off.
-func (s *stream) bodyResult(done <-chan error, up *net.TCPConn) error {
+func (s *stream) bodyResult(done <-chan error, up net.Conn) error {
 	select {
 	case err := <-done:
 		return err
@@ -369,7 +379,7 @@ func (s *stream) dropBody() {
 // ended: sent (or failed upstream: the origin may answer), or failed on
 // the client's side (a reset, a stall). A stall after the response head
 // was taken resets the stream, ending the response's relay.
-func (s *stream) sendBody(o *origin, up *net.TCPConn, chunked bool, done chan<- error) {
+func (s *stream) sendBody(o *origin, up net.Conn, chunked bool, done chan<- error) {
 	c := s.c
 	defer c.wg.Done()
 	err := s.writeBody(up, chunked)
@@ -391,7 +401,7 @@ func (s *stream) sendBody(o *origin, up *net.TCPConn, chunked bool, done chan<- 
 
 // writeBody writes the request body to up. It waits for the client's
 // DATA for at most the write timeout at a time.
-func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
+func (s *stream) writeBody(up net.Conn, chunked bool) error {
 	c := s.c
 	var hdr [16]byte
 	c.mu.Lock()
@@ -481,11 +491,12 @@ func (s *stream) connect() bool {
 	c := s.c
 	r := &s.req
 	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
-	up, err := s.dial(key)
+	upc, err := s.dial(key, true)
 	if err != nil {
 		s.answerError(err, key)
 		return false
 	}
+	up := upc.(*net.TCPConn) // a tunnel's relay waits on its socket
 	if !s.attach(up) {
 		return false
 	}

@@ -303,7 +303,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		}
 		cn.up.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
 		var w int64
-		w, err = cn.vec.write(cn.up.TCP, cn.out, inBuf)
+		w, err = cn.vec.write(cn.up.C, cn.out, inBuf)
 		cn.obs.up = int64(inData)
 		if err != nil {
 			cn.obs.up = content(http1.ChunkedScanner{}, inBuf, w-int64(len(cn.out)), req.Chunked)
@@ -470,14 +470,14 @@ func isDeadConnErr(err error) bool {
 // sent again should a reused connection turn out dead (see
 // gate.Grant.Admits).
 func (cn *conn) getUpstream(fresh, canRetry bool) error {
-	var c *net.TCPConn
+	var c net.Conn // TCP, or TLS to an https parent
 	cn.upReused = false
 	if cn.up.C != nil && cn.up.Buf == nil {
 		// The upstream the previous request left: reuse it for the same
 		// origin if this request's rule admits its address, else offer
 		// it to others.
 		if !fresh && cn.upKey == string(cn.key) {
-			if cn.g.Admits(cn.up.TCP, canRetry) {
+			if cn.g.Admits(cn.up.C, canRetry) {
 				cn.upReused = true
 				cn.up.TakeBuf(&http1.UpstreamBufs)
 				return nil
@@ -500,7 +500,7 @@ func (cn *conn) getUpstream(fresh, canRetry bool) error {
 	if c == nil {
 		addr := string(cn.key)
 		var err error
-		c, err = cn.g.Dial(context.WithoutCancel(cn.ctx), addr)
+		c, err = cn.g.DialConn(context.WithoutCancel(cn.ctx), addr)
 		if err != nil {
 			return err
 		}
@@ -557,7 +557,7 @@ func (cn *conn) putUpstream() {
 	if cn.up.C == nil {
 		return
 	}
-	c := cn.up.TCP
+	c := cn.up.C
 	cn.up.Release()
 	cn.up.C, cn.up.TCP = nil, nil
 	if cn.pool == nil || cn.upKey == "" {
@@ -989,7 +989,7 @@ func (cn *conn) switchProtocols() bool {
 	cn.buildSwitchHead()
 	cn.g.SetProtocol(accesslog.ProtoWebSocket)
 	cn.g.Answer(101, 0)
-	upc := cn.up.TCP
+	upc := cn.up.C
 	client := cn.client.C
 	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
 	// The bytes behind either head are the tunnel's first.

@@ -1,16 +1,23 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"github.com/rustle-proxy/rustle/internal/tlsconf"
 )
 
 // parentRecord is what the route tests read of a parent's access log
@@ -185,6 +192,130 @@ func TestRoutesH2HTTPParent(t *testing.T) {
 	for i, want := range []string{"all", "all", "closes"} {
 		if rec := lastRecord(t, access, i+1); rec.Route != want || rec.Parent != "up" || rec.Upstream != paddr || rec.Status != 200 {
 			t.Errorf("record %d: %+v, want route %s, parent up, upstream %s", i+1, rec, want, paddr)
+		}
+	}
+}
+
+// startHTTPSParent starts a rustle that serves as an https parent: an
+// https listener "ptls" (HTTP/1.1) with user parent:ppw; ca is its CA's
+// PEM file.
+func startHTTPSParent(t *testing.T) (addr, ca string, access *logBuffer, m *metrics.Metrics) {
+	t.Helper()
+	tl, _ := proxyCerts(t)
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.AllowPrivate = []string{"127.0.0.0/8"}
+	cfg.Auth.Users = []config.User{{Name: "parent", Password: "ppw"}}
+	cfg.Listen = []config.Listener{{Name: "ptls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl, ALPN: []string{"http/1.1"}}}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m = metrics.New(metrics.Config{})
+	access = &logBuffer{}
+	_, addrs := startLogged(t, cfg, nil, access, WithMetrics(m))
+	return addrs["ptls"], filepath.Join(filepath.Dir(tl.Cert), tlsconf.CAFile), access, m
+}
+
+// wsEcho starts a WebSocket origin that echoes every message.
+func wsEcho(t *testing.T) *httptest.Server {
+	t.Helper()
+	ws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		for {
+			typ, msg, err := c.Read(r.Context())
+			if err != nil {
+				return
+			}
+			c.Write(r.Context(), typ, msg)
+		}
+	}))
+	t.Cleanup(ws.Close)
+	return ws
+}
+
+// wsThrough opens a WebSocket to origin (a wsEcho) with coder/websocket
+// through the HTTP proxy proxyURL and checks that two messages come back.
+func wsThrough(t *testing.T, proxyURL, origin string) {
+	t.Helper()
+	pu, err := url.Parse(proxyURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, origin, &websocket.DialOptions{HTTPClient: client})
+	if err != nil {
+		t.Fatalf("WebSocket through %s: %v", proxyURL, err)
+	}
+	defer c.CloseNow()
+	for _, m := range []string{"one", strings.Repeat("x", 20000)} {
+		if err := c.Write(ctx, websocket.MessageText, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(ctx)
+		if err != nil || string(got) != m {
+			t.Fatalf("echo: %v, %d bytes back for %d", err, len(got), len(m))
+		}
+	}
+	if err := c.Close(websocket.StatusNormalClosure, ""); err != nil {
+		t.Fatalf("close handshake: %v", err)
+	}
+}
+
+// TestRoutesHTTPSParent checks plain HTTP and WebSocket through an https
+// parent (rustle's https listener): two curl GETs on the plain port and
+// an HTTP/2 GET reach the parent in absolute form with its credentials
+// over one pooled TLS connection; a WebSocket (coder/websocket) goes
+// through it as a CONNECT tunnel over TLS.
+func TestRoutesHTTPSParent(t *testing.T) {
+	plain, _, _ := routeOrigins(t)
+	ws := wsEcho(t)
+	paddr, pca, pAccess, pm := startHTTPSParent(t)
+	tl, roots := proxyCerts(t)
+	addrs, access, _ := startRouted(t, func(c *config.Config) {
+		c.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Listen = append(c.Listen, config.Listener{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl})
+		c.Parents = []config.Parent{{Name: "tp", URL: "https://parent:ppw@" + paddr, CAFile: pca}}
+		c.Routes = []config.Route{{Name: "all", Via: config.Strings{"tp"}}}
+	})
+	for _, path := range []string{"/one", "/two"} {
+		if out, err := curl(t, "-x", "http://"+addrs["plain"], plain+path); err != nil || out != "origin GET "+path {
+			t.Fatalf("curl %s = %q, %v", path, out, err)
+		}
+	}
+	r := &authRig{addr: addrs, roots: roots}
+	if status, err := h2Get(r.dialH2(t), plain+"/h2", "", ""); err != nil || status != 200 {
+		t.Fatalf("h2 GET: %d, %v", status, err)
+	}
+	wsThrough(t, "http://"+addrs["plain"], ws.URL)
+	want := []parentRecord{
+		{User: "parent", Protocol: "http", Target: plain + "/one", Status: 200},
+		{User: "parent", Protocol: "http", Target: plain + "/two", Status: 200},
+		{User: "parent", Protocol: "http", Target: plain + "/h2", Status: 200},
+		{User: "parent", Protocol: "connect", Target: strings.TrimPrefix(ws.URL, "http://"), Status: 200},
+	}
+	var precs []parentRecord
+	proxytest.WaitFor(t, "the parent's four records", func() bool {
+		precs = parentRecords(t, pAccess)
+		return len(precs) >= len(want)
+	})
+	for i, pr := range precs {
+		if i >= len(want) || pr != want[i] {
+			t.Errorf("parent record %d: %+v, want %+v", i, pr, want[min(i, len(want)-1)])
+		}
+	}
+	if got := proxytest.Metric(t, pm, "rustle_connections_accepted_total", "listener", "ptls"); got != 2 {
+		t.Errorf("the parent accepted %v connections, want 2 (one pooled for the plain requests, one for the WebSocket)", got)
+	}
+	for i, proto := range []string{"http", "http", "h2", "websocket"} {
+		if rec := lastRecord(t, access, i+1); rec.Protocol != proto || rec.Route != "all" || rec.Parent != "tp" || rec.Status/100 > 2 && rec.Status != 101 {
+			t.Errorf("record %d: %+v, want %s through parent tp", i+1, rec, proto)
 		}
 	}
 }
