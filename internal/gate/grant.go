@@ -58,7 +58,10 @@ type Grant struct {
 	s *Session
 
 	// User is the authenticated user; "" = anonymous, or not
-	// authenticated (the access log then names the user tried).
+	// authenticated (the access log then names the user tried). A name
+	// with a session key ("alice-session-42") is whole here, as the
+	// access log, the access rules, the routes and the egress source see
+	// it; it may have authenticated as its base user (see account).
 	User string
 	// Rule names the access rule that decided (the last one asked, for an
 	// address-dependent decision); "" when there are no rules.
@@ -75,7 +78,8 @@ type Grant struct {
 	plain    bool           // ForwardParent was asked: a plain HTTP request, which its front-end retries itself
 	retried  bool           // RetryParent moved the request to another parent already
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
-	counted  string         // the user counted for the grant's life (not the connection's); "" none
+	account  string         // the account User authenticated as (Policy.account): what limits, metrics and revocation count
+	counted  string         // the account counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
 	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
 
@@ -134,7 +138,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	}
 	user := k.user
 	if k.counted {
-		g.User, g.throttle = user, k.throttle
+		g.User, g.account, g.throttle = user, user, k.throttle
 	} else if kind := s.admitUser(user, g); kind != OK {
 		return g.refuse(kind)
 	}
@@ -163,14 +167,15 @@ const privateHint = `to allow it, list its range in allow_private (or a rule's a
 // OK, or UserLimit past the user's connection limit.
 func (s *Session) admitUser(user string, g *Grant) Kind {
 	g.User = user
-	bucket, perGrant, ok := s.countUser(user)
+	g.account = s.p.account(user)
+	bucket, perGrant, ok := s.countUser(g.account)
 	if !ok {
 		s.debug("gate: too many connections for the user", slog.String("user", user))
 		return UserLimit
 	}
 	g.throttle = bucket
 	if perGrant {
-		g.counted = user
+		g.counted = g.account
 	}
 	return OK
 }
@@ -531,7 +536,7 @@ func (g *Grant) Hold() Kind {
 	if lim == nil {
 		return OK
 	}
-	user := g.User
+	user := g.account
 	if g.counted != "" {
 		user = ""
 	}
@@ -667,10 +672,10 @@ func (g *Grant) endReason() string {
 // userMetrics returns the user's series, or nil (whose methods do
 // nothing).
 func (g *Grant) userMetrics() *metrics.UserMetrics {
-	if g.s.p.UserMetrics == nil || g.User == "" {
+	if g.s.p.UserMetrics == nil || g.account == "" {
 		return nil
 	}
-	return g.s.p.UserMetrics(g.User)
+	return g.s.p.UserMetrics(g.account)
 }
 
 // detach returns a copy of g that owns its strings, for a tunnel that
@@ -680,6 +685,7 @@ func (g *Grant) detach() *Grant {
 	d.target = []byte(strings.Clone(bytesString(g.target)))
 	d.method = strings.Clone(g.method)
 	d.User = strings.Clone(g.User)
+	d.account = d.User[:len(g.account)] // the whole name, or its base before the session key
 	d.Rule = strings.Clone(g.Rule)
 	d.tried = slices.Clone(g.tried)
 	return &d

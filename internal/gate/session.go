@@ -168,13 +168,16 @@ func (s *Session) Login(user, password []byte, g *Grant) (string, Kind) {
 	}
 	name, ok := p.Auth.CheckUserPassword(user, password)
 	if !ok {
+		name, ok = p.checkSessionUser(user, password)
+	}
+	if !ok {
 		return "", s.failed(g)
 	}
 	g.tried = g.tried[:0]
 	s.mu.Lock()
 	s.identity, s.identified = name, true
 	s.mu.Unlock()
-	s.track(name)
+	s.track(p.account(name))
 	return name, OK
 }
 
@@ -209,7 +212,7 @@ func (s *Session) verifyHeader(value []byte, g *Grant) (known, Kind) {
 	if kind := s.coolingDown(g); kind != OK {
 		return known{}, kind
 	}
-	user, ok := s.checkHeader(value)
+	user, ok := s.checkHeader(value, g.tried)
 	if !ok {
 		return known{}, s.failed(g)
 	}
@@ -296,10 +299,17 @@ func (s *Session) lookup(value []byte) known {
 }
 
 // checkHeader asks the authenticator about a Proxy-Authorization value
-// the session has no verdict on, and memoises an accepted one.
-func (s *Session) checkHeader(value []byte) (string, bool) {
+// the session has no verdict on, which tries the user name tried (see
+// Policy.checkSessionUser), and memoises an accepted one.
+func (s *Session) checkHeader(value, tried []byte) (string, bool) {
 	now := monoNow()
 	user, ok := s.p.Auth.Check(value)
+	if !ok && auth.SessionKey(bytesString(tried)) != "" {
+		if pass, found := basicPassword(value); found {
+			user, ok = s.p.checkSessionUser(tried, pass)
+			clear(pass)
+		}
+	}
 	if ok && len(value) <= authMemoMax {
 		s.mu.Lock()
 		s.memo = append(s.memo[:0], value...)
@@ -397,6 +407,8 @@ func (s *Session) Close() {
 }
 
 // track registers the session under user for revocation.
+// user is an account (see Policy.account): revoking alice ends the
+// sessions of alice-session-42.
 func (s *Session) track(user string) {
 	if user != "" {
 		s.p.Revoked.add(s, user)

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -317,5 +318,122 @@ func TestRoutesHTTPSParent(t *testing.T) {
 		if rec := lastRecord(t, access, i+1); rec.Protocol != proto || rec.Route != "all" || rec.Parent != "tp" || rec.Status/100 > 2 && rec.Status != 101 {
 			t.Errorf("record %d: %+v, want %s through parent tp", i+1, rec, proto)
 		}
+	}
+}
+
+// TestRoutesSessionKey checks session keys end to end, with Go's
+// transport as the client: alice-session-N authenticates as alice with
+// alice's password (a wrong one is still 407); a hash-session route over
+// three rustle parents keeps session 42 on one parent across 1,000
+// keep-alive requests while other sessions spread over the others; the
+// access log names the whole user; the per-user metrics count alice; and
+// max_connections_per_user counts alice's sessions together.
+func TestRoutesSessionKey(t *testing.T) {
+	var paddrs [3]string
+	var paccess [3]*logBuffer
+	for i := range paddrs {
+		paddrs[i], paccess[i], _ = startHTTPParent(t)
+	}
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "origin "+r.URL.Path)
+	}))
+	t.Cleanup(o.Close)
+	m := metrics.New(metrics.Config{PerUser: true})
+	access := &logBuffer{}
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.AllowPrivate = []string{"127.0.0.0/8"}
+	cfg.Metrics.PerUser = true
+	cfg.Limits.MaxConnectionsPerUser = 1
+	cfg.Auth.Users = []config.User{{Name: "alice", Password: "apw"}}
+	cfg.Listen = []config.Listener{{Name: "plain", Address: "127.0.0.1:0", Protocol: "http"}}
+	cfg.Parents = []config.Parent{
+		{Name: "p0", URL: "http://parent:ppw@" + paddrs[0]},
+		{Name: "p1", URL: "http://parent:ppw@" + paddrs[1]},
+		{Name: "p2", URL: "http://parent:ppw@" + paddrs[2]},
+	}
+	cfg.Routes = []config.Route{{Name: "sticky", Via: config.Strings{"p0", "p1", "p2"}, Select: "hash-session"}}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	_, addrs := startLogged(t, cfg, nil, access, WithMetrics(m))
+
+	client := func(user, pass string) *http.Client {
+		pu := &url.URL{Scheme: "http", Host: addrs["plain"], User: url.UserPassword(user, pass)}
+		tr := &http.Transport{Proxy: http.ProxyURL(pu), MaxConnsPerHost: 1}
+		t.Cleanup(tr.CloseIdleConnections)
+		return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	}
+	get := func(c *http.Client, path string) int {
+		t.Helper()
+		resp, err := c.Get(o.URL + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := get(client("alice-session-42", "wrong"), "/wrong"); st != 407 {
+		t.Fatalf("alice-session-42 with a wrong password: %d, want 407", st)
+	}
+	c42 := client("alice-session-42", "apw")
+	const n = 1000
+	for i := range n {
+		if st := get(c42, "/s42"); st != 200 {
+			t.Fatalf("request %d of session 42: %d", i, st)
+		}
+	}
+	c42.Transport.(*http.Transport).CloseIdleConnections()
+	counts := func() (c [3]int) {
+		for i := range paccess {
+			c[i] = len(parentRecords(t, paccess[i]))
+		}
+		return c
+	}
+	var got [3]int
+	proxytest.WaitFor(t, "the parents' records of session 42", func() bool {
+		got = counts()
+		return got[0]+got[1]+got[2] >= n
+	})
+	if got[0]+got[1]+got[2] != n || got[0] != n && got[1] != n && got[2] != n {
+		t.Fatalf("session 42's %d requests reached the parents %v times: want all on one", n, got)
+	}
+	// Other sessions of alice spread over the parents.
+	used := map[string]bool{}
+	for s := range 12 {
+		user := "alice-session-" + strconv.Itoa(s)
+		c := client(user, "apw")
+		if st := get(c, "/spread"); st != 200 {
+			t.Fatalf("%s: %d", user, st)
+		}
+		c.Transport.(*http.Transport).CloseIdleConnections()
+		used[lastRecord(t, access, 1+n+s+1).Parent] = true
+	}
+	if len(used) < 2 {
+		t.Errorf("12 sessions all went through %v: hash-session does not spread them", used)
+	}
+	recs := routeRecords(t, access)
+	for i, r := range recs[1 : 1+n] {
+		if r.Status != 200 || r.Parent != recs[1].Parent {
+			t.Fatalf("record %d: %+v, want 200 through %s", i+1, r, recs[1].Parent)
+		}
+	}
+	var users struct{ User string }
+	line := strings.SplitN(access.String(), "\n", 3)[1]
+	if err := json.Unmarshal([]byte(line), &users); err != nil || users.User != "alice-session-42" {
+		t.Errorf("access log user %q (%v), want the whole name alice-session-42", users.User, err)
+	}
+	if got := proxytest.Metric(t, m, "rustle_user_requests_total", "user", "alice"); got != n+12 {
+		t.Errorf("rustle_user_requests_total{user=alice} = %v, want %d", got, n+12)
+	}
+
+	// One connection of alice's at a time: session 1 holds a tunnel,
+	// session 2 is refused.
+	tun := proxytest.Connect(t, addrs["plain"], strings.TrimPrefix(o.URL, "http://"), "Proxy-Authorization: "+basicValue("alice-session-1", "apw"))
+	defer tun.Close()
+	if st := get(client("alice-session-2", "apw"), "/limited"); st != 429 {
+		t.Errorf("a second session of alice while the first holds a tunnel: %d, want 429", st)
 	}
 }
