@@ -244,9 +244,13 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	req.DropConnectionListed()
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
 	cn.fwd = nil
-	if !cn.upgrade && !cn.g.Route().Direct() {
+	if !cn.g.Route().Direct() {
 		// An HTTP parent takes the request itself, in absolute form; the
-		// pool keeps connections to it under its key.
+		// pool keeps connections to it under its key. So does a
+		// WebSocket handshake: a parent that forwards upgrades (Squid's
+		// http_upgrade_request_protocols) switches protocols and the
+		// connection to it becomes the tunnel, where a CONNECT to the
+		// origin's port might be refused.
 		if cn.fwd, err = cn.g.ForwardParent(cn.key); err != nil {
 			cn.writeDialError(err)
 			return false, false

@@ -272,8 +272,8 @@ func wsThrough(t *testing.T, proxyURL, origin string) {
 // TestRoutesHTTPSParent checks plain HTTP and WebSocket through an https
 // parent (rustle's https listener): two curl GETs on the plain port and
 // an HTTP/2 GET reach the parent in absolute form with its credentials
-// over one pooled TLS connection; a WebSocket (coder/websocket) goes
-// through it as a CONNECT tunnel over TLS.
+// over one pooled TLS connection; a WebSocket handshake (coder/websocket)
+// goes to it the same way on that connection, which becomes the tunnel.
 func TestRoutesHTTPSParent(t *testing.T) {
 	plain, _, _ := routeOrigins(t)
 	ws := wsEcho(t)
@@ -299,7 +299,7 @@ func TestRoutesHTTPSParent(t *testing.T) {
 		{User: "parent", Protocol: "http", Target: plain + "/one", Status: 200},
 		{User: "parent", Protocol: "http", Target: plain + "/two", Status: 200},
 		{User: "parent", Protocol: "http", Target: plain + "/h2", Status: 200},
-		{User: "parent", Protocol: "connect", Target: strings.TrimPrefix(ws.URL, "http://"), Status: 200},
+		{User: "parent", Protocol: "websocket", Target: ws.URL + "/", Status: 101},
 	}
 	var precs []parentRecord
 	proxytest.WaitFor(t, "the parent's four records", func() bool {
@@ -311,8 +311,8 @@ func TestRoutesHTTPSParent(t *testing.T) {
 			t.Errorf("parent record %d: %+v, want %+v", i, pr, want[min(i, len(want)-1)])
 		}
 	}
-	if got := proxytest.Metric(t, pm, "rustle_connections_accepted_total", "listener", "ptls"); got != 2 {
-		t.Errorf("the parent accepted %v connections, want 2 (one pooled for the plain requests, one for the WebSocket)", got)
+	if got := proxytest.Metric(t, pm, "rustle_connections_accepted_total", "listener", "ptls"); got != 1 {
+		t.Errorf("the parent accepted %v connections, want 1 (pooled for the plain requests, then the WebSocket's)", got)
 	}
 	for i, proto := range []string{"http", "http", "h2", "websocket"} {
 		if rec := lastRecord(t, access, i+1); rec.Protocol != proto || rec.Route != "all" || rec.Parent != "tp" || rec.Status/100 > 2 && rec.Status != 101 {
@@ -435,5 +435,24 @@ func TestRoutesSessionKey(t *testing.T) {
 	defer tun.Close()
 	if st := get(client("alice-session-2", "apw"), "/limited"); st != 429 {
 		t.Errorf("a second session of alice while the first holds a tunnel: %d, want 429", st)
+	}
+}
+
+// TestRoutesWebSocketSquid checks a WebSocket (coder/websocket) through
+// Squid as an http parent that allows CONNECT to port 443 only, as
+// Squid's default configuration does, and forwards upgrades
+// (http_upgrade_request_protocols, as bench/squid.conf): the handshake
+// goes to Squid in absolute form, not as a CONNECT to the origin's port.
+func TestRoutesWebSocketSquid(t *testing.T) {
+	ws := wsEcho(t)
+	squid := proxytest.StartSquidWith(t, proxytest.SquidConfig{ConnectPorts: []string{"443"}})
+	addrs, access, _ := startRouted(t, func(c *config.Config) {
+		c.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Parents = []config.Parent{{Name: "squid", URL: "http://" + proxytest.SquidUser + ":" + proxytest.SquidPassword + "@" + squid.Addr}}
+		c.Routes = []config.Route{{Name: "all", Via: config.Strings{"squid"}}}
+	})
+	wsThrough(t, "http://"+addrs["plain"], ws.URL)
+	if rec := lastRecord(t, access, 1); rec.Protocol != "websocket" || rec.Status != 101 || rec.Parent != "squid" || rec.Upstream != squid.Addr {
+		t.Errorf("record %+v, want a websocket through squid (%s)", rec, squid.Addr)
 	}
 }
