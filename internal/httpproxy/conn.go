@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
@@ -69,6 +70,7 @@ type conn struct {
 	nreq    int
 	isHead  bool // the request being served is a HEAD: answers carry no body
 	upgrade bool // the request being served is a WebSocket handshake
+	interim bool // a 1xx answer of the request's upstream went to the client
 
 	g         gate.Grant   // the current request's passage through the policy
 	gr        gate.Request // what g was asked for
@@ -213,6 +215,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	}
 	// A WebSocket handshake keeps its Upgrade field; the connection becomes
 	// a tunnel if the origin switches protocols.
+	cn.interim = false
 	cn.upgrade = !isConnect && req.Minor == 1 && string(method) == "GET" && !hasBody && req.UpgradesTo("websocket")
 	if cn.upgrade {
 		req.Fields[req.UpgradeIdx].Drop = false
@@ -315,8 +318,14 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		if err == nil && bodyDone {
 			cn.sent()
 			err = cn.readResponseHead(clientMinor)
+			if err == nil && canRetry && !hasBody && cn.g.Parent() != nil {
+				// Nothing of the response goes to the client before
+				// its small body is in, so that a parent dying in the
+				// middle of it can still be retried.
+				err = cn.awaitSmallBody()
+			}
 		}
-		if err == nil || !canRetry || !isDeadConnErr(err) {
+		if err == nil || !canRetry || !isDeadConnErr(err) || cn.interim {
 			break
 		}
 		if cn.upReused && !fresh {
@@ -460,6 +469,41 @@ func (cn *conn) retryParent(err *error) bool {
 	}
 	cn.buildRequestHead()
 	return true
+}
+
+// errUpstreamCut is an upstream closing the connection in the middle of
+// a response that nothing of has gone to the client yet.
+var errUpstreamCut = fmt.Errorf("httpproxy: upstream closed the connection before its response was complete: %w", io.EOF)
+
+// awaitSmallBody reads, after the response head, the rest of a
+// Content-Length body that fits in the upstream buffer behind the head
+// (moving nothing, so that cn.resp stays valid). A body that does not
+// fit, or a response without a body of known length, is left to the
+// forwarding. It returns errUpstreamCut when the upstream closes first.
+func (cn *conn) awaitSmallBody() error {
+	resp := &cn.resp
+	up := &cn.up
+	if cn.isHead || resp.Status < 200 || resp.Status == 204 || resp.Status == 304 || resp.Chunked ||
+		resp.ContentLength <= 0 || int64(up.R)+resp.ContentLength > int64(len(up.Buf)) {
+		return nil
+	}
+	for int64(len(up.Buffered())) < resp.ContentLength {
+		// Read in place: Fill would reuse the buffer from its start
+		// when nothing of the body is in, overwriting the head.
+		up.ArmReadDeadline(http1.MonoNow(), cn.p.cfg.WriteTimeout)
+		n, err := up.C.Read(up.Buf[up.W:])
+		up.W += n
+		if err == io.EOF {
+			if int64(len(up.Buffered())) < resp.ContentLength {
+				return errUpstreamCut
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // isDeadConnErr reports whether err shows a pooled connection that the
@@ -632,6 +676,7 @@ func (cn *conn) readResponseHead(clientMinor int) error {
 			return errUnexpected101
 		}
 		if clientMinor == 1 {
+			cn.interim = true
 			cn.resp.DropConnectionListed()
 			cn.buildInterimHead()
 			cn.client.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,11 +73,16 @@ func parentRecords(t *testing.T, access *logBuffer) []parentRecord {
 // origin through Squid, the next parent; a POST is not retried (502
 // naming the dead parent). Through a group whose first parent is an http
 // one that closes every connection before answering, a GET is sent again
-// to Squid, a POST with a body is not.
+// to Squid, a POST with a body is not; so is one whose first parent
+// closes after the head of its answer, before the (small) body.
 func TestRoutesRetry(t *testing.T) {
 	plain, tlsURL, originCA := routeOrigins(t)
 	squid := proxytest.StartSquid(t)
 	hangup := proxytest.NewOrigin(t, proxytest.Hangup())
+	// A parent that dies between the head of its answer and the body.
+	cutter := proxytest.NewOrigin(t, proxytest.ThenClose(proxytest.Raw("HTTP/1.1 200 OK\r\nContent-Length: 14\r\n\r\norigin")))
+	plain2, _, _ := routeOrigins(t)
+	port2 := plain2[strings.LastIndexByte(plain2, ':')+1:]
 	dead := proxytest.ClosedPort(t)
 	squidURL := "http://" + proxytest.SquidUser + ":" + proxytest.SquidPassword + "@" + squid.Addr
 	addrs, access, m := startRouted(t, func(c *config.Config) {
@@ -82,10 +90,12 @@ func TestRoutesRetry(t *testing.T) {
 		c.Parents = []config.Parent{
 			{Name: "dead", URL: "socks5h://" + dead, MaxFails: 1000},
 			{Name: "hangup", URL: "http://" + hangup.Addr, MaxFails: 1000},
+			{Name: "cutter", URL: "http://" + cutter.Addr, MaxFails: 1000},
 			{Name: "squid", URL: squidURL},
 		}
 		c.Routes = []config.Route{
 			{Name: "closes", Hosts: []string{"localhost"}, Via: config.Strings{"hangup", "squid"}, Select: "first-available"},
+			{Name: "cuts", Ports: []string{port2}, Via: config.Strings{"cutter", "squid"}, Select: "first-available"},
 			{Name: "unreachable", Via: config.Strings{"dead", "squid"}, Select: "first-available"},
 		}
 	})
@@ -107,6 +117,7 @@ func TestRoutesRetry(t *testing.T) {
 		{"GET, parent closes", []string{"-x", proxy, "http://localhost:" + port + "/get"}, "origin GET /get 200", "closes", "squid", ""},
 		{"PUT with a body, parent closes: not retried", []string{"-x", proxy, "-X", "PUT", "-d", "x=1", "http://localhost:" + port + "/put"}, " 502", "closes", "hangup", "upstream-failed"},
 		{"DELETE, parent closes", []string{"-x", proxy, "-X", "DELETE", "http://localhost:" + port + "/del"}, "origin DELETE /del 200", "closes", "squid", ""},
+		{"GET, parent dies in the middle of a small answer", []string{"-x", proxy, plain2 + "/cut"}, "origin GET /cut 200", "cuts", "squid", ""},
 	}
 	for i, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -456,3 +467,218 @@ func TestRoutesWebSocketSquid(t *testing.T) {
 		t.Errorf("record %+v, want a websocket through squid (%s)", rec, squid.Addr)
 	}
 }
+
+// TestRoutesParentKilled kills a parent while 64 keep-alive clients (Go's
+// transport) and 100 CONNECT tunnels run through a round-robin group of
+// three real parents (two Squids and a rustle): not one GET fails (each
+// whose parent dies before its response is sent again through the next),
+// the tunnels through the dead parent end and the others go on, new
+// tunnels go through the live parents, and the dead parent, started again
+// on its port, is back once its active probe passes (its cool-down is
+// far longer than the test) and takes requests again.
+func TestRoutesParentKilled(t *testing.T) {
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(o.Close)
+	echo := proxytest.NewEcho(t)
+	sqA, sqB := proxytest.StartSquid(t), proxytest.StartSquid(t)
+	rC, _, _ := startHTTPParent(t)
+	squid := func(addr string) string {
+		return "http://" + proxytest.SquidUser + ":" + proxytest.SquidPassword + "@" + addr
+	}
+	addrs, access, m := startRouted(t, func(c *config.Config) {
+		c.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Parents = []config.Parent{
+			{Name: "a", URL: squid(sqA.Addr), Cooldown: config.Duration{Duration: time.Hour},
+				ProbeInterval: config.Duration{Duration: 100 * time.Millisecond}},
+			{Name: "b", URL: squid(sqB.Addr)},
+			{Name: "c", URL: "http://parent:ppw@" + rC},
+		}
+		c.Routes = []config.Route{{Name: "group", Via: config.Strings{"a", "b", "c"}, Select: "round-robin"}}
+	})
+	metric := func(name, parent string) float64 {
+		return proxytest.Metric(t, m, name, "parent", parent)
+	}
+
+	// 64 keep-alive clients, each on one connection, GET in a loop.
+	var ok, failed atomic.Int64
+	var errMu sync.Mutex
+	var errs []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	pu := &url.URL{Scheme: "http", Host: addrs["plain"]}
+	for range 64 {
+		tr := &http.Transport{Proxy: http.ProxyURL(pu), MaxConnsPerHost: 1}
+		client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer tr.CloseIdleConnections()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := client.Get(o.URL + "/k")
+				if err == nil {
+					var body []byte
+					body, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err == nil && (resp.StatusCode != 200 || string(body) != "ok") {
+						err = &statusError{resp.StatusCode, string(body)}
+					}
+				}
+				if err != nil {
+					failed.Add(1)
+					errMu.Lock()
+					if len(errs) < 5 {
+						errs = append(errs, err.Error())
+					}
+					errMu.Unlock()
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	stopped := false
+	halt := func() {
+		if !stopped {
+			stopped = true
+			close(stop)
+			wg.Wait()
+		}
+	}
+	t.Cleanup(halt)
+
+	// 100 tunnels, in turn through the parents.
+	ping := func(c net.Conn) error {
+		c.SetDeadline(time.Now().Add(proxytest.DefaultTimeout))
+		if _, err := io.WriteString(c, "ping"); err != nil {
+			return err
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+		if string(buf) != "ping" {
+			return io.ErrUnexpectedEOF
+		}
+		return nil
+	}
+	tunnels := make([]net.Conn, 100)
+	for i := range tunnels {
+		tunnels[i] = proxytest.Connect(t, addrs["plain"], echo.Addr)
+		if err := ping(tunnels[i]); err != nil {
+			t.Fatalf("tunnel %d: %v", i, err)
+		}
+	}
+	proxytest.WaitFor(t, "requests through every parent", func() bool {
+		return ok.Load() >= 64*5 && metric("rustle_parent_requests_total", "a") > 0 &&
+			metric("rustle_parent_requests_total", "b") > 0 && metric("rustle_parent_requests_total", "c") > 0
+	})
+
+	sqA.Stop()
+	before := ok.Load()
+	dead := 0
+	for i, c := range tunnels {
+		if ping(c) != nil {
+			dead++
+			c.Close()
+			tunnels[i] = nil
+		}
+	}
+	if dead == 0 || dead == len(tunnels) {
+		t.Errorf("%d of %d tunnels ended with parent a; want those through a, about a third", dead, len(tunnels))
+	}
+	proxytest.WaitFor(t, "parent a down", func() bool { return metric("rustle_parent_up", "a") == 0 })
+	proxytest.WaitFor(t, "more requests after the kill", func() bool { return ok.Load() >= before+64*10 })
+	// The tunnels that ended were a's: their records say so.
+	proxytest.WaitFor(t, "the ended tunnels' records", func() bool {
+		n := 0
+		for _, r := range routeRecords(t, access) {
+			if r.Protocol == "connect" && r.Parent == "a" {
+				n++
+			}
+		}
+		return n == dead
+	})
+	// New tunnels go through b and c.
+	newTunnels := 30
+	for i := range newTunnels {
+		c := proxytest.Connect(t, addrs["plain"], echo.Addr)
+		if err := ping(c); err != nil {
+			t.Errorf("new tunnel %d: %v", i, err)
+		}
+		c.Close()
+	}
+	// The others still carry bytes.
+	for i, c := range tunnels {
+		if c == nil {
+			continue
+		}
+		if err := ping(c); err != nil {
+			t.Errorf("tunnel %d (not through a): %v", i, err)
+		}
+	}
+
+	// a comes back on its port; its probe finds it.
+	requestsA := metric("rustle_parent_requests_total", "a")
+	proxytest.StartSquidWith(t, proxytest.SquidConfig{Addr: sqA.Addr})
+	proxytest.WaitFor(t, "parent a up again", func() bool { return metric("rustle_parent_up", "a") == 1 })
+	proxytest.WaitFor(t, "requests through a again", func() bool {
+		return metric("rustle_parent_requests_total", "a") > requestsA+10
+	})
+	halt()
+	for _, c := range tunnels {
+		if c != nil {
+			c.Close()
+		}
+	}
+	if n := failed.Load(); n != 0 {
+		var bad []string
+		for line := range strings.SplitSeq(access.String(), "\n") {
+			var r struct {
+				Protocol, Reason, Parent string
+				Status                   int
+				BytesDown                int64 `json:"bytes_down"`
+			}
+			if json.Unmarshal([]byte(line), &r) == nil && r.Protocol == "http" && (r.Status != 200 || r.Reason != "" || r.BytesDown != 2) {
+				bad = append(bad, line)
+			}
+		}
+		t.Errorf("%d of %d GETs failed; first: %q; records %+v", n, n+ok.Load(), errs, bad)
+	}
+	proxytest.WaitFor(t, "every tunnel's record", func() bool {
+		n := 0
+		for _, r := range routeRecords(t, access) {
+			if r.Protocol == "connect" {
+				n++
+			}
+		}
+		return n == len(tunnels)+newTunnels
+	})
+	throughA := 0
+	for _, r := range routeRecords(t, access) {
+		if r.Protocol == "connect" && r.Parent == "a" {
+			throughA++
+		}
+		if r.Protocol == "connect" && r.Status != 200 {
+			t.Errorf("tunnel record %+v, want 200", r)
+		}
+	}
+	if throughA != dead {
+		t.Errorf("%d tunnel records through a, want %d (the first ones that ended; no new one)", throughA, dead)
+	}
+	t.Logf("%d GETs, %d tunnels ended with parent a", ok.Load(), dead)
+}
+
+// statusError is a response other than the 200 "ok" a client wanted.
+type statusError struct {
+	status int
+	body   string
+}
+
+func (e *statusError) Error() string { return strconv.Itoa(e.status) + " " + e.body }
