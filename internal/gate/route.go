@@ -113,8 +113,9 @@ func (g *Grant) forwardParent(addr string) error {
 // is the failure: a dial's error that a parent caused (its connect or
 // handshake failed: a *route.Error that counts against it, which the
 // parent's health has noted), or, for a plain HTTP request sent to an
-// http parent (ForwardParent returned it), the error of the exchange on
-// a fresh connection to it that ended before a response byte, which
+// http or https parent (ForwardParent returned it), the error of the
+// exchange on a fresh connection to it that ended before the response
+// (or, with nothing of it sent to the client, before its end), which
 // RetryParent counts against the parent's health. A parent that answered
 // and refused the destination is not retried, nor a request without a
 // parent or whose route has no other parent up (a fallback to direct is

@@ -228,8 +228,17 @@ func (s *stream) forward() {
 		written = time.Now()
 		if err == nil && !hasBody {
 			err = s.readResponse(o, r.method, false)
+			if err == nil && canRetry && s.grant.Parent() != nil {
+				// Nothing of the answer goes to the client before its
+				// small body is in, so that a parent dying in the
+				// middle of it can still be retried.
+				h := &o.head
+				if !noBody(h, r.method) && !h.Chunked && !h.TEOther {
+					_, err = o.up.ReadRest(h.ContentLength, c.cfg.WriteTimeout)
+				}
+			}
 		}
-		if err == nil || !canRetry || !isDeadConn(err) {
+		if err == nil || !canRetry || !isDeadConn(err) || o.interim {
 			break
 		}
 		s.detach(up, key, false)

@@ -477,31 +477,19 @@ var errUpstreamCut = fmt.Errorf("httpproxy: upstream closed the connection befor
 
 // awaitSmallBody reads, after the response head, the rest of a
 // Content-Length body that fits in the upstream buffer behind the head
-// (moving nothing, so that cn.resp stays valid). A body that does not
-// fit, or a response without a body of known length, is left to the
-// forwarding. It returns errUpstreamCut when the upstream closes first.
+// (see http1.Conn.ReadRest). A body that does not fit, or a response
+// without a body of known length, is left to the forwarding. It returns
+// errUpstreamCut when the upstream closes first.
 func (cn *conn) awaitSmallBody() error {
 	resp := &cn.resp
-	up := &cn.up
-	if cn.isHead || resp.Status < 200 || resp.Status == 204 || resp.Status == 304 || resp.Chunked ||
-		resp.ContentLength <= 0 || int64(up.R)+resp.ContentLength > int64(len(up.Buf)) {
+	if cn.isHead || resp.Status < 200 || resp.Status == 204 || resp.Status == 304 || resp.Chunked {
 		return nil
 	}
-	for int64(len(up.Buffered())) < resp.ContentLength {
-		// Read in place: Fill would reuse the buffer from its start
-		// when nothing of the body is in, overwriting the head.
-		up.ArmReadDeadline(http1.MonoNow(), cn.p.cfg.WriteTimeout)
-		n, err := up.C.Read(up.Buf[up.W:])
-		up.W += n
-		if err == io.EOF {
-			if int64(len(up.Buffered())) < resp.ContentLength {
-				return errUpstreamCut
-			}
-			return nil
+	if _, err := cn.up.ReadRest(resp.ContentLength, cn.p.cfg.WriteTimeout); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return errUpstreamCut
 		}
-		if err != nil {
-			return err
-		}
+		return err
 	}
 	return nil
 }

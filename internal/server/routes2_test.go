@@ -160,7 +160,7 @@ func TestRoutesH2HTTPParent(t *testing.T) {
 	paddr, pAccess, pm := startHTTPParent(t)
 	hangup := proxytest.NewOrigin(t, proxytest.Hangup())
 	tl, roots := proxyCerts(t)
-	addrs, access, _ := startRouted(t, func(c *config.Config) {
+	srv, addrs, access, _ := startRoutedServer(t, func(c *config.Config) {
 		c.AllowPrivate = []string{"127.0.0.0/8"}
 		c.Auth.Users = []config.User{{Name: "alice", Password: "apw"}}
 		c.Listen = append(c.Listen, config.Listener{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl})
@@ -184,6 +184,11 @@ func TestRoutesH2HTTPParent(t *testing.T) {
 		if hdr := <-seen; hdr.Get("Proxy-Authorization") != "" {
 			t.Errorf("the origin got Proxy-Authorization %q", hdr.Get("Proxy-Authorization"))
 		}
+		// The next request waits for this one's connection to be back
+		// in the pool.
+		proxytest.WaitFor(t, "the parent's connection pooled", func() bool {
+			return srv.pool.Len() == 1
+		})
 	}
 	var precs []parentRecord
 	proxytest.WaitFor(t, "the parent's three records", func() bool {
@@ -290,21 +295,31 @@ func TestRoutesHTTPSParent(t *testing.T) {
 	ws := wsEcho(t)
 	paddr, pca, pAccess, pm := startHTTPSParent(t)
 	tl, roots := proxyCerts(t)
-	addrs, access, _ := startRouted(t, func(c *config.Config) {
+	srv, addrs, access, _ := startRoutedServer(t, func(c *config.Config) {
 		c.AllowPrivate = []string{"127.0.0.0/8"}
 		c.Listen = append(c.Listen, config.Listener{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl})
 		c.Parents = []config.Parent{{Name: "tp", URL: "https://parent:ppw@" + paddr, CAFile: pca}}
 		c.Routes = []config.Route{{Name: "all", Via: config.Strings{"tp"}}}
 	})
+	// Each request waits for the last one's connection to be back in
+	// the pool.
+	pooled := func() {
+		t.Helper()
+		proxytest.WaitFor(t, "the parent's connection pooled", func() bool {
+			return srv.pool.Len() == 1
+		})
+	}
 	for _, path := range []string{"/one", "/two"} {
 		if out, err := curl(t, "-x", "http://"+addrs["plain"], plain+path); err != nil || out != "origin GET "+path {
 			t.Fatalf("curl %s = %q, %v", path, out, err)
 		}
+		pooled()
 	}
 	r := &authRig{addr: addrs, roots: roots}
 	if status, err := h2Get(r.dialH2(t), plain+"/h2", "", ""); err != nil || status != 200 {
 		t.Fatalf("h2 GET: %d, %v", status, err)
 	}
+	pooled()
 	wsThrough(t, "http://"+addrs["plain"], ws.URL)
 	want := []parentRecord{
 		{User: "parent", Protocol: "http", Target: plain + "/one", Status: 200},
@@ -682,3 +697,38 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string { return strconv.Itoa(e.status) + " " + e.body }
+
+// TestRoutesH2CutAnswer checks an HTTP/2 GET whose first parent answers
+// a head and closes before its small body: nothing of it went to the
+// client, so it is sent again through the next parent and arrives whole.
+func TestRoutesH2CutAnswer(t *testing.T) {
+	plain, _, _ := routeOrigins(t)
+	paddr, _, _ := startHTTPParent(t)
+	cutter := proxytest.NewOrigin(t, proxytest.ThenClose(proxytest.Raw("HTTP/1.1 200 OK\r\nContent-Length: 14\r\n\r\norigin")))
+	tl, roots := proxyCerts(t)
+	addrs, access, _ := startRouted(t, func(c *config.Config) {
+		c.AllowPrivate = []string{"127.0.0.0/8"}
+		c.Listen = append(c.Listen, config.Listener{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl})
+		c.Parents = []config.Parent{
+			{Name: "cutter", URL: "http://" + cutter.Addr, MaxFails: 1000},
+			{Name: "up", URL: "http://parent:ppw@" + paddr},
+		}
+		c.Routes = []config.Route{{Name: "all", Via: config.Strings{"cutter", "up"}, Select: "first-available"}}
+	})
+	cc := (&authRig{addr: addrs, roots: roots}).dialH2(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", plain+"/cut", nil)
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || string(body) != "origin GET /cut" {
+		t.Errorf("h2 GET: %d %q, %v; want 200 %q", resp.StatusCode, body, err, "origin GET /cut")
+	}
+	if rec := lastRecord(t, access, 1); rec.Parent != "up" || rec.Status != 200 {
+		t.Errorf("record %+v, want 200 through up", rec)
+	}
+}

@@ -203,6 +203,13 @@ func TestRoutesRealParents(t *testing.T) {
 // parents and routes modify sets, its access log and metrics.
 func startRouted(t *testing.T, modify func(c *config.Config)) (map[string]string, *logBuffer, *metrics.Metrics) {
 	t.Helper()
+	_, addrs, access, m := startRoutedServer(t, modify)
+	return addrs, access, m
+}
+
+// startRoutedServer is startRouted that also returns the server.
+func startRoutedServer(t *testing.T, modify func(c *config.Config)) (*Server, map[string]string, *logBuffer, *metrics.Metrics) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Workers = 1
 	cfg.Listen = []config.Listener{
@@ -216,8 +223,8 @@ func startRouted(t *testing.T, modify func(c *config.Config)) (map[string]string
 	}
 	m := metrics.New(metrics.Config{})
 	access := &logBuffer{}
-	_, addrs := startLogged(t, cfg, nil, access, WithMetrics(m))
-	return addrs, access, m
+	s, addrs := startLogged(t, cfg, nil, access, WithMetrics(m))
+	return s, addrs, access, m
 }
 
 // lastRecord waits for the n-th access log record and returns it.
