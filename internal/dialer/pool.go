@@ -1,6 +1,7 @@
 package dialer
 
 import (
+	"crypto/tls"
 	"net"
 	"sync"
 	"time"
@@ -17,8 +18,9 @@ type PoolConfig struct {
 	IdleTimeout time.Duration
 }
 
-// Pool keeps idle upstream keep-alive connections, keyed by "host:port",
-// for reuse by any client connection. The most recently returned
+// Pool keeps idle upstream keep-alive connections, keyed by "host:port"
+// (or a parent's key), for reuse by any client connection: TCP
+// connections, or the TLS connections of an https parent. The most recently returned
 // connection is handed out first. Safe for concurrent use.
 type Pool struct {
 	cfg PoolConfig
@@ -47,7 +49,7 @@ type hostIdle struct {
 }
 
 type idleConn struct {
-	c     *net.TCPConn
+	c     net.Conn // a *net.TCPConn, or a *tls.Conn over one
 	since time.Time
 }
 
@@ -80,7 +82,7 @@ func (p *Pool) Enabled() bool { return p.cfg.MaxIdlePerHost > 0 }
 // Get returns an idle connection to key, or nil. key is a byte slice so
 // that a caller's reused buffer serves as the lookup key without
 // allocating.
-func (p *Pool) Get(key []byte) *net.TCPConn {
+func (p *Pool) Get(key []byte) net.Conn {
 	now := time.Now()
 	p.mu.Lock()
 	if h := p.idle[string(key)]; h != nil {
@@ -105,7 +107,7 @@ func (p *Pool) Get(key []byte) *net.TCPConn {
 
 // Put offers an idle connection for reuse. It reports whether the pool
 // kept it; when it did not, Put closed it.
-func (p *Pool) Put(key string, c *net.TCPConn) bool {
+func (p *Pool) Put(key string, c net.Conn) bool {
 	p.mu.Lock()
 	h := p.idle[key]
 	if p.closed || h != nil && len(h.conns) >= p.cfg.MaxIdlePerHost || p.total >= p.cfg.MaxIdle {
@@ -167,7 +169,8 @@ func reapPeriod(d time.Duration) time.Duration {
 
 // Retain closes the idle connections that keep reports false for (a
 // reload's guard no longer lets them through) and returns how many it
-// closed. keep is called with the pool locked.
+// closed. keep is given the TCP connection (under TLS for an https
+// parent's) and called with the pool locked.
 func (p *Pool) Retain(keep func(c *net.TCPConn) bool) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -175,7 +178,7 @@ func (p *Pool) Retain(keep func(c *net.TCPConn) bool) int {
 	for k, h := range p.idle {
 		kept := h.conns[:0]
 		for _, ic := range h.conns {
-			if keep(ic.c) {
+			if tc := TCPOf(ic.c); tc != nil && keep(tc) {
 				kept = append(kept, ic)
 				continue
 			}
@@ -246,7 +249,7 @@ func (p *Pool) reapLoop() {
 }
 
 func (p *Pool) reap(now time.Time) {
-	var expired []*net.TCPConn
+	var expired []net.Conn
 	p.mu.Lock()
 	for k, h := range p.idle {
 		list := h.conns
@@ -272,4 +275,17 @@ func (p *Pool) reap(now time.Time) {
 	for _, c := range expired {
 		c.Close()
 	}
+}
+
+// TCPOf returns the TCP connection c is, or that a *tls.Conn c runs
+// over; nil for any other.
+func TCPOf(c net.Conn) *net.TCPConn {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c
+	case *tls.Conn:
+		tc, _ := c.NetConn().(*net.TCPConn)
+		return tc
+	}
+	return nil
 }

@@ -58,7 +58,10 @@ type Grant struct {
 	s *Session
 
 	// User is the authenticated user; "" = anonymous, or not
-	// authenticated (the access log then names the user tried).
+	// authenticated (the access log then names the user tried). A name
+	// with a session key ("alice-session-42") is whole here, as the
+	// access log, the access rules, the routes and the egress source see
+	// it; it may have authenticated as its base user (see account).
 	User string
 	// Rule names the access rule that decided (the last one asked, for an
 	// address-dependent decision); "" when there are no rules.
@@ -72,9 +75,12 @@ type Grant struct {
 	parent   *route.Parent  // the parent Dial went through; nil = direct
 	picked   bool           // parent was picked (by ForwardParent) before the dial
 	forward  bool           // plain HTTP sent to parent (an http one) in absolute form
+	plain    bool           // ForwardParent was asked: a plain HTTP request, which its front-end retries itself
+	retried  bool           // RetryParent moved the request to another parent already
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	groups   []string       // the groups the user's identity provider gave it; shared, never modified
-	counted  string         // the user counted for the grant's life (not the connection's); "" none
+	account  string         // the account User authenticated as (Policy.account): what limits, metrics and revocation count
+	counted  string         // the account counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
 	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
 
@@ -134,7 +140,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	user := k.user
 	g.groups = k.groups
 	if k.counted {
-		g.User, g.throttle = user, k.throttle
+		g.User, g.account, g.throttle = user, user, k.throttle
 	} else if kind := s.admitUser(user, g); kind != OK {
 		return g.refuse(kind)
 	}
@@ -163,14 +169,15 @@ const privateHint = `to allow it, list its range in allow_private (or a rule's a
 // OK, or UserLimit past the user's connection limit.
 func (s *Session) admitUser(user string, g *Grant) Kind {
 	g.User = user
-	bucket, perGrant, ok := s.countUser(user)
+	g.account = s.p.account(user)
+	bucket, perGrant, ok := s.countUser(g.account)
 	if !ok {
 		s.debug("gate: too many connections for the user", slog.String("user", user))
 		return UserLimit
 	}
 	g.throttle = bucket
 	if perGrant {
-		g.counted = user
+		g.counted = g.account
 	}
 	return OK
 }
@@ -324,7 +331,11 @@ func sessionKey(user string) string {
 // source has no address of, and which parent failed how. The connection
 // is TCP to the destination, or a tunnel to it through a plain (http,
 // socks5) parent; an https parent is refused here (its connection is
-// TLS): a front-end that can relay one uses DialConn.
+// TLS): a front-end that can relay one uses DialConn. A request that did
+// not ask ForwardParent (a tunnel: CONNECT, SOCKS, WebSocket) whose
+// parent fails to connect or to hand over the tunnel is dialled once
+// more through the route's next parent (see RetryParent): nothing was
+// sent yet.
 func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 	c, err := g.dial(ctx, addr, true)
 	if err != nil {
@@ -334,8 +345,8 @@ func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 }
 
 // DialConn is Dial for a front-end that relays any connection (a tunnel
-// handed to Tunnel): the result is a *net.TCPConn, or the *tls.Conn of
-// an https parent.
+// handed to Tunnel, a forwarded request's exchange): the result is a
+// *net.TCPConn, or the *tls.Conn of an https parent.
 func (g *Grant) DialConn(ctx context.Context, addr string) (net.Conn, error) {
 	return g.dial(ctx, addr, false)
 }
@@ -346,6 +357,12 @@ func (g *Grant) dial(ctx context.Context, addr string, tcpOnly bool) (net.Conn, 
 	t0 := time.Now()
 	o := g.DialOptions()
 	c, err := g.dialRoute(ctx, addr, tcpOnly, o)
+	if err != nil && !g.plain && g.RetryParent(addr, err) {
+		// A tunnel (CONNECT, SOCKS, WebSocket) whose parent failed
+		// before the client had an answer: nothing was sent, so the
+		// next parent is dialled.
+		c, err = g.dialRoute(ctx, addr, tcpOnly, o)
+	}
 	p.Metrics.Dialed(time.Since(t0), err == nil)
 	if d := g.decision; g.decided {
 		g.Rule = d.Rule
@@ -403,11 +420,12 @@ func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
 // while c is still open: origins close idle connections after their
 // keep-alive timeout, and an upload must not meet one. On true c is the
 // request's upstream in the access log.
-func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
+func (g *Grant) Admits(c net.Conn, canRetry bool) bool {
 	if g.forward {
-		// A connection to the request's HTTP parent, pooled under its
-		// key: the destination was checked by ForwardParent.
-		if !canRetry && !dialer.Alive(c) {
+		// A connection to the request's HTTP parent (TLS for an https
+		// one), pooled under its key: the destination was checked by
+		// ForwardParent.
+		if !canRetry && !alive(c) {
 			return false
 		}
 		g.upstream = remoteAddrPort(c)
@@ -429,7 +447,7 @@ func (g *Grant) Admits(c *net.TCPConn, canRetry bool) bool {
 			return false
 		}
 	}
-	if !canRetry && !dialer.Alive(c) {
+	if !canRetry && !alive(c) {
 		return false
 	}
 	g.upstream, g.source = ap, local
@@ -532,7 +550,7 @@ func (g *Grant) Hold() Kind {
 	if lim == nil {
 		return OK
 	}
-	user := g.User
+	user := g.account
 	if g.counted != "" {
 		user = ""
 	}
@@ -670,10 +688,10 @@ func (g *Grant) endReason() string {
 // userMetrics returns the user's series, or nil (whose methods do
 // nothing).
 func (g *Grant) userMetrics() *metrics.UserMetrics {
-	if g.s.p.UserMetrics == nil || g.User == "" {
+	if g.s.p.UserMetrics == nil || g.account == "" {
 		return nil
 	}
-	return g.s.p.UserMetrics(g.User)
+	return g.s.p.UserMetrics(g.account)
 }
 
 // detach returns a copy of g that owns its strings, for a tunnel that
@@ -683,13 +701,20 @@ func (g *Grant) detach() *Grant {
 	d.target = []byte(strings.Clone(bytesString(g.target)))
 	d.method = strings.Clone(g.method)
 	d.User = strings.Clone(g.User)
+	d.account = d.User[:len(g.account)] // the whole name, or its base before the session key
 	d.Rule = strings.Clone(g.Rule)
 	d.tried = slices.Clone(g.tried)
 	return &d
 }
 
+// alive is dialer.Alive for a TCP connection or a TLS one over TCP.
+func alive(c net.Conn) bool {
+	tc := dialer.TCPOf(c)
+	return tc != nil && dialer.Alive(tc)
+}
+
 // localAddrPort returns c's local address, unmapped.
-func localAddrPort(c *net.TCPConn) netip.AddrPort {
+func localAddrPort(c net.Conn) netip.AddrPort {
 	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
 		ap := a.AddrPort()
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
@@ -698,7 +723,7 @@ func localAddrPort(c *net.TCPConn) netip.AddrPort {
 }
 
 // remoteAddrPort returns the address c is connected to, unmapped.
-func remoteAddrPort(c *net.TCPConn) netip.AddrPort {
+func remoteAddrPort(c net.Conn) netip.AddrPort {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		ap := a.AddrPort()
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())

@@ -65,7 +65,7 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 		g.counted = ""
 		g.hold, g.extraFor = holdNone, ""
 		back := s.handoff()
-		reg, listener, user := s.p.Revoked, s.p.Listener, d.User
+		reg, listener, user := s.p.Revoked, s.p.Listener, d.account
 		h := new(heldTunnel)
 		cut, err := s.eng.AddCut(tc, utc, func(r tunnel.Result) {
 			reg.removeTunnel(user, h.ended())

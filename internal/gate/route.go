@@ -3,9 +3,11 @@ package gate
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
+	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
@@ -17,7 +19,7 @@ import (
 // policy's routes that r matches (nil = direct). The parent is picked
 // when the grant dials.
 func (g *Grant) chooseRoute(r *acl.Request) {
-	g.route, g.parent, g.picked, g.forward = nil, nil, false, false
+	g.route, g.parent, g.picked, g.forward, g.plain, g.retried = nil, nil, false, false, false, false
 	if t := g.s.p.Routes; t != nil {
 		g.route = t.Match(*r)
 	}
@@ -41,19 +43,22 @@ func (g *Grant) ViaParent() bool {
 }
 
 // ForwardParent picks, for a plain HTTP request (not a tunnel), the
-// parent of its route, and returns it when it is an http parent, which
-// takes the request itself: the front-end sends it in absolute form with
-// the parent's Authorization as Proxy-Authorization (the client's is
-// never sent), pools the connection under ForwardKey, and Dial then
-// connects to the parent without a CONNECT. It returns nil for a request
-// that goes direct, or that Dial tunnels through a socks5, socks5h or
-// https parent. The destination is checked as for a tunnel through the
-// parent (an IP literal by the guard and the rules, a name by the rules
-// as unresolved); a refusal, or every parent down (ErrNoParent), is an
-// error to answer as a dial's. addr is the destination host:port, only
-// read during the call. Call it once, after Authorize and before Dial or
-// Admits, which are then given the ForwardKey rather than the
-// destination.
+// parent of its route, and returns it when it is an http or https
+// parent, which takes the request itself: the front-end sends it in
+// absolute form with the parent's Authorization as Proxy-Authorization
+// (the client's is never sent; see AppendRequestTarget and
+// AppendParentAuthorization), pools the connection under ForwardKey,
+// and DialConn then connects to the parent without a CONNECT (a
+// *tls.Conn for an https parent, which Dial refuses). It returns nil for
+// a request that goes direct, or that Dial tunnels through a socks5 or
+// socks5h parent. The destination is checked as for a tunnel through
+// the parent (an IP literal by the guard and the rules, a name by the
+// rules as unresolved); a refusal, or every parent down (ErrNoParent),
+// is an error to answer as a dial's. addr is the destination host:port,
+// only read during the call. Call it once, after Authorize and before
+// Dial or Admits, which are then given the ForwardKey rather than the
+// destination; and once more after RetryParent, for the parent it
+// picked.
 func (g *Grant) ForwardParent(addr []byte) (*route.Parent, error) {
 	if g.route.Direct() {
 		return nil, nil
@@ -79,14 +84,18 @@ func (g *Grant) forwardParent(addr string) error {
 	if err != nil {
 		return err
 	}
-	parent, err := g.route.Pick(route.Key{Host: host, User: g.User})
-	g.picked = true
-	if err != nil {
-		g.reason = accesslog.ReasonNoParent
-		return &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
+	g.plain = true
+	parent := g.parent
+	if !g.picked { // else RetryParent picked it
+		parent, err = g.route.Pick(route.Key{Host: host, User: g.User})
+		g.picked = true
+		if err != nil {
+			g.reason = accesslog.ReasonNoParent
+			return &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
+		}
+		g.parent = parent
 	}
-	g.parent = parent
-	if parent == nil || parent.Scheme() != route.HTTP {
+	if parent == nil || !parent.Scheme().IsHTTP() {
 		return nil
 	}
 	t := route.Target{Host: host, Port: port}
@@ -95,6 +104,62 @@ func (g *Grant) forwardParent(addr string) error {
 	}
 	g.forward = true
 	return nil
+}
+
+// RetryParent moves a request whose parent failed before any byte of
+// the response to the next parent of its route ([route.Route.PickExcept]
+// skipping the one that failed), once per request, and reports whether
+// it did: the request is then to be sent again through that parent. err
+// is the failure: a dial's error that a parent caused (its connect or
+// handshake failed: a *route.Error that counts against it, which the
+// parent's health has noted), or, for a plain HTTP request sent to an
+// http or https parent (ForwardParent returned it), the error of the
+// exchange on a fresh connection to it that ended before the response
+// (or, with nothing of it sent to the client, before its end), which
+// RetryParent counts against the parent's health. A parent that answered
+// and refused the destination is not retried, nor a request without a
+// parent or whose route has no other parent up (a fallback to direct is
+// not taken for a retry). addr is the destination host:port.
+//
+// The front-end calls it only for a request it can send again: a tunnel
+// not yet answered (Dial and DialConn do this themselves for a request
+// that did not ask ForwardParent), or an idempotent request (see
+// [Idempotent]) of which no body byte was sent; a plain HTTP front-end
+// then asks ForwardParent again and builds its head for the parent it
+// returns. The failed attempt's reason is forgotten.
+func (g *Grant) RetryParent(addr string, err error) bool {
+	failed := g.parent
+	if failed == nil || g.retried || g.route.Direct() || err == nil {
+		return false
+	}
+	var re *route.Error
+	switch {
+	case errors.As(err, &re):
+		if re.Kind == route.Refused || re.Parent != failed.Name() {
+			return false
+		}
+	case g.forward:
+		var de *dialer.Error
+		if errors.As(err, &de) {
+			return false // a dial refused before the parent was asked
+		}
+		failed.Health().Failed(time.Now())
+	default:
+		return false // through a tunnel: the destination may have failed
+	}
+	host, _, serr := splitAddr(addr)
+	if serr != nil {
+		return false
+	}
+	next, perr := g.route.PickExcept(route.Key{Host: host, User: g.User}, failed)
+	if perr != nil || next == nil {
+		return false
+	}
+	g.s.debug("gate: retrying on the next parent", slog.String("failed", failed.Name()),
+		slog.String("next", next.Name()), slog.String("target", addr), slog.Any("err", err))
+	g.parent, g.picked, g.forward, g.retried = next, true, false, true
+	g.reason, g.cause = "", nil
+	return true
 }
 
 // ForwardKey appends to dst the upstream pool key of an HTTP parent's
@@ -132,8 +197,9 @@ func (e errNoParent) Unwrap() error { return route.ErrNoParent }
 func (e errNoParent) Reason() string { return "no parent proxy of route " + e.route + " is up" }
 
 // errHTTPSParent refuses an https parent on a path that needs a TCP
-// connection to the destination (Dial: plain HTTP forwarding, HTTP/2
-// streams), which phase 2 of the parents work is to add.
+// connection (Dial): HTTP/2 CONNECT and WebSocket streams, whose relay
+// waits for the upstream socket's readiness while it holds no buffer,
+// which a TLS connection's buffered records would defeat.
 type errHTTPSParent struct{ parent string }
 
 func (e errHTTPSParent) Error() string {
@@ -142,7 +208,7 @@ func (e errHTTPSParent) Error() string {
 
 // Reason is the client-safe reason.
 func (e errHTTPSParent) Reason() string {
-	return "parent proxy " + e.parent + " (https) takes only tunnels (CONNECT, SOCKS) for now"
+	return "parent proxy " + e.parent + " (https) does not carry HTTP/2 tunnels (CONNECT, WebSocket)"
 }
 
 // dialRoute dials addr under the grant's route: direct (with the dial
@@ -162,13 +228,15 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dia
 	if g.forward {
 		// The request goes to the parent itself (ForwardParent checked
 		// its destination); addr is its pool key.
+		if tcpOnly && g.parent.Scheme() == route.HTTPS {
+			g.reason = accesslog.ReasonParentRefused
+			return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{g.parent.Name()}}
+		}
 		c, err := g.parent.DialParent(ctx, p.Dialer)
 		if err != nil {
 			return nil, g.parentError(addr, err)
 		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			g.upstream = remoteAddrPort(tc)
-		}
+		g.upstream = remoteAddrPort(c)
 		return c, nil
 	}
 	host, port, err := splitAddr(addr)

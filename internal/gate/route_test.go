@@ -73,3 +73,84 @@ func BenchmarkAuthorizeRoute(b *testing.B) {
 		g.Finish(0, 0)
 	}
 }
+
+// TestAppendRequestTarget checks the request target sent upstream:
+// origin form, or absolute form to an http parent, with the parent's
+// Proxy-Authorization line.
+func TestAppendRequestTarget(t *testing.T) {
+	p, err := route.NewParent(route.ParentConfig{Name: "up", URL: "http://u:pw@127.0.0.1:3128"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, err := route.NewParent(route.ParentConfig{Name: "anon", URL: "http://127.0.0.1:3128"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		parent          *route.Parent
+		authority, path string
+		want, wantAuth  string
+	}{
+		{nil, "example.com", "/a?b", "/a?b", ""},
+		{nil, "example.com", "?q", "/?q", ""},
+		{p, "example.com:8080", "/a?b", "http://example.com:8080/a?b", "Proxy-Authorization: Basic dTpwdw==\r\n"},
+		{p, "example.com", "?q", "http://example.com/?q", "Proxy-Authorization: Basic dTpwdw==\r\n"},
+		{p, "example.com", "*", "http://example.com", "Proxy-Authorization: Basic dTpwdw==\r\n"},
+		{anon, "[::1]:80", "/", "http://[::1]:80/", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.parent.Name()+" "+tt.path, func(t *testing.T) {
+			if got := string(gate.AppendRequestTarget(nil, tt.parent, tt.authority, tt.path)); got != tt.want {
+				t.Errorf("string target = %q, want %q", got, tt.want)
+			}
+			if got := string(gate.AppendRequestTarget(nil, tt.parent, []byte(tt.authority), []byte(tt.path))); got != tt.want {
+				t.Errorf("[]byte target = %q, want %q", got, tt.want)
+			}
+			if got := string(gate.AppendParentAuthorization(nil, tt.parent)); got != tt.wantAuth {
+				t.Errorf("authorization = %q, want %q", got, tt.wantAuth)
+			}
+		})
+	}
+}
+
+// TestSessionKeyLogin checks that a user name with a session key
+// authenticates as its base user with that user's password, as a SOCKS5
+// login and as Proxy-Authorization, and stays whole as the grant's user;
+// a wrong password, or a base user that does not exist, is refused.
+func TestSessionKeyLogin(t *testing.T) {
+	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{"alice": "pw", "bob-session-1": "bpw"},
+		Rules: []acl.Rule{{Name: "all", Action: acl.Allow}},
+	})
+	tests := []struct {
+		user, pass string
+		ok         bool
+	}{
+		{"alice-session-42", "pw", true},
+		{"alice-session-42", "wrong", false},
+		{"alice", "pw", true},
+		{"carol-session-1", "pw", false},
+		{"bob-session-1", "bpw", true}, // a configured name with a session key is itself
+		{"bob-session-2", "bpw", false},
+		{"alice-session-", "pw", false}, // no key after the mark
+	}
+	for _, tt := range tests {
+		t.Run(tt.user+" "+tt.pass, func(t *testing.T) {
+			s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40011"), nil, nil)
+			defer s.Close()
+			var g gate.Grant
+			name, k := s.Login([]byte(tt.user), []byte(tt.pass), &g)
+			if (k == gate.OK) != tt.ok || tt.ok && name != tt.user {
+				t.Errorf("Login = %q, %v; want ok %v", name, k, tt.ok)
+			}
+			g.Finish(0, 0)
+			s2 := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40012"), nil, nil)
+			defer s2.Close()
+			k = s2.Authorize(connectReq("www.example.com", basicAuth(tt.user, tt.pass)), &g)
+			if (k == gate.OK) != tt.ok || tt.ok && g.User != tt.user {
+				t.Errorf("Authorize = %v, user %q; want ok %v", k, g.User, tt.ok)
+			}
+			g.Finish(0, 0)
+		})
+	}
+}

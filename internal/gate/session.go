@@ -174,6 +174,11 @@ func (s *Session) Login(user, password []byte, g *Grant) (string, Kind) {
 		return "", kind
 	}
 	r := p.Auth.AuthenticateUserPassword(user, password)
+	if r.Outcome == auth.Refused {
+		if rr, ok := p.checkSessionUser(user, password); ok {
+			r = rr
+		}
+	}
 	switch r.Outcome {
 	case auth.Unavailable:
 		return "", s.unavailable(g)
@@ -184,7 +189,7 @@ func (s *Session) Login(user, password []byte, g *Grant) (string, Kind) {
 	s.mu.Lock()
 	s.identity, s.identityGroups, s.identified = r.User, r.Groups, true
 	s.mu.Unlock()
-	s.track(r.User)
+	s.track(p.account(r.User))
 	return r.User, OK
 }
 
@@ -227,7 +232,7 @@ func (s *Session) verifyHeader(value []byte, g *Grant) (known, Kind) {
 	if kind := s.coolingDown(g); kind != OK {
 		return known{}, kind
 	}
-	r := s.checkHeader(value)
+	r := s.checkHeader(value, g.tried)
 	switch r.Outcome {
 	case auth.Unavailable:
 		return known{}, s.unavailable(g)
@@ -318,10 +323,20 @@ func (s *Session) lookup(value []byte) known {
 }
 
 // checkHeader asks the authenticator about a Proxy-Authorization value
-// the session has no verdict on, and memoises an accepted one.
-func (s *Session) checkHeader(value []byte) auth.Result {
+// the session has no verdict on, which tries the user name tried as its
+// base user when it carries a session key (see Policy.checkSessionUser),
+// and memoises an accepted one.
+func (s *Session) checkHeader(value, tried []byte) auth.Result {
 	now := monoNow()
 	r := s.p.Auth.Authenticate(value)
+	if r.Outcome == auth.Refused && auth.SessionKey(bytesString(tried)) != "" {
+		if pass, found := basicPassword(value); found {
+			if rr, ok := s.p.checkSessionUser(tried, pass); ok {
+				r = rr
+			}
+			clear(pass)
+		}
+	}
 	if r.Outcome == auth.Accepted && len(value) <= authMemoMax {
 		s.mu.Lock()
 		s.memo = append(s.memo[:0], value...)
@@ -419,6 +434,8 @@ func (s *Session) Close() {
 }
 
 // track registers the session under user for revocation.
+// user is an account (see Policy.account): revoking alice ends the
+// sessions of alice-session-42.
 func (s *Session) track(user string) {
 	if user != "" {
 		s.p.Revoked.add(s, user)

@@ -30,6 +30,7 @@ type origin struct {
 	// through it.
 	rw          http1.ResponseWait
 	bodyPending bool
+	interim     bool // a 1xx answer went to the client
 }
 
 var originPool = sync.Pool{New: func() any { return new(origin) }}
@@ -41,6 +42,7 @@ func putOrigin(o *origin) {
 	o.up.Release()
 	o.up.C, o.up.TCP = nil, nil
 	o.head.Buf, o.trailer.Buf = nil, nil
+	o.interim = false
 	if cap(o.trailers) > 4<<10 {
 		o.trailers = nil
 	}
@@ -48,7 +50,7 @@ func putOrigin(o *origin) {
 }
 
 // attach makes up the connection o reads, with an empty buffer.
-func (o *origin) attach(up *net.TCPConn) {
+func (o *origin) attach(up net.Conn) {
 	o.up.Release()
 	o.up.Attach(up, &http1.UpstreamBufs)
 }
@@ -100,6 +102,7 @@ func (s *stream) readResponse(o *origin, method string, upgrade bool) error {
 			return errUnexpected101
 		case h.Status < 200 && h.Status != 101:
 			fields := responseFields(make([]hpack.HeaderField, 0, 4), h.Status, h, false, "")
+			o.interim = true
 			if err := s.sendHeaders(fields, false); err != nil {
 				return err
 			}

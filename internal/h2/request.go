@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/route"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
 )
@@ -312,10 +313,15 @@ type headOptions struct {
 	forwarded  string // ForwardedNone, ForwardedRFC or ForwardedXFF
 	via        bool
 	clientAddr netip.Addr
+	// parent is the http parent the request goes to in absolute form
+	// with its Proxy-Authorization (see gate.Grant.ForwardParent); nil =
+	// none.
+	parent *route.Parent
 }
 
 // appendRequestHead appends the HTTP/1.1 request head forwarded to the
-// origin for r: request line in origin-form, Host from the authority, the
+// origin for r: request line in origin-form (absolute-form, with the
+// parent's Proxy-Authorization, to o.parent), Host from the authority, the
 // client's fields less pseudo, hop-by-hop and proxy ones, cookie fields
 // joined into one (RFC 9113 §8.2.3), and the framing: Content-Length when
 // the client gave one, chunked when the body's length is unknown.
@@ -329,7 +335,7 @@ func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key
 	}
 	out = append(out, method...)
 	out = append(out, ' ')
-	out = append(out, r.path...)
+	out = gate.AppendRequestTarget(out, o.parent, r.authority, r.path)
 	out = append(out, " HTTP/1.1\r\nHost: "...)
 	out = append(out, r.authority...)
 	out = append(out, "\r\n"...)
@@ -407,6 +413,7 @@ func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key
 		// §7.6.3).
 		out = append(out, "Via: 2 rustle\r\n"...)
 	}
+	out = gate.AppendParentAuthorization(out, o.parent)
 	return append(out, "\r\n"...), chunked
 }
 

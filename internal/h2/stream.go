@@ -47,9 +47,9 @@ type stream struct {
 	discard     bool       // client bytes are dropped (an answer that ignores the body)
 	finalHead   bool       // forward took the origin's final response head: a stalled body resets s
 	tunnel      bool       // client bytes go to up
-	up          *net.TCPConn
-	pumping     bool // a goroutine is writing in's first bytes to up
-	upShut      bool // up's write half is shut down
+	up          net.Conn   // TCP, or for a forwarded request TLS to an https parent
+	pumping     bool       // a goroutine is writing in's first bytes to up
+	upShut      bool       // up's write half is shut down
 	cancel      context.CancelFunc
 	paceStop    context.CancelFunc // ends paceCtx; nil when the stream's bytes are not paced
 	upBytes     int64              // the client's bytes written upstream (body content or tunnel)
@@ -575,7 +575,7 @@ func (s *stream) kickUpLocked() {
 	}
 	if s.remoteDone && !s.upShut {
 		s.upShut = true
-		s.up.CloseWrite()
+		s.up.(*net.TCPConn).CloseWrite() // a tunnel's upstream is TCP
 		s.cond.Broadcast()
 	}
 }

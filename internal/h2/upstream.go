@@ -88,8 +88,9 @@ func (s *stream) answerError(err error, target string) {
 }
 
 // dial connects to addr under the stream's grant; a reset of the stream
-// cancels it.
-func (s *stream) dial(addr string) (*net.TCPConn, error) {
+// cancels it. The connection is TCP for a tunnel (tcpOnly), and may be
+// TLS to an https parent for a forwarded request.
+func (s *stream) dial(addr string, tcpOnly bool) (net.Conn, error) {
 	c := s.c
 	c.mu.Lock()
 	if s.reset {
@@ -99,7 +100,16 @@ func (s *stream) dial(addr string) (*net.TCPConn, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	c.mu.Unlock()
-	up, err := s.grant.Dial(ctx, addr)
+	var up net.Conn
+	var err error
+	if tcpOnly {
+		var tc *net.TCPConn
+		if tc, err = s.grant.Dial(ctx, addr); err == nil {
+			up = tc
+		}
+	} else {
+		up, err = s.grant.DialConn(ctx, addr)
+	}
 	c.mu.Lock()
 	s.cancel = nil
 	gone := s.reset
@@ -113,7 +123,7 @@ func (s *stream) dial(addr string) (*net.TCPConn, error) {
 
 // attach makes up the stream's upstream, which a reset interrupts. It
 // closes up and reports false when the stream is gone already.
-func (s *stream) attach(up *net.TCPConn) bool {
+func (s *stream) attach(up net.Conn) bool {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -127,7 +137,7 @@ func (s *stream) attach(up *net.TCPConn) bool {
 
 // detach ends the stream's use of up: back to the pool as key when reuse
 // is set and the stream was not reset, closed otherwise.
-func (s *stream) detach(up *net.TCPConn, key string, reuse bool) {
+func (s *stream) detach(up net.Conn, key string, reuse bool) {
 	c := s.c
 	pool := s.grant.Pool()
 	c.mu.Lock()
@@ -145,7 +155,7 @@ func (s *stream) detach(up *net.TCPConn, key string, reuse bool) {
 // upstream returns a pooled connection to key or dials one, and reports
 // whether it was pooled. canRetry says whether the request could be sent
 // again should a pooled connection turn out dead (see gate.Grant.Admits).
-func (s *stream) upstream(key string, fresh, canRetry bool) (*net.TCPConn, bool, error) {
+func (s *stream) upstream(key string, fresh, canRetry bool) (net.Conn, bool, error) {
 	if p := s.grant.Pool(); p != nil && !fresh {
 		if up := p.Get([]byte(key)); up != nil {
 			// A pooled connection may have been made under another
@@ -156,7 +166,7 @@ func (s *stream) upstream(key string, fresh, canRetry bool) (*net.TCPConn, bool,
 			up.Close()
 		}
 	}
-	up, err := s.dial(key)
+	up, err := s.dial(key, false)
 	return up, false, err
 }
 
@@ -167,22 +177,38 @@ func (s *stream) upstream(key string, fresh, canRetry bool) (*net.TCPConn, bool,
 func (s *stream) forward() {
 	c := s.c
 	r := &s.req
-	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
+	dest := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
 	hasBody := !r.endStream
 	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr}
+	// key is the pool key: the destination, or an HTTP parent's key when
+	// the request goes to one in absolute form.
+	key, ok := s.forwardParent(dest, &opts)
+	if !ok {
+		return
+	}
 	head, chunked := appendRequestHead(make([]byte, 0, 512), r, hasBody, &opts, "")
 	canRetry := !hasBody && gate.Idempotent(r.method)
 
 	o := getOrigin()
 	defer putOrigin(o)
-	var up *net.TCPConn
+	var up net.Conn // TCP, or TLS to an https parent
 	var err error
 	var written time.Time // when the head went upstream
-	for attempt := 0; ; attempt++ {
+	fresh := false
+	for {
 		var reused bool
-		up, reused, err = s.upstream(key, attempt > 0, canRetry)
+		up, reused, err = s.upstream(key, fresh, canRetry)
 		if err != nil {
-			s.answerError(err, key)
+			// A parent that failed to connect: once more through the
+			// route's next one (see gate.Grant.RetryParent).
+			if canRetry && s.grant.RetryParent(dest, err) {
+				if key, ok = s.forwardParent(dest, &opts); !ok {
+					return
+				}
+				head, chunked = appendRequestHead(head[:0], r, hasBody, &opts, "")
+				continue
+			}
+			s.answerError(err, upstreamName(key, &opts))
 			return
 		}
 		if !s.attach(up) {
@@ -194,11 +220,35 @@ func (s *stream) forward() {
 		written = time.Now()
 		if err == nil && !hasBody {
 			err = s.readResponse(o, r.method, false)
+			if err == nil && canRetry && s.grant.Parent() != nil {
+				// Nothing of the answer goes to the client before its
+				// small body is in, so that a parent dying in the
+				// middle of it can still be retried.
+				h := &o.head
+				if !noBody(h, r.method) && !h.Chunked && !h.TEOther {
+					_, err = o.up.ReadRest(h.ContentLength, c.cfg.WriteTimeout)
+				}
+			}
 		}
-		if err == nil || attempt > 0 || !reused || !canRetry || !isDeadConn(err) {
+		if err == nil || !canRetry || !isDeadConn(err) || o.interim {
 			break
 		}
 		s.detach(up, key, false)
+		if reused && !fresh {
+			fresh = true // a pooled connection the origin had closed
+			continue
+		}
+		if reused || !s.grant.RetryParent(dest, err) {
+			// Answered below; the upstream is closed already.
+			s.answerError(err, upstreamName(key, &opts))
+			return
+		}
+		// The route's parent closed a fresh connection before a byte
+		// of the response: once more through its next parent.
+		if key, ok = s.forwardParent(dest, &opts); !ok {
+			return
+		}
+		head, chunked = appendRequestHead(head[:0], r, hasBody, &opts, "")
 	}
 	bodyDone := make(chan error, 1)
 	cut := false // the request body failed on the client's side before the head was taken
@@ -234,7 +284,7 @@ func (s *stream) forward() {
 		s.detach(up, key, false)
 		s.dropBody()
 		<-bodyDone
-		s.answerError(err, key)
+		s.answerError(err, upstreamName(key, &opts))
 		return
 	}
 	s.grant.FirstByte(written)
@@ -251,6 +301,36 @@ func (s *stream) forward() {
 	s.detach(up, key, reuse)
 }
 
+// forwardParent asks the grant whether the request to dest goes to an
+// HTTP parent in absolute form (see gate.Grant.ForwardParent), notes the
+// parent in o, and returns the pool key: dest, or the parent's key. On a
+// refusal it has answered the stream and reports false.
+func (s *stream) forwardParent(dest string, o *headOptions) (string, bool) {
+	o.parent = nil
+	if s.grant.Route().Direct() {
+		return dest, true
+	}
+	p, err := s.grant.ForwardParent([]byte(dest))
+	if err != nil {
+		s.answerError(err, dest)
+		return "", false
+	}
+	if p == nil {
+		return dest, true
+	}
+	o.parent = p
+	return string(gate.ForwardKey(make([]byte, 0, 64), p)), true
+}
+
+// upstreamName is how an answer names the upstream at key: the
+// destination, or the parent (never its address) the request went to.
+func upstreamName(key string, o *headOptions) string {
+	if o.parent != nil {
+		return "through parent proxy " + o.parent.Name()
+	}
+	return key
+}
+
 // errBodyCut is the request body's error when the origin answered
 // without taking all of it.
 var errBodyCut = errors.New("h2: origin answered before taking the whole request body")
@@ -258,7 +338,7 @@ var errBodyCut = errors.New("h2: origin answered before taking the whole request
 // bodyResult waits for the request body's writer. When the origin has
 // answered without taking the whole body, the writer is given a moment
 // and then cut off.
-func (s *stream) bodyResult(done <-chan error, up *net.TCPConn) error {
+func (s *stream) bodyResult(done <-chan error, up net.Conn) error {
 	select {
 	case err := <-done:
 		return err
@@ -300,7 +380,7 @@ func (s *stream) dropBody() {
 // ended: sent (or failed upstream: the origin may answer), or failed on
 // the client's side (a reset, a stall). A stall after the response head
 // was taken resets the stream, ending the response's relay.
-func (s *stream) sendBody(o *origin, up *net.TCPConn, chunked bool, done chan<- error) {
+func (s *stream) sendBody(o *origin, up net.Conn, chunked bool, done chan<- error) {
 	c := s.c
 	defer c.wg.Done()
 	err := s.writeBody(up, chunked)
@@ -322,7 +402,7 @@ func (s *stream) sendBody(o *origin, up *net.TCPConn, chunked bool, done chan<- 
 
 // writeBody writes the request body to up. It waits for the client's
 // DATA for at most the write timeout at a time.
-func (s *stream) writeBody(up *net.TCPConn, chunked bool) error {
+func (s *stream) writeBody(up net.Conn, chunked bool) error {
 	c := s.c
 	var hdr [16]byte
 	c.mu.Lock()
@@ -412,11 +492,12 @@ func (s *stream) connect() bool {
 	c := s.c
 	r := &s.req
 	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
-	up, err := s.dial(key)
+	upc, err := s.dial(key, true)
 	if err != nil {
 		s.answerError(err, key)
 		return false
 	}
+	up := upc.(*net.TCPConn) // a tunnel's relay waits on its socket
 	if !s.attach(up) {
 		return false
 	}

@@ -29,7 +29,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 	body.g = g
 	canRetry := out.Body == nil && gate.Idempotent(r.Method)
 
-	var up *net.TCPConn
+	var up net.Conn
 	var br *bufio.Reader
 	var resp *http.Response
 	var sent time.Time
@@ -104,7 +104,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 
 // upstream returns a pooled connection to key that the grant admits, or
 // dials one, and reports whether it was pooled. fresh skips the pool.
-func (s *Server) upstream(ctx context.Context, g *gate.Grant, key string, fresh, canRetry bool) (*net.TCPConn, bool, error) {
+func (s *Server) upstream(ctx context.Context, g *gate.Grant, key string, fresh, canRetry bool) (net.Conn, bool, error) {
 	if p := g.Pool(); p != nil && !fresh {
 		if up := p.Get([]byte(key)); up != nil {
 			if g.Admits(up, canRetry) {
@@ -114,13 +114,16 @@ func (s *Server) upstream(ctx context.Context, g *gate.Grant, key string, fresh,
 		}
 	}
 	up, err := g.Dial(ctx, key)
-	return up, false, err
+	if err != nil {
+		return nil, false, err // not a nil *net.TCPConn in a non-nil net.Conn
+	}
+	return up, false, nil
 }
 
 // exchange writes out to up and reads the final response head (1xx
 // responses skipped), within the write and response-header timeouts, and
 // returns the response, its reader and when the request was sent.
-func (s *Server) exchange(ctx context.Context, up *net.TCPConn, out *http.Request) (*http.Response, *bufio.Reader, time.Time, error) {
+func (s *Server) exchange(ctx context.Context, up net.Conn, out *http.Request) (*http.Response, *bufio.Reader, time.Time, error) {
 	stop := context.AfterFunc(ctx, func() { up.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if s.cfg.WriteTimeout > 0 {

@@ -270,3 +270,32 @@ func (b *Conn) ReadHead(limit int, headTimeout time.Duration) (int, error) {
 		started = true
 	}
 }
+
+// ReadRest reads, behind a message head just parsed from b's buffer, the
+// rest of a body of n bytes when all of it fits in the buffer as it is:
+// nothing is moved (as Fill may), so that the head parsed from the buffer
+// stays valid. Each read is bounded by timeout. It reports false, reading
+// nothing, for a body that does not fit; io.ErrUnexpectedEOF when the
+// connection ends before the body does. A front-end uses it to have a
+// small response whole before it forwards any of it, so that an upstream
+// dying in its middle can still be retried.
+func (b *Conn) ReadRest(n int64, timeout time.Duration) (bool, error) {
+	if n <= 0 || int64(b.R)+n > int64(len(b.Buf)) {
+		return false, nil
+	}
+	for int64(b.W-b.R) < n {
+		b.ArmReadDeadline(MonoNow(), timeout)
+		m, err := b.C.Read(b.Buf[b.W:])
+		b.W += m
+		if err == io.EOF && int64(b.W-b.R) < n {
+			return true, io.ErrUnexpectedEOF
+		}
+		if err != nil && err != io.EOF {
+			return true, err
+		}
+		if err == io.EOF {
+			break
+		}
+	}
+	return true, nil
+}

@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
@@ -69,6 +70,7 @@ type conn struct {
 	nreq    int
 	isHead  bool // the request being served is a HEAD: answers carry no body
 	upgrade bool // the request being served is a WebSocket handshake
+	interim bool // a 1xx answer of the request's upstream went to the client
 
 	g         gate.Grant   // the current request's passage through the policy
 	gr        gate.Request // what g was asked for
@@ -213,6 +215,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	}
 	// A WebSocket handshake keeps its Upgrade field; the connection becomes
 	// a tunnel if the origin switches protocols.
+	cn.interim = false
 	cn.upgrade = !isConnect && req.Minor == 1 && string(method) == "GET" && !hasBody && req.UpgradesTo("websocket")
 	if cn.upgrade {
 		req.Fields[req.UpgradeIdx].Drop = false
@@ -244,9 +247,13 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	req.DropConnectionListed()
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
 	cn.fwd = nil
-	if !cn.upgrade && !cn.g.Route().Direct() {
+	if !cn.g.Route().Direct() {
 		// An HTTP parent takes the request itself, in absolute form; the
-		// pool keeps connections to it under its key.
+		// pool keeps connections to it under its key. So does a
+		// WebSocket handshake: a parent that forwards upgrades (Squid's
+		// http_upgrade_request_protocols) switches protocols and the
+		// connection to it becomes the tunnel, where a CONNECT to the
+		// origin's port might be refused.
 		if cn.fwd, err = cn.g.ForwardParent(cn.key); err != nil {
 			cn.writeDialError(err)
 			return false, false
@@ -288,16 +295,22 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	}
 
 	// Send the request, retrying once on a fresh connection when a pooled
-	// one turns out dead and the request can be replayed.
+	// one turns out dead and the request can be replayed, and once on the
+	// route's next parent when its parent fails before a response byte
+	// (an idempotent request of which no body byte went to it).
 	canRetry := idempotent && bodyDone
-	for attempt := 0; ; attempt++ {
-		if err = cn.getUpstream(attempt > 0, canRetry); err != nil {
+	fresh := false
+	for {
+		if err = cn.getUpstream(fresh, canRetry); err != nil {
+			if canRetry && cn.retryParent(&err) {
+				continue
+			}
 			cn.writeDialError(err)
 			return false, false
 		}
 		cn.up.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
 		var w int64
-		w, err = cn.vec.write(cn.up.TCP, cn.out, inBuf)
+		w, err = cn.vec.write(cn.up.C, cn.out, inBuf)
 		cn.obs.up = int64(inData)
 		if err != nil {
 			cn.obs.up = content(http1.ChunkedScanner{}, inBuf, w-int64(len(cn.out)), req.Chunked)
@@ -305,11 +318,28 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		if err == nil && bodyDone {
 			cn.sent()
 			err = cn.readResponseHead(clientMinor)
+			if err == nil && canRetry && !hasBody && cn.g.Parent() != nil {
+				// Nothing of the response goes to the client before
+				// its small body is in, so that a parent dying in the
+				// middle of it can still be retried.
+				err = cn.awaitSmallBody()
+			}
 		}
-		if err == nil || !(cn.upReused && canRetry && isDeadConnErr(err)) || attempt > 0 {
+		if err == nil || !canRetry || !isDeadConnErr(err) || cn.interim {
 			break
 		}
-		cn.dropUpstream()
+		if cn.upReused && !fresh {
+			cn.dropUpstream()
+			fresh = true
+			continue
+		}
+		if !hasBody && cn.retryParent(&err) {
+			// The route's parent (a fresh connection to it) closed
+			// before a byte of the response.
+			cn.dropUpstream()
+			continue
+		}
+		break
 	}
 	if err != nil {
 		cn.dropUpstream()
@@ -411,6 +441,59 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	return clientKeep, false
 }
 
+// retryParent moves the request, whose parent failed (err) before any
+// byte of the response, to the route's next parent (see
+// gate.Grant.RetryParent): the pool key and the request head are made
+// for it. It reports false when the request stays where it is, *err
+// then being what to answer (the next parent's refusal of the
+// destination, if it came to that).
+func (cn *conn) retryParent(err *error) bool {
+	if cn.g.Parent() == nil {
+		return false
+	}
+	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
+	if !cn.g.RetryParent(string(cn.key), *err) {
+		if cn.fwd != nil {
+			cn.key = gate.ForwardKey(cn.key[:0], cn.fwd)
+		}
+		return false
+	}
+	fwd, ferr := cn.g.ForwardParent(cn.key)
+	if ferr != nil {
+		*err = ferr
+		return false
+	}
+	cn.fwd = fwd
+	if fwd != nil {
+		cn.key = gate.ForwardKey(cn.key[:0], fwd)
+	}
+	cn.buildRequestHead()
+	return true
+}
+
+// errUpstreamCut is an upstream closing the connection in the middle of
+// a response that nothing of has gone to the client yet.
+var errUpstreamCut = fmt.Errorf("httpproxy: upstream closed the connection before its response was complete: %w", io.EOF)
+
+// awaitSmallBody reads, after the response head, the rest of a
+// Content-Length body that fits in the upstream buffer behind the head
+// (see http1.Conn.ReadRest). A body that does not fit, or a response
+// without a body of known length, is left to the forwarding. It returns
+// errUpstreamCut when the upstream closes first.
+func (cn *conn) awaitSmallBody() error {
+	resp := &cn.resp
+	if cn.isHead || resp.Status < 200 || resp.Status == 204 || resp.Status == 304 || resp.Chunked {
+		return nil
+	}
+	if _, err := cn.up.ReadRest(resp.ContentLength, cn.p.cfg.WriteTimeout); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return errUpstreamCut
+		}
+		return err
+	}
+	return nil
+}
+
 // isDeadConnErr reports whether err shows a pooled connection that the
 // origin had already closed: nothing of a response arrived.
 func isDeadConnErr(err error) bool {
@@ -423,14 +506,14 @@ func isDeadConnErr(err error) bool {
 // sent again should a reused connection turn out dead (see
 // gate.Grant.Admits).
 func (cn *conn) getUpstream(fresh, canRetry bool) error {
-	var c *net.TCPConn
+	var c net.Conn // TCP, or TLS to an https parent
 	cn.upReused = false
 	if cn.up.C != nil && cn.up.Buf == nil {
 		// The upstream the previous request left: reuse it for the same
 		// origin if this request's rule admits its address, else offer
 		// it to others.
 		if !fresh && cn.upKey == string(cn.key) {
-			if cn.g.Admits(cn.up.TCP, canRetry) {
+			if cn.g.Admits(cn.up.C, canRetry) {
 				cn.upReused = true
 				cn.up.TakeBuf(&http1.UpstreamBufs)
 				return nil
@@ -453,7 +536,7 @@ func (cn *conn) getUpstream(fresh, canRetry bool) error {
 	if c == nil {
 		addr := string(cn.key)
 		var err error
-		c, err = cn.g.Dial(context.WithoutCancel(cn.ctx), addr)
+		c, err = cn.g.DialConn(context.WithoutCancel(cn.ctx), addr)
 		if err != nil {
 			return err
 		}
@@ -510,7 +593,7 @@ func (cn *conn) putUpstream() {
 	if cn.up.C == nil {
 		return
 	}
-	c := cn.up.TCP
+	c := cn.up.C
 	cn.up.Release()
 	cn.up.C, cn.up.TCP = nil, nil
 	if cn.pool == nil || cn.upKey == "" {
@@ -581,6 +664,7 @@ func (cn *conn) readResponseHead(clientMinor int) error {
 			return errUnexpected101
 		}
 		if clientMinor == 1 {
+			cn.interim = true
 			cn.resp.DropConnectionListed()
 			cn.buildInterimHead()
 			cn.client.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
@@ -942,7 +1026,7 @@ func (cn *conn) switchProtocols() bool {
 	cn.buildSwitchHead()
 	cn.g.SetProtocol(accesslog.ProtoWebSocket)
 	cn.g.Answer(101, 0)
-	upc := cn.up.TCP
+	upc := cn.up.C
 	client := cn.client.C
 	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
 	// The bytes behind either head are the tunnel's first.

@@ -15,23 +15,15 @@ const crlf = "\r\n"
 
 // buildRequestHead writes into cn.out the head forwarded upstream for
 // cn.req: the request line in origin-form (absolute-form to an HTTP
-// parent, cn.fwd, with the parent's Proxy-Authorization at the end), the client's header lines in
-// their order and case less the hop-by-hop ones, Host set to the target's
+// parent, cn.fwd, with the parent's Proxy-Authorization at the end), the
+// client's header lines in their order and case less the hop-by-hop ones, Host set to the target's
 // authority, and the Forwarded and Via headers the configuration asks for.
 func (cn *conn) buildRequestHead() {
 	req := &cn.req
 	b := req.Buf
 	out := append(cn.out[:0], req.Method.Of(b)...)
 	out = append(out, ' ')
-	if cn.fwd != nil {
-		// To an HTTP parent: absolute form.
-		out = append(out, "http://"...)
-		out = append(out, cn.tgt.authority...)
-	}
-	if cn.tgt.path[0] == '?' {
-		out = append(out, '/')
-	}
-	out = append(out, cn.tgt.path...)
+	out = gate.AppendRequestTarget(out, cn.fwd, cn.tgt.authority, cn.tgt.path)
 	out = append(out, " HTTP/1.1\r\n"...)
 	// The client-address header rustle extends: every existing line of
 	// it is left out here and its values are joined, in order, in front
@@ -80,12 +72,7 @@ func (cn *conn) buildRequestHead() {
 	if cn.p.cfg.Via {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}
-	if cn.fwd != nil && cn.fwd.Authorization() != "" {
-		// The parent's own credentials; the client's were dropped.
-		out = append(out, "Proxy-Authorization: "...)
-		out = append(out, cn.fwd.Authorization()...)
-		out = append(out, crlf...)
-	}
+	out = gate.AppendParentAuthorization(out, cn.fwd) // the client's was dropped
 	cn.out = append(out, crlf...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,9 +46,26 @@ func (p *ExternalProxy) Output() string { return p.out.String() }
 // StartSquid starts Debian's Squid (skipped without it, failing under CI)
 // as an HTTP parent on loopback that requires Basic auth as SquidUser with
 // SquidPassword (through basic_ncsa_auth and an htpasswd file it writes),
-// caches nothing and allows CONNECT to any port. It is killed by
-// t.Cleanup.
+// caches nothing, allows CONNECT to any port and forwards WebSocket
+// upgrades (http_upgrade_request_protocols, as bench/squid.conf). It is
+// killed by t.Cleanup.
 func StartSquid(t testing.TB) *ExternalProxy {
+	t.Helper()
+	return StartSquidWith(t, SquidConfig{})
+}
+
+// SquidConfig is what StartSquidWith changes of StartSquid's Squid.
+type SquidConfig struct {
+	// Addr is the loopback host:port it listens on; "" = a free port.
+	// A Squid killed with Stop can be started again on its Addr.
+	Addr string
+	// ConnectPorts, when set, are the only ports CONNECT may reach (as
+	// Squid's default configuration allows 443 only); nil = any.
+	ConnectPorts []string
+}
+
+// StartSquidWith is StartSquid with cfg.
+func StartSquidWith(t testing.TB, cfg SquidConfig) *ExternalProxy {
 	t.Helper()
 	bin := sbinTool(t, "squid", "squid")
 	helper := "/usr/lib/squid/basic_ncsa_auth"
@@ -60,9 +78,16 @@ func StartSquid(t testing.TB) *ExternalProxy {
 	dir := worldReadableDir(t)
 	htpasswd := filepath.Join(dir, "htpasswd")
 	writeFile(t, htpasswd, []byte(squidHtpasswd), 0o644)
-	addr := ClosedPort(t)
+	addr := cfg.Addr
+	if addr == "" {
+		addr = ClosedPort(t)
+	}
+	var connect []string
+	if len(cfg.ConnectPorts) > 0 {
+		connect = []string{"acl connect_ports port " + strings.Join(cfg.ConnectPorts, " "), "http_access deny CONNECT !connect_ports"}
+	}
 	conf := filepath.Join(dir, "squid.conf")
-	writeFile(t, conf, []byte(strings.Join([]string{
+	writeFile(t, conf, []byte(strings.Join(slices.Concat([]string{
 		"http_port " + addr,
 		"pid_filename none",
 		"cache_log stdio:/dev/stderr",
@@ -75,11 +100,13 @@ func StartSquid(t testing.TB) *ExternalProxy {
 		"cache deny all",
 		"auth_param basic program " + helper + " " + htpasswd,
 		"auth_param basic realm rustle-test",
+		"http_upgrade_request_protocols websocket allow all",
 		"acl authed proxy_auth REQUIRED",
+	}, connect, []string{
 		"http_access allow authed",
 		"http_access deny all",
 		"",
-	}, "\n")), 0o644)
+	}), "\n")), 0o644)
 	return startExternal(t, addr, bin, "-N", "-f", conf)
 }
 

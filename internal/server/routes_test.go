@@ -106,8 +106,8 @@ func routeOrigins(t *testing.T) (plain, tlsURL, caFile string) {
 // HTTPS parent and as a SOCKS5 parent with username auth. curl drives a
 // plain HTTP request and a CONNECT on rustle's plain port, a SOCKS5
 // CONNECT (--socks5-hostname) and a SOCKS4a CONNECT; each reaches the
-// origin (but a plain request through the https parent, refused with its
-// reason), the access log names the route and the parent, and rustle's
+// origin (a plain request through the https parent in absolute form over
+// TLS), the access log names the route and the parent, and rustle's
 // parent metrics count it.
 func TestRoutesRealParents(t *testing.T) {
 	plain, tlsURL, originCA := routeOrigins(t)
@@ -157,12 +157,6 @@ func TestRoutesRealParents(t *testing.T) {
 				{"SOCKS5", []string{"--socks5-hostname", addrs["socks"], "--cacert", originCA, tlsURL + "/socks"}, "origin GET /socks"},
 				{"SOCKS4a", []string{"--socks4a", addrs["socks"], plain + "/socks4"}, "origin GET /socks4"},
 			}
-			if !tt.tcp {
-				// An https parent takes tunnels only, for now: a plain
-				// request is refused with the reason.
-				asks[0].want = "parent proxy F (https) takes only tunnels (CONNECT, SOCKS) for now\n502"
-				asks[0].args = append([]string{"-w", "%{http_code}", "--no-fail"}, asks[0].args...)
-			}
 			for _, a := range asks {
 				out, err := curl(t, a.args...)
 				if err != nil || !strings.HasSuffix(out, a.want) {
@@ -175,8 +169,7 @@ func TestRoutesRealParents(t *testing.T) {
 				return len(recs) >= 4
 			})
 			for _, r := range recs {
-				refused := !tt.tcp && r.Protocol == "http" && r.Status == 502 && r.Reason == "parent-refused"
-				if r.Route != config.ForwardName || r.Parent != config.ForwardName || !(r.Status == 200 || r.Protocol == "socks5" && r.Status == 0 || r.Protocol == "socks4" && (r.Status == 0 || r.Status == 90) || refused) {
+				if r.Route != config.ForwardName || r.Parent != config.ForwardName || !(r.Status == 200 || r.Protocol == "socks5" && r.Status == 0 || r.Protocol == "socks4" && (r.Status == 0 || r.Status == 90)) {
 					t.Errorf("record %+v: want route and parent %q", r, config.ForwardName)
 				}
 				if tt.tcp {
@@ -185,23 +178,16 @@ func TestRoutesRealParents(t *testing.T) {
 					}
 				}
 			}
-			wantDials := 4.0
-			if !tt.tcp {
-				wantDials = 3
-			}
-			if got := proxytest.Metric(t, m, "rustle_parent_requests_total", "parent", config.ForwardName); got != wantDials {
-				t.Errorf("rustle_parent_requests_total = %v, want %v", got, wantDials)
+			if got := proxytest.Metric(t, m, "rustle_parent_requests_total", "parent", config.ForwardName); got != 4 {
+				t.Errorf("rustle_parent_requests_total = %v, want 4", got)
 			}
 			if got := proxytest.Metric(t, m, "rustle_parent_up", "parent", config.ForwardName); got != 1 {
 				t.Errorf("rustle_parent_up = %v, want 1", got)
 			}
 			if strings.HasPrefix(tt.name, "rustle") {
-				// The parent logs what went through it: the tunnels,
-				// and the plain request unless refused before (https).
+				// The parent logs what went through it: the tunnels
+				// and the plain request.
 				want := 4
-				if !tt.tcp {
-					want = 3
-				}
 				proxytest.WaitFor(t, "the parent's records", func() bool {
 					return strings.Count(pAccess.String(), "\n")-pBefore >= want
 				})
@@ -217,6 +203,13 @@ func TestRoutesRealParents(t *testing.T) {
 // parents and routes modify sets, its access log and metrics.
 func startRouted(t *testing.T, modify func(c *config.Config)) (map[string]string, *logBuffer, *metrics.Metrics) {
 	t.Helper()
+	_, addrs, access, m := startRoutedServer(t, modify)
+	return addrs, access, m
+}
+
+// startRoutedServer is startRouted that also returns the server.
+func startRoutedServer(t *testing.T, modify func(c *config.Config)) (*Server, map[string]string, *logBuffer, *metrics.Metrics) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Workers = 1
 	cfg.Listen = []config.Listener{
@@ -230,8 +223,8 @@ func startRouted(t *testing.T, modify func(c *config.Config)) (map[string]string
 	}
 	m := metrics.New(metrics.Config{})
 	access := &logBuffer{}
-	_, addrs := startLogged(t, cfg, nil, access, WithMetrics(m))
-	return addrs, access, m
+	s, addrs := startLogged(t, cfg, nil, access, WithMetrics(m))
+	return s, addrs, access, m
 }
 
 // lastRecord waits for the n-th access log record and returns it.
@@ -291,9 +284,9 @@ func TestRoutesGuard(t *testing.T) {
 }
 
 // TestRoutesHealth checks passive health through rustle: a dead parent
-// first in a first-available group fails its request (no retry on the
-// next parent yet) and is then down, the next requests go to the live
-// one; a route whose only parent is down refuses with no-parent, or goes
+// first in a first-available group fails its request's connect (which
+// is retried on the next parent) and is then down, the next requests go
+// to the live one; a route whose only parent is down refuses with no-parent, or goes
 // direct with fallback = "direct".
 func TestRoutesHealth(t *testing.T) {
 	plain, _, _ := routeOrigins(t)
@@ -322,7 +315,7 @@ func TestRoutesHealth(t *testing.T) {
 		parent string
 		reason string
 	}{
-		{"GET", "parent proxy dead is unreachable\n 502", "failover", "dead", "parent-unreachable"},
+		{"GET", "origin GET /h 200", "failover", "dante", ""},
 		{"GET", "origin GET /h 200", "failover", "dante", ""},
 		{"GET", "origin GET /h 200", "failover", "dante", ""},
 		{"PUT", "no parent proxy of route refuse is up\n 502", "refuse", "", "no-parent"},
@@ -344,8 +337,8 @@ func TestRoutesHealth(t *testing.T) {
 	if got := proxytest.Metric(t, m, "rustle_parent_connect_failures_total", "parent", "dead"); got != 1 {
 		t.Errorf("rustle_parent_connect_failures_total{dead} = %v, want 1", got)
 	}
-	if got := proxytest.Metric(t, m, "rustle_parent_requests_total", "parent", "dante"); got != 2 {
-		t.Errorf("rustle_parent_requests_total{dante} = %v, want 2", got)
+	if got := proxytest.Metric(t, m, "rustle_parent_requests_total", "parent", "dante"); got != 3 {
+		t.Errorf("rustle_parent_requests_total{dante} = %v, want 3", got)
 	}
 }
 
