@@ -65,9 +65,14 @@ func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, 
 	return o, nil
 }
 
-// attach lets the metrics read the server's pool and tunnel counts.
+// attach lets the metrics read the server's pool, tunnel and quota
+// counts, and adds the server's endpoints to the admin listener.
 func (o *ops) attach(srv *server.Server) {
 	srv.RegisterMetrics(o.metrics)
+	if o.admin != nil {
+		o.admin.Handle("GET /quota", srv.QuotaHandler())
+		o.admin.Handle("POST /revoke", srv.RevokeHandler())
+	}
 }
 
 // started turns readiness on and tells systemd that rustle is ready.

@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/route"
 )
 
@@ -51,9 +52,9 @@ type Request struct {
 // it until Finish. The zero Grant is ready for Authorize; a front-end
 // keeps one per connection (or stream) and reuses it, which keeps the
 // request path free of allocations. A Grant is used by one goroutine at a
-// time, except that Throttle and Pace, which read only what Authorize set,
-// may be called from other goroutines until the next Authorize (a
-// stream's relay directions pace concurrently).
+// time, except that Throttle and Pace, which read only what Authorize and
+// Meter set, may be called from other goroutines until the next
+// Authorize (a stream's relay directions pace concurrently).
 type Grant struct {
 	s *Session
 
@@ -73,6 +74,8 @@ type Grant struct {
 	picked   bool           // parent was picked (by ForwardParent) before the dial
 	forward  bool           // plain HTTP sent to parent (an http one) in absolute form
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
+	quota    *quota.User    // the user's quota counters; nil = none
+	meter    *quota.Meter   // counts the tunnel's bytes as they move; nil = not metered
 	counted  string         // the user counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
 	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
@@ -132,7 +135,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	}
 	user := k.user
 	if k.counted {
-		g.User, g.throttle = user, k.throttle
+		g.User, g.throttle, g.quota = user, k.throttle, k.quota
 	} else if kind := s.admitUser(user, g); kind != OK {
 		return g.refuse(kind)
 	}
@@ -150,6 +153,10 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 			return g.refuse(Denied) // logged at Finish
 		}
 	}
+	if !g.quota.Begin() {
+		s.debug("gate: quota exceeded", slog.String("user", user))
+		return g.refuse(QuotaExceeded)
+	}
 	g.chooseRoute(&ar)
 	return OK
 }
@@ -161,6 +168,7 @@ const privateHint = `to allow it, list its range in allow_private (or a rule's a
 // OK, or UserLimit past the user's connection limit.
 func (s *Session) admitUser(user string, g *Grant) Kind {
 	g.User = user
+	g.quota = s.p.Quota.User(user)
 	bucket, perGrant, ok := s.countUser(user)
 	if !ok {
 		s.debug("gate: too many connections for the user", slog.String("user", user))
@@ -251,11 +259,32 @@ func (g *Grant) Session() *Session { return g.s }
 func (g *Grant) Throttle() *limits.Bucket { return g.throttle }
 
 // Pace waits, for a paced user, until n more bytes may pass (or ctx is
-// done); it is called before the bytes are written.
-func (g *Grant) Pace(ctx context.Context, n int) {
-	if g.throttle != nil && n > 0 {
+// done); it is called before the bytes are written. Once Meter started
+// metering the request it also counts the n bytes against the user's
+// byte quota, unless the quota is spent already: it then reports false,
+// and the front-end ends the request without writing them (logged with
+// the reason quota). The write that crosses the quota goes through.
+func (g *Grant) Pace(ctx context.Context, n int) bool {
+	if n <= 0 {
+		return true
+	}
+	if g.throttle != nil {
 		g.throttle.Wait(ctx, n)
 	}
+	return g.meter == nil || g.meter.Ahead(int64(n))
+}
+
+// Meter starts metering the request's bytes as Pace is told of them, for
+// a front-end that relays them itself (HTTP/2 streams), when the user has
+// a byte quota; it reports whether it did, and then every byte the
+// request moves is to go through Pace. Call it after Authorize, before
+// the bytes move.
+func (g *Grant) Meter() bool {
+	if !g.quota.LimitsBytes() {
+		return false
+	}
+	g.meter = g.quota.Meter()
+	return true
 }
 
 // permitter returns what the dialer checks resolved addresses with.
@@ -463,6 +492,13 @@ func (g *Grant) Finish(up, down int64) {
 	g.finished = true
 	up += g.added[0]
 	down += g.added[1]
+	if g.quota != nil {
+		// What the meter counted as the bytes moved is counted already.
+		g.quota.AddBytes(up + down - g.meter.Charged())
+	}
+	if g.reason == "" && g.meter.Stopped() {
+		g.reason = accesslog.ReasonQuota
+	}
 	if g.reason != "" {
 		g.debugRefusal()
 	}
@@ -632,6 +668,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonTimedOut
 	case Overloaded:
 		return accesslog.ReasonOverloaded
+	case QuotaExceeded:
+		return accesslog.ReasonQuota
 	}
 	return ""
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -75,6 +76,10 @@ type Policy struct {
 	// Revoked tracks the sessions and tunnels of each user so that a
 	// reload that removes the user can end them; nil = not tracked.
 	Revoked *Registry
+	// Quota counts users' requests and bytes against their quotas,
+	// refuses the requests of a user whose quota is spent and ends its
+	// tunnels as they cross it; nil = no quotas.
+	Quota *quota.Tracker
 }
 
 // observing reports whether the metrics or the access log learn of
@@ -137,6 +142,9 @@ const (
 	// rustle holds as many connections as limits.max_connections allows:
 	// 503.
 	Overloaded
+	// QuotaExceeded refuses a request of a user whose quota of bytes or
+	// requests for the period is spent: 429 (SOCKS: not allowed).
+	QuotaExceeded
 )
 
 // Status returns the HTTP status a front-end answers k with; 200 for OK.
@@ -144,7 +152,7 @@ func (k Kind) Status() int {
 	switch k {
 	case NeedAuth:
 		return 407
-	case CoolingDown, UserLimit:
+	case CoolingDown, UserLimit, QuotaExceeded:
 		return 429
 	case Denied, Forbidden:
 		return 403
@@ -177,6 +185,8 @@ func (k Kind) Reason() string {
 		return "upstream timed out"
 	case Overloaded:
 		return "too many connections"
+	case QuotaExceeded:
+		return "quota exceeded for this user"
 	}
 	return ""
 }
@@ -202,6 +212,8 @@ func (k Kind) String() string {
 		return "timed-out"
 	case Overloaded:
 		return "overloaded"
+	case QuotaExceeded:
+		return "quota"
 	}
 	return "unknown"
 }
