@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"reflect"
@@ -157,7 +158,8 @@ func (c *Config) validateQuota(v *validator) {
 		u, err := url.Parse(cl.Redis)
 		switch {
 		case err != nil:
-			v.add("cluster.redis", fmt.Errorf("not a URL: %w", err))
+			// url.Parse's error quotes the URL, and so its password.
+			v.add("cluster.redis", errors.New("not a URL (redis://[user:password@]host:port/db)"))
 		case !slices.Contains([]string{"redis", "rediss", "unix"}, u.Scheme):
 			v.add("cluster.redis", fmt.Errorf("scheme %q: want redis://, rediss:// or unix://", u.Scheme))
 		}
