@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"sync"
@@ -107,6 +108,9 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	opt, err := redis.ParseURL(cfg.URL)
 	if err != nil {
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err // without the URL, which holds the password
+		}
 		return nil, fmt.Errorf("cluster: redis URL: %w", err)
 	}
 	opt.DialTimeout = cfg.Timeout
