@@ -22,9 +22,10 @@
 // and the metrics. One request of each protocol thus counts and logs the
 // same fields, and counts against its user's quotas (the Policy's
 // quota.Tracker): a request when it is granted, its bytes when it ends,
-// a tunnel's bytes as they move (the engine's and the relays' meter, or
-// [Grant.Meter] and [Grant.Pace] for a front-end that relays itself),
-// which ends the tunnel once a byte quota is spent. What a front-end refuses before it is a request the policy
+// a tunnel's and a forwarded body's bytes as they move (the engine's and
+// the relays' meter, or [Grant.Meter] and [Grant.Pace] for a front-end
+// that relays itself), which ends the tunnel or the response once a byte
+// quota is spent. What a front-end refuses before it is a request the policy
 // can decide (a malformed or oversized head, an HTTP/2 protocol error, a
 // failed TLS handshake) is reported once with [Session.Reject]: a record
 // with what was parsed of it and its reason, and a debug line.

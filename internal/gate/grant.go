@@ -76,6 +76,7 @@ type Grant struct {
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	quota    *quota.User    // the user's quota counters; nil = none
 	meter    *quota.Meter   // counts the tunnel's bytes as they move; nil = not metered
+	meterBuf *quota.Meter   // the meter Meter reuses request after request (kept by reset)
 	counted  string         // the user counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
 	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
@@ -247,8 +248,8 @@ func (g *Grant) reset(s *Session) {
 	if g.s != nil && !g.finished {
 		g.end()
 	}
-	target, method, tried := g.target[:0], g.method, g.tried[:0]
-	*g = Grant{s: s, target: target, method: method, tried: tried}
+	target, method, tried, meterBuf := g.target[:0], g.method, g.tried[:0], g.meterBuf
+	*g = Grant{s: s, target: target, method: method, tried: tried, meterBuf: meterBuf}
 }
 
 // Session returns the session g belongs to.
@@ -275,15 +276,19 @@ func (g *Grant) Pace(ctx context.Context, n int) bool {
 }
 
 // Meter starts metering the request's bytes as Pace is told of them, for
-// a front-end that relays them itself (HTTP/2 streams), when the user has
-// a byte quota; it reports whether it did, and then every byte the
+// a front-end that relays them itself (HTTP/2 streams, HTTP/1.1
+// forwarded bodies), when the user has a byte quota; it reports whether it did, and then every byte the
 // request moves is to go through Pace. Call it after Authorize, before
 // the bytes move.
 func (g *Grant) Meter() bool {
 	if !g.quota.LimitsBytes() {
 		return false
 	}
-	g.meter = g.quota.Meter()
+	if g.meterBuf == nil {
+		g.meterBuf = new(quota.Meter)
+	}
+	g.meterBuf.Reset(g.quota)
+	g.meter = g.meterBuf
 	return true
 }
 

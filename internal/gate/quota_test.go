@@ -1,6 +1,7 @@
 package gate_test
 
 import (
+	"context"
 	"net"
 	"testing"
 
@@ -54,9 +55,14 @@ func TestQuotaKeepAlive(t *testing.T) {
 // allocation to a keep-alive request of the connection's user.
 func TestQuotaKeepAliveNoAllocs(t *testing.T) {
 	s, g, r := quotaSession(t, 1<<50)
+	ctx := context.Background()
 	if n := testing.AllocsPerRun(1000, func() {
 		if s.Authorize(r, g) != gate.OK {
 			t.Fatal("refused")
+		}
+		// A forwarded body is metered as it moves (HTTP/1.1, HTTP/2).
+		if !g.Meter() || !g.Pace(ctx, 1024) {
+			t.Fatal("not metered, or spent")
 		}
 		g.Answer(200, 0)
 		g.Finish(1024, 1024)
@@ -70,9 +76,12 @@ func TestQuotaKeepAliveNoAllocs(t *testing.T) {
 // requests.
 func BenchmarkQuotaKeepAlive(b *testing.B) {
 	s, g, r := quotaSession(b, 1<<50)
+	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		s.Authorize(r, g)
+		g.Meter()
+		g.Pace(ctx, 1024)
 		g.Answer(200, 0)
 		g.Finish(1024, 1024)
 	}

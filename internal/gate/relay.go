@@ -57,8 +57,12 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 	ctx := s.rctx
 	var meter tunnel.Meter // nil unless the user's bytes are metered
 	if g.quota.LimitsBytes() {
-		g.meter = g.quota.Meter()
-		meter = g.meter
+		// The tunnel's own meter (it may outlive g's next request),
+		// taking over what the request metered before it (a WebSocket
+		// handshake's bytes).
+		m := g.quota.Meter()
+		m.Carry(g.meter.Charged())
+		g.meter, meter = m, m
 	}
 	if b := g.throttle; b != nil {
 		up, down := limits.RelayPaced(ctx, client, upc, b, s.p.TunnelIdle, meter)

@@ -276,6 +276,18 @@ func (u *User) spent() bool {
 	return false
 }
 
+// Reset makes m a fresh meter of u, for a caller that reuses one meter
+// request after request (it must not be in use meanwhile).
+func (m *Meter) Reset(u *User) {
+	m.u = u
+	m.charged.Store(0)
+	m.stopped.Store(false)
+}
+
+// Carry notes n bytes counted before m took over (by the meter of the
+// request that became m's tunnel), so that Charged covers them.
+func (m *Meter) Carry(n int64) { m.charged.Add(n) }
+
 // Stopped reports whether Moved or Ahead said to stop.
 func (m *Meter) Stopped() bool { return m != nil && m.stopped.Load() }
 

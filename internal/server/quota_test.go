@@ -102,3 +102,37 @@ func TestQuotaStateFile(t *testing.T) {
 	}
 	run("429") // the restart kept the month's two requests
 }
+
+// TestQuotaEndsDownload checks that a forwarded response that crosses
+// its user's byte quota is cut within the documented overshoot (a
+// metered splice segment, 1 MiB, on HTTP/1.1; a DATA chunk on HTTP/2),
+// logged with the reason quota.
+func TestQuotaEndsDownload(t *testing.T) {
+	env := newConformEnv(t)
+	env.origin.Handle("/bulk", proxytest.Bulk(8<<20, proxytest.ByLength))
+	rig := startConformRig(t, env, false)
+	const overshoot = 1<<20 + 64<<10
+	for _, fe := range conformFrontEnds {
+		t.Run(fe.name, func(t *testing.T) {
+			if fe.socks {
+				t.Skip("SOCKS forwards no requests")
+			}
+			c := &conformCell{env: env, rig: rig, fe: fe, from: env.from()}
+			user := "q-" + fe.name
+			ans, err := c.try(fe, c.from, conformAsk{forward: true, target: env.origin.URL("/bulk"), user: user, pass: "pw"})
+			if err == nil && len(ans.body) >= 8<<20 {
+				t.Fatalf("the 8 MiB response went through a quota of %d", quotaTunnelBytes)
+			}
+			rec := rig.record(t, ans.client)
+			if rec.Reason != "quota" || rec.User != user || rec.Status != 200 {
+				t.Errorf("record %+v, want %s's response cut with the reason quota", rec, user)
+			}
+			if rec.BytesDown < quotaTunnelBytes || rec.BytesDown > quotaTunnelBytes+overshoot {
+				t.Errorf("%d bytes down; want within %d past the quota of %d", rec.BytesDown, overshoot, quotaTunnelBytes)
+			}
+			if st := rig.s.Quota(user); len(st) != 1 || st[0].BytesUsed != rec.BytesDown {
+				t.Errorf("quota status %+v, want %d bytes used", st, rec.BytesDown)
+			}
+		})
+	}
+}
