@@ -15,6 +15,9 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 # ip (iproute2) for the network namespaces internal/server's
 # TestEgressNetns makes.
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# redis-server for the cluster tests (internal/server/cluster_test.go):
+# two instances sharing quotas and limits through a Redis each test starts.
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 # nghttp (an HTTP/2 client) for internal/h2's interop test.
 command -v nghttp >/dev/null 2>&1 || need+=(nghttp2-client)
 # Squid and Dante, real parent proxies for the route tests

@@ -7,6 +7,7 @@
 //	rustle check -c FILE           validate a config file
 //	rustle passwd USER             print an htpasswd line (bcrypt) for USER
 //	rustle cert [-hosts H,...] DIR write a self-signed CA and server pair
+//	rustle quota [-c FILE] USER    show a user's quotas (from the admin listener)
 //	rustle version                 print the version
 //
 // rustle only parses flags, loads the configuration and runs until
@@ -83,6 +84,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return check(args[1:], stdout, stderr)
 		case "cert":
 			return cert(args[1:], stdout, stderr)
+		case "quota":
+			return quotaCmd(args[1:], stdout, stderr)
 		case "help", "-h", "--help":
 			usage(stdout)
 			return 0
@@ -366,6 +369,10 @@ func usage(w io.Writer) {
                                  the password is read from standard input
   rustle cert [-hosts H,...] DIR write a self-signed CA (ca.pem) and a server
                                  pair (server.pem, server.key) to try https
+  rustle quota [-c FILE | --admin ADDR] USER
+                                 show USER's quotas of the running rustle
+                                 (use, limit, what is left, reset time),
+                                 asked of its admin listener
   rustle version                 print the version
 
 Flags:

@@ -66,10 +66,15 @@ func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, 
 	return o, nil
 }
 
-// attach lets the metrics read the server's pool and tunnel counts, and
-// readiness its routes.
+// attach lets the metrics read the server's pool, tunnel and quota
+// counts, adds the server's endpoints to the admin listener, and lets
+// readiness see its routes.
 func (o *ops) attach(srv *server.Server) {
 	srv.RegisterMetrics(o.metrics)
+	if o.admin != nil {
+		o.admin.Handle("GET /quota", srv.QuotaHandler())
+		o.admin.Handle("POST /revoke", srv.RevokeHandler())
+	}
 	o.srv.Store(srv)
 }
 

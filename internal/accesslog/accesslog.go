@@ -176,6 +176,10 @@ const (
 	ReasonCoolingDown = "cooling-down"
 	// ReasonUserLimit: the user has too many connections.
 	ReasonUserLimit = "user-limit"
+	// ReasonQuota: the user's quota of bytes or requests for the period
+	// is spent: the request was refused, or the tunnel ended when it
+	// crossed the byte quota.
+	ReasonQuota = "quota"
 	// ReasonOverloaded: rustle holds as many connections as
 	// limits.max_connections allows (503).
 	ReasonOverloaded = "overloaded"

@@ -1,5 +1,6 @@
 // Package admin serves rustle's admin HTTP listener: Prometheus metrics
-// at /metrics, liveness at /healthz and readiness at /readyz.
+// at /metrics, liveness at /healthz and readiness at /readyz, and the
+// endpoints the server adds with [Server.Handle] (quotas, revocation).
 //
 // The listener is for operators and their monitoring, not for clients:
 // bind it to loopback or to a network only the scraper and the
@@ -35,6 +36,7 @@ type Server struct {
 	log   *slog.Logger
 	ready func() bool
 	http  *http.Server
+	mux   *http.ServeMux
 
 	mu      sync.Mutex
 	ln      net.Listener // guarded by mu; set by Start
@@ -74,10 +76,15 @@ func New(addr string, metrics http.Handler, ready func() bool, logger *slog.Logg
 // elsewhere.
 func (s *Server) Handler() http.Handler { return s.http.Handler }
 
+// Handle adds an endpoint: pattern as http.ServeMux takes it ("GET
+// /quota"). It may be called while the server serves.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
 // routes maps the endpoints. GET patterns also answer HEAD; other
 // methods get 405.
 func (s *Server) routes(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	s.mux = mux
 	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeText(w, http.StatusOK, "ok\n")

@@ -80,6 +80,11 @@ type Config struct {
 	// Egress configures the source address of upstream connections; its
 	// zero value leaves it to the kernel.
 	Egress Egress `toml:"egress"`
+	// Quota holds the quotas of bytes and requests per user or group.
+	Quota Quota `toml:"quota"`
+	// Cluster configures the state instances share through Redis; its
+	// zero value means none.
+	Cluster Cluster `toml:"cluster"`
 	// Listen holds one entry per listening address. Empty means none: a
 	// configuration must get at least one listener from the file or from
 	// the command line before it validates.
@@ -625,6 +630,8 @@ func (c *Config) SetDefaults() {
 	}
 
 	c.DNS.setDefaults()
+	c.setQuotaDefaults()
+
 	for i := range c.Listen {
 		l := &c.Listen[i]
 		setString(&l.Protocol, defaultProtocol)

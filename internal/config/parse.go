@@ -107,6 +107,7 @@ func Load(path string) (*Config, error) {
 		resolve(&c.Parents[i].CAFile)
 	}
 	c.resolveProviderPaths(resolve)
+	resolve(&c.Quota.StateFile)
 	return c, nil
 }
 
@@ -239,6 +240,13 @@ func (d *decoder) value(v any, rv reflect.Value, path []string) {
 		}
 		if n < math.MinInt || n > math.MaxInt {
 			d.fail(path, fmt.Errorf("%d is out of range", n))
+			return
+		}
+		rv.SetInt(n)
+	case reflect.Int64: // a byte count (Duration is decoded above)
+		n, ok := v.(int64)
+		if !ok {
+			d.typeError(path, v, "an integer")
 			return
 		}
 		rv.SetInt(n)

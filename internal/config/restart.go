@@ -6,7 +6,7 @@ import "fmt"
 // restart applies, as "workers changed from 2 to 4" or "[upstream]
 // changed"; "" when a reload can apply every change. It is the one list
 // of such settings: workers, [upstream], timeouts.idle_tunnel, admin,
-// [access_log], [metrics] and log.format.
+// [access_log], [metrics], log.format, [quota] and [cluster].
 func RestartChange(cur, next *Config) string {
 	switch {
 	case next.WorkerCount() != cur.WorkerCount():
@@ -24,6 +24,8 @@ func RestartChange(cur, next *Config) string {
 		return "[metrics] changed"
 	case next.Log.Format != cur.Log.Format:
 		return "log.format changed"
+	case quotaChange(cur, next) != "":
+		return quotaChange(cur, next)
 	}
 	return ""
 }

@@ -91,6 +91,7 @@ func (c *Config) Validate() error {
 	c.validateDNS(v)
 	c.validateEgress(v)
 	c.validateRoutes(v)
+	c.validateQuota(v)
 	return v.err()
 }
 

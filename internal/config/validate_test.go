@@ -602,3 +602,29 @@ func TestDescriptorBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateQuota checks the [quota] and [cluster] keys, and that a
+// malformed Redis URL's error does not show its password.
+func TestValidateQuota(t *testing.T) {
+	c := Default()
+	c.ACL.Groups = map[string][]string{"ci": {"bob"}}
+	c.Quota.Rules = []QuotaRule{
+		{Name: "ok", Groups: []string{"ci"}, Bytes: 1},
+		{Name: "ok", Period: "week", Reset: "24:00", TimeZone: "Mars/Olympus", Groups: []string{"nobody"}},
+	}
+	c.Cluster.Redis = "redis://user:s3cret@[::1:6379"
+	c.SetDefaults()
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted the rules")
+	}
+	for _, key := range []string{"quota.rules[1].name", "quota.rules[1].period", "quota.rules[1].reset",
+		"quota.rules[1].time_zone", "quota.rules[1].groups[0]", "quota.rules[1]", "cluster.redis"} {
+		if !strings.Contains(err.Error(), key+":") {
+			t.Errorf("no error for %s in\n%v", key, err)
+		}
+	}
+	if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "quota.rules[0]") {
+		t.Errorf("error shows the password or refuses the good rule:\n%v", err)
+	}
+}

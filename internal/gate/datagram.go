@@ -14,7 +14,8 @@ import (
 
 // AuthorizeAssociation decides a SOCKS5 UDP ASSOCIATE r as Authorize
 // decides a request: the user, who is counted (and refused past the
-// user's connection limit), and its byte bucket. The access rules are
+// user's connection limit, or once its quota is spent; its datagrams'
+// bytes count when it ends), and its byte bucket. The access rules are
 // not asked, as the association names no destination: they decide each
 // of its datagrams, through PermitDatagram. A refusal is counted in the
 // metrics; the front-end answers it and calls Finish, and on a grant
@@ -30,6 +31,9 @@ func (s *Session) AuthorizeAssociation(r *Request, g *Grant) Kind {
 	}
 	if kind := s.admitUser(user, g); kind != OK {
 		return g.refuse(kind)
+	}
+	if !g.quota.Begin() {
+		return g.refuse(QuotaExceeded)
 	}
 	return OK
 }

@@ -12,7 +12,7 @@
 // Every request a front-end reads becomes a [Request], and
 // [Session.Authorize] turns it into a [Grant] or a refusal ([Kind]: need
 // auth, cooling down, an identity provider unavailable, user limit,
-// denied by a rule). A front-end maps a
+// denied by a rule, quota spent). A front-end maps a
 // refusal to its wire (407/403/429, an h2 :status, a SOCKS reply) and
 // nothing else. On a grant it dials with [Grant.Dial] (which always feeds
 // the dial histogram), checks a kept or pooled upstream with
@@ -21,7 +21,12 @@
 // the paced relay or the portable relay, all returning the bytes each
 // way) and ends with [Grant.Finish], which writes the access log record
 // and the metrics. One request of each protocol thus counts and logs the
-// same fields. What a front-end refuses before it is a request the policy
+// same fields, and counts against its user's quotas (the Policy's
+// quota.Tracker): a request when it is granted, its bytes when it ends,
+// a tunnel's and a forwarded body's bytes as they move (the engine's and
+// the relays' meter, or [Grant.Meter] and [Grant.Pace] for a front-end
+// that relays itself), which ends the tunnel or the response once a byte
+// quota is spent. What a front-end refuses before it is a request the policy
 // can decide (a malformed or oversized head, an HTTP/2 protocol error, a
 // failed TLS handshake) is reported once with [Session.Reject]: a record
 // with what was parsed of it and its reason, and a debug line.

@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/route"
 )
 
@@ -51,9 +52,9 @@ type Request struct {
 // it until Finish. The zero Grant is ready for Authorize; a front-end
 // keeps one per connection (or stream) and reuses it, which keeps the
 // request path free of allocations. A Grant is used by one goroutine at a
-// time, except that Throttle and Pace, which read only what Authorize set,
-// may be called from other goroutines until the next Authorize (a
-// stream's relay directions pace concurrently).
+// time, except that Throttle and Pace, which read only what Authorize and
+// Meter set, may be called from other goroutines until the next
+// Authorize (a stream's relay directions pace concurrently).
 type Grant struct {
 	s *Session
 
@@ -79,7 +80,10 @@ type Grant struct {
 	retried  bool           // RetryParent moved the request to another parent already
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	groups   []string       // the groups the user's identity provider gave it; shared, never modified
-	account  string         // the account User authenticated as (Policy.account): what limits, metrics and revocation count
+	account  string         // the account User authenticated as (Policy.account): what limits, quotas, metrics and revocation count
+	quota    *quota.User    // the account's quota counters; nil = none
+	meter    *quota.Meter   // counts the tunnel's bytes as they move; nil = not metered
+	meterBuf *quota.Meter   // the meter Meter reuses request after request (kept by reset)
 	counted  string         // the account counted for the grant's life (not the connection's); "" none
 	hold     holdKind       // what Hold counted, given back at Finish
 	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
@@ -140,7 +144,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	user := k.user
 	g.groups = k.groups
 	if k.counted {
-		g.User, g.account, g.throttle = user, user, k.throttle
+		g.User, g.account, g.throttle, g.quota = user, user, k.throttle, k.quota
 	} else if kind := s.admitUser(user, g); kind != OK {
 		return g.refuse(kind)
 	}
@@ -158,6 +162,10 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 			return g.refuse(Denied) // logged at Finish
 		}
 	}
+	if !g.quota.Begin() {
+		s.debug("gate: quota exceeded", slog.String("user", user))
+		return g.refuse(QuotaExceeded)
+	}
 	g.chooseRoute(&ar)
 	return OK
 }
@@ -170,6 +178,7 @@ const privateHint = `to allow it, list its range in allow_private (or a rule's a
 func (s *Session) admitUser(user string, g *Grant) Kind {
 	g.User = user
 	g.account = s.p.account(user)
+	g.quota = s.p.Quota.User(g.account)
 	bucket, perGrant, ok := s.countUser(g.account)
 	if !ok {
 		s.debug("gate: too many connections for the user", slog.String("user", user))
@@ -248,8 +257,8 @@ func (g *Grant) reset(s *Session) {
 	if g.s != nil && !g.finished {
 		g.end()
 	}
-	target, method, tried := g.target[:0], g.method, g.tried[:0]
-	*g = Grant{s: s, target: target, method: method, tried: tried}
+	target, method, tried, meterBuf := g.target[:0], g.method, g.tried[:0], g.meterBuf
+	*g = Grant{s: s, target: target, method: method, tried: tried, meterBuf: meterBuf}
 }
 
 // Session returns the session g belongs to.
@@ -260,11 +269,36 @@ func (g *Grant) Session() *Session { return g.s }
 func (g *Grant) Throttle() *limits.Bucket { return g.throttle }
 
 // Pace waits, for a paced user, until n more bytes may pass (or ctx is
-// done); it is called before the bytes are written.
-func (g *Grant) Pace(ctx context.Context, n int) {
-	if g.throttle != nil && n > 0 {
+// done); it is called before the bytes are written. Once Meter started
+// metering the request it also counts the n bytes against the user's
+// byte quota, unless the quota is spent already: it then reports false,
+// and the front-end ends the request without writing them (logged with
+// the reason quota). The write that crosses the quota goes through.
+func (g *Grant) Pace(ctx context.Context, n int) bool {
+	if n <= 0 {
+		return true
+	}
+	if g.throttle != nil {
 		g.throttle.Wait(ctx, n)
 	}
+	return g.meter == nil || g.meter.Ahead(int64(n))
+}
+
+// Meter starts metering the request's bytes as Pace is told of them, for
+// a front-end that relays them itself (HTTP/2 streams, HTTP/1.1
+// forwarded bodies), when the user has a byte quota; it reports whether it did, and then every byte the
+// request moves is to go through Pace. Call it after Authorize, before
+// the bytes move.
+func (g *Grant) Meter() bool {
+	if !g.quota.LimitsBytes() {
+		return false
+	}
+	if g.meterBuf == nil {
+		g.meterBuf = new(quota.Meter)
+	}
+	g.meterBuf.Reset(g.quota)
+	g.meter = g.meterBuf
+	return true
 }
 
 // permitter returns what the dialer checks resolved addresses with.
@@ -495,6 +529,13 @@ func (g *Grant) Finish(up, down int64) {
 	g.finished = true
 	up += g.added[0]
 	down += g.added[1]
+	if g.quota != nil {
+		// What the meter counted as the bytes moved is counted already.
+		g.quota.AddBytes(up + down - g.meter.Charged())
+	}
+	if g.reason == "" && g.meter.Stopped() {
+		g.reason = accesslog.ReasonQuota
+	}
 	if g.reason != "" {
 		g.debugRefusal()
 	}
@@ -666,6 +707,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonOverloaded
 	case AuthUnavailable:
 		return accesslog.ReasonAuthUnavailable
+	case QuotaExceeded:
+		return accesslog.ReasonQuota
 	}
 	return ""
 }

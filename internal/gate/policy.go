@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -76,6 +77,10 @@ type Policy struct {
 	// Revoked tracks the sessions and tunnels of each user so that a
 	// reload that removes the user can end them; nil = not tracked.
 	Revoked *Registry
+	// Quota counts users' requests and bytes against their quotas,
+	// refuses the requests of a user whose quota is spent and ends its
+	// tunnels as they cross it; nil = no quotas.
+	Quota *quota.Tracker
 }
 
 // observing reports whether the metrics or the access log learn of
@@ -143,6 +148,9 @@ const (
 	// down): 503, a failed SOCKS authentication. It is not counted as a
 	// failed authentication, nor towards a cool-down.
 	AuthUnavailable
+	// QuotaExceeded refuses a request of a user whose quota of bytes or
+	// requests for the period is spent: 429 (SOCKS: not allowed).
+	QuotaExceeded
 )
 
 // Status returns the HTTP status a front-end answers k with; 200 for OK.
@@ -150,7 +158,7 @@ func (k Kind) Status() int {
 	switch k {
 	case NeedAuth:
 		return 407
-	case CoolingDown, UserLimit:
+	case CoolingDown, UserLimit, QuotaExceeded:
 		return 429
 	case Denied, Forbidden:
 		return 403
@@ -185,6 +193,8 @@ func (k Kind) Reason() string {
 		return "too many connections"
 	case AuthUnavailable:
 		return "authentication service unavailable; try again later"
+	case QuotaExceeded:
+		return "quota exceeded for this user"
 	}
 	return ""
 }
@@ -212,6 +222,8 @@ func (k Kind) String() string {
 		return "overloaded"
 	case AuthUnavailable:
 		return "auth-unavailable"
+	case QuotaExceeded:
+		return "quota"
 	}
 	return "unknown"
 }

@@ -34,9 +34,13 @@ func (g *Grant) TunnelOpened() {
 // where the tunnel carries the connection's admission and user count on
 // after the serving goroutine returns; a TLS client is relayed with
 // tunnel.RelayTLS, parked on socket readiness with no buffer while idle;
-// anything else by the portable relay. Tunnel reports whether the tunnel
-// lives on in the engine (true: the serving goroutine must not close
-// client) or has already ended (false).
+// anything else by the portable relay. The tunnel of a user with a byte
+// quota is metered as it runs (by the engine after each splice, by the
+// goroutine relays after each write; a TLS client's then goes to the
+// goroutine relay rather than RelayTLS) and ends, with the reason quota,
+// once the quota is spent. Tunnel reports whether the tunnel lives on in
+// the engine (true: the serving goroutine must not close client) or has
+// already ended (false).
 //
 // upc is what Dial or DialConn returned: a *net.TCPConn (to the
 // destination, or a tunnel through a plain parent), which the engine and
@@ -51,8 +55,17 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 	upc.SetDeadline(time.Time{})
 	g.TunnelOpened()
 	ctx := s.rctx
+	var meter tunnel.Meter // nil unless the user's bytes are metered
+	if g.quota.LimitsBytes() {
+		// The tunnel's own meter (it may outlive g's next request),
+		// taking over what the request metered before it (a WebSocket
+		// handshake's bytes).
+		m := g.quota.Meter()
+		m.Carry(g.meter.Charged())
+		g.meter, meter = m, m
+	}
 	if b := g.throttle; b != nil {
-		up, down := limits.RelayPaced(ctx, client, upc, b, s.p.TunnelIdle)
+		up, down := limits.RelayPaced(ctx, client, upc, b, s.p.TunnelIdle, meter)
 		client.Close()
 		upc.Close()
 		g.Finish(up, down)
@@ -67,11 +80,11 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 		back := s.handoff()
 		reg, listener, user := s.p.Revoked, s.p.Listener, d.account
 		h := new(heldTunnel)
-		cut, err := s.eng.AddCut(tc, utc, func(r tunnel.Result) {
+		cut, err := s.eng.AddMetered(tc, utc, meter, func(r tunnel.Result) {
 			reg.removeTunnel(user, h.ended())
 			if errors.Is(r.Err, tunnel.ErrCut) { // only revocation cuts
 				d.reason = accesslog.ReasonRevoked
-			}
+			} // the meter's stop is the reason quota (see Finish)
 			d.Finish(r.Up, r.Down)
 			if back != nil {
 				back()
@@ -90,7 +103,7 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 		}
 		return true
 	}
-	if tc, ok := client.(*tls.Conn); ok && upTCP {
+	if tc, ok := client.(*tls.Conn); ok && upTCP && meter == nil {
 		if raw, ok := tunnel.RawTCP(tc); ok {
 			if beforeIdle != nil {
 				beforeIdle()
@@ -102,7 +115,7 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 			return false
 		}
 	}
-	r := tunnel.Relay(ctx, client, upc, s.p.TunnelIdle)
+	r := tunnel.RelayMetered(ctx, client, upc, s.p.TunnelIdle, meter)
 	g.Finish(r.Up, r.Down)
 	return false
 }

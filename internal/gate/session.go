@@ -14,6 +14,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -66,6 +67,7 @@ type Session struct {
 	// is that user's byte bucket. Guarded by mu.
 	connUser string
 	throttle *limits.Bucket
+	quota    *quota.User // connUser's quota counters; nil = none
 	// The Proxy-Authorization value last accepted, the user it named
 	// with its groups, and when (monotonic); memoSet says they hold a
 	// verdict. Guarded by mu.
@@ -293,6 +295,7 @@ type known struct {
 	memo       bool           // user is the memoised verdict on the request's credentials
 	counted    bool           // user is the connection's counted user, throttle its bucket
 	throttle   *limits.Bucket // counted's byte bucket; nil = not paced
+	quota      *quota.User    // counted's quota counters; nil = none
 }
 
 // lookup returns what s knows of the user of a request with the
@@ -317,7 +320,7 @@ func (s *Session) lookup(value []byte) known {
 		return k
 	}
 	if k.user != "" && k.user == s.connUser {
-		k.counted, k.throttle = true, s.throttle
+		k.counted, k.throttle, k.quota = true, s.throttle, s.quota
 	}
 	return k
 }
@@ -369,6 +372,7 @@ func (s *Session) countUser(user string) (bucket *limits.Bucket, perGrant, ok bo
 			return nil, false, false
 		}
 		s.connUser = user // tracked for revocation even without a Limiter
+		s.quota = s.p.Quota.User(user)
 		if lim != nil {
 			s.throttle = lim.Throttle(user)
 		}
@@ -394,7 +398,7 @@ func (s *Session) countUser(user string) (bucket *limits.Bucket, perGrant, ok bo
 func (s *Session) handoff() func() {
 	s.mu.Lock()
 	release, user := s.release, s.connUser
-	s.release, s.connUser, s.throttle = nil, "", nil
+	s.release, s.connUser, s.throttle, s.quota = nil, "", nil, nil
 	s.mu.Unlock()
 	lim := s.p.Limiter
 	if release == nil && (user == "" || lim == nil) {
@@ -420,7 +424,7 @@ func (s *Session) Close() {
 	}
 	s.closed = true
 	release, user := s.release, s.connUser
-	s.release, s.connUser, s.throttle, s.conn = nil, "", nil, nil
+	s.release, s.connUser, s.throttle, s.quota, s.conn = nil, "", nil, nil, nil
 	s.mu.Unlock()
 	if user != "" && s.p.Limiter != nil {
 		s.p.Limiter.UserDone(user)

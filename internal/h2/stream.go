@@ -58,7 +58,7 @@ type stream struct {
 
 	// Set by the worker (paced and paceCtx with c.mu held) before it
 	// starts other goroutines for the stream; read-only after.
-	paced   bool            // the user's bytes wait on its byte bucket (grant.Pace)
+	paced   bool            // the user's bytes go through grant.Pace: paced on its byte bucket, or metered against its byte quota
 	paceCtx context.Context // done when the stream is reset or over; set with paced
 
 	// grant is the stream's passage through the session's policy, used by
@@ -169,7 +169,7 @@ func (s *stream) serve() bool {
 		s.answerLocal(k.Status(), k.Reason())
 		return false
 	}
-	if s.grant.Throttle() != nil {
+	if metered := s.grant.Meter(); s.grant.Throttle() != nil || metered {
 		ctx, stop := context.WithCancel(context.Background())
 		c.mu.Lock()
 		s.paced, s.paceCtx, s.paceStop = true, ctx, stop
@@ -255,9 +255,13 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 // pace waits, when the stream's user's bytes are paced, until n more
 // bytes may pass; it is called before they are written, with c.mu not
 // held. A reset of the stream ends the wait.
+//
+// A stream whose user has a byte quota goes through it too: its bytes
+// are counted as they are sent, and once the quota is spent the stream
+// is reset (CANCEL): the write that crossed it was the last.
 func (s *stream) pace(n int) {
-	if s.paced {
-		s.grant.Pace(s.paceCtx, n)
+	if s.paced && !s.grant.Pace(s.paceCtx, n) {
+		s.resetStream(http2.ErrCodeCancel)
 	}
 }
 

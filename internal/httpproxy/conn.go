@@ -69,6 +69,7 @@ type conn struct {
 	waitRW  bool               // readResponseHead waits through rw
 	nreq    int
 	isHead  bool // the request being served is a HEAD: answers carry no body
+	metered bool // the request's bytes count against its user's byte quota as they move (gate.Grant.Meter)
 	upgrade bool // the request being served is a WebSocket handshake
 	interim bool // a 1xx answer of the request's upstream went to the client
 
@@ -240,6 +241,7 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	if isConnect {
 		return false, cn.connect()
 	}
+	cn.metered = cn.g.Meter()
 
 	isHead := cn.isHead
 	idempotent := gate.Idempotent(method)
@@ -686,6 +688,24 @@ type clientError struct{ err error }
 func (e *clientError) Error() string { return "httpproxy: write to client: " + e.err.Error() }
 func (e *clientError) Unwrap() error { return e.err }
 
+// errQuotaSpent ends a response whose user's byte quota was spent while
+// it was relayed: the client connection is closed, the access log says
+// quota.
+var errQuotaSpent = errors.New("httpproxy: the user's byte quota is spent")
+
+// meteredSegment bounds a splice of a metered request's body, each
+// counted before it moves: what a response can pass its user's quota by.
+const meteredSegment = 1 << 20
+
+// pace paces, and meters, n bytes about to be written to dst (see
+// gate.Grant.Pace), and reports whether they may be: false when the
+// user's byte quota is spent and dst is the client. A request body going
+// upstream is not cut (its origin may be answering already); its bytes
+// count all the same.
+func (cn *conn) pace(dst *http1.Conn, n int) bool {
+	return cn.g.Pace(cn.ctx, n) || dst != &cn.client
+}
+
 // forwardResponseBody writes the response head in cn.out and the body,
 // and returns how much of the body's content was written to the client.
 func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
@@ -702,7 +722,9 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 		if n > cn.resp.ContentLength {
 			n = cn.resp.ContentLength
 		}
-		cn.g.Pace(cn.ctx, int(n))
+		if !cn.pace(&cn.client, int(n)) {
+			return 0, errQuotaSpent
+		}
 		w, err := cn.vec.write(client, cn.out, avail[:n])
 		down := max(0, w-int64(len(cn.out)))
 		if err != nil {
@@ -716,7 +738,9 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 		return cn.copyChunked(&cn.vec, &cn.client, up, &cn.respChunk, cn.out, dechunk, false)
 	default: // bodyClose
 		avail := up.Buffered()
-		cn.g.Pace(cn.ctx, len(avail))
+		if !cn.pace(&cn.client, len(avail)) {
+			return 0, errQuotaSpent
+		}
 		w, err := cn.vec.write(client, cn.out, avail)
 		down := max(0, w-int64(len(cn.out)))
 		if err != nil {
@@ -732,7 +756,9 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 			if err != nil {
 				return down, err
 			}
-			cn.g.Pace(cn.ctx, len(up.Buffered()))
+			if !cn.pace(&cn.client, len(up.Buffered())) {
+				return down, errQuotaSpent
+			}
 			cn.client.ArmWriteDeadline(http1.MonoNow(), timeout)
 			k, err := client.Write(up.Buffered())
 			down += int64(k)
@@ -760,7 +786,12 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 			}
 			if b := cn.g.Throttle(); b != nil {
 				seg = min(seg, int64(max(b.Burst(), 16<<10)))
-				cn.g.Pace(cn.ctx, int(seg))
+			}
+			if cn.metered {
+				seg = min(seg, meteredSegment)
+			}
+			if !cn.pace(dst, int(seg)) {
+				return moved, errQuotaSpent
 			}
 			dst.ArmLowat()
 			now := http1.MonoNow()
@@ -799,7 +830,9 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 		if int64(len(b)) > n {
 			b = b[:n]
 		}
-		cn.g.Pace(cn.ctx, len(b))
+		if !cn.pace(dst, len(b)) {
+			return moved, errQuotaSpent
+		}
 		dst.ArmWriteDeadline(http1.MonoNow(), timeout)
 		k, err := dst.C.Write(b)
 		moved += int64(k)
@@ -856,7 +889,9 @@ func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScann
 			src.R += m
 		}
 		if len(head) > 0 || len(out) > 0 {
-			cn.g.Pace(cn.ctx, len(out))
+			if !cn.pace(dst, len(out)) {
+				return moved, errQuotaSpent
+			}
 			dst.ArmWriteDeadline(http1.MonoNow(), timeout)
 			w, err := v.write(dst.C, head, out)
 			if err != nil {

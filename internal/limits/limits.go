@@ -144,6 +144,9 @@ type Limiter struct {
 	lastNameSweep time.Time                    // guarded by mu
 	refused       [len(verdictNames)]int       // refusals since the last warning, by verdict; guarded by mu
 	lastWarn      [len(verdictNames)]time.Time // guarded by mu
+	// others returns the connections of a user that other instances
+	// hold (see SetShared); nil = none. Guarded by mu.
+	others func(user string) int
 }
 
 // client is the state of one client address.
@@ -329,7 +332,7 @@ func (l *Limiter) Extra(name string) Verdict {
 			u = &user{}
 			l.users[name] = u
 		}
-		if u.conns >= l.cfg.MaxConnsPerUser {
+		if l.userConnsLocked(name, u) >= l.cfg.MaxConnsPerUser {
 			l.refusedLocked(TooManyForUser, now)
 			return TooManyForUser
 		}
@@ -562,6 +565,39 @@ func (l *Limiter) CoolingDownAs(addr netip.Addr, name []byte) time.Duration {
 	return l.coolingLocked(c, key, now)
 }
 
+// SetShared makes MaxConnsPerUser count, beside a user's connections
+// here, others(user): the connections other instances of a cluster hold,
+// as of their last report. others is called with the Limiter locked: it
+// must not block (no network call) and must not call the Limiter. nil
+// counts the connections here alone.
+func (l *Limiter) SetShared(others func(user string) int) {
+	l.mu.Lock()
+	l.others = others
+	l.mu.Unlock()
+}
+
+// UserConns calls fn with each user that holds connections here and
+// their number (MaxConnsPerUser set), for a cluster's report. fn is
+// called with the Limiter locked: it must not call it.
+func (l *Limiter) UserConns(fn func(user string, conns int)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for name, u := range l.users {
+		if u.conns > 0 {
+			fn(name, u.conns)
+		}
+	}
+}
+
+// userConnsLocked returns the connections of user u named name that
+// count against MaxConnsPerUser: its own here and other instances'.
+func (l *Limiter) userConnsLocked(name string, u *user) int {
+	if l.others == nil {
+		return u.conns
+	}
+	return u.conns + l.others(name)
+}
+
 // UserConn counts a connection as name's and reports whether it is within
 // MaxConnsPerUser; every true is to be matched by one UserDone(name).
 func (l *Limiter) UserConn(name string) bool {
@@ -575,7 +611,7 @@ func (l *Limiter) UserConn(name string) bool {
 		u = &user{}
 		l.users[name] = u
 	}
-	if u.conns >= l.cfg.MaxConnsPerUser {
+	if l.userConnsLocked(name, u) >= l.cfg.MaxConnsPerUser {
 		l.refusedLocked(TooManyFromClient, l.now())
 		return false
 	}

@@ -398,7 +398,7 @@ func TestRelayPaced(t *testing.T) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	var up, down int64
-	wg.Go(func() { up, down = limits.RelayPaced(context.Background(), a, b, bucket, 10*time.Second) })
+	wg.Go(func() { up, down = limits.RelayPaced(context.Background(), a, b, bucket, 10*time.Second, nil) })
 	data := bytes.Repeat([]byte("0123456789abcdef"), 4096)
 	echoed := make(chan []byte, 1)
 	go func() {
@@ -464,5 +464,36 @@ func TestExtra(t *testing.T) {
 	}
 	if got := l.Extra("u"); got != limits.OK {
 		t.Fatalf("Extra(u) after ExtraDone: %v", got)
+	}
+}
+
+// TestSharedUserConns checks that the per-user connection limit counts
+// the connections other instances report, on UserConn and Extra alike.
+func TestSharedUserConns(t *testing.T) {
+	l := limits.New(limits.Config{MaxConnsPerUser: 4})
+	others := map[string]int{"alice": 3}
+	l.SetShared(func(user string) int { return others[user] })
+	if !l.UserConn("alice") {
+		t.Fatal("alice's first connection here (3 elsewhere) refused")
+	}
+	if l.UserConn("alice") {
+		t.Error("alice's fifth connection in all admitted")
+	}
+	if l.Extra("alice") != limits.TooManyForUser {
+		t.Error("a further upstream of alice past the shared limit admitted")
+	}
+	for range 4 {
+		if !l.UserConn("bob") {
+			t.Fatal("bob, with none elsewhere, refused within 4")
+		}
+	}
+	got := map[string]int{}
+	l.UserConns(func(user string, n int) { got[user] = n })
+	if got["alice"] != 1 || got["bob"] != 4 || len(got) != 2 {
+		t.Errorf("UserConns = %v, want alice 1, bob 4", got)
+	}
+	l.SetShared(nil)
+	if !l.UserConn("alice") {
+		t.Error("alice refused with the others' counts gone")
 	}
 }

@@ -92,6 +92,7 @@ type Metrics struct {
 	funcs   *funcCollector
 	dns     *dnsVecs    // made by the first DNS call; guarded by mu
 	parents *parentVecs // see parent.go
+	quota   *quotaCollector
 
 	mu        sync.Mutex
 	listeners map[[2]string]*ListenerMetrics // guarded by mu
@@ -176,6 +177,8 @@ func New(cfg Config) *Metrics {
 		m.authFails, m.authAsks, m.aclDenies, m.dial, m.ttfb, m.funcs,
 	)
 	m.parents = newParentVecs(m.reg)
+	m.quota = newQuotaCollector(m)
+	m.reg.MustRegister(m.quota)
 	if cfg.PerUser {
 		m.userRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "user_requests_total",

@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -64,6 +65,8 @@ type PolicyConfig struct {
 	Revoked *gate.Registry
 	// Logger receives the policy's refusals at debug level; nil = discard.
 	Logger *slog.Logger
+	// Quota counts the users' requests and bytes; nil = no quotas.
+	Quota *quota.Tracker
 }
 
 // NewPolicy returns the policy cfg describes; it fails the test when the
@@ -79,6 +82,7 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 		TunnelIdle:  cfg.TunnelIdle,
 		Revoked:     cfg.Revoked,
 		Logger:      cfg.Logger,
+		Quota:       cfg.Quota,
 	}
 	if cfg.Users != nil || cfg.Providers != nil {
 		names := make([]string, 0, len(cfg.Users))

@@ -16,4 +16,5 @@ func (s *Server) RegisterMetrics(m *metrics.Metrics) {
 		})
 	}
 	m.SetTunnelsOpen(s.Tunnels)
+	s.registerQuotaMetrics(m)
 }

@@ -317,8 +317,19 @@ func startConformRig(t *testing.T, env *conformEnv, paced bool) *conformRig {
 	cfg.Workers = 1
 	// Every listener that authenticates takes alice and carol (the client
 	// certificate's user), not bob.
-	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}, {Name: "bob", Password: "pw"}, {Name: "carol", Password: "pw"}}
-	only := []string{"alice", "carol"}
+	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}, {Name: "bob", Password: "pw"}, {Name: "carol", Password: "pw"},
+		{Name: "quinn", Password: "pw"}}
+	only := []string{"alice", "carol", "quinn"}
+	// quinn may make one request a day; each front-end's q-NAME user
+	// (see TestQuotaEndsTunnel) may move quotaTunnelBytes.
+	cfg.Quota.Rules = []config.QuotaRule{{Name: "quinn-daily", Users: []string{"quinn"}, Requests: 1},
+		{Name: "tunnel-bytes", Users: []string{}, Bytes: quotaTunnelBytes}}
+	for _, fe := range conformFrontEnds {
+		name := "q-" + fe.name
+		cfg.Auth.Users = append(cfg.Auth.Users, config.User{Name: name, Password: "pw"})
+		only = append(only, name)
+		cfg.Quota.Rules[1].Users = append(cfg.Quota.Rules[1].Users, name)
+	}
 	cfg.AllowPrivate = []string{"127.0.0.1/32"} // the origins; not 127.0.0.2
 	cfg.Upstream.MaxIdlePerHost = -1            // every forward dials
 	cfg.Timeouts.ResponseHeader.Duration = 400 * time.Millisecond
@@ -785,11 +796,11 @@ func conformClientCerts(t *testing.T) (string, *tls.Certificate, *tls.Certificat
 		issue(4, pkix.Name{CommonName: "dave"})
 }
 
-// TestConformance drives every front-end through every outcome of the
-// request path and checks that each shows the same access log fields and
-// the same metric deltas.
-func TestConformance(t *testing.T) {
-	// Cells connect from addresses of 127.0.0.0/8 other than 127.0.0.1.
+// newConformEnv returns the origins, certificates and addresses of the
+// conformance rigs; it skips the test where cells cannot connect from
+// addresses of 127.0.0.0/8 other than 127.0.0.1.
+func newConformEnv(t *testing.T) *conformEnv {
+	t.Helper()
 	if c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, 1)}}).Dial("tcp", proxytest.NewEcho(t).Addr); err != nil {
 		t.Skipf("cannot connect from 127.0.1.1 (only 127.0.0.1 is a loopback address here): %v", err)
 	} else {
@@ -806,6 +817,14 @@ func TestConformance(t *testing.T) {
 	env.guarded = net.JoinHostPort("127.0.0.2", echoPort)
 	env.tls, env.roots = proxyCerts(t)
 	env.tls.ClientCA, env.carol, env.noCN, env.dave = conformClientCerts(t)
+	return env
+}
+
+// TestConformance drives every front-end through every outcome of the
+// request path and checks that each shows the same access log fields and
+// the same metric deltas.
+func TestConformance(t *testing.T) {
+	env := newConformEnv(t)
 	rigs := map[bool]*conformRig{false: startConformRig(t, env, false), true: startConformRig(t, env, true)}
 
 	payload := []byte("conformance tunnel payload\n")
@@ -921,6 +940,18 @@ func TestConformance(t *testing.T) {
 			},
 			ask:    tunnelTo(env.echo.Addr, "alice", "pw"),
 			status: 429, reason: "user-limit", user: "alice",
+		},
+		{
+			name: "429 quota spent",
+			skip: skips{socks4a: noSOCKS4User},
+			setup: func(t *testing.T, c *conformCell) func() {
+				// quinn's one request of the day: the first cell's is
+				// granted, the later cells' refused already.
+				c.do(t, tunnelTo(env.echo.Addr, "quinn", "pw")(c))
+				return nil
+			},
+			ask:    tunnelTo(env.echo.Addr, "quinn", "pw"),
+			status: 429, reason: "quota", user: "quinn", rule: "allow-rest",
 		},
 		{
 			name:  "paced user's tunnel",

@@ -42,6 +42,7 @@ type generation struct {
 	listeners  []*listener
 	resolver   *resolve.Resolver  // the [dns] resolver; nil = the system's
 	users      int                // the number of users, inline and from files
+	names      []string           // the names of the users, inline and from files
 	created    []*tlsconf.Manager // TLS managers this build made rather than took from the previous generation
 	routes     *route.Table       // nil = no parents or routes
 	dialer     *dialer.Dialer     // what the routes' probes dial parents with
@@ -68,6 +69,9 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		authr = a
 		g.authr = a
 		g.users = a.Len()
+		if s.shared.cluster != nil { // published when a reload removes them
+			g.names = userNames(cfg)
+		}
 	}
 
 	providers, err := newProviders(cfg, s.log)
@@ -90,6 +94,9 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	} else {
 		g.budget = descriptorBudget(cfg.Limits)
 		g.lim = newLimiter(cfg.Limits, g.budget.conns, s.log)
+		if cl := s.shared.cluster; cl != nil {
+			g.lim.SetShared(cl.Others)
+		}
 	}
 	if n := max(1, cfg.Limits.MaxTLSHandshakes); prev != nil && prev.handshakes.size() == n {
 		g.handshakes = prev.handshakes
@@ -160,6 +167,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			Logger:     log,
 			Revoked:    s.revoked,
 			Cut:        s.cutCtx,
+			Quota:      s.shared.quota,
 		}
 		if o.metrics != nil {
 			gp.UserMetrics = o.metrics.User
@@ -332,7 +340,7 @@ func (g *generation) closeCreated() {
 
 // useLocked makes g the server's current generation.
 func (s *Server) useLocked(g *generation) {
-	s.cfg, s.guard, s.lim, s.handshakes, s.users = g.cfg, g.guard, g.lim, g.handshakes, g.authr
+	s.cfg, s.guard, s.lim, s.handshakes, s.users, s.userNames = g.cfg, g.guard, g.lim, g.handshakes, g.authr, g.names
 	if s.resolver != nil && s.resolver != g.resolver {
 		s.resolver.Close() // its idle DNS over HTTPS connections; the dialers that hold it still work
 	}
@@ -352,7 +360,8 @@ func (s *Server) useLocked(g *generation) {
 // currentLocked returns the server's current generation.
 func (s *Server) currentLocked() *generation {
 	return &generation{cfg: s.cfg, guard: s.guard, lim: s.lim, budget: s.budget, authr: s.users,
-		handshakes: s.handshakes, listeners: s.listeners, resolver: s.resolver, routes: s.routes}
+		handshakes: s.handshakes, listeners: s.listeners, resolver: s.resolver, routes: s.routes,
+		names: s.userNames}
 }
 
 // Reload swaps in cfg, a validated configuration, for the connections
@@ -519,6 +528,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 	s.log.Info("configuration reloaded", "listeners", len(g.listeners),
 		"added", len(g.listeners)-len(inUse), "removed", removed,
 		"users", g.users, "acl_rules", len(cfg.ACL.Rules))
+	s.shared.quota.SetGroups(cfg.ACL.Groups)
 	s.revokeRemoved(prev, g)
 	return nil
 }
@@ -634,9 +644,11 @@ func (s *Server) revokeRemoved(prev, g *generation) {
 	if n > 0 {
 		slices.Sort(names)
 		slices.Sort(listeners)
-		s.log.Info("access revoked: users removed by the reload", "users", strings.Join(slices.Compact(names), ","), "count", n,
+		names = slices.Compact(names)
+		s.log.Info("access revoked: users removed by the reload", "users", strings.Join(names, ","), "count", n,
 			"listeners", strings.Join(slices.Compact(listeners), ","))
 	}
+	s.publishRevoked(s.removedUsers(prev, g, names))
 }
 
 // listenerAuths returns the authenticator of each listener that

@@ -51,10 +51,14 @@ type Server struct {
 	users      *auth.Authenticator
 	resolver   *resolve.Resolver // the [dns] resolver; nil = the system's
 	routes     *route.Table      // parents and routes, with their probes; nil = none (see routes.go)
+	userNames  []string          // the configured users' names (see generation.names)
 
 	// revoked tracks every generation's sessions and tunnels by user, so
 	// that a reload that removes a user ends them.
 	revoked *gate.Registry
+	// shared holds the quota counters and the cluster link, which every
+	// generation shares.
+	shared shared
 
 	// connCtx is the context of every client connection; cancelling it
 	// asks idle connections to close.
@@ -162,6 +166,10 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 		s.engines = append(s.engines, e)
 	}
 
+	if err := s.newShared(cfg); err != nil {
+		s.Close()
+		return nil, err
+	}
 	g, err := s.build(cfg, nil)
 	if err != nil {
 		s.Close()
@@ -176,7 +184,15 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 // the same port even when the configured port is 0) and starts serving.
 func (s *Server) Start() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	err := s.startLocked()
+	s.mu.Unlock()
+	if err == nil {
+		s.startShared() // its first sync reads the limiter, under s.mu
+	}
+	return err
+}
+
+func (s *Server) startLocked() error {
 	if s.closed {
 		return errors.New("server: closed")
 	}
@@ -401,7 +417,8 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	rt := s.routes
 	s.mu.Unlock()
-	rt.Close() // the probes
+	rt.Close()      // the probes
+	s.closeShared() // after the engines: their tunnels' last bytes are counted
 	return nil
 }
 

@@ -187,7 +187,7 @@ func newWithClock(cfg Config, clock func() time.Duration) (*Engine, error) {
 // call [Engine.Close]. If Add returns an error, both conns have been closed
 // and done is never called.
 func (e *Engine) Add(client, upstream *net.TCPConn, done func(Result)) error {
-	_, err := e.add(client, upstream, done)
+	_, err := e.add(client, upstream, nil, done)
 	return err
 }
 
@@ -195,7 +195,15 @@ func (e *Engine) Add(client, upstream *net.TCPConn, done func(Result)) error {
 // its time: its done callback then gets [ErrCut]. Calling it after the
 // tunnel has ended, or more than once, does nothing. It does not block.
 func (e *Engine) AddCut(client, upstream *net.TCPConn, done func(Result)) (cut func(), err error) {
-	t, err := e.add(client, upstream, done)
+	return e.AddMetered(client, upstream, nil, done)
+}
+
+// AddMetered is AddCut with a meter (nil = none) told of the bytes each
+// direction delivers as they are, after each splice into the destination
+// (at most the pipe's size, 1 MiB by default), which may stop the tunnel
+// (its done callback then gets [ErrStopped]).
+func (e *Engine) AddMetered(client, upstream *net.TCPConn, m Meter, done func(Result)) (cut func(), err error) {
+	t, err := e.add(client, upstream, m, done)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +219,7 @@ func (e *Engine) AddCut(client, upstream *net.TCPConn, done func(Result)) (cut f
 	}, nil
 }
 
-func (e *Engine) add(client, upstream *net.TCPConn, done func(Result)) (*tunnel, error) {
+func (e *Engine) add(client, upstream *net.TCPConn, m Meter, done func(Result)) (*tunnel, error) {
 	cfd, cerr := takeFD(client)
 	ufd, uerr := takeFD(upstream)
 	if err := errors.Join(cerr, uerr); err != nil {
@@ -222,6 +230,7 @@ func (e *Engine) add(client, upstream *net.TCPConn, done func(Result)) (*tunnel,
 	t := &tunnel{
 		fd:      [2]int32{int32(cfd), int32(ufd)},
 		done:    done,
+		meter:   m,
 		idx:     -1,
 		started: e.clock(),
 	}

@@ -66,6 +66,14 @@ func (e *Engine) Add(client, upstream *net.TCPConn, done func(Result)) error {
 // its time: its done callback then gets [ErrCut]. Calling it after the
 // tunnel has ended, or more than once, does nothing. It does not block.
 func (e *Engine) AddCut(client, upstream *net.TCPConn, done func(Result)) (cut func(), err error) {
+	return e.AddMetered(client, upstream, nil, done)
+}
+
+// AddMetered is AddCut with a meter (nil = none) told of the bytes each
+// direction delivers as they are, after each write (at most the relay's
+// buffer), which may stop the tunnel (its done callback then gets
+// [ErrStopped]).
+func (e *Engine) AddMetered(client, upstream *net.TCPConn, m Meter, done func(Result)) (cut func(), err error) {
 	if client == nil || upstream == nil {
 		if client != nil {
 			client.Close()
@@ -86,14 +94,14 @@ func (e *Engine) AddCut(client, upstream *net.TCPConn, done func(Result)) (cut f
 	e.wg.Add(1)
 	e.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(e.ctx)
-	go e.relay(ctx, cancel, client, upstream, done)
+	go e.relay(ctx, cancel, client, upstream, m, done)
 	return func() { cancel(ErrCut) }, nil
 }
 
 // relay is the goroutine of one tunnel.
-func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, client, upstream *net.TCPConn, done func(Result)) {
+func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, client, upstream *net.TCPConn, m Meter, done func(Result)) {
 	defer e.wg.Done()
-	res := Relay(ctx, client, upstream, e.idle)
+	res := RelayMetered(ctx, client, upstream, e.idle, m)
 	cancel(nil)
 	switch {
 	case errors.Is(res.Err, ErrClosed):

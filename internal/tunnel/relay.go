@@ -51,7 +51,14 @@ type lingerer interface{ SetLinger(sec int) error }
 // not take within idle counts as idle too); or ctx's cause, wrapped, when
 // ctx was done, which closes both connections at once.
 func Relay(ctx context.Context, client, upstream net.Conn, idle time.Duration) Result {
-	r := &relay{conns: [2]net.Conn{client, upstream}, idle: idle, start: time.Now()}
+	return RelayMetered(ctx, client, upstream, idle, nil)
+}
+
+// RelayMetered is Relay with a meter (nil = none) told of each write's
+// bytes (at most the relay's buffer) as it returns, which may stop the
+// tunnel: its Result.Err is then [ErrStopped].
+func RelayMetered(ctx context.Context, client, upstream net.Conn, idle time.Duration, m Meter) Result {
+	r := &relay{conns: [2]net.Conn{client, upstream}, idle: idle, start: time.Now(), meter: m}
 	return r.run(ctx)
 }
 
@@ -64,6 +71,7 @@ type relay struct {
 	start time.Time
 	last  atomic.Int64 // time since start when a byte last moved, if idle > 0
 	n     [2]int64     // bytes written per direction; each owned by its direction
+	meter Meter        // told of written bytes; nil = none
 
 	mu    sync.Mutex
 	timer *time.Timer // the idle check; guarded by mu
@@ -119,6 +127,10 @@ func (r *relay) direction(d int) {
 			r.n[d] += int64(m)
 			if werr != nil {
 				r.fail(fmt.Errorf("tunnel: write to %s: %w", sideName[1-d], werr), true)
+				return
+			}
+			if r.meter != nil && !r.meter.Moved(d, int64(m)) {
+				r.fail(ErrStopped, true)
 				return
 			}
 			r.touch()

@@ -25,8 +25,8 @@ const (
 	sawHup = 1 << 2
 )
 
-// tunnel is one relayed pair of sockets. All fields except fd, done and
-// started (set before the tunnel is handed to the loop) are owned by the
+// tunnel is one relayed pair of sockets. All fields except fd, done,
+// meter and started (set before the tunnel is handed to the loop) are owned by the
 // loop goroutine.
 type tunnel struct {
 	cutAsked bool     // AddCut's cut was called; guarded by Engine.mu
@@ -41,6 +41,7 @@ type tunnel struct {
 	started  time.Duration // engine clock at Add
 	last     time.Duration // engine clock when a byte last moved
 	done     func(Result)
+	meter    Meter // told of delivered bytes; nil = none
 }
 
 // direction is one way of a tunnel: from side d to side 1-d.
@@ -141,6 +142,9 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 				dr.full = false
 				progress = true
 				t.moved = true
+				if t.meter != nil && !t.meter.Moved(d, int64(n)) {
+					return false, ErrStopped
+				}
 			case unix.EAGAIN:
 				t.ready[1-d] &^= canWrite
 			case unix.EINTR:

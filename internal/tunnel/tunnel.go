@@ -22,6 +22,20 @@ var ErrIdleTimeout = errors.New("tunnel: idle timeout")
 // [Engine.AddCut] returned (a user's access revoked, say).
 var ErrCut = errors.New("tunnel: cut short")
 
+// ErrStopped is the [Result.Err] of a tunnel its [Meter] stopped (its
+// user's quota spent, say).
+var ErrStopped = errors.New("tunnel: stopped by its meter")
+
+// Meter is told of a tunnel's bytes as they are delivered, and may end the
+// tunnel: see [Engine.AddMetered] and [RelayMetered].
+type Meter interface {
+	// Moved is called after n bytes were delivered in direction d (0:
+	// client to upstream, 1: upstream to client); false ends the tunnel
+	// with ErrStopped. It is called from the relaying goroutine (the
+	// engine's loop, for the engine): it must not block.
+	Moved(d int, n int64) bool
+}
+
 // Sides and directions share indexes: side 0 is the client and direction 0
 // runs from the client to the upstream; side 1 is the upstream and
 // direction 1 runs from the upstream to the client.

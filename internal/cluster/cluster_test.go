@@ -1,0 +1,90 @@
+package cluster
+
+import (
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/quota"
+)
+
+// lockedBuffer is a log written from the sync loop.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestUnreachable checks that with no Redis to reach, Start and Close
+// return within the timeouts, nothing counted is lost (it stays pending,
+// to be sent once Redis is back), the instance says it is down and logs
+// it once.
+func TestUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	tr := quota.New(quota.Config{Rules: []quota.Rule{{Name: "d", Users: []string{"*"}, Requests: 10}}})
+	u := tr.User("alice")
+	u.Begin()
+	log := &lockedBuffer{}
+	c, err := New(Config{URL: "redis://" + addr, SyncInterval: 20 * time.Millisecond, Timeout: 100 * time.Millisecond,
+		Quota: tr, LocalConns: func(fn func(string, int)) { fn("alice", 1) }, Revoke: func([]string) {},
+		Logger: slog.New(slog.NewTextHandler(log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.Start()
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Start took %v with Redis unreachable", d)
+	}
+	if c.Up() {
+		t.Error("Up with Redis unreachable")
+	}
+	u.Begin()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.syncs.Load() < 5 { // a few failed syncs
+		if time.Now().After(deadline) {
+			t.Fatalf("%d syncs in 10s", c.syncs.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t0 := time.Now()
+	c.Close()
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("Close took %v with Redis unreachable", d)
+	}
+	if n := strings.Count(log.String(), "Redis unreachable"); n != 1 {
+		t.Errorf("logged Redis unreachable %d times, want once:\n%s", n, log.String())
+	}
+	st := tr.Status("alice")
+	if len(st) != 1 || st[0].RequestsUsed < 2 {
+		t.Errorf("requests counted while Redis was unreachable: %+v", st)
+	}
+	if c.Others("alice") != 0 {
+		t.Errorf("Others = %d with Redis unreachable", c.Others("alice"))
+	}
+}
+
+func TestNewBadURL(t *testing.T) {
+	if _, err := New(Config{URL: "http://x"}); err == nil || !strings.Contains(err.Error(), "cluster: redis URL") {
+		t.Errorf("New(http://x) = %v", err)
+	}
+}

@@ -1,0 +1,98 @@
+package proxytest
+
+import (
+	"bufio"
+	"net"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Redis is a redis-server (Debian's, installed by scripts/deps.sh) that a
+// test started on a loopback port of its own, without persistence.
+type Redis struct {
+	// Addr is the server's host:port.
+	Addr string
+
+	t    testing.TB
+	path string
+	dir  string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd // the running server; nil while killed
+}
+
+// StartRedis starts a redis-server on a free loopback port, stopped by
+// t.Cleanup. It skips the test without redis-server (fails under CI: see
+// RequireTool).
+func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	path := RequireTool(t, "redis-server", "redis-server")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	r := &Redis{Addr: addr, t: t, path: path, dir: t.TempDir()}
+	r.Start()
+	t.Cleanup(r.Kill)
+	return r
+}
+
+// URL returns the redis:// URL of the server.
+func (r *Redis) URL() string { return "redis://" + r.Addr + "/0" }
+
+// Start starts the server (again, after Kill) on its port and waits until
+// it answers PING.
+func (r *Redis) Start() {
+	r.t.Helper()
+	_, port, _ := net.SplitHostPort(r.Addr)
+	cmd := exec.Command(r.path, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", r.dir, "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		r.t.Fatalf("start redis-server: %v", err)
+	}
+	r.mu.Lock()
+	r.cmd = cmd
+	r.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for !r.ping() {
+		if time.Now().After(deadline) {
+			r.Kill()
+			r.t.Fatalf("redis-server on %s did not answer PING within 10s", r.Addr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ping reports whether the server answers PING.
+func (r *Redis) ping() bool {
+	c, err := net.DialTimeout("tcp", r.Addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.TrimSpace(line) == "+PONG"
+}
+
+// Kill kills the server (SIGKILL: no goodbye to its clients) and waits
+// for it to exit. It does nothing when the server is not running.
+func (r *Redis) Kill() {
+	r.mu.Lock()
+	cmd := r.cmd
+	r.cmd = nil
+	r.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+}

@@ -1,0 +1,521 @@
+// Package quota counts each user's payload bytes and requests per period
+// against the configured quotas.
+//
+// A [Rule] names its users (each counted alone) or groups (whose members
+// count together), a [Period] with its reset time and time zone, and the
+// bytes (up and down together) and requests allowed per period. A
+// [Tracker] holds one [Counter] per rule and scope (a user, or a group)
+// and resolves a user to the counters that apply to it, a [User]: the
+// request path asks [User.Begin] before each request (which counts it),
+// adds the bytes a request moved at its end with [User.AddBytes], and
+// meters a running tunnel's bytes as they move ([User.Meter]), which ends
+// the tunnel once a byte quota is spent. None of it allocates or waits.
+//
+// A counter's use is what it knew at its last synchronisation (its base)
+// plus what this process counted since (its pending count). Without a
+// cluster the pending counts fold into the base and are saved to a state
+// file ([Tracker.Save], [Tracker.Load]); with one, package cluster sends
+// them to Redis every sync interval and sets the base to the total every
+// instance reached ([Counter.Take], [Counter.Settle]).
+package quota
+
+import (
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Rule is one quota.
+type Rule struct {
+	// Name names the rule's counters (in metrics, the state file, Redis).
+	Name string
+	// Users are the users counted, each alone; "*" is every user.
+	Users []string
+	// Groups are the groups whose members count together.
+	Groups []string
+	// Period, Reset (the time after midnight it starts at) and Loc (the
+	// zone of Reset; nil = UTC) give the windows.
+	Period Period
+	Reset  time.Duration
+	Loc    *time.Location
+	// Bytes and Requests are the payload bytes and the requests allowed
+	// per window; 0 = not limited.
+	Bytes, Requests int64
+}
+
+// Window returns the rule's window that holds now.
+func (r *Rule) Window(now time.Time) (start, end time.Time) {
+	loc := r.Loc
+	if loc == nil {
+		loc = time.UTC
+	}
+	return r.Period.Window(now, r.Reset, loc)
+}
+
+// Config configures a Tracker.
+type Config struct {
+	// Rules are the quotas; none = a Tracker that tracks nobody.
+	Rules []Rule
+	// Groups maps a group to its members' user names.
+	Groups map[string][]string
+	// Now returns the time; nil = time.Now.
+	Now func() time.Time
+}
+
+// The kinds a counter counts: indexes of its counts.
+const (
+	kindBytes = iota
+	kindRequests
+)
+
+// Counter counts one scope of one rule (a user, or a group) within the
+// rule's current window. It is safe for concurrent use.
+type Counter struct {
+	rule  *Rule
+	scope string // the user, or "group:" and the group's name
+	now   func() time.Time
+
+	end  atomic.Int64    // the window's end, Unix nanoseconds
+	base [2]atomic.Int64 // bytes, requests as of the last sync or fold
+	pend [2]atomic.Int64 // bytes, requests counted here since
+
+	mu    sync.Mutex
+	start int64 // the window's start, Unix nanoseconds; guarded by mu (written with end)
+}
+
+// Rule returns the counter's rule.
+func (c *Counter) Rule() *Rule { return c.rule }
+
+// Scope returns what the counter counts: a user's name, or "group:NAME".
+func (c *Counter) Scope() string { return c.scope }
+
+// roll starts the window that holds now if the counter's has ended.
+func (c *Counter) roll(now time.Time) {
+	if now.UnixNano() < c.end.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now.UnixNano() < c.end.Load() {
+		return
+	}
+	start, end := c.rule.Window(now)
+	for k := range c.base {
+		c.base[k].Store(0)
+		c.pend[k].Store(0)
+	}
+	c.start = start.UnixNano()
+	c.end.Store(end.UnixNano())
+}
+
+// used returns the counter's use of kind k.
+func (c *Counter) used(k int) int64 { return c.base[k].Load() + c.pend[k].Load() }
+
+// over reports whether the counter's quota of kind k is spent.
+func (c *Counter) over(k int) bool {
+	limit := c.rule.Bytes
+	if k == kindRequests {
+		limit = c.rule.Requests
+	}
+	return limit > 0 && c.used(k) >= limit
+}
+
+// Window returns the counter's current window, started as of the time.
+func (c *Counter) Window() (start, end time.Time) {
+	c.roll(c.now())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Unix(0, c.start), time.Unix(0, c.end.Load())
+}
+
+// Take hands over the counts made here since the last Take, for a sync:
+// the window they belong to (its start, Unix nanoseconds) and the bytes
+// and requests. Settle or Untake must follow.
+func (c *Counter) Take() (start, bytes, requests int64) {
+	c.roll(c.now())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.start, c.pend[kindBytes].Swap(0), c.pend[kindRequests].Swap(0)
+}
+
+// Untake gives back counts Take handed over that could not be sent, if
+// their window is still the counter's.
+func (c *Counter) Untake(start, bytes, requests int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.start == start {
+		c.pend[kindBytes].Add(bytes)
+		c.pend[kindRequests].Add(requests)
+	}
+}
+
+// Settle sets the counter's base to the totals of the window that starts
+// at start (Unix nanoseconds), which include every count Take handed
+// over; it is ignored when the counter has moved to another window.
+func (c *Counter) Settle(start, bytes, requests int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.start == start {
+		c.base[kindBytes].Store(bytes)
+		c.base[kindRequests].Store(requests)
+	}
+}
+
+// fold adds the pending counts to the base: the sync of a lone instance.
+func (c *Counter) fold() {
+	start, b, r := c.Take()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.start == start {
+		c.base[kindBytes].Add(b)
+		c.base[kindRequests].Add(r)
+	}
+}
+
+// User is the counters that apply to one user. Its methods are safe for
+// concurrent use, and do nothing (granting everything) on a nil User.
+type User struct {
+	counters []*Counter
+	bytes    bool // a counter limits bytes
+}
+
+// Begin counts a request of the user and reports whether the user may
+// make it: false, counting nothing, when one of its quotas is spent.
+func (u *User) Begin() bool {
+	if u == nil {
+		return true
+	}
+	now := u.counters[0].now()
+	for _, c := range u.counters {
+		c.roll(now)
+		if c.over(kindBytes) || c.over(kindRequests) {
+			return false
+		}
+	}
+	for _, c := range u.counters {
+		c.pend[kindRequests].Add(1)
+	}
+	return true
+}
+
+// AddBytes counts n payload bytes of the user and reports whether its
+// byte quotas still allow more: false once one is spent. A negative n
+// takes back bytes counted ahead (a meter told of bytes that were then
+// not written).
+func (u *User) AddBytes(n int64) bool {
+	if u == nil {
+		return true
+	}
+	now := u.counters[0].now()
+	ok := true
+	for _, c := range u.counters {
+		c.roll(now)
+		if n != 0 {
+			c.pend[kindBytes].Add(n)
+		}
+		if c.over(kindBytes) {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// LimitsBytes reports whether a byte quota applies to the user: its
+// tunnels are then metered as they run.
+func (u *User) LimitsBytes() bool { return u != nil && u.bytes }
+
+// Meter returns a meter of one tunnel of the user: it counts the bytes
+// the tunnel moves as they move (see [Meter.Moved]).
+func (u *User) Meter() *Meter { return &Meter{u: u} }
+
+// Meter counts a running tunnel's bytes against its user's quotas. It is
+// safe for concurrent use.
+type Meter struct {
+	u       *User
+	charged atomic.Int64
+	stopped atomic.Bool
+}
+
+// Moved counts n bytes the tunnel delivered (either way: d is ignored)
+// and reports whether it may go on: false once a byte quota of the user
+// is spent. It does not block or allocate.
+func (m *Meter) Moved(d int, n int64) bool {
+	m.charged.Add(n)
+	if m.u.AddBytes(n) {
+		return true
+	}
+	m.stopped.Store(true)
+	return false
+}
+
+// Ahead counts n bytes about to be sent and reports true, unless a byte
+// quota of the user is spent already: then it counts nothing and reports
+// false (the bytes are not to be sent). The bytes that cross the quota
+// are thus sent, as Moved lets the delivery that crosses it through.
+func (m *Meter) Ahead(n int64) bool {
+	if m.u.spent() {
+		m.stopped.Store(true)
+		return false
+	}
+	m.charged.Add(n)
+	m.u.AddBytes(n)
+	return true
+}
+
+// spent reports whether a byte quota of the user is spent.
+func (u *User) spent() bool {
+	now := u.counters[0].now()
+	for _, c := range u.counters {
+		c.roll(now)
+		if c.over(kindBytes) {
+			return true
+		}
+	}
+	return false
+}
+
+// Reset makes m a fresh meter of u, for a caller that reuses one meter
+// request after request (it must not be in use meanwhile).
+func (m *Meter) Reset(u *User) {
+	m.u = u
+	m.charged.Store(0)
+	m.stopped.Store(false)
+}
+
+// Carry notes n bytes counted before m took over (by the meter of the
+// request that became m's tunnel), so that Charged covers them.
+func (m *Meter) Carry(n int64) { m.charged.Add(n) }
+
+// Stopped reports whether Moved or Ahead said to stop.
+func (m *Meter) Stopped() bool { return m != nil && m.stopped.Load() }
+
+// Charged returns the bytes Moved counted.
+func (m *Meter) Charged() int64 {
+	if m == nil {
+		return 0
+	}
+	return m.charged.Load()
+}
+
+// Tracker holds the counters of every rule and resolves users to them.
+// It is safe for concurrent use.
+type Tracker struct {
+	rules []*Rule
+	now   func() time.Time
+
+	mu       sync.RWMutex
+	groupOf  map[string][]string // user -> groups; guarded by mu
+	users    map[string]*User    // guarded by mu; nil entries: no rule applies
+	counters map[string]*Counter // by rule name and scope (key); guarded by mu
+}
+
+// New returns a Tracker of cfg's rules.
+func New(cfg Config) *Tracker {
+	t := &Tracker{now: cfg.Now, users: make(map[string]*User), counters: make(map[string]*Counter)}
+	if t.now == nil {
+		t.now = time.Now
+	}
+	for i := range cfg.Rules {
+		r := cfg.Rules[i]
+		t.rules = append(t.rules, &r)
+	}
+	t.groupOf = groupsOf(cfg.Groups)
+	return t
+}
+
+// groupsOf inverts a map of groups to their members.
+func groupsOf(groups map[string][]string) map[string][]string {
+	of := make(map[string][]string)
+	for g, members := range groups {
+		for _, m := range members {
+			of[m] = append(of[m], g)
+		}
+	}
+	return of
+}
+
+// SetGroups replaces the groups' members (a reload's [acl.groups]): users
+// resolved from now on count in the groups they are members of now; a
+// User resolved before keeps its counters. The counters themselves, and
+// their use, stay.
+func (t *Tracker) SetGroups(groups map[string][]string) {
+	if t == nil {
+		return
+	}
+	of := groupsOf(groups)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.groupOf = of
+	clear(t.users)
+}
+
+// Rules returns the number of rules.
+func (t *Tracker) Rules() int {
+	if t == nil {
+		return 0
+	}
+	return len(t.rules)
+}
+
+// key returns the key of a rule's counter of scope.
+func key(rule, scope string) string { return rule + "\x00" + scope }
+
+// User returns the counters of user name, nil when no rule applies (or t
+// is nil, or name is ""). After the first call for a name it takes a
+// read lock and allocates nothing.
+func (t *Tracker) User(name string) *User {
+	if t == nil || len(t.rules) == 0 || name == "" {
+		return nil
+	}
+	t.mu.RLock()
+	u, ok := t.users[name]
+	t.mu.RUnlock()
+	if ok {
+		return u
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if u, ok := t.users[name]; ok {
+		return u
+	}
+	name = strings.Clone(name)
+	u = &User{}
+	for _, r := range t.rules {
+		for _, scope := range t.scopes(r, name) {
+			c := t.counterLocked(r, scope)
+			u.counters = append(u.counters, c)
+			u.bytes = u.bytes || r.Bytes > 0
+		}
+	}
+	if len(u.counters) == 0 {
+		u = nil
+	}
+	t.users[name] = u
+	return u
+}
+
+// scopes returns the scopes of r that user counts in.
+func (t *Tracker) scopes(r *Rule, user string) []string {
+	var out []string
+	for _, u := range r.Users {
+		if u == "*" || u == user {
+			out = append(out, user)
+			break
+		}
+	}
+	for _, g := range r.Groups {
+		for _, ug := range t.groupOf[user] {
+			if ug == g {
+				out = append(out, "group:"+g)
+			}
+		}
+	}
+	return out
+}
+
+// counterLocked returns r's counter of scope, making it.
+func (t *Tracker) counterLocked(r *Rule, scope string) *Counter {
+	k := key(r.Name, scope)
+	c := t.counters[k]
+	if c == nil {
+		c = &Counter{rule: r, scope: scope, now: t.now}
+		c.roll(t.now())
+		t.counters[k] = c
+	}
+	return c
+}
+
+// Counters returns every counter made so far.
+func (t *Tracker) Counters() []*Counter {
+	if t == nil {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make([]*Counter, 0, len(t.counters))
+	for _, c := range t.counters {
+		out = append(out, c)
+	}
+	return out
+}
+
+// Fold adds every counter's pending counts to its base, for an instance
+// that counts alone.
+func (t *Tracker) Fold() {
+	for _, c := range t.Counters() {
+		c.fold()
+	}
+}
+
+// Status is one quota of a user as `rustle quota` shows it.
+type Status struct {
+	Rule   string `json:"rule"`
+	Scope  string `json:"scope"`
+	Period string `json:"period"`
+	// Start and Reset bound the current window.
+	Start time.Time `json:"start"`
+	Reset time.Time `json:"reset"`
+	// Used and limit of each kind; a limit of 0 is none.
+	BytesUsed     int64 `json:"bytes_used"`
+	BytesLimit    int64 `json:"bytes_limit"`
+	RequestsUsed  int64 `json:"requests_used"`
+	RequestsLimit int64 `json:"requests_limit"`
+}
+
+// Status returns the state of counter c.
+func (c *Counter) Status() Status {
+	start, end := c.Window()
+	loc := c.rule.Loc
+	if loc == nil {
+		loc = time.UTC
+	}
+	return Status{Rule: c.rule.Name, Scope: c.scope, Period: c.rule.Period.String(),
+		Start: start.In(loc), Reset: end.In(loc),
+		BytesUsed: c.used(kindBytes), BytesLimit: c.rule.Bytes,
+		RequestsUsed: c.used(kindRequests), RequestsLimit: c.rule.Requests}
+}
+
+// Status returns the quotas of user, in rule order; none when no rule
+// applies.
+func (t *Tracker) Status(user string) []Status {
+	u := t.User(user)
+	if u == nil {
+		return nil
+	}
+	out := make([]Status, len(u.counters))
+	for i, c := range u.counters {
+		out[i] = c.Status()
+	}
+	return out
+}
+
+// All returns the state of every counter, sorted by rule and scope.
+func (t *Tracker) All() []Status {
+	cs := t.Counters()
+	out := make([]Status, len(cs))
+	for i, c := range cs {
+		out[i] = c.Status()
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Rule != out[j].Rule {
+			return out[i].Rule < out[j].Rule
+		}
+		return out[i].Scope < out[j].Scope
+	})
+	return out
+}
+
+// counterFor returns the counter of rule name and scope, making it when
+// the rule exists; nil otherwise.
+func (t *Tracker) counterFor(rule, scope string) *Counter {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range t.rules {
+		if r.Name == rule {
+			return t.counterLocked(r, scope)
+		}
+	}
+	return nil
+}

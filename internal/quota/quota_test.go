@@ -1,0 +1,292 @@
+package quota
+
+import (
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a settable clock for a Tracker.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+func mustLoc(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Skipf("time zone %s: %v", name, err)
+	}
+	return loc
+}
+
+func TestWindow(t *testing.T) {
+	paris := mustLoc(t, "Europe/Paris")
+	ny := mustLoc(t, "America/New_York")
+	at := func(loc *time.Location, y int, mo time.Month, d, h, m int) time.Time {
+		return time.Date(y, mo, d, h, m, 0, 0, loc)
+	}
+	tests := []struct {
+		name       string
+		period     Period
+		reset      time.Duration
+		loc        *time.Location
+		now        time.Time
+		start, end time.Time
+	}{
+		{"day at midnight UTC", Day, 0, time.UTC, at(time.UTC, 2026, 12, 1, 15, 0),
+			at(time.UTC, 2026, 12, 1, 0, 0), at(time.UTC, 2026, 12, 2, 0, 0)},
+		{"day before its reset time", Day, 6 * time.Hour, time.UTC, at(time.UTC, 2026, 12, 1, 5, 59),
+			at(time.UTC, 2026, 11, 30, 6, 0), at(time.UTC, 2026, 12, 1, 6, 0)},
+		{"day at its reset instant", Day, 6 * time.Hour, time.UTC, at(time.UTC, 2026, 12, 1, 6, 0),
+			at(time.UTC, 2026, 12, 1, 6, 0), at(time.UTC, 2026, 12, 2, 6, 0)},
+		{"day in Paris, UTC evening is the next day", Day, 0, paris, at(time.UTC, 2026, 12, 1, 23, 30),
+			at(paris, 2026, 12, 2, 0, 0), at(paris, 2026, 12, 3, 0, 0)},
+		{"day across the spring change is 23h", Day, 0, paris, at(paris, 2026, 3, 29, 12, 0),
+			at(paris, 2026, 3, 29, 0, 0), at(paris, 2026, 3, 30, 0, 0)},
+		{"day across the autumn change is 25h", Day, 0, ny, at(ny, 2026, 11, 1, 12, 0),
+			at(ny, 2026, 11, 1, 0, 0), at(ny, 2026, 11, 2, 0, 0)},
+		{"hour at minute 30", Hour, 30 * time.Minute, time.UTC, at(time.UTC, 2026, 12, 1, 15, 10),
+			at(time.UTC, 2026, 12, 1, 14, 30), at(time.UTC, 2026, 12, 1, 15, 30)},
+		{"hour ignores the reset's hours", Hour, 5*time.Hour + 15*time.Minute, time.UTC, at(time.UTC, 2026, 12, 1, 15, 20),
+			at(time.UTC, 2026, 12, 1, 15, 15), at(time.UTC, 2026, 12, 1, 16, 15)},
+		{"month", Month, 0, time.UTC, at(time.UTC, 2026, 12, 31, 23, 59),
+			at(time.UTC, 2026, 12, 1, 0, 0), at(time.UTC, 2027, 1, 1, 0, 0)},
+		{"month before its first reset", Month, 8 * time.Hour, paris, at(paris, 2026, 12, 1, 7, 0),
+			at(paris, 2026, 11, 1, 8, 0), at(paris, 2026, 12, 1, 8, 0)},
+		{"month in New York from UTC", Month, 0, ny, at(time.UTC, 2027, 1, 1, 2, 0),
+			at(ny, 2026, 12, 1, 0, 0), at(ny, 2027, 1, 1, 0, 0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start, end := tt.period.Window(tt.now, tt.reset, tt.loc)
+			if !start.Equal(tt.start) || !end.Equal(tt.end) {
+				t.Errorf("Window(%v) = [%v, %v), want [%v, %v)", tt.now, start, end, tt.start, tt.end)
+			}
+			if tt.now.Before(start) || !tt.now.Before(end) {
+				t.Errorf("now %v is outside [%v, %v)", tt.now, start, end)
+			}
+		})
+	}
+}
+
+// TestResetAtBoundary checks that a spent quota comes back when its
+// window ends, in its time zone, and not a minute before.
+func TestResetAtBoundary(t *testing.T) {
+	paris := mustLoc(t, "Europe/Paris")
+	clk := &clock{t: time.Date(2026, 12, 1, 23, 58, 0, 0, paris)}
+	tr := New(Config{Now: clk.now, Rules: []Rule{{Name: "daily", Users: []string{"*"}, Period: Day, Loc: paris, Requests: 2, Bytes: 1000}}})
+	u := tr.User("alice")
+	for i := range 2 {
+		if !u.Begin() {
+			t.Fatalf("request %d of a quota of 2 refused", i+1)
+		}
+	}
+	if u.Begin() {
+		t.Fatal("third request of a quota of 2 granted")
+	}
+	clk.set(time.Date(2026, 12, 1, 23, 59, 59, 0, paris))
+	if u.Begin() {
+		t.Fatal("granted before the reset")
+	}
+	clk.set(time.Date(2026, 12, 2, 0, 0, 0, 0, paris))
+	if !u.Begin() {
+		t.Fatal("refused after the reset at midnight in Paris")
+	}
+	if u.AddBytes(999) != true {
+		t.Error("AddBytes(999) of 1000: spent")
+	}
+	if u.AddBytes(1) {
+		t.Error("AddBytes reaching the quota: not spent")
+	}
+	if u.Begin() {
+		t.Error("request granted with the byte quota spent")
+	}
+	st := tr.Status("alice")
+	if len(st) != 1 || st[0].BytesUsed != 1000 || st[0].RequestsUsed != 1 ||
+		!st[0].Reset.Equal(time.Date(2026, 12, 3, 0, 0, 0, 0, paris)) {
+		t.Errorf("Status = %+v", st)
+	}
+}
+
+// TestScopes checks that users count alone and groups together.
+func TestScopes(t *testing.T) {
+	tr := New(Config{
+		Groups: map[string][]string{"ci": {"bob", "carol"}},
+		Rules: []Rule{
+			{Name: "each", Users: []string{"alice", "bob"}, Requests: 1},
+			{Name: "ci", Groups: []string{"ci"}, Requests: 2},
+		},
+	})
+	if tr.User("dave") != nil {
+		t.Error("a user no rule names has counters")
+	}
+	alice, bob, carol := tr.User("alice"), tr.User("bob"), tr.User("carol")
+	if !alice.Begin() || alice.Begin() {
+		t.Error("alice: want one request")
+	}
+	if !bob.Begin() {
+		t.Error("bob's first request refused")
+	}
+	if bob.Begin() {
+		t.Error("bob's second request granted past his own quota")
+	}
+	if !carol.Begin() {
+		t.Error("carol's first request refused")
+	}
+	if carol.Begin() {
+		t.Error("carol's second request granted: the group's two are spent (bob's and hers)")
+	}
+}
+
+func TestMeter(t *testing.T) {
+	tr := New(Config{Rules: []Rule{{Name: "b", Users: []string{"*"}, Bytes: 100}}})
+	u := tr.User("alice")
+	if !u.LimitsBytes() {
+		t.Fatal("LimitsBytes false with a byte quota")
+	}
+	m := u.Meter()
+	if !m.Moved(0, 60) {
+		t.Error("60 of 100: stopped")
+	}
+	if m.Moved(1, 50) {
+		t.Error("110 of 100: not stopped")
+	}
+	if m.Charged() != 110 {
+		t.Errorf("Charged = %d, want 110", m.Charged())
+	}
+}
+
+// TestSettle checks the sync of a cluster: pending counts are handed
+// over, the base becomes the total, and counts that could not be sent
+// come back.
+func TestSettle(t *testing.T) {
+	tr := New(Config{Rules: []Rule{{Name: "b", Users: []string{"*"}, Bytes: 100}}})
+	u := tr.User("alice")
+	u.AddBytes(30)
+	c := tr.Counters()[0]
+	start, b, _ := c.Take()
+	if b != 30 {
+		t.Fatalf("Take: %d bytes, want 30", b)
+	}
+	u.AddBytes(5)
+	c.Settle(start, 90, 0) // another instance's 60 and these 30
+	if got := c.Status().BytesUsed; got != 95 {
+		t.Errorf("used after Settle = %d, want 95", got)
+	}
+	start, b, _ = c.Take()
+	c.Untake(start, b, 0)
+	if got := c.Status().BytesUsed; got != 95 {
+		t.Errorf("used after Untake = %d, want 95", got)
+	}
+	if u.AddBytes(5) {
+		t.Error("100 of 100: not spent")
+	}
+}
+
+// TestSaveLoad checks the round trip of the state file: a restart within
+// the window restores the use, one after it starts afresh.
+func TestSaveLoad(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 12, 15, 10, 0, 0, 0, time.UTC)}
+	rules := []Rule{
+		{Name: "monthly", Users: []string{"*"}, Period: Month, Bytes: 1 << 30},
+		{Name: "ci", Groups: []string{"ci"}, Period: Day, Requests: 10},
+	}
+	groups := map[string][]string{"ci": {"bob"}}
+	path := filepath.Join(t.TempDir(), "quota.json")
+	tr := New(Config{Now: clk.now, Rules: rules, Groups: groups})
+	tr.User("alice").AddBytes(1234)
+	tr.User("bob").Begin()
+	tr.User("bob").Begin()
+	if err := tr.Save(path); err != nil {
+		t.Fatal(err)
+	}
+
+	tr2 := New(Config{Now: clk.now, Rules: rules, Groups: groups})
+	if n, err := tr2.Load(path); err != nil || n != 3 {
+		t.Fatalf("Load = %d, %v; want 3 counters", n, err)
+	}
+	if st := tr2.Status("alice"); st[0].BytesUsed != 1234 {
+		t.Errorf("alice after a restart: %d bytes used, want 1234", st[0].BytesUsed)
+	}
+	st := tr2.Status("bob")
+	if len(st) != 2 || st[1].Scope != "group:ci" || st[1].RequestsUsed != 2 {
+		t.Errorf("bob after a restart: %+v", st)
+	}
+
+	clk.set(time.Date(2026, 12, 16, 0, 0, 1, 0, time.UTC)) // the day rolled, not the month
+	tr3 := New(Config{Now: clk.now, Rules: rules, Groups: groups})
+	if n, err := tr3.Load(path); err != nil || n != 2 {
+		t.Fatalf("Load the next day = %d, %v; want 2 (the month's)", n, err)
+	}
+	if st := tr3.Status("bob"); st[1].RequestsUsed != 0 || st[0].BytesUsed != 0 {
+		t.Errorf("bob the next day: %+v", st)
+	}
+	if st := tr3.Status("alice"); st[0].BytesUsed != 1234 {
+		t.Errorf("alice the next day: %d bytes, want the month's 1234", st[0].BytesUsed)
+	}
+	if n, err := New(Config{Rules: rules}).Load(filepath.Join(t.TempDir(), "none.json")); n != 0 || err != nil {
+		t.Errorf("Load of a missing file = %d, %v", n, err)
+	}
+}
+
+// TestBeginNoAllocs checks that the request path's quota check does not
+// allocate.
+func TestBeginNoAllocs(t *testing.T) {
+	tr := New(Config{Rules: []Rule{{Name: "d", Users: []string{"*"}, Bytes: 1 << 60, Requests: 1 << 60}}})
+	tr.User("alice")
+	if n := testing.AllocsPerRun(1000, func() {
+		u := tr.User("alice")
+		u.Begin()
+		u.AddBytes(1024)
+	}); n != 0 {
+		t.Errorf("User+Begin+AddBytes: %v allocations, want 0", n)
+	}
+}
+
+func BenchmarkBegin(b *testing.B) {
+	tr := New(Config{Rules: []Rule{{Name: "d", Users: []string{"*"}, Bytes: 1 << 60, Requests: 1 << 60}}})
+	u := tr.User("alice")
+	b.ReportAllocs()
+	for b.Loop() {
+		u.Begin()
+		u.AddBytes(1024)
+	}
+}
+
+// TestSetGroups checks that a reload's groups apply to the users
+// resolved after it, and that the groups' counts stay.
+func TestSetGroups(t *testing.T) {
+	tr := New(Config{Groups: map[string][]string{"ci": {"bob"}}, Rules: []Rule{{Name: "ci", Groups: []string{"ci"}, Requests: 2}}})
+	if !tr.User("bob").Begin() {
+		t.Fatal("bob refused")
+	}
+	if tr.User("carol") != nil {
+		t.Fatal("carol counted in ci before she is a member")
+	}
+	tr.SetGroups(map[string][]string{"ci": {"bob", "carol"}})
+	if !tr.User("carol").Begin() {
+		t.Fatal("carol refused: the group's second request")
+	}
+	if tr.User("carol").Begin() || tr.User("bob").Begin() {
+		t.Error("a third request of the group granted")
+	}
+	tr.SetGroups(nil)
+	if tr.User("bob") != nil {
+		t.Error("bob still counted in ci after leaving it")
+	}
+}
