@@ -733,11 +733,13 @@ func TestTunnel(t *testing.T) {
 		engine  bool
 		pipe    bool // the client is a net.Pipe end: the portable relay
 		tls     bool // the client is TLS over tunnel.RecordConn
+		closed  bool // the engine is closed: AddTLS refuses
 		handoff bool // the tunnel lives on in the engine
 	}{
 		{name: "engine", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, handoff: true},
 		{name: "TLS on the engine", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, tls: true, handoff: true},
 		{name: "TLS relay", limits: &limits.Config{MaxConnsPerUser: 1}, tls: true},
+		{name: "TLS relay, the engine refused", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, closed: true, tls: true},
 		{name: "portable relay", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, pipe: true},
 		{name: "paced", limits: &limits.Config{MaxConnsPerUser: 1, UserBytesPerSecond: 1 << 20}, engine: true},
 		{name: "no engine", limits: &limits.Config{MaxConnsPerUser: 1}},
@@ -751,6 +753,9 @@ func TestTunnel(t *testing.T) {
 			var eng *tunnel.Engine
 			if tt.engine {
 				eng = newEngine(t)
+				if tt.closed {
+					eng.Close()
+				}
 			}
 			var client, served, attached net.Conn
 			switch {
