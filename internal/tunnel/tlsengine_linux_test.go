@@ -12,11 +12,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestRelayTLSLastBytes sends the last bytes of each direction together
@@ -72,6 +75,71 @@ func TestRelayTLSLastBytes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestRelayTLSEndedBeforeRelay has both ends send their last bytes and
+// FIN (the client without close_notify: a FIN at a record boundary) before
+// the relay starts, so that the relay's first look at each socket finds
+// bytes and the end of the stream together (on the engine: one
+// edge-triggered event, no other to follow).
+func TestRelayTLSEndedBeforeRelay(t *testing.T) {
+	checkNoTLSRelays(t)
+	forTLSImpls(t, func(t *testing.T, impl tlsImpl) {
+		for _, size := range []int{1, 1000, 16 << 10} {
+			t.Run(strconv.Itoa(size), func(t *testing.T) {
+				up, down := bytes.Repeat([]byte{'u'}, size), bytes.Repeat([]byte{'d'}, size)
+				te := newTLSTunnelWith(t, impl, context.Background(), 0, 0, func(te *tlsTunnelEnds, clientProxy, upstreamProxy *net.TCPConn) {
+					if _, err := te.client.Write(up); err != nil {
+						t.Fatal(err)
+					}
+					if err := te.client.NetConn().(*net.TCPConn).CloseWrite(); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := te.origin.Write(down); err != nil {
+						t.Fatal(err)
+					}
+					if err := te.origin.CloseWrite(); err != nil {
+						t.Fatal(err)
+					}
+					waitRDHUP(t, clientProxy)
+					waitRDHUP(t, upstreamProxy)
+				})
+				gotDown, err := io.ReadAll(te.client)
+				if err != nil || !bytes.Equal(gotDown, down) {
+					t.Fatalf("client got %d bytes, %v; want %d then close_notify", len(gotDown), err, size)
+				}
+				gotUp, err := io.ReadAll(te.origin)
+				if err != nil || !bytes.Equal(gotUp, up) {
+					t.Fatalf("origin got %d bytes, %v; want %d then EOF", len(gotUp), err, size)
+				}
+				if r := te.wait(t); r.err != nil || r.up != int64(size) || r.down != int64(size) {
+					t.Errorf("%s = %d, %d, %v; want %d each way, nil", impl.name, r.up, r.down, r.err, size)
+				}
+			})
+		}
+	})
+}
+
+// waitRDHUP waits until c's peer has ended its stream (the FIN is in c's
+// receive queue, after any bytes).
+func waitRDHUP(t *testing.T, c *net.TCPConn) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revents int16
+	for deadline := time.Now().Add(10 * time.Second); revents&unix.POLLRDHUP == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no FIN from the peer")
+		}
+		rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+			if n, err := unix.Poll(fds, 100); n == 1 && err == nil {
+				revents = fds[0].Revents
+			}
+		})
+	}
 }
 
 // TestAddTLSBackpressure downloads through AddTLS to a client that does

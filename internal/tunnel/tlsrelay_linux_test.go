@@ -184,6 +184,15 @@ func forTLSImpls(t *testing.T, f func(t *testing.T, impl tlsImpl)) {
 // are closed, and the relay awaited, at the end of the test.
 func newTLSTunnel(t testing.TB, impl tlsImpl, ctx context.Context, v uint16, idle time.Duration) *tlsTunnelEnds {
 	t.Helper()
+	return newTLSTunnelWith(t, impl, ctx, v, idle, nil)
+}
+
+// newTLSTunnelWith is newTLSTunnel with before, if not nil, called with
+// the application ends and the proxy's two sockets before the relay
+// starts.
+func newTLSTunnelWith(t testing.TB, impl tlsImpl, ctx context.Context, v uint16, idle time.Duration,
+	before func(te *tlsTunnelEnds, clientProxy, upstreamProxy *net.TCPConn)) *tlsTunnelEnds {
+	t.Helper()
 	var e *Engine
 	if impl.engine {
 		e = newEngine(t, Config{IdleTimeout: idle})
@@ -197,6 +206,9 @@ func newTLSTunnel(t testing.TB, impl tlsImpl, ctx context.Context, v uint16, idl
 	deadline := time.Now().Add(30 * time.Second)
 	client.SetDeadline(deadline)
 	origin.SetDeadline(deadline)
+	if before != nil {
+		before(te, raw, upProxy)
+	}
 	if e != nil {
 		cut, err := e.AddTLS(server, raw, upProxy, func(r Result) {
 			te.res = relayResult{r.Up, r.Down, r.Err}
