@@ -6,6 +6,9 @@ set -euo pipefail
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v wget >/dev/null 2>&1 || need+=(wget)
+# openssl s_client sends the TLS KeyUpdate that internal/tunnel's
+# TestAddTLSKeyUpdate relays.
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # The browser test (e2e/browser_test.go) drives Debian's Chromium through
 # playwright-core, which it installs itself with npm ci. Node.js comes from
 # Debian only when there is none: a newer one (NodeSource's) is kept.

@@ -640,6 +640,48 @@ func tcpPair(t *testing.T) (client, accepted *net.TCPConn) {
 	return c, a
 }
 
+// tlsPair returns the two ends of a loopback TLS connection, its
+// handshake done: the client's, and the proxy's, made over
+// tunnel.RecordConn(raw) as the https port makes it.
+func tlsPair(t *testing.T) (client, served *tls.Conn, raw *net.TCPConn) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	c, a := tcpPair(t)
+	client = tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	served = tls.Server(tunnel.RecordConn(a), &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
+	deadline := time.Now().Add(10 * time.Second)
+	client.SetDeadline(deadline)
+	served.SetDeadline(deadline)
+	errc := make(chan error, 1)
+	go func() { errc <- served.Handshake() }()
+	if err := errors.Join(client.Handshake(), <-errc); err != nil {
+		t.Fatalf("TLS handshake: %v", err)
+	}
+	client.SetDeadline(time.Time{})
+	served.SetDeadline(time.Time{})
+	return client, served, a
+}
+
 // newEngine starts a tunnel engine, closed at the end of the test.
 func newEngine(t *testing.T) *tunnel.Engine {
 	t.Helper()
@@ -695,9 +737,14 @@ func TestTunnel(t *testing.T) {
 		limits  *limits.Config
 		engine  bool
 		pipe    bool // the client is a net.Pipe end: the portable relay
+		tls     bool // the client is TLS over tunnel.RecordConn
+		closed  bool // the engine is closed: AddTLS refuses
 		handoff bool // the tunnel lives on in the engine
 	}{
 		{name: "engine", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, handoff: true},
+		{name: "TLS on the engine", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, tls: true, handoff: true},
+		{name: "TLS relay", limits: &limits.Config{MaxConnsPerUser: 1}, tls: true},
+		{name: "TLS relay, the engine refused", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, closed: true, tls: true},
 		{name: "portable relay", limits: &limits.Config{MaxConnsPerUser: 1}, engine: true, pipe: true},
 		{name: "paced", limits: &limits.Config{MaxConnsPerUser: 1, UserBytesPerSecond: 1 << 20}, engine: true},
 		{name: "no engine", limits: &limits.Config{MaxConnsPerUser: 1}},
@@ -711,20 +758,29 @@ func TestTunnel(t *testing.T) {
 			var eng *tunnel.Engine
 			if tt.engine {
 				eng = newEngine(t)
+				if tt.closed {
+					eng.Close()
+				}
 			}
-			var client, served net.Conn
-			if tt.pipe {
+			var client, served, attached net.Conn
+			switch {
+			case tt.pipe:
 				client, served = net.Pipe()
 				t.Cleanup(func() {
 					client.Close()
 					served.Close()
 				})
-			} else {
+				attached = served
+			case tt.tls:
+				// The server attaches the socket under TLS.
+				client, served, attached = tlsPair(t)
+			default:
 				client, served = tcpPair(t)
+				attached = served
 			}
 			var released atomic.Int32
 			s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40003"), eng, func() { released.Add(1) })
-			s.Attach(served)
+			s.Attach(attached)
 			t.Cleanup(s.Close)
 
 			var g gate.Grant
@@ -853,12 +909,19 @@ func TestRegistryRevoke(t *testing.T) {
 		t.Fatalf("bob on alice's connection: %v", k)
 	}
 
-	// tunnel opens an engine tunnel of user and returns its client end.
-	tunnelOf := func(user, pass string) net.Conn {
+	// tunnel opens an engine tunnel of user, TLS if overTLS, and returns
+	// its client end.
+	tunnelOf := func(user, pass string, overTLS bool) net.Conn {
 		t.Helper()
-		client, served := tcpPair(t)
+		var client, served, attached net.Conn
+		if overTLS {
+			client, served, attached = tlsPair(t)
+		} else {
+			client, served = tcpPair(t)
+			attached = served
+		}
 		s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40006"), eng, nil)
-		s.Attach(served)
+		s.Attach(attached)
 		defer s.Close()
 		var g gate.Grant
 		if k := s.Authorize(connectReq("127.0.0.1", basicAuth(user, pass)), &g); k != gate.OK {
@@ -877,8 +940,10 @@ func TestRegistryRevoke(t *testing.T) {
 		}
 		return client
 	}
-	aliceTunnel := tunnelOf("alice", "pw")
-	bobTunnel := tunnelOf("bob", "pw2")
+	aliceTunnel := tunnelOf("alice", "pw", false)
+	bobTunnel := tunnelOf("bob", "pw2", false)
+	aliceTLSTunnel := tunnelOf("alice", "pw", true)
+	bobTLSTunnel := tunnelOf("bob", "pw2", true)
 
 	if n := reg.Users(); n != 3 {
 		t.Errorf("Users() = %d, want 3 (alice, bob, carol)", n)
@@ -926,20 +991,26 @@ func TestRegistryRevoke(t *testing.T) {
 	}
 	sharedGrant.Finish(0, 0)
 
-	bobTunnel.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if b, err := io.ReadAll(bobTunnel); len(b) > 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("bob's tunnel after the revocation: %q, %v; want it ended", b, err)
+	for _, c := range []net.Conn{bobTunnel, bobTLSTunnel} {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if b, err := io.ReadAll(c); len(b) > 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("bob's tunnel (%T) after the revocation: %q, %v; want it ended", c, b, err)
+		}
 	}
-	if err := echoThrough(aliceTunnel, "y"); err != nil {
-		t.Errorf("alice's tunnel after bob's revocation: %v", err)
+	for _, c := range []net.Conn{aliceTunnel, aliceTLSTunnel} {
+		if err := echoThrough(c, "y"); err != nil {
+			t.Errorf("alice's tunnel (%T) after bob's revocation: %v", c, err)
+		}
 	}
-	rec := o.records(t, 1)[0]
-	if rec["user"] != "bob" || rec["reason"] != accesslog.ReasonRevoked || rec["bytes_up"] != float64(1) {
-		t.Errorf("bob's tunnel's record %v, want reason %q", rec, accesslog.ReasonRevoked)
+	for _, rec := range o.records(t, 2) {
+		if rec["user"] != "bob" || rec["reason"] != accesslog.ReasonRevoked || rec["bytes_up"] != float64(1) {
+			t.Errorf("bob's tunnel's record %v, want reason %q", rec, accesslog.ReasonRevoked)
+		}
 	}
 
 	// Everything that ends leaves the registry.
 	endTunnel(t, aliceTunnel)
+	endTunnel(t, aliceTLSTunnel)
 	for _, h := range []held{alice, bob, bobLogin, carol, shared} {
 		h.s.Close()
 	}

@@ -31,8 +31,10 @@ func (g *Grant) TunnelOpened() {
 // tunnel with its bytes each way; it owns both connections from the call
 // on. A paced user's tunnel is relayed by goroutines that wait on the
 // user's bucket; a plain TCP client goes to the session's splice engine,
-// where the tunnel carries the connection's admission and user count on
-// after the serving goroutine returns; a TLS client is relayed with
+// and a TLS client made over tunnel.RecordConn to the same engine
+// (Engine.AddTLS), where the tunnel carries the connection's admission and
+// user count on after the serving goroutine returns; a TLS client the
+// engine does not take (no engine, or it refused) is relayed with
 // tunnel.RelayTLS, parked on socket readiness with no buffer while idle;
 // anything else by the portable relay. The tunnel of a user with a byte
 // quota is metered as it runs (by the engine after each splice, by the
@@ -73,40 +75,19 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 	}
 	utc, upTCP := upc.(*net.TCPConn)
 	if tc, ok := client.(*net.TCPConn); ok && upTCP && s.eng != nil {
-		d := g.detach()
-		g.finished = true // d reports and releases now
-		g.counted = ""
-		g.hold, g.extraFor = holdNone, ""
-		back := s.handoff()
-		reg, listener, user := s.p.Revoked, s.p.Listener, d.account
-		h := new(heldTunnel)
-		cut, err := s.eng.AddMetered(tc, utc, meter, func(r tunnel.Result) {
-			reg.removeTunnel(user, h.ended())
-			if errors.Is(r.Err, tunnel.ErrCut) { // only revocation cuts
-				d.reason = accesslog.ReasonRevoked
-			} // the meter's stop is the reason quota (see Finish)
-			d.Finish(r.Up, r.Down)
-			if back != nil {
-				back()
-			}
+		return g.toEngine(false, func(done func(tunnel.Result)) (func(), error) {
+			return s.eng.AddMetered(tc, utc, meter, done)
 		})
-		if err != nil {
-			d.Finish(0, 0)
-			if back != nil {
-				back()
-			}
-			return true
-		}
-		if reg != nil && user != "" {
-			// The tunnel outlives its session: revoking its user cuts it.
-			h.track(func() *tunnelEnd { return reg.addTunnel(listener, user, cut) })
-		}
-		return true
 	}
 	if tc, ok := client.(*tls.Conn); ok && upTCP && meter == nil {
 		if raw, ok := tunnel.RawTCP(tc); ok {
 			if beforeIdle != nil {
 				beforeIdle()
+			}
+			if s.eng != nil && g.toEngine(true, func(done func(tunnel.Result)) (func(), error) {
+				return s.eng.AddTLS(tc, raw, utc, done)
+			}) {
+				return true
 			}
 			up, down, _ := tunnel.RelayTLS(ctx, tc, raw, utc, s.p.TunnelIdle)
 			client.Close()
@@ -118,6 +99,47 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 	r := tunnel.RelayMetered(ctx, client, upc, s.p.TunnelIdle, meter)
 	g.Finish(r.Up, r.Down)
 	return false
+}
+
+// toEngine hands the tunnel to the session's engine with add (AddCut, or
+// AddTLS if refusable), moving the grant's report, the connection's
+// admission and its user count to the tunnel, and registers the tunnel
+// for revocation. It reports false, having changed nothing, when a
+// refusable add refused (AddTLS leaves the connections to the caller),
+// and true otherwise: the tunnel is the engine's, or add failed having
+// closed the connections, and the tunnel is reported now.
+func (g *Grant) toEngine(refusable bool, add func(done func(tunnel.Result)) (cut func(), err error)) bool {
+	s := g.s
+	d := g.detach()
+	took := s.handoff()
+	lim := s.p.Limiter
+	reg, listener, user := s.p.Revoked, s.p.Listener, d.account
+	h := new(heldTunnel)
+	cut, err := add(func(r tunnel.Result) {
+		reg.removeTunnel(user, h.ended())
+		if errors.Is(r.Err, tunnel.ErrCut) { // only revocation cuts
+			d.reason = accesslog.ReasonRevoked
+		} // the meter's stop is the reason quota (see Finish)
+		d.Finish(r.Up, r.Down)
+		took.back(lim)
+	})
+	if err != nil && refusable {
+		took.undo(s)
+		return false
+	}
+	g.finished = true // d reports and releases
+	g.counted = ""
+	g.hold, g.extraFor = holdNone, ""
+	if err != nil {
+		d.Finish(0, 0)
+		took.back(lim)
+		return true
+	}
+	if reg != nil && user != "" {
+		// The tunnel outlives its session: revoking its user cuts it.
+		h.track(func() *tunnelEnd { return reg.addTunnel(listener, user, cut) })
+	}
+	return true
 }
 
 // bytesString views b as a string without copying; the string must not

@@ -392,25 +392,41 @@ func (s *Session) countUser(user string) (bucket *limits.Bucket, perGrant, ok bo
 	return lim.Throttle(user), true, true
 }
 
+// handed is what a tunnel that outlives the serving goroutine took over
+// from its session (handoff).
+type handed struct {
+	release  func()
+	user     string
+	throttle *limits.Bucket
+	quota    *quota.User
+}
+
 // handoff moves the connection's admission and user count to a tunnel
-// that outlives the serving goroutine; the function it returns gives them
-// back, and is nil when there is nothing to give back.
-func (s *Session) handoff() func() {
+// that outlives the serving goroutine; the tunnel gives them back with
+// handed.back when it ends.
+func (s *Session) handoff() handed {
 	s.mu.Lock()
-	release, user := s.release, s.connUser
+	h := handed{s.release, s.connUser, s.throttle, s.quota}
 	s.release, s.connUser, s.throttle, s.quota = nil, "", nil, nil
 	s.mu.Unlock()
-	lim := s.p.Limiter
-	if release == nil && (user == "" || lim == nil) {
-		return nil
+	return h
+}
+
+// undo returns to s what handoff took, when the tunnel did not take it on
+// after all.
+func (h handed) undo(s *Session) {
+	s.mu.Lock()
+	s.release, s.connUser, s.throttle, s.quota = h.release, h.user, h.throttle, h.quota
+	s.mu.Unlock()
+}
+
+// back gives the admission and user count back as the tunnel ends.
+func (h handed) back(lim *limits.Limiter) {
+	if h.user != "" && lim != nil {
+		lim.UserDone(h.user)
 	}
-	return func() {
-		if user != "" && lim != nil {
-			lim.UserDone(user)
-		}
-		if release != nil {
-			release()
-		}
+	if h.release != nil {
+		h.release()
 	}
 }
 

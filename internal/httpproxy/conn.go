@@ -1088,9 +1088,9 @@ func (cn *conn) switchProtocols() bool {
 }
 
 // tunnel relays the client connection and upc until both directions end
-// (see gate.Grant.Tunnel): on the worker's splice engine for a plain client
-// socket, with tunnel.RelayTLS for a TLS client, by goroutines for a paced
-// user or elsewhere. It takes ownership of both connections and reports
+// (see gate.Grant.Tunnel): on the worker's engine for a plain client socket
+// (spliced) or a TLS client (Engine.AddTLS; tunnel.RelayTLS without an
+// engine), by goroutines for a paced user or elsewhere. It takes ownership of both connections and reports
 // true.
 func (cn *conn) tunnel(upc net.Conn) bool {
 	if cn.client.Lowat() {

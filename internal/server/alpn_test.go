@@ -95,7 +95,7 @@ func goDo(t *testing.T, tr http.RoundTripper, method, u, body string) string {
 func TestHTTPSGoTransportOffersH2(t *testing.T) {
 	tl, roots := proxyCerts(t)
 	plain, tlsURL := alpnOrigins(t, roots)
-	_, addrs := startListeners(t, 5*time.Second,
+	srv, addrs := startListeners(t, 5*time.Second,
 		config.Listener{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl})
 	proxy := addrs[0]
 
@@ -117,17 +117,27 @@ func TestHTTPSGoTransportOffersH2(t *testing.T) {
 		}
 	})
 
-	t.Run("tunnel on the TLS relay", func(t *testing.T) {
+	t.Run("tunnel on the engine", func(t *testing.T) {
 		if runtime.GOOS != "linux" {
-			t.Skip("the parked TLS relay is Linux's")
+			t.Skip("the engine's TLS tunnels are Linux's")
 		}
-		relaying := func() bool { return strings.Contains(allStacks(), "tunnel.(*tlsRelay)") }
-		waitFor(t, "earlier tunnels to end", func() bool { return !relaying() })
+		onEngine := func() int {
+			n := 0
+			for _, e := range srv.engines {
+				n += e.Len()
+			}
+			return n
+		}
+		waitFor(t, "earlier tunnels to end", func() bool { return onEngine() == 0 })
 		tr := goTransport(t, proxy, roots)
 		goDo(t, tr, "GET", tlsURL+"/keep", "")
 		// The tunnel stays open (Go keeps the origin connection alive),
-		// relayed by the TLS relay on the original *tls.Conn.
-		waitFor(t, "the CONNECT tunnel on tunnel.RelayTLS", relaying)
+		// relayed by a worker's engine on the original *tls.Conn, with
+		// no goroutine of its own.
+		waitFor(t, "the CONNECT tunnel on the engine", func() bool { return onEngine() == 1 })
+		if stacks := allStacks(); strings.Contains(stacks, "tunnel.(*tlsRelay)") {
+			t.Errorf("a TLS relay goroutine runs beside the engine's tunnel:\n%s", stacks)
+		}
 	})
 
 	t.Run("HTTP/2 client", func(t *testing.T) {

@@ -207,6 +207,11 @@ func (e *Engine) AddMetered(client, upstream *net.TCPConn, m Meter, done func(Re
 	if err != nil {
 		return nil, err
 	}
+	return e.cutFunc(t), nil
+}
+
+// cutFunc returns AddCut's cut function for t.
+func (e *Engine) cutFunc(t *tunnel) func() {
 	return func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -216,7 +221,7 @@ func (e *Engine) AddMetered(client, upstream *net.TCPConn, m Meter, done func(Re
 		t.cutAsked = true
 		e.cuts = append(e.cuts, t)
 		e.wakeLocked()
-	}, nil
+	}
 }
 
 func (e *Engine) add(client, upstream *net.TCPConn, m Meter, done func(Result)) (*tunnel, error) {
@@ -315,6 +320,12 @@ func takeFD(c *net.TCPConn) (int, error) {
 		return -1, errors.New("tunnel: nil connection")
 	}
 	defer c.Close()
+	return dupFD(c)
+}
+
+// dupFD duplicates c's descriptor as a non-blocking close-on-exec
+// descriptor owned by the caller; c stays open.
+func dupFD(c *net.TCPConn) (int, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return -1, fmt.Errorf("tunnel: take socket %s: %w", c.RemoteAddr(), err)
@@ -447,6 +458,13 @@ func (e *Engine) register() bool {
 				e.finish(t, fmt.Errorf("tunnel: register %s socket: %w", sideName[s], err))
 				break
 			}
+		}
+		if t.tls != nil && !t.dead {
+			// Records read ahead, or plaintext inside crypto/tls,
+			// bring no event: read the client once anyway.
+			t.ready[0] |= canRead
+			t.queued = true
+			e.again = append(e.again, t)
 		}
 	}
 	e.spare = batch[:0]

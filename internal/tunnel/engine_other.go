@@ -8,6 +8,7 @@ package tunnel
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -98,8 +99,34 @@ func (e *Engine) AddMetered(client, upstream *net.TCPConn, m Meter, done func(Re
 	return func() { cancel(ErrCut) }, nil
 }
 
+// AddTLS is AddCut for a TLS client: client, a tls.Conn whose handshake
+// is complete, raw, the socket under it, and upstream. Off Linux
+// [RawTCP] reports false, so callers have no raw socket to give; if they
+// do, the tunnel is relayed as [RelayTLS] relays it here, by [Relay] on
+// goroutines of its own. If AddTLS returns an error it has closed nothing
+// and done is never called.
+func (e *Engine) AddTLS(client *tls.Conn, raw *net.TCPConn, upstream *net.TCPConn, done func(Result)) (cut func(), err error) {
+	if client == nil || raw == nil || upstream == nil {
+		return nil, errors.New("tunnel: AddTLS: nil connection")
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	e.open.Add(1)
+	e.wg.Add(1)
+	e.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(e.ctx)
+	go func() {
+		e.relay(ctx, cancel, client, upstream, nil, done)
+		raw.Close()
+	}()
+	return func() { cancel(ErrCut) }, nil
+}
+
 // relay is the goroutine of one tunnel.
-func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, client, upstream *net.TCPConn, m Meter, done func(Result)) {
+func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, client net.Conn, upstream *net.TCPConn, m Meter, done func(Result)) {
 	defer e.wg.Done()
 	res := RelayMetered(ctx, client, upstream, e.idle, m)
 	cancel(nil)

@@ -41,7 +41,8 @@ type tunnel struct {
 	started  time.Duration // engine clock at Add
 	last     time.Duration // engine clock when a byte last moved
 	done     func(Result)
-	meter    Meter // told of delivered bytes; nil = none
+	meter    Meter      // told of delivered bytes; nil = none
+	tls      *tlsTunnel // a TLS tunnel's state (AddTLS); nil for a spliced one
 }
 
 // direction is one way of a tunnel: from side d to side 1-d.
@@ -84,11 +85,21 @@ func (e *Engine) handle(t *tunnel, side int, events uint32) {
 // the per-turn budget is spent, in which case t is queued to resume), and
 // finishes t when both directions have ended or one failed.
 func (e *Engine) run(t *tunnel) {
+	if t.tls != nil {
+		e.runTLS(t)
+		return
+	}
 	more0, err := e.pump(t, 0)
 	more1 := false
 	if err == nil {
 		more1, err = e.pump(t, 1)
 	}
+	e.endTurn(t, more0 || more1, err)
+}
+
+// endTurn ends a turn of t that stopped with err, or with more work left
+// if more: it stamps t's activity and finishes or queues it as due.
+func (e *Engine) endTurn(t *tunnel, more bool, err error) {
 	if t.moved {
 		// Read the clock after the turn, so that activity is never
 		// stamped earlier than it happened.
@@ -100,7 +111,7 @@ func (e *Engine) run(t *tunnel) {
 		e.finish(t, err)
 	case t.dir[0].ended && t.dir[1].ended:
 		e.finish(t, nil)
-	case (more0 || more1) && !t.queued:
+	case more && !t.queued:
 		t.queued = true
 		e.again = append(e.again, t)
 	}
@@ -264,6 +275,10 @@ func (e *Engine) finish(t *tunnel, err error) {
 			e.putPipe(p) // closes it if bytes are left
 			t.dir[d].p = nil
 		}
+	}
+	if t.tls != nil {
+		releaseTLS(t.tls)
+		t.tls = nil // crypto/tls's state goes with it
 	}
 	e.open.Add(-1)
 	if done := t.done; done != nil {

@@ -3,11 +3,12 @@ package tunnel
 // TLS tunnels.
 //
 // A tunnel whose client side is TLS (CONNECT on the HTTPS proxy port) cannot
-// go to the splice engine: its bytes must be decrypted and encrypted in user
-// space. RelayTLS relays it with one goroutine per direction, but without a
-// buffer per idle direction: each direction parks on socket readiness (a
-// RawConn.Read callback that reports "not yet") and borrows a pooled buffer
-// only once there are bytes to move.
+// be spliced: its bytes must be decrypted and encrypted in user space. The
+// engine relays it on its loop (Engine.AddTLS, tlsengine_linux.go); where
+// there is no engine, or it refuses, RelayTLS relays it with one goroutine
+// per direction, but without a buffer per idle direction: each direction
+// parks on socket readiness (a RawConn.Read callback that reports "not
+// yet") and borrows a pooled buffer only once there are bytes to move.
 //
 // The difficulty is crypto/tls's read-ahead: tls.Conn reads from its
 // net.Conn as much as fits in its input buffer, so it may hold a complete
@@ -260,13 +261,28 @@ type recordConn struct {
 	// nb, when set (by RelayTLS, before its reads start), makes Read
 	// return errWouldBlock instead of waiting for bytes.
 	nb *rawReader
+
+	// eng is set by Engine.AddTLS, before the engine's loop uses the
+	// connection: from then on the connection reads and writes efd, the
+	// engine's descriptor of the socket (tc is closed), without waiting,
+	// and is used by the loop goroutine only. ready points at the
+	// engine's readiness bits of the client side (canWrite, sawHup).
+	eng   bool
+	efd   int
+	ready *uint8
+	// out holds records crypto/tls wrote that the socket did not take
+	// yet, out[outR:]; nil when there are none: borrowed from
+	// tlsOutPool and given back once written (engine mode only).
+	out   []byte
+	outR  int
+	wshut bool // the engine shut down the socket's write half
 }
 
 // RecordConn wraps c for tls.Server (or tls.Client) so that crypto/tls
 // never reads ahead past the record it is reading: each Read returns at
 // most the rest of the current TLS record's 5-byte header, or of its body.
 // A connection that may later become a TLS tunnel must be wrapped this way
-// from the start; [RelayTLS] requires it.
+// from the start; [RelayTLS] and [Engine.AddTLS] require it.
 //
 // The socket itself is read ahead, as much as it has (up to 16 KiB), into
 // a pooled buffer that is given back as soon as crypto/tls has taken its
@@ -288,8 +304,8 @@ func RecordConn(c *net.TCPConn) net.Conn {
 }
 
 // RawTCP returns the TCP socket under a TLS connection made over
-// [RecordConn], which [RelayTLS] needs beside it, and false for any other
-// connection.
+// [RecordConn], which [RelayTLS] and [Engine.AddTLS] need beside it, and
+// false for any other connection.
 func RawTCP(c *tls.Conn) (*net.TCPConn, bool) {
 	rc, ok := c.NetConn().(*recordConn)
 	if !ok {
@@ -347,6 +363,9 @@ func (c *recordConn) Read(p []byte) (int, error) {
 // errWouldBlock when the socket is empty). No buffer is held while it
 // waits. It returns io.EOF at the end of the stream.
 func (c *recordConn) readAhead() error {
+	if c.eng {
+		return c.engineReadAhead()
+	}
 	c.fillNB = c.nb != nil
 	if c.drained {
 		c.drained = false
@@ -404,13 +423,50 @@ func (c *recordConn) opError(err error) error {
 // crypto/tls.
 func (c *recordConn) pending() bool { return c.ar < c.aw }
 
-func (c *recordConn) Write(p []byte) (int, error)        { return c.tc.Write(p) }
-func (c *recordConn) Close() error                       { return c.tc.Close() }
-func (c *recordConn) LocalAddr() net.Addr                { return c.tc.LocalAddr() }
-func (c *recordConn) RemoteAddr() net.Addr               { return c.tc.RemoteAddr() }
-func (c *recordConn) SetDeadline(t time.Time) error      { return c.tc.SetDeadline(t) }
-func (c *recordConn) SetReadDeadline(t time.Time) error  { return c.tc.SetReadDeadline(t) }
-func (c *recordConn) SetWriteDeadline(t time.Time) error { return c.tc.SetWriteDeadline(t) }
+// Write writes p to the socket; in engine mode without waiting (see
+// engineWrite).
+func (c *recordConn) Write(p []byte) (int, error) {
+	if c.eng {
+		return c.engineWrite(p)
+	}
+	return c.tc.Write(p)
+}
+
+// Close closes the socket; in engine mode it does nothing: the engine
+// owns the socket and closes it when the tunnel ends.
+func (c *recordConn) Close() error {
+	if c.eng {
+		return nil
+	}
+	return c.tc.Close()
+}
+
+func (c *recordConn) LocalAddr() net.Addr  { return c.tc.LocalAddr() }
+func (c *recordConn) RemoteAddr() net.Addr { return c.tc.RemoteAddr() }
+
+// SetDeadline and the two below set tc's deadlines; in engine mode they do
+// nothing, since nothing waits (crypto/tls sets a write deadline around
+// its close_notify).
+func (c *recordConn) SetDeadline(t time.Time) error {
+	if c.eng {
+		return nil
+	}
+	return c.tc.SetDeadline(t)
+}
+
+func (c *recordConn) SetReadDeadline(t time.Time) error {
+	if c.eng {
+		return nil
+	}
+	return c.tc.SetReadDeadline(t)
+}
+
+func (c *recordConn) SetWriteDeadline(t time.Time) error {
+	if c.eng {
+		return nil
+	}
+	return c.tc.SetWriteDeadline(t)
+}
 
 // tlsRelay is one TLS tunnel being relayed by RelayTLS.
 type tlsRelay struct {

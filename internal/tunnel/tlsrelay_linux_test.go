@@ -81,6 +81,7 @@ type tlsTunnelEnds struct {
 	origin *net.TCPConn  // the origin server application
 	done   chan struct{} // closed when RelayTLS has returned
 	res    relayResult   // what it returned; read after done
+	cut    func()        // the engine's cut function; nil for RelayTLS
 }
 
 // wait returns RelayTLS's result, failing the test if none comes in time.
@@ -159,11 +160,43 @@ func tlsListener(t testing.TB) *net.TCPListener {
 	return ln
 }
 
-// newTLSTunnel connects a TLS client and an origin through RelayTLS with
-// TLS version v (0: any) and the given idle timeout. The application conns
-// are closed, and RelayTLS awaited, at the end of the test.
-func newTLSTunnel(t testing.TB, ctx context.Context, v uint16, idle time.Duration) *tlsTunnelEnds {
+// tlsImpl is one of the two TLS tunnel relays: RelayTLS on goroutines, or
+// Engine.AddTLS on the engine's loop.
+type tlsImpl struct {
+	name   string
+	engine bool
+}
+
+// tlsImpls are the relays every TLS tunnel test runs on.
+var tlsImpls = []tlsImpl{{"RelayTLS", false}, {"AddTLS", true}}
+
+// forTLSImpls runs f as a subtest for each TLS relay.
+func forTLSImpls(t *testing.T, f func(t *testing.T, impl tlsImpl)) {
 	t.Helper()
+	for _, impl := range tlsImpls {
+		t.Run(impl.name, func(t *testing.T) { f(t, impl) })
+	}
+}
+
+// newTLSTunnel connects a TLS client and an origin through impl with TLS
+// version v (0: any) and the given idle timeout. On the engine (its own,
+// with that idle timeout), ctx's end cuts the tunnel. The application conns
+// are closed, and the relay awaited, at the end of the test.
+func newTLSTunnel(t testing.TB, impl tlsImpl, ctx context.Context, v uint16, idle time.Duration) *tlsTunnelEnds {
+	t.Helper()
+	return newTLSTunnelWith(t, impl, ctx, v, idle, nil)
+}
+
+// newTLSTunnelWith is newTLSTunnel with before, if not nil, called with
+// the application ends and the proxy's two sockets before the relay
+// starts.
+func newTLSTunnelWith(t testing.TB, impl tlsImpl, ctx context.Context, v uint16, idle time.Duration,
+	before func(te *tlsTunnelEnds, clientProxy, upstreamProxy *net.TCPConn)) *tlsTunnelEnds {
+	t.Helper()
+	var e *Engine
+	if impl.engine {
+		e = newEngine(t, Config{IdleTimeout: idle})
+	}
 	ln := tlsListener(t)
 	serverConf, clientConf := tlsConfs(t, v)
 	client, server, raw := tlsHandshake(t, ln, serverConf, clientConf, false)
@@ -173,11 +206,27 @@ func newTLSTunnel(t testing.TB, ctx context.Context, v uint16, idle time.Duratio
 	deadline := time.Now().Add(30 * time.Second)
 	client.SetDeadline(deadline)
 	origin.SetDeadline(deadline)
-	go func() {
-		up, down, err := RelayTLS(ctx, server, raw, upProxy, idle)
-		te.res = relayResult{up, down, err}
-		close(te.done)
-	}()
+	if before != nil {
+		before(te, raw, upProxy)
+	}
+	if e != nil {
+		cut, err := e.AddTLS(server, raw, upProxy, func(r Result) {
+			te.res = relayResult{r.Up, r.Down, r.Err}
+			close(te.done)
+		})
+		if err != nil {
+			t.Fatalf("AddTLS: %v", err)
+		}
+		te.cut = cut
+		stop := context.AfterFunc(ctx, cut)
+		t.Cleanup(func() { stop() })
+	} else {
+		go func() {
+			up, down, err := RelayTLS(ctx, server, raw, upProxy, idle)
+			te.res = relayResult{up, down, err}
+			close(te.done)
+		}()
+	}
 	t.Cleanup(func() {
 		client.NetConn().Close()
 		origin.Close()
@@ -238,62 +287,64 @@ func hashAll(r io.Reader) (int64, [32]byte, error) {
 
 func TestRelayTLSEcho(t *testing.T) {
 	checkNoTLSRelays(t)
-	sizes := []int64{0, 1, 100, 16 << 10, 16<<10 + 1, 1 << 20, 16 << 20}
-	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
-		for _, size := range sizes {
-			if v == tls.VersionTLS12 && size > 1<<20 {
-				continue // one 16 MiB run (TLS 1.3) is enough
-			}
-			t.Run(fmt.Sprintf("%s/%d", tls.VersionName(v), size), func(t *testing.T) {
-				te := newTLSTunnel(t, context.Background(), v, 0)
-				type got struct {
-					n   int64
-					sum [32]byte
-					err error
+	forTLSImpls(t, func(t *testing.T, impl tlsImpl) {
+		sizes := []int64{0, 1, 100, 16 << 10, 16<<10 + 1, 1 << 20, 16 << 20}
+		for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+			for _, size := range sizes {
+				if v == tls.VersionTLS12 && size > 1<<20 {
+					continue // one 16 MiB run (TLS 1.3) is enough
 				}
-				atOrigin, atClient := make(chan got, 1), make(chan got, 1)
-				go func() {
-					n, sum, err := hashAll(te.origin)
-					atOrigin <- got{n, sum, err}
-				}()
-				go func() {
-					n, sum, err := hashAll(te.client)
-					atClient <- got{n, sum, err}
-				}()
-				upErr := make(chan error, 1)
-				var upSum [32]byte
-				go func() {
-					var err error
-					upSum, err = sendSeeded(te.client, uint64(size), size)
-					if err == nil {
-						err = te.client.CloseWrite()
+				t.Run(fmt.Sprintf("%s/%d", tls.VersionName(v), size), func(t *testing.T) {
+					te := newTLSTunnel(t, impl, context.Background(), v, 0)
+					type got struct {
+						n   int64
+						sum [32]byte
+						err error
 					}
-					upErr <- err
-				}()
-				downSum, err := sendSeeded(te.origin, uint64(size)+1, size)
-				if err == nil {
-					err = te.origin.CloseWrite()
-				}
-				if err != nil {
-					t.Fatalf("origin send: %v", err)
-				}
-				if err := <-upErr; err != nil {
-					t.Fatalf("client send: %v", err)
-				}
-				o, c := <-atOrigin, <-atClient
-				if o.err != nil || o.n != size || o.sum != upSum {
-					t.Errorf("origin got %d bytes (err %v), match %v; want %d", o.n, o.err, o.sum == upSum, size)
-				}
-				if c.err != nil || c.n != size || c.sum != downSum {
-					t.Errorf("client got %d bytes (err %v), match %v; want %d", c.n, c.err, c.sum == downSum, size)
-				}
-				r := te.wait(t)
-				if r.err != nil || r.up != size || r.down != size {
-					t.Errorf("RelayTLS = %d, %d, %v; want %d, %d, nil", r.up, r.down, r.err, size, size)
-				}
-			})
+					atOrigin, atClient := make(chan got, 1), make(chan got, 1)
+					go func() {
+						n, sum, err := hashAll(te.origin)
+						atOrigin <- got{n, sum, err}
+					}()
+					go func() {
+						n, sum, err := hashAll(te.client)
+						atClient <- got{n, sum, err}
+					}()
+					upErr := make(chan error, 1)
+					var upSum [32]byte
+					go func() {
+						var err error
+						upSum, err = sendSeeded(te.client, uint64(size), size)
+						if err == nil {
+							err = te.client.CloseWrite()
+						}
+						upErr <- err
+					}()
+					downSum, err := sendSeeded(te.origin, uint64(size)+1, size)
+					if err == nil {
+						err = te.origin.CloseWrite()
+					}
+					if err != nil {
+						t.Fatalf("origin send: %v", err)
+					}
+					if err := <-upErr; err != nil {
+						t.Fatalf("client send: %v", err)
+					}
+					o, c := <-atOrigin, <-atClient
+					if o.err != nil || o.n != size || o.sum != upSum {
+						t.Errorf("origin got %d bytes (err %v), match %v; want %d", o.n, o.err, o.sum == upSum, size)
+					}
+					if c.err != nil || c.n != size || c.sum != downSum {
+						t.Errorf("client got %d bytes (err %v), match %v; want %d", c.n, c.err, c.sum == downSum, size)
+					}
+					r := te.wait(t)
+					if r.err != nil || r.up != size || r.down != size {
+						t.Errorf("RelayTLS = %d, %d, %v; want %d, %d, nil", r.up, r.down, r.err, size, size)
+					}
+				})
+			}
 		}
-	}
+	})
 }
 
 // TestRelayTLSPingPong exchanges small messages one at a time: if any
@@ -301,176 +352,193 @@ func TestRelayTLSEcho(t *testing.T) {
 // a round trip would never complete.
 func TestRelayTLSPingPong(t *testing.T) {
 	checkNoTLSRelays(t)
-	for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
-		t.Run(tls.VersionName(v), func(t *testing.T) {
-			te := newTLSTunnel(t, context.Background(), v, 0)
-			echoDone := make(chan error, 1)
-			go func() {
-				_, err := io.CopyBuffer(te.origin, struct{ io.Reader }{te.origin}, make([]byte, 1500))
-				echoDone <- err
-			}()
-			src := mrand.New(mrand.NewPCG(uint64(v), 7))
-			msg := make([]byte, 20<<10)
-			back := make([]byte, len(msg))
-			for i := range 1000 {
-				n := 1 + src.IntN(len(msg))
-				for j := range msg[:n] {
-					msg[j] = byte(src.Uint32())
-				}
-				te.client.SetDeadline(time.Now().Add(10 * time.Second))
-				// Several writes make several records that arrive
-				// together.
-				for off := 0; off < n; {
-					k := min(n-off, 1+src.IntN(n))
-					if _, err := te.client.Write(msg[off : off+k]); err != nil {
-						t.Fatalf("round trip %d: write: %v", i, err)
+	forTLSImpls(t, func(t *testing.T, impl tlsImpl) {
+		for _, v := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+			t.Run(tls.VersionName(v), func(t *testing.T) {
+				te := newTLSTunnel(t, impl, context.Background(), v, 0)
+				echoDone := make(chan error, 1)
+				go func() {
+					_, err := io.CopyBuffer(te.origin, struct{ io.Reader }{te.origin}, make([]byte, 1500))
+					echoDone <- err
+				}()
+				src := mrand.New(mrand.NewPCG(uint64(v), 7))
+				msg := make([]byte, 20<<10)
+				back := make([]byte, len(msg))
+				for i := range 1000 {
+					n := 1 + src.IntN(len(msg))
+					for j := range msg[:n] {
+						msg[j] = byte(src.Uint32())
 					}
-					off += k
+					te.client.SetDeadline(time.Now().Add(10 * time.Second))
+					// Several writes make several records that arrive
+					// together.
+					for off := 0; off < n; {
+						k := min(n-off, 1+src.IntN(n))
+						if _, err := te.client.Write(msg[off : off+k]); err != nil {
+							t.Fatalf("round trip %d: write: %v", i, err)
+						}
+						off += k
+					}
+					if _, err := io.ReadFull(te.client, back[:n]); err != nil {
+						t.Fatalf("round trip %d (%d bytes): %v", i, n, err)
+					}
+					if !bytes.Equal(back[:n], msg[:n]) {
+						t.Fatalf("round trip %d: echo differs", i)
+					}
 				}
-				if _, err := io.ReadFull(te.client, back[:n]); err != nil {
-					t.Fatalf("round trip %d (%d bytes): %v", i, n, err)
+				te.client.CloseWrite()
+				if err := <-echoDone; err != nil {
+					t.Fatalf("echo: %v", err)
 				}
-				if !bytes.Equal(back[:n], msg[:n]) {
-					t.Fatalf("round trip %d: echo differs", i)
+				te.origin.CloseWrite()
+				if r := te.wait(t); r.err != nil || r.up != r.down {
+					t.Errorf("RelayTLS = %d, %d, %v", r.up, r.down, r.err)
 				}
-			}
-			te.client.CloseWrite()
-			if err := <-echoDone; err != nil {
-				t.Fatalf("echo: %v", err)
-			}
-			te.origin.CloseWrite()
-			if r := te.wait(t); r.err != nil || r.up != r.down {
-				t.Errorf("RelayTLS = %d, %d, %v", r.up, r.down, r.err)
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 func TestRelayTLSHalfClose(t *testing.T) {
 	checkNoTLSRelays(t)
-	readAll := func(t *testing.T, r io.Reader, want string) {
-		t.Helper()
-		b, err := io.ReadAll(r)
-		if err != nil || string(b) != want {
-			t.Fatalf("read %q, %v; want %q then EOF", b, err, want)
+	forTLSImpls(t, func(t *testing.T, impl tlsImpl) {
+		readAll := func(t *testing.T, r io.Reader, want string) {
+			t.Helper()
+			b, err := io.ReadAll(r)
+			if err != nil || string(b) != want {
+				t.Fatalf("read %q, %v; want %q then EOF", b, err, want)
+			}
 		}
-	}
-	t.Run("client first", func(t *testing.T) {
-		te := newTLSTunnel(t, context.Background(), 0, 0)
-		io.WriteString(te.client, "request")
-		if err := te.client.CloseWrite(); err != nil {
-			t.Fatal(err)
-		}
-		readAll(t, te.origin, "request")
-		// The other direction still flows after the client's close.
-		io.WriteString(te.origin, "late response")
-		buf := make([]byte, 13)
-		if _, err := io.ReadFull(te.client, buf); err != nil || string(buf) != "late response" {
-			t.Fatalf("client read %q, %v", buf, err)
-		}
-		te.origin.CloseWrite()
-		readAll(t, te.client, "")
-		if r := te.wait(t); r.err != nil || r.up != 7 || r.down != 13 {
-			t.Errorf("RelayTLS = %d, %d, %v; want 7, 13, nil", r.up, r.down, r.err)
-		}
-	})
-	t.Run("upstream first", func(t *testing.T) {
-		te := newTLSTunnel(t, context.Background(), 0, 0)
-		io.WriteString(te.origin, "goodbye")
-		te.origin.CloseWrite()
-		readAll(t, te.client, "goodbye") // ends with close_notify
-		// The close_notify is followed by a FIN on the client's socket,
-		// while the tunnel still carries the other direction.
-		raw := te.client.NetConn()
-		raw.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if n, err := raw.Read(make([]byte, 1)); n != 0 || err != io.EOF {
-			t.Errorf("client socket after close_notify: %d, %v; want EOF", n, err)
-		}
-		if te.ended() {
-			t.Fatalf("RelayTLS returned while the client could still send: %v", te.res.err)
-		}
-		io.WriteString(te.client, "but wait")
-		te.client.CloseWrite()
-		readAll(t, te.origin, "but wait")
-		if r := te.wait(t); r.err != nil || r.up != 8 || r.down != 7 {
-			t.Errorf("RelayTLS = %d, %d, %v; want 8, 7, nil", r.up, r.down, r.err)
-		}
+		t.Run("client first", func(t *testing.T) {
+			te := newTLSTunnel(t, impl, context.Background(), 0, 0)
+			io.WriteString(te.client, "request")
+			if err := te.client.CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, te.origin, "request")
+			// The other direction still flows after the client's close.
+			io.WriteString(te.origin, "late response")
+			buf := make([]byte, 13)
+			if _, err := io.ReadFull(te.client, buf); err != nil || string(buf) != "late response" {
+				t.Fatalf("client read %q, %v", buf, err)
+			}
+			te.origin.CloseWrite()
+			readAll(t, te.client, "")
+			if r := te.wait(t); r.err != nil || r.up != 7 || r.down != 13 {
+				t.Errorf("RelayTLS = %d, %d, %v; want 7, 13, nil", r.up, r.down, r.err)
+			}
+		})
+		t.Run("upstream first", func(t *testing.T) {
+			te := newTLSTunnel(t, impl, context.Background(), 0, 0)
+			io.WriteString(te.origin, "goodbye")
+			te.origin.CloseWrite()
+			readAll(t, te.client, "goodbye") // ends with close_notify
+			// The close_notify is followed by a FIN on the client's socket,
+			// while the tunnel still carries the other direction.
+			raw := te.client.NetConn()
+			raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if n, err := raw.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+				t.Errorf("client socket after close_notify: %d, %v; want EOF", n, err)
+			}
+			if te.ended() {
+				t.Fatalf("RelayTLS returned while the client could still send: %v", te.res.err)
+			}
+			io.WriteString(te.client, "but wait")
+			te.client.CloseWrite()
+			readAll(t, te.origin, "but wait")
+			if r := te.wait(t); r.err != nil || r.up != 8 || r.down != 7 {
+				t.Errorf("RelayTLS = %d, %d, %v; want 8, 7, nil", r.up, r.down, r.err)
+			}
+		})
 	})
 }
 
 func TestRelayTLSIdleTimeout(t *testing.T) {
 	checkNoTLSRelays(t)
-	const idle = 500 * time.Millisecond
-	t.Run("idle", func(t *testing.T) {
-		te := newTLSTunnel(t, context.Background(), 0, idle)
-		r := te.wait(t)
-		if !errors.Is(r.err, ErrIdleTimeout) {
-			t.Fatalf("RelayTLS error %v, want ErrIdleTimeout", r.err)
-		}
-		if _, err := te.client.Read(make([]byte, 1)); err == nil {
-			t.Error("client read succeeded after the idle timeout")
-		}
-	})
-	t.Run("one busy direction keeps it open", func(t *testing.T) {
-		te := newTLSTunnel(t, context.Background(), 0, idle)
-		start := time.Now()
-		buf := make([]byte, 1)
-		for time.Since(start) < 4*idle {
-			if _, err := te.origin.Write([]byte{'x'}); err != nil {
-				t.Fatalf("origin write after %v: %v", time.Since(start), err)
+	forTLSImpls(t, func(t *testing.T, impl tlsImpl) {
+		const idle = 500 * time.Millisecond
+		t.Run("idle", func(t *testing.T) {
+			te := newTLSTunnel(t, impl, context.Background(), 0, idle)
+			r := te.wait(t)
+			if !errors.Is(r.err, ErrIdleTimeout) {
+				t.Fatalf("RelayTLS error %v, want ErrIdleTimeout", r.err)
 			}
-			if _, err := io.ReadFull(te.client, buf); err != nil {
-				t.Fatalf("client read after %v: %v", time.Since(start), err)
+			if _, err := te.client.Read(make([]byte, 1)); err == nil {
+				t.Error("client read succeeded after the idle timeout")
 			}
-			time.Sleep(idle / 10)
-		}
-		if te.ended() {
-			t.Fatalf("tunnel ended while bytes moved: %v", te.res.err)
-		}
-		if r := te.wait(t); !errors.Is(r.err, ErrIdleTimeout) {
-			t.Fatalf("RelayTLS error %v, want ErrIdleTimeout", r.err)
-		}
+		})
+		t.Run("one busy direction keeps it open", func(t *testing.T) {
+			te := newTLSTunnel(t, impl, context.Background(), 0, idle)
+			start := time.Now()
+			buf := make([]byte, 1)
+			for time.Since(start) < 4*idle {
+				if _, err := te.origin.Write([]byte{'x'}); err != nil {
+					t.Fatalf("origin write after %v: %v", time.Since(start), err)
+				}
+				if _, err := io.ReadFull(te.client, buf); err != nil {
+					t.Fatalf("client read after %v: %v", time.Since(start), err)
+				}
+				time.Sleep(idle / 10)
+			}
+			if te.ended() {
+				t.Fatalf("tunnel ended while bytes moved: %v", te.res.err)
+			}
+			if r := te.wait(t); !errors.Is(r.err, ErrIdleTimeout) {
+				t.Fatalf("RelayTLS error %v, want ErrIdleTimeout", r.err)
+			}
+		})
 	})
 }
 
 func TestRelayTLSCancel(t *testing.T) {
 	checkNoTLSRelays(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	te := newTLSTunnel(t, ctx, 0, 0)
-	io.WriteString(te.client, "x")
-	if _, err := io.ReadFull(te.origin, make([]byte, 1)); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	r := te.wait(t)
-	if !errors.Is(r.err, context.Canceled) || r.up != 1 {
-		t.Fatalf("RelayTLS = %d, %d, %v; want 1, 0, context.Canceled", r.up, r.down, r.err)
-	}
-	if _, err := te.origin.Read(make([]byte, 1)); err != io.EOF {
-		t.Errorf("origin read after cancel: %v, want EOF", err)
-	}
+	forTLSImpls(t, func(t *testing.T, impl tlsImpl) {
+		ctx, cancel := context.WithCancel(context.Background())
+		te := newTLSTunnel(t, impl, ctx, 0, 0)
+		io.WriteString(te.client, "x")
+		if _, err := io.ReadFull(te.origin, make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		r := te.wait(t)
+		// On the engine the context's end is a cut.
+		want := context.Canceled
+		if impl.engine {
+			want = ErrCut
+		}
+		if !errors.Is(r.err, want) || r.up != 1 {
+			t.Fatalf("%s = %d, %d, %v; want 1, 0, %v", impl.name, r.up, r.down, r.err, want)
+		}
+		// RelayTLS closes; the engine resets a cut tunnel, as it does a
+		// spliced one.
+		if _, err := te.origin.Read(make([]byte, 1)); err != io.EOF && (!impl.engine || !errors.Is(err, unix.ECONNRESET)) {
+			t.Errorf("origin read after cancel: %v, want the end of the stream", err)
+		}
+	})
 }
 
 func TestRelayTLSReset(t *testing.T) {
 	checkNoTLSRelays(t)
-	te := newTLSTunnel(t, context.Background(), 0, 0)
-	io.WriteString(te.origin, "partial")
-	buf := make([]byte, 7)
-	if _, err := io.ReadFull(te.client, buf); err != nil {
-		t.Fatal(err)
-	}
-	te.origin.SetLinger(0)
-	te.origin.Close()
-	r := te.wait(t)
-	if r.err == nil || errors.Is(r.err, ErrIdleTimeout) {
-		t.Fatalf("RelayTLS error %v, want a read error", r.err)
-	}
-	t.Logf("RelayTLS after an upstream reset: %v", r.err)
-	// The client must not see a clean end (close_notify) of a stream that
-	// was cut.
-	if _, err := te.client.Read(buf); err == nil || err == io.EOF {
-		t.Errorf("client read after upstream reset: %v, want an error other than EOF", err)
-	}
+	forTLSImpls(t, func(t *testing.T, impl tlsImpl) {
+		te := newTLSTunnel(t, impl, context.Background(), 0, 0)
+		io.WriteString(te.origin, "partial")
+		buf := make([]byte, 7)
+		if _, err := io.ReadFull(te.client, buf); err != nil {
+			t.Fatal(err)
+		}
+		te.origin.SetLinger(0)
+		te.origin.Close()
+		r := te.wait(t)
+		if r.err == nil || errors.Is(r.err, ErrIdleTimeout) {
+			t.Fatalf("RelayTLS error %v, want a read error", r.err)
+		}
+		t.Logf("RelayTLS after an upstream reset: %v", r.err)
+		// The client must not see a clean end (close_notify) of a stream that
+		// was cut.
+		if _, err := te.client.Read(buf); err == nil || err == io.EOF {
+			t.Errorf("client read after upstream reset: %v, want an error other than EOF", err)
+		}
+	})
 }
 
 func TestRelayTLSMisuse(t *testing.T) {
@@ -629,18 +697,31 @@ func TestRelayTLSIdleMemory(t *testing.T) {
 		{"upload, full-size records", 256 << 10, 256 << 10, true},
 		{"upload, growing records", 256 << 10, 256 << 10, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			perTunnel := measureIdleTLS(t, tunnels, tt.up, tt.down, tt.fullSize)
-			t.Logf("%d idle TLS tunnels, %s (%d bytes up, %d down): %.1f KiB of heap+stacks per tunnel (race detector: %v)",
-				tunnels, tt.name, tt.up, tt.down, perTunnel/1024, raceEnabled)
-			// Generous: the point is to catch a buffer or goroutine per
-			// tunnel too many, not to time anything.
-			if limit := 80.0 * 1024; perTunnel > limit {
-				t.Errorf("%.1f KiB per idle TLS tunnel, want under %.0f KiB", perTunnel/1024, limit/1024)
-			}
-		})
-	}
+	forTLSImpls(t, func(t *testing.T, impl tlsImpl) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				heap, stacks, goroutines := measureIdleTLS(t, impl, tunnels, tt.up, tt.down, tt.fullSize)
+				perTunnel := heap + stacks
+				t.Logf("%s: %d idle TLS tunnels, %s (%d bytes up, %d down): %.1f KiB of heap+stacks per tunnel (race detector: %v)",
+					impl.name, tunnels, tt.name, tt.up, tt.down, perTunnel/1024, raceEnabled)
+				// Generous: the point is to catch a buffer or goroutine
+				// per tunnel too many, not to time anything.
+				if limit := 80.0 * 1024; perTunnel > limit {
+					t.Errorf("%.1f KiB per idle TLS tunnel, want under %.0f KiB", perTunnel/1024, limit/1024)
+				}
+				// On the engine an idle tunnel has no goroutine, no
+				// stack and no buffer.
+				if impl.engine {
+					if goroutines > tunnels/10 || stacks > 1024 {
+						t.Errorf("%d goroutines, %.1f KiB of stacks per tunnel on the engine; want none", goroutines, stacks/1024)
+					}
+					if tt.up == 0 && heap > 16*1024 {
+						t.Errorf("%.1f KiB of heap per tunnel on the engine; want no buffer held", heap/1024)
+					}
+				}
+			})
+		}
+	})
 }
 
 // raceEnabled reports whether the race detector is on (goroutine stacks
@@ -658,10 +739,15 @@ var raceEnabled = func() bool {
 	return false
 }()
 
-// measureIdleTLS relays tunnels TLS tunnels whose ends live in a child
-// process and returns the growth of HeapInuse+StackInuse per tunnel.
-func measureIdleTLS(t *testing.T, tunnels, up, down int, fullSize bool) float64 {
+// measureIdleTLS relays tunnels TLS tunnels with impl whose ends live in
+// a child process and returns the growth of HeapInuse and StackInuse per
+// tunnel, and of the goroutines.
+func measureIdleTLS(t *testing.T, impl tlsImpl, tunnels, up, down int, fullSize bool) (heap, stacks float64, goroutines int) {
 	const warm = 20 // tunnels open before the baseline, to exclude one-time costs
+	var e *Engine
+	if impl.engine {
+		e = newEngine(t, Config{})
+	}
 	ln := tlsListener(t)
 	serverConf, _ := tlsConfs(t, 0)
 	cert, _ := tlsTestPKI()
@@ -740,8 +826,21 @@ func measureIdleTLS(t *testing.T, tunnels, up, down int, fullSize bool) float64 
 					results <- err
 					return
 				}
-				_, _, err = RelayTLS(context.Background(), server, raw, up.(*net.TCPConn), 0)
-				results <- err
+				if e == nil {
+					_, _, err = RelayTLS(context.Background(), server, raw, up.(*net.TCPConn), 0)
+					results <- err
+					return
+				}
+				// As the HTTPS port does, the serving goroutine
+				// returns once the engine has the tunnel.
+				wg.Add(1)
+				if _, err := e.AddTLS(server, raw, up.(*net.TCPConn), func(r Result) {
+					results <- r.Err
+					wg.Done()
+				}); err != nil {
+					wg.Done()
+					results <- err
+				}
 			}()
 		}
 	}()
@@ -752,7 +851,7 @@ func measureIdleTLS(t *testing.T, tunnels, up, down int, fullSize bool) float64 
 	io.WriteString(stdin, "go\n")
 	expect("READY")
 	after := settledMem()
-	goroutines := runtime.NumGoroutine() - goroutinesBefore
+	goroutines = runtime.NumGoroutine() - goroutinesBefore
 
 	stdin.Close() // the helper closes every connection and exits
 	if err := cmd.Wait(); err != nil {
@@ -777,10 +876,10 @@ func measureIdleTLS(t *testing.T, tunnels, up, down int, fullSize bool) float64 
 	}
 	t.Logf("%d tunnels: %d goroutines (%.1f per tunnel); %d ended with an error when the helper exited (%v)",
 		tunnels, goroutines, float64(goroutines)/float64(tunnels), failed, sample)
-	heap := float64(after.heap-before.heap) / float64(tunnels)
-	stack := float64(after.stack-before.stack) / float64(tunnels)
-	t.Logf("per tunnel: heap %.1f KiB, stacks %.1f KiB", heap/1024, stack/1024)
-	return heap + stack
+	heap = float64(after.heap-before.heap) / float64(tunnels)
+	stacks = float64(after.stack-before.stack) / float64(tunnels)
+	t.Logf("per tunnel: heap %.1f KiB, stacks %.1f KiB", heap/1024, stacks/1024)
+	return heap, stacks, goroutines
 }
 
 // memUse is the part of runtime.MemStats the memory test compares.
@@ -883,7 +982,8 @@ func TestRelayTLSMemoryHelper(t *testing.T) {
 // BenchmarkRelayTLSUpload moves 1 MiB per op from a TLS client through
 // RelayTLS to the origin.
 func BenchmarkRelayTLSUpload(b *testing.B) {
-	te := newTLSTunnel(b, context.Background(), 0, 0)
+	impl := tlsImpls[0]
+	te := newTLSTunnel(b, impl, context.Background(), 0, 0)
 	msg := make([]byte, 1<<20)
 	sink := make([]byte, 64<<10)
 	te.client.SetDeadline(time.Time{})
