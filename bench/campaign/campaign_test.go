@@ -29,7 +29,7 @@ func TestSelectTests(t *testing.T) {
 			"https-1k", "https-10k", "https-1k-newconn", "https-1m", "https-10m", "https-connect-bulk", "https-mem", "https-1k-full",
 			"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem", "h3-1k",
 			"ws-64", "ws-64k", "ws-newconn", "wss-64", "wss-64k", "wss-newconn",
-			"udp-h3", "udp-socks", "h3-mem", "udp-mem",
+			"h3-mem", "udp-h3", "udp-socks", "udp-mem",
 			"dns-system", "dns-cached",
 			"parent-direct-1k", "parent-direct-bulk", "parent-squid-1k", "parent-squid-bulk", "parent-rustle-1k", "parent-rustle-bulk",
 			"cores-1", "cores-2", "cores-4", "cores-8"}},
@@ -49,8 +49,8 @@ func TestSelectTests(t *testing.T) {
 		{list: "h2", want: []string{"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem"}},
 		{list: "h2-mem-9000,h2-mem-slope,https-1k", want: []string{"https-1k", "h2-mem"}},
 		{list: "h3,cpu-h3-1k", want: []string{"h3-1k"}},
-		{list: "udp", want: []string{"udp-h3", "udp-socks", "h3-mem", "udp-mem"}},
-		{list: "cpu-udp-socks,h3-mem-slope,udp-mem-5000", want: []string{"udp-socks", "h3-mem", "udp-mem"}},
+		{list: "udp", want: []string{"h3-mem", "udp-h3", "udp-socks", "udp-mem"}},
+		{list: "cpu-udp-socks,h3-mem-slope,udp-mem-5000", want: []string{"h3-mem", "udp-socks", "udp-mem"}},
 		{list: "http-2k", wantErr: true},
 	}
 	for _, tt := range tests {

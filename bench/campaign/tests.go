@@ -245,6 +245,11 @@ func udpMemRows(prefix, section, what, per string) []report.Row {
 // idle HTTP/3 connection and per idle CONNECT-UDP flow.
 var udpTests = []testDef{
 	{
+		id: "h3-mem", kind: kindHold, listener: lnHTTPS, needs: []string{featHTTPS, featH3, featUDP}, group: "udp", hold: holdH3, path: "/1k",
+		steps: []int{1000, 5000}, memPrefix: "h3-mem",
+		rows: udpMemRows("h3-mem", secH3, "HTTP/3 connections", "connection"),
+	},
+	{
 		id: "udp-h3", kind: kindUDP, listener: lnHTTPS, needs: []string{featHTTPS, featH3, featUDP}, group: "udp", wsSize: 64,
 		levels: []int{16, 64, 256}, quickLevels: []int{64},
 		rows: []report.Row{
@@ -262,11 +267,6 @@ var udpTests = []testDef{
 			{ID: "udp-socks-p99", Section: secUDP, Title: "SOCKS5 UDP round trip, 64-byte datagrams (p99)", Unit: "ms", Decimals: 2, LessIsBetter: true, Unsupported: notNone},
 			{ID: "cpu-udp-socks", Section: secUDP, Title: "CPU cost per datagram, SOCKS5 UDP ASSOCIATE", Unit: "µs/dgram", Decimals: 1, LessIsBetter: true, Unsupported: notNone},
 		},
-	},
-	{
-		id: "h3-mem", kind: kindHold, listener: lnHTTPS, needs: []string{featHTTPS, featH3, featUDP}, group: "udp", hold: holdH3, path: "/1k",
-		steps: []int{1000, 5000}, memPrefix: "h3-mem",
-		rows: udpMemRows("h3-mem", secH3, "HTTP/3 connections", "connection"),
 	},
 	{
 		id: "udp-mem", kind: kindHold, listener: lnHTTPS, needs: []string{featHTTPS, featH3, featUDP}, group: "udp", hold: holdUDP,
