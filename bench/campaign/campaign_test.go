@@ -272,7 +272,7 @@ func TestLoadArgs(t *testing.T) {
 }
 
 func TestTarget(t *testing.T) {
-	e := &env{origin: originAddrs{HTTP: "o:1", Sink: "o:2", Hold: "o:3", WS: "o:4", HTTPS: "o:5", WSS: "o:6", SinkTLS: "o:7", H2: "o:8"}}
+	e := &env{origin: originAddrs{HTTP: "o:1", Sink: "o:2", Hold: "o:3", WS: "o:4", HTTPS: "o:5", WSS: "o:6", SinkTLS: "o:7", H2: "o:8", UDP: "o:9"}}
 	byID := map[string]testDef{}
 	for _, td := range tests {
 		byID[td.id] = td
@@ -295,6 +295,12 @@ func TestTarget(t *testing.T) {
 		{"h2-mem", proxy, "o:3"},
 		{"ws-64", proxy, "o:4"},
 		{"wss-64", proxy, "o:4"},
+		// The UDP rows: datagrams and held flows to the UDP echo, held
+		// HTTP/3 connections after a request to the HTTP origin.
+		{"udp-h3", proxy, "o:9"},
+		{"udp-socks", proxy, "o:9"},
+		{"udp-mem", proxy, "o:9"},
+		{"h3-mem", proxy, "o:1"},
 		// Straight to the origin: its TLS or HTTP/2 listeners.
 		{"http-1k", none, "o:1"},
 		{"https-1k", none, "o:5"},
