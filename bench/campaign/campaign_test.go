@@ -29,6 +29,7 @@ func TestSelectTests(t *testing.T) {
 			"https-1k", "https-10k", "https-1k-newconn", "https-1m", "https-10m", "https-connect-bulk", "https-mem", "https-1k-full",
 			"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem", "h3-1k",
 			"ws-64", "ws-64k", "ws-newconn", "wss-64", "wss-64k", "wss-newconn",
+			"h3-mem", "udp-h3", "udp-socks", "udp-mem",
 			"dns-system", "dns-cached",
 			"parent-direct-1k", "parent-direct-bulk", "parent-squid-1k", "parent-squid-bulk", "parent-rustle-1k", "parent-rustle-bulk",
 			"cores-1", "cores-2", "cores-4", "cores-8"}},
@@ -48,6 +49,8 @@ func TestSelectTests(t *testing.T) {
 		{list: "h2", want: []string{"h2-1k", "h2-10k", "h2-1k-newconn", "h2-1m", "h2-10m", "h2-connect-bulk", "h2-mem"}},
 		{list: "h2-mem-9000,h2-mem-slope,https-1k", want: []string{"https-1k", "h2-mem"}},
 		{list: "h3,cpu-h3-1k", want: []string{"h3-1k"}},
+		{list: "udp", want: []string{"h3-mem", "udp-h3", "udp-socks", "udp-mem"}},
+		{list: "cpu-udp-socks,h3-mem-slope,udp-mem-5000", want: []string{"h3-mem", "udp-socks", "udp-mem"}},
 		{list: "http-2k", wantErr: true},
 	}
 	for _, tt := range tests {
@@ -129,8 +132,13 @@ func TestTestTable(t *testing.T) {
 			if (r.Section == secH2) != td.h2() {
 				t.Errorf("row %s in section %q, test needs h2: %v", r.ID, r.Section, td.h2())
 			}
-			if (r.Section == secH3) != td.h3() {
+			// HTTP/3 rows are in the HTTP/3 section, or in the UDP one
+			// beside SOCKS5 UDP.
+			if r.Section == secH3 && !td.h3() || td.h3() && r.Section != secH3 && r.Section != secUDP {
 				t.Errorf("row %s in section %q, test needs h3: %v", r.ID, r.Section, td.h3())
+			}
+			if r.Against != "" && !slices.ContainsFunc(rowsOf(r.Against), func(a report.Row) bool { return a.Section == r.Section && a.Unit == r.Unit }) {
+				t.Errorf("row %s: against %q, which is no row of its section and unit", r.ID, r.Against)
 			}
 		}
 	}
@@ -264,7 +272,7 @@ func TestLoadArgs(t *testing.T) {
 }
 
 func TestTarget(t *testing.T) {
-	e := &env{origin: originAddrs{HTTP: "o:1", Sink: "o:2", Hold: "o:3", WS: "o:4", HTTPS: "o:5", WSS: "o:6", SinkTLS: "o:7", H2: "o:8"}}
+	e := &env{origin: originAddrs{HTTP: "o:1", Sink: "o:2", Hold: "o:3", WS: "o:4", HTTPS: "o:5", WSS: "o:6", SinkTLS: "o:7", H2: "o:8", UDP: "o:9"}}
 	byID := map[string]testDef{}
 	for _, td := range tests {
 		byID[td.id] = td
@@ -287,6 +295,12 @@ func TestTarget(t *testing.T) {
 		{"h2-mem", proxy, "o:3"},
 		{"ws-64", proxy, "o:4"},
 		{"wss-64", proxy, "o:4"},
+		// The UDP rows: datagrams and held flows to the UDP echo, held
+		// HTTP/3 connections after a request to the HTTP origin.
+		{"udp-h3", proxy, "o:9"},
+		{"udp-socks", proxy, "o:9"},
+		{"udp-mem", proxy, "o:9"},
+		{"h3-mem", proxy, "o:1"},
 		// Straight to the origin: its TLS or HTTP/2 listeners.
 		{"http-1k", none, "o:1"},
 		{"https-1k", none, "o:5"},
@@ -528,6 +542,9 @@ func TestRustleConf(t *testing.T) {
 				Limits struct {
 					MaxConnections int `toml:"max_connections"`
 				} `toml:"limits"`
+				Timeouts struct {
+					UDPIdle string `toml:"udp_idle"`
+				} `toml:"timeouts"`
 				Auth struct {
 					Users []struct {
 						Name   string `toml:"name"`
@@ -544,7 +561,8 @@ func TestRustleConf(t *testing.T) {
 				t.Errorf("rustle.toml keys not checked here: %v", und)
 			}
 			if c.Workers != 1 || c.SocketBufferBytes != 1048576 || c.Log.Level != "error" ||
-				len(c.AllowPrivate) != 1 || c.AllowPrivate[0] != "127.0.0.0/8" || c.Limits.MaxConnections != -1 {
+				len(c.AllowPrivate) != 1 || c.AllowPrivate[0] != "127.0.0.0/8" || c.Limits.MaxConnections != -1 ||
+				c.Timeouts.UDPIdle != "10m" {
 				t.Errorf("rustle.toml globals = %+v", c)
 			}
 			if len(c.Auth.Users) != 1 || c.Auth.Users[0].Name != "bench" || c.Auth.Users[0].Bcrypt != "$2a$10$abcdefghijklmnopqrstuv" {
@@ -949,6 +967,57 @@ func TestRustleConfParent(t *testing.T) {
 			}
 			if len(c.Parents) != 1 || c.Parents[0].URL != e.parentURL || len(c.Routes) != 1 || len(c.Routes[0].Via) != 1 || c.Routes[0].Via[0] != via {
 				t.Errorf("parents %+v, routes %+v; want one parent at %s and one route via %s", c.Parents, c.Routes, e.parentURL, via)
+			}
+		})
+	}
+}
+
+// rowsOf returns the rows of the campaign with the ID id.
+func rowsOf(id string) []report.Row {
+	var out []report.Row
+	for _, td := range tests {
+		for _, r := range td.rows {
+			if r.ID == id {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// TestJudgeUDP fills the datagram rows from a "load udp" line and judges
+// it: errors, nothing echoed, flows missing or more than 1 in 1,000 lost
+// make a run unclean.
+func TestJudgeUDP(t *testing.T) {
+	var td testDef
+	for _, x := range tests {
+		if x.id == "udp-h3" {
+			td = x
+		}
+	}
+	good := udpResult{Flows: 64, Opened: 64, Datagrams: 100000, Bytes: 6400000, Lost: 100, DurationUS: 2e6, PerSec: 50000, RTTP99US: 2500}
+	for _, tt := range []struct {
+		name      string
+		change    func(*udpResult)
+		wantClean bool
+		wantProb  string
+	}{
+		{"clean, 1 in 1,000 lost", func(*udpResult) {}, true, ""},
+		{"too many lost", func(u *udpResult) { u.Lost = 101 }, false, "101 datagrams lost"},
+		{"errors", func(u *udpResult) { u.Errors, u.FirstError = 2, "boom" }, false, "2 errors, first: boom"},
+		{"nothing echoed", func(u *udpResult) { u.Datagrams, u.Lost = 0, 0 }, false, "no datagram echoed"},
+		{"flows missing", func(u *udpResult) { u.Opened = 60 }, false, "60 of 64 flows opened"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			u := good
+			tt.change(&u)
+			run := report.Run{Metrics: map[string]float64{}}
+			judgeUDP(td, u, &run)
+			if run.Clean != tt.wantClean || !strings.Contains(run.Problem, tt.wantProb) {
+				t.Fatalf("clean %v, problem %q; want %v, %q", run.Clean, run.Problem, tt.wantClean, tt.wantProb)
+			}
+			if run.Metrics["udp-h3"] != u.PerSec || run.Metrics["udp-h3-p99"] != 2.5 || run.Requests != u.Datagrams || run.DurationS != 2 {
+				t.Fatalf("metrics %v, requests %d, duration %v", run.Metrics, run.Requests, run.DurationS)
 			}
 		})
 	}

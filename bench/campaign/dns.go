@@ -30,8 +30,9 @@ import (
 // rustle runs the DNS rows.
 const featDNS = "dns"
 
-// rustleFeatures are rustle's features: everything, its [dns] and its parents.
-var rustleFeatures = append(slices.Clip(allFeatures), featDNS, featParents)
+// rustleFeatures are rustle's features: everything, its [dns], its
+// parents and its UDP relays.
+var rustleFeatures = append(slices.Clip(allFeatures), featDNS, featParents, featUDP)
 
 // Resolvers of a DNS test (testDef.resolver).
 const (

@@ -114,6 +114,7 @@ type originAddrs struct {
 	H2      string `json:"h2"`
 	H3      string `json:"h3"`  // UDP: HTTP/3
 	DNS     string `json:"dns"` // UDP: the DNS responder of the DNS rows
+	UDP     string `json:"udp"` // UDP: the echo of the datagram rows
 }
 
 // lack records that proxy lacks feature on this machine, and why.

@@ -32,6 +32,11 @@ const (
 	// kindH3 runs "load h3": requests per second over HTTP/3 to the HTTPS
 	// proxy's port over UDP, one request at a time per connection.
 	kindH3
+	// kindUDP runs "load udp": datagrams echoed per second over UDP flows
+	// through the proxy (CONNECT-UDP over HTTP/3 on the TLS port, or
+	// SOCKS5 UDP ASSOCIATE on the SOCKS5 port), one datagram in flight per
+	// flow.
+	kindUDP
 )
 
 // Listeners: the proxy port a test talks to. A proxy is started with the
@@ -52,6 +57,7 @@ const (
 	featH2        = "h2"        // HTTP/2 on the TLS port (ALPN h2): forwarded requests and CONNECT streams
 	featH3        = "h3"        // HTTP/3 on the TLS port's number over UDP: forwarded requests
 	featParents   = "parents"   // sends requests through a parent proxy ([[parents]], [[routes]]): rustle only
+	featUDP       = "udp"       // relays UDP: CONNECT-UDP (RFC 9298) on its HTTP/3 port, SOCKS5 UDP ASSOCIATE on its SOCKS5 port: rustle only
 )
 
 // The parents of the "Through a parent proxy" tests (testDef.parent).
@@ -90,6 +96,10 @@ type testDef struct {
 	// memPrefix-pss-<last step>.
 	steps     []int
 	memPrefix string
+	// hold is what a hold test holds: "" tunnels, holdH3 QUIC
+	// connections (one request each), holdUDP UDP flows (one datagram
+	// echoed each).
+	hold string
 	// proxyCores is the number of proxy cores of a test of the "More
 	// cores" table (the proxy pinned to that many CPUs with as many
 	// workers, wrk with as many threads, wrk and the origin on other
@@ -131,6 +141,7 @@ const (
 	secHTTPSFull = "HTTPS proxy, full handshake on every connection"
 	secH2        = "HTTP/2 over TLS"
 	secH3        = "HTTP/3 over QUIC"
+	secUDP       = "UDP datagrams: CONNECT-UDP over HTTP/3 against SOCKS5 UDP ASSOCIATE"
 	secWS        = "WebSocket, plain"
 	secWSS       = "WebSocket over TLS"
 	secCores     = "More cores: plain HTTP, 1 KB responses, 1 to 8 proxy cores"
@@ -205,6 +216,63 @@ func memRows(prefix, section, what string, chart string, pss bool) []report.Row 
 			Note: "Pss from /proc/PID/smaps_rollup summed over the proxy's processes: pages shared between processes (libraries, copy-on-write pages of a forking server) count once in all, not once per process as in VmRSS. The fair figure for a proxy made of many processes (Dante forks an I/O process per 32 sessions)."})
 	}
 	return rows
+}
+
+// What a hold test holds (testDef.hold).
+const (
+	holdH3  = "h3"  // QUIC connections, each after one forwarded GET
+	holdUDP = "udp" // CONNECT-UDP flows, each after one datagram echoed
+)
+
+// udpNote is the note of the first row of the UDP section.
+const udpNote = "rustle only: no other proxy of the campaign relays UDP over HTTP/3 (CONNECT-UDP) and \"no proxy\" has no flow to open, so their cells read \"—\"; Dante would have UDP ASSOCIATE, but its bench configuration passes only CONNECT. \"load udp\" opens N flows to the origin's UDP echo, each with one 64-byte datagram in flight (closed loop: the next is sent when the echo is back; one not back within 1 s counts as lost): CONNECT-UDP (RFC 9298) with masque-go's client, one QUIC connection per flow, payloads in HTTP Datagrams (QUIC DATAGRAM frames); or SOCKS5 UDP ASSOCIATE, a TCP control connection and a UDP socket per flow, RFC 1928's 10-byte header on every datagram. Both run in the same campaign on the same proxy core, so the ratio column (CONNECT-UDP ÷ SOCKS5 UDP) compares them; a datagram and its echo count once."
+
+// udpMemRows returns the rows of a hold test of the HTTP/3 and UDP
+// sections: memory with nothing held, with 1,000 and 5,000 held, and the
+// slope.
+func udpMemRows(prefix, section, what, per string) []report.Row {
+	return []report.Row{
+		{ID: prefix + "-0", Section: section, Title: "Memory with no " + per + " open", Unit: "MB", LessIsBetter: true, Unsupported: notNone},
+		{ID: prefix + "-1000", Section: section, Title: "Memory with 1,000 idle " + what, Unit: "MB", LessIsBetter: true, Unsupported: notNone, Selects: true},
+		{ID: prefix + "-5000", Section: section, Title: "Memory with 5,000 idle " + what, Unit: "MB", LessIsBetter: true, Unsupported: notNone},
+		{ID: prefix + "-slope", Section: section, Title: "Memory per idle " + per + " (0 to 5,000)", Unit: "KB/" + per, Decimals: 1, LessIsBetter: true, Unsupported: notNone,
+			Note: "(VmRSS with 5,000 " + what + " − VmRSS with none) ÷ 5,000."},
+	}
+}
+
+// udpTests are the tests of issue 19's rows beside h3-1k: datagrams per
+// second over CONNECT-UDP against SOCKS5 UDP ASSOCIATE, and memory per
+// idle HTTP/3 connection and per idle CONNECT-UDP flow.
+var udpTests = []testDef{
+	{
+		id: "h3-mem", kind: kindHold, listener: lnHTTPS, needs: []string{featHTTPS, featH3, featUDP}, group: "udp", hold: holdH3, path: "/1k",
+		steps: []int{1000, 5000}, memPrefix: "h3-mem",
+		rows: udpMemRows("h3-mem", secH3, "HTTP/3 connections", "connection"),
+	},
+	{
+		id: "udp-h3", kind: kindUDP, listener: lnHTTPS, needs: []string{featHTTPS, featH3, featUDP}, group: "udp", wsSize: 64,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "udp-h3", Section: secUDP, Title: "CONNECT-UDP over HTTP/3, 64-byte datagrams", Unit: "dgram/s", Selects: true, Unsupported: notNone, Against: "udp-socks", Note: udpNote},
+			{ID: "udp-h3-p99", Section: secUDP, Title: "CONNECT-UDP round trip, 64-byte datagrams (p99)", Unit: "ms", Decimals: 2, LessIsBetter: true, Unsupported: notNone, Against: "udp-socks-p99"},
+			{ID: "cpu-udp-h3", Section: secUDP, Title: "CPU cost per datagram, CONNECT-UDP over HTTP/3", Unit: "µs/dgram", Decimals: 1, LessIsBetter: true, Unsupported: notNone, Against: "cpu-udp-socks",
+				Note: "proxy CPU (utime+stime) over each run at the kept level divided by the datagrams echoed (a datagram and its echo count once), median of the runs; QUIC's encryption and acknowledgements included."},
+		},
+	},
+	{
+		id: "udp-socks", kind: kindUDP, listener: lnSOCKS, needs: []string{featSOCKS, featUDP}, group: "udp", wsSize: 64,
+		levels: []int{16, 64, 256}, quickLevels: []int{64},
+		rows: []report.Row{
+			{ID: "udp-socks", Section: secUDP, Title: "SOCKS5 UDP ASSOCIATE, 64-byte datagrams", Unit: "dgram/s", Selects: true, Unsupported: notNone},
+			{ID: "udp-socks-p99", Section: secUDP, Title: "SOCKS5 UDP round trip, 64-byte datagrams (p99)", Unit: "ms", Decimals: 2, LessIsBetter: true, Unsupported: notNone},
+			{ID: "cpu-udp-socks", Section: secUDP, Title: "CPU cost per datagram, SOCKS5 UDP ASSOCIATE", Unit: "µs/dgram", Decimals: 1, LessIsBetter: true, Unsupported: notNone},
+		},
+	},
+	{
+		id: "udp-mem", kind: kindHold, listener: lnHTTPS, needs: []string{featHTTPS, featH3, featUDP}, group: "udp", hold: holdUDP,
+		steps: []int{1000, 5000}, memPrefix: "udp-mem",
+		rows: udpMemRows("udp-mem", secUDP, "CONNECT-UDP flows", "flow"),
+	},
 }
 
 // tests is the campaign, in the order of the report.
@@ -477,6 +545,7 @@ func coresTest(n int) testDef {
 // plain section by default, the listener and group defaults, and the
 // proxies that lack a feature the test needs (their cells read "—").
 func init() {
+	tests = append(tests, udpTests...)
 	tests = append(tests, dnsTests...)
 	tests = append(tests, parentTests()...)
 	for _, n := range coreCounts {

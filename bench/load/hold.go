@@ -10,7 +10,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 )
 
 // HoldStep is the JSON line printed by "load hold" at each step.
@@ -34,6 +38,10 @@ func runHold(args []string) error {
 	stepsFlag := fs.String("steps", "1000,5000,9000", "comma-separated increasing tunnel counts")
 	par := fs.Int("parallel", 64, "tunnels opened at once")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	h3 := fs.Bool("h3", false, "with -tls, hold QUIC connections (HTTP/3) instead of tunnels, each after one completed GET of -path from -target (an HTTP origin) through the proxy")
+	path := fs.String("path", "/1k", "with -h3, the `path` of each connection's one request")
+	udp := fs.Bool("udp", false, "hold UDP flows to -target (a UDP echo) instead of tunnels, each after one datagram echoed: CONNECT-UDP over HTTP/3 with -tls, SOCKS5 UDP ASSOCIATE with -socks5")
+	perConn := fs.Int("flows-per-conn", 50, "with -udp over HTTP/3, the flows on each QUIC connection (rustle's [http3] max_flows is 64 per connection by default)")
 	fs.Parse(args)
 	if *target == "" {
 		return errors.New("hold: -target is required")
@@ -53,19 +61,59 @@ func runHold(args []string) error {
 	lines := make(chan struct{})
 	go readLines(os.Stdin, lines)
 
-	var open []*tunnelConn
+	// open opens n more of what is held.
+	open := func(n int, errs *errorLog) []io.Closer {
+		var out []io.Closer
+		for _, t := range openParallel(ctx, d, n, *par, errs, echo) {
+			out = append(out, t)
+		}
+		return out
+	}
+	switch {
+	case *h3 && *udp:
+		return errors.New("hold: -h3 and -udp exclude each other")
+	case *h3:
+		if d.tlsConf == nil || d.proxy == "" {
+			return errors.New("hold: -h3 needs -proxy and -tls")
+		}
+		d.tlsConf.NextProtos = []string{http3.NextProtoH3}
+		url := "http://" + d.target + *path
+		open = func(n int, errs *errorLog) []io.Closer {
+			return holdParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) { return holdH3(ctx, d, url) })
+		}
+	case *udp:
+		fd, err := newFlowDialer(d, *df.socks, *perConn, "/.well-known/masque/udp/{target_host}/{target_port}/")
+		if err != nil {
+			return fmt.Errorf("hold: %w", err)
+		}
+		defer fd.close()
+		open = func(n int, errs *errorLog) []io.Closer {
+			return holdParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) {
+				f, err := fd.open(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if err := flowHoldCheck(f); err != nil {
+					f.Close()
+					return nil, fmt.Errorf("echo on a held flow: %w", err)
+				}
+				return f, nil
+			})
+		}
+	}
+
+	var held []io.Closer
 	defer func() {
-		for _, t := range open {
+		for _, t := range held {
 			t.Close()
 		}
 	}()
 	var errs errorLog
 	start := time.Now()
 	for i, step := range steps {
-		more := openParallel(ctx, d, step-len(open), *par, &errs, echo)
-		open = append(open, more...)
+		held = append(held, open(step-len(held), &errs)...)
 		if err := printJSON(HoldStep{
-			Step: step, Open: len(open), Errors: errs.n.Load(), FirstError: errs.firstText(),
+			Step: step, Open: len(held), Errors: errs.n.Load(), FirstError: errs.firstText(),
 			ElapsedS: time.Since(start).Seconds(),
 		}); err != nil {
 			return err
@@ -129,4 +177,63 @@ func parseSteps(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// holdParallel opens n of what dial opens with at most par dials in
+// flight and returns those that succeeded; failures go to errs.
+func holdParallel(ctx context.Context, n, par int, errs *errorLog, dial func(context.Context) (io.Closer, error)) []io.Closer {
+	out := make([]io.Closer, n)
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i := range n {
+		if ctx.Err() != nil {
+			errs.add(ctx.Err())
+			break
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c, err := dial(ctx)
+			if err != nil {
+				errs.add(err)
+				return
+			}
+			out[i] = c
+		})
+	}
+	wg.Wait()
+	ok := out[:0]
+	for _, c := range out {
+		if c != nil {
+			ok = append(ok, c)
+		}
+	}
+	return ok
+}
+
+// quicCloser closes a held QUIC connection.
+type quicCloser struct{ *quic.Conn }
+
+func (c quicCloser) Close() error { return c.CloseWithError(0, "") }
+
+// holdH3 opens a QUIC connection to the proxy, sends one forwarded GET for
+// url on it, reads the response, and returns the connection, kept alive
+// by PINGs while it is held.
+func holdH3(ctx context.Context, d dialer, url string) (io.Closer, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	qc, err := quic.DialAddr(ctx, d.proxy, d.tlsConf, &quic.Config{KeepAlivePeriod: 15 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("QUIC dial %s: %w", d.proxy, err)
+	}
+	cc := (&http3.Transport{}).NewClientConn(qc)
+	status, _, err := h3Get(ctx, cc, url, d.authHeader, make([]byte, 4<<10))
+	if err == nil && status != 200 {
+		err = fmt.Errorf("status %d", status)
+	}
+	if err != nil {
+		qc.CloseWithError(0, "")
+		return nil, fmt.Errorf("GET %s over HTTP/3: %w", url, err)
+	}
+	return quicCloser{qc}, nil
 }

@@ -73,6 +73,23 @@
 // origin (no -proxy) the requests are https to its HTTP/3 listener.
 // Counted and printed like "load http"; bytes are response body bytes.
 //
+//	load udp -proxy ADDR (-tls -ca FILE | -socks5) -auth USER:PASS -target ECHO -size 64 -conns N -duration D
+//
+// opens N UDP flows to the origin's UDP echo, each with one datagram in
+// flight (closed loop, like "load ws"): CONNECT-UDP (RFC 9298) over
+// HTTP/3 with -tls (masque-go's client, one QUIC connection per flow,
+// payloads in HTTP Datagrams), or SOCKS5 UDP ASSOCIATE with -socks5 (a
+// TCP control connection and a UDP socket per flow, RFC 1928's 10-byte
+// header); without -proxy, plain UDP. A datagram whose echo is not back
+// within -req-timeout counts as lost and the flow sends the next one. It
+// prints one JSON line (UDPResult): datagrams per second (round trips),
+// lost datagrams, round-trip percentiles.
+//
+// "load hold -h3" holds QUIC connections instead of tunnels (each after
+// one forwarded GET of -path), "load hold -udp" CONNECT-UDP flows (with
+// -tls, -flows-per-conn on each QUIC connection) or SOCKS5 UDP
+// associations (with -socks5), each after one datagram echoed.
+//
 // bulk and hold are bounded by -timeout, http and ws by their duration plus
 // twice -req-timeout.
 package main
@@ -100,6 +117,8 @@ func main() {
 		err = runH2(os.Args[2:])
 	case "h3":
 		err = runH3(os.Args[2:])
+	case "udp":
+		err = runUDP(os.Args[2:])
 	default:
 		usage()
 	}
@@ -110,6 +129,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: load bulk|hold|http|ws|h2|h3 [flags]; load bulk -h for the flags")
+	fmt.Fprintln(os.Stderr, "usage: load bulk|hold|http|ws|h2|h3|udp [flags]; load bulk -h for the flags")
 	os.Exit(2)
 }

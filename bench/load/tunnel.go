@@ -228,13 +228,22 @@ func (d dialer) httpConnect(tc *tunnelConn) error {
 // authentication" otherwise), RFC 1929 authentication, the request and its
 // reply.
 func (d dialer) socksConnect(tc *tunnelConn) error {
-	host, portText, err := net.SplitHostPort(d.target)
+	_, err := d.socksRequest(tc, 1, d.target)
+	return err
+}
+
+// socksRequest runs the SOCKS5 exchange of socksConnect on tc with the
+// command cmd (1 CONNECT, 3 UDP ASSOCIATE) for target, and returns the
+// reply's bound address (for UDP ASSOCIATE, the relay's).
+func (d dialer) socksRequest(tc *tunnelConn, cmd byte, target string) (netip.AddrPort, error) {
+	var bound netip.AddrPort
+	host, portText, err := net.SplitHostPort(target)
 	if err != nil {
-		return fmt.Errorf("SOCKS5 target %q: %w", d.target, err)
+		return bound, fmt.Errorf("SOCKS5 target %q: %w", target, err)
 	}
 	port, err := strconv.ParseUint(portText, 10, 16)
 	if err != nil {
-		return fmt.Errorf("SOCKS5 target %q: bad port", d.target)
+		return bound, fmt.Errorf("SOCKS5 target %q: bad port", target)
 	}
 	method := byte(0x00)
 	if d.user != "" {
@@ -244,32 +253,32 @@ func (d dialer) socksConnect(tc *tunnelConn) error {
 	// curl does.
 	var b [4]byte
 	if _, err := tc.Conn.Write([]byte{5, 1, method}); err != nil {
-		return fmt.Errorf("send SOCKS5 greeting to %s: %w", d.proxy, err)
+		return bound, fmt.Errorf("send SOCKS5 greeting to %s: %w", d.proxy, err)
 	}
 	if _, err := io.ReadFull(tc.r, b[:2]); err != nil {
-		return fmt.Errorf("read SOCKS5 method from %s: %w", d.proxy, err)
+		return bound, fmt.Errorf("read SOCKS5 method from %s: %w", d.proxy, err)
 	}
 	if b[0] != 5 || b[1] != method {
-		return fmt.Errorf("%w: method answer % x, want 05 %02x", errSOCKS, b[:2], method)
+		return bound, fmt.Errorf("%w: method answer % x, want 05 %02x", errSOCKS, b[:2], method)
 	}
 	if method == 0x02 {
 		if len(d.user) > 255 || len(d.pass) > 255 {
-			return errors.New("load: SOCKS5 user or password longer than 255 bytes")
+			return bound, errors.New("load: SOCKS5 user or password longer than 255 bytes")
 		}
 		msg := append([]byte{1, byte(len(d.user))}, d.user...)
 		msg = append(msg, byte(len(d.pass)))
 		msg = append(msg, d.pass...)
 		if _, err := tc.Conn.Write(msg); err != nil {
-			return fmt.Errorf("send SOCKS5 authentication to %s: %w", d.proxy, err)
+			return bound, fmt.Errorf("send SOCKS5 authentication to %s: %w", d.proxy, err)
 		}
 		if _, err := io.ReadFull(tc.r, b[:2]); err != nil {
-			return fmt.Errorf("read SOCKS5 authentication answer from %s: %w", d.proxy, err)
+			return bound, fmt.Errorf("read SOCKS5 authentication answer from %s: %w", d.proxy, err)
 		}
 		if b[1] != 0 {
-			return fmt.Errorf("%w: authentication status %d", errSOCKS, b[1])
+			return bound, fmt.Errorf("%w: authentication status %d", errSOCKS, b[1])
 		}
 	}
-	msg := []byte{5, 1, 0}
+	msg := []byte{5, cmd, 0}
 	if ip, err := netip.ParseAddr(host); err == nil && ip.Is4() {
 		a := ip.As4()
 		msg = append(msg, 1)
@@ -284,13 +293,13 @@ func (d dialer) socksConnect(tc *tunnelConn) error {
 	}
 	msg = binary.BigEndian.AppendUint16(msg, uint16(port))
 	if _, err := tc.Conn.Write(msg); err != nil {
-		return fmt.Errorf("send SOCKS5 CONNECT %s to %s: %w", d.target, d.proxy, err)
+		return bound, fmt.Errorf("send SOCKS5 command %d for %s to %s: %w", cmd, target, d.proxy, err)
 	}
 	if _, err := io.ReadFull(tc.r, b[:4]); err != nil {
-		return fmt.Errorf("read SOCKS5 reply from %s: %w", d.proxy, err)
+		return bound, fmt.Errorf("read SOCKS5 reply from %s: %w", d.proxy, err)
 	}
 	if b[0] != 5 || b[1] != 0 {
-		return fmt.Errorf("%w: reply % x", errSOCKS, b[:2])
+		return bound, fmt.Errorf("%w: reply % x", errSOCKS, b[:2])
 	}
 	var skip int
 	switch b[3] {
@@ -301,14 +310,19 @@ func (d dialer) socksConnect(tc *tunnelConn) error {
 	case 3:
 		n, err := tc.r.ReadByte()
 		if err != nil {
-			return fmt.Errorf("read SOCKS5 reply from %s: %w", d.proxy, err)
+			return bound, fmt.Errorf("read SOCKS5 reply from %s: %w", d.proxy, err)
 		}
 		skip = int(n) + 2
 	default:
-		return fmt.Errorf("%w: reply address type %d", errSOCKS, b[3])
+		return bound, fmt.Errorf("%w: reply address type %d", errSOCKS, b[3])
 	}
-	if _, err := tc.r.Discard(skip); err != nil {
-		return fmt.Errorf("read SOCKS5 reply from %s: %w", d.proxy, err)
+	a := make([]byte, skip)
+	if _, err := io.ReadFull(tc.r, a); err != nil {
+		return bound, fmt.Errorf("read SOCKS5 reply from %s: %w", d.proxy, err)
 	}
-	return nil
+	if b[3] != 3 {
+		ip, _ := netip.AddrFromSlice(a[:skip-2])
+		bound = netip.AddrPortFrom(ip, binary.BigEndian.Uint16(a[skip-2:]))
+	}
+	return bound, nil
 }

@@ -16,6 +16,9 @@
 //   - dns (UDP): a DNS responder for the zone bench.test, where
 //     origin.bench.test is 127.0.0.1 (A, TTL 300 s; no AAAA), the
 //     resolver of rustle's [dns] rows; /_stats counts its queries.
+//   - udp (UDP): a UDP echo, every datagram sent back to its sender as it
+//     is; the datagram rows (CONNECT-UDP and SOCKS5 UDP ASSOCIATE) end
+//     here.
 //
 // With -cert and -key (PEM) it also runs TLS variants for the "no proxy"
 // column of the TLS tests, where the client talks TLS straight to the
@@ -37,7 +40,7 @@
 //
 // Usage:
 //
-//	origin [-http ADDR] [-sink ADDR] [-hold ADDR] [-ws ADDR] [-dns ADDR] [-cert PEM -key PEM] [-lifetime D]
+//	origin [-http ADDR] [-sink ADDR] [-hold ADDR] [-ws ADDR] [-dns ADDR] [-udp ADDR] [-cert PEM -key PEM] [-lifetime D]
 package main
 
 import (
@@ -66,6 +69,7 @@ func main() {
 	holdAddr := flag.String("hold", "127.0.0.1:0", "`address` of the TCP hold (echo, then idle) port")
 	wsAddr := flag.String("ws", "127.0.0.1:0", "`address` of the WebSocket echo")
 	dnsAddr := flag.String("dns", "127.0.0.1:0", "UDP `address` of the DNS responder (zone bench.test)")
+	udpAddr := flag.String("udp", "127.0.0.1:0", "UDP `address` of the UDP echo")
 	certFile := flag.String("cert", "", "PEM certificate `file` for the TLS listeners (https, wss, sinktls); none without it")
 	keyFile := flag.String("key", "", "PEM key `file` of -cert")
 	lifetime := flag.Duration("lifetime", 6*time.Hour, "exit after this long even without a signal")
@@ -127,6 +131,11 @@ func main() {
 		log.Fatalf("listen dns on %s: %v", *dnsAddr, err)
 	}
 	addrs["dns"] = dnsConn.LocalAddr().String()
+	udpConn, err := net.ListenPacket("udp", *udpAddr)
+	if err != nil {
+		log.Fatalf("listen udp on %s: %v", *udpAddr, err)
+	}
+	addrs["udp"] = udpConn.LocalAddr().String()
 	line, err := json.Marshal(addrs)
 	if err != nil {
 		log.Fatalf("encode addresses: %v", err)
@@ -144,6 +153,7 @@ func main() {
 		wg.Go(func() { acceptLoop(s.ln, s.handle) })
 	}
 	wg.Go(func() { o.dns.serve(dnsConn) })
+	wg.Go(func() { serveUDPEcho(udpConn) })
 	<-ctx.Done()
 	for i := range services {
 		services[i].ln.Close()
@@ -152,6 +162,7 @@ func main() {
 		h3srv.Close()
 	}
 	dnsConn.Close()
+	udpConn.Close()
 	// Accept loops return once their listener is closed; connections still
 	// open end with the process.
 	wg.Wait()
