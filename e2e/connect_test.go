@@ -109,6 +109,7 @@ func TestThousandTunnels(t *testing.T) {
 
 	// Warm up: one tunnel, so that the baseline includes what the first
 	// tunnel allocates for good (engine buffers, goroutines).
+	fds0 := procFDs(t, p.pid())
 	warm, err := openTunnel(ctx, p.addr(), echo.addr(), "")
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +119,10 @@ func TestThousandTunnels(t *testing.T) {
 	}
 	warm.Close()
 	waitFDs(t, p.pid(), func(n int) bool { return echo.open.Load() == 0 }, 5*time.Second)
+	// The origin closes first; the proxy closes the warm-up tunnel's two
+	// sockets right after: the baseline is taken once they are gone (a
+	// pooled splice pipe, two descriptors, may stay).
+	waitFDs(t, p.pid(), func(n int) bool { return n <= fds0+2 }, 5*time.Second)
 
 	baseFDs := procFDs(t, p.pid())
 	rss0 := procRSS(t, p.pid())
