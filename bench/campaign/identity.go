@@ -74,6 +74,44 @@ func prepareRustleLDAP(ctx context.Context, e *env) (string, error) {
 	return v, nil
 }
 
+// prepareRustleRedis builds rustle (as its own column does) and starts
+// the Redis of the rustle-redis column: Debian's redis-server on a
+// loopback port, without persistence, pinned to the load core. stopAll
+// stops it with the campaign.
+func prepareRustleRedis(ctx context.Context, e *env) (string, error) {
+	v, err := prepareRustle(ctx, e)
+	if err != nil || e.redisURL != "" {
+		return v, err
+	}
+	redis, ok := e.lookPath["redis-server"]
+	if !ok {
+		return "", fmt.Errorf("redis-server is not installed (Debian package redis-server)")
+	}
+	dir := filepath.Join(e.tmp, "redis")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("campaign: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	p, err := startProc("redis-server", []int{e.loadCore}, []string{redis, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--save", "", "--appendonly", "no", "--dir", dir}, nil, filepath.Join(dir, "output.log"), nil)
+	if err != nil {
+		return "", err
+	}
+	if err := waitListening(ctx, addr, p, 30*time.Second); err != nil {
+		p.stop(3 * time.Second)
+		return "", fmt.Errorf("redis-server: %w", err)
+	}
+	e.redisURL = "redis://" + addr + "/0"
+	if out, err := exec.CommandContext(ctx, redis, "--version").CombinedOutput(); err == nil {
+		v += ", against " + firstLines(string(out), 1)
+	}
+	return v, nil
+}
+
 // prepareRustleJWT builds rustle and starts what the rustle-jwt column
 // needs: an ES256 key, its key set served on a loopback port by the
 // campaign itself, and a token of the campaign's user valid for a day.

@@ -93,3 +93,36 @@ func TestIdentityColumnsPrepare(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestRustleLimitsConf checks that the rustle-limits and rustle-redis
+// columns' configurations validate with their per-user connection limit
+// and quota, and that only rustle-redis counts through Redis.
+func TestRustleLimitsConf(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("0123456789abcdef"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, provider := range []string{"limits", "redis"} {
+		t.Run(provider, func(t *testing.T) {
+			e := &env{benchDir: "..", user: "bench", pass: "0123456789abcdef", bcryptHash: string(hash),
+				redisURL: "redis://127.0.0.1:6379/0"}
+			dir := t.TempDir()
+			if _, _, err := rustleCommand(provider)(e, dir, lnHTTP, 3128, 1); err != nil {
+				t.Fatal(err)
+			}
+			c, err := config.Load(filepath.Join(dir, "rustle.toml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			if c.Limits.MaxConnectionsPerUser != 100000 || len(c.Quota.Rules) != 1 {
+				t.Errorf("max_connections_per_user %d, %d quota rules; want 100000 and 1", c.Limits.MaxConnectionsPerUser, len(c.Quota.Rules))
+			}
+			if got, want := c.Cluster.Redis, map[string]string{"limits": "", "redis": e.redisURL}[provider]; got != want {
+				t.Errorf("[cluster] redis = %q, want %q", got, want)
+			}
+		})
+	}
+}

@@ -344,7 +344,8 @@ func runs(t testDef, d *proxyDef) bool {
 }
 
 // defaultProxies are the columns a campaign runs without -proxies; the
-// rustle-ldap and rustle-jwt columns are asked for by name.
+// rustle-ldap, rustle-jwt, rustle-limits and rustle-redis columns are
+// asked for by name.
 const defaultProxies = "rustle,squid,tinyproxy,dante,none"
 
 // parentDefs returns the proxies the selected tests run as parents.

@@ -89,9 +89,12 @@ type confData struct {
 	SOCKSMethod string
 	// Provider is the identity provider of a rustle column: "" (the
 	// htpasswd user), "ldap" (the directory at LDAPURL) or "jwt" (tokens
-	// of Issuer, keys at JWKSURL).
+	// of Issuer, keys at JWKSURL); or "limits" (the htpasswd user with a
+	// per-user connection limit and a quota, counted locally) and
+	// "redis" (the same counted through the Redis at RedisURL).
 	Provider                 string
 	LDAPURL, JWKSURL, Issuer string
+	RedisURL                 string
 	// Resolver is rustle's [dns] and upstream keep-alive for a DNS test
 	// (dns.go); zero for every other test.
 	Resolver resolverConf
@@ -141,6 +144,26 @@ var proxies = []*proxyDef{
 		},
 		prepare: prepareRustleJWT,
 		command: rustleCommand("jwt"),
+	},
+	{
+		name: "rustle-limits", label: "rustle (local limits)",
+		features: []string{featHTTP},
+		tuning: []string{
+			"rustle as in its own column, with a per-user connection limit (max_connections_per_user = 100000) and a quota rule for every user (bytes and requests per day, far above what a run moves), both counted in the process",
+			"only the plain HTTP port (-proxies rustle,rustle-limits,rustle-redis -tests http-1k compares local and Redis-backed limits)",
+		},
+		prepare: prepareRustle,
+		command: rustleCommand("limits"),
+	},
+	{
+		name: "rustle-redis", label: "rustle (Redis limits)", pkg: "redis-server", binary: "redis-server",
+		features: []string{featHTTP},
+		tuning: []string{
+			"rustle-limits' limits counted across instances through Redis: [cluster] redis = a Debian redis-server on loopback (no persistence), pinned to the load core, sync_interval at its default; counted locally and synced in the background, never on the request path",
+			"only the plain HTTP port",
+		},
+		prepare: prepareRustleRedis,
+		command: rustleCommand("redis"),
 	},
 	{
 		name: "squid", label: "Squid", pkg: "squid", binary: "squid",
@@ -342,7 +365,7 @@ func (e *env) confData(dir, listener string, port, workers int) confData {
 		Port: port, Workers: max(1, workers), Listener: listener, TLS: listener == lnHTTPS, Cert: e.certFile, Key: e.keyFile,
 		Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
 		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash, SOCKSMethod: e.socksMethod,
-		LDAPURL: e.ldapURL, JWKSURL: e.jwksURL, Issuer: benchIssuer,
+		LDAPURL: e.ldapURL, JWKSURL: e.jwksURL, Issuer: benchIssuer, RedisURL: e.redisURL,
 		Resolver:  e.resolver,
 		ParentURL: e.parentURL, Via: e.parentVia,
 	}

@@ -53,10 +53,13 @@ type env struct {
 	// set of the rustle-jwt column and token its client's bearer token;
 	// "" until their prepare functions start them.
 	ldapURL, jwksURL, token string
-	asRoot                  bool
-	dropUser                string // Squid's and Tinyproxy's user when run as root
-	dropGroup               string
-	maxFD                   int
+	// redisURL is the Redis of the rustle-redis column; "" until
+	// prepareRustleRedis starts it.
+	redisURL  string
+	asRoot    bool
+	dropUser  string // Squid's and Tinyproxy's user when run as root
+	dropGroup string
+	maxFD     int
 
 	// proxyCore and loadCore are the base split of every test but the
 	// "More cores" ones: the first two CPUs of the affinity mask. cpus are
