@@ -65,6 +65,29 @@ func splitBasic(buf, token []byte) (user, pass []byte, ok bool) {
 	return user, pass, true
 }
 
+// BasicPassword returns the password of a Proxy-Authorization value of
+// the form `Basic base64(user ":" pass)`, as [Authenticator.Check] reads
+// it, in a buffer of its own that the caller clears after use; false for
+// another scheme, a value that does not decode or one longer than
+// MaxValueLen.
+func BasicPassword(value []byte) ([]byte, bool) {
+	if len(value) > MaxValueLen {
+		return nil, false
+	}
+	token, ok := basicToken(value)
+	if !ok {
+		return nil, false
+	}
+	buf := make([]byte, basicEncoding.DecodedLen(len(token)))
+	user, pass, ok := splitBasic(buf, token)
+	if !ok {
+		clear(buf)
+		return nil, false
+	}
+	clear(user)
+	return pass, true
+}
+
 // AppendBasicUser appends to dst the user name a Proxy-Authorization
 // value tries, as [Authenticator.Check] reads it, and returns the extended
 // slice: the name of a Basic credential, never its password. For another

@@ -11,9 +11,9 @@ const sessionMark = "-session-"
 // has none (or nothing follows the mark). A session key asks that the
 // session's connections share what is chosen per session: one source
 // address from an egress prefix (package dialer), one parent of a hashed
-// route. The name authenticates as a whole, as any other: a user meant to
-// open sessions is configured with each session's name (or an htpasswd
-// file lists them). It does not allocate.
+// route. A name with a session key that is not itself a configured user
+// logs in with its base user's password (see SessionUser; the gate tries
+// it when the whole name is refused). It does not allocate.
 func SessionKey(user string) string {
 	i := strings.LastIndex(user, sessionMark)
 	if i <= 0 {

@@ -333,7 +333,7 @@ func (s *Session) checkHeader(value, tried []byte) auth.Result {
 	now := monoNow()
 	r := s.p.Auth.Authenticate(value)
 	if r.Outcome == auth.Refused && auth.SessionKey(bytesString(tried)) != "" {
-		if pass, found := basicPassword(value); found {
+		if pass, found := auth.BasicPassword(value); found {
 			if rr, ok := s.p.checkSessionUser(tried, pass); ok {
 				r = rr
 			}

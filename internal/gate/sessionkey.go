@@ -1,9 +1,6 @@
 package gate
 
 import (
-	"bytes"
-	"encoding/base64"
-
 	"github.com/rustle-proxy/rustle/internal/auth"
 )
 
@@ -45,29 +42,4 @@ func (p *Policy) checkSessionUser(user, pass []byte) (auth.Result, bool) {
 	}
 	r.User = name
 	return r, true
-}
-
-// basicPassword returns a copy of the password of a Proxy-Authorization
-// value "Basic base64(user:pass)" (the caller clears it after use), false
-// when the value is not one. auth decodes the same for Check, which gives
-// the password to nobody.
-func basicPassword(value []byte) ([]byte, bool) {
-	value = bytes.TrimSpace(value)
-	scheme, token, found := bytes.Cut(value, []byte{' '})
-	if !found || !bytes.EqualFold(scheme, []byte("basic")) || len(value) > auth.MaxValueLen {
-		return nil, false
-	}
-	token = bytes.TrimLeft(token, " ")
-	buf := make([]byte, base64.StdEncoding.DecodedLen(len(token)))
-	n, err := base64.StdEncoding.Strict().Decode(buf, token)
-	if err != nil {
-		clear(buf)
-		return nil, false
-	}
-	_, pass, found := bytes.Cut(buf[:n], []byte{':'})
-	if !found {
-		clear(buf)
-		return nil, false
-	}
-	return pass, true
 }
