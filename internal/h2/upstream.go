@@ -226,7 +226,7 @@ func (s *stream) forward() {
 				// middle of it can still be retried.
 				h := &o.head
 				if !noBody(h, r.method) && !h.Chunked && !h.TEOther {
-					_, err = o.up.ReadRest(h.ContentLength, c.cfg.WriteTimeout)
+					err = o.up.ReadRest(h.ContentLength, c.cfg.WriteTimeout)
 				}
 			}
 		}

@@ -274,28 +274,27 @@ func (b *Conn) ReadHead(limit int, headTimeout time.Duration) (int, error) {
 // ReadRest reads, behind a message head just parsed from b's buffer, the
 // rest of a body of n bytes when all of it fits in the buffer as it is:
 // nothing is moved (as Fill may), so that the head parsed from the buffer
-// stays valid. Each read is bounded by timeout. It reports false, reading
-// nothing, for a body that does not fit; io.ErrUnexpectedEOF when the
-// connection ends before the body does. A front-end uses it to have a
-// small response whole before it forwards any of it, so that an upstream
-// dying in its middle can still be retried.
-func (b *Conn) ReadRest(n int64, timeout time.Duration) (bool, error) {
+// stays valid. Each read is bounded by timeout. A body that does not fit
+// is left unread (nil); io.ErrUnexpectedEOF when the connection ends
+// before the body does. A front-end uses it to have a small response
+// whole before it forwards any of it, so that an upstream dying in its
+// middle can still be retried.
+func (b *Conn) ReadRest(n int64, timeout time.Duration) error {
 	if n <= 0 || int64(b.R)+n > int64(len(b.Buf)) {
-		return false, nil
+		return nil
 	}
 	for int64(b.W-b.R) < n {
 		b.ArmReadDeadline(MonoNow(), timeout)
 		m, err := b.C.Read(b.Buf[b.W:])
 		b.W += m
-		if err == io.EOF && int64(b.W-b.R) < n {
-			return true, io.ErrUnexpectedEOF
-		}
-		if err != nil && err != io.EOF {
-			return true, err
-		}
-		if err == io.EOF {
-			break
+		switch {
+		case err == io.EOF && int64(b.W-b.R) < n:
+			return io.ErrUnexpectedEOF
+		case err != nil && err != io.EOF:
+			return err
+		case err == io.EOF:
+			return nil
 		}
 	}
-	return true, nil
+	return nil
 }

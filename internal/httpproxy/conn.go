@@ -487,7 +487,7 @@ func (cn *conn) awaitSmallBody() error {
 	if cn.isHead || resp.Status < 200 || resp.Status == 204 || resp.Status == 304 || resp.Chunked {
 		return nil
 	}
-	if _, err := cn.up.ReadRest(resp.ContentLength, cn.p.cfg.WriteTimeout); err != nil {
+	if err := cn.up.ReadRest(resp.ContentLength, cn.p.cfg.WriteTimeout); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return errUpstreamCut
 		}

@@ -99,7 +99,7 @@ func (e *Engine) AddTLS(client *tls.Conn, raw *net.TCPConn, upstream *net.TCPCon
 		return nil, errors.New("tunnel: AddTLS: nil connection")
 	}
 	rc, ok := client.NetConn().(*recordConn)
-	if !ok || rc.tc != raw || rc.nb != nil || rc.eng {
+	if !ok || rc.tc != raw || rc.nonBlock || rc.eng {
 		return nil, errors.New("tunnel: AddTLS needs a tls.Conn made over RecordConn(raw), not relayed yet")
 	}
 	if !client.ConnectionState().HandshakeComplete {

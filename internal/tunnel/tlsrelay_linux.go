@@ -246,21 +246,19 @@ type recordConn struct {
 	ahead  *[tlsBufSize]byte
 	ar, aw int
 	// fillFn is c.fill, bound once so that reads do not allocate; fillN
-	// and fillErr are its results, fillNB its mode (return on EAGAIN
-	// instead of waiting).
+	// and fillErr are its results.
 	fillFn  func(uintptr) bool
 	fillN   int
 	fillErr error
-	fillNB  bool
 	// drained: in non-blocking mode, the last read from the socket
 	// returned fewer bytes than it asked for, so the socket was empty
 	// then: the next read answers errWouldBlock at once, and the caller's
 	// Parker (which looks at the socket before it parks) sees what came
 	// since.
 	drained bool
-	// nb, when set (by RelayTLS, before its reads start), makes Read
-	// return errWouldBlock instead of waiting for bytes.
-	nb *rawReader
+	// nonBlock, when set (by RelayTLS, before its reads start), makes
+	// Read return errWouldBlock instead of waiting for bytes.
+	nonBlock bool
 
 	// eng is set by Engine.AddTLS, before the engine's loop uses the
 	// connection: from then on the connection reads and writes efd, the
@@ -366,10 +364,9 @@ func (c *recordConn) readAhead() error {
 	if c.eng {
 		return c.engineReadAhead()
 	}
-	c.fillNB = c.nb != nil
 	if c.drained {
 		c.drained = false
-		if c.fillNB {
+		if c.nonBlock {
 			return errWouldBlock
 		}
 	}
@@ -388,7 +385,7 @@ func (c *recordConn) readAhead() error {
 		return io.EOF
 	}
 	c.ar, c.aw = 0, n
-	c.drained = c.fillNB && n < tlsBufSize
+	c.drained = c.nonBlock && n < tlsBufSize
 	return nil
 }
 
@@ -405,7 +402,7 @@ func (c *recordConn) fill(fd uintptr) bool {
 		if n <= 0 {
 			tlsBufPool.Put(c.ahead)
 			c.ahead = nil
-			if err == unix.EAGAIN && !c.fillNB {
+			if err == unix.EAGAIN && !c.nonBlock {
 				return false // wait for readiness, holding no buffer
 			}
 		}
@@ -476,9 +473,9 @@ type tlsRelay struct {
 	idle     time.Duration
 	start    time.Time
 
-	clientNB *rawReader   // client's non-blocking reader (inside its recordConn)
-	upNB     *rawReader   // upstream's non-blocking reader
-	last     atomic.Int64 // time since start when a byte last moved, if idle > 0
+	clientWait *Parker      // waits for the client's socket (TLSParker); used by pumpUp only
+	upNB       *rawReader   // upstream's non-blocking reader
+	last       atomic.Int64 // time since start when a byte last moved, if idle > 0
 
 	up   int64 // owned by the client-to-upstream direction
 	down int64 // owned by the upstream-to-client direction
@@ -542,22 +539,25 @@ func newTLSRelay(client *tls.Conn, raw *net.TCPConn, upstream *net.TCPConn, idle
 		upstream.Close()
 		return nil, errors.New("tunnel: RelayTLS before the TLS handshake completed")
 	}
-	clientNB, err1 := newRawReader(raw)
-	upNB, err2 := newRawReader(upstream)
-	if err := errors.Join(err1, err2); err != nil {
+	wait, ok := TLSParker(client)
+	upNB, err := newRawReader(upstream)
+	if !ok || err != nil {
+		if err == nil {
+			err = errors.New("the client's socket has no RawConn")
+		}
 		raw.Close()
 		upstream.Close()
 		return nil, fmt.Errorf("tunnel: TLS tunnel sockets: %w", err)
 	}
-	rc.nb = clientNB
+	rc.nonBlock = true
 	return &tlsRelay{
-		client:   client,
-		raw:      raw,
-		upstream: upstream,
-		idle:     idle,
-		start:    time.Now(),
-		clientNB: clientNB,
-		upNB:     upNB,
+		client:     client,
+		raw:        raw,
+		upstream:   upstream,
+		idle:       idle,
+		start:      time.Now(),
+		clientWait: wait,
+		upNB:       upNB,
 	}, nil
 }
 
@@ -615,10 +615,7 @@ func (r *tlsRelay) downLoop() {
 // pumpUp moves plaintext from the TLS client to upstream until the client
 // ends its stream (nil) or something fails.
 func (r *tlsRelay) pumpUp() error {
-	wait, ok := TLSParker(r.client)
-	if !ok {
-		wait = NewParker(r.clientNB.rc)
-	}
+	wait := r.clientWait
 	for {
 		buf := tlsBufPool.Get().(*[tlsBufSize]byte)
 		n, err := r.client.Read(buf[:])
