@@ -353,6 +353,8 @@ var tests = []testDef{
 		levels: []int{16, 64, 256, 1024}, quickLevels: []int{64},
 		rows: []report.Row{
 			{ID: "https-1k", Section: secHTTPS, Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Chart: "throughput"},
+			{ID: "cpu-https-1k", Section: secHTTPS, Title: "CPU cost per request (1 KB)", Unit: "µs/req", Decimals: 1, LessIsBetter: true, Unsupported: notNone, Against: "cpu-1k",
+				Note: "derived from the HTTPS 1 KB runs at their kept level, as the plain port's: proxy CPU over each run divided by the requests it completed, median of the runs; the comparison column divides it by the plain port's CPU cost per request (1 KB) of the same campaign."},
 		},
 	},
 	{
@@ -368,6 +370,8 @@ var tests = []testDef{
 		rows: []report.Row{
 			{ID: "https-1k-newconn", Section: secHTTPS, Title: "HTTP, 1 KB responses, a new connection per request", Unit: "req/s", Selects: true, Chart: "throughput",
 				Note: "each new connection offers the TLS session of an earlier one (Go's client session cache, TLS 1.3 tickets); how many the proxy resumed is in runs.json (tls_resumed) and in the notes when it resumed fewer than half."},
+			{ID: "cpu-https-1k-newconn", Section: secHTTPS, Title: "CPU cost per request, a new connection per request", Unit: "µs/req", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
+				Note: "proxy CPU over each run at the kept level divided by the requests it completed (one TCP connection, one TLS handshake and one request each), median of the runs."},
 		},
 	},
 	{
@@ -401,6 +405,8 @@ var tests = []testDef{
 		levels: []int{16, 64, 256}, quickLevels: []int{64},
 		rows: []report.Row{
 			{ID: "https-1k-full", Section: secHTTPSFull, Title: "HTTP, 1 KB responses, a new connection per request, full handshake", Unit: "req/s", Selects: true, Chart: "throughput"},
+			{ID: "cpu-https-1k-full", Section: secHTTPSFull, Title: "CPU cost per request, a new connection and a full handshake per request", Unit: "µs/req", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
+				Note: "proxy CPU over each run at the kept level divided by the requests it completed, median of the runs."},
 		},
 	},
 
@@ -413,8 +419,8 @@ var tests = []testDef{
 		rows: []report.Row{
 			{ID: "h2-1k", Section: secH2, Title: "HTTP, 1 KB responses", Unit: "req/s", Selects: true, Chart: "throughput",
 				Note: "one HTTP/2 connection per client connection, each sending forwarded requests (:scheme http, :authority the origin, Proxy-Authorization) one after the other on one stream at a time: no multiplexing, as in the seed. The proxy forwards them to the HTTP/1.1 origin. \"No proxy\" is HTTP/2 over TLS straight to an HTTP/2 origin (golang.org/x/net/http2's server)."},
-			{ID: "cpu-h2-1k", Section: secH2, Title: "CPU cost per request (1 KB)", Unit: "µs/req", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
-				Note: "derived from the HTTP/2 1 KB runs at their kept level, as the plain port's: proxy CPU over each run divided by the requests it completed, median of the runs."},
+			{ID: "cpu-h2-1k", Section: secH2, Title: "CPU cost per request (1 KB)", Unit: "µs/req", Decimals: 1, LessIsBetter: true, Unsupported: notNone, Against: "cpu-https-1k",
+				Note: "derived from the HTTP/2 1 KB runs at their kept level, as the plain port's: proxy CPU over each run divided by the requests it completed, median of the runs; the comparison column divides it by the HTTPS port's HTTP/1.1 CPU cost per request (1 KB) of the same campaign."},
 		},
 	},
 	{

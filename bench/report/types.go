@@ -65,11 +65,12 @@ type Row struct {
 	// set is printed as that table: one line per core count, a ratio
 	// column per proxy against its own 1-core figure.
 	Cores int `json:"cores,omitempty"`
-	// Against is the ID of another row of the same section, of the same
-	// unit, that this row is compared with: the table then gets a column
-	// with the reference proxy's figure on this row divided by its figure
-	// on that one (the cached [dns] resolver against the system resolver,
-	// say). "" for no such comparison.
+	// Against is the ID of another row of the same unit, in this section
+	// or another, that this row is compared with: the table then gets a
+	// column with the reference proxy's figure on this row divided by its
+	// figure on that one (the cached [dns] resolver against the system
+	// resolver, say, or the HTTPS port's CPU per request against the
+	// plain port's). "" for no such comparison.
 	Against string `json:"against,omitempty"`
 	// Note is a footnote printed under the table, if any.
 	Note string `json:"note,omitempty"`
