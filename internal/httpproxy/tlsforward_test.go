@@ -78,3 +78,48 @@ func BenchmarkForward1KTLS(b *testing.B) {
 		b.Fatalf("last answer %q", buf)
 	}
 }
+
+// TestForwardTLSAllocs checks the allocations of a keep-alive exchange on
+// the TLS path, counted over the whole process: the proxy's share is the
+// one crypto/tls makes for each record it reads (its ask for the record
+// header), the client's the same for the response. A record read ahead
+// whole is handed to crypto/tls in one Read (tunnel.RecordConn), so that
+// it does not ask again for the body.
+func TestForwardTLSAllocs(t *testing.T) {
+	if raceBuild {
+		t.Skip("the race detector allocates on its own")
+	}
+	body := strings.Repeat("b", 1024)
+	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n" + body
+	o := proxytest.NewStaticOrigin(t, resp)
+	pool := proxytest.NewPool(t, dialer.PoolConfig{})
+	proxy, ccfg := startTLSProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{Pool: pool}, nil)
+	raw, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	c := tls.Client(raw, ccfg)
+	c.SetDeadline(time.Now().Add(time.Minute))
+	req := []byte("GET http://" + o.Addr + "/1k HTTP/1.1\r\nHost: " + o.Addr + "\r\nUser-Agent: bench\r\n\r\n")
+	buf := make([]byte, len(resp))
+	var xerr error
+	exchange := func() {
+		if xerr != nil {
+			return
+		}
+		if _, xerr = c.Write(req); xerr == nil {
+			_, xerr = io.ReadFull(c, buf)
+		}
+	}
+	for range 10 { // dial the upstream, grow the buffers
+		exchange()
+	}
+	n := testing.AllocsPerRun(200, exchange)
+	if xerr != nil || string(buf) != resp {
+		t.Fatalf("exchange: %v, got %q", xerr, buf)
+	}
+	if n > 2 {
+		t.Errorf("%.2f allocations per exchange, want at most 2 (one per record read, proxy and client)", n)
+	}
+}
