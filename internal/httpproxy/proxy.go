@@ -13,6 +13,7 @@ package httpproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 // Forwarded modes: which client-address header forwarded requests carry.
@@ -111,9 +113,11 @@ func (p *Proxy) ServeConn(c net.Conn, sess *gate.Session) {
 // the start of the first request. read must fit a client connection's
 // read buffer (8 KiB); it is copied there.
 func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
-	if tc, ok := c.(*net.TCPConn); ok && p.cfg.SocketBufferBytes > 0 {
-		if rc, err := tc.SyscallConn(); err == nil {
-			dialer.SetBuffers(rc, p.cfg.SocketBufferBytes)
+	if p.cfg.SocketBufferBytes > 0 {
+		if tc := clientTCP(c); tc != nil {
+			if rc, err := tc.SyscallConn(); err == nil {
+				dialer.SetBuffers(rc, p.cfg.SocketBufferBytes)
+			}
 		}
 	}
 	cn := p.conns.Get().(*conn)
@@ -140,4 +144,22 @@ func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
 	cn.client.Release()
 	cn.reset()
 	p.conns.Put(cn)
+}
+
+// clientTCP returns the TCP socket under a client connection: c itself
+// on a plain port, the socket under the TLS connection on a TLS port
+// (made over tunnel.RecordConn, as the https listener makes them, or
+// straight over the socket); nil for any other connection.
+func clientTCP(c net.Conn) *net.TCPConn {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c
+	case *tls.Conn:
+		if raw, ok := tunnel.RawTCP(c); ok {
+			return raw
+		}
+		raw, _ := c.NetConn().(*net.TCPConn)
+		return raw
+	}
+	return nil
 }
