@@ -1024,3 +1024,24 @@ func TestJudgeUDP(t *testing.T) {
 		})
 	}
 }
+
+func TestKeyExchangeNotes(t *testing.T) {
+	c := report.Campaign{
+		Proxies: []report.Proxy{{Name: "rustle", Label: "rustle"}, {Name: "squid", Label: "Squid"}, {Name: "tinyproxy", Label: "Tinyproxy"}},
+		Runs: []report.Run{
+			{Test: "https-1k-newconn", Proxy: "rustle", TLSCurves: map[string]int64{"X25519MLKEM768": 3000}, TLSCert: "ECDSA P-256"},
+			{Test: "https-1k-full", Proxy: "rustle", TLSCurves: map[string]int64{"X25519MLKEM768": 1000, "X25519": 5}, TLSCert: "ECDSA P-256"},
+			{Test: "https-1k-newconn", Proxy: "squid", TLSCurves: map[string]int64{"X25519": 1200}, TLSCert: "ECDSA P-256"},
+			// Plain HTTP: no handshake, no note.
+			{Test: "http-1k", Proxy: "tinyproxy"},
+		},
+	}
+	got := keyExchangeNotes(c)
+	want := []string{
+		"rustle's TLS handshakes (the load tool offers X25519MLKEM768 first, then X25519): key exchange X25519MLKEM768 in 4,000, X25519 in 5 of 4,005; certificate ECDSA P-256.",
+		"Squid's TLS handshakes (the load tool offers X25519MLKEM768 first, then X25519): key exchange X25519 in 1,200 of 1,200; certificate ECDSA P-256.",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("keyExchangeNotes =\n%q\nwant\n%q", got, want)
+	}
+}

@@ -264,6 +264,7 @@ func run() error {
 			final.Notes = append(final.Notes, label+" closes the client connection after every response without a \"Connection: close\" header (no keep-alive to clients). wrk counts each such close as a read error and reconnects; up to one such read error per request is not held against "+label+" (runs.json: tolerated_read_errors), any other error is.")
 		}
 		final.Notes = append(final.Notes, resumptionNotes(c)...)
+		final.Notes = append(final.Notes, keyExchangeNotes(c)...)
 		return writeOutputs(out, final)
 	}
 	start := time.Now()

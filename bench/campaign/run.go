@@ -281,9 +281,11 @@ func judgeHTTP(t testDef, r *running, conns int, w report.WrkResult, run *report
 
 // httpResult mirrors the extra fields of the JSON line of "load http".
 type httpResult struct {
-	FirstError string `json:"first_error"`
-	Handshakes int64  `json:"tls_handshakes"`
-	Resumed    int64  `json:"tls_resumed"`
+	FirstError string           `json:"first_error"`
+	Handshakes int64            `json:"tls_handshakes"`
+	Resumed    int64            `json:"tls_resumed"`
+	Curves     map[string]int64 `json:"tls_curves"`
+	Cert       string           `json:"tls_cert"`
 }
 
 // loadArgs returns the flags that point the load tool at r: its port,
@@ -387,6 +389,7 @@ func (e *env) loadHTTPRun(ctx context.Context, t testDef, r *running, conns int,
 	var x httpResult
 	if line, ok := strings.CutPrefix(lastLine(out), report.WrkMarker); ok && json.Unmarshal([]byte(line), &x) == nil {
 		run.TLSHandshakes, run.TLSResumed = x.Handshakes, x.Resumed
+		run.TLSCurves, run.TLSCert = x.Curves, x.Cert
 		if !run.Clean && x.FirstError != "" {
 			run.Problem += "; first: " + x.FirstError
 		}
@@ -402,15 +405,17 @@ type wsResult struct {
 	Errors   struct {
 		Connect, Upgrade, Read, Write, Timeout int64
 	} `json:"errors"`
-	FirstError  string  `json:"first_error"`
-	Upgrades    int64   `json:"upgrades"`
-	CutConnects int64   `json:"cut_connects"`
-	Handshakes  int64   `json:"tls_handshakes"`
-	Resumed     int64   `json:"tls_resumed"`
-	DurationUS  int64   `json:"duration_us"`
-	MsgPerSec   float64 `json:"msg_per_s"`
-	Gbps        float64 `json:"gbps"`
-	RTTP99US    int64   `json:"rtt_p99_us"`
+	FirstError  string           `json:"first_error"`
+	Upgrades    int64            `json:"upgrades"`
+	CutConnects int64            `json:"cut_connects"`
+	Handshakes  int64            `json:"tls_handshakes"`
+	Resumed     int64            `json:"tls_resumed"`
+	Curves      map[string]int64 `json:"tls_curves"`
+	Cert        string           `json:"tls_cert"`
+	DurationUS  int64            `json:"duration_us"`
+	MsgPerSec   float64          `json:"msg_per_s"`
+	Gbps        float64          `json:"gbps"`
+	RTTP99US    int64            `json:"rtt_p99_us"`
 }
 
 // wsRun runs "load ws" through the proxy (or straight to the origin's
@@ -435,6 +440,7 @@ func (e *env) wsRun(ctx context.Context, t testDef, r *running, conns int, d tim
 	run.DurationS = float64(w.DurationUS) / 1e6
 	run.Requests, run.Bytes = w.Messages, w.Bytes
 	run.TLSHandshakes, run.TLSResumed = w.Handshakes, w.Resumed
+	run.TLSCurves, run.TLSCert = w.Curves, w.Cert
 	for _, row := range t.rows {
 		switch row.Unit {
 		case "msg/s":

@@ -214,6 +214,7 @@ func runH2(args []string) error {
 		total.merge(&results[i])
 	}
 	res := HTTPResult{Conns: *conns, Handshakes: d.handshakes.Load(), Resumed: d.resumed.Load()}
+	res.Curves, res.Cert = d.seen.result()
 	res.Requests, res.Bytes, res.Errors = total.requests, total.bytes, total.errs
 	res.DurationUS = elapsed.Microseconds()
 	res.LatencyP50US, res.LatencyP99US, res.LatencyMaxUS = total.percentiles()

@@ -29,6 +29,10 @@ type HTTPResult struct {
 	// session.
 	Handshakes int64 `json:"tls_handshakes"`
 	Resumed    int64 `json:"tls_resumed"`
+	// Curves counts the handshakes by key exchange; Cert is the key of
+	// the server's certificate ("ECDSA P-256"). Both empty without TLS.
+	Curves map[string]int64 `json:"tls_curves,omitempty"`
+	Cert   string           `json:"tls_cert,omitempty"`
 }
 
 // counts are one worker's tallies, merged once the run ends.
@@ -112,6 +116,7 @@ func runHTTP(args []string) error {
 		total.merge(&results[i])
 	}
 	res := HTTPResult{Conns: *conns, Handshakes: d.handshakes.Load(), Resumed: d.resumed.Load()}
+	res.Curves, res.Cert = d.seen.result()
 	res.Requests, res.Bytes, res.Errors = total.requests, total.bytes, total.errs
 	res.DurationUS = elapsed.Microseconds()
 	res.LatencyP50US, res.LatencyP99US, res.LatencyMaxUS = total.percentiles()

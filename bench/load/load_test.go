@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"net"
 	"net/textproto"
@@ -568,6 +569,52 @@ func TestTLSResumption(t *testing.T) {
 			}
 			if h, r := d.handshakes.Load(), d.resumed.Load(); h != 3 || r != want {
 				t.Errorf("%d handshakes, %d resumed; want 3 and %d", h, r, want)
+			}
+		})
+	}
+}
+
+// TestTLSSeen checks that the dialer tallies the key exchange of every
+// handshake and names the server certificate's key, for a server with
+// Go's default key exchanges and for one with X25519 only.
+func TestTLSSeen(t *testing.T) {
+	cert, pool := testCert(t)
+	for _, tt := range []struct {
+		name   string
+		curves []tls.CurveID
+		want   map[string]int64
+	}{
+		{"default", nil, map[string]int64{"X25519MLKEM768": 3}},
+		{"X25519 only", []tls.CurveID{tls.X25519}, map[string]int64{"X25519": 3}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: tt.curves})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := serveConns(t, ln, func(c net.Conn) { io.Copy(c, c) })
+			d := newDialer("", "", addr, 5*time.Second)
+			d.tlsConf = &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+			for range 3 {
+				c, err := d.dialConn(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write([]byte("x")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+					t.Fatal(err)
+				}
+				c.Close()
+			}
+			curves, certKey := d.seen.result()
+			if !maps.Equal(curves, tt.want) {
+				t.Errorf("key exchanges %v, want %v", curves, tt.want)
+			}
+			if certKey != "ECDSA P-256" {
+				t.Errorf("certificate key %q, want ECDSA P-256", certKey)
 			}
 		})
 	}

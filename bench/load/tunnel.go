@@ -45,10 +45,12 @@ type dialer struct {
 	// handshakes and resumed count the TLS handshakes done and those that
 	// resumed a session; shared by every copy of the dialer.
 	handshakes, resumed *atomic.Int64
+	// seen tallies the key exchange and certificate of every handshake.
+	seen *tlsSeen
 }
 
 func newDialer(proxy, userPass, target string, timeout time.Duration) dialer {
-	d := dialer{proxy: proxy, target: target, timeout: timeout, handshakes: new(atomic.Int64), resumed: new(atomic.Int64)}
+	d := dialer{proxy: proxy, target: target, timeout: timeout, handshakes: new(atomic.Int64), resumed: new(atomic.Int64), seen: new(tlsSeen)}
 	if userPass != "" {
 		d.user, d.pass, _ = strings.Cut(userPass, ":")
 		d.authHeader = "Basic " + base64.StdEncoding.EncodeToString([]byte(userPass))
@@ -141,9 +143,11 @@ func (d dialer) dialConn(ctx context.Context) (net.Conn, error) {
 		return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
 	}
 	d.handshakes.Add(1)
-	if tc.ConnectionState().DidResume {
+	cs := tc.ConnectionState()
+	if cs.DidResume {
 		d.resumed.Add(1)
 	}
+	d.seen.record(&cs)
 	return tc, nil
 }
 

@@ -30,13 +30,16 @@ type WSResult struct {
 	// Upgrades counts the upgrades answered with 101; CutConnects the
 	// connection attempts (connect, TLS handshake, upgrade) still under
 	// way when the window ended, not counted as errors.
-	Upgrades    int64   `json:"upgrades"`
-	CutConnects int64   `json:"cut_connects"`
-	Handshakes  int64   `json:"tls_handshakes"`
-	Resumed     int64   `json:"tls_resumed"`
-	DurationUS  int64   `json:"duration_us"`
-	MsgPerSec   float64 `json:"msg_per_s"`
-	Gbps        float64 `json:"gbps"`
+	Upgrades    int64 `json:"upgrades"`
+	CutConnects int64 `json:"cut_connects"`
+	Handshakes  int64 `json:"tls_handshakes"`
+	Resumed     int64 `json:"tls_resumed"`
+	// Curves and Cert are as in HTTPResult.
+	Curves     map[string]int64 `json:"tls_curves,omitempty"`
+	Cert       string           `json:"tls_cert,omitempty"`
+	DurationUS int64            `json:"duration_us"`
+	MsgPerSec  float64          `json:"msg_per_s"`
+	Gbps       float64          `json:"gbps"`
 	// Round trip of one message (with -newconn: of the whole exchange,
 	// connection and upgrade included), in microseconds.
 	RTTP50US int64 `json:"rtt_p50_us"`
@@ -99,6 +102,7 @@ func runWS(args []string) error {
 
 	var total counts
 	res := WSResult{Conns: *conns, Handshakes: d.handshakes.Load(), Resumed: d.resumed.Load(), DurationUS: elapsed.Microseconds()}
+	res.Curves, res.Cert = d.seen.result()
 	for i := range results {
 		r := &results[i]
 		total.merge(&r.counts)

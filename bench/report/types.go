@@ -115,6 +115,11 @@ type Run struct {
 	// run, TLSResumed those that resumed a session.
 	TLSHandshakes int64 `json:"tls_handshakes,omitempty"`
 	TLSResumed    int64 `json:"tls_resumed,omitempty"`
+	// TLSCurves counts the run's TLS handshakes by the key exchange they
+	// used, as Go names it ("X25519MLKEM768"); TLSCert is the key of the
+	// certificate the proxy presented ("ECDSA P-256").
+	TLSCurves map[string]int64 `json:"tls_curves,omitempty"`
+	TLSCert   string           `json:"tls_cert,omitempty"`
 	// DNSQueries counts the queries the origin's DNS responder answered
 	// during the run, in the tests that resolve with it; nil in the
 	// others.

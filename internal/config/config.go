@@ -442,6 +442,14 @@ type Listener struct {
 	// the key on the other protocols. With "http/1.1" in the list, a
 	// client that chose "h2" and then speaks HTTP/1.1 is served HTTP/1.1.
 	ALPN []string `toml:"alpn"`
+	// KeyExchanges lists the TLS key exchanges an "https" listener
+	// offers, most preferred first, named as Go names them
+	// ("X25519MLKEM768", "X25519", "CurveP256"; see
+	// tlsconf.KeyExchangeNames): a client gets the first one it supports.
+	// nil means Go's default, the post-quantum hybrid X25519MLKEM768 for
+	// every client that supports it; an empty list is refused, and so is
+	// the key on the other protocols.
+	KeyExchanges []string `toml:"key_exchanges"`
 	// Egress is the listener's source of upstream connections, replacing
 	// the global [egress] when any of its keys is set.
 	Egress ListenerEgress `toml:"egress"`

@@ -290,6 +290,7 @@ func (c *Config) validateListeners(v *validator) {
 			v.add(key+".tls", fmt.Errorf("is only for https listeners, not %q", l.Protocol))
 		}
 		c.validateALPN(v, key, l)
+		c.validateKeyExchanges(v, key, l)
 		c.validateProxyProtocolFrom(v, key, l)
 		if !slices.Contains(authModes, l.Auth) {
 			v.add(key+".auth", fmt.Errorf("%q is not \"basic\", \"none\" or \"\"", l.Auth))

@@ -320,15 +320,15 @@ func Check(cfg *config.Config) error {
 	return nil
 }
 
-// tlsKey is what a TLS manager is made from: a listener's TLS files
-// and the ALPN protocols it offers, joined with commas.
+// tlsKey is what a TLS manager is made from: a listener's TLS files,
+// the ALPN protocols and the key exchanges it offers, joined with commas.
 type tlsKey struct {
-	tls  config.ListenerTLS
-	alpn string
+	tls       config.ListenerTLS
+	alpn, kex string
 }
 
 func tlsKeyOf(lc config.Listener) tlsKey {
-	return tlsKey{lc.TLS, strings.Join(lc.EffectiveALPN(), ",")}
+	return tlsKey{lc.TLS, strings.Join(lc.EffectiveALPN(), ","), strings.Join(lc.KeyExchanges, ",")}
 }
 
 // closeCreated closes the TLS managers g made, when g is dropped.

@@ -565,3 +565,47 @@ func TestReloadTightensGuard(t *testing.T) {
 		t.Errorf("new connection after the reload: %d, want 403", code)
 	}
 }
+
+// TestKeyExchangesReach checks that an https listener's key_exchanges
+// choose the key exchange of a real Go client's handshake (which offers
+// X25519MLKEM768 and X25519 with a key share each), at start and across
+// reloads that change it.
+func TestKeyExchangesReach(t *testing.T) {
+	tl, pool := proxyCerts(t)
+	withKex := func(kx ...string) *config.Config {
+		return reloadConfig(t, func(c *config.Config) {
+			c.Listen = []config.Listener{{Name: "tls", Address: "127.0.0.1:0", Protocol: "https", TLS: tl, KeyExchanges: kx}}
+		})
+	}
+	s := startReloadable(t, withKex())
+	addr := addrOf(s, "tls")
+	curve := func() tls.CurveID {
+		t.Helper()
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: pool})
+		if err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		defer c.Close()
+		return c.ConnectionState().CurveID
+	}
+	steps := []struct {
+		kx   []string
+		want tls.CurveID
+	}{
+		{nil, tls.X25519MLKEM768},
+		{[]string{"X25519", "X25519MLKEM768"}, tls.X25519},
+		{[]string{"CurveP256", "X25519"}, tls.CurveP256},
+		{[]string{"X25519MLKEM768", "X25519"}, tls.X25519MLKEM768},
+		{nil, tls.X25519MLKEM768},
+	}
+	for i, st := range steps {
+		if i > 0 {
+			if err := s.Reload(withKex(st.kx...)); err != nil {
+				t.Fatalf("Reload to %v: %v", st.kx, err)
+			}
+		}
+		if got := curve(); got != st.want {
+			t.Errorf("key_exchanges %v: the handshake used %v, want %v", st.kx, got, st.want)
+		}
+	}
+}

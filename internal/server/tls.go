@@ -29,7 +29,9 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 		ClientCA:   lc.TLS.ClientCA,
 		KTLS:       lc.TLS.KTLS,
 		NextProtos: slices.Clone(lc.EffectiveALPN()),
-		Logger:     log,
+		// KeyExchanges: nil (the key left out) keeps Go's default.
+		KeyExchanges: lc.KeyExchangeIDs(),
+		Logger:       log,
 	})
 }
 

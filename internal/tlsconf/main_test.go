@@ -35,7 +35,7 @@ type issuer struct {
 }
 
 // newCA returns a fresh test CA.
-func newCA(t *testing.T, cn string) *issuer {
+func newCA(t testing.TB, cn string) *issuer {
 	t.Helper()
 	key := genKey(t)
 	tmpl := &x509.Certificate{
@@ -58,7 +58,7 @@ func newCA(t *testing.T, cn string) *issuer {
 	return &issuer{cert: cert, key: key, pem: pemBlock("CERTIFICATE", der)}
 }
 
-func genKey(t *testing.T) *ecdsa.PrivateKey {
+func genKey(t testing.TB) *ecdsa.PrivateKey {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -80,7 +80,7 @@ type leafSpec struct {
 
 // issue returns a PEM certificate and PKCS #8 key for spec, signed by ca
 // (self-signed when ca is nil).
-func (ca *issuer) issue(t *testing.T, spec leafSpec) (certPEM, keyPEM []byte) {
+func (ca *issuer) issue(t testing.TB, spec leafSpec) (certPEM, keyPEM []byte) {
 	t.Helper()
 	key := genKey(t)
 	notAfter := spec.notAfter
@@ -116,7 +116,7 @@ func (ca *issuer) issue(t *testing.T, spec leafSpec) (certPEM, keyPEM []byte) {
 }
 
 // writeFile writes b to name in dir and returns the path.
-func writeFile(t *testing.T, dir, name string, b []byte) string {
+func writeFile(t testing.TB, dir, name string, b []byte) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -275,7 +275,7 @@ func (s *session) peerCN() string {
 }
 
 // clientConf trusts the certificates in caPEM.
-func clientConf(t *testing.T, caPEM ...[]byte) *tls.Config {
+func clientConf(t testing.TB, caPEM ...[]byte) *tls.Config {
 	t.Helper()
 	pool := x509.NewCertPool()
 	for _, p := range caPEM {

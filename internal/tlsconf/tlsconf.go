@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,16 @@ type Config struct {
 	// current key and the two previous ones are kept. 0 means
 	// DefaultTicketRotation (1h).
 	TicketRotation time.Duration
+	// KeyExchanges lists the key exchanges offered to clients, most
+	// preferred first: a handshake uses the first one the client
+	// supports, even where the client sent a key share only for a later
+	// one (it is then asked for another: a HelloRetryRequest, one more
+	// round trip); a client supporting none fails the handshake. nil
+	// means crypto/tls's default: the hybrid post-quantum X25519MLKEM768
+	// (then SecP256r1MLKEM768, SecP384r1MLKEM1024) whenever the client
+	// supports it, else the classical ones, preferring one the client
+	// sent a key share for. See [KeyExchangeNames].
+	KeyExchanges []tls.CurveID
 	// Logger receives warnings (an expired certificate) and reload notes;
 	// nil discards them.
 	Logger *slog.Logger
@@ -57,8 +68,13 @@ type material struct {
 	cert *tls.Certificate
 	// conf is what GetConfigForClient returns for handshakes started while
 	// this material is current: it carries the client CA pool and the
-	// ticket keys (installed by the Manager under its mu).
+	// ticket keys (installed by the Manager under its mu). With
+	// Config.KeyExchanges its CurvePreferences are those, for a client
+	// that supports none of them.
 	conf *tls.Config
+	// kex holds, with Config.KeyExchanges, a copy of conf for each of
+	// them, in that order, offering only that one.
+	kex []*tls.Config
 }
 
 // Manager serves a certificate to tls.Server, reloads it, and rotates
@@ -93,6 +109,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.TicketRotation < 0 {
 		return nil, fmt.Errorf("tlsconf: negative ticket rotation %v", cfg.TicketRotation)
 	}
+	if err := checkKeyExchanges(cfg.KeyExchanges); err != nil {
+		return nil, err
+	}
 	m := &Manager{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -106,6 +125,7 @@ func New(cfg Config) (*Manager, error) {
 	if m.rotation == 0 {
 		m.rotation = DefaultTicketRotation
 	}
+	m.cfg.KeyExchanges = slices.Clone(cfg.KeyExchanges)
 	if m.cfg.NextProtos == nil {
 		m.cfg.NextProtos = []string{"http/1.1"}
 	}
@@ -195,14 +215,27 @@ func (m *Manager) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 }
 
 // configForClient is the GetConfigForClient hook of the base config.
-func (m *Manager) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
-	return m.cur.Load().conf, nil
+// With Config.KeyExchanges it returns the config offering only the first
+// of them that the client supports: crypto/tls itself ignores the order
+// of CurvePreferences and takes a post-quantum hybrid whenever both sides
+// have one.
+func (m *Manager) configForClient(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+	mat := m.cur.Load()
+	if mat.kex != nil {
+		if i := pickKeyExchange(m.cfg.KeyExchanges, hi); i >= 0 {
+			return mat.kex[i], nil
+		}
+	}
+	return mat.conf, nil
 }
 
 // installLocked makes mat current, giving its config the current ticket
 // keys. m.mu must be held.
 func (m *Manager) installLocked(mat *material) {
 	mat.conf.SetSessionTicketKeys(m.keys)
+	for _, c := range mat.kex {
+		c.SetSessionTicketKeys(m.keys)
+	}
 	m.base.SetSessionTicketKeys(m.keys)
 	m.cur.Store(mat)
 }
@@ -239,7 +272,16 @@ func (m *Manager) load() (*material, error) {
 			return nil, err
 		}
 	}
-	return &material{cert: cert, conf: m.newConfig(cas)}, nil
+	mat := &material{cert: cert, conf: m.newConfig(cas)}
+	if kx := m.cfg.KeyExchanges; kx != nil {
+		mat.conf.CurvePreferences = kx
+		mat.kex = make([]*tls.Config, len(kx))
+		for i := range kx {
+			mat.kex[i] = m.newConfig(cas)
+			mat.kex[i].CurvePreferences = kx[i : i+1]
+		}
+	}
+	return mat, nil
 }
 
 // readFile reads a PEM file, naming what it is for in errors.
