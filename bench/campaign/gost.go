@@ -42,7 +42,7 @@ var gostProxy = &proxyDef{
 		"log level \"error\" (gost logs every connection at info)",
 		"authentication on: the service's handler auth, one username and password, plain text in the config (gost's authenticator compares plain passwords; it has no hashed form): HTTP Basic (Proxy-Authorization) on the HTTP ports, username/password (RFC 1929) on SOCKS5",
 		"plain port: handler http, listener tcp; SOCKS5 port: handler socks5, listener tcp; HTTPS port: handler http, listener tls (the campaign's certificate and key, Go's crypto/tls defaults: TLS 1.2 and 1.3, session tickets on, ALPN not offered)",
-		"http handler: metadata keepalive = true (upstream keep-alive through Go's http.Transport pool, 30 s idle). gost's default is off: it then sends Connection: close to the origin and closes the client connection after every response",
+		"http handler: metadata keepalive = true (upstream keep-alive through a Go http.Transport, 30 s idle). gost's default is off: it then sends Connection: close to the origin and closes the client connection after every response. The transport keeps Go's default of 2 idle connections per host (gost has no setting for it), so with more client connections than that most origin connections are closed after their response and dialled again",
 		"HTTP/2 rows: handler http2, listener http2 on the TLS port (Go's net/http server with golang.org/x/net/http2, ALPN h2 and http/1.1): forwarded requests and CONNECT streams; the http2 handler dials a new origin connection for every forwarded request (it has no upstream pool or keepalive option); the HTTPS rows keep the http handler over tls, gost's HTTPS proxy",
 		"HTTP/3 rows not run: gost has an http3 service, not configured in this column yet",
 	},

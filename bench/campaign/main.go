@@ -3,7 +3,8 @@
 // Command campaign re-runs the benchmark campaign of the seed on this
 // machine: rustle built from the tree against Squid and Tinyproxy from
 // Debian (and Dante for the SOCKS5 rows), and the client straight to the
-// origin ("no proxy"), every proxy pinned to one core with authentication
+// origin ("no proxy"), and gost when -gost names a binary built from its
+// source (gost.go), every proxy pinned to one core with authentication
 // on, and the load generator with the origin pinned to the other core.
 // Plain HTTP, HTTPS-proxy, HTTP/2-over-TLS, WebSocket (plain and over TLS)
 // and SOCKS5 rows; a proxy without a mode shows "—" there. The "More
