@@ -149,8 +149,8 @@ func TestUnsupportedCells(t *testing.T) {
 	// only the plain port (no WebSocket), Squid no SOCKS, Dante only SOCKS,
 	// and "no proxy" has no proxy CPU or memory; the rustle-ldap and
 	// rustle-jwt columns run the plain HTTP port only. gost has every
-	// port and HTTP/2, not HTTP/3 (not configured), the parent, DNS and
-	// UDP rows (rustle's only).
+	// port and HTTP/2, not HTTP/3 (its http3 handler has no proxy
+	// authentication) nor the parent, DNS and UDP rows (rustle's only).
 	cases := []struct {
 		row  string
 		want []string

@@ -33,8 +33,10 @@ const gostBuildHint = "gost is not a Debian package and the Go module proxy refu
 // gostProxy is the gost column.
 var gostProxy = &proxyDef{
 	name: "gost", label: "gost",
-	// HTTP/3 (gost's http3 service) is not wired in: the HTTP/3 rows read
-	// "—", as do the parent, DNS and UDP rows, which only rustle has.
+	// No HTTP/3: gost's http3 handler (x/handler/http3) forwards requests
+	// to their Host without any proxy authentication, so it cannot run
+	// with authentication on like every column. The HTTP/3 rows read "—",
+	// as do the parent, DNS and UDP rows, which only rustle has.
 	features: []string{featHTTP, featHTTPS, featWebSocket, featSOCKS, featH2},
 	tuning: []string{
 		"built from source (commit and module versions beside the version; steps in bench/README.md), go build -trimpath, run in the foreground with a JSON configuration (gost -C gost.json): one service per test",
@@ -44,7 +46,7 @@ var gostProxy = &proxyDef{
 		"plain port: handler http, listener tcp; SOCKS5 port: handler socks5, listener tcp; HTTPS port: handler http, listener tls (the campaign's certificate and key, Go's crypto/tls defaults: TLS 1.2 and 1.3, session tickets on, ALPN not offered)",
 		"http handler: metadata keepalive = true (upstream keep-alive through a Go http.Transport, 30 s idle). gost's default is off: it then sends Connection: close to the origin and closes the client connection after every response. The transport keeps Go's default of 2 idle connections per host (gost has no setting for it), so with more client connections than that most origin connections are closed after their response and dialled again",
 		"HTTP/2 rows: handler http2, listener http2 on the TLS port (Go's net/http server with golang.org/x/net/http2, ALPN h2 and http/1.1): forwarded requests and CONNECT streams; the http2 handler dials a new origin connection for every forwarded request (it has no upstream pool or keepalive option); the HTTPS rows keep the http handler over tls, gost's HTTPS proxy",
-		"HTTP/3 rows not run: gost has an http3 service, not configured in this column yet",
+		"HTTP/3 rows not run: gost's http3 handler has no proxy authentication (no auth option; it forwards every request to its Host), so it cannot run with authentication on like the other columns",
 	},
 	prepare: prepareGost,
 	command: gostCommand,
