@@ -39,7 +39,7 @@ var gostProxy = &proxyDef{
 	// as do the parent, DNS and UDP rows, which only rustle has.
 	features: []string{featHTTP, featHTTPS, featWebSocket, featSOCKS, featH2},
 	tuning: []string{
-		"built from source (commit and module versions beside the version; steps in bench/README.md), go build -trimpath, run in the foreground with a JSON configuration (gost -C gost.json): one service per test",
+		"built from source (commit and module versions beside the version; steps in bench/README.md), go build -buildvcs=true -trimpath, run in the foreground with a JSON configuration (gost -C gost.json): one service per test",
 		"no workers setting: the process pinned to the proxy core like the others, Go's GOMAXPROCS follows the mask (1), as for rustle; GOGC and the rest at their defaults",
 		"log level \"error\" (gost logs every connection at info)",
 		"authentication on: the service's handler auth, one username and password, plain text in the config (gost's authenticator compares plain passwords; it has no hashed form): HTTP Basic (Proxy-Authorization) on the HTTP ports, username/password (RFC 1929) on SOCKS5",
