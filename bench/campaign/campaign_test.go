@@ -150,7 +150,9 @@ func TestUnsupportedCells(t *testing.T) {
 	// What each proxy lacks, as the seed's tables show it: Tinyproxy has
 	// only the plain port (no WebSocket), Squid no SOCKS, Dante only SOCKS,
 	// and "no proxy" has no proxy CPU or memory; the rustle-ldap and
-	// rustle-jwt columns run the plain HTTP port only.
+	// rustle-jwt columns run the plain HTTP port only. gost has every
+	// port and HTTP/2, not HTTP/3 (its http3 handler has no proxy
+	// authentication) nor the parent, DNS and UDP rows (rustle's only).
 	cases := []struct {
 		row  string
 		want []string
@@ -178,6 +180,11 @@ func TestUnsupportedCells(t *testing.T) {
 		{"h2-mem-1000", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
 		{"h2-mem-9000", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
 		{"h2-mem-slope", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
+		{"h3-1k", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "gost"}},
+		{"udp-socks", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "gost"}},
+		{"dns-cached", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "gost"}},
+		{"parent-rustle-1k", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "gost"}},
+		{"cores-4", []string{"none", "dante"}},
 	}
 	rows := map[string][]string{}
 	for _, td := range tests {
@@ -227,6 +234,17 @@ func TestRuns(t *testing.T) {
 		{"h2-mem", "none", false},
 		{"h2-mem", "squid", false},
 		{"cores-1", "rustle", true},
+		{"cores-1", "gost", true},
+		{"http-1k", "gost", true},
+		{"mem-tunnels", "gost", true},
+		{"socks-mem", "gost", true},
+		{"https-1k-full", "gost", true},
+		{"wss-64", "gost", true},
+		{"h2-connect-bulk", "gost", true},
+		{"h2-mem", "gost", true},
+		{"h3-1k", "gost", false},
+		{"udp-socks", "gost", false},
+		{"parent-direct-1k", "gost", false},
 		{"cores-8", "squid", true},
 		{"cores-2", "tinyproxy", true},
 		{"cores-2", "dante", false},

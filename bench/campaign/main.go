@@ -3,7 +3,8 @@
 // Command campaign re-runs the benchmark campaign of the seed on this
 // machine: rustle built from the tree against Squid and Tinyproxy from
 // Debian (and Dante for the SOCKS5 rows), and the client straight to the
-// origin ("no proxy"), every proxy pinned to one core with authentication
+// origin ("no proxy"), and gost when -gost names a binary built from its
+// source (gost.go), every proxy pinned to one core with authentication
 // on, and the load generator with the origin pinned to the other core.
 // Plain HTTP, HTTPS-proxy, HTTP/2-over-TLS, WebSocket (plain and over TLS)
 // and SOCKS5 rows; a proxy without a mode shows "—" there. The "More
@@ -60,13 +61,14 @@ func main() {
 
 func run() error {
 	testsFlag := flag.String("tests", "all", "comma-separated groups ("+strings.Join(groups(), ", ")+"), tests ("+testIDs()+") or row IDs such as cpu-1k")
-	proxiesFlag := flag.String("proxies", defaultProxies, "comma-separated proxies ("+proxyNames()+")")
+	proxiesFlag := flag.String("proxies", "", "comma-separated proxies ("+proxyNames()+"); default "+defaultProxies+", with gost before none when -gost is given")
 	quick := flag.Bool("quick", false, "fewer levels, 1 repeat, 3 s runs: under 10 minutes in all")
 	repeats := flag.Int("repeats", 0, "runs per level (default 3, quick 1)")
 	duration := flag.Duration("duration", 0, "length of a measured run (default 10s, quick 3s)")
 	seed := flag.Int64("seed", 0, "seed of the test order shuffle (default: from the clock)")
 	outFlag := flag.String("out", "", "output directory (default bench/results/<date-time>)")
 	rustleBin := flag.String("rustle", "", "rustle binary to use instead of building ./cmd/rustle")
+	gostFlag := flag.String("gost", "", "gost binary, which the gost column needs (default $"+gostEnv+"; see bench/README.md)")
 	install := flag.Bool("install", true, "install missing packages (wrk, squid, tinyproxy, dante-server) with apt-get when root")
 	reportDir := flag.String("report", "", "only re-render report.md and the charts from DIR/runs.json (DIR bench/results-charts: the published bench/RESULTS.md)")
 	publishDir := flag.String("publish", "", "only publish the campaign in DIR: its runs.json to bench/results-charts/, its report rendered again as bench/RESULTS.md with its charts beside the runs (tracked paths)")
@@ -107,6 +109,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	gostBin := gostBinary(*gostFlag)
+	if *proxiesFlag == "" {
+		*proxiesFlag = defaultProxyList(gostBin != "")
+	}
 	var defs []*proxyDef
 	for _, name := range strings.Split(*proxiesFlag, ",") {
 		d := proxyByName(strings.TrimSpace(name))
@@ -114,6 +120,9 @@ func run() error {
 			return fmt.Errorf("campaign: unknown proxy %q (%s)", name, proxyNames())
 		}
 		defs = append(defs, d)
+	}
+	if err := checkGost(defs, gostBin); err != nil {
+		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -124,7 +133,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	e := &env{root: root, benchDir: filepath.Join(root, "bench"), out: os.Stdout, rustleBin: *rustleBin, silentClosers: map[string]bool{},
+	e := &env{root: root, benchDir: filepath.Join(root, "bench"), out: os.Stdout, rustleBin: *rustleBin, gostBin: gostBin, silentClosers: map[string]bool{},
 		lacking: map[string]map[string]string{}, extraTuning: map[string][]string{}}
 	if err := e.pickCores(); err != nil {
 		return err
@@ -344,9 +353,10 @@ func runs(t testDef, d *proxyDef) bool {
 	return t.kind != kindHold || d.name != "none"
 }
 
-// defaultProxies are the columns a campaign runs without -proxies; the
-// rustle-ldap, rustle-jwt, rustle-limits and rustle-redis columns are
-// asked for by name.
+// defaultProxies are the columns a campaign runs without -proxies (and
+// gost, when a gost binary is given: defaultProxyList); the rustle-ldap,
+// rustle-jwt, rustle-limits and rustle-redis columns are asked for by
+// name.
 const defaultProxies = "rustle,squid,tinyproxy,dante,none"
 
 // parentDefs returns the proxies the selected tests run as parents.

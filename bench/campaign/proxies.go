@@ -227,6 +227,7 @@ var proxies = []*proxyDef{
 			return []string{e.lookPath["danted"], "-f", conf, "-p", filepath.Join(dir, "danted.pid")}, []string{"TMPDIR=" + dir}, nil
 		},
 	},
+	gostProxy, // gost.go
 	{
 		name: "none", label: "no proxy",
 		features: allFeatures,

@@ -46,6 +46,7 @@ func (p plan) levels(t testDef) []int {
 // it ends. An error means the proxy could not be started or checked.
 func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, record func(report.Run)) error {
 	defer e.useResolver(t)()
+	e.test = t
 	split := e.split(t)
 	if !slices.Equal(split.load, []int{e.loadCore}) {
 		// The origin of the campaign runs on the base load core: a test

@@ -43,6 +43,7 @@ type env struct {
 	out      io.Writer
 
 	rustleBin string // rustle binary (built, or -rustle)
+	gostBin   string // gost binary (-gost or $GOST_BIN); "" = none (gost.go)
 	lookPath  map[string]string
 
 	user, pass string
@@ -103,6 +104,9 @@ type env struct {
 	// that the next rustle configuration written gets, while a parent
 	// test runs (see startParent); "" = none.
 	parentURL, parentVia string
+	// test is the test runTest is running, for a proxy whose service
+	// depends on it (gost's http2 service for the HTTP/2 rows).
+	test testDef
 }
 
 // originAddrs is the address line the origin prints.
