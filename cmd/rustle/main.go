@@ -33,6 +33,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/gctune"
 	"github.com/rustle-proxy/rustle/internal/server"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 )
@@ -124,15 +125,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rustle:", err)
 		return 1
 	}
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(cfg.GCPercent)
-	}
 	level := new(slog.LevelVar)
 	logger := newLogger(cfg.Log, level, stderr)
 	o, err := startOps(cfg, logger, stdout)
 	if err != nil {
 		logger.Error("cannot start", "err", err)
 		return 1
+	}
+	if os.Getenv("GOGC") == "" {
+		o.gc = gctune.New(cfg.GCPercent, gcFloor(cfg))
 	}
 	o.level = level
 	srv, err := server.New(cfg, logger, server.WithMetrics(o.metrics), server.WithAccessLog(o.access))

@@ -4,14 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
-	"runtime/debug"
 	"strings"
 	"sync/atomic"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/admin"
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/gctune"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/sdnotify"
 	"github.com/rustle-proxy/rustle/internal/server"
@@ -27,6 +26,7 @@ type ops struct {
 	ready   atomic.Bool                   // what /readyz reports, with the server's routes
 	srv     atomic.Pointer[server.Server] // set by attach; nil = none yet
 	level   *slog.LevelVar                // the log level a reload may change; nil = fixed
+	gc      *gctune.Tuner                 // the GC target a reload may change; nil = GOGC from the environment
 }
 
 // startOps opens the access log and starts the admin listener, not yet
@@ -124,10 +124,15 @@ func (o *ops) reload(srv *server.Server, cur *config.Config, load func() (*confi
 	if o.level != nil {
 		setLevel(o.level, next.Log.Level)
 	}
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(next.GCPercent)
+	if o.gc != nil {
+		o.gc.Set(next.GCPercent, gcFloor(next))
 	}
 	return next
+}
+
+// gcFloor is cfg's gc_floor_bytes for gctune: 0 for none (-1).
+func gcFloor(cfg *config.Config) uint64 {
+	return uint64(max(cfg.GCFloorBytes, 0))
 }
 
 // setLevel sets level to name ("debug", "info", "warn", "error"); an
@@ -174,6 +179,9 @@ func (o *ops) close(ctx context.Context) {
 		if n := o.access.Dropped(); n > 0 {
 			o.log.Warn("access log: lines dropped", "dropped", n)
 		}
+	}
+	if o.gc != nil {
+		o.gc.Close()
 	}
 }
 

@@ -31,6 +31,13 @@ type Config struct {
 	// GCPercent is the garbage collector's target (GOGC) for the process;
 	// 0 means 25. A GOGC environment variable overrides it.
 	GCPercent int `toml:"gc_percent"`
+	// GCFloorBytes is the least the heap may grow over the live data
+	// between two collections, whatever GCPercent says: the collector's
+	// target is max(live × (1 + gc_percent/100), live + gc_floor_bytes).
+	// 0 means 4194304 (4 MiB, what Go's runtime allows a small heap at
+	// its default GOGC of 100); -1 means no floor (gc_percent alone). A
+	// GOGC environment variable overrides it with gc_percent.
+	GCFloorBytes int64 `toml:"gc_floor_bytes"`
 	// Forwarded is the client-address header added to forwarded requests:
 	// "none", "rfc7239" or "x-forwarded-for"; "" means "none".
 	Forwarded string `toml:"forwarded"`
@@ -537,6 +544,7 @@ const (
 	defaultForwarded      = "none"
 	defaultMaxHeaderBytes = 65536
 	defaultGCPercent      = 25
+	defaultGCFloorBytes   = 4 << 20
 	defaultLogLevel       = "info"
 	defaultLogFormat      = "text"
 	defaultAccessLogFmt   = "text"
@@ -581,6 +589,9 @@ func (c *Config) SetDefaults() {
 	setString(&c.Forwarded, defaultForwarded)
 	setInt(&c.MaxHeaderBytes, defaultMaxHeaderBytes)
 	setInt(&c.GCPercent, defaultGCPercent)
+	if c.GCFloorBytes == 0 {
+		c.GCFloorBytes = defaultGCFloorBytes
+	}
 	setString(&c.Log.Level, defaultLogLevel)
 	setString(&c.Log.Format, defaultLogFormat)
 	setString(&c.AccessLog.Format, defaultAccessLogFmt)

@@ -23,6 +23,7 @@ func documentedDefaults() Config {
 		Via:               false,
 		MaxHeaderBytes:    65536,
 		GCPercent:         25,
+		GCFloorBytes:      4194304,
 		Log:               Log{Level: "info", Format: "text"},
 		AccessLog:         AccessLog{Format: "text"},
 		Metrics:           Metrics{MaxUsers: 100},

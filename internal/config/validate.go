@@ -53,6 +53,7 @@ func (c *Config) Validate() error {
 	v.oneOf("forwarded", c.Forwarded, forwardedModes)
 	v.check(c.MaxHeaderBytes > 0, "max_header_bytes", "%d is not positive", c.MaxHeaderBytes)
 	v.check(c.GCPercent > 0, "gc_percent", "%d is not positive", c.GCPercent)
+	v.check(c.GCFloorBytes > 0 || c.GCFloorBytes == -1, "gc_floor_bytes", "%d is neither positive nor -1 (no floor)", c.GCFloorBytes)
 	v.oneOf("log.level", c.Log.Level, logLevels)
 	v.oneOf("log.format", c.Log.Format, logFormats)
 	v.oneOf("access_log.format", c.AccessLog.Format, logFormats)
