@@ -28,11 +28,32 @@
 // With two goroutines and io.Copy per tunnel the same tunnel costs tens of
 // kilobytes and six descriptors.
 //
-// Bytes move with splice(2): socket to pipe, pipe to socket, so the payload
-// never enters user space. A pipe is borrowed from the engine's pool when a
-// socket becomes readable and goes back to the pool as soon as it is empty
-// again, so pipes exist only for bytes in flight; a pool bounded by
-// [Config.MaxIdlePipes] keeps the pipe2 and fcntl calls off the common path.
+// Bytes move in one of two ways. A direction with nothing in flight whose
+// destination is writable reads the source into the engine's one small
+// buffer (16 KiB, shared by every tunnel, the loop being the only user)
+// and writes what it read to the destination: two plain system calls per
+// message, cheaper than two splices for the small messages of WebSocket,
+// SSH or keep-alive traffic. What the destination does not take waits in
+// a pipe. A read that fills the small buffer marks the direction bulk, and
+// its bytes then move with splice(2): socket to pipe, pipe to socket, so
+// the payload never enters user space; the direction goes back to the
+// small buffer once a splice moves less than the buffer holds. A pipe is
+// borrowed from the engine's pool only while bytes are in flight and goes
+// back to the pool as soon as it is empty again, so pipes exist only for
+// bytes in flight; a pool bounded by [Config.MaxIdlePipes] keeps the pipe2
+// and fcntl calls off the common path. An idle tunnel holds neither the
+// small buffer (it is empty between calls) nor a pipe.
+//
+// The loop's reads, writes and event polls, all non-blocking and small,
+// are made with RawSyscall, which Go's scheduler does not see: an ordinary
+// system call lets the runtime's monitor take the loop's processor away
+// mid-call and hand it to another thread, which cost thread wake-ups on
+// every message when the process has one processor. Splices of bulk
+// transfers and the waits that block are ordinary system calls.
+//
+// When the engine has no event to handle it parks its goroutine in Go's
+// netpoller, on the epoll descriptor itself (readable while it has
+// events), instead of blocking a thread in epoll_wait.
 //
 // Each edge-triggered event is drained until the kernel answers EAGAIN. The
 // engine remembers per socket whether it is readable and writable, so it
@@ -45,19 +66,19 @@
 //
 // # Half-close and errors
 //
-// When one side sends FIN (splice returns 0), the engine first delivers what
-// is still in that direction's pipe, then shuts down the write half of the
-// other socket, so the other side sees EOF exactly where the sender stopped;
-// the opposite direction keeps flowing. A tunnel ends cleanly when both
-// directions have ended this way. Any socket error (a reset, EPIPE) ends the
+// When one side sends FIN (a read or splice returns 0), the engine first
+// delivers what is still in that direction's pipe, then shuts down the
+// write half of the other socket, so the other side sees EOF exactly where
+// the sender stopped; the opposite direction keeps flowing. A tunnel ends
+// cleanly when both directions have ended this way. Any socket error (a reset, EPIPE) ends the
 // tunnel at once: both sockets are closed with SO_LINGER 0, so the peer
 // that is still there sees a reset rather than a clean end of a truncated
 // stream. Tunnels with no bytes in either direction for [Config.IdleTimeout]
 // are closed by a coarse periodic sweep; there are no per-tunnel timers.
 //
 // [Result] counts bytes delivered to the destination socket, not bytes read
-// from the source, so bytes lost in a pipe when a tunnel fails are not
-// counted.
+// from the source, so bytes lost in a pipe (or read into the small buffer)
+// when a tunnel fails are not counted.
 //
 // # TLS tunnels
 //

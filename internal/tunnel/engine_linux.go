@@ -90,6 +90,7 @@ type Engine struct {
 	againSpare []*tunnel // reused backing array for again
 	spare      []*tunnel // reused backing array for pending
 	pool       []*pipe   // empty pipes for reuse
+	small      []byte    // smallSize bytes: copySmall's buffer, empty between calls
 	pipeWarn   bool      // whether a refused F_SETPIPE_SZ was logged
 	memWarn    bool      // whether a pipe in memory was logged
 	capWarn    bool      // whether reaching maxPipes was logged
@@ -126,6 +127,7 @@ func newWithClock(cfg Config, clock func() time.Duration) (*Engine, error) {
 		start:       time.Now(),
 		fakeClock:   clock,
 		events:      make([]unix.EpollEvent, eventBatch),
+		small:       make([]byte, smallSize),
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -444,6 +446,12 @@ func (e *Engine) register() bool {
 		}
 		t.gen = e.gen
 		t.last = e.now
+		// A connected socket has room to send: assume so until a
+		// write says otherwise, rather than wait for its first
+		// EPOLLOUT, so that the first bytes read can be written at
+		// once (copySmall) even when their EPOLLIN comes first.
+		t.ready[0] |= canWrite
+		t.ready[1] |= canWrite
 		t.idx = len(e.all)
 		e.all = append(e.all, t)
 		for _, fd := range t.fd {
@@ -529,7 +537,7 @@ func (e *Engine) wait(timeout int) (int, error) {
 	// to Read was measured worse (WebSocket 64 B, 8 alternating runs:
 	// 23.0 against 21.8 us/msg): the busy path skips the deadline and
 	// RawConn bookkeeping.
-	n, err := unix.EpollWait(e.epfd, e.events, 0)
+	n, err := pollEvents(e.epfd, e.events)
 	if n != 0 || err != nil || timeout == 0 {
 		return n, err
 	}
@@ -563,12 +571,7 @@ func (e *Engine) wait(timeout int) (int, error) {
 // tryWait is the RawConn.Read callback of wait: it takes the events ready
 // without waiting and asks to park when there are none.
 func (e *Engine) tryWait(fd uintptr) bool {
-	for {
-		n, err := unix.EpollWait(int(fd), e.events, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		e.waitN, e.waitErr = n, err
-		return n != 0 || err != nil
-	}
+	n, err := pollEvents(int(fd), e.events)
+	e.waitN, e.waitErr = n, err
+	return n != 0 || err != nil
 }

@@ -46,6 +46,24 @@ func (p *pipe) fill(src int) (int64, error) {
 	return int64(n), err
 }
 
+// put writes b into the pipe, which must be empty and hold at least
+// len(b) bytes.
+func (p *pipe) put(b []byte) error {
+	if p.buf != nil {
+		p.off, p.n = 0, int64(copy(p.buf, b))
+		return nil
+	}
+	n, err := writeFD(p.w, b)
+	p.n = int64(n)
+	if err == nil && n < len(b) {
+		err = fmt.Errorf("took %d of %d bytes", n, len(b))
+	}
+	if err != nil {
+		return fmt.Errorf("tunnel: write to pipe: %w", err)
+	}
+	return nil
+}
+
 // shortFill returns a count such that a fill that moves fewer bytes than
 // it has emptied the socket's receive queue; 0 when no count tells. A TCP
 // read stops short only when the queue is empty; a splice also when the

@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,7 +63,12 @@ func TestPipeBudget(t *testing.T) {
 			ln := newListener(t)
 			tunnels := make([]*tunnelEnds, n)
 			for i := range tunnels {
-				tunnels[i] = newTunnel(t, e, ln)
+				// Small buffers towards the origin, so that the
+				// client's bytes stall in the proxy rather than in
+				// socket buffers grown by autotuning (which can take
+				// all 4 MiB of a tunnel that the engine copied).
+				tunnels[i] = newTunnelWith(t, e, ln, func(_, up *net.TCPConn) { up.SetWriteBuffer(64 << 10) })
+				tunnels[i].upstream.SetReadBuffer(64 << 10)
 			}
 			before := countFDs(t)
 			// The origins do not read: each client's bytes stall in the

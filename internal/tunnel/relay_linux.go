@@ -16,6 +16,12 @@ const (
 
 	spliceFlags = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
 
+	// smallSize is the size of the engine's small buffer (Engine.small):
+	// a direction with nothing in flight reads into it and writes what it
+	// read (two plain system calls, cheaper than two splices for small
+	// messages); a read that fills it switches the direction to splice.
+	smallSize = 16 << 10
+
 	// Bits of tunnel.ready, per side.
 	canRead  = 1 << 0
 	canWrite = 1 << 1
@@ -52,6 +58,10 @@ type direction struct {
 	eof   bool  // the source has sent FIN
 	full  bool  // a read into the non-empty pipe got EAGAIN: the pipe may be full
 	ended bool  // eof, pipe drained and the destination's write half shut down
+	// bulk: the last read filled the engine's small buffer, or the last
+	// splice moved at least as much; reads splice while it is set, and
+	// copy through the small buffer (copySmall) otherwise.
+	bulk bool
 }
 
 // handle applies the events epoll reported for one side of t and relays
@@ -193,7 +203,15 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 		if dr.p != nil && dr.p.n >= dr.p.cap {
 			dr.full = true
 		}
-		if t.ready[d]&canRead != 0 && !dr.full {
+		if t.ready[d]&canRead != 0 && dr.p == nil && !dr.bulk && t.ready[1-d]&canWrite != 0 {
+			// Nothing in flight and the destination writable: copy
+			// through the engine's small buffer.
+			moved, err := e.copySmall(t, d)
+			if err != nil {
+				return false, err
+			}
+			progress = progress || moved
+		} else if t.ready[d]&canRead != 0 && !dr.full {
 			p := dr.p
 			if p == nil {
 				if p, err = e.getPipe(); err != nil {
@@ -211,6 +229,9 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 				p.n += int64(n)
 				progress = true
 				t.moved = true
+				if n < smallSize {
+					dr.bulk = false
+				}
 				if n < short && t.ready[d]&sawHup == 0 {
 					// The socket had no more: a read now would
 					// only return EAGAIN, and bytes that arrive
@@ -222,6 +243,7 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 			case err == unix.EAGAIN && p.n == 0:
 				// The pipe is empty, so the socket is.
 				t.ready[d] &^= canRead
+				dr.bulk = false
 			case err == unix.EAGAIN:
 				// Either the socket is empty or the pipe is full;
 				// try again once the pipe has drained some.
@@ -240,6 +262,65 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 		if !progress {
 			return false, nil
 		}
+	}
+	return true, nil
+}
+
+// copySmall reads what the source of direction d of t has, up to
+// smallSize bytes, into the engine's small buffer and writes it to the
+// destination, which must be writable, with direction d holding no pipe.
+// What the destination does not take is kept in a pipe. A read that fills
+// the buffer marks the direction bulk: its next reads splice. It reports
+// whether it moved anything (bytes, or the source's end of stream).
+func (e *Engine) copySmall(t *tunnel, d int) (progress bool, err error) {
+	dr := &t.dir[d]
+	src, dst := int(t.fd[d]), int(t.fd[1-d])
+	n, err := readFD(src, e.small)
+	switch {
+	case err == unix.EAGAIN:
+		t.ready[d] &^= canRead
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("tunnel: read from %s: %w", sideName[d], err)
+	case n == 0:
+		dr.eof = true
+		return true, nil
+	}
+	t.moved = true
+	if n == len(e.small) {
+		// Maybe more waiting: bulk, for splice.
+		dr.bulk = true
+	} else if t.ready[d]&sawHup == 0 {
+		// The socket had no more (see the splice read in pump).
+		t.ready[d] &^= canRead
+	}
+	w, err := writeFD(dst, e.small[:n])
+	if err != nil && err != unix.EAGAIN {
+		return false, fmt.Errorf("tunnel: write to %s: %w", sideName[1-d], err)
+	}
+	if w > 0 {
+		dr.n += int64(w)
+		if t.meter != nil && !t.meter.Moved(d, int64(w)) {
+			return false, ErrStopped
+		}
+	}
+	if w == n {
+		return true, nil
+	}
+	// The send queue is full: the rest waits in a pipe for EPOLLOUT.
+	t.ready[1-d] &^= canWrite
+	p, err := e.getPipe()
+	if err != nil {
+		return false, err
+	}
+	if p.buf == nil && p.cap < int64(n-w) {
+		// A pipe the kernel shrank (its user's pipe pages spent).
+		e.putPipe(p)
+		p = e.memPipe()
+	}
+	dr.p = p
+	if err := p.put(e.small[w:n]); err != nil {
+		return false, err
 	}
 	return true, nil
 }

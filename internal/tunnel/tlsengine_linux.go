@@ -413,28 +413,6 @@ func (c *recordConn) release() {
 	c.wshut = true
 }
 
-// readFD reads fd once, retrying on EINTR; n is 0 on error.
-func readFD(fd int, p []byte) (int, error) {
-	for {
-		n, err := unix.Read(fd, p)
-		if err == unix.EINTR {
-			continue
-		}
-		return max(n, 0), err
-	}
-}
-
-// writeFD writes fd once, retrying on EINTR; n is 0 on error.
-func writeFD(fd int, p []byte) (int, error) {
-	for {
-		n, err := unix.Write(fd, p)
-		if err == unix.EINTR {
-			continue
-		}
-		return max(n, 0), err
-	}
-}
-
 // shutdownWrite shuts down fd's write half; for a reset socket it returns
 // the socket's pending error when there is one.
 func shutdownWrite(fd int) error {

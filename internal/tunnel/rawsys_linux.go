@@ -1,0 +1,71 @@
+package tunnel
+
+// System calls that the engine's loop makes without telling Go's
+// scheduler.
+//
+// A system call made through syscall.Syscall marks the goroutine's P as
+// in a system call; the runtime's monitor (sysmon), which looks every
+// 20 µs while a P is busy, takes the P away from any call that spans one
+// of its looks and hands it to another thread. With one P (the engine's
+// usual setting: one core per worker) every such hand-off wakes a thread,
+// and every hand-off keeps the monitor at its 20 µs pace, so the relay
+// of small messages paid for thread wake-ups and monitor rounds on top of
+// its reads and writes (perf, WebSocket 64 B: sysmon and
+// handoffp about 12% of the engine's CPU, with 0.2 nanosleep and 0.07
+// futex calls per message). The calls below cannot block: every
+// descriptor of the engine is non-blocking, and each call moves at most
+// the engine's small buffer (smallSize) or a TLS out buffer (tlsOutSize,
+// 20 KiB), so they are made with RawSyscall, which the monitor does not
+// see. Splices of bulk transfers (up to a pipe's 1 MiB) and the waits
+// that block stay ordinary system calls.
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// readFD reads fd once, retrying on EINTR; n is 0 on error. fd must be
+// non-blocking.
+func readFD(fd int, p []byte) (int, error) {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, e
+	}
+}
+
+// writeFD writes fd once, retrying on EINTR; n is 0 on error. fd must be
+// non-blocking.
+func writeFD(fd int, p []byte) (int, error) {
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, e
+	}
+}
+
+// pollEvents returns the events ready on epfd without waiting
+// (epoll_pwait with a zero timeout), retrying on EINTR.
+func pollEvents(epfd int, events []unix.EpollEvent) (int, error) {
+	for {
+		n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(unsafe.SliceData(events))), uintptr(len(events)), 0, 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case unix.EINTR:
+			continue
+		}
+		return 0, e
+	}
+}

@@ -1,0 +1,198 @@
+package tunnel
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"io"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// countPipes makes e count the splice pipes it creates; with no idle pool
+// (MaxIdlePipes -1) every pipe borrowed is a pipe created.
+func countPipes(e *Engine) *atomic.Int64 {
+	var made atomic.Int64
+	e.pipe2 = func(p []int, flags int) error {
+		err := unix.Pipe2(p, flags)
+		if err == nil {
+			made.Add(1)
+		}
+		return err
+	}
+	return &made
+}
+
+// pingPong sends n messages of size bytes from the client, echoes each
+// from the upstream and checks every byte that comes back.
+func pingPong(t *testing.T, te *tunnelEnds, n, size int) {
+	t.Helper()
+	msg := make([]byte, size)
+	got := make([]byte, size)
+	for i := range n {
+		for j := range msg {
+			msg[j] = byte(i + j)
+		}
+		if _, err := te.client.Write(msg); err != nil {
+			t.Fatalf("message %d: client write: %v", i, err)
+		}
+		if _, err := io.ReadFull(te.upstream, got); err != nil {
+			t.Fatalf("message %d: upstream read: %v", i, err)
+		}
+		if _, err := te.upstream.Write(got); err != nil {
+			t.Fatalf("message %d: upstream write: %v", i, err)
+		}
+		if _, err := io.ReadFull(te.client, got); err != nil {
+			t.Fatalf("message %d: client read: %v", i, err)
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatalf("message %d came back changed", i)
+		}
+	}
+}
+
+// TestSmallMessagesNoPipe checks that small messages, each read whole and
+// taken whole by its destination, are relayed through the engine's small
+// buffer: no pipe is borrowed (splice would need one per direction per
+// message), and the tunnel ends with exact counts.
+func TestSmallMessagesNoPipe(t *testing.T) {
+	for _, size := range []int{1, 64, 4000, smallSize - 1} {
+		t.Run(strconv.Itoa(size)+"B", func(t *testing.T) {
+			e := newEngine(t, Config{MaxIdlePipes: -1})
+			made := countPipes(e)
+			te := newTunnel(t, e, newListener(t))
+			const n = 50
+			pingPong(t, te, n, size)
+			if got := made.Load(); got != 0 {
+				t.Errorf("%d pipes made for %d messages of %d bytes, want 0", got, n, size)
+			}
+			te.client.CloseWrite()
+			te.upstream.CloseWrite()
+			if r := te.wait(t); r.Err != nil || r.Up != n*int64(size) || r.Down != n*int64(size) {
+				t.Errorf("result %+v, want %d bytes each way, no error", r, n*size)
+			}
+		})
+	}
+}
+
+// TestBulkSwitchesToSplice checks that a direction whose reads fill the
+// small buffer switches to splice (pipes are made) and back: small
+// messages after the bulk transfer borrow no pipe again, and an idle
+// tunnel holds none.
+func TestBulkSwitchesToSplice(t *testing.T) {
+	e := newEngine(t, Config{MaxIdlePipes: -1})
+	made := countPipes(e)
+	te := newTunnel(t, e, newListener(t))
+	pingPong(t, te, 10, 64)
+	if got := made.Load(); got != 0 {
+		t.Fatalf("%d pipes made before the bulk transfer, want 0", got)
+	}
+	// 8 MiB up, the upstream reading all of it: bulk.
+	const bulk = 8 << 20
+	errc := make(chan error, 1)
+	var sent [32]byte
+	go func() {
+		var err error
+		sent, err = sendRandom(te.client, 9, bulk)
+		errc <- err
+	}()
+	h := sha256.New()
+	if _, err := io.CopyN(h, te.upstream, bulk); err != nil {
+		t.Fatalf("upstream read of the bulk transfer: %v", err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("client send: %v", err)
+	}
+	if [32]byte(h.Sum(nil)) != sent {
+		t.Fatal("upstream received other bytes than the client sent")
+	}
+	if made.Load() == 0 {
+		t.Fatal("no pipe made for an 8 MiB transfer: not spliced")
+	}
+	eventually(t, "no pipe held by the idle tunnel", func() bool {
+		splice, mem := e.Pipes()
+		return splice == 0 && mem == 0
+	})
+	before := made.Load()
+	pingPong(t, te, 10, 64)
+	if got := made.Load() - before; got != 0 {
+		t.Errorf("%d pipes made for small messages after the bulk transfer, want 0", got)
+	}
+	te.client.CloseWrite()
+	te.upstream.CloseWrite()
+	if r := te.wait(t); r.Err != nil || r.Up != bulk+20*64 || r.Down != 20*64 {
+		t.Errorf("result %+v, want %d bytes up, %d down, no error", r, bulk+20*64, 20*64)
+	}
+}
+
+// TestSmallCopyStalledDestination checks the small path's partial
+// writes: with the destination's buffers full, what a small read got
+// and the destination did not take waits in a pipe (or, when the process
+// has no descriptor for one, in memory), and every byte arrives in order.
+func TestSmallCopyStalledDestination(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pipe", true: "no descriptors"}[refuse], func(t *testing.T) {
+			e := newEngine(t, Config{MaxIdlePipes: -1})
+			var asked atomic.Int64
+			e.pipe2 = func(p []int, flags int) error {
+				asked.Add(1)
+				if refuse {
+					return unix.EMFILE
+				}
+				return unix.Pipe2(p, flags)
+			}
+			// Small buffers on the way to the upstream, so that they
+			// fill soon.
+			te := newTunnelWith(t, e, newListener(t), func(_, up *net.TCPConn) { up.SetWriteBuffer(16 << 10) })
+			te.upstream.SetReadBuffer(64 << 10)
+			// The upstream does not read until the client has sent
+			// everything: 4 MiB in 1000-byte writes, so that the
+			// engine's reads are small and its writes stop short.
+			const total, chunk = 4 << 20, 1000
+			want := sha256.New()
+			errc := make(chan error, 1)
+			go func() {
+				msg := make([]byte, chunk)
+				for i := 0; i < total; i += chunk {
+					for j := range msg {
+						msg[j] = byte(i/chunk + j)
+					}
+					m := msg[:min(chunk, total-i)]
+					want.Write(m)
+					if _, err := te.client.Write(m); err != nil {
+						errc <- err
+						return
+					}
+				}
+				errc <- te.client.CloseWrite()
+			}()
+			eventually(t, "a stalled direction", func() bool {
+				splice, mem := e.Pipes()
+				return splice+mem > 0
+			})
+			n, got, err := recvHash(te.upstream)
+			if err != nil || n != total {
+				t.Fatalf("upstream read %d bytes, %v; want %d, EOF", n, err, total)
+			}
+			if err := <-errc; err != nil {
+				t.Fatalf("client send: %v", err)
+			}
+			if got != [32]byte(want.Sum(nil)) {
+				t.Fatal("upstream received other bytes than the client sent")
+			}
+			te.upstream.CloseWrite()
+			if r := te.wait(t); r.Err != nil || r.Up != total || r.Down != 0 {
+				t.Fatalf("result %+v, want %d bytes up, 0 down, no error", r, total)
+			}
+			if asked.Load() == 0 {
+				t.Error("no pipe asked for: the destination never stalled")
+			}
+			if splice, mem := e.Pipes(); splice != 0 || mem != 0 {
+				t.Errorf("after the tunnel: %d splice pipes, %d in memory; want none", splice, mem)
+			}
+		})
+	}
+}
