@@ -527,6 +527,7 @@ func (s *stream) connect() bool {
 		s.tunnel = true
 		s.touch()
 		s.kickUpLocked()
+		c.idledLocked()
 	}
 	c.mu.Unlock()
 	if !s.tunnel {
