@@ -91,13 +91,16 @@
 // While idle, a connection's reader waits on socket readiness too (the
 // TLS connection is made over tunnel.RecordConn, so crypto/tls holds no
 // unread bytes), holding no read buffer, output buffer or frame buffer.
-// An idle tunnel is then two goroutines parked with few frames and stacks
-// of 4 KiB (a goroutine parked with more than about 1.2 KiB of frames
-// keeps an 8 KiB stack once it has grown to it, which a worker reading
-// frames and TLS records does), the connection's TLS and HPACK state and
-// two sockets: measured (TestIdleTunnelMemory, Go heap and stacks of the
-// proxy) about 24 KiB per idle tunnel, 9 KiB of it stacks and 8 KiB
-// crypto/tls's (3.5 KiB of that its input buffers, grown to the
+// An idle tunnel is then two goroutines parked with few frames, neither
+// of which has done the work that grows a stack (a goroutine parked with
+// more than about 1.2 KiB of frames keeps an 8 KiB stack once it has
+// grown to it, and one with more than about 250 bytes a 4 KiB stack):
+// ServeConn's goroutine (4 KiB), and the tunnel's, which hands the
+// tunnel to a fresh goroutine after it has sent bytes, before it waits
+// again (2 KiB). With the connection's TLS and HPACK state and two
+// sockets that is, measured (TestIdleTunnelMemory, Go heap and stacks of
+// the proxy), about 22 KiB per idle tunnel, 6.3 KiB of it stacks and 8
+// KiB crypto/tls's (3.5 KiB of that its input buffers, grown to the
 // ClientHello), against about 90 KiB with x/net/http2's Server and a
 // CONNECT handler relaying with goroutines.
 //
