@@ -99,9 +99,9 @@
 // tunnel to a fresh goroutine after it has sent bytes, before it waits
 // again (2 KiB). With the connection's TLS and HPACK state and two
 // sockets that is, measured (TestIdleTunnelMemory, Go heap and stacks of
-// the proxy), about 22 KiB per idle tunnel, 6.3 KiB of it stacks and 8
-// KiB crypto/tls's (3.5 KiB of that its input buffers, grown to the
-// ClientHello), against about 90 KiB with x/net/http2's Server and a
+// the proxy), about 21 KiB per idle tunnel, 6.3 KiB of it stacks and 7
+// KiB crypto/tls's (2.5 KiB of that its input and handshake buffers,
+// grown with the ClientHello), against about 90 KiB with x/net/http2's Server and a
 // CONNECT handler relaying with goroutines.
 //
 // Shutdown (the session's context) sends GOAWAY; streams in progress,
