@@ -182,8 +182,8 @@ const (
 // connection ended with a GOAWAY sent, so that finish lingers.
 //
 // With a socket to wait on, the frames are read and handled on worker
-// goroutines, and this one only waits while the connection is idle (no
-// stream but tunnels): a worker whose stack has grown with the work
+// goroutines, and this one only waits while the connection is idle with
+// tunnels open (and no other stream): a worker whose stack has grown with the work
 // (TLS records, HPACK, the requests) ends when the connection goes idle,
 // and the connection waits for its client on this goroutine, which does
 // no work and keeps a small stack, rather than on the grown one, which
@@ -263,10 +263,15 @@ func (c *conn) frames(ctx context.Context, first, ready, handOff bool) int {
 	}
 }
 
-// idleLocked reports whether the connection serves no stream but
-// tunnels: then its worker leaves the wait for the client to run's
-// goroutine.
+// idleLocked reports whether the connection serves tunnels and no
+// other stream: then its worker leaves the wait for the client to run's
+// goroutine. A connection with no stream at all keeps its worker: it
+// closes after IdleTimeout unless the client goes on, and a client that
+// sends one request at a time would otherwise start a worker for each.
 func (c *conn) idleLocked() bool {
+	if len(c.streams) == 0 {
+		return false
+	}
 	for _, s := range c.streams {
 		if !s.tunnel {
 			return false
@@ -514,7 +519,7 @@ func (c *conn) wakeLocked() {
 }
 
 // idledLocked wakes the reader if it waits on a worker goroutine and
-// the connection has become idle (its streams, if any, are tunnels), so
+// the connection has become idle (tunnels open, no other stream), so
 // that the worker hands the wait off (see run).
 func (c *conn) idledLocked() {
 	if c.parked && c.handOff && c.idleLocked() {

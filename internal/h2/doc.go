@@ -62,13 +62,14 @@
 // and HPACK decoder and handled by rustle itself: flow control, stream
 // states, SETTINGS, PING, GOAWAY. The reader never blocks on the client
 // or an upstream. It runs on a worker goroutine, one at a time, which
-// ends when the connection goes idle (no stream but tunnels): the wait
-// for the client's next bytes is then made by ServeConn's goroutine,
-// which does no other work, so that the stack parked for an idle
-// connection stays small, and the next bytes start a fresh worker. Frames to send are encoded into
-// one output buffer in the order they must go out, and written by
-// whichever goroutine finds the buffer unwritten (the reader starts a
-// short-lived writer goroutine instead).
+// ends when the connection goes idle with tunnels open (and no other
+// stream): the wait for the client's next bytes is then made by
+// ServeConn's goroutine, which does no other work, so that the stack
+// parked for an idle tunnel's connection stays small, and the next bytes
+// start a fresh worker. Frames to send are encoded into one output
+// buffer in the order they must go out, and written by whichever
+// goroutine finds the buffer unwritten (the reader starts a short-lived
+// writer goroutine instead).
 //
 // A stream gets one worker goroutine while it is served. For a tunnel
 // that worker then relays the upstream-to-client direction: it waits for
