@@ -60,6 +60,7 @@ var (
 	errWoken     = errors.New("h2: reader woken")
 	errIdle      = errors.New("h2: connection idle")
 	errDone      = errors.New("h2: connection drained")
+	errHandOff   = errors.New("h2: connection idle on a worker")
 )
 
 // conn is one HTTP/2 client connection.
@@ -113,6 +114,10 @@ type conn struct {
 	closing    bool               // the connection is ending; guarded by mu
 	parked     bool               // the reader waits for socket readiness; guarded by mu
 	woken      bool               // the reader's read deadline was set to wake it; guarded by mu
+	// handOff is set while the reader waits on a worker goroutine
+	// that leaves the wait to run's goroutine once the connection is
+	// idle; guarded by mu.
+	handOff bool
 }
 
 func newConn(s *Server, nc net.Conn, sess *gate.Session) *conn {
@@ -166,9 +171,118 @@ func (c *conn) serve(ctx context.Context) {
 	c.finish(graceful)
 }
 
-// run reads frames until the connection ends. It reports whether the
+// How a frame loop (conn.frames) ended.
+const (
+	loopEnded    = iota // the connection ended without a GOAWAY sent
+	loopGraceful        // the connection ended with a GOAWAY sent
+	loopIdle            // the connection is idle: the caller waits for the client
+)
+
+// run serves the connection until it ends. It reports whether the
 // connection ended with a GOAWAY sent, so that finish lingers.
+//
+// With a socket to wait on, the frames are read and handled on worker
+// goroutines, and this one only waits while the connection is idle with
+// tunnels open (and no other stream): a worker whose stack has grown with the work
+// (TLS records, HPACK, the requests) ends when the connection goes idle,
+// and the connection waits for its client on this goroutine, which does
+// no work and keeps a small stack, rather than on the grown one, which
+// the garbage collector could not shrink below 8 KiB.
 func (c *conn) run(ctx context.Context) bool {
+	if c.park == nil {
+		return c.frames(ctx, true, false, false) == loopGraceful
+	}
+	done := make(chan int, 1)
+	first, ready := true, false
+	for {
+		go func(first, ready bool) { done <- c.frames(ctx, first, ready, true) }(first, ready)
+		first = false
+		if r := <-done; r != loopIdle {
+			return r == loopGraceful
+		}
+		err := c.wait(false)
+		ready = err == nil
+		switch err {
+		case nil, errWoken:
+		case errDone:
+			return true
+		case errIdle:
+			c.mu.Lock()
+			c.goAwayLocked(http2.ErrCodeNo)
+			c.mu.Unlock()
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// frames reads and handles frames until the connection ends or, when
+// handOff is set and the connection is idle, until it must wait for the
+// client (loopIdle). first starts the connection: SETTINGS sent, the
+// client preface read. ready says that the wait has just found the
+// socket readable: a frame is read before the next wait.
+func (c *conn) frames(ctx context.Context, first, ready, handOff bool) int {
+	if first {
+		if r, ok := c.start(ctx); !ok {
+			return r
+		}
+	}
+	for {
+		if c.rd.empty() && c.sawSettings && !ready {
+			if err := c.wait(handOff); err != nil {
+				switch err {
+				case errWoken:
+					continue
+				case errHandOff:
+					return loopIdle
+				case errDone:
+					return loopGraceful
+				case errIdle:
+					c.mu.Lock()
+					c.goAwayLocked(http2.ErrCodeNo)
+					c.mu.Unlock()
+					return loopGraceful
+				}
+				return loopEnded
+			}
+		}
+		ready = false
+		if !c.frame() {
+			if c.goAwaySent() {
+				return loopGraceful
+			}
+			return loopEnded
+		}
+		c.mu.Lock()
+		done := c.drainedLocked()
+		c.mu.Unlock()
+		if done {
+			return loopGraceful
+		}
+	}
+}
+
+// idleLocked reports whether the connection serves tunnels and no
+// other stream: then its worker leaves the wait for the client to run's
+// goroutine. A connection with no stream at all keeps its worker: it
+// closes after IdleTimeout unless the client goes on, and a client that
+// sends one request at a time would otherwise start a worker for each.
+func (c *conn) idleLocked() bool {
+	if len(c.streams) == 0 {
+		return false
+	}
+	for _, s := range c.streams {
+		if !s.tunnel {
+			return false
+		}
+	}
+	return true
+}
+
+// start sends SETTINGS and reads the client preface. When the
+// connection cannot go on it returns how it ended and false.
+func (c *conn) start(ctx context.Context) (int, bool) {
 	c.mu.Lock()
 	c.writeSettingsLocked()
 	c.flushLocked()
@@ -179,70 +293,54 @@ func (c *conn) run(ctx context.Context) bool {
 		var pre [len(http2.ClientPreface)]byte
 		if _, err := io.ReadFull(&c.rd, pre[:]); err != nil || string(pre[:]) != http2.ClientPreface {
 			if err == nil {
-				return c.connError(http2.ConnectionError(http2.ErrCodeProtocol), errNoPreface)
+				c.connError(http2.ConnectionError(http2.ErrCodeProtocol), errNoPreface)
+				return loopGraceful, false
 			}
-			return false
+			return loopEnded, false
 		}
 	}
 	c.rd.track = true
 	if ctx.Err() != nil {
 		c.shutdown()
 	}
-	for {
-		if c.rd.empty() && c.sawSettings {
-			if err := c.wait(); err != nil {
-				switch err {
-				case errWoken:
-					continue
-				case errDone:
-					return true
-				case errIdle:
-					c.mu.Lock()
-					c.goAwayLocked(http2.ErrCodeNo)
-					c.mu.Unlock()
-					return true
-				}
-				return false
-			}
+	return 0, true
+}
+
+// frame reads and handles one frame. It reports whether the connection
+// goes on.
+func (c *conn) frame() bool {
+	fh, err := c.fr.ReadFrameHeader()
+	var f http2.Frame
+	if err == nil {
+		if fh.Length > framerKeep {
+			c.bigFrame = true
 		}
-		fh, err := c.fr.ReadFrameHeader()
-		var f http2.Frame
+		// A header block is bounded in time and in frames (the
+		// framer reads its CONTINUATION frames itself).
+		block := fh.Type == http2.FrameHeaders && !fh.Flags.Has(http2.FlagHeadersEndHeaders)
+		if block {
+			c.rd.startBlock(gate.Deadline(time.Now(), c.cfg.HandshakeTimeout), c.maxContinuations())
+		}
+		f, err = c.fr.ReadFrameForHeader(fh)
+		if block {
+			c.rd.endBlock()
+		}
 		if err == nil {
-			if fh.Length > framerKeep {
-				c.bigFrame = true
-			}
-			// A header block is bounded in time and in frames (the
-			// framer reads its CONTINUATION frames itself).
-			block := fh.Type == http2.FrameHeaders && !fh.Flags.Has(http2.FlagHeadersEndHeaders)
-			if block {
-				c.rd.startBlock(gate.Deadline(time.Now(), c.cfg.HandshakeTimeout), c.maxContinuations())
-			}
-			f, err = c.fr.ReadFrameForHeader(fh)
-			if block {
-				c.rd.endBlock()
-			}
-			if err == nil {
-				err = c.process(f)
-			}
-		}
-		if err != nil {
-			if !c.handleError(fh, f, err) {
-				return c.goAwaySent()
-			}
-		}
-		if !c.sawSettings {
-			c.nc.SetReadDeadline(time.Time{})
-			c.sawSettings = true
-			// From now on a read within a frame is bounded.
-			c.rd.timeout, c.rd.bounded, c.rd.always = c.cfg.WriteTimeout, true, c.park != nil
-		}
-		c.mu.Lock()
-		done := c.drainedLocked()
-		c.mu.Unlock()
-		if done {
-			return true
+			err = c.process(f)
 		}
 	}
+	if err != nil {
+		if !c.handleError(fh, f, err) {
+			return false
+		}
+	}
+	if !c.sawSettings {
+		c.nc.SetReadDeadline(time.Time{})
+		c.sawSettings = true
+		// From now on a read within a frame is bounded.
+		c.rd.timeout, c.rd.bounded, c.rd.always = c.cfg.WriteTimeout, true, c.park != nil
+	}
+	return true
 }
 
 // handleError deals with an error from reading or handling a frame (f,
@@ -355,8 +453,10 @@ func (c *conn) drainedLocked() bool {
 // returns errWoken when shutdown or a finished stream woke it, errDone
 // when the connection has drained, errIdle on the idle timeout, and a
 // socket error otherwise. Without a socket to wait on it returns nil at
-// once and the read blocks instead.
-func (c *conn) wait() error {
+// once and the read blocks instead. With handOff set (the caller is a
+// worker of run) it returns errHandOff instead of waiting while the
+// connection is idle, and errWoken once it has become idle meanwhile.
+func (c *conn) wait(handOff bool) error {
 	if c.bigFrame {
 		c.newFramer()
 	}
@@ -365,6 +465,10 @@ func (c *conn) wait() error {
 	if c.drainedLocked() {
 		c.mu.Unlock()
 		return errDone
+	}
+	if handOff && c.idleLocked() {
+		c.mu.Unlock()
+		return errHandOff
 	}
 	idle := len(c.streams) == 0 && c.workers == 0
 	if c.park == nil {
@@ -377,7 +481,7 @@ func (c *conn) wait() error {
 		c.rd.armed = idle
 		return nil
 	}
-	c.parked = true
+	c.parked, c.handOff = true, handOff
 	if idle {
 		c.raw.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.IdleTimeout))
 	} else if c.rd.armed {
@@ -387,7 +491,7 @@ func (c *conn) wait() error {
 	c.mu.Unlock()
 	err := c.park.Wait()
 	c.mu.Lock()
-	c.parked = false
+	c.parked, c.handOff = false, false
 	woken := c.woken
 	c.woken = false
 	c.mu.Unlock()
@@ -411,6 +515,15 @@ func (c *conn) wakeLocked() {
 	if c.parked && !c.woken {
 		c.woken = true
 		c.raw.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// idledLocked wakes the reader if it waits on a worker goroutine and
+// the connection has become idle (tunnels open, no other stream), so
+// that the worker hands the wait off (see run).
+func (c *conn) idledLocked() {
+	if c.parked && c.handOff && c.idleLocked() {
+		c.wakeLocked()
 	}
 }
 
@@ -839,6 +952,8 @@ func (c *conn) removeLocked(s *stream) {
 		delete(c.streams, s.id)
 		if c.goAway {
 			c.wakeLocked()
+		} else if !s.tunnel {
+			c.idledLocked()
 		}
 	}
 }

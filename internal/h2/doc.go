@@ -58,13 +58,18 @@
 //
 // # Design
 //
-// The connection is served by one goroutine that reads frames with
-// golang.org/x/net/http2's Framer and HPACK decoder and handles them
-// itself: flow control, stream states, SETTINGS, PING, GOAWAY. It never
-// blocks on the client or an upstream. Frames to send are encoded into
-// one output buffer in the order they must go out, and written by
-// whichever goroutine finds the buffer unwritten (the reader starts a
-// short-lived writer goroutine instead).
+// The connection's frames are read with golang.org/x/net/http2's Framer
+// and HPACK decoder and handled by rustle itself: flow control, stream
+// states, SETTINGS, PING, GOAWAY. The reader never blocks on the client
+// or an upstream. It runs on a worker goroutine, one at a time, which
+// ends when the connection goes idle with tunnels open (and no other
+// stream): the wait for the client's next bytes is then made by
+// ServeConn's goroutine, which does no other work, so that the stack
+// parked for an idle tunnel's connection stays small, and the next bytes
+// start a fresh worker. Frames to send are encoded into one output
+// buffer in the order they must go out, and written by whichever
+// goroutine finds the buffer unwritten (the reader starts a short-lived
+// writer goroutine instead).
 //
 // A stream gets one worker goroutine while it is served. For a tunnel
 // that worker then relays the upstream-to-client direction: it waits for
@@ -87,11 +92,17 @@
 // While idle, a connection's reader waits on socket readiness too (the
 // TLS connection is made over tunnel.RecordConn, so crypto/tls holds no
 // unread bytes), holding no read buffer, output buffer or frame buffer.
-// An idle tunnel is then two goroutines parked with few frames (the
-// garbage collector shrinks their stacks to 4 KiB), the connection's TLS
-// and HPACK state and two sockets: measured (TestIdleTunnelMemory, Go
-// heap and stacks of the proxy) about 20 KiB per idle tunnel, 8 KiB of
-// it crypto/tls's, against about 90 KiB with x/net/http2's Server and a
+// An idle tunnel is then two goroutines parked with few frames, neither
+// of which has done the work that grows a stack (a goroutine parked with
+// more than about 1.2 KiB of frames keeps an 8 KiB stack once it has
+// grown to it, and one with more than about 250 bytes a 4 KiB stack):
+// ServeConn's goroutine (4 KiB), and the tunnel's, which hands the
+// tunnel to a fresh goroutine after it has sent bytes, before it waits
+// again (2 KiB). With the connection's TLS and HPACK state and two
+// sockets that is, measured (TestIdleTunnelMemory, Go heap and stacks of
+// the proxy), about 21 KiB per idle tunnel, 6.3 KiB of it stacks and 7
+// KiB crypto/tls's (2.5 KiB of that its input and handshake buffers,
+// grown with the ClientHello), against about 90 KiB with x/net/http2's Server and a
 // CONNECT handler relaying with goroutines.
 //
 // Shutdown (the session's context) sends GOAWAY; streams in progress,

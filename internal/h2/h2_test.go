@@ -207,7 +207,11 @@ func startProxyTLS(t testing.TB, cfg Config, pol *gate.Policy, clientCAs *x509.C
 func serveTestConn(ctx context.Context, srv *Server, pol *gate.Policy, c *net.TCPConn, conf *tls.Config) {
 	tc := tls.Server(tunnel.RecordConn(c), conf)
 	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := tc.HandshakeContext(ctx); err != nil {
+	// On a goroutine of its own, as internal/server does: the serving
+	// goroutine's stack does not grow with the handshake's.
+	errc := make(chan error, 1)
+	go func() { errc <- tc.HandshakeContext(ctx) }()
+	if err := <-errc; err != nil {
 		c.Close()
 		return
 	}

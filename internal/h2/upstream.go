@@ -527,6 +527,7 @@ func (s *stream) connect() bool {
 		s.tunnel = true
 		s.touch()
 		s.kickUpLocked()
+		c.idledLocked()
 	}
 	c.mu.Unlock()
 	if !s.tunnel {
@@ -544,17 +545,20 @@ func (s *stream) connect() bool {
 	// The tunnel goes on on a fresh goroutine, whose stack, parked with
 	// few frames on it, the garbage collector shrinks to 4 KiB; this
 	// one's has grown with the dial and the handshake.
-	go s.relay(up)
+	go s.relay(up, nil)
 	return true
 }
 
-// relay runs an established tunnel to its end, as the stream's worker.
-func (s *stream) relay(up *net.TCPConn) {
-	defer s.exit()
-	s.pumpDown(up)
+// relay runs an established tunnel to its end, as the stream's worker;
+// p is the upstream's Parker, nil on the tunnel's first goroutine.
+func (s *stream) relay(up *net.TCPConn, p *tunnel.Parker) {
+	if !s.pumpDown(up, p) {
+		return // going on on a fresh goroutine
+	}
 	s.finishTunnel()
 	s.detach(up, "", false)
 	s.finish()
+	s.exit()
 }
 
 // upgrade performs the WebSocket handshake with the origin for an
@@ -605,29 +609,40 @@ func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []by
 
 // pumpDown relays upstream-to-client bytes of a tunnel until the
 // upstream ends its stream (then END_STREAM) or something fails (then
-// RST_STREAM). While idle it waits on the upstream socket's readiness,
-// holding no buffer, and it reads no more than the client's windows
-// allow.
-func (s *stream) pumpDown(up *net.TCPConn) {
+// RST_STREAM), and reports true. While idle it waits on the upstream
+// socket's readiness (p, made when nil), holding no buffer, and it reads
+// no more than the client's windows allow.
+//
+// Bytes it has sent grew its goroutine's stack (a TLS record written),
+// which parked would stay at 4 KiB: before it waits again it hands the
+// tunnel to a fresh goroutine (relay) and reports false, so that an idle
+// tunnel waits on a 2 KiB stack.
+func (s *stream) pumpDown(up *net.TCPConn, p *tunnel.Parker) bool {
 	c := s.c
 	idle := c.cfg.TunnelIdleTimeout
-	rc, err := up.SyscallConn()
-	if err != nil {
-		s.resetStream(http2.ErrCodeInternal)
-		return
+	if p == nil {
+		rc, err := up.SyscallConn()
+		if err != nil {
+			s.resetStream(http2.ErrCodeInternal)
+			return true
+		}
+		p = tunnel.NewParker(rc)
 	}
-	p := tunnel.NewParker(rc)
-	for {
+	for sent := false; ; {
 		n, err := s.sendable(bufSize)
 		if err != nil {
-			return
+			return true
+		}
+		if sent {
+			go s.relay(up, p)
+			return false
 		}
 		if idle > 0 {
 			up.SetReadDeadline(s.idleDeadline())
 		}
 		if err := p.Wait(); err != nil {
 			if s.gone() {
-				return
+				return true
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				switch {
@@ -635,12 +650,12 @@ func (s *stream) pumpDown(up *net.TCPConn) {
 					up.SetReadDeadline(time.Time{})
 				case time.Since(c.s.start)-time.Duration(s.last.Load()) >= idle:
 					s.resetStream(http2.ErrCodeCancel)
-					return
+					return true
 				}
 				continue
 			}
 			s.resetStream(http2.ErrCodeConnect)
-			return
+			return true
 		}
 		buf := bufPool.Get().(*[bufSize]byte)
 		m, rerr := up.Read(buf[:n])
@@ -649,22 +664,23 @@ func (s *stream) pumpDown(up *net.TCPConn) {
 			s.pace(m)
 			if s.sendData(buf[:m], false) != nil {
 				bufPool.Put(buf)
-				return
+				return true
 			}
+			sent = true
 		}
 		bufPool.Put(buf)
 		switch {
 		case rerr == nil:
 		case rerr == io.EOF:
 			s.sendData(nil, true)
-			return
+			return true
 		case s.gone():
-			return
+			return true
 		case errors.Is(rerr, os.ErrDeadlineExceeded):
 			// The idle check above decides.
 		default:
 			s.resetStream(http2.ErrCodeConnect)
-			return
+			return true
 		}
 	}
 }

@@ -145,7 +145,7 @@ func (l *listener) serveH2(tc *tls.Conn, sess *gate.Session) {
 		return
 	}
 	var first [len(http2.ClientPreface)]byte
-	n, kind, err := readFirstBytes(sess.Context(), tc, first[:], l.peek)
+	n, kind, err := readFirstBytesAside(sess.Context(), tc, first[:], l.peek)
 	switch {
 	case err != nil:
 		tc.Close()
@@ -225,6 +225,27 @@ func readFirstBytes(ctx context.Context, tc *tls.Conn, p []byte, timeout time.Du
 	// Told; a read error comes back on the next read.
 	tc.SetReadDeadline(time.Time{})
 	return n, kind, nil
+}
+
+// readFirstBytesAside is readFirstBytes on a goroutine of its own, for
+// the reason handshake is: decrypting the first record grows a stack to
+// 8 KiB, and the connection's goroutine, which then waits in
+// h2.Server.ServeConn for as long as the connection lives, would keep
+// that stack (a goroutine parked with more than about 1.2 KiB of frames,
+// as this one is, keeps an 8 KiB stack once grown to it): 4 KiB more per
+// idle HTTP/2 tunnel.
+func readFirstBytesAside(ctx context.Context, tc *tls.Conn, p []byte, timeout time.Duration) (int, int, error) {
+	type result struct {
+		n, kind int
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, kind, err := readFirstBytes(ctx, tc, p, timeout)
+		done <- result{n, kind, err}
+	}()
+	r := <-done
+	return r.n, r.kind, r.err
 }
 
 // waitRecord waits, reading nothing, until the first TLS record c has

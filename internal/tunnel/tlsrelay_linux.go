@@ -55,6 +55,8 @@ const (
 	// recordHeaderLen is the length of a TLS record header: type (1),
 	// legacy version (2), length (2).
 	recordHeaderLen = 5
+	// recordTypeHandshake is the content type of a handshake record.
+	recordTypeHandshake = 22
 
 	// tlsBufSize is the size of the relay's pooled buffers; it must be
 	// at least the largest TLS record plaintext (2^14 bytes), so that one
@@ -239,6 +241,7 @@ type recordConn struct {
 
 	// The fields below are owned by the reading goroutine.
 	bounds recordBounds
+	hello  helloSplit // the connection's first record, as Read hands it out
 	// ahead holds bytes read from the socket that crypto/tls has not
 	// asked for yet, ahead[ar:aw]; nil when there are none: it is
 	// borrowed from tlsBufPool for one read and given back as soon as it
@@ -332,11 +335,107 @@ func TLSParker(c *tls.Conn) (*Parker, bool) {
 
 // Read reads from the socket, never past the end of the current record's
 // header or body; a header and its body read ahead behind it are read
-// together.
+// together. The connection's first record, when it is a handshake record
+// (the ClientHello), is handed out in records of at most helloFragment
+// bytes (see helloSplit).
 func (c *recordConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if !c.hello.done {
+		return c.readHello(p)
+	}
+	return c.read(p)
+}
+
+// helloFragment is the size of the records Read splits the connection's
+// first handshake record into. crypto/tls reads a record into an input
+// buffer that it keeps, grown to the largest record it has read, for the
+// connection's life, and asks for room for 512 bytes more than it needs
+// (bytes.MinRead): a record of at most 59 bytes keeps that buffer at the
+// 576 bytes its first header read allocates, where a ClientHello in one
+// record (1.5 to 2 KiB with an X25519MLKEM768 key share) grew it to
+// 2 KiB. Its handshake buffer still grows to the ClientHello's size.
+const helloFragment = 576 - 512 - recordHeaderLen
+
+// helloSplit is the state of the connection's first record while Read
+// hands it out: a handshake record is split into records of at most
+// helloFragment bytes, as TLS allows (RFC 8446 §5.1), each under a header
+// made from the real one; any other record passes as it is.
+type helloSplit struct {
+	done    bool // the first record has been handed out (or failed)
+	started bool // its real header has been read
+	split   bool // it is a handshake record
+	// hdr is the header handed out for the current fragment, hn bytes
+	// of it so far; chunk is what is left of the fragment's body, left
+	// what is left of the real record's body.
+	hdr         [recordHeaderLen]byte
+	hn          int
+	chunk, left int
+}
+
+// next sets up the header of the next fragment.
+func (h *helloSplit) next() {
+	k := h.left
+	if h.split {
+		k = min(k, helloFragment)
+	}
+	h.hdr[3], h.hdr[4] = byte(k>>8), byte(k)
+	h.hn, h.chunk = 0, k
+}
+
+// readHello is Read while the connection's first record is handed out.
+func (c *recordConn) readHello(p []byte) (int, error) {
+	h := &c.hello
+	if !h.started {
+		for n := 0; n < recordHeaderLen; {
+			m, err := c.read(h.hdr[n:])
+			n += m
+			if err != nil {
+				h.done = true
+				return 0, err
+			}
+		}
+		h.started = true
+		h.split = h.hdr[0] == recordTypeHandshake
+		h.left = int(h.hdr[3])<<8 | int(h.hdr[4])
+		h.next()
+	}
+	if h.hn < recordHeaderLen {
+		n := copy(p, h.hdr[h.hn:])
+		h.hn += n
+		if h.hn == recordHeaderLen && h.chunk == 0 {
+			h.done = true // an empty record
+		}
+		if h.hn < recordHeaderLen || h.chunk == 0 || n == len(p) || !c.pending() {
+			return n, nil
+		}
+		// The fragment's body was read ahead: hand it on with its
+		// header, as read does for whole records.
+		m, err := c.readFragment(p[n:])
+		return n + m, err
+	}
+	return c.readFragment(p)
+}
+
+// readFragment hands out what p takes of the current fragment's body.
+func (c *recordConn) readFragment(p []byte) (int, error) {
+	h := &c.hello
+	n, err := c.read(p[:min(len(p), h.chunk)])
+	h.chunk -= n
+	h.left -= n
+	if h.chunk == 0 {
+		if h.left == 0 {
+			h.done = true
+		} else {
+			h.next()
+		}
+	}
+	return n, err
+}
+
+// read is Read past the first record.
+func (c *recordConn) read(p []byte) (int, error) {
 	room := p
 	if lim := c.bounds.limit(); len(p) > lim {
 		p = p[:lim]

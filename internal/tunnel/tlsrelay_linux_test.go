@@ -715,8 +715,16 @@ func TestRelayTLSIdleMemory(t *testing.T) {
 					if goroutines > tunnels/10 || stacks > 1024 {
 						t.Errorf("%d goroutines, %.1f KiB of stacks per tunnel on the engine; want none", goroutines, stacks/1024)
 					}
-					if tt.up == 0 && heap > 16*1024 {
-						t.Errorf("%.1f KiB of heap per tunnel on the engine; want no buffer held", heap/1024)
+					// Measured 6.0 KiB after a handshake alone: crypto/tls's
+					// state, its input buffer at 576 bytes (the
+					// ClientHello handed to it in small records; 7.1
+					// KiB in one record).
+					limit := 7.5 * 1024
+					if raceEnabled {
+						limit = 16 * 1024
+					}
+					if tt.up == 0 && heap > limit {
+						t.Errorf("%.1f KiB of heap per tunnel on the engine, want under %.1f KiB: no buffer held, the ClientHello read in small records", heap/1024, limit/1024)
 					}
 				}
 			})
