@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -30,21 +29,6 @@ import (
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
-
-// raceEnabled reports whether the race detector is on (stacks and heap
-// are larger then).
-var raceEnabled = func() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}()
 
 // TestIdleTunnelMemory measures what an idle HTTP/2 tunnel (one TLS
 // connection carrying one CONNECT stream, a few bytes echoed) costs the
@@ -60,7 +44,7 @@ func TestIdleTunnelMemory(t *testing.T) {
 	ours, stacks := measureIdle(t, tunnels, false)
 	std, _ := measureIdle(t, tunnels, true)
 	summary(t, "h2: an idle HTTP/2 tunnel costs %.1f KiB of heap+stacks, %.1f KiB of it stacks (x/net/http2's Server with a CONNECT handler: %.1f KiB; %d tunnels, race detector %v)",
-		ours/1024, stacks/1024, std/1024, tunnels, raceEnabled)
+		ours/1024, stacks/1024, std/1024, tunnels, proxytest.Race)
 	// Bounds a little above what is measured (22 KiB, 6.3 KiB of it
 	// stacks: ServeConn's goroutine parked with a 4 KiB stack, the
 	// tunnel's with 2 KiB), so as to catch a buffer, a goroutine or a
@@ -70,7 +54,7 @@ func TestIdleTunnelMemory(t *testing.T) {
 	// a tunnel that waited on the goroutine that had sent its bytes 4 KiB
 	// (8 to 9 KiB).
 	limit, stackLimit := 25.0*1024, 7.5*1024
-	if raceEnabled {
+	if proxytest.Race {
 		limit, stackLimit = 64*1024, 40*1024
 	}
 	if ours > limit {

@@ -86,9 +86,9 @@ func TestIdleMemory(t *testing.T) {
 	perConn := float64(withConns-base) / conns
 	perFlow := float64(withFlows-withConns) / flows
 	t.Logf("h3: an idle HTTP/3 connection costs the proxy %.1f KiB of heap+stacks, an idle CONNECT-UDP flow %.1f KiB (%d connections, %d flows on one connection, race detector %v)",
-		perConn/1024, perFlow/1024, conns, flows, raceEnabled())
+		perConn/1024, perFlow/1024, conns, flows, proxytest.Race)
 	connLimit, flowLimit := 200.0*1024, 48.0*1024
-	if raceEnabled() {
+	if proxytest.Race {
 		connLimit, flowLimit = 2*connLimit, 2*flowLimit
 	}
 	if perConn > connLimit || perFlow > flowLimit {
@@ -96,10 +96,6 @@ func TestIdleMemory(t *testing.T) {
 			perConn/1024, connLimit/1024, perFlow/1024, flowLimit/1024)
 	}
 }
-
-// raceEnabled reports whether the race detector is on (stacks and heap
-// are larger then).
-func raceEnabled() bool { return raceBuild }
 
 // inUse returns heap in use plus stacks once garbage collection has
 // settled (a few cycles, so that what finalizers free counts too).

@@ -86,7 +86,7 @@ func BenchmarkForward1KTLS(b *testing.B) {
 // whole is handed to crypto/tls in one Read (tunnel.RecordConn), so that
 // it does not ask again for the body.
 func TestForwardTLSAllocs(t *testing.T) {
-	if raceBuild {
+	if proxytest.Race {
 		t.Skip("the race detector allocates on its own")
 	}
 	body := strings.Repeat("b", 1024)

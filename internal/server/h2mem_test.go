@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"runtime"
-	"runtime/debug"
 	"testing"
 	"time"
 
@@ -84,24 +83,10 @@ func TestIdleH2TunnelStacks(t *testing.T) {
 	// goroutine 4 KiB, the tunnel's 2. With the first bytes read on the
 	// connection's goroutine it kept an 8 KiB stack: 28 KiB.
 	limit := 26.0
-	if raceEnabled {
+	if proxytest.Race {
 		limit = 64 // the race detector's stacks are larger
 	}
 	if per > limit {
 		t.Errorf("%.1f KiB of goroutine stacks per idle HTTP/2 tunnel, want under %.0f KiB", per, limit)
 	}
 }
-
-// raceEnabled reports whether the race detector is on.
-var raceEnabled = func() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}()

@@ -1,5 +1,0 @@
-//go:build race
-
-package h3
-
-const raceBuild = true
