@@ -91,7 +91,9 @@ type confData struct {
 	// htpasswd user), "ldap" (the directory at LDAPURL) or "jwt" (tokens
 	// of Issuer, keys at JWKSURL); or "limits" (the htpasswd user with a
 	// per-user connection limit and a quota, counted locally) and
-	// "redis" (the same counted through the Redis at RedisURL).
+	// "redis" (the same counted through the Redis at RedisURL); or
+	// "x25519" (the htpasswd user, the https listener preferring the
+	// classical X25519 key exchange).
 	Provider                 string
 	LDAPURL, JWKSURL, Issuer string
 	RedisURL                 string
@@ -164,6 +166,16 @@ var proxies = []*proxyDef{
 		},
 		prepare: prepareRustleRedis,
 		command: rustleCommand("redis"),
+	},
+	{
+		name: "rustle-x25519", label: "rustle (X25519)",
+		features: []string{featHTTPS},
+		tuning: []string{
+			"rustle as in its own column, its https listener with key_exchanges = [\"X25519\", \"X25519MLKEM768\"]: the classical X25519 first (what Squid 5.7 with GnuTLS uses), the post-quantum hybrid only for a client without X25519; the rustle column keeps Go's default, X25519MLKEM768 whenever the client offers it",
+			"only the HTTPS port (-proxies rustle,rustle-x25519,squid -tests https-1k-newconn,https-1k-full measures what the hybrid costs a new connection)",
+		},
+		prepare: prepareRustle,
+		command: rustleCommand("x25519"),
 	},
 	{
 		name: "squid", label: "Squid", pkg: "squid", binary: "squid",
