@@ -135,15 +135,25 @@ func New(cfg Config) (*Cluster, error) {
 func (c *Cluster) Instance() string { return c.cfg.Instance }
 
 // Start syncs once (so that a first request sees the totals when Redis
-// is there, within one timeout when it is not) and starts the sync loop
-// and the revocation subscriber.
+// is there, within one timeout when it is not), subscribes to the other
+// instances' revocations (waiting up to one timeout for Redis to confirm
+// it: a revocation published before that would be lost) and starts the
+// sync loop and the revocation subscriber.
 func (c *Cluster) Start() {
 	c.sync()
 	c.wg.Add(1)
 	go c.loop()
 	if c.cfg.Revoke != nil {
+		ps := c.client.Subscribe(c.ctx, revokeChannel)
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
+		if _, err := ps.Receive(ctx); err != nil {
+			// Redis is not there yet: the subscription is made again
+			// when it comes back.
+			c.log.Warn("cluster: revocations not subscribed yet", "err", err)
+		}
+		cancel()
 		c.wg.Add(1)
-		go c.subscribe()
+		go c.subscribe(ps)
 	}
 }
 
@@ -329,11 +339,10 @@ func (c *Cluster) Publish(users []string) error {
 	return nil
 }
 
-// subscribe receives the other instances' revocations until Close; the
-// subscription reconnects by itself after Redis comes back.
-func (c *Cluster) subscribe() {
+// subscribe receives the other instances' revocations on ps until Close;
+// the subscription reconnects by itself after Redis comes back.
+func (c *Cluster) subscribe(ps *redis.PubSub) {
 	defer c.wg.Done()
-	ps := c.client.Subscribe(c.ctx, revokeChannel)
 	defer ps.Close()
 	ch := ps.Channel(redis.WithChannelHealthCheckInterval(5 * c.cfg.SyncInterval))
 	for {
