@@ -25,6 +25,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Each call below converts its buffer's pointer in the RawSyscall
+// expression itself, as unsafe.Pointer's rule for system calls requires
+// (a buffer on a goroutine stack may move otherwise), which is why the
+// three are not one helper taking uintptrs.
+
 // readFD reads fd once, retrying on EINTR; n is 0 on error. fd must be
 // non-blocking.
 func readFD(fd int, p []byte) (int, error) {
