@@ -134,6 +134,7 @@ func (d dialer) dialConn(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
+	c = rawSyscalls(c)
 	if d.tlsConf == nil {
 		return c, nil
 	}
