@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/rustle-proxy/rustle/bench/internal/rawsys"
 )
 
 // dialer opens connections to one target, through a proxy or straight.
@@ -134,7 +136,7 @@ func (d dialer) dialConn(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c = rawSyscalls(c)
+	c = rawsys.Wrap(c)
 	if d.tlsConf == nil {
 		return c, nil
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package rawsys
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// rawPair returns a loopback TCP connection wrapped by rawSyscalls and its
+// rawPair returns a loopback TCP connection wrapped by Wrap and its
 // peer, both closed at the end of the test.
 func rawPair(t *testing.T) (raw, peer net.Conn) {
 	t.Helper()
@@ -30,15 +30,15 @@ func rawPair(t *testing.T) (raw, peer net.Conn) {
 		c.Close()
 		t.Fatal(err)
 	}
-	raw = rawSyscalls(c)
-	if _, ok := raw.(*rawSysConn); !ok {
-		t.Fatalf("rawSyscalls(%T) = %T, want *rawSysConn", c, raw)
+	raw = Wrap(c)
+	if _, ok := raw.(*conn); !ok {
+		t.Fatalf("Wrap(%T) = %T, want *conn", c, raw)
 	}
 	t.Cleanup(func() { raw.Close(); p.Close() })
 	return raw, p
 }
 
-func TestRawWritesMoveEveryByte(t *testing.T) {
+func TestWrapMovesEveryByte(t *testing.T) {
 	for _, dir := range []string{"raw writes", "raw reads"} {
 		t.Run(dir, func(t *testing.T) {
 			raw, peer := rawPair(t)
@@ -74,7 +74,7 @@ func TestRawWritesMoveEveryByte(t *testing.T) {
 	}
 }
 
-func TestRawWritesKeepDeadlines(t *testing.T) {
+func TestWrapKeepsDeadlines(t *testing.T) {
 	raw, _ := rawPair(t)
 	raw.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	if _, err := raw.Read(make([]byte, 10)); !errors.Is(err, os.ErrDeadlineExceeded) {

@@ -1,15 +1,16 @@
 //go:build linux
 
-package main
+package rawsys
 
 import (
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"unsafe"
 )
 
-// rawSysConn is a TCP connection whose reads and writes are raw,
+// conn is a TCP connection whose reads and writes are raw,
 // non-blocking read(2) and write(2) calls made while the goroutine keeps
 // its processor.
 //
@@ -23,26 +24,29 @@ import (
 // limited rustle's rate. With raw calls the monitor stays asleep. The
 // engine of rustle's tunnels makes its calls the same way
 // (internal/tunnel/rawsys_linux.go).
-type rawSysConn struct {
+type conn struct {
 	*net.TCPConn
 	rc syscall.RawConn
-	// p, n and errno are the current write's arguments and results,
-	// owned by the goroutine in Write; write is the RawConn callback,
-	// made once so that a write allocates nothing.
+	// wmu serializes Writes (net.Conn allows concurrent ones). p, n and
+	// errno are the current write's arguments and results, guarded by
+	// wmu; write is the RawConn callback, made once so that a write
+	// allocates nothing.
+	wmu   sync.Mutex
 	p     []byte
 	n     int
 	errno syscall.Errno
 	write func(fd uintptr) bool
-	// rp, rn and rerrno are the current read's, read its callback.
+	// rmu, rp, rn, rerrno and read are the same for Read.
+	rmu    sync.Mutex
 	rp     []byte
 	rn     int
 	rerrno syscall.Errno
 	read   func(fd uintptr) bool
 }
 
-// rawSyscalls wraps c so that its reads and writes are raw system calls; c is
+// Wrap wraps c so that its reads and writes are raw system calls; c is
 // returned as it is when it is not TCP.
-func rawSyscalls(c net.Conn) net.Conn {
+func Wrap(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return c
@@ -51,14 +55,14 @@ func rawSyscalls(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	w := &rawSysConn{TCPConn: tc, rc: rc}
+	w := &conn{TCPConn: tc, rc: rc}
 	w.write, w.read = w.writeFD, w.readFD
 	return w
 }
 
 // writeFD is the RawConn callback: one write(2), false to wait for
 // writability on EAGAIN.
-func (w *rawSysConn) writeFD(fd uintptr) bool {
+func (w *conn) writeFD(fd uintptr) bool {
 	for {
 		// The pointer is converted in the call expression, as
 		// unsafe.Pointer's rule for system calls requires.
@@ -79,7 +83,9 @@ func (w *rawSysConn) writeFD(fd uintptr) bool {
 
 // Write writes all of p, waiting for writability when the socket's
 // buffer is full; the connection's write deadline applies.
-func (w *rawSysConn) Write(p []byte) (int, error) {
+func (w *conn) Write(p []byte) (int, error) {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
 	written := 0
 	for written < len(p) {
 		w.p = p[written:]
@@ -98,7 +104,7 @@ func (w *rawSysConn) Write(p []byte) (int, error) {
 
 // readFD is the RawConn callback of Read: one read(2), false to wait for
 // readability on EAGAIN.
-func (w *rawSysConn) readFD(fd uintptr) bool {
+func (w *conn) readFD(fd uintptr) bool {
 	for {
 		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(w.rp))), uintptr(len(w.rp)))
 		switch e {
@@ -118,10 +124,12 @@ func (w *rawSysConn) readFD(fd uintptr) bool {
 // Read reads into p, waiting for readability; the connection's read
 // deadline applies, and a read of 0 bytes at the end of the stream is
 // io.EOF.
-func (w *rawSysConn) Read(p []byte) (int, error) {
+func (w *conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	w.rmu.Lock()
+	defer w.rmu.Unlock()
 	w.rp = p
 	err := w.rc.Read(w.read)
 	w.rp = nil
