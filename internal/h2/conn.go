@@ -205,14 +205,34 @@ func (c *conn) run(first, ready bool) {
 		c.end(c.frames(c.ctx, first, ready, false) == loopGraceful)
 		return
 	}
-	if r := c.frames(c.ctx, first, ready, true); r != loopIdle {
-		c.end(r == loopGraceful)
-		return
-	}
-	if !c.notify() {
-		go c.waitThen()
+	for {
+		if r := c.frames(c.ctx, first, ready, true); r != loopIdle {
+			c.end(r == loopGraceful)
+			return
+		}
+		first = false
+		switch c.notify() {
+		case notifyWaiting:
+			return
+		case notifyReady:
+			ready = true // the client has sent meanwhile: serve on here
+		case notifyFailed:
+			c.end(false)
+			return
+		default:
+			go c.waitThen()
+			return
+		}
 	}
 }
+
+// What notify did.
+const (
+	notifyNone    = iota // nothing: the caller waits on a goroutine
+	notifyWaiting        // registered: resume will serve on
+	notifyReady          // the socket is readable already: read on
+	notifyFailed         // the socket failed: the connection ends
+)
 
 // end tears the connection down once it has ended, and says so.
 func (c *conn) end(graceful bool) {
@@ -240,26 +260,33 @@ func (c *conn) waitThen() {
 }
 
 // notify registers the wait for the client of an idle connection with
-// Parker.Notify, to resume on a fresh worker. It reports false, having
-// registered nothing, where the platform has no such wait, and when the
-// connection has sent GOAWAY (a connection shutting down may be closed
-// under it, which a Notice would not see) or is no longer idle.
-func (c *conn) notify() bool {
+// Parker.Notify, to resume on a fresh worker, unless the client has sent
+// meanwhile. It registers nothing (notifyNone) where the platform has no
+// such wait, and when the connection has sent GOAWAY (a connection
+// shutting down may be closed under it, which a Notice would not see) or
+// is no longer idle.
+func (c *conn) notify() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.goAway || !c.idleLocked() {
-		return false
+		return notifyNone
 	}
 	if c.rd.armed {
 		c.raw.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
 		c.rd.armed = false
 	}
+	switch ok, err := c.park.Ready(); {
+	case ok && err != nil:
+		return notifyFailed
+	case ok:
+		return notifyReady
+	}
 	n, ok := c.park.Notify(time.Time{}, c.resumeFn)
 	if !ok {
-		return false
+		return notifyNone
 	}
 	c.parked, c.notice = true, n
-	return true
+	return notifyWaiting
 }
 
 // resume is the end of notify's wait: it serves on, on the Notice's

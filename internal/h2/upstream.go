@@ -646,11 +646,16 @@ func (s *stream) pumpDown(up *net.TCPConn, p *tunnel.Parker, waited bool, werr e
 			return true
 		}
 		if !waited {
-			if stop, ok := s.notify(up, p); ok {
+			if ok, err := p.Ready(); ok {
+				// More to read (or the upstream's end): no wait.
+				waited, werr = true, err
+			} else if stop, ok := s.notify(up, p); ok {
 				return false
 			} else if stop {
 				return true
 			}
+		}
+		if !waited {
 			if sent {
 				go s.relay(up, p, false, nil)
 				return false

@@ -236,11 +236,11 @@ func readFirstBytes(ctx context.Context, tc *tls.Conn, p []byte, timeout time.Du
 
 // readFirstBytesAside is readFirstBytes on a goroutine of its own, for
 // the reason handshake is: decrypting the first record grows a stack to
-// 8 KiB, and the connection's goroutine, which then waits in
-// h2.Server.ServeConn for as long as the connection lives, would keep
-// that stack (a goroutine parked with more than about 1.2 KiB of frames,
-// as this one is, keeps an 8 KiB stack once grown to it): 4 KiB more per
-// idle HTTP/2 tunnel.
+// 8 KiB, and the connection's goroutine, when it then serves HTTP/1.1
+// (ServeConnRead), would keep that stack (a goroutine parked with more
+// than about 1.2 KiB of frames, as this one is, keeps an 8 KiB stack once
+// grown to it); HTTP/2 is served on goroutines of the connection's own
+// (ServePrefacedThen), and this one ends.
 func readFirstBytesAside(ctx context.Context, tc *tls.Conn, p []byte, timeout time.Duration) (int, int, error) {
 	type result struct {
 		n, kind int

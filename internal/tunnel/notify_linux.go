@@ -78,6 +78,31 @@ func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 	return n, true
 }
 
+// Ready reports, without waiting, whether the socket has bytes to read,
+// or its stream has ended (or a TLS connection's Parker holds bytes read
+// ahead), so that the caller may read on rather than wait; err is the
+// socket's error, which the peek has taken (the kernel reports it once:
+// the next read would see a plain end of stream), ready set with it.
+func (p *Parker) Ready() (ready bool, err error) {
+	if p.ahead != nil && p.ahead.pending() {
+		return true, nil
+	}
+	if p.peekFn == nil {
+		p.peekFn = p.peek
+	}
+	p.err, p.peeked = nil, false
+	if err := p.rc.Control(p.peekFn); err != nil {
+		return true, err
+	}
+	if p.err != nil {
+		return true, os.NewSyscallError("recvfrom", p.err)
+	}
+	return p.peeked, nil
+}
+
+// peek is Ready's RawConn.Control callback.
+func (p *Parker) peek(fd uintptr) { p.peeked = p.ready(fd) }
+
 // Wake ends the wait if fn has not been called yet: fn gets [ErrWoken].
 // It does not block, and may be called more than once.
 func (n *Notice) Wake() {

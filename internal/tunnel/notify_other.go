@@ -21,5 +21,9 @@ func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 	return nil, false
 }
 
+// Ready reports false off Linux, where callers wait with [Parker.Wait],
+// which returns at once when the socket is readable.
+func (p *Parker) Ready() (ready bool, err error) { return false, nil }
+
 // Wake does nothing off Linux (no Notice waits).
 func (n *Notice) Wake() {}

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"errors"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"testing"
@@ -100,5 +101,44 @@ func TestNotifyClosedSocket(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		n.Wake()
 		t.Fatal("not called for a closed socket")
+	}
+}
+
+// TestParkerReady checks Ready's answer on an empty socket, one with
+// bytes, one at its end and one reset by its peer.
+func TestParkerReady(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Ready reports false off Linux")
+	}
+	cases := []struct {
+		name    string
+		act     func(t *testing.T, peer *net.TCPConn)
+		ready   bool
+		wantErr bool
+	}{
+		{"empty", func(*testing.T, *net.TCPConn) {}, false, false},
+		{"bytes", func(_ *testing.T, peer *net.TCPConn) { peer.Write([]byte("a")) }, true, false},
+		{"end of stream", func(_ *testing.T, peer *net.TCPConn) { peer.Close() }, true, false},
+		{"reset", func(_ *testing.T, peer *net.TCPConn) { peer.SetLinger(0); peer.Close() }, true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _, peer := newParked(t)
+			tc.act(t, peer)
+			var ready bool
+			var err error
+			if tc.ready {
+				// Bytes and the peer's end take a moment to arrive.
+				eventually(t, "Ready", func() bool {
+					ready, err = p.Ready()
+					return ready
+				})
+			} else {
+				ready, err = p.Ready()
+			}
+			if ready != tc.ready || (err != nil) != tc.wantErr {
+				t.Fatalf("Ready = %v, %v; want %v, error %v", ready, err, tc.ready, tc.wantErr)
+			}
+		})
 	}
 }
