@@ -66,11 +66,13 @@ type stream struct {
 	// the worker; its Pace is called by the stream's other goroutines too
 	// (it only reads the bucket Authorize set).
 	grant    gate.Grant
-	relaying bool           // the DATA sent is relayed payload (not rustle's own answer); owned by the worker
-	got      int64          // DATA payload bytes received; owned by the reader
-	upw      rawWriter      // non-blocking writes to up; used by the reader while !pumping
-	upWait   *tunnel.Notice // the tunnel's wait for its upstream (pumpDown); nil when none; guarded by c.mu
-	last     atomic.Int64   // when a tunnel byte last moved, in ns since start
+	relaying bool         // the DATA sent is relayed payload (not rustle's own answer); owned by the worker
+	got      int64        // DATA payload bytes received; owned by the reader
+	upw      rawWriter    // non-blocking writes to up; used by the reader while !pumping
+	last     atomic.Int64 // when a tunnel byte last moved, in ns since start
+	// upWait is the tunnel's wait for its upstream (pumpDown); nil when
+	// none. Guarded by c.mu.
+	upWait *tunnel.Notice
 	// timer wakes the worker from a wait with a deadline
 	// (waitUntilLocked), bodyTimer the request body's writer (writeBody);
 	// each is made on its first such wait. Guarded by c.mu.
