@@ -263,8 +263,9 @@ func (c *conn) waitThen() {
 // Parker.Notify, to resume on a fresh worker, unless the client has sent
 // meanwhile. It registers nothing (notifyNone) where the platform has no
 // such wait, and when the connection has sent GOAWAY (a connection
-// shutting down may be closed under it, which a Notice would not see) or
-// is no longer idle.
+// shutting down may be closed under it, which a Notice would see only at
+// its loop's next look for closed sockets, up to a second later) or is
+// no longer idle.
 func (c *conn) notify() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -98,7 +98,7 @@
 // the process, and its goroutine ends; a fresh one resumes when the
 // client sends, a stream ends or the server shuts down (then the reader
 // waits on a goroutine: a connection shutting down may be closed under
-// it). A tunnel waits for its upstream the same way, resumed by its
+// it, which a Notice would see only up to a second later). A tunnel waits for its upstream the same way, resumed by its
 // bytes, its idle deadline or its reset. ServeConnThen, which
 // internal/server uses, returns at once, so that no goroutine of the
 // caller waits for the connection either. With the connection's TLS and

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -33,8 +34,9 @@ type Notice struct {
 // netpoller on the epoll descriptor.
 type notifier struct {
 	mu      sync.Mutex
-	epfd    int // -1 until first used
-	evfd    int // eventfd that wakes the loop (epoll data 0)
+	epfd    int      // -1 until first used
+	evfd    int      // eventfd that wakes the loop (epoll data 0)
+	epFile  *os.File // epfd, for the sweep's deadline
 	epRaw   syscall.RawConn
 	waits   map[uint64]*Notice // registered and not yet fired; guarded by mu
 	next    uint64             // the last id given; guarded by mu
@@ -54,10 +56,12 @@ const notifyFlags = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
 // from being set up; whichever comes first, and only once. Unlike
 // [Parker.Wait] no goroutine waits meanwhile: on Linux one epoll loop
 // waits for every Notice of the process. The socket's own read deadline
-// does not end the wait, nor does closing it: whoever closes the socket
-// while a Notice waits on it must Wake it first (its epoll registration
-// goes with the socket). It reports false, calling nothing, on platforms
-// without such a loop: the caller waits with [Parker.Wait] instead.
+// does not end the wait; closing the socket ends it with net.ErrClosed
+// only at the loop's next look for closed sockets, within about a
+// second (its epoll registration goes with the socket, so no event
+// comes): whoever closes a socket a Notice waits on should Wake it
+// first. It reports false, calling nothing, on platforms without such a
+// loop: the caller waits with [Parker.Wait] instead.
 func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 	n := &Notice{rc: p.rc, fn: fn}
 	if p.ahead != nil && p.ahead.pending() {
@@ -206,11 +210,12 @@ func (l *notifier) setup() error {
 	// The poller parks the loop until the epoll descriptor is readable
 	// (has events), as the engine's loop does. The set lives as long as
 	// the process.
-	rc, err := os.NewFile(uintptr(epfd), "tunnel-notify").SyscallConn()
+	f := os.NewFile(uintptr(epfd), "tunnel-notify")
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("tunnel: poll the epoll set: %w", err)
 	}
-	l.epfd, l.evfd, l.epRaw = epfd, evfd, rc
+	l.epfd, l.evfd, l.epFile, l.epRaw = epfd, evfd, f, rc
 	return nil
 }
 
@@ -223,8 +228,11 @@ func (l *notifier) loop() {
 		n, werr = pollEvents(int(fd), events)
 		return n != 0 || werr != nil
 	}
+	nextSweep := time.Now().Add(notifySweep)
+	l.epFile.SetReadDeadline(nextSweep)
 	for {
-		if err := l.epRaw.Read(try); err != nil {
+		n, werr = 0, nil
+		if err := l.epRaw.Read(try); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			werr = err
 		}
 		if werr != nil {
@@ -246,6 +254,11 @@ func (l *notifier) loop() {
 				w.fire(nil)
 			}
 		}
+		if now := time.Now(); !now.Before(nextSweep) {
+			l.sweep()
+			nextSweep = now.Add(notifySweep)
+			l.epFile.SetReadDeadline(nextSweep)
+		}
 		l.mu.Lock()
 		if len(l.waits) == 0 {
 			l.running = false
@@ -253,6 +266,26 @@ func (l *notifier) loop() {
 			return
 		}
 		l.mu.Unlock()
+	}
+}
+
+// notifySweep is how often the loop looks for waits whose socket has
+// been closed under them: its epoll registration went with it, so no
+// event comes.
+const notifySweep = time.Second
+
+// sweep calls the waits whose socket has been closed with net.ErrClosed.
+func (l *notifier) sweep() {
+	var closed []*Notice
+	l.mu.Lock()
+	for _, w := range l.waits {
+		if w.rc.Control(func(uintptr) {}) != nil {
+			closed = append(closed, w)
+		}
+	}
+	l.mu.Unlock()
+	for _, w := range closed {
+		w.fire(net.ErrClosed)
 	}
 }
 

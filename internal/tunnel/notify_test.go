@@ -142,3 +142,26 @@ func TestParkerReady(t *testing.T) {
 		})
 	}
 }
+
+// TestNotifyClosedUnder checks that a wait whose socket is closed under
+// it, without Wake, still ends: with net.ErrClosed, at the loop's next
+// look for closed sockets.
+func TestNotifyClosedUnder(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("no Notify on " + runtime.GOOS)
+	}
+	p, c, _ := newParked(t)
+	got := make(chan error, 1)
+	if _, ok := p.Notify(time.Time{}, func(err error) { got <- err }); !ok {
+		t.Fatal("Notify reported no wait on Linux")
+	}
+	c.Close()
+	select {
+	case err := <-got:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("called with %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not called for a socket closed under its wait")
+	}
+}
