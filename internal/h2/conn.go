@@ -115,9 +115,16 @@ type conn struct {
 	parked     bool               // the reader waits for socket readiness; guarded by mu
 	woken      bool               // the reader's read deadline was set to wake it; guarded by mu
 	// handOff is set while the reader waits on a worker goroutine
-	// that leaves the wait to run's goroutine once the connection is
-	// idle; guarded by mu.
+	// that leaves the wait to another once the connection is idle;
+	// guarded by mu.
 	handOff bool
+	notice  *tunnel.Notice // the reader's wait when no goroutine waits (notify); nil otherwise; guarded by mu
+
+	// Set by serve.
+	ctx      context.Context
+	stop     func() bool // ends the shutdown on ctx's end
+	done     func()      // what ServeConnThen was given
+	resumeFn func(error) // c.resume, bound once
 }
 
 func newConn(s *Server, nc net.Conn, sess *gate.Session) *conn {
@@ -152,9 +159,10 @@ func (c *conn) newFramer() {
 	c.bigFrame = false
 }
 
-// serve runs the connection: it reads and handles frames until the
-// connection ends, then tears it down.
-func (c *conn) serve(ctx context.Context) {
+// serve starts the connection on a goroutine of its own: it reads and
+// handles frames until the connection ends, then tears it down and calls
+// done.
+func (c *conn) serve(ctx context.Context, done func()) {
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		// Its Parker sees the bytes RecordConn read ahead.
 		if p, ok := tunnel.TLSParker(tc); ok {
@@ -165,10 +173,10 @@ func (c *conn) serve(ctx context.Context) {
 			c.park = tunnel.NewParker(rc)
 		}
 	}
-	stop := context.AfterFunc(ctx, c.shutdown)
-	graceful := c.run(ctx)
-	stop()
-	c.finish(graceful)
+	c.ctx, c.done = ctx, done
+	c.resumeFn = c.resume
+	c.stop = context.AfterFunc(ctx, c.shutdown)
+	go c.run(true, false)
 }
 
 // How a frame loop (conn.frames) ended.
@@ -178,42 +186,125 @@ const (
 	loopIdle            // the connection is idle: the caller waits for the client
 )
 
-// run serves the connection until it ends. It reports whether the
-// connection ended with a GOAWAY sent, so that finish lingers.
+// run serves the connection from here on, on a worker goroutine (first:
+// from its start; ready: the socket has just been found readable). It
+// returns when the connection has ended (then it has torn it down), or
+// when it waits for the client on another goroutine or on none.
 //
-// With a socket to wait on, the frames are read and handled on worker
-// goroutines, and this one only waits while the connection is idle with
-// tunnels open (and no other stream): a worker whose stack has grown with the work
-// (TLS records, HPACK, the requests) ends when the connection goes idle,
-// and the connection waits for its client on this goroutine, which does
-// no work and keeps a small stack, rather than on the grown one, which
-// the garbage collector could not shrink below 8 KiB.
-func (c *conn) run(ctx context.Context) bool {
+// With a socket to wait on, a worker whose stack has grown with the
+// work (TLS records, HPACK, the requests) ends when the connection goes
+// idle with tunnels open (and no other stream): the wait for the client
+// is registered with Parker.Notify, which needs no goroutine, and a
+// fresh worker resumes once the client has sent (resume); where there is
+// no such wait, or the connection is shutting down, it waits on a fresh
+// goroutine (waitThen), whose stack, which has done no work, stays
+// small, rather than on the grown one, which the garbage collector could
+// not shrink below 8 KiB.
+func (c *conn) run(first, ready bool) {
 	if c.park == nil {
-		return c.frames(ctx, true, false, false) == loopGraceful
+		c.end(c.frames(c.ctx, first, ready, false) == loopGraceful)
+		return
 	}
-	done := make(chan int, 1)
-	first, ready := true, false
 	for {
-		go func(first, ready bool) { done <- c.frames(ctx, first, ready, true) }(first, ready)
+		if r := c.frames(c.ctx, first, ready, true); r != loopIdle {
+			c.end(r == loopGraceful)
+			return
+		}
 		first = false
-		if r := <-done; r != loopIdle {
-			return r == loopGraceful
-		}
-		err := c.wait(false)
-		ready = err == nil
-		switch err {
-		case nil, errWoken:
-		case errDone:
-			return true
-		case errIdle:
-			c.mu.Lock()
-			c.goAwayLocked(http2.ErrCodeNo)
-			c.mu.Unlock()
-			return true
+		switch c.notify() {
+		case notifyWaiting:
+			return
+		case notifyReady:
+			ready = true // the client has sent meanwhile: serve on here
+		case notifyFailed:
+			c.end(false)
+			return
 		default:
-			return false
+			go c.waitThen()
+			return
 		}
+	}
+}
+
+// What notify did.
+const (
+	notifyNone    = iota // nothing: the caller waits on a goroutine
+	notifyWaiting        // registered: resume will serve on
+	notifyReady          // the socket is readable already: read on
+	notifyFailed         // the socket failed: the connection ends
+)
+
+// end tears the connection down once it has ended, and says so.
+func (c *conn) end(graceful bool) {
+	c.stop()
+	c.finish(graceful)
+	c.done()
+}
+
+// waitThen waits for the client on this goroutine, then serves on (run).
+func (c *conn) waitThen() {
+	err := c.wait(false)
+	switch err {
+	case nil, errWoken:
+		c.run(false, err == nil)
+	case errDone:
+		c.end(true)
+	case errIdle:
+		c.mu.Lock()
+		c.goAwayLocked(http2.ErrCodeNo)
+		c.mu.Unlock()
+		c.end(true)
+	default:
+		c.end(false)
+	}
+}
+
+// notify registers the wait for the client of an idle connection with
+// Parker.Notify, to resume on a fresh worker, unless the client has sent
+// meanwhile. It registers nothing (notifyNone) where the platform has no
+// such wait, and when the connection has sent GOAWAY (a connection
+// shutting down may be closed under it, which a Notice would see only at
+// its loop's next look for closed sockets, up to a second later) or is
+// no longer idle.
+func (c *conn) notify() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.goAway || !c.idleLocked() {
+		return notifyNone
+	}
+	if c.rd.armed {
+		c.raw.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
+		c.rd.armed = false
+	}
+	switch ok, err := c.park.Ready(); {
+	case ok && err != nil:
+		return notifyFailed
+	case ok:
+		return notifyReady
+	}
+	n, ok := c.park.Notify(time.Time{}, c.resumeFn)
+	if !ok {
+		return notifyNone
+	}
+	c.parked, c.notice = true, n
+	return notifyWaiting
+}
+
+// resume is the end of notify's wait: it serves on, on the Notice's
+// goroutine.
+func (c *conn) resume(err error) {
+	c.mu.Lock()
+	c.parked, c.notice = false, nil
+	woken := c.woken
+	c.woken = false
+	c.mu.Unlock()
+	switch {
+	case woken || errors.Is(err, tunnel.ErrWoken):
+		c.run(false, false)
+	case err == nil:
+		c.run(false, true)
+	default:
+		c.end(false)
 	}
 }
 
@@ -514,7 +605,11 @@ func (c *conn) wait(handOff bool) error {
 func (c *conn) wakeLocked() {
 	if c.parked && !c.woken {
 		c.woken = true
-		c.raw.SetReadDeadline(time.Unix(1, 0))
+		if c.notice != nil {
+			c.notice.Wake()
+		} else {
+			c.raw.SetReadDeadline(time.Unix(1, 0))
+		}
 	}
 }
 
@@ -938,6 +1033,9 @@ func (c *conn) resetLocked(s *stream, code http2.ErrCode, send bool) {
 	}
 	if s.up != nil {
 		s.up.SetDeadline(time.Unix(1, 0))
+	}
+	if s.upWait != nil {
+		s.upWait.Wake() // the tunnel's wait for its upstream
 	}
 	if !s.pumping {
 		c.dequeuedLocked(int64(s.in.n))

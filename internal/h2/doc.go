@@ -92,18 +92,26 @@
 // While idle, a connection's reader waits on socket readiness too (the
 // TLS connection is made over tunnel.RecordConn, so crypto/tls holds no
 // unread bytes), holding no read buffer, output buffer or frame buffer.
-// An idle tunnel is then two goroutines parked with few frames, neither
-// of which has done the work that grows a stack (a goroutine parked with
-// more than about 1.2 KiB of frames keeps an 8 KiB stack once it has
-// grown to it, and one with more than about 250 bytes a 4 KiB stack):
-// ServeConn's goroutine (4 KiB), and the tunnel's, which hands the
-// tunnel to a fresh goroutine after it has sent bytes, before it waits
-// again (2 KiB). With the connection's TLS and HPACK state and two
-// sockets that is, measured (TestIdleTunnelMemory, Go heap and stacks of
-// the proxy), about 21 KiB per idle tunnel, 6.3 KiB of it stacks and 7
-// KiB crypto/tls's (2.5 KiB of that its input and handshake buffers,
-// grown with the ClientHello), against about 90 KiB with x/net/http2's Server and a
-// CONNECT handler relaying with goroutines.
+// On Linux an idle tunnel holds no goroutine either: once a connection
+// serves only tunnels, its reader registers the wait for the client with
+// tunnel.Parker's Notify, whose one epoll loop serves every such wait of
+// the process, and its goroutine ends; a fresh one resumes when the
+// client sends, a stream ends or the server shuts down (then the reader
+// waits on a goroutine: a connection shutting down may be closed under
+// it, which a Notice would see only up to a second later). A tunnel waits for its upstream the same way, resumed by its
+// bytes, its idle deadline or its reset. ServeConnThen, which
+// internal/server uses, returns at once, so that no goroutine of the
+// caller waits for the connection either. With the connection's TLS and
+// HPACK state and two sockets that is, measured (TestIdleTunnelMemory,
+// Go heap and stacks of the proxy), about 13 KiB per idle tunnel (it was
+// 22 with the two goroutines parked, 6.3 KiB of stacks), against about
+// 90 KiB with x/net/http2's Server and a CONNECT handler relaying with
+// goroutines. Elsewhere the waits are goroutines: ServeConn's parked with
+// few frames (4 KiB), and the tunnel's, which hands the tunnel to a fresh
+// goroutine after it has sent bytes, before it waits again (2 KiB; a
+// goroutine parked with more than about 1.2 KiB of frames keeps an 8 KiB
+// stack once it has grown to it, and one with more than about 250 bytes
+// a 4 KiB stack).
 //
 // Shutdown (the session's context) sends GOAWAY; streams in progress,
 // tunnels included, run on until they end or the server closes the

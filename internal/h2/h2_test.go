@@ -171,15 +171,12 @@ func startProxyTLS(t testing.TB, cfg Config, pol *gate.Policy, clientCAs *x509.C
 			conns[c] = struct{}{}
 			mu.Unlock()
 			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() {
-					mu.Lock()
-					delete(conns, c)
-					mu.Unlock()
-				}()
-				serveTestConn(ctx, srv, pol, c.(*net.TCPConn), conf)
-			}()
+			go serveTestConn(ctx, srv, pol, c.(*net.TCPConn), conf, func() {
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+				wg.Done()
+			})
 		}
 	}()
 	t.Cleanup(func() {
@@ -204,7 +201,7 @@ func startProxyTLS(t testing.TB, cfg Config, pol *gate.Policy, clientCAs *x509.C
 // serveTestConn serves one accepted connection as internal/server does:
 // TLS handshake, a session of pol given the client certificate,
 // ServeConn, and the session closed after it.
-func serveTestConn(ctx context.Context, srv *Server, pol *gate.Policy, c *net.TCPConn, conf *tls.Config) {
+func serveTestConn(ctx context.Context, srv *Server, pol *gate.Policy, c *net.TCPConn, conf *tls.Config, done func()) {
 	tc := tls.Server(tunnel.RecordConn(c), conf)
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	// On a goroutine of its own, as internal/server does: the serving
@@ -213,14 +210,19 @@ func serveTestConn(ctx context.Context, srv *Server, pol *gate.Policy, c *net.TC
 	go func() { errc <- tc.HandshakeContext(ctx) }()
 	if err := <-errc; err != nil {
 		c.Close()
+		done()
 		return
 	}
 	c.SetDeadline(time.Time{})
 	sess := pol.NewSession(ctx, c.RemoteAddr().(*net.TCPAddr).AddrPort(), nil, nil)
-	defer sess.Close()
 	sess.Attach(tc)
 	sess.SetTLS(tc.ConnectionState())
-	srv.ServeConn(tc, sess)
+	// As internal/server does: this goroutine ends, the connection's
+	// own serve it.
+	srv.ServeConnThen(tc, sess, func() {
+		sess.Close()
+		done()
+	})
 }
 
 // dialTLS opens a TLS connection to the proxy offering h2, and the
@@ -769,12 +771,12 @@ func TestShutdownSendsGoAway(t *testing.T) {
 	defer cancel()
 	served := make(chan struct{})
 	go func() {
-		defer close(served)
 		c, err := ln.Accept()
 		if err != nil {
+			close(served)
 			return
 		}
-		serveTestConn(ctx, srv, pol, c.(*net.TCPConn), &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
+		serveTestConn(ctx, srv, pol, c.(*net.TCPConn), &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}, func() { close(served) })
 	}()
 	c, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
 	if err != nil {

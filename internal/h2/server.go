@@ -178,16 +178,36 @@ func (s *Server) ServePrefaced(c *tls.Conn, sess *gate.Session) {
 	s.serveConn(c, sess, true)
 }
 
+// ServeConnThen is ServeConn, except that it returns at once: the
+// connection is served on goroutines of its own, and done is called
+// once, on one of them, when ServeConn would have returned. While the
+// connection is idle with only tunnels open, no goroutine of it waits
+// for the client where the platform allows (Linux: tunnel.Parker's
+// Notify), so that an idle tunnel costs no goroutine of the connection.
+func (s *Server) ServeConnThen(c *tls.Conn, sess *gate.Session, done func()) {
+	s.serveConnThen(c, sess, false, done)
+}
+
+// ServePrefacedThen is ServePrefaced as ServeConnThen is ServeConn.
+func (s *Server) ServePrefacedThen(c *tls.Conn, sess *gate.Session, done func()) {
+	s.serveConnThen(c, sess, true, done)
+}
+
 // serveConn is ServeConn for any net.Conn speaking HTTP/2 with prior
 // knowledge (the fuzz tests serve a net.Pipe); prefaced says the client
 // preface has been read.
 func (s *Server) serveConn(nc net.Conn, sess *gate.Session, prefaced bool) {
+	ended := make(chan struct{})
+	s.serveConnThen(nc, sess, prefaced, func() { close(ended) })
+	<-ended
+}
+
+// serveConnThen is ServeConnThen for any net.Conn (see serveConn).
+func (s *Server) serveConnThen(nc net.Conn, sess *gate.Session, prefaced bool, done func()) {
 	cn := newConn(s, nc, sess)
 	cn.prefaced = prefaced
 	cn.inspect()
-	// The connection's reader runs on this goroutine: kept shallow, its
-	// stack shrinks to 4 KiB while the connection is idle.
-	cn.serve(sess.Context())
+	cn.serve(sess.Context(), done)
 }
 
 // inspect notes what the connection is: its socket and addresses.

@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 // errStreamGone is what a stream's goroutines get when the stream was
@@ -69,6 +70,9 @@ type stream struct {
 	got      int64        // DATA payload bytes received; owned by the reader
 	upw      rawWriter    // non-blocking writes to up; used by the reader while !pumping
 	last     atomic.Int64 // when a tunnel byte last moved, in ns since start
+	// upWait is the tunnel's wait for its upstream (pumpDown); nil when
+	// none. Guarded by c.mu.
+	upWait *tunnel.Notice
 	// timer wakes the worker from a wait with a deadline
 	// (waitUntilLocked), bodyTimer the request body's writer (writeBody);
 	// each is made on its first such wait. Guarded by c.mu.

@@ -545,14 +545,16 @@ func (s *stream) connect() bool {
 	// The tunnel goes on on a fresh goroutine, whose stack, parked with
 	// few frames on it, the garbage collector shrinks to 4 KiB; this
 	// one's has grown with the dial and the handshake.
-	go s.relay(up, nil)
+	go s.relay(up, nil, false, nil)
 	return true
 }
 
 // relay runs an established tunnel to its end, as the stream's worker;
 // p is the upstream's Parker, nil on the tunnel's first goroutine.
-func (s *stream) relay(up *net.TCPConn, p *tunnel.Parker) {
-	if !s.pumpDown(up, p) {
+// waited says that it resumes a wait for the upstream (Parker.Notify),
+// which ended with werr.
+func (s *stream) relay(up *net.TCPConn, p *tunnel.Parker, waited bool, werr error) {
+	if !s.pumpDown(up, p, waited, werr) {
 		return // going on on a fresh goroutine
 	}
 	s.finishTunnel()
@@ -613,11 +615,16 @@ func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []by
 // socket's readiness (p, made when nil), holding no buffer, and it reads
 // no more than the client's windows allow.
 //
-// Bytes it has sent grew its goroutine's stack (a TLS record written),
-// which parked would stay at 4 KiB: before it waits again it hands the
-// tunnel to a fresh goroutine (relay) and reports false, so that an idle
-// tunnel waits on a 2 KiB stack.
-func (s *stream) pumpDown(up *net.TCPConn, p *tunnel.Parker) bool {
+// Where the platform has it (Linux), the wait holds no goroutine: the
+// pump registers it with Parker.Notify and reports false, and the
+// tunnel resumes on a fresh goroutine (relay, waited set, werr the
+// wait's end) once the upstream is readable, the idle deadline has
+// passed or a reset has woken it (resetLocked). Elsewhere it waits on a
+// goroutine, and bytes it has sent grew that goroutine's stack (a TLS
+// record written), which parked would stay at 4 KiB: before it waits
+// again it hands the tunnel to a fresh goroutine (relay) and reports
+// false, so that an idle tunnel waits on a 2 KiB stack.
+func (s *stream) pumpDown(up *net.TCPConn, p *tunnel.Parker, waited bool, werr error) bool {
 	c := s.c
 	idle := c.cfg.TunnelIdleTimeout
 	if p == nil {
@@ -628,23 +635,44 @@ func (s *stream) pumpDown(up *net.TCPConn, p *tunnel.Parker) bool {
 		}
 		p = tunnel.NewParker(rc)
 	}
-	for sent := false; ; {
+	if waited {
+		c.mu.Lock()
+		s.upWait = nil
+		c.mu.Unlock()
+	}
+	for sent := false; ; waited = false {
 		n, err := s.sendable(bufSize)
 		if err != nil {
 			return true
 		}
-		if sent {
-			go s.relay(up, p)
-			return false
+		if !waited {
+			if ok, err := p.Ready(); ok {
+				// More to read (or the upstream's end): no wait.
+				waited, werr = true, err
+			} else if stop, ok := s.notify(up, p); ok {
+				return false
+			} else if stop {
+				return true
+			}
 		}
-		if idle > 0 {
-			up.SetReadDeadline(s.idleDeadline())
+		if !waited {
+			if sent {
+				go s.relay(up, p, false, nil)
+				return false
+			}
+			if idle > 0 {
+				up.SetReadDeadline(s.idleDeadline())
+			}
+			werr = p.Wait()
 		}
-		if err := p.Wait(); err != nil {
+		if werr != nil {
 			if s.gone() {
 				return true
 			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
+			if errors.Is(werr, tunnel.ErrWoken) {
+				continue
+			}
+			if errors.Is(werr, os.ErrDeadlineExceeded) {
 				switch {
 				case idle <= 0: // no limit: a deadline from elsewhere, not ours
 					up.SetReadDeadline(time.Time{})
@@ -683,6 +711,25 @@ func (s *stream) pumpDown(up *net.TCPConn, p *tunnel.Parker) bool {
 			return true
 		}
 	}
+}
+
+// notify registers the wait for the upstream with Parker.Notify, to
+// resume in relay. It reports ok when the wait is registered (the caller
+// returns, its goroutine ends), and stop without ok when the stream has
+// been reset (the caller ends the tunnel); neither where the platform
+// has no such wait.
+func (s *stream) notify(up *net.TCPConn, p *tunnel.Parker) (stop, ok bool) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.reset {
+		return true, false
+	}
+	w, ok := p.Notify(s.idleDeadline(), func(err error) { s.relay(up, p, true, err) })
+	if ok {
+		s.upWait = w
+	}
+	return ok, ok
 }
 
 // gone reports whether the stream was reset.

@@ -31,27 +31,29 @@ func newSOCKS(cfg *config.Config, log *slog.Logger) *socks5.Server {
 // serve hands a client connection from client to what the listener
 // speaks. A "mixed" listener looks at the connection's first byte without
 // consuming it: 0x05 (SOCKS5) and 0x04 (SOCKS4) go to the SOCKS server,
-// anything else to the HTTP proxy.
-func (l *listener) serve(c *net.TCPConn, sess *gate.Session) {
+// anything else to the HTTP proxy. It reports true when the connection
+// goes on being served after it returns (see serveTLS), which then runs
+// end once it has been; otherwise it has been served when serve returns.
+func (l *listener) serve(c *net.TCPConn, sess *gate.Session, end *connEnd) bool {
 	switch l.cfg.Protocol {
 	case "https":
-		l.serveTLS(c, sess)
-		return
+		return l.serveTLS(c, sess, end)
 	case "socks5":
 		l.socks.ServeConn(c, sess)
-		return
+		return false
 	case "mixed":
 		b, err := peekByte(sess.Context(), c, l.peek)
 		if err != nil {
 			c.Close()
-			return
+			return false
 		}
 		if b == 0x05 || b == 0x04 {
 			l.socks.ServeConn(c, sess)
-			return
+			return false
 		}
 	}
 	l.proxy.ServeConn(c, sess)
+	return false
 }
 
 // peekByte returns the first byte c has received, leaving it unread

@@ -321,8 +321,11 @@ func (s *Server) acceptLoop(ln net.Listener, cur *atomic.Pointer[listener], eng 
 // serveConn serves a connection admitted as coming from client, in a
 // session of the listener's policy that gives the admission back when it
 // closes, or when the tunnel the connection became ends.
+//
+// An HTTP/2 connection is served on goroutines of its own, none of which
+// waits while it is idle (h2.Server.ServeConnThen): then this goroutine
+// returns at once, and the connection's end does the rest (connEnd).
 func (s *Server) serveConn(l *listener, c *net.TCPConn, client netip.AddrPort, eng *tunnel.Engine) {
-	defer s.conns.Done()
 	s.connMu.Lock()
 	s.active[c] = struct{}{}
 	s.connMu.Unlock()
@@ -330,12 +333,35 @@ func (s *Server) serveConn(l *listener, c *net.TCPConn, client netip.AddrPort, e
 	sess := l.policy.NewSession(s.connCtx, client, eng, func() { lim.Release(ip) })
 	sess.Attach(c)
 	l.lm.Accepted()
-	l.serve(c, sess)
-	l.lm.Closed()
-	sess.Close()
-	s.connMu.Lock()
-	delete(s.active, c)
-	s.connMu.Unlock()
+	end := connEnd{s: s, l: l, c: c, sess: sess}
+	if !l.serve(c, sess, &end) {
+		end.run()
+	}
+}
+
+// connEnd is what serveConn does once a connection has been served: the
+// listener's count, the session's end, the server's books.
+type connEnd struct {
+	s    *Server
+	l    *listener
+	c    *net.TCPConn
+	sess *gate.Session
+}
+
+func (e *connEnd) run() {
+	e.l.lm.Closed()
+	e.sess.Close()
+	e.s.connMu.Lock()
+	delete(e.s.active, e.c)
+	e.s.connMu.Unlock()
+	e.s.conns.Done()
+}
+
+// then returns e.run on a copy of e, so that only a connection handed
+// on with it (serveH2) takes an allocation.
+func (e *connEnd) then() func() {
+	ec := *e
+	return ec.run
 }
 
 // Shutdown drains the server: it stops accepting, lets requests in

@@ -69,8 +69,10 @@ func newH2(cfg *config.Config, pc httpproxy.Config) (*h2.Server, error) {
 // whose alpn leaves out "http/1.1" closes a client that chose nothing.
 // The socket is wrapped so that crypto/tls never reads past a record it
 // needs, which lets an idle tunnel park on socket readiness with no
-// buffer (see tunnel.RecordConn).
-func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
+// buffer (see tunnel.RecordConn). It reports whether the connection goes
+// on being served after it returns, as HTTP/2 is (see serveH2), to run
+// end once it has been.
+func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session, end *connEnd) bool {
 	ctx := sess.Context()
 	// A handshake slot is taken only once a TLS record is arriving: a
 	// silent socket waits for its first byte without one, and plain HTTP
@@ -81,20 +83,20 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 	b, err := peekByte(ctx, c, l.hello)
 	if err != nil {
 		c.Close()
-		return
+		return false
 	}
 	if b != tlsHandshakeRecord {
 		l.refuseNotTLS(c, sess, b)
-		return
+		return false
 	}
 	if err := waitRecord(ctx, c, helloBy); err != nil {
 		c.Close()
-		return
+		return false
 	}
 	slot := l.handshakes.acquire(ctx, sess.ClientIP(), l.peek) // limits.max_tls_handshakes
 	if slot == nil {
 		c.Close()
-		return
+		return false
 	}
 	tc, hello := serverConn(c, l.tls.TLSConfig())
 	c.SetDeadline(time.Now().Add(l.peek))
@@ -106,14 +108,14 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 			sess.Reject(&gate.Request{Target: []byte(hello.serverName)}, &g, 0, accesslog.ReasonTLSHandshake, err)
 		}
 		c.Close()
-		return
+		return false
 	}
 	c.SetDeadline(time.Time{})
 	cs := tc.ConnectionState()
 	sess.SetTLS(cs) // a verified client certificate names the user
 	switch {
 	case l.h2 != nil && cs.NegotiatedProtocol == config.ALPNH2:
-		l.serveH2(tc, sess)
+		return l.serveH2(tc, sess, end)
 	case l.http1:
 		l.proxy.ServeConn(tc, sess)
 	default:
@@ -127,6 +129,7 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 		}
 		tc.Close()
 	}
+	return false
 }
 
 // serveH2 serves a client that chose "h2". Some clients choose it and
@@ -138,11 +141,13 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session) {
 // and anything else is closed, as is a client that sends nothing or stops
 // before the bytes tell. The reads never go past the preface, so the
 // *tls.Conn itself is handed on, as it would be without them, and a
-// CONNECT tunnel still gets the TLS relay.
-func (l *listener) serveH2(tc *tls.Conn, sess *gate.Session) {
+// CONNECT tunnel still gets the TLS relay. An HTTP/2 connection is
+// served on goroutines of its own (h2.Server.ServeConnThen), which run
+// end once it has been: serveH2 then returns true at once.
+func (l *listener) serveH2(tc *tls.Conn, sess *gate.Session, end *connEnd) bool {
 	if !l.http1 {
-		l.h2.ServeConn(tc, sess)
-		return
+		l.h2.ServeConnThen(tc, sess, end.then())
+		return true
 	}
 	var first [len(http2.ClientPreface)]byte
 	n, kind, err := readFirstBytesAside(sess.Context(), tc, first[:], l.peek)
@@ -150,7 +155,8 @@ func (l *listener) serveH2(tc *tls.Conn, sess *gate.Session) {
 	case err != nil:
 		tc.Close()
 	case kind == firstH2:
-		l.h2.ServePrefaced(tc, sess)
+		l.h2.ServePrefacedThen(tc, sess, end.then())
+		return true
 	case kind == firstHTTP1:
 		l.proxy.ServeConnRead(tc, sess, first[:n])
 	default:
@@ -160,6 +166,7 @@ func (l *listener) serveH2(tc *tls.Conn, sess *gate.Session) {
 		}
 		tc.Close()
 	}
+	return false
 }
 
 // What the first bytes of a client that chose h2 are (firstBytesKind).
@@ -229,11 +236,11 @@ func readFirstBytes(ctx context.Context, tc *tls.Conn, p []byte, timeout time.Du
 
 // readFirstBytesAside is readFirstBytes on a goroutine of its own, for
 // the reason handshake is: decrypting the first record grows a stack to
-// 8 KiB, and the connection's goroutine, which then waits in
-// h2.Server.ServeConn for as long as the connection lives, would keep
-// that stack (a goroutine parked with more than about 1.2 KiB of frames,
-// as this one is, keeps an 8 KiB stack once grown to it): 4 KiB more per
-// idle HTTP/2 tunnel.
+// 8 KiB, and the connection's goroutine, when it then serves HTTP/1.1
+// (ServeConnRead), would keep that stack (a goroutine parked with more
+// than about 1.2 KiB of frames, as this one is, keeps an 8 KiB stack once
+// grown to it); HTTP/2 is served on goroutines of the connection's own
+// (ServePrefacedThen), and this one ends.
 func readFirstBytesAside(ctx context.Context, tc *tls.Conn, p []byte, timeout time.Duration) (int, int, error) {
 	type result struct {
 		n, kind int

@@ -186,6 +186,9 @@ type Parker struct {
 	// pending error (a reset) only once, so the peek must keep it: the
 	// next read would see a plain end of stream instead.
 	err error
+	// peekFn is p.peek, bound on Ready's first call; peeked its result.
+	peekFn func(uintptr)
+	peeked bool
 }
 
 // NewParker returns a Parker for the socket behind rc. A Parker is used by

@@ -1,0 +1,305 @@
+package tunnel
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrWoken is what a [Notice]'s function gets when [Notice.Wake] ended
+// its wait.
+var ErrWoken = errors.New("tunnel: wait woken")
+
+// Notice is one wait of [Parker.Notify]: its function is called once, on
+// a goroutine of its own.
+type Notice struct {
+	rc    syscall.RawConn
+	id    uint64 // its epoll data; 0 when not registered
+	fn    func(error)
+	fired atomic.Bool // fn has been started, or is being
+	mu    sync.Mutex
+	timer *time.Timer // the deadline; nil when none; guarded by mu
+}
+
+// notifier is the process's one epoll loop for [Parker.Notify]: a
+// goroutine that runs while a wait is registered, parked in Go's
+// netpoller on the epoll descriptor.
+type notifier struct {
+	mu      sync.Mutex
+	epfd    int      // -1 until first used
+	evfd    int      // eventfd that wakes the loop (epoll data 0)
+	epFile  *os.File // epfd, for the sweep's deadline
+	epRaw   syscall.RawConn
+	waits   map[uint64]*Notice // registered and not yet fired; guarded by mu
+	next    uint64             // the last id given; guarded by mu
+	running bool               // the loop goroutine runs; guarded by mu
+	err     error              // why the loop could not be set up; guarded by mu
+}
+
+var notices = notifier{epfd: -1}
+
+// notifyFlags: one event, readable or the stream's end or an error.
+const notifyFlags = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
+
+// Notify arranges for fn to be called, on a goroutine of its own, once
+// the socket has bytes to read or its stream has ended (nil), or with
+// os.ErrDeadlineExceeded once deadline has passed (zero: never), or with
+// [ErrWoken] after [Notice.Wake], or with the error that kept the wait
+// from being set up; whichever comes first, and only once. Unlike
+// [Parker.Wait] no goroutine waits meanwhile: on Linux one epoll loop
+// waits for every Notice of the process. The socket's own read deadline
+// does not end the wait; closing the socket ends it with net.ErrClosed
+// only at the loop's next look for closed sockets, within about a
+// second (its epoll registration goes with the socket, so no event
+// comes): whoever closes a socket a Notice waits on should Wake it
+// first. It reports false, calling nothing, on platforms without such a
+// loop: the caller waits with [Parker.Wait] instead.
+func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
+	n := &Notice{rc: p.rc, fn: fn}
+	if p.ahead != nil && p.ahead.pending() {
+		n.fire(nil)
+		return n, true
+	}
+	if err := notices.add(n); err != nil {
+		n.fire(err)
+		return n, true
+	}
+	if !deadline.IsZero() {
+		n.mu.Lock()
+		if !n.fired.Load() {
+			n.timer = time.AfterFunc(time.Until(deadline), func() { n.fire(os.ErrDeadlineExceeded) })
+		}
+		n.mu.Unlock()
+	}
+	return n, true
+}
+
+// Ready reports, without waiting, whether the socket has bytes to read,
+// or its stream has ended (or a TLS connection's Parker holds bytes read
+// ahead), so that the caller may read on rather than wait; err is the
+// socket's error, which the peek has taken (the kernel reports it once:
+// the next read would see a plain end of stream), ready set with it.
+func (p *Parker) Ready() (ready bool, err error) {
+	if p.ahead != nil && p.ahead.pending() {
+		return true, nil
+	}
+	if p.peekFn == nil {
+		p.peekFn = p.peek
+	}
+	p.err, p.peeked = nil, false
+	if err := p.rc.Control(p.peekFn); err != nil {
+		return true, err
+	}
+	if p.err != nil {
+		return true, os.NewSyscallError("recvfrom", p.err)
+	}
+	return p.peeked, nil
+}
+
+// peek is Ready's RawConn.Control callback.
+func (p *Parker) peek(fd uintptr) { p.peeked = p.ready(fd) }
+
+// Wake ends the wait if fn has not been called yet: fn gets [ErrWoken].
+// It does not block, and may be called more than once.
+func (n *Notice) Wake() {
+	n.fire(ErrWoken)
+}
+
+// fire starts fn with err unless it has been started: the socket leaves
+// the epoll set first (while it is open: Control holds it), so that it
+// can be registered again.
+func (n *Notice) fire(err error) {
+	if !n.fired.CompareAndSwap(false, true) {
+		return
+	}
+	n.mu.Lock()
+	if n.timer != nil {
+		n.timer.Stop()
+		n.timer = nil
+	}
+	n.mu.Unlock()
+	if n.id != 0 {
+		notices.remove(n)
+	}
+	go n.fn(err)
+}
+
+// add registers n's socket in the epoll set, starting the loop when it
+// is not running.
+func (l *notifier) add(n *Notice) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epfd < 0 && l.err == nil {
+		l.err = l.setup()
+	}
+	if l.err != nil {
+		return l.err
+	}
+	l.next++
+	id := l.next
+	ev := unix.EpollEvent{Events: notifyFlags, Fd: int32(id), Pad: int32(id >> 32)}
+	var addErr error
+	err := n.rc.Control(func(fd uintptr) {
+		addErr = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+	})
+	if err == nil && addErr != nil {
+		err = os.NewSyscallError("epoll_ctl", addErr)
+	}
+	if err != nil {
+		return fmt.Errorf("tunnel: wait for readiness: %w", err)
+	}
+	n.id = id
+	if l.waits == nil {
+		l.waits = make(map[uint64]*Notice)
+	}
+	l.waits[id] = n
+	if !l.running {
+		l.running = true
+		go l.loop()
+	}
+	return nil
+}
+
+// remove takes n's socket out of the epoll set, unless it is closed
+// (then it has left it), and forgets n; the loop is woken to end when no
+// wait is left.
+func (l *notifier) remove(n *Notice) {
+	n.rc.Control(func(fd uintptr) {
+		unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+	})
+	l.mu.Lock()
+	delete(l.waits, n.id)
+	if len(l.waits) == 0 && l.running {
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		unix.Write(l.evfd, one[:])
+	}
+	l.mu.Unlock()
+}
+
+// setup makes the epoll set and the eventfd; l.mu is held.
+func (l *notifier) setup() error {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("tunnel: epoll_create1: %w", err)
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("tunnel: eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN} // data 0: the eventfd; level-triggered
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &ev); err != nil {
+		unix.Close(evfd)
+		unix.Close(epfd)
+		return fmt.Errorf("tunnel: register eventfd: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(evfd)
+		unix.Close(epfd)
+		return fmt.Errorf("tunnel: epoll set non-blocking: %w", err)
+	}
+	// The poller parks the loop until the epoll descriptor is readable
+	// (has events), as the engine's loop does. The set lives as long as
+	// the process.
+	f := os.NewFile(uintptr(epfd), "tunnel-notify")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("tunnel: poll the epoll set: %w", err)
+	}
+	l.epfd, l.evfd, l.epFile, l.epRaw = epfd, evfd, f, rc
+	return nil
+}
+
+// loop waits for events and fires their Notices until no wait is left.
+func (l *notifier) loop() {
+	events := make([]unix.EpollEvent, 64)
+	var n int
+	var werr error
+	try := func(fd uintptr) bool {
+		n, werr = pollEvents(int(fd), events)
+		return n != 0 || werr != nil
+	}
+	nextSweep := time.Now().Add(notifySweep)
+	l.epFile.SetReadDeadline(nextSweep)
+	for {
+		n, werr = 0, nil
+		if err := l.epRaw.Read(try); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			werr = err
+		}
+		if werr != nil {
+			l.failAll(fmt.Errorf("tunnel: wait for readiness: %w", werr))
+			return
+		}
+		for i := range n {
+			ev := &events[i]
+			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			if id == 0 {
+				var buf [8]byte
+				unix.Read(l.evfd, buf[:])
+				continue
+			}
+			l.mu.Lock()
+			w := l.waits[id]
+			l.mu.Unlock()
+			if w != nil {
+				w.fire(nil)
+			}
+		}
+		if now := time.Now(); !now.Before(nextSweep) {
+			l.sweep()
+			nextSweep = now.Add(notifySweep)
+			l.epFile.SetReadDeadline(nextSweep)
+		}
+		l.mu.Lock()
+		if len(l.waits) == 0 {
+			l.running = false
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+	}
+}
+
+// notifySweep is how often the loop looks for waits whose socket has
+// been closed under them: its epoll registration went with it, so no
+// event comes.
+const notifySweep = time.Second
+
+// sweep calls the waits whose socket has been closed with net.ErrClosed.
+func (l *notifier) sweep() {
+	var closed []*Notice
+	l.mu.Lock()
+	for _, w := range l.waits {
+		if w.rc.Control(func(uintptr) {}) != nil {
+			closed = append(closed, w)
+		}
+	}
+	l.mu.Unlock()
+	for _, w := range closed {
+		w.fire(net.ErrClosed)
+	}
+}
+
+// failAll fires every wait with err, the loop having failed, and lets
+// the next add start a new loop.
+func (l *notifier) failAll(err error) {
+	l.mu.Lock()
+	waits := make([]*Notice, 0, len(l.waits))
+	for _, w := range l.waits {
+		waits = append(waits, w)
+	}
+	l.running = false
+	l.mu.Unlock()
+	for _, w := range waits {
+		w.fire(err)
+	}
+}

@@ -1,0 +1,29 @@
+//go:build !linux
+
+package tunnel
+
+import (
+	"errors"
+	"time"
+)
+
+// ErrWoken is what a [Notice]'s function gets when [Notice.Wake] ended
+// its wait.
+var ErrWoken = errors.New("tunnel: wait woken")
+
+// Notice is one wait of [Parker.Notify]; off Linux there are none.
+type Notice struct{}
+
+// Notify reports false off Linux, calling nothing: the caller waits with
+// [Parker.Wait] instead. On Linux it calls fn once the socket is readable
+// without a goroutine waiting meanwhile.
+func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
+	return nil, false
+}
+
+// Ready reports false off Linux, where callers wait with [Parker.Wait],
+// which returns at once when the socket is readable.
+func (p *Parker) Ready() (ready bool, err error) { return false, nil }
+
+// Wake does nothing off Linux (no Notice waits).
+func (n *Notice) Wake() {}
