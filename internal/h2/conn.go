@@ -114,6 +114,8 @@ type conn struct {
 	closing    bool               // the connection is ending; guarded by mu
 	parked     bool               // the reader waits for socket readiness; guarded by mu
 	woken      bool               // the reader's read deadline was set to wake it; guarded by mu
+	parkUntil  time.Time          // the deadline the reader parked with; zero: none; guarded by mu
+	idleSince  time.Time          // when the connection last became idle (no stream, no worker); guarded by mu
 	// handOff is set while the reader waits on a worker goroutine
 	// that leaves the wait to run's goroutine once the connection is
 	// idle; guarded by mu.
@@ -288,7 +290,8 @@ func (c *conn) start(ctx context.Context) (int, bool) {
 	c.flushLocked()
 	c.mu.Unlock()
 
-	c.nc.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.HandshakeTimeout))
+	c.rd.deadline = gate.Deadline(time.Now(), c.cfg.HandshakeTimeout)
+	c.nc.SetReadDeadline(c.rd.deadline)
 	if !c.prefaced {
 		var pre [len(http2.ClientPreface)]byte
 		if _, err := io.ReadFull(&c.rd, pre[:]); err != nil || string(pre[:]) != http2.ClientPreface {
@@ -336,6 +339,7 @@ func (c *conn) frame() bool {
 	}
 	if !c.sawSettings {
 		c.nc.SetReadDeadline(time.Time{})
+		c.rd.deadline = time.Time{}
 		c.sawSettings = true
 		// From now on a read within a frame is bounded.
 		c.rd.timeout, c.rd.bounded, c.rd.always = c.cfg.WriteTimeout, true, c.park != nil
@@ -456,11 +460,21 @@ func (c *conn) drainedLocked() bool {
 // once and the read blocks instead. With handOff set (the caller is a
 // worker of run) it returns errHandOff instead of waiting while the
 // connection is idle, and errWoken once it has become idle meanwhile.
+//
+// The idle timeout runs from the later of the call and the moment the
+// connection became idle (conn.idleSince). A reader parked while a
+// stream other than a tunnel is open keeps a deadline that brings it
+// back no later than the idle timeout after it parked (the deadline of
+// its last read, when that is earlier), so that a stream's end need not
+// wake it: it looks again when that deadline passes, and parks on until
+// the idle timeout is really over. One parked with tunnels only has no
+// deadline, and the end of the last stream wakes it.
 func (c *conn) wait(handOff bool) error {
 	if c.bigFrame {
 		c.newFramer()
 	}
 	c.rd.release()
+	from := time.Now()
 	c.mu.Lock()
 	if c.drainedLocked() {
 		c.mu.Unlock()
@@ -473,40 +487,90 @@ func (c *conn) wait(handOff bool) error {
 	idle := len(c.streams) == 0 && c.workers == 0
 	if c.park == nil {
 		c.mu.Unlock()
+		var d time.Time
 		if idle {
-			c.nc.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.IdleTimeout))
-		} else {
-			c.nc.SetReadDeadline(time.Time{})
+			d = gate.Deadline(from, c.cfg.IdleTimeout)
 		}
-		c.rd.armed = idle
+		if !d.IsZero() || !c.rd.deadline.IsZero() {
+			c.nc.SetReadDeadline(d)
+			c.rd.deadline = d
+		}
 		return nil
 	}
-	c.parked, c.handOff = true, handOff
-	if idle {
-		c.raw.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.IdleTimeout))
-	} else if c.rd.armed {
-		c.raw.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
+	for {
+		now := time.Now()
+		var want time.Time // the latest deadline the park may have; zero: none
+		switch {
+		case idle:
+			want = gate.Deadline(later(from, c.idleSince), c.cfg.IdleTimeout)
+		case !c.idleLocked():
+			want = gate.Deadline(now, c.cfg.IdleTimeout)
+		}
+		if d := c.rd.deadline; want.IsZero() {
+			if !d.IsZero() {
+				c.raw.SetReadDeadline(time.Time{})
+				c.rd.deadline = time.Time{}
+			}
+		} else if d.IsZero() || !d.After(now) || d.After(want) {
+			// An earlier deadline still ahead is kept: it only brings
+			// the reader back sooner.
+			c.raw.SetReadDeadline(want)
+			c.rd.deadline = want
+		}
+		c.parked, c.handOff, c.parkUntil = true, handOff, c.rd.deadline
+		c.mu.Unlock()
+		err := c.park.Wait()
+		c.mu.Lock()
+		c.parked, c.handOff = false, false
+		woken := c.woken
+		c.woken = false
+		if woken {
+			c.rd.deadline = time.Unix(1, 0) // what wakeLocked set
+			c.mu.Unlock()
+			return errWoken
+		}
+		if err == nil {
+			c.mu.Unlock()
+			return nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			c.mu.Unlock()
+			return err
+		}
+		// The deadline has passed: the idle timeout, or a look at
+		// whether it has begun.
+		if c.drainedLocked() {
+			c.mu.Unlock()
+			return errDone
+		}
+		idle = len(c.streams) == 0 && c.workers == 0
+		if idle && c.cfg.IdleTimeout > 0 && !time.Now().Before(later(from, c.idleSince).Add(c.cfg.IdleTimeout)) {
+			c.mu.Unlock()
+			return errIdle
+		}
+		if handOff && c.idleLocked() {
+			c.mu.Unlock()
+			return errHandOff
+		}
 	}
-	c.rd.armed = false
-	c.mu.Unlock()
-	err := c.park.Wait()
-	c.mu.Lock()
-	c.parked, c.handOff = false, false
-	woken := c.woken
-	c.woken = false
-	c.mu.Unlock()
-	if idle || woken {
-		c.raw.SetReadDeadline(time.Time{})
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
-	switch {
-	case woken:
-		return errWoken
-	case err == nil:
-		return nil
-	case idle && errors.Is(err, os.ErrDeadlineExceeded):
-		return errIdle
+	return a
+}
+
+// becameIdleLocked notes that the connection has no stream and no
+// stream goroutine left: its idle timeout starts. It wakes the reader
+// unless the reader's deadline brings it back in time (see wait).
+func (c *conn) becameIdleLocked() {
+	c.idleSince = time.Now()
+	if c.parkUntil.IsZero() {
+		c.wakeLocked()
 	}
-	return err
 }
 
 // wakeLocked wakes the reader if it is parked, so that it looks again at
@@ -825,7 +889,12 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	c.streams[id] = s
 	c.workers++
 	c.wg.Add(1)
-	go s.run()
+	switch req.kind {
+	case kindForward, kindLocal:
+		c.s.pool.start(s) // the stream ends with its answer
+	default:
+		go s.run() // a tunnel's stack stays small
+	}
 	return nil
 }
 
@@ -950,9 +1019,12 @@ func (c *conn) resetLocked(s *stream, code http2.ErrCode, send bool) {
 func (c *conn) removeLocked(s *stream) {
 	if c.streams[s.id] == s {
 		delete(c.streams, s.id)
-		if c.goAway {
+		switch {
+		case c.goAway:
 			c.wakeLocked()
-		} else if !s.tunnel {
+		case len(c.streams) == 0 && c.workers == 0:
+			c.becameIdleLocked()
+		case !s.tunnel:
 			c.idledLocked()
 		}
 	}
@@ -1189,7 +1261,9 @@ type reader struct {
 	// wait.
 	timeout         time.Duration
 	bounded, always bool
-	armed           bool // a read deadline is set on nc
+	// deadline is the read deadline last set on nc (by arm or
+	// conn.wait); zero: none.
+	deadline time.Time
 }
 
 // errContinuations is a header block in more CONTINUATION frames than a
@@ -1263,11 +1337,11 @@ func (r *reader) arm() {
 	if !r.until.IsZero() && (d.IsZero() || r.until.Before(d)) {
 		d = r.until
 	}
-	if d.IsZero() && !r.armed {
+	if d.IsZero() && r.deadline.IsZero() {
 		return
 	}
 	r.nc.SetReadDeadline(d)
-	r.armed = !d.IsZero()
+	r.deadline = d
 }
 
 // startBlock starts a header block, whose HEADERS frame header was just
