@@ -18,6 +18,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -108,6 +109,7 @@ type conn struct {
 	sent       int64              // bytes of them written to the client; guarded by mu
 	flights    []flight           // relayed DATA frames queued and not yet written, in order; guarded by mu
 	writing    bool               // a goroutine is writing out; guarded by mu
+	wdl        time.Time          // the write deadline the writer armed on nc (zero: none); owned by the writer (writing set)
 	werr       error              // the first write failure; guarded by mu
 	blocked    []*stream          // streams waiting for connection window or output room; guarded by mu
 	goAway     bool               // GOAWAY sent: no new streams; guarded by mu
@@ -1161,7 +1163,7 @@ func (c *conn) writeOutLocked() {
 			timeout = lingerTime
 		}
 		c.mu.Unlock()
-		c.nc.SetWriteDeadline(gate.Deadline(time.Now(), timeout))
+		c.armWrite(timeout)
 		n, err := c.nc.Write(buf.b)
 		c.mu.Lock()
 		c.landedLocked(int64(n), err != nil)
@@ -1182,6 +1184,30 @@ func (c *conn) writeOutLocked() {
 	c.releaseOutLocked()
 	c.wcond.Broadcast()
 	c.wakeBlockedLocked()
+}
+
+// armWrite arms the client's write deadline timeout from now, unless the
+// one armed falls no later and within http1.DeadlineSlack(timeout) of
+// it, as the HTTP/1.1 proxy does: a busy connection re-arms its timer a
+// few times a second, not for each write. It is called by the writer
+// (c.writing set) with mu not held.
+func (c *conn) armWrite(timeout time.Duration) {
+	want := gate.Deadline(time.Now(), timeout)
+	if keepDeadline(c.wdl, want, timeout) {
+		return
+	}
+	c.nc.SetWriteDeadline(want)
+	c.wdl = want
+}
+
+// keepDeadline reports whether the deadline armed (zero: none) may stand
+// for want (zero: none): it falls no later, and within
+// http1.DeadlineSlack(timeout) of it.
+func keepDeadline(armed, want time.Time, timeout time.Duration) bool {
+	if want.IsZero() || armed.IsZero() {
+		return want.IsZero() && armed.IsZero()
+	}
+	return !armed.After(want) && !armed.Before(want.Add(-http1.DeadlineSlack(timeout)))
 }
 
 // flight is a relayed DATA frame queued in out: its stream, where in the
@@ -1337,7 +1363,10 @@ func (r *reader) arm() {
 	if !r.until.IsZero() && (d.IsZero() || r.until.Before(d)) {
 		d = r.until
 	}
-	if d.IsZero() && r.deadline.IsZero() {
+	// A deadline armed already is kept when it falls no later and
+	// within http1.DeadlineSlack of d, as the client's write deadline
+	// is (conn.armWrite).
+	if keepDeadline(r.deadline, d, r.timeout) {
 		return
 	}
 	r.nc.SetReadDeadline(d)

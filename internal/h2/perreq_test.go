@@ -2,13 +2,16 @@ package h2
 
 import (
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -105,6 +108,51 @@ func TestIdleTimeoutAfterStream(t *testing.T) {
 			}
 			if after < tt.idle-20*time.Millisecond {
 				t.Errorf("GOAWAY %v after the stream's end, before the idle timeout of %v", after, tt.idle)
+			}
+		})
+	}
+}
+
+// TestResponseFieldsRepeatValues checks that mapping a response head to
+// HTTP/2 fields allocates no string for the values of common fields that
+// repeat those of the last response, and that a value that changes, a
+// long one and a set-cookie are still passed on as they are.
+func TestResponseFieldsRepeatValues(t *testing.T) {
+	parse := func(raw string) *http1.Head {
+		t.Helper()
+		h := new(http1.Head)
+		if err := h.ParseResponse([]byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	long := strings.Repeat("v", maxCachedValue+1)
+	first := parse("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\nDate: Tue, 01 Dec 2026 21:00:00 GMT\r\n\r\n")
+	again := parse("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\nDate: Tue, 01 Dec 2026 21:00:00 GMT\r\n\r\n")
+	var vc valueCache
+	dst := make([]hpack.HeaderField, 0, 16)
+	responseFields(dst, 200, first, false, "", &vc)
+	if n := testing.AllocsPerRun(100, func() { responseFields(dst[:0], 200, again, false, "", &vc) }); n != 0 {
+		t.Errorf("%.1f allocations per response repeating the last one's values, want 0", n)
+	}
+	tests := []struct {
+		name, raw string
+		want      []hpack.HeaderField
+	}{
+		{"changed value", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nDate: Tue, 01 Dec 2026 21:00:01 GMT\r\n\r\n",
+			[]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-length", Value: "7"}, {Name: "date", Value: "Tue, 01 Dec 2026 21:00:01 GMT"}}},
+		{"long value", "HTTP/1.1 200 OK\r\nContent-Type: " + long + "\r\n\r\n",
+			[]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: long}}},
+		{"set-cookie", "HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n\r\n",
+			[]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "set-cookie", Value: "a=1"}, {Name: "set-cookie", Value: "b=2"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i := 0; i < 2; i++ { // the second time from the cache
+				got := responseFields(nil, 200, parse(tt.raw), false, "", &vc)
+				if !slices.Equal(got, tt.want) {
+					t.Fatalf("pass %d: got %v, want %v", i, got, tt.want)
+				}
 			}
 		})
 	}
