@@ -78,6 +78,7 @@ type conn struct {
 
 	// Owned by the serving goroutine.
 	rd          reader
+	waitFrom    time.Time // when wait was last called: the idle timeout runs from it at the earliest
 	fr          *http2.Framer
 	hdec        *hpack.Decoder
 	park        *tunnel.Parker // nil when raw is
@@ -476,7 +477,7 @@ func (c *conn) wait(handOff bool) error {
 		c.newFramer()
 	}
 	c.rd.release()
-	from := time.Now()
+	c.waitFrom = time.Now()
 	c.mu.Lock()
 	if c.drainedLocked() {
 		c.mu.Unlock()
@@ -486,75 +487,110 @@ func (c *conn) wait(handOff bool) error {
 		c.mu.Unlock()
 		return errHandOff
 	}
-	idle := len(c.streams) == 0 && c.workers == 0
 	if c.park == nil {
 		c.mu.Unlock()
-		var d time.Time
-		if idle {
-			d = gate.Deadline(from, c.cfg.IdleTimeout)
-		}
-		if !d.IsZero() || !c.rd.deadline.IsZero() {
-			c.nc.SetReadDeadline(d)
-			c.rd.deadline = d
-		}
+		c.armBlockingRead()
 		return nil
 	}
+	// The frame of this function stays on the stack of a goroutine
+	// parked for an idle tunnel: the work around the wait is done in
+	// functions of their own.
 	for {
-		now := time.Now()
-		var want time.Time // the latest deadline the park may have; zero: none
-		switch {
-		case idle:
-			want = gate.Deadline(later(from, c.idleSince), c.cfg.IdleTimeout)
-		case !c.idleLocked():
-			want = gate.Deadline(now, c.cfg.IdleTimeout)
-		}
-		if d := c.rd.deadline; want.IsZero() {
-			if !d.IsZero() {
-				c.raw.SetReadDeadline(time.Time{})
-				c.rd.deadline = time.Time{}
-			}
-		} else if d.IsZero() || !d.After(now) || d.After(want) {
-			// An earlier deadline still ahead is kept: it only brings
-			// the reader back sooner.
-			c.raw.SetReadDeadline(want)
-			c.rd.deadline = want
-		}
-		c.parked, c.handOff, c.parkUntil = true, handOff, c.rd.deadline
+		c.armParkLocked()
+		c.parked, c.handOff = true, handOff
 		c.mu.Unlock()
-		err := c.park.Wait()
+		var err error
+		if handOff {
+			// On a worker: the record is read as the wait ends, one
+			// system call fewer than a peek and then a read.
+			err = c.park.WaitRead()
+		} else {
+			err = c.park.Wait() // run's goroutine keeps its small stack
+		}
 		c.mu.Lock()
 		c.parked, c.handOff = false, false
-		woken := c.woken
-		c.woken = false
-		if woken {
-			c.rd.deadline = time.Unix(1, 0) // what wakeLocked set
-			c.mu.Unlock()
-			return errWoken
-		}
-		if err == nil {
-			c.mu.Unlock()
-			return nil
-		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
+		if err = c.parkedLocked(err, handOff); err != errLookAgain {
 			c.mu.Unlock()
 			return err
 		}
-		// The deadline has passed: the idle timeout, or a look at
-		// whether it has begun.
-		if c.drainedLocked() {
-			c.mu.Unlock()
-			return errDone
-		}
-		idle = len(c.streams) == 0 && c.workers == 0
-		if idle && c.cfg.IdleTimeout > 0 && !time.Now().Before(later(from, c.idleSince).Add(c.cfg.IdleTimeout)) {
-			c.mu.Unlock()
-			return errIdle
-		}
-		if handOff && c.idleLocked() {
-			c.mu.Unlock()
-			return errHandOff
-		}
 	}
+}
+
+// errLookAgain is parkedLocked's answer when the reader parks again.
+var errLookAgain = errors.New("h2: park again")
+
+// armBlockingRead sets the read deadline of a connection read without a
+// Parker: the idle timeout from now when the connection is idle, none
+// otherwise.
+//
+//go:noinline
+func (c *conn) armBlockingRead() {
+	c.mu.Lock()
+	idle := len(c.streams) == 0 && c.workers == 0
+	c.mu.Unlock()
+	var d time.Time
+	if idle {
+		d = gate.Deadline(c.waitFrom, c.cfg.IdleTimeout)
+	}
+	if !d.IsZero() || !c.rd.deadline.IsZero() {
+		c.nc.SetReadDeadline(d)
+		c.rd.deadline = d
+	}
+}
+
+// armParkLocked sets the read deadline the reader parks with (see wait)
+// and notes it in parkUntil.
+//
+//go:noinline
+func (c *conn) armParkLocked() {
+	now := time.Now()
+	var want time.Time // the latest deadline the park may have; zero: none
+	switch {
+	case len(c.streams) == 0 && c.workers == 0:
+		want = gate.Deadline(later(c.waitFrom, c.idleSince), c.cfg.IdleTimeout)
+	case !c.idleLocked():
+		want = gate.Deadline(now, c.cfg.IdleTimeout)
+	}
+	if d := c.rd.deadline; want.IsZero() {
+		if !d.IsZero() {
+			c.raw.SetReadDeadline(time.Time{})
+			c.rd.deadline = time.Time{}
+		}
+	} else if d.IsZero() || !d.After(now) || d.After(want) {
+		// An earlier deadline still ahead is kept: it only brings the
+		// reader back sooner.
+		c.raw.SetReadDeadline(want)
+		c.rd.deadline = want
+	}
+	c.parkUntil = c.rd.deadline
+}
+
+// parkedLocked tells what the end of a park with err means for wait:
+// errLookAgain when the reader parks again, else wait's answer.
+//
+//go:noinline
+func (c *conn) parkedLocked(err error, handOff bool) error {
+	if c.woken {
+		c.woken = false
+		c.rd.deadline = time.Unix(1, 0) // what wakeLocked set
+		return errWoken
+	}
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	// The deadline has passed: the idle timeout, or a look at whether
+	// it has begun.
+	if c.drainedLocked() {
+		return errDone
+	}
+	idle := len(c.streams) == 0 && c.workers == 0
+	if idle && c.cfg.IdleTimeout > 0 && !time.Now().Before(later(c.waitFrom, c.idleSince).Add(c.cfg.IdleTimeout)) {
+		return errIdle
+	}
+	if handOff && c.idleLocked() {
+		return errHandOff
+	}
+	return errLookAgain
 }
 
 // later returns the later of a and b.
