@@ -15,6 +15,16 @@ import (
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
+// waitWorkersGone waits until the stream workers that earlier tests left
+// waiting for a stream (workerPool) have ended, so that a measurement of
+// the process's memory does not see their stacks go.
+func waitWorkersGone(t testing.TB) {
+	t.Helper()
+	if err := proxytest.CheckGoroutines(2*workerIdle+5*time.Second, "h2.(*workerPool).work"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // goroutinesCreated returns how many goroutines the process has started.
 func goroutinesCreated(t testing.TB) uint64 {
 	t.Helper()
