@@ -18,6 +18,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -77,6 +78,7 @@ type conn struct {
 
 	// Owned by the serving goroutine.
 	rd          reader
+	waitFrom    time.Time // when wait was last called: the idle timeout runs from it at the earliest
 	fr          *http2.Framer
 	hdec        *hpack.Decoder
 	park        *tunnel.Parker // nil when raw is
@@ -108,12 +110,15 @@ type conn struct {
 	sent       int64              // bytes of them written to the client; guarded by mu
 	flights    []flight           // relayed DATA frames queued and not yet written, in order; guarded by mu
 	writing    bool               // a goroutine is writing out; guarded by mu
+	wdl        time.Time          // the write deadline the writer armed on nc (zero: none); owned by the writer (writing set)
 	werr       error              // the first write failure; guarded by mu
 	blocked    []*stream          // streams waiting for connection window or output room; guarded by mu
 	goAway     bool               // GOAWAY sent: no new streams; guarded by mu
 	closing    bool               // the connection is ending; guarded by mu
 	parked     bool               // the reader waits for socket readiness; guarded by mu
 	woken      bool               // the reader's read deadline was set to wake it; guarded by mu
+	parkUntil  time.Time          // the deadline the reader parked with; zero: none; guarded by mu
+	idleSince  time.Time          // when the connection last became idle (no stream, no worker); guarded by mu
 	// handOff is set while the reader waits on a worker goroutine
 	// that leaves the wait to another once the connection is idle;
 	// guarded by mu.
@@ -272,9 +277,9 @@ func (c *conn) notify() int {
 	if c.goAway || !c.idleLocked() {
 		return notifyNone
 	}
-	if c.rd.armed {
+	if !c.rd.deadline.IsZero() {
 		c.raw.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
-		c.rd.armed = false
+		c.rd.deadline = time.Time{}
 	}
 	switch ok, err := c.park.Ready(); {
 	case ok && err != nil:
@@ -286,7 +291,9 @@ func (c *conn) notify() int {
 	if !ok {
 		return notifyNone
 	}
-	c.parked, c.notice = true, n
+	// No deadline brings a Notice's wait back: the end of the last
+	// stream must wake it (becameIdleLocked) to start the idle timeout.
+	c.parked, c.notice, c.parkUntil = true, n, time.Time{}
 	return notifyWaiting
 }
 
@@ -379,7 +386,8 @@ func (c *conn) start(ctx context.Context) (int, bool) {
 	c.flushLocked()
 	c.mu.Unlock()
 
-	c.nc.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.HandshakeTimeout))
+	c.rd.deadline = gate.Deadline(time.Now(), c.cfg.HandshakeTimeout)
+	c.nc.SetReadDeadline(c.rd.deadline)
 	if !c.prefaced {
 		var pre [len(http2.ClientPreface)]byte
 		if _, err := io.ReadFull(&c.rd, pre[:]); err != nil || string(pre[:]) != http2.ClientPreface {
@@ -427,6 +435,7 @@ func (c *conn) frame() bool {
 	}
 	if !c.sawSettings {
 		c.nc.SetReadDeadline(time.Time{})
+		c.rd.deadline = time.Time{}
 		c.sawSettings = true
 		// From now on a read within a frame is bounded.
 		c.rd.timeout, c.rd.bounded, c.rd.always = c.cfg.WriteTimeout, true, c.park != nil
@@ -547,11 +556,21 @@ func (c *conn) drainedLocked() bool {
 // once and the read blocks instead. With handOff set (the caller is a
 // worker of run) it returns errHandOff instead of waiting while the
 // connection is idle, and errWoken once it has become idle meanwhile.
+//
+// The idle timeout runs from the later of the call and the moment the
+// connection became idle (conn.idleSince). A reader parked while a
+// stream other than a tunnel is open keeps a deadline that brings it
+// back no later than the idle timeout after it parked (the deadline of
+// its last read, when that is earlier), so that a stream's end need not
+// wake it: it looks again when that deadline passes, and parks on until
+// the idle timeout is really over. One parked with tunnels only has no
+// deadline, and the end of the last stream wakes it.
 func (c *conn) wait(handOff bool) error {
 	if c.bigFrame {
 		c.newFramer()
 	}
 	c.rd.release()
+	c.waitFrom = time.Now()
 	c.mu.Lock()
 	if c.drainedLocked() {
 		c.mu.Unlock()
@@ -561,43 +580,128 @@ func (c *conn) wait(handOff bool) error {
 		c.mu.Unlock()
 		return errHandOff
 	}
-	idle := len(c.streams) == 0 && c.workers == 0
 	if c.park == nil {
 		c.mu.Unlock()
-		if idle {
-			c.nc.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.IdleTimeout))
+		c.armBlockingRead()
+		return nil
+	}
+	// The frame of this function stays on the stack of a goroutine
+	// parked for an idle tunnel: the work around the wait is done in
+	// functions of their own.
+	for {
+		c.armParkLocked()
+		c.parked, c.handOff = true, handOff
+		c.mu.Unlock()
+		var err error
+		if handOff {
+			// On a worker: the record is read as the wait ends, one
+			// system call fewer than a peek and then a read.
+			err = c.park.WaitRead()
 		} else {
-			c.nc.SetReadDeadline(time.Time{})
+			err = c.park.Wait() // run's goroutine keeps its small stack
 		}
-		c.rd.armed = idle
-		return nil
+		c.mu.Lock()
+		c.parked, c.handOff = false, false
+		if err = c.parkedLocked(err, handOff); err != errLookAgain {
+			c.mu.Unlock()
+			return err
+		}
 	}
-	c.parked, c.handOff = true, handOff
-	if idle {
-		c.raw.SetReadDeadline(gate.Deadline(time.Now(), c.cfg.IdleTimeout))
-	} else if c.rd.armed {
-		c.raw.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
-	}
-	c.rd.armed = false
-	c.mu.Unlock()
-	err := c.park.Wait()
+}
+
+// errLookAgain is parkedLocked's answer when the reader parks again.
+var errLookAgain = errors.New("h2: park again")
+
+// armBlockingRead sets the read deadline of a connection read without a
+// Parker: the idle timeout from now when the connection is idle, none
+// otherwise.
+//
+//go:noinline
+func (c *conn) armBlockingRead() {
 	c.mu.Lock()
-	c.parked, c.handOff = false, false
-	woken := c.woken
-	c.woken = false
+	idle := len(c.streams) == 0 && c.workers == 0
 	c.mu.Unlock()
-	if idle || woken {
-		c.raw.SetReadDeadline(time.Time{})
+	var d time.Time
+	if idle {
+		d = gate.Deadline(c.waitFrom, c.cfg.IdleTimeout)
 	}
+	if !d.IsZero() || !c.rd.deadline.IsZero() {
+		c.nc.SetReadDeadline(d)
+		c.rd.deadline = d
+	}
+}
+
+// armParkLocked sets the read deadline the reader parks with (see wait)
+// and notes it in parkUntil.
+//
+//go:noinline
+func (c *conn) armParkLocked() {
+	now := time.Now()
+	var want time.Time // the latest deadline the park may have; zero: none
 	switch {
-	case woken:
+	case len(c.streams) == 0 && c.workers == 0:
+		want = gate.Deadline(later(c.waitFrom, c.idleSince), c.cfg.IdleTimeout)
+	case !c.idleLocked():
+		want = gate.Deadline(now, c.cfg.IdleTimeout)
+	}
+	if d := c.rd.deadline; want.IsZero() {
+		if !d.IsZero() {
+			c.raw.SetReadDeadline(time.Time{})
+			c.rd.deadline = time.Time{}
+		}
+	} else if d.IsZero() || !d.After(now) || d.After(want) {
+		// An earlier deadline still ahead is kept: it only brings the
+		// reader back sooner.
+		c.raw.SetReadDeadline(want)
+		c.rd.deadline = want
+	}
+	c.parkUntil = c.rd.deadline
+}
+
+// parkedLocked tells what the end of a park with err means for wait:
+// errLookAgain when the reader parks again, else wait's answer.
+//
+//go:noinline
+func (c *conn) parkedLocked(err error, handOff bool) error {
+	if c.woken {
+		c.woken = false
+		c.rd.deadline = time.Unix(1, 0) // what wakeLocked set
 		return errWoken
-	case err == nil:
-		return nil
-	case idle && errors.Is(err, os.ErrDeadlineExceeded):
+	}
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	// The deadline has passed: the idle timeout, or a look at whether
+	// it has begun.
+	if c.drainedLocked() {
+		return errDone
+	}
+	idle := len(c.streams) == 0 && c.workers == 0
+	if idle && c.cfg.IdleTimeout > 0 && !time.Now().Before(later(c.waitFrom, c.idleSince).Add(c.cfg.IdleTimeout)) {
 		return errIdle
 	}
-	return err
+	if handOff && c.idleLocked() {
+		return errHandOff
+	}
+	return errLookAgain
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// becameIdleLocked notes that the connection has no stream and no
+// stream goroutine left: its idle timeout starts. It wakes the reader
+// unless the reader's deadline brings it back in time (see wait).
+func (c *conn) becameIdleLocked() {
+	c.idleSince = time.Now()
+	if c.parkUntil.IsZero() {
+		c.wakeLocked()
+	}
 }
 
 // wakeLocked wakes the reader if it is parked, so that it looks again at
@@ -920,7 +1024,12 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	c.streams[id] = s
 	c.workers++
 	c.wg.Add(1)
-	go s.run()
+	switch req.kind {
+	case kindForward, kindLocal:
+		c.s.pool.start(s) // the stream ends with its answer
+	default:
+		go s.run() // a tunnel's stack stays small
+	}
 	return nil
 }
 
@@ -1048,9 +1157,12 @@ func (c *conn) resetLocked(s *stream, code http2.ErrCode, send bool) {
 func (c *conn) removeLocked(s *stream) {
 	if c.streams[s.id] == s {
 		delete(c.streams, s.id)
-		if c.goAway {
+		switch {
+		case c.goAway:
 			c.wakeLocked()
-		} else if !s.tunnel {
+		case len(c.streams) == 0 && c.workers == 0:
+			c.becameIdleLocked()
+		case !s.tunnel:
 			c.idledLocked()
 		}
 	}
@@ -1187,7 +1299,7 @@ func (c *conn) writeOutLocked() {
 			timeout = lingerTime
 		}
 		c.mu.Unlock()
-		c.nc.SetWriteDeadline(gate.Deadline(time.Now(), timeout))
+		c.armWrite(timeout)
 		n, err := c.nc.Write(buf.b)
 		c.mu.Lock()
 		c.landedLocked(int64(n), err != nil)
@@ -1208,6 +1320,30 @@ func (c *conn) writeOutLocked() {
 	c.releaseOutLocked()
 	c.wcond.Broadcast()
 	c.wakeBlockedLocked()
+}
+
+// armWrite arms the client's write deadline timeout from now, unless the
+// one armed falls no later and within http1.DeadlineSlack(timeout) of
+// it, as the HTTP/1.1 proxy does: a busy connection re-arms its timer a
+// few times a second, not for each write. It is called by the writer
+// (c.writing set) with mu not held.
+func (c *conn) armWrite(timeout time.Duration) {
+	want := gate.Deadline(time.Now(), timeout)
+	if keepDeadline(c.wdl, want, timeout) {
+		return
+	}
+	c.nc.SetWriteDeadline(want)
+	c.wdl = want
+}
+
+// keepDeadline reports whether the deadline armed (zero: none) may stand
+// for want (zero: none): it falls no later, and within
+// http1.DeadlineSlack(timeout) of it.
+func keepDeadline(armed, want time.Time, timeout time.Duration) bool {
+	if want.IsZero() || armed.IsZero() {
+		return want.IsZero() && armed.IsZero()
+	}
+	return !armed.After(want) && !armed.Before(want.Add(-http1.DeadlineSlack(timeout)))
 }
 
 // flight is a relayed DATA frame queued in out: its stream, where in the
@@ -1287,7 +1423,9 @@ type reader struct {
 	// wait.
 	timeout         time.Duration
 	bounded, always bool
-	armed           bool // a read deadline is set on nc
+	// deadline is the read deadline last set on nc (by arm or
+	// conn.wait); zero: none.
+	deadline time.Time
 }
 
 // errContinuations is a header block in more CONTINUATION frames than a
@@ -1361,11 +1499,14 @@ func (r *reader) arm() {
 	if !r.until.IsZero() && (d.IsZero() || r.until.Before(d)) {
 		d = r.until
 	}
-	if d.IsZero() && !r.armed {
+	// A deadline armed already is kept when it falls no later and
+	// within http1.DeadlineSlack of d, as the client's write deadline
+	// is (conn.armWrite).
+	if keepDeadline(r.deadline, d, r.timeout) {
 		return
 	}
 	r.nc.SetReadDeadline(d)
-	r.armed = !d.IsZero()
+	r.deadline = d
 }
 
 // startBlock starts a header block, whose HEADERS frame header was just

@@ -71,7 +71,10 @@
 // goroutine finds the buffer unwritten (the reader starts a short-lived
 // writer goroutine instead).
 //
-// A stream gets one worker goroutine while it is served. For a tunnel
+// A stream gets one worker goroutine while it is served; the worker of a
+// forwarded request or of rustle's own answer then serves later such
+// streams of any connection (workers.go), so that its grown stack is not
+// grown again for each. For a tunnel
 // that worker then relays the upstream-to-client direction: it waits for
 // the client's flow-control window, then for the upstream socket's
 // readiness (without a buffer), and reads no more than the window allows.
@@ -120,7 +123,9 @@
 // # Bounds on what a client may make rustle wait for or do
 //
 // A frame the client has begun must go on arriving: each read within it
-// waits at most WriteTimeout, and a header block must end within
+// waits at most WriteTimeout (the deadline is re-armed only when it would
+// fall more than http1.DeadlineSlack early, as the HTTP/1.1 proxy's are),
+// and a header block must end within
 // HandshakeTimeout (timeouts.read_header) of its HEADERS frame and in
 // at most max(16, MaxHeaderListSize/1024) CONTINUATION frames (the
 // reader follows frame boundaries in the bytes it hands the framer,

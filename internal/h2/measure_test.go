@@ -40,6 +40,7 @@ func TestIdleTunnelMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 1,000 TLS connections")
 	}
+	waitWorkersGone(t)
 	const tunnels = 400
 	ours, stacks := measureIdle(t, tunnels, false)
 	std, _ := measureIdle(t, tunnels, true)

@@ -31,6 +31,14 @@ type origin struct {
 	rw          http1.ResponseWait
 	bodyPending bool
 	interim     bool // a 1xx answer went to the client
+
+	// reqHead is the buffer the request head is built in.
+	reqHead []byte
+	// vals are field values of earlier responses, reused by
+	// responseFields for a value that repeats (content-type,
+	// content-length, date within its second...) so that it allocates
+	// no string for it.
+	vals valueCache
 }
 
 var originPool = sync.Pool{New: func() any { return new(origin) }}
@@ -45,6 +53,9 @@ func putOrigin(o *origin) {
 	o.interim = false
 	if cap(o.trailers) > 4<<10 {
 		o.trailers = nil
+	}
+	if cap(o.reqHead) > 4<<10 {
+		o.reqHead = nil
 	}
 	originPool.Put(o)
 }
@@ -101,7 +112,7 @@ func (s *stream) readResponse(o *origin, method string, upgrade bool) error {
 		case h.Status == 101 && !upgrade:
 			return errUnexpected101
 		case h.Status < 200 && h.Status != 101:
-			fields := responseFields(make([]hpack.HeaderField, 0, 4), h.Status, h, false, "")
+			fields := responseFields(make([]hpack.HeaderField, 0, 4), h.Status, h, false, "", &o.vals)
 			o.interim = true
 			if err := s.sendHeaders(fields, false); err != nil {
 				return err
@@ -133,7 +144,7 @@ func (s *stream) relayResponse(o *origin, method string) bool {
 	h := &o.head
 	up := &o.up
 	none := noBody(h, method)
-	fields := responseFields(make([]hpack.HeaderField, 0, 16), h.Status, h, c.cfg.Via, "")
+	fields := responseFields(make([]hpack.HeaderField, 0, 16), h.Status, h, c.cfg.Via, "", &o.vals)
 	// When body bytes are here already, the head goes out with them.
 	if s.queueHeaders(fields, none, len(up.Buffered()) == 0) != nil {
 		return false
@@ -229,7 +240,7 @@ func (s *stream) relayChunked(o *origin, fields []hpack.HeaderField) bool {
 		s.resetStream(http2.ErrCodeInternal)
 		return false
 	}
-	if tf := responseFields(fields, 0, &o.trailer, false, ""); len(tf) > 0 {
+	if tf := responseFields(fields, 0, &o.trailer, false, "", nil); len(tf) > 0 {
 		return s.sendHeaders(tf, true) == nil
 	}
 	return s.sendData(nil, true) == nil
@@ -240,8 +251,9 @@ func (s *stream) relayChunked(o *origin, fields []hpack.HeaderField) bool {
 // in their order, names in lower case, less the connection-specific ones
 // (RFC 9113 §8.2.2), those its Connection field names, the ones the parser
 // dropped as duplicates or framing (a Content-Length beside
-// Transfer-Encoding) and skip (a lower-case name, or "").
-func responseFields(dst []hpack.HeaderField, status int, h *http1.Head, via bool, skip string) []hpack.HeaderField {
+// Transfer-Encoding) and skip (a lower-case name, or ""). vc, when not
+// nil, supplies the strings of values it has seen before.
+func responseFields(dst []hpack.HeaderField, status int, h *http1.Head, via bool, skip string, vc *valueCache) []hpack.HeaderField {
 	if status != 0 {
 		dst = append(dst, hpack.HeaderField{Name: ":status", Value: statusString(status)})
 	}
@@ -282,12 +294,51 @@ func responseFields(dst []hpack.HeaderField, status int, h *http1.Head, via bool
 		if !ok {
 			n = string(lname)
 		}
-		dst = append(dst, hpack.HeaderField{Name: n, Value: string(f.Value.Of(h.Buf))})
+		dst = append(dst, hpack.HeaderField{Name: n, Value: vc.str(n, ok, f.Value.Of(h.Buf))})
 	}
 	if via {
 		dst = append(dst, hpack.HeaderField{Name: "via", Value: "1.1 rustle"})
 	}
 	return dst
+}
+
+// valueCache holds the values of response fields seen lately, one per
+// field name, so that a value repeated from one response to the next
+// costs no string.
+type valueCache struct {
+	e    [12]struct{ name, value string }
+	next int // the entry a new name replaces
+}
+
+// maxCachedValue bounds the values a valueCache keeps.
+const maxCachedValue = 64
+
+// str returns b as a string: the one cached for name when it holds b's
+// bytes. Only the values of common field names (common set), short ones,
+// are cached, and never a set-cookie value.
+func (vc *valueCache) str(name string, common bool, b []byte) string {
+	if vc == nil || !common || len(b) > maxCachedValue || name == "set-cookie" {
+		return string(b)
+	}
+	slot := -1
+	for i := range vc.e {
+		e := &vc.e[i]
+		if e.name != name {
+			continue
+		}
+		if e.value == string(b) {
+			return e.value
+		}
+		slot = i
+		break
+	}
+	if slot < 0 {
+		slot = vc.next
+		vc.next = (vc.next + 1) % len(vc.e)
+	}
+	v := string(b)
+	vc.e[slot].name, vc.e[slot].value = name, v
+	return v
 }
 
 // commonFields interns the names of the response fields most origins

@@ -104,6 +104,7 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	start time.Time // the origin of tunnels' activity clocks
+	pool  *workerPool
 }
 
 // New returns a Server for cfg, or an error naming the first field out of
@@ -123,7 +124,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.UDPTemplate = t
 	}
-	return &Server{cfg: cfg, log: log, start: time.Now()}, nil
+	return &Server{cfg: cfg, log: log, start: time.Now(), pool: newWorkerPool()}, nil
 }
 
 // validate checks the fields that have no meaning at zero or a range in

@@ -132,10 +132,13 @@ func (s *stream) exit() {
 		c.resetLocked(s, http2.ErrCodeInternal, true)
 	}
 	c.workers--
-	if c.goAway || c.workers == 0 && len(c.streams) == 0 {
+	switch {
+	case c.goAway:
 		// The reader looks again at whether the connection has
-		// drained, or is idle: then its idle timeout starts.
+		// drained.
 		c.wakeLocked()
+	case c.workers == 0 && len(c.streams) == 0:
+		c.becameIdleLocked()
 	}
 	if s.paceStop != nil {
 		s.paceStop()

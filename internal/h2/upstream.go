@@ -186,11 +186,13 @@ func (s *stream) forward() {
 	if !ok {
 		return
 	}
-	head, chunked := appendRequestHead(make([]byte, 0, 512), r, hasBody, &opts, "")
-	canRetry := !hasBody && gate.Idempotent(r.method)
-
 	o := getOrigin()
 	defer putOrigin(o)
+	// The head is built in o's buffer, which the pool keeps.
+	head, chunked := appendRequestHead(o.reqHead[:0], r, hasBody, &opts, "")
+	defer func() { o.reqHead = head[:0] }()
+	canRetry := !hasBody && gate.Idempotent(r.method)
+
 	var up net.Conn // TCP, or TLS to an https parent
 	var err error
 	var written time.Time // when the head went upstream
@@ -250,8 +252,8 @@ func (s *stream) forward() {
 		}
 		head, chunked = appendRequestHead(head[:0], r, hasBody, &opts, "")
 	}
-	bodyDone := make(chan error, 1)
-	cut := false // the request body failed on the client's side before the head was taken
+	bodyDone := noBodyDone // the body's result: none without a body
+	cut := false           // the request body failed on the client's side before the head was taken
 	if err == nil && hasBody {
 		// The response-header timeout starts once the body is sent; an
 		// early answer is read at once, and a body that fails on the
@@ -261,7 +263,9 @@ func (s *stream) forward() {
 		c.mu.Lock()
 		c.wg.Add(1)
 		c.mu.Unlock()
-		go s.sendBody(o, up, chunked, bodyDone)
+		done := make(chan error, 1)
+		bodyDone = done
+		go s.sendBody(o, up, chunked, done)
 		err = s.readResponse(o, r.method, false)
 		o.bodyPending = false
 		c.mu.Lock()
@@ -269,8 +273,6 @@ func (s *stream) forward() {
 			s.finalHead = true // from now on, a stalled body resets s
 		}
 		c.mu.Unlock()
-	} else {
-		bodyDone <- nil
 	}
 	if cut {
 		s.detach(up, key, false)
@@ -300,6 +302,14 @@ func (s *stream) forward() {
 	reuse := complete && bodyErr == nil && keep && len(o.up.Buffered()) == 0
 	s.detach(up, key, reuse)
 }
+
+// noBodyDone is the body result of a request without a body: closed, it
+// answers nil at once to any number of receives.
+var noBodyDone = func() chan error {
+	ch := make(chan error)
+	close(ch)
+	return ch
+}()
 
 // forwardParent asks the grant whether the request to dest goes to an
 // HTTP parent in absolute form (see gate.Grant.ForwardParent), notes the
@@ -601,7 +611,7 @@ func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []by
 		s.answerError(errBadUpgrade, key)
 		return nil, nil, false
 	}
-	fields := responseFields(make([]hpack.HeaderField, 0, 8), 200, h, c.cfg.Via, "sec-websocket-accept")
+	fields := responseFields(make([]hpack.HeaderField, 0, 8), 200, h, c.cfg.Via, "sec-websocket-accept", nil)
 	var pending []byte
 	if p := o.up.Buffered(); len(p) > 0 {
 		pending = append([]byte(nil), p...)

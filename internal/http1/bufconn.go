@@ -89,6 +89,11 @@ func deadlineSlack(timeout time.Duration) time.Duration {
 	return min(timeout/16, 500*time.Millisecond)
 }
 
+// DeadlineSlack is deadlineSlack for a deadline kept outside a Conn (the
+// HTTP/2 server's client connection): how much earlier than wanted a
+// deadline already armed may fall and still be kept.
+func DeadlineSlack(timeout time.Duration) time.Duration { return deadlineSlack(timeout) }
+
 // noDeadline is the rdl or wdl of a Conn on which no deadline is armed.
 const noDeadline time.Duration = -1
 

@@ -48,3 +48,7 @@ func (p *Parker) Wait() error {
 	}
 	return nil
 }
+
+// WaitRead is Wait: only Linux's TLS connections read ahead (see
+// RecordConn).
+func (p *Parker) WaitRead() error { return p.Wait() }

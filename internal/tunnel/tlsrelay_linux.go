@@ -182,6 +182,8 @@ type Parker struct {
 	// ahead, for a TLS connection's Parker (TLSParker), holds bytes read
 	// from the socket before the wait; nil otherwise.
 	ahead *recordConn
+	// rfn is p.readAhead, bound on WaitRead's first call.
+	rfn func(uintptr) bool
 	// err is the socket error the peek reported. The kernel reports a
 	// pending error (a reset) only once, so the peek must keep it: the
 	// next read would see a plain end of stream instead.
@@ -334,6 +336,65 @@ func TLSParker(c *tls.Conn) (*Parker, bool) {
 	p := NewParker(rc.rc)
 	p.ahead = rc
 	return p, true
+}
+
+// WaitRead is Wait for a reader that reads the connection as soon as it
+// is readable (the HTTP/2 server's): on a TLS connection's Parker
+// ([TLSParker]), instead of peeking, it reads what the socket has into the
+// connection's read-ahead buffer, which the next tls.Conn.Read takes
+// without a system call of its own. It borrows that buffer only once there
+// are bytes: none is held while it waits. Its callback does more than
+// Wait's peek, so a goroutine whose stack must stay small waits with Wait.
+// The connection must not be in RelayTLS's non-blocking mode. On another
+// Parker it is Wait.
+func (p *Parker) WaitRead() error {
+	if p.ahead == nil {
+		return p.Wait()
+	}
+	if p.rfn == nil {
+		p.rfn = p.readAhead
+	}
+	p.err = nil
+	if p.ahead.pending() {
+		return nil
+	}
+	if err := p.rc.Read(p.rfn); err != nil {
+		return err
+	}
+	if p.err != nil {
+		return os.NewSyscallError("read", p.err)
+	}
+	return nil
+}
+
+// readAhead is the RawConn.Read callback of WaitRead: one read(2) into
+// p.ahead's read-ahead buffer.
+func (p *Parker) readAhead(fd uintptr) bool {
+	c := p.ahead
+	if c.ahead == nil {
+		c.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
+	}
+	for {
+		n, err := unix.Read(int(fd), c.ahead[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if n > 0 {
+			c.ar, c.aw = 0, n
+			return true
+		}
+		tlsBufPool.Put(c.ahead)
+		c.ahead, c.ar, c.aw = nil, 0, 0
+		if err == unix.EAGAIN {
+			return false // wait for readiness, holding no buffer
+		}
+		// The end of the stream, which the next read sees again, or an
+		// error, which Wait returns (the kernel reports it once).
+		if err != nil {
+			p.err = err
+		}
+		return true
+	}
 }
 
 // Read reads from the socket, never past the end of the current record's

@@ -1,0 +1,169 @@
+package h2
+
+import (
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// waitWorkersGone waits until the stream workers that earlier tests left
+// waiting for a stream (workerPool) have ended, so that a measurement of
+// the process's memory does not see their stacks go.
+func waitWorkersGone(t testing.TB) {
+	t.Helper()
+	if err := proxytest.CheckGoroutines(2*workerIdle+5*time.Second, "h2.(*workerPool).work"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goroutinesCreated returns how many goroutines the process has started.
+func goroutinesCreated(t testing.TB) uint64 {
+	t.Helper()
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		t.Skip("runtime/metrics has no /sched/goroutines-created")
+	}
+	return s[0].Value.Uint64()
+}
+
+// getSequentially sends n GETs for url on rc, one stream at a time from
+// stream *next on, and reads each answer to its end.
+func getSequentially(t *testing.T, rc *rawClient, next *uint32, url string, n int) {
+	t.Helper()
+	host := strings.TrimPrefix(url, "http://")
+	host, path, _ := strings.Cut(host, "/")
+	for i := 0; i < n; i++ {
+		id := *next
+		*next += 2
+		rc.headers(id, true, ":method", "GET", ":scheme", "http", ":authority", host, ":path", "/"+path)
+		for {
+			f := rc.next()
+			if d, ok := f.(*http2.DataFrame); ok && d.Length > 0 {
+				rc.fr.WriteWindowUpdate(0, d.Length) // the connection's window
+			}
+			if f.Header().StreamID != id {
+				if g, ok := f.(*http2.GoAwayFrame); ok {
+					t.Fatalf("stream %d: GOAWAY %v %q", id, g.ErrCode, g.DebugData())
+				}
+				t.Fatalf("stream %d: frame %v of another stream", id, f)
+			}
+			if f.Header().Flags.Has(http2.FlagDataEndStream) {
+				break // the same bit ends HEADERS and DATA
+			}
+			if _, ok := f.(*http2.RSTStreamFrame); ok {
+				t.Fatalf("stream %d reset", id)
+			}
+		}
+	}
+}
+
+// TestForwardReusesWorkers checks that forwarded requests one after the
+// other do not each start goroutines in rustle: a stream's worker is
+// reused for the next one (whose stack has grown already), and the
+// reader is not woken when a stream's end leaves the connection idle.
+func TestForwardReusesWorkers(t *testing.T) {
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, strings.Repeat("x", 1024)))
+	pool := proxytest.NewPool(t, dialer.PoolConfig{})
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
+	rc := p.raw(t)
+	next := uint32(1)
+	getSequentially(t, rc, &next, o.URL("/1k"), 10) // warm: upstream pooled, worker made
+	const n = 200
+	before := goroutinesCreated(t)
+	getSequentially(t, rc, &next, o.URL("/1k"), n)
+	created := goroutinesCreated(t) - before
+	t.Logf("%d goroutines started for %d requests", created, n)
+	if created > n/10 {
+		t.Errorf("%d goroutines started for %d sequential requests, want at most %d", created, n, n/10)
+	}
+}
+
+// TestIdleTimeoutAfterStream checks that the idle timeout runs from the
+// end of the connection's last stream, which no longer wakes the reader:
+// the reader comes back at the deadline it parked with and parks on until
+// the idle timeout is over, whether the write timeout (its last read's
+// deadline) is shorter than the idle timeout or longer.
+func TestIdleTimeoutAfterStream(t *testing.T) {
+	tests := []struct {
+		name        string
+		idle, write time.Duration
+	}{
+		{"write timeout shorter", 400 * time.Millisecond, 100 * time.Millisecond},
+		{"write timeout longer", 400 * time.Millisecond, time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+			pool := proxytest.NewPool(t, dialer.PoolConfig{})
+			p := startProxy(t, testConfig(Config{IdleTimeout: tt.idle, WriteTimeout: tt.write}), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
+			rc := p.raw(t)
+			rc.sync()
+			next := uint32(1)
+			getSequentially(t, rc, &next, o.URL("/"), 1)
+			ended := time.Now()
+			e := rc.readToEnd(tt.idle+margin, func(e *ending) bool { return e.goAway != nil })
+			after := time.Since(ended)
+			if e.goAway == nil || e.goAway.ErrCode != http2.ErrCodeNo {
+				t.Fatalf("want GOAWAY(NO_ERROR) on the idle connection, got %v (%v)", e.goAway, e.err)
+			}
+			if after < tt.idle-20*time.Millisecond {
+				t.Errorf("GOAWAY %v after the stream's end, before the idle timeout of %v", after, tt.idle)
+			}
+		})
+	}
+}
+
+// TestResponseFieldsRepeatValues checks that mapping a response head to
+// HTTP/2 fields allocates no string for the values of common fields that
+// repeat those of the last response, and that a value that changes, a
+// long one and a set-cookie are still passed on as they are.
+func TestResponseFieldsRepeatValues(t *testing.T) {
+	parse := func(raw string) *http1.Head {
+		t.Helper()
+		h := new(http1.Head)
+		if err := h.ParseResponse([]byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	long := strings.Repeat("v", maxCachedValue+1)
+	first := parse("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\nDate: Tue, 01 Dec 2026 21:00:00 GMT\r\n\r\n")
+	again := parse("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\nDate: Tue, 01 Dec 2026 21:00:00 GMT\r\n\r\n")
+	var vc valueCache
+	dst := make([]hpack.HeaderField, 0, 16)
+	responseFields(dst, 200, first, false, "", &vc)
+	if n := testing.AllocsPerRun(100, func() { responseFields(dst[:0], 200, again, false, "", &vc) }); n != 0 {
+		t.Errorf("%.1f allocations per response repeating the last one's values, want 0", n)
+	}
+	tests := []struct {
+		name, raw string
+		want      []hpack.HeaderField
+	}{
+		{"changed value", "HTTP/1.1 200 OK\r\nContent-Length: 7\r\nDate: Tue, 01 Dec 2026 21:00:01 GMT\r\n\r\n",
+			[]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-length", Value: "7"}, {Name: "date", Value: "Tue, 01 Dec 2026 21:00:01 GMT"}}},
+		{"long value", "HTTP/1.1 200 OK\r\nContent-Type: " + long + "\r\n\r\n",
+			[]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "content-type", Value: long}}},
+		{"set-cookie", "HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n\r\n",
+			[]hpack.HeaderField{{Name: ":status", Value: "200"}, {Name: "set-cookie", Value: "a=1"}, {Name: "set-cookie", Value: "b=2"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i := 0; i < 2; i++ { // the second time from the cache
+				got := responseFields(nil, 200, parse(tt.raw), false, "", &vc)
+				if !slices.Equal(got, tt.want) {
+					t.Fatalf("pass %d: got %v, want %v", i, got, tt.want)
+				}
+			}
+		})
+	}
+}
