@@ -367,34 +367,24 @@ func (p *Parker) WaitRead() error {
 	return nil
 }
 
-// readAhead is the RawConn.Read callback of WaitRead: one read(2) into
-// p.ahead's read-ahead buffer.
+// readAhead is the RawConn.Read callback of WaitRead: the connection's
+// fill, whose results it keeps (WaitRead needs blocking mode, so fill
+// waits on EAGAIN holding no buffer).
 func (p *Parker) readAhead(fd uintptr) bool {
 	c := p.ahead
-	if c.ahead == nil {
-		c.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
+	if !c.fill(fd) {
+		return false
 	}
-	for {
-		n, err := unix.Read(int(fd), c.ahead[:])
-		if err == unix.EINTR {
-			continue
-		}
-		if n > 0 {
-			c.ar, c.aw = 0, n
-			return true
-		}
-		tlsBufPool.Put(c.ahead)
-		c.ahead, c.ar, c.aw = nil, 0, 0
-		if err == unix.EAGAIN {
-			return false // wait for readiness, holding no buffer
-		}
-		// The end of the stream, which the next read sees again, or an
-		// error, which Wait returns (the kernel reports it once).
-		if err != nil {
-			p.err = err
-		}
-		return true
+	n, err := c.fillN, c.fillErr
+	c.fillN, c.fillErr = 0, nil
+	if n > 0 {
+		c.ar, c.aw = 0, n
+	} else if err != nil {
+		// An error, which WaitRead returns (the kernel reports it once);
+		// the end of the stream the next read sees again.
+		p.err = err
 	}
+	return true
 }
 
 // Read reads from the socket, never past the end of the current record's
