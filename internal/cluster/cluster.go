@@ -13,15 +13,18 @@
 //     others', whose sum the Limiter adds to its own counts (see
 //     limits.Limiter.SetShared);
 //   - revocations: a user revoked on one instance (a reload that removes
-//     it, an admin call) is published on a channel every instance
-//     subscribes to, which ends the user's sessions and tunnels there.
+//     it, an admin call) is appended to a stream (XADD) that every
+//     instance follows (XREAD BLOCK from the last entry it read), which
+//     ends the user's sessions and tunnels there.
 //
 // Every Redis call has a timeout. When Redis cannot be reached, the
 // instance logs it once, counts locally (its quota counters keep the last
 // totals read and add what it counts; the other instances' connections
 // are no longer counted) and says so in Up, until a sync succeeds again,
-// which sends what was counted meanwhile. Revocations published while an
-// instance is cut off from Redis do not reach it.
+// which sends what was counted meanwhile. Nothing is lost to an outage:
+// a revocation Redis did not take is sent again at each sync until it
+// does, and an instance that was cut off reads the stream on from the
+// last entry it read.
 package cluster
 
 import (
@@ -45,8 +48,13 @@ import (
 // prefix begins every key and channel rustle uses in Redis.
 const prefix = "rustle:"
 
-// revokeChannel is the channel revocations are published on.
-const revokeChannel = prefix + "revoke"
+// revokeStream is the stream revocations are appended to.
+const revokeStream = prefix + "revocations"
+
+// revokeStreamLen is about how many revocations the stream keeps
+// (XADD MAXLEN ~): far more than an instance cut off for a few minutes
+// misses.
+const revokeStreamLen = 10000
 
 // instancesKey is the sorted set of instances, scored by the Unix
 // milliseconds of their last sync.
@@ -82,6 +90,10 @@ type Cluster struct {
 	cfg    Config
 	log    *slog.Logger
 	client *redis.Client
+	follow *redis.Client // the revocation follower's own, for XREAD BLOCK; nil without Revoke
+
+	unsentMu sync.Mutex
+	unsent   [][]string // revocations Redis did not take yet; guarded by unsentMu
 
 	others atomic.Pointer[map[string]int] // other instances' connections per user
 	up     atomic.Bool                    // the last Redis call succeeded
@@ -126,6 +138,11 @@ func New(cfg Config) (*Cluster, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := &Cluster{cfg: cfg, log: log, client: redis.NewClient(opt)}
+	if cfg.Revoke != nil {
+		fo := *opt
+		fo.PoolSize = 1
+		c.follow = redis.NewClient(&fo)
+	}
 	c.others.Store(&map[string]int{})
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
@@ -135,25 +152,17 @@ func New(cfg Config) (*Cluster, error) {
 func (c *Cluster) Instance() string { return c.cfg.Instance }
 
 // Start syncs once (so that a first request sees the totals when Redis
-// is there, within one timeout when it is not), subscribes to the other
-// instances' revocations (waiting up to one timeout for Redis to confirm
-// it: a revocation published before that would be lost) and starts the
-// sync loop and the revocation subscriber.
+// is there, within one timeout when it is not), finds the last entry of
+// the revocation stream (what comes after it is for this instance; when
+// Redis is not there, the entries added since this instance's clock's
+// now), and starts the sync loop and the revocation follower.
 func (c *Cluster) Start() {
 	c.sync()
 	c.wg.Add(1)
 	go c.loop()
 	if c.cfg.Revoke != nil {
-		ps := c.client.Subscribe(c.ctx, revokeChannel)
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
-		if _, err := ps.Receive(ctx); err != nil {
-			// Redis is not there yet: the subscription is made again
-			// when it comes back.
-			c.log.Warn("cluster: revocations not subscribed yet", "err", err)
-		}
-		cancel()
 		c.wg.Add(1)
-		go c.subscribe(ps)
+		go c.followRevocations(c.lastRevocation())
 	}
 }
 
@@ -172,6 +181,9 @@ func (c *Cluster) Up() bool { return c.up.Load() }
 func (c *Cluster) Close() {
 	c.once.Do(func() {
 		c.cancel()
+		if c.follow != nil {
+			c.follow.Close() // ends a blocked XREAD
+		}
 		c.wg.Wait()
 		c.sync()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
@@ -274,7 +286,7 @@ func (c *Cluster) syncOnce() error {
 		live = pipe.ZRangeByScore(ctx, instancesKey, &redis.ZRangeBy{Min: old, Max: "+inf"})
 	}
 	if pipe.Len() == 0 {
-		return nil
+		return c.sendUnsent(ctx)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		untake()
@@ -282,6 +294,9 @@ func (c *Cluster) syncOnce() error {
 	}
 	for _, t := range counts {
 		t.c.Settle(t.start, t.b.Val(), t.r.Val())
+	}
+	if err := c.sendUnsent(ctx); err != nil {
+		return err
 	}
 	if live == nil {
 		return nil
@@ -315,54 +330,116 @@ func (c *Cluster) readOthers(ctx context.Context, instances []string) error {
 	return nil
 }
 
-// revocation is a message on the revocation channel.
+// revocation is the payload of an entry of the revocation stream, in its
+// field "r".
 type revocation struct {
 	From  string   `json:"from"`
 	Users []string `json:"users"`
 }
 
 // Publish tells the other instances to end the sessions and tunnels of
-// users, within one timeout.
+// users, within one timeout. When Redis does not take it, it returns the
+// error and the revocation is sent again at each sync until Redis does.
 func (c *Cluster) Publish(users []string) error {
 	if len(users) == 0 {
 		return nil
 	}
-	msg, err := json.Marshal(revocation{From: c.cfg.Instance, Users: users})
-	if err != nil {
-		return fmt.Errorf("cluster: publish a revocation: %w", err)
-	}
+	users = append([]string(nil), users...)
+	c.unsentMu.Lock()
+	defer c.unsentMu.Unlock()
+	c.unsent = append(c.unsent, users)
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
-	if err := c.client.Publish(ctx, revokeChannel, msg).Err(); err != nil {
-		return fmt.Errorf("cluster: publish a revocation: %w", err)
+	if err := c.sendUnsentLocked(ctx); err != nil {
+		return fmt.Errorf("cluster: publish a revocation (sent again at each sync until Redis takes it): %w", err)
 	}
 	return nil
 }
 
-// subscribe receives the other instances' revocations on ps until Close;
-// the subscription reconnects by itself after Redis comes back.
-func (c *Cluster) subscribe(ps *redis.PubSub) {
+// sendUnsent appends to the stream, in order, the revocations Redis did
+// not take yet.
+func (c *Cluster) sendUnsent(ctx context.Context) error {
+	c.unsentMu.Lock()
+	defer c.unsentMu.Unlock()
+	return c.sendUnsentLocked(ctx)
+}
+
+func (c *Cluster) sendUnsentLocked(ctx context.Context) error {
+	for len(c.unsent) > 0 {
+		msg, err := json.Marshal(revocation{From: c.cfg.Instance, Users: c.unsent[0]})
+		if err != nil {
+			return fmt.Errorf("cluster: encode a revocation: %w", err)
+		}
+		err = c.client.XAdd(ctx, &redis.XAddArgs{Stream: revokeStream, MaxLen: revokeStreamLen, Approx: true,
+			Values: []string{"r", string(msg)}}).Err()
+		if err != nil {
+			return fmt.Errorf("cluster: append a revocation to %s: %w", revokeStream, err)
+		}
+		c.unsent[0] = nil
+		c.unsent = c.unsent[1:]
+	}
+	c.unsent = nil
+	return nil
+}
+
+// lastRevocation returns the ID of the revocation stream's last entry,
+// "0-0" when the stream is empty, or, when Redis cannot be reached, an
+// ID of this instance's clock's now (Redis's IDs begin with its clock's
+// Unix milliseconds).
+func (c *Cluster) lastRevocation() string {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
+	defer cancel()
+	last, err := c.follow.XRevRangeN(ctx, revokeStream, "+", "-", 1).Result()
+	switch {
+	case err != nil:
+		c.log.Warn("cluster: revocation stream not read yet; revocations from now on are followed when Redis is back", "err", err)
+		return strconv.FormatInt(time.Now().UnixMilli(), 10) + "-0"
+	case len(last) == 0:
+		return "0-0"
+	default:
+		return last[0].ID
+	}
+}
+
+// followRevocations reads the revocation stream after the entry last
+// until Close, ending here the users other instances revoked. While
+// Redis cannot be reached it tries again at each sync interval, from the
+// last entry it read.
+func (c *Cluster) followRevocations(last string) {
 	defer c.wg.Done()
-	defer ps.Close()
-	ch := ps.Channel(redis.WithChannelHealthCheckInterval(5 * c.cfg.SyncInterval))
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case m, ok := <-ch:
-			if !ok {
-				return
+	block := max(5*c.cfg.SyncInterval, time.Second)
+	for c.ctx.Err() == nil {
+		streams, err := c.follow.XRead(c.ctx, &redis.XReadArgs{Streams: []string{revokeStream, last}, Count: 100, Block: block}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue // nothing new within block
+		}
+		if err != nil {
+			select {
+			case <-c.ctx.Done():
+			case <-time.After(c.cfg.SyncInterval):
 			}
-			var r revocation
-			if err := json.Unmarshal([]byte(m.Payload), &r); err != nil {
-				c.log.Warn("cluster: malformed revocation ignored", "err", err)
-				continue
+			continue
+		}
+		for _, st := range streams {
+			for _, m := range st.Messages {
+				last = m.ID
+				c.received(m.Values["r"])
 			}
-			if r.From == c.cfg.Instance {
-				continue
-			}
-			c.log.Info("cluster: revocation received", "from", r.From, "users", len(r.Users))
-			c.cfg.Revoke(r.Users)
 		}
 	}
+}
+
+// received ends here the users of a revocation another instance wrote.
+func (c *Cluster) received(payload any) {
+	s, _ := payload.(string)
+	var r revocation
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		c.log.Warn("cluster: malformed revocation ignored", "err", err)
+		return
+	}
+	if r.From == c.cfg.Instance {
+		return
+	}
+	c.log.Info("cluster: revocation received", "from", r.From, "users", len(r.Users))
+	c.cfg.Revoke(r.Users)
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,9 +11,9 @@ import (
 )
 
 // TestRevocationRightAfterStart checks that an instance receives a
-// revocation published as soon as its Start has returned: Start waits
-// for Redis to confirm the subscription (a message published before it
-// is active is lost for good).
+// revocation published as soon as its Start has returned: Start finds
+// the stream's last entry before it returns, and the follower reads on
+// from there however late its first XREAD comes.
 func TestRevocationRightAfterStart(t *testing.T) {
 	redis := proxytest.StartRedis(t)
 	start := func(name string, revoke func([]string)) *Cluster {
@@ -51,4 +52,60 @@ func TestRevocationRightAfterStart(t *testing.T) {
 			t.Fatalf("instance b%d never received the revocation published right after its Start", i)
 		}
 	}
+}
+
+// TestRevocationThroughOutage checks that a revocation published while
+// Redis is down is not lost: Publish says so and keeps it, the next sync
+// after Redis is back sends it, and the other instance, whose follower
+// was cut off meanwhile, reads it.
+func TestRevocationThroughOutage(t *testing.T) {
+	redis := proxytest.StartRedis(t)
+	got := make(chan []string, 4)
+	start := func(name string, revoke func([]string)) *Cluster {
+		t.Helper()
+		c, err := New(Config{URL: redis.URL(), Instance: name, SyncInterval: 20 * time.Millisecond, Timeout: time.Second,
+			Quota:      quota.New(quota.Config{}),
+			LocalConns: func(func(string, int)) {},
+			Revoke:     revoke})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Start()
+		t.Cleanup(c.Close)
+		return c
+	}
+	a := start("a", func([]string) {})
+	start("b", func(users []string) { got <- users })
+	receive := func(want string) {
+		t.Helper()
+		select {
+		case users := <-got:
+			if len(users) != 1 || users[0] != want {
+				t.Fatalf("b received %v, want [%s]", users, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("b never received the revocation of %s", want)
+		}
+	}
+	if err := a.Publish([]string{"before"}); err != nil {
+		t.Fatal(err)
+	}
+	receive("before")
+
+	redis.Kill()
+	err := a.Publish([]string{"during"})
+	if err == nil || !strings.Contains(err.Error(), "sent again") {
+		t.Fatalf("Publish with Redis down = %v, want an error saying it is sent again", err)
+	}
+	select {
+	case users := <-got:
+		t.Fatalf("b received %v with Redis down", users)
+	default:
+	}
+	redis.Start()
+	receive("during")
+	if err := a.Publish([]string{"after"}); err != nil {
+		t.Fatal(err)
+	}
+	receive("after")
 }

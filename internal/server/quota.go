@@ -296,7 +296,7 @@ func (s *Server) RevokeHandler() http.Handler {
 		}
 		n, err := s.RevokeUser(user)
 		if err != nil {
-			http.Error(w, fmt.Sprintf("revoked here (%d), not published to the other instances: %v", n, err), http.StatusBadGateway)
+			http.Error(w, fmt.Sprintf("revoked here (%d), not yet published to the other instances: %v", n, err), http.StatusBadGateway)
 			return
 		}
 		fmt.Fprintf(w, "revoked %d\n", n)
