@@ -32,6 +32,10 @@ type stream struct {
 	c   *conn
 	id  uint32
 	req request // set before the worker starts, then owned by it
+	// fields is the buffer req.fields lies in (see blockDecoder), given
+	// back by releaseFields; nil when none. Set with req, then owned by
+	// the worker.
+	fields *fieldBuf
 
 	cond sync.Cond // L is &c.mu; broadcast when anything below changes
 
@@ -123,8 +127,19 @@ func (s *stream) finish() {
 	s.grant.Finish(up, down)
 }
 
+// releaseFields gives back the buffer of the request's fields, which
+// nothing reads from then on.
+func (s *stream) releaseFields() {
+	s.req.fields = nil
+	if s.fields != nil {
+		putFieldBuf(s.fields)
+		s.fields = nil
+	}
+}
+
 // exit ends the stream's worker.
 func (s *stream) exit() {
+	s.releaseFields()
 	c := s.c
 	c.mu.Lock()
 	if c.streams[s.id] == s {
