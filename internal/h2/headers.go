@@ -195,6 +195,7 @@ func (d *blockDecoder) read(fh http2.FrameHeader, fr *http2.Framer, src payloadR
 	d.id, d.flags, d.priority = fh.StreamID, fh.Flags, http2.PriorityParam{}
 	d.truncated, d.sawRegular, d.invalid = false, false, nil
 	d.headersLeft, d.trailersLeft = d.max, d.max
+	d.dec.SetEmitEnabled(true) // emit may have turned it off in the block before
 	if d.buf == nil {
 		d.buf = fieldPool.Get().(*fieldBuf)
 	} else {
