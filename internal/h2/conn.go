@@ -1421,9 +1421,10 @@ func putUint32(b []byte, v uint32) {
 // its buffer only while it holds bytes.
 //
 // Once track is set (after the connection preface) it follows the frame
-// boundaries in the bytes it hands out, since the framer reads a header
-// block's CONTINUATION frames by itself: it bounds each read within a
-// frame, and the frames and the time a header block may take.
+// boundaries in the bytes it hands out (to the framer and to
+// blockDecoder, which reads a header block's CONTINUATION frames by
+// itself): it bounds each read within a frame, and the frames and the
+// time a header block may take.
 type reader struct {
 	nc   net.Conn
 	buf  *[bufSize]byte
