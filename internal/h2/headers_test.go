@@ -304,3 +304,79 @@ func TestHeaderBlockMatchesFramer(t *testing.T) {
 		})
 	}
 }
+
+// resettable is an io.Reader that reads b again after each reset.
+type resettable struct {
+	b []byte
+	r bytes.Reader
+}
+
+func (r *resettable) Read(p []byte) (int, error) { return r.r.Read(p) }
+func (r *resettable) reset()                     { r.r.Reset(r.b) }
+
+// BenchmarkHeaderBlock measures the decoding of a request's header block
+// as a connection decodes it from its second request on (every field in
+// the HPACK tables), by blockDecoder and by x/net/http2's Framer with
+// ReadMetaHeaders set.
+func BenchmarkHeaderBlock(b *testing.B) {
+	var hb, out bytes.Buffer
+	he := hpack.NewEncoder(&hb)
+	fields := []string{":method", "GET", ":scheme", "http", ":authority", "127.0.0.1:8080", ":path", "/1k",
+		"proxy-authorization", "Basic dXNlcjpwYXNzd29yZA==", "user-agent", "load/1.0", "accept", "*/*"}
+	enc := func() []byte {
+		hb.Reset()
+		for i := 0; i < len(fields); i += 2 {
+			he.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+		}
+		return append([]byte(nil), hb.Bytes()...)
+	}
+	frame := func(block []byte) []byte {
+		out.Reset()
+		http2.NewFramer(&out, nil).WriteHeaders(http2.HeadersFrameParam{StreamID: 1, EndHeaders: true, EndStream: true, BlockFragment: block})
+		return append([]byte(nil), out.Bytes()...)
+	}
+	first, indexed := frame(enc()), frame(enc())
+	b.Run("blockDecoder", func(b *testing.B) {
+		src := &byteSource{}
+		fr := http2.NewFramer(nil, src)
+		d := newBlockDecoder(1 << 20)
+		b.ReportAllocs()
+		for i := 0; i < b.N+1; i++ {
+			if i == 0 {
+				src.b = first
+			} else {
+				src.b = indexed
+			}
+			fh, err := fr.ReadFrameHeader()
+			if err == nil {
+				err = d.read(fh, fr, src)
+			}
+			if err != nil || len(d.fields()) != len(fields)/2 {
+				b.Fatalf("%v, %d fields", err, len(d.fields()))
+			}
+			putFieldBuf(d.take()) // as the request's stream does
+			if i == 0 {
+				b.ResetTimer()
+			}
+		}
+	})
+	b.Run("Framer", func(b *testing.B) {
+		src := &resettable{b: first}
+		src.reset()
+		fr := http2.NewFramer(nil, src)
+		fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+		fr.MaxHeaderListSize = 1 << 20
+		b.ReportAllocs()
+		for i := 0; i < b.N+1; i++ {
+			f, err := fr.ReadFrame()
+			if err != nil || len(f.(*http2.MetaHeadersFrame).Fields) != len(fields)/2 {
+				b.Fatalf("%v", err)
+			}
+			if i == 0 {
+				src.b = indexed
+				b.ResetTimer()
+			}
+			src.reset()
+		}
+	})
+}
