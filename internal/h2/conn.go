@@ -80,7 +80,7 @@ type conn struct {
 	rd          reader
 	waitFrom    time.Time // when wait was last called: the idle timeout runs from it at the earliest
 	fr          *http2.Framer
-	hdec        *hpack.Decoder
+	hdec        *blockDecoder  // decodes header blocks, with the connection's HPACK state
 	park        *tunnel.Parker // nil when raw is
 	bigFrame    bool           // fr read a frame over framerKeep since it was made
 	prefaced    bool           // the client preface was read before serving began
@@ -147,17 +147,16 @@ func newConn(s *Server, nc net.Conn, sess *gate.Session) *conn {
 	c.wcond.L = &c.mu
 	c.rd.nc = nc
 	c.henc = hpack.NewEncoder(&c.hbuf)
-	c.hdec = hpack.NewDecoder(4096, nil)
+	c.hdec = newBlockDecoder(s.cfg.MaxHeaderListSize)
 	c.newFramer()
 	return c
 }
 
-// newFramer (re)makes the frame reader. The HPACK decoder, which holds
-// the connection's decoding state, carries over.
+// newFramer (re)makes the frame reader. Header blocks are read by
+// c.hdec (conn.headers), whose HPACK decoder, which holds the
+// connection's decoding state, carries over.
 func (c *conn) newFramer() {
 	fr := http2.NewFramer(io.Discard, &c.rd)
-	fr.ReadMetaHeaders = c.hdec
-	fr.MaxHeaderListSize = c.cfg.MaxHeaderListSize
 	fr.SetMaxReadFrameSize(c.cfg.MaxFrameSize)
 	fr.SetReuseFrames()
 	c.fr = fr
@@ -409,27 +408,26 @@ func (c *conn) start(ctx context.Context) (int, bool) {
 // goes on.
 func (c *conn) frame() bool {
 	fh, err := c.fr.ReadFrameHeader()
-	var f http2.Frame
+	decoded := false // a header block was read and decoded
 	if err == nil {
-		if fh.Length > framerKeep {
-			c.bigFrame = true
-		}
-		// A header block is bounded in time and in frames (the
-		// framer reads its CONTINUATION frames itself).
-		block := fh.Type == http2.FrameHeaders && !fh.Flags.Has(http2.FlagHeadersEndHeaders)
-		if block {
-			c.rd.startBlock(gate.Deadline(time.Now(), c.cfg.HandshakeTimeout), c.maxContinuations())
-		}
-		f, err = c.fr.ReadFrameForHeader(fh)
-		if block {
-			c.rd.endBlock()
-		}
-		if err == nil {
-			err = c.process(f)
+		if fh.Type == http2.FrameHeaders {
+			decoded, err = c.headers(fh)
+		} else {
+			if fh.Length > framerKeep {
+				c.bigFrame = true
+			}
+			var f http2.Frame
+			if f, err = c.fr.ReadFrameForHeader(fh); err == nil {
+				err = c.process(f)
+			}
 		}
 	}
 	if err != nil {
-		if !c.handleError(fh, f, err) {
+		method := ""
+		if decoded {
+			method = c.hdec.pseudo(":method")
+		}
+		if !c.handleError(fh, method, err) {
 			return false
 		}
 	}
@@ -443,9 +441,32 @@ func (c *conn) frame() bool {
 	return true
 }
 
-// handleError deals with an error from reading or handling a frame (f,
-// nil when it was not read). It reports whether the connection goes on.
-func (c *conn) handleError(fh http2.FrameHeader, f http2.Frame, err error) bool {
+// headers reads, decodes and handles a header block, whose HEADERS frame
+// header fh was just read. It reports whether the block was decoded
+// (then a stream error came from handling its request).
+func (c *conn) headers(fh http2.FrameHeader) (bool, error) {
+	// A header block is bounded in time and in frames.
+	block := !fh.Flags.Has(http2.FlagHeadersEndHeaders)
+	if block {
+		c.rd.startBlock(gate.Deadline(time.Now(), c.cfg.HandshakeTimeout), c.maxContinuations())
+	}
+	err := c.hdec.read(fh, c.fr, &c.rd)
+	if block {
+		c.rd.endBlock()
+	}
+	if err != nil {
+		return false, err
+	}
+	if !c.sawSettings {
+		return true, http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	return true, c.processHeaders(c.hdec)
+}
+
+// handleError deals with an error from reading or handling a frame;
+// method is the :method of a header block decoded before the error, ""
+// when none. It reports whether the connection goes on.
+func (c *conn) handleError(fh http2.FrameHeader, method string, err error) bool {
 	var se http2.StreamError
 	var ce http2.ConnectionError
 	switch {
@@ -466,7 +487,7 @@ func (c *conn) handleError(fh http2.FrameHeader, f http2.Frame, err error) bool 
 		if s == nil && fh.Type == http2.FrameHeaders && se.Code == http2.ErrCodeProtocol {
 			// A malformed request, which never became a stream (an open
 			// stream's own record tells of its end).
-			c.rejectStream(f, se)
+			c.rejectStream(method, se)
 		}
 		return true
 	case errors.As(err, &ce):
@@ -515,18 +536,17 @@ func (c *conn) connError(ce http2.ConnectionError, cause error) bool {
 const maxRejectedLogged = 16
 
 // rejectStream logs a request refused as malformed, its stream reset with
-// PROTOCOL_ERROR: with its method when f, its frame, carried a valid one,
-// never its target; past maxRejectedLogged on the connection, not at all.
-func (c *conn) rejectStream(f http2.Frame, se http2.StreamError) {
+// PROTOCOL_ERROR: with its method when that (from a header block that
+// decoded) is a valid one, never its target; past maxRejectedLogged on
+// the connection, not at all.
+func (c *conn) rejectStream(method string, se http2.StreamError) {
 	if c.rejected == maxRejectedLogged {
 		return
 	}
 	c.rejected++
 	r := gate.Request{Log: accesslog.ProtoH2}
-	if mh, ok := f.(*http2.MetaHeadersFrame); ok {
-		if m := mh.PseudoValue("method"); validToken(m) {
-			r.Method = m
-		}
+	if validToken(method) {
+		r.Method = method
 	}
 	cause := se.Cause
 	if cause == nil {
@@ -569,6 +589,7 @@ func (c *conn) wait(handOff bool) error {
 	if c.bigFrame {
 		c.newFramer()
 	}
+	c.hdec.release()
 	c.rd.release()
 	c.waitFrom = time.Now()
 	c.mu.Lock()
@@ -806,8 +827,6 @@ func (c *conn) process(f http2.Frame) error {
 	switch f := f.(type) {
 	case *http2.DataFrame:
 		return c.processData(f)
-	case *http2.MetaHeadersFrame:
-		return c.processHeaders(f)
 	case *http2.SettingsFrame:
 		return c.processSettings(f)
 	case *http2.WindowUpdateFrame:
@@ -833,7 +852,8 @@ func (c *conn) process(f http2.Frame) error {
 		c.goAwayLocked(http2.ErrCodeNo)
 		c.mu.Unlock()
 		return nil
-	case *http2.PushPromiseFrame, *http2.ContinuationFrame, *http2.HeadersFrame:
+	case *http2.PushPromiseFrame, *http2.ContinuationFrame:
+		// (HEADERS frames are read by conn.headers.)
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
 	return nil // unknown frame types are ignored (RFC 9113 §5.5)
@@ -958,8 +978,9 @@ func (c *conn) earlyResetLocked() bool {
 	return true
 }
 
-func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
-	id := f.StreamID
+// processHeaders handles the header block f has just decoded.
+func (c *conn) processHeaders(f *blockDecoder) error {
+	id := f.id
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id%2 == 0 {
@@ -972,23 +993,23 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 			return http2.ConnectionError(http2.ErrCodeStreamClosed)
 		case s.remoteDone:
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
-		case !f.StreamEnded():
+		case !f.endStream():
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 		}
 		// Trailers.
-		for _, hf := range f.Fields {
+		for _, hf := range f.fields() {
 			if len(hf.Name) > 0 && hf.Name[0] == ':' {
 				return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 			}
 		}
-		if f.Truncated {
+		if f.truncated {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 		}
 		// Checked, then dropped: the upstream body ends without them.
 		return c.endOfRequestLocked(s)
 	}
 	c.maxID = id
-	if f.HasPriority() && f.Priority.StreamDep == id {
+	if f.flags.Has(http2.FlagHeadersPriority) && f.priority.StreamDep == id {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	}
 	if c.goAway || c.closing || len(c.streams) >= int(c.cfg.MaxConcurrentStreams) {
@@ -1004,20 +1025,23 @@ func (c *conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream}
 	}
 	var req request
-	if f.Truncated {
-		req = local(request{method: f.PseudoValue("method"), contentLength: -1}, 431, "request header fields too large")
+	if f.truncated {
+		req = local(request{method: f.pseudo(":method"), contentLength: -1}, 431, "request header fields too large")
 	} else {
 		var err error
-		req, err = parseRequest(f.Fields, true, c.localAddr)
+		req, err = parseRequest(f.fields(), true, c.localAddr)
 		if err != nil {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol, Cause: err}
 		}
 	}
-	if f.StreamEnded() && req.contentLength > 0 {
+	if f.endStream() && req.contentLength > 0 {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	}
 	s := c.newStreamLocked(id, req)
-	if f.StreamEnded() {
+	// The stream's fields lie in the decoder's buffer, which the stream
+	// takes.
+	s.fields = f.take()
+	if f.endStream() {
 		s.remoteDone = true
 		s.req.endStream = true
 	}
@@ -1397,9 +1421,10 @@ func putUint32(b []byte, v uint32) {
 // its buffer only while it holds bytes.
 //
 // Once track is set (after the connection preface) it follows the frame
-// boundaries in the bytes it hands out, since the framer reads a header
-// block's CONTINUATION frames by itself: it bounds each read within a
-// frame, and the frames and the time a header block may take.
+// boundaries in the bytes it hands out (to the framer and to
+// blockDecoder, which reads a header block's CONTINUATION frames by
+// itself): it bounds each read within a frame, and the frames and the
+// time a header block may take.
 type reader struct {
 	nc   net.Conn
 	buf  *[bufSize]byte
@@ -1440,22 +1465,13 @@ func (r *reader) Read(p []byte) (int, error) {
 		if r.err != nil {
 			return 0, r.err
 		}
-		r.arm()
 		if len(p) >= bufSize {
+			r.arm()
 			n, err := r.nc.Read(p)
 			r.advance(p[:n])
 			return n, err
 		}
-		if r.buf == nil {
-			r.buf = bufPool.Get().(*[bufSize]byte)
-		}
-		n, err := r.nc.Read(r.buf[:])
-		r.r, r.w, r.err = 0, n, err
-		if n == 0 {
-			if err == nil {
-				err = io.ErrNoProgress
-			}
-			r.err = nil
+		if err := r.fill(); err != nil {
 			return 0, err
 		}
 	}
@@ -1463,6 +1479,46 @@ func (r *reader) Read(p []byte) (int, error) {
 	r.r += n
 	r.advance(p[:n])
 	return n, nil
+}
+
+// next hands out up to n of the next bytes without a copy, as Read
+// would: they are valid until the next read. It is blockDecoder's
+// payloadReader.
+func (r *reader) next(n int) ([]byte, error) {
+	if r.limit > 0 && r.frames >= r.limit && r.hn == 0 && r.left == 0 {
+		return nil, errContinuations
+	}
+	if r.r == r.w {
+		if r.err != nil {
+			return nil, r.err
+		}
+		if err := r.fill(); err != nil {
+			return nil, err
+		}
+	}
+	b := r.buf[r.r:min(r.w, r.r+n)]
+	r.r += len(b)
+	r.advance(b)
+	return b, nil
+}
+
+// fill reads from nc into the empty buffer. An error that came with
+// bytes is held back until they are read.
+func (r *reader) fill() error {
+	r.arm()
+	if r.buf == nil {
+		r.buf = bufPool.Get().(*[bufSize]byte)
+	}
+	n, err := r.nc.Read(r.buf[:])
+	r.r, r.w, r.err = 0, n, err
+	if n == 0 {
+		if err == nil {
+			err = io.ErrNoProgress
+		}
+		r.err = nil
+		return err
+	}
+	return nil
 }
 
 // advance follows the frames through b, the bytes handed out next.

@@ -128,9 +128,13 @@
 // and a header block must end within
 // HandshakeTimeout (timeouts.read_header) of its HEADERS frame and in
 // at most max(16, MaxHeaderListSize/1024) CONTINUATION frames (the
-// reader follows frame boundaries in the bytes it hands the framer,
-// which reads CONTINUATION frames itself; x/net's own bound counts
-// bytes only, not empty frames). Streams the client resets before rustle
+// reader follows frame boundaries in the bytes it hands out; the header
+// list's bound, as x/net/http2's Framer has it, counts bytes only, not
+// empty frames). Header blocks are decoded by rustle (blockDecoder) with
+// the checks of x/net's Framer, straight out of the read buffer, into
+// field buffers that the streams take and give back: a header block
+// costs no allocation beyond the strings HPACK decodes (none for fields
+// the dynamic table holds). Streams the client resets before rustle
 // has answered them spend a budget (resetBudget) whose end is GOAWAY
 // with ENHANCE_YOUR_CALM. A response waits at most WriteTimeout for
 // flow-control window, a tunnel as long as it is not idle for

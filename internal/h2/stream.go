@@ -32,6 +32,10 @@ type stream struct {
 	c   *conn
 	id  uint32
 	req request // set before the worker starts, then owned by it
+	// fields is the buffer req.fields lies in (see blockDecoder), given
+	// back by releaseFields; nil when none. Set with req, then owned by
+	// the worker.
+	fields *fieldBuf
 
 	cond sync.Cond // L is &c.mu; broadcast when anything below changes
 
@@ -123,8 +127,19 @@ func (s *stream) finish() {
 	s.grant.Finish(up, down)
 }
 
+// releaseFields gives back the buffer of the request's fields, which
+// nothing reads from then on.
+func (s *stream) releaseFields() {
+	s.req.fields = nil
+	if s.fields != nil {
+		putFieldBuf(s.fields)
+		s.fields = nil
+	}
+}
+
 // exit ends the stream's worker.
 func (s *stream) exit() {
+	s.releaseFields()
 	c := s.c
 	c.mu.Lock()
 	if c.streams[s.id] == s {
@@ -228,27 +243,30 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 		proto = acl.Connect
 	}
 	// The target as the access log shows it: the URL of a forwarded
-	// request, host:port of a tunnel. (Authorize keeps no reference to
-	// it, but its escape analysis lets a stack buffer escape: the
-	// buffer is made to size.)
-	var target []byte
+	// request, host:port of a tunnel; then the Proxy-Authorization
+	// value. Authorize keeps no reference to either (it copies the
+	// target, as it must the HTTP/1.1 front-end's, which are slices of
+	// its read buffer), so they are built in a pooled buffer.
+	bp := scratchPool.Get().(*[]byte)
+	b := (*bp)[:0]
 	if r.kind == kindConnectUDP {
-		target = gate.AppendHostPort([]byte("udp://"), r.host, r.port, r.ipv6)
+		b = gate.AppendHostPort(append(b, "udp://"...), r.host, r.port, r.ipv6)
 	} else if r.scheme != "" {
-		target = make([]byte, 0, len(r.scheme)+3+len(r.authority)+len(r.path))
-		target = append(append(append(append(target, r.scheme...), "://"...), r.authority...), r.path...)
+		b = append(append(append(append(b, r.scheme...), "://"...), r.authority...), r.path...)
 	} else {
-		target = append(make([]byte, 0, len(r.authority)), r.authority...)
+		b = append(b, r.authority...)
 	}
+	n := len(b)
+	target := b[:n:n]
 	if r.kind == kindLocal {
 		target = gate.LoggableTarget(target) // a refused :authority may carry userinfo
 	}
 	var authz []byte
 	if r.hasProxyAuth {
-		authz = make([]byte, len(r.proxyAuth))
-		copy(authz, r.proxyAuth)
+		b = append(b, r.proxyAuth...)
+		authz = b[n:]
 	}
-	return c.sess.Authorize(&gate.Request{
+	k := c.sess.Authorize(&gate.Request{
 		Protocol:      proto,
 		Log:           accesslog.ProtoH2,
 		Method:        method,
@@ -257,7 +275,19 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 		Target:        target,
 		Authorization: authz,
 	}, g)
+	if cap(b) <= scratchKeep {
+		clear(b[n:]) // no credential stays in the pool
+		*bp = b[:0]
+		scratchPool.Put(bp)
+	}
+	return k
 }
+
+// scratchPool holds *[]byte, empty: authorize's buffers.
+var scratchPool = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+
+// scratchKeep is the largest buffer that goes back to scratchPool.
+const scratchKeep = 4 << 10
 
 // pace waits, when the stream's user's bytes are paced, until n more
 // bytes may pass; it is called before they are written, with c.mu not

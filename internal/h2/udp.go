@@ -70,7 +70,7 @@ func (s *stream) connectUDP() {
 		return
 	}
 	s.answered(200)
-	s.req.fields = nil
+	s.releaseFields()
 	f := &capsuleFlow{s: s}
 	f.cr = masque.NewCapsuleReader(streamReader{s}, maxCapsule)
 	res := s.grant.RelayFlow(ctx, f, up, c.cfg.UDPIdleTimeout)

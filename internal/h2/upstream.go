@@ -526,7 +526,7 @@ func (s *stream) connect() bool {
 	}
 	s.answered(200)
 	s.relaying = true
-	s.req.fields = nil // the tunnel does not need them; an idle one keeps less
+	s.releaseFields() // the tunnel does not need them; an idle one keeps less
 	c.mu.Lock()
 	if s.reset {
 		c.mu.Unlock()
