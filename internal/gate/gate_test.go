@@ -1261,3 +1261,45 @@ func TestLoggableTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokeDuringHandoff checks that a revocation that comes after the
+// engine has taken a tunnel and before the tunnel is registered for
+// revocation still cuts it: the revocation ends the session, whose
+// connection the engine holds by then, and cannot see the tunnel yet.
+// (TestClusterRevocation in internal/server lost tunnels this way.)
+func TestRevokeDuringHandoff(t *testing.T) {
+	reg := new(gate.Registry)
+	cfg := proxytest.PolicyConfig{Users: users, Limits: &limits.Config{}, Revoked: reg}
+	p := proxytest.NewPolicy(t, cfg)
+	eng := newEngine(t)
+	echo := proxytest.NewEcho(t)
+	revoked := 0
+	t.Cleanup(gate.SetAfterEngineAdd(func() {
+		revoked = reg.Revoke(func(_, u string) bool { return u != "alice" })
+	}))
+
+	client, served := tcpPair(t)
+	s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40007"), eng, nil)
+	s.Attach(served)
+	defer s.Close()
+	var g gate.Grant
+	if k := s.Authorize(connectReq("127.0.0.1", basicAuth("alice", "pw")), &g); k != gate.OK {
+		t.Fatalf("alice: %v", k)
+	}
+	upc, err := g.Dial(context.Background(), echo.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Answer(200, 0)
+	if !g.Tunnel(served, upc, nil) {
+		t.Fatal("the tunnel was not handed to the engine")
+	}
+	if revoked != 1 {
+		t.Fatalf("the revocation during the hand-off revoked %d users, want 1 (alice's session)", revoked)
+	}
+	client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	client.Write([]byte("x"))
+	if b, err := io.ReadAll(client); len(b) > 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("alice's tunnel after a revocation during its hand-off: %q, %v; want it cut", b, err)
+	}
+}

@@ -135,12 +135,26 @@ func (g *Grant) toEngine(refusable bool, add func(done func(tunnel.Result)) (cut
 		took.back(lim)
 		return true
 	}
+	if testHookAfterAdd != nil {
+		testHookAfterAdd()
+	}
 	if reg != nil && user != "" {
 		// The tunnel outlives its session: revoking its user cuts it.
 		h.track(func() *tunnelEnd { return reg.addTunnel(listener, user, cut) })
+		if s.revoked.Load() {
+			// A revocation took the registry's lock after add and
+			// before addTunnel: it ended the session, whose
+			// connection the engine holds now, and could not see the
+			// tunnel. One after addTunnel finds the tunnel itself.
+			cut()
+		}
 	}
 	return true
 }
+
+// testHookAfterAdd, when set by a test, runs in toEngine between the
+// engine taking a tunnel and its registration for revocation.
+var testHookAfterAdd func()
 
 // bytesString views b as a string without copying; the string must not
 // outlive b's contents.

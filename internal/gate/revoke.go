@@ -123,6 +123,7 @@ func (r *Registry) Revoke(keep func(listener, user string) bool) int {
 		revoked := false
 		for s := range h.sessions {
 			if !keep(s.p.Listener, u) {
+				s.revoked.Store(true) // under r.mu: see toEngine
 				sessions = append(sessions, s)
 				revoked = true
 			}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
@@ -46,6 +47,11 @@ type Session struct {
 	cancel  context.CancelCauseFunc
 	rctx    context.Context
 	rcancel context.CancelCauseFunc
+
+	// revoked is set by Registry.Revoke, under the registry's lock,
+	// before it ends the session: a tunnel handed to the engine and
+	// registered after that lock was released is cut by toEngine.
+	revoked atomic.Bool
 
 	mu sync.Mutex
 	// release gives back the connection's admission; nil once given back

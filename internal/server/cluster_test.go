@@ -242,7 +242,7 @@ func TestClusterRevocation(t *testing.T) {
 			tt.revoke(t)
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			if n, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
-				t.Fatalf("%s's tunnel on b after the revocation on a: read %d, %v; want it cut", tt.user, n, err)
+				t.Fatalf("%s's tunnel on b after the revocation on a: read %d, %v; want it cut\na's log:\n%s\nb's log:\n%s", tt.user, n, err, a.log.String(), b.log.String())
 			}
 			t.Logf("%s's tunnel on b cut %v after the revocation on a", tt.user, time.Since(start))
 			waitFor(t, "b's log of the revocation", func() bool {
