@@ -10,6 +10,23 @@ import (
 	"github.com/rustle-proxy/rustle/internal/quota"
 )
 
+// startInstance starts an instance named name on the Redis at url that
+// syncs every interval and receives revocations with revoke; t.Cleanup
+// closes it.
+func startInstance(t *testing.T, url, name string, interval, timeout time.Duration, revoke func([]string)) *Cluster {
+	t.Helper()
+	c, err := New(Config{URL: url, Instance: name, SyncInterval: interval, Timeout: timeout,
+		Quota:      quota.New(quota.Config{}),
+		LocalConns: func(func(string, int)) {},
+		Revoke:     revoke})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start()
+	t.Cleanup(c.Close)
+	return c
+}
+
 // TestRevocationRightAfterStart checks that an instance receives a
 // revocation published as soon as its Start has returned: Start finds
 // the stream's last entry before it returns, and the follower reads on
@@ -18,16 +35,7 @@ func TestRevocationRightAfterStart(t *testing.T) {
 	redis := proxytest.StartRedis(t)
 	start := func(name string, revoke func([]string)) *Cluster {
 		t.Helper()
-		c, err := New(Config{URL: redis.URL(), Instance: name, SyncInterval: time.Hour, Timeout: 5 * time.Second,
-			Quota:      quota.New(quota.Config{}),
-			LocalConns: func(func(string, int)) {},
-			Revoke:     revoke})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Start()
-		t.Cleanup(c.Close)
-		return c
+		return startInstance(t, redis.URL(), name, time.Hour, 5*time.Second, revoke)
 	}
 	a := start("a", func([]string) {})
 	for i := range 20 {
@@ -63,16 +71,7 @@ func TestRevocationThroughOutage(t *testing.T) {
 	got := make(chan []string, 4)
 	start := func(name string, revoke func([]string)) *Cluster {
 		t.Helper()
-		c, err := New(Config{URL: redis.URL(), Instance: name, SyncInterval: 20 * time.Millisecond, Timeout: time.Second,
-			Quota:      quota.New(quota.Config{}),
-			LocalConns: func(func(string, int)) {},
-			Revoke:     revoke})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Start()
-		t.Cleanup(c.Close)
-		return c
+		return startInstance(t, redis.URL(), name, 20*time.Millisecond, time.Second, revoke)
 	}
 	a := start("a", func([]string) {})
 	start("b", func(users []string) { got <- users })
