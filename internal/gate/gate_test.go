@@ -693,6 +693,22 @@ func newEngine(t *testing.T) *tunnel.Engine {
 	return e
 }
 
+// dialGrant authorizes on s a CONNECT to 127.0.0.1 as user, dials addr
+// with the grant and answers 200.
+func dialGrant(t *testing.T, s *gate.Session, user, pass, addr string) (*gate.Grant, net.Conn) {
+	t.Helper()
+	g := new(gate.Grant)
+	if k := s.Authorize(connectReq("127.0.0.1", basicAuth(user, pass)), g); k != gate.OK {
+		t.Fatalf("%s: %v", user, k)
+	}
+	upc, err := g.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Answer(200, 0)
+	return g, upc
+}
+
 // echoThrough writes msg into c and reads it back.
 func echoThrough(c net.Conn, msg string) error {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -783,15 +799,7 @@ func TestTunnel(t *testing.T) {
 			s.Attach(attached)
 			t.Cleanup(s.Close)
 
-			var g gate.Grant
-			if k := s.Authorize(connectReq("127.0.0.1", basicAuth("alice", "pw")), &g); k != gate.OK {
-				t.Fatalf("Authorize = %v", k)
-			}
-			upc, err := g.Dial(context.Background(), echo.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g.Answer(200, 0)
+			g, upc := dialGrant(t, s, "alice", "pw", echo.Addr)
 			done := make(chan bool, 1)
 			go func() { done <- g.Tunnel(served, upc, nil) }()
 			if err := echoThrough(client, msg); err != nil {
@@ -923,15 +931,7 @@ func TestRegistryRevoke(t *testing.T) {
 		s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40006"), eng, nil)
 		s.Attach(attached)
 		defer s.Close()
-		var g gate.Grant
-		if k := s.Authorize(connectReq("127.0.0.1", basicAuth(user, pass)), &g); k != gate.OK {
-			t.Fatalf("%s: %v", user, k)
-		}
-		upc, err := g.Dial(context.Background(), echo.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.Answer(200, 0)
+		g, upc := dialGrant(t, s, user, pass, echo.Addr)
 		if !g.Tunnel(served, upc, nil) {
 			t.Fatal("the tunnel was not handed to the engine")
 		}
@@ -1282,15 +1282,7 @@ func TestRevokeDuringHandoff(t *testing.T) {
 	s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40007"), eng, nil)
 	s.Attach(served)
 	defer s.Close()
-	var g gate.Grant
-	if k := s.Authorize(connectReq("127.0.0.1", basicAuth("alice", "pw")), &g); k != gate.OK {
-		t.Fatalf("alice: %v", k)
-	}
-	upc, err := g.Dial(context.Background(), echo.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Answer(200, 0)
+	g, upc := dialGrant(t, s, "alice", "pw", echo.Addr)
 	if !g.Tunnel(served, upc, nil) {
 		t.Fatal("the tunnel was not handed to the engine")
 	}

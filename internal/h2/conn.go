@@ -1458,34 +1458,28 @@ type reader struct {
 var errContinuations = errors.New("h2: header block in too many CONTINUATION frames")
 
 func (r *reader) Read(p []byte) (int, error) {
-	if r.limit > 0 && r.frames >= r.limit && r.hn == 0 && r.left == 0 {
-		return 0, errContinuations
+	if len(p) >= bufSize && r.r == r.w && r.err == nil && !r.overLimit() {
+		// Big enough for what a read brings: straight into p.
+		r.arm()
+		n, err := r.nc.Read(p)
+		r.advance(p[:n])
+		return n, err
 	}
-	if r.r == r.w {
-		if r.err != nil {
-			return 0, r.err
-		}
-		if len(p) >= bufSize {
-			r.arm()
-			n, err := r.nc.Read(p)
-			r.advance(p[:n])
-			return n, err
-		}
-		if err := r.fill(); err != nil {
-			return 0, err
-		}
-	}
-	n := copy(p, r.buf[r.r:r.w])
-	r.r += n
-	r.advance(p[:n])
-	return n, nil
+	b, err := r.next(len(p))
+	return copy(p, b), err
+}
+
+// overLimit reports whether a header block has used up its
+// CONTINUATION frames and reached the end of the last one.
+func (r *reader) overLimit() bool {
+	return r.limit > 0 && r.frames >= r.limit && r.hn == 0 && r.left == 0
 }
 
 // next hands out up to n of the next bytes without a copy, as Read
 // would: they are valid until the next read. It is blockDecoder's
 // payloadReader.
 func (r *reader) next(n int) ([]byte, error) {
-	if r.limit > 0 && r.frames >= r.limit && r.hn == 0 && r.left == 0 {
+	if r.overLimit() {
 		return nil, errContinuations
 	}
 	if r.r == r.w {

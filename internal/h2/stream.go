@@ -276,7 +276,7 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 		Authorization: authz,
 	}, g)
 	if cap(b) <= scratchKeep {
-		clear(b[n:]) // no credential stays in the pool
+		clear(b) // neither the target nor a credential stays in the pool
 		*bp = b[:0]
 		scratchPool.Put(bp)
 	}
