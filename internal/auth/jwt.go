@@ -92,7 +92,8 @@ type JWTConfig struct {
 	// DefaultNegativeCacheTTL.
 	CacheTTL, NegativeCacheTTL time.Duration
 	// Logger receives the key set becoming unreachable (warn), reachable
-	// again (info) and rotations (info); nil = discard.
+	// again (info) and rotations (info), each line naming the provider
+	// (provider=Name); nil = discard.
 	Logger *slog.Logger
 	// Now returns the time; nil means time.Now. For tests.
 	Now func() time.Time

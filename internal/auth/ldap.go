@@ -80,8 +80,9 @@ type LDAPConfig struct {
 	GroupAttribute string
 	// GroupBaseDN and GroupFilter search for the user's groups, "{dn}"
 	// standing for the user's DN and "{user}" for the user name, as in
-	// "(&(objectClass=groupOfNames)(member={dn}))"; "" GroupFilter
-	// searches none. GroupBaseDN "" means BaseDN.
+	// "(&(objectClass=groupOfNames)(member={dn}))", with the service
+	// account's rights when there is one (BindDN), else the user's; ""
+	// GroupFilter searches none. GroupBaseDN "" means BaseDN.
 	GroupBaseDN, GroupFilter string
 	// Groups maps a rustle group to the DNs of the directory groups whose
 	// members are in it (compared without regard to case); a user's
@@ -99,8 +100,10 @@ type LDAPConfig struct {
 	// Authenticator's CacheTTL. NegativeCacheTTL is how long a refusal
 	// is; 0 means DefaultNegativeCacheTTL.
 	CacheTTL, NegativeCacheTTL time.Duration
-	// Logger receives the directory becoming unreachable (warn) and
-	// reachable again (info); nil = discard.
+	// Logger receives the directory becoming unreachable (warn),
+	// reachable again (info), and refusals for its answers rather than
+	// the password (warn), each line naming the provider (provider=Name);
+	// nil = discard.
 	Logger *slog.Logger
 }
 
@@ -108,9 +111,12 @@ type LDAPConfig struct {
 // LDAP directory: search-then-bind with a service account, or a direct
 // bind with a DN template. Each verification opens a connection of its
 // own, bounded by MaxConnections and the timeouts; the Authenticator's
-// cache keeps the directory from being asked per request. A directory
-// that cannot be reached, or whose service account cannot bind, answers
-// Unavailable, and for a second after that answers so without trying.
+// cache keeps the directory from being asked per request. The user's
+// entry, and with a service account the user's groups, are searched
+// with the service account's rights. A directory that cannot be
+// reached, or whose service account cannot bind, answers Unavailable,
+// and for a second after that answers so without trying; any other
+// answer of the directory is a verdict (a refusal when it is an error).
 // It takes no tokens. It is safe for concurrent use.
 type LDAP struct {
 	cfg     LDAPConfig
@@ -124,6 +130,9 @@ type LDAP struct {
 	log     *slog.Logger
 	health  health
 	timeout time.Duration
+	// answerLogged is when a refusal by errAnswer was last logged
+	// (monoNanos); 0 = never.
+	answerLogged atomic.Int64
 }
 
 // groupDN is a directory group of LDAPConfig.Groups, parsed.
@@ -229,6 +238,50 @@ func (p *LDAP) VerifyToken([]byte) Verdict { return Verdict{} }
 // errRefused is a verification that ended in a refusal.
 var errRefused = errors.New("refused")
 
+// errAnswer is a refusal because the directory answered an operation
+// with a result that is no verdict on the credentials (No Such Object
+// for a base, Insufficient Access, ...): a configuration or access
+// control to fix, which is logged.
+var errAnswer = fmt.Errorf("the directory's answer: %w", errRefused)
+
+// answerLogInterval is the least time between two log lines of refusals
+// by errAnswer, so that a misconfiguration refusing every user logs
+// about once per interval.
+const answerLogInterval = 10 * time.Second
+
+// answered wraps err, the failure of the operation what, as a refusal
+// (errAnswer) when it is an answer of the directory: a result code other
+// than those saying it cannot answer now. A transport failure (the
+// connection failed, closed or timed out, a reply could not be read) and
+// Busy, Unavailable and Time Limit Exceeded are the directory not being
+// asked: they are wrapped as they are, which makes the provider
+// Unavailable.
+func answered(what string, err error) error {
+	var le *ldap.Error
+	if !errors.As(err, &le) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	switch c := le.ResultCode; {
+	case c == ldap.LDAPResultBusy, c == ldap.LDAPResultUnavailable, c == ldap.LDAPResultTimeLimitExceeded,
+		c >= ldap.LDAPResultServerDown && c <= ldap.LDAPResultUnknownType, // the client API's own codes
+		c >= ldap.ErrorNetwork:
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w: %w", what, errAnswer, err)
+}
+
+// logAnswer logs err, a refusal by errAnswer, unless one was logged in
+// the last answerLogInterval.
+func (p *LDAP) logAnswer(err error) {
+	now := monoNanos()
+	last := p.answerLogged.Load()
+	if last != 0 && now-last < int64(answerLogInterval) || !p.answerLogged.CompareAndSwap(last, now) {
+		return
+	}
+	p.log.LogAttrs(context.Background(), slog.LevelWarn, "auth: ldap: a user was refused for the directory's answer, not the password: check the provider's DNs and filters and the directory's access control",
+		slog.String("provider", p.name), slog.String("error", err.Error()))
+}
+
 // VerifyPassword checks user and pass against the directory. An empty
 // password is refused unasked: a directory takes it as an anonymous bind.
 func (p *LDAP) VerifyPassword(user, pass []byte) Verdict {
@@ -256,6 +309,9 @@ func (p *LDAP) VerifyPassword(user, pass []byte) Verdict {
 		return Verdict{User: name, Groups: groups, Outcome: Accepted, TTL: p.cfg.CacheTTL}
 	case errors.Is(err, errRefused):
 		p.health.up(p.log, p.name, "ldap")
+		if errors.Is(err, errAnswer) {
+			p.logAnswer(err)
+		}
 		return refused
 	default:
 		p.health.down(p.log, p.name, "ldap", err)
@@ -286,8 +342,9 @@ func validName(user []byte) bool {
 
 // verify runs one verification on a connection of its own. It returns
 // the user and its rustle groups, an error wrapping errRefused for
-// credentials the directory refuses, or another error when the
-// directory could not be asked.
+// credentials the directory refuses or an operation it answers with an
+// error (errAnswer), or another error when the directory could not be
+// asked or its service account could not bind.
 func (p *LDAP) verify(user, pass string) (string, []string, error) {
 	c, err := p.dial()
 	if err != nil {
@@ -324,6 +381,13 @@ func (p *LDAP) verify(user, pass string) (string, []string, error) {
 		dirGroups = p.attrGroups(entry)
 	}
 	if p.cfg.GroupFilter != "" {
+		if p.cfg.UserDN == "" && p.cfg.BindDN != "" {
+			// The user is bound now; the groups are searched with the
+			// service account's rights, as the user's entry was read.
+			if err := c.Bind(p.cfg.BindDN, p.cfg.BindPassword); err != nil {
+				return "", nil, fmt.Errorf("bind again as the service account %s: %w", p.cfg.BindDN, err)
+			}
+		}
 		more, err := p.searchGroups(c, dn, user)
 		if err != nil {
 			return "", nil, err
@@ -380,7 +444,7 @@ func (p *LDAP) search(c *ldap.Conn, user string) (*ldap.Entry, error) {
 	case ldap.IsErrorWithCode(err, ldap.LDAPResultSizeLimitExceeded):
 		return nil, fmt.Errorf("user filter matches more than one entry: %w", errRefused)
 	case err != nil:
-		return nil, fmt.Errorf("search %s for a user: %w", p.cfg.BaseDN, err)
+		return nil, answered("search "+p.cfg.BaseDN+" for a user", err)
 	case len(res.Entries) != 1:
 		return nil, fmt.Errorf("user filter matches %d entries: %w", len(res.Entries), errRefused)
 	}
@@ -403,7 +467,7 @@ func (p *LDAP) ownEntry(c *ldap.Conn, dn, user string) (*ldap.Entry, error) {
 	case ldap.IsErrorWithCode(err, ldap.LDAPResultNoSuchObject):
 		return nil, fmt.Errorf("no entry %s: %w", dn, errRefused)
 	case err != nil:
-		return nil, fmt.Errorf("read %s: %w", dn, err)
+		return nil, answered("read "+dn, err)
 	case len(res.Entries) != 1:
 		return nil, fmt.Errorf("entry does not match the user filter: %w", errRefused)
 	}
@@ -435,7 +499,7 @@ func (p *LDAP) attrGroups(e *ldap.Entry) []string {
 }
 
 // searchGroups returns the DNs of the groups GroupFilter finds for the
-// user.
+// user, with the rights of the identity c is bound as.
 func (p *LDAP) searchGroups(c *ldap.Conn, dn, user string) ([]string, error) {
 	base := p.cfg.GroupBaseDN
 	if base == "" {
@@ -446,7 +510,7 @@ func (p *LDAP) searchGroups(c *ldap.Conn, dn, user string) ([]string, error) {
 	res, err := c.Search(ldap.NewSearchRequest(base, ldap.ScopeWholeSubtree, ldap.NeverDerefAliases, 0, secs, false,
 		filter, []string{"1.1"}, nil))
 	if err != nil {
-		return nil, fmt.Errorf("search %s for groups: %w", base, err)
+		return nil, answered("search "+base+" for groups", err)
 	}
 	dns := make([]string, len(res.Entries))
 	for i, e := range res.Entries {
@@ -458,7 +522,8 @@ func (p *LDAP) searchGroups(c *ldap.Conn, dn, user string) ([]string, error) {
 // bindUser binds as dn with pass: the directory's verdict on the
 // password. Invalid credentials, a DN that does not exist or does not
 // parse, and a directory unwilling to bind the user (a disabled or
-// locked account) are refusals.
+// locked account) are refusals; any other answer of the directory is a
+// refusal by errAnswer (see [answered]).
 func (p *LDAP) bindUser(c *ldap.Conn, dn, pass string) error {
 	err := c.Bind(dn, pass)
 	switch {
@@ -469,7 +534,7 @@ func (p *LDAP) bindUser(c *ldap.Conn, dn, pass string) error {
 		ldap.LDAPResultInvalidDNSyntax, ldap.LDAPResultNoSuchObject):
 		return fmt.Errorf("bind: %w", errRefused)
 	}
-	return fmt.Errorf("bind as the user: %w", err)
+	return answered("bind as the user", err)
 }
 
 // mapGroups returns the rustle groups of the directory groups dns.

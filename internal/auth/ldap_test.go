@@ -1,8 +1,10 @@
 package auth_test
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/base64"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
@@ -276,4 +278,86 @@ func hangingDirectory(t *testing.T, grant bool) string {
 		}
 	})
 	return ln.Addr().String()
+}
+
+// groupsHiddenAccess makes ou=groups readable by the service account
+// only: a bound user who searches it is answered No Such Object.
+const groupsHiddenAccess = `access to attrs=userPassword by anonymous auth by * none
+access to dn.subtree="ou=groups,dc=example,dc=org" by dn.exact="cn=svc,dc=example,dc=org" read by * none
+access to * by users read by anonymous auth
+`
+
+// TestLDAPDirectoryAnswers runs against a slapd whose group subtree only
+// the service account may read. The group search is made with the
+// service account's rights, so users get their groups; and an answer of
+// the directory that is no verdict on the password (No Such Object for a
+// base that does not exist, or that the user may not see) refuses the
+// user: it is never Unavailable, which only a directory that cannot be
+// asked is.
+func TestLDAPDirectoryAnswers(t *testing.T) {
+	d := proxytest.StartSlapdAccess(t, proxytest.DirectoryLDIF, groupsHiddenAccess)
+	groupSearch := auth.LDAPConfig{
+		URL: d.URL, InsecurePlaintext: true, BindDN: "cn=svc,dc=example,dc=org", BindPassword: "svc-pw",
+		BaseDN: "ou=people,dc=example,dc=org", UserFilter: activeFilter, Groups: ldapGroups,
+		GroupBaseDN: "ou=groups,dc=example,dc=org", GroupFilter: "(&(objectClass=groupOfNames)(member={dn}))",
+	}
+	missingGroupBase := groupSearch
+	missingGroupBase.GroupBaseDN = "ou=nowhere,dc=example,dc=org"
+	missingUserBase := groupSearch
+	missingUserBase.BaseDN = "ou=nowhere,dc=example,dc=org"
+	directHidden := auth.LDAPConfig{ // no service account: the user searches, and may not see the groups
+		URL: d.URL, InsecurePlaintext: true, UserDN: "uid={user},ou=people,dc=example,dc=org", Groups: ldapGroups,
+		GroupBaseDN: "ou=groups,dc=example,dc=org", GroupFilter: "(&(objectClass=groupOfNames)(member={dn}))",
+	}
+	type check struct {
+		user, pass string
+		want       auth.Outcome
+		groups     []string
+	}
+	const answerLine = "refused for the directory's answer"
+	for _, tt := range []struct {
+		name   string
+		cfg    auth.LDAPConfig
+		checks []check
+		// warned: the refusals are the directory's answers, which are
+		// logged (once within the interval), not wrong passwords.
+		warned bool
+	}{
+		{"group search as the service account", groupSearch, []check{
+			{"alice", "alice-pw", auth.Accepted, []string{"devs"}},
+			{"bob", "bob-pw", auth.Accepted, []string{"ops"}},
+			{"alice", "wrong", auth.Refused, nil},
+			{"carol", "carol-pw", auth.Refused, nil},
+		}, false},
+		{"group base that does not exist", missingGroupBase, []check{
+			{"alice", "alice-pw", auth.Refused, nil}, {"bob", "bob-pw", auth.Refused, nil}}, true},
+		{"user base that does not exist", missingUserBase, []check{{"alice", "alice-pw", auth.Refused, nil}}, true},
+		{"direct bind, groups the user may not read", directHidden, []check{{"alice", "alice-pw", auth.Refused, nil}}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer // VerifyPassword logs on the caller's goroutine
+			cfg := tt.cfg
+			cfg.Name, cfg.Logger = "corp", slog.New(slog.NewTextHandler(&logs, nil))
+			p, err := auth.NewLDAP(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tt.checks {
+				v := p.VerifyPassword([]byte(c.user), []byte(c.pass))
+				if v.Outcome != c.want || !slices.Equal(v.Groups, c.groups) {
+					t.Errorf("%s / %q: got %v %q, want %v %q", c.user, c.pass, v.Outcome, v.Groups, c.want, c.groups)
+				}
+			}
+			want := 0
+			if tt.warned {
+				want = 1
+			}
+			if n := strings.Count(logs.String(), answerLine); n != want {
+				t.Errorf("%d log lines of refusals for the directory's answer, want %d:\n%s", n, want, logs.String())
+			}
+			if tt.warned && (strings.Count(logs.String(), "provider=corp") != 1 || !strings.Contains(logs.String(), "No Such Object")) {
+				t.Errorf("the line should name the provider once and the directory's answer:\n%s", logs.String())
+			}
+		})
+	}
 }

@@ -298,7 +298,7 @@ func (d *Dialer) resolve(ctx context.Context, addr string, p Permitter, res Reso
 		}
 		return nil, &Error{Addr: addr, Forbidden: true, Err: refused}
 	}
-	if o != nil && o.Source != nil && o.Source.restricts() {
+	if o != nil && o.Source != nil && o.Source.Restricts() {
 		kept := addrs[:0]
 		first := addrs[0].Addr()
 		for _, a := range addrs {

@@ -20,8 +20,12 @@ type PoolConfig struct {
 
 // Pool keeps idle upstream keep-alive connections, keyed by "host:port"
 // (or a parent's key), for reuse by any client connection: TCP
-// connections, or the TLS connections of an https parent. The most recently returned
-// connection is handed out first. Safe for concurrent use.
+// connections, or the TLS connections of an https parent. Each is kept
+// for an owner, and handed out only to a Get of the same owner: a
+// connection made from a user's (or a session's) egress source is that
+// user's (see gate.Grant.PoolOwner); "" is the owner of connections
+// anyone may reuse. The most recently returned connection of the owner
+// is handed out first. Safe for concurrent use.
 type Pool struct {
 	cfg PoolConfig
 
@@ -50,6 +54,7 @@ type hostIdle struct {
 
 type idleConn struct {
 	c     net.Conn // a *net.TCPConn, or a *tls.Conn over one
+	owner string   // who may reuse it; "" = anyone
 	since time.Time
 }
 
@@ -79,25 +84,31 @@ func NewPool(cfg PoolConfig) *Pool {
 // Enabled reports whether the pool keeps connections at all.
 func (p *Pool) Enabled() bool { return p.cfg.MaxIdlePerHost > 0 }
 
-// Get returns an idle connection to key, or nil. key is a byte slice so
-// that a caller's reused buffer serves as the lookup key without
+// Get returns an idle connection to key kept for owner, or nil; the
+// connections of other owners stay pooled for them. key is a byte slice
+// so that a caller's reused buffer serves as the lookup key without
 // allocating.
-func (p *Pool) Get(key []byte) net.Conn {
+func (p *Pool) Get(key []byte, owner string) net.Conn {
 	now := time.Now()
 	p.mu.Lock()
 	if h := p.idle[string(key)]; h != nil {
-		for len(h.conns) > 0 {
+		for i := len(h.conns) - 1; i >= 0; i-- {
+			ic := h.conns[i]
+			expired := now.Sub(ic.since) >= h.timeout
+			if !expired && ic.owner != owner {
+				continue
+			}
 			last := len(h.conns) - 1
-			ic := h.conns[last]
+			copy(h.conns[i:], h.conns[i+1:])
 			h.conns[last] = idleConn{}
 			h.conns = h.conns[:last]
 			p.total--
-			if now.Sub(ic.since) < h.timeout {
+			if !expired {
 				p.hits++
 				p.mu.Unlock()
 				return ic.c
 			}
-			ic.c.Close()
+			ic.c.Close() // on the way: the reaper would close it
 		}
 	}
 	p.misses++
@@ -105,9 +116,10 @@ func (p *Pool) Get(key []byte) net.Conn {
 	return nil
 }
 
-// Put offers an idle connection for reuse. It reports whether the pool
-// kept it; when it did not, Put closed it.
-func (p *Pool) Put(key string, c net.Conn) bool {
+// Put offers an idle connection for reuse by owner ("" = anyone: see
+// [Pool]). It reports whether the pool kept it; when it did not, Put
+// closed it.
+func (p *Pool) Put(key, owner string, c net.Conn) bool {
 	p.mu.Lock()
 	h := p.idle[key]
 	if p.closed || h != nil && len(h.conns) >= p.cfg.MaxIdlePerHost || p.total >= p.cfg.MaxIdle {
@@ -119,7 +131,7 @@ func (p *Pool) Put(key string, c net.Conn) bool {
 		h = &hostIdle{timeout: p.timeoutLocked(key)}
 		p.idle[key] = h
 	}
-	h.conns = append(h.conns, idleConn{c: c, since: time.Now()})
+	h.conns = append(h.conns, idleConn{c: c, owner: owner, since: time.Now()})
 	p.total++
 	p.mu.Unlock()
 	return true

@@ -163,16 +163,17 @@ func famIndex(a netip.Addr) int {
 	return 1
 }
 
-// restricts reports whether s limits the source address (and so the
-// destination's family); a Source with only an Interface does not.
-func (s *Source) restricts() bool {
-	return s.same || len(s.addrs[0])+len(s.addrs[1])+len(s.prefixes[0])+len(s.prefixes[1]) > 0
+// Restricts reports whether s chooses the source address (bind or
+// bind_same, which also limit the destination's family); a nil Source,
+// or one with only an Interface, does not.
+func (s *Source) Restricts() bool {
+	return s != nil && (s.same || len(s.addrs[0])+len(s.addrs[1])+len(s.prefixes[0])+len(s.prefixes[1]) > 0)
 }
 
 // serves reports whether s has a source address for destinations of the
 // family of dst, for a dial that reached the proxy at reached.
 func (s *Source) serves(dst, reached netip.Addr) bool {
-	if !s.restricts() {
+	if !s.Restricts() {
 		return true
 	}
 	if s.same {
@@ -259,7 +260,7 @@ func allOnesHost(b []byte, bits int) bool {
 // bind_same. A Source that does not restrict the address owns every
 // connection. The interface a connection is bound to is not checked.
 func (s *Source) Owns(local, dst netip.Addr, key string, reached netip.Addr) bool {
-	if s == nil || !s.restricts() {
+	if s == nil || !s.Restricts() {
 		return true
 	}
 	local, dst = local.Unmap().WithZone(""), dst.Unmap()

@@ -445,17 +445,46 @@ func (g *Grant) dialFailed(addr string, err error) {
 // Pool returns the upstream pool; nil = none.
 func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
 
+// PoolOwner returns the owner of the upstream connections the request
+// dials, under which the front-end keeps them (see [dialer.Pool]), and
+// which a connection made earlier must have for the request to reuse it
+// (see Admits): the request's user, the whole name with its session key,
+// when its egress source chooses the source address (bind or bind_same),
+// so that another user's, or another session's, connection is never
+// reused; "" otherwise, and for connections to an HTTP parent (pooled
+// under the parent), which any request may reuse.
+func (g *Grant) PoolOwner() string {
+	if g.forward {
+		return ""
+	}
+	return g.poolOwner(g.egressSource())
+}
+
+// poolOwner is PoolOwner for a direct request whose egress source is
+// src.
+func (g *Grant) poolOwner(src *dialer.Source) string {
+	if src.Restricts() {
+		return g.User
+	}
+	return ""
+}
+
 // Admits reports whether the request may use c, an upstream connection
-// made for an earlier request (kept by its client, or pooled): its
-// address is checked against this request's rule and the current
-// private-destination guard, as a dial to it would be. A request that
+// made for an earlier request (kept by its client, or pooled) whose
+// owner is owner (the PoolOwner of the request that dialed it): the
+// owner must be this request's PoolOwner, and c's address is checked
+// against this request's rule, the current private-destination guard and
+// the egress source, as a dial to it would be. A request that
 // cannot be sent again on a fresh connection if c turns out dead
 // (canRetry false: it has a body, or is not idempotent) is admitted only
 // while c is still open: origins close idle connections after their
 // keep-alive timeout, and an upload must not meet one. On true c is the
 // request's upstream in the access log.
-func (g *Grant) Admits(c net.Conn, canRetry bool) bool {
+func (g *Grant) Admits(c net.Conn, owner string, canRetry bool) bool {
 	if g.forward {
+		if owner != "" {
+			return false
+		}
 		// A connection to the request's HTTP parent (TLS for an https
 		// one), pooled under its key: the destination was checked by
 		// ForwardParent.
@@ -468,14 +497,18 @@ func (g *Grant) Admits(c net.Conn, canRetry bool) bool {
 	if g.ViaParent() {
 		return false // a tunnel through a parent is for its own request only
 	}
+	src := g.egressSource()
+	if owner != g.poolOwner(src) {
+		return false // another user's or session's: not this request's to reuse
+	}
 	ap := remoteAddrPort(c)
 	if g.s.p.Dialer.Check(ap, g.permitter()) != nil {
 		return false
 	}
 	var local netip.AddrPort
-	if src := g.egressSource(); src != nil {
-		// A connection made from another user's (or session's) source
-		// is not this request's to reuse.
+	if src != nil {
+		// A connection made from a source this request's would not
+		// choose (a reload changed it) is not its to reuse either.
 		local = localAddrPort(c)
 		if !src.Owns(local.Addr(), ap.Addr(), sessionKey(g.User), g.s.reached()) {
 			return false

@@ -149,7 +149,7 @@ func (s *stream) detach(up net.Conn, key string, reuse bool) {
 		return
 	}
 	up.SetDeadline(time.Time{})
-	pool.Put(key, up)
+	pool.Put(key, s.grant.PoolOwner(), up) // the grant that got or dialed it
 }
 
 // upstream returns a pooled connection to key or dials one, and reports
@@ -157,10 +157,11 @@ func (s *stream) detach(up net.Conn, key string, reuse bool) {
 // again should a pooled connection turn out dead (see gate.Grant.Admits).
 func (s *stream) upstream(key string, fresh, canRetry bool) (net.Conn, bool, error) {
 	if p := s.grant.Pool(); p != nil && !fresh {
-		if up := p.Get([]byte(key)); up != nil {
+		owner := s.grant.PoolOwner()
+		if up := p.Get([]byte(key), owner); up != nil {
 			// A pooled connection may have been made under another
 			// request's rule: the grant checks its address.
-			if s.grant.Admits(up, canRetry) {
+			if s.grant.Admits(up, owner, canRetry) {
 				return up, true, nil
 			}
 			up.Close()

@@ -60,7 +60,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 			return
 		}
 		up.SetDeadline(time.Time{})
-		g.Pool().Put(key, up)
+		g.Pool().Put(key, g.PoolOwner(), up)
 	}()
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -106,8 +106,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 // dials one, and reports whether it was pooled. fresh skips the pool.
 func (s *Server) upstream(ctx context.Context, g *gate.Grant, key string, fresh, canRetry bool) (net.Conn, bool, error) {
 	if p := g.Pool(); p != nil && !fresh {
-		if up := p.Get([]byte(key)); up != nil {
-			if g.Admits(up, canRetry) {
+		owner := g.PoolOwner()
+		if up := p.Get([]byte(key), owner); up != nil {
+			if g.Admits(up, owner, canRetry) {
 				return up, true, nil
 			}
 			up.Close()

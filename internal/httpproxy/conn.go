@@ -51,6 +51,7 @@ type conn struct {
 	// next request to the same origin: see getUpstream.
 	up       http1.Conn
 	upKey    string        // pool key of up
+	upOwner  string        // who may reuse up (gate.Grant.PoolOwner of its dial)
 	fwd      *route.Parent // the HTTP parent the request goes to in absolute form; nil = none
 	upReused bool          // up served an earlier request
 
@@ -85,7 +86,7 @@ func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
 	cn.gr = gate.Request{}
 	cn.up = http1.Conn{}
-	cn.upKey = ""
+	cn.upKey, cn.upOwner = "", ""
 	cn.req.Buf, cn.resp.Buf = nil, nil
 	cn.tgt = target{}
 	cn.nreq = 0
@@ -510,26 +511,28 @@ func isDeadConnErr(err error) bool {
 func (cn *conn) getUpstream(fresh, canRetry bool) error {
 	var c net.Conn // TCP, or TLS to an https parent
 	cn.upReused = false
+	owner := cn.g.PoolOwner()
 	if cn.up.C != nil && cn.up.Buf == nil {
 		// The upstream the previous request left: reuse it for the same
 		// origin if this request's rule admits its address, else offer
-		// it to others.
+		// it to others (its owner's, when it is another user's).
 		if !fresh && cn.upKey == string(cn.key) {
-			if cn.g.Admits(cn.up.C, canRetry) {
+			if cn.g.Admits(cn.up.C, cn.upOwner, canRetry) {
 				cn.upReused = true
 				cn.up.TakeBuf(&http1.UpstreamBufs)
 				return nil
 			}
-			// Not for this request, maybe for another: the pool's
-			// newest connection to this origin is this one, so dial.
-			fresh = true
+			// Not for this request, maybe for another: when it is this
+			// request's owner's, it is the pool's newest for the owner
+			// to this origin, so dial.
+			fresh = fresh || cn.upOwner == owner
 		}
 		cn.putUpstream()
 	}
 	if !fresh && cn.pool != nil {
-		if c = cn.pool.Get(cn.key); c != nil {
-			cn.upReused = true
-			if !cn.g.Admits(c, canRetry) {
+		if c = cn.pool.Get(cn.key, owner); c != nil {
+			cn.upReused, cn.upOwner = true, owner
+			if !cn.g.Admits(c, owner, canRetry) {
 				c.Close()
 				c, cn.upReused = nil, false
 			}
@@ -542,7 +545,7 @@ func (cn *conn) getUpstream(fresh, canRetry bool) error {
 		if err != nil {
 			return err
 		}
-		cn.upKey = addr
+		cn.upKey, cn.upOwner = addr, owner
 		if cn.g.ViaParent() {
 			cn.upKey = "" // a tunnel through a parent: reused by no other request, not pooled
 		}
@@ -605,7 +608,7 @@ func (cn *conn) putUpstream() {
 	// Its deadlines stay armed: whoever takes it from the pool arms its
 	// own before reading or writing (attach forgets them), and an idle
 	// pooled connection is neither read nor written.
-	cn.pool.Put(cn.upKey, c)
+	cn.pool.Put(cn.upKey, cn.upOwner, c)
 }
 
 // dropUpstream closes the current upstream.

@@ -15,17 +15,19 @@ type dnsVecs struct {
 	lookups  *prometheus.CounterVec   // by result: hit, miss, hosts
 	queries  *prometheus.CounterVec   // by resolver
 	failures *prometheus.CounterVec   // by resolver
+	strays   *prometheus.CounterVec   // by resolver
 	latency  *prometheus.HistogramVec // by resolver
 }
 
 // DNSMetrics counts the lookups of one configured resolver set ([dns]):
 // cache hits and misses, and per resolver the queries sent, the queries
-// that failed and their latency. Its methods do not allocate and are
+// that failed, the stray responses ignored and their latency. Its methods do not allocate and are
 // no-ops on a nil receiver.
 type DNSMetrics struct {
 	hit, miss, hosts prometheus.Counter
 	queries          []prometheus.Counter
 	failures         []prometheus.Counter
+	strays           []prometheus.Counter
 	latency          []prometheus.Observer
 }
 
@@ -52,6 +54,10 @@ func (m *Metrics) DNS(resolvers []string) *DNSMetrics {
 				Namespace: namespace, Name: "dns_failures_total",
 				Help: "DNS queries that got no usable answer (timeout, network error, SERVFAIL, REFUSED, malformed), by resolver; the next resolver is asked.",
 			}, []string{"resolver"}),
+			strays: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: namespace, Name: "dns_stray_responses_total",
+				Help: "UDP datagrams received on a query's socket that were no answer to its question (another ID, not a response, another question, malformed: late answers or spoofs), by resolver; they are ignored and the answer is waited for until the timeout.",
+			}, []string{"resolver"}),
 			latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 				Namespace: namespace, Name: "dns_query_duration_seconds",
 				Help:    "Time from sending a DNS query to its answer or failure, by resolver.",
@@ -59,7 +65,7 @@ func (m *Metrics) DNS(resolvers []string) *DNSMetrics {
 			}, []string{"resolver"}),
 		}
 		v := m.dns
-		m.reg.MustRegister(v.lookups, v.queries, v.failures, v.latency)
+		m.reg.MustRegister(v.lookups, v.queries, v.failures, v.strays, v.latency)
 	}
 	v := m.dns
 	m.mu.Unlock()
@@ -71,6 +77,7 @@ func (m *Metrics) DNS(resolvers []string) *DNSMetrics {
 	for _, r := range resolvers {
 		d.queries = append(d.queries, v.queries.WithLabelValues(r))
 		d.failures = append(d.failures, v.failures.WithLabelValues(r))
+		d.strays = append(d.strays, v.strays.WithLabelValues(r))
 		d.latency = append(d.latency, v.latency.WithLabelValues(r))
 	}
 	return d
@@ -108,5 +115,13 @@ func (d *DNSMetrics) Query(i int, took time.Duration, ok bool) {
 	d.latency[i].Observe(took.Seconds())
 	if !ok {
 		d.failures[i].Inc()
+	}
+}
+
+// Stray counts a datagram on resolver i's query socket that was no answer
+// to the question, and was ignored.
+func (d *DNSMetrics) Stray(i int) {
+	if d != nil && i >= 0 && i < len(d.strays) {
+		d.strays[i].Inc()
 	}
 }

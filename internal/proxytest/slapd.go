@@ -26,8 +26,8 @@ const (
 // Slapd is an OpenLDAP server (Debian's slapd) run by a test on loopback
 // ports it chose, with a directory of its own under t.TempDir(): the
 // core, cosine, inetorgperson and nis schemas, the memberof overlay
-// (groupOfNames members get memberOf), passwords readable by nobody and
-// usable to bind, and every entry readable by a bound user.
+// (groupOfNames members get memberOf) and an access control (by default
+// [SlapdAccess]).
 type Slapd struct {
 	// URL is the plain listener, ldap://127.0.0.1:PORT (StartTLS
 	// offered), TLSURL the ldaps:// one.
@@ -44,12 +44,27 @@ type Slapd struct {
 	done chan struct{}
 }
 
-// StartSlapd starts slapd and loads ldif (entries under SlapdSuffix,
-// the suffix entry itself included) with ldapadd as SlapdRootDN, so that
-// the memberof overlay sees them. It skips the test where slapd or
-// ldapadd is missing, and fails it under CI (see [RequireTool]). t.Cleanup
-// stops the server.
+// SlapdAccess is the access control of the directory [StartSlapd] runs:
+// passwords readable by nobody and usable to bind, every entry readable
+// by a bound user.
+const SlapdAccess = `access to attrs=userPassword by anonymous auth by * none
+access to * by users read by anonymous auth
+`
+
+// StartSlapd starts slapd with the access control SlapdAccess and loads
+// ldif (entries under SlapdSuffix, the suffix entry itself included)
+// with ldapadd as SlapdRootDN, so that the memberof overlay sees them. It
+// skips the test where slapd or ldapadd is missing, and fails it under CI
+// (see [RequireTool]). t.Cleanup stops the server.
 func StartSlapd(t testing.TB, ldif string) *Slapd {
+	t.Helper()
+	return StartSlapdAccess(t, ldif, SlapdAccess)
+}
+
+// StartSlapdAccess is [StartSlapd] with access, slapd.conf "access to"
+// lines (the rootdn reads and writes everything whatever they say), in
+// place of SlapdAccess.
+func StartSlapdAccess(t testing.TB, ldif, access string) *Slapd {
 	t.Helper()
 	bin := "/usr/sbin/slapd" // Debian's, which a PATH without sbin misses
 	if _, err := os.Stat(bin); err != nil {
@@ -86,9 +101,7 @@ rootdn "%[3]s"
 rootpw %[4]s
 directory %[1]s/db
 overlay memberof
-access to attrs=userPassword by anonymous auth by * none
-access to * by users read by anonymous auth
-`, dir, SlapdSuffix, SlapdRootDN, SlapdRootPassword)
+%[5]s`, dir, SlapdSuffix, SlapdRootDN, SlapdRootPassword, access)
 	writeFile(t, filepath.Join(dir, "slapd.conf"), []byte(conf), 0o600)
 	plain, tlsPort := freePort(t), freePort(t)
 	s.URL = fmt.Sprintf("ldap://127.0.0.1:%d", plain)

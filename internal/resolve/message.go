@@ -69,9 +69,9 @@ func (e errRCode) Error() string {
 
 // parseAnswer parses msg, the response to the query with id for q (id is
 // not checked when checkID is false: DNS over HTTPS sends 0). It returns
-// errTruncated for a truncated response, an errRCode for a response code
-// other than NOERROR and NXDOMAIN, and an error for anything that is not
-// a response to q.
+// errTruncated for a truncated response to q, an errRCode for a response
+// code other than NOERROR and NXDOMAIN, and another error for anything
+// that is not a response to q (see [isAnswer]).
 func parseAnswer(msg []byte, id uint16, checkID bool, q dnsmessage.Question) (answer, error) {
 	var p dnsmessage.Parser
 	h, err := p.Start(msg)
@@ -84,15 +84,20 @@ func parseAnswer(msg []byte, id uint16, checkID bool, q dnsmessage.Question) (an
 	if checkID && h.ID != id {
 		return answer{}, errors.New("resolve: response ID does not match the query")
 	}
-	if h.Truncated {
-		return answer{}, errTruncated
-	}
 	qs, err := p.AllQuestions()
 	if err != nil {
 		return answer{}, fmt.Errorf("resolve: malformed question: %w", err)
 	}
+	if h.Truncated && len(qs) == 0 {
+		// A truncated response may lack its question; it is asked again
+		// over TCP, which a spoofer off the path cannot answer.
+		return answer{}, errTruncated
+	}
 	if len(qs) != 1 || qs[0].Type != q.Type || qs[0].Class != q.Class || !equalName(qs[0].Name, q.Name) {
 		return answer{}, errors.New("resolve: response is for another question")
+	}
+	if h.Truncated {
+		return answer{}, errTruncated
 	}
 	switch h.RCode {
 	case dnsmessage.RCodeSuccess, dnsmessage.RCodeNameError:
@@ -202,6 +207,15 @@ func parseAnswer(msg []byte, id uint16, checkID bool, q dnsmessage.Question) (an
 		break
 	}
 	return a, nil
+}
+
+// isAnswer reports whether err, parseAnswer's, still makes the message
+// an answer to the question: nil, errTruncated or an errRCode. Any other
+// error is a message that is no answer to it (not a response, another ID
+// or question, malformed), which a UDP query ignores.
+func isAnswer(err error) bool {
+	var rc errRCode
+	return err == nil || errors.Is(err, errTruncated) || errors.As(err, &rc)
 }
 
 // equalName compares DNS names case-insensitively (ASCII, RFC 4343).

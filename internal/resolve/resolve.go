@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -85,6 +86,9 @@ type Config struct {
 	TLS *tls.Config
 	// Metrics counts lookups and queries; nil = none.
 	Metrics *metrics.DNSMetrics
+	// Logger receives debug lines about UDP datagrams ignored as no
+	// answer to a query; nil = none.
+	Logger *slog.Logger
 	// now is the clock; nil = time.Now (tests set it).
 	now func() time.Time
 }
@@ -148,6 +152,9 @@ func New(cfg Config) (*Resolver, error) {
 	}
 	if cfg.CacheSize <= 0 {
 		cfg.CacheSize = DefaultCacheSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Resolver{cfg: cfg, ex: newExchanger(cfg.TLS), now: cfg.now,
 		cache: make(map[cacheKey]*entry), flight: make(map[cacheKey]*call)}
@@ -392,7 +399,11 @@ func (r *Resolver) ask(name dnsmessage.Name, t dnsmessage.Type) famResult {
 		srv := &r.cfg.Servers[i]
 		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
 		t0 := time.Now()
-		a, err := r.ex.exchange(ctx, srv, q)
+		a, err := r.ex.exchange(ctx, srv, q, func(why error) {
+			r.cfg.Metrics.Stray(i)
+			r.cfg.Logger.Debug("dns: ignored a datagram that is no answer to the query",
+				"resolver", srv.Label, "name", q.Name.String(), "type", q.Type.String(), "reason", why.Error())
+		})
 		cancel()
 		r.cfg.Metrics.Query(i, time.Since(t0), err == nil)
 		if err == nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/dns/dnsmessage"
+
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -462,5 +464,125 @@ func TestCacheHitAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { r.LookupNetIP(ctx, "ip", "gone.example.com") }); n != 0 {
 		t.Fatalf("a negative cache hit allocates %v times, want 0", n)
+	}
+}
+
+// spoofServer is a UDP DNS server on loopback that, for each query, first
+// sends the datagrams spoofs makes of it and then the genuine answer: the
+// A record 192.0.2.40 for the name asked.
+func spoofServer(t *testing.T, spoofs func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen udp: %v", err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { pc.Close(); <-done })
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				continue
+			}
+			q, err := p.Question()
+			if err != nil {
+				continue
+			}
+			for _, d := range spoofs(t, h.ID, q) {
+				pc.WriteTo(d, from)
+			}
+			pc.WriteTo(dnsResponse(t, dnsmessage.Header{ID: h.ID, Response: true}, q, "192.0.2.40"), from)
+		}
+	}()
+	return pc.LocalAddr().String()
+}
+
+// dnsResponse builds a message with header h, question q and, when a is
+// set, an A record of a for q's name.
+func dnsResponse(t *testing.T, h dnsmessage.Header, q dnsmessage.Question, a string) []byte {
+	t.Helper()
+	b := dnsmessage.NewBuilder(nil, h)
+	err := errors.Join(b.StartQuestions(), b.Question(q), b.StartAnswers())
+	if a != "" {
+		err = errors.Join(err, b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 60},
+			dnsmessage.AResource{A: netip.MustParseAddr(a).As4()}))
+	}
+	msg, ferr := b.Finish()
+	if err = errors.Join(err, ferr); err != nil {
+		t.Errorf("build response: %v", err)
+	}
+	return msg
+}
+
+// TestSpoofedAnswerIgnored: datagrams that know the query's port and ID
+// but are no answer to its question (a query, another name, type or
+// class, a malformed message), or that have another ID, however many, are
+// ignored and counted: the genuine answer that follows within the timeout
+// is used.
+func TestSpoofedAnswerIgnored(t *testing.T) {
+	spoofed := "203.0.113.66"
+	other := func(q dnsmessage.Question, f func(*dnsmessage.Question)) dnsmessage.Question { f(&q); return q }
+	for _, tc := range []struct {
+		name   string
+		spoofs func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte
+	}{
+		{"query", func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte {
+			return [][]byte{dnsResponse(t, dnsmessage.Header{ID: id}, q, spoofed)} // QR=0
+		}},
+		{"another name", func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte {
+			return [][]byte{dnsResponse(t, dnsmessage.Header{ID: id, Response: true},
+				other(q, func(q *dnsmessage.Question) { q.Name = dnsmessage.MustNewName("evil.example.") }), spoofed)}
+		}},
+		{"another type", func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte {
+			return [][]byte{dnsResponse(t, dnsmessage.Header{ID: id, Response: true},
+				other(q, func(q *dnsmessage.Question) { q.Type = dnsmessage.TypeAAAA }), "")}
+		}},
+		{"another class", func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte {
+			return [][]byte{dnsResponse(t, dnsmessage.Header{ID: id, Response: true},
+				other(q, func(q *dnsmessage.Question) { q.Class = dnsmessage.ClassCHAOS }), spoofed)}
+		}},
+		{"truncated for another name", func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte {
+			return [][]byte{dnsResponse(t, dnsmessage.Header{ID: id, Response: true, Truncated: true},
+				other(q, func(q *dnsmessage.Question) { q.Name = dnsmessage.MustNewName("evil.example.") }), "")}
+		}},
+		{"malformed", func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte {
+			return [][]byte{{byte(id >> 8), byte(id), 0x81, 0x80, 0, 1}}
+		}},
+		{"flood of other IDs", func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte {
+			var out [][]byte
+			for i := range 40 {
+				out = append(out, dnsResponse(t, dnsmessage.Header{ID: id + 1 + uint16(i), Response: true}, q, spoofed))
+			}
+			return out
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent atomic.Int64
+			addr := spoofServer(t, func(t *testing.T, id uint16, q dnsmessage.Question) [][]byte {
+				s := tc.spoofs(t, id, q)
+				sent.Store(int64(len(s)))
+				return s
+			})
+			srvs := servers(t, "udp://"+addr)
+			m := metrics.New(metrics.Config{})
+			r := newResolver(t, Config{Servers: srvs, Timeout: 5 * time.Second, Only: IPv4, Metrics: m.DNS([]string{srvs[0].Label})})
+			got, err := r.LookupNetIP(context.Background(), "ip", "www.example.com")
+			if err != nil || !slices.Equal(got, addrs("192.0.2.40")) {
+				t.Fatalf("got %v, %v; want the genuine answer 192.0.2.40", got, err)
+			}
+			if n := proxytest.Metric(t, m, "rustle_dns_failures_total"); n != 0 {
+				t.Errorf("failures = %v, want 0", n)
+			}
+			if n := proxytest.Metric(t, m, "rustle_dns_stray_responses_total", "resolver", srvs[0].Label); n != float64(sent.Load()) {
+				t.Errorf("stray responses = %v, want %d", n, sent.Load())
+			}
+		})
 	}
 }

@@ -149,8 +149,10 @@ func (e *exchanger) close() { e.http.CloseIdleConnections() }
 // maxMessage is the largest DNS message (over TCP, TLS, HTTPS).
 const maxMessage = 65535
 
-// exchange asks srv the question q and returns its answer.
-func (e *exchanger) exchange(ctx context.Context, srv *Server, q dnsmessage.Question) (answer, error) {
+// exchange asks srv the question q and returns its answer. Over UDP,
+// stray is called with the reason of each datagram that is no answer to
+// q, which is ignored.
+func (e *exchanger) exchange(ctx context.Context, srv *Server, q dnsmessage.Question, stray func(error)) (answer, error) {
 	id := uint16(rand.Uint32())
 	if srv.Transport == HTTPS {
 		id = 0 // RFC 8484 §4.1: cache friendly
@@ -163,13 +165,13 @@ func (e *exchanger) exchange(ctx context.Context, srv *Server, q dnsmessage.Ques
 	var resp []byte
 	switch srv.Transport {
 	case UDP:
-		resp, err = e.udp(ctx, srv.Addr, msg, id)
-		if err == nil {
-			a, perr := parseAnswer(resp, id, true, q)
-			if !errors.Is(perr, errTruncated) {
-				return a, perr
-			}
-			resp, err = e.stream(ctx, srv, msg)
+		a, err := e.udp(ctx, srv.Addr, msg, id, q, stray)
+		if !errors.Is(err, errTruncated) {
+			return a, err
+		}
+		resp, err = e.stream(ctx, srv, msg)
+		if err != nil {
+			return answer{}, err
 		}
 	case TCP, TLS:
 		resp, err = e.stream(ctx, srv, msg)
@@ -182,11 +184,15 @@ func (e *exchanger) exchange(ctx context.Context, srv *Server, q dnsmessage.Ques
 	return parseAnswer(resp, id, srv.Transport != HTTPS, q)
 }
 
-// udp sends msg to addr and returns the first response with id.
-func (e *exchanger) udp(ctx context.Context, addr string, msg []byte, id uint16) ([]byte, error) {
+// udp sends msg (the query with id for q) to addr and returns the answer
+// to q, or errTruncated or an errRCode. Every other datagram (another
+// ID, not a response, another question, malformed: a late answer or a
+// spoof) is passed to stray and ignored, until ctx ends: a spoofer that
+// knows the port and the ID cannot end the query before its answer.
+func (e *exchanger) udp(ctx context.Context, addr string, msg []byte, id uint16, q dnsmessage.Question, stray func(error)) (answer, error) {
 	c, err := e.dialer.DialContext(ctx, "udp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("resolve: query %s: %w", addr, err)
+		return answer{}, fmt.Errorf("resolve: query %s: %w", addr, err)
 	}
 	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -195,19 +201,30 @@ func (e *exchanger) udp(ctx context.Context, addr string, msg []byte, id uint16)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	if _, err := c.Write(msg); err != nil {
-		return nil, fmt.Errorf("resolve: query %s: %w", addr, err)
+		return answer{}, fmt.Errorf("resolve: query %s: %w", addr, err)
 	}
 	buf := make([]byte, ednsSize*2)
-	for range 16 { // stray datagrams (late answers, spoofs) are skipped
+	strays := 0
+	for {
 		n, err := c.Read(buf)
 		if err != nil {
-			return nil, fmt.Errorf("resolve: query %s: %w", addr, err)
+			if strays > 0 {
+				return answer{}, fmt.Errorf("resolve: query %s: %w (%d datagrams that were no answer ignored)", addr, err, strays)
+			}
+			return answer{}, fmt.Errorf("resolve: query %s: %w", addr, err)
 		}
+		var a answer
 		if n >= 2 && binary.BigEndian.Uint16(buf) == id {
-			return buf[:n], nil
+			a, err = parseAnswer(buf[:n], id, true, q)
+			if isAnswer(err) {
+				return a, err
+			}
+		} else {
+			err = errors.New("resolve: response ID does not match the query")
 		}
+		strays++
+		stray(err)
 	}
-	return nil, fmt.Errorf("resolve: query %s: no response with the query's ID", addr)
 }
 
 // stream asks over TCP or TLS, one connection per query.

@@ -69,6 +69,7 @@ func (s *Server) buildResolver(cfg *config.Config, key string, servers []string)
 		rc.TLS = &tls.Config{RootCAs: roots}
 	}
 	rc.Metrics = s.opts.metrics.DNS(labels)
+	rc.Logger = s.log
 	return resolve.New(rc)
 }
 

@@ -301,6 +301,90 @@ address = "127.0.0.6:0"
 		}
 	})
 
+	t.Run("a pooled upstream is its user's and session's only", func(t *testing.T) {
+		// erin and frank share a group's prefix; zoe has no source of
+		// her own. A connection erin's session made, kept by her client
+		// connection or pooled, is reused by none of the others, and
+		// stays pooled for her session.
+		src := `
+[auth]
+users = [{ name = "erin", password = "pw" }, { name = "frank", password = "pw" }, { name = "zoe", password = "pw" }]
+[acl.groups]
+shared = ["erin", "frank"]
+[[egress.rules]]
+groups = ["shared"]
+bind = ["` + egressPrefix + `"]
+[[listen]]
+name = "shared"
+address = "127.0.0.7:0"
+`
+		cfg, err := config.Parse([]byte(src), "shared.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Workers = 1
+		cfg.AllowPrivate = []string{"2001:db8::/32"}
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		srv, saddrs := startLogged(t, cfg, slog.New(slog.DiscardHandler), &logBuffer{})
+		url := "http://[" + egressOrigin6 + "]:" + egressPort + "/addrport"
+		proxy := saddrs["shared"]
+		get := func(user string) string {
+			t.Helper()
+			status, body, err := getViaKeep(proxy, url, user, true)
+			if err != nil || status != 200 {
+				t.Fatalf("%s: %d %q %v", user, status, body, err)
+			}
+			return body
+		}
+		erin := get("erin-session-5")
+		proxytest.WaitFor(t, "erin's upstream in the pool", func() bool { return srv.pool.Len() == 1 })
+		for _, user := range []string{"frank", "erin", "zoe"} {
+			if got := get(user); got == erin {
+				t.Errorf("%s went out on erin-session-5's pooled connection, from %s", user, got)
+			}
+		}
+		proxytest.WaitFor(t, "every upstream in the pool", func() bool { return srv.pool.Len() == 4 })
+		if again := get("erin-session-5"); again != erin {
+			t.Errorf("erin-session-5 came from %s, then from %s: her pooled connection was not kept for her", erin, again)
+		}
+
+		// One client connection, erin's session then frank: the
+		// upstream the first request left is not frank's either.
+		c, err := net.Dial("tcp", proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		var seen []string
+		for _, user := range []string{"erin-session-5", "frank"} {
+			req, err := http.NewRequest("GET", url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Proxy-Authorization", basicValue(user, "pw"))
+			if err := req.WriteProxy(c); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			_, err = bufio.NewReader(resp.Body).WriteTo(&b)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("%s on one client connection: %d %q %v", user, resp.StatusCode, b.String(), err)
+			}
+			seen = append(seen, strings.TrimSpace(b.String()))
+		}
+		if seen[1] == seen[0] {
+			t.Errorf("frank, after erin-session-5 on the same client connection, went out on her upstream, from %s", seen[1])
+		}
+	})
+
 	t.Run("the access log shows the source", func(t *testing.T) {
 		prefix := netip.MustParsePrefix(egressPrefix)
 		var fromPrefix, fixed, noSource int
@@ -358,7 +442,8 @@ type sourceOrigin struct {
 	seen []netip.Addr // guarded by mu
 }
 
-// startSourceOrigin serves in namespace ns on [::]:8080 (IPv4 too).
+// startSourceOrigin serves in namespace ns on [::]:8080 (IPv4 too); at
+// /addrport it answers with the address and the port.
 func startSourceOrigin(t *testing.T, ns string) *sourceOrigin {
 	t.Helper()
 	ln := proxytest.ListenIn(t, ns, "tcp", ":"+egressPort)
@@ -373,6 +458,10 @@ func startSourceOrigin(t *testing.T, ns string) *sourceOrigin {
 		o.mu.Lock()
 		o.seen = append(o.seen, a)
 		o.mu.Unlock()
+		if r.URL.Path == "/addrport" {
+			fmt.Fprint(w, netip.AddrPortFrom(a, ap.Port()))
+			return
+		}
 		fmt.Fprint(w, a)
 	})}
 	go srv.Serve(ln)

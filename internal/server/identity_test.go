@@ -357,7 +357,7 @@ func TestIdentityH2(t *testing.T) {
 // TestIdentityDirectoryDown stops the directory mid-run: a user verified
 // before goes on (the cached verdict), others are answered 503 with the
 // reason auth-unavailable (never let in, never a 407), with one warning
-// in the log and no cool-down; once the directory is back they get in.
+// in the log (naming the provider once) and no cool-down; once the directory is back they get in.
 func TestIdentityDirectoryDown(t *testing.T) {
 	r := startIdentityRig(t)
 	proxyURL := "http://" + r.addr["plain"]
@@ -389,6 +389,11 @@ func TestIdentityDirectoryDown(t *testing.T) {
 	})
 	if n := strings.Count(r.log.String(), "auth: ldap: unavailable"); n != 1 {
 		t.Errorf("%d warnings of the directory being unavailable, want 1", n)
+	}
+	for line := range strings.Lines(r.log.String()) {
+		if strings.Contains(line, "auth: ldap: unavailable") && strings.Count(line, "provider=") != 1 {
+			t.Errorf("the warning names the provider %d times, want once: %s", strings.Count(line, "provider="), line)
+		}
 	}
 	r.dir.Start()
 	waitFor(t, "bob let in with the directory back", func() bool { return status("bob", "bob-pw") == 403 }) // in, but not in devs

@@ -17,7 +17,7 @@ import (
 func newProviders(cfg *config.Config, log *slog.Logger) (map[string]auth.Provider, error) {
 	ps := make(map[string]auth.Provider, len(cfg.Auth.Providers))
 	for i, pc := range cfg.Auth.Providers {
-		p, err := newProvider(cfg, pc, log.With("provider", pc.Name))
+		p, err := newProvider(cfg, pc, log) // its log lines name it (provider=NAME)
 		if err != nil {
 			return nil, fmt.Errorf("server: auth.providers[%d] (%s): %w", i, pc.Name, err)
 		}
