@@ -179,8 +179,9 @@ func TestNoPipeStallHoldsLittle(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	perTunnel := (int64(after.HeapInuse) - int64(before.HeapInuse)) / n
 	t.Logf("%d B of heap per stalled direction", perTunnel)
-	if perTunnel > 24<<10 {
-		t.Errorf("%d B of heap per stalled direction without a splice pipe, want at most about %d (the small buffer's share)", perTunnel, smallSize)
+	// 16 KiB and the heap's noise; a 64 KiB buffer each is well over.
+	if perTunnel > 40<<10 {
+		t.Errorf("%d B of heap per stalled direction without a splice pipe, want about %d (the small buffer's share), at most 40 KiB", perTunnel, smallSize)
 	}
 	for _, te := range tunnels {
 		te.client.Close()
