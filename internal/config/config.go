@@ -296,10 +296,11 @@ type Limits struct {
 	// MaxConnections bounds the client connections open at once, tunnels
 	// included, each HTTP/2 stream holding an upstream beyond a
 	// connection's first counting as one more; 0 means derived from the
-	// open-file limit at start, a quarter of which is kept for the splice
-	// pipes of tunnels in flight (see [Limits.DescriptorBudget]), and -1
-	// means no limit. The splice pipes get the descriptors the
-	// connections leave.
+	// open-file limit at start, two descriptors each after a small reserve
+	// and a pool of splice pipes for tunnels in flight (see
+	// [Limits.DescriptorBudget]), and -1 means no limit. A limit the
+	// open-file limit cannot hold is lowered to what it holds, with a
+	// warning. The splice pipes get the descriptors the connections leave.
 	MaxConnections int `toml:"max_connections"`
 	// MaxConnectionsPerClient bounds the connections of one client IP
 	// address; 0 means no limit.
@@ -345,12 +346,12 @@ type Limits struct {
 
 // Descriptor budget of [Limits.DescriptorBudget]: descriptorReserve
 // descriptors are kept for listeners, logs, users and certificate files,
-// the rest is shared by connections (two descriptors each) and splice
-// pipes (two each), of which a derived connection limit leaves at least
-// pipeShare of the open-file limit.
+// the splice pipes get a pool of nofile/pipeShare (at least minPipes,
+// two descriptors each), and the connections (two descriptors each) the
+// rest.
 const (
 	descriptorReserve = 128
-	pipeShare         = 4 // a quarter of nofile goes to pipes
+	pipeShare         = 64 // nofile/64 pipes, nofile/32 descriptors
 	minDerivedConns   = 64
 	minPipes          = 16
 )
@@ -365,26 +366,53 @@ func (l Limits) ConnectionLimit(nofile uint64) int {
 
 // DescriptorBudget splits the soft open-file limit nofile between client
 // connections and the splice pipes of tunnels in flight, so that new
-// clients are refused before descriptors run out. conns is the
-// connection limit: MaxConnections when positive, 0 (no limit) when it
-// is -1, and otherwise (nofile - 128 - nofile/4) / 2, at least 64, as a
-// proxied connection holds two descriptors and a quarter of them is kept
-// for pipes. pipes is how many splice pipes (two descriptors each, idle
-// pooled ones included) the tunnel engines may hold together: what the
-// connections leave, (nofile - 128 - 2*conns) / 2, at least 16; with no
-// connection limit, nofile/8 (a quarter of the descriptors). A tunnel
-// direction past it relays through memory instead.
+// clients are refused before descriptors run out. An idle tunnel holds
+// its two sockets and no pipe, so the connections get nearly all of
+// them: the connections that fit are (nofile - 128 - 2*(nofile/64)) / 2,
+// at least 64, which leaves a pool of nofile/64 pipes (at least 16). conns
+// is the connection limit: those that fit when MaxConnections is 0,
+// MaxConnections when it is positive and fits, those that fit when it
+// does not (see [Limits.Lowered]), and 0 (no limit) when it is -1. pipes
+// is how many splice pipes (two descriptors each, idle pooled ones
+// included) the tunnel engines may hold together: what the connections
+// leave, (nofile - 128 - 2*conns) / 2, at least 16, or the pool with no
+// connection limit. A tunnel direction past it relays through memory
+// instead.
 func (l Limits) DescriptorBudget(nofile uint64) (conns, pipes int) {
 	n := int64(min(nofile, 1<<40))
-	switch {
-	case l.MaxConnections > 0:
-		conns = l.MaxConnections
-	case l.MaxConnections < 0:
-		return 0, int(max(n/pipeShare/2, minPipes))
-	default:
-		conns = int(max((n-descriptorReserve-n/pipeShare)/2, minDerivedConns))
+	pool := max(n/pipeShare, minPipes)
+	if l.MaxConnections < 0 {
+		return 0, int(pool)
+	}
+	fit := int(max((n-descriptorReserve-2*pool)/2, minDerivedConns))
+	conns = fit
+	if l.MaxConnections > 0 {
+		conns = min(l.MaxConnections, fit)
 	}
 	return conns, int(max((n-descriptorReserve-2*int64(conns))/2, minPipes))
+}
+
+// Lowered reports whether a process whose soft open-file limit is nofile
+// holds fewer connections than MaxConnections asks for, and how many it
+// holds: the connection limit [Limits.DescriptorBudget] puts in its place.
+func (l Limits) Lowered(nofile uint64) (conns int, lowered bool) {
+	conns, _ = l.DescriptorBudget(nofile)
+	return conns, l.MaxConnections > 0 && conns < l.MaxConnections
+}
+
+// OpenFilesFor returns the smallest soft open-file limit under which
+// [Limits.DescriptorBudget] holds conns connections, the pipes' pool
+// included: what to raise the limit to for a max_connections it lowered.
+func OpenFilesFor(conns int) uint64 {
+	need := func(n int64) bool { return (n-descriptorReserve-2*max(n/pipeShare, minPipes))/2 >= int64(conns) }
+	n := (2*int64(max(conns, 0)) + descriptorReserve) * pipeShare / (pipeShare - 2)
+	for n > 0 && need(n-1) {
+		n--
+	}
+	for !need(n) {
+		n++
+	}
+	return uint64(n)
 }
 
 // Listener is one listening address.

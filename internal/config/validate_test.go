@@ -562,7 +562,8 @@ func TestConnectionLimit(t *testing.T) {
 		nofile uint64
 		want   int
 	}{
-		{0, 20000, 7436}, {0, 1024, 320}, {0, 100, 64}, {0, 1 << 62, (1<<40 - 128 - 1<<38) / 2}, {500, 20000, 500}, {-1, 20000, 0},
+		{0, 20000, 9624}, {0, 1024, 432}, {0, 100, 64}, {0, 1 << 62, (1<<40 - 128 - 1<<35) / 2}, {500, 20000, 500}, {-1, 20000, 0},
+		{536, 1200, 518}, // lowered to what the descriptors allow
 	} {
 		if got := (Limits{MaxConnections: tt.max}).ConnectionLimit(tt.nofile); got != tt.want {
 			t.Errorf("ConnectionLimit(max %d, nofile %d) = %d, want %d", tt.max, tt.nofile, got, tt.want)
@@ -572,7 +573,10 @@ func TestConnectionLimit(t *testing.T) {
 
 // TestDescriptorBudget checks that connections and splice pipes share the
 // open-file limit: together, with the 128 kept back, they never need more
-// descriptors than nofile, except at the floors (64 connections, 16 pipes).
+// descriptors than nofile, except at the floors (64 connections, 16 pipes);
+// that an idle tunnel costs only its two sockets (connections are about
+// (nofile - a small reserve) / 2, the pipes a bounded pool of nofile/64);
+// and that a max_connections the descriptors cannot hold is lowered.
 func TestDescriptorBudget(t *testing.T) {
 	tests := []struct {
 		name             string
@@ -580,16 +584,19 @@ func TestDescriptorBudget(t *testing.T) {
 		nofile           uint64
 		wantConns, pipes int
 	}{
-		{"derived, 1024", 0, 1024, 320, 128},
-		// The limit of issue 15: 536 connections and no pipe left.
-		{"derived, 1200", 0, 1200, 386, 150},
-		{"derived, 20000", 0, 20000, 7436, 2500},
-		{"derived, 65536", 0, 65536, 24512, 8192},
+		{"derived, 1024", 0, 1024, 432, 16},
+		{"derived, 1200", 0, 1200, 518, 18},
+		// The campaign's limit: 9,000 idle tunnels fit.
+		{"derived, 20000", 0, 20000, 9624, 312},
+		{"derived, 65536", 0, 65536, 31680, 1024},
 		{"derived, floors", 0, 100, 64, 16},
-		{"derived, clamped", 0, 1 << 62, (1<<40 - 128 - 1<<38) / 2, 1 << 37},
+		{"derived, clamped", 0, 1 << 62, (1<<40 - 128 - 1<<35) / 2, 1 << 34},
 		{"explicit, pipes get the rest", 500, 20000, 500, 9436},
-		{"explicit, nothing left", 500, 1024, 500, 16},
-		{"no limit, a quarter for pipes", -1, 20000, 0, 2500},
+		{"explicit, lowered to what fits", 500, 1024, 432, 16},
+		// Issue 27: 536 connections and the pipes' 36 descriptors need more than 1,200.
+		{"explicit, lowered at 1200", 536, 1200, 518, 18},
+		{"explicit, fits exactly", 518, 1200, 518, 18},
+		{"no limit, the pool for pipes", -1, 20000, 0, 312},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -629,5 +636,22 @@ func TestValidateQuota(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "quota.rules[0]") {
 		t.Errorf("error shows the password or refuses the good rule:\n%v", err)
+	}
+}
+
+// TestOpenFilesFor checks that OpenFilesFor is the smallest open-file
+// limit whose budget holds the connections asked for.
+func TestOpenFilesFor(t *testing.T) {
+	for _, conns := range []int{1, 64, 65, 100, 518, 519, 536, 9000, 31680, 1 << 30} {
+		n := OpenFilesFor(conns)
+		if got := (Limits{}).ConnectionLimit(n); got < conns {
+			t.Errorf("OpenFilesFor(%d) = %d, which holds %d connections", conns, n, got)
+		}
+		if got := (Limits{}).ConnectionLimit(n - 1); got >= conns && got > minDerivedConns {
+			t.Errorf("OpenFilesFor(%d) = %d, but %d holds %d connections", conns, n, n-1, got)
+		}
+	}
+	if n := OpenFilesFor(536); n != 1238 {
+		t.Errorf("OpenFilesFor(536) = %d, want 1238", n)
 	}
 }

@@ -54,6 +54,7 @@ type budget struct {
 	nofile uint64 // the soft open-file limit it was derived from
 	conns  int    // the connection limit; 0 = none
 	pipes  int    // the splice pipes of every tunnel engine together
+	asked  int    // max_connections when conns is lower (it was lowered), else 0
 }
 
 // descriptorBudget splits the open-file limit (defaultOpenFiles when it
@@ -64,7 +65,11 @@ func descriptorBudget(c config.Limits) budget {
 		nofile = soft
 	}
 	conns, pipes := c.DescriptorBudget(nofile)
-	return budget{nofile: nofile, conns: conns, pipes: pipes}
+	b := budget{nofile: nofile, conns: conns, pipes: pipes}
+	if _, lowered := c.Lowered(nofile); lowered {
+		b.asked = c.MaxConnections
+	}
+	return b
 }
 
 // setPipesLocked gives each tunnel engine its share of the splice pipes
@@ -75,8 +80,13 @@ func (s *Server) setPipesLocked(b budget) {
 	}
 }
 
-// logBudget logs how the descriptors are shared.
+// logBudget logs how the descriptors are shared, and warns when
+// max_connections was lowered to what they hold.
 func (s *Server) logBudget(b budget) {
+	if b.asked > 0 {
+		s.log.Warn("max_connections lowered to what the open-file limit allows", "max_connections", b.asked,
+			"open_files", b.nofile, "connections", b.conns, "needs_open_files", config.OpenFilesFor(b.asked))
+	}
 	s.log.Info("descriptor budget", "open_files", b.nofile, "connections", b.conns, "splice_pipes", b.pipes,
 		"splice_pipes_per_worker", max(1, b.pipes/max(1, len(s.engines))))
 }

@@ -42,7 +42,12 @@
 // back to the pool as soon as it is empty again, so pipes exist only for
 // bytes in flight; a pool bounded by [Config.MaxIdlePipes] keeps the pipe2
 // and fcntl calls off the common path. An idle tunnel holds neither the
-// small buffer (it is empty between calls) nor a pipe.
+// small buffer (it is empty between calls) nor a pipe. When no splice
+// pipe is to be had ([Config.MaxPipes] reached, or pipe2 failing with
+// EMFILE or ENFILE) a bulk direction copies through the small buffer too,
+// reading only while its destination is writable: what the destination
+// does not take (at most 16 KiB) waits in memory, the rest in the
+// source's socket, and the tunnel goes on rather than being reset.
 //
 // The loop's reads, writes and event polls, all non-blocking and small,
 // are made with RawSyscall, which Go's scheduler does not see: an ordinary

@@ -94,7 +94,10 @@ type Engine struct {
 	pipeWarn   bool      // whether a refused F_SETPIPE_SZ was logged
 	memWarn    bool      // whether a pipe in memory was logged
 	capWarn    bool      // whether reaching maxPipes was logged
-	memPool    []*pipe   // empty pipes in memory for reuse
+	// noPipeUntil: pipe2 failed with EMFILE or ENFILE, and no pipe is
+	// made before this engine clock reading or a tunnel's end.
+	noPipeUntil time.Duration
+	memPool     []*pipe // empty pipes in memory for reuse
 	// pipe2 makes a pipe: unix.Pipe2, or a test's failure.
 	pipe2  func(p []int, flags int) error
 	events []unix.EpollEvent

@@ -2,12 +2,20 @@ package tunnel
 
 import (
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// memPipeSize is the capacity of a pipe in memory (see pipe.buf).
-const memPipeSize = 64 << 10
+// memPipeSize is the capacity of a pipe in memory (see pipe.buf): what
+// the small buffer's copy (copySmall) leaves when the destination takes
+// only part of it, and at most what a direction that could not have a
+// splice pipe holds.
+const memPipeSize = smallSize
+
+// noPipeWait is how long the engine makes no pipe after pipe2 failed for
+// want of descriptors, unless one of its tunnels ends first.
+const noPipeWait = time.Second
 
 // pipe is one splice pipe: bytes spliced in from a source socket wait here
 // until they are spliced out to the destination. When the process has no
@@ -98,6 +106,24 @@ func (p *pipe) drain(dst int) (int64, error) {
 	return int64(n), nil
 }
 
+// canSplice reports whether getPipe would return a splice pipe: one is
+// pooled, or the engine holds fewer than its Config.MaxPipes and pipe2
+// has not just failed for want of descriptors. A direction that cannot
+// splice copies through the engine's small buffer instead (copySmall).
+func (e *Engine) canSplice() bool {
+	if len(e.pool) > 0 {
+		return true
+	}
+	if limit := e.maxPipes.Load(); limit > 0 && e.pipes.Load() >= limit {
+		if !e.capWarn {
+			e.capWarn = true
+			e.log.Info("tunnel: splice pipe budget spent, relaying through memory", "max_pipes", limit)
+		}
+		return false
+	}
+	return e.now >= e.noPipeUntil
+}
+
 // getPipe returns an empty pipe from the pool, a new one, or, when the
 // engine holds its Config.MaxPipes or the process is out of descriptors,
 // a pipe in memory.
@@ -108,18 +134,15 @@ func (e *Engine) getPipe() (*pipe, error) {
 		e.pool = e.pool[:n-1]
 		return p, nil
 	}
-	if limit := e.maxPipes.Load(); limit > 0 && e.pipes.Load() >= limit {
-		if !e.capWarn {
-			e.capWarn = true
-			e.log.Info("tunnel: splice pipe budget spent, relaying through memory", "max_pipes", limit)
-		}
+	if !e.canSplice() {
 		return e.memPipe(), nil
 	}
 	var fds [2]int
 	if err := e.pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
 		if err == unix.EMFILE || err == unix.ENFILE {
 			// Out of descriptors: relay through memory rather than
-			// reset the tunnel.
+			// reset the tunnel, and make no pipe for a while.
+			e.noPipeUntil = e.now + noPipeWait
 			if !e.memWarn {
 				e.memWarn = true
 				e.log.Warn("tunnel: no descriptor for a splice pipe, relaying through memory", "err", err)

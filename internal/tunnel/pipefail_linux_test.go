@@ -3,9 +3,11 @@ package tunnel
 import (
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -140,4 +142,50 @@ func TestPipeBudget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNoPipeStallHoldsLittle stalls tunnels while no splice pipe can be
+// made (pipe2 fails with EMFILE): each stalled direction relays through
+// the engine's shared small buffer, so what it keeps in memory is at most
+// what the destination did not take of one small read (16 KiB), the rest
+// waiting in the source's socket.
+func TestNoPipeStallHoldsLittle(t *testing.T) {
+	const n = 100
+	e := newEngine(t, Config{MaxIdlePipes: -1})
+	e.pipe2 = func([]int, int) error { return unix.EMFILE }
+	ln := newListener(t)
+	tunnels := make([]*tunnelEnds, n)
+	for i := range tunnels {
+		tunnels[i] = newTunnelWith(t, e, ln, func(_, up *net.TCPConn) { up.SetWriteBuffer(16 << 10) })
+		tunnels[i].upstream.SetReadBuffer(16 << 10)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	// The origins do not read: each upload stalls in the proxy.
+	payload := make([]byte, 1<<20)
+	var senders sync.WaitGroup
+	for _, te := range tunnels {
+		senders.Go(func() {
+			te.client.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			te.client.Write(payload) // ends with the deadline or the tunnel
+		})
+	}
+	eventually(t, fmt.Sprintf("%d stalled directions", n), func() bool {
+		_, mem := e.Pipes()
+		return mem == n
+	})
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perTunnel := (int64(after.HeapInuse) - int64(before.HeapInuse)) / n
+	t.Logf("%d B of heap per stalled direction", perTunnel)
+	// 16 KiB and the heap's noise; a 64 KiB buffer each is well over.
+	if perTunnel > 40<<10 {
+		t.Errorf("%d B of heap per stalled direction without a splice pipe, want about %d (the small buffer's share), at most 40 KiB", perTunnel, smallSize)
+	}
+	for _, te := range tunnels {
+		te.client.Close()
+		te.upstream.Close()
+	}
+	senders.Wait()
 }

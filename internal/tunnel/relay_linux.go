@@ -203,15 +203,19 @@ func (e *Engine) pump(t *tunnel, d int) (more bool, err error) {
 		if dr.p != nil && dr.p.n >= dr.p.cap {
 			dr.full = true
 		}
-		if t.ready[d]&canRead != 0 && dr.p == nil && !dr.bulk && t.ready[1-d]&canWrite != 0 {
+		if t.ready[d]&canRead != 0 && dr.p == nil && t.ready[1-d]&canWrite != 0 && (!dr.bulk || !e.canSplice()) {
 			// Nothing in flight and the destination writable: copy
-			// through the engine's small buffer.
+			// through the engine's small buffer (bulk too when no
+			// splice pipe is to be had).
 			moved, err := e.copySmall(t, d)
 			if err != nil {
 				return false, err
 			}
 			progress = progress || moved
-		} else if t.ready[d]&canRead != 0 && !dr.full {
+		} else if t.ready[d]&canRead != 0 && !dr.full && (dr.p != nil || e.canSplice()) {
+			// (With no pipe to be had and the destination not
+			// writable, the bytes wait in the source's socket until
+			// EPOLLOUT, rather than in memory.)
 			p := dr.p
 			if p == nil {
 				if p, err = e.getPipe(); err != nil {
@@ -341,6 +345,7 @@ func (e *Engine) finish(t *tunnel, err error) {
 		e.all = e.all[:last]
 		t.idx = -1
 	}
+	e.noPipeUntil = 0 // its descriptors are free again
 	abort := err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrIdleTimeout)
 	for _, fd := range t.fd {
 		if int(fd) < len(e.byFD) && e.byFD[fd] == t {

@@ -59,9 +59,10 @@ type Config struct {
 	MaxIdlePipes int
 	// MaxPipes bounds the splice pipes the engine holds at once, idle
 	// pooled ones included (each is two descriptors); a tunnel direction
-	// that needs one past it relays through a 64 KiB buffer in memory, as
-	// when the process is out of descriptors, so that the process's
-	// descriptors are not spent on pipes. 0 means no bound. See
+	// that needs one past it copies through the engine's shared 16 KiB
+	// buffer instead, as when the process is out of descriptors, keeping
+	// in memory only what its destination did not take (at most 16 KiB),
+	// so that the process's descriptors are not spent on pipes. 0 means no bound. See
 	// [Engine.SetMaxPipes]. Ignored off Linux.
 	MaxPipes int
 	// Logger receives the engine's own failures (not tunnel results, which
