@@ -136,7 +136,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		o.gc = gctune.New(cfg.GCPercent, gcFloor(cfg))
 	}
 	o.level = level
-	srv, err := server.New(cfg, logger, server.WithMetrics(o.metrics), server.WithAccessLog(o.access))
+	srv, err := server.New(cfg, logger, server.WithMetrics(o.metrics), server.WithAccessLog(o.access),
+		server.WithOwnAddrs(o.addrs()...))
 	if err != nil {
 		o.close(context.Background())
 		logger.Error("cannot start", "err", err)

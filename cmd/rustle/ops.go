@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 
@@ -64,6 +65,16 @@ func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, 
 			"endpoints", "/metrics /healthz /readyz")
 	}
 	return o, nil
+}
+
+// addrs returns the bound addresses of the admin listener (which serves
+// the metrics too), none without one: the proxy refuses them as
+// destinations (server.WithOwnAddrs).
+func (o *ops) addrs() []net.Addr {
+	if o.admin == nil {
+		return nil
+	}
+	return []net.Addr{o.admin.Addr()}
 }
 
 // attach lets the metrics read the server's pool, tunnel and quota

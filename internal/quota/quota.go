@@ -478,15 +478,25 @@ func (c *Counter) Status() Status {
 }
 
 // Status returns the quotas of user, in rule order; none when no rule
-// applies.
+// applies (or t is nil, or user is ""). It is a lookup: it makes no
+// counter and remembers no name, so that asking about any number of
+// names costs nothing after the answer. A quota the user has not used
+// yet is shown unused in its current window.
 func (t *Tracker) Status(user string) []Status {
-	u := t.User(user)
-	if u == nil {
+	if t == nil || len(t.rules) == 0 || user == "" {
 		return nil
 	}
-	out := make([]Status, len(u.counters))
-	for i, c := range u.counters {
-		out[i] = c.Status()
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []Status
+	for _, r := range t.rules {
+		for _, scope := range t.scopes(r, user) {
+			c := t.counters[key(r.Name, scope)]
+			if c == nil {
+				c = &Counter{rule: r, scope: scope, now: t.now} // not kept
+			}
+			out = append(out, c.Status())
+		}
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -288,5 +289,43 @@ func TestSetGroups(t *testing.T) {
 	tr.SetGroups(nil)
 	if tr.User("bob") != nil {
 		t.Error("bob still counted in ci after leaving it")
+	}
+}
+
+// TestStatusCreatesNothing checks that looking a user up (the admin
+// endpoint GET /quota?user=NAME) makes no counter and remembers no name:
+// 5,000 lookups of names never seen leave the tracker as it was, and a
+// user's status still shows what its requests counted.
+func TestStatusCreatesNothing(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	tr := New(Config{Now: clk.now, Groups: map[string][]string{"staff": {"alice"}},
+		Rules: []Rule{{Name: "daily", Users: []string{"*"}, Period: Day, Requests: 5},
+			{Name: "team", Groups: []string{"staff"}, Period: Day, Bytes: 1000}}})
+	if !tr.User("alice").Begin() {
+		t.Fatal("alice's first request refused")
+	}
+	before := len(tr.Counters())
+	for i := range 5000 {
+		name := "nobody-" + strconv.Itoa(i)
+		st := tr.Status(name)
+		if len(st) != 1 || st[0].Scope != name || st[0].RequestsUsed != 0 || st[0].RequestsLimit != 5 {
+			t.Fatalf("Status(%s) = %+v, want the daily quota unused", name, st)
+		}
+	}
+	if after := len(tr.Counters()); after != before {
+		t.Errorf("5000 lookups made %d counters (%d before, %d after)", after-before, before, after)
+	}
+	tr.mu.RLock()
+	names := len(tr.users)
+	tr.mu.RUnlock()
+	if names != 1 {
+		t.Errorf("the tracker remembers %d names after the lookups, want 1 (alice)", names)
+	}
+	st := tr.Status("alice")
+	if len(st) != 2 || st[0].RequestsUsed != 1 || st[1].Scope != "group:staff" {
+		t.Errorf("Status(alice) = %+v, want daily with 1 request and the staff group's quota", st)
+	}
+	if st := tr.Status(""); st != nil {
+		t.Errorf("Status(\"\") = %+v, want none", st)
 	}
 }

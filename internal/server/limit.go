@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,17 +126,21 @@ func (s *Server) logGuard() {
 	s.log.Info("private-destination guard on", "allowed_private", allowed, "acl_rules", len(s.cfg.ACL.Rules))
 }
 
-// setOwnAddrs tells the guard the bound listener addresses.
-func (s *Server) setOwnAddrsLocked() {
-	var own []netip.AddrPort
-	for _, l := range s.listeners {
+// setOwnAddrsLocked tells the guard the bound listener addresses.
+func (s *Server) setOwnAddrsLocked() { s.guard.SetOwn(s.ownAddrs(s.listeners)) }
+
+// ownAddrs returns what the guard refuses as the proxy's own: the bound
+// addresses of ls and those WithOwnAddrs gave (the admin listener).
+func (s *Server) ownAddrs(ls []*listener) []netip.AddrPort {
+	own := slices.Clone(s.opts.own)
+	for _, l := range ls {
 		for _, ln := range l.lns {
 			if a, ok := ln.Addr().(*net.TCPAddr); ok {
 				own = append(own, a.AddrPort())
 			}
 		}
 	}
-	s.guard.SetOwn(own)
+	return own
 }
 
 // refuse closes a connection the limiter did not admit; on an http

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -436,7 +435,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 			openedQUIC = append(openedQUIC, q)
 		}
 	}
-	g.guard.SetOwn(ownAddrs(g.listeners))
+	g.guard.SetOwn(s.ownAddrs(g.listeners))
 	observeRoutes(s.opts.metrics, g.routes) // before any connection can use them
 
 	s.mu.Lock()
@@ -585,19 +584,6 @@ func openSockets(lc config.Listener, workers int) ([]net.Listener, error) {
 		lns = append(lns, ln)
 	}
 	return lns, nil
-}
-
-// ownAddrs returns the addresses the listeners' sockets are bound to.
-func ownAddrs(ls []*listener) []netip.AddrPort {
-	var own []netip.AddrPort
-	for _, l := range ls {
-		for _, ln := range l.lns {
-			if a, ok := ln.Addr().(*net.TCPAddr); ok {
-				own = append(own, a.AddrPort())
-			}
-		}
-	}
-	return own
 }
 
 func closeAll(lns []net.Listener) {

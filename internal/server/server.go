@@ -124,6 +124,7 @@ type Option func(*options)
 type options struct {
 	metrics *metrics.Metrics
 	access  *accesslog.Logger
+	own     []netip.AddrPort // listening addresses besides the proxy's (WithOwnAddrs)
 }
 
 // WithMetrics makes the server count connections, requests, bytes,
@@ -133,6 +134,23 @@ func WithMetrics(m *metrics.Metrics) Option { return func(o *options) { o.metric
 // WithAccessLog makes the server log every request and tunnel to l
 // (nil = none).
 func WithAccessLog(l *accesslog.Logger) Option { return func(o *options) { o.access = l } }
+
+// WithOwnAddrs adds the bound addresses of the process's other TCP
+// listeners (the admin listener, which also serves the metrics) to those
+// the private-destination guard refuses as the proxy's own, whatever
+// allow_private and the access rules allow, from the start and after
+// every reload: no proxy client reaches them through the proxy. An
+// address on 0.0.0.0 or :: stands for every local address on its port.
+// Addresses other than *net.TCPAddr are ignored.
+func WithOwnAddrs(addrs ...net.Addr) Option {
+	return func(o *options) {
+		for _, a := range addrs {
+			if ta, ok := a.(*net.TCPAddr); ok {
+				o.own = append(o.own, ta.AddrPort())
+			}
+		}
+	}
+}
 
 // New builds a Server from a validated configuration. logger may be nil.
 func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, error) {
