@@ -1,6 +1,8 @@
 package http1
 
 import (
+	"fmt"
+	"io"
 	"net"
 
 	"golang.org/x/sys/unix"
@@ -16,4 +18,44 @@ func SetNotSentLowat(c *net.TCPConn, n int) {
 	rc.Control(func(fd uintptr) {
 		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, n)
 	})
+}
+
+// Readable waits, under c's read deadline, until c has bytes to read or
+// has reached its end, and returns how many can be read at once; at the
+// end it returns 0 and io.EOF. A splice limited to that many moves them
+// without waiting again, so that each wait for bytes, not the whole
+// transfer, is what the deadline bounds.
+func Readable(c *net.TCPConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("wait for bytes: %w", err)
+	}
+	var n int
+	var serr error
+	var one [1]byte
+	err = rc.Read(func(fd uintptr) bool {
+		k, _, e := unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case e == unix.EAGAIN || e == unix.EINTR:
+			return false
+		case e != nil:
+			serr = e
+		case k == 0:
+			serr = io.EOF
+		default:
+			n, serr = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+			n = max(n, 1)
+		}
+		return true
+	})
+	if err != nil {
+		return 0, err
+	}
+	if serr == io.EOF {
+		return 0, io.EOF
+	}
+	if serr != nil {
+		return 0, fmt.Errorf("wait for bytes: %w", serr)
+	}
+	return n, nil
 }

@@ -793,6 +793,18 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 			if cn.metered {
 				seg = min(seg, meteredSegment)
 			}
+			// Each splice moves only what src holds now, so that the
+			// read deadline bounds each wait for bytes (any progress
+			// re-arms it, as Fill's reads do), not the whole segment.
+			src.ArmReadDeadline(http1.MonoNow(), timeout)
+			ready, err := http1.Readable(src.TCP)
+			if err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return moved, &readError{err, false}
+			}
+			seg = min(seg, int64(ready))
 			if !cn.pace(dst, int(seg)) {
 				return moved, errQuotaSpent
 			}

@@ -198,3 +198,86 @@ func TestRequestTrailers(t *testing.T) {
 		}
 	}
 }
+
+// TestSteadyBodyRearmsDeadline checks that timeouts.write bounds each
+// wait for body bytes, not the whole body: a body large enough to be
+// spliced (a Content-Length of 128 KiB), arriving steadily in pieces a
+// quarter of the timeout apart over twice the timeout, goes through
+// whole, upload and download, as a chunked one does.
+func TestSteadyBodyRearmsDeadline(t *testing.T) {
+	t.Parallel()
+	const (
+		pieces  = 8
+		size    = 16 << 10
+		total   = pieces * size
+		gap     = 250 * time.Millisecond
+		timeout = time.Second
+	)
+	piece := strings.Repeat("s", size)
+	// steady writes the pieces of a body to w, one every gap, each
+	// wrapped by wrap.
+	steady := func(w io.Writer, wrap func(string) string) error {
+		for range pieces {
+			time.Sleep(gap)
+			if _, err := io.WriteString(w, wrap(piece)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	bare := func(s string) string { return s }
+	chunk := func(s string) string { return strconv.FormatInt(int64(len(s)), 16) + "\r\n" + s + "\r\n" }
+	cfg := httpproxy.Config{WriteTimeout: timeout, ResponseHeaderTimeout: timeout}
+
+	for _, tt := range []struct {
+		name   string
+		header string
+		wrap   func(string) string
+		end    string
+	}{
+		{"upload length", "Content-Length: " + strconv.Itoa(total), bare, ""},
+		{"upload chunked", "Transfer-Encoding: chunked", chunk, "0\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o, proxy, _ := setup(t, cfg, proxytest.Respond(200, "got it"))
+			c := proxytest.Dial(t, proxy)
+			c.Timeout = 20 * time.Second
+			go func() {
+				c.Conn.SetWriteDeadline(time.Now().Add(20 * time.Second))
+				io.WriteString(c.Conn, request("POST", o.URL("/"), 1, "", "Host: "+o.Addr, tt.header))
+				if steady(c.Conn, tt.wrap) == nil {
+					io.WriteString(c.Conn, tt.end)
+				}
+			}()
+			r := c.ReadResponse("POST")
+			if r.Status != 200 || string(r.Body) != "got it" {
+				t.Fatalf("got %d %q, want 200 from the origin", r.Status, r.Body)
+			}
+			if reqs := o.Requests(); len(reqs) != 1 || len(reqs[0].Body) != total {
+				t.Fatalf("origin got %d requests, want 1 with the %d-byte body", len(reqs), total)
+			}
+		})
+	}
+
+	t.Run("download length", func(t *testing.T) {
+		t.Parallel()
+		o, proxy, _ := setup(t, cfg, func(x *proxytest.Exchange) {
+			if _, err := x.ReadBody(); err != nil {
+				x.CloseConn()
+				return
+			}
+			x.WriteString("HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(total) + "\r\n\r\n")
+			if steady(x, bare) != nil {
+				x.CloseConn()
+			}
+		})
+		c := proxytest.Dial(t, proxy)
+		c.Timeout = 20 * time.Second
+		c.Write(request("GET", o.URL("/"), 1, "", "Host: "+o.Addr))
+		r := c.ReadResponse("GET")
+		if r.Status != 200 || len(r.Body) != total {
+			t.Fatalf("got %d with %d bytes, want 200 with %d", r.Status, len(r.Body), total)
+		}
+	})
+}
