@@ -154,6 +154,11 @@ type Timeouts struct {
 	// ClientHello) whole; no handshake slot is held meanwhile. Zero means
 	// 10s.
 	ClientHello Duration `toml:"client_hello"`
+	// QUICHandshake is the time a QUIC client of an https listener with
+	// http3 on has to complete its handshake, from its first Initial; a
+	// handshake that receives nothing from the client for half of it is
+	// given up sooner. Zero means 10s.
+	QUICHandshake Duration `toml:"quic_handshake"`
 	// Connect is the time to resolve and connect to an upstream; zero
 	// means 10s.
 	Connect Duration `toml:"connect"`
@@ -315,7 +320,7 @@ type Limits struct {
 	// ConnectionRate.
 	ConnectionBurst int `toml:"connection_burst"`
 	// MaxTLSHandshakes bounds the TLS handshakes in progress at once on
-	// https listeners; 0 means 256.
+	// https listeners, over TCP and QUIC together; 0 means 256.
 	MaxTLSHandshakes int `toml:"max_tls_handshakes"`
 	// AuthFailures is the number of failed authentications from one
 	// client address with one user name within AuthFailureWindow after
@@ -551,6 +556,7 @@ const (
 	defaultMaxUsers       = 100
 	defaultReadHeader     = 30 * time.Second
 	defaultClientHello    = 10 * time.Second
+	defaultQUICHandshake  = 10 * time.Second
 	defaultConnect        = 10 * time.Second
 	defaultResponseHeader = 60 * time.Second
 	defaultIdleClient     = 60 * time.Second
@@ -600,6 +606,7 @@ func (c *Config) SetDefaults() {
 	t := &c.Timeouts
 	setDuration(&t.ReadHeader, defaultReadHeader)
 	setDuration(&t.ClientHello, defaultClientHello)
+	setDuration(&t.QUICHandshake, defaultQUICHandshake)
 	setDuration(&t.Connect, defaultConnect)
 	setDuration(&t.ResponseHeader, defaultResponseHeader)
 	setDuration(&t.IdleClient, defaultIdleClient)
@@ -618,7 +625,6 @@ func (c *Config) SetDefaults() {
 	setInt(&h.InitialStreamWindow, defaultH2StreamWindow)
 	setInt(&h.InitialConnWindow, defaultH2ConnWindow)
 	setInt(&h.MaxFrameSize, defaultH2FrameSize)
-	c.setHTTP3Defaults()
 
 	setString(&c.Auth.Realm, defaultRealm)
 	setDuration(&c.Auth.CacheTTL, defaultCacheTTL)
@@ -635,6 +641,7 @@ func (c *Config) SetDefaults() {
 		lim.ConnectionBurst = 2 * lim.ConnectionRate
 	}
 	setInt(&lim.MaxTLSHandshakes, defaultTLSHandshakes)
+	c.setHTTP3Defaults() // after MaxTLSHandshakes, which RetryThreshold derives from
 	setInt(&lim.AuthFailures, defaultAuthFailures)
 	if lim.AuthFailuresPerAddress == 0 {
 		lim.AuthFailuresPerAddress = -1
