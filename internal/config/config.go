@@ -154,6 +154,11 @@ type Timeouts struct {
 	// ClientHello) whole; no handshake slot is held meanwhile. Zero means
 	// 10s.
 	ClientHello Duration `toml:"client_hello"`
+	// QUICHandshake is the time a QUIC client of an https listener with
+	// http3 on has to complete its handshake, from its first Initial; a
+	// handshake that receives nothing from the client for half of it is
+	// given up sooner. Zero means 10s.
+	QUICHandshake Duration `toml:"quic_handshake"`
 	// Connect is the time to resolve and connect to an upstream; zero
 	// means 10s.
 	Connect Duration `toml:"connect"`
@@ -316,7 +321,7 @@ type Limits struct {
 	// ConnectionRate.
 	ConnectionBurst int `toml:"connection_burst"`
 	// MaxTLSHandshakes bounds the TLS handshakes in progress at once on
-	// https listeners; 0 means 256.
+	// https listeners, over TCP and QUIC together; 0 means 256.
 	MaxTLSHandshakes int `toml:"max_tls_handshakes"`
 	// AuthFailures is the number of failed authentications from one
 	// client address with one user name within AuthFailureWindow after
@@ -579,6 +584,7 @@ const (
 	defaultMaxUsers       = 100
 	defaultReadHeader     = 30 * time.Second
 	defaultClientHello    = 10 * time.Second
+	defaultQUICHandshake  = 10 * time.Second
 	defaultConnect        = 10 * time.Second
 	defaultResponseHeader = 60 * time.Second
 	defaultIdleClient     = 60 * time.Second
@@ -628,6 +634,7 @@ func (c *Config) SetDefaults() {
 	t := &c.Timeouts
 	setDuration(&t.ReadHeader, defaultReadHeader)
 	setDuration(&t.ClientHello, defaultClientHello)
+	setDuration(&t.QUICHandshake, defaultQUICHandshake)
 	setDuration(&t.Connect, defaultConnect)
 	setDuration(&t.ResponseHeader, defaultResponseHeader)
 	setDuration(&t.IdleClient, defaultIdleClient)
@@ -646,7 +653,6 @@ func (c *Config) SetDefaults() {
 	setInt(&h.InitialStreamWindow, defaultH2StreamWindow)
 	setInt(&h.InitialConnWindow, defaultH2ConnWindow)
 	setInt(&h.MaxFrameSize, defaultH2FrameSize)
-	c.setHTTP3Defaults()
 
 	setString(&c.Auth.Realm, defaultRealm)
 	setDuration(&c.Auth.CacheTTL, defaultCacheTTL)
@@ -663,6 +669,7 @@ func (c *Config) SetDefaults() {
 		lim.ConnectionBurst = 2 * lim.ConnectionRate
 	}
 	setInt(&lim.MaxTLSHandshakes, defaultTLSHandshakes)
+	c.setHTTP3Defaults() // after MaxTLSHandshakes, which RetryThreshold derives from
 	setInt(&lim.AuthFailures, defaultAuthFailures)
 	if lim.AuthFailuresPerAddress == 0 {
 		lim.AuthFailuresPerAddress = -1

@@ -30,6 +30,7 @@ func documentedDefaults() Config {
 		Timeouts: Timeouts{
 			ReadHeader:     Duration{30 * time.Second},
 			ClientHello:    Duration{10 * time.Second},
+			QUICHandshake:  Duration{10 * time.Second},
 			Connect:        Duration{10 * time.Second},
 			ResponseHeader: Duration{60 * time.Second},
 			IdleClient:     Duration{60 * time.Second},
@@ -41,7 +42,7 @@ func documentedDefaults() Config {
 		Upstream: Upstream{MaxIdlePerHost: 64, MaxIdle: 4096, IdleTimeout: Duration{90 * time.Second}},
 		HTTP2: HTTP2{MaxConcurrentStreams: 100, MaxHeaderListSize: 65536, InitialStreamWindow: 262144,
 			InitialConnWindow: 1048576, MaxFrameSize: 16384},
-		HTTP3: HTTP3{MaxStreams: 100, MaxFlows: 64, MaxListenerFlows: 10000,
+		HTTP3: HTTP3{MaxStreams: 100, MaxFlows: 64, MaxListenerFlows: 10000, RetryThreshold: 64,
 			UDPTemplate: "/.well-known/masque/udp/{target_host}/{target_port}/"},
 		Auth: Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},
 		ACL:  ACL{Default: "deny"},

@@ -27,6 +27,14 @@ type HTTP3 struct {
 	// listener's connections together; a request past it is answered
 	// 503. 0 means 10000.
 	MaxListenerFlows int `toml:"max_listener_flows"`
+	// RetryThreshold is the QUIC handshakes in progress on a listener
+	// from client addresses not yet validated past which a new
+	// connection from an unvalidated address is first sent a Retry
+	// (address validation, RFC 9000 §8.1.2); one address gets an eighth
+	// of it (at least one) before its own connections are. 0 means a
+	// quarter of limits.max_tls_handshakes (64), and -1 a Retry for every
+	// connection from an unvalidated address.
+	RetryThreshold int `toml:"retry_threshold"`
 	// UDPTemplate is the path and query of the CONNECT-UDP URI template
 	// (RFC 9298), with {target_host} and {target_port}; "" means
 	// "/.well-known/masque/udp/{target_host}/{target_port}/".
@@ -47,6 +55,9 @@ func (c *Config) setHTTP3Defaults() {
 	setInt(&h.MaxFlows, defaultH3Flows)
 	setInt(&h.MaxListenerFlows, defaultH3ListenerFlows)
 	setString(&h.UDPTemplate, masque.DefaultTemplate)
+	if h.RetryThreshold == 0 {
+		h.RetryThreshold = max(1, c.Limits.MaxTLSHandshakes/4)
+	}
 }
 
 // validateHTTP3 checks the [http3] table, and each listener's http3 key:
@@ -55,6 +66,8 @@ func (c *Config) setHTTP3Defaults() {
 func (c *Config) validateHTTP3(v *validator) {
 	h := c.HTTP3
 	v.check(h.MaxConnections >= 0, "http3.max_connections", "%d is negative", h.MaxConnections)
+	v.check(h.RetryThreshold > 0 || h.RetryThreshold == -1, "http3.retry_threshold",
+		"%d is neither positive nor -1 (a Retry for every unvalidated address)", h.RetryThreshold)
 	v.check(h.MaxStreams > 0, "http3.max_streams", "%d is not positive", h.MaxStreams)
 	v.check(h.MaxFlows > 0, "http3.max_flows", "%d is not positive", h.MaxFlows)
 	v.check(h.MaxListenerFlows > 0, "http3.max_listener_flows", "%d is not positive", h.MaxListenerFlows)

@@ -25,6 +25,9 @@ func TestValidateHTTP3(t *testing.T) {
 		{"max_flows zero", func(c *Config) { c.HTTP3.MaxFlows = 0 }, []string{"http3.max_flows"}},
 		{"max_listener_flows negative", func(c *Config) { c.HTTP3.MaxListenerFlows = -5 }, []string{"http3.max_listener_flows"}},
 		{"template without port", func(c *Config) { c.HTTP3.UDPTemplate = "/udp/{target_host}/" }, []string{"http3.udp_template"}},
+		{"retry_threshold -1: always", func(c *Config) { c.HTTP3.RetryThreshold = -1 }, nil},
+		{"retry_threshold -2", func(c *Config) { c.HTTP3.RetryThreshold = -2 }, []string{"http3.retry_threshold"}},
+		{"quic_handshake negative", func(c *Config) { c.Timeouts.QUICHandshake.Duration = -1 }, []string{"timeouts.quic_handshake"}},
 		{"template in a query", func(c *Config) { c.HTTP3.UDPTemplate = "/masque?h={target_host}&p={target_port}" }, nil},
 	}
 	for _, tt := range tests {
@@ -46,6 +49,9 @@ max_connections = 500
 max_flows = 8
 udp_template = "/masque/{target_host}/{target_port}"
 
+[limits]
+max_tls_handshakes = 40
+
 [[listen]]
 address = "127.0.0.1:8443"
 protocol = "https"
@@ -55,7 +61,7 @@ tls = { cert = "c.pem", key = "k.pem" }
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := HTTP3{MaxConnections: 500, MaxStreams: 100, MaxFlows: 8, MaxListenerFlows: 10000, UDPTemplate: "/masque/{target_host}/{target_port}"}
+	want := HTTP3{MaxConnections: 500, MaxStreams: 100, MaxFlows: 8, MaxListenerFlows: 10000, RetryThreshold: 10, UDPTemplate: "/masque/{target_host}/{target_port}"}
 	if diff := cmp.Diff(want, c.HTTP3); diff != "" || !c.Listen[0].HTTP3 {
 		t.Errorf("[http3] (-want +got):\n%s\nlisten[0].http3 = %v", diff, c.Listen[0].HTTP3)
 	}

@@ -62,6 +62,7 @@ func (c *Config) Validate() error {
 
 	t := c.Timeouts
 	v.positive("timeouts.read_header", t.ReadHeader)
+	v.positive("timeouts.quic_handshake", t.QUICHandshake)
 	v.positive("timeouts.connect", t.Connect)
 	v.positive("timeouts.response_header", t.ResponseHeader)
 	v.positive("timeouts.idle_client", t.IdleClient)

@@ -41,7 +41,10 @@ type Config struct {
 	// MaxHeaderBytes bounds a request's header section and an origin's
 	// response head. Positive.
 	MaxHeaderBytes int
-	// HandshakeTimeout bounds the QUIC handshake; 0 = quic-go's default
+	// HandshakeTimeout bounds the QUIC handshake, which is given up
+	// sooner when it receives nothing from the client for half of it
+	// (quic-go's HandshakeIdleTimeout, which bounds the whole handshake
+	// to twice itself); 0 = quic-go's default, 5s silent and 10s in all
 	// (the configuration always sets one).
 	HandshakeTimeout time.Duration
 	// IdleTimeout closes a connection without a request for this long;
@@ -126,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 		s.tmpl = t
 	}
 	s.quic = &quic.Config{
-		HandshakeIdleTimeout:  cfg.HandshakeTimeout,
+		HandshakeIdleTimeout:  cfg.HandshakeTimeout / 2,
 		MaxIdleTimeout:        cfg.IdleTimeout,
 		MaxIncomingStreams:    int64(cfg.MaxStreams),
 		MaxIncomingUniStreams: 8, // control, QPACK encoder and decoder, and a few to ignore
@@ -262,6 +265,13 @@ const (
 	lingerMin = 50 * time.Millisecond
 	lingerMax = 2 * time.Second
 )
+
+// Full reports whether MaxConns connections are served already, so that
+// a listener can refuse a new one before its handshake; ServeConn still
+// checks, as connections whose handshakes overlapped may all come.
+func (s *Server) Full() bool {
+	return s.cfg.MaxConns > 0 && s.nconns.Load() >= int64(s.cfg.MaxConns)
+}
 
 // Conns returns the QUIC connections served now.
 func (s *Server) Conns() int { return int(s.nconns.Load()) }

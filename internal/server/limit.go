@@ -238,7 +238,33 @@ func (h *handshakeSlots) acquire(ctx context.Context, ip netip.Addr, timeout tim
 	return s
 }
 
-// release gives back the slot acquire returned.
+// tryAcquire takes a slot for a handshake from ip when one of its own
+// and one of all are free at once, for a caller that cannot wait (QUIC's
+// packet loop); nil when none is. release gives it back.
+func (h *handshakeSlots) tryAcquire(ip netip.Addr) *ipSlots {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.ips[ip]
+	if s == nil {
+		s = &ipSlots{ip: ip, c: make(chan struct{}, h.perIP)}
+	}
+	select {
+	case s.c <- struct{}{}:
+	default:
+		return nil
+	}
+	select {
+	case h.all <- struct{}{}:
+	default:
+		<-s.c
+		return nil
+	}
+	s.refs++
+	h.ips[ip] = s
+	return s
+}
+
+// release gives back the slot acquire or tryAcquire returned.
 func (h *handshakeSlots) release(s *ipSlots) {
 	<-h.all
 	<-s.c

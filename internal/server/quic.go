@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -31,6 +32,8 @@ type quicSocket struct {
 	mu      sync.Mutex
 	conns   int  // connections served on it; guarded by mu
 	retired bool // no listener uses it: closed once conns is 0; guarded by mu
+
+	hs quicHandshakes // the handshakes in progress on it, and their admission
 }
 
 // newH3 returns the HTTP/3 server of an https listener with http3 on: the
@@ -46,7 +49,7 @@ func newH3(cfg *config.Config, pc httpproxy.Config) (*h3.Server, error) {
 		Via:                   pc.Via,
 		Template:              tmpl,
 		MaxHeaderBytes:        pc.MaxHeaderBytes,
-		HandshakeTimeout:      pc.ReadHeaderTimeout,
+		HandshakeTimeout:      cfg.Timeouts.QUICHandshake.Duration,
 		IdleTimeout:           pc.IdleTimeout,
 		ResponseHeaderTimeout: pc.ResponseHeaderTimeout,
 		WriteTimeout:          pc.WriteTimeout,
@@ -60,9 +63,11 @@ func newH3(cfg *config.Config, pc httpproxy.Config) (*h3.Server, error) {
 }
 
 // openQUIC opens l's UDP socket on the address and port number of its
-// first TCP socket, and a QUIC listener on it whose certificate and QUIC
-// settings are those of the listener that cur holds at each handshake.
-func openQUIC(l *listener) (*quicSocket, error) {
+// first TCP socket, and a QUIC listener on it whose certificate, QUIC
+// settings and admission (see quicHandshakes) are those of the listener
+// that l.cur holds at each new connection. log receives the admission's
+// warnings.
+func openQUIC(l *listener, log *slog.Logger) (*quicSocket, error) {
 	tcp, ok := l.lns[0].Addr().(*net.TCPAddr)
 	if !ok {
 		return nil, fmt.Errorf("server: listen %s on %s over UDP: no TCP address", l.cfg.Name, l.cfg.Address)
@@ -80,14 +85,23 @@ func openQUIC(l *listener) (*quicSocket, error) {
 		}
 		return nil, errors.New("server: http3 is off on this listener")
 	}
-	tr := &quic.Transport{Conn: udp}
-	ln, err := tr.Listen(tlsConf, qc)
+	q := &quicSocket{udp: udp}
+	q.hs.init(log)
+	q.tr = &quic.Transport{
+		Conn:                udp,
+		VerifySourceAddress: func(a net.Addr) bool { return q.hs.retry(cur.Load(), a) },
+		ConnContext: func(ctx context.Context, ci *quic.ClientInfo) (context.Context, error) {
+			return q.hs.admit(ctx, cur.Load(), ci)
+		},
+	}
+	ln, err := q.tr.Listen(tlsConf, qc)
 	if err != nil {
-		tr.Close()
+		q.tr.Close()
 		udp.Close()
 		return nil, fmt.Errorf("server: listen %s on %s over QUIC: %w", l.cfg.Name, tcp, err)
 	}
-	return &quicSocket{udp: udp, tr: tr, ln: ln}, nil
+	q.ln = ln
+	return q, nil
 }
 
 // stop closes the QUIC listener: no connection is accepted any more;
@@ -137,8 +151,8 @@ func (q *quicSocket) release() {
 }
 
 // acceptQUIC accepts QUIC connections on q until its listener is closed,
-// handing each, once admitted as a TCP connection would be, to the
-// listener cur holds at that moment.
+// handing each, admitted before its handshake (see quicHandshakes.admit),
+// to the listener cur holds at that moment.
 func (s *Server) acceptQUIC(q *quicSocket, cur *atomic.Pointer[listener]) {
 	defer s.accepts.Done()
 	for {
@@ -146,34 +160,38 @@ func (s *Server) acceptQUIC(q *quicSocket, cur *atomic.Pointer[listener]) {
 		if err != nil {
 			return
 		}
+		a := attemptOf(c)
+		if a == nil || !a.handOff() {
+			// Ended meanwhile (see quicAttempt.expire): its admission is
+			// given back already.
+			c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), "handshake took too long")
+			continue
+		}
 		l := cur.Load()
 		if l.h3 == nil {
 			c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "http3 is off")
+			a.lim.Release(a.ip)
 			continue
 		}
 		var client netip.AddrPort
-		if a, ok := c.RemoteAddr().(*net.UDPAddr); ok {
-			ap := a.AddrPort()
+		if ua, ok := c.RemoteAddr().(*net.UDPAddr); ok {
+			ap := ua.AddrPort()
 			client = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-		}
-		if v, _ := l.lim.Admit(client.Addr()); v != limits.OK {
-			c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad), v.String())
-			continue
 		}
 		s.conns.Add(1)
 		q.hold()
 		go func() {
 			defer q.release()
-			s.serveQUIC(l, c, client)
+			s.serveQUIC(l, c, client, a.lim)
 		}()
 	}
 }
 
-// serveQUIC serves an admitted QUIC connection in a session of the
-// listener's policy that gives the admission back when it closes.
-func (s *Server) serveQUIC(l *listener, c *quic.Conn, client netip.AddrPort) {
+// serveQUIC serves a QUIC connection that lim admitted in a session of
+// the listener's policy that gives the admission back when it closes.
+func (s *Server) serveQUIC(l *listener, c *quic.Conn, client netip.AddrPort, lim *limits.Limiter) {
 	defer s.conns.Done()
-	lim, ip := l.lim, client.Addr()
+	ip := client.Addr()
 	sess := l.policy.NewSession(s.connCtx, client, nil, func() { lim.Release(ip) })
 	l.lm.Accepted()
 	l.h3.ServeConn(c, sess)

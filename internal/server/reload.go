@@ -190,6 +190,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		}
 		l := &listener{cfg: lc, policy: gp, lm: gp.Metrics, proxy: hp, peek: cfg.Timeouts.ReadHeader.Duration,
 			hello:      cfg.Timeouts.ClientHello.Duration,
+			quicRetry:  cfg.HTTP3.RetryThreshold,
 			handshakes: g.handshakes, lim: g.lim, cur: new(atomic.Pointer[listener])}
 		l.cur.Store(l)
 		for _, e := range lc.ProxyProtocolFrom {
@@ -427,7 +428,7 @@ func (s *Server) Reload(cfg *config.Config) error {
 			opened = append(opened, lns...)
 		}
 		if l.h3 != nil {
-			q, err := openQUIC(l)
+			q, err := openQUIC(l, s.log)
 			if err != nil {
 				return fail(err)
 			}

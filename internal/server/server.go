@@ -103,6 +103,11 @@ type listener struct {
 	ppFrom []netip.Prefix   // the peers a proxy_protocol listener takes connections from; nil = every peer
 	lns    []net.Listener
 
+	// quicRetry is http3.retry_threshold: the unvalidated QUIC
+	// handshakes in progress past which new ones are sent a Retry
+	// first; -1 = always.
+	quicRetry int
+
 	handshakes *handshakeSlots // the server's TLS handshake slots
 	lim        *limits.Limiter // the generation's limits: admissions
 	// cur is the listener that the accept loops of lns hand connections
@@ -237,7 +242,7 @@ func (s *Server) startLocked() error {
 			l.lns = append(l.lns, ln)
 		}
 		if l.h3 != nil {
-			q, err := openQUIC(l)
+			q, err := openQUIC(l, s.log)
 			if err != nil {
 				s.closeListenersLocked()
 				return err
