@@ -496,7 +496,7 @@ func (c *conn) handleError(fh http2.FrameHeader, method string, err error) bool 
 	case errors.Is(err, http2.ErrFrameTooLarge):
 		c.connError(http2.ConnectionError(http2.ErrCodeFrameSize), err)
 		return false
-	case errors.Is(err, errContinuations):
+	case errors.Is(err, errContinuations), errors.Is(err, errSettingsFlood):
 		c.connError(http2.ConnectionError(http2.ErrCodeEnhanceYourCalm), err)
 		return false
 	case c.sawSettings && errors.Is(err, os.ErrDeadlineExceeded):
@@ -862,6 +862,9 @@ func (c *conn) process(f http2.Frame) error {
 func (c *conn) processSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
+	}
+	if f.NumSettings() > maxSettings {
+		return errSettingsFlood
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -1456,6 +1459,17 @@ type reader struct {
 // errContinuations is a header block in more CONTINUATION frames than a
 // header list of the size allowed needs (CVE-2023-45288).
 var errContinuations = errors.New("h2: header block in too many CONTINUATION frames")
+
+// maxSettings bounds the entries of one SETTINGS frame: a peer has
+// reason to send each setting it knows once (a few more, repeated, are
+// applied in order, RFC 9113 §6.5.3), and a frame of thousands costs
+// their parsing on every frame of a flood. It is the bound of Go's own
+// HTTP/2 server, which also refuses any duplicate; rustle accepts
+// duplicates, applying the last of each.
+const maxSettings = 100
+
+// errSettingsFlood is a SETTINGS frame of more than maxSettings entries.
+var errSettingsFlood = fmt.Errorf("h2: a SETTINGS frame of more than %d entries", maxSettings)
 
 func (r *reader) Read(p []byte) (int, error) {
 	if len(p) >= bufSize && r.r == r.w && r.err == nil && !r.overLimit() {

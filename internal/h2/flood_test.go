@@ -26,7 +26,9 @@ const floodFor = 2 * time.Second
 // TestFloodCPU measures the CPU time the proxy spends while a client
 // (in a child process, so that only the proxy is counted) floods one
 // connection for up to 2 s with empty CONTINUATION frames of a header
-// block that never ends, or with requests reset at once (rapid reset).
+// block that never ends, with requests reset at once (rapid reset), or
+// with SETTINGS frames of 2,730 entries each (a full 16 KiB frame of
+// duplicate SETTINGS_INITIAL_WINDOW_SIZE).
 // Each flood must be cut short (GOAWAY, then close) so that the proxy
 // spends a small part of a core on it: an unbounded flood keeps one core
 // or more busy for the whole 2 s.
@@ -35,7 +37,7 @@ func TestFloodCPU(t *testing.T) {
 		t.Skip("floods for seconds")
 	}
 	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
-	for _, kind := range []string{"continuation", "rapid-reset"} {
+	for _, kind := range []string{"continuation", "rapid-reset", "settings"} {
 		t.Run(kind, func(t *testing.T) {
 			p := startProxy(t, testConfig(Config{}), nil)
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -102,6 +104,10 @@ func TestFloodCPU(t *testing.T) {
 	}
 }
 
+// settingsBatch is how many 16 KiB SETTINGS frames the settings flood
+// writes at a time.
+const settingsBatch = 64
+
 // floodHeap bounds how much a flood may grow the proxy's heap: one
 // connection's streams are bounded, so it must not grow with the frames.
 const floodHeap = 16 << 20
@@ -159,12 +165,26 @@ func floodHelper() int {
 			id += 2 * batch
 			return b
 		}
+	case "settings":
+		buf.Reset()
+		entries := make([]http2.Setting, minFrameSize/6)
+		for range settingsBatch {
+			for i := range entries {
+				entries[i] = http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(65535 + i%2)}
+			}
+			fr.WriteSettings(entries...)
+		}
+		frames := bytes.Clone(buf.Bytes())
+		next = func() []byte { return frames }
 	default:
 		return fail(fmt.Errorf("unknown flood %q", kind))
 	}
 	frames, per := 0, batch
-	if os.Getenv("H2_FLOOD_HELPER") == "rapid-reset" {
+	switch os.Getenv("H2_FLOOD_HELPER") {
+	case "rapid-reset":
 		per = 2 * batch
+	case "settings":
+		per = settingsBatch
 	}
 	c.SetWriteDeadline(time.Now().Add(floodFor))
 	for {

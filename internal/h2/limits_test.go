@@ -294,12 +294,14 @@ func TestRapidReset(t *testing.T) {
 
 // TestSettingsDuplicates checks that a SETTINGS frame is applied in time
 // linear in its size, not in its entries times the open streams: 40
-// frames of 2,730 SETTINGS_INITIAL_WINDOW_SIZE entries each (a full
-// 16 KiB frame) cost about the same with 1,000 streams open as with one.
+// frames of the most entries allowed (maxSettings), all
+// SETTINGS_INITIAL_WINDOW_SIZE, cost about the same with 1,000 streams
+// open as with one. (A frame of more entries ends the connection:
+// TestSettingsEntries.)
 func TestSettingsDuplicates(t *testing.T) {
 	var frame bytes.Buffer
 	fr := http2.NewFramer(&frame, nil)
-	entries := make([]http2.Setting, minFrameSize/6)
+	entries := make([]http2.Setting, maxSettings)
 	const frames = 40
 	for f := range frames {
 		// Each frame ends on another window than the last one's, so
@@ -343,6 +345,56 @@ func TestSettingsDuplicates(t *testing.T) {
 	t.Logf("%d SETTINGS frames of %d entries: %v with 1 stream open, %v with 1,000", frames, len(entries), one, many)
 	if many > 3*one+200*time.Millisecond {
 		t.Errorf("SETTINGS with 1,000 streams open took %v, with one %v: want about the same", many, one)
+	}
+}
+
+// TestSettingsEntries checks the bound on one SETTINGS frame's entries:
+// maxSettings (duplicates included, the last of each applied) are
+// acknowledged; one more ends the connection with
+// GOAWAY(ENHANCE_YOUR_CALM), whether the frame is the client's first or
+// a later one.
+func TestSettingsEntries(t *testing.T) {
+	p := startProxy(t, testConfig(Config{}), nil)
+	settings := func(n int) []http2.Setting {
+		s := make([]http2.Setting, n)
+		for i := range s {
+			s[i] = http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(65535 + i%2)}
+		}
+		return s
+	}
+	for _, tt := range []struct {
+		name    string
+		first   bool // sent as the client's first SETTINGS
+		entries int
+		refused bool
+	}{
+		{"first at the bound", true, maxSettings, false},
+		{"first over it", true, maxSettings + 1, true},
+		{"later at the bound", false, maxSettings, false},
+		{"later over it", false, maxSettings + 1, true},
+		{"later full frame", false, minFrameSize / 6, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var rc *rawClient
+			if tt.first {
+				rc = p.rawWith(t, settings(tt.entries)...)
+			} else {
+				rc = p.raw(t)
+				rc.sync()
+				rc.fr.WriteSettings(settings(tt.entries)...)
+			}
+			rc.fr.WritePing(false, [8]byte{'a', 'f', 't', 'e', 'r'})
+			e := rc.readToEnd(margin, func(e *ending) bool { return e.pingAcks > 0 })
+			if !tt.refused {
+				if e.goAway != nil || e.err != nil {
+					t.Fatalf("%d entries: GOAWAY %v, err %v, want the frame acknowledged", tt.entries, e.goAway, e.err)
+				}
+				return
+			}
+			if e.goAway == nil || e.goAway.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Fatalf("%d entries: GOAWAY %v (pings answered %d), want ENHANCE_YOUR_CALM", tt.entries, e.goAway, e.pingAcks)
+			}
+		})
 	}
 }
 
