@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // maxName is the longest host name a rule can match (253 characters and
@@ -293,10 +295,8 @@ func normalizeHost(r *Request, buf *[maxName]byte) ([]byte, netip.Addr) {
 	if h == "" {
 		return nil, addr
 	}
-	if c := h[0]; '0' <= c && c <= '9' || strings.IndexByte(h, ':') >= 0 {
-		if ip, err := netip.ParseAddr(h); err == nil {
-			return nil, ip.WithZone("").Unmap()
-		}
+	if ip, ok, _ := dialer.ParseHost(h); ok {
+		return nil, ip.WithZone("").Unmap()
 	}
 	if h[len(h)-1] == '.' {
 		h = h[:len(h)-1]

@@ -271,7 +271,9 @@ func (d *Dialer) resolve(ctx context.Context, addr string, p Permitter, res Reso
 		return nil, &Error{Addr: addr, Err: fmt.Errorf("bad port %q", portStr)}
 	}
 	var ips []netip.Addr
-	if ip, err := netip.ParseAddr(host); err == nil {
+	if ip, ok, err := ParseHost(host); err != nil {
+		return nil, &Error{Addr: addr, Forbidden: true, Err: err}
+	} else if ok {
 		ips = []netip.Addr{ip}
 	} else {
 		ips, err = res.LookupNetIP(ctx, "ip", host)

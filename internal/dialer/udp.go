@@ -21,7 +21,9 @@ func (d *Dialer) DialUDP(ctx context.Context, host string, port uint16, p Permit
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	var ips []netip.Addr
-	if ip, err := netip.ParseAddr(host); err == nil {
+	if ip, ok, err := ParseHost(host); err != nil {
+		return nil, &Error{Addr: addr, Forbidden: true, Err: err}
+	} else if ok {
 		ips = []netip.Addr{ip}
 	} else {
 		ips, err = d.resolver.LookupNetIP(ctx, "ip", host)

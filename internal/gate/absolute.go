@@ -1,6 +1,9 @@
 package gate
 
-import "github.com/rustle-proxy/rustle/internal/route"
+import (
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/route"
+)
 
 // AppendRequestTarget appends to dst the request target a front-end
 // sends upstream for a request to authority (host[:port]) with path (its
@@ -8,12 +11,13 @@ import "github.com/rustle-proxy/rustle/internal/route"
 // "/", or "*"). To parent, an http parent that ForwardParent returned
 // (nil = none: the origin itself, or a tunnel), the target is in
 // absolute form, "http://" authority path ("http://" authority for "*",
-// RFC 9112 §3.2.4); otherwise it is path. It allocates nothing beyond
-// dst's growth.
+// RFC 9112 §3.2.4), its host an IPv4 address in dotted decimal however
+// the client spelt it (see AppendHostPort), as the guard checked it;
+// otherwise it is path. It allocates nothing beyond dst's growth.
 func AppendRequestTarget[T ~string | ~[]byte](dst []byte, parent *route.Parent, authority, path T) []byte {
 	if parent != nil {
 		dst = append(dst, "http://"...)
-		dst = append(dst, authority...)
+		dst = appendAuthority(dst, authority)
 		if string(path) == "*" {
 			return dst
 		}
@@ -36,4 +40,22 @@ func AppendParentAuthorization(dst []byte, parent *route.Parent) []byte {
 	dst = append(dst, "Proxy-Authorization: "...)
 	dst = append(dst, parent.Authorization()...)
 	return append(dst, "\r\n"...)
+}
+
+// appendAuthority appends authority (host[:port]) with an IPv4 host in
+// dotted decimal.
+func appendAuthority[T ~string | ~[]byte](dst []byte, authority T) []byte {
+	host, rest := authority, authority[len(authority):]
+	if len(authority) > 0 && authority[0] != '[' {
+		for i := 0; i < len(authority); i++ {
+			if authority[i] == ':' {
+				host, rest = authority[:i], authority[i:]
+				break
+			}
+		}
+		if ip, ok, _ := dialer.ParseHost(host); ok && ip.Is4() {
+			return append(ip.AppendTo(dst), rest...)
+		}
+	}
+	return append(dst, authority...)
 }

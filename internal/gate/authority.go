@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/netip"
 	"strconv"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // Authority errors.
@@ -23,8 +25,9 @@ const maxName = 253
 // without brackets, the port and whether the host is an IPv6 literal.
 // defPort is used when the port is absent; 0 means a port is required.
 // The host is a registered name of at most 253 bytes (ASCII letters,
-// digits, '-', '.', '_'), an IPv4 address in that form, or an IPv6
-// literal without a zone; the port is 1-65535 in at most five digits.
+// digits, '-', '.', '_'), an IPv4 address in that form (in any spelling
+// [dialer.ParseHost] reads; a host that ends in a number but is no
+// address is refused), or an IPv6 literal without a zone; the port is 1-65535 in at most five digits.
 // host is a subslice of a: nothing is allocated.
 func ParseAuthority[T ~string | ~[]byte](a T, defPort int) (host T, port int, ipv6 bool, err error) {
 	var rest T
@@ -77,6 +80,9 @@ func ParseAuthority[T ~string | ~[]byte](a T, defPort int) (host T, port int, ip
 				return host[:0], 0, false, ErrAuthority
 			}
 		}
+		if _, _, err := dialer.ParseHost(host); err != nil {
+			return host[:0], 0, false, ErrAuthority // ends in a number, no address
+		}
 	}
 	switch {
 	case len(rest) == 0:
@@ -103,9 +109,18 @@ func ParseAuthority[T ~string | ~[]byte](a T, defPort int) (host T, port int, ip
 
 // AppendHostPort appends the dial address and upstream pool key of a
 // destination: the host in ASCII lower case (an IPv6 literal in
-// brackets), ':', the port. Every front-end keys the shared pool with it,
-// so that they share upstream connections.
+// brackets, an IPv4 address in any spelling [dialer.ParseHost] reads in
+// dotted decimal: "127.1" is "127.0.0.1"), ':', the port. Every
+// front-end keys the shared pool with it, so that they share upstream
+// connections, and dials, checks and sends to a parent what it says.
 func AppendHostPort[T ~string | ~[]byte](dst []byte, host T, port int, ipv6 bool) []byte {
+	if !ipv6 {
+		if ip, ok, _ := dialer.ParseHost(host); ok && ip.Is4() {
+			dst = ip.AppendTo(dst)
+			dst = append(dst, ':')
+			return strconv.AppendInt(dst, int64(port), 10)
+		}
+	}
 	if ipv6 {
 		dst = append(dst, '[')
 	}

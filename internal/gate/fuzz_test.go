@@ -6,16 +6,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 )
 
 // FuzzParseAuthority checks that ParseAuthority reads a string and its
 // bytes alike, and that an authority it accepts makes a dial address that
 // net.SplitHostPort reads back the same, with the host unchanged but for
-// case and a port in range.
+// case (an IPv4 spelling in dotted decimal) and a port in range.
 func FuzzParseAuthority(f *testing.F) {
 	for _, s := range []string{"example.com", "example.com:8080", "[::1]:443", "127.0.0.1:0", "[fe80::1%eth0]:1",
-		"a:b:c", "u@h:1", "[1.2.3.4]:80", "h:65536", "h:00080"} {
+		"a:b:c", "u@h:1", "[1.2.3.4]:80", "h:65536", "h:00080", "127.1:80", "0x7f.1", "1.2.3.256:1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -30,8 +31,12 @@ func FuzzParseAuthority(f *testing.F) {
 		if port < 1 || port > 65535 || strings.ContainsAny(host, "@[]%") {
 			t.Fatalf("%q: accepted host %q port %d", s, host, port)
 		}
+		want := host
+		if ip, ok, _ := dialer.ParseHost(host); ok && ip.Is4() {
+			want = ip.String()
+		}
 		h, p, err := net.SplitHostPort(string(gate.AppendHostPort(nil, host, port, ipv6)))
-		if err != nil || !strings.EqualFold(h, host) || p != strconv.Itoa(port) {
+		if err != nil || !strings.EqualFold(h, want) || p != strconv.Itoa(port) {
 			t.Fatalf("%q: host %q port %d, which reads back as %q %q (%v)", s, host, port, h, p, err)
 		}
 	})

@@ -291,7 +291,9 @@ func (g *Grant) parentError(addr string, err error) error {
 // guard to a destination sent to parent. For a socks5 parent rustle
 // resolves the name, checks every address as a direct dial would and
 // sends the first allowed one. For the others the parent resolves: an IP
-// literal is checked as it would be for a direct dial, and a name is
+// literal (in any spelling [dialer.ParseHost] reads, sent to the parent
+// as the address checked) is checked as it would be for a direct dial; a
+// host that ends in a number but is no address is refused; a name is
 // decided by the rules as if it resolved to no address (their IP and CIDR
 // host entries do not match it); what the parent resolves it to is not
 // seen.
@@ -305,9 +307,17 @@ func (g *Grant) checkForParent(ctx context.Context, parent *route.Parent, addr s
 		t.Addr = addrs[0].Addr()
 		return nil
 	}
-	if ip, err := netip.ParseAddr(t.Host); err == nil {
-		if err := d.Check(netip.AddrPortFrom(ip.Unmap(), t.Port), g.permitter()); err != nil {
+	ip, isIP, err := dialer.ParseHost(t.Host)
+	if err != nil {
+		return &dialer.Error{Addr: addr, Forbidden: true, Err: err}
+	}
+	if isIP {
+		ip = ip.WithZone("").Unmap()
+		if err := d.Check(netip.AddrPortFrom(ip, t.Port), g.permitter()); err != nil {
 			return &dialer.Error{Addr: addr, Forbidden: true, Err: err}
+		}
+		if ip.Is4() {
+			t.Host, t.Addr = "", ip // the parent is sent the address checked, not a spelling
 		}
 		return nil
 	}

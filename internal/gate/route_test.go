@@ -97,6 +97,10 @@ func TestAppendRequestTarget(t *testing.T) {
 		{p, "example.com", "?q", "http://example.com/?q", "Proxy-Authorization: Basic dTpwdw==\r\n"},
 		{p, "example.com", "*", "http://example.com", "Proxy-Authorization: Basic dTpwdw==\r\n"},
 		{anon, "[::1]:80", "/", "http://[::1]:80/", ""},
+		{anon, "0x7f.1:8080", "/", "http://127.0.0.1:8080/", ""},
+		{anon, "2130706433", "/", "http://127.0.0.1/", ""},
+		{anon, "1.2.3.4.", "/", "http://1.2.3.4/", ""},
+		{nil, "127.1", "/", "/", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.parent.Name()+" "+tt.path, func(t *testing.T) {
@@ -151,6 +155,47 @@ func TestSessionKeyLogin(t *testing.T) {
 				t.Errorf("Authorize = %v, user %q; want ok %v", k, g.User, tt.ok)
 			}
 			g.Finish(0, 0)
+		})
+	}
+}
+
+// TestAuthoritySpellings checks that every front-end's authority parser
+// takes an IPv4 address in any inet_aton spelling as that address (its
+// dial address and pool key in dotted decimal) and refuses a host that
+// ends in a number but is no address.
+func TestAuthoritySpellings(t *testing.T) {
+	tests := []struct {
+		authority string
+		want      string // the dial address; "" = refused
+	}{
+		{"127.1:80", "127.0.0.1:80"},
+		{"2130706433", "127.0.0.1:80"},
+		{"0x7F000001:443", "127.0.0.1:443"},
+		{"0177.0.0.1", "127.0.0.1:80"},
+		{"127.0.0.1.:80", "127.0.0.1:80"},
+		{"127.000.000.001", "127.0.0.1:80"},
+		{"169.254.43518", "169.254.169.254:80"},
+		{"Example.COM.:81", "example.com.:81"},
+		{"[::1]:80", "[::1]:80"},
+		{"127.0.0.256", ""},
+		{"1.2.3.4.5:80", ""},
+		{"host.123", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.authority, func(t *testing.T) {
+			host, port, ipv6, err := gate.ParseAuthority(tt.authority, 80)
+			if tt.want == "" {
+				if err != gate.ErrAuthority {
+					t.Fatalf("ParseAuthority(%q) = %q, %v; want ErrAuthority", tt.authority, host, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseAuthority(%q): %v", tt.authority, err)
+			}
+			if got := string(gate.AppendHostPort(nil, host, port, ipv6)); got != tt.want {
+				t.Errorf("dial address of %q = %q, want %q", tt.authority, got, tt.want)
+			}
 		})
 	}
 }

@@ -5,10 +5,12 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/route"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 // requestKind says how a request is served.
@@ -238,8 +240,8 @@ func isSelf(host string, port int, local netip.AddrPort) bool {
 	if !local.IsValid() || port != int(local.Port()) {
 		return false
 	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && a.Unmap() == local.Addr().Unmap()
+	a, ok, _ := dialer.ParseHost(host)
+	return ok && a.Unmap() == local.Addr().Unmap()
 }
 
 // validFieldName reports whether name is a valid HTTP/2 field name: a

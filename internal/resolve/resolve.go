@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 )
 
@@ -219,10 +220,10 @@ func (r *Resolver) families(network string) (Family, bool) {
 // address of the family, UnwrapErr [ErrNoAnswer] when no server
 // answered.
 func (r *Resolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
-	if maybeIP(host) {
-		if ip, err := netip.ParseAddr(host); err == nil {
-			return []netip.Addr{ip}, nil
-		}
+	if ip, ok, err := dialer.ParseHost(host); ok {
+		return []netip.Addr{ip}, nil
+	} else if err != nil {
+		return nil, &net.DNSError{Err: err.Error(), Name: host, IsNotFound: true}
 	}
 	fams, ok := r.families(network)
 	if !ok {
@@ -239,21 +240,6 @@ func (r *Resolver) LookupNetIP(ctx context.Context, network, host string) ([]net
 	}
 	r.cfg.Metrics.CacheMiss()
 	return r.wait(ctx, key, host)
-}
-
-// maybeIP reports whether host could be an IP literal: it has a colon,
-// or only digits and dots. ParseAddr's error allocates, and a name is
-// not worth parsing.
-func maybeIP(host string) bool {
-	if strings.IndexByte(host, ':') >= 0 {
-		return true
-	}
-	for i := range len(host) {
-		if c := host[i]; c != '.' && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // cached returns the unexpired cache entry of key.

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // maxReplyHead bounds an HTTP parent's answer to CONNECT.
@@ -200,7 +202,7 @@ func (p *Parent) socksRequest(t Target) ([]byte, error) {
 	}
 	req := make([]byte, 0, 7+len(host))
 	req = append(req, socksVersion, cmdConnect, 0)
-	if ip, err := netip.ParseAddr(host); err == nil {
+	if ip, ok, _ := dialer.ParseHost(host); ok {
 		ip = ip.Unmap()
 		if ip.Is4() {
 			req = append(req, atypIPv4)

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // Protocol constants of RFC 1928 and RFC 1929.
@@ -209,11 +211,16 @@ func parseAddr(b []byte) (addr, int, error) {
 }
 
 // parseHost turns a domain from a request into an IP address, when it is
-// one in text form (an IPv6 address possibly in brackets, never with a
-// zone), or a host name. It returns errBadHost when it is neither.
+// one in text form (an IPv4 address in any spelling [dialer.ParseHost]
+// reads, an IPv6 address possibly in brackets, never with a zone), or a
+// host name. It returns errBadHost when it is neither.
 func parseHost(b []byte) (netip.Addr, string, error) {
 	s := string(b)
-	if ip, err := netip.ParseAddr(s); err == nil && ip.Zone() == "" {
+	ip, ok, err := dialer.ParseHost(s)
+	if err != nil {
+		return netip.Addr{}, "", errBadHost // ends in a number, no address
+	}
+	if ok && ip.Zone() == "" {
 		return ip.Unmap(), "", nil
 	}
 	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
