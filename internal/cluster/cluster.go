@@ -256,11 +256,6 @@ func (c *Cluster) syncOnce() error {
 		start, b, r := qc.Take()
 		counts = append(counts, taken{c: qc, start: start, bytes: b, requests: r})
 	}
-	untake := func() {
-		for _, t := range counts {
-			t.c.Untake(t.start, t.bytes, t.requests)
-		}
-	}
 	pipe := c.client.Pipeline()
 	for i := range counts {
 		t := &counts[i]
@@ -289,11 +284,11 @@ func (c *Cluster) syncOnce() error {
 		return c.sendUnsent(ctx)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		untake()
+		// The counts stay counted here, and go with the next sync.
 		return fmt.Errorf("cluster: sync: %w", err)
 	}
 	for _, t := range counts {
-		t.c.Settle(t.start, t.b.Val(), t.r.Val())
+		t.c.Settle(t.start, t.bytes, t.requests, t.b.Val(), t.r.Val())
 	}
 	if err := c.sendUnsent(ctx); err != nil {
 		return err

@@ -16,7 +16,8 @@
 // cluster the pending counts fold into the base and are saved to a state
 // file ([Tracker.Save], [Tracker.Load]); with one, package cluster sends
 // them to Redis every sync interval and sets the base to the total every
-// instance reached ([Counter.Take], [Counter.Settle]).
+// instance reached ([Counter.Take], [Counter.Settle]); counts sent but
+// not confirmed still count here.
 package quota
 
 import (
@@ -79,7 +80,8 @@ type Counter struct {
 
 	end  atomic.Int64    // the window's end, Unix nanoseconds
 	base [2]atomic.Int64 // bytes, requests as of the last sync or fold
-	pend [2]atomic.Int64 // bytes, requests counted here since
+	sent [2]atomic.Int64 // bytes, requests Take handed over that no Settle confirmed yet
+	pend [2]atomic.Int64 // bytes, requests counted here since the last Take
 
 	mu    sync.Mutex
 	start int64 // the window's start, Unix nanoseconds; guarded by mu (written with end)
@@ -104,14 +106,23 @@ func (c *Counter) roll(now time.Time) {
 	start, end := c.rule.Window(now)
 	for k := range c.base {
 		c.base[k].Store(0)
+		c.sent[k].Store(0)
 		c.pend[k].Store(0)
 	}
 	c.start = start.UnixNano()
 	c.end.Store(end.UnixNano())
 }
 
-// used returns the counter's use of kind k.
-func (c *Counter) used(k int) int64 { return c.base[k].Load() + c.pend[k].Load() }
+// used returns the counter's use of kind k. Counts move from pend to
+// sent (Take) and from sent to base (Settle, fold), each added to its
+// new place before it leaves its old one; reading them in that order
+// (pend, sent, base) never misses a count on the move: at worst a
+// reader sees one twice, and refuses early rather than late.
+func (c *Counter) used(k int) int64 {
+	p := c.pend[k].Load()
+	s := c.sent[k].Load()
+	return p + s + c.base[k].Load()
+}
 
 // over reports whether the counter's quota of kind k is spent.
 func (c *Counter) over(k int) bool {
@@ -130,37 +141,41 @@ func (c *Counter) Window() (start, end time.Time) {
 	return time.Unix(0, c.start), time.Unix(0, c.end.Load())
 }
 
-// Take hands over the counts made here since the last Take, for a sync:
-// the window they belong to (its start, Unix nanoseconds) and the bytes
-// and requests. Settle or Untake must follow.
+// Take hands over, for a sync, the counts made here that no Settle
+// confirmed yet: the window they belong to (its start, Unix nanoseconds)
+// and the bytes and requests, those counted since the last Take and
+// those of earlier Takes whose sync failed. They stay counted here until
+// Settle confirms them: a sync that waits or fails hides nothing from
+// the local check, and the next Take hands them over again. One sync at
+// a time: a Take is followed by its Settle, or by the next Take.
 func (c *Counter) Take() (start, bytes, requests int64) {
 	c.roll(c.now())
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.start, c.pend[kindBytes].Swap(0), c.pend[kindRequests].Swap(0)
+	var out [2]int64
+	for k := range c.pend {
+		p := c.pend[k].Load()
+		c.sent[k].Add(p) // before it leaves pend: see used
+		c.pend[k].Add(-p)
+		out[k] = c.sent[k].Load()
+	}
+	return c.start, out[kindBytes], out[kindRequests]
 }
 
-// Untake gives back counts Take handed over that could not be sent, if
-// their window is still the counter's.
-func (c *Counter) Untake(start, bytes, requests int64) {
+// Settle confirms a sync of the counts Take handed over, bytes and
+// requests of the window that starts at start (Unix nanoseconds): the
+// counter's base becomes the totals, which include them. It is ignored
+// when the counter has moved to another window.
+func (c *Counter) Settle(start, sentBytes, sentRequests, bytes, requests int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.start == start {
-		c.pend[kindBytes].Add(bytes)
-		c.pend[kindRequests].Add(requests)
+	if c.start != start {
+		return
 	}
-}
-
-// Settle sets the counter's base to the totals of the window that starts
-// at start (Unix nanoseconds), which include every count Take handed
-// over; it is ignored when the counter has moved to another window.
-func (c *Counter) Settle(start, bytes, requests int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.start == start {
-		c.base[kindBytes].Store(bytes)
-		c.base[kindRequests].Store(requests)
-	}
+	c.base[kindBytes].Store(bytes) // before the counts leave sent: see used
+	c.base[kindRequests].Store(requests)
+	c.sent[kindBytes].Add(-sentBytes)
+	c.sent[kindRequests].Add(-sentRequests)
 }
 
 // fold adds the pending counts to the base: the sync of a lone instance.
@@ -169,8 +184,10 @@ func (c *Counter) fold() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.start == start {
-		c.base[kindBytes].Add(b)
+		c.base[kindBytes].Add(b) // before the counts leave sent: see used
 		c.base[kindRequests].Add(r)
+		c.sent[kindBytes].Add(-b)
+		c.sent[kindRequests].Add(-r)
 	}
 }
 

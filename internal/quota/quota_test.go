@@ -173,8 +173,8 @@ func TestMeter(t *testing.T) {
 }
 
 // TestSettle checks the sync of a cluster: pending counts are handed
-// over, the base becomes the total, and counts that could not be sent
-// come back.
+// over, the base becomes the total, and counts handed over to a sync
+// that did not confirm them stay counted and are handed over again.
 func TestSettle(t *testing.T) {
 	tr := New(Config{Rules: []Rule{{Name: "b", Users: []string{"*"}, Bytes: 100}}})
 	u := tr.User("alice")
@@ -184,17 +184,33 @@ func TestSettle(t *testing.T) {
 	if b != 30 {
 		t.Fatalf("Take: %d bytes, want 30", b)
 	}
+	if got := c.Status().BytesUsed; got != 30 {
+		t.Errorf("used during the sync = %d, want 30", got)
+	}
 	u.AddBytes(5)
-	c.Settle(start, 90, 0) // another instance's 60 and these 30
+	c.Settle(start, b, 0, 90, 0) // another instance's 60 and these 30
 	if got := c.Status().BytesUsed; got != 95 {
 		t.Errorf("used after Settle = %d, want 95", got)
 	}
-	start, b, _ = c.Take()
-	c.Untake(start, b, 0)
-	if got := c.Status().BytesUsed; got != 95 {
-		t.Errorf("used after Untake = %d, want 95", got)
+	// A sync that fails: no Settle. The 5 stay counted, and go with
+	// the next sync's 2.
+	if _, b, _ = c.Take(); b != 5 {
+		t.Fatalf("Take: %d bytes, want 5", b)
 	}
-	if u.AddBytes(5) {
+	if got := c.Status().BytesUsed; got != 95 {
+		t.Errorf("used after a failed sync = %d, want 95", got)
+	}
+	u.AddBytes(2)
+	start, b, _ = c.Take()
+	if b != 7 {
+		t.Fatalf("Take after a failed sync: %d bytes, want 7", b)
+	}
+	u.AddBytes(1)
+	c.Settle(start, b, 0, 97, 0)
+	if got := c.Status().BytesUsed; got != 98 {
+		t.Errorf("used after Settle = %d, want 98", got)
+	}
+	if u.AddBytes(2) {
 		t.Error("100 of 100: not spent")
 	}
 }

@@ -345,3 +345,83 @@ func TestClusterRedisDown(t *testing.T) {
 		return len(a) == 1 && len(b) == 1 && a[0].RequestsUsed == b[0].RequestsUsed && a[0].RequestsUsed >= total-during
 	})
 }
+
+// TestClusterOutageQuota checks the documented bound of a Redis outage
+// (docs/operations.md, "Running several instances"): while Redis is down
+// or hung, a user can move up to its quota on each instance from the
+// last totals. gina has used 2 of her 6 requests through the cluster;
+// Redis is then killed, or stopped (SIGSTOP: a hung server, whose calls
+// wait out their timeout), and a stream of her requests through one
+// instance over several sync intervals gets at most 4 through; that
+// instance's own count agrees with what it answered.
+func TestClusterOutageQuota(t *testing.T) {
+	const quota, usedBefore = 6, 2
+	for _, tt := range []struct {
+		name   string
+		outage func(r *proxytest.Redis)
+	}{
+		{"killed", (*proxytest.Redis).Kill},
+		{"hung", (*proxytest.Redis).Stop},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			redis := proxytest.StartRedis(t)
+			origin := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+			nodes := startCluster(t, redis.URL(), func(c *config.Config) {
+				c.Quota.Rules = append(c.Quota.Rules, config.QuotaRule{Name: "gina-requests", Users: []string{"gina"}, Requests: quota})
+				c.SetDefaults()
+			}, "gina")
+			// One client per instance: one connection each, within the
+			// per-user connection limit.
+			clients := map[*clusterNode]*http.Client{nodes[0]: nodes[0].client("gina"), nodes[1]: nodes[1].client("gina")}
+			get := func(n *clusterNode) int {
+				t.Helper()
+				resp, err := clients[n].Get(origin.URL("/"))
+				if err != nil {
+					t.Fatalf("gina's request through %s: %v", n.cfg.Cluster.Instance, err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			for i := range usedBefore {
+				if code := get(nodes[i%2]); code != 200 {
+					t.Fatalf("gina's request %d: %d", i, code)
+				}
+			}
+			waitFor(t, "both instances to read gina's 2 requests back", func() bool {
+				for _, n := range nodes {
+					if q := n.s.Quota("gina"); len(q) != 1 || q[0].RequestsUsed != usedBefore {
+						return false
+					}
+				}
+				return proxytest.Metric(t, nodes[0].m, "rustle_cluster_redis_up") == 1
+			})
+
+			tt.outage(redis)
+			a := nodes[0]
+			waitFor(t, "a to see Redis down", func() bool {
+				return proxytest.Metric(t, a.m, "rustle_cluster_redis_up") == 0
+			})
+			// Requests over several sync intervals, and so over several
+			// syncs that fail (at once, or after their timeout).
+			ok, total := 0, 0
+			for start := time.Now(); total < 50 || time.Since(start) < 10*clusterSync; total++ {
+				switch code := get(a); code {
+				case 200:
+					ok++
+				case http.StatusTooManyRequests:
+				default:
+					t.Fatalf("gina's request %d during the outage: %d", total, code)
+				}
+			}
+			t.Logf("Redis %s: %d of gina's %d requests through a succeeded", tt.name, ok, total)
+			if ok > quota-usedBefore {
+				t.Errorf("Redis %s: %d of %d requests succeeded on one instance, want at most %d (the quota of %d from the last total of %d)",
+					tt.name, ok, total, quota-usedBefore, quota, usedBefore)
+			}
+			if q := a.s.Quota("gina"); len(q) != 1 || q[0].RequestsUsed != usedBefore+int64(ok) {
+				t.Errorf("a's count of gina's requests: %+v, want %d used (%d before the outage, %d answered since)", q, usedBefore+ok, usedBefore, ok)
+			}
+		})
+	}
+}
