@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/resolve"
 	"github.com/rustle-proxy/rustle/internal/route"
 )
@@ -276,32 +277,42 @@ func (c *Config) validateCriteria(v *validator, key string, clients, users, grou
 
 // listenerAt returns the index of a listener that addr (a parent's
 // host:port) reaches: the same port and the same host, or a loopback
-// parent host and a listener on every address. A name other than
-// localhost is not resolved.
+// parent host and a listener on every address. Hosts are compared as
+// the dialer reads them (dialer.ParseHost: any IPv4 spelling inet_aton
+// reads), names without case or a trailing dot ("localhost." is
+// localhost). A name other than localhost is not resolved.
 func (c *Config) listenerAt(addr string) (int, bool) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return 0, false
 	}
-	loop := strings.EqualFold(host, "localhost")
+	host = canonicalHost(host)
+	loop := host == "localhost"
 	if ip, err := netip.ParseAddr(host); err == nil {
 		loop = ip.IsLoopback()
-		host = ip.Unmap().String()
 	}
 	for i, l := range c.Listen {
 		lh, lp, err := net.SplitHostPort(l.Address)
 		if err != nil || lp != port {
 			continue
 		}
-		if ip, err := netip.ParseAddr(lh); err == nil {
-			lh = ip.Unmap().String()
-		}
+		lh = canonicalHost(lh)
 		wildcard := lh == "" || lh == "0.0.0.0" || lh == "::"
 		if strings.EqualFold(lh, host) || (loop && (wildcard || isLoopback(lh))) {
 			return i, true
 		}
 	}
 	return 0, false
+}
+
+// canonicalHost returns host as listenerAt compares it: an IP address
+// in any spelling dialer.ParseHost reads as its unmapped text, a name in
+// lower case without trailing dots.
+func canonicalHost(host string) string {
+	if ip, ok, err := dialer.ParseHost(host); err == nil && ok {
+		return ip.Unmap().String()
+	}
+	return strings.ToLower(strings.TrimRight(host, "."))
 }
 
 // validLabel reports whether s is letters, digits, '-' and '_'.

@@ -183,6 +183,19 @@ func TestListenerAt(t *testing.T) {
 		{"proxy.example:9000", true},
 		{"other.example:9000", false},
 		{"127.0.0.1:3129", false},
+		// Other spellings of the same hosts (issue 27 item 7): a trailing
+		// dot, case, and the IPv4 spellings inet_aton reads.
+		{"localhost.:3128", true},
+		{"LocalHost.:3128", true},
+		{"127.1:3128", true},
+		{"2130706433:3128", true},
+		{"0x7f000001:3128", true},
+		{"0177.0.0.1:3128", true},
+		{"127.0.0.1.:3128", true},
+		{"[::ffff:127.0.0.1]:3128", true},
+		{"proxy.example.:9000", true},
+		{"PROXY.example:9000", true},
+		{"localhost.:3129", false},
 	} {
 		if _, got := c.listenerAt(tt.addr); got != tt.want {
 			t.Errorf("listenerAt(%s) = %v, want %v", tt.addr, got, tt.want)
