@@ -32,6 +32,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/admin"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gctune"
 	"github.com/rustle-proxy/rustle/internal/server"
@@ -263,6 +264,12 @@ func check(args []string, stdout, stderr io.Writer) int {
 	if err := server.Check(cfg); err != nil {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
+	}
+	if cfg.Admin != "" {
+		if _, err := admin.LoadAccess(cfg.AdminAccess); err != nil {
+			fmt.Fprintln(stderr, "rustle check:", err)
+			return 1
+		}
 	}
 	name := *file
 	if name == "" {
