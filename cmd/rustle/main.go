@@ -378,10 +378,11 @@ func usage(w io.Writer) {
                                  the password is read from standard input
   rustle cert [-hosts H,...] DIR write a self-signed CA (ca.pem) and a server
                                  pair (server.pem, server.key) to try https
-  rustle quota [-c FILE | --admin ADDR] USER
+  rustle quota [-c FILE | --admin ADDR] [--token-file FILE] USER
                                  show USER's quotas of the running rustle
                                  (use, limit, what is left, reset time),
-                                 asked of its admin listener
+                                 asked of its admin listener (with the
+                                 bearer token of admin_access.token_file)
   rustle version                 print the version
 
 Flags:
