@@ -31,6 +31,7 @@ import (
 	"syscall"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/admin"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gctune"
@@ -264,6 +265,12 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
 	}
+	if cfg.Admin != "" {
+		if _, err := admin.LoadAccess(cfg.AdminAccess); err != nil {
+			fmt.Fprintln(stderr, "rustle check:", err)
+			return 1
+		}
+	}
 	name := *file
 	if name == "" {
 		name = "flags"
@@ -371,10 +378,11 @@ func usage(w io.Writer) {
                                  the password is read from standard input
   rustle cert [-hosts H,...] DIR write a self-signed CA (ca.pem) and a server
                                  pair (server.pem, server.key) to try https
-  rustle quota [-c FILE | --admin ADDR] USER
+  rustle quota [-c FILE | --admin ADDR] [--token-file FILE] USER
                                  show USER's quotas of the running rustle
                                  (use, limit, what is left, reset time),
-                                 asked of its admin listener
+                                 asked of its admin listener (with the
+                                 bearer token of admin_access.token_file)
   rustle version                 print the version
 
 Flags:

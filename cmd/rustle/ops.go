@@ -56,15 +56,40 @@ func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, 
 		if o.access != nil {
 			o.metrics.SetAccessLogDropped(o.access.Dropped)
 		}
-		o.admin = admin.New(cfg.Admin, o.metrics.Handler(), o.isReady, logger)
+		access, err := admin.LoadAccess(cfg.AdminAccess)
+		if err != nil {
+			o.close(context.Background())
+			return nil, err
+		}
+		o.admin = admin.New(cfg.Admin, o.metrics.Handler(), o.isReady, logger, access)
 		if err := o.admin.Start(); err != nil {
 			o.close(context.Background())
 			return nil, err
 		}
+		endpoints := "/metrics /healthz /readyz /quota /revoke"
+		if cfg.AdminAccess.HealthAndMetricsOnly {
+			endpoints = "/metrics /healthz /readyz"
+		}
 		logger.Info("admin listening", "addr", o.admin.Addr().String(),
-			"endpoints", "/metrics /healthz /readyz")
+			"endpoints", endpoints, "auth", adminAuth(cfg.AdminAccess))
 	}
 	return o, nil
+}
+
+// adminAuth names how the admin listener authenticates, for its start
+// line: "token", "htpasswd", both joined with "+", or "none".
+func adminAuth(a config.AdminAccess) string {
+	var parts []string
+	if a.TokenFile != "" {
+		parts = append(parts, "token")
+	}
+	if a.Htpasswd != "" {
+		parts = append(parts, "htpasswd")
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "+")
 }
 
 // addrs returns the bound addresses of the admin listener (which serves

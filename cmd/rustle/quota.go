@@ -13,47 +13,61 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/admin"
+	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/server"
 )
 
 // quotaTimeout bounds `rustle quota`'s call to the admin listener.
 const quotaTimeout = 5 * time.Second
 
-// quotaCmd runs `rustle quota [-c FILE] [--admin ADDR] USER`: it asks the
-// running rustle's admin listener for the user's quotas and prints, per
-// quota and kind, the use, the limit, what is left and the reset time.
+// quotaCmd runs `rustle quota [-c FILE] [--admin ADDR] [--token-file
+// FILE] USER`: it asks the running rustle's admin listener for the
+// user's quotas, with the bearer token of the file's
+// admin_access.token_file or of --token-file, and prints, per quota and
+// kind, the use, the limit, what is left and the reset time.
 func quotaCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rustle quota", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("c", "", "configuration `file` whose admin key names the admin listener")
 	var adminAddr optionalString
 	fs.Var(&adminAddr, "admin", "the running rustle's admin listener `host:port` (overrides the file's admin)")
+	tokenFile := fs.String("token-file", "", "`file` holding the admin listener's bearer token (overrides the file's admin_access.token_file)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
-		fmt.Fprintln(stderr, "usage: rustle quota [-c FILE] [--admin HOST:PORT] USER")
+		fmt.Fprintln(stderr, "usage: rustle quota [-c FILE] [--admin HOST:PORT] [--token-file FILE] USER")
 		return 2
 	}
 	user := fs.Arg(0)
-	addr := adminAddr.v
-	if !adminAddr.set {
-		if *file == "" {
-			fmt.Fprintln(stderr, "rustle quota: --admin HOST:PORT or -c FILE (with an admin key) is required")
-			return 2
-		}
+	addr, access := adminAddr.v, config.AdminAccess{TokenFile: *tokenFile}
+	if *file != "" {
 		cfg, err := loadConfig(*file, nil, "", nil)
 		if err != nil {
 			fmt.Fprintln(stderr, "rustle quota:", err)
 			return 1
 		}
-		addr = cfg.Admin
+		if !adminAddr.set {
+			addr = cfg.Admin
+		}
+		if *tokenFile == "" {
+			access.TokenFile = cfg.AdminAccess.TokenFile
+		}
+	} else if !adminAddr.set {
+		fmt.Fprintln(stderr, "rustle quota: --admin HOST:PORT or -c FILE (with an admin key) is required")
+		return 2
 	}
 	if addr == "" {
 		fmt.Fprintln(stderr, "rustle quota: no admin listener configured (admin key or --admin)")
 		return 1
 	}
-	rep, err := fetchQuota(addr, user)
+	a, err := admin.LoadAccess(access)
+	if err != nil {
+		fmt.Fprintln(stderr, "rustle quota:", err)
+		return 1
+	}
+	rep, err := fetchQuota(addr, user, a.Token)
 	if err != nil {
 		fmt.Fprintln(stderr, "rustle quota:", err)
 		return 1
@@ -62,8 +76,9 @@ func quotaCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// fetchQuota asks the admin listener at addr for user's quotas.
-func fetchQuota(addr, user string) (*server.QuotaReport, error) {
+// fetchQuota asks the admin listener at addr for user's quotas, with
+// the bearer token when there is one (nil: none).
+func fetchQuota(addr, user string, token []byte) (*server.QuotaReport, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin address %q: %w", addr, err)
@@ -78,11 +93,17 @@ func fetchQuota(addr, user string) (*server.QuotaReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ask %s: %w", u, err)
 	}
+	if token != nil {
+		req.Header.Set("Authorization", "Bearer "+string(token))
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("ask %s: %w", u, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		return nil, fmt.Errorf("ask %s: %s: the admin listener needs its token (admin_access.token_file of -c FILE, or --token-file)", u, resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("ask %s: %s (is it a rustle with quotas?)", u, resp.Status)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -87,5 +89,62 @@ func TestQuotaCommand(t *testing.T) {
 	}
 	if code := run([]string{"quota", "alice"}, nil, &out, &errb); code != 2 {
 		t.Errorf("rustle quota without an admin address: exit %d, want 2", code)
+	}
+}
+
+// TestQuotaCommandToken checks `rustle quota` against an admin listener
+// that requires a bearer token: without it the call fails saying what
+// is missing; with --token-file, or the token_file of -c FILE, it is
+// answered.
+func TestQuotaCommandToken(t *testing.T) {
+	dir := t.TempDir()
+	token := filepath.Join(dir, "admin.token")
+	if err := os.WriteFile(token, []byte("0123456789abcdef0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.Admin = "127.0.0.1:0"
+	cfg.AdminAccess.TokenFile = token
+	cfg.Listen = []config.Listener{{Address: "127.0.0.1:0"}}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	o, err := startOps(cfg, logger, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.close(context.Background()) })
+	srv, err := server.New(cfg, logger, server.WithMetrics(o.metrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	o.attach(srv)
+	admin := o.admin.Addr().String()
+	cfgPath := filepath.Join(dir, "rustle.toml")
+	src := "admin = \"" + admin + "\"\n[admin_access]\ntoken_file = \"admin.token\"\n[[listen]]\naddress = \"127.0.0.1:0\"\n"
+	if err := os.WriteFile(cfgPath, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no token", []string{"--admin", admin, "bob"}, 1, "needs its token"},
+		{"--token-file", []string{"--admin", admin, "--token-file", token, "bob"}, 0, "no quota applies to bob"},
+		{"-c FILE", []string{"-c", cfgPath, "bob"}, 0, "no quota applies to bob"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb strings.Builder
+			code := run(append([]string{"quota"}, tc.args...), nil, &out, &errb)
+			if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.want) {
+				t.Errorf("exit %d, out %q, err %q; want exit %d with %q", code, out.String(), errb.String(), tc.code, tc.want)
+			}
+		})
 	}
 }

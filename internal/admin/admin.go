@@ -4,8 +4,15 @@
 //
 // The listener is for operators and their monitoring, not for clients:
 // bind it to loopback or to a network only the scraper and the
-// orchestrator reach. It serves no proxy traffic and has no
-// authentication.
+// orchestrator reach. It serves no proxy traffic. Its [Access] says who
+// may call it: with a bearer token or htpasswd users, every endpoint but
+// /healthz, /readyz and /metrics needs an Authorization header one of
+// them accepts. Whatever the access, it answers only Host names of its
+// own (a DNS-rebinding page gets 421), and takes a call that changes
+// state (any method but GET and HEAD) only with Content-Type:
+// application/json and no foreign Origin or Sec-Fetch-Site, which a
+// cross-site form cannot send (403 or 415). Each refusal is logged,
+// without the credentials.
 package admin
 
 import (
@@ -15,7 +22,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,11 +41,16 @@ const (
 // Server is the admin HTTP server. Create it with [New], then Start; stop
 // it with Shutdown or Close.
 type Server struct {
-	addr  string
-	log   *slog.Logger
-	ready func() bool
-	http  *http.Server
-	mux   *http.ServeMux
+	addr   string
+	log    *slog.Logger
+	ready  func() bool
+	access Access
+	http   *http.Server
+	mux    *http.ServeMux
+	cross  *http.CrossOriginProtection
+	names  map[string]bool // Host names answered besides localhost and IP addresses (see hostAllowed); read-only
+	// bound is the address Start bound, for hostAllowed; nil before.
+	bound atomic.Pointer[netip.Addr]
 
 	mu      sync.Mutex
 	ln      net.Listener // guarded by mu; set by Start
@@ -46,10 +60,11 @@ type Server struct {
 }
 
 // New creates an admin server for addr (host:port; port 0 picks a free
-// port). metrics serves /metrics; nil answers it with 404. ready reports
-// readiness for /readyz; nil means always ready. logger receives the
-// server's errors; nil discards them.
-func New(addr string, metrics http.Handler, ready func() bool, logger *slog.Logger) *Server {
+// port) that access guards (its zero value: no authentication). metrics
+// serves /metrics; nil answers it with 404. ready reports readiness for
+// /readyz; nil means always ready. logger receives the server's errors
+// and refusals; nil discards them.
+func New(addr string, metrics http.Handler, ready func() bool, logger *slog.Logger, access Access) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -59,9 +74,16 @@ func New(addr string, metrics http.Handler, ready func() bool, logger *slog.Logg
 	if metrics == nil {
 		metrics = http.NotFoundHandler()
 	}
-	s := &Server{addr: addr, log: logger, ready: ready, served: make(chan struct{})}
+	s := &Server{addr: addr, log: logger, ready: ready, access: access, served: make(chan struct{}),
+		cross: http.NewCrossOriginProtection(), names: make(map[string]bool)}
+	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+		s.names[normalHost(host)] = true
+	}
+	for _, h := range access.Hosts {
+		s.names[normalHost(h)] = true
+	}
 	s.http = &http.Server{
-		Handler:           s.routes(metrics),
+		Handler:           s.guard(s.routes(metrics)),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -77,8 +99,17 @@ func New(addr string, metrics http.Handler, ready func() bool, logger *slog.Logg
 func (s *Server) Handler() http.Handler { return s.http.Handler }
 
 // Handle adds an endpoint: pattern as http.ServeMux takes it ("GET
-// /quota"). It may be called while the server serves.
-func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+// /quota"). It may be called while the server serves. With
+// Access.HealthAndMetricsOnly the endpoint answers 404, saying why.
+func (s *Server) Handle(pattern string, h http.Handler) {
+	if s.access.HealthAndMetricsOnly {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.refuse(w, r, http.StatusNotFound, "off",
+				"rustle admin: "+r.URL.Path+" is off here: admin_access.health_and_metrics_only serves only /healthz, /readyz and /metrics\n")
+		})
+	}
+	s.mux.Handle(pattern, h)
+}
 
 // routes maps the endpoints. GET patterns also answer HEAD; other
 // methods get 405.
@@ -124,6 +155,10 @@ func (s *Server) Start() error {
 	}
 	s.started = true
 	s.ln = ln
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		ip := a.AddrPort().Addr().Unmap().WithZone("")
+		s.bound.Store(&ip)
+	}
 	go s.serve(ln)
 	return nil
 }

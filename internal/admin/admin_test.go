@@ -45,7 +45,7 @@ func get(t *testing.T, c *http.Client, method, url string) (int, string) {
 func TestRoutes(t *testing.T) {
 	var ready atomic.Bool
 	m := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "fake_metric 1\n") })
-	s := New("127.0.0.1:0", m, ready.Load, nil)
+	s := New("127.0.0.1:0", m, ready.Load, nil, Access{})
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
 
@@ -79,7 +79,7 @@ func TestRoutes(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	s := New("127.0.0.1:0", nil, nil, nil)
+	s := New("127.0.0.1:0", nil, nil, nil, Access{})
 	ts := httptest.NewServer(s.Handler())
 	t.Cleanup(ts.Close)
 	if code, _ := get(t, ts.Client(), "GET", ts.URL+"/readyz"); code != 200 {
@@ -97,7 +97,7 @@ func TestScrape(t *testing.T) {
 	m.Listener("main", "http").Request(200, 5, 7)
 	var ready atomic.Bool
 	ready.Store(true)
-	s := New("127.0.0.1:0", m.Handler(), ready.Load, nil)
+	s := New("127.0.0.1:0", m.Handler(), ready.Load, nil, Access{})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestStartErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	s := New(ln.Addr().String(), nil, nil, nil)
+	s := New(ln.Addr().String(), nil, nil, nil, Access{})
 	err = s.Start()
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Errorf("Start on a used address = %v, want an error naming it", err)
@@ -191,7 +191,7 @@ func TestShutdownTimeout(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	})
-	s := New("127.0.0.1:0", slow, nil, nil)
+	s := New("127.0.0.1:0", slow, nil, nil, Access{})
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,10 @@ type Config struct {
 	// Admin is the host:port of the admin HTTP listener, which serves
 	// /metrics, /healthz and /readyz; "" means no admin listener.
 	Admin string `toml:"admin"`
+	// AdminAccess says who may call the admin listener and which Host
+	// names it answers; its zero value means no authentication, which
+	// [Config.Validate] accepts only for an admin listener on loopback.
+	AdminAccess AdminAccess `toml:"admin_access"`
 	// ReadyRequiresParents makes /readyz answer 503 while a route through
 	// parents has none up and no direct fallback; false means the routes
 	// do not count for readiness (see routes.go).
@@ -109,6 +113,45 @@ type Config struct {
 	// zero for a configuration not parsed from a file.
 	src   string
 	lines map[string]int
+}
+
+// AdminAccess guards the admin listener. With a token file or an
+// htpasswd file, every endpoint but /healthz, /readyz and /metrics needs
+// an Authorization header that one of them accepts. Whatever it says,
+// the listener answers only the Host names of its own (see Hosts), and
+// takes a call that changes state (POST /revoke) only with
+// Content-Type: application/json and no foreign Origin.
+type AdminAccess struct {
+	// TokenFile is a file whose first line is the bearer token admin
+	// clients send as "Authorization: Bearer TOKEN" (at least
+	// MinAdminTokenLen characters, read at start); "" means no token.
+	// [Load] resolves a relative path against the configuration file's
+	// directory.
+	TokenFile string `toml:"token_file"`
+	// Htpasswd is an htpasswd file (bcrypt lines, as auth.htpasswd takes)
+	// whose users admin clients name with Basic authorization; "" means
+	// none. [Load] resolves a relative path.
+	Htpasswd string `toml:"htpasswd"`
+	// Hosts are further names (DNS names or IP addresses, without a
+	// port) the admin listener answers in the Host header, beside its own
+	// address, the host of admin, localhost and loopback addresses (and
+	// any IP address when it is bound to 0.0.0.0 or ::); empty means no
+	// further names. Another Host is answered 421 (DNS rebinding).
+	Hosts []string `toml:"hosts"`
+	// HealthAndMetricsOnly serves only /healthz, /readyz and /metrics:
+	// /quota and /revoke answer 404. An admin listener off loopback needs
+	// no authentication then. false serves every endpoint.
+	HealthAndMetricsOnly bool `toml:"health_and_metrics_only"`
+}
+
+// MinAdminTokenLen is the shortest bearer token admin_access.token_file
+// may hold.
+const MinAdminTokenLen = 16
+
+// AdminAuthenticates reports whether the admin listener requires
+// authentication: admin_access names a token file or an htpasswd file.
+func (c *Config) AdminAuthenticates() bool {
+	return c.AdminAccess.TokenFile != "" || c.AdminAccess.Htpasswd != ""
 }
 
 // Log configures logging.

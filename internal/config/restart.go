@@ -1,12 +1,15 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // RestartChange says which setting next changes from cur that only a
 // restart applies, as "workers changed from 2 to 4" or "[upstream]
 // changed"; "" when a reload can apply every change. It is the one list
 // of such settings: workers, [upstream], timeouts.idle_tunnel, admin,
-// [access_log], [metrics], log.format, [quota] and [cluster].
+// [admin_access], [access_log], [metrics], log.format, [quota] and [cluster].
 func RestartChange(cur, next *Config) string {
 	switch {
 	case next.WorkerCount() != cur.WorkerCount():
@@ -18,6 +21,8 @@ func RestartChange(cur, next *Config) string {
 			cur.Timeouts.IdleTunnel.Duration, next.Timeouts.IdleTunnel.Duration)
 	case next.Admin != cur.Admin:
 		return "admin changed"
+	case !adminAccessEqual(cur.AdminAccess, next.AdminAccess):
+		return "[admin_access] changed"
 	case next.AccessLog != cur.AccessLog:
 		return "[access_log] changed"
 	case next.Metrics != cur.Metrics:
@@ -28,4 +33,10 @@ func RestartChange(cur, next *Config) string {
 		return quotaChange(cur, next)
 	}
 	return ""
+}
+
+// adminAccessEqual reports whether a and b say the same.
+func adminAccessEqual(a, b AdminAccess) bool {
+	return a.TokenFile == b.TokenFile && a.Htpasswd == b.Htpasswd &&
+		a.HealthAndMetricsOnly == b.HealthAndMetricsOnly && slices.Equal(a.Hosts, b.Hosts)
 }

@@ -18,6 +18,7 @@ func TestRestartChange(t *testing.T) {
 		{"upstream", func(c *Config) { c.Upstream.MaxIdle++ }, "[upstream] changed"},
 		{"idle tunnel", func(c *Config) { c.Timeouts.IdleTunnel.Duration += time.Minute }, "timeouts.idle_tunnel changed"},
 		{"admin", func(c *Config) { c.Admin = "127.0.0.1:9" }, "admin changed"},
+		{"admin_access", func(c *Config) { c.AdminAccess.Hosts = []string{"rustle-admin.example"} }, "[admin_access] changed"},
 		{"access log", func(c *Config) { c.AccessLog.Enabled = true }, "[access_log] changed"},
 		{"metrics", func(c *Config) { c.Metrics.PerUser = true }, "[metrics] changed"},
 		{"log format", func(c *Config) { c.Log.Format = "json" }, "log.format changed"},

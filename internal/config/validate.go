@@ -44,7 +44,9 @@ var (
 // authenticate with the configured users, and an open proxy by accident: a listener whose host is not
 // loopback (127.0.0.0/8, ::1 or "localhost"; ":3128", "0.0.0.0" and "[::]"
 // are not) whose effective auth is "none", unless its allow_open is true.
-// The admin address must be host:port and differ from every listener's.
+// The admin address must be host:port and differ from every listener's;
+// off loopback, the admin listener needs admin_access.token_file or
+// htpasswd, or health_and_metrics_only.
 func (c *Config) Validate() error {
 	v := &validator{c: c}
 
@@ -198,15 +200,31 @@ func (c *Config) validateLimits(v *validator) {
 }
 
 // validateAdmin checks the admin listener's address: host:port like a
-// listener's, and not the address of a listener.
+// listener's, and not the address of a listener; off loopback, with
+// authentication (admin_access.token_file or htpasswd) unless it serves
+// only health and metrics. It checks admin_access's keys too.
 func (c *Config) validateAdmin(v *validator) {
+	a := c.AdminAccess
+	v.check(!strings.ContainsRune(a.TokenFile, 0), "admin_access.token_file", "contains a NUL byte")
+	v.check(!strings.ContainsRune(a.Htpasswd, 0), "admin_access.htpasswd", "contains a NUL byte")
+	for i, h := range a.Hosts {
+		if err := checkAdminHost(h); err != nil {
+			v.add(fmt.Sprintf("admin_access.hosts[%d]", i), err)
+		}
+	}
 	if c.Admin == "" {
 		return
 	}
-	_, canon, err := splitListenAddress(c.Admin)
+	host, canon, err := splitListenAddress(c.Admin)
 	if err != nil {
 		v.add("admin", err)
 		return
+	}
+	if !isLoopback(host) && !c.AdminAuthenticates() && !a.HealthAndMetricsOnly {
+		v.add("admin", fmt.Errorf("%q is not on loopback and the admin listener has no authentication: "+
+			"anyone who reaches it could read every user's quota and revoke users; set admin_access.token_file "+
+			"or admin_access.htpasswd, or admin_access.health_and_metrics_only = true to serve only /healthz, /readyz and /metrics",
+			c.Admin))
 	}
 	if canon == "" {
 		return
@@ -460,6 +478,23 @@ func isLoopback(host string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// checkAdminHost checks a name of admin_access.hosts: an IP address or
+// a DNS name (letters, digits, '-', '_' and '.'), without a port.
+func checkAdminHost(h string) error {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return nil
+	}
+	if h == "" || len(h) > 253 {
+		return fmt.Errorf("%q is not a host name", h)
+	}
+	for _, r := range h {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("%q is not a host name (an IP address or a DNS name, without a port)", h)
+		}
+	}
+	return nil
 }
 
 // validator collects Validate's errors.

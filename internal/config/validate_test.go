@@ -88,7 +88,27 @@ func TestValidate(t *testing.T) {
 		{"metrics per user", func(c *Config) { c.Metrics = Metrics{PerUser: true, MaxUsers: 5} }, nil},
 		{"admin loopback", func(c *Config) { c.Admin = "127.0.0.1:9090" }, nil},
 		{"admin port 0", func(c *Config) { c.Admin = "127.0.0.1:0" }, nil},
-		{"admin all addresses", func(c *Config) { c.Admin = ":9090" }, nil},
+		{"admin all addresses without authentication", func(c *Config) { c.Admin = ":9090" }, []string{"admin"}},
+		{"admin wildcard without authentication", func(c *Config) { c.Admin = "0.0.0.0:9090" }, []string{"admin"}},
+		{"admin on an interface without authentication", func(c *Config) { c.Admin = "192.0.2.7:9090" }, []string{"admin"}},
+		{"admin on a name without authentication", func(c *Config) { c.Admin = "admin.example:9090" }, []string{"admin"}},
+		{"admin all addresses with a token", func(c *Config) {
+			c.Admin = ":9090"
+			c.AdminAccess.TokenFile = "/etc/rustle/admin.token"
+		}, nil},
+		{"admin all addresses with htpasswd", func(c *Config) {
+			c.Admin = "[::]:9090"
+			c.AdminAccess.Htpasswd = "/etc/rustle/admin.htpasswd"
+		}, nil},
+		{"admin all addresses, health and metrics only", func(c *Config) {
+			c.Admin = "0.0.0.0:9090"
+			c.AdminAccess.HealthAndMetricsOnly = true
+		}, nil},
+		{"admin localhost", func(c *Config) { c.Admin = "localhost:9090" }, nil},
+		{"admin hosts", func(c *Config) {
+			c.Admin = "127.0.0.1:9090"
+			c.AdminAccess.Hosts = []string{"rustle-admin.example", "192.0.2.7", "2001:db8::1", "bad host", "a.example:9090", ""}
+		}, []string{"admin_access.hosts[3]", "admin_access.hosts[4]", "admin_access.hosts[5]"}},
 		{"admin ipv6", func(c *Config) { c.Admin = "[::1]:9090" }, nil},
 		{"admin no port", func(c *Config) { c.Admin = "127.0.0.1" }, []string{"admin"}},
 		{"admin bad port", func(c *Config) { c.Admin = "127.0.0.1:99999" }, []string{"admin"}},

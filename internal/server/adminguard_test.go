@@ -17,7 +17,7 @@ import (
 // reason, from the start and after a reload that adds a listener, while
 // a local origin is reached.
 func TestAdminAddrsRefused(t *testing.T) {
-	adm := admin.New("0.0.0.0:0", nil, nil, nil)
+	adm := admin.New("0.0.0.0:0", nil, nil, nil, admin.Access{HealthAndMetricsOnly: true})
 	if err := adm.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 workers = {{ int $c.workers }}
 admin = ":{{ int .Values.admin.port }}"
 
+[admin_access]
+# Off loopback without a token: probes and scrapes only (/quota and
+# /revoke answer 404).
+health_and_metrics_only = true
+
 [log]
 level = {{ $c.log.level | quote }}
 format = {{ $c.log.format | quote }}
