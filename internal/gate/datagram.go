@@ -14,12 +14,14 @@ import (
 
 // AuthorizeAssociation decides a SOCKS5 UDP ASSOCIATE r as Authorize
 // decides a request: the user, who is counted (and refused past the
-// user's connection limit, or once its quota is spent; its datagrams'
-// bytes count when it ends), and its byte bucket. The access rules are
-// not asked, as the association names no destination: they decide each
-// of its datagrams, through PermitDatagram. A refusal is counted in the
-// metrics; the front-end answers it and calls Finish, and on a grant
-// reports the association as a tunnel (TunnelOpened) and calls Finish
+// user's connection limit, or once its quota is spent), and its byte
+// bucket. The access rules are not asked, as the association names no
+// destination: they decide each of its datagrams, through
+// PermitDatagram. A refusal is counted in the metrics; the front-end
+// answers it and calls Finish, and on a grant reports the association as
+// a tunnel (TunnelOpened), calls Meter, passes every datagram through
+// PaceDatagram (which paces it and meters it against the user's byte
+// quota, ending the association once it is spent), and calls Finish
 // with the payload bytes relayed when it ends.
 func (s *Session) AuthorizeAssociation(r *Request, g *Grant) Kind {
 	p := s.p

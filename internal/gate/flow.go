@@ -86,13 +86,19 @@ const maxUDPPayload = 65527
 // session is revoked, or no datagram passes either way for idle (0 = no
 // limit). Every datagram towards the target is checked again against the
 // request's rule and the current private-destination guard (a reload may
-// have tightened it) and dropped when refused; a paced user's datagrams
-// wait on the user's bucket. It reports the flow as a tunnel
-// (TunnelOpened, with the status already answered) and calls Finish with
-// the payload bytes each way; it counts the datagrams in the metrics as
-// they pass. It owns upc and closes client and upc.
+// have tightened it) and dropped when refused. Every datagram either way
+// goes through PaceDatagram: a paced user's datagrams wait on the user's
+// bucket, and a user's byte quota is metered as they move (a batch at a
+// time): the flow ends once the quota is spent, with the reason quota. It
+// reports the flow as a tunnel (TunnelOpened, with the status already
+// answered) and calls Finish with the payload bytes each way; it counts
+// the datagrams in the metrics as they pass. It owns upc and closes
+// client and upc.
 func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, idle time.Duration) FlowResult {
 	g.TunnelOpened()
+	if g.meter == nil {
+		g.Meter() // a user with a byte quota: metered as the datagrams move
+	}
 	s := g.s
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(s.rctx, func() { cancel(context.Cause(s.rctx)) })
@@ -145,7 +151,10 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 			if n > max {
 				continue // too large for the client's side
 			}
-			g.Pace(ctx, n)
+			if !g.PaceDatagram(ctx, n) {
+				end(errFlowQuota)
+				return
+			}
 			if err := client.SendPayload(buf[:n]); err != nil {
 				end(fmt.Errorf("gate: flow: send to the client: %w", err))
 				return
@@ -167,7 +176,10 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 			m.Datagrams(0, 0, 1)
 			continue
 		}
-		g.Pace(ctx, len(p))
+		if !g.PaceDatagram(ctx, len(p)) {
+			end(errFlowQuota)
+			break
+		}
 		n, err := upc.Write(p)
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			continue // an ICMP error of an earlier datagram: UDP is unreliable
@@ -192,6 +204,9 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 	g.Finish(res.Up, res.Down)
 	return res
 }
+
+// errFlowQuota ends a flow whose user's byte quota is spent.
+var errFlowQuota = errors.New("gate: flow ended: the user's byte quota is spent")
 
 // errFlowIdle ends a flow that passed no datagram for its idle timeout.
 var errFlowIdle = errors.New("gate: flow idle timeout")

@@ -284,6 +284,22 @@ func (g *Grant) Pace(ctx context.Context, n int) bool {
 	return g.meter == nil || g.meter.Ahead(int64(n))
 }
 
+// PaceDatagram is Pace for one datagram of n payload bytes that a flow
+// (CONNECT-UDP on any front-end, a SOCKS5 UDP association) is about to
+// send, either way: it waits, for a paced user, until the bytes may
+// pass, and once Meter started metering the flow counts them against
+// the user's byte quota a batch at a time (quota.Meter.Datagram). It
+// reports false once the quota is spent: the datagram is not to be sent
+// and the front-end ends the flow, which Finish logs with the reason
+// quota; Finish also counts the bytes of the last, unfinished batch.
+// PaceDatagram may be called from the flow's goroutines at once.
+func (g *Grant) PaceDatagram(ctx context.Context, n int) bool {
+	if g.throttle != nil && n > 0 {
+		g.throttle.Wait(ctx, n)
+	}
+	return g.meter == nil || g.meter.Datagram(int64(n))
+}
+
 // Meter starts metering the request's bytes as Pace is told of them, for
 // a front-end that relays them itself (HTTP/2 streams, HTTP/1.1
 // forwarded bodies), when the user has a byte quota; it reports whether it did, and then every byte the

@@ -71,6 +71,25 @@ func TestQuotaKeepAliveNoAllocs(t *testing.T) {
 	}
 }
 
+// TestPaceDatagramNoAllocs checks that metering a flow's datagrams
+// against a byte quota allocates nothing, batch charges included.
+func TestPaceDatagramNoAllocs(t *testing.T) {
+	s, g, r := quotaSession(t, 1<<50)
+	ctx := context.Background()
+	if s.Authorize(r, g) != gate.OK || !g.Meter() {
+		t.Fatal("refused, or not metered")
+	}
+	if n := testing.AllocsPerRun(1000, func() {
+		if !g.PaceDatagram(ctx, 1200) {
+			t.Fatal("spent")
+		}
+	}); n != 0 {
+		t.Errorf("a metered datagram: %v allocations, want 0", n)
+	}
+	g.Answer(200, 0)
+	g.Finish(1000*1200, 0)
+}
+
 // BenchmarkQuotaKeepAlive measures a keep-alive request of the
 // connection's user, authorized and finished, under a quota of bytes and
 // requests.

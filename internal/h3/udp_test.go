@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -413,4 +414,41 @@ func TestConnectUDPGuardPerDatagram(t *testing.T) {
 		t.Fatalf("answer after the guard let the target through again: %v", err)
 	}
 	proxytest.CheckDNSAnswer(t, b[1:], 9)
+}
+
+// TestConnectUDPQuota checks that a CONNECT-UDP flow opened under a byte
+// quota is metered as its datagrams move and ended once the quota is
+// spent (issue 27: one flow carried 12 times a 200 KiB quota and stayed
+// open): within the documented slack, logged with the reason quota, the
+// quota counting exactly the record's bytes.
+func TestConnectUDPQuota(t *testing.T) {
+	var out lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	echo := proxytest.NewUDPEcho(t, "udp4")
+	q := proxytest.QuotaTracker()
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass}, AccessLog: al, Quota: q,
+	}))
+	conn, _, err := p.dialUDP(t, echo.Addr.String(), basic(testUser, testPass))
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	const size = 1200
+	buf := make([]byte, 1500)
+	_, err = proxytest.EchoFlow(t, func(b []byte) error {
+		_, err := conn.WriteTo(b, nil)
+		return err
+	}, func() ([]byte, error) {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _, err := conn.ReadFrom(buf)
+		return buf[:n], err
+	}, size, 20*proxytest.FlowQuotaBytes)
+	proxytest.CheckFlowQuota(t, &out, q, testUser, size, err)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the flow was not ended: %v", err)
+	}
 }

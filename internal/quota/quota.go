@@ -252,7 +252,44 @@ func (u *User) Meter() *Meter { return &Meter{u: u} }
 type Meter struct {
 	u       *User
 	charged atomic.Int64
+	held    atomic.Int64 // bytes Datagram counted and has not charged yet
 	stopped atomic.Bool
+}
+
+// DatagramBatch is how many bytes a flow's datagrams add up to before
+// [Meter.Datagram] charges them to the user's counters: a flow is
+// charged a batch at a time, as a tunnel is charged a write (a 32 KiB
+// buffer) at a time.
+const DatagramBatch = 32 << 10
+
+// Datagram counts n bytes of a datagram a flow (CONNECT-UDP, a SOCKS5 UDP
+// association) is about to send, and reports whether it may be sent:
+// false once a byte quota of the user is spent (then, and from then on,
+// the datagram is not to be sent and the flow is to end). The bytes are
+// held in the meter and charged to the user's counters once they add up
+// to DatagramBatch: per datagram it costs an atomic add, and the quota
+// is asked once a batch. Held bytes not charged yet are the caller's to
+// count at the flow's end (the difference between what it moved and
+// Charged). A flow thus goes past the quota by less than a batch and
+// the datagrams in flight on its other goroutines. It does not block or
+// allocate.
+func (m *Meter) Datagram(n int64) bool {
+	if m.stopped.Load() {
+		return false
+	}
+	if m.held.Add(n) < DatagramBatch {
+		return true
+	}
+	b := m.held.Swap(0)
+	if b == 0 {
+		return !m.stopped.Load() // another goroutine charged the batch
+	}
+	m.charged.Add(b)
+	if m.u.AddBytes(b) {
+		return true
+	}
+	m.stopped.Store(true)
+	return false
 }
 
 // Moved counts n bytes the tunnel delivered (either way: d is ignored)
@@ -298,6 +335,7 @@ func (u *User) spent() bool {
 func (m *Meter) Reset(u *User) {
 	m.u = u
 	m.charged.Store(0)
+	m.held.Store(0)
 	m.stopped.Store(false)
 }
 

@@ -172,6 +172,54 @@ func TestMeter(t *testing.T) {
 	}
 }
 
+// TestMeterDatagram checks that a flow's datagrams are charged to the
+// quota a batch at a time, that the datagram whose batch finds the
+// quota spent is refused, as every one after it, and that a quota spent
+// elsewhere stops the flow at its next batch.
+func TestMeterDatagram(t *testing.T) {
+	const quota = 3*DatagramBatch + 100
+	tr := New(Config{Rules: []Rule{{Name: "b", Users: []string{"*"}, Bytes: quota}}})
+	u := tr.User("alice")
+	m := u.Meter()
+	const n = 1200
+	sent := int64(0)
+	for m.Datagram(n) {
+		sent += n
+		if sent > 2*quota {
+			t.Fatalf("%d bytes of datagrams through a quota of %d", sent, quota)
+		}
+		if held := sent - m.Charged(); held < 0 || held >= DatagramBatch {
+			t.Fatalf("after %d bytes %d charged: want less than a batch held", sent, m.Charged())
+		}
+	}
+	if sent < quota-DatagramBatch || sent >= quota+DatagramBatch {
+		t.Errorf("%d bytes sent; want within a batch (%d) of the quota %d", sent, DatagramBatch, quota)
+	}
+	if !m.Stopped() || m.Datagram(1) {
+		t.Error("not stopped after the quota was spent")
+	}
+
+	// A quota spent by another of the user's requests: the next batch stops.
+	tr = New(Config{Rules: []Rule{{Name: "b", Users: []string{"*"}, Bytes: 10 * DatagramBatch}}})
+	u = tr.User("bob")
+	m = u.Meter()
+	if !m.Datagram(n) {
+		t.Fatal("the first datagram refused")
+	}
+	u.AddBytes(10 * DatagramBatch)
+	sent = n
+	for m.Datagram(n) {
+		sent += n
+	}
+	if sent >= DatagramBatch+n {
+		t.Errorf("%d bytes sent after the quota was spent elsewhere; want less than a batch", sent)
+	}
+	m.Reset(u)
+	if m.Charged() != 0 || m.Stopped() {
+		t.Error("Reset kept the meter's state")
+	}
+}
+
 // TestSettle checks the sync of a cluster: pending counts are handed
 // over, the base becomes the total, and counts handed over to a sync
 // that did not confirm them stay counted and are handed over again.

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // revokeWithin is how soon after a reload a removed user's connections,
@@ -63,37 +64,11 @@ func startRevokeRig(t *testing.T, cfg *config.Config, roots *x509.CertPool) *rev
 	r := &revokeRig{
 		roots:  roots,
 		target: fmt.Sprintf("http://127.0.0.1:%d/ok", mixedOrigin(t)),
-		echo:   tcpEcho(t), udpEcho: udpEcho(t),
+		echo:   tcpEcho(t), udpEcho: proxytest.NewUDPEcho(t, "udp4").Addr,
 		logs: &logBuffer{}, access: &logBuffer{},
 	}
 	r.s, r.addr = startLogged(t, cfg, slog.New(slog.NewTextHandler(r.logs, nil)), r.access)
 	return r
-}
-
-// udpEcho starts a UDP echo server on 127.0.0.1.
-func udpEcho(t *testing.T) netip.AddrPort {
-	t.Helper()
-	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := pc.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteToUDPAddrPort(buf[:n], from)
-		}
-	}()
-	t.Cleanup(func() {
-		pc.Close()
-		<-done
-	})
-	return pc.LocalAddr().(*net.UDPAddr).AddrPort()
 }
 
 // holding is one connection, tunnel, stream or association a user keeps

@@ -456,7 +456,9 @@ var aLongTimeAgo = time.Unix(1, 0)
 // done. hint is the request's DST: its port, when not 0 and the address
 // is the client's or unspecified, is the only source port accepted. The
 // association is reported once it has ended, as a tunnel whose bytes are
-// the datagram payloads relayed.
+// the datagram payloads relayed; they are metered against the user's
+// byte quota as they move, and the association ends (the control
+// connection closed) once the quota is spent.
 func (s *Server) associate(cn *conn, hint addr) {
 	sess := cn.sess
 	local := cn.c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
@@ -498,6 +500,7 @@ func (s *Server) associate(cn *conn, hint addr) {
 		return
 	}
 	g.TunnelOpened()
+	g.Meter() // a user with a byte quota: its datagrams are metered as they move
 	cn.c.SetDeadline(time.Time{})
 
 	ctx := sess.Context()

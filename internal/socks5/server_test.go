@@ -971,11 +971,11 @@ func TestZeroTimeouts(t *testing.T) {
 	t.Run("udp associate", func(t *testing.T) {
 		// Only the idle timeout zero, so that this checks the relay's.
 		usrv := startServerWith(t, "tcp4", openPolicy(t), Config{HandshakeTimeout: 30 * time.Second}, false)
-		echo := startUDPEcho(t, "udp4")
+		echo := proxytest.NewUDPEcho(t, "udp4")
 		ctrl, relay := associate(t, usrv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 		time.Sleep(20 * time.Millisecond)
 		pc := udpClient(t, netip.MustParseAddr("127.0.0.1"))
-		roundTrip(t, pc, relay, datagram(0, echo.addr, "still open"), echo.addr, "still open")
+		roundTrip(t, pc, relay, datagram(0, echo.Addr, "still open"), echo.Addr, "still open")
 		ctrl.Close()
 		waitFor(t, "the association to end", func() bool { return usrv.activeConns() == 0 })
 	})

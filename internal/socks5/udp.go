@@ -43,6 +43,9 @@ const (
 // errIdle ends an association that relayed nothing for the idle timeout.
 var errIdle = errors.New("socks5: udp association idle")
 
+// errQuota ends an association whose user's byte quota is spent.
+var errQuota = errors.New("socks5: udp association ended: the user's byte quota is spent")
+
 // udpHeader is the header of a datagram from the client: RSV FRAG ATYP
 // DST.ADDR DST.PORT.
 type udpHeader struct {
@@ -103,6 +106,7 @@ type association struct {
 	up       int64        // payload bytes relayed from the client to destinations
 	down     atomic.Int64 // payload bytes relayed from destinations to the client
 	lastDown atomic.Int64 // unix nanoseconds of the last datagram a parent relayed to the client
+	spent    atomic.Bool  // the user's byte quota is spent: the relay socket is closed, the association ends
 }
 
 // parentAssoc is a UDP association held with a SOCKS5 parent: its
@@ -146,9 +150,11 @@ func (a *association) addr() netip.AddrPort {
 	return a.conn.LocalAddr().(*net.UDPAddr).AddrPort()
 }
 
-// relay relays datagrams until the relay socket is closed or nothing has
-// been relayed for the idle timeout (when it is not 0). ctx bounds host
-// name look-ups.
+// relay relays datagrams until the relay socket is closed, nothing has
+// been relayed for the idle timeout (when it is not 0), or the user's
+// byte quota is spent (errQuota). ctx bounds host name look-ups and a
+// paced user's waits. Every datagram relayed, either way, goes through
+// the grant's PaceDatagram first (see pass).
 //
 // An idle association holds no datagram buffer where the platform lets
 // relay wait for a datagram without one (waitDatagram): a buffer is
@@ -170,7 +176,7 @@ func (a *association) relay(ctx context.Context) error {
 				if a.active(err) {
 					continue
 				}
-				return relayErr(err)
+				return a.relayErr(err)
 			}
 		}
 		if a.buf == nil {
@@ -181,14 +187,14 @@ func (a *association) relay(ctx context.Context) error {
 			if a.active(err) {
 				continue
 			}
-			return relayErr(err)
+			return a.relayErr(err)
 		}
 		src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 		switch {
 		case src.Addr() == a.client.Addr() && (a.client.Port() == 0 || src.Port() == a.client.Port()):
 			a.fromClient(ctx, src, n)
 		case a.client.Port() != 0 && a.isPeer(src):
-			a.toClient(src, n)
+			a.toClient(ctx, src, n)
 		default:
 			a.drop("not from the client or a destination it sent to", src)
 		}
@@ -203,12 +209,32 @@ func (a *association) relay(ctx context.Context) error {
 var datagrams = sync.Pool{New: func() any { return new([replyRoom + maxDatagram]byte) }}
 
 // relayErr returns the error that ends a relay whose read failed with
-// err: errIdle for the read deadline.
-func relayErr(err error) error {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
+// err: errQuota once pass closed the socket, errIdle for the read
+// deadline.
+func (a *association) relayErr(err error) error {
+	switch {
+	case a.spent.Load():
+		return errQuota
+	case errors.Is(err, os.ErrDeadlineExceeded):
 		return errIdle
 	}
 	return err
+}
+
+// pass reports whether a datagram of n payload bytes may be relayed now,
+// after a paced user's wait (see gate.Grant.PaceDatagram); false once the
+// user's byte quota is spent: pass then closes the relay socket, which
+// ends the association (the relay returns errQuota, and associate closes
+// the control connection). It is called from the relay's goroutine and
+// the parents' readers.
+func (a *association) pass(ctx context.Context, n int) bool {
+	if a.grant.PaceDatagram(ctx, n) {
+		return true
+	}
+	if !a.spent.Swap(true) {
+		a.conn.Close()
+	}
+	return false
 }
 
 // last returns when a datagram was last relayed, either way, through a
@@ -274,6 +300,9 @@ func (a *association) fromClient(ctx context.Context, src netip.AddrPort, n int)
 		}
 		a.peers[dst] = struct{}{}
 	}
+	if !a.pass(ctx, len(pkt)-hn) {
+		return
+	}
 	if _, err := a.conn.WriteToUDPAddrPort(pkt[hn:], dst); err != nil {
 		a.drop("send failed", dst)
 		return
@@ -293,7 +322,10 @@ func (a *association) refuse(req addr, dst netip.AddrPort) string {
 
 // toClient relays the n-byte datagram at a.buf[replyRoom:] from the
 // destination src to the client, behind a header naming src.
-func (a *association) toClient(src netip.AddrPort, n int) {
+func (a *association) toClient(ctx context.Context, src netip.AddrPort, n int) {
+	if !a.pass(ctx, n) {
+		return
+	}
 	var hdr [replyRoom]byte
 	h := appendAddrPort(append(hdr[:0], 0, 0, 0), src)
 	start := replyRoom - len(h)
@@ -387,6 +419,9 @@ func (a *association) toParent(ctx context.Context, parent *route.Parent, h udpH
 		a.drop(pa.err.Error(), netip.AddrPort{})
 		return
 	}
+	if !a.pass(ctx, n-hn) {
+		return
+	}
 	if _, err := pa.conn.Write(a.buf[start : replyRoom+n]); err != nil {
 		pa.dead.Store(true)
 		a.drop("send to the parent failed", pa.assoc.Relay)
@@ -432,7 +467,7 @@ func (a *association) parentAssoc(ctx context.Context, parent *route.Parent) *pa
 		return pa
 	}
 	client := a.client
-	a.wg.Go(func() { a.fromParent(pa, client) })
+	a.wg.Go(func() { a.fromParent(ctx, pa, client) })
 	a.wg.Go(func() {
 		// The parent ends the association by closing its control
 		// connection; nothing is expected on it.
@@ -450,8 +485,9 @@ func (a *association) parentAssoc(ctx context.Context, parent *route.Parent) *pa
 
 // fromParent relays the datagrams the parent's relay sends on pa to the
 // client, as they come (their header names their source), until pa's
-// socket is closed. It runs on its own goroutine, with its own buffer.
-func (a *association) fromParent(pa *parentAssoc, client netip.AddrPort) {
+// socket is closed or the user's quota is spent. It runs on its own
+// goroutine, with its own buffer.
+func (a *association) fromParent(ctx context.Context, pa *parentAssoc, client netip.AddrPort) {
 	buf := make([]byte, maxDatagram)
 	for {
 		n, err := pa.conn.Read(buf)
@@ -463,6 +499,10 @@ func (a *association) fromParent(pa *parentAssoc, client netip.AddrPort) {
 		if err != nil || h.frag != 0 {
 			a.drop("bad header from the parent", pa.assoc.Relay)
 			continue
+		}
+		if !a.pass(ctx, n-hn) {
+			pa.dead.Store(true)
+			return
 		}
 		buf[0], buf[1] = 0, 0
 		if _, err := a.conn.WriteToUDPAddrPort(buf[:n], client); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"slices"
 	"strconv"
@@ -21,55 +22,6 @@ import (
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
-
-// udpEcho is a UDP echo server that records what it receives.
-type udpEcho struct {
-	addr netip.AddrPort
-
-	mu  sync.Mutex
-	got []string // payloads received, in order; guarded by mu
-}
-
-// startUDPEcho starts a UDP echo server on network's loopback ("udp4" or
-// "udp6").
-func startUDPEcho(t testing.TB, network string) *udpEcho {
-	t.Helper()
-	host := "127.0.0.1"
-	if network == "udp6" {
-		host = "::1"
-	}
-	pc, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(host), 0)))
-	if err != nil {
-		t.Fatalf("listen udp echo: %v", err)
-	}
-	e := &udpEcho{addr: pc.LocalAddr().(*net.UDPAddr).AddrPort()}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		buf := make([]byte, 65535)
-		for {
-			n, from, err := pc.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			e.mu.Lock()
-			e.got = append(e.got, string(buf[:n]))
-			e.mu.Unlock()
-			pc.WriteToUDPAddrPort(buf[:n], from)
-		}
-	})
-	t.Cleanup(func() {
-		pc.Close()
-		wg.Wait()
-	})
-	return e
-}
-
-// received returns what the echo server has received so far.
-func (e *udpEcho) received() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return slices.Clone(e.got)
-}
 
 // associate opens a control connection to srv, authenticating when user
 // is not empty, sends UDP ASSOCIATE with hint and returns the control
@@ -155,22 +107,22 @@ func expectDatagram(t testing.TB, pc *net.UDPConn, relay, from netip.AddrPort, p
 
 func TestUDPAssociate(t *testing.T) {
 	t.Run("IPv4 with auth", func(t *testing.T) {
-		echo := startUDPEcho(t, "udp4")
+		echo := proxytest.NewUDPEcho(t, "udp4")
 		srv := startServer(t, "tcp4", authPolicy(t), Config{})
 		_, relay := associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
 		pc := udpClient(t, relay.Addr())
-		roundTrip(t, pc, relay, datagram(0, echo.addr, "hello"), echo.addr, "hello")
-		roundTrip(t, pc, relay, domainDatagram("localhost", echo.addr.Port(), "by name"), echo.addr, "by name")
+		roundTrip(t, pc, relay, datagram(0, echo.Addr, "hello"), echo.Addr, "hello")
+		roundTrip(t, pc, relay, domainDatagram("localhost", echo.Addr.Port(), "by name"), echo.Addr, "by name")
 		big := string(make([]byte, 60000))
-		roundTrip(t, pc, relay, datagram(0, echo.addr, big), echo.addr, big)
+		roundTrip(t, pc, relay, datagram(0, echo.Addr, big), echo.Addr, big)
 	})
 	t.Run("IPv6", func(t *testing.T) {
 		skipWithoutIPv6(t)
-		echo := startUDPEcho(t, "udp6")
+		echo := proxytest.NewUDPEcho(t, "udp6")
 		srv := startServer(t, "tcp6", openPolicy(t), Config{})
 		_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("[::]:0"))
 		pc := udpClient(t, relay.Addr())
-		roundTrip(t, pc, relay, datagram(0, echo.addr, "hello6"), echo.addr, "hello6")
+		roundTrip(t, pc, relay, datagram(0, echo.Addr, "hello6"), echo.Addr, "hello6")
 	})
 }
 
@@ -179,7 +131,7 @@ func TestUDPAssociate(t *testing.T) {
 // on loopback, so a valid datagram sent after a dropped one proves the
 // dropped one was handled (and not relayed) first.
 func TestUDPDrops(t *testing.T) {
-	echo := startUDPEcho(t, "udp4")
+	echo := proxytest.NewUDPEcho(t, "udp4")
 	srv := startServer(t, "tcp4", openPolicy(t), Config{})
 	_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 	loop := netip.MustParseAddr("127.0.0.1")
@@ -187,27 +139,27 @@ func TestUDPDrops(t *testing.T) {
 	// A stranger on another loopback address, before the client has sent
 	// anything, must not become the client.
 	stranger2 := udpClient(t, netip.MustParseAddr("127.0.0.2"))
-	if _, err := stranger2.WriteToUDPAddrPort(datagram(0, echo.addr, "from 127.0.0.2"), relay); err != nil {
+	if _, err := stranger2.WriteToUDPAddrPort(datagram(0, echo.Addr, "from 127.0.0.2"), relay); err != nil {
 		t.Fatal(err)
 	}
 	pc := udpClient(t, loop)
 	for _, b := range [][]byte{
-		datagram(1, echo.addr, "fragment 1"),
-		datagram(0x81, echo.addr, "last fragment"),
+		datagram(1, echo.Addr, "fragment 1"),
+		datagram(0x81, echo.Addr, "last fragment"),
 		{0, 0, 0, atypIPv4, 127, 0}, // shorter than its header
 		{0, 0, 0, 0x02, 127, 0, 0, 1, 0, 80},
-		domainDatagram("no such host!", echo.addr.Port(), "bad name"),
+		domainDatagram("no such host!", echo.Addr.Port(), "bad name"),
 	} {
 		if _, err := pc.WriteToUDPAddrPort(b, relay); err != nil {
 			t.Fatal(err)
 		}
 	}
-	roundTrip(t, pc, relay, datagram(0, echo.addr, "first"), echo.addr, "first")
+	roundTrip(t, pc, relay, datagram(0, echo.Addr, "first"), echo.Addr, "first")
 
 	// Now that the client's port is known, a stranger on the client's own
 	// address but another port is dropped too.
 	stranger := udpClient(t, loop)
-	if _, err := stranger.WriteToUDPAddrPort(datagram(0, echo.addr, "from another port"), relay); err != nil {
+	if _, err := stranger.WriteToUDPAddrPort(datagram(0, echo.Addr, "from another port"), relay); err != nil {
 		t.Fatal(err)
 	}
 	// A datagram straight from a host the client never sent to is not
@@ -215,9 +167,9 @@ func TestUDPDrops(t *testing.T) {
 	if _, err := stranger.WriteToUDPAddrPort([]byte("unsolicited"), relay); err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, pc, relay, datagram(0, echo.addr, "second"), echo.addr, "second")
+	roundTrip(t, pc, relay, datagram(0, echo.Addr, "second"), echo.Addr, "second")
 
-	if got, want := echo.received(), []string{"first", "second"}; !slices.Equal(got, want) {
+	if got, want := echo.Received(), []string{"first", "second"}; !slices.Equal(got, want) {
 		t.Errorf("echo received %q, want %q", got, want)
 	}
 }
@@ -225,17 +177,17 @@ func TestUDPDrops(t *testing.T) {
 // TestUDPHintedPort checks that a port given in UDP ASSOCIATE is the only
 // one accepted from the client's address.
 func TestUDPHintedPort(t *testing.T) {
-	echo := startUDPEcho(t, "udp4")
+	echo := proxytest.NewUDPEcho(t, "udp4")
 	srv := startServer(t, "tcp4", openPolicy(t), Config{})
 	loop := netip.MustParseAddr("127.0.0.1")
 	pc := udpClient(t, loop)
 	other := udpClient(t, loop)
 	_, relay := associate(t, srv, "", "", pc.LocalAddr().(*net.UDPAddr).AddrPort())
-	if _, err := other.WriteToUDPAddrPort(datagram(0, echo.addr, "other"), relay); err != nil {
+	if _, err := other.WriteToUDPAddrPort(datagram(0, echo.Addr, "other"), relay); err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, pc, relay, datagram(0, echo.addr, "hinted"), echo.addr, "hinted")
-	if got, want := echo.received(), []string{"hinted"}; !slices.Equal(got, want) {
+	roundTrip(t, pc, relay, datagram(0, echo.Addr, "hinted"), echo.Addr, "hinted")
+	if got, want := echo.Received(), []string{"hinted"}; !slices.Equal(got, want) {
 		t.Errorf("echo received %q, want %q", got, want)
 	}
 }
@@ -243,7 +195,7 @@ func TestUDPHintedPort(t *testing.T) {
 // TestUDPTeardown checks that closing the control connection closes the
 // relay socket.
 func TestUDPTeardown(t *testing.T) {
-	echo := startUDPEcho(t, "udp4")
+	echo := proxytest.NewUDPEcho(t, "udp4")
 	srv := startServer(t, "tcp4", openPolicy(t), Config{})
 	ctrl, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 	// A connected socket reports the ICMP port unreachable that a closed
@@ -253,14 +205,14 @@ func TestUDPTeardown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer uc.Close()
-	if _, err := uc.Write(datagram(0, echo.addr, "alive")); err != nil {
+	if _, err := uc.Write(datagram(0, echo.Addr, "alive")); err != nil {
 		t.Fatal(err)
 	}
-	expectDatagram(t, uc, relay, echo.addr, "alive")
+	expectDatagram(t, uc, relay, echo.Addr, "alive")
 
 	ctrl.Close()
 	waitFor(t, "the association to end", func() bool { return srv.activeConns() == 0 })
-	if _, err := uc.Write(datagram(0, echo.addr, "dead")); err != nil {
+	if _, err := uc.Write(datagram(0, echo.Addr, "dead")); err != nil {
 		t.Fatal(err)
 	}
 	uc.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -296,20 +248,20 @@ func TestUDPShutdown(t *testing.T) {
 // TestUDPAccess checks that datagrams to destinations the policy or the
 // private-destination guard refuse are dropped, and others relayed.
 func TestUDPAccess(t *testing.T) {
-	allowed := startUDPEcho(t, "udp4")
-	denied := startUDPEcho(t, "udp4")
+	allowed := proxytest.NewUDPEcho(t, "udp4")
+	denied := proxytest.NewUDPEcho(t, "udp4")
 	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{Default: acl.Allow, Rules: []acl.Rule{
-		{Name: "no-denied", Action: acl.Deny, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(denied.addr.Port()))}},
+		{Name: "no-denied", Action: acl.Deny, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(denied.Addr.Port()))}},
 	}})
 	// The guard lets only 127.0.0.1 through.
 	pol.Dialer = dialer.New(dialer.Config{Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})})
 	srv := startServer(t, "tcp4", pol, Config{})
 	_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 	pc := udpClient(t, relay.Addr())
-	guarded := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), allowed.addr.Port())
+	guarded := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), allowed.Addr.Port())
 	for _, b := range [][]byte{
-		datagram(0, denied.addr, "denied by the policy"),
-		domainDatagram("localhost", denied.addr.Port(), "denied by name"),
+		datagram(0, denied.Addr, "denied by the policy"),
+		domainDatagram("localhost", denied.Addr.Port(), "denied by name"),
 		datagram(0, guarded, "refused by the guard"),
 		datagram(0, netip.MustParseAddrPort("169.254.169.254:80"), "metadata"),
 	} {
@@ -317,11 +269,11 @@ func TestUDPAccess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	roundTrip(t, pc, relay, datagram(0, allowed.addr, "allowed"), allowed.addr, "allowed")
-	if got := denied.received(); len(got) != 0 {
+	roundTrip(t, pc, relay, datagram(0, allowed.Addr, "allowed"), allowed.Addr, "allowed")
+	if got := denied.Received(); len(got) != 0 {
 		t.Errorf("the denied destination received %q", got)
 	}
-	if got := allowed.received(); !slices.Equal(got, []string{"allowed"}) {
+	if got := allowed.Received(); !slices.Equal(got, []string{"allowed"}) {
 		t.Errorf("the allowed destination received %q", got)
 	}
 }
@@ -350,8 +302,8 @@ func (b *lockedBuffer) String() string {
 // rule; in the metrics a tunnel, a 2xx, the same bytes once, and the
 // user's request and bytes in the per-user series.
 func TestUDPObserve(t *testing.T) {
-	echo := startUDPEcho(t, "udp4")
-	denied := startUDPEcho(t, "udp4")
+	echo := proxytest.NewUDPEcho(t, "udp4")
+	denied := proxytest.NewUDPEcho(t, "udp4")
 	alog, out := newAccessLog(t)
 	m := metrics.New(metrics.Config{PerUser: true})
 	// The default denies: the association itself names no destination
@@ -359,20 +311,20 @@ func TestUDPObserve(t *testing.T) {
 	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Listener: "udp-test", Users: map[string]string{testUser: testPass},
 		Rules: []acl.Rule{
-			{Name: "udp-echo", Action: acl.Allow, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(echo.addr.Port()))}},
+			{Name: "udp-echo", Action: acl.Allow, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(echo.Addr.Port()))}},
 		},
 		Metrics: m.Listener("udp-test", "socks5"), UserMetrics: m.User, AccessLog: alog,
 	})
 	srv := startServer(t, "tcp4", pol, Config{})
 	ctrl, relay := associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
 	pc := udpClient(t, relay.Addr())
-	if _, err := pc.WriteToUDPAddrPort(datagram(0, denied.addr, "denied, not counted"), relay); err != nil {
+	if _, err := pc.WriteToUDPAddrPort(datagram(0, denied.Addr, "denied, not counted"), relay); err != nil {
 		t.Fatal(err)
 	}
-	roundTrip(t, pc, relay, datagram(0, echo.addr, "hello"), echo.addr, "hello")
-	roundTrip(t, pc, relay, datagram(0, echo.addr, "world!!"), echo.addr, "world!!")
+	roundTrip(t, pc, relay, datagram(0, echo.Addr, "hello"), echo.Addr, "hello")
+	roundTrip(t, pc, relay, datagram(0, echo.Addr, "world!!"), echo.Addr, "world!!")
 	const payload = len("hello") + len("world!!")
-	if got := denied.received(); len(got) != 0 {
+	if got := denied.Received(); len(got) != 0 {
 		t.Errorf("the denied destination received %q", got)
 	}
 
@@ -453,7 +405,7 @@ func TestUDPIdleMemory(t *testing.T) {
 		t.Skip("this platform reads datagrams into a buffer held for the association's life")
 	}
 	const n = 200
-	echo := startUDPEcho(t, "udp4")
+	echo := proxytest.NewUDPEcho(t, "udp4")
 	srv := startServer(t, "tcp4", openPolicy(t), Config{})
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -462,7 +414,7 @@ func TestUDPIdleMemory(t *testing.T) {
 		_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 		pc := udpClient(t, relay.Addr())
 		p := "hello " + strconv.Itoa(i)
-		roundTrip(t, pc, relay, datagram(0, echo.addr, p), echo.addr, p)
+		roundTrip(t, pc, relay, datagram(0, echo.Addr, p), echo.Addr, p)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -470,5 +422,45 @@ func TestUDPIdleMemory(t *testing.T) {
 	t.Logf("heap in use per idle association (client and test sockets included): %d bytes", per)
 	if per > 24<<10 {
 		t.Errorf("an idle association holds %d bytes of heap, want at most %d: it keeps a datagram buffer", per, 24<<10)
+	}
+}
+
+// TestUDPQuota checks that a UDP association opened under a byte quota
+// is metered as its datagrams move and ended (its control connection
+// closed) once the quota is spent (issue 27: one association carried 14
+// times a 200 KiB quota and stayed open): within the documented slack,
+// logged with the reason quota, the quota counting exactly the record's
+// bytes.
+func TestUDPQuota(t *testing.T) {
+	echo := proxytest.NewUDPEcho(t, "udp4")
+	alog, out := newAccessLog(t)
+	q := proxytest.QuotaTracker()
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass}, AccessLog: alog, Quota: q,
+	})
+	srv := startServer(t, "tcp4", pol, Config{})
+	ctrl, relay := associate(t, srv, testUser, testPass, netip.MustParseAddrPort("0.0.0.0:0"))
+	pc := udpClient(t, relay.Addr())
+	const size = 1200
+	hdr := datagram(0, echo.Addr, "")
+	buf := make([]byte, 65535)
+	_, err := proxytest.EchoFlow(t, func(b []byte) error {
+		_, err := pc.WriteToUDPAddrPort(append(hdr[:len(hdr):len(hdr)], b...), relay)
+		return err
+	}, func() ([]byte, error) {
+		pc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		n, _, err := pc.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return nil, err
+		}
+		if n < len(hdr) {
+			t.Fatalf("a datagram of %d bytes from the relay", n)
+		}
+		return buf[len(hdr):n], nil
+	}, size, 20*proxytest.FlowQuotaBytes)
+	proxytest.CheckFlowQuota(t, out, q, testUser, size, err)
+	ctrl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := ctrl.Read(buf); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the control connection after the quota: %v, want it closed", err)
 	}
 }
