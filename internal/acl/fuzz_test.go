@@ -1,11 +1,13 @@
 package acl_test
 
 import (
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // FuzzHostMatch compiles a one-rule policy from a fuzzed hosts entry and
@@ -24,7 +26,12 @@ func FuzzHostMatch(f *testing.F) {
 		}
 		d := p.Decide(acl.Request{Host: host, Port: 1})
 		_, ipErr := acl.ParsePrefix(entry)
-		hostIP, hostErr := netip.ParseAddr(host)
+		// A host is an address in every spelling the dialer reads.
+		hostIP, isIP, _ := dialer.ParseHost(host)
+		var hostErr error
+		if !isIP {
+			hostErr = errors.New("a name")
+		}
 		switch {
 		case ipErr == nil && hostErr == nil:
 			want := netip.MustParsePrefix(mustPrefix(t, entry)).Contains(hostIP.WithZone("").Unmap())

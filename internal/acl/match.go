@@ -157,6 +157,14 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 		return p.Masked(), nil
 	}
 	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"))
+	if err != nil {
+		// Any other spelling of an IPv4 address that the dialer reads
+		// ("127.1", "0x7f000001", "0") is that address here too, as a
+		// request's host in that spelling is (normalizeHost).
+		if ip, ok, perr := dialer.ParseHost(s); perr == nil && ok && ip.Is4() {
+			a, err = ip, nil
+		}
+	}
 	if err != nil || a.Zone() != "" {
 		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
 	}
