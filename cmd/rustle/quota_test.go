@@ -31,22 +31,7 @@ func TestQuotaCommand(t *testing.T) {
 	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}, {Name: "bob", Password: "pw"}}
 	cfg.Quota.Rules = []config.QuotaRule{{Name: "daily", Users: []string{"alice"}, Requests: 3, Bytes: 1000, TimeZone: "Europe/Paris"}}
 	cfg.Listen = []config.Listener{{Address: "127.0.0.1:0"}}
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.DiscardHandler)
-	o, err := startOps(cfg, logger, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { o.close(context.Background()) })
-	srv, err := server.New(cfg, logger, server.WithMetrics(o.metrics))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	o.attach(srv)
+	o, srv := startOpsServer(t, cfg)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,22 +92,7 @@ func TestQuotaCommandToken(t *testing.T) {
 	cfg.Admin = "127.0.0.1:0"
 	cfg.AdminAccess.TokenFile = token
 	cfg.Listen = []config.Listener{{Address: "127.0.0.1:0"}}
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	logger := slog.New(slog.DiscardHandler)
-	o, err := startOps(cfg, logger, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { o.close(context.Background()) })
-	srv, err := server.New(cfg, logger, server.WithMetrics(o.metrics))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	o.attach(srv)
+	o, _ := startOpsServer(t, cfg)
 	admin := o.admin.Addr().String()
 	cfgPath := filepath.Join(dir, "rustle.toml")
 	src := "admin = \"" + admin + "\"\n[admin_access]\ntoken_file = \"admin.token\"\n[[listen]]\naddress = \"127.0.0.1:0\"\n"
@@ -147,4 +117,27 @@ func TestQuotaCommandToken(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startOpsServer validates cfg and starts its admin side and a server
+// attached to it (not started), both closed at the end of the test.
+func startOpsServer(t *testing.T, cfg *config.Config) (*ops, *server.Server) {
+	t.Helper()
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	o, err := startOps(cfg, logger, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.close(context.Background()) })
+	srv, err := server.New(cfg, logger, server.WithMetrics(o.metrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	o.attach(srv)
+	return o, srv
 }
