@@ -479,10 +479,10 @@ func TestEgressTableProviderGroups(t *testing.T) {
 	if err != nil || e == nil {
 		t.Fatalf("listenerEgress: %v %v", e, err)
 	}
-	if len(e.Groups) != 1 || e.Groups[0].Group != "ci-main" || e.For("octo-org/app", []string{"ci-main"}) != e.Groups[0].Source {
-		t.Errorf("the provider group's source: %+v", e.Groups)
+	if len(e.Rules) != 2 || e.For("octo-org/app", []string{"ci-main"}) != e.Rules[0].Source {
+		t.Errorf("the provider group's source: %+v", e.Rules)
 	}
-	if e.For("olga", nil) == nil || e.For("olga", nil) == e.Groups[0].Source {
+	if e.For("olga", nil) == nil || e.For("olga", nil) == e.Rules[0].Source {
 		t.Errorf("the [acl.groups] member's source is not its rule's")
 	}
 	if e.For("someone", []string{"ci-other"}) != nil {
