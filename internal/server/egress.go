@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 
-	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -86,7 +85,6 @@ type egressTable struct {
 func newEgress(cfg *config.Config) (egressTable, error) {
 	var t egressTable
 	e := &cfg.Egress
-	providerGroups := cfg.ProviderGroups()
 	if e.Set() {
 		src, err := newSource(cfg, "egress", dialer.SourceConfig{Bind: e.Bind, Interface: e.Interface, Freebind: e.Freebind})
 		if err != nil {
@@ -100,8 +98,7 @@ func newEgress(cfg *config.Config) (egressTable, error) {
 		if err != nil {
 			return t, err
 		}
-		who := acl.NewSelector(acl.Who{Users: r.Users, Groups: r.Groups}, cfg.ACL.Groups, providerGroups)
-		t.rules = append(t.rules, gate.EgressRule{Who: who, Source: src})
+		t.rules = append(t.rules, gate.EgressRule{Who: cfg.Selector(r.Who, true), Source: src})
 	}
 	return t, nil
 }

@@ -79,10 +79,10 @@ func startIdentityRig(t *testing.T) *identityRig {
 			InsecurePlaintext: true, UserClaim: "repository"},
 	}
 	cfg.ACL.Rules = []config.ACLRule{
-		{Name: "devs", Action: "allow", Groups: []string{"devs"}},
-		{Name: "ci", Action: "allow", Groups: []string{"ci-main"}, Ports: []string{strconv.Itoa(port)}},
-		{Name: "zoe", Action: "allow", Users: []string{"zoe"}},
-		{Name: "short", Action: "allow", Users: []string{"o/a"}},
+		{Name: "devs", Action: "allow", Criteria: config.Criteria{Who: config.Who{Groups: []string{"devs"}}}},
+		{Name: "ci", Action: "allow", Criteria: config.Criteria{Who: config.Who{Groups: []string{"ci-main"}}, Ports: []string{strconv.Itoa(port)}}},
+		{Name: "zoe", Action: "allow", Criteria: config.Criteria{Who: config.Who{Users: []string{"zoe"}}}},
+		{Name: "short", Action: "allow", Criteria: config.Criteria{Who: config.Who{Users: []string{"o/a"}}}},
 	}
 	tl, roots := proxyCerts(t)
 	r.roots = roots
@@ -464,8 +464,8 @@ func TestEgressTableProviderGroups(t *testing.T) {
 		Groups: map[string][]string{"ci-main": {"refs/heads/main"}}}}
 	cfg.ACL.Groups = map[string][]string{"ops": {"olga"}}
 	cfg.Egress.Rules = []config.EgressRule{
-		{Groups: []string{"ci-main"}, Bind: []string{"192.0.2.11"}, Freebind: true},
-		{Groups: []string{"ops"}, Bind: []string{"192.0.2.12"}, Freebind: true},
+		{Who: config.Who{Groups: []string{"ci-main"}}, Bind: []string{"192.0.2.11"}, Freebind: true},
+		{Who: config.Who{Groups: []string{"ops"}}, Bind: []string{"192.0.2.12"}, Freebind: true},
 	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {

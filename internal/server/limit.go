@@ -27,10 +27,7 @@ func newPolicy(c config.ACL, providerGroups []string) (*acl.Policy, error) {
 	}
 	rules := make([]acl.Rule, len(c.Rules))
 	for i, r := range c.Rules {
-		rules[i] = acl.Rule{
-			Name: r.Name, Action: r.Action, Clients: r.Clients, Users: r.Users, Groups: r.Groups,
-			Hosts: r.Hosts, Ports: r.Ports, Methods: r.Methods, Protocols: r.Protocols, AllowPrivate: r.AllowPrivate,
-		}
+		rules[i] = r.Rule()
 	}
 	return acl.New(acl.Config{Rules: rules, Groups: c.Groups, ProviderGroups: providerGroups, Default: c.Default})
 }
