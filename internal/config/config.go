@@ -444,6 +444,10 @@ type Limits struct {
 	// UserBytesBurst is that bucket's size; 0 means UserBytesPerSecond
 	// (one second's worth).
 	UserBytesBurst int `toml:"user_bytes_burst"`
+	// Schedules set the byte rate of the users they select on some days
+	// and hours, in place of UserBytesPerSecond: the first schedule
+	// selecting a user whose window holds decides. Empty means none.
+	Schedules []Schedule `toml:"schedules"`
 }
 
 // Descriptor budget of [Limits.DescriptorBudget]: descriptorReserve
@@ -779,6 +783,7 @@ func (c *Config) SetDefaults() {
 	if lim.UserBytesBurst == 0 {
 		lim.UserBytesBurst = lim.UserBytesPerSecond
 	}
+	c.setScheduleDefaults()
 
 	c.DNS.setDefaults()
 	c.setQuotaDefaults()

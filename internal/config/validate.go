@@ -221,6 +221,7 @@ func (c *Config) validateLimits(v *validator) {
 	v.check(l.UserBytesPerSecond >= 0, "limits.user_bytes_per_second", "%d is negative", l.UserBytesPerSecond)
 	v.check(l.UserBytesBurst >= 1 || l.UserBytesBurst == 0 && l.UserBytesPerSecond <= 0, "limits.user_bytes_burst",
 		"%d is less than 1", l.UserBytesBurst)
+	c.validateSchedules(v)
 }
 
 // validateAdmin checks the admin listener's address: host:port like a

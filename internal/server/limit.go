@@ -91,7 +91,12 @@ func (s *Server) logBudget(b budget) {
 
 // newLimiter returns the limiter for the configuration's [limits], with
 // the connection limit conns (0: none).
-func newLimiter(c config.Limits, conns int, log *slog.Logger) *limits.Limiter {
+func newLimiter(cfg *config.Config, conns int, log *slog.Logger) (*limits.Limiter, error) {
+	c := cfg.Limits
+	schedules, err := cfg.ByteSchedules()
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	auth, perAddress := max(c.AuthFailures, 0), max(c.AuthFailuresPerAddress, 0) // -1 = off
 	return limits.New(limits.Config{
 		MaxConns:               conns,
@@ -105,8 +110,9 @@ func newLimiter(c config.Limits, conns int, log *slog.Logger) *limits.Limiter {
 		AuthCooldown:           c.AuthCooldown.Duration,
 		UserBytesPerSecond:     int64(c.UserBytesPerSecond),
 		UserBytesBurst:         int64(c.UserBytesBurst),
+		Schedules:              schedules,
 		Logger:                 log,
-	})
+	}), nil
 }
 
 // logGuard logs, once at start, which private ranges the guard lets
