@@ -184,4 +184,8 @@ func TestEgressProviderGroups(t *testing.T) {
 			g.Finish(0, 0)
 		})
 	}
+	groups := []string{"x", "builders"}
+	if n := testing.AllocsPerRun(100, func() { p.Egress.For("carl-session-1", groups) }); n != 0 {
+		t.Errorf("choosing a user's source allocates %v times", n)
+	}
 }
