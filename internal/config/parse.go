@@ -271,12 +271,22 @@ func (d *decoder) table(m map[string]any, rv reflect.Value, path []string) {
 	}
 }
 
-// fieldByTag returns the field of struct type t whose toml tag is key; a
-// field tagged "-" is not decoded.
+// fieldByTag returns the field of struct type t whose toml tag is key,
+// looking into embedded structs without a tag (whose keys are the
+// embedding table's, as BurntSushi/toml reads them); a field tagged "-"
+// is not decoded. The field's Index leads from t to it.
 func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if name, _, _ := strings.Cut(f.Tag.Get("toml"), ","); name == key && name != "-" && f.IsExported() {
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			if sub, ok := fieldByTag(f.Type, key); ok {
+				sub.Index = append([]int{i}, sub.Index...)
+				return sub, true
+			}
+			continue
+		}
+		if name == key && name != "-" && f.IsExported() {
 			return f, true
 		}
 	}

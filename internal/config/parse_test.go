@@ -119,6 +119,25 @@ func TestParseUnknownKeys(t *testing.T) {
 			want: []string{"rustle.toml:3: unknown key listen.-", "rustle.toml:4: unknown key listen.URLUser"},
 		},
 		{
+			// users and groups are keys of the embedded Criteria's Who;
+			// the embedded structs are no keys of their own.
+			name: "keys of embedded structs",
+			src: lines(
+				`[[acl.rules]]`,
+				`action = "allow"`,
+				`usres = ["alice"]`,
+				`Criteria = { hosts = ["a.example"] }`,
+				`[[egress.rules]]`,
+				`who = { users = ["bob"] }`,
+				`users = ["bob"]`,
+			),
+			want: []string{
+				"rustle.toml:3: unknown key acl.rules.usres",
+				"rustle.toml:4: unknown key acl.rules.Criteria",
+				"rustle.toml:6: unknown key egress.rules.who",
+			},
+		},
+		{
 			name: "unknown table reported once",
 			src:  lines(`[tls]`, `cert = "a"`, `key = "b"`),
 			want: []string{"rustle.toml:1: unknown key tls"},

@@ -36,13 +36,11 @@ type QuotaRule struct {
 	// file; "" means "rules[N]" (N from 0). Renaming a rule starts its
 	// counters afresh.
 	Name string `toml:"name"`
-	// Users are the user names the rule counts, each alone; ["*"] means
-	// every authenticated user. Empty (with Groups empty too) means
-	// every authenticated user.
-	Users []string `toml:"users"`
-	// Groups are groups of [acl.groups] whose members are counted
-	// together, one count per group; empty means none.
-	Groups []string `toml:"groups"`
+	// Who is whom the rule counts: its users each alone (["*"] means
+	// every authenticated user), the members of each of its groups (of
+	// [acl.groups] only) together, one count per group. Both empty
+	// means users = ["*"].
+	Who
 	// Period is "hour", "day" or "month"; "" means "day".
 	Period string `toml:"period"`
 	// Reset is the time of day "HH:MM" the period starts at in TimeZone
@@ -144,14 +142,7 @@ func (c *Config) validateQuota(v *validator) {
 		v.check(r.Bytes >= 0, key+".bytes", "%d is negative", r.Bytes)
 		v.check(r.Requests >= 0, key+".requests", "%d is negative", r.Requests)
 		v.check(r.Bytes > 0 || r.Requests > 0, key, "sets neither bytes nor requests")
-		for j, u := range r.Users {
-			v.check(u != "" && !strings.Contains(u, ":"), fmt.Sprintf("%s.users[%d]", key, j), "%q is not a user name", u)
-		}
-		for j, g := range r.Groups {
-			if _, ok := c.ACL.Groups[g]; !ok {
-				v.add(fmt.Sprintf("%s.groups[%d]", key, j), fmt.Errorf("group %q is not defined in [acl.groups]", g))
-			}
-		}
+		c.validateWho(v, key, r.Who, false)
 	}
 	cl := c.Cluster
 	if cl.Redis != "" {

@@ -488,9 +488,9 @@ func TestValidateACLAndLimits(t *testing.T) {
 		{"good rules", func(c *Config) {
 			c.ACL.Groups = map[string][]string{"admins": {"alice"}}
 			c.ACL.Rules = []ACLRule{
-				{Name: "a", Action: "allow", Groups: []string{"admins"}, AllowPrivate: []string{"10.0.0.0/8"}},
-				{Name: "b", Action: "deny", Clients: []string{"192.0.2.0/24"}, Hosts: []string{"*.example.com", ".example.org", "10.0.0.0/8", "::1"},
-					Ports: []string{"25", "8000-8999"}, Methods: []string{"GET"}, Protocols: []string{"http", "socks5-udp"}, Users: []string{"bob"}},
+				{Name: "a", Action: "allow", Criteria: Criteria{Who: Who{Groups: []string{"admins"}}}, AllowPrivate: []string{"10.0.0.0/8"}},
+				{Name: "b", Action: "deny", Criteria: Criteria{Clients: []string{"192.0.2.0/24"}, Hosts: []string{"*.example.com", ".example.org", "10.0.0.0/8", "::1"},
+					Ports: []string{"25", "8000-8999"}, Methods: []string{"GET"}, Protocols: []string{"http", "socks5-udp"}, Who: Who{Users: []string{"bob"}}}},
 			}
 		}, nil},
 		{"bad rules", func(c *Config) {
@@ -499,8 +499,8 @@ func TestValidateACLAndLimits(t *testing.T) {
 			c.ACL.Rules = []ACLRule{
 				{Name: "a", Action: "permit"},
 				{Name: "a", Action: "deny", AllowPrivate: []string{"10.0.0.0/8"}},
-				{Name: "c", Clients: []string{"300.0.0.1"}, Users: []string{""}, Groups: []string{"nobody"}, Hosts: []string{"a b"},
-					Ports: []string{"0", "1-2-3"}, Methods: []string{"G T"}, Protocols: []string{"gopher"}, AllowPrivate: []string{"x"}},
+				{Name: "c", Criteria: Criteria{Clients: []string{"300.0.0.1"}, Who: Who{Users: []string{""}, Groups: []string{"nobody"}}, Hosts: []string{"a b"},
+					Ports: []string{"0", "1-2-3"}, Methods: []string{"G T"}, Protocols: []string{"gopher"}}, AllowPrivate: []string{"x"}},
 			}
 		}, []string{
 			"acl.default", "acl.groups", "acl.groups.ok[0]",
@@ -558,8 +558,8 @@ address = "127.0.0.1:0"
 		t.Fatal(err)
 	}
 	want := ACL{Default: "deny", Groups: map[string][]string{"admins": {"alice", "bob"}}, Rules: []ACLRule{
-		{Name: "admins", Action: "allow", Groups: []string{"admins"}},
-		{Name: "rules[1]", Action: "deny", Hosts: []string{"example.com", "bad host"}},
+		{Name: "admins", Action: "allow", Criteria: Criteria{Who: Who{Groups: []string{"admins"}}}},
+		{Name: "rules[1]", Action: "deny", Criteria: Criteria{Hosts: []string{"example.com", "bad host"}}},
 	}}
 	if diff := cmp.Diff(want, c.ACL); diff != "" {
 		t.Errorf("ACL (-want +got):\n%s", diff)
@@ -639,8 +639,8 @@ func TestValidateQuota(t *testing.T) {
 	c := Default()
 	c.ACL.Groups = map[string][]string{"ci": {"bob"}}
 	c.Quota.Rules = []QuotaRule{
-		{Name: "ok", Groups: []string{"ci"}, Bytes: 1},
-		{Name: "ok", Period: "week", Reset: "24:00", TimeZone: "Mars/Olympus", Groups: []string{"nobody"}},
+		{Name: "ok", Who: Who{Groups: []string{"ci"}}, Bytes: 1},
+		{Name: "ok", Period: "week", Reset: "24:00", TimeZone: "Mars/Olympus", Who: Who{Groups: []string{"nobody"}}},
 	}
 	c.Cluster.Redis = "redis://user:s3cret@[::1:6379"
 	c.SetDefaults()

@@ -26,15 +26,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
 )
 
 // Rule is one quota.
 type Rule struct {
 	// Name names the rule's counters (in metrics, the state file, Redis).
 	Name string
-	// Users are the users counted, each alone; "*" is every user.
+	// Users are the users counted, each alone; "*" is every user. They
+	// and each of Groups are matched by an [acl.Selector], as every
+	// table that selects users matches them.
 	Users []string
-	// Groups are the groups whose members count together.
+	// Groups are the groups whose members count together, one count
+	// per group; a group Config.Groups does not define has no members.
 	Groups []string
 	// Period, Reset (the time after midnight it starts at) and Loc (the
 	// zone of Reset; nil = UTC) give the windows.
@@ -361,7 +366,7 @@ type Tracker struct {
 	now   func() time.Time
 
 	mu       sync.RWMutex
-	groupOf  map[string][]string // user -> groups; guarded by mu
+	who      []ruleWho           // whom each rule counts, by the rules' index; guarded by mu
 	users    map[string]*User    // guarded by mu; nil entries: no rule applies
 	counters map[string]*Counter // by rule name and scope (key); guarded by mu
 }
@@ -376,19 +381,37 @@ func New(cfg Config) *Tracker {
 		r := cfg.Rules[i]
 		t.rules = append(t.rules, &r)
 	}
-	t.groupOf = groupsOf(cfg.Groups)
+	t.who = whoOf(t.rules, cfg.Groups)
 	return t
 }
 
-// groupsOf inverts a map of groups to their members.
-func groupsOf(groups map[string][]string) map[string][]string {
-	of := make(map[string][]string)
-	for g, members := range groups {
-		for _, m := range members {
-			of[m] = append(of[m], g)
+// ruleWho is whom a rule counts: users each alone, and the members of
+// each group together.
+type ruleWho struct {
+	users  *acl.Selector // the rule's users; nil when it names none
+	groups []groupWho    // in the rule's order
+}
+
+// groupWho is a group of a rule and the scope of its counter.
+type groupWho struct {
+	scope string // "group:" and the group's name
+	who   acl.Selector
+}
+
+// whoOf compiles whom each of rules counts, with groups' members.
+func whoOf(rules []*Rule, groups map[string][]string) []ruleWho {
+	out := make([]ruleWho, len(rules))
+	for i, r := range rules {
+		if len(r.Users) > 0 {
+			s := acl.NewSelector(acl.Who{Users: r.Users}, nil, nil)
+			out[i].users = &s
+		}
+		for _, g := range r.Groups {
+			out[i].groups = append(out[i].groups,
+				groupWho{scope: "group:" + g, who: acl.NewSelector(acl.Who{Groups: []string{g}}, groups, nil)})
 		}
 	}
-	return of
+	return out
 }
 
 // SetGroups replaces the groups' members (a reload's [acl.groups]): users
@@ -399,10 +422,10 @@ func (t *Tracker) SetGroups(groups map[string][]string) {
 	if t == nil {
 		return
 	}
-	of := groupsOf(groups)
+	who := whoOf(t.rules, groups)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.groupOf = of
+	t.who = who
 	clear(t.users)
 }
 
@@ -437,8 +460,8 @@ func (t *Tracker) User(name string) *User {
 	}
 	name = strings.Clone(name)
 	u = &User{}
-	for _, r := range t.rules {
-		for _, scope := range t.scopes(r, name) {
+	for i, r := range t.rules {
+		for _, scope := range t.scopes(i, name) {
 			c := t.counterLocked(r, scope)
 			u.counters = append(u.counters, c)
 			u.bytes = u.bytes || r.Bytes > 0
@@ -451,20 +474,17 @@ func (t *Tracker) User(name string) *User {
 	return u
 }
 
-// scopes returns the scopes of r that user counts in.
-func (t *Tracker) scopes(r *Rule, user string) []string {
+// scopes returns the scopes of rule i that user counts in; t.mu is
+// held.
+func (t *Tracker) scopes(i int, user string) []string {
 	var out []string
-	for _, u := range r.Users {
-		if u == "*" || u == user {
-			out = append(out, user)
-			break
-		}
+	w := &t.who[i]
+	if w.users != nil && w.users.Match(user, nil) {
+		out = append(out, user)
 	}
-	for _, g := range r.Groups {
-		for _, ug := range t.groupOf[user] {
-			if ug == g {
-				out = append(out, "group:"+g)
-			}
+	for j := range w.groups {
+		if g := &w.groups[j]; g.who.Match(user, nil) {
+			out = append(out, g.scope)
 		}
 	}
 	return out
@@ -544,8 +564,8 @@ func (t *Tracker) Status(user string) []Status {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	var out []Status
-	for _, r := range t.rules {
-		for _, scope := range t.scopes(r, user) {
+	for i, r := range t.rules {
+		for _, scope := range t.scopes(i, user) {
 			c := t.counters[key(r.Name, scope)]
 			if c == nil {
 				c = &Counter{rule: r, scope: scope, now: t.now} // not kept

@@ -154,6 +154,26 @@ func TestScopes(t *testing.T) {
 	}
 }
 
+// TestScopeMemberListedTwice checks that a member listed twice in a
+// group counts once in it: the group's quota of two requests takes two
+// of hers, not one counted twice.
+func TestScopeMemberListedTwice(t *testing.T) {
+	tr := New(Config{
+		Groups: map[string][]string{"ci": {"carol", "carol"}},
+		Rules:  []Rule{{Name: "ci", Groups: []string{"ci"}, Requests: 2}},
+	})
+	carol := tr.User("carol")
+	if !carol.Begin() || !carol.Begin() {
+		t.Error("carol's second request refused: her first counted twice")
+	}
+	if carol.Begin() {
+		t.Error("carol's third request granted past the group's two")
+	}
+	if st := tr.Status("carol"); len(st) != 1 || st[0].Scope != "group:ci" {
+		t.Errorf("Status = %+v, want one group:ci quota", st)
+	}
+}
+
 func TestMeter(t *testing.T) {
 	tr := New(Config{Rules: []Rule{{Name: "b", Users: []string{"*"}, Bytes: 100}}})
 	u := tr.User("alice")

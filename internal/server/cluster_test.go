@@ -57,8 +57,8 @@ func clusterConfig(t *testing.T, name, redis string, users ...string) *config.Co
 	cfg.Limits.MaxConnectionsPerUser = clusterConnsLimit
 	cfg.Limits.UserBytesPerSecond = 0
 	cfg.Quota.Rules = []config.QuotaRule{
-		{Name: "alice-daily", Users: []string{"alice"}, Bytes: clusterQuota},
-		{Name: "erin-requests", Users: []string{"erin"}, Requests: 1 << 40},
+		{Name: "alice-daily", Who: config.Who{Users: []string{"alice"}}, Bytes: clusterQuota},
+		{Name: "erin-requests", Who: config.Who{Users: []string{"erin"}}, Requests: 1 << 40},
 	}
 	cfg.Cluster = config.Cluster{Redis: redis, Instance: name}
 	cfg.Cluster.SyncInterval.Duration = clusterSync
@@ -367,7 +367,7 @@ func TestClusterOutageQuota(t *testing.T) {
 			redis := proxytest.StartRedis(t)
 			origin := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
 			nodes := startCluster(t, redis.URL(), func(c *config.Config) {
-				c.Quota.Rules = append(c.Quota.Rules, config.QuotaRule{Name: "gina-requests", Users: []string{"gina"}, Requests: quota})
+				c.Quota.Rules = append(c.Quota.Rules, config.QuotaRule{Name: "gina-requests", Who: config.Who{Users: []string{"gina"}}, Requests: quota})
 				c.SetDefaults()
 			}, "gina")
 			// One client per instance: one connection each, within the

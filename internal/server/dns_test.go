@@ -81,7 +81,7 @@ func TestDNSResolvers(t *testing.T) {
 			cfg.Upstream.MaxIdlePerHost = -1
 			cfg.Listen = []config.Listener{{Name: "p", Address: "127.0.0.1:0", Auth: config.AuthNone}}
 			cfg.ACL.Default = "allow"
-			cfg.ACL.Rules = []config.ACLRule{{Name: "origin only", Action: "allow", Hosts: []string{"origin.rustle.test", "static.rustle.test"},
+			cfg.ACL.Rules = []config.ACLRule{{Name: "origin only", Action: "allow", Criteria: config.Criteria{Hosts: []string{"origin.rustle.test", "static.rustle.test"}},
 				AllowPrivate: []string{"127.0.0.0/8"}}, {Name: "rest", Action: "allow"}}
 			cfg.DNS = config.DNS{Resolvers: []string{"udp://" + dead.UDP, tc.url(good)}, Timeout: config.Duration{Duration: 200 * time.Millisecond},
 				Only: "ipv4", CA: good.CAFile, Hosts: map[string][]string{"static.rustle.test": {"127.0.0.1"}}}
@@ -270,10 +270,10 @@ func TestRouteResolvers(t *testing.T) {
 	cfg.Upstream.MaxIdlePerHost = -1
 	cfg.Listen = []config.Listener{{Name: "p", Address: "127.0.0.1:0", Auth: config.AuthNone}}
 	cfg.ACL.Default = "allow"
-	cfg.ACL.Rules = []config.ACLRule{{Name: "tests", Action: "allow", Hosts: []string{"origin.rustle.test", "inside.corp.test"},
+	cfg.ACL.Rules = []config.ACLRule{{Name: "tests", Action: "allow", Criteria: config.Criteria{Hosts: []string{"origin.rustle.test", "inside.corp.test"}},
 		AllowPrivate: []string{"127.0.0.0/8"}}, {Name: "rest", Action: "allow"}}
 	cfg.DNS = config.DNS{Resolvers: []string{"udp://" + global.UDP}, Only: "ipv4"}
-	cfg.Routes = []config.Route{{Name: "corp", Hosts: []string{".corp.test"}, Via: config.Strings{"direct"},
+	cfg.Routes = []config.Route{{Name: "corp", Criteria: config.Criteria{Hosts: []string{".corp.test"}}, Via: config.Strings{"direct"},
 		Resolvers: []string{"tcp://" + own.TCP}}}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {

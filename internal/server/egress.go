@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
@@ -76,9 +75,8 @@ func (s *Server) buildResolver(cfg *config.Config, key string, servers []string)
 // egressTable is what [egress] and the users' rules build: the global
 // source and the users' sources.
 type egressTable struct {
-	global *dialer.Source            // nil = the kernel's choice
-	users  map[string]*dialer.Source // nil = none
-	groups []gate.GroupSource        // identity providers' groups, in the rules' order; nil = none
+	global *dialer.Source    // nil = the kernel's choice
+	rules  []gate.EgressRule // the users' sources, in order; nil = none
 }
 
 // newEgress builds the global egress source and the users' rules,
@@ -87,7 +85,6 @@ type egressTable struct {
 func newEgress(cfg *config.Config) (egressTable, error) {
 	var t egressTable
 	e := &cfg.Egress
-	providerGroups := cfg.ProviderGroups()
 	if e.Set() {
 		src, err := newSource(cfg, "egress", dialer.SourceConfig{Bind: e.Bind, Interface: e.Interface, Freebind: e.Freebind})
 		if err != nil {
@@ -101,25 +98,7 @@ func newEgress(cfg *config.Config) (egressTable, error) {
 		if err != nil {
 			return t, err
 		}
-		if t.users == nil {
-			t.users = make(map[string]*dialer.Source)
-		}
-		add := func(u string) {
-			if _, ok := t.users[u]; !ok { // the first rule naming a user decides
-				t.users[u] = src
-			}
-		}
-		for _, u := range r.Users {
-			add(u)
-		}
-		for _, g := range r.Groups {
-			for _, u := range cfg.ACL.Groups[g] {
-				add(u)
-			}
-			if slices.Contains(providerGroups, g) {
-				t.groups = append(t.groups, gate.GroupSource{Group: g, Source: src})
-			}
-		}
+		t.rules = append(t.rules, gate.EgressRule{Who: cfg.Selector(r.Who, true), Source: src})
 	}
 	return t, nil
 }
@@ -138,10 +117,10 @@ func listenerEgress(cfg *config.Config, i int, t egressTable) (*gate.Egress, err
 		}
 		def = src
 	}
-	if def == nil && t.users == nil && t.groups == nil {
+	if def == nil && t.rules == nil {
 		return nil, nil
 	}
-	return &gate.Egress{Default: def, Users: t.users, Groups: t.groups}, nil
+	return &gate.Egress{Default: def, Rules: t.rules}, nil
 }
 
 // newSource makes the source of the egress table at key, refusing an
