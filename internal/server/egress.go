@@ -45,26 +45,26 @@ func (s *Server) buildResolver(cfg *config.Config, key string, servers []string)
 	for i, u := range servers {
 		srv, err := resolve.ParseServer(u)
 		if err != nil {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("%s[%d]", key, i), err))
+			return nil, cfg.KeyError(fmt.Sprintf("%s[%d]", key, i), err)
 		}
 		rc.Servers = append(rc.Servers, srv)
 		labels[i] = srv.Label
 	}
 	var err error
 	if rc.Prefer, err = resolve.ParseFamily(d.Prefer); err != nil {
-		return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.prefer", err))
+		return nil, cfg.KeyError("dns.prefer", err)
 	}
 	if rc.Only, err = resolve.ParseFamily(d.Only); err != nil {
-		return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.only", err))
+		return nil, cfg.KeyError("dns.only", err)
 	}
 	if d.CA != "" {
 		pem, err := os.ReadFile(d.CA)
 		if err != nil {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.ca", err))
+			return nil, cfg.KeyError("dns.ca", err)
 		}
 		roots := x509.NewCertPool()
 		if !roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.ca", fmt.Errorf("%s holds no PEM certificate", d.CA)))
+			return nil, cfg.KeyError("dns.ca", fmt.Errorf("%s holds no PEM certificate", d.CA))
 		}
 		rc.TLS = &tls.Config{RootCAs: roots}
 	}
@@ -152,7 +152,7 @@ func newSource(cfg *config.Config, key string, sc dialer.SourceConfig) (*dialer.
 	if err != nil {
 		var be *dialer.BindError
 		if errors.As(err, &be) {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, be.Index), be.Err))
+			return nil, cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, be.Index), be.Err)
 		}
 		k := key
 		switch {
@@ -163,20 +163,20 @@ func newSource(cfg *config.Config, key string, sc dialer.SourceConfig) (*dialer.
 		case sc.Freebind:
 			k = key + ".freebind"
 		}
-		return nil, fmt.Errorf("server: %w", cfg.KeyError(k, err))
+		return nil, cfg.KeyError(k, err)
 	}
 	i, err := src.Missing(sc.Bind)
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", cfg.KeyError(key+".bind", err))
+		return nil, cfg.KeyError(key+".bind", err)
 	}
 	if i >= 0 {
-		return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, i),
-			fmt.Errorf("%s is not an address of this host: configure it on an interface, or set freebind = true", sc.Bind[i])))
+		return nil, cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, i),
+			fmt.Errorf("%s is not an address of this host: configure it on an interface, or set freebind = true", sc.Bind[i]))
 	}
 	if sc.Interface != "" {
 		if _, err := net.InterfaceByName(sc.Interface); err != nil {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError(key+".interface",
-				fmt.Errorf("%q is not an interface of this host: %w", sc.Interface, err)))
+			return nil, cfg.KeyError(key+".interface",
+				fmt.Errorf("%q is not an interface of this host: %w", sc.Interface, err))
 		}
 	}
 	return src, nil
