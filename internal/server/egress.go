@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
@@ -174,10 +175,36 @@ func newSource(cfg *config.Config, key string, sc dialer.SourceConfig) (*dialer.
 			fmt.Errorf("%s is not an address of this host: configure it on an interface, or set freebind = true", sc.Bind[i]))
 	}
 	if sc.Interface != "" {
-		if _, err := net.InterfaceByName(sc.Interface); err != nil {
-			return nil, cfg.KeyError(key+".interface",
-				fmt.Errorf("%q is not an interface of this host: %w", sc.Interface, err))
+		if err := hasInterface(sc.Interface); err != nil {
+			return nil, cfg.KeyError(key+".interface", err)
 		}
 	}
 	return src, nil
+}
+
+// maxInterfacesNamed bounds the interfaces an error about a missing one
+// lists (a container host may have hundreds of veths).
+const maxInterfacesNamed = 16
+
+// hasInterface reports, in rustle's words, a network interface name the
+// host does not have, listing those it has: `"eht0" is not a network
+// interface of this host (it has lo, eth0)`.
+func hasInterface(name string) error {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("list the host's network interfaces to find %q: %w", name, err)
+	}
+	names := make([]string, 0, min(len(ifs), maxInterfacesNamed+1))
+	for _, ifc := range ifs {
+		if ifc.Name == name {
+			return nil
+		}
+		if len(names) < maxInterfacesNamed {
+			names = append(names, ifc.Name)
+		}
+	}
+	if len(ifs) > maxInterfacesNamed {
+		names = append(names, fmt.Sprintf("and %d more", len(ifs)-maxInterfacesNamed))
+	}
+	return fmt.Errorf("%q is not a network interface of this host (it has %s)", name, strings.Join(names, ", "))
 }
