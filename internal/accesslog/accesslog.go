@@ -217,6 +217,10 @@ const (
 	// ReasonNotTLS: a client spoke plain HTTP (or anything but TLS) to a
 	// TLS port.
 	ReasonNotTLS = "not-tls"
+	// ReasonTLSToPlainPort: a client began a TLS handshake on a port
+	// that speaks plain HTTP (an https:// proxy URL for an http or mixed
+	// listener); it was answered with a TLS handshake_failure alert.
+	ReasonTLSToPlainPort = "tls-to-plain-port"
 	// ReasonProtocol: the client broke its protocol (an HTTP/2
 	// protocol error).
 	ReasonProtocol = "protocol"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h2"
+	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
@@ -331,9 +331,8 @@ func (l *listener) refuseNotTLS(c *net.TCPConn, sess *gate.Session, first byte) 
 		// reset the connection, and the client could lose the answer.
 		c.SetWriteDeadline(time.Now().Add(time.Second))
 		c.Write([]byte(notTLSAnswer))
-		c.CloseWrite()
-		c.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
-		io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+		http1.LingerClose(c, 250*time.Millisecond)
+		return
 	}
 	c.Close()
 }
