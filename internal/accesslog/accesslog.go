@@ -217,6 +217,9 @@ const (
 	// ReasonNotTLS: a client spoke plain HTTP (or anything but TLS) to a
 	// TLS port.
 	ReasonNotTLS = "not-tls"
+	// ReasonNotSOCKS: a client spoke neither SOCKS5 nor SOCKS4 to a
+	// SOCKS port (HTTP, an http:// proxy URL for it: answered 400).
+	ReasonNotSOCKS = "not-socks"
 	// ReasonTLSToPlainPort: a client began a TLS handshake on a port
 	// that speaks plain HTTP (an https:// proxy URL for an http or mixed
 	// listener); it was answered with a TLS handshake_failure alert.

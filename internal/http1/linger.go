@@ -3,6 +3,7 @@ package http1
 import (
 	"io"
 	"net"
+	"strconv"
 	"time"
 )
 
@@ -23,4 +24,22 @@ func LingerClose(c net.Conn, linger time.Duration) {
 	c.SetReadDeadline(time.Now().Add(linger))
 	io.Copy(io.Discard, io.LimitReader(c, lingerMax))
 	c.Close()
+}
+
+// refusalLinger is how long RefuseAndClose reads what the peer still
+// sends after its answer.
+const refusalLinger = 250 * time.Millisecond
+
+// RefuseAndClose answers c, on which a peer sent an HTTP request to a
+// port that speaks another protocol (plain HTTP to a TLS port, HTTP to a
+// SOCKS port), 400 in plain HTTP with the one-line reason why ("rustle:
+// " before it), and closes it with LingerClose. The write is bounded by
+// a second: a fresh socket's empty send buffer takes it at once.
+func RefuseAndClose(c net.Conn, why string) {
+	body := "rustle: " + why + "\n"
+	answer := "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + body
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.Write([]byte(answer))
+	LingerClose(c, refusalLinger)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
 )
 
 // Config configures a Server: the wire settings. Who may connect where,
@@ -181,8 +183,28 @@ func (s *Server) serve(cn *conn) bool {
 	case version4:
 		return s.serve4(cn)
 	}
-	s.debug(cn, "socks5: unknown protocol version", errVersion)
+	refuseNotSOCKS(cn)
 	return false
+}
+
+// refuseNotSOCKS refuses a client whose first byte is no SOCKS version,
+// and logs it (the access log with the reason not-socks, and the
+// refusal's debug line): one that looks like an HTTP request (its first
+// byte a capital letter, as a method's: an http:// proxy URL for a SOCKS
+// port) is answered 400 in HTTP, saying what the port speaks; anything
+// else is closed unanswered.
+func refuseNotSOCKS(cn *conn) {
+	first := cn.buf[0]
+	http := 'A' <= first && first <= 'Z'
+	status := 0
+	if http {
+		status = 400
+	}
+	cn.sess.Reject(&gate.Request{}, &cn.grant, status, accesslog.ReasonNotSOCKS,
+		fmt.Errorf("%w: first byte %#02x, plain HTTP %v", errVersion, first, http))
+	if http {
+		http1.RefuseAndClose(cn.c, "this port speaks SOCKS5 and SOCKS4: use a socks5:// (or socks5h://) URL for this proxy")
+	}
 }
 
 // serve5 runs a SOCKS5 handshake from the greeting on.
