@@ -280,7 +280,9 @@ func (s *Server) selectMethod(cn *conn, methods []byte) byte {
 // authenticate runs the RFC 1929 sub-negotiation and reports whether the
 // client may go on. A failed login is answered with the failure status,
 // logged as a SOCKS5 exchange without a method or target whose status is
-// that status byte (1), and closes the connection.
+// that status byte (1), and closes the connection; one refused because
+// the client's address cools down, and not by the failure that started
+// it, is closed unanswered (status 0).
 func (s *Server) authenticate(cn *conn) bool {
 	up, err := read(cn, parseUserPass)
 	if err != nil {
@@ -292,6 +294,15 @@ func (s *Server) authenticate(cn *conn) bool {
 	}
 	g := &cn.grant
 	user, kind := cn.sess.Login(up.user, up.pass, g)
+	if kind == gate.CoolingDown && g.AddressCooling() {
+		// No RFC 1929 status says "cooling down": closed unanswered,
+		// as the address's new connections are (see serve).
+		g.AnswerNothing()
+		g.Finish(0, 0)
+		s.debug(cn, "socks5: login closed unanswered: the client's address cools down", nil,
+			slog.Duration("retry_after", g.RetryAfter))
+		return false
+	}
 	status := byte(userPassOK)
 	if kind != gate.OK {
 		status = userPassFailure

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -1047,4 +1048,63 @@ func TestNotSOCKS(t *testing.T) {
 		}
 		waitFor(t, "curl's record", func() bool { return strings.Contains(out.String(), `"reason":"not-socks"`) })
 	})
+}
+
+// TestCoolDownHoldsTheCount checks that an address answers exactly
+// limits.auth_failures_per_address failed logins however many it sends at
+// once: 20 connections greet, then all send a wrong password (each as a
+// name of its own) together; the logins counted up to the bound, the last
+// of which starts the cool-down, are answered with the RFC 1929 failure
+// status, and every other is closed unanswered, as the address's new
+// connections are, since SOCKS5 has no status that says "cooling down".
+// Before, all 20 were answered as failed logins (12 where the bound was
+// 10 in a real run), unlike HTTP, where the refusals past the bound are
+// 429s a client tells apart.
+func TestCoolDownHoldsTheCount(t *testing.T) {
+	const bound, conns = 4, 20
+	alog, out := newAccessLog(t)
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:     map[string]string{testUser: testPass},
+		Limits:    &limits.Config{AuthFailures: bound, AuthFailuresPerAddress: bound, AuthCooldown: time.Hour},
+		AccessLog: alog,
+	})
+	srv := startServer(t, "tcp4", pol, Config{})
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		cs[i] = dial(t, srv.addr)
+		greet(t, cs[i], methodUserPass, methodUserPass)
+	}
+	answered := make([]bool, conns)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() {
+			c.Write(userPassMsg(fmt.Sprintf("guess%d", i), "wrong"))
+			var st [2]byte
+			if _, err := io.ReadFull(c, st[:]); err == nil {
+				answered[i] = st == [2]byte{1, 1}
+				if !answered[i] {
+					t.Errorf("login %d answered %x", i, st)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n := 0
+	for _, a := range answered {
+		if a {
+			n++
+		}
+	}
+	if n != bound {
+		t.Errorf("%d of %d failed logins answered, want %d (the bound)", n, conns, bound)
+	}
+	waitFor(t, "a record of every login", func() bool { return strings.Count(out.String(), "\n") == conns })
+	count := map[string]int{}
+	for _, r := range records(t, out) {
+		count[fmt.Sprintf("%v %v", r["reason"], r["status"])]++
+	}
+	want := map[string]int{"auth-failed 1": bound - 1, "cooling-down 1": 1, "cooling-down 0": conns - bound}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Errorf("records by reason and status %v, want %v", count, want)
+	}
 }
