@@ -691,6 +691,9 @@ func (cn *conn) readResponseHead(clientMinor int) error {
 		}
 		cn.up.R += n
 		if cn.resp.Status >= 200 {
+			if cn.resp.TEOther {
+				return http1.ErrTransferCoding
+			}
 			return nil
 		}
 		if cn.resp.Status == 101 {
