@@ -119,10 +119,10 @@ func (s *stream) readResponse(o *origin, method string, upgrade bool) error {
 			}
 			continue
 		}
-		if h.TEOther && h.Minor >= 1 && !noBody(h, method) {
-			// HTTP/2 has no transfer codings: a body in another one
-			// cannot be passed on.
-			return errCoding
+		if h.TEOther {
+			// HTTP/2 has no transfer codings: one in another is
+			// refused, body or not, as on every front-end.
+			return http1.ErrTransferCoding
 		}
 		return nil
 	}

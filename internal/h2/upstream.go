@@ -27,7 +27,6 @@ var (
 	errHeadTooLarge  = errors.New("h2: upstream response head too large")
 	errUnexpected101 = errors.New("h2: upstream switched protocols without an upgrade request")
 	errBadUpgrade    = errors.New("h2: upstream answered the WebSocket handshake wrongly")
-	errCoding        = errors.New("h2: upstream used a transfer coding other than chunked")
 	// errUpstreamClosed is an origin closing the connection before a
 	// byte of its response: a pooled connection it had given up on, so
 	// the request may be sent again.
@@ -74,7 +73,7 @@ func (s *stream) answerError(err error, target string) {
 	switch {
 	case errors.Is(err, errStreamGone):
 		return
-	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade), errors.Is(err, errCoding):
+	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade):
 		s.grant.SetReason(accesslog.ReasonUpstreamFailed)
 		s.answer(502, strings.TrimPrefix(err.Error(), "h2: "))
 	default:

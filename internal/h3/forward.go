@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
 )
 
 // forward serves a request for an HTTP/1.1 origin: the request goes out
@@ -146,6 +148,9 @@ func (s *Server) exchange(ctx context.Context, up net.Conn, out *http.Request) (
 	for {
 		resp, err := http.ReadResponse(br, out)
 		if err != nil {
+			if transferCodingRefused(err) {
+				err = fmt.Errorf("%w: %v", http1.ErrTransferCoding, err)
+			}
 			return nil, nil, sent, err
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
@@ -153,6 +158,14 @@ func (s *Server) exchange(ctx context.Context, up net.Conn, out *http.Request) (
 		}
 		resp.Body.Close() // 1xx: the final response follows
 	}
+}
+
+// transferCodingRefused reports whether err is net/http's refusal of a
+// response in a transfer coding other than chunked ("unsupported transfer
+// encoding", "too many transfer encodings"; its type is unexported), which
+// every front-end answers alike (http1.ErrTransferCoding).
+func transferCodingRefused(err error) bool {
+	return strings.Contains(err.Error(), "transfer encoding")
 }
 
 // outgoing returns the HTTP/1.1 request forwarded for r, and the reader

@@ -224,6 +224,8 @@ func (cn *conn) writeUpstreamError(err error) {
 		why = "upstream response head too large"
 	case errors.Is(err, errUnexpected101):
 		why = "upstream switched protocols without an upgrade request"
+	case errors.Is(err, http1.ErrTransferCoding):
+		_, _, why = gate.UpstreamFailure(err, "")
 	case errors.Is(err, http1.ErrBadStatusLine), errors.Is(err, http1.ErrBadResponseHead):
 		why = "malformed response from upstream " + cn.upKeyOrTarget()
 	case errors.As(err, &de):

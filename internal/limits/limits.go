@@ -426,8 +426,9 @@ func (l *Limiter) nameKey(name []byte) uint64 { return maphash.Bytes(l.seed, nam
 // AuthFailed records a failed authentication from addr that tried the
 // user name name ("" when the credentials named none). It returns the
 // cool-down left when addr, or name at addr, is (now) cooling down, in
-// which case the request is to be refused; 0 otherwise. A failure while
-// cooling down is not counted. The failure that reaches
+// which case the request is to be refused; 0 otherwise; and started,
+// true when this very failure started the cool-down (false when it found
+// one running). A failure while cooling down is not counted. The failure that reaches
 // AuthFailuresPerAddress cools the whole address down and logs one
 // warning, which a fail2ban filter may act on:
 //
@@ -443,9 +444,9 @@ func (l *Limiter) nameKey(name []byte) uint64 { return maphash.Bytes(l.seed, nam
 // them the oldest name of the address that is not cooling down is
 // forgotten, and a failure that finds no room counts towards the address
 // alone.
-func (l *Limiter) AuthFailed(addr netip.Addr, name []byte) time.Duration {
+func (l *Limiter) AuthFailed(addr netip.Addr, name []byte) (wait time.Duration, started bool) {
 	if !l.authOn() {
-		return 0
+		return 0, false
 	}
 	addr = addr.Unmap()
 	key := l.nameKey(name)
@@ -457,7 +458,7 @@ func (l *Limiter) AuthFailed(addr netip.Addr, name []byte) time.Duration {
 	}
 	if left := l.coolingLocked(c, key, now); left > 0 {
 		l.mu.Unlock()
-		return left
+		return left, false
 	}
 	var nAddr, nName int
 	var addrBan, nameBan bool
@@ -481,9 +482,9 @@ func (l *Limiter) AuthFailed(addr netip.Addr, name []byte) time.Duration {
 			slog.String("client", addr.String()), slog.String("user", string(name)), slog.Int("failures", nName),
 			slog.Duration("window", l.cfg.AuthWindow), slog.Duration("cooldown", l.cfg.AuthCooldown))
 	default:
-		return 0
+		return 0, false
 	}
-	return l.cfg.AuthCooldown
+	return l.cfg.AuthCooldown, true
 }
 
 // nameLocked returns the failures of the name keyed key at c, making room

@@ -297,8 +297,8 @@ func knownUsers(cfg *config.Config, i int, authr *auth.Authenticator) error {
 	lc := cfg.Listen[i]
 	for j, name := range lc.Users {
 		if !authr.Has(name) {
-			return fmt.Errorf("server: listener %s: %w", lc.Name, cfg.KeyError(fmt.Sprintf("listen[%d].users[%d]", i, j),
-				fmt.Errorf("user %q is neither in [[auth.users]] nor in an auth.htpasswd file", name)))
+			return cfg.KeyError(fmt.Sprintf("listen[%d].users[%d]", i, j),
+				fmt.Errorf("user %q is neither in [[auth.users]] nor in an auth.htpasswd file", name))
 		}
 	}
 	return nil
