@@ -95,6 +95,10 @@ type Cluster struct {
 	unsentMu sync.Mutex
 	unsent   [][]string // revocations Redis did not take yet; guarded by unsentMu
 
+	loadMu  sync.Mutex
+	loadQ   []*quota.Counter // counters made here whose totals are to be fetched; guarded by loadMu
+	loadSig chan struct{}    // a counter was queued; capacity 1
+
 	others atomic.Pointer[map[string]int] // other instances' connections per user
 	up     atomic.Bool                    // the last Redis call succeeded
 	syncs  atomic.Int64                   // syncs tried
@@ -145,21 +149,25 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c.others.Store(&map[string]int{})
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.loadSig = make(chan struct{}, 1)
+	cfg.Quota.SetLoader(c.queueLoad, cfg.Timeout)
 	return c, nil
 }
 
 // Instance returns this instance's name.
 func (c *Cluster) Instance() string { return c.cfg.Instance }
 
-// Start syncs once (so that a first request sees the totals when Redis
-// is there, within one timeout when it is not), finds the last entry of
-// the revocation stream (what comes after it is for this instance; when
-// Redis is not there, the entries added since this instance's clock's
-// now), and starts the sync loop and the revocation follower.
+// Start syncs once (so that the other instances' connections are known
+// when Redis is there, within one timeout when it is not), finds the
+// last entry of the revocation stream (what comes after it is for this
+// instance; when Redis is not there, the entries added since this
+// instance's clock's now), and starts the sync loop, the loader of the
+// counters' first totals and the revocation follower.
 func (c *Cluster) Start() {
 	c.sync()
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.loop()
+	go c.loadCounters()
 	if c.cfg.Revoke != nil {
 		c.wg.Add(1)
 		go c.followRevocations(c.lastRevocation())
@@ -206,6 +214,87 @@ func (c *Cluster) loop() {
 			c.sync()
 		}
 	}
+}
+
+// queueLoad queues the fetch of the totals of a counter just made here
+// (see quota.Tracker.SetLoader): its first requests wait for them, at
+// most one timeout, unless Redis is known to be unreachable (the last
+// sync failed) or the cluster is closed: then they go on at once, checked
+// against this instance's counts. It does not block.
+func (c *Cluster) queueLoad(qc *quota.Counter) {
+	if c.ctx.Err() != nil {
+		qc.Release()
+		return
+	}
+	if c.syncs.Load() > 0 && !c.up.Load() {
+		qc.Release() // still fetched: Loaded sets the totals if Redis answers
+	}
+	c.loadMu.Lock()
+	c.loadQ = append(c.loadQ, qc)
+	c.loadMu.Unlock()
+	select {
+	case c.loadSig <- struct{}{}:
+	default:
+	}
+}
+
+// loadCounters fetches the totals of the counters queueLoad queued, the
+// counters queued meanwhile in one pipeline, until Close.
+func (c *Cluster) loadCounters() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			c.loadMu.Lock()
+			q := c.loadQ
+			c.loadQ = nil
+			c.loadMu.Unlock()
+			for _, qc := range q {
+				qc.Release()
+			}
+			return
+		case <-c.loadSig:
+		}
+		c.loadMu.Lock()
+		q := c.loadQ
+		c.loadQ = nil
+		c.loadMu.Unlock()
+		c.load(q)
+	}
+}
+
+// load reads the totals of counters' current windows (HMGET, one key
+// each) and hands them over; a counter whose totals could not be read is
+// released (its requests are checked against this instance's counts,
+// and its next sync reads the totals).
+func (c *Cluster) load(counters []*quota.Counter) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
+	defer cancel()
+	pipe := c.client.Pipeline()
+	starts := make([]int64, len(counters))
+	cmds := make([]*redis.SliceCmd, len(counters))
+	for i, qc := range counters {
+		start, _ := qc.Window()
+		starts[i] = start.UnixNano()
+		cmds[i] = pipe.HMGet(ctx, quotaKey(qc.Rule().Name, qc.Scope(), starts[i]), "bytes", "requests")
+	}
+	pipe.Exec(ctx) // each command's error is its counter's
+	for i, qc := range counters {
+		v, err := cmds[i].Result()
+		if err != nil || len(v) != 2 {
+			qc.Release()
+			continue
+		}
+		qc.Loaded(starts[i], total(v[0]), total(v[1]))
+	}
+}
+
+// total reads a field of a quota hash as HMGET returns it: nil (no such
+// field) is 0.
+func total(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 // connsKey is the hash of an instance's connections per user.

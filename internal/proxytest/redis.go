@@ -2,12 +2,16 @@ package proxytest
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"net"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Redis is a redis-server (Debian's, installed by scripts/deps.sh) that a
@@ -95,4 +99,30 @@ func (r *Redis) Kill() {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
+}
+
+// RedisDo sends one command to the Redis server (or sentinel) at addr and
+// returns its reply, within 5 seconds.
+func RedisDo(addr string, args ...any) (any, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DisableIdentity: true, PoolSize: 1,
+		DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := c.Do(ctx, args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis %s %v: %w", addr, args[0], err)
+	}
+	return v, nil
+}
+
+// Do sends one command to the server and returns its reply; it fails
+// the test on an error.
+func (r *Redis) Do(args ...any) any {
+	r.t.Helper()
+	v, err := RedisDo(r.Addr, args...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return v
 }

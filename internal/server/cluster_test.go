@@ -425,3 +425,67 @@ func TestClusterOutageQuota(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterFirstUse checks the documented bound of a user's first
+// request on an instance (docs/operations.md, "Running several
+// instances"): it is checked against the totals in Redis, not against
+// zero. hana has used 4 of her 6 requests through a; b, which syncs only
+// at its start (its interval is an hour), then gets a burst of 12 of
+// her requests: 2 go through, as many as a would let through.
+func TestClusterFirstUse(t *testing.T) {
+	const quota, usedBefore, burst = 6, 4, 12
+	redis := proxytest.StartRedis(t)
+	origin := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	nodes := startCluster(t, redis.URL(), func(c *config.Config) {
+		c.Quota.Rules = append(c.Quota.Rules, config.QuotaRule{Name: "hana-requests", Users: []string{"hana"}, Requests: quota})
+		if c.Cluster.Instance == "b" {
+			c.Cluster.SyncInterval.Duration = time.Hour
+		}
+		c.SetDefaults()
+	}, "hana")
+	a, b := nodes[0], nodes[1]
+	get := func(n *clusterNode, cl *http.Client) int {
+		t.Helper()
+		resp, err := cl.Get(origin.URL("/"))
+		if err != nil {
+			t.Fatalf("hana's request through %s: %v", n.cfg.Cluster.Instance, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	ca := a.client("hana")
+	for i := range usedBefore {
+		if code := get(a, ca); code != 200 {
+			t.Fatalf("hana's request %d through a: %d", i, code)
+		}
+	}
+	waitFor(t, "Redis to hold hana's 4 requests", func() bool {
+		keys, _ := redis.Do("KEYS", "rustle:quota:hana-requests:*").([]any)
+		if len(keys) != 1 {
+			return false
+		}
+		v, err := proxytest.RedisDo(redis.Addr, "HGET", keys[0], "requests")
+		return err == nil && v == "4"
+	})
+
+	cb := b.client("hana")
+	ok := 0
+	for i := range burst {
+		switch code := get(b, cb); code {
+		case 200:
+			ok++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("hana's request %d through b: %d", i, code)
+		}
+	}
+	t.Logf("%d of a burst of %d of hana's requests through b succeeded", ok, burst)
+	if ok != quota-usedBefore {
+		t.Errorf("%d of a burst of %d requests through b, the first since its start, succeeded; want %d (a quota of %d, %d used through a)",
+			ok, burst, quota-usedBefore, quota, usedBefore)
+	}
+	if q := b.s.Quota("hana"); len(q) != 1 || q[0].RequestsUsed != quota {
+		t.Errorf("b's count of hana's requests: %+v, want %d used", q, quota)
+	}
+}

@@ -28,7 +28,8 @@ type shared struct {
 	every     time.Duration
 	stop      chan struct{} // closed by closeShared: ends the save loop
 	done      sync.WaitGroup
-	once      sync.Once
+	started   sync.Once // startShared
+	once      sync.Once // closeShared
 }
 
 // quotaRules converts the configured rules; the configuration is
@@ -90,8 +91,10 @@ func (s *Server) newShared(cfg *config.Config) error {
 }
 
 // startShared starts the cluster link, or the loop that saves the quota
-// counters.
-func (s *Server) startShared() {
+// counters. It does so once.
+func (s *Server) startShared() { s.shared.started.Do(s.startSharedOnce) }
+
+func (s *Server) startSharedOnce() {
 	sh := &s.shared
 	if sh.cluster != nil {
 		sh.cluster.Start()
