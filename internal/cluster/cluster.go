@@ -1,7 +1,9 @@
 // Package cluster shares per-user state between rustle instances through
 // Redis: quota counters, per-user connection counts and revocations.
 //
-// Nothing on the request path talks to Redis. Each instance counts
+// Nothing on the request path talks to Redis (a user's first request on
+// an instance waits, at most one timeout, for totals another goroutine
+// reads; see below). Each instance counts
 // locally and, every sync interval, sends what it counted since the last
 // sync and reads back the totals (the model of Envoy's quota service):
 //
