@@ -110,6 +110,8 @@ func Load(path string) (*Config, error) {
 	}
 	c.resolveProviderPaths(resolve)
 	resolve(&c.Quota.StateFile)
+	resolve(&c.Cluster.PasswordFile)
+	resolve(&c.Cluster.SentinelPasswordFile)
 	resolve(&c.AdminAccess.TokenFile)
 	resolve(&c.AdminAccess.Htpasswd)
 	return c, nil

@@ -659,6 +659,74 @@ func TestValidateQuota(t *testing.T) {
 	}
 }
 
+// TestValidateCluster checks the [cluster] keys: one Redis of three
+// kinds, the keys each kind takes, the addresses of Sentinels and nodes.
+func TestValidateCluster(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		set  func(c *Cluster)
+		key  string // "" = valid
+	}{
+		{"none", func(c *Cluster) {}, ""},
+		{"one server", func(c *Cluster) { c.Redis = "redis://:pw@127.0.0.1:6379/0" }, ""},
+		{"one server, password from a file", func(c *Cluster) {
+			c.Redis, c.Username, c.PasswordFile = "redis://127.0.0.1:6379/0", "rustle", "/etc/rustle/redis.pw"
+		}, ""},
+		{"sentinels", func(c *Cluster) {
+			c.Sentinels, c.MasterName = []string{"10.0.0.1:26379", "[2001:db8::1]:26379", "s3.example:26379"}, "rustle"
+			c.Username, c.PasswordFile, c.SentinelPasswordFile = "rustle", "redis.pw", "sentinel.pw"
+		}, ""},
+		{"nodes", func(c *Cluster) { c.Nodes, c.PasswordFile = []string{"10.0.0.1:7000", "10.0.0.2:7000"}, "redis.pw" }, ""},
+		{"redis and sentinels", func(c *Cluster) {
+			c.Redis, c.Sentinels, c.MasterName = "redis://127.0.0.1:6379", []string{"127.0.0.1:26379"}, "m"
+		}, "cluster.sentinels"},
+		{"sentinels and nodes", func(c *Cluster) {
+			c.Sentinels, c.MasterName, c.Nodes = []string{"127.0.0.1:26379"}, "m", []string{"127.0.0.1:7000"}
+		}, "cluster.nodes"},
+		{"sentinels without a master name", func(c *Cluster) { c.Sentinels = []string{"127.0.0.1:26379"} }, "cluster.master_name"},
+		{"master name without sentinels", func(c *Cluster) { c.Nodes, c.MasterName = []string{"127.0.0.1:7000"}, "m" }, "cluster.master_name"},
+		{"sentinel password without sentinels", func(c *Cluster) {
+			c.Redis, c.SentinelPasswordFile = "redis://127.0.0.1:6379", "s.pw"
+		}, "cluster.sentinel_password_file"},
+		{"sentinel without a port", func(c *Cluster) {
+			c.Sentinels, c.MasterName = []string{"127.0.0.1"}, "m"
+		}, "cluster.sentinels[0]"},
+		{"node with a bad port", func(c *Cluster) { c.Nodes = []string{"127.0.0.1:7000", "127.0.0.1:70000"} }, "cluster.nodes[1]"},
+		{"node listed twice", func(c *Cluster) { c.Nodes = []string{"127.0.0.1:7000", "127.0.0.1:7000"} }, "cluster.nodes[1]"},
+		{"password in the URL and a file", func(c *Cluster) {
+			c.Redis, c.PasswordFile = "redis://:pw@127.0.0.1:6379", "redis.pw"
+		}, "cluster.password_file"},
+		{"user in the URL and a username", func(c *Cluster) {
+			c.Redis, c.Username = "redis://u:pw@127.0.0.1:6379", "v"
+		}, "cluster.username"},
+		{"username without a password", func(c *Cluster) {
+			c.Nodes, c.Username = []string{"127.0.0.1:7000"}, "rustle"
+		}, "cluster.username"},
+		{"username without a password, with a URL", func(c *Cluster) {
+			c.Redis, c.Username = "redis://127.0.0.1:6379", "rustle"
+		}, "cluster.username"},
+		{"credentials without Redis", func(c *Cluster) { c.PasswordFile = "redis.pw" }, "cluster"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.set(&c.Cluster)
+			c.SetDefaults()
+			err := c.Validate()
+			switch {
+			case tt.key == "" && err != nil:
+				t.Errorf("Validate: %v", err)
+			case tt.key != "" && err == nil:
+				t.Errorf("Validate accepted it; want an error for %s", tt.key)
+			case tt.key != "" && !strings.Contains(err.Error(), tt.key+":"):
+				t.Errorf("Validate: %v; want an error for %s", err, tt.key)
+			}
+			if err != nil && strings.Contains(err.Error(), "pw@") {
+				t.Errorf("error shows a password: %v", err)
+			}
+		})
+	}
+}
+
 // TestOpenFilesFor checks that OpenFilesFor is the smallest open-file
 // limit whose budget holds the connections asked for.
 func TestOpenFilesFor(t *testing.T) {

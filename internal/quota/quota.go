@@ -9,7 +9,9 @@
 // request path asks [User.Begin] before each request (which counts it),
 // adds the bytes a request moved at its end with [User.AddBytes], and
 // meters a running tunnel's bytes as they move ([User.Meter]), which ends
-// the tunnel once a byte quota is spent. None of it allocates or waits.
+// the tunnel once a byte quota is spent. None of it allocates, nor waits
+// but for the first requests of a counter just made, with a cluster
+// (below).
 //
 // A counter's use is what it knew at its last synchronisation (its base)
 // plus what this process counted since (its pending count). Without a
@@ -17,7 +19,10 @@
 // file ([Tracker.Save], [Tracker.Load]); with one, package cluster sends
 // them to Redis every sync interval and sets the base to the total every
 // instance reached ([Counter.Take], [Counter.Settle]); counts sent but
-// not confirmed still count here.
+// not confirmed still count here. A counter made on an instance (a
+// user's first request there) starts from the totals the others reached:
+// package cluster fetches them ([Tracker.SetLoader], [Counter.Loaded]),
+// and its first requests wait for them, a bounded time.
 package quota
 
 import (
@@ -88,8 +93,16 @@ type Counter struct {
 	sent [2]atomic.Int64 // bytes, requests Take handed over that no Settle confirmed yet
 	pend [2]atomic.Int64 // bytes, requests counted here since the last Take
 
-	mu    sync.Mutex
-	start int64 // the window's start, Unix nanoseconds; guarded by mu (written with end)
+	// ready is closed once the counter's totals are known to this
+	// instance or no longer waited for (Loaded, Release); nil when the
+	// Tracker has no loader. wait bounds a Begin's wait for it.
+	ready    chan struct{}
+	wait     time.Duration
+	released sync.Once
+
+	mu      sync.Mutex
+	start   int64 // the window's start, Unix nanoseconds; guarded by mu (written with end)
+	settled bool  // a Settle confirmed a sync of this window; guarded by mu
 }
 
 // Rule returns the counter's rule.
@@ -115,6 +128,7 @@ func (c *Counter) roll(now time.Time) {
 		c.pend[k].Store(0)
 	}
 	c.start = start.UnixNano()
+	c.settled = false
 	c.end.Store(end.UnixNano())
 }
 
@@ -181,6 +195,56 @@ func (c *Counter) Settle(start, sentBytes, sentRequests, bytes, requests int64) 
 	c.base[kindRequests].Store(requests)
 	c.sent[kindBytes].Add(-sentBytes)
 	c.sent[kindRequests].Add(-sentRequests)
+	c.settled = true
+}
+
+// Loaded sets the totals of the window that starts at start (Unix
+// nanoseconds) that every instance reached before this one made the
+// counter, bytes and requests, as its loader fetched them (see
+// [Tracker.SetLoader]), and lets the requests waiting for them go on
+// (see [User.Begin]). The totals are ignored when the counter has moved
+// to another window, or when a Settle came first (its totals are
+// later).
+func (c *Counter) Loaded(start, bytes, requests int64) {
+	c.mu.Lock()
+	if c.start == start && !c.settled {
+		c.base[kindBytes].Store(bytes)
+		c.base[kindRequests].Store(requests)
+	}
+	c.mu.Unlock()
+	c.Release()
+}
+
+// Release lets the requests waiting for the counter's totals go on
+// without them (a loader that could not fetch them): they are checked
+// against what this instance knows. A later Loaded still sets them. It
+// is idempotent.
+func (c *Counter) Release() {
+	if c.ready != nil {
+		c.released.Do(func() { close(c.ready) })
+	}
+}
+
+// await waits until the counter's totals are known (Loaded) or not
+// waited for (Release), at most the Tracker's loader wait, after which
+// it releases the counter itself. It returns at once after that, without
+// allocating.
+func (c *Counter) await() {
+	if c.ready == nil {
+		return
+	}
+	select {
+	case <-c.ready:
+		return
+	default:
+	}
+	t := time.NewTimer(c.wait)
+	defer t.Stop()
+	select {
+	case <-c.ready:
+	case <-t.C:
+		c.Release()
+	}
 }
 
 // fold adds the pending counts to the base: the sync of a lone instance.
@@ -205,9 +269,15 @@ type User struct {
 
 // Begin counts a request of the user and reports whether the user may
 // make it: false, counting nothing, when one of its quotas is spent.
+// The first requests of a counter the Tracker just made wait for its
+// totals, when it has a loader (see [Tracker.SetLoader]), at most the
+// loader's wait; after that Begin does not wait.
 func (u *User) Begin() bool {
 	if u == nil {
 		return true
+	}
+	for _, c := range u.counters {
+		c.await()
 	}
 	now := u.counters[0].now()
 	for _, c := range u.counters {
@@ -369,6 +439,8 @@ type Tracker struct {
 	who      []ruleWho           // whom each rule counts, by the rules' index; guarded by mu
 	users    map[string]*User    // guarded by mu; nil entries: no rule applies
 	counters map[string]*Counter // by rule name and scope (key); guarded by mu
+	load     func(*Counter)      // told of each counter made; nil = none; guarded by mu
+	loadWait time.Duration       // guarded by mu
 }
 
 // New returns a Tracker of cfg's rules.
@@ -427,6 +499,21 @@ func (t *Tracker) SetGroups(groups map[string][]string) {
 	defer t.mu.Unlock()
 	t.who = who
 	clear(t.users)
+}
+
+// SetLoader makes the Tracker tell load of each counter it makes from
+// then on, so that load fetches the totals other instances reached
+// (package cluster), and hands them to the counter with
+// [Counter.Loaded], or gives up with [Counter.Release]. Until then the
+// counter's requests wait in Begin, each at most wait. load is called
+// with the Tracker locked: it must not block nor call the Tracker.
+func (t *Tracker) SetLoader(load func(c *Counter), wait time.Duration) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.load, t.loadWait = load, wait
 }
 
 // Rules returns the number of rules.
@@ -498,6 +585,10 @@ func (t *Tracker) counterLocked(r *Rule, scope string) *Counter {
 		c = &Counter{rule: r, scope: scope, now: t.now}
 		c.roll(t.now())
 		t.counters[k] = c
+		if t.load != nil {
+			c.ready, c.wait = make(chan struct{}), t.loadWait
+			t.load(c)
+		}
 	}
 	return c
 }
