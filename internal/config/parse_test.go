@@ -132,9 +132,9 @@ func TestParseUnknownKeys(t *testing.T) {
 				`users = ["bob"]`,
 			),
 			want: []string{
-				"rustle.toml:3: unknown key acl.rules.usres",
-				"rustle.toml:4: unknown key acl.rules.Criteria",
-				"rustle.toml:6: unknown key egress.rules.who",
+				"rustle.toml:3: unknown key acl.rules[0].usres",
+				"rustle.toml:4: unknown key acl.rules[0].Criteria",
+				"rustle.toml:6: unknown key egress.rules[0].who",
 			},
 		},
 		{
