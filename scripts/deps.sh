@@ -18,9 +18,14 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 # ip (iproute2) for the network namespaces internal/server's
 # TestEgressNetns makes.
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
-# redis-server for the cluster tests (internal/server/cluster_test.go):
-# two instances sharing quotas and limits through a Redis each test starts.
+# redis-server for the cluster tests (internal/server/cluster_test.go,
+# clusterha_test.go): two instances sharing quotas and limits through a
+# Redis each test starts, one server, a master with a replica and three
+# Sentinels (redis-server --sentinel, the same program: Debian's
+# redis-sentinel package, its service, is not needed), or a Redis
+# Cluster, which redis-cli (redis-tools) makes.
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 # nghttp (an HTTP/2 client) for internal/h2's interop test.
 command -v nghttp >/dev/null 2>&1 || need+=(nghttp2-client)
 # Squid and Dante, real parent proxies for the route tests

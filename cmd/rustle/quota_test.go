@@ -29,7 +29,7 @@ func TestQuotaCommand(t *testing.T) {
 	cfg.Admin = "127.0.0.1:0"
 	cfg.AllowPrivate = []string{"127.0.0.1/32"}
 	cfg.Auth.Users = []config.User{{Name: "alice", Password: "pw"}, {Name: "bob", Password: "pw"}}
-	cfg.Quota.Rules = []config.QuotaRule{{Name: "daily", Users: []string{"alice"}, Requests: 3, Bytes: 1000, TimeZone: "Europe/Paris"}}
+	cfg.Quota.Rules = []config.QuotaRule{{Name: "daily", Who: config.Who{Users: []string{"alice"}}, Requests: 3, Bytes: 1000, TimeZone: "Europe/Paris"}}
 	cfg.Listen = []config.Listener{{Address: "127.0.0.1:0"}}
 	o, srv := startOpsServer(t, cfg)
 	if err := srv.Start(); err != nil {

@@ -217,6 +217,13 @@ const (
 	// ReasonNotTLS: a client spoke plain HTTP (or anything but TLS) to a
 	// TLS port.
 	ReasonNotTLS = "not-tls"
+	// ReasonNotSOCKS: a client spoke neither SOCKS5 nor SOCKS4 to a
+	// SOCKS port (HTTP, an http:// proxy URL for it: answered 400).
+	ReasonNotSOCKS = "not-socks"
+	// ReasonTLSToPlainPort: a client began a TLS handshake on a port
+	// that speaks plain HTTP (an https:// proxy URL for an http or mixed
+	// listener); it was answered with a TLS handshake_failure alert.
+	ReasonTLSToPlainPort = "tls-to-plain-port"
 	// ReasonProtocol: the client broke its protocol (an HTTP/2
 	// protocol error).
 	ReasonProtocol = "protocol"

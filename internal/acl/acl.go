@@ -114,7 +114,9 @@ type Rule struct {
 	Action string
 	// Clients are client addresses: IP addresses or CIDR prefixes.
 	Clients []string
-	// Users are user names.
+	// Users and Groups are the rule's [Who], matched by a [Selector]
+	// as every table that selects users matches them. Users are user
+	// names; Every ("*") is every authenticated user.
 	Users []string
 	// Groups are names of groups defined in Config.Groups or named in
 	// Config.ProviderGroups; a user who is a member of one (listed in

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -21,8 +20,7 @@ type rule struct {
 	allow bool
 
 	clients   []netip.Prefix
-	users     map[string]struct{} // users and members of the groups; nil = any
-	groups    map[string]struct{} // provider groups whose members match too; nil = none
+	who       Selector // users and groups; empty = any
 	hosts     hostSet
 	ports     []portRange
 	methods   []string
@@ -69,33 +67,9 @@ func compile(rc Rule, groups map[string][]string, providerGroups []string) (rule
 		}
 		r.clients = append(r.clients, p)
 	}
-	if len(rc.Users) > 0 || len(rc.Groups) > 0 {
-		r.users = make(map[string]struct{})
-	}
-	for _, u := range rc.Users {
-		if err := ParseUser(u); err != nil {
-			fail("users", err)
-			continue
-		}
-		r.users[u] = struct{}{}
-	}
-	for _, g := range rc.Groups {
-		members, ok := groups[g]
-		provided := slices.Contains(providerGroups, g)
-		if !ok && !provided {
-			fail("groups", fmt.Errorf("group %q is not defined", g))
-			continue
-		}
-		for _, u := range members {
-			r.users[u] = struct{}{}
-		}
-		if provided {
-			if r.groups == nil {
-				r.groups = make(map[string]struct{})
-			}
-			r.groups[g] = struct{}{}
-		}
-	}
+	who := Who{Users: rc.Users, Groups: rc.Groups}
+	who.check(groups, providerGroups, fail)
+	r.who = NewSelector(who, groups, providerGroups)
 	for _, h := range rc.Hosts {
 		if err := r.hosts.add(h); err != nil {
 			fail("hosts", err)
@@ -326,13 +300,8 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 	if len(ru.clients) > 0 && !containsAddr(ru.clients, r.Client.Unmap()) {
 		return matchNo
 	}
-	if ru.users != nil {
-		if r.User == "" {
-			return matchNo
-		}
-		if _, ok := ru.users[r.User]; !ok && !ru.inGroups(r.Groups) {
-			return matchNo
-		}
+	if !ru.who.Match(r.User, r.Groups) {
+		return matchNo
 	}
 	if len(ru.ports) > 0 {
 		ok := false
@@ -377,17 +346,6 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 		return matchPending
 	}
 	return matchNo
-}
-
-// inGroups reports whether one of groups is a provider group of the
-// rule.
-func (ru *rule) inGroups(groups []string) bool {
-	for _, g := range groups {
-		if _, ok := ru.groups[g]; ok {
-			return true
-		}
-	}
-	return false
 }
 
 // matchName reports whether the normalized name host matches a name entry.

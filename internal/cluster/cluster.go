@@ -1,13 +1,18 @@
 // Package cluster shares per-user state between rustle instances through
 // Redis: quota counters, per-user connection counts and revocations.
 //
-// Nothing on the request path talks to Redis. Each instance counts
+// Nothing on the request path talks to Redis (a user's first request on
+// an instance waits, at most one timeout, for totals another goroutine
+// reads; see below). Each instance counts
 // locally and, every sync interval, sends what it counted since the last
 // sync and reads back the totals (the model of Envoy's quota service):
 //
 //   - quotas: each counter's pending bytes and requests are added to a
 //     hash per rule, scope and window (HINCRBY), whose totals become the
-//     counter's base (see quota.Counter.Take and Settle);
+//     counter's base (see quota.Counter.Take and Settle); a counter made
+//     here (a user's first request on this instance) first reads the
+//     totals (HMGET), which its first requests wait for, at most one
+//     timeout (see quota.Tracker.SetLoader);
 //   - connections: each instance writes its users' open connections to a
 //     hash of its own that expires after three intervals, and reads the
 //     others', whose sum the Limiter adds to its own counts (see
@@ -16,6 +21,14 @@
 //     it, an admin call) is appended to a stream (XADD) that every
 //     instance follows (XREAD BLOCK from the last entry it read), which
 //     ends the user's sessions and tunnels there.
+//
+// Redis is one server, the master a set of Sentinels watches (a
+// failover moves it: each new connection asks the Sentinels where it
+// is), or a Redis Cluster. Every command touches one key, and no two
+// keys need to be on one node: a pipeline may span the nodes of a Redis
+// Cluster, and keys have no hash tags. A sync whose commands fail in
+// part (one node of a Redis Cluster down) confirms the counts whose
+// commands succeeded.
 //
 // Every Redis call has a timeout. When Redis cannot be reached, the
 // instance logs it once, counts locally (its quota counters keep the last
@@ -36,6 +49,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,10 +74,49 @@ const revokeStreamLen = 10000
 // milliseconds of their last sync.
 const instancesKey = prefix + "instances"
 
-// Config configures a Cluster.
+// redisLog is the Logger go-redis's own lines go to (a dial that
+// failed, the master the Sentinels switched to), at level Debug: the
+// last Cluster's (go-redis has one logger per process).
+var (
+	redisLog     atomic.Pointer[slog.Logger]
+	redisLogOnce sync.Once
+)
+
+// redisLogger hands go-redis's lines to redisLog.
+type redisLogger struct{}
+
+// Printf logs one line of go-redis's at level Debug.
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if l := redisLog.Load(); l != nil {
+		l.DebugContext(ctx, "cluster: go-redis: "+fmt.Sprintf(format, v...))
+	}
+}
+
+// Config configures a Cluster. Redis is one of: one server (URL), the
+// master a set of Sentinels watches (Sentinels, MasterName), or a Redis
+// Cluster (Nodes).
 type Config struct {
-	// URL is the Redis server's redis:// or rediss:// URL; required.
+	// URL is the redis://, rediss:// or unix:// URL of one Redis server
+	// (it may carry a user name and a password); "" means Sentinels or
+	// Nodes.
 	URL string
+	// Sentinels are the host:port addresses of Redis Sentinels watching
+	// the master MasterName: Redis is that master, wherever they say it
+	// is (a failover moves it); none means URL or Nodes.
+	Sentinels []string
+	// MasterName is the name the Sentinels know the master by; required
+	// with Sentinels.
+	MasterName string
+	// Nodes are host:port addresses of nodes of a Redis Cluster (some are
+	// enough: the others are found from them); none means URL or
+	// Sentinels.
+	Nodes []string
+	// Username and Password authenticate to the Redis servers (AUTH); ""
+	// means none (a user name "" with a password: the default user).
+	// With URL they replace what it carries.
+	Username, Password string
+	// SentinelPassword authenticates to the Sentinels; "" means none.
+	SentinelPassword string
 	// SyncInterval is how often counts are sent and totals read back; 0
 	// = 1s.
 	SyncInterval time.Duration
@@ -89,11 +142,16 @@ type Config struct {
 type Cluster struct {
 	cfg    Config
 	log    *slog.Logger
-	client *redis.Client
-	follow *redis.Client // the revocation follower's own, for XREAD BLOCK; nil without Revoke
+	where  string                // what Redis is, for the log: its address, its Sentinels or its nodes
+	client redis.UniversalClient // a Client, a FailoverClient or a ClusterClient
+	follow redis.UniversalClient // the revocation follower's own, for XREAD BLOCK; nil without Revoke
 
 	unsentMu sync.Mutex
 	unsent   [][]string // revocations Redis did not take yet; guarded by unsentMu
+
+	loadMu  sync.Mutex
+	loadQ   []*quota.Counter // counters made here whose totals are to be fetched; guarded by loadMu
+	loadSig chan struct{}    // a counter was queued; capacity 1
 
 	others atomic.Pointer[map[string]int] // other instances' connections per user
 	up     atomic.Bool                    // the last Redis call succeeded
@@ -118,48 +176,99 @@ func New(cfg Config) (*Cluster, error) {
 		host, _ := os.Hostname()
 		cfg.Instance = host + "-" + strconv.Itoa(os.Getpid())
 	}
+	newClient, where, err := clientOf(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	redisLog.Store(log)
+	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{}) })
+	c := &Cluster{cfg: cfg, log: log, where: where, client: newClient(4)}
+	if cfg.Revoke != nil {
+		c.follow = newClient(1)
+	}
+	c.others.Store(&map[string]int{})
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.loadSig = make(chan struct{}, 1)
+	cfg.Quota.SetLoader(c.queueLoad, cfg.Timeout)
+	return c, nil
+}
+
+// clientOf returns how to make a client of the Redis cfg names, with a
+// pool of a given size (at most that many connections to each server),
+// and what Redis is, for the log (no credentials). Every call of the
+// clients is bounded by cfg.Timeout and tried once: no retry, no second
+// dial, and in a Redis Cluster no redirection followed (the client
+// learns where the slot went, and the next sync goes there). A failed
+// sync is retried by the next; and a pipeline over several nodes whose
+// one node fails thus leaves the others' replies as they came (go-redis
+// marks every command of a pipeline failed when a retry runs out of
+// time, even those that were applied, which would send them again).
+func clientOf(cfg *Config) (newClient func(pool int) redis.UniversalClient, where string, err error) {
+	common := redis.UniversalOptions{
+		Username: cfg.Username, Password: cfg.Password, SentinelPassword: cfg.SentinelPassword,
+		DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout, WriteTimeout: cfg.Timeout, PoolTimeout: cfg.Timeout,
+		ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, MaxRedirects: -1, DisableIdentity: true,
+	}
+	switch {
+	case len(cfg.Sentinels) > 0:
+		if cfg.MasterName == "" {
+			return nil, "", errors.New("cluster: Sentinels without a master name")
+		}
+		common.Addrs, common.MasterName = cfg.Sentinels, cfg.MasterName
+		return func(pool int) redis.UniversalClient {
+				o := common.Failover()
+				o.PoolSize = pool
+				return redis.NewFailoverClient(o)
+			}, fmt.Sprintf("master %s of sentinels %s", cfg.MasterName, strings.Join(cfg.Sentinels, ",")),
+			nil
+	case len(cfg.Nodes) > 0:
+		common.Addrs = cfg.Nodes
+		return func(pool int) redis.UniversalClient {
+			o := common.Cluster()
+			o.PoolSize = pool
+			return redis.NewClusterClient(o)
+		}, "cluster of nodes " + strings.Join(cfg.Nodes, ","), nil
+	}
 	opt, err := redis.ParseURL(cfg.URL)
 	if err != nil {
 		if ue := (*url.Error)(nil); errors.As(err, &ue) {
 			err = ue.Err // without the URL, which holds the password
 		}
-		return nil, fmt.Errorf("cluster: redis URL: %w", err)
+		return nil, "", fmt.Errorf("cluster: redis URL: %w", err)
 	}
-	opt.DialTimeout = cfg.Timeout
-	opt.ReadTimeout = cfg.Timeout
-	opt.WriteTimeout = cfg.Timeout
-	opt.PoolTimeout = cfg.Timeout
+	if cfg.Username != "" || cfg.Password != "" {
+		opt.Username, opt.Password = cfg.Username, cfg.Password
+	}
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = cfg.Timeout, cfg.Timeout, cfg.Timeout, cfg.Timeout
 	opt.ContextTimeoutEnabled = true
-	opt.MaxRetries = -1 // a failed sync is retried by the next
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
 	opt.DisableIdentity = true
-	opt.PoolSize = 4
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	c := &Cluster{cfg: cfg, log: log, client: redis.NewClient(opt)}
-	if cfg.Revoke != nil {
-		fo := *opt
-		fo.PoolSize = 1
-		c.follow = redis.NewClient(&fo)
-	}
-	c.others.Store(&map[string]int{})
-	c.ctx, c.cancel = context.WithCancel(context.Background())
-	return c, nil
+	return func(pool int) redis.UniversalClient {
+		o := *opt
+		o.PoolSize = pool
+		return redis.NewClient(&o)
+	}, opt.Addr, nil
 }
 
 // Instance returns this instance's name.
 func (c *Cluster) Instance() string { return c.cfg.Instance }
 
-// Start syncs once (so that a first request sees the totals when Redis
-// is there, within one timeout when it is not), finds the last entry of
-// the revocation stream (what comes after it is for this instance; when
-// Redis is not there, the entries added since this instance's clock's
-// now), and starts the sync loop and the revocation follower.
+// Start syncs once (so that the other instances' connections are known
+// when Redis is there, within one timeout when it is not), finds the
+// last entry of the revocation stream (what comes after it is for this
+// instance; when Redis is not there, the entries added since this
+// instance's clock's now), and starts the sync loop, the loader of the
+// counters' first totals and the revocation follower.
 func (c *Cluster) Start() {
 	c.sync()
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.loop()
+	go c.loadCounters()
 	if c.cfg.Revoke != nil {
 		c.wg.Add(1)
 		go c.followRevocations(c.lastRevocation())
@@ -208,6 +317,87 @@ func (c *Cluster) loop() {
 	}
 }
 
+// queueLoad queues the fetch of the totals of a counter just made here
+// (see quota.Tracker.SetLoader): its first requests wait for them, at
+// most one timeout, unless Redis is known to be unreachable (the last
+// sync failed) or the cluster is closed: then they go on at once, checked
+// against this instance's counts. It does not block.
+func (c *Cluster) queueLoad(qc *quota.Counter) {
+	if c.ctx.Err() != nil {
+		qc.Release()
+		return
+	}
+	if c.syncs.Load() > 0 && !c.up.Load() {
+		qc.Release() // still fetched: Loaded sets the totals if Redis answers
+	}
+	c.loadMu.Lock()
+	c.loadQ = append(c.loadQ, qc)
+	c.loadMu.Unlock()
+	select {
+	case c.loadSig <- struct{}{}:
+	default:
+	}
+}
+
+// loadCounters fetches the totals of the counters queueLoad queued, the
+// counters queued meanwhile in one pipeline, until Close.
+func (c *Cluster) loadCounters() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.ctx.Done():
+			c.loadMu.Lock()
+			q := c.loadQ
+			c.loadQ = nil
+			c.loadMu.Unlock()
+			for _, qc := range q {
+				qc.Release()
+			}
+			return
+		case <-c.loadSig:
+		}
+		c.loadMu.Lock()
+		q := c.loadQ
+		c.loadQ = nil
+		c.loadMu.Unlock()
+		c.load(q)
+	}
+}
+
+// load reads the totals of counters' current windows (HMGET, one key
+// each) and hands them over; a counter whose totals could not be read is
+// released (its requests are checked against this instance's counts,
+// and its next sync reads the totals).
+func (c *Cluster) load(counters []*quota.Counter) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
+	defer cancel()
+	pipe := c.client.Pipeline()
+	starts := make([]int64, len(counters))
+	cmds := make([]*redis.SliceCmd, len(counters))
+	for i, qc := range counters {
+		start, _ := qc.Window()
+		starts[i] = start.UnixNano()
+		cmds[i] = pipe.HMGet(ctx, quotaKey(qc.Rule().Name, qc.Scope(), starts[i]), "bytes", "requests")
+	}
+	pipe.Exec(ctx) // each command's error is its counter's
+	for i, qc := range counters {
+		v, err := cmds[i].Result()
+		if err != nil || len(v) != 2 {
+			qc.Release()
+			continue
+		}
+		qc.Loaded(starts[i], total(v[0]), total(v[1]))
+	}
+}
+
+// total reads a field of a quota hash as HMGET returns it: nil (no such
+// field) is 0.
+func total(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
 // connsKey is the hash of an instance's connections per user.
 func (c *Cluster) connsKey(instance string) string { return prefix + "conns:" + instance }
 
@@ -232,7 +422,7 @@ func (c *Cluster) sync() {
 		c.up.Store(true)
 		if c.down {
 			c.down = false
-			c.log.Info("cluster: Redis reachable again; limits are shared", "redis", c.client.Options().Addr)
+			c.log.Info("cluster: Redis reachable again; limits are shared", "redis", c.where)
 		}
 		return
 	}
@@ -241,7 +431,7 @@ func (c *Cluster) sync() {
 	if !c.down {
 		c.down = true
 		c.log.Warn("cluster: Redis unreachable; limits count locally until it is back",
-			"redis", c.client.Options().Addr, "err", err)
+			"redis", c.where, "err", err)
 	}
 }
 
@@ -283,12 +473,17 @@ func (c *Cluster) syncOnce() error {
 	if pipe.Len() == 0 {
 		return c.sendUnsent(ctx)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		// The counts stay counted here, and go with the next sync.
-		return fmt.Errorf("cluster: sync: %w", err)
-	}
+	_, err := pipe.Exec(ctx)
 	for _, t := range counts {
-		t.c.Settle(t.start, t.bytes, t.requests, t.b.Val(), t.r.Val())
+		// A counter whose commands failed (Redis down; in a Redis Cluster,
+		// the node that holds its key) keeps its counts counted here,
+		// and they go with the next sync; the others are confirmed.
+		if t.b.Err() == nil && t.r.Err() == nil {
+			t.c.Settle(t.start, t.bytes, t.requests, t.b.Val(), t.r.Val())
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: sync: %w", err)
 	}
 	if err := c.sendUnsent(ctx); err != nil {
 		return err

@@ -88,3 +88,42 @@ func TestNewBadURL(t *testing.T) {
 		t.Errorf("New(http://x) = %v", err)
 	}
 }
+
+// TestClientOf checks the three kinds of Redis a Config names, and that
+// what the log shows of each carries no password.
+func TestClientOf(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		cfg   Config
+		where string // "" = an error
+	}{
+		{"one server", Config{URL: "redis://u:s3cret@127.0.0.1:6379/0"}, "127.0.0.1:6379"},
+		{"one server, password apart", Config{URL: "redis://127.0.0.1:6379/0", Password: "s3cret"}, "127.0.0.1:6379"},
+		{"sentinels", Config{Sentinels: []string{"127.0.0.1:26379", "127.0.0.1:26380"}, MasterName: "m", Password: "s3cret", SentinelPassword: "s3cret"},
+			"master m of sentinels 127.0.0.1:26379,127.0.0.1:26380"},
+		{"sentinels without a master", Config{Sentinels: []string{"127.0.0.1:26379"}}, ""},
+		{"nodes", Config{Nodes: []string{"127.0.0.1:7000", "127.0.0.1:7001"}, Password: "s3cret"}, "cluster of nodes 127.0.0.1:7000,127.0.0.1:7001"},
+		{"bad URL", Config{URL: "http://u:s3cret@x"}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(tt.cfg)
+			if tt.where == "" {
+				if err == nil {
+					c.Close()
+					t.Fatal("New accepted it")
+				}
+				if strings.Contains(err.Error(), "s3cret") {
+					t.Errorf("error shows the password: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			defer c.client.Close()
+			if c.where != tt.where {
+				t.Errorf("where = %q, want %q", c.where, tt.where)
+			}
+		})
+	}
+}

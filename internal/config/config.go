@@ -16,6 +16,8 @@ import (
 	"runtime"
 	"strconv"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
 )
 
 // Config is the whole of rustle's configuration. Field comments give the
@@ -315,12 +317,33 @@ type ACLRule struct {
 	Name string `toml:"name"`
 	// Action is "allow" or "deny"; "" is refused by Validate.
 	Action string `toml:"action"`
+	// Criteria are what the rule matches a request by.
+	Criteria
+	// AllowPrivate lists private destination ranges that requests this
+	// (allow) rule matches may reach; empty means none beyond the
+	// top-level allow_private.
+	AllowPrivate []string `toml:"allow_private"`
+}
+
+// Rule returns r as package acl compiles it.
+func (r ACLRule) Rule() acl.Rule {
+	ar := r.Criteria.Rule()
+	ar.Name, ar.Action, ar.AllowPrivate = r.Name, r.Action, r.AllowPrivate
+	return ar
+}
+
+// Criteria are what an access rule and a route match a request by (see
+// package acl), with one syntax and meaning for both. Every criterion is
+// a list of alternatives; an empty list matches anything, and a request
+// matches when all criteria do.
+type Criteria struct {
 	// Clients are client IP addresses and CIDR prefixes.
 	Clients []string `toml:"clients"`
-	// Users are user names.
-	Users []string `toml:"users"`
-	// Groups are names of groups in [acl.groups].
-	Groups []string `toml:"groups"`
+	// Who is the users and groups criterion; groups may be those of
+	// [acl.groups] or of an [[auth.providers]] entry's groups. Both empty
+	// match any request, unauthenticated ones too; otherwise a request
+	// without authentication matches neither.
+	Who
 	// Hosts are destinations: "example.com", "*.example.com" (names
 	// under it), ".example.com" (it and names under it), IP addresses
 	// and CIDR prefixes.
@@ -332,10 +355,41 @@ type ACLRule struct {
 	// Protocols are "http", "connect", "websocket", "socks5", "socks5-udp",
 	// "socks4" and "udp" (an HTTP/3 CONNECT-UDP flow).
 	Protocols []string `toml:"protocols"`
-	// AllowPrivate lists private destination ranges that requests this
-	// (allow) rule matches may reach; empty means none beyond the
-	// top-level allow_private.
-	AllowPrivate []string `toml:"allow_private"`
+}
+
+// Rule returns c as the criteria of an acl.Rule (no name, action or
+// allow_private).
+func (c Criteria) Rule() acl.Rule {
+	return acl.Rule{Clients: c.Clients, Users: c.Users, Groups: c.Groups, Hosts: c.Hosts,
+		Ports: c.Ports, Methods: c.Methods, Protocols: c.Protocols}
+}
+
+// Who selects users: the users and groups keys of every table that
+// applies to some users ([[acl.rules]], [[routes]], [[egress.rules]],
+// [[quota.rules]], [[limits.schedules]]), which mean the same in each,
+// matched by one matcher (acl.Selector): a users entry is a user name,
+// compared exactly (case and a session key included), or "*", every
+// authenticated user; a group's members are selected as if listed. Each
+// table says what it does when both are empty and which groups it may
+// name.
+type Who struct {
+	// Users are user names, or "*" for every authenticated user; empty
+	// means none by name.
+	Users []string `toml:"users"`
+	// Groups are names of groups whose members are selected; empty means
+	// none.
+	Groups []string `toml:"groups"`
+}
+
+// Selector returns w compiled with the configuration's groups: those of
+// [acl.groups], and, when providers is set, those [[auth.providers]]
+// entries give.
+func (c *Config) Selector(w Who, providers bool) acl.Selector {
+	var pg []string
+	if providers {
+		pg = c.ProviderGroups()
+	}
+	return acl.NewSelector(acl.Who(w), c.ACL.Groups, pg)
 }
 
 // Limits bounds what clients may hold and how fast they may come. A zero
@@ -390,6 +444,10 @@ type Limits struct {
 	// UserBytesBurst is that bucket's size; 0 means UserBytesPerSecond
 	// (one second's worth).
 	UserBytesBurst int `toml:"user_bytes_burst"`
+	// Schedules set the byte rate of the users they select on some days
+	// and hours, in place of UserBytesPerSecond: the first schedule
+	// selecting a user whose window holds decides. Empty means none.
+	Schedules []Schedule `toml:"schedules"`
 }
 
 // Descriptor budget of [Limits.DescriptorBudget]: descriptorReserve
@@ -725,6 +783,7 @@ func (c *Config) SetDefaults() {
 	if lim.UserBytesBurst == 0 {
 		lim.UserBytesBurst = lim.UserBytesPerSecond
 	}
+	c.setScheduleDefaults()
 
 	c.DNS.setDefaults()
 	c.setQuotaDefaults()

@@ -36,11 +36,10 @@ type Egress struct {
 // Interface and Freebind mean what [Egress]'s do, and replace the
 // listener's and the global ones for those users.
 type EgressRule struct {
-	// Users are user names; Groups names of groups in [acl.groups] or
-	// of an [[auth.providers]] entry's groups. One of them at least is
-	// required.
-	Users  []string `toml:"users"`
-	Groups []string `toml:"groups"`
+	// Who is the users the rule gives a source: groups of [acl.groups]
+	// or of an [[auth.providers]] entry's groups. One of users and
+	// groups at least is required.
+	Who
 	// Bind lists source addresses and prefixes; empty means the kernel's
 	// choice (with Interface, a bound interface only).
 	Bind []string `toml:"bind"`
@@ -88,14 +87,7 @@ func (c *Config) validateEgress(v *validator) {
 		key := fmt.Sprintf("egress.rules[%d]", i)
 		v.check(len(r.Users)+len(r.Groups) > 0, key, "names no users and no groups")
 		v.check(len(r.Bind) > 0 || r.Interface != "", key, "sets neither bind nor interface")
-		for j, g := range r.Groups {
-			if _, ok := c.ACL.Groups[g]; !ok && !c.providerGroup(g) {
-				v.add(fmt.Sprintf("%s.groups[%d]", key, j), fmt.Errorf("group %q is not defined in [acl.groups]", g))
-			}
-		}
-		for j, u := range r.Users {
-			v.check(u != "" && !strings.Contains(u, ":"), fmt.Sprintf("%s.users[%d]", key, j), "%q is not a user name", u)
-		}
+		c.validateWho(v, key, r.Who, true)
 		validateBind(v, key, r.Bind, r.Interface)
 	}
 	for i, l := range c.Listen {

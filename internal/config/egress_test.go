@@ -48,7 +48,7 @@ func TestDNSAndEgressMessages(t *testing.T) {
 		`e.toml:11: egress.bind[1]: "2001:db8:1::1/64" has host bits set: write 2001:db8:1::/64`,
 		`e.toml:11: egress.bind[2]: "host" is not an IP address or a CIDR prefix`,
 		`e.toml:12: egress.interface: "eth 0" is not an interface name`,
-		`e.toml:15: egress.rules[0].groups[0]: group "nobody" is not defined in [acl.groups]`,
+		`e.toml:15: egress.rules[0].groups[0]: group "nobody" is not defined in [acl.groups] nor by an [[auth.providers]] entry's groups`,
 		`e.toml:16: egress.rules[0].bind[0]: "0.0.0.0" cannot be a source address`,
 		`e.toml:17: egress.rules[1]: names no users and no groups`,
 		`e.toml:22: listen[0].egress.bind_same: excludes bind: connections come from the address the client reached`,

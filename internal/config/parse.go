@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -29,8 +30,9 @@ type Error struct {
 	File string
 	// Line is the 1-based line of the key in File; 0 when unknown.
 	Line int
-	// Key is the dotted key, such as "timeouts.connect"; Validate adds
-	// array indices, as in "listen[1].address". "" for a TOML syntax error.
+	// Key is the dotted key, such as "timeouts.connect", with the index
+	// of each array element on its path, as in "listen[1].address". ""
+	// for a TOML syntax error.
 	Key string
 	// Err is what is wrong: ErrUnknownKey, a [toml.ParseError] for a
 	// syntax error, or a description of the bad value.
@@ -108,6 +110,8 @@ func Load(path string) (*Config, error) {
 	}
 	c.resolveProviderPaths(resolve)
 	resolve(&c.Quota.StateFile)
+	resolve(&c.Cluster.PasswordFile)
+	resolve(&c.Cluster.SentinelPasswordFile)
 	resolve(&c.AdminAccess.TokenFile)
 	resolve(&c.AdminAccess.Htpasswd)
 	return c, nil
@@ -132,7 +136,7 @@ func Parse(data []byte, name string) (*Config, error) {
 		line := 0
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			line = pe.Position.Line
+			line = syntaxErrorLine(data, pe.Position)
 		}
 		return nil, &Error{File: name, Line: line, Err: err}
 	}
@@ -152,6 +156,17 @@ func Parse(data []byte, name string) (*Config, error) {
 	c.src, c.lines = name, d.lines
 	c.SetDefaults()
 	return c, nil
+}
+
+// syntaxErrorLine returns the line of a TOML syntax error at pos: the
+// line of the byte it points at. The decoder's own line count is one
+// ahead when that byte is the newline ending a line ("[log" without its
+// "]"), which it has counted already.
+func syntaxErrorLine(data []byte, pos toml.Position) int {
+	if pos.Start < 0 || pos.Start > len(data) || pos.Len == 0 {
+		return pos.Line
+	}
+	return bytes.Count(data[:pos.Start], []byte{'\n'}) + 1
 }
 
 // decoder copies a decoded TOML document into a Go value, following the
@@ -271,12 +286,22 @@ func (d *decoder) table(m map[string]any, rv reflect.Value, path []string) {
 	}
 }
 
-// fieldByTag returns the field of struct type t whose toml tag is key; a
-// field tagged "-" is not decoded.
+// fieldByTag returns the field of struct type t whose toml tag is key,
+// looking into embedded structs without a tag (whose keys are the
+// embedding table's, as BurntSushi/toml reads them); a field tagged "-"
+// is not decoded. The field's Index leads from t to it.
 func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if name, _, _ := strings.Cut(f.Tag.Get("toml"), ","); name == key && name != "-" && f.IsExported() {
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			if sub, ok := fieldByTag(f.Type, key); ok {
+				sub.Index = append([]int{i}, sub.Index...)
+				return sub, true
+			}
+			continue
+		}
+		if name == key && name != "-" && f.IsExported() {
 			return f, true
 		}
 	}
@@ -345,14 +370,20 @@ func indexElem(i int) string { return indexPrefix + strconv.Itoa(i) }
 // pathString is the map key of path in the locator's table.
 func pathString(path []string) string { return strings.Join(path, "\x01") }
 
-// displayKey formats path as a dotted TOML key without array indices, as
-// the user writes it: "listen.address", not "listen[1].address".
+// displayKey formats path as a dotted TOML key with its array indices,
+// as Validate names keys: "listen[2].protocol", so that a key of one
+// [[listen]] among several says which.
 func displayKey(path []string) string {
-	k := make(toml.Key, 0, len(path))
-	for _, p := range path {
-		if !strings.HasPrefix(p, indexPrefix) {
-			k = append(k, p)
+	var b strings.Builder
+	for i, p := range path {
+		if idx, ok := strings.CutPrefix(p, indexPrefix); ok {
+			b.WriteString("[" + idx + "]")
+			continue
 		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(toml.Key{p}.String())
 	}
-	return k.String()
+	return b.String()
 }

@@ -72,7 +72,7 @@ func TestParseUnknownKeys(t *testing.T) {
 				`address = "127.0.0.1:2"`,
 				`alow_open = true`,
 			),
-			want: []string{"rustle.toml:5: unknown key listen.alow_open"},
+			want: []string{"rustle.toml:5: unknown key listen[1].alow_open"},
 		},
 		{
 			name: "same unknown key in two [[listen]] elements",
@@ -85,8 +85,8 @@ func TestParseUnknownKeys(t *testing.T) {
 				`adress = "127.0.0.1:3"`,
 			),
 			want: []string{
-				"rustle.toml:2: unknown key listen.adress",
-				"rustle.toml:6: unknown key listen.adress",
+				"rustle.toml:2: unknown key listen[0].adress",
+				"rustle.toml:6: unknown key listen[2].adress",
 			},
 		},
 		{
@@ -103,8 +103,8 @@ func TestParseUnknownKeys(t *testing.T) {
 				`group = "staff"`,
 			),
 			want: []string{
-				"rustle.toml:5: unknown key auth.users.pasword",
-				"rustle.toml:9: unknown key auth.users.group",
+				"rustle.toml:5: unknown key auth.users[0].pasword",
+				"rustle.toml:9: unknown key auth.users[1].group",
 			},
 		},
 		{
@@ -116,7 +116,26 @@ func TestParseUnknownKeys(t *testing.T) {
 				`"-" = { name = "alice", password = "a" }`,
 				`URLUser = { name = "alice", password = "a" }`,
 			),
-			want: []string{"rustle.toml:3: unknown key listen.-", "rustle.toml:4: unknown key listen.URLUser"},
+			want: []string{"rustle.toml:3: unknown key listen[0].-", "rustle.toml:4: unknown key listen[0].URLUser"},
+		},
+		{
+			// users and groups are keys of the embedded Criteria's Who;
+			// the embedded structs are no keys of their own.
+			name: "keys of embedded structs",
+			src: lines(
+				`[[acl.rules]]`,
+				`action = "allow"`,
+				`usres = ["alice"]`,
+				`Criteria = { hosts = ["a.example"] }`,
+				`[[egress.rules]]`,
+				`who = { users = ["bob"] }`,
+				`users = ["bob"]`,
+			),
+			want: []string{
+				"rustle.toml:3: unknown key acl.rules.usres",
+				"rustle.toml:4: unknown key acl.rules.Criteria",
+				"rustle.toml:6: unknown key egress.rules.who",
+			},
 		},
 		{
 			name: "unknown table reported once",
@@ -137,7 +156,7 @@ func TestParseUnknownKeys(t *testing.T) {
 				`  { address = "127.0.0.1:2", "pro tocol" = "http" },`,
 				`]`,
 			),
-			want: []string{`rustle.toml:4: unknown key listen."pro tocol"`},
+			want: []string{`rustle.toml:4: unknown key listen[1]."pro tocol"`},
 		},
 		{
 			name: "lines counted through multi-line strings",
@@ -166,7 +185,7 @@ func TestParseUnknownKeys(t *testing.T) {
 			want: []string{
 				"rustle.toml:3: unknown key upstream.idle",
 				"rustle.toml:5: unknown key log.lvl",
-				"rustle.toml:7: unknown key listen.adress",
+				"rustle.toml:7: unknown key listen[0].adress",
 			},
 		},
 	}
@@ -230,12 +249,12 @@ func TestParseBadValues(t *testing.T) {
 				`address = "127.0.0.1:2"`,
 				`allow_open = "yes"`,
 			),
-			want: []string{"rustle.toml:6: listen.allow_open: want a boolean, not a string"},
+			want: []string{"rustle.toml:6: listen[1].allow_open: want a boolean, not a string"},
 		},
 		{
 			name: "string for proxy_protocol",
 			src:  lines(`[[listen]]`, `address = "127.0.0.1:1"`, `proxy_protocol = "v2"`),
-			want: []string{"rustle.toml:3: listen.proxy_protocol: want a boolean, not a string"},
+			want: []string{"rustle.toml:3: listen[0].proxy_protocol: want a boolean, not a string"},
 		},
 		{
 			name: "string for array",
@@ -255,7 +274,7 @@ func TestParseBadValues(t *testing.T) {
 		{
 			name: "integer in string array",
 			src:  lines(`[auth]`, `htpasswd = [`, `  "a",`, `  2,`, `]`),
-			want: []string{"rustle.toml:4: auth.htpasswd: want a string, not an integer"},
+			want: []string{"rustle.toml:4: auth.htpasswd[1]: want a string, not an integer"},
 		},
 		{
 			name: "integer for table",
@@ -278,7 +297,7 @@ func TestParseBadValues(t *testing.T) {
 				`[[auth.users]]`, `name = "a"`, `password = "p"`,
 				`[[auth.users]]`, `name = 7`, `password = "p"`,
 			),
-			want: []string{"rustle.toml:5: auth.users.name: want a string, not an integer"},
+			want: []string{"rustle.toml:5: auth.users[1].name: want a string, not an integer"},
 		},
 		{
 			name: "type error and unknown key together",
@@ -292,6 +311,23 @@ func TestParseBadValues(t *testing.T) {
 			name: "syntax error",
 			src:  lines(`workers = 1`, `[log]`, `level = "info`),
 			want: []string{"rustle.toml:3: strings cannot contain newlines"},
+		},
+		// The decoder's line of an error found at a line's end is the
+		// next one: the line is the one of the byte it points at.
+		{
+			name: "table header left open",
+			src:  lines(`workers = 1`, `[log`, `level = "info"`),
+			want: []string{`rustle.toml:2: expected '.' or ']' to end table name, but got '\n' instead`},
+		},
+		{
+			name: "array of tables header left open",
+			src:  lines(`workers = 1`, `[[listen]`, `address = "127.0.0.1:1"`),
+			want: []string{`rustle.toml:2: expected end of table array name delimiter ']', but got '\n' instead`},
+		},
+		{
+			name: "key without a value",
+			src:  lines(`workers = 1`, `via`, `[log]`),
+			want: []string{`rustle.toml:2: expected '.' or '=', but got '\n' instead`},
 		},
 		{
 			name: "duplicate key",

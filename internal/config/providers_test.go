@@ -180,22 +180,22 @@ func TestValidateProviders(t *testing.T) {
 			p := ldap
 			p.Groups = map[string][]string{"devs": {"cn=devs,dc=example,dc=org"}}
 			c.Auth.Providers = []Provider{p}
-			c.ACL.Rules = []ACLRule{{Name: "r", Action: "allow", Groups: []string{"devs"}}}
+			c.ACL.Rules = []ACLRule{{Name: "r", Action: "allow", Criteria: Criteria{Who: Who{Groups: []string{"devs"}}}}}
 		}, nil},
 		{"a rule on a group nobody defines", func(c *Config) {
 			c.Auth.Providers = []Provider{ldap}
-			c.ACL.Rules = []ACLRule{{Name: "r", Action: "allow", Groups: []string{"devs"}}}
+			c.ACL.Rules = []ACLRule{{Name: "r", Action: "allow", Criteria: Criteria{Who: Who{Groups: []string{"devs"}}}}}
 		}, []string{"acl.rules[0].groups[0]"}},
 		{"auth basic with providers only", func(c *Config) { c.Auth.Providers = []Provider{jwt}; c.Listen[0].Auth = AuthBasic }, nil},
 		{"an egress rule on a provider group", func(c *Config) {
 			p := ldap
 			p.Groups = map[string][]string{"devs": {"cn=devs,dc=example,dc=org"}}
 			c.Auth.Providers = []Provider{p}
-			c.Egress.Rules = []EgressRule{{Groups: []string{"devs"}, Bind: []string{"127.0.0.1"}}}
+			c.Egress.Rules = []EgressRule{{Who: Who{Groups: []string{"devs"}}, Bind: []string{"127.0.0.1"}}}
 		}, nil},
 		{"an egress rule on a group nobody defines", func(c *Config) {
 			c.Auth.Providers = []Provider{ldap}
-			c.Egress.Rules = []EgressRule{{Groups: []string{"devs"}, Bind: []string{"127.0.0.1"}}}
+			c.Egress.Rules = []EgressRule{{Who: Who{Groups: []string{"devs"}}, Bind: []string{"127.0.0.1"}}}
 		}, []string{"egress.rules[0].groups[0]"}},
 	}
 	for _, tt := range tests {

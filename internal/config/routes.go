@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/resolve"
 	"github.com/rustle-proxy/rustle/internal/route"
@@ -66,22 +65,10 @@ type Route struct {
 	// Name names the route in the access log; "" means "routes[N]" (N
 	// from 0).
 	Name string `toml:"name"`
-	// Clients are client IP addresses and CIDR prefixes.
-	Clients []string `toml:"clients"`
-	// Users are user names.
-	Users []string `toml:"users"`
-	// Groups are names of groups in [acl.groups].
-	Groups []string `toml:"groups"`
-	// Hosts are destinations, as an access rule's hosts; IP and CIDR
-	// entries match IP literals and SOCKS addresses only (a name is not
-	// resolved to choose a route).
-	Hosts []string `toml:"hosts"`
-	// Ports are destination ports and ranges.
-	Ports []string `toml:"ports"`
-	// Methods are request methods.
-	Methods []string `toml:"methods"`
-	// Protocols are protocol names, as an access rule's.
-	Protocols []string `toml:"protocols"`
+	// Criteria are what the route matches a request by; IP and CIDR
+	// hosts entries match IP literals and SOCKS addresses only (a name is
+	// not resolved to choose a route).
+	Criteria
 	// Via is "direct", a parent's name, or a list of parents' names;
 	// required.
 	Via Strings `toml:"via"`
@@ -214,7 +201,7 @@ func (c *Config) validateRoutes(v *validator) {
 		} else {
 			names[r.Name] = i
 		}
-		c.validateCriteria(v, key, r.Clients, r.Users, r.Groups, r.Hosts, r.Ports, r.Methods, r.Protocols)
+		c.validateCriteria(v, key, r.Criteria)
 		validateBind(v, key+".egress", r.Egress.Bind, r.Egress.Interface)
 		for j, u := range r.Resolvers {
 			if _, err := resolve.ParseServer(u); err != nil {
@@ -249,30 +236,6 @@ func (c *Config) validateRoutes(v *validator) {
 			v.check(r.Fallback == "" || r.Fallback == route.Direct, key+".fallback", "%q is neither \"direct\" nor empty", r.Fallback)
 		}
 	}
-}
-
-// validateCriteria checks a route's criteria with the access rules'
-// parsers.
-func (c *Config) validateCriteria(v *validator, key string, clients, users, groups, hosts, ports, methods, protocols []string) {
-	each := func(field string, list []string, check func(string) error) {
-		for j, s := range list {
-			if err := check(s); err != nil {
-				v.add(fmt.Sprintf("%s.%s[%d]", key, field, j), err)
-			}
-		}
-	}
-	each("clients", clients, func(s string) error { _, err := acl.ParsePrefix(s); return err })
-	each("users", users, acl.ParseUser)
-	each("groups", groups, func(g string) error {
-		if _, ok := c.ACL.Groups[g]; !ok && !c.providerGroup(g) {
-			return fmt.Errorf("group %q is not defined in [acl.groups] nor by an [[auth.providers]] entry's groups", g)
-		}
-		return nil
-	})
-	each("hosts", hosts, acl.ParseHost)
-	each("ports", ports, func(s string) error { _, _, err := acl.ParsePorts(s); return err })
-	each("methods", methods, acl.ParseMethod)
-	each("protocols", protocols, func(s string) error { _, err := acl.ParseProtocol(s); return err })
 }
 
 // listenerAt returns the index of a listener that addr (a parent's
@@ -336,10 +299,9 @@ func (c *Config) RouteConfig() route.Config {
 	}
 	for _, r := range c.Routes {
 		rc.Routes = append(rc.Routes, route.RouteConfig{
-			Name: r.Name,
-			Match: acl.Rule{Clients: r.Clients, Users: r.Users, Groups: r.Groups, Hosts: r.Hosts,
-				Ports: r.Ports, Methods: r.Methods, Protocols: r.Protocols},
-			Via: slices.Clone(r.Via), Select: r.Select, Fallback: r.Fallback, SessionSeparator: r.SessionSeparator,
+			Name:  r.Name,
+			Match: r.Criteria.Rule(),
+			Via:   slices.Clone(r.Via), Select: r.Select, Fallback: r.Fallback, SessionSeparator: r.SessionSeparator,
 		})
 	}
 	return rc

@@ -59,8 +59,8 @@ func TestRoutesParse(t *testing.T) {
 		t.Errorf("parents (-want +got):\n%s", diff)
 	}
 	wantRoutes := []Route{
-		{Name: "intranet", Hosts: []string{".corp.example"}, Via: Strings{"direct"}},
-		{Name: "routes[1]", Groups: []string{"fleet"}, Via: Strings{"squid", "dante"}, Select: "hash-session",
+		{Name: "intranet", Criteria: Criteria{Hosts: []string{".corp.example"}}, Via: Strings{"direct"}},
+		{Name: "routes[1]", Criteria: Criteria{Who: Who{Groups: []string{"fleet"}}}, Via: Strings{"squid", "dante"}, Select: "hash-session",
 			Fallback: "direct", SessionSeparator: "-session-"},
 	}
 	if diff := cmp.Diff(wantRoutes, c.Routes); diff != "" {

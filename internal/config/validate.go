@@ -137,27 +137,51 @@ func (c *Config) validateACL(v *validator) {
 		default:
 			v.add(key+".action", fmt.Errorf("%q is neither \"allow\" nor \"deny\"", r.Action))
 		}
-		each := func(field string, list []string, check func(string) error) {
-			for j, s := range list {
-				if err := check(s); err != nil {
-					v.add(fmt.Sprintf("%s.%s[%d]", key, field, j), err)
-				}
+		c.validateCriteria(v, key, r.Criteria)
+		for j, s := range r.AllowPrivate {
+			if _, err := acl.ParsePrefix(s); err != nil {
+				v.add(fmt.Sprintf("%s.allow_private[%d]", key, j), err)
 			}
 		}
-		prefix := func(s string) error { _, err := acl.ParsePrefix(s); return err }
-		each("clients", r.Clients, prefix)
-		each("users", r.Users, acl.ParseUser)
-		each("groups", r.Groups, func(g string) error {
-			if _, ok := a.Groups[g]; !ok && !c.providerGroup(g) {
-				return fmt.Errorf("group %q is not defined in [acl.groups] nor by an [[auth.providers]] entry's groups", g)
+	}
+}
+
+// validateCriteria checks the criteria of the access rule or route at
+// key with package acl's parsers.
+func (c *Config) validateCriteria(v *validator, key string, cr Criteria) {
+	each := func(field string, list []string, check func(string) error) {
+		for j, s := range list {
+			if err := check(s); err != nil {
+				v.add(fmt.Sprintf("%s.%s[%d]", key, field, j), err)
 			}
-			return nil
-		})
-		each("hosts", r.Hosts, acl.ParseHost)
-		each("ports", r.Ports, func(s string) error { _, _, err := acl.ParsePorts(s); return err })
-		each("methods", r.Methods, acl.ParseMethod)
-		each("protocols", r.Protocols, func(s string) error { _, err := acl.ParseProtocol(s); return err })
-		each("allow_private", r.AllowPrivate, prefix)
+		}
+	}
+	each("clients", cr.Clients, func(s string) error { _, err := acl.ParsePrefix(s); return err })
+	c.validateWho(v, key, cr.Who, true)
+	each("hosts", cr.Hosts, acl.ParseHost)
+	each("ports", cr.Ports, func(s string) error { _, _, err := acl.ParsePorts(s); return err })
+	each("methods", cr.Methods, acl.ParseMethod)
+	each("protocols", cr.Protocols, func(s string) error { _, err := acl.ParseProtocol(s); return err })
+}
+
+// validateWho checks the users and groups of the table at key: user
+// names acl.ParseUser takes ("*" among them), and groups of [acl.groups]
+// or, when providers is set, of an [[auth.providers]] entry's groups.
+func (c *Config) validateWho(v *validator, key string, w Who, providers bool) {
+	for j, u := range w.Users {
+		if err := acl.ParseUser(u); err != nil {
+			v.add(fmt.Sprintf("%s.users[%d]", key, j), err)
+		}
+	}
+	for j, g := range w.Groups {
+		if _, ok := c.ACL.Groups[g]; ok || providers && c.providerGroup(g) {
+			continue
+		}
+		err := fmt.Errorf("group %q is not defined in [acl.groups]", g)
+		if providers {
+			err = fmt.Errorf("group %q is not defined in [acl.groups] nor by an [[auth.providers]] entry's groups", g)
+		}
+		v.add(fmt.Sprintf("%s.groups[%d]", key, j), err)
 	}
 }
 
@@ -197,6 +221,7 @@ func (c *Config) validateLimits(v *validator) {
 	v.check(l.UserBytesPerSecond >= 0, "limits.user_bytes_per_second", "%d is negative", l.UserBytesPerSecond)
 	v.check(l.UserBytesBurst >= 1 || l.UserBytesBurst == 0 && l.UserBytesPerSecond <= 0, "limits.user_bytes_burst",
 		"%d is less than 1", l.UserBytesBurst)
+	c.validateSchedules(v)
 }
 
 // validateAdmin checks the admin listener's address: host:port like a

@@ -488,9 +488,9 @@ func TestValidateACLAndLimits(t *testing.T) {
 		{"good rules", func(c *Config) {
 			c.ACL.Groups = map[string][]string{"admins": {"alice"}}
 			c.ACL.Rules = []ACLRule{
-				{Name: "a", Action: "allow", Groups: []string{"admins"}, AllowPrivate: []string{"10.0.0.0/8"}},
-				{Name: "b", Action: "deny", Clients: []string{"192.0.2.0/24"}, Hosts: []string{"*.example.com", ".example.org", "10.0.0.0/8", "::1"},
-					Ports: []string{"25", "8000-8999"}, Methods: []string{"GET"}, Protocols: []string{"http", "socks5-udp"}, Users: []string{"bob"}},
+				{Name: "a", Action: "allow", Criteria: Criteria{Who: Who{Groups: []string{"admins"}}}, AllowPrivate: []string{"10.0.0.0/8"}},
+				{Name: "b", Action: "deny", Criteria: Criteria{Clients: []string{"192.0.2.0/24"}, Hosts: []string{"*.example.com", ".example.org", "10.0.0.0/8", "::1"},
+					Ports: []string{"25", "8000-8999"}, Methods: []string{"GET"}, Protocols: []string{"http", "socks5-udp"}, Who: Who{Users: []string{"bob"}}}},
 			}
 		}, nil},
 		{"bad rules", func(c *Config) {
@@ -499,8 +499,8 @@ func TestValidateACLAndLimits(t *testing.T) {
 			c.ACL.Rules = []ACLRule{
 				{Name: "a", Action: "permit"},
 				{Name: "a", Action: "deny", AllowPrivate: []string{"10.0.0.0/8"}},
-				{Name: "c", Clients: []string{"300.0.0.1"}, Users: []string{""}, Groups: []string{"nobody"}, Hosts: []string{"a b"},
-					Ports: []string{"0", "1-2-3"}, Methods: []string{"G T"}, Protocols: []string{"gopher"}, AllowPrivate: []string{"x"}},
+				{Name: "c", Criteria: Criteria{Clients: []string{"300.0.0.1"}, Who: Who{Users: []string{""}, Groups: []string{"nobody"}}, Hosts: []string{"a b"},
+					Ports: []string{"0", "1-2-3"}, Methods: []string{"G T"}, Protocols: []string{"gopher"}}, AllowPrivate: []string{"x"}},
 			}
 		}, []string{
 			"acl.default", "acl.groups", "acl.groups.ok[0]",
@@ -558,8 +558,8 @@ address = "127.0.0.1:0"
 		t.Fatal(err)
 	}
 	want := ACL{Default: "deny", Groups: map[string][]string{"admins": {"alice", "bob"}}, Rules: []ACLRule{
-		{Name: "admins", Action: "allow", Groups: []string{"admins"}},
-		{Name: "rules[1]", Action: "deny", Hosts: []string{"example.com", "bad host"}},
+		{Name: "admins", Action: "allow", Criteria: Criteria{Who: Who{Groups: []string{"admins"}}}},
+		{Name: "rules[1]", Action: "deny", Criteria: Criteria{Hosts: []string{"example.com", "bad host"}}},
 	}}
 	if diff := cmp.Diff(want, c.ACL); diff != "" {
 		t.Errorf("ACL (-want +got):\n%s", diff)
@@ -639,8 +639,8 @@ func TestValidateQuota(t *testing.T) {
 	c := Default()
 	c.ACL.Groups = map[string][]string{"ci": {"bob"}}
 	c.Quota.Rules = []QuotaRule{
-		{Name: "ok", Groups: []string{"ci"}, Bytes: 1},
-		{Name: "ok", Period: "week", Reset: "24:00", TimeZone: "Mars/Olympus", Groups: []string{"nobody"}},
+		{Name: "ok", Who: Who{Groups: []string{"ci"}}, Bytes: 1},
+		{Name: "ok", Period: "week", Reset: "24:00", TimeZone: "Mars/Olympus", Who: Who{Groups: []string{"nobody"}}},
 	}
 	c.Cluster.Redis = "redis://user:s3cret@[::1:6379"
 	c.SetDefaults()
@@ -656,6 +656,74 @@ func TestValidateQuota(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "quota.rules[0]") {
 		t.Errorf("error shows the password or refuses the good rule:\n%v", err)
+	}
+}
+
+// TestValidateCluster checks the [cluster] keys: one Redis of three
+// kinds, the keys each kind takes, the addresses of Sentinels and nodes.
+func TestValidateCluster(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		set  func(c *Cluster)
+		key  string // "" = valid
+	}{
+		{"none", func(c *Cluster) {}, ""},
+		{"one server", func(c *Cluster) { c.Redis = "redis://:pw@127.0.0.1:6379/0" }, ""},
+		{"one server, password from a file", func(c *Cluster) {
+			c.Redis, c.Username, c.PasswordFile = "redis://127.0.0.1:6379/0", "rustle", "/etc/rustle/redis.pw"
+		}, ""},
+		{"sentinels", func(c *Cluster) {
+			c.Sentinels, c.MasterName = []string{"10.0.0.1:26379", "[2001:db8::1]:26379", "s3.example:26379"}, "rustle"
+			c.Username, c.PasswordFile, c.SentinelPasswordFile = "rustle", "redis.pw", "sentinel.pw"
+		}, ""},
+		{"nodes", func(c *Cluster) { c.Nodes, c.PasswordFile = []string{"10.0.0.1:7000", "10.0.0.2:7000"}, "redis.pw" }, ""},
+		{"redis and sentinels", func(c *Cluster) {
+			c.Redis, c.Sentinels, c.MasterName = "redis://127.0.0.1:6379", []string{"127.0.0.1:26379"}, "m"
+		}, "cluster.sentinels"},
+		{"sentinels and nodes", func(c *Cluster) {
+			c.Sentinels, c.MasterName, c.Nodes = []string{"127.0.0.1:26379"}, "m", []string{"127.0.0.1:7000"}
+		}, "cluster.nodes"},
+		{"sentinels without a master name", func(c *Cluster) { c.Sentinels = []string{"127.0.0.1:26379"} }, "cluster.master_name"},
+		{"master name without sentinels", func(c *Cluster) { c.Nodes, c.MasterName = []string{"127.0.0.1:7000"}, "m" }, "cluster.master_name"},
+		{"sentinel password without sentinels", func(c *Cluster) {
+			c.Redis, c.SentinelPasswordFile = "redis://127.0.0.1:6379", "s.pw"
+		}, "cluster.sentinel_password_file"},
+		{"sentinel without a port", func(c *Cluster) {
+			c.Sentinels, c.MasterName = []string{"127.0.0.1"}, "m"
+		}, "cluster.sentinels[0]"},
+		{"node with a bad port", func(c *Cluster) { c.Nodes = []string{"127.0.0.1:7000", "127.0.0.1:70000"} }, "cluster.nodes[1]"},
+		{"node listed twice", func(c *Cluster) { c.Nodes = []string{"127.0.0.1:7000", "127.0.0.1:7000"} }, "cluster.nodes[1]"},
+		{"password in the URL and a file", func(c *Cluster) {
+			c.Redis, c.PasswordFile = "redis://:pw@127.0.0.1:6379", "redis.pw"
+		}, "cluster.password_file"},
+		{"user in the URL and a username", func(c *Cluster) {
+			c.Redis, c.Username = "redis://u:pw@127.0.0.1:6379", "v"
+		}, "cluster.username"},
+		{"username without a password", func(c *Cluster) {
+			c.Nodes, c.Username = []string{"127.0.0.1:7000"}, "rustle"
+		}, "cluster.username"},
+		{"username without a password, with a URL", func(c *Cluster) {
+			c.Redis, c.Username = "redis://127.0.0.1:6379", "rustle"
+		}, "cluster.username"},
+		{"credentials without Redis", func(c *Cluster) { c.PasswordFile = "redis.pw" }, "cluster"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.set(&c.Cluster)
+			c.SetDefaults()
+			err := c.Validate()
+			switch {
+			case tt.key == "" && err != nil:
+				t.Errorf("Validate: %v", err)
+			case tt.key != "" && err == nil:
+				t.Errorf("Validate accepted it; want an error for %s", tt.key)
+			case tt.key != "" && !strings.Contains(err.Error(), tt.key+":"):
+				t.Errorf("Validate: %v; want an error for %s", err, tt.key)
+			}
+			if err != nil && strings.Contains(err.Error(), "pw@") {
+				t.Errorf("error shows a password: %v", err)
+			}
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 )
@@ -17,27 +18,24 @@ type Egress struct {
 	// (the listener's egress, or the global one); nil = the kernel's
 	// choice.
 	Default *dialer.Source
-	// Users maps user names to their sources ([[egress.rules]], group
-	// members included); nil = none. A name carrying a session key
-	// ("alice-session-42") takes its own entry, or else the entry of
-	// the name without the key ("alice").
-	Users map[string]*dialer.Source
-	// Groups are the sources of groups that identity providers give
-	// users ([[egress.rules]] naming them), in the rules' order: a user
-	// without an entry in Users takes the first whose group it is in.
-	// nil = none.
-	Groups []GroupSource
+	// Rules are the users' sources ([[egress.rules]]), in order; nil =
+	// none. See [Egress.For] for which one a user takes.
+	Rules []EgressRule
 }
 
-// GroupSource is the source of the users an identity provider puts in
-// Group.
-type GroupSource struct {
-	Group  string
+// EgressRule is the source of the users Who selects.
+type EgressRule struct {
+	Who    acl.Selector
 	Source *dialer.Source
 }
 
 // For returns the source of the requests of user, whom its identity
-// provider put in groups (nil = none); nil = the kernel's choice.
+// provider put in groups (nil = none); nil = the kernel's choice. The
+// source is that of the first rule selecting the whole name (by name,
+// as a member of an [acl.groups] group, or as every user), else of the
+// first selecting the name without its session key ("alice" of
+// "alice-session-42") so, else of the first naming one of groups as a
+// provider group, else Default.
 func (e *Egress) For(user string, groups []string) *dialer.Source {
 	src, _ := e.forUser(user, groups)
 	return src
@@ -50,26 +48,33 @@ func (e *Egress) forUser(user string, groups []string) (src *dialer.Source, own 
 	if e == nil {
 		return nil, false
 	}
-	if user != "" && e.Users != nil {
-		if s, ok := e.Users[user]; ok {
-			return s, true
+	if user != "" && len(e.Rules) > 0 {
+		if r := e.first(user, nil); r != nil {
+			return r.Source, true
 		}
 		if base := auth.SessionUser(user); base != user {
-			if s, ok := e.Users[base]; ok {
-				return s, true
+			if r := e.first(base, nil); r != nil {
+				return r.Source, true
 			}
 		}
-	}
-	if user != "" {
-		for _, gs := range e.Groups {
-			for _, g := range groups {
-				if g == gs.Group {
-					return gs.Source, true
-				}
+		if len(groups) > 0 {
+			if r := e.first(user, groups); r != nil {
+				return r.Source, true
 			}
 		}
 	}
 	return e.Default, false
+}
+
+// first returns the first rule selecting user in groups, nil when none
+// does.
+func (e *Egress) first(user string, groups []string) *EgressRule {
+	for i := range e.Rules {
+		if e.Rules[i].Who.Match(user, groups) {
+			return &e.Rules[i]
+		}
+	}
+	return nil
 }
 
 // Resolver returns the resolver the grant's dials resolve host names

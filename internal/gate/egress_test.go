@@ -3,6 +3,7 @@ package gate_test
 import (
 	"testing"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -21,7 +22,7 @@ func TestDialOptionsEgress(t *testing.T) {
 	alices, _ := dialer.NewSource(dialer.SourceConfig{Bind: []string{"2001:db8:2::1"}})
 	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{Users: map[string]string{
 		"alice-session-42": "pw", "bob-session-42": "pw", "carol": "pw"}})
-	p.Egress = &gate.Egress{Default: def, Users: map[string]*dialer.Source{"alice": alices}}
+	p.Egress = &gate.Egress{Default: def, Rules: []gate.EgressRule{{Who: acl.NewSelector(acl.Who{Users: []string{"alice"}}, nil, nil), Source: alices}}}
 	for _, tc := range []struct {
 		user string
 		src  *dialer.Source

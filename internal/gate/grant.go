@@ -107,10 +107,13 @@ type Grant struct {
 	// metrics or the Limiter's user counts.
 	tried []byte
 	// unanswered: logged though nothing was answered (a Reject with
-	// status 0), and not counted as a request.
+	// status 0, AnswerNothing), and not counted as a request.
 	unanswered bool
-	cause      error    // what was wrong, for the debug line of a Reject; nil = nothing said
-	added      [2]int64 // payload bytes up and down the front-end wrote itself (AddBytes)
+	// coolStarted: the credentials' failure started the cool-down
+	// they were refused for (see AddressCooling).
+	coolStarted bool
+	cause       error    // what was wrong, for the debug line of a Reject; nil = nothing said
+	added       [2]int64 // payload bytes up and down the front-end wrote itself (AddBytes)
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -551,6 +554,26 @@ func (g *Grant) Answer(status, class int) {
 		class = status
 	}
 	g.status, g.class = status, class
+}
+
+// AnswerNothing notes that the front-end answered the refusal with
+// nothing but the connection's close: it is logged with status 0 and not
+// counted as a request.
+func (g *Grant) AnswerNothing() {
+	g.status, g.class, g.unanswered = 0, 0, true
+}
+
+// AddressCooling reports, for credentials refused CoolingDown, whether
+// they met the cool-down of the client's whole address begun before they
+// were counted: refused unchecked, or checked while another connection's
+// failure started it. False for the failure that started a cool-down,
+// and for the cool-down of a user name alone. A SOCKS5 front-end, which
+// has no status that says "cooling down", closes the former unanswered,
+// as it does the address's new connections, so that a client is
+// answered exactly limits.auth_failures_per_address failed logins
+// however many it sends at once.
+func (g *Grant) AddressCooling() bool {
+	return g.reason == accesslog.ReasonCoolingDown && !g.coolStarted && g.s.CoolingDown() > 0
 }
 
 // AddBytes counts payload bytes the front-end wrote itself outside the

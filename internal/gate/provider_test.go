@@ -156,8 +156,12 @@ func TestEgressProviderGroups(t *testing.T) {
 	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users: users, Providers: []auth.Provider{&directory{}, auth.Local}, ProviderGroups: []string{"builders", "ci"},
 	})
-	p.Egress = &gate.Egress{Default: def, Users: map[string]*dialer.Source{"erin": own},
-		Groups: []gate.GroupSource{{Group: "ci", Source: ci}, {Group: "builders", Source: builders}}}
+	provided := []string{"builders", "ci"}
+	p.Egress = &gate.Egress{Default: def, Rules: []gate.EgressRule{
+		{Who: acl.NewSelector(acl.Who{Groups: []string{"ci"}}, nil, provided), Source: ci},
+		{Who: acl.NewSelector(acl.Who{Groups: []string{"builders"}}, nil, provided), Source: builders},
+		{Who: acl.NewSelector(acl.Who{Users: []string{"erin"}}, nil, provided), Source: own},
+	}}
 	for _, tt := range []struct {
 		name  string
 		authz []byte
@@ -179,5 +183,9 @@ func TestEgressProviderGroups(t *testing.T) {
 			}
 			g.Finish(0, 0)
 		})
+	}
+	groups := []string{"x", "builders"}
+	if n := testing.AllocsPerRun(100, func() { p.Egress.For("carl-session-1", groups) }); n != 0 {
+		t.Errorf("choosing a user's source allocates %v times", n)
 	}
 }

@@ -273,8 +273,8 @@ func (s *Session) failed(g *Grant) Kind {
 	p := s.p
 	p.Metrics.AuthFailed()
 	if p.Limiter != nil {
-		if wait := p.Limiter.AuthFailed(s.ip, g.tried); wait > 0 {
-			g.RetryAfter = wait
+		if wait, started := p.Limiter.AuthFailed(s.ip, g.tried); wait > 0 {
+			g.RetryAfter, g.coolStarted = wait, started
 			return g.refuse(CoolingDown)
 		}
 	}

@@ -22,10 +22,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
-var (
-	errBadUpgrade = errors.New("h2: upstream answered the WebSocket handshake wrongly")
-	errCoding     = errors.New("h2: upstream used a transfer coding other than chunked")
-)
+var errBadUpgrade = errors.New("h2: upstream answered the WebSocket handshake wrongly")
 
 // answerLocal answers the stream with status, the extra fields and a
 // one-line text body. A request other than CONNECT is read (and dropped)
@@ -72,7 +69,7 @@ func (s *stream) answerError(err error, x *origin.Exchange, target string) {
 	var status int
 	var reason, text string
 	switch {
-	case errors.Is(err, errBadUpgrade), errors.Is(err, errCoding):
+	case errors.Is(err, errBadUpgrade):
 		status, reason, text = 502, accesslog.ReasonUpstreamFailed, strings.TrimPrefix(err.Error(), "h2: ")
 	case x != nil:
 		status, reason, text = x.Failure(err)
@@ -175,11 +172,6 @@ func (s *stream) forward() {
 			}
 			return
 		}
-	}
-	if err == nil && x.CodedBody() {
-		// HTTP/2 has no transfer codings: a body in another one cannot
-		// be passed on.
-		err = errCoding
 	}
 	if err != nil {
 		s.release(x, false)

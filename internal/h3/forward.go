@@ -2,7 +2,6 @@ package h3
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -104,11 +103,6 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 			}
 		}
 	}
-	if err == nil && x.CodedBody() {
-		// HTTP/3 has no transfer codings: a body in another one cannot
-		// be passed on.
-		err = errCoding
-	}
 	if err != nil {
 		if done != nil {
 			x.Up.C.SetDeadline(time.Unix(1, 0))
@@ -160,9 +154,6 @@ func bodyResult(done <-chan bodyEnd, up net.Conn) bodyEnd {
 	end.whole = false
 	return end
 }
-
-// errCoding is an upstream's body in a transfer coding other than chunked.
-var errCoding = errors.New("h3: upstream used a transfer coding other than chunked")
 
 // request readies e's request from r: its fields as the exchange builds
 // the upstream head from them, and its body. It returns the body still to
@@ -349,12 +340,9 @@ func (s *Server) relayBody(w http.ResponseWriter, g *gate.Grant, ctx context.Con
 func (s *Server) answerFailure(w http.ResponseWriter, g *gate.Grant, err error, x *origin.Exchange, target string) {
 	var status int
 	var reason, text string
-	switch {
-	case errors.Is(err, errCoding):
-		status, reason, text = 502, accesslog.ReasonUpstreamFailed, "upstream used a transfer coding other than chunked"
-	case x != nil:
+	if x != nil {
 		status, reason, text = x.Failure(err)
-	default:
+	} else {
 		status, reason, text = origin.Failure(err, target)
 	}
 	if reason != "" {

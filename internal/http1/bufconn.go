@@ -228,13 +228,26 @@ func (idleTimeoutError) Error() string   { return "http1: no message before the 
 func (idleTimeoutError) Timeout() bool   { return true }
 func (idleTimeoutError) Temporary() bool { return true }
 
+// ErrTLSHandshake is returned by ReadHead when a message starts with the
+// byte that starts a TLS handshake record (0x16), which no HTTP/1 message
+// starts with: a client speaking TLS where plain HTTP is expected (an
+// https:// proxy URL for a plain port). It is returned as soon as that
+// byte is in, not when the head timeout ends the wait for a head that
+// will never come.
+var ErrTLSHandshake = errors.New("http1: a TLS handshake record where an HTTP message was expected")
+
+// tlsHandshakeRecord is the content type of a TLS handshake record, the
+// first byte a TLS client sends.
+const tlsHandshakeRecord = 0x16
+
 // ReadHead reads until buf[r:] holds a whole message head and returns its
 // length. Empty lines before a head are skipped (RFC 9112 §2.2). The
 // caller arms the deadline for the first byte (ArmReadDeadline); once
 // bytes of the head are in, the rest must come within headTimeout (0 = no
 // limit). A close
 // before any byte yields errIdle, the first-byte deadline passing
-// errIdleTimeout, and a head over limit bytes errHeadTooLarge.
+// errIdleTimeout, a head over limit bytes errHeadTooLarge, and a first
+// byte that starts a TLS handshake ErrTLSHandshake.
 func (b *Conn) ReadHead(limit int, headTimeout time.Duration) (int, error) {
 	scanned := 0
 	started := b.R < b.W
@@ -242,6 +255,9 @@ func (b *Conn) ReadHead(limit int, headTimeout time.Duration) (int, error) {
 	for {
 		for b.R < b.W && scanned == 0 && (b.Buf[b.R] == '\r' || b.Buf[b.R] == '\n') {
 			b.R++ // leading empty lines
+		}
+		if scanned == 0 && b.R < b.W && b.Buf[b.R] == tlsHandshakeRecord {
+			return 0, ErrTLSHandshake
 		}
 		if b.W-b.R >= 4 {
 			if n := findHeadEnd(b.Buf[b.R:b.W], scanned-3); n > limit {

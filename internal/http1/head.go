@@ -80,6 +80,16 @@ var (
 	ErrBadResponseHead = errors.New("http1: malformed response head")
 )
 
+// ErrTransferCoding is the error of a response whose Transfer-Encoding
+// names a coding other than chunked (Head.TEOther), body or not: no
+// front-end relays one (502), as no HTTP/2 or HTTP/3 client could be
+// given it, and an HTTP/1.1 client did not ask for it (rustle forwards no
+// TE field, so an origin has no leave to use another coding). "identity"
+// is no coding any more (RFC 9112 §7) and refused too, as Go's net/http
+// and Squid do. What follows "http1: " is the one-line reason a client is
+// answered (see internal/origin.Failure).
+var ErrTransferCoding = errors.New("http1: upstream used a transfer coding other than chunked")
+
 // maxHeaders bounds the header lines of one head.
 const maxHeaders = 256
 

@@ -3,6 +3,7 @@ package http1
 import (
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -977,6 +978,45 @@ func TestReadHeadLeadingEmptyLines(t *testing.T) {
 				t.Fatalf("parseRequest: %v", err)
 			}
 		})
+	}
+}
+
+// TestReadHeadTLSHandshake checks that a message starting with a TLS
+// handshake record is refused with ErrTLSHandshake as soon as its first
+// byte is in: the peer, which sends the rest of its ClientHello and waits
+// for an answer, is not left waiting for a head that never ends.
+func TestReadHeadTLSHandshake(t *testing.T) {
+	for _, tt := range []struct {
+		name, in string
+		want     error
+	}{
+		{"first byte alone", "\x16", ErrTLSHandshake},
+		{"record header", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", ErrTLSHandshake},
+		{"after empty lines", "\r\n\x16\x03\x01", ErrTLSHandshake},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			client, server := net.Pipe()
+			t.Cleanup(func() { client.Close(); server.Close() })
+			go client.Write([]byte(tt.in)) // and no more: the pipe stays open
+			var b Conn
+			b.Attach(server, &ClientBufs)
+			defer b.Release()
+			b.ArmReadDeadline(MonoNow(), 5*time.Second)
+			start := time.Now()
+			_, err := b.ReadHead(1<<10, 5*time.Second)
+			if err != tt.want {
+				t.Fatalf("ReadHead: %v, want %v", err, tt.want)
+			}
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("ReadHead returned after %v, not at once", took)
+			}
+		})
+	}
+	// Inside a head the byte is no start of a message: the head goes on.
+	b := Conn{Buf: []byte("GET http://h/\x16 HTTP/1.1\r\n\r\n")}
+	b.W = len(b.Buf)
+	if n, err := b.ReadHead(1<<10, time.Second); err != nil || n != b.W {
+		t.Errorf("a head with 0x16 inside: %d %v", n, err)
 	}
 }
 

@@ -112,6 +112,8 @@ func (cn *conn) serve() bool {
 			var ne net.Error
 			switch {
 			case err == http1.ErrIdle, err == http1.ErrIdleTimeout:
+			case err == http1.ErrTLSHandshake:
+				cn.refuseTLS(err)
 			case errors.As(err, &pe):
 				cn.req.ParseRequestLine(cn.client.Buffered())
 				cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
@@ -160,6 +162,35 @@ func (cn *conn) rejectHead(status int, why, reason string, cause error) {
 	cn.sess.Reject(&r, &cn.g, status, reason, cause)
 	cn.writeError(status, why, false)
 }
+
+// tlsAlertHandshakeFailure is a TLS record carrying a fatal
+// handshake_failure alert (RFC 8446 §6): what a TLS client that began a
+// handshake on a plain HTTP port is answered, since it could not read an
+// HTTP answer. It reports it at once (Go: "remote error: tls: handshake
+// failure"; OpenSSL: "sslv3 alert handshake failure").
+var tlsAlertHandshakeFailure = []byte{
+	0x15,       // content type: alert
+	0x03, 0x03, // legacy record version: TLS 1.2
+	0x00, 0x02, // length
+	0x02, // level: fatal
+	0x28, // description: handshake_failure (40)
+}
+
+// refuseTLS refuses a client that began a TLS handshake where plain HTTP
+// was expected: logged (reason tls-to-plain-port), answered with a fatal
+// TLS alert, and closed after a lingering close, so that the rest of its
+// ClientHello does not reset the connection before the alert is read.
+func (cn *conn) refuseTLS(cause error) {
+	cn.sess.Reject(&gate.Request{}, &cn.g, 0, accesslog.ReasonTLSToPlainPort, cause)
+	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.o.WriteTimeout)
+	if _, err := cn.client.C.Write(tlsAlertHandshakeFailure); err == nil {
+		http1.LingerClose(cn.client.C, lingerTime)
+	}
+}
+
+// lingerTime bounds how long a connection refused before a request is
+// read from after the answer, for a lingering close.
+const lingerTime = 250 * time.Millisecond
 
 // headReason returns the access log's reason for a refused request head.
 func headReason(pe *http1.ParseError) string {

@@ -3,7 +3,8 @@
 // second per client address; failed authentications per client address
 // and user name tried, after which that name cools down at that address,
 // and per client address whatever the names, after which the whole
-// address cools down; and bytes per second per user.
+// address cools down; and bytes per second per user, by default or, for
+// the users a [Schedule] selects, by time of day.
 //
 // A [Limiter] is shared by every listener. The server asks [Limiter.Admit]
 // for each accepted connection and calls [Limiter.Release] when it ends;
@@ -22,6 +23,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -68,6 +70,15 @@ type Config struct {
 	// UserBytesBurst is the size of each user's byte bucket; 0 =
 	// UserBytesPerSecond.
 	UserBytesBurst int64
+	// Schedules set the byte rate of the users they select while their
+	// windows hold, in place of UserBytesPerSecond: for a user, the first
+	// schedule selecting it whose window holds decides, and none that
+	// holds leaves UserBytesPerSecond. A user a schedule selects has a
+	// byte bucket even when UserBytesPerSecond is 0, which does not limit
+	// it outside the windows. The rate in effect is chosen again at each
+	// minute of the clock, for the user's open connections too (see
+	// [Bucket.Take]). nil = none.
+	Schedules []Schedule
 	// Logger receives the cool-down and refusal warnings; nil = discard.
 	Logger *slog.Logger
 }
@@ -217,6 +228,7 @@ func New(cfg Config) *Limiter {
 	if cfg.UserBytesPerSecond > 0 && cfg.UserBytesBurst <= 0 {
 		cfg.UserBytesBurst = cfg.UserBytesPerSecond
 	}
+	cfg.Schedules = slices.Clone(cfg.Schedules)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -414,8 +426,9 @@ func (l *Limiter) nameKey(name []byte) uint64 { return maphash.Bytes(l.seed, nam
 // AuthFailed records a failed authentication from addr that tried the
 // user name name ("" when the credentials named none). It returns the
 // cool-down left when addr, or name at addr, is (now) cooling down, in
-// which case the request is to be refused; 0 otherwise. A failure while
-// cooling down is not counted. The failure that reaches
+// which case the request is to be refused; 0 otherwise; and started,
+// true when this very failure started the cool-down (false when it found
+// one running). A failure while cooling down is not counted. The failure that reaches
 // AuthFailuresPerAddress cools the whole address down and logs one
 // warning, which a fail2ban filter may act on:
 //
@@ -431,9 +444,9 @@ func (l *Limiter) nameKey(name []byte) uint64 { return maphash.Bytes(l.seed, nam
 // them the oldest name of the address that is not cooling down is
 // forgotten, and a failure that finds no room counts towards the address
 // alone.
-func (l *Limiter) AuthFailed(addr netip.Addr, name []byte) time.Duration {
+func (l *Limiter) AuthFailed(addr netip.Addr, name []byte) (wait time.Duration, started bool) {
 	if !l.authOn() {
-		return 0
+		return 0, false
 	}
 	addr = addr.Unmap()
 	key := l.nameKey(name)
@@ -445,7 +458,7 @@ func (l *Limiter) AuthFailed(addr netip.Addr, name []byte) time.Duration {
 	}
 	if left := l.coolingLocked(c, key, now); left > 0 {
 		l.mu.Unlock()
-		return left
+		return left, false
 	}
 	var nAddr, nName int
 	var addrBan, nameBan bool
@@ -469,9 +482,9 @@ func (l *Limiter) AuthFailed(addr netip.Addr, name []byte) time.Duration {
 			slog.String("client", addr.String()), slog.String("user", string(name)), slog.Int("failures", nName),
 			slog.Duration("window", l.cfg.AuthWindow), slog.Duration("cooldown", l.cfg.AuthCooldown))
 	default:
-		return 0
+		return 0, false
 	}
-	return l.cfg.AuthCooldown
+	return l.cfg.AuthCooldown, true
 }
 
 // nameLocked returns the failures of the name keyed key at c, making room
@@ -632,9 +645,15 @@ func (l *Limiter) UserDone(name string) {
 }
 
 // Throttle returns the byte bucket of user name, shared by all the user's
-// connections, or nil when bytes are not limited (or name is "").
+// connections, or nil when bytes are not limited (or name is ""). The
+// bucket of a user a schedule selects follows the schedules (see
+// Config.Schedules); any other's paces at UserBytesPerSecond.
 func (l *Limiter) Throttle(name string) *Bucket {
-	if l.cfg.UserBytesPerSecond <= 0 || name == "" {
+	if name == "" || l.cfg.UserBytesPerSecond <= 0 && len(l.cfg.Schedules) == 0 {
+		return nil
+	}
+	p := l.planFor(name)
+	if p == nil && l.cfg.UserBytesPerSecond <= 0 {
 		return nil
 	}
 	l.mu.Lock()
@@ -645,41 +664,114 @@ func (l *Limiter) Throttle(name string) *Bucket {
 		l.users[name] = u
 	}
 	if u.bucket == nil {
-		u.bucket = NewBucket(float64(l.cfg.UserBytesPerSecond), float64(l.cfg.UserBytesBurst))
+		if p != nil {
+			u.bucket = newPlannedBucket(p, l.now)
+		} else {
+			u.bucket = newBucket(float64(l.cfg.UserBytesPerSecond), float64(l.cfg.UserBytesBurst), l.now)
+		}
 	}
 	return u.bucket
 }
 
+// unbounded is what Burst reports while a bucket does not limit: no
+// bound on the chunks its bytes are moved in.
+const unbounded = 1 << 30
+
 // Bucket is a token bucket of bytes. It is safe for concurrent use.
 type Bucket struct {
-	rate, burst float64
-	now         func() time.Time
+	now  func() time.Time
+	plan *plan // the user's schedules; nil = rate and burst are fixed
 
 	mu       sync.Mutex
+	rate     float64   // tokens per second; 0 = not limited (a plan outside its windows); guarded by mu
+	burst    float64   // guarded by mu
 	tokens   float64   // may go negative: a debt paid by waiting; guarded by mu
 	refilled time.Time // guarded by mu
+	replan   time.Time // when the plan's rate is chosen again; guarded by mu
 }
 
 // NewBucket returns a full bucket filling at rate tokens per second up to
 // burst.
-func NewBucket(rate, burst float64) *Bucket {
-	now := time.Now
+func NewBucket(rate, burst float64) *Bucket { return newBucket(rate, burst, time.Now) }
+
+// newBucket is NewBucket reading the time from now.
+func newBucket(rate, burst float64, now func() time.Time) *Bucket {
 	return &Bucket{rate: rate, burst: burst, now: now, tokens: burst, refilled: now()}
 }
 
-// Burst returns the bucket's size.
-func (b *Bucket) Burst() int { return int(b.burst) }
+// newPlannedBucket returns a full bucket whose rate and burst p chooses
+// at the time now returns.
+func newPlannedBucket(p *plan, now func() time.Time) *Bucket {
+	b := &Bucket{plan: p, now: now, refilled: now()}
+	b.choose(b.refilled)
+	b.tokens = b.burst
+	return b
+}
+
+// choose sets the rate and burst the plan has at now, keeping a debt and
+// at most the new burst of the tokens, and filling the bucket when a
+// limit starts; they are chosen again at the next minute of the clock,
+// the finest a window is given in. b.mu is held (or b is new).
+func (b *Bucket) choose(now time.Time) {
+	rate, burst := b.plan.at(now)
+	switch {
+	case rate <= 0:
+		burst = 0
+	case b.rate <= 0:
+		b.tokens = burst
+	default:
+		b.tokens = min(b.tokens, burst)
+	}
+	b.rate, b.burst = rate, burst
+	b.replan = now.Truncate(time.Minute).Add(time.Minute)
+}
+
+// update refills the bucket up to now and, for a user with schedules,
+// chooses its rate again when a minute of the clock began since it last
+// did. b.mu is held.
+func (b *Bucket) update(now time.Time) {
+	if el := now.Sub(b.refilled); el > 0 {
+		if b.rate > 0 {
+			b.tokens = min(b.burst, b.tokens+el.Seconds()*b.rate)
+		}
+		b.refilled = now
+	}
+	if b.plan != nil && !now.Before(b.replan) {
+		b.choose(now)
+	}
+}
+
+// Burst returns the bucket's size now: the most bytes worth moving in
+// one chunk. While the bucket does not limit (its user's schedules hold
+// no window and there is no default rate) it is 1 GiB, which bounds
+// nothing.
+func (b *Bucket) Burst() int {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.update(now)
+	if b.rate <= 0 {
+		return unbounded
+	}
+	return int(b.burst)
+}
 
 // Take takes n tokens, going into debt when there are not enough, and
 // returns how long the caller must wait for the debt to be paid: 0 when
-// the tokens were there.
+// the tokens were there. The bucket of a user with schedules first
+// chooses its rate again when a minute of the clock began since it last
+// did, so that a window's start or end applies to every connection of
+// the user from its first Take at or after it (a wait returned before is
+// waited out). Outside every window, without a default rate, it takes
+// nothing and returns 0; a debt left when a window ends is forgiven, and
+// the next window starts with a full bucket.
 func (b *Bucket) Take(n int) time.Duration {
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if el := now.Sub(b.refilled); el > 0 {
-		b.tokens = min(b.burst, b.tokens+el.Seconds()*b.rate)
-		b.refilled = now
+	b.update(now)
+	if b.rate <= 0 {
+		return 0
 	}
 	b.tokens -= float64(n)
 	if b.tokens >= 0 {

@@ -104,7 +104,7 @@ func TestAuthFailures(t *testing.T) {
 	var logs bytes.Buffer
 	l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthFailuresPerAddress: 10, AuthWindow: time.Minute,
 		AuthCooldown: 5 * time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if d := l.AuthFailed(a, name("alice")); d != 0 {
+	if d, _ := l.AuthFailed(a, name("alice")); d != 0 {
 		t.Fatalf("first failure: cool-down %v", d)
 	}
 	clk.advance(2 * time.Minute) // the window starts again
@@ -113,7 +113,7 @@ func TestAuthFailures(t *testing.T) {
 	if d := l.CoolingDownAs(a, name("alice")); d != 0 {
 		t.Fatalf("two failures in the window: cool-down %v", d)
 	}
-	if d := l.AuthFailed(a, name("alice")); d != 5*time.Minute {
+	if d, _ := l.AuthFailed(a, name("alice")); d != 5*time.Minute {
 		t.Fatalf("third failure in the window: cool-down %v, want 5m", d)
 	}
 	line := regexp.MustCompile(`(?m)^time=\S+ level=WARN msg="auth failures of one user name" client=192\.0\.2\.1 user=alice failures=3 window=1m0s cooldown=5m0s$`)
@@ -147,11 +147,11 @@ func TestAuthFailures(t *testing.T) {
 	// Failures while cooling down are not counted: were they, these
 	// would reach the address's bound.
 	for range 20 {
-		if d := l.AuthFailed(a, name("alice")); d != 4*time.Minute {
+		if d, _ := l.AuthFailed(a, name("alice")); d != 4*time.Minute {
 			t.Fatalf("failure while cooling down: %v, want 4m", d)
 		}
 	}
-	if d := l.AuthFailed(a, name("bob")); d != 0 || l.CoolingDown(a) != 0 {
+	if d, _ := l.AuthFailed(a, name("bob")); d != 0 || l.CoolingDown(a) != 0 {
 		t.Errorf("bob's first failure: %v, address %v; want neither cooling down", d, l.CoolingDown(a))
 	}
 	if n := bytes.Count(logs.Bytes(), []byte("auth failures")); n != 1 {
@@ -164,7 +164,7 @@ func TestAuthFailures(t *testing.T) {
 
 	off, _ := newLimiter(limits.Config{})
 	for range 100 {
-		if d := off.AuthFailed(a, name("alice")); d != 0 {
+		if d, _ := off.AuthFailed(a, name("alice")); d != 0 {
 			t.Fatalf("AuthFailed with the check off = %v", d)
 		}
 	}
@@ -182,15 +182,18 @@ func TestAuthFailuresPerAddress(t *testing.T) {
 	l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthFailuresPerAddress: 5, AuthWindow: time.Minute,
 		AuthCooldown: 5 * time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for i := range 4 {
-		if d := l.AuthFailed(a, name(fmt.Sprintf("user%d", i))); d != 0 {
+		if d, _ := l.AuthFailed(a, name(fmt.Sprintf("user%d", i))); d != 0 {
 			t.Fatalf("failure %d: cool-down %v", i+1, d)
 		}
 	}
 	if d := l.CoolingDown(a); d != 0 {
 		t.Fatalf("four failures: the address cools down (%v)", d)
 	}
-	if d := l.AuthFailed(a, name("user4")); d != 5*time.Minute {
-		t.Fatalf("fifth failure: cool-down %v, want 5m", d)
+	if d, started := l.AuthFailed(a, name("user4")); d != 5*time.Minute || !started {
+		t.Fatalf("fifth failure: cool-down %v, started %v; want 5m, started", d, started)
+	}
+	if d, started := l.AuthFailed(a, name("user5")); d != 5*time.Minute || started {
+		t.Fatalf("a failure during the cool-down: %v, started %v; want 5m, not started by it", d, started)
 	}
 	clk.advance(time.Minute)
 	if d := l.CoolingDown(a); d != 4*time.Minute {
@@ -236,7 +239,7 @@ func TestAuthNamesBounded(t *testing.T) {
 			names(t, l, 4)
 		}
 		// The newest names are kept: a second failure cools one down.
-		if d := l.AuthFailed(a, name("guess999")); d == 0 {
+		if d, _ := l.AuthFailed(a, name("guess999")); d == 0 {
 			t.Error("the newest name forgotten")
 		}
 	})
@@ -255,7 +258,7 @@ func TestAuthNamesBounded(t *testing.T) {
 			t.Errorf("user5, for which there was no room, cools down (%v)", d)
 		}
 		// The failures without room counted towards the address.
-		if d := l.AuthFailed(a, name("user7")); d == 0 || l.CoolingDown(a) == 0 {
+		if d, _ := l.AuthFailed(a, name("user7")); d == 0 || l.CoolingDown(a) == 0 {
 			t.Error("the eighth failure did not cool the address down")
 		}
 	})
@@ -270,7 +273,7 @@ func TestAuthNamesBounded(t *testing.T) {
 		clk.advance(2 * time.Minute) // the failures leave the window
 		l.AuthFailed(b, name("carol"))
 		l.AuthFailed(b, name("carol"))
-		if d := l.AuthFailed(b, name("carol")); d == 0 {
+		if d, _ := l.AuthFailed(b, name("carol")); d == 0 {
 			t.Error("no room for a new name once the others' windows had passed")
 		}
 		names(t, l, 8)

@@ -18,14 +18,6 @@ type bodyReader struct {
 	trailers []byte
 }
 
-// CodedBody reports whether the response in Resp has a body in a transfer
-// coding other than chunked ("gzip, chunked", or "gzip" delimited by the
-// close): its bytes are not its content, and a front-end that has no
-// transfer codings (HTTP/2, HTTP/3) cannot pass it on.
-func (x *Exchange) CodedBody() bool {
-	return x.Resp.TEOther && !x.NoBody()
-}
-
 // NextBody returns the next run of the response body's content, for a
 // front-end that relays content rather than HTTP/1.1 framing (HTTP/2,
 // HTTP/3): from Up's buffer, a chunked body's data runs gathered in

@@ -364,7 +364,9 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 
 // ReadResponse reads the response head into Resp: the final one, each
 // informational (1xx) one before it passed to r.Interim; a 101 only to a
-// request Begin was told asks for an upgrade to WebSocket. The wait for
+// request Begin was told asks for an upgrade to WebSocket; a final one in
+// a transfer coding other than chunked is http1.ErrTransferCoding. The
+// wait for
 // each head is bounded by ResponseHeaderTimeout, and its size by
 // MaxHeaderBytes; while the front-end sends the body (StartBody), the
 // timeout starts once it is sent and the wait ends when the body fails on
@@ -416,6 +418,12 @@ func (x *Exchange) ReadResponse(r Request) error {
 		case st == 407 && x.parent != nil:
 			x.parent.Health().Failed(time.Now())
 			return ErrParentAuth
+		case x.Resp.TEOther:
+			// A transfer coding other than chunked, which rustle never
+			// asks for (no request carries TE): refused, body or not, on
+			// every front-end; HTTP/2 and HTTP/3 have no transfer
+			// codings to pass it on in.
+			return http1.ErrTransferCoding
 		}
 		return nil
 	}

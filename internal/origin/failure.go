@@ -34,7 +34,8 @@ func (x *Exchange) Failure(err error) (status int, reason, text string) {
 //     dialer's reason;
 //   - no response in time: 504, timed-out;
 //   - an upstream that closed without a response, answered what does not
-//     parse, a head too large or an unasked 101: 502, upstream-failed.
+//     parse, a head too large, an unasked 101 or a transfer coding other
+//     than chunked: 502, upstream-failed.
 func Failure(err error, target string) (status int, reason, text string) {
 	var de *dialer.Error
 	var ne net.Error
@@ -50,6 +51,8 @@ func Failure(err error, target string) (status int, reason, text string) {
 		return 502, accesslog.ReasonUpstreamFailed, "upstream response head too large"
 	case errors.Is(err, ErrUnexpected101):
 		return 502, accesslog.ReasonUpstreamFailed, "upstream switched protocols without an upgrade request"
+	case errors.Is(err, http1.ErrTransferCoding):
+		return 502, accesslog.ReasonUpstreamFailed, "upstream used a transfer coding other than chunked"
 	case isParseError(err):
 		return 502, accesslog.ReasonUpstreamFailed, "malformed response from upstream " + target
 	}

@@ -9,7 +9,9 @@
 // request path asks [User.Begin] before each request (which counts it),
 // adds the bytes a request moved at its end with [User.AddBytes], and
 // meters a running tunnel's bytes as they move ([User.Meter]), which ends
-// the tunnel once a byte quota is spent. None of it allocates or waits.
+// the tunnel once a byte quota is spent. None of it allocates, nor waits
+// but for the first requests of a counter just made, with a cluster
+// (below).
 //
 // A counter's use is what it knew at its last synchronisation (its base)
 // plus what this process counted since (its pending count). Without a
@@ -17,7 +19,10 @@
 // file ([Tracker.Save], [Tracker.Load]); with one, package cluster sends
 // them to Redis every sync interval and sets the base to the total every
 // instance reached ([Counter.Take], [Counter.Settle]); counts sent but
-// not confirmed still count here.
+// not confirmed still count here. A counter made on an instance (a
+// user's first request there) starts from the totals the others reached:
+// package cluster fetches them ([Tracker.SetLoader], [Counter.Loaded]),
+// and its first requests wait for them, a bounded time.
 package quota
 
 import (
@@ -26,15 +31,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
 )
 
 // Rule is one quota.
 type Rule struct {
 	// Name names the rule's counters (in metrics, the state file, Redis).
 	Name string
-	// Users are the users counted, each alone; "*" is every user.
+	// Users are the users counted, each alone; "*" is every user. They
+	// and each of Groups are matched by an [acl.Selector], as every
+	// table that selects users matches them.
 	Users []string
-	// Groups are the groups whose members count together.
+	// Groups are the groups whose members count together, one count
+	// per group; a group Config.Groups does not define has no members.
 	Groups []string
 	// Period, Reset (the time after midnight it starts at) and Loc (the
 	// zone of Reset; nil = UTC) give the windows.
@@ -83,8 +93,16 @@ type Counter struct {
 	sent [2]atomic.Int64 // bytes, requests Take handed over that no Settle confirmed yet
 	pend [2]atomic.Int64 // bytes, requests counted here since the last Take
 
-	mu    sync.Mutex
-	start int64 // the window's start, Unix nanoseconds; guarded by mu (written with end)
+	// ready is closed once the counter's totals are known to this
+	// instance or no longer waited for (Loaded, Release); nil when the
+	// Tracker has no loader. wait bounds a Begin's wait for it.
+	ready    chan struct{}
+	wait     time.Duration
+	released sync.Once
+
+	mu      sync.Mutex
+	start   int64 // the window's start, Unix nanoseconds; guarded by mu (written with end)
+	settled bool  // a Settle confirmed a sync of this window; guarded by mu
 }
 
 // Rule returns the counter's rule.
@@ -110,6 +128,7 @@ func (c *Counter) roll(now time.Time) {
 		c.pend[k].Store(0)
 	}
 	c.start = start.UnixNano()
+	c.settled = false
 	c.end.Store(end.UnixNano())
 }
 
@@ -176,6 +195,56 @@ func (c *Counter) Settle(start, sentBytes, sentRequests, bytes, requests int64) 
 	c.base[kindRequests].Store(requests)
 	c.sent[kindBytes].Add(-sentBytes)
 	c.sent[kindRequests].Add(-sentRequests)
+	c.settled = true
+}
+
+// Loaded sets the totals of the window that starts at start (Unix
+// nanoseconds) that every instance reached before this one made the
+// counter, bytes and requests, as its loader fetched them (see
+// [Tracker.SetLoader]), and lets the requests waiting for them go on
+// (see [User.Begin]). The totals are ignored when the counter has moved
+// to another window, or when a Settle came first (its totals are
+// later).
+func (c *Counter) Loaded(start, bytes, requests int64) {
+	c.mu.Lock()
+	if c.start == start && !c.settled {
+		c.base[kindBytes].Store(bytes)
+		c.base[kindRequests].Store(requests)
+	}
+	c.mu.Unlock()
+	c.Release()
+}
+
+// Release lets the requests waiting for the counter's totals go on
+// without them (a loader that could not fetch them): they are checked
+// against what this instance knows. A later Loaded still sets them. It
+// is idempotent.
+func (c *Counter) Release() {
+	if c.ready != nil {
+		c.released.Do(func() { close(c.ready) })
+	}
+}
+
+// await waits until the counter's totals are known (Loaded) or not
+// waited for (Release), at most the Tracker's loader wait, after which
+// it releases the counter itself. It returns at once after that, without
+// allocating.
+func (c *Counter) await() {
+	if c.ready == nil {
+		return
+	}
+	select {
+	case <-c.ready:
+		return
+	default:
+	}
+	t := time.NewTimer(c.wait)
+	defer t.Stop()
+	select {
+	case <-c.ready:
+	case <-t.C:
+		c.Release()
+	}
 }
 
 // fold adds the pending counts to the base: the sync of a lone instance.
@@ -200,9 +269,15 @@ type User struct {
 
 // Begin counts a request of the user and reports whether the user may
 // make it: false, counting nothing, when one of its quotas is spent.
+// The first requests of a counter the Tracker just made wait for its
+// totals, when it has a loader (see [Tracker.SetLoader]), at most the
+// loader's wait; after that Begin does not wait.
 func (u *User) Begin() bool {
 	if u == nil {
 		return true
+	}
+	for _, c := range u.counters {
+		c.await()
 	}
 	now := u.counters[0].now()
 	for _, c := range u.counters {
@@ -361,9 +436,11 @@ type Tracker struct {
 	now   func() time.Time
 
 	mu       sync.RWMutex
-	groupOf  map[string][]string // user -> groups; guarded by mu
+	who      []ruleWho           // whom each rule counts, by the rules' index; guarded by mu
 	users    map[string]*User    // guarded by mu; nil entries: no rule applies
 	counters map[string]*Counter // by rule name and scope (key); guarded by mu
+	load     func(*Counter)      // told of each counter made; nil = none; guarded by mu
+	loadWait time.Duration       // guarded by mu
 }
 
 // New returns a Tracker of cfg's rules.
@@ -376,19 +453,37 @@ func New(cfg Config) *Tracker {
 		r := cfg.Rules[i]
 		t.rules = append(t.rules, &r)
 	}
-	t.groupOf = groupsOf(cfg.Groups)
+	t.who = whoOf(t.rules, cfg.Groups)
 	return t
 }
 
-// groupsOf inverts a map of groups to their members.
-func groupsOf(groups map[string][]string) map[string][]string {
-	of := make(map[string][]string)
-	for g, members := range groups {
-		for _, m := range members {
-			of[m] = append(of[m], g)
+// ruleWho is whom a rule counts: users each alone, and the members of
+// each group together.
+type ruleWho struct {
+	users  *acl.Selector // the rule's users; nil when it names none
+	groups []groupWho    // in the rule's order
+}
+
+// groupWho is a group of a rule and the scope of its counter.
+type groupWho struct {
+	scope string // "group:" and the group's name
+	who   acl.Selector
+}
+
+// whoOf compiles whom each of rules counts, with groups' members.
+func whoOf(rules []*Rule, groups map[string][]string) []ruleWho {
+	out := make([]ruleWho, len(rules))
+	for i, r := range rules {
+		if len(r.Users) > 0 {
+			s := acl.NewSelector(acl.Who{Users: r.Users}, nil, nil)
+			out[i].users = &s
+		}
+		for _, g := range r.Groups {
+			out[i].groups = append(out[i].groups,
+				groupWho{scope: "group:" + g, who: acl.NewSelector(acl.Who{Groups: []string{g}}, groups, nil)})
 		}
 	}
-	return of
+	return out
 }
 
 // SetGroups replaces the groups' members (a reload's [acl.groups]): users
@@ -399,11 +494,26 @@ func (t *Tracker) SetGroups(groups map[string][]string) {
 	if t == nil {
 		return
 	}
-	of := groupsOf(groups)
+	who := whoOf(t.rules, groups)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.groupOf = of
+	t.who = who
 	clear(t.users)
+}
+
+// SetLoader makes the Tracker tell load of each counter it makes from
+// then on, so that load fetches the totals other instances reached
+// (package cluster), and hands them to the counter with
+// [Counter.Loaded], or gives up with [Counter.Release]. Until then the
+// counter's requests wait in Begin, each at most wait. load is called
+// with the Tracker locked: it must not block nor call the Tracker.
+func (t *Tracker) SetLoader(load func(c *Counter), wait time.Duration) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.load, t.loadWait = load, wait
 }
 
 // Rules returns the number of rules.
@@ -437,8 +547,8 @@ func (t *Tracker) User(name string) *User {
 	}
 	name = strings.Clone(name)
 	u = &User{}
-	for _, r := range t.rules {
-		for _, scope := range t.scopes(r, name) {
+	for i, r := range t.rules {
+		for _, scope := range t.scopes(i, name) {
 			c := t.counterLocked(r, scope)
 			u.counters = append(u.counters, c)
 			u.bytes = u.bytes || r.Bytes > 0
@@ -451,20 +561,17 @@ func (t *Tracker) User(name string) *User {
 	return u
 }
 
-// scopes returns the scopes of r that user counts in.
-func (t *Tracker) scopes(r *Rule, user string) []string {
+// scopes returns the scopes of rule i that user counts in; t.mu is
+// held.
+func (t *Tracker) scopes(i int, user string) []string {
 	var out []string
-	for _, u := range r.Users {
-		if u == "*" || u == user {
-			out = append(out, user)
-			break
-		}
+	w := &t.who[i]
+	if w.users != nil && w.users.Match(user, nil) {
+		out = append(out, user)
 	}
-	for _, g := range r.Groups {
-		for _, ug := range t.groupOf[user] {
-			if ug == g {
-				out = append(out, "group:"+g)
-			}
+	for j := range w.groups {
+		if g := &w.groups[j]; g.who.Match(user, nil) {
+			out = append(out, g.scope)
 		}
 	}
 	return out
@@ -478,6 +585,10 @@ func (t *Tracker) counterLocked(r *Rule, scope string) *Counter {
 		c = &Counter{rule: r, scope: scope, now: t.now}
 		c.roll(t.now())
 		t.counters[k] = c
+		if t.load != nil {
+			c.ready, c.wait = make(chan struct{}), t.loadWait
+			t.load(c)
+		}
 	}
 	return c
 }
@@ -544,8 +655,8 @@ func (t *Tracker) Status(user string) []Status {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	var out []Status
-	for _, r := range t.rules {
-		for _, scope := range t.scopes(r, user) {
+	for i, r := range t.rules {
+		for _, scope := range t.scopes(i, user) {
 			c := t.counters[key(r.Name, scope)]
 			if c == nil {
 				c = &Counter{rule: r, scope: scope, now: t.now} // not kept

@@ -154,6 +154,26 @@ func TestScopes(t *testing.T) {
 	}
 }
 
+// TestScopeMemberListedTwice checks that a member listed twice in a
+// group counts once in it: the group's quota of two requests takes two
+// of hers, not one counted twice.
+func TestScopeMemberListedTwice(t *testing.T) {
+	tr := New(Config{
+		Groups: map[string][]string{"ci": {"carol", "carol"}},
+		Rules:  []Rule{{Name: "ci", Groups: []string{"ci"}, Requests: 2}},
+	})
+	carol := tr.User("carol")
+	if !carol.Begin() || !carol.Begin() {
+		t.Error("carol's second request refused: her first counted twice")
+	}
+	if carol.Begin() {
+		t.Error("carol's third request granted past the group's two")
+	}
+	if st := tr.Status("carol"); len(st) != 1 || st[0].Scope != "group:ci" {
+		t.Errorf("Status = %+v, want one group:ci quota", st)
+	}
+}
+
 func TestMeter(t *testing.T) {
 	tr := New(Config{Rules: []Rule{{Name: "b", Users: []string{"*"}, Bytes: 100}}})
 	u := tr.User("alice")
@@ -263,6 +283,66 @@ func TestSettle(t *testing.T) {
 	}
 }
 
+// TestLoader checks a counter's first totals: the first requests of a
+// counter wait for its loader's totals and are checked against them;
+// a loader that does not answer holds them at most its wait, after which
+// nothing waits; totals that come after a Settle are ignored.
+func TestLoader(t *testing.T) {
+	const wait = 200 * time.Millisecond
+	tr := New(Config{Rules: []Rule{{Name: "r", Users: []string{"*"}, Requests: 6}}})
+	made := make(chan *Counter, 4)
+	tr.SetLoader(func(c *Counter) { made <- c }, wait)
+
+	// Loaded while a request waits: 4 used elsewhere, 2 left.
+	u := tr.User("alice")
+	c := <-made
+	begun := make(chan bool)
+	go func() { begun <- u.Begin() }()
+	select {
+	case <-begun:
+		t.Fatal("Begin did not wait for the counter's totals")
+	case <-time.After(20 * time.Millisecond):
+	}
+	start, _ := c.Window()
+	c.Loaded(start.UnixNano(), 0, 4)
+	if !<-begun {
+		t.Fatal("first request refused with 4 of 6 used")
+	}
+	if !u.Begin() || u.Begin() {
+		t.Errorf("after 4 of 6 used elsewhere: used %d, want the 6th granted and the 7th refused", c.Status().RequestsUsed)
+	}
+
+	// A loader that never answers: the first request waits its bound,
+	// the next ones not at all.
+	u = tr.User("bob")
+	<-made
+	t0 := time.Now()
+	if !u.Begin() {
+		t.Fatal("bob's first request refused")
+	}
+	if d := time.Since(t0); d < wait || d > 5*wait {
+		t.Errorf("first request with no totals waited %v, want about %v", d, wait)
+	}
+	t0 = time.Now()
+	u.Begin()
+	if d := time.Since(t0); d > wait/2 {
+		t.Errorf("second request waited %v", d)
+	}
+
+	// Totals fetched before a Settle and delivered after it are older:
+	// ignored.
+	u = tr.User("carol")
+	c = <-made
+	c.Release()
+	u.Begin()
+	start2, _, r := c.Take()
+	c.Settle(start2, 0, r, 0, 3)
+	c.Loaded(start2, 0, 1)
+	if got := c.Status().RequestsUsed; got != 3 {
+		t.Errorf("used after a Settle then older totals = %d, want 3", got)
+	}
+}
+
 // TestSaveLoad checks the round trip of the state file: a restart within
 // the window restores the use, one after it starts afresh.
 func TestSaveLoad(t *testing.T) {
@@ -312,14 +392,19 @@ func TestSaveLoad(t *testing.T) {
 // TestBeginNoAllocs checks that the request path's quota check does not
 // allocate.
 func TestBeginNoAllocs(t *testing.T) {
-	tr := New(Config{Rules: []Rule{{Name: "d", Users: []string{"*"}, Bytes: 1 << 60, Requests: 1 << 60}}})
-	tr.User("alice")
-	if n := testing.AllocsPerRun(1000, func() {
-		u := tr.User("alice")
-		u.Begin()
-		u.AddBytes(1024)
-	}); n != 0 {
-		t.Errorf("User+Begin+AddBytes: %v allocations, want 0", n)
+	for _, loader := range []bool{false, true} {
+		tr := New(Config{Rules: []Rule{{Name: "d", Users: []string{"*"}, Bytes: 1 << 60, Requests: 1 << 60}}})
+		if loader { // a cluster's: once the totals are in, nothing waits
+			tr.SetLoader(func(c *Counter) { c.Loaded(c.start, 0, 0) }, time.Second)
+		}
+		tr.User("alice").Begin()
+		if n := testing.AllocsPerRun(1000, func() {
+			u := tr.User("alice")
+			u.Begin()
+			u.AddBytes(1024)
+		}); n != 0 {
+			t.Errorf("User+Begin+AddBytes (loader %v): %v allocations, want 0", loader, n)
+		}
 	}
 }
 

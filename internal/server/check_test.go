@@ -39,7 +39,7 @@ func TestCheck(t *testing.T) {
 		{"basic auth without users", func(c *config.Config) { c.Auth.Users = nil }, "requires basic auth"},
 		{"listener users", func(c *config.Config) { c.Listen[2].Users = []string{"alice"} }, ""},
 		{"listener user not configured", func(c *config.Config) { c.Listen[2].Users = []string{"alice", "mallory"} },
-			`server: listener socks: config: listen[2].users[1]: user "mallory" is neither in [[auth.users]] nor in an auth.htpasswd file`},
+			`config: listen[2].users[1]: user "mallory" is neither in [[auth.users]] nor in an auth.htpasswd file`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := good()

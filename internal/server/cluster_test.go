@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,8 +47,12 @@ type clusterNode struct {
 	m    *metrics.Metrics
 }
 
-// clusterConfig is the configuration of instance name of the rig.
-func clusterConfig(t *testing.T, name, redis string, users ...string) *config.Config {
+// oneRedis is the [cluster] of the Redis server at url.
+func oneRedis(url string) config.Cluster { return config.Cluster{Redis: url} }
+
+// clusterConfig is the configuration of instance name of the rig, whose
+// Redis is redis's (one server, Sentinels or nodes).
+func clusterConfig(t *testing.T, name string, redis config.Cluster, users ...string) *config.Config {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Workers = 1
@@ -57,10 +63,11 @@ func clusterConfig(t *testing.T, name, redis string, users ...string) *config.Co
 	cfg.Limits.MaxConnectionsPerUser = clusterConnsLimit
 	cfg.Limits.UserBytesPerSecond = 0
 	cfg.Quota.Rules = []config.QuotaRule{
-		{Name: "alice-daily", Users: []string{"alice"}, Bytes: clusterQuota},
-		{Name: "erin-requests", Users: []string{"erin"}, Requests: 1 << 40},
+		{Name: "alice-daily", Who: config.Who{Users: []string{"alice"}}, Bytes: clusterQuota},
+		{Name: "erin-requests", Who: config.Who{Users: []string{"erin"}}, Requests: 1 << 40},
 	}
-	cfg.Cluster = config.Cluster{Redis: redis, Instance: name}
+	cfg.Cluster = redis
+	cfg.Cluster.Instance = name
 	cfg.Cluster.SyncInterval.Duration = clusterSync
 	cfg.Cluster.Timeout.Duration = 200 * time.Millisecond
 	cfg.Listen = []config.Listener{{Name: "plain", Address: "127.0.0.1:0", Protocol: "http"}}
@@ -71,9 +78,9 @@ func clusterConfig(t *testing.T, name, redis string, users ...string) *config.Co
 	return cfg
 }
 
-// startCluster starts two instances, a and b, sharing the Redis at
+// startCluster starts two instances, a and b, sharing the Redis of
 // redis, with users.
-func startCluster(t *testing.T, redis string, modify func(c *config.Config), users ...string) [2]*clusterNode {
+func startCluster(t *testing.T, redis config.Cluster, modify func(c *config.Config), users ...string) [2]*clusterNode {
 	t.Helper()
 	var nodes [2]*clusterNode
 	for i, name := range []string{"a", "b"} {
@@ -123,7 +130,7 @@ func (n *clusterNode) connect(t *testing.T, target, user string) (net.Conn, int)
 func TestClusterQuota(t *testing.T) {
 	redis := proxytest.StartRedis(t)
 	origin := proxytest.NewOrigin(t, proxytest.Bulk(clusterDownload, proxytest.ByLength))
-	nodes := startCluster(t, redis.URL(), func(c *config.Config) {
+	nodes := startCluster(t, oneRedis(redis.URL()), func(c *config.Config) {
 		c.Limits.UserBytesPerSecond, c.Limits.UserBytesBurst = clusterRate, clusterRateBurst
 	}, "alice")
 	clients := [2]*http.Client{nodes[0].client("alice"), nodes[1].client("alice")}
@@ -176,7 +183,7 @@ func TestClusterQuota(t *testing.T) {
 func TestClusterConnectionLimit(t *testing.T) {
 	redis := proxytest.StartRedis(t)
 	echo := proxytest.NewEcho(t)
-	nodes := startCluster(t, redis.URL(), nil, "bob")
+	nodes := startCluster(t, oneRedis(redis.URL()), nil, "bob")
 	var held []net.Conn
 	for i := range clusterConnsLimit {
 		c, code := nodes[i%2].connect(t, echo.Addr, "bob")
@@ -208,7 +215,7 @@ func TestClusterConnectionLimit(t *testing.T) {
 func TestClusterRevocation(t *testing.T) {
 	redis := proxytest.StartRedis(t)
 	echo := proxytest.NewEcho(t)
-	nodes := startCluster(t, redis.URL(), nil, "carol", "dave")
+	nodes := startCluster(t, oneRedis(redis.URL()), nil, "carol", "dave")
 	a, b := nodes[0], nodes[1]
 	for _, tt := range []struct {
 		user   string
@@ -220,7 +227,7 @@ func TestClusterRevocation(t *testing.T) {
 			}
 		}},
 		{"dave", func(t *testing.T) {
-			next := clusterConfig(t, "a", redis.URL(), "carol") // dave removed
+			next := clusterConfig(t, "a", oneRedis(redis.URL()), "carol") // dave removed
 			if err := a.s.Reload(next); err != nil {
 				t.Fatalf("Reload: %v", err)
 			}
@@ -265,7 +272,7 @@ func isTimeout(err error) bool {
 func TestClusterRedisDown(t *testing.T) {
 	redis := proxytest.StartRedis(t)
 	origin := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
-	nodes := startCluster(t, redis.URL(), nil, "erin")
+	nodes := startCluster(t, oneRedis(redis.URL()), nil, "erin")
 	up := func(want float64) func() bool {
 		return func() bool {
 			for _, n := range nodes {
@@ -366,8 +373,8 @@ func TestClusterOutageQuota(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			redis := proxytest.StartRedis(t)
 			origin := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
-			nodes := startCluster(t, redis.URL(), func(c *config.Config) {
-				c.Quota.Rules = append(c.Quota.Rules, config.QuotaRule{Name: "gina-requests", Users: []string{"gina"}, Requests: quota})
+			nodes := startCluster(t, oneRedis(redis.URL()), func(c *config.Config) {
+				c.Quota.Rules = append(c.Quota.Rules, config.QuotaRule{Name: "gina-requests", Who: config.Who{Users: []string{"gina"}}, Requests: quota})
 				c.SetDefaults()
 			}, "gina")
 			// One client per instance: one connection each, within the
@@ -421,6 +428,104 @@ func TestClusterOutageQuota(t *testing.T) {
 			}
 			if q := a.s.Quota("gina"); len(q) != 1 || q[0].RequestsUsed != usedBefore+int64(ok) {
 				t.Errorf("a's count of gina's requests: %+v, want %d used (%d before the outage, %d answered since)", q, usedBefore+ok, usedBefore, ok)
+			}
+		})
+	}
+}
+
+// TestClusterFirstUse checks the documented bound of a user's first
+// request on an instance (docs/operations.md, "Running several
+// instances"): it is checked against the totals in Redis, not against
+// zero. hana has used 4 of her 6 requests through a; b, which syncs only
+// at its start (its interval is an hour), then gets a burst of 12 of
+// her requests: 2 go through, as many as a would let through.
+func TestClusterFirstUse(t *testing.T) {
+	const quota, usedBefore, burst = 6, 4, 12
+	redis := proxytest.StartRedis(t)
+	origin := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	nodes := startCluster(t, oneRedis(redis.URL()), func(c *config.Config) {
+		c.Quota.Rules = append(c.Quota.Rules, config.QuotaRule{Name: "hana-requests", Who: config.Who{Users: []string{"hana"}}, Requests: quota})
+		if c.Cluster.Instance == "b" {
+			c.Cluster.SyncInterval.Duration = time.Hour
+		}
+		c.SetDefaults()
+	}, "hana")
+	a, b := nodes[0], nodes[1]
+	get := func(n *clusterNode, cl *http.Client) int {
+		t.Helper()
+		resp, err := cl.Get(origin.URL("/"))
+		if err != nil {
+			t.Fatalf("hana's request through %s: %v", n.cfg.Cluster.Instance, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	ca := a.client("hana")
+	for i := range usedBefore {
+		if code := get(a, ca); code != 200 {
+			t.Fatalf("hana's request %d through a: %d", i, code)
+		}
+	}
+	waitFor(t, "Redis to hold hana's 4 requests", func() bool {
+		keys, _ := redis.Do("KEYS", "rustle:quota:hana-requests:*").([]any)
+		if len(keys) != 1 {
+			return false
+		}
+		v, err := proxytest.RedisDo(redis.Addr, "HGET", keys[0], "requests")
+		return err == nil && v == "4"
+	})
+
+	cb := b.client("hana")
+	ok := 0
+	for i := range burst {
+		switch code := get(b, cb); code {
+		case 200:
+			ok++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("hana's request %d through b: %d", i, code)
+		}
+	}
+	t.Logf("%d of a burst of %d of hana's requests through b succeeded", ok, burst)
+	if ok != quota-usedBefore {
+		t.Errorf("%d of a burst of %d requests through b, the first since its start, succeeded; want %d (a quota of %d, %d used through a)",
+			ok, burst, quota-usedBefore, quota, usedBefore)
+	}
+	if q := b.s.Quota("hana"); len(q) != 1 || q[0].RequestsUsed != quota {
+		t.Errorf("b's count of hana's requests: %+v, want %d used", q, quota)
+	}
+}
+
+// TestClusterPasswordFile checks cluster.password_file against a Redis
+// that asks for a password: the right one syncs, a wrong one is
+// reported unreachable, and the password is in no log line.
+func TestClusterPasswordFile(t *testing.T) {
+	const password = "s3cret-redis-pw"
+	redis := proxytest.StartRedisWith(t, "--requirepass", password)
+	for _, tt := range []struct {
+		name, file string
+		up         float64
+	}{
+		{"right", password + "\n", 1},
+		{"wrong", "not-" + password + "\n", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "redis.pw")
+			if err := os.WriteFile(file, []byte(tt.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			nodes := startCluster(t, config.Cluster{Redis: redis.URL(), PasswordFile: file}, nil, "alice")
+			for _, n := range nodes {
+				waitFor(t, "the instance's first sync", func() bool {
+					return proxytest.Metric(t, n.m, "rustle_cluster_redis_up") == tt.up
+				})
+				if log := n.log.String(); strings.Contains(log, password) {
+					t.Errorf("instance %s logged the password:\n%s", n.cfg.Cluster.Instance, log)
+				}
+			}
+			if tt.up == 0 && !strings.Contains(nodes[0].log.String(), "Redis unreachable") {
+				t.Errorf("a wrong password not logged as Redis unreachable:\n%s", nodes[0].log.String())
 			}
 		})
 	}

@@ -322,8 +322,8 @@ func startConformRig(t *testing.T, env *conformEnv, paced bool) *conformRig {
 	only := []string{"alice", "carol", "quinn"}
 	// quinn may make one request a day; each front-end's q-NAME user
 	// (see TestQuotaEndsTunnel) may move quotaTunnelBytes.
-	cfg.Quota.Rules = []config.QuotaRule{{Name: "quinn-daily", Users: []string{"quinn"}, Requests: 1},
-		{Name: "tunnel-bytes", Users: []string{}, Bytes: quotaTunnelBytes}}
+	cfg.Quota.Rules = []config.QuotaRule{{Name: "quinn-daily", Who: config.Who{Users: []string{"quinn"}}, Requests: 1},
+		{Name: "tunnel-bytes", Who: config.Who{Users: []string{}}, Bytes: quotaTunnelBytes}}
 	for _, fe := range conformFrontEnds {
 		name := "q-" + fe.name
 		cfg.Auth.Users = append(cfg.Auth.Users, config.User{Name: name, Password: "pw"})
@@ -335,7 +335,7 @@ func startConformRig(t *testing.T, env *conformEnv, paced bool) *conformRig {
 	cfg.Timeouts.ResponseHeader.Duration = 400 * time.Millisecond
 	cfg.ACL.Default = "deny"
 	cfg.ACL.Rules = []config.ACLRule{
-		{Name: "deny-listed", Action: "deny", Hosts: []string{"denied.test"}},
+		{Name: "deny-listed", Action: "deny", Criteria: config.Criteria{Hosts: []string{"denied.test"}}},
 		{Name: "allow-rest", Action: "allow"},
 	}
 	cfg.Limits.AuthFailures = 2

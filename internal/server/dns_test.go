@@ -81,7 +81,7 @@ func TestDNSResolvers(t *testing.T) {
 			cfg.Upstream.MaxIdlePerHost = -1
 			cfg.Listen = []config.Listener{{Name: "p", Address: "127.0.0.1:0", Auth: config.AuthNone}}
 			cfg.ACL.Default = "allow"
-			cfg.ACL.Rules = []config.ACLRule{{Name: "origin only", Action: "allow", Hosts: []string{"origin.rustle.test", "static.rustle.test"},
+			cfg.ACL.Rules = []config.ACLRule{{Name: "origin only", Action: "allow", Criteria: config.Criteria{Hosts: []string{"origin.rustle.test", "static.rustle.test"}},
 				AllowPrivate: []string{"127.0.0.0/8"}}, {Name: "rest", Action: "allow"}}
 			cfg.DNS = config.DNS{Resolvers: []string{"udp://" + dead.UDP, tc.url(good)}, Timeout: config.Duration{Duration: 200 * time.Millisecond},
 				Only: "ipv4", CA: good.CAFile, Hosts: map[string][]string{"static.rustle.test": {"127.0.0.1"}}}
@@ -168,9 +168,25 @@ func TestDNSResolverLoadErrors(t *testing.T) {
 
 // TestEgressLoadErrors: a bind address the host does not have (without
 // freebind) and an interface it does not have are refused at load,
-// naming the key and its line; with freebind the address is accepted.
+// naming the key and its line, and for an interface in rustle's words,
+// with the interfaces the host has; with freebind the address is
+// accepted.
 func TestEgressLoadErrors(t *testing.T) {
 	const listen = "[[listen]]\naddress = \"127.0.0.1:0\"\n"
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ifc := range ifs {
+		names = append(names, ifc.Name)
+	}
+	if len(names) > maxInterfacesNamed {
+		names = append(names[:maxInterfacesNamed], fmt.Sprintf("and %d more", len(ifs)-maxInterfacesNamed))
+	}
+	noSuch := func(name string) string {
+		return fmt.Sprintf("%q is not a network interface of this host (it has %s)", name, strings.Join(names, ", "))
+	}
 	for _, tc := range []struct {
 		name, src, want string
 	}{
@@ -181,7 +197,11 @@ func TestEgressLoadErrors(t *testing.T) {
 		{"rule address", listen + "[[egress.rules]]\nusers = [\"alice\"]\nbind = [\"127.0.0.1\", \"192.0.2.254\"]\n",
 			"e.toml:5: egress.rules[0].bind[1]: 192.0.2.254 is not an address of this host"},
 		{"interface", listen + "[egress]\ninterface = \"nosuch0\"\n",
-			"e.toml:4: egress.interface: \"nosuch0\" is not an interface of this host"},
+			"e.toml:4: egress.interface: " + noSuch("nosuch0")},
+		{"listener interface", listen + "egress = { interface = \"nosuch1\" }\n",
+			"e.toml:3: listen[0].egress.interface: " + noSuch("nosuch1")},
+		{"rule interface", listen + "[[egress.rules]]\nusers = [\"alice\"]\ninterface = \"nosuch2\"\n",
+			"e.toml:5: egress.rules[0].interface: " + noSuch("nosuch2")},
 		{"freebind", listen + "[egress]\nbind = [\"198.51.100.254\"]\nfreebind = true\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,7 +213,7 @@ func TestEgressLoadErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = Check(cfg)
-			if runtime.GOOS != "linux" && (tc.name == "interface" || tc.name == "freebind") {
+			if runtime.GOOS != "linux" && (strings.HasSuffix(tc.name, "interface") || tc.name == "freebind") {
 				tc.want = "only supported on Linux" // SO_BINDTODEVICE, IP_FREEBIND
 			}
 			if tc.want == "" {
@@ -204,6 +224,9 @@ func TestEgressLoadErrors(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Check = %v, want %q", err, tc.want)
+			}
+			if strings.HasSuffix(tc.name, "interface") && runtime.GOOS == "linux" && err.Error() != tc.want {
+				t.Fatalf("Check = %q, want exactly %q", err, tc.want)
 			}
 		})
 	}
@@ -270,10 +293,10 @@ func TestRouteResolvers(t *testing.T) {
 	cfg.Upstream.MaxIdlePerHost = -1
 	cfg.Listen = []config.Listener{{Name: "p", Address: "127.0.0.1:0", Auth: config.AuthNone}}
 	cfg.ACL.Default = "allow"
-	cfg.ACL.Rules = []config.ACLRule{{Name: "tests", Action: "allow", Hosts: []string{"origin.rustle.test", "inside.corp.test"},
+	cfg.ACL.Rules = []config.ACLRule{{Name: "tests", Action: "allow", Criteria: config.Criteria{Hosts: []string{"origin.rustle.test", "inside.corp.test"}},
 		AllowPrivate: []string{"127.0.0.0/8"}}, {Name: "rest", Action: "allow"}}
 	cfg.DNS = config.DNS{Resolvers: []string{"udp://" + global.UDP}, Only: "ipv4"}
-	cfg.Routes = []config.Route{{Name: "corp", Hosts: []string{".corp.test"}, Via: config.Strings{"direct"},
+	cfg.Routes = []config.Route{{Name: "corp", Criteria: config.Criteria{Hosts: []string{".corp.test"}}, Via: config.Strings{"direct"},
 		Resolvers: []string{"tcp://" + own.TCP}}}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {

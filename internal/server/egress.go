@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
+	"strings"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
@@ -45,26 +45,26 @@ func (s *Server) buildResolver(cfg *config.Config, key string, servers []string)
 	for i, u := range servers {
 		srv, err := resolve.ParseServer(u)
 		if err != nil {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("%s[%d]", key, i), err))
+			return nil, cfg.KeyError(fmt.Sprintf("%s[%d]", key, i), err)
 		}
 		rc.Servers = append(rc.Servers, srv)
 		labels[i] = srv.Label
 	}
 	var err error
 	if rc.Prefer, err = resolve.ParseFamily(d.Prefer); err != nil {
-		return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.prefer", err))
+		return nil, cfg.KeyError("dns.prefer", err)
 	}
 	if rc.Only, err = resolve.ParseFamily(d.Only); err != nil {
-		return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.only", err))
+		return nil, cfg.KeyError("dns.only", err)
 	}
 	if d.CA != "" {
 		pem, err := os.ReadFile(d.CA)
 		if err != nil {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.ca", err))
+			return nil, cfg.KeyError("dns.ca", err)
 		}
 		roots := x509.NewCertPool()
 		if !roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError("dns.ca", fmt.Errorf("%s holds no PEM certificate", d.CA)))
+			return nil, cfg.KeyError("dns.ca", fmt.Errorf("%s holds no PEM certificate", d.CA))
 		}
 		rc.TLS = &tls.Config{RootCAs: roots}
 	}
@@ -76,9 +76,8 @@ func (s *Server) buildResolver(cfg *config.Config, key string, servers []string)
 // egressTable is what [egress] and the users' rules build: the global
 // source and the users' sources.
 type egressTable struct {
-	global *dialer.Source            // nil = the kernel's choice
-	users  map[string]*dialer.Source // nil = none
-	groups []gate.GroupSource        // identity providers' groups, in the rules' order; nil = none
+	global *dialer.Source    // nil = the kernel's choice
+	rules  []gate.EgressRule // the users' sources, in order; nil = none
 }
 
 // newEgress builds the global egress source and the users' rules,
@@ -87,7 +86,6 @@ type egressTable struct {
 func newEgress(cfg *config.Config) (egressTable, error) {
 	var t egressTable
 	e := &cfg.Egress
-	providerGroups := cfg.ProviderGroups()
 	if e.Set() {
 		src, err := newSource(cfg, "egress", dialer.SourceConfig{Bind: e.Bind, Interface: e.Interface, Freebind: e.Freebind})
 		if err != nil {
@@ -101,25 +99,7 @@ func newEgress(cfg *config.Config) (egressTable, error) {
 		if err != nil {
 			return t, err
 		}
-		if t.users == nil {
-			t.users = make(map[string]*dialer.Source)
-		}
-		add := func(u string) {
-			if _, ok := t.users[u]; !ok { // the first rule naming a user decides
-				t.users[u] = src
-			}
-		}
-		for _, u := range r.Users {
-			add(u)
-		}
-		for _, g := range r.Groups {
-			for _, u := range cfg.ACL.Groups[g] {
-				add(u)
-			}
-			if slices.Contains(providerGroups, g) {
-				t.groups = append(t.groups, gate.GroupSource{Group: g, Source: src})
-			}
-		}
+		t.rules = append(t.rules, gate.EgressRule{Who: cfg.Selector(r.Who, true), Source: src})
 	}
 	return t, nil
 }
@@ -138,10 +118,10 @@ func listenerEgress(cfg *config.Config, i int, t egressTable) (*gate.Egress, err
 		}
 		def = src
 	}
-	if def == nil && t.users == nil && t.groups == nil {
+	if def == nil && t.rules == nil {
 		return nil, nil
 	}
-	return &gate.Egress{Default: def, Users: t.users, Groups: t.groups}, nil
+	return &gate.Egress{Default: def, Rules: t.rules}, nil
 }
 
 // newSource makes the source of the egress table at key, refusing an
@@ -152,7 +132,7 @@ func newSource(cfg *config.Config, key string, sc dialer.SourceConfig) (*dialer.
 	if err != nil {
 		var be *dialer.BindError
 		if errors.As(err, &be) {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, be.Index), be.Err))
+			return nil, cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, be.Index), be.Err)
 		}
 		k := key
 		switch {
@@ -163,21 +143,47 @@ func newSource(cfg *config.Config, key string, sc dialer.SourceConfig) (*dialer.
 		case sc.Freebind:
 			k = key + ".freebind"
 		}
-		return nil, fmt.Errorf("server: %w", cfg.KeyError(k, err))
+		return nil, cfg.KeyError(k, err)
 	}
 	i, err := src.Missing(sc.Bind)
 	if err != nil {
-		return nil, fmt.Errorf("server: %w", cfg.KeyError(key+".bind", err))
+		return nil, cfg.KeyError(key+".bind", err)
 	}
 	if i >= 0 {
-		return nil, fmt.Errorf("server: %w", cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, i),
-			fmt.Errorf("%s is not an address of this host: configure it on an interface, or set freebind = true", sc.Bind[i])))
+		return nil, cfg.KeyError(fmt.Sprintf("%s.bind[%d]", key, i),
+			fmt.Errorf("%s is not an address of this host: configure it on an interface, or set freebind = true", sc.Bind[i]))
 	}
 	if sc.Interface != "" {
-		if _, err := net.InterfaceByName(sc.Interface); err != nil {
-			return nil, fmt.Errorf("server: %w", cfg.KeyError(key+".interface",
-				fmt.Errorf("%q is not an interface of this host: %w", sc.Interface, err)))
+		if err := hasInterface(sc.Interface); err != nil {
+			return nil, cfg.KeyError(key+".interface", err)
 		}
 	}
 	return src, nil
+}
+
+// maxInterfacesNamed bounds the interfaces an error about a missing one
+// lists (a container host may have hundreds of veths).
+const maxInterfacesNamed = 16
+
+// hasInterface reports, in rustle's words, a network interface name the
+// host does not have, listing those it has: `"eht0" is not a network
+// interface of this host (it has lo, eth0)`.
+func hasInterface(name string) error {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fmt.Errorf("list the host's network interfaces to find %q: %w", name, err)
+	}
+	names := make([]string, 0, min(len(ifs), maxInterfacesNamed+1))
+	for _, ifc := range ifs {
+		if ifc.Name == name {
+			return nil
+		}
+		if len(names) < maxInterfacesNamed {
+			names = append(names, ifc.Name)
+		}
+	}
+	if len(ifs) > maxInterfacesNamed {
+		names = append(names, fmt.Sprintf("and %d more", len(ifs)-maxInterfacesNamed))
+	}
+	return fmt.Errorf("%q is not a network interface of this host (it has %s)", name, strings.Join(names, ", "))
 }

@@ -20,22 +20,30 @@ import (
 // and exists only inside the two namespaces.
 //
 //	P: vp 192.0.2.1/24 192.0.2.2/24 2001:db8:a::1/64 2001:db8:a::2/64
-//	   lo 203.0.113.7/32 2001:db8::7/128, local route 2001:db8:1::/64 (the prefix)
+//	   lo 203.0.113.7/32 2001:db8::7/128, local routes 2001:db8:1::/64 (the prefix)
+//	   and 198.51.100.0/24 (an IPv4 prefix and a freebind address), none
+//	   for 198.18.7.7 (a freebind address without one)
 //	   vx0 (one end of a second veth pair, no address nor route through it)
 //	O: vo 192.0.2.100/24 2001:db8:a::100/64, routes back to 203.0.113.0/24,
-//	   2001:db8::7 and 2001:db8:1::/64 through P
+//	   198.51.100.0/24, 198.18.7.7, 2001:db8::7 and 2001:db8:1::/64 through P
 const (
 	egressOrigin4 = "192.0.2.100"
 	egressOrigin6 = "2001:db8:a::100"
 	egressPrefix  = "2001:db8:1::/64"
-	egressPort    = "8080"
+	// egressLocal4 has a local route in P, as docs/operations.md says an
+	// IPv4 prefix and a freebind address need; egressNoRoute4 has none.
+	egressLocal4   = "198.51.100.0/24"
+	egressNoRoute4 = "198.18.7.7"
+	egressPort     = "8080"
 )
 
 // TestEgressNetns checks the source addresses upstream connections come
 // from, as an origin in another namespace sees them: 1,000 connections
 // through a /64 prefix come from 1,000 addresses of it, while one session
 // key keeps one; the family follows the destination (an IPv4 origin gets
-// the IPv4 bind address); bind_same connects from the address the client
+// the IPv4 bind address); an IPv4 prefix and a freebind address work with
+// the local route docs/operations.md asks for, and not without it;
+// bind_same connects from the address the client
 // reached; a destination of a family with no source address is a 502
 // (no-source); an interface binds the socket (through one that does not
 // lead to the origin the connection fails); a pooled upstream stays with
@@ -61,12 +69,15 @@ func TestEgressNetns(t *testing.T) {
 	ip("-n", p, "addr", "add", "2001:db8::7/128", "dev", "lo", "nodad")
 	ip("-n", p, "link", "set", "vp", "up")
 	ip("-n", p, "-6", "route", "add", "local", egressPrefix, "dev", "lo")
+	ip("-n", p, "route", "add", "local", egressLocal4, "dev", "lo")
 	ip("-n", p, "link", "add", "vx0", "type", "veth", "peer", "name", "vx1")
 	ip("-n", p, "link", "set", "vx0", "up")
 	ip("-n", o, "addr", "add", egressOrigin4+"/24", "dev", "vo")
 	ip("-n", o, "addr", "add", egressOrigin6+"/64", "dev", "vo", "nodad")
 	ip("-n", o, "link", "set", "vo", "up")
 	ip("-n", o, "route", "add", "203.0.113.0/24", "via", "192.0.2.1")
+	ip("-n", o, "route", "add", egressLocal4, "via", "192.0.2.1")
+	ip("-n", o, "route", "add", egressNoRoute4+"/32", "via", "192.0.2.1")
 	ip("-n", o, "-6", "route", "add", "2001:db8::7/128", "via", "2001:db8:a::1")
 	ip("-n", o, "-6", "route", "add", egressPrefix, "via", "2001:db8:a::1")
 	proxytest.RunInNetns(t, p, o)
@@ -132,6 +143,24 @@ name = "veth"
 address = "127.0.0.5:0"
 auth = "none"
 egress = { interface = "vp", bind = ["192.0.2.2"] }
+
+[[listen]]
+name = "prefix4"
+address = "127.0.0.8:0"
+auth = "none"
+egress = { bind = ["198.51.100.0/25"] }
+
+[[listen]]
+name = "freebind4"
+address = "127.0.0.9:0"
+auth = "none"
+egress = { bind = ["198.51.100.200"], freebind = true }
+
+[[listen]]
+name = "noroute4"
+address = "127.0.0.10:0"
+auth = "none"
+egress = { bind = ["198.18.7.7"], freebind = true }
 
 [[routes]]
 name = "erin"
@@ -207,6 +236,24 @@ egress = { bind = ["2001:db8:a::2", "192.0.2.2"] }
 	t.Run("the family follows the destination", func(t *testing.T) {
 		if got, err := sourceVia(addrs["prefix"], url4, ""); err != nil || got != "203.0.113.7" {
 			t.Fatalf("IPv4 origin: source %q, %v; want 203.0.113.7", got, err)
+		}
+	})
+
+	t.Run("IPv4 prefixes and freebind addresses need a local route", func(t *testing.T) {
+		prefix := netip.MustParsePrefix("198.51.100.0/25")
+		for range 5 {
+			got, err := sourceVia(addrs["prefix4"], url4, "")
+			if a, perr := netip.ParseAddr(got); err != nil || perr != nil || !prefix.Contains(a) {
+				t.Fatalf("IPv4 prefix with its local route: source %q, %v; want an address of %s", got, err, prefix)
+			}
+		}
+		if got, err := sourceVia(addrs["freebind4"], url4, ""); err != nil || got != "198.51.100.200" {
+			t.Fatalf("freebind address with its local route: source %q, %v; want 198.51.100.200", got, err)
+		}
+		// The origin answers 198.18.7.7 through P, whose kernel, with no
+		// local route for it, does not take the answer in.
+		if status, body, err := getVia(addrs["noroute4"], url4, ""); err != nil || status != 502 && status != 504 {
+			t.Errorf("freebind address without a local route: %d %q %v; want 502 or 504", status, body, err)
 		}
 	})
 

@@ -248,7 +248,7 @@ func TestExchangeConformance(t *testing.T) {
 				dante := proxytest.StartDante(t)
 				r := startExchangeRig(t, func(c *config.Config) {
 					c.Parents = []config.Parent{{Name: "dante", URL: "socks5://" + dante.Addr}}
-					c.Routes = []config.Route{{Name: "bob", Users: []string{"bob"}, Via: config.Strings{"dante"}}}
+					c.Routes = []config.Route{{Name: "bob", Criteria: config.Criteria{Who: config.Who{Users: []string{"bob"}}}, Via: config.Strings{"dante"}}}
 				})
 				if code, body := fe.get(t, r, o.url+"/bob", "bob"); code != 200 || body != "origin /bob" {
 					t.Fatalf("bob's GET: %d %q", code, body)

@@ -79,10 +79,10 @@ func startIdentityRig(t *testing.T) *identityRig {
 			InsecurePlaintext: true, UserClaim: "repository"},
 	}
 	cfg.ACL.Rules = []config.ACLRule{
-		{Name: "devs", Action: "allow", Groups: []string{"devs"}},
-		{Name: "ci", Action: "allow", Groups: []string{"ci-main"}, Ports: []string{strconv.Itoa(port)}},
-		{Name: "zoe", Action: "allow", Users: []string{"zoe"}},
-		{Name: "short", Action: "allow", Users: []string{"o/a"}},
+		{Name: "devs", Action: "allow", Criteria: config.Criteria{Who: config.Who{Groups: []string{"devs"}}}},
+		{Name: "ci", Action: "allow", Criteria: config.Criteria{Who: config.Who{Groups: []string{"ci-main"}}, Ports: []string{strconv.Itoa(port)}}},
+		{Name: "zoe", Action: "allow", Criteria: config.Criteria{Who: config.Who{Users: []string{"zoe"}}}},
+		{Name: "short", Action: "allow", Criteria: config.Criteria{Who: config.Who{Users: []string{"o/a"}}}},
 	}
 	tl, roots := proxyCerts(t)
 	r.roots = roots
@@ -464,8 +464,8 @@ func TestEgressTableProviderGroups(t *testing.T) {
 		Groups: map[string][]string{"ci-main": {"refs/heads/main"}}}}
 	cfg.ACL.Groups = map[string][]string{"ops": {"olga"}}
 	cfg.Egress.Rules = []config.EgressRule{
-		{Groups: []string{"ci-main"}, Bind: []string{"192.0.2.11"}, Freebind: true},
-		{Groups: []string{"ops"}, Bind: []string{"192.0.2.12"}, Freebind: true},
+		{Who: config.Who{Groups: []string{"ci-main"}}, Bind: []string{"192.0.2.11"}, Freebind: true},
+		{Who: config.Who{Groups: []string{"ops"}}, Bind: []string{"192.0.2.12"}, Freebind: true},
 	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -479,10 +479,10 @@ func TestEgressTableProviderGroups(t *testing.T) {
 	if err != nil || e == nil {
 		t.Fatalf("listenerEgress: %v %v", e, err)
 	}
-	if len(e.Groups) != 1 || e.Groups[0].Group != "ci-main" || e.For("octo-org/app", []string{"ci-main"}) != e.Groups[0].Source {
-		t.Errorf("the provider group's source: %+v", e.Groups)
+	if len(e.Rules) != 2 || e.For("octo-org/app", []string{"ci-main"}) != e.Rules[0].Source {
+		t.Errorf("the provider group's source: %+v", e.Rules)
 	}
-	if e.For("olga", nil) == nil || e.For("olga", nil) == e.Groups[0].Source {
+	if e.For("olga", nil) == nil || e.For("olga", nil) == e.Rules[0].Source {
 		t.Errorf("the [acl.groups] member's source is not its rule's")
 	}
 	if e.For("someone", []string{"ci-other"}) != nil {

@@ -27,10 +27,7 @@ func newPolicy(c config.ACL, providerGroups []string) (*acl.Policy, error) {
 	}
 	rules := make([]acl.Rule, len(c.Rules))
 	for i, r := range c.Rules {
-		rules[i] = acl.Rule{
-			Name: r.Name, Action: r.Action, Clients: r.Clients, Users: r.Users, Groups: r.Groups,
-			Hosts: r.Hosts, Ports: r.Ports, Methods: r.Methods, Protocols: r.Protocols, AllowPrivate: r.AllowPrivate,
-		}
+		rules[i] = r.Rule()
 	}
 	return acl.New(acl.Config{Rules: rules, Groups: c.Groups, ProviderGroups: providerGroups, Default: c.Default})
 }
@@ -94,7 +91,12 @@ func (s *Server) logBudget(b budget) {
 
 // newLimiter returns the limiter for the configuration's [limits], with
 // the connection limit conns (0: none).
-func newLimiter(c config.Limits, conns int, log *slog.Logger) *limits.Limiter {
+func newLimiter(cfg *config.Config, conns int, log *slog.Logger) (*limits.Limiter, error) {
+	c := cfg.Limits
+	schedules, err := cfg.ByteSchedules()
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	auth, perAddress := max(c.AuthFailures, 0), max(c.AuthFailuresPerAddress, 0) // -1 = off
 	return limits.New(limits.Config{
 		MaxConns:               conns,
@@ -108,8 +110,9 @@ func newLimiter(c config.Limits, conns int, log *slog.Logger) *limits.Limiter {
 		AuthCooldown:           c.AuthCooldown.Duration,
 		UserBytesPerSecond:     int64(c.UserBytesPerSecond),
 		UserBytesBurst:         int64(c.UserBytesBurst),
+		Schedules:              schedules,
 		Logger:                 log,
-	})
+	}), nil
 }
 
 // logGuard logs, once at start, which private ranges the guard lets

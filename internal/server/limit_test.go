@@ -129,7 +129,7 @@ func TestACLFromConfig(t *testing.T) {
 	port := mixedOrigin(t)
 	_, addrs, _ := startConfigured(t, func(c *config.Config) {
 		c.ACL.Default = "allow"
-		c.ACL.Rules = []config.ACLRule{{Name: "no-x", Action: "deny", Hosts: []string{"localhost"}},
+		c.ACL.Rules = []config.ACLRule{{Name: "no-x", Action: "deny", Criteria: config.Criteria{Hosts: []string{"localhost"}}},
 			{Name: "local", Action: "allow", AllowPrivate: []string{"127.0.0.1"}}}
 	})
 	if status, _, err := rawGet(t, addrs[0], "", fmt.Sprintf("http://localhost:%d/x", port)); err != nil || !strings.HasPrefix(status, "403") {

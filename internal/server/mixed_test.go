@@ -192,7 +192,7 @@ func TestProxyProtocol(t *testing.T) {
 	cfg.AllowPrivate = []string{"127.0.0.0/8"}
 	cfg.Limits.MaxConnectionsPerClient = 1 // counted by the header's address
 	cfg.ACL.Default = "allow"
-	cfg.ACL.Rules = []config.ACLRule{{Name: "no-doc-net", Action: "deny", Clients: []string{"198.51.100.0/24"}}}
+	cfg.ACL.Rules = []config.ACLRule{{Name: "no-doc-net", Action: "deny", Criteria: config.Criteria{Clients: []string{"198.51.100.0/24"}}}}
 	tl, roots := proxyCerts(t)
 	cfg.Listen = []config.Listener{
 		{Name: "lb", Address: "127.0.0.1:0", Protocol: "mixed", Auth: config.AuthNone, ProxyProtocol: true},

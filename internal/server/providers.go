@@ -37,11 +37,9 @@ func newProvider(cfg *config.Config, pc config.Provider, log *slog.Logger) (auth
 		}
 		pass := pc.BindPassword
 		if pc.BindPasswordFile != "" {
-			b, err := os.ReadFile(pc.BindPasswordFile)
-			if err != nil {
+			if pass, err = readSecret(pc.BindPasswordFile); err != nil {
 				return nil, fmt.Errorf("read bind_password_file: %w", err)
 			}
-			pass = strings.TrimRight(string(b), "\r\n")
 		}
 		return auth.NewLDAP(auth.LDAPConfig{
 			Name: pc.Name, URL: pc.URL, StartTLS: pc.StartTLS, InsecurePlaintext: pc.InsecurePlaintext, TLS: tc,
@@ -136,4 +134,14 @@ func localUsers(cfg *config.Config) []auth.User {
 		users[i] = auth.User{Name: u.Name, Password: u.Password, Bcrypt: u.Bcrypt}
 	}
 	return users
+}
+
+// readSecret returns the secret a file holds (a password), without its
+// trailing newline.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
 }

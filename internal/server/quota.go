@@ -21,14 +21,15 @@ import (
 // [cluster] only change with a restart).
 type shared struct {
 	quota   *quota.Tracker   // nil without quota rules
-	cluster *cluster.Cluster // nil without [cluster] redis
+	cluster *cluster.Cluster // nil without a [cluster]
 	// stateFile is where the quota counters are saved when there is no
 	// cluster; "" = not saved.
 	stateFile string
 	every     time.Duration
 	stop      chan struct{} // closed by closeShared: ends the save loop
 	done      sync.WaitGroup
-	once      sync.Once
+	started   sync.Once // startShared
+	once      sync.Once // closeShared
 }
 
 // quotaRules converts the configured rules; the configuration is
@@ -66,12 +67,25 @@ func (s *Server) newShared(cfg *config.Config) error {
 		}
 		sh.quota = quota.New(quota.Config{Rules: rules, Groups: cfg.ACL.Groups})
 	}
-	if c := cfg.Cluster; c.Redis != "" {
-		cl, err := cluster.New(cluster.Config{
-			URL: c.Redis, SyncInterval: c.SyncInterval.Duration, Timeout: c.Timeout.Duration,
+	if c := cfg.Cluster; c.Enabled() {
+		cc := cluster.Config{
+			URL: c.Redis, Sentinels: c.Sentinels, MasterName: c.MasterName, Nodes: c.Nodes, Username: c.Username,
+			SyncInterval: c.SyncInterval.Duration, Timeout: c.Timeout.Duration,
 			Instance: c.Instance, Quota: sh.quota, LocalConns: s.localConns, Revoke: s.revokeUsers,
 			Logger: s.log,
-		})
+		}
+		var err error
+		if c.PasswordFile != "" {
+			if cc.Password, err = readSecret(c.PasswordFile); err != nil {
+				return fmt.Errorf("server: cluster.password_file: %w", err)
+			}
+		}
+		if c.SentinelPasswordFile != "" {
+			if cc.SentinelPassword, err = readSecret(c.SentinelPasswordFile); err != nil {
+				return fmt.Errorf("server: cluster.sentinel_password_file: %w", err)
+			}
+		}
+		cl, err := cluster.New(cc)
 		if err != nil {
 			return fmt.Errorf("server: %w", err)
 		}
@@ -90,8 +104,10 @@ func (s *Server) newShared(cfg *config.Config) error {
 }
 
 // startShared starts the cluster link, or the loop that saves the quota
-// counters.
-func (s *Server) startShared() {
+// counters. It does so once.
+func (s *Server) startShared() { s.shared.started.Do(s.startSharedOnce) }
+
+func (s *Server) startSharedOnce() {
 	sh := &s.shared
 	if sh.cluster != nil {
 		sh.cluster.Start()

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -388,6 +389,61 @@ func TestTLSPortRefusalsLogged(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { r.checkNoSecret(t) })
+}
+
+// TestTLSToPlainPort checks that a client starting a TLS handshake on a
+// port that speaks plain HTTP (an https:// proxy URL for an http or mixed
+// listener) is refused at once, not after the read-header timeout with a
+// plaintext 408 it cannot read: answered with a TLS handshake_failure
+// alert, which Go's TLS client and curl report as such, logged with the
+// reason tls-to-plain-port in the access log and at debug.
+func TestTLSToPlainPort(t *testing.T) {
+	r := startRefusalRig(t, accesslog.FormatJSON)
+	const headTimeout = 2 * time.Second // the rig's timeouts.read_header
+	for _, listener := range []string{"plain", "mixed"} {
+		t.Run(listener, func(t *testing.T) {
+			t.Run("Go TLS client", func(t *testing.T) {
+				c := r.dial(t, listener)
+				client := c.LocalAddr().String()
+				start := time.Now()
+				err := tls.Client(c, &tls.Config{ServerName: "proxy.example", RootCAs: r.roots}).Handshake()
+				if took := time.Since(start); took >= headTimeout {
+					t.Errorf("the handshake failed after %v, not at once", took)
+				}
+				if err == nil || !strings.Contains(err.Error(), "remote error: tls: handshake failure") {
+					t.Errorf("handshake: %v, want the server's handshake_failure alert", err)
+				}
+				recs := r.waitRecords(t, client, 1)
+				want := refusalRecord{Listener: listener, Client: client, Reason: "tls-to-plain-port"}
+				if recs[0] != want {
+					t.Errorf("record %+v, want %+v", recs[0], want)
+				}
+				r.checkDebug(t, client, want)
+			})
+			t.Run("curl", func(t *testing.T) {
+				start := time.Now()
+				out, err := curl(t, "--proxy", "https://"+r.addr[listener], "--proxy-insecure", r.origin.URL("/curl"))
+				took := time.Since(start)
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 35 || !strings.Contains(out, "alert handshake failure") {
+					t.Errorf("curl: %v %q, want exit 35 (TLS connect error) naming the handshake_failure alert", err, out)
+				}
+				if took >= headTimeout {
+					t.Errorf("curl failed after %v, not at once", took)
+				}
+				waitFor(t, "curl's record", func() bool {
+					for line := range strings.Lines(r.access.String()) {
+						var rec refusalRecord
+						if json.Unmarshal([]byte(line), &rec) == nil && rec.Listener == listener &&
+							rec.Reason == "tls-to-plain-port" && strings.HasPrefix(rec.Client, "127.0.0.1:") {
+							return true
+						}
+					}
+					return false
+				})
+			})
+		})
+	}
 }
 
 // expectHandshakeError runs tc's handshake, which must fail.

@@ -89,11 +89,13 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	g.guard = guard
-	if prev != nil && prev.cfg.Limits == cfg.Limits {
+	if prev != nil && cfg.LimitsEqual(prev.cfg) {
 		g.lim, g.budget = prev.lim, prev.budget
 	} else {
 		g.budget = descriptorBudget(cfg.Limits)
-		g.lim = newLimiter(cfg.Limits, g.budget.conns, s.log)
+		if g.lim, err = newLimiter(cfg, g.budget.conns, s.log); err != nil {
+			return nil, err
+		}
 		if cl := s.shared.cluster; cl != nil {
 			g.lim.SetShared(cl.Others)
 		}
@@ -303,8 +305,8 @@ func knownUsers(cfg *config.Config, i int, authr *auth.Authenticator) error {
 	lc := cfg.Listen[i]
 	for j, name := range lc.Users {
 		if !authr.Has(name) {
-			return fmt.Errorf("server: listener %s: %w", lc.Name, cfg.KeyError(fmt.Sprintf("listen[%d].users[%d]", i, j),
-				fmt.Errorf("user %q is neither in [[auth.users]] nor in an auth.htpasswd file", name)))
+			return cfg.KeyError(fmt.Sprintf("listen[%d].users[%d]", i, j),
+				fmt.Errorf("user %q is neither in [[auth.users]] nor in an auth.htpasswd file", name))
 		}
 	}
 	return nil

@@ -284,7 +284,7 @@ func TestReloadUnderLoad(t *testing.T) {
 			c.Auth.Users = append(c.Auth.Users, config.User{Name: "carol", Password: "c"})
 			c.Via = true
 			c.Timeouts.ReadHeader.Duration = 20 * time.Second
-			c.ACL.Rules = []config.ACLRule{{Name: "loopback", Action: "allow", Hosts: []string{"127.0.0.1"}}}
+			c.ACL.Rules = []config.ACLRule{{Name: "loopback", Action: "allow", Criteria: config.Criteria{Hosts: []string{"127.0.0.1"}}}}
 		}),
 	}
 	s := startReloadable(t, reloadConfig(t, nil))

@@ -94,8 +94,8 @@ func TestRoutesRetry(t *testing.T) {
 			{Name: "squid", URL: squidURL},
 		}
 		c.Routes = []config.Route{
-			{Name: "closes", Hosts: []string{"localhost"}, Via: config.Strings{"hangup", "squid"}, Select: "first-available"},
-			{Name: "cuts", Ports: []string{port2}, Via: config.Strings{"cutter", "squid"}, Select: "first-available"},
+			{Name: "closes", Criteria: config.Criteria{Hosts: []string{"localhost"}}, Via: config.Strings{"hangup", "squid"}, Select: "first-available"},
+			{Name: "cuts", Criteria: config.Criteria{Ports: []string{port2}}, Via: config.Strings{"cutter", "squid"}, Select: "first-available"},
 			{Name: "unreachable", Via: config.Strings{"dead", "squid"}, Select: "first-available"},
 		}
 	})
@@ -169,7 +169,7 @@ func TestRoutesH2HTTPParent(t *testing.T) {
 			{Name: "hangup", URL: "http://" + hangup.Addr, MaxFails: 1000},
 		}
 		c.Routes = []config.Route{
-			{Name: "closes", Hosts: []string{"localhost"}, Via: config.Strings{"hangup", "up"}, Select: "first-available"},
+			{Name: "closes", Criteria: config.Criteria{Hosts: []string{"localhost"}}, Via: config.Strings{"hangup", "up"}, Select: "first-available"},
 			{Name: "all", Via: config.Strings{"up"}},
 		}
 	})

@@ -66,9 +66,9 @@ func TestRoutesReload(t *testing.T) {
 			{Name: "probed", URL: "http://" + probed, ProbeInterval: config.Duration{Duration: 400 * time.Millisecond}},
 		}
 		cfg.Routes = []config.Route{
-			{Name: "failover", Methods: []string{"GET"}, Via: config.Strings{"dead", "dante"}, Select: "first-available"},
-			{Name: "tunnel", Methods: []string{"CONNECT"}, Via: config.Strings{"gone"}},
-			{Name: "probe", Methods: []string{"PUT"}, Via: config.Strings{"probed"}},
+			{Name: "failover", Criteria: config.Criteria{Methods: []string{"GET"}}, Via: config.Strings{"dead", "dante"}, Select: "first-available"},
+			{Name: "tunnel", Criteria: config.Criteria{Methods: []string{"CONNECT"}}, Via: config.Strings{"gone"}},
+			{Name: "probe", Criteria: config.Criteria{Methods: []string{"PUT"}}, Via: config.Strings{"probed"}},
 		}
 		if after {
 			cfg.Routes[1].Via = config.Strings{"direct"}

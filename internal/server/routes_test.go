@@ -253,7 +253,7 @@ func TestRoutesGuard(t *testing.T) {
 			{Name: "d5h", URL: "socks5h://" + dante.Addr},
 		}
 		c.Routes = []config.Route{
-			{Name: "resolved-here", Protocols: []string{"socks5"}, Via: config.Strings{"d5"}},
+			{Name: "resolved-here", Criteria: config.Criteria{Protocols: []string{"socks5"}}, Via: config.Strings{"d5"}},
 			{Name: "resolved-there", Via: config.Strings{"d5h"}},
 		}
 	})
@@ -299,9 +299,9 @@ func TestRoutesHealth(t *testing.T) {
 			{Name: "dante", URL: "socks5h://" + dante.Addr},
 		}
 		c.Routes = []config.Route{
-			{Name: "failover", Methods: []string{"GET"}, Via: config.Strings{"dead", "dante"}, Select: "first-available"},
-			{Name: "refuse", Methods: []string{"PUT"}, Via: config.Strings{"dead"}},
-			{Name: "fallback", Methods: []string{"DELETE"}, Via: config.Strings{"dead"}, Fallback: "direct"},
+			{Name: "failover", Criteria: config.Criteria{Methods: []string{"GET"}}, Via: config.Strings{"dead", "dante"}, Select: "first-available"},
+			{Name: "refuse", Criteria: config.Criteria{Methods: []string{"PUT"}}, Via: config.Strings{"dead"}},
+			{Name: "fallback", Criteria: config.Criteria{Methods: []string{"DELETE"}}, Via: config.Strings{"dead"}, Fallback: "direct"},
 		}
 	})
 	proxy := "http://" + addrs["plain"]

@@ -143,9 +143,9 @@ func TestRoutesSOCKSUDP(t *testing.T) {
 			{Name: "tcponly", URL: "socks5h://" + tcpOnly.Addr},
 		}
 		c.Routes = []config.Route{
-			{Name: "via-rustle", Users: []string{"alice"}, Via: config.Strings{"r5"}},
-			{Name: "via-dante", Users: []string{"bob"}, Via: config.Strings{"dante"}},
-			{Name: "via-tcponly", Users: []string{"carol"}, Via: config.Strings{"tcponly"}},
+			{Name: "via-rustle", Criteria: config.Criteria{Who: config.Who{Users: []string{"alice"}}}, Via: config.Strings{"r5"}},
+			{Name: "via-dante", Criteria: config.Criteria{Who: config.Who{Users: []string{"bob"}}}, Via: config.Strings{"dante"}},
+			{Name: "via-tcponly", Criteria: config.Criteria{Who: config.Who{Users: []string{"carol"}}}, Via: config.Strings{"tcponly"}},
 		}
 	})
 	for _, tc := range []struct {

@@ -205,13 +205,20 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 
 // Start opens every listener (one SO_REUSEPORT socket per worker, all on
 // the same port even when the configured port is 0) and starts serving.
+//
+// With a cluster, its link starts first (see cluster.Cluster.Start): its
+// first sync, bounded by cluster.timeout, comes before the first
+// connection.
 func (s *Server) Start() error {
+	s.mu.Lock()
+	ready := !s.closed && !s.started
+	s.mu.Unlock()
+	if ready {
+		s.startShared() // not under s.mu: its first sync reads the limiter under it
+	}
 	s.mu.Lock()
 	err := s.startLocked()
 	s.mu.Unlock()
-	if err == nil {
-		s.startShared() // its first sync reads the limiter, under s.mu
-	}
 	return err
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h2"
+	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
@@ -304,11 +304,6 @@ func serverConn(c *net.TCPConn, base *tls.Config) (*tls.Conn, *clientHello) {
 // type of the record that carries the ClientHello.
 const tlsHandshakeRecord = 0x16
 
-// notTLSAnswer is what plain HTTP sent to an https listener is answered.
-const notTLSAnswer = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n" +
-	"Content-Length: 65\r\nConnection: close\r\n\r\n" +
-	"rustle: this port speaks TLS: use an https:// URL for this proxy\n"
-
 // refuseNotTLS closes a connection to an https listener that did not
 // start with a TLS record, first answering 400 in plain HTTP when it
 // looks like an HTTP request (its first byte a letter, as a method's),
@@ -323,14 +318,8 @@ func (l *listener) refuseNotTLS(c *net.TCPConn, sess *gate.Session, first byte) 
 	sess.Reject(&gate.Request{}, &g, status, accesslog.ReasonNotTLS,
 		fmt.Errorf("server: not TLS on an https listener: first byte %#02x, plain HTTP %v", first, http))
 	if http {
-		// A fresh socket's empty send buffer takes the answer at once.
-		// Then a lingering close: closing with the request unread would
-		// reset the connection, and the client could lose the answer.
-		c.SetWriteDeadline(time.Now().Add(time.Second))
-		c.Write([]byte(notTLSAnswer))
-		c.CloseWrite()
-		c.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
-		io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+		http1.RefuseAndClose(c, "this port speaks TLS: use an https:// URL for this proxy")
+		return
 	}
 	c.Close()
 }

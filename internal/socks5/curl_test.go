@@ -7,16 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
-// curl runs curl with args and a 10s limit and returns its output and
-// exit error.
+// curl runs curl (required under CI) with args and a 10s limit and
+// returns its output and exit error.
 func curl(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	path, err := exec.LookPath("curl")
-	if err != nil {
-		t.Skip("curl not installed")
-	}
+	path := proxytest.RequireTool(t, "curl", "curl")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	args = append([]string{"-sS", "--max-time", "10", "--noproxy", ""}, args...)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
 )
 
 // Config configures a Server: the wire settings. Who may connect where,
@@ -181,8 +183,28 @@ func (s *Server) serve(cn *conn) bool {
 	case version4:
 		return s.serve4(cn)
 	}
-	s.debug(cn, "socks5: unknown protocol version", errVersion)
+	refuseNotSOCKS(cn)
 	return false
+}
+
+// refuseNotSOCKS refuses a client whose first byte is no SOCKS version,
+// and logs it (the access log with the reason not-socks, and the
+// refusal's debug line): one that looks like an HTTP request (its first
+// byte a capital letter, as a method's: an http:// proxy URL for a SOCKS
+// port) is answered 400 in HTTP, saying what the port speaks; anything
+// else is closed unanswered.
+func refuseNotSOCKS(cn *conn) {
+	first := cn.buf[0]
+	http := 'A' <= first && first <= 'Z'
+	status := 0
+	if http {
+		status = 400
+	}
+	cn.sess.Reject(&gate.Request{}, &cn.grant, status, accesslog.ReasonNotSOCKS,
+		fmt.Errorf("%w: first byte %#02x, plain HTTP %v", errVersion, first, http))
+	if http {
+		http1.RefuseAndClose(cn.c, "this port speaks SOCKS5 and SOCKS4: use a socks5:// (or socks5h://) URL for this proxy")
+	}
 }
 
 // serve5 runs a SOCKS5 handshake from the greeting on.
@@ -258,7 +280,9 @@ func (s *Server) selectMethod(cn *conn, methods []byte) byte {
 // authenticate runs the RFC 1929 sub-negotiation and reports whether the
 // client may go on. A failed login is answered with the failure status,
 // logged as a SOCKS5 exchange without a method or target whose status is
-// that status byte (1), and closes the connection.
+// that status byte (1), and closes the connection; one refused because
+// the client's address cools down, and not by the failure that started
+// it, is closed unanswered (status 0).
 func (s *Server) authenticate(cn *conn) bool {
 	up, err := read(cn, parseUserPass)
 	if err != nil {
@@ -270,6 +294,15 @@ func (s *Server) authenticate(cn *conn) bool {
 	}
 	g := &cn.grant
 	user, kind := cn.sess.Login(up.user, up.pass, g)
+	if kind == gate.CoolingDown && g.AddressCooling() {
+		// No RFC 1929 status says "cooling down": closed unanswered,
+		// as the address's new connections are (see serve).
+		g.AnswerNothing()
+		g.Finish(0, 0)
+		s.debug(cn, "socks5: login closed unanswered: the client's address cools down", nil,
+			slog.Duration("retry_after", g.RetryAfter))
+		return false
+	}
 	status := byte(userPassOK)
 	if kind != gate.OK {
 		status = userPassFailure

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -182,7 +184,7 @@ func TestReplies(t *testing.T) {
 		{"wrong sub-negotiation version", true,
 			[][]byte{authGreeting, append([]byte{5}, userPassMsg(testUser, testPass)[1:]...)}, [][]byte{authGreetingReply, {1, 1}}},
 		{"unknown first byte", false, [][]byte{{6, 1, 0}}, nil},
-		{"HTTP request", false, [][]byte{[]byte("GET / HTTP/1.1\r\n\r\n")}, nil},
+		// HTTP sent to the port: TestNotSOCKS.
 		{"request with version 4", false,
 			[][]byte{greeting, {4, 1, 0, atypIPv4, 127, 0, 0, 1, 0, 80}}, [][]byte{greetingReply}},
 		{"unknown command", false,
@@ -979,4 +981,130 @@ func TestZeroTimeouts(t *testing.T) {
 		ctrl.Close()
 		waitFor(t, "the association to end", func() bool { return usrv.activeConns() == 0 })
 	})
+}
+
+// TestNotSOCKS checks what a client that does not speak SOCKS is told on
+// a SOCKS port, at once and with a record: HTTP (an http:// proxy URL for
+// a SOCKS port) is answered 400 in HTTP, naming what the port speaks, and
+// anything else (a TLS ClientHello) is closed; both leave one access log
+// record with the reason not-socks and one debug line. Before, both were
+// closed with neither.
+func TestNotSOCKS(t *testing.T) {
+	port := startOrigin(t, "tcp4")
+	tests := []struct {
+		name   string
+		send   string
+		answer string // what the connection gets before its close: a prefix of it
+		status float64
+	}{
+		{"HTTP GET", "GET http://127.0.0.1/ HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Secret: " + testPass + "\r\n\r\n",
+			"HTTP/1.1 400 Bad Request\r\n", 400},
+		{"HTTP CONNECT", "CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n",
+			"HTTP/1.1 400 Bad Request\r\n", 400},
+		{"TLS ClientHello", "\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00", "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			alog, out := newAccessLog(t)
+			debug := new(lockedBuffer)
+			logger := slog.New(slog.NewTextHandler(debug, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{Listener: "socks", AccessLog: alog})
+			pol.Logger = logger
+			srv := startServer(t, "tcp4", pol, Config{Logger: logger})
+			c := dial(t, srv.addr)
+			send(t, c, []byte(tt.send))
+			got, err := io.ReadAll(c)
+			if err != nil {
+				t.Fatalf("read the answer: %v", err)
+			}
+			if !strings.HasPrefix(string(got), tt.answer) || (tt.answer == "") != (len(got) == 0) {
+				t.Errorf("answered %q, want %q...", got, tt.answer)
+			}
+			if tt.status == 400 && !strings.HasSuffix(string(got), "rustle: this port speaks SOCKS5 and SOCKS4: use a socks5:// (or socks5h://) URL for this proxy\n") {
+				t.Errorf("answered %q, want it to say what the port speaks", got)
+			}
+			waitFor(t, "the refusal's record", func() bool { return strings.Contains(out.String(), "\n") })
+			recs := records(t, out)
+			if len(recs) != 1 {
+				t.Fatalf("got %d access log records, want 1: %q", len(recs), out.String())
+			}
+			checkRecord(t, recs[0], map[string]any{"listener": "socks", "protocol": "", "method": "", "target": "",
+				"status": tt.status, "reason": "not-socks"})
+			if n := strings.Count(debug.String(), `msg="gate: request refused"`); n != 1 ||
+				!strings.Contains(debug.String(), " reason=not-socks ") {
+				t.Errorf("debug log %q, want one refusal with reason not-socks", debug.String())
+			}
+			if strings.Contains(out.String()+debug.String(), testPass) {
+				t.Errorf("a header value in the logs: %s%s", out.String(), debug.String())
+			}
+		})
+	}
+	t.Run("curl", func(t *testing.T) {
+		alog, out := newAccessLog(t)
+		srv := startServer(t, "tcp4", proxytest.NewPolicy(t, proxytest.PolicyConfig{AccessLog: alog}), Config{})
+		got, err := curl(t, "--proxy", "http://"+srv.addr, "-w", "%{http_code}", fmt.Sprintf("http://127.0.0.1:%d/x", port))
+		if err != nil || !strings.HasSuffix(got, "this port speaks SOCKS5 and SOCKS4: use a socks5:// (or socks5h://) URL for this proxy\n400") {
+			t.Errorf("curl with an http:// proxy URL for a SOCKS port: %v %q, want the 400 that names the port's protocol", err, got)
+		}
+		waitFor(t, "curl's record", func() bool { return strings.Contains(out.String(), `"reason":"not-socks"`) })
+	})
+}
+
+// TestCoolDownHoldsTheCount checks that an address answers exactly
+// limits.auth_failures_per_address failed logins however many it sends at
+// once: 20 connections greet, then all send a wrong password (each as a
+// name of its own) together; the logins counted up to the bound, the last
+// of which starts the cool-down, are answered with the RFC 1929 failure
+// status, and every other is closed unanswered, as the address's new
+// connections are, since SOCKS5 has no status that says "cooling down".
+// Before, all 20 were answered as failed logins (12 where the bound was
+// 10 in a real run), unlike HTTP, where the refusals past the bound are
+// 429s a client tells apart.
+func TestCoolDownHoldsTheCount(t *testing.T) {
+	const bound, conns = 4, 20
+	alog, out := newAccessLog(t)
+	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users:     map[string]string{testUser: testPass},
+		Limits:    &limits.Config{AuthFailures: bound, AuthFailuresPerAddress: bound, AuthCooldown: time.Hour},
+		AccessLog: alog,
+	})
+	srv := startServer(t, "tcp4", pol, Config{})
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		cs[i] = dial(t, srv.addr)
+		greet(t, cs[i], methodUserPass, methodUserPass)
+	}
+	answered := make([]bool, conns)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() {
+			c.Write(userPassMsg(fmt.Sprintf("guess%d", i), "wrong"))
+			var st [2]byte
+			if _, err := io.ReadFull(c, st[:]); err == nil {
+				answered[i] = st == [2]byte{1, 1}
+				if !answered[i] {
+					t.Errorf("login %d answered %x", i, st)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n := 0
+	for _, a := range answered {
+		if a {
+			n++
+		}
+	}
+	if n != bound {
+		t.Errorf("%d of %d failed logins answered, want %d (the bound)", n, conns, bound)
+	}
+	waitFor(t, "a record of every login", func() bool { return strings.Count(out.String(), "\n") == conns })
+	count := map[string]int{}
+	for _, r := range records(t, out) {
+		count[fmt.Sprintf("%v %v", r["reason"], r["status"])]++
+	}
+	want := map[string]int{"auth-failed 1": bound - 1, "cooling-down 1": 1, "cooling-down 0": conns - bound}
+	if fmt.Sprint(count) != fmt.Sprint(want) {
+		t.Errorf("records by reason and status %v, want %v", count, want)
+	}
 }
