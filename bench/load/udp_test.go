@@ -16,6 +16,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h3"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 )
@@ -63,9 +64,13 @@ func udpPolicy(t *testing.T) *gate.Policy {
 // connection, and returns its address and the TLS config that trusts it.
 func startRustleH3(t *testing.T, maxFlows int) (string, *tls.Config) {
 	t.Helper()
+	oc, err := origin.New(origin.Config{Forwarded: origin.ForwardedNone, MaxHeaderBytes: 65536,
+		ResponseHeaderTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := h3.New(h3.Config{
-		Forwarded: gate.ForwardedNone, MaxHeaderBytes: 65536, HandshakeTimeout: 5 * time.Second,
-		IdleTimeout: 30 * time.Second, ResponseHeaderTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		Origin: oc, HandshakeTimeout: 5 * time.Second, IdleTimeout: 30 * time.Second,
 		UDPIdleTimeout: 30 * time.Second, MaxStreams: 100, MaxFlows: maxFlows,
 	})
 	if err != nil {

@@ -37,10 +37,15 @@
 // direct, or through the parent the route picks at dial time (a tunnel
 // through an http, socks5 or socks5h parent is still a *net.TCPConn for
 // the splice engine; DialConn may return an https parent's *tls.Conn,
-// which [Grant.Tunnel] relays with goroutines). A plain HTTP front-end
-// asks [Grant.ForwardParent] first: an http parent takes the request in
+// which [Grant.Tunnel] relays with goroutines). A forwarded HTTP request's
+// exchange (package origin, which every HTTP front-end shares) asks
+// [Grant.ForwardParent] first: an http parent takes the request in
 // absolute form and its connections are pooled under [ForwardKey]. The
 // access log names the route and the parent of every record.
+//
+// gate knows no HTTP: the HTTP helpers (hop-by-hop fields, the request
+// target, Forwarded, which methods may be retried) and the exchange with
+// an origin are package origin's.
 //
 // Bytes up and down are, on every protocol, the payload rustle wrote to
 // the upstream and to the client: the content of request and response

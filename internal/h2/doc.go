@@ -4,14 +4,17 @@
 // Each stream is one of:
 //
 //   - a request with :scheme http and an :authority, forwarded to an
-//     HTTP/1.1 origin over the upstream keep-alive pool that the HTTP/1.1
-//     proxy shares (request and response bodies streamed both ways,
-//     chunked when their length is unknown, trailers passed on);
+//     HTTP/1.1 origin (or the route's http parent) through the exchange
+//     every HTTP front-end shares (origin.Exchange: the upstream pool,
+//     the retries, the parent's 407, pool or drop, the response head's
+//     bounds), request and response bodies streamed both ways, chunked
+//     when their length is unknown, trailers passed on;
 //   - CONNECT (RFC 9113 §8.5): a TCP tunnel whose half-closes map to
 //     END_STREAM and to shutting down the upstream's write half;
 //   - extended CONNECT with :protocol websocket (RFC 8441), advertised with
 //     SETTINGS_ENABLE_CONNECT_PROTOCOL: translated into an HTTP/1.1
-//     Upgrade handshake with the origin, then a tunnel;
+//     Upgrade handshake with the origin through the same exchange, then
+//     a tunnel;
 //   - extended CONNECT with :protocol connect-udp (RFC 9298 §5) to a
 //     path the UDP URI template matches: a UDP flow whose payloads travel
 //     in DATAGRAM capsules (RFC 9297 §3.5) on the stream, relayed by

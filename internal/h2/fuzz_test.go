@@ -16,6 +16,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/masque"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -81,8 +82,9 @@ func FuzzParseRequest(f *testing.F) {
 		// reader refuses those, so '%' is escaped for it. No '%' can end a
 		// line or a request.
 		r.path = strings.ReplaceAll(r.path, "%", "%25")
-		head, chunked := appendRequestHead(nil, &r, true, &headOptions{forwarded: ForwardedRFC, via: true,
-			clientAddr: netip.MustParseAddr("192.0.2.1")}, "dGhlIHNhbXBsZSBub25jZQ==")
+		fr := r.fieldRequest(netip.MustParseAddr("192.0.2.1"))
+		fr.HasBody, fr.WebSocketKey = true, "dGhlIHNhbXBsZSBub25jZQ=="
+		head, chunked := fuzzOrigin.AppendFieldHead(nil, &fr, nil)
 		br := bufio.NewReader(bytes.NewReader(head))
 		req, err := http.ReadRequest(br)
 		if err != nil {
@@ -99,6 +101,9 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// fuzzOrigin is the origin client FuzzRequestHead builds heads with.
+var fuzzOrigin = mustOrigin(origin.Config{Forwarded: origin.ForwardedRFC, Via: true, MaxHeaderBytes: 65536})
 
 // FuzzServeConn feeds arbitrary bytes after the connection preface to a
 // connection, which must neither panic nor outlive its client. Every

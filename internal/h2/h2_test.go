@@ -37,6 +37,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -90,13 +91,10 @@ func newTestCert(t testing.TB) *testCert {
 	return &testCert{cert: cert, roots: roots, caPEM: pemCA}
 }
 
-// testConfig returns c with its zero fields set as the configuration's
-// defaults set them (config.SetDefaults: forwarded, max_header_bytes,
-// [timeouts] and [http2]), which New no longer does; Via stays as given.
-func testConfig(c Config) Config {
-	if c.Forwarded == "" {
-		c.Forwarded = ForwardedNone
-	}
+// testConfig returns c with each field left zero set as the
+// configuration's defaults set it, and an origin client made from oc
+// (the first, if given), whose zero fields get the defaults too.
+func testConfig(c Config, oc ...origin.Config) Config {
 	set32 := func(v *uint32, def uint32) {
 		if *v == 0 {
 			*v = def
@@ -107,20 +105,38 @@ func testConfig(c Config) Config {
 	set32(&c.InitialStreamWindow, 256<<10)
 	set32(&c.InitialConnWindow, 1<<20)
 	set32(&c.MaxFrameSize, 16384)
-	if c.MaxHeaderBytes == 0 {
-		c.MaxHeaderBytes = 65536
-	}
 	setDur := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
 			*d = def
 		}
 	}
-	setDur(&c.HandshakeTimeout, 30*time.Second)      // timeouts.read_header
-	setDur(&c.ResponseHeaderTimeout, 60*time.Second) // timeouts.response_header
-	setDur(&c.IdleTimeout, 60*time.Second)           // timeouts.idle_client
-	setDur(&c.WriteTimeout, 60*time.Second)          // timeouts.write
-	setDur(&c.TunnelIdleTimeout, time.Hour)          // timeouts.idle_tunnel
+	setDur(&c.HandshakeTimeout, 30*time.Second) // timeouts.read_header
+	setDur(&c.IdleTimeout, 60*time.Second)      // timeouts.idle_client
+	setDur(&c.WriteTimeout, 60*time.Second)     // timeouts.write
+	setDur(&c.TunnelIdleTimeout, time.Hour)     // timeouts.idle_tunnel
+	var o origin.Config
+	if len(oc) > 0 {
+		o = oc[0]
+	}
+	if o.Forwarded == "" {
+		o.Forwarded = origin.ForwardedNone
+	}
+	if o.MaxHeaderBytes == 0 {
+		o.MaxHeaderBytes = 65536
+	}
+	setDur(&o.ResponseHeaderTimeout, 60*time.Second) // timeouts.response_header
+	setDur(&o.WriteTimeout, c.WriteTimeout)
+	c.Origin = mustOrigin(o)
 	return c
+}
+
+// mustOrigin returns the origin client of o, which must be valid.
+func mustOrigin(o origin.Config) *origin.Client {
+	client, err := origin.New(o)
+	if err != nil {
+		panic(err)
+	}
+	return client
 }
 
 // startProxy serves h2 with cfg (testConfig(...) in the tests) under pol
@@ -969,7 +985,7 @@ func TestWebSocketRefused(t *testing.T) {
 
 func TestViaAndForwarded(t *testing.T) {
 	o := echoOrigin(t)
-	p := startProxy(t, testConfig(Config{Via: true, Forwarded: ForwardedXFF}), nil)
+	p := startProxy(t, testConfig(Config{}, origin.Config{Via: true, Forwarded: origin.ForwardedXFF}), nil)
 	cc := p.client(t)
 	req := newRequest(t, "GET", o.URL+"/v", nil)
 	req.Header.Set("X-Forwarded-For", "192.0.2.7")
@@ -1515,15 +1531,9 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"defaults", func(*Config) {}, ""},
 		{"zero timeouts", func(c *Config) {
-			c.HandshakeTimeout, c.ResponseHeaderTimeout, c.IdleTimeout, c.WriteTimeout, c.TunnelIdleTimeout = 0, 0, 0, 0, 0
+			c.HandshakeTimeout, c.IdleTimeout, c.WriteTimeout, c.TunnelIdleTimeout = 0, 0, 0, 0
 		}, ""},
-		{"forwarded rfc7239", func(c *Config) { c.Forwarded = ForwardedRFC }, ""},
-		{"forwarded empty", func(c *Config) { c.Forwarded = "" },
-			`h2: Forwarded must be "none", "rfc7239" or "x-forwarded-for", got ""`},
-		{"forwarded unknown", func(c *Config) { c.Forwarded = "xff" },
-			`h2: Forwarded must be "none", "rfc7239" or "x-forwarded-for", got "xff"`},
-		{"max header bytes", func(c *Config) { c.MaxHeaderBytes = 0 }, "h2: MaxHeaderBytes must be positive, got 0"},
-		{"max header bytes negative", func(c *Config) { c.MaxHeaderBytes = -1 }, "h2: MaxHeaderBytes must be positive, got -1"},
+		{"no origin client", func(c *Config) { c.Origin = nil }, "h2: Origin must be set"},
 		{"streams", func(c *Config) { c.MaxConcurrentStreams = 0 },
 			"h2: MaxConcurrentStreams must be between 1 and 2147483647, got 0"},
 		{"streams too many", func(c *Config) { c.MaxConcurrentStreams = 1 << 31 },
@@ -1568,7 +1578,8 @@ func TestNewValidates(t *testing.T) {
 // bodies either way, and a tunnel with a half-close, all work.
 func TestZeroTimeouts(t *testing.T) {
 	cfg := testConfig(Config{})
-	cfg.HandshakeTimeout, cfg.ResponseHeaderTimeout, cfg.IdleTimeout, cfg.WriteTimeout, cfg.TunnelIdleTimeout = 0, 0, 0, 0, 0
+	cfg.HandshakeTimeout, cfg.IdleTimeout, cfg.WriteTimeout, cfg.TunnelIdleTimeout = 0, 0, 0, 0
+	cfg.Origin = mustOrigin(origin.Config{Forwarded: origin.ForwardedNone, MaxHeaderBytes: 65536})
 	const size = 1 << 20
 	o, big := bigOrigin(t, size)
 	echo := proxytest.NewEcho(t)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -12,7 +13,7 @@ import (
 // connection-specific fields left out, trailers, and the answers that
 // cannot be passed on.
 func TestOriginFraming(t *testing.T) {
-	p := startProxy(t, testConfig(Config{MaxHeaderBytes: 4096}), nil)
+	p := startProxy(t, testConfig(Config{}, origin.Config{MaxHeaderBytes: 4096}), nil)
 	cc := p.client(t)
 	tests := []struct {
 		name       string

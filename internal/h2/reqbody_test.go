@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -28,7 +29,7 @@ func TestSlowUploadOutlastsResponseHeader(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := proxytest.NewOrigin(t, proxytest.Respond(200, "got it"))
-			p := startProxy(t, testConfig(Config{ResponseHeaderTimeout: 300 * time.Millisecond}), nil)
+			p := startProxy(t, testConfig(Config{}, origin.Config{ResponseHeaderTimeout: 300 * time.Millisecond}), nil)
 			cc := p.client(t)
 			pr, pw := io.Pipe()
 			t.Cleanup(func() { pr.Close() })
@@ -99,7 +100,7 @@ func TestStalledUpload(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := proxytest.NewOrigin(t, tt.handler)
-			p, logs := startLoggedProxy(t, testConfig(Config{WriteTimeout: short, ResponseHeaderTimeout: time.Minute}))
+			p, logs := startLoggedProxy(t, testConfig(Config{WriteTimeout: short}, origin.Config{WriteTimeout: short, ResponseHeaderTimeout: time.Minute}))
 			rc := p.raw(t)
 			client := rc.c.LocalAddr().String()
 			rc.headers(1, false, append([]string{":method", "POST", ":scheme", "http", ":authority", o.Addr, ":path", "/"}, tt.fields...)...)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/route"
+	"github.com/rustle-proxy/rustle/internal/origin"
 )
 
 // requestKind says how a request is served.
@@ -110,7 +110,7 @@ func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.A
 		if !httpguts.ValidHeaderFieldValue(f.Value) {
 			return r, errMalformed("invalid value of field " + f.Name)
 		}
-		if gate.ConnectionSpecific(f.Name) {
+		if origin.ConnectionSpecific(f.Name) {
 			return r, errMalformed("connection-specific field " + f.Name)
 		}
 		switch f.Name {
@@ -307,131 +307,4 @@ func parseAuthority(s string, defPort int) (host string, port int, ipv6 bool, er
 // both share upstream connections.
 func appendHostPort(dst []byte, host string, port int, ipv6 bool) []byte {
 	return gate.AppendHostPort(dst, host, port, ipv6)
-}
-
-// headOptions are the additions the configuration asks for in forwarded
-// heads.
-type headOptions struct {
-	forwarded  string // ForwardedNone, ForwardedRFC or ForwardedXFF
-	via        bool
-	clientAddr netip.Addr
-	// parent is the http parent the request goes to in absolute form
-	// with its Proxy-Authorization (see gate.Grant.ForwardParent); nil =
-	// none.
-	parent *route.Parent
-}
-
-// appendRequestHead appends the HTTP/1.1 request head forwarded to the
-// origin for r: request line in origin-form (absolute-form, with the
-// parent's Proxy-Authorization, to o.parent), Host from the authority, the
-// client's fields less pseudo, hop-by-hop and proxy ones, cookie fields
-// joined into one (RFC 9113 §8.2.3), and the framing: Content-Length when
-// the client gave one, chunked when the body's length is unknown.
-// hasBody says whether a body follows (no END_STREAM on the HEADERS). For
-// a WebSocket request the method is GET and the upgrade fields are added;
-// key is its Sec-WebSocket-Key.
-func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key string) (_ []byte, chunked bool) {
-	method := r.method
-	if r.kind == kindWebSocket {
-		method = "GET"
-	}
-	out = append(out, method...)
-	out = append(out, ' ')
-	out = gate.AppendRequestTarget(out, o.parent, r.authority, r.path)
-	out = append(out, " HTTP/1.1\r\nHost: "...)
-	out = append(out, r.authority...)
-	out = append(out, "\r\n"...)
-
-	var fwdName string
-	switch o.forwarded {
-	case ForwardedRFC:
-		fwdName = "forwarded"
-	case ForwardedXFF:
-		fwdName = "x-forwarded-for"
-	}
-	var fwdValues []string
-	cookies := 0
-	for _, f := range r.fields {
-		switch f.Name {
-		case "host", "te", "proxy-authorization", "content-length", "http2-settings":
-			continue
-		case "cookie":
-			cookies++
-			continue
-		case fwdName:
-			fwdValues = append(fwdValues, f.Value)
-			continue
-		}
-		if r.kind == kindWebSocket {
-			switch f.Name {
-			case "sec-websocket-key", "sec-websocket-accept", "sec-websocket-version":
-				continue
-			}
-		}
-		out = appendField(out, f.Name, f.Value)
-	}
-	if cookies > 0 {
-		out = append(out, "Cookie: "...)
-		n := 0
-		for _, f := range r.fields {
-			if f.Name != "cookie" {
-				continue
-			}
-			if n > 0 {
-				out = append(out, "; "...)
-			}
-			out = append(out, f.Value...)
-			n++
-		}
-		out = append(out, "\r\n"...)
-	}
-	if name := gate.ForwardedName(o.forwarded); name != "" && o.clientAddr.IsValid() {
-		out = append(out, name...)
-		out = append(out, ": "...)
-		for _, v := range fwdValues {
-			out = append(out, v...)
-			out = append(out, ", "...)
-		}
-		out = gate.AppendForwardedFor(out, o.forwarded, o.clientAddr)
-		out = append(out, "\r\n"...)
-	}
-	switch {
-	case r.kind == kindWebSocket:
-		out = append(out, "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "...)
-		out = append(out, key...)
-		out = append(out, "\r\n"...)
-	case r.contentLength >= 0:
-		out = append(out, "Content-Length: "...)
-		out = strconv.AppendInt(out, r.contentLength, 10)
-		out = append(out, "\r\n"...)
-	case hasBody:
-		out = append(out, "Transfer-Encoding: chunked\r\n"...)
-		chunked = true
-	case r.method == "POST" || r.method == "PUT" || r.method == "PATCH":
-		out = append(out, "Content-Length: 0\r\n"...)
-	}
-	if o.via {
-		// Via names the version of the message as received (RFC 9110
-		// §7.6.3).
-		out = append(out, "Via: 2 rustle\r\n"...)
-	}
-	out = gate.AppendParentAuthorization(out, o.parent)
-	return append(out, "\r\n"...), chunked
-}
-
-// appendField appends "Name: value\r\n", the name in canonical case
-// (content-type -> Content-Type), which HTTP/1.1 origins expect.
-func appendField(out []byte, name, value string) []byte {
-	upper := true
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if upper && 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		upper = c == '-'
-		out = append(out, c)
-	}
-	out = append(out, ": "...)
-	out = append(out, value...)
-	return append(out, "\r\n"...)
 }

@@ -2,6 +2,7 @@ package h2
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,15 +11,8 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/masque"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
-)
-
-// Forwarded modes: which client-address header forwarded requests carry
-// (the same values as the HTTP/1.1 proxy's).
-const (
-	ForwardedNone = gate.ForwardedNone
-	ForwardedRFC  = gate.ForwardedRFC
-	ForwardedXFF  = gate.ForwardedXFF
 )
 
 // Protocol limits (RFC 9113 §6.5.2, §6.9.1).
@@ -37,12 +31,12 @@ const (
 // New fills no defaults: the configuration (config.SetDefaults) resolves
 // every value, and New rejects those out of range.
 type Config struct {
-	// Forwarded is ForwardedNone, ForwardedRFC or ForwardedXFF.
-	Forwarded string
-	// Via adds "Via: 2 rustle" to forwarded requests (they came over
-	// HTTP/2) and "via: 1.1 rustle" to their responses (from HTTP/1.1
-	// origins). false = none.
-	Via bool
+	// Origin is the listener's origin client: how forwarded requests go
+	// upstream (the Forwarded field; Via, "Via: 2 rustle" on requests
+	// that came over HTTP/2 and "via: 1.1 rustle" on their responses from
+	// HTTP/1.1 origins; the response head's bound and timeout; the
+	// upstream's write timeout). New rejects nil.
+	Origin *origin.Client
 
 	// MaxConcurrentStreams is advertised in SETTINGS_MAX_CONCURRENT_STREAMS;
 	// a stream beyond it is refused with REFUSED_STREAM. Between 1 and
@@ -64,25 +58,21 @@ type Config struct {
 	// Between 16384 and 2^24-1.
 	MaxFrameSize uint32
 
-	// MaxHeaderBytes bounds a response head from an origin. Positive.
-	MaxHeaderBytes int
 	// HandshakeTimeout bounds the wait for the client's connection
 	// preface and first SETTINGS frame, and each header block (a HEADERS
 	// frame and its CONTINUATION frames) from its HEADERS frame on, as
 	// timeouts.read_header bounds an HTTP/1.1 request head; 0 = no limit
 	// (the configuration always sets one).
 	HandshakeTimeout time.Duration
-	// ResponseHeaderTimeout bounds the wait for an origin's response
-	// head; 0 = no limit (the configuration always sets one).
-	ResponseHeaderTimeout time.Duration
 	// IdleTimeout closes (with GOAWAY) a connection that has had no open
 	// stream for this long; 0 = no limit (the configuration always sets
 	// one).
 	IdleTimeout time.Duration
-	// WriteTimeout bounds each blocked write to the client or an origin,
-	// each wait for more of an origin's response body, and each read of a
-	// frame the client has begun to send; 0 = no limit (the
-	// configuration always sets one).
+	// WriteTimeout bounds each blocked write to the client, each wait for
+	// more of a request body or of a tunnel's bytes from the client, and
+	// each read of a frame the client has begun to send; 0 = no limit
+	// (the configuration always sets one). Origin's bounds the upstream
+	// side.
 	WriteTimeout time.Duration
 	// TunnelIdleTimeout resets a CONNECT stream with no bytes either way
 	// for this long; 0 = no limit (the configuration always sets one).
@@ -130,14 +120,8 @@ func New(cfg Config) (*Server, error) {
 // validate checks the fields that have no meaning at zero or a range in
 // RFC 9113, as config's validation does.
 func (cfg *Config) validate() error {
-	switch cfg.Forwarded {
-	case ForwardedNone, ForwardedRFC, ForwardedXFF:
-	default:
-		return fmt.Errorf("h2: Forwarded must be %q, %q or %q, got %q",
-			ForwardedNone, ForwardedRFC, ForwardedXFF, cfg.Forwarded)
-	}
-	if cfg.MaxHeaderBytes <= 0 {
-		return fmt.Errorf("h2: MaxHeaderBytes must be positive, got %d", cfg.MaxHeaderBytes)
+	if cfg.Origin == nil {
+		return errors.New("h2: Origin must be set")
 	}
 	for _, f := range [...]struct {
 		name      string

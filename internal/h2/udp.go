@@ -9,8 +9,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
-	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/masque"
+	"github.com/rustle-proxy/rustle/internal/origin"
 )
 
 // maxCapsule bounds a DATAGRAM capsule read whole from a CONNECT-UDP
@@ -58,7 +58,7 @@ func (s *stream) connectUDP() {
 	defer cancel()
 	up, err := s.grant.DialUDP(ctx, r.host, uint16(r.port))
 	if err != nil {
-		status, reason, text := gate.UpstreamFailure(err, r.host)
+		status, reason, text := origin.Failure(err, r.host)
 		if reason != "" {
 			s.grant.SetReason(reason)
 		}

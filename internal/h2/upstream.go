@@ -6,13 +6,11 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -20,18 +18,11 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
-var (
-	errHeadTooLarge  = errors.New("h2: upstream response head too large")
-	errUnexpected101 = errors.New("h2: upstream switched protocols without an upgrade request")
-	errBadUpgrade    = errors.New("h2: upstream answered the WebSocket handshake wrongly")
-	// errUpstreamClosed is an origin closing the connection before a
-	// byte of its response: a pooled connection it had given up on, so
-	// the request may be sent again.
-	errUpstreamClosed = fmt.Errorf("h2: upstream closed the connection without a response: %w", io.EOF)
-)
+var errBadUpgrade = errors.New("h2: upstream answered the WebSocket handshake wrongly")
 
 // answerLocal answers the stream with status, the extra fields and a
 // one-line text body. A request other than CONNECT is read (and dropped)
@@ -67,23 +58,28 @@ func (s *stream) answer(status int, reason string, extra ...hpack.HeaderField) {
 	s.stopBody()
 }
 
-// answerError answers a request whose upstream exchange failed before
-// any of the response was sent.
-func (s *stream) answerError(err error, target string) {
-	switch {
-	case errors.Is(err, errStreamGone):
+// answerError answers a request whose upstream failed before any of
+// the response was sent (see origin.Failure): x is the exchange of a
+// forwarded request, nil for a tunnel to target. A stream already reset
+// gets no answer.
+func (s *stream) answerError(err error, x *origin.Exchange, target string) {
+	if errors.Is(err, errStreamGone) || errors.Is(err, origin.ErrClientGone) || s.gone() {
 		return
-	case errors.Is(err, errHeadTooLarge), errors.Is(err, errUnexpected101), errors.Is(err, errBadUpgrade):
-		s.grant.SetReason(accesslog.ReasonUpstreamFailed)
-		s.answer(502, strings.TrimPrefix(err.Error(), "h2: "))
-	default:
-		// A refused destination was logged by the grant's Dial.
-		status, reason, text := gate.UpstreamFailure(err, target)
-		if reason != "" {
-			s.grant.SetReason(reason)
-		}
-		s.answer(status, text)
 	}
+	var status int
+	var reason, text string
+	switch {
+	case errors.Is(err, errBadUpgrade):
+		status, reason, text = 502, accesslog.ReasonUpstreamFailed, strings.TrimPrefix(err.Error(), "h2: ")
+	case x != nil:
+		status, reason, text = x.Failure(err)
+	default:
+		status, reason, text = origin.Failure(err, target)
+	}
+	if reason != "" {
+		s.grant.SetReason(reason)
+	}
+	s.answer(status, text)
 }
 
 // dial connects to addr under the stream's grant; a reset of the stream
@@ -134,173 +130,89 @@ func (s *stream) attach(up net.Conn) bool {
 	return true
 }
 
-// detach ends the stream's use of up: back to the pool as key when reuse
-// is set and the stream was not reset, closed otherwise.
-func (s *stream) detach(up net.Conn, key string, reuse bool) {
+// detach ends the stream's use of up, a tunnel's upstream, and closes it.
+func (s *stream) detach(up net.Conn) {
 	c := s.c
-	pool := s.grant.Pool()
 	c.mu.Lock()
 	s.up = nil
-	reuse = reuse && !s.reset && pool != nil && !s.grant.ViaParent()
 	c.mu.Unlock()
-	if !reuse {
-		up.Close()
-		return
-	}
-	up.SetDeadline(time.Time{})
-	pool.Put(key, s.grant.PoolOwner(), up) // the grant that got or dialed it
+	up.Close()
 }
 
-// upstream returns a pooled connection to key or dials one, and reports
-// whether it was pooled. canRetry says whether the request could be sent
-// again should a pooled connection turn out dead (see gate.Grant.Admits).
-func (s *stream) upstream(key string, fresh, canRetry bool) (net.Conn, bool, error) {
-	if p := s.grant.Pool(); p != nil && !fresh {
-		owner := s.grant.PoolOwner()
-		if up := p.Get([]byte(key), owner); up != nil {
-			// A pooled connection may have been made under another
-			// request's rule: the grant checks its address.
-			if s.grant.Admits(up, owner, canRetry) {
-				return up, true, nil
-			}
-			up.Close()
-		}
-	}
-	up, err := s.dial(key, false)
-	return up, false, err
-}
-
-// forward serves a request for an HTTP/1.1 origin: the request head and
-// body go out on a pooled or new upstream connection, the response comes
-// back as HEADERS and DATA, and the upstream goes back to the pool when
-// both messages were complete.
+// forward serves a request for an HTTP/1.1 origin through the exchange
+// every HTTP front-end shares (origin.Exchange): the request head and
+// body go out on a kept, pooled or new upstream connection, the response
+// comes back as HEADERS and DATA, and the upstream goes back to the pool
+// when both messages were complete.
 func (s *stream) forward() {
 	c := s.c
 	r := &s.req
-	dest := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
-	hasBody := !r.endStream
-	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr}
-	// key is the pool key: the destination, or an HTTP parent's key when
-	// the request goes to one in absolute form.
-	key, ok := s.forwardParent(dest, &opts)
-	if !ok {
+	dest := appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6)
+	e := s.getExchange()
+	defer putExchange(e)
+	x := &e.x
+	if err := x.Begin(c.cfg.Origin, &s.grant, r.method, dest, origin.Plain); err != nil {
+		s.answerError(err, x, "")
 		return
 	}
-	o := getOrigin()
-	defer putOrigin(o)
-	// The head is built in o's buffer, which the pool keeps.
-	head, chunked := appendRequestHead(o.reqHead[:0], r, hasBody, &opts, "")
-	defer func() { o.reqHead = head[:0] }()
-	canRetry := !hasBody && gate.Idempotent(r.method)
-
-	var up net.Conn // TCP, or TLS to an https parent
-	var err error
-	var written time.Time // when the head went upstream
-	fresh := false
-	for {
-		var reused bool
-		up, reused, err = s.upstream(key, fresh, canRetry)
-		if err != nil {
-			// A parent that failed to connect: once more through the
-			// route's next one (see gate.Grant.RetryParent).
-			if canRetry && s.grant.RetryParent(dest, err) {
-				if key, ok = s.forwardParent(dest, &opts); !ok {
-					return
-				}
-				head, chunked = appendRequestHead(head[:0], r, hasBody, &opts, "")
-				continue
-			}
-			s.answerError(err, upstreamName(key, &opts))
-			return
-		}
-		if !s.attach(up) {
-			return
-		}
-		o.attach(up)
-		up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.WriteTimeout))
-		_, err = up.Write(head)
-		written = time.Now()
-		if err == nil && !hasBody {
-			err = s.readResponse(o, r.method, false)
-			if err == nil && canRetry && s.grant.Parent() != nil {
-				// Nothing of the answer goes to the client before its
-				// small body is in, so that a parent dying in the
-				// middle of it can still be retried.
-				h := &o.head
-				if !noBody(h, r.method) && !h.Chunked && !h.TEOther {
-					err = o.up.ReadRest(h.ContentLength, c.cfg.WriteTimeout)
-				}
-			}
-		}
-		if err == nil || !canRetry || !isDeadConn(err) || o.interim {
-			break
-		}
-		s.detach(up, key, false)
-		if reused && !fresh {
-			fresh = true // a pooled connection the origin had closed
-			continue
-		}
-		if reused || !s.grant.RetryParent(dest, err) {
-			// Answered below; the upstream is closed already.
-			s.answerError(err, upstreamName(key, &opts))
-			return
-		}
-		// The route's parent closed a fresh connection before a byte
-		// of the response: once more through its next parent.
-		if key, ok = s.forwardParent(dest, &opts); !ok {
-			return
-		}
-		head, chunked = appendRequestHead(head[:0], r, hasBody, &opts, "")
+	hasBody := !r.endStream
+	_, err := x.Send(e, origin.Body{Done: !hasBody, Empty: !hasBody})
+	if err != nil {
+		s.answerError(err, x, "")
+		return
 	}
 	bodyDone := noBodyDone // the body's result: none without a body
-	cut := false           // the request body failed on the client's side before the head was taken
-	if err == nil && hasBody {
-		// The response-header timeout starts once the body is sent; an
-		// early answer is read at once, and a body that fails on the
-		// client's side ends the wait (see http1.ResponseWait).
-		o.rw.Start(&o.up, c.cfg.ResponseHeaderTimeout)
-		o.bodyPending = true
-		c.mu.Lock()
-		c.wg.Add(1)
-		c.mu.Unlock()
-		done := make(chan error, 1)
-		bodyDone = done
-		go s.sendBody(o, up, chunked, done)
-		err = s.readResponse(o, r.method, false)
-		o.bodyPending = false
-		c.mu.Lock()
-		if cut = o.rw.WasCut(); !cut && err == nil {
-			s.finalHead = true // from now on, a stalled body resets s
+	if hasBody {
+		var cut bool
+		if bodyDone, cut, err = s.streamBody(e); cut {
+			s.release(x, false)
+			if berr := <-bodyDone; errors.Is(berr, errBodyStalled) {
+				s.grant.SetReason(accesslog.ReasonBodyTimeout)
+				s.answer(408, "request body not received in time")
+			}
+			return
 		}
-		c.mu.Unlock()
-	}
-	if cut {
-		s.detach(up, key, false)
-		if berr := <-bodyDone; errors.Is(berr, errBodyStalled) {
-			s.grant.SetReason(accesslog.ReasonBodyTimeout)
-			s.answer(408, "request body not received in time")
-		}
-		return
 	}
 	if err != nil {
-		s.detach(up, key, false)
+		s.release(x, false)
 		s.dropBody()
 		<-bodyDone
-		s.answerError(err, upstreamName(key, &opts))
+		s.answerError(err, x, "")
 		return
 	}
-	s.grant.FirstByte(written)
-	keep := o.keepAlive(r.method)
-	complete := s.relayResponse(o, r.method)
+	keep := x.KeepAlive()
+	complete := s.relayResponse(e)
 	if complete {
 		s.stopBody()
 	}
-	bodyErr := s.bodyResult(bodyDone, up)
+	bodyErr := s.bodyResult(bodyDone, x.Up.C)
 	if errors.Is(bodyErr, errBodyStalled) {
 		s.grant.SetReason(accesslog.ReasonBodyTimeout) // the stream was reset
 	}
-	reuse := complete && bodyErr == nil && keep && len(o.up.Buffered()) == 0
-	s.detach(up, key, reuse)
+	s.release(x, complete && bodyErr == nil && keep)
+}
+
+// streamBody sends the request body on a goroutine of its own while the
+// response head is awaited (see origin.Exchange.StartBody). It returns
+// the body writer's result, whether the body failed on the client's side
+// before the head was taken (cut), and the wait's error.
+func (s *stream) streamBody(e *exchange) (done chan error, cut bool, err error) {
+	c := s.c
+	x := &e.x
+	x.StartBody()
+	c.mu.Lock()
+	c.wg.Add(1)
+	c.mu.Unlock()
+	done = make(chan error, 1)
+	go s.sendBody(x, x.Up.C, e.chunked(), done)
+	err = x.ReadResponse(e)
+	x.EndBody()
+	c.mu.Lock()
+	if cut = x.WasCut(); !cut && err == nil {
+		s.finalHead = true // from now on, a stalled body resets s
+	}
+	c.mu.Unlock()
+	return done, cut, err
 }
 
 // noBodyDone is the body result of a request without a body: closed, it
@@ -310,36 +222,6 @@ var noBodyDone = func() chan error {
 	close(ch)
 	return ch
 }()
-
-// forwardParent asks the grant whether the request to dest goes to an
-// HTTP parent in absolute form (see gate.Grant.ForwardParent), notes the
-// parent in o, and returns the pool key: dest, or the parent's key. On a
-// refusal it has answered the stream and reports false.
-func (s *stream) forwardParent(dest string, o *headOptions) (string, bool) {
-	o.parent = nil
-	if s.grant.Route().Direct() {
-		return dest, true
-	}
-	p, err := s.grant.ForwardParent([]byte(dest))
-	if err != nil {
-		s.answerError(err, dest)
-		return "", false
-	}
-	if p == nil {
-		return dest, true
-	}
-	o.parent = p
-	return string(gate.ForwardKey(make([]byte, 0, 64), p)), true
-}
-
-// upstreamName is how an answer names the upstream at key: the
-// destination, or the parent (never its address) the request went to.
-func upstreamName(key string, o *headOptions) string {
-	if o.parent != nil {
-		return "through parent proxy " + o.parent.Name()
-	}
-	return key
-}
 
 // errBodyCut is the request body's error when the origin answered
 // without taking all of it.
@@ -386,26 +268,26 @@ func (s *stream) dropBody() {
 
 // sendBody writes the request body from the stream's input queue to up,
 // chunked when its length is unknown, without the client's trailers. done
-// gets nil when the whole body was written. It tells o.rw how the body
+// gets nil when the whole body was written. It tells x how the body
 // ended: sent (or failed upstream: the origin may answer), or failed on
 // the client's side (a reset, a stall). A stall after the response head
 // was taken resets the stream, ending the response's relay.
-func (s *stream) sendBody(o *origin, up net.Conn, chunked bool, done chan<- error) {
+func (s *stream) sendBody(x *origin.Exchange, up net.Conn, chunked bool, done chan<- error) {
 	c := s.c
 	defer c.wg.Done()
 	err := s.writeBody(up, chunked)
 	switch {
 	case errors.Is(err, errBodyStalled):
-		o.rw.Cut()
+		x.BodyCut()
 		c.mu.Lock()
 		if s.finalHead {
 			c.resetLocked(s, http2.ErrCodeCancel, true)
 		}
 		c.mu.Unlock()
 	case errors.Is(err, errStreamGone):
-		o.rw.Cut()
+		x.BodyCut()
 	default:
-		o.rw.BodySent()
+		x.BodySent()
 	}
 	done <- err
 }
@@ -486,13 +368,6 @@ func (s *stream) writeBody(up net.Conn, chunked bool) error {
 	}
 }
 
-// isDeadConn reports whether err says a pooled connection had been
-// closed by the origin before the request reached it.
-func isDeadConn(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
 // connect serves CONNECT (a TCP tunnel) and extended CONNECT for
 // WebSocket (an HTTP/1.1 Upgrade handshake with the origin, then a
 // tunnel): dial, answer 200, and relay until both directions end. It
@@ -502,26 +377,27 @@ func (s *stream) connect() bool {
 	c := s.c
 	r := &s.req
 	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
-	upc, err := s.dial(key, true)
-	if err != nil {
-		s.answerError(err, key)
-		return false
-	}
-	up := upc.(*net.TCPConn) // a tunnel's relay waits on its socket
-	if !s.attach(up) {
-		return false
-	}
+	var up *net.TCPConn // a tunnel's relay waits on its socket
 	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}}
 	var pending []byte
 	if r.kind == kindWebSocket {
 		var ok bool
-		if fields, pending, ok = s.upgrade(up, key); !ok {
-			s.detach(up, key, false)
+		if up, fields, pending, ok = s.upgrade(key); !ok {
+			return false
+		}
+	} else {
+		upc, err := s.dial(key, true)
+		if err != nil {
+			s.answerError(err, nil, key)
+			return false
+		}
+		up = upc.(*net.TCPConn)
+		if !s.attach(up) {
 			return false
 		}
 	}
 	if s.sendHeaders(fields, false) != nil {
-		s.detach(up, key, false)
+		s.detach(up)
 		return false
 	}
 	s.answered(200)
@@ -530,7 +406,7 @@ func (s *stream) connect() bool {
 	c.mu.Lock()
 	if s.reset {
 		c.mu.Unlock()
-		s.detach(up, key, false)
+		s.detach(up)
 		return false
 	}
 	if err := s.upw.init(up); err == nil {
@@ -542,13 +418,13 @@ func (s *stream) connect() bool {
 	c.mu.Unlock()
 	if !s.tunnel {
 		s.resetStream(http2.ErrCodeInternal)
-		s.detach(up, key, false)
+		s.detach(up)
 		return false
 	}
 	s.grant.TunnelOpened()
 	if len(pending) > 0 {
 		if s.sendData(pending, false) != nil {
-			s.detach(up, key, false)
+			s.detach(up)
 			return false
 		}
 	}
@@ -568,55 +444,56 @@ func (s *stream) relay(up *net.TCPConn, p *tunnel.Parker, waited bool, werr erro
 		return // going on on a fresh goroutine
 	}
 	s.finishTunnel()
-	s.detach(up, "", false)
+	s.detach(up)
 	s.finish()
 	s.exit()
 }
 
 // upgrade performs the WebSocket handshake with the origin for an
-// extended CONNECT (RFC 8441 §5) and returns the fields of the 200 answer
-// and the bytes that came behind the origin's 101. On failure it has
-// answered the client.
-func (s *stream) upgrade(up *net.TCPConn, key string) ([]hpack.HeaderField, []byte, bool) {
+// extended CONNECT (RFC 8441 §5) through the exchange every HTTP
+// front-end shares (origin.Exchange: a pooled or new connection, or an
+// http parent that forwards the upgrade), and returns the upstream, now
+// the stream's, the fields of the 200 answer and the bytes that came
+// behind the origin's 101. On failure it has answered the client.
+func (s *stream) upgrade(dest string) (*net.TCPConn, []hpack.HeaderField, []byte, bool) {
 	c := s.c
 	var nonce [16]byte
 	rand.Read(nonce[:])
 	wsKey := base64.StdEncoding.EncodeToString(nonce[:])
-	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr}
-	head, _ := appendRequestHead(make([]byte, 0, 512), &s.req, false, &opts, wsKey)
-	up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.WriteTimeout))
-	if _, err := up.Write(head); err != nil {
-		s.answerError(err, key)
-		return nil, nil, false
+	e := s.getExchange()
+	defer putExchange(e)
+	e.req.WebSocketKey = wsKey
+	x := &e.x
+	if err := x.Begin(c.cfg.Origin, &s.grant, "GET", []byte(dest), origin.UpgradeTCP); err != nil {
+		s.answerError(err, x, "")
+		return nil, nil, nil, false
 	}
-	o := getOrigin()
-	defer putOrigin(o)
-	o.attach(up)
-	if err := s.readResponse(o, "GET", true); err != nil {
-		s.answerError(err, key)
-		return nil, nil, false
+	if _, err := x.Send(e, origin.Body{Done: true, Empty: true}); err != nil {
+		s.answerError(err, x, "")
+		return nil, nil, nil, false
 	}
-	h := &o.head
+	h := &x.Resp
 	if h.Status != 101 {
 		// Refused: the origin's answer goes to the client as it is.
-		if s.relayResponse(o, "GET") {
+		if s.relayResponse(e) {
 			s.stopBody()
 		}
-		return nil, nil, false
+		s.release(x, false)
+		return nil, nil, nil, false
 	}
 	sum := sha1.Sum([]byte(wsKey + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
 	accept := h.FieldIndex("sec-websocket-accept")
-	if !upgradesToWebSocket(h) || accept < 0 ||
-		string(h.Fields[accept].Value.Of(h.Buf)) != base64.StdEncoding.EncodeToString(sum[:]) {
-		s.answerError(errBadUpgrade, key)
-		return nil, nil, false
+	if accept < 0 || string(h.Fields[accept].Value.Of(h.Buf)) != base64.StdEncoding.EncodeToString(sum[:]) {
+		s.release(x, false)
+		s.answerError(errBadUpgrade, x, "")
+		return nil, nil, nil, false
 	}
-	fields := responseFields(make([]hpack.HeaderField, 0, 8), 200, h, c.cfg.Via, "sec-websocket-accept", nil)
+	fields := responseFields(make([]hpack.HeaderField, 0, 8), 200, h, c.cfg.Origin.Config().Via, "sec-websocket-accept", nil)
 	var pending []byte
-	if p := o.up.Buffered(); len(p) > 0 {
+	if p := x.Up.Buffered(); len(p) > 0 {
 		pending = append([]byte(nil), p...)
 	}
-	return fields, pending, true
+	return x.Detach().(*net.TCPConn), fields, pending, true
 }
 
 // pumpDown relays upstream-to-client bytes of a tunnel until the

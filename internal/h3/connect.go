@@ -17,7 +17,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, q *request, g *
 	addr := string(gate.AppendHostPort(nil, q.host, q.port, q.ipv6))
 	up, err := g.Dial(r.Context(), addr)
 	if err != nil {
-		s.answerFailure(w, g, err, addr)
+		s.answerFailure(w, g, err, nil, addr)
 		return
 	}
 	w.WriteHeader(http.StatusOK)

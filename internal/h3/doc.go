@@ -8,12 +8,12 @@
 // Each request stream is one of:
 //
 //   - a request with :scheme http and an :authority, forwarded to an
-//     HTTP/1.1 origin over the upstream keep-alive pool the other
-//     front-ends share, or dialed through the grant (hop-by-hop fields
-//     dropped with gate.HopByHop, failures answered as
-//     gate.UpstreamFailure says; a request without a body that met a
-//     pooled connection the origin had closed is sent again on a fresh
-//     one);
+//     HTTP/1.1 origin, or to the route's http parent, through the
+//     exchange every HTTP front-end shares (origin.Exchange: the pool,
+//     the retries, the parent's 407, pool or drop, the response head's
+//     bounds, and failures answered as origin.Failure says); this package
+//     turns the request's fields into the head (origin.AppendFieldHead)
+//     and relays the response's content and trailers;
 //   - CONNECT (RFC 9114 §4.4): a TCP tunnel relayed by gate.Grant.Tunnel,
 //     the stream's FIN passed on as a half-close;
 //   - extended CONNECT with :protocol connect-udp (RFC 9298) to a path

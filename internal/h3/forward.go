@@ -1,283 +1,352 @@
 package h3
 
 import (
-	"bufio"
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/textproto"
-	"net/url"
-	"strings"
-	"syscall"
+	"strconv"
+	"sync"
 	"time"
+
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
-// forward serves a request for an HTTP/1.1 origin: the request goes out
-// on an upstream connection from the keep-alive pool the other
-// front-ends share (checked by the grant) or dialed through the grant,
-// without its hop-by-hop fields, with the configured Forwarded and Via;
-// the response comes back without its own, and the connection goes back
-// to the pool when both messages were complete and the origin keeps it.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, q *request, g *gate.Grant) {
-	key := string(gate.AppendHostPort(nil, q.host, q.port, q.ipv6))
-	out, body := s.outgoing(r, cs)
-	body.g = g
-	canRetry := out.Body == nil && gate.Idempotent(r.Method)
+// exchange is the HTTP/3 side of a forwarded request's exchange with its
+// upstream (origin.Exchange, the same as the other front-ends'): what the
+// exchange asks of the request (origin.Request). exchanges are pooled:
+// their buffers grow once.
+type exchange struct {
+	x      origin.Exchange
+	ctx    context.Context // the request's: done when the client resets the stream
+	req    origin.FieldRequest
+	fields []hpack.HeaderField // req.Fields' backing array
+	buf    []byte              // the request body's copy buffer
+}
 
-	var up net.Conn
-	var br *bufio.Reader
-	var resp *http.Response
-	var sent time.Time
-	var err error
-	for attempt := 0; ; attempt++ {
-		var reused bool
-		up, reused, err = s.upstream(r.Context(), g, key, attempt > 0, canRetry)
-		if err != nil {
-			s.answerFailure(w, g, err, key)
-			return
+var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
+
+// putExchange ends e's exchange (its upstream, if any, is closed) and
+// gives e back to the pool.
+func putExchange(e *exchange) {
+	e.x.Close()
+	e.ctx = nil
+	clear(e.fields)
+	e.fields = e.fields[:0]
+	e.req = origin.FieldRequest{}
+	exchangePool.Put(e)
+}
+
+// AppendHead appends the request head (see origin.AppendFieldHead). It is
+// part of exchange's origin.Request.
+func (e *exchange) AppendHead(dst []byte, parent *route.Parent) []byte {
+	dst, _ = e.x.Client().AppendFieldHead(dst, &e.req, parent)
+	return dst
+}
+
+// DialContext is the request's context: a reset of the stream cancels
+// the dial. It is part of exchange's origin.Request.
+func (e *exchange) DialContext() (context.Context, func()) { return e.ctx, nil }
+
+// Attach accepts the upstream unless the client has gone. It is part of
+// exchange's origin.Request.
+func (e *exchange) Attach(net.Conn) bool { return e.ctx.Err() == nil }
+
+// Interim drops an informational answer: quic-go's response writer sends
+// none of an upstream's. It is part of exchange's origin.Request.
+func (e *exchange) Interim(*origin.Exchange) (bool, error) { return false, nil }
+
+// forward serves a request for an HTTP/1.1 origin through the exchange
+// every HTTP front-end shares (origin.Exchange): the request goes out on
+// a pooled or new upstream (or to the route's http parent), without its
+// hop-by-hop fields, with the configured Forwarded and Via; the response
+// comes back without its own, with its trailers, and the upstream goes
+// back to the pool when both messages were complete and the upstream
+// keeps it.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, q *request, g *gate.Grant) {
+	e := exchangePool.Get().(*exchange)
+	defer putExchange(e)
+	e.ctx = r.Context()
+	x := &e.x
+	dest := gate.AppendHostPort(nil, q.host, q.port, q.ipv6)
+	if err := x.Begin(s.cfg.Origin, g, r.Method, dest, origin.Plain); err != nil {
+		s.answerFailure(w, g, err, x, "")
+		return
+	}
+	body, first := e.request(r, cs)
+	var upBytes int64 // request body bytes written upstream
+	_, err := x.Send(e, origin.Body{Buffered: first, Done: body == nil, Empty: body == nil && len(first) == 0})
+	if err == nil && len(first) > 0 {
+		upBytes = 1 // the first byte, in a chunk of its own
+	}
+	var done chan bodyEnd // the body writer's result; nil when there is none
+	if err == nil && body != nil {
+		done = make(chan bodyEnd, 1)
+		x.StartBody()
+		up := x.Up.C
+		go func() { done <- e.sendBody(g, up, body, r.Context()) }()
+		err = x.ReadResponse(e)
+		x.EndBody()
+		if cut := x.WasCut(); cut || err != nil {
+			up.SetDeadline(time.Unix(1, 0)) // the writer, if still at work, fails at once
+			upBytes += (<-done).n
+			done = nil
+			if cut {
+				g.SetReason(accesslog.ReasonBadRequest)
+				answer(w, g, 400, "request body incomplete")
+				return
+			}
 		}
-		resp, br, sent, err = s.exchange(r.Context(), up, out)
-		if err == nil || attempt > 0 || !reused || !canRetry || !deadConn(err) {
-			break
-		}
-		up.Close() // a pooled connection the origin had closed: once more on a fresh one
 	}
 	if err != nil {
-		up.Close()
-		s.answerFailure(w, g, err, key)
-		return
-	}
-	stop := context.AfterFunc(r.Context(), func() { up.Close() }) // the client reset the stream
-	reuse := false
-	defer func() {
-		if !stop() || !reuse || g.Pool() == nil {
-			up.Close()
-			return
+		if done != nil {
+			x.Up.C.SetDeadline(time.Unix(1, 0))
+			upBytes += (<-done).n
 		}
-		up.SetDeadline(time.Time{})
-		g.Pool().Put(key, g.PoolOwner(), up)
-	}()
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		g.SetReason(accesslog.ReasonUpstreamFailed)
-		answer(w, g, 502, "upstream "+key+" switched protocols without an upgrade request")
+		s.answerFailure(w, g, err, x, "")
 		return
 	}
-	up.SetReadDeadline(time.Time{})
-	g.FirstByte(sent)
-	copyEndToEnd(w.Header(), resp.Header)
-	w.WriteHeader(resp.StatusCode)
-	g.Answer(resp.StatusCode, 0)
-	var down int64
-	buf := make([]byte, 16<<10)
-	complete := false
+	stop := context.AfterFunc(r.Context(), func() { x.Up.C.SetDeadline(time.Unix(1, 0)) }) // the client reset the stream
+	s.responseHead(w.Header(), x)
+	w.WriteHeader(x.Resp.Status)
+	g.Answer(x.Resp.Status, 0)
+	down, complete := s.relayBody(w, g, r.Context(), x)
+	bodySent := true
+	if done != nil {
+		end := bodyResult(done, x.Up.C)
+		upBytes += end.n
+		bodySent = end.whole
+	}
+	x.Release(stop() && complete && bodySent && x.KeepAlive())
+	g.Finish(upBytes, down)
+}
+
+// bodyEnd is how a request body's writer ended: the bytes it wrote, and
+// whether they were the whole body.
+type bodyEnd struct {
+	n     int64
+	whole bool
+}
+
+// bodyResult waits for the request body's writer once the response has
+// been relayed. When the origin has answered without taking the whole
+// body, the writer is given a moment and then cut off.
+func bodyResult(done <-chan bodyEnd, up net.Conn) bodyEnd {
+	select {
+	case end := <-done:
+		return end
+	default:
+	}
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case end := <-done:
+		return end
+	case <-t.C:
+	}
+	up.SetWriteDeadline(time.Unix(1, 0))
+	end := <-done
+	end.whole = false
+	return end
+}
+
+// request readies e's request from r: its fields as the exchange builds
+// the upstream head from them, and its body. It returns the body still to
+// be read (nil when none) and, for a body of unknown length, its first
+// byte framed as a chunk: read already to learn whether it has any (a
+// request whose HEADERS ended the stream reads EOF at once, and goes
+// without chunked framing).
+func (e *exchange) request(r *http.Request, cs *connState) (io.Reader, []byte) {
+	for name, vs := range r.Header {
+		lname := lowerName(name)
+		for _, v := range vs {
+			e.fields = append(e.fields, hpack.HeaderField{Name: lname, Value: v})
+		}
+	}
+	e.req = origin.FieldRequest{
+		Method:        r.Method,
+		Authority:     r.Host,
+		Path:          r.RequestURI,
+		Fields:        e.fields,
+		ContentLength: r.ContentLength,
+		ClientAddr:    cs.sess.ClientIP(),
+		Via:           "3 rustle",
+	}
+	switch {
+	case r.ContentLength == 0:
+		return nil, nil
+	case r.ContentLength > 0:
+		e.req.HasBody = true
+		return r.Body, nil
+	}
+	if cap(e.buf) == 0 {
+		e.buf = make([]byte, 16<<10)
+	}
+	n, err := r.Body.Read(e.buf[:1])
+	if n == 0 && err == io.EOF {
+		e.req.ContentLength = 0
+		return nil, nil
+	}
+	e.req.HasBody = true
+	first := make([]byte, 0, 8+n+2)
+	first = strconv.AppendInt(first, int64(n), 16)
+	first = append(first, "\r\n"...)
+	first = append(first, e.buf[:n]...)
+	first = append(first, "\r\n"...)
+	if err != nil {
+		return errReader{err}, first
+	}
+	return r.Body, first
+}
+
+// lowerName returns a canonical header name in lower case, as HTTP/3
+// names fields.
+func lowerName(name string) string {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; 'A' <= c && c <= 'Z' {
+			b := []byte(name)
+			for j := i; j < len(b); j++ {
+				if c := b[j]; 'A' <= c && c <= 'Z' {
+					b[j] = c + 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return name
+}
+
+// errReader is a body whose first read failed.
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// sendBody writes the rest of the request body from body to the
+// upstream, chunked when its length is unknown, pacing a paced user's
+// bytes, and tells the exchange how it ended: sent (or failed upstream:
+// the origin may answer all the same), or cut on the client's side. It
+// returns the body's bytes written and whether that was all of it.
+func (e *exchange) sendBody(g *gate.Grant, up net.Conn, body io.Reader, ctx context.Context) bodyEnd {
+	x := &e.x
+	chunked := e.req.ContentLength < 0
+	timeout := x.Client().Config().WriteTimeout
+	if cap(e.buf) == 0 {
+		e.buf = make([]byte, 16<<10)
+	}
+	var written int64
+	var hdr [20]byte
 	for {
-		if s.cfg.WriteTimeout > 0 {
-			up.SetReadDeadline(time.Now().Add(s.cfg.WriteTimeout))
-		}
-		n, rerr := resp.Body.Read(buf)
+		n, rerr := body.Read(e.buf[:cap(e.buf)])
 		if n > 0 {
-			g.Pace(r.Context(), n)
-			m, werr := w.Write(buf[:n])
+			g.Pace(ctx, n)
+			up.SetWriteDeadline(gate.Deadline(time.Now(), timeout))
+			var werr error
+			if chunked {
+				h := strconv.AppendInt(hdr[:0], int64(n), 16)
+				h = append(h, "\r\n"...)
+				bufs := net.Buffers{h, e.buf[:n], []byte("\r\n")}
+				var w int64
+				w, werr = bufs.WriteTo(up)
+				written += min(max(w-int64(len(h)), 0), int64(n))
+			} else {
+				var w int
+				w, werr = up.Write(e.buf[:n])
+				written += int64(w)
+			}
+			if werr != nil {
+				x.BodySent() // failed upstream: the origin may answer
+				return bodyEnd{written, false}
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			whole := true
+			if chunked {
+				up.SetWriteDeadline(gate.Deadline(time.Now(), timeout))
+				_, werr := up.Write([]byte("0\r\n\r\n"))
+				whole = werr == nil
+			}
+			x.BodySent()
+			return bodyEnd{written, whole}
+		case rerr != nil:
+			x.BodyCut()
+			return bodyEnd{written, false}
+		}
+	}
+}
+
+// responseHead sets h to the fields of the response the exchange read,
+// less the hop-by-hop ones (those origin.HopByHop names, those its
+// Connection field lists, and those the parser dropped), with rustle's
+// Via when the configuration asks for it.
+func (s *Server) responseHead(h http.Header, x *origin.Exchange) {
+	resp := &x.Resp
+	for i := range resp.Fields {
+		f := &resp.Fields[i]
+		name := f.Name.Of(resp.Buf)
+		if f.Drop || origin.HopByHop(string(name)) || resp.ConnectionLists(name) {
+			continue
+		}
+		key := http.CanonicalHeaderKey(string(name))
+		h[key] = append(h[key], string(f.Value.Of(resp.Buf)))
+	}
+	if s.cfg.Origin.Config().Via {
+		h.Add("Via", "1.1 rustle")
+	}
+}
+
+// relayBody writes the response body the exchange reads to w, pacing a
+// paced user's bytes, then its trailers. It returns the bytes written
+// and whether the whole body was.
+func (s *Server) relayBody(w http.ResponseWriter, g *gate.Grant, ctx context.Context, x *origin.Exchange) (int64, bool) {
+	var down int64
+	for {
+		data, last, err := x.NextBody()
+		if err != nil {
+			g.SetReason(accesslog.ReasonUpstreamFailed)
+			return down, false
+		}
+		if len(data) > 0 {
+			g.Pace(ctx, len(data))
+			m, werr := w.Write(data)
 			down += int64(m)
 			if werr != nil {
-				break
+				return down, false
 			}
 		}
-		if rerr != nil {
-			if rerr == io.EOF {
-				complete = true
-			} else {
-				g.SetReason(accesslog.ReasonUpstreamFailed)
-			}
+		if last {
 			break
 		}
 	}
-	reuse = complete && !resp.Close && br.Buffered() == 0
-	g.Finish(body.n, down)
-}
-
-// upstream returns a pooled connection to key that the grant admits, or
-// dials one, and reports whether it was pooled. fresh skips the pool.
-func (s *Server) upstream(ctx context.Context, g *gate.Grant, key string, fresh, canRetry bool) (net.Conn, bool, error) {
-	if p := g.Pool(); p != nil && !fresh {
-		owner := g.PoolOwner()
-		if up := p.Get([]byte(key), owner); up != nil {
-			if g.Admits(up, owner, canRetry) {
-				return up, true, nil
-			}
-			up.Close()
+	if x.HasTrailer() {
+		t := &x.Trailer
+		h := w.Header()
+		for i := range t.Fields {
+			f := &t.Fields[i]
+			h.Add(http.TrailerPrefix+string(f.Name.Of(t.Buf)), string(f.Value.Of(t.Buf)))
 		}
 	}
-	up, err := g.Dial(ctx, key)
-	if err != nil {
-		return nil, false, err // not a nil *net.TCPConn in a non-nil net.Conn
-	}
-	return up, false, nil
+	return down, true
 }
 
-// exchange writes out to up and reads the final response head (1xx
-// responses skipped), within the write and response-header timeouts, and
-// returns the response, its reader and when the request was sent.
-func (s *Server) exchange(ctx context.Context, up net.Conn, out *http.Request) (*http.Response, *bufio.Reader, time.Time, error) {
-	stop := context.AfterFunc(ctx, func() { up.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	if s.cfg.WriteTimeout > 0 {
-		up.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+// answerFailure answers a request whose upstream failed before any of
+// the response was sent (see origin.Failure): x is the exchange of a
+// forwarded request, nil for a tunnel or a flow to target.
+func (s *Server) answerFailure(w http.ResponseWriter, g *gate.Grant, err error, x *origin.Exchange, target string) {
+	var status int
+	var reason, text string
+	if x != nil {
+		status, reason, text = x.Failure(err)
+	} else {
+		status, reason, text = origin.Failure(err, target)
 	}
-	bw := bufio.NewWriterSize(up, 4096)
-	err := out.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	sent := time.Now()
-	if err != nil {
-		return nil, nil, sent, err
-	}
-	if s.cfg.ResponseHeaderTimeout > 0 {
-		up.SetReadDeadline(time.Now().Add(s.cfg.ResponseHeaderTimeout))
-	}
-	br := bufio.NewReaderSize(up, 4096)
-	for {
-		resp, err := http.ReadResponse(br, out)
-		if err != nil {
-			if transferCodingRefused(err) {
-				err = fmt.Errorf("%w: %v", http1.ErrTransferCoding, err)
-			}
-			return nil, nil, sent, err
-		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			return resp, br, sent, nil
-		}
-		resp.Body.Close() // 1xx: the final response follows
-	}
-}
-
-// transferCodingRefused reports whether err is net/http's refusal of a
-// response in a transfer coding other than chunked ("unsupported transfer
-// encoding", "too many transfer encodings"; its type is unexported), which
-// every front-end answers alike (http1.ErrTransferCoding).
-func transferCodingRefused(err error) bool {
-	return strings.Contains(err.Error(), "transfer encoding")
-}
-
-// outgoing returns the HTTP/1.1 request forwarded for r, and the reader
-// that counts its body's bytes.
-func (s *Server) outgoing(r *http.Request, cs *connState) (*http.Request, *countingReader) {
-	out := &http.Request{
-		Method:        r.Method,
-		URL:           &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery},
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        make(http.Header, len(r.Header)+2),
-		Host:          r.Host,
-		ContentLength: r.ContentLength,
-	}
-	if r.URL.Path == "" {
-		out.URL.Path = "/"
-	}
-	copyEndToEnd(out.Header, r.Header)
-	if name := gate.ForwardedName(s.cfg.Forwarded); name != "" {
-		var b []byte
-		if prev := out.Header.Values(name); len(prev) > 0 {
-			b = append(b, strings.Join(prev, ", ")...)
-			b = append(b, ", "...)
-		}
-		b = gate.AppendForwardedFor(b, s.cfg.Forwarded, cs.sess.ClientIP())
-		out.Header[name] = []string{string(b)}
-	}
-	if s.cfg.Via {
-		out.Header.Add("Via", "3 rustle")
-	}
-	if out.Header.Get("User-Agent") == "" {
-		out.Header["User-Agent"] = []string{""} // net/http would add its own
-	}
-	body := &countingReader{r: r.Body, g: nil, ctx: r}
-	switch {
-	case r.ContentLength > 0:
-		out.Body = io.NopCloser(body)
-	case r.ContentLength < 0:
-		// Unknown: a request whose HEADERS ended the stream reads EOF at
-		// once and has none (no chunked framing, and no probe by
-		// net/http); another's first bytes go first.
-		var first [1]byte
-		n, err := r.Body.Read(first[:])
-		if n == 0 && err == io.EOF {
-			out.ContentLength = 0
-			break
-		}
-		body.r = io.MultiReader(strings.NewReader(string(first[:n])), r.Body)
-		out.Body = io.NopCloser(body)
-	}
-	return out, body
-}
-
-// deadConn reports whether err says a pooled connection had been closed
-// by the origin before the request reached it.
-func deadConn(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-}
-
-// answerFailure answers a request whose upstream exchange failed before
-// any of the response was sent.
-func (s *Server) answerFailure(w http.ResponseWriter, g *gate.Grant, err error, target string) {
-	status, reason, text := gate.UpstreamFailure(err, target)
 	if reason != "" {
 		g.SetReason(reason)
 	}
 	answer(w, g, status, text)
-}
-
-// copyEndToEnd copies the fields of src to dst less the hop-by-hop ones:
-// those gate.HopByHop names and those src's Connection field lists.
-func copyEndToEnd(dst, src http.Header) {
-	var listed []string
-	for _, v := range src["Connection"] {
-		for _, name := range strings.Split(v, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				listed = append(listed, http.CanonicalHeaderKey(name))
-			}
-		}
-	}
-next:
-	for name, vs := range src {
-		if gate.HopByHop(name) {
-			continue
-		}
-		for _, l := range listed {
-			if l == name {
-				continue next
-			}
-		}
-		dst[name] = append(dst[name], vs...)
-	}
-}
-
-// countingReader counts the request body bytes read (and so written
-// upstream), pacing a paced user's.
-type countingReader struct {
-	r   io.Reader
-	g   *gate.Grant
-	ctx *http.Request
-	n   int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	if n > 0 {
-		if c.g != nil {
-			c.g.Pace(c.ctx.Context(), n)
-		}
-		c.n += int64(n)
-	}
-	return n, err
 }

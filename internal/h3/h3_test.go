@@ -20,8 +20,8 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
-	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -222,7 +222,7 @@ func TestForwardBody(t *testing.T) {
 	t.Cleanup(func() { al.Close() })
 	o := proxytest.NewOrigin(t, proxytest.Echo())
 	cfg := testConfig()
-	cfg.Via, cfg.Forwarded = true, gate.ForwardedXFF
+	cfg.Origin = testOrigin(origin.Config{Via: true, Forwarded: origin.ForwardedXFF})
 	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{AccessLog: al}))
 	cc := p.client(t)
 	payload := strings.Repeat("rustle h3 body ", 5000) // 75,000 bytes: several DATA frames
@@ -323,7 +323,7 @@ func TestForwardPooled(t *testing.T) {
 }
 
 // TestUpstreamFailures checks the answers to requests whose upstream
-// cannot be had, as every front-end gives them (gate.UpstreamFailure): a
+// cannot be had, as every front-end gives them (origin.Failure): a
 // refused connection is 502, a destination the guard refuses 403, for a
 // tunnel and a forwarded request alike, each logged with its reason.
 func TestUpstreamFailures(t *testing.T) {

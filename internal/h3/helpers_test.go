@@ -17,6 +17,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -43,15 +44,34 @@ type testProxy struct {
 // it.
 func testConfig() Config {
 	return Config{
-		Forwarded:             gate.ForwardedNone,
-		MaxHeaderBytes:        65536,
-		HandshakeTimeout:      5 * time.Second,
-		IdleTimeout:           30 * time.Second,
-		ResponseHeaderTimeout: 10 * time.Second,
-		WriteTimeout:          10 * time.Second,
-		UDPIdleTimeout:        30 * time.Second,
-		MaxStreams:            100,
+		Origin:           testOrigin(origin.Config{}),
+		HandshakeTimeout: 5 * time.Second,
+		IdleTimeout:      30 * time.Second,
+		UDPIdleTimeout:   30 * time.Second,
+		MaxStreams:       100,
 	}
+}
+
+// testOrigin returns the origin client of c, its zero fields set: no
+// Forwarded field, 64 KiB heads, 10 s timeouts.
+func testOrigin(c origin.Config) *origin.Client {
+	if c.Forwarded == "" {
+		c.Forwarded = origin.ForwardedNone
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 65536
+	}
+	if c.ResponseHeaderTimeout == 0 {
+		c.ResponseHeaderTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	oc, err := origin.New(c)
+	if err != nil {
+		panic(err)
+	}
+	return oc
 }
 
 // startProxy serves cfg's HTTP/3 under policy until the test ends, when

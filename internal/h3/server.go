@@ -17,6 +17,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/masque"
+	"github.com/rustle-proxy/rustle/internal/origin"
 )
 
 // HTTP/3 error codes (RFC 9114 §8.1) rustle closes connections with.
@@ -30,17 +31,15 @@ const (
 // flows. Who may send what is the gate.Policy of each connection's
 // session. New fills no defaults: the configuration resolves every value.
 type Config struct {
-	// Forwarded is gate.ForwardedNone, gate.ForwardedRFC or
-	// gate.ForwardedXFF.
-	Forwarded string
-	// Via adds "Via: 3 rustle" to forwarded requests; false = none.
-	Via bool
+	// Origin is the listener's origin client: how forwarded requests go
+	// upstream (the Forwarded field; Via, "Via: 3 rustle" on requests and
+	// "Via: 1.1 rustle" on their responses; the response head's bound and
+	// timeout; the upstream's write timeout). Its MaxHeaderBytes bounds a
+	// request's header section too. New rejects nil.
+	Origin *origin.Client
 	// Template is the CONNECT-UDP URI template's path; nil =
 	// masque.DefaultTemplate.
 	Template *masque.Template
-	// MaxHeaderBytes bounds a request's header section and an origin's
-	// response head. Positive.
-	MaxHeaderBytes int
 	// HandshakeTimeout bounds the QUIC handshake, which is given up
 	// sooner when it receives nothing from the client for half of it
 	// (quic-go's HandshakeIdleTimeout, which bounds the whole handshake
@@ -50,11 +49,6 @@ type Config struct {
 	// IdleTimeout closes a connection without a request for this long;
 	// 0 = no limit (the configuration always sets one).
 	IdleTimeout time.Duration
-	// ResponseHeaderTimeout bounds the wait for an origin's response
-	// head; 0 = no limit.
-	ResponseHeaderTimeout time.Duration
-	// WriteTimeout bounds each write to an origin; 0 = no limit.
-	WriteTimeout time.Duration
 	// UDPIdleTimeout ends a CONNECT-UDP flow that passed no datagram
 	// either way for this long; 0 = no limit.
 	UDPIdleTimeout time.Duration
@@ -102,14 +96,8 @@ type connKey struct{}
 
 // New returns a Server for cfg, or an error naming a field out of range.
 func New(cfg Config) (*Server, error) {
-	switch cfg.Forwarded {
-	case gate.ForwardedNone, gate.ForwardedRFC, gate.ForwardedXFF:
-	default:
-		return nil, fmt.Errorf("h3: Forwarded must be %q, %q or %q, got %q",
-			gate.ForwardedNone, gate.ForwardedRFC, gate.ForwardedXFF, cfg.Forwarded)
-	}
-	if cfg.MaxHeaderBytes <= 0 {
-		return nil, fmt.Errorf("h3: MaxHeaderBytes must be positive, got %d", cfg.MaxHeaderBytes)
+	if cfg.Origin == nil {
+		return nil, errors.New("h3: Origin must be set")
 	}
 	if cfg.MaxStreams <= 0 {
 		return nil, fmt.Errorf("h3: MaxStreams must be positive, got %d", cfg.MaxStreams)
@@ -138,7 +126,7 @@ func New(cfg Config) (*Server, error) {
 	s.srv = &http3.Server{
 		Handler:         http.HandlerFunc(s.serveHTTP),
 		EnableDatagrams: true,
-		MaxHeaderBytes:  cfg.MaxHeaderBytes,
+		MaxHeaderBytes:  cfg.Origin.Config().MaxHeaderBytes,
 		IdleTimeout:     cfg.IdleTimeout,
 		QUICConfig:      s.quic,
 		Logger:          s.log,

@@ -42,7 +42,7 @@ func (s *Server) connectUDP(w http.ResponseWriter, r *http.Request, cs *connStat
 	defer s.giveFlow(cs)
 	up, err := g.DialUDP(r.Context(), q.host, uint16(q.port))
 	if err != nil {
-		s.answerFailure(w, g, err, q.host)
+		s.answerFailure(w, g, err, nil, q.host)
 		return
 	}
 	w.Header().Set(http3.CapsuleProtocolHeader, "?1")

@@ -87,7 +87,7 @@ var (
 // TE field, so an origin has no leave to use another coding). "identity"
 // is no coding any more (RFC 9112 §7) and refused too, as Go's net/http
 // and Squid do. What follows "http1: " is the one-line reason a client is
-// answered (see internal/gate.UpstreamFailure).
+// answered (see internal/origin.Failure).
 var ErrTransferCoding = errors.New("http1: upstream used a transfer coding other than chunked")
 
 // maxHeaders bounds the header lines of one head.

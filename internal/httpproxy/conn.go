@@ -3,11 +3,9 @@ package httpproxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
@@ -15,6 +13,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/route"
 )
 
@@ -46,33 +45,26 @@ type conn struct {
 	client http1.Conn
 	idle   atomic.Bool // waiting for the next request head; read by wake
 
-	// up is the current upstream; up.C is nil when there is none. Between
-	// requests it may be kept, without its buffer (up.Buf nil), for the
-	// next request to the same origin: see getUpstream.
-	up       http1.Conn
-	upKey    string        // pool key of up
-	upOwner  string        // who may reuse up (gate.Grant.PoolOwner of its dial)
-	fwd      *route.Parent // the HTTP parent the request goes to in absolute form; nil = none
-	upReused bool          // up served an earlier request
+	// x is the exchange with the upstream of the request being served;
+	// between requests it may keep the last one's upstream for the next
+	// request to the same origin (see origin.Exchange.Keep).
+	x origin.Exchange
 
-	req, resp http1.Head
+	req       http1.Head
 	tgt       target
 	reqChunk  http1.ChunkedScanner
 	respChunk http1.ChunkedScanner
 
-	out     []byte // a head under construction
-	key     []byte // the pool key under construction
-	vec     vec    // writes of the serving goroutine
-	bodyVec vec    // writes of the sendBody goroutine
+	out     []byte    // a head under construction
+	key     []byte    // the destination host:port under construction
+	vec     http1.Vec // writes of the serving goroutine
+	bodyVec http1.Vec // writes of the sendBody goroutine
 
-	bodyErr chan error         // the sendBody goroutine's result
-	rw      http1.ResponseWait // the wait for the response head while sendBody runs
-	waitRW  bool               // readResponseHead waits through rw
+	bodyErr chan error // the sendBody goroutine's result
 	nreq    int
 	isHead  bool // the request being served is a HEAD: answers carry no body
 	metered bool // the request's bytes count against its user's byte quota as they move (gate.Grant.Meter)
 	upgrade bool // the request being served is a WebSocket handshake
-	interim bool // a 1xx answer of the request's upstream went to the client
 
 	g         gate.Grant   // the current request's passage through the policy
 	gr        gate.Request // what g was asked for
@@ -85,9 +77,7 @@ type conn struct {
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
 	cn.gr = gate.Request{}
-	cn.up = http1.Conn{}
-	cn.upKey, cn.upOwner = "", ""
-	cn.req.Buf, cn.resp.Buf = nil, nil
+	cn.req.Buf = nil
 	cn.tgt = target{}
 	cn.nreq = 0
 	if cap(cn.out) > 64<<10 {
@@ -113,7 +103,7 @@ func (cn *conn) serve() bool {
 		if cn.ctx.Err() != nil { // a wake may have run before idle was set or the deadline armed
 			return false
 		}
-		n, err := cn.client.ReadHead(p.cfg.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
+		n, err := cn.client.ReadHead(p.o.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
 		cn.idle.Store(false)
 		if err != nil {
 			// Nothing of a request (a close or an idle timeout) is no
@@ -192,7 +182,7 @@ var tlsAlertHandshakeFailure = []byte{
 // ClientHello does not reset the connection before the alert is read.
 func (cn *conn) refuseTLS(cause error) {
 	cn.sess.Reject(&gate.Request{}, &cn.g, 0, accesslog.ReasonTLSToPlainPort, cause)
-	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.cfg.WriteTimeout)
+	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.o.WriteTimeout)
 	if _, err := cn.client.C.Write(tlsAlertHandshakeFailure); err == nil {
 		http1.LingerClose(cn.client.C, lingerTime)
 	}
@@ -217,13 +207,24 @@ func headReason(pe *http1.ParseError) string {
 // connection stays open for another request, and whether it became a
 // tunnel.
 func (cn *conn) handle() (keep, handedOff bool) {
-	p := cn.p
+	req := &cn.req
+	if keep, ok := cn.authorize(); !ok {
+		return keep, false
+	}
+	if string(req.Method.Of(req.Buf)) == "CONNECT" {
+		return false, cn.connect()
+	}
+	return cn.forward()
+}
+
+// authorize parses the request's target and asks the session's policy
+// about the request. On a refusal it has answered the client, and keep
+// says whether the connection serves another request.
+func (cn *conn) authorize() (keep, ok bool) {
 	req := &cn.req
 	method := req.Method.Of(req.Buf)
 	hasBody := req.Chunked || req.ContentLength > 0
-
 	isConnect := string(method) == "CONNECT"
-	clientKeep := !req.ConnClose && (req.Minor == 1 || req.ConnKeepAlive)
 	r := &cn.gr
 	r.Method = cn.internMethod(method)
 	r.Target = req.Target.Of(req.Buf)
@@ -248,7 +249,6 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	}
 	// A WebSocket handshake keeps its Upgrade field; the connection becomes
 	// a tunnel if the origin switches protocols.
-	cn.interim = false
 	cn.upgrade = !isConnect && req.Minor == 1 && string(method) == "GET" && !hasBody && req.UpgradesTo("websocket")
 	if cn.upgrade {
 		req.Fields[req.UpgradeIdx].Drop = false
@@ -258,187 +258,141 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	r.Port = uint16(cn.tgt.port)
 	switch k := cn.sess.Authorize(r, &cn.g); k {
 	case gate.OK:
+		return false, true
 	case gate.NeedAuth:
 		keep := !hasBody && req.Minor == 1 && !req.ConnClose
 		cn.writeError(407, k.Reason(), keep)
 		return keep, false
 	case gate.Denied:
-		keep := !hasBody && clientKeep && !isConnect
+		keep := !hasBody && !req.ConnClose && (req.Minor == 1 || req.ConnKeepAlive) && !isConnect
 		cn.writeError(403, k.Reason(), keep)
 		return keep, false
 	default:
 		cn.writeError(k.Status(), k.Reason(), false)
 		return false, false
 	}
-	if isConnect {
-		return false, cn.connect()
-	}
-	cn.metered = cn.g.Meter()
+}
 
-	isHead := cn.isHead
-	idempotent := gate.Idempotent(method)
-	clientMinor := req.Minor
+// forward serves a granted request for an origin: the exchange sends it
+// (see origin.Exchange), the rest of a streamed body follows, and the
+// response is relayed. It reports whether the client connection stays
+// open for another request, and whether it became a tunnel (a
+// WebSocket handshake the origin accepted).
+func (cn *conn) forward() (keep, handedOff bool) {
+	req := &cn.req
+	cn.metered = cn.g.Meter()
 	req.DropConnectionListed()
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	cn.fwd = nil
-	if !cn.g.Route().Direct() {
-		// An HTTP parent takes the request itself, in absolute form; the
-		// pool keeps connections to it under its key. So does a
-		// WebSocket handshake: a parent that forwards upgrades (Squid's
-		// http_upgrade_request_protocols) switches protocols and the
-		// connection to it becomes the tunnel, where a CONNECT to the
-		// origin's port might be refused.
-		if cn.fwd, err = cn.g.ForwardParent(cn.key); err != nil {
-			cn.writeDialError(err)
-			return false, false
-		}
-		if cn.fwd != nil {
-			cn.key = gate.ForwardKey(cn.key[:0], cn.fwd)
-		}
+	if err := cn.x.Begin(cn.p.oc, &cn.g, cn.gr.Method, cn.key, cn.mode()); err != nil {
+		cn.writeFailure(err)
+		return false, false
 	}
-	cn.buildRequestHead()
+	body, remaining, ok := cn.bufferedBody()
+	if !ok {
+		return false, false
+	}
+	n, err := cn.x.Send(cn, body)
+	cn.obs.up = n
+	if req.Chunked {
+		cn.obs.up = content(http1.ChunkedScanner{}, body.Buffered, n, true)
+	}
+	if err != nil {
+		cn.writeFailure(err)
+		return false, false
+	}
+	streaming := !body.Done
+	if streaming && !cn.streamBody(remaining) {
+		return false, false
+	}
+	if cn.x.Resp.Status == 101 {
+		return false, cn.switchProtocols()
+	}
+	return cn.relayResponse(streaming), false
+}
 
-	// The part of the request body already buffered goes out with the head.
-	var inBuf []byte
-	inData := 0         // the content of inBuf
-	var remaining int64 // Content-Length bytes not yet buffered
-	bodyDone := true
+// mode is what the request expects of its upstream: a WebSocket
+// handshake's tunnel is relayed whatever the connection (see
+// gate.Grant.Tunnel).
+func (cn *conn) mode() origin.Mode {
+	if cn.upgrade {
+		return origin.Upgrade
+	}
+	return origin.Plain
+}
+
+// bufferedBody returns the part of the request body already read behind
+// its head, which goes out with the head, and how much of a
+// Content-Length body is still to come. On a malformed chunked body it
+// has answered 400 and reports false.
+func (cn *conn) bufferedBody() (body origin.Body, remaining int64, ok bool) {
+	req := &cn.req
 	switch {
 	case req.Chunked:
 		cn.reqChunk = http1.ChunkedScanner{}
-		avail := cn.client.Buffered()
-		m, out, data, err := http1.ScanChunkedNoTrailers(&cn.reqChunk, avail)
+		m, out, _, err := http1.ScanChunkedNoTrailers(&cn.reqChunk, cn.client.Buffered())
 		if err != nil {
 			cn.g.SetReason(accesslog.ReasonBadRequest)
 			cn.writeError(400, "malformed chunked request body", false)
-			return false, false
+			return body, 0, false
 		}
-		inBuf, inData = out, data
 		cn.client.R += m
-		bodyDone = cn.reqChunk.Done()
+		return origin.Body{Buffered: out, Done: cn.reqChunk.Done()}, 0, true
 	case req.ContentLength > 0:
 		avail := cn.client.Buffered()
-		n := int64(len(avail))
-		if n > req.ContentLength {
-			n = req.ContentLength
-		}
-		inBuf, inData = avail[:n], int(n)
+		n := min(int64(len(avail)), req.ContentLength)
 		cn.client.R += int(n)
 		remaining = req.ContentLength - n
-		bodyDone = remaining == 0
+		return origin.Body{Buffered: avail[:n], Done: remaining == 0}, remaining, true
 	}
+	return origin.Body{Done: true, Empty: true}, 0, true
+}
 
-	// Send the request, retrying once on a fresh connection when a pooled
-	// one turns out dead and the request can be replayed, and once on the
-	// route's next parent when its parent fails before a response byte
-	// (an idempotent request of which no body byte went to it).
-	canRetry := idempotent && bodyDone
-	fresh := false
-	for {
-		if err = cn.getUpstream(fresh, canRetry); err != nil {
-			if canRetry && cn.retryParent(&err) {
-				continue
-			}
-			cn.writeDialError(err)
-			return false, false
-		}
-		cn.up.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
-		var w int64
-		w, err = cn.vec.write(cn.up.C, cn.out, inBuf)
-		cn.obs.up = int64(inData)
-		if err != nil {
-			cn.obs.up = content(http1.ChunkedScanner{}, inBuf, w-int64(len(cn.out)), req.Chunked)
-		}
-		if err == nil && bodyDone {
-			cn.sent()
-			err = cn.readResponseHead(clientMinor)
-			if err == nil && canRetry && !hasBody && cn.g.Parent() != nil {
-				// Nothing of the response goes to the client before
-				// its small body is in, so that a parent dying in the
-				// middle of it can still be retried.
-				err = cn.awaitSmallBody()
-			}
-		}
-		if err == nil || !canRetry || !isDeadConnErr(err) || cn.interim {
-			break
-		}
-		if cn.upReused && !fresh {
-			cn.dropUpstream()
-			fresh = true
-			continue
-		}
-		if !hasBody && cn.retryParent(&err) {
-			// The route's parent (a fresh connection to it) closed
-			// before a byte of the response.
-			cn.dropUpstream()
-			continue
-		}
-		break
-	}
+// streamBody sends the rest of the request body on its own goroutine
+// while the response head is awaited (the response-header timeout starts
+// once the body is sent; an early answer is read at once, and a body
+// that fails on the client's side ends the wait). It reports false when
+// it has answered the client and the exchange is over.
+func (cn *conn) streamBody(remaining int64) bool {
+	cn.x.StartBody()
+	go cn.sendBody(remaining, cn.req.Chunked)
+	err := cn.x.ReadResponse(cn)
+	cn.x.EndBody()
 	if err != nil {
-		cn.dropUpstream()
-		cn.writeUpstreamError(err)
-		return false, false
-	}
-
-	streaming := false
-	if !bodyDone {
-		// The response-header timeout starts once the body is sent;
-		// an early answer is read at once, and a body that fails on
-		// the client's side ends the wait (see http1.ResponseWait).
-		streaming = true
-		cn.sent()
-		cn.rw.Start(&cn.up, p.cfg.ResponseHeaderTimeout)
-		cn.waitRW = true
-		go cn.sendBody(remaining, req.Chunked)
-		err := cn.readResponseHead(clientMinor)
-		cn.waitRW = false
-		if err != nil {
-			berr := cn.finishBody()
-			cn.dropUpstream()
-			if cn.rw.WasCut() {
-				cn.writeBodyError(berr)
-			} else {
-				cn.writeUpstreamError(err)
-			}
-			return false, false
+		berr := cn.finishBody()
+		cn.x.Drop()
+		if cn.x.WasCut() {
+			cn.writeBodyError(berr)
+		} else {
+			cn.writeFailure(err)
 		}
+		return false
 	}
+	return true
+}
 
-	if cn.fwd != nil && cn.resp.Status == 407 {
-		// The HTTP parent refused rustle's own credentials: no answer
-		// the client could give would help, so it is no 407 of its own.
-		if streaming {
-			cn.finishBody()
-		}
-		cn.dropUpstream()
-		cn.fwd.Health().Failed(time.Now())
-		cn.g.SetReason(accesslog.ReasonParentAuth)
-		cn.writeError(502, "parent proxy "+cn.fwd.Name()+" refused rustle's credentials", false)
-		return false, false
-	}
-	if cn.resp.Status == 101 {
-		return false, cn.switchProtocols()
-	}
-
-	// Frame and forward the response.
-	resp := &cn.resp
+// relayResponse frames and forwards the response whose head the exchange
+// read, then keeps, pools or drops the upstream. It reports whether the
+// client connection stays open for another request.
+func (cn *conn) relayResponse(streaming bool) (keep bool) {
+	req := &cn.req
+	resp := &cn.x.Resp
+	clientKeep := !req.ConnClose && (req.Minor == 1 || req.ConnKeepAlive)
 	mode := bodyClose
 	switch {
-	case isHead || resp.Status == 204 || resp.Status == 304:
+	case cn.x.NoBody():
 		mode = bodyNone
 	case resp.Chunked:
 		mode = bodyChunked
 	case resp.ContentLength >= 0:
 		mode = bodyLength
 	}
-	dechunk := mode == bodyChunked && clientMinor == 0
+	dechunk := mode == bodyChunked && req.Minor == 0
 	if mode == bodyClose || dechunk || cn.ctx.Err() != nil {
 		// These bodies end with the connection; and once a shutdown
 		// has begun, this is the connection's last answer.
 		clientKeep = false
 	}
-	upKeep := resp.Minor == 1 && !resp.ConnClose && mode != bodyClose
+	upKeep := cn.x.KeepAlive()
 	if streaming && !upKeep {
 		// The upstream closes after this response and the request body
 		// may still be coming: if so it is cut off and the client
@@ -446,145 +400,61 @@ func (cn *conn) handle() (keep, handedOff bool) {
 		clientKeep = false
 	}
 	resp.DropConnectionListed()
-	cn.buildResponseHead(clientKeep, clientMinor, dechunk)
+	cn.buildResponseHead(clientKeep, req.Minor, dechunk)
 
-	cn.client.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
+	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.o.WriteTimeout)
 	cn.g.Answer(resp.Status, 0)
+	var err error
 	cn.obs.down, err = cn.forwardResponseBody(mode, dechunk)
 	if streaming && cn.finishBody() != nil {
 		// The response ended before the request body did: neither
 		// connection is at a message boundary.
 		clientKeep, upKeep = false, false
 	}
-	if err != nil {
-		cn.dropUpstream()
-		return false, false
-	}
-	if upKeep && cn.up.R == cn.up.W && clientKeep && cn.pool != nil {
+	switch {
+	case err != nil:
+		cn.x.Drop()
+		return false
+	case upKeep && clientKeep && cn.pool != nil:
 		// Kept for the client's next request, which most often goes to
-		// the same origin: no pool round trip, no shared lock, and its
-		// deadlines stay armed. Its buffer goes back meanwhile; the
-		// connection goes to the pool when the client's next request
-		// is for another origin or the client connection ends.
-		cn.up.Release()
-	} else if upKeep && cn.up.R == cn.up.W {
-		cn.putUpstream()
-	} else {
-		cn.dropUpstream()
+		// the same origin (see origin.Exchange.Keep).
+		cn.x.Keep()
+	default:
+		cn.x.Release(upKeep)
 	}
-	return clientKeep, false
+	return clientKeep
 }
 
-// retryParent moves the request, whose parent failed (err) before any
-// byte of the response, to the route's next parent (see
-// gate.Grant.RetryParent): the pool key and the request head are made
-// for it. It reports false when the request stays where it is, *err
-// then being what to answer (the next parent's refusal of the
-// destination, if it came to that).
-func (cn *conn) retryParent(err *error) bool {
-	if cn.g.Parent() == nil {
-		return false
-	}
-	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	if !cn.g.RetryParent(string(cn.key), *err) {
-		if cn.fwd != nil {
-			cn.key = gate.ForwardKey(cn.key[:0], cn.fwd)
-		}
-		return false
-	}
-	fwd, ferr := cn.g.ForwardParent(cn.key)
-	if ferr != nil {
-		*err = ferr
-		return false
-	}
-	cn.fwd = fwd
-	if fwd != nil {
-		cn.key = gate.ForwardKey(cn.key[:0], fwd)
-	}
-	cn.buildRequestHead()
-	return true
+// AppendHead appends the head forwarded upstream (see buildRequestHead);
+// the exchange asks for it. It is part of conn's origin.Request.
+func (cn *conn) AppendHead(dst []byte, parent *route.Parent) []byte {
+	return cn.appendRequestHead(dst, parent)
 }
 
-// errUpstreamCut is an upstream closing the connection in the middle of
-// a response that nothing of has gone to the client yet.
-var errUpstreamCut = fmt.Errorf("httpproxy: upstream closed the connection before its response was complete: %w", io.EOF)
-
-// awaitSmallBody reads, after the response head, the rest of a
-// Content-Length body that fits in the upstream buffer behind the head
-// (see http1.Conn.ReadRest). A body that does not fit, or a response
-// without a body of known length, is left to the forwarding. It returns
-// errUpstreamCut when the upstream closes first.
-func (cn *conn) awaitSmallBody() error {
-	resp := &cn.resp
-	if cn.isHead || resp.Status < 200 || resp.Status == 204 || resp.Status == 304 || resp.Chunked {
-		return nil
-	}
-	if err := cn.up.ReadRest(resp.ContentLength, cn.p.cfg.WriteTimeout); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return errUpstreamCut
-		}
-		return err
-	}
-	return nil
+// DialContext is the context of the exchange's dials: the session's,
+// which a shutdown does not cancel (a request in progress finishes). It
+// is part of conn's origin.Request.
+func (cn *conn) DialContext() (context.Context, func()) {
+	return context.WithoutCancel(cn.ctx), nil
 }
 
-// isDeadConnErr reports whether err shows a pooled connection that the
-// origin had already closed: nothing of a response arrived.
-func isDeadConnErr(err error) bool {
-	return errors.Is(err, errUpstreamClosed) || errors.Is(err, io.EOF) ||
-		errors.Is(err, errConnReset) || errors.Is(err, errBrokenPipe)
-}
+// Attach accepts every upstream: the serving goroutine does all the
+// waiting itself. It is part of conn's origin.Request.
+func (cn *conn) Attach(net.Conn) bool { return true }
 
-// getUpstream takes an idle connection for cn.key from the pool or dials
-// one. fresh forces a dial; canRetry says whether the request could be
-// sent again should a reused connection turn out dead (see
-// gate.Grant.Admits).
-func (cn *conn) getUpstream(fresh, canRetry bool) error {
-	var c net.Conn // TCP, or TLS to an https parent
-	cn.upReused = false
-	owner := cn.g.PoolOwner()
-	if cn.up.C != nil && cn.up.Buf == nil {
-		// The upstream the previous request left: reuse it for the same
-		// origin if this request's rule admits its address, else offer
-		// it to others (its owner's, when it is another user's).
-		if !fresh && cn.upKey == string(cn.key) {
-			if cn.g.Admits(cn.up.C, cn.upOwner, canRetry) {
-				cn.upReused = true
-				cn.up.TakeBuf(&http1.UpstreamBufs)
-				return nil
-			}
-			// Not for this request, maybe for another: when it is this
-			// request's owner's, it is the pool's newest for the owner
-			// to this origin, so dial.
-			fresh = fresh || cn.upOwner == owner
-		}
-		cn.putUpstream()
+// Interim passes an informational response on to an HTTP/1.1 client
+// (an HTTP/1.0 one gets none). It is part of conn's origin.Request.
+func (cn *conn) Interim(x *origin.Exchange) (bool, error) {
+	if cn.req.Minor != 1 {
+		return false, nil
 	}
-	if !fresh && cn.pool != nil {
-		if c = cn.pool.Get(cn.key, owner); c != nil {
-			cn.upReused, cn.upOwner = true, owner
-			if !cn.g.Admits(c, owner, canRetry) {
-				c.Close()
-				c, cn.upReused = nil, false
-			}
-		}
+	x.Resp.DropConnectionListed()
+	cn.buildInterimHead()
+	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.o.WriteTimeout)
+	if _, err := cn.client.C.Write(cn.out); err != nil {
+		return true, &clientError{err}
 	}
-	if c == nil {
-		addr := string(cn.key)
-		var err error
-		c, err = cn.g.DialConn(context.WithoutCancel(cn.ctx), addr)
-		if err != nil {
-			return err
-		}
-		cn.upKey, cn.upOwner = addr, owner
-		if cn.g.ViaParent() {
-			cn.upKey = "" // a tunnel through a parent: reused by no other request, not pooled
-		}
-	} else if cn.upKey == "" || cn.upKey != string(cn.key) {
-		cn.upKey = string(cn.key)
-	}
-	cn.up.Attach(c, &http1.UpstreamBufs)
-	return nil
+	return true, nil
 }
 
 // internMethod returns the request method as a string, reusing the last
@@ -604,120 +474,6 @@ func (cn *conn) internHost() string {
 	}
 	return cn.hostStr
 }
-
-// sent notes that the request is complete upstream: the wait for the
-// response's first byte starts.
-func (cn *conn) sent() {
-	if cn.g.Observing() {
-		cn.obs.sent = time.Now()
-	}
-}
-
-// releaseUpstream hands on an upstream kept from the last request when
-// the client connection ends: to the pool when it is idle at a message
-// boundary, closed otherwise.
-func (cn *conn) releaseUpstream() {
-	if cn.up.C != nil && cn.up.Buf == nil {
-		cn.putUpstream()
-	} else {
-		cn.dropUpstream()
-	}
-}
-
-// putUpstream returns the current upstream to the pool.
-func (cn *conn) putUpstream() {
-	if cn.up.C == nil {
-		return
-	}
-	c := cn.up.C
-	cn.up.Release()
-	cn.up.C, cn.up.TCP = nil, nil
-	if cn.pool == nil || cn.upKey == "" {
-		c.Close()
-		return
-	}
-	// Its deadlines stay armed: whoever takes it from the pool arms its
-	// own before reading or writing (attach forgets them), and an idle
-	// pooled connection is neither read nor written.
-	cn.pool.Put(cn.upKey, cn.upOwner, c)
-}
-
-// dropUpstream closes the current upstream.
-func (cn *conn) dropUpstream() {
-	if cn.up.C == nil {
-		return
-	}
-	cn.up.C.Close()
-	cn.up.Release()
-	cn.up.C, cn.up.TCP = nil, nil
-}
-
-var (
-	errUpstreamClosed = errors.New("httpproxy: upstream closed the connection without a response")
-	errConnReset      = syscall.ECONNRESET
-	errBrokenPipe     = syscall.EPIPE
-)
-
-// readResponseHead reads the final response head into cn.resp, passing
-// 1xx informational responses on to HTTP/1.1 clients.
-func (cn *conn) readResponseHead(clientMinor int) error {
-	p := cn.p
-	for {
-		var n int
-		var err error
-		if cn.waitRW {
-			cn.rw.Arm()
-			n, err = cn.up.ReadHead(p.cfg.MaxHeaderBytes, p.cfg.ResponseHeaderTimeout)
-			cn.rw.End()
-		} else {
-			cn.up.ArmReadDeadline(http1.MonoNow(), p.cfg.ResponseHeaderTimeout)
-			n, err = cn.up.ReadHead(p.cfg.MaxHeaderBytes, p.cfg.ResponseHeaderTimeout)
-		}
-		if err != nil {
-			if err == http1.ErrIdle {
-				return errUpstreamClosed
-			}
-			if err == http1.ErrHeadTooLarge {
-				return errRespTooLarge
-			}
-			return err
-		}
-		if t := cn.obs.sent; !t.IsZero() {
-			cn.g.FirstByte(t)
-			cn.obs.sent = time.Time{}
-		}
-		if err := cn.resp.ParseResponse(cn.up.Buf[cn.up.R : cn.up.R+n]); err != nil {
-			return err
-		}
-		cn.up.R += n
-		if cn.resp.Status >= 200 {
-			if cn.resp.TEOther {
-				return http1.ErrTransferCoding
-			}
-			return nil
-		}
-		if cn.resp.Status == 101 {
-			if cn.upgrade && cn.resp.UpgradesTo("websocket") {
-				return nil
-			}
-			return errUnexpected101
-		}
-		if clientMinor == 1 {
-			cn.interim = true
-			cn.resp.DropConnectionListed()
-			cn.buildInterimHead()
-			cn.client.ArmWriteDeadline(http1.MonoNow(), p.cfg.WriteTimeout)
-			if _, err := cn.client.C.Write(cn.out); err != nil {
-				return &clientError{err}
-			}
-		}
-	}
-}
-
-var (
-	errRespTooLarge  = errors.New("httpproxy: response head too large")
-	errUnexpected101 = errors.New("httpproxy: upstream switched protocols without an upgrade request")
-)
 
 // clientError marks a failure on the client side of an exchange.
 type clientError struct{ err error }
@@ -746,9 +502,9 @@ func (cn *conn) pace(dst *http1.Conn, n int) bool {
 // forwardResponseBody writes the response head in cn.out and the body,
 // and returns how much of the body's content was written to the client.
 func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
-	up := &cn.up
+	up := &cn.x.Up
 	client := cn.client.C
-	timeout := cn.p.cfg.WriteTimeout
+	timeout := cn.p.o.WriteTimeout
 	switch mode {
 	case bodyNone:
 		_, err := client.Write(cn.out)
@@ -756,19 +512,19 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 	case bodyLength:
 		avail := up.Buffered()
 		n := int64(len(avail))
-		if n > cn.resp.ContentLength {
-			n = cn.resp.ContentLength
+		if n > cn.x.Resp.ContentLength {
+			n = cn.x.Resp.ContentLength
 		}
 		if !cn.pace(&cn.client, int(n)) {
 			return 0, errQuotaSpent
 		}
-		w, err := cn.vec.write(client, cn.out, avail[:n])
+		w, err := cn.vec.Write(client, cn.out, avail[:n])
 		down := max(0, w-int64(len(cn.out)))
 		if err != nil {
 			return down, err
 		}
 		up.R += int(n)
-		m, err := cn.copyN(&cn.client, up, cn.resp.ContentLength-n)
+		m, err := cn.copyN(&cn.client, up, cn.x.Resp.ContentLength-n)
 		return down + m, err
 	case bodyChunked:
 		cn.respChunk = http1.ChunkedScanner{}
@@ -778,7 +534,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 		if !cn.pace(&cn.client, len(avail)) {
 			return 0, errQuotaSpent
 		}
-		w, err := cn.vec.write(client, cn.out, avail)
+		w, err := cn.vec.Write(client, cn.out, avail)
 		down := max(0, w-int64(len(cn.out)))
 		if err != nil {
 			return down, err
@@ -812,7 +568,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 // many were written to dst (n unless it fails). A failure known to be on
 // src's side is a *readError; a failed splice may be on either.
 func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
-	timeout := cn.p.cfg.WriteTimeout
+	timeout := cn.p.o.WriteTimeout
 	dstTCP := dst.TCP
 	var moved int64
 	for n > 0 {
@@ -899,8 +655,8 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 // be nil); noTrailers drops the trailer fields of a verbatim body. It
 // returns how much of the body's content (its chunk data) was written to
 // dst. A failure on src's side (a read, the framing) is a *readError.
-func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScanner, head []byte, dechunk, noTrailers bool) (int64, error) {
-	timeout := cn.p.cfg.WriteTimeout
+func (cn *conn) copyChunked(v *http1.Vec, dst, src *http1.Conn, cs *http1.ChunkedScanner, head []byte, dechunk, noTrailers bool) (int64, error) {
+	timeout := cn.p.o.WriteTimeout
 	var moved int64
 	for {
 		avail := src.Buffered()
@@ -942,7 +698,7 @@ func (cn *conn) copyChunked(v *vec, dst, src *http1.Conn, cs *http1.ChunkedScann
 				return moved, errQuotaSpent
 			}
 			dst.ArmWriteDeadline(http1.MonoNow(), timeout)
-			w, err := v.write(dst.C, head, out)
+			w, err := v.Write(dst.C, head, out)
 			if err != nil {
 				return moved + content(from, out, w-int64(len(head)), !dechunk), err
 			}
@@ -992,16 +748,16 @@ func (cn *conn) sendBody(remaining int64, chunked bool) {
 	var n int64
 	var err error
 	if chunked {
-		n, err = cn.copyChunked(&cn.bodyVec, &cn.up, &cn.client, &cn.reqChunk, nil, false, true)
+		n, err = cn.copyChunked(&cn.bodyVec, &cn.x.Up, &cn.client, &cn.reqChunk, nil, false, true)
 	} else {
-		n, err = cn.copyN(&cn.up, &cn.client, remaining)
+		n, err = cn.copyN(&cn.x.Up, &cn.client, remaining)
 	}
 	cn.obs.up += n
 	if re := (*readError)(nil); errors.As(err, &re) {
-		cn.rw.Cut()
+		cn.x.BodyCut()
 	} else {
 		// Sent, or failed upstream: the origin may have answered.
-		cn.rw.BodySent()
+		cn.x.BodySent()
 	}
 	cn.bodyErr <- err
 }
@@ -1017,55 +773,11 @@ func (cn *conn) finishBody() error {
 	}
 	past := time.Unix(1, 0)
 	cn.client.C.SetReadDeadline(past)
-	cn.up.C.SetWriteDeadline(past)
+	cn.x.Up.C.SetWriteDeadline(past)
 	err := <-cn.bodyErr
 	cn.client.ForgetReadDeadline()
-	cn.up.ForgetWriteDeadline()
+	cn.x.Up.ForgetWriteDeadline()
 	return err
-}
-
-// vec writes two buffers with one writev; its fields are reused so that
-// a write allocates nothing. A vec is used by one goroutine at a time.
-type vec struct {
-	iov  [2][]byte
-	bufs net.Buffers
-	join []byte // a and b joined, for connections without writev (TLS)
-}
-
-// maxJoin bounds what vec.write copies together for a connection without
-// writev, so that head and a small body leave in one TLS record.
-const maxJoin = 16 << 10
-
-// write writes a and b with one system call where it can, and returns
-// how many of their bytes were written: all unless it fails.
-func (v *vec) write(c net.Conn, a, b []byte) (int64, error) {
-	if len(b) == 0 {
-		n, err := c.Write(a)
-		return int64(n), err
-	}
-	if len(a) == 0 {
-		n, err := c.Write(b)
-		return int64(n), err
-	}
-	if _, ok := c.(*net.TCPConn); !ok {
-		if len(a)+len(b) > maxJoin {
-			n, err := c.Write(a)
-			if err != nil {
-				return int64(n), err
-			}
-			m, err := c.Write(b)
-			return int64(n + m), err
-		}
-		v.join = append(append(v.join[:0], a...), b...)
-		n, err := c.Write(v.join)
-		return int64(n), err
-	}
-	v.iov[0], v.iov[1] = a, b
-	v.bufs = v.iov[:]
-	n, err := v.bufs.WriteTo(c)
-	v.iov[0], v.iov[1] = nil, nil
-	v.bufs = nil
-	return n, err
 }
 
 // connect serves a CONNECT request: dial, answer 200, and hand both
@@ -1075,12 +787,12 @@ func (cn *conn) connect() bool {
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
 	upc, err := cn.g.DialConn(context.WithoutCancel(cn.ctx), string(cn.key))
 	if err != nil {
-		cn.writeDialError(err)
+		cn.writeFailure(err)
 		return false
 	}
 	cn.g.Answer(200, 0)
 	client := cn.client.C
-	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
+	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.o.WriteTimeout))
 	if _, err := client.Write(connectEstablished); err != nil {
 		upc.Close()
 		return false
@@ -1088,7 +800,7 @@ func (cn *conn) connect() bool {
 	if rest := cn.client.Buffered(); len(rest) > 0 {
 		// Bytes the client sent right behind its CONNECT (a TLS
 		// ClientHello, say) belong to the tunnel.
-		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
+		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.o.WriteTimeout))
 		n, err := upc.Write(rest)
 		cn.g.AddBytes(int64(n), 0)
 		if err != nil {
@@ -1105,26 +817,25 @@ func (cn *conn) connect() bool {
 // turns the connection into a tunnel. It reports whether the client
 // connection was handed off.
 func (cn *conn) switchProtocols() bool {
-	cn.resp.Fields[cn.resp.UpgradeIdx].Drop = false
-	cn.resp.DropConnectionListed()
+	cn.x.Resp.Fields[cn.x.Resp.UpgradeIdx].Drop = false
+	cn.x.Resp.DropConnectionListed()
 	cn.buildSwitchHead()
 	cn.g.SetProtocol(accesslog.ProtoWebSocket)
 	cn.g.Answer(101, 0)
-	upc := cn.up.C
+	upc := cn.x.Up.C
 	client := cn.client.C
-	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
+	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.o.WriteTimeout))
 	// The bytes behind either head are the tunnel's first.
-	w, err := cn.vec.write(client, cn.out, cn.up.Buffered())
+	w, err := cn.vec.Write(client, cn.out, cn.x.Up.Buffered())
 	cn.g.AddBytes(0, max(0, w-int64(len(cn.out))))
 	if err != nil {
-		cn.dropUpstream()
+		cn.x.Drop()
 		return false
 	}
 	// The upstream leaves the exchange: it belongs to the tunnel now.
-	cn.up.Release()
-	cn.up.C, cn.up.TCP = nil, nil
+	cn.x.Detach()
 	if rest := cn.client.Buffered(); len(rest) > 0 {
-		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.cfg.WriteTimeout))
+		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.o.WriteTimeout))
 		n, err := upc.Write(rest)
 		cn.g.AddBytes(int64(n), 0)
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -54,7 +54,7 @@ func tlsEcho(t *testing.T, c net.Conn, e *proxytest.EchoServer, data []byte) {
 
 func TestConnect(t *testing.T) {
 	t.Parallel()
-	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{})
+	proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{})
 	tlsE := proxytest.NewTLSEcho(t)
 	plain := proxytest.NewEcho(t)
 	data := payload(1 << 20)
@@ -90,7 +90,7 @@ func TestIPv6(t *testing.T) {
 	if !proxytest.IPv6Loopback() {
 		t.Skip("no IPv6 loopback")
 	}
-	o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.Respond(200, "ok"))
+	o, proxy, _ := setup(t, testCfg{}, proxytest.Respond(200, "ok"))
 	t.Run("CONNECT [::1]", func(t *testing.T) {
 		e := proxytest.NewTLSEcho(t)
 		tlsEcho(t, proxytest.ConnectPipelined(t, proxy, e.Addr6), e, []byte("over IPv6"))
@@ -107,11 +107,11 @@ func TestIPv6(t *testing.T) {
 		}
 	})
 	for _, tt := range []struct{ mode, want string }{
-		{httpproxy.ForwardedRFC, `Forwarded: for="[::1]"`},
-		{httpproxy.ForwardedXFF, "X-Forwarded-For: ::1"},
+		{origin.ForwardedRFC, `Forwarded: for="[::1]"`},
+		{origin.ForwardedXFF, "X-Forwarded-For: ::1"},
 	} {
 		t.Run("client [::1] "+tt.mode, func(t *testing.T) {
-			proxy6 := proxytest.StartProxyOn(t, "[::1]:0", proxytest.NewPolicy(t, proxytest.PolicyConfig{}), serve(t, httpproxy.Config{Forwarded: tt.mode}))
+			proxy6 := proxytest.StartProxyOn(t, "[::1]:0", proxytest.NewPolicy(t, proxytest.PolicyConfig{}), serve(t, testCfg{Forwarded: tt.mode}))
 			c := proxytest.Dial(t, proxy6)
 			n := o.NumRequests()
 			if r, _ := c.RoundTrip(get(o, "/")); r.Status != 200 {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -49,7 +48,7 @@ func TestBytesDownWritten(t *testing.T) {
 			al, out := newAccessLog(t)
 			m := metrics.New(metrics.Config{})
 			o := proxytest.NewOrigin(t, proxytest.Bulk(bulkSize, tt.framing))
-			p := newProxy(t, httpproxy.Config{})
+			p := newProxy(t, testCfg{})
 			pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{
 				Listener: "main", AccessLog: al, Metrics: m.Listener("main", "http"),
 			})
@@ -101,7 +100,7 @@ func TestBytesDownClientGone(t *testing.T) {
 			t.Parallel()
 			al, out := newAccessLog(t)
 			o := proxytest.NewOrigin(t, proxytest.Bulk(bulkSize, tt.framing))
-			proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{AccessLog: al})
+			proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{AccessLog: al})
 			read := readSome(t, proxy, get(o, "/bulk"), 1<<20)
 			rec := waitRecords(t, out, 1)[0]
 			if rec.BytesDown < read-64<<10 || rec.BytesDown > 16<<20 {
@@ -149,7 +148,7 @@ func TestBytesUpWritten(t *testing.T) {
 				x.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
 				x.CloseConn()
 			})
-			proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{AccessLog: al})
+			proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{AccessLog: al})
 			framing := fmt.Sprintf("Content-Length: %d", size)
 			if chunked {
 				framing = "Transfer-Encoding: chunked"
@@ -187,7 +186,7 @@ func TestTunnelEarlyBytes(t *testing.T) {
 	t.Parallel()
 	al, out := newAccessLog(t)
 	echo := proxytest.NewEcho(t)
-	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{AccessLog: al})
+	proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{AccessLog: al})
 	tc := proxytest.ConnectPipelined(t, proxy, echo.Addr)
 	if _, err := tc.Write([]byte("early")); err != nil {
 		t.Fatal(err)
@@ -208,7 +207,7 @@ func TestTunnelEarlyBytes(t *testing.T) {
 func TestWebSocketEarlyBytes(t *testing.T) {
 	t.Parallel()
 	al, out := newAccessLog(t)
-	o, proxy, _ := setupPolicy(t, httpproxy.Config{}, proxytest.PolicyConfig{AccessLog: al}, proxytest.ThenClose(proxytest.Raw(
+	o, proxy, _ := setupPolicy(t, testCfg{}, proxytest.PolicyConfig{AccessLog: al}, proxytest.ThenClose(proxytest.Raw(
 		"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhello")))
 	c := proxytest.Dial(t, proxy)
 	c.Write(request("GET", o.URL("/ws"), 1, "", "Host: "+o.Addr, "Upgrade: websocket", "Connection: Upgrade",

@@ -19,40 +19,74 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 func TestMain(m *testing.M) { os.Exit(proxytest.VerifyNoLeaks(m)) }
 
-// testConfig returns cfg with its zero fields set to the values the
-// configuration's defaults give them (config.SetDefaults), as the server
-// would pass: New fills none of its own.
-func testConfig(cfg httpproxy.Config) httpproxy.Config {
-	if cfg.Forwarded == "" {
-		cfg.Forwarded = httpproxy.ForwardedNone
+// testCfg is what a test sets of a proxy, flat: the front-end's settings
+// and its origin client's (origin.Config). testConfig gives the zero ones
+// their defaults.
+type testCfg struct {
+	Forwarded             string
+	Via                   bool
+	MaxHeaderBytes        int
+	ReadHeaderTimeout     time.Duration
+	ResponseHeaderTimeout time.Duration
+	IdleTimeout           time.Duration
+	WriteTimeout          time.Duration
+	SocketBufferBytes     int
+	// zeroTimeouts keeps every timeout 0 (no limit) instead of the
+	// defaults.
+	zeroTimeouts bool
+}
+
+// testConfig returns the Config of c: the origin client made from its
+// origin settings, a timeout left 0 set to the configuration's default
+// (unless zeroTimeouts), Forwarded "none" and MaxHeaderBytes 64 KiB unless
+// set.
+func testConfig(t testing.TB, c testCfg) httpproxy.Config {
+	t.Helper()
+	if c.Forwarded == "" {
+		c.Forwarded = origin.ForwardedNone
 	}
-	if cfg.MaxHeaderBytes == 0 {
-		cfg.MaxHeaderBytes = 65536
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 65536
 	}
-	if cfg.ReadHeaderTimeout == 0 {
-		cfg.ReadHeaderTimeout = 30 * time.Second
+	if !c.zeroTimeouts {
+		def := func(d *time.Duration, v time.Duration) {
+			if *d == 0 {
+				*d = v
+			}
+		}
+		def(&c.ReadHeaderTimeout, 30*time.Second)
+		def(&c.ResponseHeaderTimeout, 60*time.Second)
+		def(&c.IdleTimeout, 60*time.Second)
+		def(&c.WriteTimeout, 60*time.Second)
 	}
-	if cfg.ResponseHeaderTimeout == 0 {
-		cfg.ResponseHeaderTimeout = 60 * time.Second
+	oc, err := origin.New(origin.Config{
+		Forwarded:             c.Forwarded,
+		Via:                   c.Via,
+		MaxHeaderBytes:        c.MaxHeaderBytes,
+		ResponseHeaderTimeout: c.ResponseHeaderTimeout,
+		WriteTimeout:          c.WriteTimeout,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = 60 * time.Second
+	return httpproxy.Config{
+		Origin:            oc,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		SocketBufferBytes: c.SocketBufferBytes,
 	}
-	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = 60 * time.Second
-	}
-	return cfg
 }
 
 // newProxy returns a Proxy for testConfig(cfg).
-func newProxy(t testing.TB, cfg httpproxy.Config) *httpproxy.Proxy {
+func newProxy(t testing.TB, cfg testCfg) *httpproxy.Proxy {
 	t.Helper()
-	p, err := httpproxy.New(testConfig(cfg))
+	p, err := httpproxy.New(testConfig(t, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,14 +96,14 @@ func newProxy(t testing.TB, cfg httpproxy.Config) *httpproxy.Proxy {
 // serve returns the ServeFunc of a Proxy for cfg (its zero fields set by
 // testConfig): the HTTP/1.1 front-end on each connection proxytest
 // accepts.
-func serve(t testing.TB, cfg httpproxy.Config) proxytest.ServeFunc {
+func serve(t testing.TB, cfg testCfg) proxytest.ServeFunc {
 	p := newProxy(t, cfg)
 	return func(c *net.TCPConn, s *gate.Session) { p.ServeConn(c, s) }
 }
 
 // startProxy starts a proxy for cfg under the policy pc describes and
 // returns its address.
-func startProxy(t testing.TB, cfg httpproxy.Config, pc proxytest.PolicyConfig) string {
+func startProxy(t testing.TB, cfg testCfg, pc proxytest.PolicyConfig) string {
 	t.Helper()
 	return proxytest.StartProxy(t, proxytest.NewPolicy(t, pc), serve(t, cfg))
 }
@@ -77,14 +111,14 @@ func startProxy(t testing.TB, cfg httpproxy.Config, pc proxytest.PolicyConfig) s
 // setup starts an origin answering with h and a proxy for cfg in front
 // of it, under a policy with an upstream pool and nothing else. It
 // returns the origin, the proxy's address and the pool.
-func setup(t *testing.T, cfg httpproxy.Config, h proxytest.Handler) (*proxytest.Origin, string, *dialer.Pool) {
+func setup(t *testing.T, cfg testCfg, h proxytest.Handler) (*proxytest.Origin, string, *dialer.Pool) {
 	t.Helper()
 	return setupPolicy(t, cfg, proxytest.PolicyConfig{}, h)
 }
 
 // setupPolicy is setup under the policy pc describes, with an upstream
 // pool unless pc has one.
-func setupPolicy(t *testing.T, cfg httpproxy.Config, pc proxytest.PolicyConfig, h proxytest.Handler) (*proxytest.Origin, string, *dialer.Pool) {
+func setupPolicy(t *testing.T, cfg testCfg, pc proxytest.PolicyConfig, h proxytest.Handler) (*proxytest.Origin, string, *dialer.Pool) {
 	t.Helper()
 	o := proxytest.NewOrigin(t, h)
 	if pc.Pool == nil {
@@ -142,7 +176,7 @@ func checkOneLineReason(t *testing.T, r *proxytest.Response) {
 
 func TestMethods(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{}, describe)
+	o, proxy, _ := setup(t, testCfg{}, describe)
 	methods := []struct{ method, body string }{
 		{"GET", ""},
 		{"HEAD", ""},
@@ -204,7 +238,7 @@ func TestMethods(t *testing.T) {
 
 func TestClientConnection(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{}, describe)
+	o, proxy, _ := setup(t, testCfg{}, describe)
 	tests := []struct {
 		name     string
 		minor    int
@@ -238,7 +272,7 @@ func TestClientConnection(t *testing.T) {
 
 func TestPipelining(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{}, describe)
+	o, proxy, _ := setup(t, testCfg{}, describe)
 	tests := []struct {
 		name    string
 		reqs    []string
@@ -331,7 +365,7 @@ func TestRequestBodies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.Echo())
+			o, proxy, _ := setup(t, testCfg{}, proxytest.Echo())
 			c := proxytest.Dial(t, proxy)
 			head := request("POST", o.URL("/echo"), 1, "", "Host: "+o.Addr, tt.header)
 			// Write concurrently with reading: the echo streams back.
@@ -391,7 +425,7 @@ func TestExpectContinue(t *testing.T) {
 	t.Parallel()
 	t.Run("100 then body", func(t *testing.T) {
 		t.Parallel()
-		o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.Continue(proxytest.Echo()))
+		o, proxy, _ := setup(t, testCfg{}, proxytest.Continue(proxytest.Echo()))
 		c := proxytest.Dial(t, proxy)
 		c.Write(request("PUT", o.URL("/up"), 1, "", "Host: "+o.Addr, "Expect: 100-continue", "Content-Length: 11"))
 		interim := c.ReadResponse("PUT")
@@ -419,7 +453,7 @@ func TestExpectContinue(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.ThenClose(proxytest.Raw(tt.answer)))
+			o, proxy, _ := setup(t, testCfg{}, proxytest.ThenClose(proxytest.Raw(tt.answer)))
 			c := proxytest.Dial(t, proxy)
 			c.Timeout = 5 * time.Second
 			c.Write(request("POST", o.URL("/up"), 1, "", "Host: "+o.Addr, "Expect: 100-continue", "Content-Length: 1000"))
@@ -449,7 +483,7 @@ func TestBodilessResponses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o, proxy, _ := setup(t, httpproxy.Config{}, tt.handler)
+			o, proxy, _ := setup(t, testCfg{}, tt.handler)
 			o.Handle("/after", proxytest.Respond(200, "after"))
 			c := proxytest.Dial(t, proxy)
 			r, _ := c.RoundTrip(request(tt.method, o.URL("/x"), 1, "", "Host: "+o.Addr))
@@ -485,7 +519,7 @@ func TestCloseDelimitedResponse(t *testing.T) {
 		for _, minor := range []int{0, 1} {
 			t.Run(fmt.Sprintf("%s/client1.%d", tt.name, minor), func(t *testing.T) {
 				t.Parallel()
-				o, proxy, _ := setup(t, httpproxy.Config{}, tt.handler)
+				o, proxy, _ := setup(t, testCfg{}, tt.handler)
 				c := proxytest.Dial(t, proxy)
 				r, _ := c.RoundTrip(request("GET", o.URL("/"), minor, "", "Host: "+o.Addr))
 				if r.Status != 200 || r.Proto != "HTTP/1.1" || r.Header.Get("Connection") != "close" || !r.Closed {
@@ -502,7 +536,7 @@ func TestCloseDelimitedResponse(t *testing.T) {
 func TestInterimResponses(t *testing.T) {
 	t.Parallel()
 	const hints = "HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
-	o, proxy, _ := setup(t, httpproxy.Config{},
+	o, proxy, _ := setup(t, testCfg{},
 		proxytest.Before(hints+"HTTP/1.1 100 Continue\r\n\r\n", proxytest.Respond(200, "final")))
 	for _, minor := range []int{0, 1} {
 		t.Run(fmt.Sprintf("client1.%d", minor), func(t *testing.T) {
@@ -544,7 +578,7 @@ func TestChunkedResponse(t *testing.T) {
 		for _, minor := range []int{0, 1} {
 			t.Run(fmt.Sprintf("%s/client1.%d", tt.name, minor), func(t *testing.T) {
 				t.Parallel()
-				o, proxy, _ := setup(t, httpproxy.Config{}, tt.handler)
+				o, proxy, _ := setup(t, testCfg{}, tt.handler)
 				c := proxytest.Dial(t, proxy)
 				r, _ := c.RoundTrip(request("GET", o.URL("/"), minor, "", "Host: "+o.Addr))
 				if r.Status != 200 || r.Header.Get("X-A") != "1" {
@@ -617,7 +651,7 @@ func TestResponseFraming(t *testing.T) {
 			if tt.closed {
 				answer = proxytest.ThenClose(answer)
 			}
-			o, proxy, _ := setup(t, httpproxy.Config{}, answer)
+			o, proxy, _ := setup(t, testCfg{}, answer)
 			c := proxytest.Dial(t, proxy)
 			r, _ := c.RoundTrip(get(o, "/"))
 			if tt.wantHead == "" {
@@ -645,7 +679,7 @@ func TestResponseFraming(t *testing.T) {
 // request, read behind it, answered in order.
 func TestPipelinedAfterLargeBody(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{}, func(x *proxytest.Exchange) {
+	o, proxy, _ := setup(t, testCfg{}, func(x *proxytest.Exchange) {
 		body, err := x.ReadBody()
 		if err != nil {
 			x.CloseConn()
@@ -687,7 +721,7 @@ func TestPipelinedAfterLargeBody(t *testing.T) {
 func TestLargeLengthResponse(t *testing.T) {
 	t.Parallel()
 	big := string(payload(5 << 20))
-	o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.Respond(200, big))
+	o, proxy, _ := setup(t, testCfg{}, proxytest.Respond(200, big))
 	c := proxytest.Dial(t, proxy)
 	for i := range 2 {
 		r, _ := c.RoundTrip(get(o, "/big"))
@@ -711,7 +745,7 @@ func TestUpstreamKeepAlive(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o, proxy, pool := setup(t, httpproxy.Config{}, tt.handler)
+			o, proxy, pool := setup(t, testCfg{}, tt.handler)
 			for i := range 2 {
 				c := proxytest.Dial(t, proxy)
 				r, _ := c.RoundTrip(get(o, "/"))
@@ -765,7 +799,7 @@ func TestPooledConnectionClosedByOrigin(t *testing.T) {
 
 func testClosedByOrigin(t *testing.T, method, body string, retry, kept bool) {
 	// Every answer claims keep-alive, then the origin hangs up.
-	o, proxy, pool := setup(t, httpproxy.Config{}, proxytest.ThenClose(proxytest.Respond(200, "ok")))
+	o, proxy, pool := setup(t, testCfg{}, proxytest.ThenClose(proxytest.Respond(200, "ok")))
 	c := proxytest.Dial(t, proxy)
 	first, _ := c.RoundTrip(get(o, "/"))
 	if first.Status != 200 {
@@ -811,7 +845,7 @@ func testClosedByOrigin(t *testing.T, method, body string, retry, kept bool) {
 // fails too.
 func TestPooledRetryOnce(t *testing.T) {
 	t.Parallel()
-	o, proxy, pool := setup(t, httpproxy.Config{},
+	o, proxy, pool := setup(t, testCfg{},
 		proxytest.Sequence(proxytest.ThenClose(proxytest.Respond(200, "ok")), proxytest.Hangup()))
 	c := proxytest.Dial(t, proxy)
 	if r, _ := c.RoundTrip(get(o, "/")); r.Status != 200 {
@@ -834,7 +868,7 @@ func TestPooledRetryOnce(t *testing.T) {
 // the end of the connection, and nothing hangs.
 func TestEarlyAnswer(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.ThenClose(proxytest.Raw(
+	o, proxy, _ := setup(t, testCfg{}, proxytest.ThenClose(proxytest.Raw(
 		"HTTP/1.1 413 Content Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")))
 	c := proxytest.Dial(t, proxy)
 	c.Timeout = 5 * time.Second
@@ -867,7 +901,7 @@ func TestHopByHopHeaders(t *testing.T) {
 		"Set-Cookie: a=1\r\n" +
 		"Set-Cookie: b=2\r\n" +
 		"\r\nok"
-	o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.Raw(answer))
+	o, proxy, _ := setup(t, testCfg{}, proxytest.Raw(answer))
 	c := proxytest.Dial(t, proxy)
 	r, _ := c.RoundTrip("GET " + o.URL("/p?q=1") + " HTTP/1.1\r\n" +
 		"X-First: 1\r\n" +
@@ -910,7 +944,7 @@ func TestHopByHopHeaders(t *testing.T) {
 
 func TestHostHeader(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.Respond(200, "ok"))
+	o, proxy, _ := setup(t, testCfg{}, proxytest.Respond(200, "ok"))
 	tests := []struct {
 		name, req, want string
 	}{
@@ -960,22 +994,22 @@ func TestForwardedHeaders(t *testing.T) {
 		{"none", "", false,
 			[]string{"Forwarded: for=192.0.2.1", "X-Forwarded-For: 192.0.2.2"},
 			[]string{"Forwarded: for=192.0.2.1", "X-Forwarded-For: 192.0.2.2"}},
-		{"rfc7239", httpproxy.ForwardedRFC, false,
+		{"rfc7239", origin.ForwardedRFC, false,
 			[]string{"X-A: 1"},
 			[]string{"X-A: 1", "Forwarded: for=127.0.0.1"}},
-		{"rfc7239 appended", httpproxy.ForwardedRFC, false,
+		{"rfc7239 appended", origin.ForwardedRFC, false,
 			[]string{"Forwarded: for=192.0.2.60;proto=http;by=203.0.113.43", "X-Forwarded-For: 192.0.2.2", "X-A: 1"},
 			[]string{"X-Forwarded-For: 192.0.2.2", "X-A: 1", "Forwarded: for=192.0.2.60;proto=http;by=203.0.113.43, for=127.0.0.1"}},
-		{"x-forwarded-for", httpproxy.ForwardedXFF, false,
+		{"x-forwarded-for", origin.ForwardedXFF, false,
 			[]string{"X-A: 1"},
 			[]string{"X-A: 1", "X-Forwarded-For: 127.0.0.1"}},
-		{"x-forwarded-for appended", httpproxy.ForwardedXFF, false,
+		{"x-forwarded-for appended", origin.ForwardedXFF, false,
 			[]string{"x-forwarded-for: 203.0.113.7, 198.51.100.1", "Forwarded: for=192.0.2.1", "X-A: 1"},
 			[]string{"Forwarded: for=192.0.2.1", "X-A: 1", "X-Forwarded-For: 203.0.113.7, 198.51.100.1, 127.0.0.1"}},
-		{"x-forwarded-for two lines", httpproxy.ForwardedXFF, false,
+		{"x-forwarded-for two lines", origin.ForwardedXFF, false,
 			[]string{"X-Forwarded-For: 203.0.113.7", "X-A: 1", "X-Forwarded-For: 198.51.100.1"},
 			[]string{"X-A: 1", "X-Forwarded-For: 203.0.113.7, 198.51.100.1, 127.0.0.1"}},
-		{"rfc7239 two lines", httpproxy.ForwardedRFC, false,
+		{"rfc7239 two lines", origin.ForwardedRFC, false,
 			[]string{"Forwarded: for=192.0.2.1", "Forwarded: for=192.0.2.2"},
 			[]string{"Forwarded: for=192.0.2.1, for=192.0.2.2, for=127.0.0.1"}},
 		{"via", "", true,
@@ -985,7 +1019,7 @@ func TestForwardedHeaders(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o, proxy, _ := setup(t, httpproxy.Config{Forwarded: tt.forwarded, Via: tt.via}, proxytest.Respond(200, "ok", "X-B: 2"))
+			o, proxy, _ := setup(t, testCfg{Forwarded: tt.forwarded, Via: tt.via}, proxytest.Respond(200, "ok", "X-B: 2"))
 			c := proxytest.Dial(t, proxy)
 			r, _ := c.RoundTrip(request("GET", o.URL("/"), 1, "", append([]string{"Host: " + o.Addr}, tt.in...)...))
 			want := request("GET", "/", 1, "", append([]string{"Host: " + o.Addr}, tt.want...)...)
@@ -1005,7 +1039,7 @@ func TestForwardedHeaders(t *testing.T) {
 
 func TestIdleClientTimeout(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{IdleTimeout: 200 * time.Millisecond}, proxytest.Respond(200, "ok"))
+	o, proxy, _ := setup(t, testCfg{IdleTimeout: 200 * time.Millisecond}, proxytest.Respond(200, "ok"))
 	c := proxytest.Dial(t, proxy)
 	c.Timeout = 5 * time.Second
 	if r, _ := c.RoundTrip(get(o, "/")); r.Status != 200 {
@@ -1019,7 +1053,7 @@ func BenchmarkForward1K(b *testing.B) {
 	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n" + body
 	o := proxytest.NewStaticOrigin(b, resp)
 	pool := proxytest.NewPool(b, dialer.PoolConfig{})
-	proxy := startProxy(b, httpproxy.Config{}, proxytest.PolicyConfig{Pool: pool})
+	proxy := startProxy(b, testCfg{}, proxytest.PolicyConfig{Pool: pool})
 	c := proxytest.Dial(b, proxy)
 	req := []byte("GET http://" + o.Addr + "/1k HTTP/1.1\r\nHost: " + o.Addr + "\r\nUser-Agent: bench\r\n\r\n")
 	buf := make([]byte, len(resp))

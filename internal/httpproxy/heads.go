@@ -6,33 +6,33 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
-	"github.com/rustle-proxy/rustle/internal/dialer"
-	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 const crlf = "\r\n"
 
-// buildRequestHead writes into cn.out the head forwarded upstream for
+// appendRequestHead appends to out the head forwarded upstream for
 // cn.req: the request line in origin-form (absolute-form to an HTTP
-// parent, cn.fwd, with the parent's Proxy-Authorization at the end), the
+// parent, with the parent's Proxy-Authorization at the end), the
 // client's header lines in their order and case less the hop-by-hop ones, Host set to the target's
 // authority, and the Forwarded and Via headers the configuration asks for.
-func (cn *conn) buildRequestHead() {
+func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 	req := &cn.req
 	b := req.Buf
-	out := append(cn.out[:0], req.Method.Of(b)...)
+	out = append(out, req.Method.Of(b)...)
 	out = append(out, ' ')
-	out = gate.AppendRequestTarget(out, cn.fwd, cn.tgt.authority, cn.tgt.path)
+	out = origin.AppendRequestTarget(out, parent, cn.tgt.authority, cn.tgt.path)
 	out = append(out, " HTTP/1.1\r\n"...)
 	// The client-address header rustle extends: every existing line of
 	// it is left out here and its values are joined, in order, in front
 	// of the client's address at the end.
 	var fwdName string
-	switch cn.p.cfg.Forwarded {
-	case ForwardedRFC:
+	switch cn.p.o.Forwarded {
+	case origin.ForwardedRFC:
 		fwdName = "forwarded"
-	case ForwardedXFF:
+	case origin.ForwardedXFF:
 		fwdName = "x-forwarded-for"
 	}
 	for i := range req.Fields {
@@ -59,21 +59,21 @@ func (cn *conn) buildRequestHead() {
 		out = append(out, cn.tgt.authority...)
 		out = append(out, crlf...)
 	}
-	if mode := cn.p.cfg.Forwarded; gate.ForwardedName(mode) != "" {
-		out = append(out, gate.ForwardedName(mode)...)
+	if mode := cn.p.o.Forwarded; origin.ForwardedName(mode) != "" {
+		out = append(out, origin.ForwardedName(mode)...)
 		out = append(out, ": "...)
 		out = req.AppendValues(out, fwdName)
-		out = gate.AppendForwardedFor(out, mode, cn.sess.ClientIP())
+		out = origin.AppendForwardedFor(out, mode, cn.sess.ClientIP())
 		out = append(out, crlf...)
 	}
 	if cn.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
 	}
-	if cn.p.cfg.Via {
+	if cn.p.o.Via {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}
-	out = gate.AppendParentAuthorization(out, cn.fwd) // the client's was dropped
-	cn.out = append(out, crlf...)
+	out = origin.AppendParentAuthorization(out, parent) // the client's was dropped
+	return append(out, crlf...)
 }
 
 // buildSwitchHead writes into cn.out the 101 Switching Protocols head of
@@ -81,7 +81,7 @@ func (cn *conn) buildRequestHead() {
 func (cn *conn) buildSwitchHead() {
 	out := cn.appendStatusAndFields(cn.out[:0], false)
 	out = append(out, "Connection: Upgrade\r\n"...)
-	if cn.p.cfg.Via {
+	if cn.p.o.Via {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}
 	cn.out = append(out, crlf...)
@@ -96,7 +96,7 @@ func (cn *conn) buildResponseHead(keep bool, clientMinor int, dechunk bool) {
 	} else if clientMinor == 0 {
 		out = append(out, "Connection: keep-alive\r\n"...)
 	}
-	if cn.p.cfg.Via {
+	if cn.p.o.Via {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}
 	cn.out = append(out, crlf...)
@@ -108,7 +108,7 @@ func (cn *conn) buildInterimHead() {
 }
 
 func (cn *conn) appendStatusAndFields(out []byte, dechunk bool) []byte {
-	resp := &cn.resp
+	resp := &cn.x.Resp
 	b := resp.Buf
 	out = append(out, "HTTP/1.1 "...)
 	out = append(out, b[9:12]...)
@@ -183,70 +183,23 @@ func (cn *conn) writeError(status int, reason string, keep bool) {
 		out = append(out, '\n')
 	}
 	cn.out = out
-	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.cfg.WriteTimeout)
+	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.o.WriteTimeout)
 	cn.client.C.Write(out)
 }
 
-// writeDialError answers a failed upstream dial: 504 on a timeout, 502
-// otherwise.
-func (cn *conn) writeDialError(err error) {
-	var de *dialer.Error
-	if errors.As(err, &de) {
-		status := 502
-		switch {
-		case de.Forbidden:
-			status = 403
-		case de.Timeout:
-			status = 504
-		}
-		cn.writeError(status, de.Reason(), false)
-		return
-	}
-	cn.writeError(502, "cannot connect to upstream", false)
-}
-
-// writeUpstreamError answers a request whose upstream exchange failed
-// before any of the response reached the client.
-func (cn *conn) writeUpstreamError(err error) {
+// writeFailure answers a request whose exchange with its upstream failed
+// before any of the response reached the client, as
+// origin.Exchange.Failure says; a client that went away is not answered.
+func (cn *conn) writeFailure(err error) {
 	var ce *clientError
 	if errors.As(err, &ce) {
 		return // the client is gone
 	}
-	var ne net.Error
-	var de *dialer.Error
-	status, why := 502, ""
-	switch {
-	case errors.As(err, &ne) && ne.Timeout():
-		status, why = 504, "upstream "+cn.upKeyOrTarget()+" did not answer in time"
-	case errors.Is(err, errUpstreamClosed):
-		why = "upstream " + cn.upKeyOrTarget() + " closed the connection without a response"
-	case errors.Is(err, errRespTooLarge):
-		why = "upstream response head too large"
-	case errors.Is(err, errUnexpected101):
-		why = "upstream switched protocols without an upgrade request"
-	case errors.Is(err, http1.ErrTransferCoding):
-		_, _, why = gate.UpstreamFailure(err, "")
-	case errors.Is(err, http1.ErrBadStatusLine), errors.Is(err, http1.ErrBadResponseHead):
-		why = "malformed response from upstream " + cn.upKeyOrTarget()
-	case errors.As(err, &de):
-		cn.writeDialError(err) // the grant's Dial noted its reason
-		return
-	default:
-		why = "upstream " + cn.upKeyOrTarget() + " failed: connection error"
+	status, reason, text := cn.x.Failure(err)
+	if reason != "" {
+		cn.g.SetReason(reason)
 	}
-	if status == 504 {
-		cn.g.SetReason(accesslog.ReasonTimedOut)
-	} else {
-		cn.g.SetReason(accesslog.ReasonUpstreamFailed)
-	}
-	cn.writeError(status, why, false)
-}
-
-func (cn *conn) upKeyOrTarget() string {
-	if cn.fwd != nil {
-		return "through parent proxy " + cn.fwd.Name() // its key holds its address
-	}
-	return string(cn.key)
+	cn.writeError(status, text, false)
 }
 
 // writeBodyError answers a request whose body failed on the client's

@@ -1,13 +1,9 @@
 package httpproxy
 
-import "time"
-
 // observation is what the connection learns of the request being served,
-// for its grant's Finish: the payload bytes each way and when the request
-// was complete upstream.
+// for its grant's Finish: the payload bytes each way.
 type observation struct {
-	up, down int64     // body content written to the upstream and to the client
-	sent     time.Time // when the request was complete upstream; zero = not observed
+	up, down int64 // body content written to the upstream and to the client
 }
 
 // begin starts observing a parsed request.

@@ -15,7 +15,6 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -109,7 +108,7 @@ func TestAccessLogAndMetrics(t *testing.T) {
 	o := proxytest.NewOrigin(t, proxytest.Respond(200, "hello"))
 	echo := proxytest.NewEcho(t)
 	pool := proxytest.NewPool(t, dialer.PoolConfig{})
-	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+	proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{
 		Listener: "main", AccessLog: al, Metrics: m.Listener("main", "http"), Pool: pool,
 	})
 
@@ -189,7 +188,7 @@ func TestAccessLogAndMetrics(t *testing.T) {
 func TestFirstByteObserved(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(metrics.Config{})
-	o, proxy, _ := setupPolicy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+	o, proxy, _ := setupPolicy(t, testCfg{}, proxytest.PolicyConfig{
 		Listener: "fb", Metrics: m.Listener("fb", "http"),
 	}, proxytest.Respond(200, "ok"))
 	o.Handle("/interim", proxytest.Before("HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n", proxytest.Respond(200, "final")))
@@ -254,7 +253,7 @@ func TestTunnelObserved(t *testing.T) {
 			al, out := newAccessLog(t)
 			m := metrics.New(metrics.Config{})
 			echo := proxytest.NewEcho(t)
-			proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+			proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{
 				Listener: "main", Users: map[string]string{"u": "p"}, Limits: tt.limits,
 				Metrics: m.Listener("main", "http"), AccessLog: al,
 			})
@@ -301,7 +300,7 @@ func TestAccessLogNotBody(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", framing, size), func(t *testing.T) {
 				t.Parallel()
 				al, out := newAccessLog(t)
-				o, proxy, _ := setupPolicy(t, httpproxy.Config{}, proxytest.PolicyConfig{AccessLog: al}, proxytest.Respond(200, "ok"))
+				o, proxy, _ := setupPolicy(t, testCfg{}, proxytest.PolicyConfig{AccessLog: al}, proxytest.Respond(200, "ok"))
 				body := []byte(strings.Repeat(line, size/len(line)+1)[:size])
 				postTarget := o.URL(fmt.Sprintf("/upload?framing=%s&size=%d", framing, size))
 				var post []byte
@@ -359,7 +358,7 @@ func TestRefusalsCounted(t *testing.T) {
 	t.Parallel()
 	al, out := newAccessLog(t)
 	m := metrics.New(metrics.Config{})
-	o, proxy, _ := setupPolicy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+	o, proxy, _ := setupPolicy(t, testCfg{}, proxytest.PolicyConfig{
 		Listener: "main", Metrics: m.Listener("main", "http"), AccessLog: al,
 		Users: map[string]string{"alice": "a", "bob": "b"},
 		Rules: []acl.Rule{
@@ -435,7 +434,7 @@ func TestResponseBytesLogged(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			al, out := newAccessLog(t)
-			o, proxy, _ := setupPolicy(t, httpproxy.Config{}, proxytest.PolicyConfig{AccessLog: al}, tt.handler)
+			o, proxy, _ := setupPolicy(t, testCfg{}, proxytest.PolicyConfig{AccessLog: al}, tt.handler)
 			c := proxytest.Dial(t, proxy)
 			c.Write(request(tt.method, o.URL("/"), tt.minor, "", "Host: "+o.Addr))
 			c.TryReadResponse(tt.method) // the malformed chunk gets none

@@ -14,7 +14,7 @@ package httpproxy
 import (
 	"context"
 	"crypto/tls"
-	"fmt"
+	"errors"
 	"log/slog"
 	"net"
 	"sync"
@@ -23,41 +23,26 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
-)
-
-// Forwarded modes: which client-address header forwarded requests carry.
-const (
-	ForwardedNone = gate.ForwardedNone
-	ForwardedRFC  = gate.ForwardedRFC
-	ForwardedXFF  = gate.ForwardedXFF
 )
 
 // Config configures a Proxy: the HTTP/1.1 wire settings. Who may do what,
 // dialing, pooling, relaying and observing are the session's
-// [gate.Policy].
+// [gate.Policy]; how requests go upstream is Origin's.
 type Config struct {
-	// Forwarded is ForwardedNone, ForwardedRFC or ForwardedXFF; New
-	// rejects any other value, "" included.
-	Forwarded string
-	// Via adds "Via: 1.1 rustle" to forwarded messages. false = none.
-	Via bool
-	// MaxHeaderBytes bounds a request or response head; it must be
-	// positive (the configuration always sets it).
-	MaxHeaderBytes int
+	// Origin is the listener's origin client: the Forwarded and Via
+	// fields, the head size bound (MaxHeaderBytes, for request heads
+	// too), and the write and response-header timeouts (WriteTimeout for
+	// writes to clients too). New rejects nil.
+	Origin *origin.Client
 	// ReadHeaderTimeout bounds reading a request head from its first byte,
 	// and the wait for a connection's first request; 0 = no limit (the
 	// configuration always sets one).
 	ReadHeaderTimeout time.Duration
-	// ResponseHeaderTimeout bounds the wait for a response head; 0 = no
-	// limit (the configuration always sets one).
-	ResponseHeaderTimeout time.Duration
 	// IdleTimeout closes a keep-alive client connection idle this long;
 	// 0 = no limit (the configuration always sets one).
 	IdleTimeout time.Duration
-	// WriteTimeout bounds each blocked write, and each wait for body
-	// bytes; 0 = no limit (the configuration always sets one).
-	WriteTimeout time.Duration
 	// SocketBufferBytes sets SO_SNDBUF/SO_RCVBUF on client sockets.
 	// 0 = kernel autotuning.
 	SocketBufferBytes int
@@ -69,30 +54,25 @@ type Config struct {
 // by many connections.
 type Proxy struct {
 	cfg Config
+	oc  *origin.Client
+	o   *origin.Config // oc's
 	log *slog.Logger
 
 	conns sync.Pool // *conn, reused across client connections
 }
 
 // New returns a Proxy for cfg. It fills no defaults (the configuration
-// has resolved every value): it returns an error naming the field when
-// MaxHeaderBytes is not positive or Forwarded is not one of the three
-// modes. A timeout of 0 arms no deadline.
+// has resolved every value): it returns an error when Origin is nil. A
+// timeout of 0 arms no deadline.
 func New(cfg Config) (*Proxy, error) {
-	if cfg.MaxHeaderBytes <= 0 {
-		return nil, fmt.Errorf("httpproxy: MaxHeaderBytes must be positive, got %d", cfg.MaxHeaderBytes)
-	}
-	switch cfg.Forwarded {
-	case ForwardedNone, ForwardedRFC, ForwardedXFF:
-	default:
-		return nil, fmt.Errorf("httpproxy: Forwarded must be %q, %q or %q, got %q",
-			ForwardedNone, ForwardedRFC, ForwardedXFF, cfg.Forwarded)
+	if cfg.Origin == nil {
+		return nil, errors.New("httpproxy: Origin must be set")
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Proxy{cfg: cfg, log: log}
+	p := &Proxy{cfg: cfg, oc: cfg.Origin, o: cfg.Origin.Config(), log: log}
 	p.conns.New = func() any { return &conn{bodyErr: make(chan error, 1)} }
 	return p, nil
 }
@@ -140,7 +120,7 @@ func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
 		c.Close()
 	}
 	cn.g.Finish(0, 0)
-	cn.releaseUpstream()
+	cn.x.Close()
 	cn.client.Release()
 	cn.reset()
 	p.conns.Put(cn)

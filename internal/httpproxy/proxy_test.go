@@ -12,47 +12,15 @@ import (
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
-// TestNewValidates checks that New fills no defaults: a Config with a
-// setting that cannot be zero, or out of range, is an error naming the
-// field.
+// TestNewValidates checks that New fills no defaults: a Config without
+// its origin client is an error, one with every timeout 0 is not.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name string
-		edit func(*httpproxy.Config)
-		want string // "" = no error
-	}{
-		{"resolved", func(*httpproxy.Config) {}, ""},
-		{"forwarded rfc", func(c *httpproxy.Config) { c.Forwarded = httpproxy.ForwardedRFC }, ""},
-		{"forwarded xff", func(c *httpproxy.Config) { c.Forwarded = httpproxy.ForwardedXFF }, ""},
-		{"zero timeouts", func(c *httpproxy.Config) {
-			c.ReadHeaderTimeout, c.ResponseHeaderTimeout, c.IdleTimeout, c.WriteTimeout = 0, 0, 0, 0
-		}, ""},
-		{"max header bytes zero", func(c *httpproxy.Config) { c.MaxHeaderBytes = 0 },
-			"httpproxy: MaxHeaderBytes must be positive, got 0"},
-		{"max header bytes negative", func(c *httpproxy.Config) { c.MaxHeaderBytes = -1 },
-			"httpproxy: MaxHeaderBytes must be positive, got -1"},
-		{"forwarded empty", func(c *httpproxy.Config) { c.Forwarded = "" },
-			`httpproxy: Forwarded must be "none", "rfc7239" or "x-forwarded-for", got ""`},
-		{"forwarded unknown", func(c *httpproxy.Config) { c.Forwarded = "X-Forwarded-For" },
-			`httpproxy: Forwarded must be "none", "rfc7239" or "x-forwarded-for", got "X-Forwarded-For"`},
+	if p, err := httpproxy.New(httpproxy.Config{}); err == nil || p != nil || err.Error() != "httpproxy: Origin must be set" {
+		t.Errorf("New without Origin = %v, %v; want no Proxy and an error naming Origin", p, err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := testConfig(httpproxy.Config{})
-			tt.edit(&cfg)
-			p, err := httpproxy.New(cfg)
-			switch {
-			case tt.want == "" && err != nil:
-				t.Fatalf("New = %v, want no error", err)
-			case tt.want == "" && p == nil:
-				t.Fatal("New returned no Proxy and no error")
-			case tt.want != "" && (err == nil || err.Error() != tt.want):
-				t.Fatalf("New error = %v, want %q", err, tt.want)
-			case tt.want != "" && p != nil:
-				t.Fatal("New returned a Proxy with its error")
-			}
-		})
+	if _, err := httpproxy.New(testConfig(t, testCfg{zeroTimeouts: true})); err != nil {
+		t.Errorf("New with zero timeouts = %v, want no error", err)
 	}
 }
 
@@ -62,9 +30,7 @@ func TestNewValidates(t *testing.T) {
 // with a body, is forwarded and answered.
 func TestZeroTimeoutsNoDeadline(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(httpproxy.Config{})
-	cfg.ReadHeaderTimeout, cfg.ResponseHeaderTimeout, cfg.IdleTimeout, cfg.WriteTimeout = 0, 0, 0, 0
-	p, err := httpproxy.New(cfg)
+	p, err := httpproxy.New(testConfig(t, testCfg{zeroTimeouts: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -25,7 +24,7 @@ import (
 // connection, and nothing reaches the origin.
 func TestRejectedRequests(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.Respond(200, "must not be reached"))
+	o, proxy, _ := setup(t, testCfg{}, proxytest.Respond(200, "must not be reached"))
 	u, h := o.URL("/"), "Host: "+o.Addr+"\r\n"
 	tests := []struct {
 		name   string
@@ -82,7 +81,7 @@ func TestRejectedRequests(t *testing.T) {
 
 func TestHeadTooLarge(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{MaxHeaderBytes: 4096}, proxytest.Respond(200, "ok"))
+	o, proxy, _ := setup(t, testCfg{MaxHeaderBytes: 4096}, proxytest.Respond(200, "ok"))
 	o.Handle("/big-answer", proxytest.Respond(200, "ok", "X-Big: "+strings.Repeat("b", 5000)))
 
 	c := proxytest.Dial(t, proxy)
@@ -113,7 +112,7 @@ func TestHeadTooLarge(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	basic := basicAuth
-	o, proxy, _ := setupPolicy(t, httpproxy.Config{}, proxytest.PolicyConfig{Users: map[string]string{"u": "p"}}, proxytest.Respond(200, "ok"))
+	o, proxy, _ := setupPolicy(t, testCfg{}, proxytest.PolicyConfig{Users: map[string]string{"u": "p"}}, proxytest.Respond(200, "ok"))
 	echo := proxytest.NewEcho(t)
 	tests := []struct {
 		name   string
@@ -194,7 +193,7 @@ func TestUpstreamErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o, proxy, _ := setup(t, httpproxy.Config{ResponseHeaderTimeout: 300 * time.Millisecond}, tt.handler)
+			o, proxy, _ := setup(t, testCfg{ResponseHeaderTimeout: 300 * time.Millisecond}, tt.handler)
 			c := proxytest.Dial(t, proxy)
 			r, _ := c.RoundTrip(get(o, "/"))
 			if r.Status != tt.status || !strings.Contains(string(r.Body), tt.reason) {
@@ -206,7 +205,7 @@ func TestUpstreamErrors(t *testing.T) {
 	}
 	t.Run("closed port", func(t *testing.T) {
 		t.Parallel()
-		_, proxy, _ := setup(t, httpproxy.Config{}, nil)
+		_, proxy, _ := setup(t, testCfg{}, nil)
 		addr := proxytest.ClosedPort(t)
 		for _, req := range []string{
 			"GET http://" + addr + "/ HTTP/1.1\r\nHost: " + addr + "\r\n\r\n",
@@ -225,7 +224,7 @@ func TestUpstreamErrors(t *testing.T) {
 
 func TestReadHeaderTimeout(t *testing.T) {
 	t.Parallel()
-	_, proxy, _ := setup(t, httpproxy.Config{ReadHeaderTimeout: 200 * time.Millisecond}, nil)
+	_, proxy, _ := setup(t, testCfg{ReadHeaderTimeout: 200 * time.Millisecond}, nil)
 	t.Run("partial head", func(t *testing.T) {
 		c := proxytest.Dial(t, proxy)
 		c.Timeout = 5 * time.Second
@@ -249,7 +248,7 @@ func TestReadHeaderTimeout(t *testing.T) {
 // ctx, with a tunnel engine, whose admission release gives back (nil =
 // none). It returns the listener's address and a channel closed once
 // the session is closed.
-func serveOne(t *testing.T, ctx context.Context, pol *gate.Policy, cfg httpproxy.Config, release func()) (string, <-chan struct{}) {
+func serveOne(t *testing.T, ctx context.Context, pol *gate.Policy, cfg testCfg, release func()) (string, <-chan struct{}) {
 	t.Helper()
 	p := newProxy(t, cfg)
 	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -300,7 +299,7 @@ func TestServeConnCancel(t *testing.T) {
 		})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		addr, done := serveOne(t, ctx, pol, httpproxy.Config{IdleTimeout: time.Hour}, nil)
+		addr, done := serveOne(t, ctx, pol, testCfg{IdleTimeout: time.Hour}, nil)
 		c := proxytest.Dial(t, addr)
 		c.Write(get(slow, "/"))
 		proxytest.WaitFor(t, "the request at the origin", func() bool { return slow.NumRequests() == 1 })
@@ -323,7 +322,7 @@ func TestServeConnCancel(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			addr, done := serveOne(t, ctx, pol, httpproxy.Config{IdleTimeout: time.Hour, ReadHeaderTimeout: time.Hour}, nil)
+			addr, done := serveOne(t, ctx, pol, testCfg{IdleTimeout: time.Hour, ReadHeaderTimeout: time.Hour}, nil)
 			c := proxytest.Dial(t, addr)
 			if afterRequest {
 				if r, _ := c.RoundTrip(get(o, "/")); r.Status != 200 {
@@ -357,7 +356,7 @@ func TestAccessPolicy(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 	_, oport, _ := net.SplitHostPort(o.Addr)
 	_, eport, _ := net.SplitHostPort(echo.Addr)
-	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+	proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{
 		Rules: []acl.Rule{
 			{Name: "secret-no-ws", Action: acl.Deny, Protocols: []string{"websocket"}},
 			{Name: "secret-no-post", Action: acl.Deny, Methods: []string{"POST"}},
@@ -411,7 +410,7 @@ func TestPrivateGuard(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 
 	t.Run("refused", func(t *testing.T) {
-		proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{Guard: true})
+		proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{Guard: true})
 		c := proxytest.Dial(t, proxy)
 		r, _ := c.RoundTrip(get(o, "/"))
 		if r.Status != 403 || !strings.Contains(string(r.Body), "private or local address") {
@@ -427,7 +426,7 @@ func TestPrivateGuard(t *testing.T) {
 		}
 	})
 	t.Run("allowed by the guard", func(t *testing.T) {
-		proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+		proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{
 			Guard: true, Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 		})
 		if r, _ := proxytest.Dial(t, proxy).RoundTrip(get(o, "/")); r.Status != 200 {
@@ -436,7 +435,7 @@ func TestPrivateGuard(t *testing.T) {
 	})
 	t.Run("allowed by a rule, not reused for another", func(t *testing.T) {
 		pool := proxytest.NewPool(t, dialer.PoolConfig{})
-		proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+		proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{
 			Guard: true,
 			Users: map[string]string{"alice": "a", "bob": "b"},
 			Rules: []acl.Rule{
@@ -490,7 +489,7 @@ func TestLimiter(t *testing.T) {
 		Users:  map[string]string{"u": "p"},
 		Limits: &limits.Config{AuthFailures: 2, AuthCooldown: 90 * time.Second, MaxConnsPerUser: 1},
 	})
-	proxy := proxytest.StartProxy(t, pol, serve(t, httpproxy.Config{}))
+	proxy := proxytest.StartProxy(t, pol, serve(t, testCfg{}))
 	// userFree reports whether no connection is counted for u.
 	userFree := func() bool {
 		if !pol.Limiter.UserConn("u") {
@@ -531,7 +530,7 @@ func TestLimiter(t *testing.T) {
 	// A tunnel in the engine outlives ServeConn and its session: it
 	// carries the connection's admission and user count until it ends.
 	var released atomic.Int32
-	addr, served := serveOne(t, context.Background(), pol, httpproxy.Config{}, func() { released.Add(1) })
+	addr, served := serveOne(t, context.Background(), pol, testCfg{}, func() { released.Add(1) })
 	tc := proxytest.Connect(t, addr, echo.Addr, basicAuth("u", "p"))
 	<-served
 	if n := released.Load(); n != 0 || userFree() {
@@ -550,7 +549,7 @@ func TestPacedUser(t *testing.T) {
 	body := strings.Repeat("x", size)
 	o := proxytest.NewOrigin(t, proxytest.Respond(200, body))
 	echo := proxytest.NewEcho(t)
-	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+	proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{
 		Users:  map[string]string{"u": "p"},
 		Limits: &limits.Config{UserBytesPerSecond: 256 << 10, UserBytesBurst: 16 << 10},
 	})
@@ -574,7 +573,7 @@ func BenchmarkForward1KPolicy(b *testing.B) {
 	body := strings.Repeat("b", 1024)
 	resp := "HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + body
 	o := proxytest.NewStaticOrigin(b, resp)
-	proxy := startProxy(b, httpproxy.Config{}, proxytest.PolicyConfig{
+	proxy := startProxy(b, testCfg{}, proxytest.PolicyConfig{
 		Rules: []acl.Rule{
 			{Name: "no-smtp", Action: acl.Deny, Ports: []string{"25"}},
 			{Name: "no-metadata", Action: acl.Deny, Hosts: []string{"169.254.0.0/16", "*.internal"}},
@@ -616,7 +615,7 @@ func BenchmarkForward1KPolicy(b *testing.B) {
 func TestAuthRepeated(t *testing.T) {
 	t.Parallel()
 	good := basicAuth("u", "p")
-	o, proxy, _ := setupPolicy(t, httpproxy.Config{}, proxytest.PolicyConfig{
+	o, proxy, _ := setupPolicy(t, testCfg{}, proxytest.PolicyConfig{
 		Users:  map[string]string{"u": "p"},
 		Limits: &limits.Config{AuthFailures: 3, AuthCooldown: time.Minute},
 	}, proxytest.Respond(200, "ok"))

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -41,7 +40,7 @@ func TestSlowUploadOutlastsResponseHeader(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := httpproxy.Config{ResponseHeaderTimeout: 300 * time.Millisecond}
+			cfg := testCfg{ResponseHeaderTimeout: 300 * time.Millisecond}
 			o, proxy, _ := setup(t, cfg, proxytest.Respond(200, "got it"))
 			c := proxytest.Dial(t, proxy)
 			c.Timeout = 10 * time.Second
@@ -78,7 +77,7 @@ func TestStalledUpload(t *testing.T) {
 	for _, header := range []string{"Content-Length: 100000", "Transfer-Encoding: chunked"} {
 		t.Run(header, func(t *testing.T) {
 			t.Parallel()
-			cfg := httpproxy.Config{WriteTimeout: 300 * time.Millisecond, ResponseHeaderTimeout: time.Minute}
+			cfg := testCfg{WriteTimeout: 300 * time.Millisecond, ResponseHeaderTimeout: time.Minute}
 			al, out := newAccessLog(t)
 			o, proxy, _ := setupPolicy(t, cfg, proxytest.PolicyConfig{AccessLog: al}, proxytest.Respond(200, "never"))
 			c := proxytest.Dial(t, proxy)
@@ -107,7 +106,7 @@ func TestStalledUpload(t *testing.T) {
 // body is complete is relayed at once, while the body is still awaited.
 func TestEarlyAnswerStalledBody(t *testing.T) {
 	t.Parallel()
-	o, proxy, _ := setup(t, httpproxy.Config{}, proxytest.ThenClose(proxytest.Raw(
+	o, proxy, _ := setup(t, testCfg{}, proxytest.ThenClose(proxytest.Raw(
 		"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")))
 	c := proxytest.Dial(t, proxy)
 	c.Timeout = 5 * time.Second
@@ -140,7 +139,7 @@ func TestRequestTrailers(t *testing.T) {
 				t.Parallel()
 				seen := make(chan []byte, 1)
 				arrived := make(chan struct{})
-				o, proxy, _ := setup(t, httpproxy.Config{}, func(x *proxytest.Exchange) {
+				o, proxy, _ := setup(t, testCfg{}, func(x *proxytest.Exchange) {
 					close(arrived)
 					if _, err := x.ReadBody(); err != nil {
 						seen <- x.RawSoFar()
@@ -227,7 +226,7 @@ func TestSteadyBodyRearmsDeadline(t *testing.T) {
 	}
 	bare := func(s string) string { return s }
 	chunk := func(s string) string { return strconv.FormatInt(int64(len(s)), 16) + "\r\n" + s + "\r\n" }
-	cfg := httpproxy.Config{WriteTimeout: timeout, ResponseHeaderTimeout: timeout}
+	cfg := testCfg{WriteTimeout: timeout, ResponseHeaderTimeout: timeout}
 
 	for _, tt := range []struct {
 		name   string

@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -22,7 +21,7 @@ func TestSocketBufferBytes(t *testing.T) {
 	// 212992), above the default sizes (tcp_wmem 16384, tcp_rmem 131072
 	// are what a fresh loopback socket reports).
 	const n = 96 << 10
-	cfg := httpproxy.Config{SocketBufferBytes: n}
+	cfg := testCfg{SocketBufferBytes: n}
 	tests := []struct {
 		name string
 		tls  bool

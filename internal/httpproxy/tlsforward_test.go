@@ -10,7 +10,6 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
@@ -20,7 +19,7 @@ import (
 // handshake done before ServeConn), and returns its address and a client
 // configuration that trusts it. accepted, unless nil, is called with each
 // client socket before its handshake.
-func startTLSProxy(t testing.TB, cfg httpproxy.Config, pc proxytest.PolicyConfig, accepted func(*net.TCPConn)) (string, *tls.Config) {
+func startTLSProxy(t testing.TB, cfg testCfg, pc proxytest.PolicyConfig, accepted func(*net.TCPConn)) (string, *tls.Config) {
 	t.Helper()
 	cert, roots := proxytest.SelfSigned(t)
 	scfg := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
@@ -46,7 +45,7 @@ func BenchmarkForward1KTLS(b *testing.B) {
 	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n" + body
 	o := proxytest.NewStaticOrigin(b, resp)
 	pool := proxytest.NewPool(b, dialer.PoolConfig{})
-	proxy, ccfg := startTLSProxy(b, httpproxy.Config{}, proxytest.PolicyConfig{Pool: pool}, nil)
+	proxy, ccfg := startTLSProxy(b, testCfg{}, proxytest.PolicyConfig{Pool: pool}, nil)
 	raw, err := net.Dial("tcp", proxy)
 	if err != nil {
 		b.Fatal(err)
@@ -93,7 +92,7 @@ func TestForwardTLSAllocs(t *testing.T) {
 	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n" + body
 	o := proxytest.NewStaticOrigin(t, resp)
 	pool := proxytest.NewPool(t, dialer.PoolConfig{})
-	proxy, ccfg := startTLSProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{Pool: pool}, nil)
+	proxy, ccfg := startTLSProxy(t, testCfg{}, proxytest.PolicyConfig{Pool: pool}, nil)
 	raw, err := net.Dial("tcp", proxy)
 	if err != nil {
 		t.Fatal(err)

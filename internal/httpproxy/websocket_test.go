@@ -12,7 +12,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -74,7 +73,7 @@ func TestWebSocketThroughProxy(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{Users: tt.users})
+			proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{Users: tt.users})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			u := tt.scheme + strings.TrimPrefix(srv.URL, "http") + "/echo"
@@ -116,7 +115,7 @@ func TestWebSocketThroughProxy(t *testing.T) {
 
 func TestWebSocketNeedsAuth(t *testing.T) {
 	srv := wsEchoServer(t)
-	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{Users: map[string]string{"u": "p"}})
+	proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{Users: map[string]string{"u": "p"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, resp, err := websocket.Dial(ctx, srv.URL+"/echo", &websocket.DialOptions{HTTPClient: proxiedClient(proxy, "u", "wrong")})
@@ -132,7 +131,7 @@ func TestWebSocketNeedsAuth(t *testing.T) {
 // upgrade leaves the connection a normal HTTP connection.
 func TestWebSocketRefused(t *testing.T) {
 	srv := wsEchoServer(t)
-	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{})
+	proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{})
 	cl := proxytest.Dial(t, proxy)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	upgrade := "GET " + srv.URL + "/refuse HTTP/1.1\r\nHost: " + host + "\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
@@ -151,7 +150,7 @@ func TestWebSocketRefused(t *testing.T) {
 // WebSocket handshake, and that other upgrades are not passed on.
 func TestUpgradeHeadersForwarded(t *testing.T) {
 	o := proxytest.NewOrigin(t, proxytest.Respond(400, "no"))
-	proxy := startProxy(t, httpproxy.Config{}, proxytest.PolicyConfig{})
+	proxy := startProxy(t, testCfg{}, proxytest.PolicyConfig{})
 	tests := []struct {
 		name, upgrade, connection string
 		wantUpgrade               bool

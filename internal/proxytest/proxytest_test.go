@@ -15,6 +15,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/origin"
 )
 
 func TestMain(m *testing.M) { os.Exit(VerifyNoLeaks(m)) }
@@ -210,8 +211,12 @@ func btoi(b bool) int {
 func TestStartProxy(t *testing.T) {
 	o := NewOrigin(t, Respond(200, "via proxy"))
 	s := NewStaticOrigin(t, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nstatic")
-	hp, err := httpproxy.New(httpproxy.Config{Forwarded: httpproxy.ForwardedNone, MaxHeaderBytes: 64 << 10, ReadHeaderTimeout: 30 * time.Second,
-		ResponseHeaderTimeout: 60 * time.Second, IdleTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second})
+	oc, err := origin.New(origin.Config{Forwarded: origin.ForwardedNone, MaxHeaderBytes: 64 << 10,
+		ResponseHeaderTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp, err := httpproxy.New(httpproxy.Config{Origin: oc, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,28 +37,24 @@ type quicSocket struct {
 }
 
 // newH3 returns the HTTP/3 server of an https listener with http3 on: the
-// [http3] bounds, the CONNECT-UDP template, and the timeouts and header
-// limits of the listener's HTTP/1.1 proxy.
+// [http3] bounds, the CONNECT-UDP template, and the origin client and
+// idle timeout of the listener's HTTP/1.1 proxy.
 func newH3(cfg *config.Config, pc httpproxy.Config) (*h3.Server, error) {
 	tmpl, err := masque.ParseTemplate(cfg.HTTP3.UDPTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("http3.udp_template: %w", err)
 	}
 	return h3.New(h3.Config{
-		Forwarded:             pc.Forwarded,
-		Via:                   pc.Via,
-		Template:              tmpl,
-		MaxHeaderBytes:        pc.MaxHeaderBytes,
-		HandshakeTimeout:      cfg.Timeouts.QUICHandshake.Duration,
-		IdleTimeout:           pc.IdleTimeout,
-		ResponseHeaderTimeout: pc.ResponseHeaderTimeout,
-		WriteTimeout:          pc.WriteTimeout,
-		UDPIdleTimeout:        cfg.Timeouts.UDPIdle.Duration,
-		MaxConns:              cfg.HTTP3.MaxConnections,
-		MaxStreams:            cfg.HTTP3.MaxStreams,
-		MaxFlows:              cfg.HTTP3.MaxFlows,
-		MaxListenerFlows:      cfg.HTTP3.MaxListenerFlows,
-		Logger:                pc.Logger,
+		Origin:           pc.Origin,
+		Template:         tmpl,
+		HandshakeTimeout: cfg.Timeouts.QUICHandshake.Duration,
+		IdleTimeout:      pc.IdleTimeout,
+		UDPIdleTimeout:   cfg.Timeouts.UDPIdle.Duration,
+		MaxConns:         cfg.HTTP3.MaxConnections,
+		MaxStreams:       cfg.HTTP3.MaxStreams,
+		MaxFlows:         cfg.HTTP3.MaxFlows,
+		MaxListenerFlows: cfg.HTTP3.MaxListenerFlows,
+		Logger:           pc.Logger,
 	})
 }
 

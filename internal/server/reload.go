@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/resolve"
 	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
@@ -141,19 +142,26 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			}
 		}
 	}
+	// How every listener's front-ends talk to upstreams.
+	oc, err := origin.New(origin.Config{
+		Forwarded:             cfg.Forwarded,
+		Via:                   cfg.Via,
+		MaxHeaderBytes:        cfg.MaxHeaderBytes,
+		ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.Duration,
+		WriteTimeout:          cfg.Timeouts.Write.Duration,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	o := s.opts
 	for i, lc := range cfg.Listen {
 		log := s.log.With("listener", lc.Name)
 		pc := httpproxy.Config{
-			Forwarded:             cfg.Forwarded,
-			Via:                   cfg.Via,
-			MaxHeaderBytes:        cfg.MaxHeaderBytes,
-			ReadHeaderTimeout:     cfg.Timeouts.ReadHeader.Duration,
-			ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.Duration,
-			IdleTimeout:           cfg.Timeouts.IdleClient.Duration,
-			WriteTimeout:          cfg.Timeouts.Write.Duration,
-			SocketBufferBytes:     cfg.SocketBufferBytes,
-			Logger:                log,
+			Origin:            oc,
+			ReadHeaderTimeout: cfg.Timeouts.ReadHeader.Duration,
+			IdleTimeout:       cfg.Timeouts.IdleClient.Duration,
+			SocketBufferBytes: cfg.SocketBufferBytes,
+			Logger:            log,
 		}
 		gp := &gate.Policy{
 			Listener:   lc.Name,

@@ -36,7 +36,7 @@ func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
 }
 
 // newH2 returns the HTTP/2 server of an "https" listener: its wire
-// settings, with the timeouts and header limits of the listener's
+// settings, with the origin client and timeouts of the listener's
 // HTTP/1.1 proxy (what it may do is its sessions' policy).
 func newH2(cfg *config.Config, pc httpproxy.Config) (*h2.Server, error) {
 	tmpl, err := masque.ParseTemplate(cfg.HTTP3.UDPTemplate)
@@ -44,22 +44,19 @@ func newH2(cfg *config.Config, pc httpproxy.Config) (*h2.Server, error) {
 		return nil, fmt.Errorf("http3.udp_template: %w", err)
 	}
 	return h2.New(h2.Config{
-		Forwarded:             pc.Forwarded,
-		Via:                   pc.Via,
-		MaxConcurrentStreams:  uint32(cfg.HTTP2.MaxConcurrentStreams),
-		MaxHeaderListSize:     uint32(cfg.HTTP2.MaxHeaderListSize),
-		InitialStreamWindow:   uint32(cfg.HTTP2.InitialStreamWindow),
-		InitialConnWindow:     uint32(cfg.HTTP2.InitialConnWindow),
-		MaxFrameSize:          uint32(cfg.HTTP2.MaxFrameSize),
-		MaxHeaderBytes:        pc.MaxHeaderBytes,
-		HandshakeTimeout:      pc.ReadHeaderTimeout,
-		ResponseHeaderTimeout: pc.ResponseHeaderTimeout,
-		IdleTimeout:           pc.IdleTimeout,
-		WriteTimeout:          pc.WriteTimeout,
-		TunnelIdleTimeout:     cfg.Timeouts.IdleTunnel.Duration,
-		UDPTemplate:           tmpl,
-		UDPIdleTimeout:        cfg.Timeouts.UDPIdle.Duration,
-		Logger:                pc.Logger,
+		Origin:               pc.Origin,
+		MaxConcurrentStreams: uint32(cfg.HTTP2.MaxConcurrentStreams),
+		MaxHeaderListSize:    uint32(cfg.HTTP2.MaxHeaderListSize),
+		InitialStreamWindow:  uint32(cfg.HTTP2.InitialStreamWindow),
+		InitialConnWindow:    uint32(cfg.HTTP2.InitialConnWindow),
+		MaxFrameSize:         uint32(cfg.HTTP2.MaxFrameSize),
+		HandshakeTimeout:     pc.ReadHeaderTimeout,
+		IdleTimeout:          pc.IdleTimeout,
+		WriteTimeout:         cfg.Timeouts.Write.Duration,
+		TunnelIdleTimeout:    cfg.Timeouts.IdleTunnel.Duration,
+		UDPTemplate:          tmpl,
+		UDPIdleTimeout:       cfg.Timeouts.UDPIdle.Duration,
+		Logger:               pc.Logger,
 	})
 }
 

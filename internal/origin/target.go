@@ -1,4 +1,4 @@
-package gate
+package origin
 
 import (
 	"github.com/rustle-proxy/rustle/internal/dialer"

@@ -1,4 +1,4 @@
-package gate
+package origin
 
 // Idempotent reports whether a request with method m may be sent again
 // after its connection failed before any byte of the response (RFC 9110

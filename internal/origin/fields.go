@@ -1,4 +1,4 @@
-package gate
+package origin
 
 import "strings"
 

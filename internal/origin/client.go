@@ -1,0 +1,54 @@
+package origin
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config is how the front-ends of a listener talk to upstreams.
+type Config struct {
+	// Forwarded is ForwardedNone, ForwardedRFC or ForwardedXFF: the field
+	// a forwarded request carries the client's address in. New rejects
+	// any other value, "" included.
+	Forwarded string
+	// Via adds rustle's Via element to forwarded messages. false = none.
+	Via bool
+	// MaxHeaderBytes bounds a request head a front-end reads and a
+	// response head an exchange reads; New rejects a value that is not
+	// positive (the configuration always sets it).
+	MaxHeaderBytes int
+	// ResponseHeaderTimeout bounds the wait for a response head once the
+	// request is complete upstream; 0 = no limit (the configuration always
+	// sets one).
+	ResponseHeaderTimeout time.Duration
+	// WriteTimeout bounds each blocked write to an upstream and each wait
+	// for bytes of a body; 0 = no limit (the configuration always sets
+	// one).
+	WriteTimeout time.Duration
+}
+
+// Client is a validated Config, which the front-ends of a listener share
+// and every [Exchange] of theirs reads. It is immutable.
+type Client struct {
+	cfg Config
+}
+
+// New returns the Client of cfg. It fills no defaults (the configuration
+// has resolved every value): it returns an error naming the field when
+// MaxHeaderBytes is not positive or Forwarded is not one of the three
+// modes.
+func New(cfg Config) (*Client, error) {
+	if cfg.MaxHeaderBytes <= 0 {
+		return nil, fmt.Errorf("origin: MaxHeaderBytes must be positive, got %d", cfg.MaxHeaderBytes)
+	}
+	switch cfg.Forwarded {
+	case ForwardedNone, ForwardedRFC, ForwardedXFF:
+	default:
+		return nil, fmt.Errorf("origin: Forwarded must be %q, %q or %q, got %q",
+			ForwardedNone, ForwardedRFC, ForwardedXFF, cfg.Forwarded)
+	}
+	return &Client{cfg: cfg}, nil
+}
+
+// Config returns c's configuration, which the caller must not modify.
+func (c *Client) Config() *Config { return &c.cfg }

@@ -1,0 +1,586 @@
+package origin
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/route"
+)
+
+// Request is what an [Exchange] asks of the front-end whose request it
+// carries. The front-end's per-connection or per-stream state implements
+// it (a pointer: passing it allocates nothing).
+type Request interface {
+	// AppendHead appends the request's HTTP/1.1 head as the upstream
+	// gets it: in absolute form with the parent's Proxy-Authorization
+	// when parent (an http parent, see [gate.Grant.ForwardParent]) is not
+	// nil, in origin form otherwise (see AppendRequestTarget and
+	// AppendParentAuthorization). It is called again for another parent
+	// when the request is retried on one.
+	AppendHead(dst []byte, parent *route.Parent) []byte
+	// DialContext returns the context a dial for the request runs under,
+	// and a function to call once the dial is over (nil = none): an
+	// HTTP/2 stream's reset cancels its dial.
+	DialContext() (context.Context, func())
+	// Attach is told of each upstream connection before the request goes
+	// out on it, so that the front-end can interrupt it; false ends the
+	// exchange with ErrClientGone (the client went away).
+	Attach(up net.Conn) bool
+	// Interim passes on the informational (1xx) response in x.Resp, and
+	// reports whether it went to the client (an HTTP/1.0 client gets
+	// none). An error is the client's (the exchange ends with it).
+	Interim(x *Exchange) (passed bool, err error)
+}
+
+// Body is what a front-end has of a request body when it sends the
+// request.
+type Body struct {
+	// Buffered is the part of the body at hand, sent right behind the
+	// head; nil = none.
+	Buffered []byte
+	// Done says that Buffered is the whole body: the request is complete
+	// once it is written. Otherwise the front-end sends the rest (see
+	// StartBody).
+	Done bool
+	// Empty says that the request has no body at all (Done then holds
+	// too).
+	Empty bool
+}
+
+// Errors of an exchange that a front-end may meet. Each is answered as
+// Failure says.
+var (
+	// ErrClientGone ends an exchange whose client went away (Attach
+	// refused the upstream); there is no one to answer.
+	ErrClientGone = errors.New("origin: the client went away")
+	// ErrParentAuth is an http parent answering 407: it refused rustle's
+	// own credentials, which no answer of the client's can mend.
+	ErrParentAuth = errors.New("origin: the parent proxy refused rustle's credentials")
+	// ErrResponseTooLarge is a response head over MaxHeaderBytes.
+	ErrResponseTooLarge = errors.New("origin: upstream response head too large")
+	// ErrUnexpected101 is a 101 to a request that asked for no upgrade
+	// (or not to WebSocket).
+	ErrUnexpected101 = errors.New("origin: upstream switched protocols without an upgrade request")
+	// errUpstreamClosed is the upstream closing before a byte of its
+	// response: a pooled connection it had given up on, maybe.
+	errUpstreamClosed = errors.New("origin: upstream closed the connection without a response")
+	// errUpstreamCut is the upstream closing in the middle of a small
+	// response nothing of which went to the client yet.
+	errUpstreamCut = errors.New("origin: upstream closed the connection before its response was complete")
+)
+
+// Mode says what a request expects of its upstream.
+type Mode uint8
+
+// The modes of a request.
+const (
+	// Plain is a request and its response.
+	Plain Mode = iota
+	// Upgrade is a WebSocket handshake: a 101 to WebSocket is the answer
+	// it asks for, after which the upstream is the tunnel's (Detach).
+	Upgrade
+	// UpgradeTCP is Upgrade for a front-end whose tunnel relays a TCP
+	// socket only (HTTP/2's): an upstream that is not one (TLS to an
+	// https parent) is not used, and a dial to an https parent refused.
+	UpgradeTCP
+)
+
+// Exchange is one forwarded request's exchange with its upstream: the
+// origin server, or the http parent its route picked. An HTTP/1.1
+// front-end keeps one per client connection (and with it an upstream
+// between requests, see Keep); HTTP/2 and HTTP/3 take one per request
+// from [Get]. The zero Exchange is ready for Begin. It is used by one
+// goroutine at a time, but for the body writer that a streamed request
+// body has (see StartBody).
+type Exchange struct {
+	c *Client
+	g *gate.Grant
+
+	// Up is the upstream connection with its read buffer; Up.C is nil
+	// when there is none. Between the requests of an HTTP/1.1 client
+	// connection it may be kept without its buffer (Up.Buf nil): see Keep.
+	Up http1.Conn
+	// Resp is the response head, parsed in Up's buffer by ReadResponse:
+	// the final one once it returned nil, an informational one while
+	// Request.Interim runs.
+	Resp http1.Head
+	// Trailer is the trailer section of a chunked response body that
+	// NextBody read to its end (see HasTrailer).
+	Trailer http1.Head
+
+	dest       []byte        // the destination, host:port
+	key        []byte        // the pool key of the request's upstream: dest, or its http parent's ForwardKey
+	parent     *route.Parent // the http parent that takes the request in absolute form; nil = none
+	head       []byte        // the request head, built by Request.AppendHead
+	isHead     bool          // the request is a HEAD: its response has no body
+	idempotent bool          // the request may be sent again (see Idempotent)
+	upgrade    bool          // a 101 to WebSocket is the answer asked for
+	tcpOnly    bool          // the upstream must be a *net.TCPConn
+	upKey      string        // the pool key Up was made for; "" = none, or a tunnel through a parent, which is pooled for no one
+	upOwner    string        // who may reuse Up (the PoolOwner of its dial)
+	reused     bool          // Up served an earlier request
+	interim    bool          // a 1xx answer went to the client
+	sent       time.Time     // when the request head went out, for the first-byte metric; zero when not observed
+	vec        http1.Vec     // writes of Send
+
+	// rw arms the wait for the response head while the front-end sends
+	// the request body (see StartBody); bodyPending: ReadResponse waits
+	// through it.
+	rw          http1.ResponseWait
+	bodyPending bool
+
+	body bodyReader // the response body's framing, for NextBody
+}
+
+// Begin starts the exchange of a request that g granted, with method to
+// dest (host:port, as the guard checks it; only read during the call),
+// as mode says. Begin asks the grant whether the request goes to an http
+// parent in absolute form (see [gate.Grant.ForwardParent]) and notes
+// the upstream's pool key; an error (the destination refused, every
+// parent down) is answered as Failure says. c is the listener's Client.
+func (x *Exchange) Begin(c *Client, g *gate.Grant, method string, dest []byte, mode Mode) error {
+	x.c, x.g = c, g
+	x.isHead = method == "HEAD"
+	x.idempotent = Idempotent(method)
+	x.upgrade = mode != Plain
+	x.tcpOnly = mode == UpgradeTCP
+	x.interim = false
+	x.sent = time.Time{}
+	x.body.started = false
+	x.dest = append(x.dest[:0], dest...)
+	x.key = append(x.key[:0], dest...)
+	x.parent = nil
+	return x.forwardParent()
+}
+
+// forwardParent asks the grant for an http parent that takes the
+// request, and sets the pool key to its key or the destination.
+func (x *Exchange) forwardParent() error {
+	x.key = append(x.key[:0], x.dest...)
+	x.parent = nil
+	if x.g.Route().Direct() {
+		return nil
+	}
+	p, err := x.g.ForwardParent(x.dest)
+	if err != nil {
+		return err
+	}
+	if p != nil {
+		x.parent = p
+		x.key = gate.ForwardKey(x.key[:0], p)
+	}
+	return nil
+}
+
+// Client returns the Client the exchange began with.
+func (x *Exchange) Client() *Client { return x.c }
+
+// Parent returns the http parent the request goes to in absolute form,
+// nil when it goes to the origin (directly, or tunnelled through a
+// parent).
+func (x *Exchange) Parent() *route.Parent { return x.parent }
+
+// Reused reports whether the upstream served an earlier request.
+func (x *Exchange) Reused() bool { return x.reused }
+
+// Interimed reports whether an informational answer went to the client:
+// the request can then not be sent again.
+func (x *Exchange) Interimed() bool { return x.interim }
+
+// Target names the upstream for an answer: the destination, or the
+// parent it went through (never the parent's address).
+func (x *Exchange) Target() string {
+	if x.parent != nil {
+		return "through parent proxy " + x.parent.Name()
+	}
+	return string(x.dest)
+}
+
+// Send sends the request on a kept, pooled or new upstream: its head,
+// built by r for where it goes, and the part of its body at hand. For a
+// request that is then complete (body.Done) it reads the response head
+// too (see ReadResponse). It retries, each once: an idempotent, complete
+// request whose kept or pooled connection turns out dead (closed before
+// a byte of the response), on a fresh connection; and one without a body
+// whose parent fails before the response is whole, through the route's
+// next parent (see [gate.Grant.RetryParent]), the head built anew.
+//
+// It returns how many bytes of body.Buffered were written, and nil when
+// the request went out (for a complete one, when its response head is
+// in Resp). An error is answered as Failure says: nothing of a response
+// went to the client but, maybe, an interim answer (Interimed). The
+// upstream is closed on an error.
+func (x *Exchange) Send(r Request, body Body) (int64, error) {
+	canRetry := x.idempotent && body.Done
+	x.head = r.AppendHead(x.head[:0], x.parent)
+	fresh := false
+	for {
+		if err := x.get(r, fresh, canRetry); err != nil {
+			if canRetry {
+				if ok, ferr := x.retryParent(r, err); ok {
+					continue
+				} else if ferr != nil {
+					err = ferr
+				}
+			}
+			return 0, err
+		}
+		if !r.Attach(x.Up.C) {
+			x.Drop()
+			return 0, ErrClientGone
+		}
+		x.Up.ArmWriteDeadline(http1.MonoNow(), x.c.cfg.WriteTimeout)
+		w, err := x.vec.Write(x.Up.C, x.head, body.Buffered)
+		n := max(0, w-int64(len(x.head)))
+		if x.g.Observing() {
+			x.sent = time.Now()
+		}
+		if err == nil && body.Done {
+			err = x.ReadResponse(r)
+			if err == nil && canRetry && body.Empty && x.g.Parent() != nil {
+				// Nothing of the answer goes to the client before
+				// its small body is in, so that a parent dying in the
+				// middle of it can still be retried.
+				err = x.awaitSmallBody()
+			}
+		}
+		if err == nil {
+			return n, nil
+		}
+		x.Drop()
+		if !canRetry || x.interim || !deadConn(err) {
+			return n, err
+		}
+		if x.reused && !fresh {
+			fresh = true // a pooled connection the origin had closed
+			continue
+		}
+		if body.Empty {
+			// The route's parent (a fresh connection to it) closed
+			// before the response was whole: once more through its
+			// next parent.
+			if ok, ferr := x.retryParent(r, err); ok {
+				continue
+			} else if ferr != nil {
+				return n, ferr
+			}
+		}
+		return n, err
+	}
+}
+
+// retryParent moves the request, whose parent failed (err) before any
+// byte of the response, to the route's next parent (see
+// gate.Grant.RetryParent): the pool key and the head are made for it. It
+// reports false when the request stays where it is, with the next
+// parent's refusal of the destination, if it came to that.
+func (x *Exchange) retryParent(r Request, err error) (bool, error) {
+	if x.g.Parent() == nil || !x.g.RetryParent(string(x.dest), err) {
+		return false, nil
+	}
+	if ferr := x.forwardParent(); ferr != nil {
+		return false, ferr
+	}
+	x.head = r.AppendHead(x.head[:0], x.parent)
+	return true, nil
+}
+
+// get makes Up the request's upstream: the one the client connection
+// kept from its last request when it was for the same key and the grant
+// admits it, else one from the pool that the grant admits, else a new
+// one dialled through the grant. fresh forces a dial; canRetry says
+// whether the request could be sent again should a reused connection
+// turn out dead (see gate.Grant.Admits).
+func (x *Exchange) get(r Request, fresh, canRetry bool) error {
+	g := x.g
+	x.reused = false
+	owner := g.PoolOwner()
+	if x.Up.C != nil && x.Up.Buf == nil {
+		// The upstream the client's previous request left: reused for
+		// the same key when this request's rule admits its address,
+		// else offered to others (its owner's, when it is another
+		// user's).
+		if !fresh && x.upKey == string(x.key) {
+			if g.Admits(x.Up.C, x.upOwner, canRetry) {
+				x.reused = true
+				x.Up.TakeBuf(&http1.UpstreamBufs)
+				return nil
+			}
+			// Not for this request, maybe for another: when it is this
+			// request's owner's, it is the pool's newest for the owner
+			// to this origin, so dial.
+			fresh = fresh || x.upOwner == owner
+		}
+		x.put()
+	}
+	var c net.Conn // TCP, or TLS to an https parent
+	if pool := g.Pool(); !fresh && pool != nil {
+		if c = pool.Get(x.key, owner); c != nil {
+			if _, tcp := c.(*net.TCPConn); x.tcpOnly && !tcp {
+				pool.Put(string(x.key), owner, c) // not for this request: left for others
+				c = nil
+			} else if g.Admits(c, owner, canRetry) {
+				x.reused, x.upOwner = true, owner
+				if x.upKey != string(x.key) {
+					x.upKey = string(x.key)
+				}
+			} else {
+				c.Close()
+				c = nil
+			}
+		}
+	}
+	if c == nil {
+		ctx, done := r.DialContext()
+		var err error
+		if x.tcpOnly {
+			var tc *net.TCPConn
+			if tc, err = g.Dial(ctx, string(x.key)); err == nil {
+				c = tc
+			}
+		} else {
+			c, err = g.DialConn(ctx, string(x.key))
+		}
+		if done != nil {
+			done()
+		}
+		if err != nil {
+			return err
+		}
+		x.upKey, x.upOwner = string(x.key), owner
+		if g.ViaParent() {
+			x.upKey = "" // a tunnel through a parent: for this request only, never pooled
+		}
+	}
+	x.Up.Attach(c, &http1.UpstreamBufs)
+	return nil
+}
+
+// ReadResponse reads the response head into Resp: the final one, each
+// informational (1xx) one before it passed to r.Interim; a 101 only to a
+// request Begin was told asks for an upgrade to WebSocket; a final one in
+// a transfer coding other than chunked is http1.ErrTransferCoding. The
+// wait for
+// each head is bounded by ResponseHeaderTimeout, and its size by
+// MaxHeaderBytes; while the front-end sends the body (StartBody), the
+// timeout starts once it is sent and the wait ends when the body fails on
+// the client's side. A parent's 407 is ErrParentAuth, noted as a failure
+// of the parent's health.
+func (x *Exchange) ReadResponse(r Request) error {
+	cfg := &x.c.cfg
+	up := &x.Up
+	for {
+		var n int
+		var err error
+		if x.bodyPending {
+			x.rw.Arm()
+			n, err = up.ReadHead(cfg.MaxHeaderBytes, cfg.ResponseHeaderTimeout)
+			x.rw.End()
+		} else {
+			up.ArmReadDeadline(http1.MonoNow(), cfg.ResponseHeaderTimeout)
+			n, err = up.ReadHead(cfg.MaxHeaderBytes, cfg.ResponseHeaderTimeout)
+		}
+		switch {
+		case err == http1.ErrIdle:
+			return errUpstreamClosed
+		case err == http1.ErrHeadTooLarge:
+			return ErrResponseTooLarge
+		case err != nil:
+			return err
+		}
+		if !x.sent.IsZero() {
+			x.g.FirstByte(x.sent)
+			x.sent = time.Time{}
+		}
+		if err := x.Resp.ParseResponse(up.Buf[up.R : up.R+n]); err != nil {
+			return err
+		}
+		up.R += n
+		switch st := x.Resp.Status; {
+		case st == 101:
+			if x.upgrade && x.Resp.UpgradesTo("websocket") {
+				return nil
+			}
+			return ErrUnexpected101
+		case st < 200:
+			passed, err := r.Interim(x)
+			x.interim = x.interim || passed
+			if err != nil {
+				return err
+			}
+			continue
+		case st == 407 && x.parent != nil:
+			x.parent.Health().Failed(time.Now())
+			return ErrParentAuth
+		case x.Resp.TEOther:
+			// A transfer coding other than chunked, which rustle never
+			// asks for (no request carries TE): refused, body or not, on
+			// every front-end; HTTP/2 and HTTP/3 have no transfer
+			// codings to pass it on in.
+			return http1.ErrTransferCoding
+		}
+		return nil
+	}
+}
+
+// awaitSmallBody reads, behind the response head, the rest of a
+// Content-Length body that fits in the upstream buffer behind it (see
+// http1.Conn.ReadRest). A body that does not fit, or one without a length,
+// is left to the relay. It returns errUpstreamCut when the upstream
+// closes first.
+func (x *Exchange) awaitSmallBody() error {
+	h := &x.Resp
+	if x.NoBody() || h.Chunked || h.TEOther {
+		return nil
+	}
+	if err := x.Up.ReadRest(h.ContentLength, x.c.cfg.WriteTimeout); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return errUpstreamCut
+		}
+		return err
+	}
+	return nil
+}
+
+// StartBody readies the wait for the response head while the front-end
+// sends the rest of the request body itself, to Up.C, on another
+// goroutine, which then calls BodySent or BodyCut once (see
+// http1.ResponseWait): the response-header timeout starts once the body
+// is sent, an early answer is read at once, and a body that fails on the
+// client's side ends the wait. The next ReadResponse waits so.
+func (x *Exchange) StartBody() {
+	x.rw.Start(&x.Up, x.c.cfg.ResponseHeaderTimeout)
+	x.bodyPending = true
+}
+
+// EndBody ends what StartBody began, once ReadResponse has returned.
+func (x *Exchange) EndBody() { x.bodyPending = false }
+
+// BodySent tells the exchange that the request body was sent, or failed
+// upstream (the origin may answer all the same).
+func (x *Exchange) BodySent() { x.rw.BodySent() }
+
+// BodyCut tells the exchange that the request body failed on the
+// client's side: the wait for the response ends.
+func (x *Exchange) BodyCut() { x.rw.Cut() }
+
+// WasCut reports whether BodyCut was called since StartBody.
+func (x *Exchange) WasCut() bool { return x.rw.WasCut() }
+
+// NoBody reports whether the response in Resp has no body: to a HEAD, a
+// 1xx, 204 or 304, or of length 0.
+func (x *Exchange) NoBody() bool {
+	h := &x.Resp
+	return x.isHead || h.Status < 200 || h.Status == 204 || h.Status == 304 ||
+		h.ContentLength == 0 && !h.Chunked && !h.TEOther
+}
+
+// KeepAlive reports whether Up may serve another request once the
+// response in Resp has been read to its end (RFC 9112 §9.3): the upstream
+// keeps the connection open and the body's end is known without its
+// close.
+func (x *Exchange) KeepAlive() bool {
+	h := &x.Resp
+	return !h.ConnClose && (h.Minor >= 1 || h.ConnKeepAlive) &&
+		(x.NoBody() || h.Chunked || h.ContentLength >= 0 && !h.TEOther)
+}
+
+// Release ends the request's use of Up: back to the pool when reuse is
+// set, Up is at a message boundary (nothing read and unconsumed) and the
+// pool may take it (a tunnel through a parent never goes there), closed
+// otherwise.
+func (x *Exchange) Release(reuse bool) {
+	if x.Up.C == nil {
+		return
+	}
+	if !reuse || x.Up.R != x.Up.W {
+		x.Drop()
+		return
+	}
+	x.Up.Release()
+	x.put()
+}
+
+// Keep keeps Up, at a message boundary, for the client's next request,
+// which most often goes to the same origin: no pool round trip, no
+// shared lock, its deadlines armed. Its buffer goes back meanwhile. The
+// next Send takes it when its request goes where it went and the grant
+// admits it, or else hands it to the pool; Close hands it on when the
+// client connection ends. Up not at a message boundary is closed.
+func (x *Exchange) Keep() {
+	if x.Up.C == nil {
+		return
+	}
+	if x.Up.R != x.Up.W {
+		x.Drop()
+		return
+	}
+	x.Up.Release()
+}
+
+// put hands Up, without its buffer, to the pool (its deadlines stay
+// armed: whoever takes it arms its own, as Attach forgets them), or
+// closes it when the pool may not have it.
+func (x *Exchange) put() {
+	c := x.Up.C
+	x.Up.C, x.Up.TCP = nil, nil
+	if c == nil {
+		return
+	}
+	pool := x.g.Pool()
+	if pool == nil || x.upKey == "" {
+		c.Close()
+		return
+	}
+	pool.Put(x.upKey, x.upOwner, c)
+}
+
+// Drop closes Up.
+func (x *Exchange) Drop() {
+	if x.Up.C == nil {
+		return
+	}
+	x.Up.C.Close()
+	x.Up.Release()
+	x.Up.C, x.Up.TCP = nil, nil
+}
+
+// Detach hands Up over to the caller, which then owns it (a WebSocket
+// tunnel after a 101): the exchange no longer has an upstream. The bytes
+// read behind the response head are the caller's to take first.
+func (x *Exchange) Detach() net.Conn {
+	c := x.Up.C
+	x.Up.Release()
+	x.Up.C, x.Up.TCP = nil, nil
+	return c
+}
+
+// Close ends the exchange when its client connection ends: an upstream
+// kept by Keep goes to the pool, any other is closed.
+func (x *Exchange) Close() {
+	if x.Up.C != nil && x.Up.Buf == nil {
+		x.put()
+	} else {
+		x.Drop()
+	}
+	x.c, x.g, x.parent = nil, nil, nil // upKey stays: a string the next exchange may reuse
+	x.Resp.Buf, x.Trailer.Buf = nil, nil
+	x.body = bodyReader{}
+	if cap(x.head) > 64<<10 {
+		x.head = nil
+	}
+}
+
+// deadConn reports whether err shows a connection the upstream had
+// closed: nothing of a response arrived.
+func deadConn(err error) bool {
+	return errors.Is(err, errUpstreamClosed) || errors.Is(err, errUpstreamCut) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
