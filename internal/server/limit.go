@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
 )
 
@@ -143,21 +145,19 @@ func (s *Server) ownAddrs(ls []*listener) []netip.AddrPort {
 	return own
 }
 
-// refuse closes a connection the limiter did not admit; on an http
-// listener it first answers 503 (too many connections in all) or 429
-// (the client's limits), which a fresh socket's empty send buffer takes
-// without blocking.
-func refuse(l *listener, c *net.TCPConn, v limits.Verdict, retry time.Duration) {
+// refuse closes a connection that the listener's policy did not admit
+// (gate.Policy.Admit); on an http listener it first answers with the
+// admission's status (503 or 429), reason and Retry-After, which a fresh
+// socket's empty send buffer takes without blocking. It is the one place
+// an admission's refusal is written.
+func refuse(l *listener, c *net.TCPConn, a gate.Admission) {
 	if l.cfg.Protocol == "http" {
-		status := "429 Too Many Requests"
-		if v == limits.TooMany {
-			status = "503 Service Unavailable"
-		}
-		reason := "rustle: " + v.String() + "\n"
-		head := "HTTP/1.1 " + status + "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+		reason := "rustle: " + a.Reason() + "\n"
+		head := "HTTP/1.1 " + strconv.Itoa(a.Status()) + " " + http.StatusText(a.Status()) +
+			"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
 			strconv.Itoa(len(reason)) + "\r\nConnection: close\r\n"
-		if retry > 0 {
-			head += "Retry-After: " + strconv.Itoa(int((retry+time.Second-1)/time.Second)) + "\r\n"
+		if a.RetryAfter > 0 {
+			head += "Retry-After: " + strconv.Itoa(int((a.RetryAfter+time.Second-1)/time.Second)) + "\r\n"
 		}
 		c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
 		c.Write([]byte(head + "\r\n" + reason))

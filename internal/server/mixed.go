@@ -11,7 +11,6 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/proxyproto"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -117,8 +116,8 @@ func (s *Server) serveProxied(l *listener, c *net.TCPConn, eng *tunnel.Engine) {
 		s.conns.Done()
 		return
 	}
-	if v, retry := l.lim.Admit(client.Addr()); v != limits.OK {
-		refuse(l, c, v, retry)
+	if a := l.policy.Admit(client.Addr()); !a.OK() {
+		refuse(l, c, a)
 		s.conns.Done()
 		return
 	}

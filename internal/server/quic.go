@@ -15,9 +15,9 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h3"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
-	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/masque"
 )
 
@@ -170,7 +170,7 @@ func (s *Server) acceptQUIC(q *quicSocket, cur *atomic.Pointer[listener]) {
 		l := cur.Load()
 		if l.h3 == nil {
 			c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "http3 is off")
-			a.lim.Release(a.ip)
+			a.policy.Release(a.ip)
 			continue
 		}
 		var client netip.AddrPort
@@ -182,17 +182,18 @@ func (s *Server) acceptQUIC(q *quicSocket, cur *atomic.Pointer[listener]) {
 		q.hold()
 		go func() {
 			defer q.release()
-			s.serveQUIC(l, c, client, a.lim)
+			s.serveQUIC(l, c, client, a.policy)
 		}()
 	}
 }
 
-// serveQUIC serves a QUIC connection that lim admitted in a session of
-// the listener's policy that gives the admission back when it closes.
-func (s *Server) serveQUIC(l *listener, c *quic.Conn, client netip.AddrPort, lim *limits.Limiter) {
+// serveQUIC serves a QUIC connection in a session of the listener's
+// policy that, when it closes, gives the admission back to admitted, the
+// policy that admitted it (that of the listener its handshake began on).
+func (s *Server) serveQUIC(l *listener, c *quic.Conn, client netip.AddrPort, admitted *gate.Policy) {
 	defer s.conns.Done()
 	ip := client.Addr()
-	sess := l.policy.NewSession(s.connCtx, client, nil, func() { lim.Release(ip) })
+	sess := l.policy.NewSession(s.connCtx, client, nil, func() { admitted.Release(ip) })
 	l.lm.Accepted()
 	l.h3.ServeConn(c, sess)
 	l.lm.Closed()

@@ -191,7 +191,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 		l := &listener{cfg: lc, policy: gp, lm: gp.Metrics, proxy: hp, peek: cfg.Timeouts.ReadHeader.Duration,
 			hello:      cfg.Timeouts.ClientHello.Duration,
 			quicRetry:  cfg.HTTP3.RetryThreshold,
-			handshakes: g.handshakes, lim: g.lim, cur: new(atomic.Pointer[listener])}
+			handshakes: g.handshakes, cur: new(atomic.Pointer[listener])}
 		l.cur.Store(l)
 		for _, e := range lc.ProxyProtocolFrom {
 			p, err := acl.ParsePrefix(e)

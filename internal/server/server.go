@@ -109,7 +109,6 @@ type listener struct {
 	quicRetry int
 
 	handshakes *handshakeSlots // the server's TLS handshake slots
-	lim        *limits.Limiter // the generation's limits: admissions
 	// cur is the listener that the accept loops of lns hand connections
 	// to; Reload stores the next generation's listener in it when that one
 	// keeps these sockets.
@@ -332,8 +331,8 @@ func (s *Server) acceptLoop(ln net.Listener, cur *atomic.Pointer[listener], eng 
 		if a, ok := tc.RemoteAddr().(*net.TCPAddr); ok {
 			client = a.AddrPort()
 		}
-		if v, retry := l.lim.Admit(client.Addr().Unmap()); v != limits.OK {
-			refuse(l, tc, v, retry)
+		if a := l.policy.Admit(client.Addr().Unmap()); !a.OK() {
+			refuse(l, tc, a)
 			continue
 		}
 		s.conns.Add(1)
@@ -352,8 +351,8 @@ func (s *Server) serveConn(l *listener, c *net.TCPConn, client netip.AddrPort, e
 	s.connMu.Lock()
 	s.active[c] = struct{}{}
 	s.connMu.Unlock()
-	lim, ip := l.lim, client.Addr().Unmap()
-	sess := l.policy.NewSession(s.connCtx, client, eng, func() { lim.Release(ip) })
+	pol, ip := l.policy, client.Addr().Unmap()
+	sess := pol.NewSession(s.connCtx, client, eng, func() { pol.Release(ip) })
 	sess.Attach(c)
 	l.lm.Accepted()
 	end := connEnd{s: s, l: l, c: c, sess: sess}
