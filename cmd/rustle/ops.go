@@ -108,8 +108,7 @@ func (o *ops) addrs() []net.Addr {
 func (o *ops) attach(srv *server.Server) {
 	srv.RegisterMetrics(o.metrics)
 	if o.admin != nil {
-		o.admin.Handle("GET /quota", srv.QuotaHandler())
-		o.admin.Handle("POST /revoke", srv.RevokeHandler())
+		o.admin.HandleProxy(srv)
 	}
 	o.srv.Store(srv)
 }

@@ -1,9 +1,7 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"slices"
 	"sync"
@@ -192,6 +190,24 @@ func (s *Server) publishRevoked(users []string) {
 // Quota returns the state of user's quotas, none when no quota applies.
 func (s *Server) Quota(user string) []quota.Status { return s.shared.quota.Status(user) }
 
+// Quotas returns every quota counter, none without quotas.
+func (s *Server) Quotas() []quota.Status {
+	if s.shared.quota == nil {
+		return nil
+	}
+	return s.shared.quota.All()
+}
+
+// ClusterState reports whether the quota counts and the users'
+// connections are shared through Redis ([cluster] redis) and, then,
+// whether the last sync succeeded.
+func (s *Server) ClusterState() (cluster, up bool) {
+	if cl := s.shared.cluster; cl != nil {
+		return true, cl.Up()
+	}
+	return false, false
+}
+
 // registerQuotaMetrics makes m report the quota counters and, with a
 // cluster, whether Redis is reachable.
 func (s *Server) registerQuotaMetrics(m *metrics.Metrics) {
@@ -248,57 +264,4 @@ func (s *Server) removedUsers(prev, g *generation, revoked []string) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-// QuotaReport is the answer of the admin endpoint GET /quota?user=NAME.
-type QuotaReport struct {
-	// User is the user asked about; "" for every counter.
-	User string `json:"user"`
-	// Quotas are the user's quotas (every counter without a user); none
-	// when no quota applies.
-	Quotas []quota.Status `json:"quotas"`
-	// Cluster says whether the counts are shared through Redis, and
-	// RedisUp whether the last sync succeeded.
-	Cluster bool `json:"cluster"`
-	RedisUp bool `json:"redis_up"`
-}
-
-// QuotaHandler serves GET /quota?user=NAME on the admin listener: the
-// user's quotas as a JSON [QuotaReport]; without user, every counter.
-func (s *Server) QuotaHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user := r.URL.Query().Get("user")
-		rep := QuotaReport{User: user, Quotas: []quota.Status{}}
-		if user != "" {
-			rep.Quotas = append(rep.Quotas, s.Quota(user)...)
-		} else if q := s.shared.quota; q != nil {
-			rep.Quotas = append(rep.Quotas, q.All()...)
-		}
-		if cl := s.shared.cluster; cl != nil {
-			rep.Cluster, rep.RedisUp = true, cl.Up()
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		json.NewEncoder(w).Encode(&rep)
-	})
-}
-
-// RevokeHandler serves POST /revoke?user=NAME on the admin listener: it
-// ends the user's sessions and tunnels here and, with a cluster, on
-// every instance (see RevokeUser). It answers 200 with the count, 400
-// without a user, 502 when the revocation could not be published.
-func (s *Server) RevokeHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user := r.URL.Query().Get("user")
-		if user == "" {
-			http.Error(w, "revoke: user=NAME is required", http.StatusBadRequest)
-			return
-		}
-		n, err := s.RevokeUser(user)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("revoked here (%d), not yet published to the other instances: %v", n, err), http.StatusBadGateway)
-			return
-		}
-		fmt.Fprintf(w, "revoked %d\n", n)
-	})
 }
