@@ -37,6 +37,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/gctune"
 	"github.com/rustle-proxy/rustle/internal/server"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/wire"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -258,10 +259,10 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
 	}
-	// Users files, rules and certificates are read by the server; load
-	// them here too so that a bad htpasswd line or key pair is caught by
-	// check.
-	if err := server.Check(cfg); err != nil {
+	// Users files, rules and certificates are read when the server is
+	// built (wire.Build); load them here too so that a bad htpasswd line
+	// or key pair is caught by check.
+	if err := wire.Check(cfg); err != nil {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
 	}

@@ -59,13 +59,13 @@ func (h *quicHandshakes) init(log *slog.Logger) {
 // retry reports whether a new connection from the unvalidated address a
 // is to be sent a Retry first, as l's threshold says.
 func (h *quicHandshakes) retry(l *listener, a net.Addr) bool {
-	if l.quicRetry < 0 {
+	if l.QUICRetry < 0 {
 		return true
 	}
 	ip := addrIP(a)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.unvalidated < l.quicRetry && h.perIP[ip] < max(1, l.quicRetry/8) {
+	if h.unvalidated < l.QUICRetry && h.perIP[ip] < max(1, l.QUICRetry/8) {
 		return false
 	}
 	h.retries++
@@ -78,23 +78,23 @@ func (h *quicHandshakes) retry(l *listener, a net.Addr) bool {
 // it returns, which quic-go derives the connection's from, carries the
 // connection's quicAttempt.
 func (h *quicHandshakes) admit(ctx context.Context, l *listener, ci *quic.ClientInfo) (context.Context, error) {
-	if l.h3 == nil {
+	if l.H3 == nil {
 		return nil, errors.New("server: http3 is off on this listener")
 	}
 	ip := addrIP(ci.RemoteAddr)
-	if l.h3.Full() {
+	if l.H3.Full() {
 		return nil, h.refuse("too many QUIC connections on the listener")
 	}
-	if adm := l.policy.Admit(ip); !adm.OK() {
+	if adm := l.Policy.Admit(ip); !adm.OK() {
 		// The limiter warns of its own refusals.
 		return nil, errors.New("server: QUIC connection refused: " + adm.Reason())
 	}
 	slot := l.handshakes.tryAcquire(ip)
 	if slot == nil {
-		l.policy.Release(ip)
+		l.Policy.Release(ip)
 		return nil, h.refuse("too many TLS handshakes in progress")
 	}
-	a := &quicAttempt{h: h, ip: ip, policy: l.policy, slots: l.handshakes, slot: slot, unvalidated: !ci.AddrVerified}
+	a := &quicAttempt{h: h, ip: ip, policy: l.Policy, slots: l.handshakes, slot: slot, unvalidated: !ci.AddrVerified}
 	if a.unvalidated {
 		h.mu.Lock()
 		h.unvalidated++
@@ -107,7 +107,7 @@ func (h *quicHandshakes) admit(ctx context.Context, l *listener, ci *quic.Client
 	// is ended here.
 	a.mu.Lock() // expire waits for both
 	a.stopCtx = context.AfterFunc(ctx, a.expire)
-	a.timer = time.AfterFunc(2*l.h3.QUICConfig().HandshakeIdleTimeout+time.Second, a.expire)
+	a.timer = time.AfterFunc(2*l.H3.QUICConfig().HandshakeIdleTimeout+time.Second, a.expire)
 	a.mu.Unlock()
 	return context.WithValue(ctx, attemptKey{}, a), nil
 }

@@ -2,16 +2,15 @@ package server
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/cluster"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/quota"
+	"github.com/rustle-proxy/rustle/internal/wire"
 )
 
 // shared is what the server shares across generations for quotas and a
@@ -29,52 +28,19 @@ type shared struct {
 	once      sync.Once
 }
 
-// quotaRules converts the configured rules; the configuration is
-// validated.
-func quotaRules(q config.Quota) ([]quota.Rule, error) {
-	rules := make([]quota.Rule, len(q.Rules))
-	for i, r := range q.Rules {
-		period, err := quota.ParsePeriod(r.Period)
-		if err != nil {
-			return nil, err
-		}
-		reset, err := config.ParseReset(r.Reset)
-		if err != nil {
-			return nil, err
-		}
-		loc, err := time.LoadLocation(r.TimeZone)
-		if err != nil {
-			return nil, err
-		}
-		rules[i] = quota.Rule{Name: r.Name, Users: r.Users, Groups: r.Groups, Period: period, Reset: reset,
-			Loc: loc, Bytes: r.Bytes, Requests: r.Requests}
-	}
-	return rules, nil
-}
-
 // newShared makes the quota tracker and the cluster link of cfg, and
 // reads back the saved quota counters.
 func (s *Server) newShared(cfg *config.Config) error {
 	sh := &s.shared
 	sh.stop = make(chan struct{})
-	if len(cfg.Quota.Rules) > 0 {
-		rules, err := quotaRules(cfg.Quota)
-		if err != nil {
-			return fmt.Errorf("server: quota: %w", err)
-		}
-		sh.quota = quota.New(quota.Config{Rules: rules, Groups: cfg.ACL.Groups})
+	q, err := wire.Quota(cfg)
+	if err != nil {
+		return err
 	}
-	if c := cfg.Cluster; c.Redis != "" {
-		cl, err := cluster.New(cluster.Config{
-			URL: c.Redis, SyncInterval: c.SyncInterval.Duration, Timeout: c.Timeout.Duration,
-			Instance: c.Instance, Quota: sh.quota, LocalConns: s.localConns, Revoke: s.revokeUsers,
-			Logger: s.log,
-		})
-		if err != nil {
-			return fmt.Errorf("server: %w", err)
-		}
-		sh.cluster = cl
-		return nil
+	sh.quota = q
+	sh.cluster, err = wire.Cluster(cfg, q, wire.ClusterHooks{LocalConns: s.localConns, Revoke: s.revokeUsers}, s.log)
+	if err != nil || sh.cluster != nil {
+		return err
 	}
 	if cfg.Quota.StateFile != "" && sh.quota != nil {
 		sh.stateFile, sh.every = cfg.Quota.StateFile, cfg.Quota.SaveInterval.Duration
@@ -144,10 +110,10 @@ func (s *Server) closeShared() {
 // cluster.
 func (s *Server) localConns(fn func(user string, conns int)) {
 	s.mu.Lock()
-	lim := s.lim
+	g := s.gen
 	s.mu.Unlock()
-	if lim != nil {
-		lim.UserConns(fn)
+	if g != nil {
+		g.Limiter.UserConns(fn)
 	}
 }
 
@@ -227,28 +193,6 @@ func (s *Server) registerQuotaMetrics(m *metrics.Metrics) {
 	}
 }
 
-// userNames returns the names of cfg's users, inline and from the
-// htpasswd files (which auth.New has just read: a file that no longer
-// reads adds none).
-func userNames(cfg *config.Config) []string {
-	var names []string
-	for _, u := range cfg.Auth.Users {
-		names = append(names, u.Name)
-	}
-	for _, path := range cfg.Auth.Htpasswd {
-		f, err := os.Open(path)
-		if err != nil {
-			continue
-		}
-		users, _ := auth.ParseHtpasswd(f, path)
-		f.Close()
-		for _, u := range users {
-			names = append(names, u.Name)
-		}
-	}
-	return names
-}
-
 // removedUsers returns the users a reload from prev to g revoked here
 // (revoked) and the configured users of prev that g no longer has,
 // sorted, for the other instances, which may hold their connections.
@@ -257,8 +201,8 @@ func (s *Server) removedUsers(prev, g *generation, revoked []string) []string {
 		return nil
 	}
 	out := slices.Clone(revoked)
-	for _, name := range prev.names {
-		if g.authr == nil || !g.authr.Has(name) {
+	for _, name := range prev.Names {
+		if g.Auth == nil || !g.Auth.Has(name) {
 			out = append(out, name)
 		}
 	}
