@@ -31,7 +31,6 @@ import (
 	"syscall"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
-	"github.com/rustle-proxy/rustle/internal/admin"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gctune"
@@ -259,18 +258,13 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
 	}
-	// Users files, rules and certificates are read when the server is
-	// built (wire.Build); load them here too so that a bad htpasswd line
-	// or key pair is caught by check.
+	// Users files, rules, certificates and the admin listener's access
+	// files are read when rustle starts (wire.Build, wire.Admin); load
+	// them here too so that a bad htpasswd line or key pair is caught by
+	// check.
 	if err := wire.Check(cfg); err != nil {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
-	}
-	if cfg.Admin != "" {
-		if _, err := admin.LoadAccess(cfg.AdminAccess); err != nil {
-			fmt.Fprintln(stderr, "rustle check:", err)
-			return 1
-		}
 	}
 	name := *file
 	if name == "" {

@@ -1,4 +1,4 @@
-package admin
+package admin_test
 
 import (
 	"encoding/json"
@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rustle-proxy/rustle/internal/admin"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/server"
 )
 
 // The running proxy serves the endpoints /quota and /revoke.
-var _ Proxy = (*server.Server)(nil)
+var _ admin.Proxy = (*server.Server)(nil)
 
 // TestProxyEndpoints checks /quota and /revoke as HandleProxy adds them,
 // from a real server built from a configuration with a quota: a user's
@@ -33,7 +34,7 @@ func TestProxyEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	a := New("127.0.0.1:0", nil, nil, nil, Access{})
+	a := admin.New("127.0.0.1:0", nil, nil, nil, admin.Access{})
 	a.HandleProxy(srv)
 	ts := httptest.NewServer(a.Handler())
 	t.Cleanup(ts.Close)
@@ -47,11 +48,20 @@ func TestProxyEndpoints(t *testing.T) {
 			{"?user=bob", "bob", nil},
 			{"", "", nil}, // no request counted yet: no counter
 		} {
-			code, body := get(t, ts.Client(), "GET", ts.URL+"/quota"+tt.query)
+			resp, err := ts.Client().Get(ts.URL + "/quota" + tt.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, body := resp.StatusCode, string(b)
 			if code != 200 {
 				t.Fatalf("GET /quota%s: %d %s", tt.query, code, body)
 			}
-			var rep QuotaReport
+			var rep admin.QuotaReport
 			if err := json.Unmarshal([]byte(body), &rep); err != nil {
 				t.Fatalf("GET /quota%s: %v in %s", tt.query, err, body)
 			}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/admin"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/cluster"
 	"github.com/rustle-proxy/rustle/internal/config"
@@ -190,11 +191,12 @@ func (g *Generation) Drop() {
 	g.created = nil
 }
 
-// Check loads what cfg names, as Build does: the users and their files,
-// the identity providers, the access rules, the private ranges, the
-// resolvers, the egress addresses, the parents and the https listeners'
-// certificates. It starts nothing and releases what it loaded before
-// returning: nil, or the error Build would have returned.
+// Check loads what cfg names, as Build and Admin do: the users and
+// their files, the identity providers, the access rules, the private
+// ranges, the resolvers, the egress addresses, the parents, the https
+// listeners' certificates and the admin listener's access files. It
+// starts nothing and releases what it loaded before returning: nil, or
+// the error Build or Admin would have returned.
 func Check(cfg *config.Config) error {
 	g, err := Build(cfg, &Env{Revoked: new(gate.Registry)}, nil)
 	if err != nil {
@@ -203,6 +205,11 @@ func Check(cfg *config.Config) error {
 	g.Drop()
 	if g.Resolver != nil {
 		g.Resolver.Close()
+	}
+	if cfg.Admin != "" {
+		if _, err := admin.LoadAccess(cfg.AdminAccess); err != nil {
+			return err
+		}
 	}
 	return nil
 }
