@@ -58,7 +58,7 @@ func (b *builder) limiter() error {
 	}
 	b.g.Budget = descriptorBudget(c)
 	auth, perAddress := max(c.AuthFailures, 0), max(c.AuthFailuresPerAddress, 0) // -1 = off
-	b.g.Limiter = limits.New(limits.Config{
+	l, err := limits.New(limits.Config{
 		MaxConns:               b.g.Budget.Conns,
 		MaxConnsPerClient:      c.MaxConnectionsPerClient,
 		MaxConnsPerUser:        c.MaxConnectionsPerUser,
@@ -72,6 +72,10 @@ func (b *builder) limiter() error {
 		UserBytesBurst:         int64(c.UserBytesBurst),
 		Logger:                 b.log,
 	})
+	if err != nil {
+		return fmt.Errorf("wire: %w", err)
+	}
+	b.g.Limiter = l
 	if cl := b.env.Cluster; cl != nil {
 		b.g.Limiter.SetShared(cl.Others)
 	}
