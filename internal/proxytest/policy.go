@@ -126,7 +126,11 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
-	p.Dialer = dialer.New(dialer.Config{Timeout: timeout, Guard: dialer.NewGuard(allow)})
+	d, err := dialer.New(dialer.Config{Timeout: timeout, Guard: dialer.NewGuard(allow)})
+	if err != nil {
+		t.Fatalf("proxytest: dialer: %v", err)
+	}
+	p.Dialer = d
 	return p
 }
 

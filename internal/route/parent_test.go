@@ -95,10 +95,15 @@ func fakeParent(t *testing.T, serve func(c net.Conn)) string {
 	return ln.Addr().String()
 }
 
-func testDialer() *dialer.Dialer {
+func testDialer(t testing.TB) *dialer.Dialer {
+	t.Helper()
 	// A guard that refuses loopback: a parent's own address is not its
 	// business.
-	return dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
+	d, err := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // TestDialHTTP checks CONNECT through an HTTP parent: the parent's
@@ -139,7 +144,7 @@ func TestDialHTTP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := p.Dial(context.Background(), testDialer(), Target{Host: "origin.test", Port: 22})
+			c, err := p.Dial(context.Background(), testDialer(t), Target{Host: "origin.test", Port: 22})
 			req := <-gotReq
 			if req.Method != "CONNECT" || req.Host != "origin.test:22" || req.Header.Get("Proxy-Authorization") != "Basic cnVzdGxlOnB3" {
 				t.Errorf("parent got %s %s %v", req.Method, req.Host, req.Header)
@@ -182,7 +187,7 @@ func TestDialUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Dial(context.Background(), testDialer(), Target{Addr: netip.MustParseAddr("192.0.2.1"), Port: 80})
+	_, err = p.Dial(context.Background(), testDialer(t), Target{Addr: netip.MustParseAddr("192.0.2.1"), Port: 80})
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != Unreachable || e.Kind.Status() != 502 {
 		t.Fatalf("error = %v, want Unreachable", err)
@@ -252,7 +257,7 @@ func TestDialSOCKS5(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := p.Dial(context.Background(), testDialer(),
+			c, err := p.Dial(context.Background(), testDialer(t),
 				Target{Host: "origin.test", Addr: netip.MustParseAddr("192.0.2.7"), Port: 80})
 			if tt.wantReq != nil {
 				if got := <-gotReq; string(got) != string(tt.wantReq) {
@@ -293,7 +298,7 @@ func TestDialCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := p.Dial(ctx, testDialer(), Target{Host: "o.test", Port: 443})
+		_, err := p.Dial(ctx, testDialer(t), Target{Host: "o.test", Port: 443})
 		errc <- err
 	}()
 	cancel()
@@ -324,7 +329,7 @@ func TestConnectTimeoutHandshake(t *testing.T) {
 				t.Fatal(err)
 			}
 			t0 := time.Now()
-			_, err = p.Dial(context.Background(), testDialer(), Target{Host: "o.test", Port: 443})
+			_, err = p.Dial(context.Background(), testDialer(t), Target{Host: "o.test", Port: 443})
 			took := time.Since(t0)
 			var e *Error
 			if !errors.As(err, &e) || e.Kind != TimedOut {

@@ -55,7 +55,7 @@ func TestRealParents(t *testing.T) {
 	}
 	squid := proxytest.StartSquid(t)
 	dante := proxytest.StartDante(t)
-	d := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
+	d := proxytest.NewDialer(t, dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
 	tests := []struct {
 		name, url string
 		target    route.Target

@@ -33,7 +33,7 @@ func TestNewAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev.Start(testDialer())
+	prev.Start(testDialer(t))
 	now := time.Now()
 	for _, n := range []string{"same", "tuned", "moved"} {
 		down(prev.Parent(n), now)
@@ -68,7 +68,7 @@ func TestNewAfter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.Start(testDialer())
+		n.Start(testDialer(t))
 		cur.Close()
 		cur = n
 	}

@@ -355,7 +355,7 @@ func TestProbes(t *testing.T) {
 	down(tab.Parent("tcp"), now)
 	down(tab.Parent("connect"), now)
 	before := runtime.NumGoroutine()
-	tab.Start(testDialer())
+	tab.Start(testDialer(t))
 	waitUntil(t, "the probes to bring tcp and connect up and put dead down", func() bool {
 		n := time.Now()
 		return tab.Parent("tcp").Health().Up(n) && tab.Parent("connect").Health().Up(n) && !tab.Parent("dead").Health().Up(n)

@@ -139,10 +139,15 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry),
-		pool: wire.Pool(cfg)}
+	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry)}
 	s.connCtx, s.connCancel = context.WithCancel(context.Background())
 	s.cutCtx, s.cutCancel = context.WithCancel(context.Background())
+	pool, err := wire.Pool(cfg)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.pool = pool
 	for range workerCount(cfg, logger) {
 		e, err := wire.Engine(cfg, logger)
 		if err != nil {

@@ -28,7 +28,11 @@ func (b *builder) dialer() error {
 	if b.g.Resolver != nil {
 		dc.Resolver = b.g.Resolver
 	}
-	b.g.Dialer = dialer.New(dc)
+	d, err := dialer.New(dc)
+	if err != nil {
+		return fmt.Errorf("wire: %w", err)
+	}
+	b.g.Dialer = d
 	return nil
 }
 

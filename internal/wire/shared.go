@@ -14,16 +14,20 @@ import (
 
 // Pool returns the upstream pool of [upstream]; nil when
 // max_idle_per_host turns keep-alive off.
-func Pool(cfg *config.Config) *dialer.Pool {
+func Pool(cfg *config.Config) (*dialer.Pool, error) {
 	u := cfg.Upstream
 	if u.MaxIdlePerHost <= 0 {
-		return nil
+		return nil, nil
 	}
-	return dialer.NewPool(dialer.PoolConfig{
+	p, err := dialer.NewPool(dialer.PoolConfig{
 		MaxIdlePerHost: u.MaxIdlePerHost,
 		MaxIdle:        u.MaxIdle,
 		IdleTimeout:    u.IdleTimeout.Duration,
 	})
+	if err != nil {
+		return nil, fmt.Errorf("wire: %w", err)
+	}
+	return p, nil
 }
 
 // Engine returns a worker's tunnel engine, which ends tunnels idle for
