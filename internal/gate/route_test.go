@@ -19,12 +19,12 @@ func routedPolicy(t testing.TB) *gate.Policy {
 		Users: map[string]string{"alice-session-42": "pw"},
 		Rules: []acl.Rule{{Name: "all", Action: acl.Allow}},
 	})
-	tab, err := route.New(route.Config{
+	tab, err := route.New(proxytest.RouteDefaults(route.Config{
 		Parents: []route.ParentConfig{{Name: "a", URL: "http://127.0.0.1:3128"}, {Name: "b", URL: "socks5://127.0.0.1:1080"}},
 		Routes: []route.RouteConfig{
 			{Name: "tls", Match: acl.Rule{Ports: []string{"443"}}, Via: []string{"a", "b"}, Select: "hash-session"},
 		},
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +78,11 @@ func BenchmarkAuthorizeRoute(b *testing.B) {
 // origin form, or absolute form to an http parent, with the parent's
 // Proxy-Authorization line.
 func TestAppendRequestTarget(t *testing.T) {
-	p, err := route.NewParent(route.ParentConfig{Name: "up", URL: "http://u:pw@127.0.0.1:3128"})
+	p, err := route.NewParent(proxytest.ParentDefaults(route.ParentConfig{Name: "up", URL: "http://u:pw@127.0.0.1:3128"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	anon, err := route.NewParent(route.ParentConfig{Name: "anon", URL: "http://127.0.0.1:3128"})
+	anon, err := route.NewParent(proxytest.ParentDefaults(route.ParentConfig{Name: "anon", URL: "http://127.0.0.1:3128"}))
 	if err != nil {
 		t.Fatal(err)
 	}
