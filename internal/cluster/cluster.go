@@ -64,10 +64,10 @@ const instancesKey = prefix + "instances"
 type Config struct {
 	// URL is the Redis server's redis:// or rediss:// URL; required.
 	URL string
-	// SyncInterval is how often counts are sent and totals read back; 0
-	// = 1s.
+	// SyncInterval is how often counts are sent and totals read back;
+	// required.
 	SyncInterval time.Duration
-	// Timeout bounds every Redis call; 0 = 500ms.
+	// Timeout bounds every Redis call; required.
 	Timeout time.Duration
 	// Instance names this instance; "" = the host name and process id.
 	Instance string
@@ -108,12 +108,6 @@ type Cluster struct {
 
 // New returns a Cluster for cfg; it connects to nothing yet.
 func New(cfg Config) (*Cluster, error) {
-	if cfg.SyncInterval <= 0 {
-		cfg.SyncInterval = time.Second
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 500 * time.Millisecond
-	}
 	if cfg.Instance == "" {
 		host, _ := os.Hostname()
 		cfg.Instance = host + "-" + strconv.Itoa(os.Getpid())
@@ -124,6 +118,9 @@ func New(cfg Config) (*Cluster, error) {
 			err = ue.Err // without the URL, which holds the password
 		}
 		return nil, fmt.Errorf("cluster: redis URL: %w", err)
+	}
+	if cfg.SyncInterval <= 0 || cfg.Timeout <= 0 {
+		return nil, fmt.Errorf("cluster: sync interval %v and timeout %v must be positive", cfg.SyncInterval, cfg.Timeout)
 	}
 	opt.DialTimeout = cfg.Timeout
 	opt.ReadTimeout = cfg.Timeout
