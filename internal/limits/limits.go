@@ -5,8 +5,9 @@
 // and per client address whatever the names, after which the whole
 // address cools down; and bytes per second per user.
 //
-// A [Limiter] is shared by every listener. The server asks [Limiter.Admit]
-// for each accepted connection and calls [Limiter.Release] when it ends;
+// A [Limiter] is shared by every listener. Every accept path asks
+// [Limiter.Admit] for each accepted connection, through
+// gate.Policy.Admit, and [Limiter.Release] is called when it ends;
 // the proxies report users ([Limiter.UserConn], [Limiter.UserDone]) and
 // failed authentications ([Limiter.AuthFailed]), ask before they check
 // credentials whether their address and name are cooling down
