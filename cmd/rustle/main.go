@@ -31,12 +31,12 @@ import (
 	"syscall"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
-	"github.com/rustle-proxy/rustle/internal/admin"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gctune"
 	"github.com/rustle-proxy/rustle/internal/server"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/wire"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -258,18 +258,13 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
 	}
-	// Users files, rules and certificates are read by the server; load
+	// Users files, rules, certificates and the admin listener's access
+	// files are read when rustle starts (wire.Build, wire.Admin); load
 	// them here too so that a bad htpasswd line or key pair is caught by
 	// check.
-	if err := server.Check(cfg); err != nil {
+	if err := wire.Check(cfg); err != nil {
 		fmt.Fprintln(stderr, "rustle check:", err)
 		return 1
-	}
-	if cfg.Admin != "" {
-		if _, err := admin.LoadAccess(cfg.AdminAccess); err != nil {
-			fmt.Fprintln(stderr, "rustle check:", err)
-			return 1
-		}
 	}
 	name := *file
 	if name == "" {

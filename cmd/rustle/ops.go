@@ -15,6 +15,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/sdnotify"
 	"github.com/rustle-proxy/rustle/internal/server"
+	"github.com/rustle-proxy/rustle/internal/wire"
 )
 
 // ops is what runs beside the proxy for its operators: the access log,
@@ -34,34 +35,20 @@ type ops struct {
 // ready. Access log lines without a path go to stdout.
 func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, error) {
 	o := &ops{log: logger}
-	if cfg.AccessLog.Enabled {
-		al, err := accesslog.New(accesslog.Config{
-			Format: accesslog.Format(cfg.AccessLog.Format),
-			Path:   cfg.AccessLog.Path,
-			Writer: stdout,
-			Logger: logger,
-		})
-		if err != nil {
-			return nil, err
-		}
-		o.access = al
+	al, err := wire.AccessLog(cfg, stdout, logger)
+	if err != nil {
+		return nil, err
 	}
+	o.access = al
 	if cfg.Admin != "" {
-		o.metrics = metrics.New(metrics.Config{
-			PerUser:  cfg.Metrics.PerUser,
-			MaxUsers: cfg.Metrics.MaxUsers,
-			Version:  versionString(),
-			Logger:   logger,
-		})
+		o.metrics = wire.Metrics(cfg, versionString(), logger)
 		if o.access != nil {
 			o.metrics.SetAccessLogDropped(o.access.Dropped)
 		}
-		access, err := admin.LoadAccess(cfg.AdminAccess)
-		if err != nil {
+		if o.admin, err = wire.Admin(cfg, o.metrics, o.isReady, logger); err != nil {
 			o.close(context.Background())
 			return nil, err
 		}
-		o.admin = admin.New(cfg.Admin, o.metrics.Handler(), o.isReady, logger, access)
 		if err := o.admin.Start(); err != nil {
 			o.close(context.Background())
 			return nil, err
@@ -108,8 +95,7 @@ func (o *ops) addrs() []net.Addr {
 func (o *ops) attach(srv *server.Server) {
 	srv.RegisterMetrics(o.metrics)
 	if o.admin != nil {
-		o.admin.Handle("GET /quota", srv.QuotaHandler())
-		o.admin.Handle("POST /revoke", srv.RevokeHandler())
+		o.admin.HandleProxy(srv)
 	}
 	o.srv.Store(srv)
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/admin"
 	"github.com/rustle-proxy/rustle/internal/config"
-	"github.com/rustle-proxy/rustle/internal/server"
 )
 
 // quotaTimeout bounds `rustle quota`'s call to the admin listener.
@@ -78,7 +77,7 @@ func quotaCmd(args []string, stdout, stderr io.Writer) int {
 
 // fetchQuota asks the admin listener at addr for user's quotas, with
 // the bearer token when there is one (nil: none).
-func fetchQuota(addr, user string, token []byte) (*server.QuotaReport, error) {
+func fetchQuota(addr, user string, token []byte) (*admin.QuotaReport, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin address %q: %w", addr, err)
@@ -107,7 +106,7 @@ func fetchQuota(addr, user string, token []byte) (*server.QuotaReport, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("ask %s: %s (is it a rustle with quotas?)", u, resp.Status)
 	}
-	var rep server.QuotaReport
+	var rep admin.QuotaReport
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&rep); err != nil {
 		return nil, fmt.Errorf("read %s: %w", u, err)
 	}
@@ -116,7 +115,7 @@ func fetchQuota(addr, user string, token []byte) (*server.QuotaReport, error) {
 
 // printQuota prints rep as a table: one line per quota and kind limited
 // (or used).
-func printQuota(w io.Writer, rep *server.QuotaReport) {
+func printQuota(w io.Writer, rep *admin.QuotaReport) {
 	if len(rep.Quotas) == 0 {
 		fmt.Fprintf(w, "no quota applies to %s\n", rep.User)
 		return

@@ -1,6 +1,7 @@
 // Package admin serves rustle's admin HTTP listener: Prometheus metrics
 // at /metrics, liveness at /healthz and readiness at /readyz, and the
-// endpoints the server adds with [Server.Handle] (quotas, revocation).
+// running proxy's endpoints, /quota and /revoke, added with
+// [Server.HandleProxy] for a [Proxy] (the server).
 //
 // The listener is for operators and their monitoring, not for clients:
 // bind it to loopback or to a network only the scraper and the

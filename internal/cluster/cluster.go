@@ -117,10 +117,10 @@ type Config struct {
 	Username, Password string
 	// SentinelPassword authenticates to the Sentinels; "" means none.
 	SentinelPassword string
-	// SyncInterval is how often counts are sent and totals read back; 0
-	// = 1s.
+	// SyncInterval is how often counts are sent and totals read back;
+	// required.
 	SyncInterval time.Duration
-	// Timeout bounds every Redis call; 0 = 500ms.
+	// Timeout bounds every Redis call; required.
 	Timeout time.Duration
 	// Instance names this instance; "" = the host name and process id.
 	Instance string
@@ -166,12 +166,6 @@ type Cluster struct {
 
 // New returns a Cluster for cfg; it connects to nothing yet.
 func New(cfg Config) (*Cluster, error) {
-	if cfg.SyncInterval <= 0 {
-		cfg.SyncInterval = time.Second
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 500 * time.Millisecond
-	}
 	if cfg.Instance == "" {
 		host, _ := os.Hostname()
 		cfg.Instance = host + "-" + strconv.Itoa(os.Getpid())
@@ -179,6 +173,9 @@ func New(cfg Config) (*Cluster, error) {
 	newClient, where, err := clientOf(&cfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.SyncInterval <= 0 || cfg.Timeout <= 0 {
+		return nil, fmt.Errorf("cluster: sync interval %v and timeout %v must be positive", cfg.SyncInterval, cfg.Timeout)
 	}
 	log := cfg.Logger
 	if log == nil {

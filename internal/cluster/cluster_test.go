@@ -106,6 +106,7 @@ func TestClientOf(t *testing.T) {
 		{"bad URL", Config{URL: "http://u:s3cret@x"}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.SyncInterval, tt.cfg.Timeout = time.Second, 500*time.Millisecond
 			c, err := New(tt.cfg)
 			if tt.where == "" {
 				if err == nil {

@@ -33,8 +33,8 @@ import (
 
 // Config configures a Dialer.
 type Config struct {
-	// Timeout bounds name resolution and connection set-up together.
-	// 0 = 10s.
+	// Timeout bounds name resolution and connection set-up together;
+	// required (timeouts.connect).
 	Timeout time.Duration
 	// SocketBufferBytes sets SO_SNDBUF and SO_RCVBUF on dialed sockets.
 	// 0 = kernel autotuning.
@@ -100,9 +100,12 @@ const fallbackDelay = 300 * time.Millisecond
 const minAttempt = 2 * time.Second
 
 // New returns a Dialer for cfg.
-func New(cfg Config) *Dialer {
+func New(cfg Config) (*Dialer, error) {
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
+		return nil, fmt.Errorf("dialer: connect timeout %v is not positive", cfg.Timeout)
+	}
+	if cfg.SocketBufferBytes < 0 {
+		return nil, fmt.Errorf("dialer: socket buffer size %d is negative", cfg.SocketBufferBytes)
 	}
 	d := &Dialer{nd: net.Dialer{
 		Timeout:   cfg.Timeout,
@@ -117,7 +120,7 @@ func New(cfg Config) *Dialer {
 			return SetBuffers(rc, n)
 		}
 	}
-	return d
+	return d, nil
 }
 
 // Resolver returns the resolver the dialer resolves host names with: the

@@ -37,7 +37,7 @@ func listen(t *testing.T) net.Listener {
 
 func TestPoolGetPut(t *testing.T) {
 	ln := listen(t)
-	p := NewPool(PoolConfig{MaxIdlePerHost: 2, MaxIdle: 3, IdleTimeout: time.Minute})
+	p := newPool(t, PoolConfig{MaxIdlePerHost: 2, MaxIdle: 3, IdleTimeout: time.Minute})
 	t.Cleanup(func() { p.Close() })
 
 	if c := p.Get([]byte("a:1"), ""); c != nil {
@@ -81,7 +81,7 @@ func TestPoolGetPut(t *testing.T) {
 // leaves it pooled, open, for its owner.
 func TestPoolOwners(t *testing.T) {
 	ln := listen(t)
-	p := NewPool(PoolConfig{IdleTimeout: time.Minute})
+	p := newPool(t, PoolConfig{IdleTimeout: time.Minute})
 	t.Cleanup(func() { p.Close() })
 	erin1, erin2, frank, anyone := pair(t, ln), pair(t, ln), pair(t, ln), pair(t, ln)
 	p.Put("o:80", "erin-session-5", erin1)
@@ -124,7 +124,7 @@ func TestPoolOwners(t *testing.T) {
 // connections its function refuses.
 func TestPoolRetain(t *testing.T) {
 	ln := listen(t)
-	p := NewPool(PoolConfig{IdleTimeout: time.Minute})
+	p := newPool(t, PoolConfig{IdleTimeout: time.Minute})
 	t.Cleanup(func() { p.Close() })
 	a1, a2, b1 := pair(t, ln), pair(t, ln), pair(t, ln)
 	p.Put("a:1", "", a1)
@@ -149,7 +149,7 @@ func TestPoolRetain(t *testing.T) {
 
 func TestPoolGetAllocs(t *testing.T) {
 	ln := listen(t)
-	p := NewPool(PoolConfig{})
+	p := newPool(t, PoolConfig{})
 	t.Cleanup(func() { p.Close() })
 	c := pair(t, ln)
 	key := []byte("origin:80")
@@ -166,7 +166,7 @@ func TestPoolGetAllocs(t *testing.T) {
 
 func TestPoolIdleTimeout(t *testing.T) {
 	ln := listen(t)
-	p := NewPool(PoolConfig{IdleTimeout: 50 * time.Millisecond})
+	p := newPool(t, PoolConfig{IdleTimeout: 50 * time.Millisecond})
 	t.Cleanup(func() { p.Close() })
 	c := pair(t, ln)
 	p.Put("a:1", "", c)
@@ -182,7 +182,7 @@ func TestPoolIdleTimeout(t *testing.T) {
 
 func TestPoolReaper(t *testing.T) {
 	ln := listen(t)
-	p := NewPool(PoolConfig{IdleTimeout: 100 * time.Millisecond})
+	p := newPool(t, PoolConfig{IdleTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { p.Close() })
 	p.Put("a:1", "", pair(t, ln))
 	deadline := time.Now().Add(5 * time.Second)
@@ -196,7 +196,7 @@ func TestPoolReaper(t *testing.T) {
 
 func TestPoolClose(t *testing.T) {
 	ln := listen(t)
-	p := NewPool(PoolConfig{})
+	p := newPool(t, PoolConfig{})
 	c := pair(t, ln)
 	p.Put("a:1", "", c)
 	p.Close()
@@ -213,7 +213,7 @@ func TestDialErrors(t *testing.T) {
 	ln := listen(t)
 	closed := ln.Addr().String()
 	ln.Close()
-	d := New(Config{Timeout: 2 * time.Second})
+	d := newDialer(t, Config{Timeout: 2 * time.Second})
 	tests := []struct {
 		name, addr string
 		timeout    bool
@@ -254,7 +254,7 @@ func TestDialErrors(t *testing.T) {
 
 func TestDialSocketBuffers(t *testing.T) {
 	ln := listen(t)
-	d := New(Config{SocketBufferBytes: 256 << 10})
+	d := newDialer(t, Config{Timeout: 10 * time.Second, SocketBufferBytes: 256 << 10})
 	c, err := d.Dial(context.Background(), ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +277,7 @@ func TestDialSocketBuffers(t *testing.T) {
 // it; and a key set for connections already kept applies to them.
 func TestPoolKeyIdleTimeouts(t *testing.T) {
 	ln := listen(t)
-	p := NewPool(PoolConfig{IdleTimeout: time.Hour})
+	p := newPool(t, PoolConfig{IdleTimeout: time.Hour})
 	t.Cleanup(func() { p.Close() })
 	kept := pair(t, ln)
 	p.Put("parent p 127.0.0.1:1", "", pair(t, ln)) // already kept when the timeout is set
@@ -299,5 +299,81 @@ func TestPoolKeyIdleTimeouts(t *testing.T) {
 	time.Sleep(60 * time.Millisecond)
 	if got := p.Get([]byte("parent p 127.0.0.1:1"), ""); got != nil {
 		t.Error("Get returned a parent's connection idle past its idle timeout")
+	}
+}
+
+// newPool returns a pool for cfg, its fields left zero given the values
+// rustle's configuration defaults them to (64 idle connections per host,
+// 4096 in all, 90s idle).
+func newPool(t testing.TB, cfg PoolConfig) *Pool {
+	t.Helper()
+	if cfg.MaxIdlePerHost == 0 {
+		cfg.MaxIdlePerHost = 64
+	}
+	if cfg.MaxIdle == 0 {
+		cfg.MaxIdle = 4096
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 90 * time.Second
+	}
+	p, err := NewPool(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// newDialer returns a dialer for cfg, failing the test when it is
+// refused.
+func newDialer(t testing.TB, cfg Config) *Dialer {
+	t.Helper()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestNewRefusesMissingSettings checks that New and NewPool refuse the
+// values the configuration fills (config.SetDefaults) when they are left
+// zero, instead of choosing values of their own (they used to default
+// the connect timeout, 10s, and the pool's bounds, 64, 4096 and 90s).
+func TestNewRefusesMissingSettings(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no timeout", Config{}, "connect timeout 0s is not positive"},
+		{"negative buffers", Config{Timeout: time.Second, SocketBufferBytes: -1}, "negative"},
+		{"timeout", Config{Timeout: time.Second}, ""},
+	} {
+		t.Run("dialer "+tt.name, func(t *testing.T) {
+			d, err := New(tt.cfg)
+			if tt.want == "" && (err != nil || d == nil) || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("New = %v, %v; want error %q", d, err, tt.want)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		name string
+		cfg  PoolConfig
+		want string
+	}{
+		{"nothing", PoolConfig{}, "per host 0 is not positive"},
+		{"no total", PoolConfig{MaxIdlePerHost: 4, IdleTimeout: time.Minute}, "max idle connections 0 is not positive"},
+		{"no idle timeout", PoolConfig{MaxIdlePerHost: 4, MaxIdle: 16}, "idle timeout 0s is not positive"},
+		{"negative per host", PoolConfig{MaxIdlePerHost: -1, MaxIdle: 16, IdleTimeout: time.Minute}, "per host -1"},
+		{"all", PoolConfig{MaxIdlePerHost: 4, MaxIdle: 16, IdleTimeout: time.Minute}, ""},
+	} {
+		t.Run("pool "+tt.name, func(t *testing.T) {
+			p, err := NewPool(tt.cfg)
+			if p != nil {
+				p.Close()
+			}
+			if tt.want == "" && (err != nil || p == nil) || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("NewPool = %v, %v; want error %q", p, err, tt.want)
+			}
+		})
 	}
 }

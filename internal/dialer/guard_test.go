@@ -158,7 +158,7 @@ func TestDialGuard(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := New(Config{Timeout: 5 * time.Second, Guard: tt.guard})
+			d := newDialer(t, Config{Timeout: 5 * time.Second, Guard: tt.guard})
 			var p Permitter
 			if tt.p != nil {
 				p = tt.p
@@ -216,7 +216,7 @@ func TestDialAddrsFallback(t *testing.T) {
 	closed := closedLn.Addr().(*net.TCPAddr).AddrPort()
 	closedLn.Close()
 	v6closed := netip.AddrPortFrom(netip.MustParseAddr("::1"), closed.Port())
-	d := New(Config{Timeout: 5 * time.Second, Guard: NewGuard([]netip.Prefix{netip.MustParsePrefix("::/0"), netip.MustParsePrefix("0.0.0.0/0")})})
+	d := newDialer(t, Config{Timeout: 5 * time.Second, Guard: NewGuard([]netip.Prefix{netip.MustParsePrefix("::/0"), netip.MustParsePrefix("0.0.0.0/0")})})
 	for _, tt := range []struct {
 		name  string
 		addrs []netip.AddrPort

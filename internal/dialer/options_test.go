@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 // mapResolver answers from a map; a name it lacks is an error err.
@@ -40,7 +41,7 @@ func TestDialResolver(t *testing.T) {
 	res := &mapResolver{names: map[string][]netip.Addr{"origin.test": lo, "www.example.com": lo},
 		err: &net.DNSError{Err: "no resolver answered", Name: "x", IsTimeout: true, UnwrapErr: noAnswer{}}}
 
-	d := New(Config{Resolver: res})
+	d := newDialer(t, Config{Timeout: 10 * time.Second, Resolver: res})
 	c, err := d.Dial(context.Background(), "origin.test:"+port)
 	if err != nil {
 		t.Fatalf("Dial through the resolver: %v", err)
@@ -56,7 +57,7 @@ func TestDialResolver(t *testing.T) {
 		t.Fatalf("a failed lookup: %#v (reason %q), want a DNS error, not a timeout", err, de.Reason())
 	}
 
-	guarded := New(Config{Resolver: res, Guard: NewGuard(nil)})
+	guarded := newDialer(t, Config{Timeout: 10 * time.Second, Resolver: res, Guard: NewGuard(nil)})
 	_, err = guarded.Dial(context.Background(), "www.example.com:"+port)
 	if !errors.As(err, &de) || !de.Forbidden || !errors.Is(err, ErrPrivate) {
 		t.Fatalf("a private answer for a public name: %v, want ErrPrivate", err)
@@ -83,7 +84,7 @@ func TestDialSource(t *testing.T) {
 		"dual.test": {netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1")},
 		"v6.test":   {netip.MustParseAddr("::1")},
 	}}
-	d := New(Config{Resolver: res})
+	d := newDialer(t, Config{Timeout: 10 * time.Second, Resolver: res})
 	src4, err := NewSource(SourceConfig{Bind: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)

@@ -2,19 +2,21 @@ package dialer
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net"
 	"sync"
 	"time"
 )
 
-// PoolConfig configures a Pool.
+// PoolConfig configures a Pool. Each field is required
+// (config.SetDefaults fills them); without upstream keep-alive there is
+// no Pool.
 type PoolConfig struct {
-	// MaxIdlePerHost bounds idle connections per origin. 0 = 64; a
-	// negative value disables pooling.
+	// MaxIdlePerHost bounds idle connections per origin.
 	MaxIdlePerHost int
-	// MaxIdle bounds idle connections in all. 0 = 4096.
+	// MaxIdle bounds idle connections in all.
 	MaxIdle int
-	// IdleTimeout closes a connection idle this long. 0 = 90s.
+	// IdleTimeout closes a connection idle this long.
 	IdleTimeout time.Duration
 }
 
@@ -59,16 +61,16 @@ type idleConn struct {
 }
 
 // NewPool returns a Pool and starts its reaper, which closes connections
-// idle longer than the timeout. Close stops it.
-func NewPool(cfg PoolConfig) *Pool {
-	if cfg.MaxIdlePerHost == 0 {
-		cfg.MaxIdlePerHost = 64
-	}
-	if cfg.MaxIdle == 0 {
-		cfg.MaxIdle = 4096
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = 90 * time.Second
+// idle longer than the timeout. Close stops it. It refuses a field that
+// is not positive.
+func NewPool(cfg PoolConfig) (*Pool, error) {
+	switch {
+	case cfg.MaxIdlePerHost <= 0:
+		return nil, fmt.Errorf("dialer: pool: max idle connections per host %d is not positive", cfg.MaxIdlePerHost)
+	case cfg.MaxIdle <= 0:
+		return nil, fmt.Errorf("dialer: pool: max idle connections %d is not positive", cfg.MaxIdle)
+	case cfg.IdleTimeout <= 0:
+		return nil, fmt.Errorf("dialer: pool: idle timeout %v is not positive", cfg.IdleTimeout)
 	}
 	p := &Pool{
 		cfg:   cfg,
@@ -78,11 +80,8 @@ func NewPool(cfg PoolConfig) *Pool {
 		reset: make(chan time.Duration, 1),
 	}
 	go p.reapLoop()
-	return p
+	return p, nil
 }
-
-// Enabled reports whether the pool keeps connections at all.
-func (p *Pool) Enabled() bool { return p.cfg.MaxIdlePerHost > 0 }
 
 // Get returns an idle connection to key kept for owner, or nil; the
 // connections of other owners stay pooled for them. key is a byte slice

@@ -151,7 +151,7 @@ func TestPermitDatagram(t *testing.T) {
 // for a socks5h parent is decided by the rules as unresolved.
 func TestDatagramParent(t *testing.T) {
 	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{})
-	tab, err := route.New(route.Config{
+	tab, err := route.New(proxytest.RouteDefaults(route.Config{
 		Parents: []route.ParentConfig{
 			{Name: "up", URL: "socks5://127.0.0.1:1080"},
 			{Name: "web", URL: "http://127.0.0.1:3128"},
@@ -163,7 +163,7 @@ func TestDatagramParent(t *testing.T) {
 			{Name: "down", Match: acl.Rule{Ports: []string{"81"}}, Via: []string{"gone"}},
 			{Name: "rest", Match: acl.Rule{Ports: []string{"1-52", "54-65535"}}, Via: []string{"up"}},
 		},
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

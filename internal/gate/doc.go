@@ -4,7 +4,9 @@
 //
 // A [Policy] is what one listener applies under one configuration: the
 // users, the access rules, the limits, the dialer and upstream pool, the
-// metrics and the access log. Each accepted client connection gets a
+// metrics and the access log. Each accepted client connection is first
+// admitted with [Policy.Admit] (the connection limits and the address's
+// cool-down, one verdict for every accept path), then gets a
 // [Session] from it: the client's address, its TLS certificate identity or
 // SOCKS login, the worker's tunnel engine and the connection's admission,
 // which the session releases when it closes unless a tunnel took it on.

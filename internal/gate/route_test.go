@@ -19,12 +19,12 @@ func routedPolicy(t testing.TB) *gate.Policy {
 		Users: map[string]string{"alice-session-42": "pw"},
 		Rules: []acl.Rule{{Name: "all", Action: acl.Allow}},
 	})
-	tab, err := route.New(route.Config{
+	tab, err := route.New(proxytest.RouteDefaults(route.Config{
 		Parents: []route.ParentConfig{{Name: "a", URL: "http://127.0.0.1:3128"}, {Name: "b", URL: "socks5://127.0.0.1:1080"}},
 		Routes: []route.RouteConfig{
 			{Name: "tls", Match: acl.Rule{Ports: []string{"443"}}, Via: []string{"a", "b"}, Select: "hash-session"},
 		},
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,7 @@ import (
 func BenchmarkForward1K(b *testing.B) {
 	body := string(make([]byte, 1024))
 	o := proxytest.NewOrigin(b, proxytest.Respond(200, body))
-	pool := dialer.NewPool(dialer.PoolConfig{MaxIdlePerHost: 4, MaxIdle: 16, IdleTimeout: time.Minute})
-	b.Cleanup(func() { pool.Close() })
+	pool := proxytest.NewPool(b, dialer.PoolConfig{MaxIdlePerHost: 4, MaxIdle: 16, IdleTimeout: time.Minute})
 	p := startProxy(b, testConfig(), proxytest.NewPolicy(b, proxytest.PolicyConfig{Pool: pool}))
 	cc := p.client(b)
 	url := o.URL("/1k")

@@ -306,8 +306,7 @@ func TestForwardPooled(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := proxytest.NewOrigin(t, tt.h)
-			pool := dialer.NewPool(dialer.PoolConfig{MaxIdlePerHost: 4, MaxIdle: 16, IdleTimeout: time.Minute})
-			t.Cleanup(func() { pool.Close() })
+			pool := proxytest.NewPool(t, dialer.PoolConfig{MaxIdlePerHost: 4, MaxIdle: 16, IdleTimeout: time.Minute})
 			p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
 			cc := p.client(t)
 			for i := range 4 {

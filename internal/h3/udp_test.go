@@ -379,7 +379,7 @@ func TestConnectUDPGuardPerDatagram(t *testing.T) {
 	m := metrics.New(metrics.Config{})
 	guard := dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")})
 	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{Metrics: m.Listener("h3", "https")})
-	pol.Dialer = dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: guard})
+	pol.Dialer = proxytest.NewDialer(t, dialer.Config{Timeout: 5 * time.Second, Guard: guard})
 	p := startProxy(t, testConfig(), pol)
 	str := p.rawFlow(t, dns.UDP)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -6,8 +6,9 @@
 // address cools down; and bytes per second per user, by default or, for
 // the users a [Schedule] selects, by time of day.
 //
-// A [Limiter] is shared by every listener. The server asks [Limiter.Admit]
-// for each accepted connection and calls [Limiter.Release] when it ends;
+// A [Limiter] is shared by every listener. Every accept path asks
+// [Limiter.Admit] for each accepted connection, through
+// gate.Policy.Admit, and [Limiter.Release] is called when it ends;
 // the proxies report users ([Limiter.UserConn], [Limiter.UserDone]) and
 // failed authentications ([Limiter.AuthFailed]), ask before they check
 // credentials whether their address and name are cooling down
@@ -20,6 +21,8 @@ package limits
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"net/netip"
@@ -28,7 +31,8 @@ import (
 	"time"
 )
 
-// Config configures a Limiter. A zero field turns its limit off.
+// Config configures a Limiter. A zero limit is off; the settings of a
+// limit that is on are required (config.SetDefaults fills them).
 type Config struct {
 	// MaxConns bounds client connections open at once, and with them
 	// the further upstream connections a client connection holds at once
@@ -43,7 +47,7 @@ type Config struct {
 	// ConnRate is the new connections per second one client address may
 	// open, from a bucket of ConnBurst; 0 = no limit.
 	ConnRate float64
-	// ConnBurst is the size of that bucket; 0 = max(1, 2*ConnRate).
+	// ConnBurst is the size of that bucket; at least 1 with a ConnRate.
 	ConnBurst int
 	// AuthFailures is the failed authentications from one address with
 	// one user name within AuthWindow that start a cool-down of
@@ -54,10 +58,11 @@ type Config struct {
 	// address, whatever the names tried, within AuthWindow that start a
 	// cool-down of AuthCooldown for the whole address; 0 = off.
 	AuthFailuresPerAddress int
-	// AuthWindow is the window failures are counted in; 0 = 1m.
+	// AuthWindow is the window failures are counted in; required with
+	// AuthFailures or AuthFailuresPerAddress.
 	AuthWindow time.Duration
 	// AuthCooldown is how long an address, or a name at an address, is
-	// refused; 0 = 5m.
+	// refused; required with AuthFailures or AuthFailuresPerAddress.
 	AuthCooldown time.Duration
 	// AuthNames bounds the (address, user name) pairs whose failures are
 	// tracked at once; 0 = DefaultAuthNames.
@@ -67,8 +72,8 @@ type Config struct {
 	AuthNamesPerClient int
 	// UserBytesPerSecond paces each user's bytes; 0 = no limit.
 	UserBytesPerSecond int64
-	// UserBytesBurst is the size of each user's byte bucket; 0 =
-	// UserBytesPerSecond.
+	// UserBytesBurst is the size of each user's byte bucket; required
+	// with UserBytesPerSecond.
 	UserBytesBurst int64
 	// Schedules set the byte rate of the users they select while their
 	// windows hold, in place of UserBytesPerSecond: for a user, the first
@@ -208,25 +213,19 @@ type user struct {
 	bucket *Bucket
 }
 
-// New returns a Limiter for cfg.
-func New(cfg Config) *Limiter {
-	if cfg.ConnRate > 0 && cfg.ConnBurst <= 0 {
-		cfg.ConnBurst = max(1, int(2*cfg.ConnRate))
-	}
-	if cfg.AuthWindow <= 0 {
-		cfg.AuthWindow = time.Minute
-	}
-	if cfg.AuthCooldown <= 0 {
-		cfg.AuthCooldown = 5 * time.Minute
+// New returns a Limiter for cfg. It refuses a limit that lacks a
+// setting it needs (config.SetDefaults gives each one): a connection
+// rate without a burst, failed-authentication limits without a window or
+// a cool-down, a byte rate without a burst; and a negative value.
+func New(cfg Config) (*Limiter, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	if cfg.AuthNames <= 0 {
 		cfg.AuthNames = DefaultAuthNames
 	}
 	if cfg.AuthNamesPerClient <= 0 {
 		cfg.AuthNamesPerClient = DefaultAuthNamesPerClient
-	}
-	if cfg.UserBytesPerSecond > 0 && cfg.UserBytesBurst <= 0 {
-		cfg.UserBytesBurst = cfg.UserBytesPerSecond
 	}
 	cfg.Schedules = slices.Clone(cfg.Schedules)
 	log := cfg.Logger
@@ -240,7 +239,27 @@ func New(cfg Config) *Limiter {
 		seed:    maphash.MakeSeed(),
 		clients: make(map[netip.Addr]*client),
 		users:   make(map[string]*user),
+	}, nil
+}
+
+// check returns what is wrong with c: a negative value, or a limit
+// without the setting it needs.
+func (c *Config) check() error {
+	switch {
+	case c.MaxConns < 0 || c.MaxConnsPerClient < 0 || c.MaxConnsPerUser < 0 || c.ConnRate < 0 || c.ConnBurst < 0 ||
+		c.AuthFailures < 0 || c.AuthFailuresPerAddress < 0 || c.AuthWindow < 0 || c.AuthCooldown < 0 ||
+		c.UserBytesPerSecond < 0 || c.UserBytesBurst < 0:
+		return errors.New("limits: a negative limit")
+	case c.ConnRate > 0 && c.ConnBurst < 1:
+		return fmt.Errorf("limits: a connection rate of %g per second needs a burst of at least 1", c.ConnRate)
+	case (c.AuthFailures > 0 || c.AuthFailuresPerAddress > 0) && c.AuthWindow == 0:
+		return errors.New("limits: failed-authentication limits need a window")
+	case (c.AuthFailures > 0 || c.AuthFailuresPerAddress > 0) && c.AuthCooldown == 0:
+		return errors.New("limits: failed-authentication limits need a cool-down")
+	case c.UserBytesPerSecond > 0 && c.UserBytesBurst == 0:
+		return fmt.Errorf("limits: a rate of %d bytes per second needs a burst", c.UserBytesPerSecond)
 	}
+	return nil
 }
 
 // Admit decides whether a new connection from addr may be served. On OK

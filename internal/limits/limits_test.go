@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // clock is a settable time source.
@@ -42,8 +43,14 @@ var (
 	b = netip.MustParseAddr("192.0.2.2")
 )
 
-func newLimiter(cfg limits.Config) (*limits.Limiter, *clock) {
-	l := limits.New(cfg)
+// newLimiter returns a limiter of cfg, its settings left zero given
+// rustle's defaults (proxytest.LimitsConfig), on a clock of the test's.
+func newLimiter(t *testing.T, cfg limits.Config) (*limits.Limiter, *clock) {
+	t.Helper()
+	l, err := limits.New(proxytest.LimitsConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := newClock()
 	l.SetClock(c.now)
 	return l, c
@@ -57,7 +64,7 @@ func admit(t *testing.T, l *limits.Limiter, addr netip.Addr, want limits.Verdict
 }
 
 func TestConnectionLimits(t *testing.T) {
-	l, _ := newLimiter(limits.Config{MaxConns: 3, MaxConnsPerClient: 2})
+	l, _ := newLimiter(t, limits.Config{MaxConns: 3, MaxConnsPerClient: 2})
 	admit(t, l, a, limits.OK)
 	admit(t, l, netip.MustParseAddr("::ffff:192.0.2.1"), limits.OK) // the same client
 	admit(t, l, a, limits.TooManyFromClient)
@@ -77,7 +84,7 @@ func TestConnectionLimits(t *testing.T) {
 }
 
 func TestConnectionRate(t *testing.T) {
-	l, clk := newLimiter(limits.Config{ConnRate: 2, ConnBurst: 3})
+	l, clk := newLimiter(t, limits.Config{ConnRate: 2, ConnBurst: 3})
 	for range 3 {
 		admit(t, l, a, limits.OK)
 	}
@@ -102,7 +109,7 @@ func name(s string) []byte { return []byte(s) }
 // other addresses and the address's new connections alone.
 func TestAuthFailures(t *testing.T) {
 	var logs bytes.Buffer
-	l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthFailuresPerAddress: 10, AuthWindow: time.Minute,
+	l, clk := newLimiter(t, limits.Config{AuthFailures: 3, AuthFailuresPerAddress: 10, AuthWindow: time.Minute,
 		AuthCooldown: 5 * time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if d, _ := l.AuthFailed(a, name("alice")); d != 0 {
 		t.Fatalf("first failure: cool-down %v", d)
@@ -162,7 +169,7 @@ func TestAuthFailures(t *testing.T) {
 		t.Errorf("alice still cooling down (%v) after the cool-down", d)
 	}
 
-	off, _ := newLimiter(limits.Config{})
+	off, _ := newLimiter(t, limits.Config{})
 	for range 100 {
 		if d, _ := off.AuthFailed(a, name("alice")); d != 0 {
 			t.Fatalf("AuthFailed with the check off = %v", d)
@@ -179,7 +186,7 @@ func TestAuthFailures(t *testing.T) {
 // connections, and logs the fail2ban line once.
 func TestAuthFailuresPerAddress(t *testing.T) {
 	var logs bytes.Buffer
-	l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthFailuresPerAddress: 5, AuthWindow: time.Minute,
+	l, clk := newLimiter(t, limits.Config{AuthFailures: 3, AuthFailuresPerAddress: 5, AuthWindow: time.Minute,
 		AuthCooldown: 5 * time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for i := range 4 {
 		if d, _ := l.AuthFailed(a, name(fmt.Sprintf("user%d", i))); d != 0 {
@@ -233,7 +240,7 @@ func TestAuthNamesBounded(t *testing.T) {
 		}
 	}
 	t.Run("per address", func(t *testing.T) {
-		l, _ := newLimiter(limits.Config{AuthFailures: 2, AuthNamesPerClient: 4})
+		l, _ := newLimiter(t, limits.Config{AuthFailures: 2, AuthNamesPerClient: 4})
 		for i := range 1000 {
 			l.AuthFailed(a, name(fmt.Sprintf("guess%d", i)))
 			names(t, l, 4)
@@ -244,7 +251,7 @@ func TestAuthNamesBounded(t *testing.T) {
 		}
 	})
 	t.Run("names cooling down are kept", func(t *testing.T) {
-		l, _ := newLimiter(limits.Config{AuthFailures: 1, AuthFailuresPerAddress: 8, AuthNamesPerClient: 4})
+		l, _ := newLimiter(t, limits.Config{AuthFailures: 1, AuthFailuresPerAddress: 8, AuthNamesPerClient: 4})
 		for i := range 7 {
 			l.AuthFailed(a, name(fmt.Sprintf("user%d", i))) // each cools its name down
 			names(t, l, 4)
@@ -263,7 +270,7 @@ func TestAuthNamesBounded(t *testing.T) {
 		}
 	})
 	t.Run("in all", func(t *testing.T) {
-		l, clk := newLimiter(limits.Config{AuthFailures: 3, AuthNames: 8, AuthWindow: time.Minute})
+		l, clk := newLimiter(t, limits.Config{AuthFailures: 3, AuthNames: 8, AuthWindow: time.Minute})
 		for i := range 100 {
 			addr := netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
 			l.AuthFailed(addr, name("alice"))
@@ -281,7 +288,7 @@ func TestAuthNamesBounded(t *testing.T) {
 }
 
 func TestUserConns(t *testing.T) {
-	l, _ := newLimiter(limits.Config{MaxConnsPerUser: 2})
+	l, _ := newLimiter(t, limits.Config{MaxConnsPerUser: 2})
 	if !l.UserConn("alice") || !l.UserConn("alice") || !l.UserConn("bob") {
 		t.Fatal("UserConn refused within the limit")
 	}
@@ -292,7 +299,7 @@ func TestUserConns(t *testing.T) {
 	if !l.UserConn("alice") {
 		t.Fatal("UserConn refused after UserDone")
 	}
-	unlimited, _ := newLimiter(limits.Config{})
+	unlimited, _ := newLimiter(t, limits.Config{})
 	for range 10 {
 		if !unlimited.UserConn("alice") {
 			t.Fatal("UserConn refused without a limit")
@@ -301,7 +308,7 @@ func TestUserConns(t *testing.T) {
 }
 
 func TestSweep(t *testing.T) {
-	l, clk := newLimiter(limits.Config{ConnRate: 1, AuthFailures: 5})
+	l, clk := newLimiter(t, limits.Config{ConnRate: 1, AuthFailures: 5})
 	for i := range 100 {
 		addr := netip.AddrFrom4([4]byte{198, 51, 100, byte(i)})
 		admit(t, l, addr, limits.OK)
@@ -320,7 +327,7 @@ func TestSweep(t *testing.T) {
 }
 
 func TestThrottle(t *testing.T) {
-	l, _ := newLimiter(limits.Config{UserBytesPerSecond: 1000, UserBytesBurst: 500})
+	l, _ := newLimiter(t, limits.Config{UserBytesPerSecond: 1000, UserBytesBurst: 500})
 	if l.Throttle("") != nil {
 		t.Error("Throttle(\"\") is not nil")
 	}
@@ -348,7 +355,7 @@ func TestThrottle(t *testing.T) {
 	if err := bk.Wait(ctx, 1000); err == nil {
 		t.Error("Wait with a done context and a debt returned nil")
 	}
-	none, _ := newLimiter(limits.Config{})
+	none, _ := newLimiter(t, limits.Config{})
 	if none.Throttle("alice") != nil {
 		t.Error("Throttle without a byte limit is not nil")
 	}
@@ -363,7 +370,10 @@ func TestVerdictString(t *testing.T) {
 }
 
 func BenchmarkAdmitRelease(b *testing.B) {
-	l := limits.New(limits.Config{MaxConns: 1 << 20, MaxConnsPerClient: 1 << 20, ConnRate: 1e9})
+	l, err := limits.New(limits.Config{MaxConns: 1 << 20, MaxConnsPerClient: 1 << 20, ConnRate: 1e9, ConnBurst: 2e9})
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	for b.Loop() {
 		l.Admit(a)
@@ -434,7 +444,7 @@ func TestRelayPaced(t *testing.T) {
 // TestExtra counts further upstreams against MaxConns and the user's
 // limit, and gives them back.
 func TestExtra(t *testing.T) {
-	l := limits.New(limits.Config{MaxConns: 3, MaxConnsPerUser: 2})
+	l, _ := newLimiter(t, limits.Config{MaxConns: 3, MaxConnsPerUser: 2})
 	addr := netip.MustParseAddr("192.0.2.1")
 	if v, _ := l.Admit(addr); v != limits.OK {
 		t.Fatalf("Admit: %v", v)
@@ -473,7 +483,7 @@ func TestExtra(t *testing.T) {
 // TestSharedUserConns checks that the per-user connection limit counts
 // the connections other instances report, on UserConn and Extra alike.
 func TestSharedUserConns(t *testing.T) {
-	l := limits.New(limits.Config{MaxConnsPerUser: 4})
+	l, _ := newLimiter(t, limits.Config{MaxConnsPerUser: 4})
 	others := map[string]int{"alice": 3}
 	l.SetShared(func(user string) int { return others[user] })
 	if !l.UserConn("alice") {
@@ -498,5 +508,39 @@ func TestSharedUserConns(t *testing.T) {
 	l.SetShared(nil)
 	if !l.UserConn("alice") {
 		t.Error("alice refused with the others' counts gone")
+	}
+}
+
+// TestNewRefusesMissingSettings checks that New refuses a limit whose
+// settings the configuration fills (config.SetDefaults) and that were
+// left zero, and negative values, instead of choosing values of its own
+// (it used to default the burst, the window and the cool-down, a second
+// place for defaults the configuration already sets).
+func TestNewRefusesMissingSettings(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  limits.Config
+		want string // "" = accepted
+	}{
+		{"nothing on", limits.Config{}, ""},
+		{"connection rate without burst", limits.Config{ConnRate: 2}, "needs a burst of at least 1"},
+		{"connection rate with burst", limits.Config{ConnRate: 2, ConnBurst: 4}, ""},
+		{"auth failures without window", limits.Config{AuthFailures: 3, AuthCooldown: time.Minute}, "need a window"},
+		{"auth failures without cool-down", limits.Config{AuthFailures: 3, AuthWindow: time.Minute}, "need a cool-down"},
+		{"address failures without window", limits.Config{AuthFailuresPerAddress: 3, AuthCooldown: time.Minute}, "need a window"},
+		{"auth failures with both", limits.Config{AuthFailures: 3, AuthWindow: time.Minute, AuthCooldown: time.Minute}, ""},
+		{"byte rate without burst", limits.Config{UserBytesPerSecond: 1000}, "needs a burst"},
+		{"byte rate with burst", limits.Config{UserBytesPerSecond: 1000, UserBytesBurst: 500}, ""},
+		{"negative", limits.Config{MaxConnsPerClient: -1}, "negative"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := limits.New(tt.cfg)
+			switch {
+			case tt.want == "" && (err != nil || l == nil):
+				t.Fatalf("New = %v, %v; want a limiter", l, err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("New = %v, %v; want an error with %q", l, err, tt.want)
+			}
+		})
 	}
 }

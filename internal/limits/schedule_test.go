@@ -81,7 +81,7 @@ func TestScheduleHolds(t *testing.T) {
 func TestThrottleSchedules(t *testing.T) {
 	paris := mustZone(t, "Europe/Paris")
 	weekdays := days(time.Monday, time.Tuesday, time.Wednesday, time.Thursday, time.Friday)
-	l, clk := newLimiter(limits.Config{
+	l, clk := newLimiter(t, limits.Config{
 		UserBytesPerSecond: 1000,
 		Schedules: []limits.Schedule{
 			{Who: who("alice"), Days: weekdays, Start: 9 * time.Hour, End: 18 * time.Hour, Loc: paris, BytesPerSecond: 100, Burst: 100},
@@ -139,7 +139,7 @@ func TestThrottleSchedules(t *testing.T) {
 // selects has a bucket that limits within the window only, forgives its
 // debt when the window ends and starts the next one full.
 func TestThrottleSchedulesOnly(t *testing.T) {
-	l, clk := newLimiter(limits.Config{Schedules: []limits.Schedule{
+	l, clk := newLimiter(t, limits.Config{Schedules: []limits.Schedule{
 		{Who: who("carol"), Start: 22 * time.Hour, End: 6 * time.Hour, BytesPerSecond: 50, Burst: 50},
 	}})
 	if l.Throttle("dave") != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/route"
 )
 
@@ -11,11 +12,11 @@ import (
 // origin form, or absolute form to an http parent, with the parent's
 // Proxy-Authorization line.
 func TestAppendRequestTarget(t *testing.T) {
-	p, err := route.NewParent(route.ParentConfig{Name: "up", URL: "http://u:pw@127.0.0.1:3128"})
+	p, err := route.NewParent(proxytest.ParentDefaults(route.ParentConfig{Name: "up", URL: "http://u:pw@127.0.0.1:3128"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	anon, err := route.NewParent(route.ParentConfig{Name: "anon", URL: "http://127.0.0.1:3128"})
+	anon, err := route.NewParent(proxytest.ParentDefaults(route.ParentConfig{Name: "anon", URL: "http://127.0.0.1:3128"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,8 @@ type PolicyConfig struct {
 	Rules   []acl.Rule
 	Groups  map[string][]string
 	Default string
-	// Limits configures the limiter; nil = none.
+	// Limits configures the limiter, its settings left zero given
+	// rustle's defaults (see LimitsConfig); nil = none.
 	Limits *limits.Config
 	// Guard keeps the private-destination guard's default: private and
 	// loopback destinations refused, but for the ranges in Allow. false
@@ -111,7 +112,11 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 		p.ACL = pol
 	}
 	if cfg.Limits != nil {
-		p.Limiter = limits.New(*cfg.Limits)
+		l, err := limits.New(LimitsConfig(*cfg.Limits))
+		if err != nil {
+			t.Fatalf("proxytest: limits: %v", err)
+		}
+		p.Limiter = l
 	}
 	allow := cfg.Allow
 	if !cfg.Guard {
@@ -121,8 +126,35 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 	if timeout == 0 {
 		timeout = 5 * time.Second
 	}
-	p.Dialer = dialer.New(dialer.Config{Timeout: timeout, Guard: dialer.NewGuard(allow)})
+	d, err := dialer.New(dialer.Config{Timeout: timeout, Guard: dialer.NewGuard(allow)})
+	if err != nil {
+		t.Fatalf("proxytest: dialer: %v", err)
+	}
+	p.Dialer = d
 	return p
+}
+
+// LimitsConfig returns c with the settings of its limits that are on
+// and left zero given the values rustle's configuration defaults them to
+// (config.SetDefaults), which limits.New requires: a connection rate's
+// burst twice the rate (at least 1), the failed-authentication window
+// (1m) and cool-down (5m), a byte rate's burst one second of it.
+func LimitsConfig(c limits.Config) limits.Config {
+	if c.ConnRate > 0 && c.ConnBurst == 0 {
+		c.ConnBurst = max(1, int(2*c.ConnRate))
+	}
+	if c.AuthFailures > 0 || c.AuthFailuresPerAddress > 0 {
+		if c.AuthWindow == 0 {
+			c.AuthWindow = time.Minute
+		}
+		if c.AuthCooldown == 0 {
+			c.AuthCooldown = 5 * time.Minute
+		}
+	}
+	if c.UserBytesPerSecond > 0 && c.UserBytesBurst == 0 {
+		c.UserBytesBurst = c.UserBytesPerSecond
+	}
+	return c
 }
 
 // NewSession opens a session of p for the client connection c (its peer

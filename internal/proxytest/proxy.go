@@ -113,12 +113,38 @@ func (s *proxyServer) serve(c *net.TCPConn) {
 	s.mu.Unlock()
 }
 
-// NewPool returns an upstream pool for cfg, closed by t.Cleanup.
+// NewPool returns an upstream pool for cfg, its fields left zero given
+// the values rustle's configuration defaults them to (config.SetDefaults:
+// 64 idle connections per host, 4096 in all, 90s idle), closed by
+// t.Cleanup.
 func NewPool(t testing.TB, cfg dialer.PoolConfig) *dialer.Pool {
 	t.Helper()
-	p := dialer.NewPool(cfg)
+	if cfg.MaxIdlePerHost == 0 {
+		cfg.MaxIdlePerHost = 64
+	}
+	if cfg.MaxIdle == 0 {
+		cfg.MaxIdle = 4096
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 90 * time.Second
+	}
+	p, err := dialer.NewPool(cfg)
+	if err != nil {
+		t.Fatalf("proxytest: pool: %v", err)
+	}
 	t.Cleanup(func() { p.Close() })
 	return p
+}
+
+// NewDialer returns a dialer for cfg, failing the test when cfg is
+// refused.
+func NewDialer(t testing.TB, cfg dialer.Config) *dialer.Dialer {
+	t.Helper()
+	d, err := dialer.New(cfg)
+	if err != nil {
+		t.Fatalf("proxytest: dialer: %v", err)
+	}
+	return d
 }
 
 var ipv6 = sync.OnceValue(func() bool {

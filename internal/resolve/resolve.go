@@ -61,18 +61,18 @@ func ParseFamily(s string) (Family, error) {
 type Config struct {
 	// Servers are asked in order; at least one is required.
 	Servers []Server
-	// Timeout bounds one query to one server; 0 = 2s.
+	// Timeout bounds one query to one server; required.
 	Timeout time.Duration
 	// MinTTL is the least time an answer is cached, whatever its TTL;
 	// 0 = none (an answer with TTL 0 is not cached).
 	MinTTL time.Duration
-	// MaxTTL is the most time an answer is cached; 0 = 1h.
+	// MaxTTL is the most time an answer is cached; required.
 	MaxTTL time.Duration
 	// NegativeTTL is the most time a negative answer (NXDOMAIN, or no
 	// record of the family) is cached, and the time one without an SOA
-	// is; 0 = 30s.
+	// is; required.
 	NegativeTTL time.Duration
-	// CacheSize bounds the names cached; 0 = 10000.
+	// CacheSize bounds the names cached; required.
 	CacheSize int
 	// Prefer orders the addresses of a name: IPv4 or IPv6 first; Auto =
 	// IPv6 first.
@@ -93,14 +93,6 @@ type Config struct {
 	// now is the clock; nil = time.Now (tests set it).
 	now func() time.Time
 }
-
-// Defaults of Config's zero values.
-const (
-	DefaultTimeout     = 2 * time.Second
-	DefaultMaxTTL      = time.Hour
-	DefaultNegativeTTL = 30 * time.Second
-	DefaultCacheSize   = 10000
-)
 
 // Resolver resolves host names with its configured servers, a cache and
 // static hosts entries. It is safe for concurrent use.
@@ -137,22 +129,24 @@ type call struct {
 	err     error
 }
 
-// New returns a Resolver for cfg.
+// New returns a Resolver for cfg. It refuses a Config without servers,
+// or whose Timeout, MaxTTL, NegativeTTL or CacheSize is not positive
+// (config.SetDefaults fills them).
 func New(cfg Config) (*Resolver, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, errors.New("resolve: no servers")
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.MaxTTL <= 0 {
-		cfg.MaxTTL = DefaultMaxTTL
-	}
-	if cfg.NegativeTTL <= 0 {
-		cfg.NegativeTTL = DefaultNegativeTTL
-	}
-	if cfg.CacheSize <= 0 {
-		cfg.CacheSize = DefaultCacheSize
+	switch {
+	case cfg.Timeout <= 0:
+		return nil, fmt.Errorf("resolve: query timeout %v is not positive", cfg.Timeout)
+	case cfg.MaxTTL <= 0:
+		return nil, fmt.Errorf("resolve: max TTL %v is not positive", cfg.MaxTTL)
+	case cfg.NegativeTTL <= 0:
+		return nil, fmt.Errorf("resolve: negative TTL %v is not positive", cfg.NegativeTTL)
+	case cfg.CacheSize <= 0:
+		return nil, fmt.Errorf("resolve: cache size %d is not positive", cfg.CacheSize)
+	case cfg.MinTTL < 0:
+		return nil, fmt.Errorf("resolve: min TTL %v is negative", cfg.MinTTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,14 +42,70 @@ func servers(t *testing.T, urls ...string) []Server {
 	return out
 }
 
+// newResolver returns a resolver for cfg, its settings left zero given
+// the values rustle's configuration defaults them to (a 2s query
+// timeout, a 1h max TTL, a 30s negative TTL, 10,000 names), closed by
+// t.Cleanup.
 func newResolver(t *testing.T, cfg Config) *Resolver {
 	t.Helper()
-	r, err := New(cfg)
+	r, err := New(withDefaults(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
 	return r
+}
+
+// withDefaults returns cfg with its zero settings given rustle's
+// configuration defaults (config.DNS).
+func withDefaults(cfg Config) Config {
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.MaxTTL == 0 {
+		cfg.MaxTTL = time.Hour
+	}
+	if cfg.NegativeTTL == 0 {
+		cfg.NegativeTTL = 30 * time.Second
+	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = 10000
+	}
+	return cfg
+}
+
+// TestNewRefusesMissingSettings checks that New refuses the settings the
+// configuration fills ([dns], config.SetDefaults) when they are left
+// zero, instead of choosing values of its own (it used to default each
+// of them, a second place for [dns]'s defaults).
+func TestNewRefusesMissingSettings(t *testing.T) {
+	srv := []Server{{Transport: UDP, Addr: "127.0.0.1:53", Label: "udp"}}
+	good := withDefaults(Config{Servers: srv})
+	for _, tt := range []struct {
+		name   string
+		modify func(c *Config)
+		want   string
+	}{
+		{"all set", func(c *Config) {}, ""},
+		{"no servers", func(c *Config) { c.Servers = nil }, "no servers"},
+		{"no timeout", func(c *Config) { c.Timeout = 0 }, "query timeout 0s"},
+		{"no max TTL", func(c *Config) { c.MaxTTL = 0 }, "max TTL 0s"},
+		{"no negative TTL", func(c *Config) { c.NegativeTTL = 0 }, "negative TTL 0s"},
+		{"no cache", func(c *Config) { c.CacheSize = 0 }, "cache size 0"},
+		{"negative min TTL", func(c *Config) { c.MinTTL = -time.Second }, "min TTL -1s is negative"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := good
+			tt.modify(&c)
+			r, err := New(c)
+			if r != nil {
+				r.Close()
+			}
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("New = %v; want an error with %q", err, tt.want)
+			}
+		})
+	}
 }
 
 func addrs(ss ...string) []netip.Addr {
@@ -429,7 +486,7 @@ func contains(a, b string) bool {
 func BenchmarkCacheHit(b *testing.B) {
 	dns := proxytest.NewDNSServer(b)
 	dns.Set("www.example.com", 3600, "192.0.2.90", "2001:db8::90")
-	r, err := New(Config{Servers: []Server{{Transport: UDP, Addr: dns.UDP, Label: "udp"}}, Metrics: metrics.New(metrics.Config{}).DNS([]string{"udp"})})
+	r, err := New(withDefaults(Config{Servers: []Server{{Transport: UDP, Addr: dns.UDP, Label: "udp"}}, Metrics: metrics.New(metrics.Config{}).DNS([]string{"udp"})}))
 	if err != nil {
 		b.Fatal(err)
 	}

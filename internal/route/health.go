@@ -8,15 +8,29 @@ import (
 	"time"
 )
 
-// HealthConfig configures a parent's passive health check.
+// HealthConfig configures a parent's passive health check. Each field
+// is required (config.SetDefaults fills them).
 type HealthConfig struct {
 	// MaxFails is how many failed connects within Window mark the parent
-	// down; 0 = 3.
+	// down.
 	MaxFails int
-	// Window is the span MaxFails failures must fall in; 0 = 10s.
+	// Window is the span MaxFails failures must fall in.
 	Window time.Duration
-	// Cooldown is how long a parent stays down; 0 = 30s.
+	// Cooldown is how long a parent stays down.
 	Cooldown time.Duration
+}
+
+// check returns what is wrong with c: a field that is not positive.
+func (c HealthConfig) check() error {
+	switch {
+	case c.MaxFails <= 0:
+		return fmt.Errorf("health: max_fails %d is not positive", c.MaxFails)
+	case c.Window <= 0:
+		return fmt.Errorf("health: fail_window %v is not positive", c.Window)
+	case c.Cooldown <= 0:
+		return fmt.Errorf("health: cooldown %v is not positive", c.Cooldown)
+	}
+	return nil
 }
 
 // Health is a parent's health: up, or down until a time. A failure that
@@ -34,18 +48,7 @@ type Health struct {
 	first time.Time // the first failure counted; guarded by mu
 }
 
-func (h *Health) init(cfg HealthConfig) {
-	if cfg.MaxFails <= 0 {
-		cfg.MaxFails = 3
-	}
-	if cfg.Window <= 0 {
-		cfg.Window = 10 * time.Second
-	}
-	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = 30 * time.Second
-	}
-	h.cfg = cfg
-}
+func (h *Health) init(cfg HealthConfig) { h.cfg = cfg }
 
 // carry takes old's state: down or up, and the failures counted; a
 // reload's new parent of the same name and URL goes on from it.

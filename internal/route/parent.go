@@ -54,10 +54,6 @@ func (s Scheme) String() string {
 // take plain HTTP requests in absolute form.
 func (s Scheme) IsHTTP() bool { return s == HTTP || s == HTTPS }
 
-// DefaultConnectTimeout bounds the connect to a parent and its handshake
-// when ParentConfig.ConnectTimeout is 0.
-const DefaultConnectTimeout = 10 * time.Second
-
 // ParentConfig configures one parent.
 type ParentConfig struct {
 	// Name names the parent in routes, logs and metrics; required.
@@ -73,13 +69,12 @@ type ParentConfig struct {
 	// parent's certificate; "" = the URL's host.
 	ServerName string
 	// ConnectTimeout bounds connecting to the parent and its handshake
-	// together; 0 = DefaultConnectTimeout.
+	// together; required.
 	ConnectTimeout time.Duration
 	// IdleTimeout is how long an idle keep-alive connection to the parent
 	// is kept for reuse; 0 = the upstream pool's own idle timeout.
 	IdleTimeout time.Duration
-	// Health configures the passive health check; the zero value takes
-	// its defaults.
+	// Health configures the passive health check; required.
 	Health HealthConfig
 	// Probe configures the active health check; the zero value probes
 	// nothing.
@@ -120,18 +115,21 @@ type Parent struct {
 }
 
 // NewParent parses and checks cfg: the URL, the CA file of an https
-// parent, and the timeouts. The error names what is wrong, never the
-// password.
+// parent, the timeouts and the health check's settings. The error names
+// what is wrong, never the password.
 func NewParent(cfg ParentConfig) (*Parent, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("route: parent without a name")
 	}
 	p := &Parent{name: cfg.Name, timeout: cfg.ConnectTimeout, idle: cfg.IdleTimeout, probe: cfg.Probe, cfg: cfg}
-	if p.timeout == 0 {
-		p.timeout = DefaultConnectTimeout
+	if cfg.ConnectTimeout <= 0 {
+		return nil, fmt.Errorf("route: parent %s: connect timeout %v is not positive", cfg.Name, cfg.ConnectTimeout)
 	}
-	if cfg.ConnectTimeout < 0 || cfg.IdleTimeout < 0 {
+	if cfg.IdleTimeout < 0 {
 		return nil, fmt.Errorf("route: parent %s: negative timeout", cfg.Name)
+	}
+	if err := cfg.Health.check(); err != nil {
+		return nil, fmt.Errorf("route: parent %s: %w", cfg.Name, err)
 	}
 	u, err := parseURL(cfg.URL)
 	if err != nil {

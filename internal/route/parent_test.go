@@ -38,7 +38,7 @@ func TestNewParent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := NewParent(ParentConfig{Name: "p", URL: tt.url})
+			p, err := NewParent(parentConfig(ParentConfig{Name: "p", URL: tt.url}))
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want one with %q", err, tt.wantErr)
@@ -54,8 +54,8 @@ func TestNewParent(t *testing.T) {
 			if p.Scheme() != tt.scheme || p.Addr() != tt.addr || p.Authorization() != tt.auth {
 				t.Errorf("got %v %s %q, want %v %s %q", p.Scheme(), p.Addr(), p.Authorization(), tt.scheme, tt.addr, tt.auth)
 			}
-			if p.ConnectTimeout() != DefaultConnectTimeout {
-				t.Errorf("connect timeout %v", p.ConnectTimeout())
+			if p.ConnectTimeout() != 10*time.Second {
+				t.Errorf("connect timeout %v, want the configured 10s", p.ConnectTimeout())
 			}
 		})
 	}
@@ -95,10 +95,46 @@ func fakeParent(t *testing.T, serve func(c net.Conn)) string {
 	return ln.Addr().String()
 }
 
-func testDialer() *dialer.Dialer {
+// parentConfig returns c with its settings left zero given the values
+// rustle's configuration gives them (config.SetDefaults, with the
+// default timeouts.connect): a 10s connect timeout, and 3 failures within
+// 10s putting the parent down for 30s.
+func parentConfig(c ParentConfig) ParentConfig {
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	h := &c.Health
+	if h.MaxFails == 0 {
+		h.MaxFails = 3
+	}
+	if h.Window == 0 {
+		h.Window = 10 * time.Second
+	}
+	if h.Cooldown == 0 {
+		h.Cooldown = 30 * time.Second
+	}
+	return c
+}
+
+// tableConfig returns c with parentConfig applied to its parents.
+func tableConfig(c Config) Config {
+	ps := make([]ParentConfig, len(c.Parents))
+	for i, p := range c.Parents {
+		ps[i] = parentConfig(p)
+	}
+	c.Parents = ps
+	return c
+}
+
+func testDialer(t testing.TB) *dialer.Dialer {
+	t.Helper()
 	// A guard that refuses loopback: a parent's own address is not its
 	// business.
-	return dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
+	d, err := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // TestDialHTTP checks CONNECT through an HTTP parent: the parent's
@@ -135,11 +171,11 @@ func TestDialHTTP(t *testing.T) {
 				}
 				c.Write([]byte(tt.answer))
 			})
-			p, err := NewParent(ParentConfig{Name: "sq", URL: "http://rustle:pw@" + addr, ConnectTimeout: 300 * time.Millisecond})
+			p, err := NewParent(parentConfig(ParentConfig{Name: "sq", URL: "http://rustle:pw@" + addr, ConnectTimeout: 300 * time.Millisecond}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := p.Dial(context.Background(), testDialer(), Target{Host: "origin.test", Port: 22})
+			c, err := p.Dial(context.Background(), testDialer(t), Target{Host: "origin.test", Port: 22})
 			req := <-gotReq
 			if req.Method != "CONNECT" || req.Host != "origin.test:22" || req.Header.Get("Proxy-Authorization") != "Basic cnVzdGxlOnB3" {
 				t.Errorf("parent got %s %s %v", req.Method, req.Host, req.Header)
@@ -178,11 +214,11 @@ func TestDialUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	p, err := NewParent(ParentConfig{Name: "gone", URL: "socks5://" + addr})
+	p, err := NewParent(parentConfig(ParentConfig{Name: "gone", URL: "socks5://" + addr}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Dial(context.Background(), testDialer(), Target{Addr: netip.MustParseAddr("192.0.2.1"), Port: 80})
+	_, err = p.Dial(context.Background(), testDialer(t), Target{Addr: netip.MustParseAddr("192.0.2.1"), Port: 80})
 	var e *Error
 	if !errors.As(err, &e) || e.Kind != Unreachable || e.Kind.Status() != 502 {
 		t.Fatalf("error = %v, want Unreachable", err)
@@ -248,11 +284,11 @@ func TestDialSOCKS5(t *testing.T) {
 				// greeting in the same write.
 				c.Write(append([]byte{5, tt.rep, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0x1f, 0x90}, "220 ready\r\n"...))
 			})
-			p, err := NewParent(ParentConfig{Name: "dante", URL: tt.scheme + "://" + tt.user + addr})
+			p, err := NewParent(parentConfig(ParentConfig{Name: "dante", URL: tt.scheme + "://" + tt.user + addr}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := p.Dial(context.Background(), testDialer(),
+			c, err := p.Dial(context.Background(), testDialer(t),
 				Target{Host: "origin.test", Addr: netip.MustParseAddr("192.0.2.7"), Port: 80})
 			if tt.wantReq != nil {
 				if got := <-gotReq; string(got) != string(tt.wantReq) {
@@ -286,14 +322,14 @@ func TestDialCancel(t *testing.T) {
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		io.Copy(io.Discard, c)
 	})
-	p, err := NewParent(ParentConfig{Name: "p", URL: "http://" + addr, ConnectTimeout: time.Minute})
+	p, err := NewParent(parentConfig(ParentConfig{Name: "p", URL: "http://" + addr, ConnectTimeout: time.Minute}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := p.Dial(ctx, testDialer(), Target{Host: "o.test", Port: 443})
+		_, err := p.Dial(ctx, testDialer(t), Target{Host: "o.test", Port: 443})
 		errc <- err
 	}()
 	cancel()
@@ -319,12 +355,12 @@ func TestConnectTimeoutHandshake(t *testing.T) {
 				io.Copy(io.Discard, c)
 			})
 			const timeout = 200 * time.Millisecond
-			p, err := NewParent(ParentConfig{Name: "p", URL: scheme + "://" + addr, ConnectTimeout: timeout})
+			p, err := NewParent(parentConfig(ParentConfig{Name: "p", URL: scheme + "://" + addr, ConnectTimeout: timeout}))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t0 := time.Now()
-			_, err = p.Dial(context.Background(), testDialer(), Target{Host: "o.test", Port: 443})
+			_, err = p.Dial(context.Background(), testDialer(t), Target{Host: "o.test", Port: 443})
 			took := time.Since(t0)
 			var e *Error
 			if !errors.As(err, &e) || e.Kind != TimedOut {
@@ -332,6 +368,33 @@ func TestConnectTimeoutHandshake(t *testing.T) {
 			}
 			if took < timeout || took > 5*time.Second {
 				t.Errorf("Dial took %v with a connect timeout of %v", took, timeout)
+			}
+		})
+	}
+}
+
+// TestNewParentRefusesMissingSettings checks that NewParent refuses the
+// connect timeout and health settings the configuration fills
+// (config.SetDefaults) when they are left zero, instead of choosing
+// values of its own (it used to default them: 10s, 3 failures, 10s, 30s).
+func TestNewParentRefusesMissingSettings(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		modify func(c *ParentConfig)
+		want   string
+	}{
+		{"all set", func(c *ParentConfig) {}, ""},
+		{"no connect timeout", func(c *ParentConfig) { c.ConnectTimeout = 0 }, "connect timeout 0s is not positive"},
+		{"no max_fails", func(c *ParentConfig) { c.Health.MaxFails = 0 }, "health: max_fails 0 is not positive"},
+		{"no fail_window", func(c *ParentConfig) { c.Health.Window = 0 }, "health: fail_window 0s is not positive"},
+		{"no cooldown", func(c *ParentConfig) { c.Health.Cooldown = 0 }, "health: cooldown 0s is not positive"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := parentConfig(ParentConfig{Name: "p", URL: "http://127.0.0.1:3128"})
+			tt.modify(&c)
+			p, err := NewParent(c)
+			if tt.want == "" && (err != nil || p == nil) || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("NewParent: %v (a parent: %v); want an error with %q", err, p != nil, tt.want)
 			}
 		})
 	}

@@ -55,7 +55,7 @@ func TestRealParents(t *testing.T) {
 	}
 	squid := proxytest.StartSquid(t)
 	dante := proxytest.StartDante(t)
-	d := dialer.New(dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
+	d := proxytest.NewDialer(t, dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
 	tests := []struct {
 		name, url string
 		target    route.Target
@@ -66,7 +66,7 @@ func TestRealParents(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := route.NewParent(route.ParentConfig{Name: "p", URL: tt.url})
+			p, err := route.NewParent(proxytest.ParentDefaults(route.ParentConfig{Name: "p", URL: tt.url}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +90,7 @@ func TestRealParents(t *testing.T) {
 		})
 	}
 	t.Run("squid wrong password", func(t *testing.T) {
-		p, err := route.NewParent(route.ParentConfig{Name: "sq", URL: "http://" + proxytest.SquidUser + ":wrong@" + squid.Addr})
+		p, err := route.NewParent(proxytest.ParentDefaults(route.ParentConfig{Name: "sq", URL: "http://" + proxytest.SquidUser + ":wrong@" + squid.Addr}))
 		if err != nil {
 			t.Fatal(err)
 		}

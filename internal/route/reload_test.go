@@ -21,19 +21,19 @@ func TestNewAfter(t *testing.T) {
 	dead := fakeParent(t, func(c net.Conn) {})
 	const every = 50 * time.Millisecond
 	cfg := func(cooldown time.Duration, otherURL string) Config {
-		return Config{Parents: []ParentConfig{
+		return tableConfig(Config{Parents: []ParentConfig{
 			{Name: "probed", URL: "http://" + live, Probe: ProbeConfig{Interval: every}},
 			{Name: "same", URL: "http://" + dead},
 			{Name: "tuned", URL: "http://" + dead, Health: HealthConfig{Cooldown: cooldown}},
 			{Name: "moved", URL: "http://" + otherURL},
-		}}
+		}})
 	}
 	before := runtime.NumGoroutine()
 	prev, err := New(cfg(time.Minute, dead))
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev.Start(testDialer())
+	prev.Start(testDialer(t))
 	now := time.Now()
 	for _, n := range []string{"same", "tuned", "moved"} {
 		down(prev.Parent(n), now)
@@ -68,7 +68,7 @@ func TestNewAfter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.Start(testDialer())
+		n.Start(testDialer(t))
 		cur.Close()
 		cur = n
 	}

@@ -20,7 +20,7 @@ func parents(t *testing.T, n int) []*Parent {
 	ps := make([]*Parent, n)
 	for i := range ps {
 		p, err := NewParent(ParentConfig{Name: fmt.Sprintf("p%d", i), URL: fmt.Sprintf("http://127.0.0.1:%d", 3128+i),
-			Health: HealthConfig{MaxFails: 2, Window: 10 * time.Second, Cooldown: 30 * time.Second}})
+			ConnectTimeout: 10 * time.Second, Health: HealthConfig{MaxFails: 2, Window: 10 * time.Second, Cooldown: 30 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +199,7 @@ func TestHealth(t *testing.T) {
 // TestTable checks first-match-wins, the direct default, and the
 // errors at compile time.
 func TestTable(t *testing.T) {
-	cfg := Config{
+	cfg := tableConfig(Config{
 		Parents: []ParentConfig{
 			{Name: "squid", URL: "http://127.0.0.1:3128"},
 			{Name: "dante", URL: "socks5://127.0.0.1:1080"},
@@ -210,7 +210,7 @@ func TestTable(t *testing.T) {
 			{Match: acl.Rule{Ports: []string{"443"}}, Via: []string{"dante"}, Fallback: "direct"},
 		},
 		Groups: map[string][]string{"fleet": {"bob"}},
-	}
+	})
 	tab, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +291,7 @@ var benchRequests = []acl.Request{
 
 func benchTable(tb testing.TB) *Table {
 	tb.Helper()
-	tab, err := New(Config{
+	tab, err := New(tableConfig(Config{
 		Parents: []ParentConfig{
 			{Name: "a", URL: "http://127.0.0.1:3128"}, {Name: "b", URL: "http://127.0.0.1:3129"},
 			{Name: "c", URL: "socks5://127.0.0.1:1080"},
@@ -301,7 +301,7 @@ func benchTable(tb testing.TB) *Table {
 			{Name: "fleet", Match: acl.Rule{Users: []string{"alice-session-42"}}, Via: []string{"a", "b", "c"}, Select: "hash-session"},
 			{Name: "web", Match: acl.Rule{Ports: []string{"443", "80"}}, Via: []string{"a", "b"}, Select: "round-robin"},
 		},
-	})
+	}))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -343,11 +343,11 @@ func TestProbes(t *testing.T) {
 	dead := ln.Addr().String()
 	ln.Close()
 	const every = 5 * time.Millisecond
-	tab, err := New(Config{Parents: []ParentConfig{
+	tab, err := New(tableConfig(Config{Parents: []ParentConfig{
 		{Name: "tcp", URL: "http://" + live, Probe: ProbeConfig{Interval: every}},
 		{Name: "connect", URL: "http://" + live, Probe: ProbeConfig{Interval: every, Target: "origin.test:443"}},
 		{Name: "dead", URL: "http://" + dead, Health: HealthConfig{MaxFails: 2}, Probe: ProbeConfig{Interval: every}},
-	}})
+	}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestProbes(t *testing.T) {
 	down(tab.Parent("tcp"), now)
 	down(tab.Parent("connect"), now)
 	before := runtime.NumGoroutine()
-	tab.Start(testDialer())
+	tab.Start(testDialer(t))
 	waitUntil(t, "the probes to bring tcp and connect up and put dead down", func() bool {
 		n := time.Now()
 		return tab.Parent("tcp").Health().Up(n) && tab.Parent("connect").Health().Up(n) && !tab.Parent("dead").Health().Up(n)

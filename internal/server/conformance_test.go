@@ -365,7 +365,7 @@ func startConformRig(t *testing.T, env *conformEnv, paced bool) *conformRig {
 // after its request was finished (logged and counted).
 func (r *conformRig) conns() int {
 	r.s.mu.Lock()
-	lim := r.s.lim
+	lim := r.s.gen.Limiter
 	r.s.mu.Unlock()
 	return lim.Conns()
 }

@@ -453,39 +453,3 @@ func TestIdentityReloadKeepsProviderUsers(t *testing.T) {
 		t.Errorf("the token user's connection after the reload: %d %v, want 200 on the same connection", st, err)
 	}
 }
-
-// TestEgressTableProviderGroups checks that [[egress.rules]] naming an
-// identity provider's group build that group's source for the listeners'
-// egress, and keep [acl.groups] members as users.
-func TestEgressTableProviderGroups(t *testing.T) {
-	cfg := config.Default()
-	cfg.Auth.Providers = []config.Provider{{Name: "ci", Type: config.ProviderJWT, Issuer: githubIssuer, Audience: "rustle",
-		JWKSURL: "https://token.actions.githubusercontent.com/.well-known/jwks", GroupClaim: "ref",
-		Groups: map[string][]string{"ci-main": {"refs/heads/main"}}}}
-	cfg.ACL.Groups = map[string][]string{"ops": {"olga"}}
-	cfg.Egress.Rules = []config.EgressRule{
-		{Who: config.Who{Groups: []string{"ci-main"}}, Bind: []string{"192.0.2.11"}, Freebind: true},
-		{Who: config.Who{Groups: []string{"ops"}}, Bind: []string{"192.0.2.12"}, Freebind: true},
-	}
-	cfg.SetDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	tbl, err := newEgress(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := listenerEgress(cfg, 0, tbl)
-	if err != nil || e == nil {
-		t.Fatalf("listenerEgress: %v %v", e, err)
-	}
-	if len(e.Rules) != 2 || e.For("octo-org/app", []string{"ci-main"}) != e.Rules[0].Source {
-		t.Errorf("the provider group's source: %+v", e.Rules)
-	}
-	if e.For("olga", nil) == nil || e.For("olga", nil) == e.Rules[0].Source {
-		t.Errorf("the [acl.groups] member's source is not its rule's")
-	}
-	if e.For("someone", []string{"ci-other"}) != nil {
-		t.Errorf("a user in no rule's group has a source")
-	}
-}

@@ -2,9 +2,8 @@ package server
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -12,125 +11,46 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/config"
-	"github.com/rustle-proxy/rustle/internal/dialer"
-	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/wire"
 )
-
-// newPolicy compiles the configuration's access rules, which may name
-// the identity providers' groups; nil when there are none (every request
-// allowed).
-func newPolicy(c config.ACL, providerGroups []string) (*acl.Policy, error) {
-	if len(c.Rules) == 0 {
-		return nil, nil
-	}
-	rules := make([]acl.Rule, len(c.Rules))
-	for i, r := range c.Rules {
-		rules[i] = r.Rule()
-	}
-	return acl.New(acl.Config{Rules: rules, Groups: c.Groups, ProviderGroups: providerGroups, Default: c.Default})
-}
-
-// newGuard returns the private-destination guard with the configuration's
-// allow_private ranges.
-func newGuard(allow []string) (*dialer.Guard, error) {
-	var prefixes []netip.Prefix
-	for _, s := range allow {
-		p, err := acl.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("allow_private: %w", err)
-		}
-		prefixes = append(prefixes, p)
-	}
-	return dialer.NewGuard(prefixes), nil
-}
-
-// budget is how the process's descriptors are shared (see
-// config.Limits.DescriptorBudget).
-type budget struct {
-	nofile uint64 // the soft open-file limit it was derived from
-	conns  int    // the connection limit; 0 = none
-	pipes  int    // the splice pipes of every tunnel engine together
-	asked  int    // max_connections when conns is lower (it was lowered), else 0
-}
-
-// descriptorBudget splits the open-file limit (defaultOpenFiles when it
-// cannot be read) between connections and splice pipes as c says.
-func descriptorBudget(c config.Limits) budget {
-	var nofile uint64 = defaultOpenFiles
-	if soft, _, err := openFileLimit(); err == nil {
-		nofile = soft
-	}
-	conns, pipes := c.DescriptorBudget(nofile)
-	b := budget{nofile: nofile, conns: conns, pipes: pipes}
-	if _, lowered := c.Lowered(nofile); lowered {
-		b.asked = c.MaxConnections
-	}
-	return b
-}
 
 // setPipesLocked gives each tunnel engine its share of the splice pipes
 // of b, at least one.
-func (s *Server) setPipesLocked(b budget) {
+func (s *Server) setPipesLocked(b wire.Budget) {
 	for _, e := range s.engines {
-		e.SetMaxPipes(max(1, b.pipes/len(s.engines)))
+		e.SetMaxPipes(max(1, b.Pipes/len(s.engines)))
 	}
 }
 
 // logBudget logs how the descriptors are shared, and warns when
 // max_connections was lowered to what they hold.
-func (s *Server) logBudget(b budget) {
-	if b.asked > 0 {
-		s.log.Warn("max_connections lowered to what the open-file limit allows", "max_connections", b.asked,
-			"open_files", b.nofile, "connections", b.conns, "needs_open_files", config.OpenFilesFor(b.asked))
+func (s *Server) logBudget(b wire.Budget) {
+	if b.Asked > 0 {
+		s.log.Warn("max_connections lowered to what the open-file limit allows", "max_connections", b.Asked,
+			"open_files", b.OpenFiles, "connections", b.Conns, "needs_open_files", config.OpenFilesFor(b.Asked))
 	}
-	s.log.Info("descriptor budget", "open_files", b.nofile, "connections", b.conns, "splice_pipes", b.pipes,
-		"splice_pipes_per_worker", max(1, b.pipes/max(1, len(s.engines))))
+	s.log.Info("descriptor budget", "open_files", b.OpenFiles, "connections", b.Conns, "splice_pipes", b.Pipes,
+		"splice_pipes_per_worker", max(1, b.Pipes/max(1, len(s.engines))))
 }
 
-// newLimiter returns the limiter for the configuration's [limits], with
-// the connection limit conns (0: none).
-func newLimiter(cfg *config.Config, conns int, log *slog.Logger) (*limits.Limiter, error) {
-	c := cfg.Limits
-	schedules, err := cfg.ByteSchedules()
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	auth, perAddress := max(c.AuthFailures, 0), max(c.AuthFailuresPerAddress, 0) // -1 = off
-	return limits.New(limits.Config{
-		MaxConns:               conns,
-		MaxConnsPerClient:      c.MaxConnectionsPerClient,
-		MaxConnsPerUser:        c.MaxConnectionsPerUser,
-		ConnRate:               float64(c.ConnectionRate),
-		ConnBurst:              c.ConnectionBurst,
-		AuthFailures:           auth,
-		AuthFailuresPerAddress: perAddress,
-		AuthWindow:             c.AuthFailureWindow.Duration,
-		AuthCooldown:           c.AuthCooldown.Duration,
-		UserBytesPerSecond:     int64(c.UserBytesPerSecond),
-		UserBytesBurst:         int64(c.UserBytesBurst),
-		Schedules:              schedules,
-		Logger:                 log,
-	}), nil
-}
-
-// logGuard logs, once at start, which private ranges the guard lets
+// logGuard logs, once at start, which private ranges g's guard lets
 // through.
-func (s *Server) logGuard() {
+func (s *Server) logGuard(g *generation) {
 	allowed := "none"
-	if a := s.guard.Allowed(); len(a) > 0 {
+	if a := g.Guard.Allowed(); len(a) > 0 {
 		parts := make([]string, len(a))
 		for i, p := range a {
 			parts[i] = p.String()
 		}
 		allowed = strings.Join(parts, ",")
 	}
-	s.log.Info("private-destination guard on", "allowed_private", allowed, "acl_rules", len(s.cfg.ACL.Rules))
+	s.log.Info("private-destination guard on", "allowed_private", allowed, "acl_rules", len(g.Config.ACL.Rules))
 }
 
-// setOwnAddrsLocked tells the guard the bound listener addresses.
-func (s *Server) setOwnAddrsLocked() { s.guard.SetOwn(s.ownAddrs(s.listeners)) }
+// setOwnAddrs tells g's guard the bound addresses of its listeners.
+func (s *Server) setOwnAddrs(g *generation) { g.Guard.SetOwn(s.ownAddrs(g.listeners)) }
 
 // ownAddrs returns what the guard refuses as the proxy's own: the bound
 // addresses of ls and those WithOwnAddrs gave (the admin listener).
@@ -146,21 +66,19 @@ func (s *Server) ownAddrs(ls []*listener) []netip.AddrPort {
 	return own
 }
 
-// refuse closes a connection the limiter did not admit; on an http
-// listener it first answers 503 (too many connections in all) or 429
-// (the client's limits), which a fresh socket's empty send buffer takes
-// without blocking.
-func refuse(l *listener, c *net.TCPConn, v limits.Verdict, retry time.Duration) {
-	if l.cfg.Protocol == "http" {
-		status := "429 Too Many Requests"
-		if v == limits.TooMany {
-			status = "503 Service Unavailable"
-		}
-		reason := "rustle: " + v.String() + "\n"
-		head := "HTTP/1.1 " + status + "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+// refuse closes a connection that the listener's policy did not admit
+// (gate.Policy.Admit); on an http listener it first answers with the
+// admission's status (503 or 429), reason and Retry-After, which a fresh
+// socket's empty send buffer takes without blocking. It is the one place
+// an admission's refusal is written.
+func refuse(l *listener, c *net.TCPConn, a gate.Admission) {
+	if l.Config.Protocol == "http" {
+		reason := "rustle: " + a.Reason() + "\n"
+		head := "HTTP/1.1 " + strconv.Itoa(a.Status()) + " " + http.StatusText(a.Status()) +
+			"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
 			strconv.Itoa(len(reason)) + "\r\nConnection: close\r\n"
-		if retry > 0 {
-			head += "Retry-After: " + strconv.Itoa(int((retry+time.Second-1)/time.Second)) + "\r\n"
+		if a.RetryAfter > 0 {
+			head += "Retry-After: " + strconv.Itoa(int((a.RetryAfter+time.Second-1)/time.Second)) + "\r\n"
 		}
 		c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
 		c.Write([]byte(head + "\r\n" + reason))

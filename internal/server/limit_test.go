@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/wire"
 )
 
 // logBuffer collects log output; it is safe for concurrent use.
@@ -165,19 +166,19 @@ func TestConnectionLimits(t *testing.T) {
 	})
 	target := fmt.Sprintf("http://127.0.0.1:%d/ok", port)
 	idle := held(t, addrs[0], 2)
-	waitFor(t, "two admitted connections", func() bool { return s.lim.Conns() == 2 })
+	waitFor(t, "two admitted connections", func() bool { return s.gen.Limiter.Conns() == 2 })
 	if status, _, err := rawGet(t, addrs[0], "", target); err == nil && !strings.HasPrefix(status, "503") {
 		t.Errorf("third connection: %q, want 503 or a closed connection", status)
 	}
 	idle[0].Close()
-	waitFor(t, "the closed connection released", func() bool { return s.lim.Conns() == 1 })
+	waitFor(t, "the closed connection released", func() bool { return s.gen.Limiter.Conns() == 1 })
 	if _, body, err := rawGet(t, addrs[0], "", target); err != nil || body != "origin says /ok" {
 		t.Errorf("after a connection closed: %q %v", body, err)
 	}
 	// The server releases rawGet's connection when it sees it close,
 	// which may come after rawGet returns: wait, or the CONNECT below
 	// could find both slots taken.
-	waitFor(t, "rawGet's connection released", func() bool { return s.lim.Conns() == 1 })
+	waitFor(t, "rawGet's connection released", func() bool { return s.gen.Limiter.Conns() == 1 })
 
 	// A CONNECT tunnel in the engine keeps its admission until it ends.
 	tc, err := net.Dial("tcp", addrs[0])
@@ -191,11 +192,11 @@ func TestConnectionLimits(t *testing.T) {
 		t.Fatalf("CONNECT: %q %v", line, err)
 	}
 	waitFor(t, "the tunnel in the engine", func() bool { return s.Tunnels() == 1 })
-	if n := s.lim.Conns(); n != 2 {
+	if n := s.gen.Limiter.Conns(); n != 2 {
 		t.Errorf("%d connections counted with a tunnel and an idle connection, want 2", n)
 	}
 	tc.Close()
-	waitFor(t, "the tunnel's admission released", func() bool { return s.lim.Conns() == 1 })
+	waitFor(t, "the tunnel's admission released", func() bool { return s.gen.Limiter.Conns() == 1 })
 	if !strings.Contains(logs.String(), `msg="connections refused" reason="too many connections"`) {
 		t.Errorf("no refusal warning:\n%s", logs)
 	}
@@ -237,7 +238,7 @@ func TestPerClientLimits(t *testing.T) {
 			c.Limits.MaxConnectionsPerClient = 1
 		})
 		held(t, addrs[0], 1)
-		waitFor(t, "the first connection admitted", func() bool { return s.lim.Conns() == 1 })
+		waitFor(t, "the first connection admitted", func() bool { return s.gen.Limiter.Conns() == 1 })
 		if status, _, err := rawGet(t, addrs[0], "", target); err == nil && !strings.HasPrefix(status, "429") {
 			t.Errorf("second connection from 127.0.0.1: %q", status)
 		}
@@ -377,7 +378,7 @@ func TestTLSHandshakeFairness(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the stalled handshakes to take their slot", func() bool { return len(s.handshakes.all) == 1 })
+	waitFor(t, "the stalled handshakes to take their slot", func() bool { return len(s.gen.handshakes.all) == 1 })
 	start := time.Now()
 	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
 	c, err := tls.DialWithDialer(d, "tcp", addrs[0], &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
@@ -407,9 +408,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // gives each worker's engine its share of the pipes, logs the split at
 // start and again when a reload changes it.
 func TestDescriptorBudgetLogged(t *testing.T) {
-	soft, _, err := openFileLimit()
+	soft, _, err := wire.OpenFileLimit()
 	if err != nil {
-		soft = defaultOpenFiles
+		soft = wire.DefaultOpenFiles
 	}
 	const workers = 2
 	want := func(t *testing.T, s *Server, logs *logBuffer, max int) {

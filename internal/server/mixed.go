@@ -9,24 +9,10 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/proxyproto"
-	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
-
-// newSOCKS returns the SOCKS server of a "socks5" or "mixed" listener:
-// its wire settings (what it may do is its sessions' policy).
-func newSOCKS(cfg *config.Config, log *slog.Logger) *socks5.Server {
-	return socks5.New(socks5.Config{
-		HandshakeTimeout:  cfg.Timeouts.ReadHeader.Duration,
-		UDPIdleTimeout:    cfg.Timeouts.UDPIdle.Duration,
-		SocketBufferBytes: cfg.SocketBufferBytes,
-		Logger:            log,
-	})
-}
 
 // serve hands a client connection from client to what the listener
 // speaks. A "mixed" listener looks at the connection's first byte without
@@ -35,24 +21,24 @@ func newSOCKS(cfg *config.Config, log *slog.Logger) *socks5.Server {
 // goes on being served after it returns (see serveTLS), which then runs
 // end once it has been; otherwise it has been served when serve returns.
 func (l *listener) serve(c *net.TCPConn, sess *gate.Session, end *connEnd) bool {
-	switch l.cfg.Protocol {
+	switch l.Config.Protocol {
 	case "https":
 		return l.serveTLS(c, sess, end)
 	case "socks5":
-		l.socks.ServeConn(c, sess)
+		l.SOCKS.ServeConn(c, sess)
 		return false
 	case "mixed":
-		b, err := peekByte(sess.Context(), c, l.peek)
+		b, err := peekByte(sess.Context(), c, l.ReadHeader)
 		if err != nil {
 			c.Close()
 			return false
 		}
 		if b == 0x05 || b == 0x04 {
-			l.socks.ServeConn(c, sess)
+			l.SOCKS.ServeConn(c, sess)
 			return false
 		}
 	}
-	l.proxy.ServeConn(c, sess)
+	l.Proxy.ServeConn(c, sess)
 	return false
 }
 
@@ -94,31 +80,31 @@ func peekByte(ctx context.Context, c *net.TCPConn, timeout time.Duration) (byte,
 // a valid header is closed. The caller has counted the connection in
 // s.conns.
 func (s *Server) serveProxied(l *listener, c *net.TCPConn, eng *tunnel.Engine) {
-	if l.ppFrom != nil {
+	if l.ProxyFrom != nil {
 		var peer netip.AddrPort
 		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 			peer = a.AddrPort()
 		}
-		if !trusted(l.ppFrom, peer.Addr().Unmap()) {
+		if !trusted(l.ProxyFrom, peer.Addr().Unmap()) {
 			if s.log.Enabled(s.connCtx, slog.LevelInfo) {
 				s.log.Info("server: connection to a PROXY protocol listener from a peer outside proxy_protocol_from; closed",
-					"listener", l.cfg.Name, "peer", peer.String())
+					"listener", l.Config.Name, "peer", peer.String())
 			}
 			c.Close()
 			s.conns.Done()
 			return
 		}
 	}
-	client, err := readProxyHeader(s.connCtx, c, l.peek)
+	client, err := readProxyHeader(s.connCtx, c, l.ReadHeader)
 	if err != nil {
 		s.log.Debug("server: connection without a valid PROXY protocol header closed",
-			"listener", l.cfg.Name, "peer", c.RemoteAddr().String(), "err", err)
+			"listener", l.Config.Name, "peer", c.RemoteAddr().String(), "err", err)
 		c.Close()
 		s.conns.Done()
 		return
 	}
-	if v, retry := l.lim.Admit(client.Addr()); v != limits.OK {
-		refuse(l, c, v, retry)
+	if a := l.Policy.Admit(client.Addr()); !a.OK() {
+		refuse(l, c, a)
 		s.conns.Done()
 		return
 	}

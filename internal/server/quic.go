@@ -14,11 +14,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h3"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
-	"github.com/rustle-proxy/rustle/internal/limits"
-	"github.com/rustle-proxy/rustle/internal/masque"
 )
 
 // quicSocket is an http3 listener's UDP socket and its QUIC listener,
@@ -36,28 +33,6 @@ type quicSocket struct {
 	hs quicHandshakes // the handshakes in progress on it, and their admission
 }
 
-// newH3 returns the HTTP/3 server of an https listener with http3 on: the
-// [http3] bounds, the CONNECT-UDP template, and the origin client and
-// idle timeout of the listener's HTTP/1.1 proxy.
-func newH3(cfg *config.Config, pc httpproxy.Config) (*h3.Server, error) {
-	tmpl, err := masque.ParseTemplate(cfg.HTTP3.UDPTemplate)
-	if err != nil {
-		return nil, fmt.Errorf("http3.udp_template: %w", err)
-	}
-	return h3.New(h3.Config{
-		Origin:           pc.Origin,
-		Template:         tmpl,
-		HandshakeTimeout: cfg.Timeouts.QUICHandshake.Duration,
-		IdleTimeout:      pc.IdleTimeout,
-		UDPIdleTimeout:   cfg.Timeouts.UDPIdle.Duration,
-		MaxConns:         cfg.HTTP3.MaxConnections,
-		MaxStreams:       cfg.HTTP3.MaxStreams,
-		MaxFlows:         cfg.HTTP3.MaxFlows,
-		MaxListenerFlows: cfg.HTTP3.MaxListenerFlows,
-		Logger:           pc.Logger,
-	})
-}
-
 // openQUIC opens l's UDP socket on the address and port number of its
 // first TCP socket, and a QUIC listener on it whose certificate, QUIC
 // settings and admission (see quicHandshakes) are those of the listener
@@ -66,17 +41,17 @@ func newH3(cfg *config.Config, pc httpproxy.Config) (*h3.Server, error) {
 func openQUIC(l *listener, log *slog.Logger) (*quicSocket, error) {
 	tcp, ok := l.lns[0].Addr().(*net.TCPAddr)
 	if !ok {
-		return nil, fmt.Errorf("server: listen %s on %s over UDP: no TCP address", l.cfg.Name, l.cfg.Address)
+		return nil, fmt.Errorf("server: listen %s on %s over UDP: no TCP address", l.Config.Name, l.Config.Address)
 	}
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: tcp.IP, Port: tcp.Port, Zone: tcp.Zone})
 	if err != nil {
-		return nil, fmt.Errorf("server: listen %s on %s over UDP: %w", l.cfg.Name, tcp, err)
+		return nil, fmt.Errorf("server: listen %s on %s over UDP: %w", l.Config.Name, tcp, err)
 	}
 	cur := l.cur
-	tlsConf := h3.TLSConfig(func() *tls.Config { return cur.Load().tls.TLSConfig() })
-	qc := l.h3.QUICConfig().Clone()
+	tlsConf := h3.TLSConfig(func() *tls.Config { return cur.Load().TLS.TLSConfig() })
+	qc := l.H3.QUICConfig().Clone()
 	qc.GetConfigForClient = func(*quic.ClientInfo) (*quic.Config, error) {
-		if s := cur.Load().h3; s != nil {
+		if s := cur.Load().H3; s != nil {
 			return s.QUICConfig(), nil
 		}
 		return nil, errors.New("server: http3 is off on this listener")
@@ -94,7 +69,7 @@ func openQUIC(l *listener, log *slog.Logger) (*quicSocket, error) {
 	if err != nil {
 		q.tr.Close()
 		udp.Close()
-		return nil, fmt.Errorf("server: listen %s on %s over QUIC: %w", l.cfg.Name, tcp, err)
+		return nil, fmt.Errorf("server: listen %s on %s over QUIC: %w", l.Config.Name, tcp, err)
 	}
 	q.ln = ln
 	return q, nil
@@ -164,9 +139,9 @@ func (s *Server) acceptQUIC(q *quicSocket, cur *atomic.Pointer[listener]) {
 			continue
 		}
 		l := cur.Load()
-		if l.h3 == nil {
+		if l.H3 == nil {
 			c.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "http3 is off")
-			a.lim.Release(a.ip)
+			a.policy.Release(a.ip)
 			continue
 		}
 		var client netip.AddrPort
@@ -178,19 +153,20 @@ func (s *Server) acceptQUIC(q *quicSocket, cur *atomic.Pointer[listener]) {
 		q.hold()
 		go func() {
 			defer q.release()
-			s.serveQUIC(l, c, client, a.lim)
+			s.serveQUIC(l, c, client, a.policy)
 		}()
 	}
 }
 
-// serveQUIC serves a QUIC connection that lim admitted in a session of
-// the listener's policy that gives the admission back when it closes.
-func (s *Server) serveQUIC(l *listener, c *quic.Conn, client netip.AddrPort, lim *limits.Limiter) {
+// serveQUIC serves a QUIC connection in a session of the listener's
+// policy that, when it closes, gives the admission back to admitted, the
+// policy that admitted it (that of the listener its handshake began on).
+func (s *Server) serveQUIC(l *listener, c *quic.Conn, client netip.AddrPort, admitted *gate.Policy) {
 	defer s.conns.Done()
 	ip := client.Addr()
-	sess := l.policy.NewSession(s.connCtx, client, nil, func() { lim.Release(ip) })
-	l.lm.Accepted()
-	l.h3.ServeConn(c, sess)
-	l.lm.Closed()
+	sess := l.Policy.NewSession(s.connCtx, client, nil, func() { admitted.Release(ip) })
+	l.Policy.Metrics.Accepted()
+	l.H3.ServeConn(c, sess)
+	l.Policy.Metrics.Closed()
 	sess.Close()
 }

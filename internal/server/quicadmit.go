@@ -11,7 +11,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/gate"
 )
 
 // quicHandshakes admits the new connections of one QUIC socket before
@@ -25,7 +25,7 @@ import (
 // the client is sent a Retry, which costs rustle no state, and comes
 // back with a token that proves its address (a spoofed one cannot).
 // Then admit: the listener's connection limits and the address's
-// cool-down (limits.Limiter.Admit), http3.max_connections, and a slot of
+// cool-down (gate.Policy.Admit), http3.max_connections, and a slot of
 // limits.max_tls_handshakes, shared with the TCP side's TLS handshakes
 // (an eighth per address). A connection refused there is sent
 // CONNECTION_REFUSED and holds nothing. An admitted one holds its slot
@@ -59,13 +59,13 @@ func (h *quicHandshakes) init(log *slog.Logger) {
 // retry reports whether a new connection from the unvalidated address a
 // is to be sent a Retry first, as l's threshold says.
 func (h *quicHandshakes) retry(l *listener, a net.Addr) bool {
-	if l.quicRetry < 0 {
+	if l.QUICRetry < 0 {
 		return true
 	}
 	ip := addrIP(a)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.unvalidated < l.quicRetry && h.perIP[ip] < max(1, l.quicRetry/8) {
+	if h.unvalidated < l.QUICRetry && h.perIP[ip] < max(1, l.QUICRetry/8) {
 		return false
 	}
 	h.retries++
@@ -78,23 +78,23 @@ func (h *quicHandshakes) retry(l *listener, a net.Addr) bool {
 // it returns, which quic-go derives the connection's from, carries the
 // connection's quicAttempt.
 func (h *quicHandshakes) admit(ctx context.Context, l *listener, ci *quic.ClientInfo) (context.Context, error) {
-	if l.h3 == nil {
+	if l.H3 == nil {
 		return nil, errors.New("server: http3 is off on this listener")
 	}
 	ip := addrIP(ci.RemoteAddr)
-	if l.h3.Full() {
+	if l.H3.Full() {
 		return nil, h.refuse("too many QUIC connections on the listener")
 	}
-	if v, _ := l.lim.Admit(ip); v != limits.OK {
+	if adm := l.Policy.Admit(ip); !adm.OK() {
 		// The limiter warns of its own refusals.
-		return nil, errors.New("server: QUIC connection refused: " + v.String())
+		return nil, errors.New("server: QUIC connection refused: " + adm.Reason())
 	}
 	slot := l.handshakes.tryAcquire(ip)
 	if slot == nil {
-		l.lim.Release(ip)
+		l.Policy.Release(ip)
 		return nil, h.refuse("too many TLS handshakes in progress")
 	}
-	a := &quicAttempt{h: h, ip: ip, lim: l.lim, slots: l.handshakes, slot: slot, unvalidated: !ci.AddrVerified}
+	a := &quicAttempt{h: h, ip: ip, policy: l.Policy, slots: l.handshakes, slot: slot, unvalidated: !ci.AddrVerified}
 	if a.unvalidated {
 		h.mu.Lock()
 		h.unvalidated++
@@ -107,7 +107,7 @@ func (h *quicHandshakes) admit(ctx context.Context, l *listener, ci *quic.Client
 	// is ended here.
 	a.mu.Lock() // expire waits for both
 	a.stopCtx = context.AfterFunc(ctx, a.expire)
-	a.timer = time.AfterFunc(2*l.h3.QUICConfig().HandshakeIdleTimeout+time.Second, a.expire)
+	a.timer = time.AfterFunc(2*l.H3.QUICConfig().HandshakeIdleTimeout+time.Second, a.expire)
 	a.mu.Unlock()
 	return context.WithValue(ctx, attemptKey{}, a), nil
 }
@@ -162,7 +162,7 @@ func addrIP(a net.Addr) netip.Addr {
 type quicAttempt struct {
 	h           *quicHandshakes
 	ip          netip.Addr
-	lim         *limits.Limiter
+	policy      *gate.Policy // what admitted the connection, and takes its admission back
 	slots       *handshakeSlots
 	slot        *ipSlots
 	unvalidated bool
@@ -219,5 +219,5 @@ func (a *quicAttempt) expire() {
 		return
 	}
 	a.endLocked()
-	a.lim.Release(a.ip)
+	a.policy.Release(a.ip)
 }

@@ -306,7 +306,7 @@ func TestQUICHandshakeFlood(t *testing.T) {
 	// timeouts.quic_handshake (10 s, 5 s without a packet) none is left
 	// in progress well within 15 s.
 	s.mu.Lock()
-	q := s.listeners[0].quic
+	q := s.gen.listeners[0].quic
 	s.mu.Unlock()
 	deadline := time.Now().Add(15 * time.Second)
 	for q.hs.inProgress() != 0 {

@@ -1,19 +1,16 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/cluster"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/quota"
+	"github.com/rustle-proxy/rustle/internal/wire"
 )
 
 // shared is what the server shares across generations for quotas and a
@@ -32,65 +29,19 @@ type shared struct {
 	once      sync.Once // closeShared
 }
 
-// quotaRules converts the configured rules; the configuration is
-// validated.
-func quotaRules(q config.Quota) ([]quota.Rule, error) {
-	rules := make([]quota.Rule, len(q.Rules))
-	for i, r := range q.Rules {
-		period, err := quota.ParsePeriod(r.Period)
-		if err != nil {
-			return nil, err
-		}
-		reset, err := config.ParseReset(r.Reset)
-		if err != nil {
-			return nil, err
-		}
-		loc, err := time.LoadLocation(r.TimeZone)
-		if err != nil {
-			return nil, err
-		}
-		rules[i] = quota.Rule{Name: r.Name, Users: r.Users, Groups: r.Groups, Period: period, Reset: reset,
-			Loc: loc, Bytes: r.Bytes, Requests: r.Requests}
-	}
-	return rules, nil
-}
-
 // newShared makes the quota tracker and the cluster link of cfg, and
 // reads back the saved quota counters.
 func (s *Server) newShared(cfg *config.Config) error {
 	sh := &s.shared
 	sh.stop = make(chan struct{})
-	if len(cfg.Quota.Rules) > 0 {
-		rules, err := quotaRules(cfg.Quota)
-		if err != nil {
-			return fmt.Errorf("server: quota: %w", err)
-		}
-		sh.quota = quota.New(quota.Config{Rules: rules, Groups: cfg.ACL.Groups})
+	q, err := wire.Quota(cfg)
+	if err != nil {
+		return err
 	}
-	if c := cfg.Cluster; c.Enabled() {
-		cc := cluster.Config{
-			URL: c.Redis, Sentinels: c.Sentinels, MasterName: c.MasterName, Nodes: c.Nodes, Username: c.Username,
-			SyncInterval: c.SyncInterval.Duration, Timeout: c.Timeout.Duration,
-			Instance: c.Instance, Quota: sh.quota, LocalConns: s.localConns, Revoke: s.revokeUsers,
-			Logger: s.log,
-		}
-		var err error
-		if c.PasswordFile != "" {
-			if cc.Password, err = readSecret(c.PasswordFile); err != nil {
-				return fmt.Errorf("server: cluster.password_file: %w", err)
-			}
-		}
-		if c.SentinelPasswordFile != "" {
-			if cc.SentinelPassword, err = readSecret(c.SentinelPasswordFile); err != nil {
-				return fmt.Errorf("server: cluster.sentinel_password_file: %w", err)
-			}
-		}
-		cl, err := cluster.New(cc)
-		if err != nil {
-			return fmt.Errorf("server: %w", err)
-		}
-		sh.cluster = cl
-		return nil
+	sh.quota = q
+	sh.cluster, err = wire.Cluster(cfg, q, wire.ClusterHooks{LocalConns: s.localConns, Revoke: s.revokeUsers}, s.log)
+	if err != nil || sh.cluster != nil {
+		return err
 	}
 	if cfg.Quota.StateFile != "" && sh.quota != nil {
 		sh.stateFile, sh.every = cfg.Quota.StateFile, cfg.Quota.SaveInterval.Duration
@@ -162,10 +113,10 @@ func (s *Server) closeShared() {
 // cluster.
 func (s *Server) localConns(fn func(user string, conns int)) {
 	s.mu.Lock()
-	lim := s.lim
+	g := s.gen
 	s.mu.Unlock()
-	if lim != nil {
-		lim.UserConns(fn)
+	if g != nil {
+		g.Limiter.UserConns(fn)
 	}
 }
 
@@ -208,6 +159,24 @@ func (s *Server) publishRevoked(users []string) {
 // Quota returns the state of user's quotas, none when no quota applies.
 func (s *Server) Quota(user string) []quota.Status { return s.shared.quota.Status(user) }
 
+// Quotas returns every quota counter, none without quotas.
+func (s *Server) Quotas() []quota.Status {
+	if s.shared.quota == nil {
+		return nil
+	}
+	return s.shared.quota.All()
+}
+
+// ClusterState reports whether the quota counts and the users'
+// connections are shared through Redis ([cluster] redis) and, then,
+// whether the last sync succeeded.
+func (s *Server) ClusterState() (cluster, up bool) {
+	if cl := s.shared.cluster; cl != nil {
+		return true, cl.Up()
+	}
+	return false, false
+}
+
 // registerQuotaMetrics makes m report the quota counters and, with a
 // cluster, whether Redis is reachable.
 func (s *Server) registerQuotaMetrics(m *metrics.Metrics) {
@@ -227,28 +196,6 @@ func (s *Server) registerQuotaMetrics(m *metrics.Metrics) {
 	}
 }
 
-// userNames returns the names of cfg's users, inline and from the
-// htpasswd files (which auth.New has just read: a file that no longer
-// reads adds none).
-func userNames(cfg *config.Config) []string {
-	var names []string
-	for _, u := range cfg.Auth.Users {
-		names = append(names, u.Name)
-	}
-	for _, path := range cfg.Auth.Htpasswd {
-		f, err := os.Open(path)
-		if err != nil {
-			continue
-		}
-		users, _ := auth.ParseHtpasswd(f, path)
-		f.Close()
-		for _, u := range users {
-			names = append(names, u.Name)
-		}
-	}
-	return names
-}
-
 // removedUsers returns the users a reload from prev to g revoked here
 // (revoked) and the configured users of prev that g no longer has,
 // sorted, for the other instances, which may hold their connections.
@@ -257,64 +204,11 @@ func (s *Server) removedUsers(prev, g *generation, revoked []string) []string {
 		return nil
 	}
 	out := slices.Clone(revoked)
-	for _, name := range prev.names {
-		if g.authr == nil || !g.authr.Has(name) {
+	for _, name := range prev.Names {
+		if g.Auth == nil || !g.Auth.Has(name) {
 			out = append(out, name)
 		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-// QuotaReport is the answer of the admin endpoint GET /quota?user=NAME.
-type QuotaReport struct {
-	// User is the user asked about; "" for every counter.
-	User string `json:"user"`
-	// Quotas are the user's quotas (every counter without a user); none
-	// when no quota applies.
-	Quotas []quota.Status `json:"quotas"`
-	// Cluster says whether the counts are shared through Redis, and
-	// RedisUp whether the last sync succeeded.
-	Cluster bool `json:"cluster"`
-	RedisUp bool `json:"redis_up"`
-}
-
-// QuotaHandler serves GET /quota?user=NAME on the admin listener: the
-// user's quotas as a JSON [QuotaReport]; without user, every counter.
-func (s *Server) QuotaHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user := r.URL.Query().Get("user")
-		rep := QuotaReport{User: user, Quotas: []quota.Status{}}
-		if user != "" {
-			rep.Quotas = append(rep.Quotas, s.Quota(user)...)
-		} else if q := s.shared.quota; q != nil {
-			rep.Quotas = append(rep.Quotas, q.All()...)
-		}
-		if cl := s.shared.cluster; cl != nil {
-			rep.Cluster, rep.RedisUp = true, cl.Up()
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		json.NewEncoder(w).Encode(&rep)
-	})
-}
-
-// RevokeHandler serves POST /revoke?user=NAME on the admin listener: it
-// ends the user's sessions and tunnels here and, with a cluster, on
-// every instance (see RevokeUser). It answers 200 with the count, 400
-// without a user, 502 when the revocation could not be published.
-func (s *Server) RevokeHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		user := r.URL.Query().Get("user")
-		if user == "" {
-			http.Error(w, "revoke: user=NAME is required", http.StatusBadRequest)
-			return
-		}
-		n, err := s.RevokeUser(user)
-		if err != nil {
-			http.Error(w, fmt.Sprintf("revoked here (%d), not yet published to the other instances: %v", n, err), http.StatusBadGateway)
-			return
-		}
-		fmt.Fprintf(w, "revoked %d\n", n)
-	})
 }

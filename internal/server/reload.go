@@ -3,375 +3,91 @@ package server
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
 
-	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
-	"github.com/rustle-proxy/rustle/internal/dialer"
-	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
-	"github.com/rustle-proxy/rustle/internal/limits"
-	"github.com/rustle-proxy/rustle/internal/origin"
-	"github.com/rustle-proxy/rustle/internal/resolve"
 	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/wire"
 )
 
 // ErrRestartRequired is wrapped by Reload's error when the new
 // configuration changes a setting that only a restart can apply.
 var ErrRestartRequired = errors.New("needs a restart")
 
-// generation is what one configuration builds: users, access policy,
-// guard, limits and one listener (proxy, SOCKS and HTTP/2 servers) per
-// configured listener. It is not changed once built. New builds the
-// first; Reload builds the next and swaps it in for new connections,
-// while each connection keeps the listener, and so the generation, it was
-// accepted with.
+// generation is what one configuration builds (wire.Generation: users,
+// access policy, guard, limits, and the policy and front-ends of each
+// listener), with the server's own parts of it: the TLS handshake slots
+// and a listener, which holds sockets, per configured listener. It is
+// not changed once built. New builds the first; Reload builds the next
+// and swaps it in for new connections, while each connection keeps the
+// listener, and so the generation, it was accepted with.
 type generation struct {
-	cfg        *config.Config
-	guard      *dialer.Guard
-	lim        *limits.Limiter
-	budget     budget              // the descriptors' split, lim's connection limit
-	authr      *auth.Authenticator // the users; nil = none configured
+	*wire.Generation
 	handshakes *handshakeSlots
-	listeners  []*listener
-	resolver   *resolve.Resolver  // the [dns] resolver; nil = the system's
-	users      int                // the number of users, inline and from files
-	names      []string           // the names of the users, inline and from files
-	created    []*tlsconf.Manager // TLS managers this build made rather than took from the previous generation
-	routes     *route.Table       // nil = no parents or routes
-	dialer     *dialer.Dialer     // what the routes' probes dial parents with
+	listeners  []*listener // one per Generation.Listeners, in order
 }
 
 // build makes the generation of cfg. prev, the generation in use, is nil
-// at start; otherwise its limiter, TLS handshake slots and TLS managers
-// are carried over where cfg leaves their settings unchanged, and the
-// certificates of carried-over TLS managers are re-read.
+// at start; otherwise what cfg leaves unchanged is carried over (see
+// wire.Build), and so are the TLS handshake slots when their number is
+// the same.
 func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error) {
-	g := &generation{cfg: cfg}
-	var authr *auth.Authenticator
-	if cfg.HasUsers() {
-		a, err := auth.New(auth.Config{
-			Realm:     cfg.Auth.Realm,
-			Files:     cfg.Auth.Htpasswd,
-			Users:     localUsers(cfg),
-			CacheTTL:  cfg.Auth.CacheTTL.Duration,
-			CacheSize: cfg.Auth.CacheSize,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("server: load users: %w", err)
-		}
-		authr = a
-		g.authr = a
-		g.users = a.Len()
-		if s.shared.cluster != nil { // published when a reload removes them
-			g.names = userNames(cfg)
-		}
+	var wprev *wire.Generation
+	if prev != nil {
+		wprev = prev.Generation
 	}
-
-	providers, err := newProviders(cfg, s.log)
+	wg, err := wire.Build(cfg, &s.env, wprev)
 	if err != nil {
 		return nil, err
 	}
-	chains := make(map[string]*auth.Authenticator) // by the providers they try
-
-	guard, err := newGuard(cfg.AllowPrivate)
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	policy, err := newPolicy(cfg.ACL, cfg.ProviderGroups())
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	g.guard = guard
-	if prev != nil && cfg.LimitsEqual(prev.cfg) {
-		g.lim, g.budget = prev.lim, prev.budget
-	} else {
-		g.budget = descriptorBudget(cfg.Limits)
-		if g.lim, err = newLimiter(cfg, g.budget.conns, s.log); err != nil {
-			return nil, err
-		}
-		if cl := s.shared.cluster; cl != nil {
-			g.lim.SetShared(cl.Others)
-		}
-	}
+	g := &generation{Generation: wg}
 	if n := max(1, cfg.Limits.MaxTLSHandshakes); prev != nil && prev.handshakes.size() == n {
 		g.handshakes = prev.handshakes
 	} else {
 		g.handshakes = newHandshakeSlots(n)
 	}
-	res, err := s.newResolver(cfg, prev)
-	if err != nil {
-		return nil, err
-	}
-	g.resolver = res
-	dc := dialer.Config{
-		Timeout:           cfg.Timeouts.Connect.Duration,
-		SocketBufferBytes: cfg.SocketBufferBytes,
-		Guard:             guard,
-	}
-	if res != nil {
-		dc.Resolver = res
-	}
-	d := dialer.New(dc)
-	egress, err := newEgress(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var prevRoutes *route.Table
-	if prev != nil {
-		prevRoutes = prev.routes
-	}
-	if g.routes, err = s.newRoutes(cfg, prevRoutes); err != nil {
-		return nil, err
-	}
-	g.dialer = d
-
-	// TLS managers of the previous generation, by their settings.
-	reuse := make(map[tlsKey][]*tlsconf.Manager)
-	if prev != nil {
-		for _, l := range prev.listeners {
-			if l.tls != nil {
-				k := tlsKeyOf(l.cfg)
-				reuse[k] = append(reuse[k], l.tls)
-			}
-		}
-	}
-	// How every listener's front-ends talk to upstreams.
-	oc, err := origin.New(origin.Config{
-		Forwarded:             cfg.Forwarded,
-		Via:                   cfg.Via,
-		MaxHeaderBytes:        cfg.MaxHeaderBytes,
-		ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.Duration,
-		WriteTimeout:          cfg.Timeouts.Write.Duration,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("server: %w", err)
-	}
-	o := s.opts
-	for i, lc := range cfg.Listen {
-		log := s.log.With("listener", lc.Name)
-		pc := httpproxy.Config{
-			Origin:            oc,
-			ReadHeaderTimeout: cfg.Timeouts.ReadHeader.Duration,
-			IdleTimeout:       cfg.Timeouts.IdleClient.Duration,
-			SocketBufferBytes: cfg.SocketBufferBytes,
-			Logger:            log,
-		}
-		gp := &gate.Policy{
-			Listener:   lc.Name,
-			ACL:        policy,
-			Limiter:    g.lim,
-			Dialer:     d,
-			Pool:       s.pool,
-			Routes:     g.routes,
-			Metrics:    o.metrics.Listener(lc.Name, lc.Protocol),
-			AccessLog:  o.access,
-			TunnelIdle: cfg.Timeouts.IdleTunnel.Duration,
-			Logger:     log,
-			Revoked:    s.revoked,
-			Cut:        s.cutCtx,
-			Quota:      s.shared.quota,
-		}
-		if o.metrics != nil {
-			gp.UserMetrics = o.metrics.User
-		}
-		if gp.Egress, err = listenerEgress(cfg, i, egress); err != nil {
-			g.closeCreated()
-			return nil, err
-		}
-		if cfg.EffectiveAuth(lc) == config.AuthBasic {
-			a, err := listenerAuth(cfg, i, authr, providers, chains)
-			if err != nil {
-				g.closeCreated()
-				return nil, err
-			}
-			gp.Auth = a
-		}
-		hp, err := httpproxy.New(pc)
-		if err != nil {
-			g.closeCreated()
-			return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
-		}
-		l := &listener{cfg: lc, policy: gp, lm: gp.Metrics, proxy: hp, peek: cfg.Timeouts.ReadHeader.Duration,
-			hello:      cfg.Timeouts.ClientHello.Duration,
-			quicRetry:  cfg.HTTP3.RetryThreshold,
-			handshakes: g.handshakes, lim: g.lim, cur: new(atomic.Pointer[listener])}
+	for _, wl := range wg.Listeners {
+		l := &listener{Listener: wl, handshakes: g.handshakes, cur: new(atomic.Pointer[listener])}
 		l.cur.Store(l)
-		for _, e := range lc.ProxyProtocolFrom {
-			p, err := acl.ParsePrefix(e)
-			if err != nil {
-				g.closeCreated()
-				return nil, fmt.Errorf("server: listener %s: proxy_protocol_from: %w", lc.Name, err)
-			}
-			l.ppFrom = append(l.ppFrom, p)
-		}
-		switch lc.Protocol {
-		case "socks5", "mixed":
-			l.socks = newSOCKS(cfg, log)
-		case "https":
-			if k := tlsKeyOf(lc); len(reuse[k]) > 0 {
-				ms := reuse[k]
-				l.tls, reuse[k] = ms[0], ms[1:]
-				if err := l.tls.Reload(); err != nil {
-					g.closeCreated()
-					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
-				}
-			} else {
-				m, err := newTLS(lc, log)
-				if err != nil {
-					g.closeCreated()
-					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
-				}
-				l.tls = m
-				g.created = append(g.created, m)
-			}
-			alpn := lc.EffectiveALPN()
-			l.http1 = slices.Contains(alpn, config.ALPNHTTP1)
-			if slices.Contains(alpn, config.ALPNH2) {
-				if l.h2, err = newH2(cfg, pc); err != nil {
-					g.closeCreated()
-					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
-				}
-			}
-			if lc.HTTP3 {
-				if l.h3, err = newH3(cfg, pc); err != nil {
-					g.closeCreated()
-					return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
-				}
-			}
-		}
 		g.listeners = append(g.listeners, l)
 	}
 	return g, nil
 }
 
-// listenerAuth returns the authenticator of cfg.Listen[i], a listener
-// that authenticates: its -L URL's user alone, or its identity providers
-// (see config.ListenerProviders) in order, with the configured users
-// (authr) its users key names, or every configured user, where "local"
-// stands among them.
-func listenerAuth(cfg *config.Config, i int, authr *auth.Authenticator, providers map[string]auth.Provider,
-	chains map[string]*auth.Authenticator) (*auth.Authenticator, error) {
-	lc := cfg.Listen[i]
-	if names := cfg.ListenerProviders(lc); lc.URLUser == nil && !(len(names) == 1 && names[0] == config.LocalProvider) {
-		if len(names) == 0 {
-			return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
-		}
-		a, err := chainAuth(cfg, names, authr, providers, chains)
-		if err != nil {
-			return nil, fmt.Errorf("server: listener %s: %w", lc.Name, err)
-		}
-		if len(lc.Users) > 0 {
-			if err := knownUsers(cfg, i, authr); err != nil {
-				return nil, err
-			}
-			return a.Only(lc.Users), nil
-		}
-		return a, nil
-	}
-	switch {
-	case lc.URLUser != nil:
-		u := lc.URLUser
-		a, err := auth.New(auth.Config{
-			Realm:     cfg.Auth.Realm,
-			Users:     []auth.User{{Name: u.Name, Password: u.Password, Bcrypt: u.Bcrypt}},
-			CacheTTL:  cfg.Auth.CacheTTL.Duration,
-			CacheSize: cfg.Auth.CacheSize,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("server: listener %s: load its user: %w", lc.Name, err)
-		}
-		return a, nil
-	case authr == nil:
-		return nil, fmt.Errorf("server: listener %s requires basic auth but no users are configured", lc.Name)
-	case len(lc.Users) > 0:
-		if err := knownUsers(cfg, i, authr); err != nil {
-			return nil, err
-		}
-		return authr.Only(lc.Users), nil
-	}
-	return authr, nil
-}
-
-// knownUsers checks that the users key of cfg.Listen[i] names users of
-// authr, the configured users.
-func knownUsers(cfg *config.Config, i int, authr *auth.Authenticator) error {
-	lc := cfg.Listen[i]
-	for j, name := range lc.Users {
-		if !authr.Has(name) {
-			return cfg.KeyError(fmt.Sprintf("listen[%d].users[%d]", i, j),
-				fmt.Errorf("user %q is neither in [[auth.users]] nor in an auth.htpasswd file", name))
-		}
-	}
-	return nil
-}
-
-// Check loads what cfg names, as New would: the users and their files,
-// the access rules, the private ranges and the https listeners'
-// certificates. It starts nothing (no listener, worker or engine) and
-// releases all it loaded before returning: nil, or the error New would
-// have returned.
-func Check(cfg *config.Config) error {
-	s := &Server{log: slog.New(slog.DiscardHandler), revoked: new(gate.Registry)}
-	g, err := s.build(cfg, nil)
-	if err != nil {
-		return err
-	}
-	g.closeCreated()
-	if g.resolver != nil {
-		g.resolver.Close()
-	}
-	return nil
-}
-
-// tlsKey is what a TLS manager is made from: a listener's TLS files,
-// the ALPN protocols and the key exchanges it offers, joined with commas.
-type tlsKey struct {
-	tls       config.ListenerTLS
-	alpn, kex string
-}
-
-func tlsKeyOf(lc config.Listener) tlsKey {
-	return tlsKey{lc.TLS, strings.Join(lc.EffectiveALPN(), ","), strings.Join(lc.KeyExchanges, ",")}
-}
-
-// closeCreated closes the TLS managers g made, when g is dropped.
-func (g *generation) closeCreated() {
-	for _, m := range g.created {
-		m.Close()
-	}
-}
-
-// useLocked makes g the server's current generation.
+// useLocked makes g the server's current generation: it closes the
+// previous resolver, starts the routes' probes when they are new and
+// gives the engines their share of a new descriptor budget.
 func (s *Server) useLocked(g *generation) {
-	s.cfg, s.guard, s.lim, s.handshakes, s.users, s.userNames = g.cfg, g.guard, g.lim, g.handshakes, g.authr, g.names
-	if s.resolver != nil && s.resolver != g.resolver {
-		s.resolver.Close() // its idle DNS over HTTPS connections; the dialers that hold it still work
+	var prevRoutes *route.Table
+	var prevBudget wire.Budget
+	if prev := s.gen; prev != nil {
+		prevRoutes, prevBudget = prev.Routes, prev.Budget
+		if prev.Resolver != nil && prev.Resolver != g.Resolver {
+			prev.Resolver.Close() // its idle DNS over HTTPS connections; the dialers that hold it still work
+		}
 	}
-	s.resolver = g.resolver
-	s.listeners = g.listeners
-	if g.routes != s.routes {
-		s.routes = g.routes
-		g.routes.Start(g.dialer) // the previous table's probes are closed by Reload
-		setParentIdle(s.pool, g.routes)
+	s.gen = g
+	if g.Routes != prevRoutes {
+		g.Routes.Start(g.Dialer) // the previous table's probes are closed by Reload
+		setParentIdle(s.pool, g.Routes)
 	}
-	if g.budget != s.budget {
-		s.budget = g.budget
-		s.setPipesLocked(g.budget)
+	if g.Budget != prevBudget {
+		s.setPipesLocked(g.Budget)
 	}
 }
 
-// currentLocked returns the server's current generation.
-func (s *Server) currentLocked() *generation {
-	return &generation{cfg: s.cfg, guard: s.guard, lim: s.lim, budget: s.budget, authr: s.users,
-		handshakes: s.handshakes, listeners: s.listeners, resolver: s.resolver, routes: s.routes,
-		names: s.userNames}
+// listenersLocked returns the current generation's listeners; none
+// before New has built the first.
+func (s *Server) listenersLocked() []*listener {
+	if s.gen == nil {
+		return nil
+	}
+	return s.gen.listeners
 }
 
 // Reload swaps in cfg, a validated configuration, for the connections
@@ -394,65 +110,115 @@ func (s *Server) currentLocked() *generation {
 func (s *Server) Reload(cfg *config.Config) error {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	s.mu.Lock()
-	running := s.started && !s.stopped
-	prev := s.currentLocked()
-	s.mu.Unlock()
-	if !running {
-		return errors.New("server: reload: server is not running")
-	}
-	if err := restartOnly(prev.cfg, cfg); err != nil {
+	prev, err := s.reloadable(cfg)
+	if err != nil {
 		return err
 	}
 	g, err := s.build(cfg, prev)
 	if err != nil {
 		return err
 	}
-
-	// Keep the sockets of unchanged addresses; open the new ones.
 	kept := pairListeners(prev.listeners, g.listeners)
-	var opened []net.Listener
-	var openedQUIC []*quicSocket // sockets this reload opened, for listeners with http3 on
-	fail := func(err error) error {
-		closeAll(opened)
-		for _, q := range openedQUIC {
-			q.close()
-		}
-		g.closeCreated()
+	opened, err := s.openListeners(g, kept)
+	if err != nil {
+		g.Drop()
 		return err
 	}
+	g.Guard.SetOwn(s.ownAddrs(g.listeners))
+	observeRoutes(s.opts.metrics, g.Routes) // before any connection can use them
+	added, removed, err := s.swap(prev, g, kept, opened)
+	if err != nil {
+		opened.close()
+		g.Drop()
+		return err
+	}
+	s.retire(prev, g)
+	s.log.Info("configuration reloaded", "listeners", len(g.listeners),
+		"added", added, "removed", removed,
+		"users", g.Users, "acl_rules", len(cfg.ACL.Rules))
+	s.shared.quota.SetGroups(cfg.ACL.Groups)
+	s.revokeRemoved(prev, g)
+	return nil
+}
+
+// reloadable returns the generation in use, or why cfg cannot replace
+// it: the server is not running, or cfg changes a setting that only a
+// restart applies.
+func (s *Server) reloadable(cfg *config.Config) (*generation, error) {
+	s.mu.Lock()
+	running := s.started && !s.stopped
+	prev := s.gen
+	s.mu.Unlock()
+	if !running {
+		return nil, errors.New("server: reload: server is not running")
+	}
+	if err := restartOnly(prev.Config, cfg); err != nil {
+		return nil, err
+	}
+	return prev, nil
+}
+
+// opened are the sockets a reload opened, closed again when the reload
+// fails.
+type opened struct {
+	lns   []net.Listener
+	quics []*quicSocket // for listeners with http3 on
+}
+
+func (o *opened) close() {
+	closeAll(o.lns)
+	for _, q := range o.quics {
+		q.close()
+	}
+}
+
+// openListeners gives each of g's listeners its sockets: those of the
+// listener it keeps (kept, see pairListeners), whose accept loops it
+// takes over, or new ones, and the QUIC socket of a listener with http3
+// on that has none yet. On failure it closes what it opened.
+func (s *Server) openListeners(g *generation, kept []*listener) (*opened, error) {
+	o := new(opened)
 	for i, l := range g.listeners {
 		if ol := kept[i]; ol != nil {
 			l.lns = ol.lns
 			l.cur = ol.cur // what a QUIC socket opened below hands connections to
-			if l.h3 != nil && ol.quic != nil {
+			if l.H3 != nil && ol.quic != nil {
 				l.quic = ol.quic
 				continue
 			}
 		} else {
-			lns, err := openSockets(l.cfg, len(s.engines))
+			lns, err := openSockets(l.Config, len(s.engines))
 			if err != nil {
-				return fail(err)
+				o.close()
+				return nil, err
 			}
 			l.lns = lns
-			opened = append(opened, lns...)
+			o.lns = append(o.lns, lns...)
 		}
-		if l.h3 != nil {
+		if l.H3 != nil {
 			q, err := openQUIC(l, s.log)
 			if err != nil {
-				return fail(err)
+				o.close()
+				return nil, err
 			}
 			l.quic = q
-			openedQUIC = append(openedQUIC, q)
+			o.quics = append(o.quics, q)
 		}
 	}
-	g.guard.SetOwn(s.ownAddrs(g.listeners))
-	observeRoutes(s.opts.metrics, g.routes) // before any connection can use them
+	return o, nil
+}
 
+// swap makes g the server's generation: the accept loops of the sockets
+// kept hand out g's listeners from now on, the sockets of the listeners
+// removed are closed (their QUIC sockets retired: their connections run
+// on), and the new sockets get their accept loops. It returns how many
+// listeners were added and removed, or an error when the server is
+// shutting down, and then changes nothing.
+func (s *Server) swap(prev, g *generation, kept []*listener, o *opened) (added, removed int, err error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.stopped {
-		s.mu.Unlock()
-		return fail(errors.New("server: reload: server is shutting down"))
+		return 0, 0, errors.New("server: reload: server is shutting down")
 	}
 	inUse := make(map[*listener]bool)
 	quicInUse := make(map[*quicSocket]bool)
@@ -466,7 +232,6 @@ func (s *Server) Reload(cfg *config.Config) error {
 			quicInUse[l.quic] = true
 		}
 	}
-	removed := 0
 	for _, ol := range prev.listeners {
 		if !inUse[ol] {
 			closeAll(ol.lns)
@@ -476,19 +241,25 @@ func (s *Server) Reload(cfg *config.Config) error {
 			ol.quic.retire() // its connections run on, then it closes
 		}
 	}
-	s.quics = append(s.quics, openedQUIC...)
-	for _, q := range openedQUIC {
+	s.useLocked(g)
+	if g.Budget != prev.Budget {
+		s.logBudget(g.Budget)
+	}
+	s.acceptOpenedLocked(g, kept, o)
+	return len(g.listeners) - len(inUse), removed, nil
+}
+
+// acceptOpenedLocked starts the accept loops of the sockets o that a
+// reload opened for g's listeners (kept: those that took over sockets).
+func (s *Server) acceptOpenedLocked(g *generation, kept []*listener, o *opened) {
+	s.quics = append(s.quics, o.quics...)
+	for _, q := range o.quics {
 		for _, l := range g.listeners {
 			if l.quic == q {
 				s.accepts.Add(1)
 				go s.acceptQUIC(q, l.cur)
 			}
 		}
-	}
-	budgetChanged := g.budget != prev.budget
-	s.useLocked(g)
-	if budgetChanged {
-		s.logBudget(g.budget)
 	}
 	for i, l := range g.listeners {
 		if kept[i] != nil {
@@ -498,49 +269,45 @@ func (s *Server) Reload(cfg *config.Config) error {
 			s.accepts.Add(1)
 			go s.acceptLoop(ln, l.cur, s.engines[w])
 		}
-		s.log.Info("listening", "listener", l.cfg.Name, "protocol", l.cfg.Protocol,
-			"addr", l.lns[0].Addr().String(), "auth", cfg.EffectiveAuth(l.cfg), "workers", len(l.lns))
+		s.log.Info("listening", "listener", l.Config.Name, "protocol", l.Config.Protocol,
+			"addr", l.lns[0].Addr().String(), "auth", g.Config.EffectiveAuth(l.Config), "workers", len(l.lns))
 	}
-	s.mu.Unlock()
+}
 
+// retire lets go of what prev had and g no longer uses, once g is in
+// use.
+func (s *Server) retire(prev, g *generation) {
 	// The new guard decides at once for the connections accepted before
 	// the reload too (their dialers hold the old one), and the pooled
 	// upstreams it no longer lets through are closed: tightening
 	// allow_private takes effect on every reuse and every dial.
-	prev.guard.Supersede(g.guard)
+	prev.Guard.Supersede(g.Guard)
 	// Connections keep the routes and parents they were given; only the
 	// previous table's probes stop (but those of the parents carried
 	// over, which the new table runs on), and the series of the parents
 	// the reload removed are deleted.
-	prev.routes.Close()
-	forgetRemoved(s.opts.metrics, prev.routes, g.routes)
+	prev.Routes.Close()
+	forgetRemoved(s.opts.metrics, prev.Routes, g.Routes)
 	if s.pool != nil {
 		n := s.pool.Retain(func(c *net.TCPConn) bool {
 			a, ok := c.RemoteAddr().(*net.TCPAddr)
-			return ok && g.guard.Check(a.AddrPort(), false) == nil
+			return ok && g.Guard.Check(a.AddrPort(), false) == nil
 		})
 		if n > 0 {
 			s.log.Info("pooled upstream connections closed: the reloaded guard refuses them", "count", n)
 		}
 	}
-
 	// Connections already past their handshake keep working when their
 	// TLS manager stops rotating ticket keys.
 	keepTLS := make(map[*tlsconf.Manager]bool)
 	for _, l := range g.listeners {
-		keepTLS[l.tls] = true
+		keepTLS[l.TLS] = true
 	}
 	for _, ol := range prev.listeners {
-		if ol.tls != nil && !keepTLS[ol.tls] {
-			ol.tls.Close()
+		if ol.TLS != nil && !keepTLS[ol.TLS] {
+			ol.TLS.Close()
 		}
 	}
-	s.log.Info("configuration reloaded", "listeners", len(g.listeners),
-		"added", len(g.listeners)-len(inUse), "removed", removed,
-		"users", g.users, "acl_rules", len(cfg.ACL.Rules))
-	s.shared.quota.SetGroups(cfg.ACL.Groups)
-	s.revokeRemoved(prev, g)
-	return nil
 }
 
 // restartOnly returns an error wrapping ErrRestartRequired when cfg
@@ -566,7 +333,7 @@ func pairListeners(old, new []*listener) []*listener {
 				continue
 			}
 			for j, ol := range old {
-				if !taken[j] && same(ol.cfg, nl.cfg) {
+				if !taken[j] && same(ol.Config, nl.Config) {
 					kept[i], taken[j] = ol, true
 					break
 				}
@@ -622,11 +389,11 @@ func (s *Server) revokeRemoved(prev, g *generation) {
 	n := s.revoked.Revoke(func(listener, user string) bool {
 		old := before[listener]
 		if old == nil {
-			old = prev.authr
+			old = prev.Auth
 		}
 		cur := after[listener]
 		if cur == nil {
-			cur = g.authr
+			cur = g.Auth
 		}
 		// A user a provider vouched for is not cur's to disallow: Allows
 		// judges only names without a password (client certificates), and
@@ -653,8 +420,8 @@ func (s *Server) revokeRemoved(prev, g *generation) {
 func listenerAuths(ls []*listener) map[string]*auth.Authenticator {
 	m := make(map[string]*auth.Authenticator, len(ls))
 	for _, l := range ls {
-		if l.policy.Auth != nil {
-			m[l.cfg.Name] = l.policy.Auth
+		if l.Policy.Auth != nil {
+			m[l.Config.Name] = l.Policy.Auth
 		}
 	}
 	return m

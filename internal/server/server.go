@@ -1,7 +1,11 @@
-// Package server runs rustle from a configuration: it builds the shared
-// pieces (authenticator, dialer, upstream pool), starts one worker per
-// core, each with its own SO_REUSEPORT listening socket per configured
-// listener and its own tunnel engine, and drains on shutdown.
+// Package server runs rustle from a configuration: with the parts that
+// package wire builds from it (each listener's policy and front-ends,
+// the upstream pool, the tunnel engines), it starts one worker per core,
+// each with its own SO_REUSEPORT listening socket per configured listener
+// and its own tunnel engine; it admits each connection (gate.Policy.Admit),
+// tells the protocols of "mixed" and "https" listeners apart, hands the
+// connection to its front-end, swaps in a new configuration on Reload and
+// drains on shutdown. It builds no part itself.
 package server
 
 import (
@@ -16,20 +20,12 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
-	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/h2"
-	"github.com/rustle-proxy/rustle/internal/h3"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
-	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
-	"github.com/rustle-proxy/rustle/internal/resolve"
-	"github.com/rustle-proxy/rustle/internal/route"
-	"github.com/rustle-proxy/rustle/internal/socks5"
-	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
+	"github.com/rustle-proxy/rustle/internal/wire"
 )
 
 // Server is a running rustle. Create it with New, then Start; change its
@@ -38,20 +34,14 @@ type Server struct {
 	log  *slog.Logger
 	opts options
 
-	pool    *dialer.Pool
+	pool    *dialer.Pool     // nil = no upstream keep-alive
 	engines []*tunnel.Engine // one per worker
+	// env is what every generation's policies share (wire.Env).
+	env wire.Env
 
-	// The current generation's pieces (see generation); Reload replaces
-	// them under mu.
-	cfg        *config.Config
-	guard      *dialer.Guard   // the private-destination guard
-	lim        *limits.Limiter // connection and authentication limits
-	budget     budget          // the descriptors' split between connections and the engines' pipes
-	handshakes *handshakeSlots // TLS handshake slots
-	users      *auth.Authenticator
-	resolver   *resolve.Resolver // the [dns] resolver; nil = the system's
-	routes     *route.Table      // parents and routes, with their probes; nil = none (see routes.go)
-	userNames  []string          // the configured users' names (see generation.names)
+	// gen is the current generation; Reload replaces it. nil until New
+	// has built the first. Guarded by mu.
+	gen *generation
 
 	// revoked tracks every generation's sessions and tunnels by user, so
 	// that a reload that removes a user ends them.
@@ -69,8 +59,7 @@ type Server struct {
 	cutCtx    context.Context
 	cutCancel context.CancelFunc
 
-	mu        sync.Mutex
-	listeners []*listener // guarded by mu
+	mu sync.Mutex
 	// quics are the QUIC sockets opened, kept until Close: a socket a
 	// reload stops using still carries its connections. Guarded by mu.
 	quics    []*quicSocket
@@ -86,30 +75,14 @@ type Server struct {
 	active map[*net.TCPConn]struct{} // client connections served now; guarded by connMu
 }
 
-// listener is one configured listener: one socket per worker.
+// listener is one configured listener: its policy and front-ends
+// (wire.Listener) and its sockets, one per worker.
 type listener struct {
-	cfg    config.Listener
-	policy *gate.Policy // what the listener's requests go through
-	lm     *metrics.ListenerMetrics
-	proxy  *httpproxy.Proxy
-	socks  *socks5.Server   // for "socks5" and "mixed" listeners; nil otherwise
-	tls    *tlsconf.Manager // for "https" listeners; nil otherwise
-	h2     *h2.Server       // HTTP/2 for "https" listeners that offer "h2"; nil otherwise
-	h3     *h3.Server       // HTTP/3 for "https" listeners with http3 on; nil otherwise
-	quic   *quicSocket      // h3's UDP socket; nil without h3
-	http1  bool             // an "https" listener offers "http/1.1" (see serveTLS)
-	peek   time.Duration    // how long a "mixed" listener waits for a first byte, an "https" one for its handshake
-	hello  time.Duration    // how long an "https" listener waits for a whole ClientHello record
-	ppFrom []netip.Prefix   // the peers a proxy_protocol listener takes connections from; nil = every peer
-	lns    []net.Listener
-
-	// quicRetry is http3.retry_threshold: the unvalidated QUIC
-	// handshakes in progress past which new ones are sent a Retry
-	// first; -1 = always.
-	quicRetry int
+	*wire.Listener
+	lns  []net.Listener
+	quic *quicSocket // h3's UDP socket; nil without h3
 
 	handshakes *handshakeSlots // the server's TLS handshake slots
-	lim        *limits.Limiter // the generation's limits: admissions
 	// cur is the listener that the accept loops of lns hand connections
 	// to; Reload stores the next generation's listener in it when that one
 	// keeps these sockets.
@@ -167,38 +140,34 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry)}
-	if cfg.Upstream.MaxIdlePerHost > 0 {
-		s.pool = dialer.NewPool(dialer.PoolConfig{
-			MaxIdlePerHost: cfg.Upstream.MaxIdlePerHost,
-			MaxIdle:        cfg.Upstream.MaxIdle,
-			IdleTimeout:    cfg.Upstream.IdleTimeout.Duration,
-		})
-	}
 	s.connCtx, s.connCancel = context.WithCancel(context.Background())
 	s.cutCtx, s.cutCancel = context.WithCancel(context.Background())
-
+	pool, err := wire.Pool(cfg)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.pool = pool
 	for range workerCount(cfg, logger) {
-		e, err := tunnel.New(tunnel.Config{
-			IdleTimeout: cfg.Timeouts.IdleTunnel.Duration,
-			Logger:      logger,
-		})
+		e, err := wire.Engine(cfg, logger)
 		if err != nil {
 			s.Close()
-			return nil, fmt.Errorf("server: start tunnel engine: %w", err)
+			return nil, fmt.Errorf("server: %w", err)
 		}
 		s.engines = append(s.engines, e)
 	}
-
 	if err := s.newShared(cfg); err != nil {
 		s.Close()
 		return nil, err
 	}
+	s.env = wire.Env{Logger: logger, Pool: s.pool, Metrics: o.metrics, AccessLog: o.access, Revoked: s.revoked,
+		Cut: s.cutCtx, Quota: s.shared.quota, Cluster: s.shared.cluster}
 	g, err := s.build(cfg, nil)
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	observeRoutes(o.metrics, g.routes)
+	observeRoutes(o.metrics, g.Routes)
 	s.useLocked(g) // s is not shared yet
 	return s, nil
 }
@@ -230,25 +199,20 @@ func (s *Server) startLocked() error {
 		return errors.New("server: already started")
 	}
 	s.started = true
-	if soft, hard, err := openFileLimit(); err == nil {
+	if soft, hard, err := wire.OpenFileLimit(); err == nil {
 		s.log.Info("open file limit", "soft", soft, "hard", hard)
 	}
-	s.logBudget(s.budget)
+	g := s.gen
+	s.logBudget(g.Budget)
 	workers := len(s.engines)
-	for _, l := range s.listeners {
-		addr := l.cfg.Address
-		for w := 0; w < workers; w++ {
-			ln, err := listenReusePort(addr)
-			if err != nil {
-				s.closeListenersLocked()
-				return fmt.Errorf("server: listen %s on %s: %w", l.cfg.Name, l.cfg.Address, err)
-			}
-			if w == 0 {
-				addr = ln.Addr().String() // the other workers bind the same port
-			}
-			l.lns = append(l.lns, ln)
+	for _, l := range g.listeners {
+		lns, err := openSockets(l.Config, workers)
+		if err != nil {
+			s.closeListenersLocked()
+			return err
 		}
-		if l.h3 != nil {
+		l.lns = lns
+		if l.H3 != nil {
 			q, err := openQUIC(l, s.log)
 			if err != nil {
 				s.closeListenersLocked()
@@ -257,16 +221,16 @@ func (s *Server) startLocked() error {
 			l.quic = q
 			s.quics = append(s.quics, q)
 		}
-		s.log.Info("listening", "listener", l.cfg.Name, "protocol", l.cfg.Protocol,
-			"addr", l.lns[0].Addr().String(), "auth", s.cfg.EffectiveAuth(l.cfg), "workers", workers, "http3", l.quic != nil)
-		if l.cfg.ProxyProtocol && l.ppFrom == nil {
+		s.log.Info("listening", "listener", l.Config.Name, "protocol", l.Config.Protocol,
+			"addr", l.lns[0].Addr().String(), "auth", g.Config.EffectiveAuth(l.Config), "workers", workers, "http3", l.quic != nil)
+		if l.Config.ProxyProtocol && l.ProxyFrom == nil {
 			s.log.Warn("listener takes a PROXY protocol header, and so a client address, from any peer; "+
-				"list the balancers in proxy_protocol_from", "listener", l.cfg.Name)
+				"list the balancers in proxy_protocol_from", "listener", l.Config.Name)
 		}
 	}
-	s.setOwnAddrsLocked()
-	s.logGuard()
-	for _, l := range s.listeners {
+	s.setOwnAddrs(g)
+	s.logGuard(g)
+	for _, l := range g.listeners {
 		for w, ln := range l.lns {
 			s.accepts.Add(1)
 			go s.acceptLoop(ln, l.cur, s.engines[w])
@@ -285,9 +249,9 @@ func (s *Server) Addrs() []Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []Addr
-	for _, l := range s.listeners {
+	for _, l := range s.listenersLocked() {
 		if len(l.lns) > 0 {
-			out = append(out, Addr{Name: l.cfg.Name, Protocol: l.cfg.Protocol, Addr: l.lns[0].Addr()})
+			out = append(out, Addr{Name: l.Config.Name, Protocol: l.Config.Protocol, Addr: l.lns[0].Addr()})
 		}
 	}
 	return out
@@ -328,7 +292,7 @@ func (s *Server) acceptLoop(ln net.Listener, cur *atomic.Pointer[listener], eng 
 		backoff = 0
 		tc := c.(*net.TCPConn)
 		l := cur.Load() // the connection keeps this generation (see Reload)
-		if l.cfg.ProxyProtocol {
+		if l.Config.ProxyProtocol {
 			// The client's address comes in the header: admission
 			// waits for it, off this loop.
 			s.conns.Add(1)
@@ -339,8 +303,8 @@ func (s *Server) acceptLoop(ln net.Listener, cur *atomic.Pointer[listener], eng 
 		if a, ok := tc.RemoteAddr().(*net.TCPAddr); ok {
 			client = a.AddrPort()
 		}
-		if v, retry := l.lim.Admit(client.Addr().Unmap()); v != limits.OK {
-			refuse(l, tc, v, retry)
+		if a := l.Policy.Admit(client.Addr().Unmap()); !a.OK() {
+			refuse(l, tc, a)
 			continue
 		}
 		s.conns.Add(1)
@@ -359,10 +323,10 @@ func (s *Server) serveConn(l *listener, c *net.TCPConn, client netip.AddrPort, e
 	s.connMu.Lock()
 	s.active[c] = struct{}{}
 	s.connMu.Unlock()
-	lim, ip := l.lim, client.Addr().Unmap()
-	sess := l.policy.NewSession(s.connCtx, client, eng, func() { lim.Release(ip) })
+	pol, ip := l.Policy, client.Addr().Unmap()
+	sess := pol.NewSession(s.connCtx, client, eng, func() { pol.Release(ip) })
 	sess.Attach(c)
-	l.lm.Accepted()
+	pol.Metrics.Accepted()
 	end := connEnd{s: s, l: l, c: c, sess: sess}
 	if !l.serve(c, sess, &end) {
 		end.run()
@@ -379,7 +343,7 @@ type connEnd struct {
 }
 
 func (e *connEnd) run() {
-	e.l.lm.Closed()
+	e.l.Policy.Metrics.Closed()
 	e.sess.Close()
 	e.s.connMu.Lock()
 	delete(e.s.active, e.c)
@@ -442,7 +406,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	s.closeListenersLocked()
-	res := s.resolver
+	g := s.gen // nil when New failed before its first build
 	quics := s.quics
 	s.mu.Unlock()
 	s.accepts.Wait()
@@ -459,28 +423,27 @@ func (s *Server) Close() error {
 	for _, q := range quics {
 		q.close() // its connections with it
 	}
-	for _, l := range s.listeners {
-		if l.tls != nil {
-			l.tls.Close()
+	if g != nil {
+		for _, l := range g.listeners {
+			if l.TLS != nil {
+				l.TLS.Close()
+			}
 		}
+		if g.Resolver != nil {
+			g.Resolver.Close()
+		}
+		g.Routes.Close() // the probes
 	}
 	if s.pool != nil {
 		s.pool.Close()
 	}
-	if res != nil {
-		res.Close()
-	}
-	s.mu.Lock()
-	rt := s.routes
-	s.mu.Unlock()
-	rt.Close()      // the probes
 	s.closeShared() // after the engines: their tunnels' last bytes are counted
 	return nil
 }
 
 func (s *Server) closeListenersLocked() {
 	s.stopped = true
-	for _, l := range s.listeners {
+	for _, l := range s.listenersLocked() {
 		for _, ln := range l.lns {
 			ln.Close()
 		}

@@ -6,59 +6,16 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/http1"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
-	"github.com/rustle-proxy/rustle/internal/masque"
-	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
-	"golang.org/x/net/http2"
 )
-
-// newTLS loads the certificate of an "https" listener.
-func newTLS(lc config.Listener, log *slog.Logger) (*tlsconf.Manager, error) {
-	return tlsconf.New(tlsconf.Config{
-		Cert:       lc.TLS.Cert,
-		Key:        lc.TLS.Key,
-		ClientCA:   lc.TLS.ClientCA,
-		KTLS:       lc.TLS.KTLS,
-		NextProtos: slices.Clone(lc.EffectiveALPN()),
-		// KeyExchanges: nil (the key left out) keeps Go's default.
-		KeyExchanges: lc.KeyExchangeIDs(),
-		Logger:       log,
-	})
-}
-
-// newH2 returns the HTTP/2 server of an "https" listener: its wire
-// settings, with the origin client and timeouts of the listener's
-// HTTP/1.1 proxy (what it may do is its sessions' policy).
-func newH2(cfg *config.Config, pc httpproxy.Config) (*h2.Server, error) {
-	tmpl, err := masque.ParseTemplate(cfg.HTTP3.UDPTemplate)
-	if err != nil {
-		return nil, fmt.Errorf("http3.udp_template: %w", err)
-	}
-	return h2.New(h2.Config{
-		Origin:               pc.Origin,
-		MaxConcurrentStreams: uint32(cfg.HTTP2.MaxConcurrentStreams),
-		MaxHeaderListSize:    uint32(cfg.HTTP2.MaxHeaderListSize),
-		InitialStreamWindow:  uint32(cfg.HTTP2.InitialStreamWindow),
-		InitialConnWindow:    uint32(cfg.HTTP2.InitialConnWindow),
-		MaxFrameSize:         uint32(cfg.HTTP2.MaxFrameSize),
-		HandshakeTimeout:     pc.ReadHeaderTimeout,
-		IdleTimeout:          pc.IdleTimeout,
-		WriteTimeout:         cfg.Timeouts.Write.Duration,
-		TunnelIdleTimeout:    cfg.Timeouts.IdleTunnel.Duration,
-		UDPTemplate:          tmpl,
-		UDPIdleTimeout:       cfg.Timeouts.UDPIdle.Duration,
-		Logger:               pc.Logger,
-	})
-}
 
 // serveTLS completes the TLS handshake of a client of an "https" listener
 // within the read-header timeout, then serves HTTP/2 over it when ALPN
@@ -76,8 +33,8 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session, end *connEnd) bo
 	// sent to this port is told what the port speaks.
 	// Nor does a ClientHello that trickles in: the slot waits for its
 	// whole first record, which must arrive within client_hello.
-	helloBy := time.Now().Add(l.hello)
-	b, err := peekByte(ctx, c, l.hello)
+	helloBy := time.Now().Add(l.ClientHello)
+	b, err := peekByte(ctx, c, l.ClientHello)
 	if err != nil {
 		c.Close()
 		return false
@@ -90,13 +47,13 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session, end *connEnd) bo
 		c.Close()
 		return false
 	}
-	slot := l.handshakes.acquire(ctx, sess.ClientIP(), l.peek) // limits.max_tls_handshakes
+	slot := l.handshakes.acquire(ctx, sess.ClientIP(), l.ReadHeader) // limits.max_tls_handshakes
 	if slot == nil {
 		c.Close()
 		return false
 	}
-	tc, hello := serverConn(c, l.tls.TLSConfig())
-	c.SetDeadline(time.Now().Add(l.peek))
+	tc, hello := serverConn(c, l.TLS.TLSConfig())
+	c.SetDeadline(time.Now().Add(l.ReadHeader))
 	err = handshake(ctx, tc)
 	l.handshakes.release(slot)
 	if err != nil {
@@ -111,10 +68,10 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session, end *connEnd) bo
 	cs := tc.ConnectionState()
 	sess.SetTLS(cs) // a verified client certificate names the user
 	switch {
-	case l.h2 != nil && cs.NegotiatedProtocol == config.ALPNH2:
+	case l.H2 != nil && cs.NegotiatedProtocol == config.ALPNH2:
 		return l.serveH2(tc, sess, end)
-	case l.http1:
-		l.proxy.ServeConn(tc, sess)
+	case l.HTTP1:
+		l.Proxy.ServeConn(tc, sess)
 	default:
 		// An h2-only listener, and a client that chose no protocol: it
 		// offered none, or only http/1.1, which crypto/tls lets through
@@ -142,20 +99,20 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session, end *connEnd) bo
 // served on goroutines of its own (h2.Server.ServeConnThen), which run
 // end once it has been: serveH2 then returns true at once.
 func (l *listener) serveH2(tc *tls.Conn, sess *gate.Session, end *connEnd) bool {
-	if !l.http1 {
-		l.h2.ServeConnThen(tc, sess, end.then())
+	if !l.HTTP1 {
+		l.H2.ServeConnThen(tc, sess, end.then())
 		return true
 	}
 	var first [len(http2.ClientPreface)]byte
-	n, kind, err := readFirstBytesAside(sess.Context(), tc, first[:], l.peek)
+	n, kind, err := readFirstBytesAside(sess.Context(), tc, first[:], l.ReadHeader)
 	switch {
 	case err != nil:
 		tc.Close()
 	case kind == firstH2:
-		l.h2.ServePrefacedThen(tc, sess, end.then())
+		l.H2.ServePrefacedThen(tc, sess, end.then())
 		return true
 	case kind == firstHTTP1:
-		l.proxy.ServeConnRead(tc, sess, first[:n])
+		l.Proxy.ServeConnRead(tc, sess, first[:n])
 	default:
 		if lg := sess.Policy().Logger; lg != nil && lg.Enabled(sess.Context(), slog.LevelDebug) {
 			lg.Debug("server: TLS client chose h2, then sent neither the HTTP/2 preface nor an HTTP/1.1 request; closed",
@@ -341,14 +298,14 @@ func handshake(ctx context.Context, tc *tls.Conn) error {
 // are invalid keeps its old ones, and the first such error is returned.
 func (s *Server) ReloadTLS() error {
 	s.mu.Lock()
-	ls := s.listeners // Reload may replace them
+	ls := s.listenersLocked() // Reload may replace them
 	s.mu.Unlock()
 	var first error
 	for _, l := range ls {
-		if l.tls == nil {
+		if l.TLS == nil {
 			continue
 		}
-		if err := l.tls.Reload(); err != nil && first == nil {
+		if err := l.TLS.Reload(); err != nil && first == nil {
 			first = err
 		}
 	}

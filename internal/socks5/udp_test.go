@@ -254,7 +254,8 @@ func TestUDPAccess(t *testing.T) {
 		{Name: "no-denied", Action: acl.Deny, Protocols: []string{"socks5-udp"}, Ports: []string{strconv.Itoa(int(denied.Addr.Port()))}},
 	}})
 	// The guard lets only 127.0.0.1 through.
-	pol.Dialer = dialer.New(dialer.Config{Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})})
+	pol.Dialer = proxytest.NewDialer(t, dialer.Config{Timeout: 10 * time.Second,
+		Guard: dialer.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})})
 	srv := startServer(t, "tcp4", pol, Config{})
 	_, relay := associate(t, srv, "", "", netip.MustParseAddrPort("0.0.0.0:0"))
 	pc := udpClient(t, relay.Addr())

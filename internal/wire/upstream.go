@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"crypto/tls"
@@ -13,25 +13,30 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/resolve"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
-// newResolver returns the [dns] resolver of cfg, nil when cfg has none
-// (the system resolver), reusing prev's when its [dns] is the same, so
-// that a reload keeps the cache.
-func (s *Server) newResolver(cfg *config.Config, prev *generation) (*resolve.Resolver, error) {
-	d := &cfg.DNS
+// resolver makes the [dns] resolver, none when cfg has none (the
+// system's), or takes the previous generation's when its [dns] is the
+// same, so that a reload keeps the cache.
+func (b *builder) resolver() error {
+	d := &b.cfg.DNS
 	if !d.Enabled() {
-		return nil, nil
+		return nil
 	}
-	if prev != nil && prev.resolver != nil && prev.cfg.DNS.Equal(d) {
-		return prev.resolver, nil
+	if p := b.prev; p != nil && p.Resolver != nil && p.Config.DNS.Equal(d) {
+		b.g.Resolver = p.Resolver
+		return nil
 	}
-	return s.buildResolver(cfg, "dns.resolvers", d.Resolvers)
+	r, err := b.buildResolver("dns.resolvers", d.Resolvers)
+	b.g.Resolver = r
+	return err
 }
 
 // buildResolver makes a resolver asking servers (the configuration's key
 // names them in errors) with [dns]'s other settings.
-func (s *Server) buildResolver(cfg *config.Config, key string, servers []string) (*resolve.Resolver, error) {
+func (b *builder) buildResolver(key string, servers []string) (*resolve.Resolver, error) {
+	cfg := b.cfg
 	d := &cfg.DNS
 	rc := resolve.Config{
 		Timeout:     d.Timeout.Duration,
@@ -68,9 +73,16 @@ func (s *Server) buildResolver(cfg *config.Config, key string, servers []string)
 		}
 		rc.TLS = &tls.Config{RootCAs: roots}
 	}
-	rc.Metrics = s.opts.metrics.DNS(labels)
-	rc.Logger = s.log
+	rc.Metrics = b.env.Metrics.DNS(labels)
+	rc.Logger = b.log
 	return resolve.New(rc)
+}
+
+// egress builds the global egress source and the users' rules.
+func (b *builder) egress() error {
+	t, err := newEgress(b.cfg)
+	b.egressT = t
+	return err
 }
 
 // egressTable is what [egress] and the users' rules build: the global
@@ -186,4 +198,54 @@ func hasInterface(name string) error {
 		names = append(names, fmt.Sprintf("and %d more", len(ifs)-maxInterfacesNamed))
 	}
 	return fmt.Errorf("%q is not a network interface of this host (it has %s)", name, strings.Join(names, ", "))
+}
+
+// routes compiles the parents and routes, carrying over the previous
+// generation's parents of the same name and URL with their health.
+func (b *builder) routes() error {
+	var prev *route.Table
+	if b.prev != nil {
+		prev = b.prev.Routes
+	}
+	t, err := b.newRoutes(prev)
+	b.g.Routes = t
+	return err
+}
+
+// newRoutes compiles the configuration's parents and routes, with the
+// routes' own egress sources and resolvers; nil when there are neither.
+// The parents of prev (the table in use; nil at start) with the same name
+// and URL are carried over with their health (see route.NewAfter). Its
+// metrics series (observeRoutes, called once the build is sure to be
+// used, before any connection uses it) and probes start when the
+// generation is put to use, so that a build that is dropped leaves no
+// series behind.
+func (b *builder) newRoutes(prev *route.Table) (*route.Table, error) {
+	cfg := b.cfg
+	if len(cfg.Parents) == 0 && len(cfg.Routes) == 0 {
+		return nil, nil
+	}
+	rc := cfg.RouteConfig()
+	for i, r := range cfg.Routes {
+		key := fmt.Sprintf("routes[%d]", i)
+		if e := r.Egress; e.Set() {
+			src, err := newSource(cfg, key+".egress", dialer.SourceConfig{Bind: e.Bind, Interface: e.Interface, Freebind: e.Freebind})
+			if err != nil {
+				return nil, err
+			}
+			rc.Routes[i].Source = src
+		}
+		if len(r.Resolvers) > 0 {
+			res, err := b.buildResolver(key+".resolvers", r.Resolvers)
+			if err != nil {
+				return nil, err
+			}
+			rc.Routes[i].Resolver = res
+		}
+	}
+	t, err := route.NewAfter(rc, prev)
+	if err != nil {
+		return nil, fmt.Errorf("wire: %w", err)
+	}
+	return t, nil
 }

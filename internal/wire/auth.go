@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"crypto/tls"
@@ -12,6 +12,119 @@ import (
 	"github.com/rustle-proxy/rustle/internal/config"
 )
 
+// users loads the configured users, inline and from the htpasswd files.
+func (b *builder) users() error {
+	cfg := b.cfg
+	if !cfg.HasUsers() {
+		return nil
+	}
+	a, err := auth.New(auth.Config{
+		Realm:     cfg.Auth.Realm,
+		Files:     cfg.Auth.Htpasswd,
+		Users:     localUsers(cfg),
+		CacheTTL:  cfg.Auth.CacheTTL.Duration,
+		CacheSize: cfg.Auth.CacheSize,
+	})
+	if err != nil {
+		return fmt.Errorf("wire: load users: %w", err)
+	}
+	b.g.Auth, b.g.Users = a, a.Len()
+	if b.env.Cluster != nil { // published when a reload removes them
+		b.g.Names = userNames(cfg)
+	}
+	return nil
+}
+
+// providers makes the identity providers of [[auth.providers]].
+func (b *builder) providers() error {
+	ps, err := newProviders(b.cfg, b.log)
+	b.byName = ps
+	return err
+}
+
+// listenerAuth returns the authenticator of cfg.Listen[i], a listener
+// that authenticates: its -L URL's user alone, or its identity providers
+// (see config.ListenerProviders) in order, with the configured users
+// (authr) its users key names, or every configured user, where "local"
+// stands among them.
+func listenerAuth(cfg *config.Config, i int, authr *auth.Authenticator, providers map[string]auth.Provider,
+	chains map[string]*auth.Authenticator) (*auth.Authenticator, error) {
+	lc := cfg.Listen[i]
+	if names := cfg.ListenerProviders(lc); lc.URLUser == nil && !(len(names) == 1 && names[0] == config.LocalProvider) {
+		if len(names) == 0 {
+			return nil, fmt.Errorf("wire: listener %s requires basic auth but no users are configured", lc.Name)
+		}
+		a, err := chainAuth(cfg, names, authr, providers, chains)
+		if err != nil {
+			return nil, fmt.Errorf("wire: listener %s: %w", lc.Name, err)
+		}
+		if len(lc.Users) > 0 {
+			if err := knownUsers(cfg, i, authr); err != nil {
+				return nil, err
+			}
+			return a.Only(lc.Users), nil
+		}
+		return a, nil
+	}
+	switch {
+	case lc.URLUser != nil:
+		u := lc.URLUser
+		a, err := auth.New(auth.Config{
+			Realm:     cfg.Auth.Realm,
+			Users:     []auth.User{{Name: u.Name, Password: u.Password, Bcrypt: u.Bcrypt}},
+			CacheTTL:  cfg.Auth.CacheTTL.Duration,
+			CacheSize: cfg.Auth.CacheSize,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("wire: listener %s: load its user: %w", lc.Name, err)
+		}
+		return a, nil
+	case authr == nil:
+		return nil, fmt.Errorf("wire: listener %s requires basic auth but no users are configured", lc.Name)
+	case len(lc.Users) > 0:
+		if err := knownUsers(cfg, i, authr); err != nil {
+			return nil, err
+		}
+		return authr.Only(lc.Users), nil
+	}
+	return authr, nil
+}
+
+// knownUsers checks that the users key of cfg.Listen[i] names users of
+// authr, the configured users.
+func knownUsers(cfg *config.Config, i int, authr *auth.Authenticator) error {
+	lc := cfg.Listen[i]
+	for j, name := range lc.Users {
+		if !authr.Has(name) {
+			return cfg.KeyError(fmt.Sprintf("listen[%d].users[%d]", i, j),
+				fmt.Errorf("user %q is neither in [[auth.users]] nor in an auth.htpasswd file", name))
+		}
+	}
+	return nil
+}
+
+// userNames returns the names of cfg's users, inline and from the
+// htpasswd files (which auth.New has just read: a file that no longer
+// reads adds none).
+func userNames(cfg *config.Config) []string {
+	var names []string
+	for _, u := range cfg.Auth.Users {
+		names = append(names, u.Name)
+	}
+	for _, path := range cfg.Auth.Htpasswd {
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		users, _ := auth.ParseHtpasswd(f, path)
+		f.Close()
+		for _, u := range users {
+			names = append(names, u.Name)
+		}
+	}
+	return names
+}
+
 // newProviders makes the identity providers of [[auth.providers]], by
 // name. They connect to nothing until a credential needs them.
 func newProviders(cfg *config.Config, log *slog.Logger) (map[string]auth.Provider, error) {
@@ -19,7 +132,7 @@ func newProviders(cfg *config.Config, log *slog.Logger) (map[string]auth.Provide
 	for i, pc := range cfg.Auth.Providers {
 		p, err := newProvider(cfg, pc, log) // its log lines name it (provider=NAME)
 		if err != nil {
-			return nil, fmt.Errorf("server: auth.providers[%d] (%s): %w", i, pc.Name, err)
+			return nil, fmt.Errorf("wire: auth.providers[%d] (%s): %w", i, pc.Name, err)
 		}
 		ps[pc.Name] = p
 	}
@@ -121,7 +234,7 @@ func chainAuth(cfg *config.Config, names []string, local *auth.Authenticator, pr
 	}
 	a, err := auth.New(ac)
 	if err != nil {
-		return nil, fmt.Errorf("server: providers %s: %w", strings.Join(names, ", "), err)
+		return nil, fmt.Errorf("wire: providers %s: %w", strings.Join(names, ", "), err)
 	}
 	made[key] = a
 	return a, nil
