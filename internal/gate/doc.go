@@ -42,6 +42,12 @@
 // absolute form and its connections are pooled under [ForwardKey]. The
 // access log names the route and the parent of every record.
 //
+// A request that came back to the rustle through its parents (its
+// [Request.Via] names the policy's [route.Instance], or its connection is
+// the other end of one of the rustle's parent handshakes) is refused by
+// Authorize with [Loop] (508); the front-ends name the instance in the
+// Via of every request they send a parent.
+//
 // Bytes up and down are, on every protocol, the payload rustle wrote to
 // the upstream and to the client: the content of request and response
 // bodies (without chunked or HTTP/2 framing), or what a tunnel carried

@@ -135,7 +135,7 @@ func (g *Grant) RetryParent(addr string, err error) bool {
 	var re *route.Error
 	switch {
 	case errors.As(err, &re):
-		if re.Kind == route.Refused || re.Parent != failed.Name() {
+		if re.Kind == route.Refused || re.Kind == route.Looped || re.Parent != failed.Name() {
 			return false
 		}
 	case g.forward:
@@ -262,7 +262,7 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dia
 		g.reason = accesslog.ReasonParentRefused
 		return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{parent.Name()}}
 	}
-	t := route.Target{Host: host, Port: port}
+	t := route.Target{Host: host, Port: port, Via: g.via, Self: p.Instance}
 	if err := g.checkForParent(ctx, parent, addr, &t); err != nil {
 		return nil, err
 	}
@@ -337,6 +337,8 @@ func parentReason(k route.ErrorKind) string {
 		return accesslog.ReasonParentAuth
 	case route.Refused, route.Protocol:
 		return accesslog.ReasonParentRefused
+	case route.Looped:
+		return accesslog.ReasonLoop
 	}
 	return accesslog.ReasonParentUnreachable
 }

@@ -316,14 +316,16 @@ type headOptions struct {
 	via        bool
 	clientAddr netip.Addr
 	// parent is the http parent the request goes to in absolute form
-	// with its Proxy-Authorization (see gate.Grant.ForwardParent); nil =
-	// none.
+	// with its Proxy-Authorization and a Via naming self (see
+	// gate.Grant.ForwardParent); nil = none.
 	parent *route.Parent
+	self   *route.Instance
 }
 
 // appendRequestHead appends the HTTP/1.1 request head forwarded to the
 // origin for r: request line in origin-form (absolute-form, with the
-// parent's Proxy-Authorization, to o.parent), Host from the authority, the
+// parent's Proxy-Authorization and a Via naming this rustle, to
+// o.parent), Host from the authority, the
 // client's fields less pseudo, hop-by-hop and proxy ones, cookie fields
 // joined into one (RFC 9113 §8.2.3), and the framing: Content-Length when
 // the client gave one, chunked when the body's length is unknown.
@@ -410,9 +412,14 @@ func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key
 	case r.method == "POST" || r.method == "PUT" || r.method == "PATCH":
 		out = append(out, "Content-Length: 0\r\n"...)
 	}
-	if o.via {
-		// Via names the version of the message as received (RFC 9110
-		// §7.6.3).
+	// Via names the version of the message as received (RFC 9110
+	// §7.6.3).
+	switch {
+	case o.parent != nil:
+		// To a parent, always: a request that comes back names this
+		// process (a loop).
+		out = append(out, o.self.ViaLine(2)...)
+	case o.via:
 		out = append(out, "Via: 2 rustle\r\n"...)
 	}
 	out = gate.AppendParentAuthorization(out, o.parent)

@@ -41,7 +41,9 @@ type Config struct {
 	Forwarded string
 	// Via adds "Via: 2 rustle" to forwarded requests (they came over
 	// HTTP/2) and "via: 1.1 rustle" to their responses (from HTTP/1.1
-	// origins). false = none.
+	// origins). false = none. A request sent to a parent carries the
+	// policy's instance in Via instead, whatever Via says (see
+	// route.Instance).
 	Via bool
 
 	// MaxConcurrentStreams is advertised in SETTINGS_MAX_CONCURRENT_STREAMS;

@@ -266,6 +266,24 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 		b = append(b, r.proxyAuth...)
 		authz = b[n:]
 	}
+	// The Via values, joined: checked for rustle's own element (a loop);
+	// a tunnel's go on to an HTTP parent.
+	vs := -1
+	for _, f := range r.fields {
+		if f.Name != "via" {
+			continue
+		}
+		if vs < 0 {
+			vs = len(b)
+		} else {
+			b = append(b, ", "...)
+		}
+		b = append(b, f.Value...)
+	}
+	var via []byte
+	if vs >= 0 {
+		via = b[vs:]
+	}
 	k := c.sess.Authorize(&gate.Request{
 		Protocol:      proto,
 		Log:           accesslog.ProtoH2,
@@ -274,6 +292,7 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 		Port:          uint16(r.port),
 		Target:        target,
 		Authorization: authz,
+		Via:           via,
 	}, g)
 	if cap(b) <= scratchKeep {
 		clear(b) // neither the target nor a credential stays in the pool

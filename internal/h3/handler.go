@@ -3,6 +3,7 @@ package h3
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
@@ -160,6 +161,12 @@ func (s *Server) authorize(sess *gate.Session, r *http.Request, q *request, g *g
 	if v, ok := r.Header["Proxy-Authorization"]; ok && len(v) > 0 {
 		authz = []byte(v[0])
 	}
+	// Checked for rustle's own element (a loop); a tunnel's go on to an
+	// HTTP parent.
+	var via []byte
+	if v := r.Header["Via"]; len(v) > 0 {
+		via = []byte(strings.Join(v, ", "))
+	}
 	return sess.Authorize(&gate.Request{
 		Protocol:      proto,
 		Log:           accesslog.ProtoH3,
@@ -168,6 +175,7 @@ func (s *Server) authorize(sess *gate.Session, r *http.Request, q *request, g *g
 		Port:          uint16(q.port),
 		Target:        target,
 		Authorization: authz,
+		Via:           via,
 	}, g)
 }
 

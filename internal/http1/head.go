@@ -119,6 +119,7 @@ type Head struct {
 	UpgradeIdx     int  // index in Fields of the Upgrade field, -1 if none
 	ConnUpgrade    bool // Connection lists "upgrade"
 	ProxyAuth      Span
+	HasVia         bool // a Via field is present
 }
 
 func (h *Head) reset(buf []byte) {
@@ -135,6 +136,7 @@ func (h *Head) reset(buf []byte) {
 	h.UpgradeIdx = -1
 	h.ConnUpgrade = false
 	h.ProxyAuth = Span{}
+	h.HasVia = false
 }
 
 // findHeadEnd returns the length of the head at the start of b (through
@@ -399,6 +401,10 @@ func (h *Head) noteField(i int) error {
 	case 2:
 		if EqualFold(name, "te") {
 			f.Drop = true
+		}
+	case 3:
+		if EqualFold(name, "via") {
+			h.HasVia = true
 		}
 	case 6:
 		if EqualFold(name, "expect") && EqualFold(value, "100-continue") {

@@ -62,6 +62,7 @@ type conn struct {
 
 	out     []byte // a head under construction
 	key     []byte // the pool key under construction
+	via     []byte // the request's Via values, joined
 	vec     vec    // writes of the serving goroutine
 	bodyVec vec    // writes of the sendBody goroutine
 
@@ -199,6 +200,14 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	r.Authorization = nil
 	if !req.ProxyAuth.Empty() {
 		r.Authorization = req.ProxyAuth.Of(req.Buf)
+	}
+	r.Via = nil
+	if req.HasVia {
+		// Checked for rustle's own element (a loop); a CONNECT's goes
+		// on to an HTTP parent.
+		v := req.AppendValues(cn.via[:0], "via")
+		cn.via = v
+		r.Via = v[:max(len(v)-len(", "), 0)]
 	}
 	var err error
 	if isConnect {

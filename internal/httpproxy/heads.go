@@ -17,7 +17,8 @@ const crlf = "\r\n"
 // cn.req: the request line in origin-form (absolute-form to an HTTP
 // parent, cn.fwd, with the parent's Proxy-Authorization at the end), the
 // client's header lines in their order and case less the hop-by-hop ones, Host set to the target's
-// authority, and the Forwarded and Via headers the configuration asks for.
+// authority, and the Forwarded and Via headers the configuration asks for
+// (a Via naming this rustle to a parent, always).
 func (cn *conn) buildRequestHead() {
 	req := &cn.req
 	b := req.Buf
@@ -69,7 +70,12 @@ func (cn *conn) buildRequestHead() {
 	if cn.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
 	}
-	if cn.p.cfg.Via {
+	switch {
+	case cn.fwd != nil:
+		// To a parent, always: a request that comes back names this
+		// process (a loop).
+		out = append(out, cn.sess.Policy().Instance.ViaLine(1)...)
+	case cn.p.cfg.Via:
 		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}
 	out = gate.AppendParentAuthorization(out, cn.fwd) // the client's was dropped
@@ -143,6 +149,7 @@ var statusText = map[int]string{
 	502: "Bad Gateway",
 	504: "Gateway Timeout",
 	505: "HTTP Version Not Supported",
+	508: "Loop Detected",
 }
 
 // writeError answers the client with status and a one-line reason. keep
@@ -187,8 +194,9 @@ func (cn *conn) writeError(status int, reason string, keep bool) {
 	cn.client.C.Write(out)
 }
 
-// writeDialError answers a failed upstream dial: 504 on a timeout, 502
-// otherwise.
+// writeDialError answers a failed upstream dial: 403 for a destination
+// refused, 504 on a timeout, 508 for a parent that answered 508 (a loop),
+// 502 otherwise.
 func (cn *conn) writeDialError(err error) {
 	var de *dialer.Error
 	if errors.As(err, &de) {
@@ -198,6 +206,8 @@ func (cn *conn) writeDialError(err error) {
 			status = 403
 		case de.Timeout:
 			status = 504
+		case gate.DialKind(err) == gate.Loop:
+			status = 508
 		}
 		cn.writeError(status, de.Reason(), false)
 		return

@@ -40,7 +40,9 @@ type Config struct {
 	// Forwarded is ForwardedNone, ForwardedRFC or ForwardedXFF; New
 	// rejects any other value, "" included.
 	Forwarded string
-	// Via adds "Via: 1.1 rustle" to forwarded messages. false = none.
+	// Via adds "Via: 1.1 rustle" to forwarded messages. false = none. A
+	// request sent to a parent carries the policy's instance in Via
+	// instead, whatever Via says (see route.Instance).
 	Via bool
 	// MaxHeaderBytes bounds a request or response head; it must be
 	// positive (the configuration always sets it).

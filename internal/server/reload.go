@@ -167,6 +167,7 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 			Revoked:    s.revoked,
 			Cut:        s.cutCtx,
 			Quota:      s.shared.quota,
+			Instance:   s.instance,
 		}
 		if o.metrics != nil {
 			gp.UserMetrics = o.metrics.User

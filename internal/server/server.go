@@ -56,6 +56,10 @@ type Server struct {
 	// revoked tracks every generation's sessions and tunnels by user, so
 	// that a reload that removes a user ends them.
 	revoked *gate.Registry
+	// instance names this server in the Via of what it sends parents,
+	// for every generation: a request that comes back naming it is a
+	// loop (see route.Instance).
+	instance *route.Instance
 	// shared holds the quota counters and the cluster link, which every
 	// generation shares.
 	shared shared
@@ -166,7 +170,7 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry)}
+	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry), instance: route.NewInstance()}
 	if cfg.Upstream.MaxIdlePerHost > 0 {
 		s.pool = dialer.NewPool(dialer.PoolConfig{
 			MaxIdlePerHost: cfg.Upstream.MaxIdlePerHost,
@@ -202,6 +206,12 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 	s.useLocked(g) // s is not shared yet
 	return s, nil
 }
+
+// Instance returns the token that names this server in the Via element
+// of every request it sends a parent ("rustle-" and 16 hex digits,
+// random, for the server's life): a request that comes back naming it is
+// refused as a loop.
+func (s *Server) Instance() string { return s.instance.Token() }
 
 // Start opens every listener (one SO_REUSEPORT socket per worker, all on
 // the same port even when the configured port is 0) and starts serving.
