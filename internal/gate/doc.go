@@ -46,7 +46,12 @@
 // [Request.Via] names the policy's [route.Instance], or its connection is
 // the other end of one of the rustle's parent handshakes) is refused by
 // Authorize with [Loop] (508); the front-ends name the instance in the
-// Via of every request they send a parent.
+// Via of every request they send a parent. The HTTP rules every
+// front-end applies the same way live here too: which fields are
+// hop-by-hop ([HopByHop]), the request target sent upstream
+// ([AppendRequestTarget]), the client-address field ([AppendForwardedFor])
+// and Max-Forwards on TRACE and OPTIONS ([MaxForwards], with rustle's own
+// answers at 0: [AppendTraceField], [ProxyAllow]).
 //
 // Bytes up and down are, on every protocol, the payload rustle wrote to
 // the upstream and to the client: the content of request and response

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/route"
@@ -69,5 +70,49 @@ func TestAuthorizeLoop(t *testing.T) {
 	}
 	if got := logs.String(); strings.Count(got, "loop detected") != 1 || !strings.Contains(got, "detected_by=via") || strings.Contains(got, "pw") {
 		t.Errorf("log: %s", got)
+	}
+}
+
+// TestForwardParentTrace checks that a TRACE is never sent in absolute
+// form to an http parent rustle has credentials for (its echo would carry
+// them back): it goes through a tunnel to the origin; other methods, and
+// a TRACE to a parent without credentials, go to the parent.
+func TestForwardParentTrace(t *testing.T) {
+	for _, tt := range []struct {
+		url, method string
+		forward     bool
+	}{
+		{"http://u:pw@127.0.0.1:3128", "GET", true},
+		{"http://u:pw@127.0.0.1:3128", "OPTIONS", true},
+		{"http://u:pw@127.0.0.1:3128", "TRACE", false},
+		{"https://u:pw@127.0.0.1:3129", "TRACE", false},
+		{"http://127.0.0.1:3128", "TRACE", true},
+	} {
+		t.Run(tt.method+" "+tt.url, func(t *testing.T) {
+			p := proxytest.NewPolicy(t, proxytest.PolicyConfig{})
+			tab, err := route.New(route.Config{
+				Parents: []route.ParentConfig{{Name: "up", URL: tt.url}},
+				Routes:  []route.RouteConfig{{Name: "all", Via: []string{"up"}}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Routes = tab
+			s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40021"), nil, nil)
+			defer s.Close()
+			var g gate.Grant
+			r := &gate.Request{Protocol: acl.HTTP, Method: tt.method, Host: "origin.test", Port: 80, Target: []byte("http://origin.test/")}
+			if k := s.Authorize(r, &g); k != gate.OK {
+				t.Fatal(k)
+			}
+			defer g.Finish(0, 0)
+			fwd, err := g.ForwardParent([]byte("origin.test:80"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fwd != nil; got != tt.forward || g.ViaParent() == tt.forward {
+				t.Errorf("ForwardParent = %v, ViaParent = %v; want a forward: %v", fwd.Name(), g.ViaParent(), tt.forward)
+			}
+		})
 	}
 }

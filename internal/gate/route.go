@@ -51,9 +51,12 @@ func (g *Grant) ViaParent() bool {
 // and DialConn then connects to the parent without a CONNECT (a
 // *tls.Conn for an https parent, which Dial refuses). It returns nil for
 // a request that goes direct, or that Dial tunnels through a socks5 or
-// socks5h parent. The destination is checked as for a tunnel through
-// the parent (an IP literal by the guard and the rules, a name by the
-// rules as unresolved); a refusal, or every parent down (ErrNoParent),
+// socks5h parent, or a TRACE whose http or https parent rustle has
+// credentials for: the parent's echo of it would return them to the
+// client, so Dial tunnels it to the origin through the parent. The
+// destination is checked as for a tunnel through the parent (an IP
+// literal by the guard and the rules, a name by the rules as
+// unresolved); a refusal, or every parent down (ErrNoParent),
 // is an error to answer as a dial's. addr is the destination host:port,
 // only read during the call. Call it once, after Authorize and before
 // Dial or Admits, which are then given the ForwardKey rather than the
@@ -96,6 +99,14 @@ func (g *Grant) forwardParent(addr string) error {
 		g.parent = parent
 	}
 	if parent == nil || !parent.Scheme().IsHTTP() {
+		return nil
+	}
+	if g.method == "TRACE" && parent.Authorization() != "" {
+		// The parent would be a recipient of the TRACE, and the final
+		// one at Max-Forwards 0: its echo would carry what it received,
+		// rustle's credentials for it included. The request goes
+		// through a tunnel to the origin instead (Dial), as through a
+		// socks5 parent: the credentials go in the CONNECT only.
 		return nil
 	}
 	t := route.Target{Host: host, Port: port}

@@ -320,6 +320,11 @@ type headOptions struct {
 	// gate.Grant.ForwardParent); nil = none.
 	parent *route.Parent
 	self   *route.Instance
+	// limitHops says the request is a TRACE or OPTIONS whose
+	// Max-Forwards is replaced by maxForwards (see gate.MaxForwards; -1 =
+	// none is sent).
+	limitHops   bool
+	maxForwards int
 }
 
 // appendRequestHead appends the HTTP/1.1 request head forwarded to the
@@ -363,6 +368,10 @@ func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key
 		case fwdName:
 			fwdValues = append(fwdValues, f.Value)
 			continue
+		case "max-forwards":
+			if o.limitHops {
+				continue // replaced below
+			}
 		}
 		if r.kind == kindWebSocket {
 			switch f.Name {
@@ -411,6 +420,9 @@ func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key
 		chunked = true
 	case r.method == "POST" || r.method == "PUT" || r.method == "PATCH":
 		out = append(out, "Content-Length: 0\r\n"...)
+	}
+	if o.limitHops {
+		out = gate.AppendMaxForwards(out, o.maxForwards)
 	}
 	// Via names the version of the message as received (RFC 9110
 	// §7.6.3).

@@ -82,6 +82,11 @@ type stream struct {
 	// each is made on its first such wait. Guarded by c.mu.
 	timer     *time.Timer
 	bodyTimer *time.Timer
+
+	// limitHops says the request is a TRACE or OPTIONS whose forwarded
+	// Max-Forwards is maxFwd (see hopLimit); owned by the worker.
+	limitHops bool
+	maxFwd    int
 }
 
 func (c *conn) newStreamLocked(id uint32, req request) *stream {
@@ -209,6 +214,9 @@ func (s *stream) serve() bool {
 		}
 		s.grant.SetReason(reason)
 		s.answerLocal(status, why)
+		return false
+	}
+	if r.kind == kindForward && gate.HopLimited(r.method) && s.hopLimit() {
 		return false
 	}
 	// The stream is to hold an upstream: past the first one of the
@@ -793,4 +801,53 @@ func (s *stream) countUpLocked(n int) {
 // answered notes the status sent to the client.
 func (s *stream) answered(status int) {
 	s.grant.Answer(status, 0)
+}
+
+// hopLimit applies a TRACE's or OPTIONS's Max-Forwards (see
+// gate.MaxForwards): a malformed one is answered 400; at 0 rustle answers
+// the request itself (an echo of a TRACE without its credentials, the
+// methods it serves for OPTIONS); otherwise the forwarded request carries
+// one less (limitHops, maxFwd). It reports whether it answered the
+// stream.
+func (s *stream) hopLimit() bool {
+	r := &s.req
+	v, present := "", false
+	for _, f := range r.fields {
+		if f.Name == "max-forwards" {
+			v, present = f.Value, true
+			break
+		}
+	}
+	next, here, ok := gate.MaxForwards(v, present)
+	switch {
+	case !ok:
+		s.grant.SetReason(accesslog.ReasonBadRequest)
+		s.answerLocal(400, "malformed Max-Forwards")
+		return true
+	case !here:
+		s.limitHops, s.maxFwd = present, next
+		return false
+	}
+	s.waitRemote()
+	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}}
+	var body []byte
+	if r.method == "TRACE" {
+		body = gate.AppendTraceLine(body, r.method, r.scheme+"://"+r.authority+r.path, "HTTP/2")
+		for _, f := range r.fields {
+			body = gate.AppendTraceField(body, f.Name, f.Value)
+		}
+		body = append(body, "\r\n"...)
+		fields = append(fields, hpack.HeaderField{Name: "content-type", Value: gate.TraceContentType})
+	} else {
+		fields = append(fields, hpack.HeaderField{Name: "allow", Value: gate.ProxyAllow})
+	}
+	fields = append(fields, hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))})
+	s.answered(200)
+	if len(body) == 0 {
+		s.sendHeaders(fields, true)
+	} else if s.sendHeaders(fields, false) == nil {
+		s.sendData(body, true)
+	}
+	s.stopBody()
+	return true
 }

@@ -181,7 +181,7 @@ func (s *stream) forward() {
 	dest := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
 	hasBody := !r.endStream
 	opts := headOptions{forwarded: c.cfg.Forwarded, via: c.cfg.Via, clientAddr: c.clientAddr,
-		self: c.sess.Policy().Instance}
+		limitHops: s.limitHops, maxForwards: s.maxFwd, self: c.sess.Policy().Instance}
 	// key is the pool key: the destination, or an HTTP parent's key when
 	// the request goes to one in absolute form.
 	key, ok := s.forwardParent(dest, &opts)

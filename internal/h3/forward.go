@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,7 +26,7 @@ import (
 // to the pool when both messages were complete and the origin keeps it.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, q *request, g *gate.Grant) {
 	key := string(gate.AppendHostPort(nil, q.host, q.port, q.ipv6))
-	out, body := s.outgoing(r, cs)
+	out, body := s.outgoing(r, cs, q)
 	body.g = g
 	canRetry := out.Body == nil && gate.Idempotent(r.Method)
 
@@ -155,9 +156,11 @@ func (s *Server) exchange(ctx context.Context, up net.Conn, out *http.Request) (
 	}
 }
 
-// outgoing returns the HTTP/1.1 request forwarded for r, and the reader
-// that counts its body's bytes.
-func (s *Server) outgoing(r *http.Request, cs *connState) (*http.Request, *countingReader) {
+// outgoing returns the HTTP/1.1 request forwarded for r (q), and the
+// reader that counts its body's bytes. It goes to the origin, through a
+// tunnel when the route has a parent (see gate.Grant.Dial), never to a
+// parent in absolute form: a Via naming this rustle is on the CONNECT.
+func (s *Server) outgoing(r *http.Request, cs *connState, q *request) (*http.Request, *countingReader) {
 	out := &http.Request{
 		Method:        r.Method,
 		URL:           &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery},
@@ -180,6 +183,9 @@ func (s *Server) outgoing(r *http.Request, cs *connState) (*http.Request, *count
 		}
 		b = gate.AppendForwardedFor(b, s.cfg.Forwarded, cs.sess.ClientIP())
 		out.Header[name] = []string{string(b)}
+	}
+	if q.limitHops {
+		out.Header["Max-Forwards"] = []string{strconv.Itoa(q.maxFwd)}
 	}
 	if s.cfg.Via {
 		out.Header.Add("Via", "3 rustle")

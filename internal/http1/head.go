@@ -120,6 +120,7 @@ type Head struct {
 	ConnUpgrade    bool // Connection lists "upgrade"
 	ProxyAuth      Span
 	HasVia         bool // a Via field is present
+	MaxForwardsIdx int  // index in Fields of the first Max-Forwards field, -1 if none
 }
 
 func (h *Head) reset(buf []byte) {
@@ -137,6 +138,7 @@ func (h *Head) reset(buf []byte) {
 	h.ConnUpgrade = false
 	h.ProxyAuth = Span{}
 	h.HasVia = false
+	h.MaxForwardsIdx = -1
 }
 
 // findHeadEnd returns the length of the head at the start of b (through
@@ -405,6 +407,10 @@ func (h *Head) noteField(i int) error {
 	case 3:
 		if EqualFold(name, "via") {
 			h.HasVia = true
+		}
+	case 12:
+		if h.MaxForwardsIdx < 0 && EqualFold(name, "max-forwards") {
+			h.MaxForwardsIdx = i
 		}
 	case 6:
 		if EqualFold(name, "expect") && EqualFold(value, "100-continue") {

@@ -53,6 +53,7 @@ type conn struct {
 	upKey    string        // pool key of up
 	upOwner  string        // who may reuse up (gate.Grant.PoolOwner of its dial)
 	fwd      *route.Parent // the HTTP parent the request goes to in absolute form; nil = none
+	maxFwd   int           // the Max-Forwards the forwarded TRACE or OPTIONS carries; -1 = the client's fields as they are
 	upReused bool          // up served an earlier request
 
 	req, resp http1.Head
@@ -250,6 +251,12 @@ func (cn *conn) handle() (keep, handedOff bool) {
 	}
 	if isConnect {
 		return false, cn.connect()
+	}
+	cn.maxFwd = -1
+	if gate.HopLimited(method) {
+		if answered, keep := cn.hopLimit(hasBody, clientKeep); answered {
+			return keep, false
+		}
 	}
 	cn.metered = cn.g.Meter()
 

@@ -17,8 +17,9 @@ const crlf = "\r\n"
 // cn.req: the request line in origin-form (absolute-form to an HTTP
 // parent, cn.fwd, with the parent's Proxy-Authorization at the end), the
 // client's header lines in their order and case less the hop-by-hop ones, Host set to the target's
-// authority, and the Forwarded and Via headers the configuration asks for
-// (a Via naming this rustle to a parent, always).
+// authority, the Forwarded and Via headers the configuration asks for (a
+// Via naming this rustle to a parent, always), and a TRACE's or
+// OPTIONS's Max-Forwards one less (cn.maxFwd).
 func (cn *conn) buildRequestHead() {
 	req := &cn.req
 	b := req.Buf
@@ -52,6 +53,9 @@ func (cn *conn) buildRequestHead() {
 		if fwdName != "" && http1.EqualFold(name, fwdName) {
 			continue
 		}
+		if cn.maxFwd >= 0 && len(name) == len("max-forwards") && http1.EqualFold(name, "max-forwards") {
+			continue // replaced below
+		}
 		out = append(out, f.Line.Of(b)...)
 		out = append(out, crlf...)
 	}
@@ -67,6 +71,7 @@ func (cn *conn) buildRequestHead() {
 		out = gate.AppendForwardedFor(out, mode, cn.sess.ClientIP())
 		out = append(out, crlf...)
 	}
+	out = gate.AppendMaxForwards(out, cn.maxFwd)
 	if cn.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
 	}
@@ -275,4 +280,67 @@ func (cn *conn) writeBodyError(err error) {
 		cn.g.SetReason(accesslog.ReasonBadRequest)
 		cn.writeError(400, "request body incomplete", false)
 	}
+}
+
+// hopLimit applies a TRACE's or OPTIONS's Max-Forwards (see
+// gate.MaxForwards): a malformed one is answered 400; at 0 rustle answers
+// the request itself (an echo of a TRACE without its credentials, the
+// methods it serves for OPTIONS); otherwise cn.maxFwd is what the
+// forwarded request carries. It reports whether the request was
+// answered, and then whether the connection stays open (not after a
+// request body, which is not read).
+func (cn *conn) hopLimit(hasBody, clientKeep bool) (answered, keep bool) {
+	req := &cn.req
+	b := req.Buf
+	var v []byte
+	if req.MaxForwardsIdx >= 0 {
+		v = req.Fields[req.MaxForwardsIdx].Value.Of(b)
+	}
+	next, here, ok := gate.MaxForwards(v, req.MaxForwardsIdx >= 0)
+	switch {
+	case !ok:
+		cn.g.SetReason(accesslog.ReasonBadRequest)
+		cn.writeError(400, "malformed Max-Forwards", false)
+		return true, false
+	case !here:
+		cn.maxFwd = next
+		return false, false
+	}
+	keep = clientKeep && !hasBody
+	var body []byte
+	out := append(cn.out[:0], "HTTP/1.1 200 OK\r\n"...)
+	if string(req.Method.Of(b)) == "TRACE" {
+		line := b
+		for i := 0; i+1 < len(b); i++ {
+			if b[i] == '\r' && b[i+1] == '\n' {
+				line = b[:i]
+				break
+			}
+		}
+		body = append(body, line...)
+		body = append(body, crlf...)
+		for i := range req.Fields {
+			f := &req.Fields[i]
+			body = gate.AppendTraceField(body, f.Name.Of(b), f.Value.Of(b))
+		}
+		body = append(body, crlf...)
+		out = append(out, "Content-Type: "+gate.TraceContentType+"\r\n"...)
+	} else {
+		out = append(out, "Allow: "+gate.ProxyAllow+"\r\n"...)
+	}
+	out = append(out, "Content-Length: "...)
+	out = appendInt(out, int64(len(body)))
+	out = append(out, crlf...)
+	switch {
+	case !keep:
+		out = append(out, "Connection: close\r\n"...)
+	case req.Minor == 0:
+		out = append(out, "Connection: keep-alive\r\n"...)
+	}
+	cn.out = append(out, crlf...)
+	cn.g.Answer(200, 0)
+	cn.obs.down = int64(len(body))
+	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.cfg.WriteTimeout)
+	cn.vec.write(cn.client.C, cn.out, body)
+	return true, keep
 }
