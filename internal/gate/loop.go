@@ -42,9 +42,7 @@ func (s *Session) checkLoop(r *Request, g *Grant) Kind {
 		how = "connection"
 	}
 	if how == "" {
-		if r.Via != nil {
-			g.via = string(r.Via)
-		}
+		g.via = append(g.via[:0], r.Via...)
 		return OK
 	}
 	s.warnLoop(how, g)

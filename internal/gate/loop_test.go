@@ -116,3 +116,26 @@ func TestForwardParentTrace(t *testing.T) {
 		})
 	}
 }
+
+// TestAuthorizeViaAllocs checks that a request that carries a Via (one
+// that came through another proxy) costs no allocation on the
+// keep-alive path: the check and the copy kept for a tunnel reuse the
+// grant's buffer.
+func TestAuthorizeViaAllocs(t *testing.T) {
+	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{Users: map[string]string{"alice": "pw"}})
+	s := p.NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40022"), nil, nil)
+	defer s.Close()
+	r := connectReq("www.example.com", basicAuth("alice", "pw"))
+	r.Via = []byte("1.0 fred, 1.1 squid (squid/5.7), " + route.NewInstance().ViaElement(1))
+	var g gate.Grant
+	if k := s.Authorize(r, &g); k != gate.OK {
+		t.Fatal(k)
+	}
+	g.Finish(0, 0)
+	if n := testing.AllocsPerRun(100, func() {
+		s.Authorize(r, &g)
+		g.Finish(0, 0)
+	}); n != 0 {
+		t.Errorf("Authorize with a Via allocates %v times", n)
+	}
+}

@@ -273,7 +273,7 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dia
 		g.reason = accesslog.ReasonParentRefused
 		return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{parent.Name()}}
 	}
-	t := route.Target{Host: host, Port: port, Via: g.via, Self: p.Instance}
+	t := route.Target{Host: host, Port: port, Via: string(g.via), Self: p.Instance}
 	if err := g.checkForParent(ctx, parent, addr, &t); err != nil {
 		return nil, err
 	}
