@@ -429,7 +429,7 @@ func appendRequestHead(out []byte, r *request, hasBody bool, o *headOptions, key
 	switch {
 	case o.parent != nil:
 		// To a parent, always: a request that comes back names this
-		// process (a loop).
+		// rustle (a loop).
 		out = append(out, o.self.ViaLine(2)...)
 	case o.via:
 		out = append(out, "Via: 2 rustle\r\n"...)

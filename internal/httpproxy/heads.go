@@ -78,7 +78,7 @@ func (cn *conn) buildRequestHead() {
 	switch {
 	case cn.fwd != nil:
 		// To a parent, always: a request that comes back names this
-		// process (a loop).
+		// rustle (a loop).
 		out = append(out, cn.sess.Policy().Instance.ViaLine(1)...)
 	case cn.p.cfg.Via:
 		out = append(out, "Via: 1.1 rustle\r\n"...)
@@ -338,8 +338,7 @@ func (cn *conn) hopLimit(hasBody, clientKeep bool) (answered, keep bool) {
 		out = append(out, "Connection: keep-alive\r\n"...)
 	}
 	cn.out = append(out, crlf...)
-	cn.g.Answer(200, 0)
-	cn.obs.down = int64(len(body))
+	cn.g.Answer(200, 0) // rustle's own answer: no bytes down
 	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.cfg.WriteTimeout)
 	cn.vec.write(cn.client.C, cn.out, body)
 	return true, keep
