@@ -151,7 +151,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		logger.Error("cannot start", "err", err)
 		return 1
 	}
-	logger.Info("rustle started", "version", versionString(), "workers", cfg.WorkerCount())
+	logger.Info("rustle started", "version", versionString(), "workers", cfg.WorkerCount(), "instance", srv.Instance())
 	if addrs := srv.Addrs(); len(addrs) > 0 && *file == "" && len(listens) == 0 {
 		fmt.Fprintf(stderr, "rustle is listening on %s. Try:\n  curl -x http://%s http://example.com/\n",
 			addrs[0].Addr, addrs[0].Addr)

@@ -250,6 +250,12 @@ const (
 	// ReasonNoParent: every parent of the route (Route) is down and the
 	// route does not fall back to direct (502).
 	ReasonNoParent = "no-parent"
+	// ReasonLoop: the request came back to this rustle through a parent
+	// (it named this rustle in Via, or its connection was the other end
+	// of one of rustle's own parent handshakes): refused 508 (SOCKS5:
+	// not allowed); or a parent answered a CONNECT 508, which rustle
+	// answers 508 too.
+	ReasonLoop = "loop"
 )
 
 // Format is an access log line format.

@@ -44,7 +44,8 @@ type Config struct {
 	// "none", "rfc7239" or "x-forwarded-for"; "" means "none".
 	Forwarded string `toml:"forwarded"`
 	// Via adds "Via: 1.1 rustle" to forwarded requests and responses;
-	// false adds nothing.
+	// false adds nothing. Requests sent to a parent carry rustle's loop
+	// token in Via whatever it says.
 	Via bool `toml:"via"`
 	// MaxHeaderBytes is the largest request or response head accepted;
 	// 0 means 65536.

@@ -26,6 +26,9 @@ import (
 func (s *Session) AuthorizeAssociation(r *Request, g *Grant) Kind {
 	p := s.p
 	s.Observe(r, g)
+	if kind := s.checkLoop(r, g); kind != OK {
+		return kind
+	}
 	user, identified := s.Identity()
 	if !identified && p.Auth != nil {
 		p.Metrics.AuthChallenged()
@@ -150,7 +153,7 @@ func (g *Grant) PermitDatagramName(host string, port uint16) error {
 // reason (parent-refused when the parent refused UDP ASSOCIATE) for the
 // association's record; the front-end drops the datagrams meant for it.
 func (g *Grant) AssociateParent(ctx context.Context, parent *route.Parent) (*route.Association, error) {
-	a, err := parent.Associate(ctx, g.s.p.Dialer)
+	a, err := parent.Associate(ctx, g.s.p.Dialer, g.s.p.Instance)
 	if err != nil {
 		var re *route.Error
 		if errors.As(err, &re) {

@@ -45,9 +45,17 @@
 // absolute form and its connections are pooled under [ForwardKey]. The
 // access log names the route and the parent of every record.
 //
-// gate knows no HTTP: the HTTP helpers (hop-by-hop fields, the request
-// target, Forwarded, which methods may be retried) and the exchange with
-// an origin are package origin's.
+// A request that came back to the rustle through its parents (its
+// [Request.Via] names the policy's [route.Instance], or its connection is
+// the other end of one of the rustle's parent handshakes) is refused by
+// Authorize with [Loop] (508); every request sent to a parent names the
+// instance in its Via (package origin for forwarded requests, package
+// route for a tunnel's CONNECT).
+//
+// gate knows no HTTP framing: the HTTP helpers (hop-by-hop fields, the
+// request target, Forwarded, which methods may be retried, Max-Forwards on
+// TRACE and OPTIONS) and the exchange with an origin are package
+// origin's.
 //
 // Bytes up and down are, on every protocol, the payload rustle wrote to
 // the upstream and to the client: the content of request and response

@@ -45,6 +45,12 @@ type Request struct {
 	// ignored when the session has an identity (a client certificate, a
 	// SOCKS login).
 	Authorization []byte
+	// Via is the value of the request's Via fields, comma-separated; nil
+	// = none. A request whose Via names this rustle came back through a
+	// parent and is refused (Loop); a tunnel's is sent on in the Via of
+	// the CONNECT to an HTTP parent (see route.Target). Authorize copies
+	// it.
+	Via []byte
 }
 
 // Grant is one request's passage through the policy: the outcome of
@@ -78,6 +84,7 @@ type Grant struct {
 	forward  bool           // plain HTTP sent to parent (an http one) in absolute form
 	plain    bool           // ForwardParent was asked: a plain HTTP request, which its front-end retries itself
 	retried  bool           // RetryParent moved the request to another parent already
+	via      []byte         // a copy of Request.Via, sent on to an HTTP parent's CONNECT; its array is kept by reset
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	groups   []string       // the groups the user's identity provider gave it; shared, never modified
 	account  string         // the account User authenticated as (Policy.account): what limits, quotas, metrics and revocation count
@@ -132,6 +139,9 @@ type Grant struct {
 func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	p := s.p
 	s.Observe(r, g)
+	if kind := s.checkLoop(r, g); kind != OK {
+		return kind
+	}
 
 	k := s.lookup(r.Authorization)
 	if !k.identified && !k.memo && p.Auth != nil {
@@ -260,8 +270,8 @@ func (g *Grant) reset(s *Session) {
 	if g.s != nil && !g.finished {
 		g.end()
 	}
-	target, method, tried, meterBuf := g.target[:0], g.method, g.tried[:0], g.meterBuf
-	*g = Grant{s: s, target: target, method: method, tried: tried, meterBuf: meterBuf}
+	target, method, tried, via, meterBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf
+	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf}
 }
 
 // Session returns the session g belongs to.
@@ -781,6 +791,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonAuthUnavailable
 	case QuotaExceeded:
 		return accesslog.ReasonQuota
+	case Loop:
+		return accesslog.ReasonLoop
 	}
 	return ""
 }
@@ -819,6 +831,7 @@ func (g *Grant) detach() *Grant {
 	d.account = d.User[:len(g.account)] // the whole name, or its base before the session key
 	d.Rule = strings.Clone(g.Rule)
 	d.tried = slices.Clone(g.tried)
+	d.via = nil // read by the dial only
 	return &d
 }
 

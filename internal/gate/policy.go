@@ -81,6 +81,11 @@ type Policy struct {
 	// refuses the requests of a user whose quota is spent and ends its
 	// tunnels as they cross it; nil = no quotas.
 	Quota *quota.Tracker
+	// Instance is the rustle in loop detection: the Via element every
+	// request sent to a parent carries, which a request that came back
+	// names (see route.Instance). A server gives all its listeners one;
+	// nil = the process's default instance.
+	Instance *route.Instance
 }
 
 // observing reports whether the metrics or the access log learn of
@@ -151,6 +156,11 @@ const (
 	// QuotaExceeded refuses a request of a user whose quota of bytes or
 	// requests for the period is spent: 429 (SOCKS: not allowed).
 	QuotaExceeded
+	// Loop refuses a request that came back to this rustle through a
+	// parent (see [route.NamesSelf] and [route.Returning]), and is a
+	// tunnel's dial that a parent answered 508: 508 Loop Detected (SOCKS:
+	// not allowed).
+	Loop
 )
 
 // Status returns the HTTP status a front-end answers k with; 200 for OK.
@@ -168,6 +178,8 @@ func (k Kind) Status() int {
 		return 504
 	case Overloaded, AuthUnavailable:
 		return 503
+	case Loop:
+		return 508
 	}
 	return 200
 }
@@ -195,6 +207,8 @@ func (k Kind) Reason() string {
 		return "authentication service unavailable; try again later"
 	case QuotaExceeded:
 		return "quota exceeded for this user"
+	case Loop:
+		return "loop detected: the request came back to this proxy through its parents"
 	}
 	return ""
 }
@@ -224,17 +238,23 @@ func (k Kind) String() string {
 		return "auth-unavailable"
 	case QuotaExceeded:
 		return "quota"
+	case Loop:
+		return "loop"
 	}
 	return "unknown"
 }
 
 // DialKind classifies a dial error: Forbidden for an address the guard or
-// a rule refused, TimedOut for a timeout, Unreachable otherwise.
+// a rule refused, Loop for a parent that answered 508, TimedOut for a
+// timeout, Unreachable otherwise.
 func DialKind(err error) Kind {
 	var de *dialer.Error
+	var re *route.Error
 	switch {
 	case err == nil:
 		return OK
+	case errors.As(err, &re) && re.Kind == route.Looped:
+		return Loop
 	case errors.As(err, &de) && de.Forbidden:
 		return Forbidden
 	case errors.As(err, &de) && de.DNS:

@@ -51,9 +51,12 @@ func (g *Grant) ViaParent() bool {
 // and DialConn then connects to the parent without a CONNECT (a
 // *tls.Conn for an https parent, which Dial refuses). It returns nil for
 // a request that goes direct, or that Dial tunnels through a socks5 or
-// socks5h parent. The destination is checked as for a tunnel through
-// the parent (an IP literal by the guard and the rules, a name by the
-// rules as unresolved); a refusal, or every parent down (ErrNoParent),
+// socks5h parent, or a TRACE whose http or https parent rustle has
+// credentials for: the parent's echo of it would return them to the
+// client, so Dial tunnels it to the origin through the parent. The
+// destination is checked as for a tunnel through the parent (an IP
+// literal by the guard and the rules, a name by the rules as
+// unresolved); a refusal, or every parent down (ErrNoParent),
 // is an error to answer as a dial's. addr is the destination host:port,
 // only read during the call. Call it once, after Authorize and before
 // Dial or Admits, which are then given the ForwardKey rather than the
@@ -98,6 +101,14 @@ func (g *Grant) forwardParent(addr string) error {
 	if parent == nil || !parent.Scheme().IsHTTP() {
 		return nil
 	}
+	if g.method == "TRACE" && parent.Authorization() != "" {
+		// The parent would be a recipient of the TRACE, and the final
+		// one at Max-Forwards 0: its echo would carry what it received,
+		// rustle's credentials for it included. The request goes
+		// through a tunnel to the origin instead (Dial), as through a
+		// socks5 parent: the credentials go in the CONNECT only.
+		return nil
+	}
 	t := route.Target{Host: host, Port: port}
 	if err := g.checkForParent(context.Background(), parent, addr, &t); err != nil {
 		return err
@@ -135,7 +146,7 @@ func (g *Grant) RetryParent(addr string, err error) bool {
 	var re *route.Error
 	switch {
 	case errors.As(err, &re):
-		if re.Kind == route.Refused || re.Parent != failed.Name() {
+		if re.Kind == route.Refused || re.Kind == route.Looped || re.Parent != failed.Name() {
 			return false
 		}
 	case g.forward:
@@ -262,7 +273,7 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dia
 		g.reason = accesslog.ReasonParentRefused
 		return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{parent.Name()}}
 	}
-	t := route.Target{Host: host, Port: port}
+	t := route.Target{Host: host, Port: port, Via: string(g.via), Self: p.Instance}
 	if err := g.checkForParent(ctx, parent, addr, &t); err != nil {
 		return nil, err
 	}
@@ -337,6 +348,8 @@ func parentReason(k route.ErrorKind) string {
 		return accesslog.ReasonParentAuth
 	case route.Refused, route.Protocol:
 		return accesslog.ReasonParentRefused
+	case route.Looped:
+		return accesslog.ReasonLoop
 	}
 	return accesslog.ReasonParentUnreachable
 }

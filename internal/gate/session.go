@@ -53,6 +53,10 @@ type Session struct {
 	// registered after that lock was released is cut by toEngine.
 	revoked atomic.Bool
 
+	// loopState says whether the connection is one of rustle's own come
+	// back (see returning): returnUnchecked, returnNo or returnYes.
+	loopState atomic.Int32
+
 	mu sync.Mutex
 	// release gives back the connection's admission; nil once given back
 	// or handed to a tunnel. Guarded by mu.

@@ -40,6 +40,11 @@ func (s *stream) getExchange() *exchange {
 	e := exchangePool.Get().(*exchange)
 	e.s = s
 	e.req = s.req.fieldRequest(s.c.clientAddr)
+	e.req.Instance = s.c.sess.Policy().Instance
+	e.req.MaxForwards = -1
+	if s.limitHops {
+		e.req.MaxForwards = s.maxFwd
+	}
 	return e
 }
 
@@ -55,6 +60,8 @@ func (r *request) fieldRequest(clientAddr netip.Addr) origin.FieldRequest {
 		HasBody:       !r.endStream,
 		ClientAddr:    clientAddr,
 		Via:           "2 rustle",
+		Major:         2,
+		MaxForwards:   -1,
 	}
 }
 

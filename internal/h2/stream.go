@@ -16,6 +16,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -82,6 +83,11 @@ type stream struct {
 	// each is made on its first such wait. Guarded by c.mu.
 	timer     *time.Timer
 	bodyTimer *time.Timer
+
+	// limitHops says the request is a TRACE or OPTIONS whose forwarded
+	// Max-Forwards is maxFwd (see hopLimit); owned by the worker.
+	limitHops bool
+	maxFwd    int
 }
 
 func (c *conn) newStreamLocked(id uint32, req request) *stream {
@@ -211,6 +217,9 @@ func (s *stream) serve() bool {
 		s.answerLocal(status, why)
 		return false
 	}
+	if r.kind == kindForward && origin.HopLimited(r.method) && s.hopLimit() {
+		return false
+	}
 	// The stream is to hold an upstream: past the first one of the
 	// connection, it counts as a connection of its own.
 	if k := s.grant.Hold(); k != gate.OK {
@@ -266,6 +275,24 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 		b = append(b, r.proxyAuth...)
 		authz = b[n:]
 	}
+	// The Via values, joined: checked for rustle's own element (a loop);
+	// a tunnel's go on to an HTTP parent.
+	vs := -1
+	for _, f := range r.fields {
+		if f.Name != "via" {
+			continue
+		}
+		if vs < 0 {
+			vs = len(b)
+		} else {
+			b = append(b, ", "...)
+		}
+		b = append(b, f.Value...)
+	}
+	var via []byte
+	if vs >= 0 {
+		via = b[vs:]
+	}
 	k := c.sess.Authorize(&gate.Request{
 		Protocol:      proto,
 		Log:           accesslog.ProtoH2,
@@ -274,6 +301,7 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 		Port:          uint16(r.port),
 		Target:        target,
 		Authorization: authz,
+		Via:           via,
 	}, g)
 	if cap(b) <= scratchKeep {
 		clear(b) // neither the target nor a credential stays in the pool
@@ -774,4 +802,53 @@ func (s *stream) countUpLocked(n int) {
 // answered notes the status sent to the client.
 func (s *stream) answered(status int) {
 	s.grant.Answer(status, 0)
+}
+
+// hopLimit applies a TRACE's or OPTIONS's Max-Forwards (see
+// origin.MaxForwards): a malformed one is answered 400; at 0 rustle answers
+// the request itself (an echo of a TRACE without its credentials, the
+// methods it serves for OPTIONS); otherwise the forwarded request carries
+// one less (limitHops, maxFwd). It reports whether it answered the
+// stream.
+func (s *stream) hopLimit() bool {
+	r := &s.req
+	v, present := "", false
+	for _, f := range r.fields {
+		if f.Name == "max-forwards" {
+			v, present = f.Value, true
+			break
+		}
+	}
+	next, here, ok := origin.MaxForwards(v, present)
+	switch {
+	case !ok:
+		s.grant.SetReason(accesslog.ReasonBadRequest)
+		s.answerLocal(400, "malformed Max-Forwards")
+		return true
+	case !here:
+		s.limitHops, s.maxFwd = present, next
+		return false
+	}
+	s.waitRemote()
+	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}}
+	var body []byte
+	if r.method == "TRACE" {
+		body = origin.AppendTraceLine(body, r.method, r.scheme+"://"+r.authority+r.path, "HTTP/2")
+		for _, f := range r.fields {
+			body = origin.AppendTraceField(body, f.Name, f.Value)
+		}
+		body = append(body, "\r\n"...)
+		fields = append(fields, hpack.HeaderField{Name: "content-type", Value: origin.TraceContentType})
+	} else {
+		fields = append(fields, hpack.HeaderField{Name: "allow", Value: origin.ProxyAllow})
+	}
+	fields = append(fields, hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(len(body))})
+	s.answered(200)
+	if len(body) == 0 {
+		s.sendHeaders(fields, true)
+	} else if s.sendHeaders(fields, false) == nil {
+		s.sendData(body, true)
+	}
+	s.stopBody()
+	return true
 }

@@ -78,7 +78,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 		s.answerFailure(w, g, err, x, "")
 		return
 	}
-	body, first := e.request(r, cs)
+	body, first := e.request(r, cs, q)
 	var upBytes int64 // request body bytes written upstream
 	_, err := x.Send(e, origin.Body{Buffered: first, Done: body == nil, Empty: body == nil && len(first) == 0})
 	if err == nil && len(first) > 0 {
@@ -155,13 +155,13 @@ func bodyResult(done <-chan bodyEnd, up net.Conn) bodyEnd {
 	return end
 }
 
-// request readies e's request from r: its fields as the exchange builds
+// request readies e's request from r (q): its fields as the exchange builds
 // the upstream head from them, and its body. It returns the body still to
 // be read (nil when none) and, for a body of unknown length, its first
 // byte framed as a chunk: read already to learn whether it has any (a
 // request whose HEADERS ended the stream reads EOF at once, and goes
 // without chunked framing).
-func (e *exchange) request(r *http.Request, cs *connState) (io.Reader, []byte) {
+func (e *exchange) request(r *http.Request, cs *connState, q *request) (io.Reader, []byte) {
 	for name, vs := range r.Header {
 		lname := lowerName(name)
 		for _, v := range vs {
@@ -176,6 +176,12 @@ func (e *exchange) request(r *http.Request, cs *connState) (io.Reader, []byte) {
 		ContentLength: r.ContentLength,
 		ClientAddr:    cs.sess.ClientIP(),
 		Via:           "3 rustle",
+		Major:         3,
+		Instance:      cs.sess.Policy().Instance,
+		MaxForwards:   -1,
+	}
+	if q.limitHops {
+		e.req.MaxForwards = q.maxFwd
 	}
 	switch {
 	case r.ContentLength == 0:

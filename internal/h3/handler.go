@@ -2,12 +2,15 @@ package h3
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/origin"
 )
 
 // requestKind says how a request is served.
@@ -31,6 +34,10 @@ type request struct {
 	ipv6   bool
 	status int    // for kindLocal: the answer
 	why    string // for kindLocal: its text
+	// limitHops says the request is a TRACE or OPTIONS whose forwarded
+	// Max-Forwards is maxFwd (see hopLimit).
+	limitHops bool
+	maxFwd    int
 }
 
 // classify says what r asks for. quic-go has checked the head (pseudo
@@ -119,6 +126,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		answer(w, g, q.status, q.why)
 		return
 	}
+	if q.kind == kindForward && origin.HopLimited(r.Method) && hopLimit(w, r, &q, g) {
+		return
+	}
 	if k := g.Hold(); k != gate.OK {
 		answer(w, g, k.Status(), k.Reason())
 		return
@@ -160,6 +170,12 @@ func (s *Server) authorize(sess *gate.Session, r *http.Request, q *request, g *g
 	if v, ok := r.Header["Proxy-Authorization"]; ok && len(v) > 0 {
 		authz = []byte(v[0])
 	}
+	// Checked for rustle's own element (a loop); a tunnel's go on to an
+	// HTTP parent.
+	var via []byte
+	if v := r.Header["Via"]; len(v) > 0 {
+		via = []byte(strings.Join(v, ", "))
+	}
 	return sess.Authorize(&gate.Request{
 		Protocol:      proto,
 		Log:           accesslog.ProtoH3,
@@ -168,6 +184,7 @@ func (s *Server) authorize(sess *gate.Session, r *http.Request, q *request, g *g
 		Port:          uint16(q.port),
 		Target:        target,
 		Authorization: authz,
+		Via:           via,
 	}, g)
 }
 
@@ -192,4 +209,53 @@ func answer(w http.ResponseWriter, g *gate.Grant, status int, reason string) {
 	w.Write([]byte(body))
 	g.Answer(status, 0)
 	g.Finish(0, 0)
+}
+
+// hopLimit applies a TRACE's or OPTIONS's Max-Forwards (see
+// origin.MaxForwards): a malformed one is answered 400; at 0 rustle answers
+// the request itself (an echo of a TRACE without its credentials, the
+// methods it serves for OPTIONS); otherwise the forwarded request carries
+// one less (q.limitHops, q.maxFwd). It reports whether it answered.
+func hopLimit(w http.ResponseWriter, r *http.Request, q *request, g *gate.Grant) bool {
+	v := r.Header["Max-Forwards"]
+	first := ""
+	if len(v) > 0 {
+		first = v[0]
+	}
+	next, here, ok := origin.MaxForwards(first, len(v) > 0)
+	switch {
+	case !ok:
+		g.SetReason(accesslog.ReasonBadRequest)
+		answer(w, g, 400, "malformed Max-Forwards")
+		return true
+	case !here:
+		q.limitHops, q.maxFwd = len(v) > 0, next
+		return false
+	}
+	var body []byte
+	h := w.Header()
+	if r.Method == http.MethodTrace {
+		body = origin.AppendTraceLine(body, r.Method, r.URL.Scheme+"://"+r.Host+r.URL.RequestURI(), "HTTP/3")
+		for _, name := range slices.Sorted(func(yield func(string) bool) {
+			for name := range r.Header {
+				if !yield(name) {
+					return
+				}
+			}
+		}) {
+			for _, value := range r.Header[name] {
+				body = origin.AppendTraceField(body, name, value)
+			}
+		}
+		body = append(body, "\r\n"...)
+		h.Set("Content-Type", origin.TraceContentType)
+	} else {
+		h.Set("Allow", origin.ProxyAllow)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(200)
+	w.Write(body)
+	g.Answer(200, 0)
+	g.Finish(0, 0) // rustle's own answer: no bytes down
+	return true
 }

@@ -129,6 +129,8 @@ type Head struct {
 	UpgradeIdx     int  // index in Fields of the Upgrade field, -1 if none
 	ConnUpgrade    bool // Connection lists "upgrade"
 	ProxyAuth      Span
+	HasVia         bool // a Via field is present
+	MaxForwardsIdx int  // index in Fields of the first Max-Forwards field, -1 if none
 }
 
 func (h *Head) reset(buf []byte) {
@@ -145,6 +147,8 @@ func (h *Head) reset(buf []byte) {
 	h.UpgradeIdx = -1
 	h.ConnUpgrade = false
 	h.ProxyAuth = Span{}
+	h.HasVia = false
+	h.MaxForwardsIdx = -1
 }
 
 // findHeadEnd returns the length of the head at the start of b (through
@@ -409,6 +413,14 @@ func (h *Head) noteField(i int) error {
 	case 2:
 		if EqualFold(name, "te") {
 			f.Drop = true
+		}
+	case 3:
+		if EqualFold(name, "via") {
+			h.HasVia = true
+		}
+	case 12:
+		if h.MaxForwardsIdx < 0 && EqualFold(name, "max-forwards") {
+			h.MaxForwardsIdx = i
 		}
 	case 6:
 		if EqualFold(name, "expect") && EqualFold(value, "100-continue") {

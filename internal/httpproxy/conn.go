@@ -57,6 +57,8 @@ type conn struct {
 
 	out     []byte    // a head under construction
 	key     []byte    // the destination host:port under construction
+	via     []byte    // the request's Via values, joined
+	maxFwd  int       // the Max-Forwards the forwarded TRACE or OPTIONS carries; -1 = the client's fields as they are
 	vec     http1.Vec // writes of the serving goroutine
 	bodyVec http1.Vec // writes of the sendBody goroutine
 
@@ -232,6 +234,14 @@ func (cn *conn) authorize() (keep, ok bool) {
 	if !req.ProxyAuth.Empty() {
 		r.Authorization = req.ProxyAuth.Of(req.Buf)
 	}
+	r.Via = nil
+	if req.HasVia {
+		// Checked for rustle's own element (a loop); a CONNECT's goes
+		// on to an HTTP parent.
+		v := req.AppendValues(cn.via[:0], "via")
+		cn.via = v
+		r.Via = v[:max(len(v)-len(", "), 0)]
+	}
 	var err error
 	if isConnect {
 		r.Protocol, r.Log = acl.Connect, accesslog.ProtoConnect
@@ -280,6 +290,14 @@ func (cn *conn) authorize() (keep, ok bool) {
 // WebSocket handshake the origin accepted).
 func (cn *conn) forward() (keep, handedOff bool) {
 	req := &cn.req
+	cn.maxFwd = -1
+	if method := req.Method.Of(req.Buf); origin.HopLimited(method) {
+		hasBody := req.Chunked || req.ContentLength > 0
+		clientKeep := !req.ConnClose && (req.Minor == 1 || req.ConnKeepAlive)
+		if answered, keep := cn.hopLimit(hasBody, clientKeep); answered {
+			return keep, false
+		}
+	}
 	cn.metered = cn.g.Meter()
 	req.DropConnectionListed()
 	cn.key = appendHostPort(cn.key[:0], &cn.tgt)

@@ -17,7 +17,9 @@ const crlf = "\r\n"
 // cn.req: the request line in origin-form (absolute-form to an HTTP
 // parent, with the parent's Proxy-Authorization at the end), the
 // client's header lines in their order and case less the hop-by-hop ones, Host set to the target's
-// authority, and the Forwarded and Via headers the configuration asks for.
+// authority, the Forwarded and Via headers the configuration asks for (a
+// Via naming this rustle to a parent, always), and a TRACE's or
+// OPTIONS's Max-Forwards one less (cn.maxFwd).
 func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 	req := &cn.req
 	b := req.Buf
@@ -51,6 +53,9 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		if fwdName != "" && http1.EqualFold(name, fwdName) {
 			continue
 		}
+		if cn.maxFwd >= 0 && len(name) == len("max-forwards") && http1.EqualFold(name, "max-forwards") {
+			continue // replaced below
+		}
 		out = append(out, f.Line.Of(b)...)
 		out = append(out, crlf...)
 	}
@@ -66,10 +71,16 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		out = origin.AppendForwardedFor(out, mode, cn.sess.ClientIP())
 		out = append(out, crlf...)
 	}
+	out = origin.AppendMaxForwards(out, cn.maxFwd)
 	if cn.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
 	}
-	if cn.p.o.Via {
+	switch {
+	case parent != nil:
+		// To a parent, always: a request that comes back names this
+		// rustle (a loop).
+		out = append(out, cn.sess.Policy().Instance.ViaLine(1)...)
+	case cn.p.o.Via:
 		out = append(out, "Via: 1.1 rustle\r\n"...)
 	}
 	out = origin.AppendParentAuthorization(out, parent) // the client's was dropped
@@ -143,6 +154,7 @@ var statusText = map[int]string{
 	502: "Bad Gateway",
 	504: "Gateway Timeout",
 	505: "HTTP Version Not Supported",
+	508: "Loop Detected",
 }
 
 // writeError answers the client with status and a one-line reason. keep
@@ -220,4 +232,66 @@ func (cn *conn) writeBodyError(err error) {
 		cn.g.SetReason(accesslog.ReasonBadRequest)
 		cn.writeError(400, "request body incomplete", false)
 	}
+}
+
+// hopLimit applies a TRACE's or OPTIONS's Max-Forwards (see
+// origin.MaxForwards): a malformed one is answered 400; at 0 rustle answers
+// the request itself (an echo of a TRACE without its credentials, the
+// methods it serves for OPTIONS); otherwise cn.maxFwd is what the
+// forwarded request carries. It reports whether the request was
+// answered, and then whether the connection stays open (not after a
+// request body, which is not read).
+func (cn *conn) hopLimit(hasBody, clientKeep bool) (answered, keep bool) {
+	req := &cn.req
+	b := req.Buf
+	var v []byte
+	if req.MaxForwardsIdx >= 0 {
+		v = req.Fields[req.MaxForwardsIdx].Value.Of(b)
+	}
+	next, here, ok := origin.MaxForwards(v, req.MaxForwardsIdx >= 0)
+	switch {
+	case !ok:
+		cn.g.SetReason(accesslog.ReasonBadRequest)
+		cn.writeError(400, "malformed Max-Forwards", false)
+		return true, false
+	case !here:
+		cn.maxFwd = next
+		return false, false
+	}
+	keep = clientKeep && !hasBody
+	var body []byte
+	out := append(cn.out[:0], "HTTP/1.1 200 OK\r\n"...)
+	if string(req.Method.Of(b)) == "TRACE" {
+		line := b
+		for i := 0; i+1 < len(b); i++ {
+			if b[i] == '\r' && b[i+1] == '\n' {
+				line = b[:i]
+				break
+			}
+		}
+		body = append(body, line...)
+		body = append(body, crlf...)
+		for i := range req.Fields {
+			f := &req.Fields[i]
+			body = origin.AppendTraceField(body, f.Name.Of(b), f.Value.Of(b))
+		}
+		body = append(body, crlf...)
+		out = append(out, "Content-Type: "+origin.TraceContentType+"\r\n"...)
+	} else {
+		out = append(out, "Allow: "+origin.ProxyAllow+"\r\n"...)
+	}
+	out = append(out, "Content-Length: "...)
+	out = appendInt(out, int64(len(body)))
+	out = append(out, crlf...)
+	switch {
+	case !keep:
+		out = append(out, "Connection: close\r\n"...)
+	case req.Minor == 0:
+		out = append(out, "Connection: keep-alive\r\n"...)
+	}
+	cn.out = append(out, crlf...)
+	cn.g.Answer(200, 0) // rustle's own answer: no bytes down
+	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.o.WriteTimeout)
+	cn.vec.Write(cn.client.C, cn.out, body)
+	return true, keep
 }

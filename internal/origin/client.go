@@ -12,6 +12,8 @@ type Config struct {
 	// any other value, "" included.
 	Forwarded string
 	// Via adds rustle's Via element to forwarded messages. false = none.
+	// A request sent to a parent carries the policy's instance in Via
+	// instead, whatever Via says (see route.Instance).
 	Via bool
 	// MaxHeaderBytes bounds a request head a front-end reads and a
 	// response head an exchange reads; New rejects a value that is not

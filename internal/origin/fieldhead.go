@@ -37,6 +37,17 @@ type FieldRequest struct {
 	// Via is rustle's Via element for the version the request came in
 	// ("2 rustle", "3 rustle"), sent when the configuration asks for Via.
 	Via string
+	// Major is the version the request came in (2, 3): a request sent to
+	// a parent names Instance in a Via element for it, whatever the
+	// configuration says, so that one that comes back is seen as a loop.
+	Major int
+	// Instance is the rustle a request to a parent names (see
+	// route.Instance); nil = the process's default instance.
+	Instance *route.Instance
+	// MaxForwards replaces the client's Max-Forwards of a TRACE or
+	// OPTIONS it applies to (see MaxForwards); -1 = the client's fields
+	// go as they are.
+	MaxForwards int
 }
 
 // AppendFieldHead appends the HTTP/1.1 request head an upstream gets for
@@ -44,7 +55,8 @@ type FieldRequest struct {
 // Proxy-Authorization, to parent, an http parent; nil = none), Host from
 // the authority, the client's fields less hop-by-hop and proxy ones,
 // cookie fields joined into one (RFC 9113 §8.2.3, RFC 9114 §4.2.1), the
-// Forwarded element and Via the configuration asks for, and the framing:
+// Forwarded element and Via the configuration asks for (to a parent, a
+// Via naming Instance, always), Max-Forwards as r says, and the framing:
 // Content-Length when the client gave one, chunked when the body's length
 // is unknown (chunked reports that). Names go out in canonical case
 // (content-type -> Content-Type), which HTTP/1.1 origins expect.
@@ -74,6 +86,10 @@ func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Pare
 		case fwdName:
 			fwdValues = append(fwdValues, f.Value)
 			continue
+		case "max-forwards":
+			if r.MaxForwards >= 0 {
+				continue // replaced below
+			}
 		}
 		if HopByHop(f.Name) {
 			continue
@@ -126,9 +142,15 @@ func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Pare
 	case r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH":
 		out = append(out, "Content-Length: 0\r\n"...)
 	}
-	if c.cfg.Via && r.Via != "" {
-		// Via names the version of the message as received (RFC 9110
-		// §7.6.3).
+	out = AppendMaxForwards(out, r.MaxForwards)
+	// Via names the version of the message as received (RFC 9110
+	// §7.6.3).
+	switch {
+	case parent != nil:
+		// To a parent, always: a request that comes back names this
+		// rustle (a loop).
+		out = append(out, r.Instance.ViaLine(r.Major)...)
+	case c.cfg.Via && r.Via != "":
 		out = append(out, "Via: "...)
 		out = append(out, r.Via...)
 		out = append(out, "\r\n"...)

@@ -39,4 +39,10 @@
 // makes a SOCKS5 UDP ASSOCIATE with a socks5 or socks5h parent for SOCKS
 // UDP through it; http and https parents cannot carry UDP. A retry on the
 // next parent calls [Route.PickExcept] with the parent that failed.
+//
+// An [Instance] names one rustle in loop detection: the Via element of
+// every CONNECT it sends a parent ([Target].Self), which [NamesSelf]
+// finds in a request that came back, and, for SOCKS5, which has no
+// header, its parent handshakes in progress, which [Returning] matches a
+// connection it accepted against.
 package route

@@ -28,6 +28,10 @@ const (
 	// Protocol: the parent's answer is not the protocol it was
 	// configured with (502).
 	Protocol
+	// Looped: the parent answered 508 Loop Detected: the request came
+	// back to a rustle it had passed, through this parent (508). Like
+	// Refused, it does not count against the parent's health.
+	Looped
 )
 
 // String returns k's name, as metrics and logs name it.
@@ -43,15 +47,20 @@ func (k ErrorKind) String() string {
 		return "refused"
 	case Protocol:
 		return "protocol"
+	case Looped:
+		return "loop"
 	}
 	return "unknown"
 }
 
 // Status returns the HTTP status a proxy answers k with: 504 for
-// TimedOut, 502 otherwise.
+// TimedOut, 508 for Looped, 502 otherwise.
 func (k ErrorKind) Status() int {
-	if k == TimedOut {
+	switch k {
+	case TimedOut:
 		return 504
+	case Looped:
+		return 508
 	}
 	return 502
 }
@@ -92,6 +101,8 @@ func (e *Error) Reason() string {
 			return p + " refused the connection (" + strconv.Itoa(e.Code) + ")"
 		}
 		return p + " refused the connection"
+	case Looped:
+		return "loop detected: parent proxy " + e.Parent + " leads back to a proxy the request has passed"
 	}
 	return p + " answered in another protocol"
 }
@@ -102,4 +113,4 @@ var ErrNoParent = errors.New("route: no parent of the route is up")
 
 // countsAgainst reports whether a failure of kind k counts against the
 // parent's health: a parent that refuses one destination is still up.
-func (k ErrorKind) countsAgainst() bool { return k != Refused }
+func (k ErrorKind) countsAgainst() bool { return k != Refused && k != Looped }

@@ -15,19 +15,27 @@ import (
 // maxReplyHead bounds an HTTP parent's answer to CONNECT.
 const maxReplyHead = 8 << 10
 
-// connectHTTP sends CONNECT for t with the parent's credentials and reads
-// its answer.
+// connectHTTP sends CONNECT for t with the parent's credentials and a Via
+// field that ends with t.Self's element (after t.Via), and reads its
+// answer. A parent that answers 508 (Loop Detected: a rustle that saw its
+// own element) is an *Error of kind Looped.
 func (p *Parent) connectHTTP(c net.Conn, t Target) error {
 	host, err := p.hostOf(t)
 	if err != nil {
 		return err
 	}
 	hp := net.JoinHostPort(host, strconv.Itoa(int(t.Port)))
-	req := make([]byte, 0, 128+len(hp)*2+len(p.auth))
+	req := make([]byte, 0, 160+len(hp)*2+len(p.auth)+len(t.Via))
 	req = append(req, "CONNECT "...)
 	req = append(req, hp...)
 	req = append(req, " HTTP/1.1\r\nHost: "...)
 	req = append(req, hp...)
+	req = append(req, "\r\nVia: "...)
+	if t.Via != "" {
+		req = append(req, t.Via...)
+		req = append(req, ", "...)
+	}
+	req = append(req, t.Self.ViaElement(1)...)
 	if p.auth != "" {
 		req = append(req, "\r\nProxy-Authorization: "...)
 		req = append(req, p.auth...)
@@ -49,6 +57,8 @@ func (p *Parent) connectHTTP(c net.Conn, t Target) error {
 		return nil
 	case status == 407:
 		return &Error{Parent: p.name, Kind: AuthFailed, Code: status, Err: errors.New("407 Proxy Authentication Required")}
+	case status == 508:
+		return &Error{Parent: p.name, Kind: Looped, Code: status, Err: fmt.Errorf("CONNECT %s answered 508 Loop Detected", hp)}
 	}
 	return &Error{Parent: p.name, Kind: Refused, Code: status, Err: fmt.Errorf("CONNECT %s answered %d", hp, status)}
 }

@@ -287,6 +287,15 @@ type Target struct {
 	Addr netip.Addr
 	// Port is the destination port.
 	Port uint16
+	// Via is the value of the Via fields the request for the tunnel
+	// arrived with (its elements, comma-separated), which a CONNECT to an
+	// HTTP parent carries in front of Self's element (see
+	// Instance.ViaElement), so that a loop through several proxies comes
+	// back naming each; "" = none.
+	Via string
+	// Self is the rustle asking (see Instance); nil = the process's
+	// default instance.
+	Self *Instance
 }
 
 // Dial connects to the parent and asks it for a tunnel to t. The result
@@ -298,7 +307,7 @@ type Target struct {
 // outcome. Errors are *Error.
 func (p *Parent) Dial(ctx context.Context, d Dialer, t Target) (net.Conn, error) {
 	t0 := time.Now()
-	c, err := p.dial(ctx, d, func(c net.Conn) error { return p.handshake(c, t) })
+	c, err := p.dial(ctx, d, t.Self, func(c net.Conn) error { return p.handshake(c, t) })
 	p.observe(t0, err)
 	return c, err
 }
@@ -318,14 +327,15 @@ func (p *Parent) observe(t0 time.Time, err error) {
 // absolute form. The health learns the outcome. Errors are *Error.
 func (p *Parent) DialParent(ctx context.Context, d Dialer) (net.Conn, error) {
 	t0 := time.Now()
-	c, err := p.dial(ctx, d, nil)
+	c, err := p.dial(ctx, d, nil, nil)
 	p.observe(t0, err)
 	return c, err
 }
 
 // dial connects to the parent's address, makes TLS for https and runs
-// handshake (nil = none) under one deadline.
-func (p *Parent) dial(ctx context.Context, d Dialer, handshake func(net.Conn) error) (net.Conn, error) {
+// handshake (nil = none) under one deadline. While the handshake runs,
+// the connection is one of self's (see Returning).
+func (p *Parent) dial(ctx context.Context, d Dialer, self *Instance, handshake func(net.Conn) error) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	tc, err := d.DialTrusted(ctx, p.addr)
@@ -342,6 +352,11 @@ func (p *Parent) dial(ctx context.Context, d Dialer, handshake func(net.Conn) er
 	// A cancelled ctx ends a handshake wait at once.
 	stop := context.AfterFunc(ctx, func() { tc.SetDeadline(time.Unix(1, 0)) })
 	var c net.Conn = tc
+	if handshake != nil {
+		// While the parent is asked, a connection from this one's local
+		// address that rustle accepts has come back (see Returning).
+		defer noteHandshake(self, tc)()
+	}
 	if p.scheme == HTTPS {
 		tlc := tls.Client(tc, p.tls)
 		if err = tlc.HandshakeContext(ctx); err != nil {

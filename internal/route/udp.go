@@ -40,15 +40,17 @@ type Association struct {
 // rule, a proxy that does not implement it: 0x07 command not supported)
 // is an *Error of kind Refused with the reply code, which does not count
 // against its health. An http or https parent is refused without a dial
-// (ErrNoUDP). The health and observer learn the outcome as for Dial.
+// (ErrNoUDP). self is the rustle asking (see Instance; nil = the
+// process's default). The health and observer learn the outcome as for
+// Dial.
 // Errors are *Error.
-func (p *Parent) Associate(ctx context.Context, d Dialer) (*Association, error) {
+func (p *Parent) Associate(ctx context.Context, d Dialer, self *Instance) (*Association, error) {
 	if p.scheme.IsHTTP() {
 		return nil, &Error{Parent: p.name, Kind: Refused, Err: ErrNoUDP}
 	}
 	t0 := time.Now()
 	var relay netip.AddrPort
-	c, err := p.dial(ctx, d, func(c net.Conn) error {
+	c, err := p.dial(ctx, d, self, func(c net.Conn) error {
 		var err error
 		relay, err = p.udpAssociate(c)
 		return err

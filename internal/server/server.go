@@ -24,6 +24,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/metrics"
+	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 	"github.com/rustle-proxy/rustle/internal/wire"
 )
@@ -46,6 +47,10 @@ type Server struct {
 	// revoked tracks every generation's sessions and tunnels by user, so
 	// that a reload that removes a user ends them.
 	revoked *gate.Registry
+	// instance names this server in the Via of what it sends parents,
+	// for every generation: a request that comes back naming it is a
+	// loop (see route.Instance).
+	instance *route.Instance
 	// shared holds the quota counters and the cluster link, which every
 	// generation shares.
 	shared shared
@@ -139,7 +144,7 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry)}
+	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry), instance: route.NewInstance()}
 	s.connCtx, s.connCancel = context.WithCancel(context.Background())
 	s.cutCtx, s.cutCancel = context.WithCancel(context.Background())
 	pool, err := wire.Pool(cfg)
@@ -161,7 +166,7 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 		return nil, err
 	}
 	s.env = wire.Env{Logger: logger, Pool: s.pool, Metrics: o.metrics, AccessLog: o.access, Revoked: s.revoked,
-		Cut: s.cutCtx, Quota: s.shared.quota, Cluster: s.shared.cluster}
+		Cut: s.cutCtx, Quota: s.shared.quota, Cluster: s.shared.cluster, Instance: s.instance}
 	g, err := s.build(cfg, nil)
 	if err != nil {
 		s.Close()
@@ -171,6 +176,12 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 	s.useLocked(g) // s is not shared yet
 	return s, nil
 }
+
+// Instance returns the token that names this server in the Via element
+// of every request it sends a parent ("rustle-" and 16 hex digits,
+// random, for the server's life): a request that comes back naming it is
+// refused as a loop.
+func (s *Server) Instance() string { return s.instance.Token() }
 
 // Start opens every listener (one SO_REUSEPORT socket per worker, all on
 // the same port even when the configured port is 0) and starts serving.

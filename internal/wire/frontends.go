@@ -111,6 +111,7 @@ func (b *builder) policy(i int, log *slog.Logger) (*gate.Policy, error) {
 		Revoked:    env.Revoked,
 		Cut:        env.Cut,
 		Quota:      env.Quota,
+		Instance:   env.Instance,
 	}
 	if env.Metrics != nil {
 		p.UserMetrics = env.Metrics.User

@@ -66,6 +66,10 @@ type Env struct {
 	Cut context.Context
 	// Quota counts the users' requests and bytes; nil = no quotas.
 	Quota *quota.Tracker
+	// Instance names the rustle in the Via of what it sends parents, for
+	// every generation (loop detection, see route.Instance); nil = the
+	// process's default instance.
+	Instance *route.Instance
 	// Cluster shares the users' connections with other instances, whose
 	// counts the limiter then adds, and is told of the users a reload
 	// removes (Generation.Names); nil = no cluster.
