@@ -815,18 +815,6 @@ func (cn *conn) connect() bool {
 		upc.Close()
 		return false
 	}
-	if rest := cn.client.Buffered(); len(rest) > 0 {
-		// Bytes the client sent right behind its CONNECT (a TLS
-		// ClientHello, say) belong to the tunnel.
-		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.o.WriteTimeout))
-		n, err := upc.Write(rest)
-		cn.g.AddBytes(int64(n), 0)
-		if err != nil {
-			upc.Close()
-			return false
-		}
-		cn.client.R = cn.client.W
-	}
 	return cn.tunnel(upc)
 }
 
@@ -852,6 +840,18 @@ func (cn *conn) switchProtocols() bool {
 	}
 	// The upstream leaves the exchange: it belongs to the tunnel now.
 	cn.x.Detach()
+	return cn.tunnel(upc)
+}
+
+// tunnel relays the client connection and upc until both directions end
+// (see gate.Grant.Tunnel): on the worker's engine for a plain client socket
+// (spliced) or a TLS client (Engine.AddTLS; tunnel.RelayTLS without an
+// engine), by goroutines for a paced user or elsewhere, after the bytes
+// the client sent right behind its request (a TLS ClientHello behind a
+// CONNECT, a first frame behind a WebSocket handshake), which are the
+// tunnel's first. It takes ownership of both connections and reports
+// whether the client connection was handed off.
+func (cn *conn) tunnel(upc net.Conn) bool {
 	if rest := cn.client.Buffered(); len(rest) > 0 {
 		upc.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.o.WriteTimeout))
 		n, err := upc.Write(rest)
@@ -862,15 +862,6 @@ func (cn *conn) switchProtocols() bool {
 		}
 		cn.client.R = cn.client.W
 	}
-	return cn.tunnel(upc)
-}
-
-// tunnel relays the client connection and upc until both directions end
-// (see gate.Grant.Tunnel): on the worker's engine for a plain client socket
-// (spliced) or a TLS client (Engine.AddTLS; tunnel.RelayTLS without an
-// engine), by goroutines for a paced user or elsewhere. It takes ownership of both connections and reports
-// true.
-func (cn *conn) tunnel(upc net.Conn) bool {
 	if cn.client.Lowat() {
 		// A tunnel is relayed best with the send queue the kernel
 		// chooses: its relay is the busier side.
