@@ -301,10 +301,3 @@ func parseContentLength(s string) (int64, bool) {
 func parseAuthority(s string, defPort int) (host string, port int, ipv6 bool, err error) {
 	return gate.ParseAuthority(s, defPort)
 }
-
-// appendHostPort appends the dial address and pool key of a target
-// (gate.AppendHostPort), the same keys as the HTTP/1.1 proxy's, so that
-// both share upstream connections.
-func appendHostPort(dst []byte, host string, port int, ipv6 bool) []byte {
-	return gate.AppendHostPort(dst, host, port, ipv6)
-}

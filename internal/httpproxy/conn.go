@@ -56,7 +56,6 @@ type conn struct {
 	respChunk http1.ChunkedScanner
 
 	out     []byte    // a head under construction
-	key     []byte    // the destination host:port under construction
 	vec     http1.Vec // writes of the serving goroutine
 	bodyVec http1.Vec // writes of the sendBody goroutine
 
@@ -282,8 +281,7 @@ func (cn *conn) forward() (keep, handedOff bool) {
 	req := &cn.req
 	cn.metered = cn.g.Meter()
 	req.DropConnectionListed()
-	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	if err := cn.x.Begin(cn.p.oc, &cn.g, cn.gr.Method, cn.key, cn.mode()); err != nil {
+	if err := cn.x.Begin(cn.p.oc, &cn.g, cn.gr.Method, cn.mode()); err != nil {
 		cn.writeFailure(err)
 		return false, false
 	}
@@ -784,8 +782,7 @@ func (cn *conn) finishBody() error {
 // connections to the tunnel engine. It reports whether the client
 // connection was handed off.
 func (cn *conn) connect() bool {
-	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	upc, err := cn.g.DialConn(context.WithoutCancel(cn.ctx), string(cn.key))
+	upc, err := cn.g.DialConn(context.WithoutCancel(cn.ctx))
 	if err != nil {
 		cn.writeFailure(err)
 		return false

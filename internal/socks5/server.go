@@ -395,7 +395,7 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 			slog.String("outcome", kind.String()), slog.String("rule", g.Rule))
 		return false
 	}
-	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()), target)
+	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()))
 	if err != nil {
 		rep := dialReply(err)
 		reply(rep, netip.AddrPort{})
