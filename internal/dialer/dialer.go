@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -265,13 +264,9 @@ func (d *Dialer) Resolve(ctx context.Context, addr string, p Permitter) ([]netip
 // resolve resolves addr's host with res and returns the addresses the
 // guard, p and o's source leave, in the order dialAddrs tries them.
 func (d *Dialer) resolve(ctx context.Context, addr string, p Permitter, res Resolver, o *Options) ([]netip.AddrPort, error) {
-	host, portStr, err := net.SplitHostPort(addr)
+	host, port, err := SplitHostPort(addr)
 	if err != nil {
 		return nil, &Error{Addr: addr, Err: err}
-	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
-	if err != nil {
-		return nil, &Error{Addr: addr, Err: fmt.Errorf("bad port %q", portStr)}
 	}
 	var ips []netip.Addr
 	if ip, ok, err := ParseHost(host); err != nil {
@@ -287,7 +282,7 @@ func (d *Dialer) resolve(ctx context.Context, addr string, p Permitter, res Reso
 	addrs := make([]netip.AddrPort, 0, len(ips))
 	var refused error
 	for _, ip := range ips {
-		ap := netip.AddrPortFrom(ip.Unmap(), uint16(port))
+		ap := netip.AddrPortFrom(ip.Unmap(), port)
 		if err := d.check(ap, p); err != nil {
 			if refused == nil {
 				refused = fmt.Errorf("%w (%s)", err, ap.Addr())

@@ -2,7 +2,10 @@ package dialer
 
 import (
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
+	"strconv"
 )
 
 // ErrNumericHost refuses a host that ends in a number (its last label is
@@ -147,4 +150,23 @@ func hexDigit(c byte) int {
 		return int(c-'A') + 10
 	}
 	return -1
+}
+
+// SplitHostPort splits addr ("host:port", an IPv6 literal in brackets)
+// into its host, without brackets, and its port, a decimal number 0-65535:
+// the one splitter of every package that is handed a destination or an
+// operator's address as a string (the dialer's entry points, a parent's
+// probe target). A malformed addr is net.SplitHostPort's *net.AddrError;
+// a port that is no such number is an error naming it. It allocates
+// nothing on success: host is a substring of addr.
+func SplitHostPort(addr string) (host string, port uint16, err error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("bad port %q", portStr)
+	}
+	return host, uint16(n), nil
 }

@@ -117,3 +117,42 @@ func FuzzParseHost(f *testing.F) {
 		}
 	})
 }
+
+// TestSplitHostPort checks the one host:port splitter: the host without
+// brackets, the port 0-65535, and the errors of what is not host:port.
+func TestSplitHostPort(t *testing.T) {
+	tests := []struct {
+		in      string
+		host    string
+		port    uint16
+		wantErr string // "" = none
+	}{
+		{"example.com:80", "example.com", 80, ""},
+		{"[::1]:443", "::1", 443, ""},
+		{"127.0.0.1:0", "127.0.0.1", 0, ""},
+		{"h:65535", "h", 65535, ""},
+		{":80", "", 80, ""},
+		{"h:65536", "", 0, `bad port "65536"`},
+		{"h:http", "", 0, `bad port "http"`},
+		{"h:-1", "", 0, `bad port "-1"`},
+		{"h", "", 0, "missing port in address"},
+		{"::1:80", "", 0, "too many colons in address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			host, port, err := SplitHostPort(tt.in)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("SplitHostPort(%q): %v", tt.in, err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("SplitHostPort(%q) = %q, %d, %v; want an error saying %q", tt.in, host, port, err, tt.wantErr)
+			}
+			if host != tt.host || port != tt.port {
+				t.Errorf("SplitHostPort(%q) = %q, %d, want %q, %d", tt.in, host, port, tt.host, tt.port)
+			}
+		})
+	}
+	if n := testing.AllocsPerRun(100, func() { SplitHostPort("[2001:db8::1]:8080") }); n != 0 {
+		t.Errorf("SplitHostPort allocates %v times", n)
+	}
+}

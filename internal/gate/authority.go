@@ -110,20 +110,31 @@ func ParseAuthority[T ~string | ~[]byte](a T, defPort int) (host T, port int, ip
 // AppendHostPort appends the dial address and upstream pool key of a
 // destination: the host in ASCII lower case (an IPv6 literal in
 // brackets, an IPv4 address in any spelling [dialer.ParseHost] reads in
-// dotted decimal: "127.1" is "127.0.0.1"), ':', the port. Every
-// front-end keys the shared pool with it, so that they share upstream
-// connections, and dials, checks and sends to a parent what it says.
+// dotted decimal: "127.1" is "127.0.0.1"), ':', the port. It is the one
+// join of a destination's host and port: a grant dials, checks, sends to
+// a parent and keys the shared pool with it (see [Grant.AppendDest]), so
+// that every front-end shares upstream connections; the front-ends use
+// it for the targets their access log shows.
 func AppendHostPort[T ~string | ~[]byte](dst []byte, host T, port int, ipv6 bool) []byte {
+	dst, _, _ = appendHost(dst, host, ipv6)
+	dst = append(dst, ':')
+	return strconv.AppendInt(dst, int64(port), 10)
+}
+
+// appendHost appends host as AppendHostPort spells it, and returns where
+// the host, without brackets, lies in the result.
+func appendHost[T ~string | ~[]byte](dst []byte, host T, ipv6 bool) (b []byte, start, end int) {
 	if !ipv6 {
 		if ip, ok, _ := dialer.ParseHost(host); ok && ip.Is4() {
+			start = len(dst)
 			dst = ip.AppendTo(dst)
-			dst = append(dst, ':')
-			return strconv.AppendInt(dst, int64(port), 10)
+			return dst, start, len(dst)
 		}
 	}
 	if ipv6 {
 		dst = append(dst, '[')
 	}
+	start = len(dst)
 	for i := 0; i < len(host); i++ {
 		c := host[i]
 		if 'A' <= c && c <= 'Z' {
@@ -131,11 +142,11 @@ func AppendHostPort[T ~string | ~[]byte](dst []byte, host T, port int, ipv6 bool
 		}
 		dst = append(dst, c)
 	}
+	end = len(dst)
 	if ipv6 {
 		dst = append(dst, ']')
 	}
-	dst = append(dst, ':')
-	return strconv.AppendInt(dst, int64(port), 10)
+	return dst, start, end
 }
 
 // LoggableTarget returns a request target as a log may show it: target

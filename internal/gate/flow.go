@@ -16,14 +16,19 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
-// DialUDP makes the UDP socket of a granted CONNECT-UDP flow to
-// host:port, under the request's decision and the private-destination
-// guard as Dial, and feeds the dial histogram. On an error, DialKind
-// tells how to answer it.
-func (g *Grant) DialUDP(ctx context.Context, host string, port uint16) (*net.UDPConn, error) {
+// DialUDP makes the UDP socket of a granted CONNECT-UDP flow to the
+// request's destination (Request.Host or Request.Addr, and Request.Port,
+// as Authorize was given them), under the request's decision and the
+// private-destination guard as Dial, and feeds the dial histogram. On an
+// error, DialKind tells how to answer it.
+func (g *Grant) DialUDP(ctx context.Context) (*net.UDPConn, error) {
 	p := g.s.p
 	t0 := time.Now()
-	c, err := p.Dialer.DialUDP(ctx, host, port, g.permitter())
+	host := g.dst.host
+	if host == "" && g.dst.addr.IsValid() {
+		host = g.dst.addr.String()
+	}
+	c, err := p.Dialer.DialUDP(ctx, host, g.dst.port, g.permitter())
 	p.Metrics.Dialed(time.Since(t0), err == nil)
 	if g.decided {
 		g.Rule = g.decision.Rule

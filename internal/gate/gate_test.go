@@ -59,6 +59,18 @@ func connectReq(host string, authz []byte) *gate.Request {
 	}
 }
 
+// connectTo is a CONNECT to addr, host:port, with the credentials authz.
+func connectTo(t testing.TB, addr string, authz []byte) *gate.Request {
+	t.Helper()
+	host, port, err := dialer.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := connectReq(host, authz)
+	r.Port, r.Target = port, []byte(addr)
+	return r
+}
+
 // observed is a policy's metrics and access log.
 type observed struct {
 	m   *metrics.Metrics
@@ -224,10 +236,10 @@ func TestDialKind(t *testing.T) {
 	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{})
 	var g gate.Grant
 	s := newSession(t, p)
-	if k := s.Authorize(connectReq("127.0.0.1", nil), &g); k != gate.OK {
+	if k := s.Authorize(connectTo(t, proxytest.ClosedPort(t), nil), &g); k != gate.OK {
 		t.Fatalf("Authorize = %v", k)
 	}
-	c, err := g.Dial(context.Background(), proxytest.ClosedPort(t))
+	c, err := g.Dial(context.Background())
 	if err == nil {
 		c.Close()
 		t.Fatal("dial to a closed port succeeded")
@@ -693,15 +705,15 @@ func newEngine(t *testing.T) *tunnel.Engine {
 	return e
 }
 
-// dialGrant authorizes on s a CONNECT to 127.0.0.1 as user, dials addr
-// with the grant and answers 200.
+// dialGrant authorizes on s a CONNECT to addr as user, dials it with the
+// grant and answers 200.
 func dialGrant(t *testing.T, s *gate.Session, user, pass, addr string) (*gate.Grant, net.Conn) {
 	t.Helper()
 	g := new(gate.Grant)
-	if k := s.Authorize(connectReq("127.0.0.1", basicAuth(user, pass)), g); k != gate.OK {
+	if k := s.Authorize(connectTo(t, addr, basicAuth(user, pass)), g); k != gate.OK {
 		t.Fatalf("%s: %v", user, k)
 	}
-	upc, err := g.Dial(context.Background(), addr)
+	upc, err := g.Dial(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1121,10 +1133,10 @@ func TestRegistryRevokeByListener(t *testing.T) {
 		s.Attach(served)
 		defer s.Close()
 		var g gate.Grant
-		if k := s.Authorize(connectReq("127.0.0.1", basicAuth("bob", "pw2")), &g); k != gate.OK {
+		if k := s.Authorize(connectTo(t, echo.Addr, basicAuth("bob", "pw2")), &g); k != gate.OK {
 			t.Fatalf("bob on %s: %v", listener, k)
 		}
-		upc, err := g.Dial(context.Background(), echo.Addr)
+		upc, err := g.Dial(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -85,6 +85,7 @@ type Grant struct {
 	plain    bool           // ForwardParent was asked: a plain HTTP request, which its front-end retries itself
 	retried  bool           // RetryParent moved the request to another parent already
 	via      []byte         // a copy of Request.Via, sent on to an HTTP parent's CONNECT; its array is kept by reset
+	dst      destination    // the request's destination, which the grant dials (see dest.go)
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
 	groups   []string       // the groups the user's identity provider gave it; shared, never modified
 	account  string         // the account User authenticated as (Policy.account): what limits, quotas, metrics and revocation count
@@ -139,6 +140,7 @@ type Grant struct {
 func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	p := s.p
 	s.Observe(r, g)
+	g.setDest(r)
 	if kind := s.checkLoop(r, g); kind != OK {
 		return kind
 	}
@@ -271,7 +273,7 @@ func (g *Grant) reset(s *Session) {
 		g.end()
 	}
 	target, method, tried, via, meterBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf
-	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf}
+	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep()}
 }
 
 // Session returns the session g belongs to.
@@ -384,7 +386,9 @@ func sessionKey(user string) string {
 	return user
 }
 
-// Dial connects to addr ("host:port") under the request's decision, the
+// Dial connects to the request's destination (Request.Host or
+// Request.Addr, and Request.Port, as Authorize was given them; see
+// AppendDest) under the request's decision, the
 // private-destination guard and the grant's dial options (see
 // DialOptions), directly or through the parent its route picks (see
 // route.go), and feeds the dial histogram. On an error, DialKind tells
@@ -399,8 +403,8 @@ func sessionKey(user string) string {
 // parent fails to connect or to hand over the tunnel is dialled once
 // more through the route's next parent (see RetryParent): nothing was
 // sent yet.
-func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
-	c, err := g.dial(ctx, addr, true)
+func (g *Grant) Dial(ctx context.Context) (*net.TCPConn, error) {
+	c, err := g.dial(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -410,28 +414,28 @@ func (g *Grant) Dial(ctx context.Context, addr string) (*net.TCPConn, error) {
 // DialConn is Dial for a front-end that relays any connection (a tunnel
 // handed to Tunnel, a forwarded request's exchange): the result is a
 // *net.TCPConn, or the *tls.Conn of an https parent.
-func (g *Grant) DialConn(ctx context.Context, addr string) (net.Conn, error) {
-	return g.dial(ctx, addr, false)
+func (g *Grant) DialConn(ctx context.Context) (net.Conn, error) {
+	return g.dial(ctx, false)
 }
 
 // dial is Dial (tcpOnly) or DialConn.
-func (g *Grant) dial(ctx context.Context, addr string, tcpOnly bool) (net.Conn, error) {
+func (g *Grant) dial(ctx context.Context, tcpOnly bool) (net.Conn, error) {
 	p := g.s.p
 	t0 := time.Now()
 	o := g.DialOptions()
-	c, err := g.dialRoute(ctx, addr, tcpOnly, o)
-	if err != nil && !g.plain && g.RetryParent(addr, err) {
+	c, err := g.dialRoute(ctx, tcpOnly, o)
+	if err != nil && !g.plain && g.RetryParent(err) {
 		// A tunnel (CONNECT, SOCKS, WebSocket) whose parent failed
 		// before the client had an answer: nothing was sent, so the
 		// next parent is dialled.
-		c, err = g.dialRoute(ctx, addr, tcpOnly, o)
+		c, err = g.dialRoute(ctx, tcpOnly, o)
 	}
 	p.Metrics.Dialed(time.Since(t0), err == nil)
 	if d := g.decision; g.decided {
 		g.Rule = d.Rule
 	}
 	if err != nil {
-		g.dialFailed(addr, err)
+		g.dialFailed(err)
 		return nil, err
 	}
 	if tc, ok := c.(*net.TCPConn); ok && g.parent == nil {
@@ -444,9 +448,11 @@ func (g *Grant) dial(ctx context.Context, addr string, tcpOnly bool) (net.Conn, 
 }
 
 // dialFailed notes err, a failed dial (or a destination refused before
-// one) of addr: the access log's reason, the metrics and the debug line.
-func (g *Grant) dialFailed(addr string, err error) {
+// one) of the request's destination: the access log's reason, the
+// metrics and the debug line.
+func (g *Grant) dialFailed(err error) {
 	p := g.s.p
+	addr, _ := g.dest()
 	reason := g.reason // a parent's failure says which
 	kind := g.refuse(DialKind(err))
 	var de *dialer.Error

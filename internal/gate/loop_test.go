@@ -106,7 +106,7 @@ func TestForwardParentTrace(t *testing.T) {
 				t.Fatal(k)
 			}
 			defer g.Finish(0, 0)
-			fwd, err := g.ForwardParent([]byte("origin.test:80"))
+			fwd, err := g.ForwardParent()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,10 +30,10 @@ func TestPrivateRefusalHint(t *testing.T) {
 	s := p.NewSession(context.Background(), netip.MustParseAddrPort("192.0.2.1:1000"), nil, nil)
 	t.Cleanup(s.Close)
 	var g gate.Grant
-	if k := s.Authorize(&gate.Request{Method: "CONNECT", Host: "127.0.0.1", Port: 1, Target: []byte(ln.Addr().String())}, &g); k != gate.OK {
+	if k := s.Authorize(connectTo(t, ln.Addr().String(), nil), &g); k != gate.OK {
 		t.Fatalf("Authorize = %v", k)
 	}
-	_, err = g.Dial(context.Background(), ln.Addr().String())
+	_, err = g.Dial(context.Background())
 	var de *dialer.Error
 	if !errors.As(err, &de) || gate.DialKind(err) != gate.Forbidden {
 		t.Fatalf("Dial = %v, want a refusal of the private destination", err)

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
@@ -56,24 +55,18 @@ func (g *Grant) ViaParent() bool {
 // client, so Dial tunnels it to the origin through the parent. The
 // destination is checked as for a tunnel through the parent (an IP
 // literal by the guard and the rules, a name by the rules as
-// unresolved); a refusal, or every parent down (ErrNoParent),
-// is an error to answer as a dial's. addr is the destination host:port,
-// only read during the call. Call it once, after Authorize and before
-// Dial or Admits, which are then given the ForwardKey rather than the
-// destination; and once more after RetryParent, for the parent it
-// picked.
-func (g *Grant) ForwardParent(addr []byte) (*route.Parent, error) {
+// unresolved); a refusal, or every parent down (ErrNoParent), is an
+// error to answer as a dial's. The destination is the request's (see
+// AppendDest). Call it once, after Authorize and before Dial or Admits,
+// whose connections the front-end then pools under the ForwardKey rather
+// than the destination; and once more after RetryParent, for the parent
+// it picked.
+func (g *Grant) ForwardParent() (*route.Parent, error) {
 	if g.route.Direct() {
 		return nil, nil
 	}
-	err := g.forwardParent(bytesString(addr))
-	if err != nil {
-		a := string(addr)
-		var de *dialer.Error
-		if errors.As(err, &de) {
-			de.Addr = a // it viewed addr
-		}
-		g.dialFailed(a, err)
+	if err := g.forwardParent(); err != nil {
+		g.dialFailed(err)
 		return nil, err
 	}
 	if g.forward {
@@ -82,14 +75,12 @@ func (g *Grant) ForwardParent(addr []byte) (*route.Parent, error) {
 	return nil, nil
 }
 
-func (g *Grant) forwardParent(addr string) error {
-	host, port, err := splitAddr(addr)
-	if err != nil {
-		return err
-	}
+func (g *Grant) forwardParent() error {
+	addr, host := g.dest()
 	g.plain = true
 	parent := g.parent
 	if !g.picked { // else RetryParent picked it
+		var err error
 		parent, err = g.route.Pick(route.Key{Host: host, User: g.User})
 		g.picked = true
 		if err != nil {
@@ -109,7 +100,7 @@ func (g *Grant) forwardParent(addr string) error {
 		// socks5 parent: the credentials go in the CONNECT only.
 		return nil
 	}
-	t := route.Target{Host: host, Port: port}
+	t := route.Target{Host: host, Port: g.dst.port}
 	if err := g.checkForParent(context.Background(), parent, addr, &t); err != nil {
 		return err
 	}
@@ -130,7 +121,7 @@ func (g *Grant) forwardParent(addr string) error {
 // RetryParent counts against the parent's health. A parent that answered
 // and refused the destination is not retried, nor a request without a
 // parent or whose route has no other parent up (a fallback to direct is
-// not taken for a retry). addr is the destination host:port.
+// not taken for a retry).
 //
 // The front-end calls it only for a request it can send again: a tunnel
 // not yet answered (Dial and DialConn do this themselves for a request
@@ -138,7 +129,7 @@ func (g *Grant) forwardParent(addr string) error {
 // [Idempotent]) of which no body byte was sent; a plain HTTP front-end
 // then asks ForwardParent again and builds its head for the parent it
 // returns. The failed attempt's reason is forgotten.
-func (g *Grant) RetryParent(addr string, err error) bool {
+func (g *Grant) RetryParent(err error) bool {
 	failed := g.parent
 	if failed == nil || g.retried || g.route.Direct() || err == nil {
 		return false
@@ -158,10 +149,7 @@ func (g *Grant) RetryParent(addr string, err error) bool {
 	default:
 		return false // through a tunnel: the destination may have failed
 	}
-	host, _, serr := splitAddr(addr)
-	if serr != nil {
-		return false
-	}
+	addr, host := g.dest()
 	next, perr := g.route.PickExcept(route.Key{Host: host, User: g.User}, failed)
 	if perr != nil || next == nil {
 		return false
@@ -180,19 +168,6 @@ func ForwardKey(dst []byte, p *route.Parent) []byte {
 	dst = append(dst, p.Name()...)
 	dst = append(dst, ' ')
 	return append(dst, p.Addr()...)
-}
-
-// splitAddr splits host:port.
-func splitAddr(addr string) (string, uint16, error) {
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, &dialer.Error{Addr: addr, Err: err}
-	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
-	if err != nil {
-		return "", 0, &dialer.Error{Addr: addr, Err: err}
-	}
-	return host, uint16(port), nil
 }
 
 // errNoParent is the cause of a dial refused because every parent of the
@@ -222,13 +197,15 @@ func (e errHTTPSParent) Reason() string {
 	return "parent proxy " + e.parent + " (https) does not carry HTTP/2 tunnels (CONNECT, WebSocket)"
 }
 
-// dialRoute dials addr under the grant's route: direct (with the dial
-// options o: the egress source and resolver), or through the parent it
-// picks (the parent's own address is dialled from the kernel's choice of
-// source, not o's). The result is a *net.TCPConn, or for an https parent
-// a *tls.Conn, which tcpOnly refuses before dialing.
-func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dialer.Options) (net.Conn, error) {
+// dialRoute dials the request's destination under the grant's route:
+// direct (with the dial options o: the egress source and resolver), or
+// through the parent it picks (the parent's own address is dialled from
+// the kernel's choice of source, not o's). The result is a
+// *net.TCPConn, or for an https parent a *tls.Conn, which tcpOnly
+// refuses before dialing.
+func (g *Grant) dialRoute(ctx context.Context, tcpOnly bool, o *dialer.Options) (net.Conn, error) {
 	p := g.s.p
+	addr, host := g.dest()
 	if g.route.Direct() {
 		c, err := p.Dialer.DialOptions(ctx, addr, g.permitter(), o)
 		if err != nil {
@@ -238,7 +215,7 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dia
 	}
 	if g.forward {
 		// The request goes to the parent itself (ForwardParent checked
-		// its destination); addr is its pool key.
+		// its destination).
 		if tcpOnly && g.parent.Scheme() == route.HTTPS {
 			g.reason = accesslog.ReasonParentRefused
 			return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{g.parent.Name()}}
@@ -250,12 +227,9 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dia
 		g.upstream = remoteAddrPort(c)
 		return c, nil
 	}
-	host, port, err := splitAddr(addr)
-	if err != nil {
-		return nil, err
-	}
 	parent := g.parent
 	if !g.picked {
+		var err error
 		if parent, err = g.route.Pick(route.Key{Host: host, User: g.User}); err != nil {
 			g.reason = accesslog.ReasonNoParent
 			return nil, &dialer.Error{Addr: addr, Err: errNoParent{g.route.Name()}}
@@ -273,7 +247,7 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dia
 		g.reason = accesslog.ReasonParentRefused
 		return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{parent.Name()}}
 	}
-	t := route.Target{Host: host, Port: port, Via: string(g.via), Self: p.Instance}
+	t := route.Target{Host: host, Port: g.dst.port, Via: string(g.via), Self: p.Instance}
 	if err := g.checkForParent(ctx, parent, addr, &t); err != nil {
 		return nil, err
 	}
@@ -287,8 +261,8 @@ func (g *Grant) dialRoute(ctx context.Context, addr string, tcpOnly bool, o *dia
 	return c, nil
 }
 
-// parentError returns a parent's failure to dial addr as a *dialer.Error
-// and notes its reason.
+// parentError returns a parent's failure to reach addr, the request's
+// destination, as a *dialer.Error and notes its reason.
 func (g *Grant) parentError(addr string, err error) error {
 	var re *route.Error
 	if errors.As(err, &re) {

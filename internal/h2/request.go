@@ -66,67 +66,99 @@ func (e errMalformed) Error() string { return "h2: malformed request: " + string
 // it. connectProtocol says whether extended CONNECT was advertised. self
 // is the proxy's own address, to recognise requests to itself. It returns
 // an errMalformed for a request that must be reset with PROTOCOL_ERROR.
+//
+// It reads the pseudo-header fields that lead the block, then the
+// regular fields behind them, checks that they make the form of request
+// their method calls for, and classifies the request.
 func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.AddrPort) (request, error) {
 	r := request{contentLength: -1}
-	var seen [5]bool // :method, :scheme, :authority, :path, :protocol
-	regular := false
-	host := ""
-	hasHost := false
-	for _, f := range fields {
-		if strings.HasPrefix(f.Name, ":") {
-			if regular {
-				return r, errMalformed("pseudo-header field after a regular one")
-			}
-			var k int
-			var p *string
-			switch f.Name {
-			case ":method":
-				k, p = 0, &r.method
-			case ":scheme":
-				k, p = 1, &r.scheme
-			case ":authority":
-				k, p = 2, &r.authority
-			case ":path":
-				k, p = 3, &r.path
-			case ":protocol":
-				k, p = 4, &r.protocol
-			default:
-				return r, errMalformed("pseudo-header field " + strconv.Quote(f.Name))
-			}
-			if seen[k] {
-				return r, errMalformed("repeated " + f.Name)
-			}
-			if !httpguts.ValidHeaderFieldValue(f.Value) {
-				return r, errMalformed("invalid value of " + f.Name)
-			}
-			seen[k] = true
-			*p = f.Value
-			continue
+	seen, n, err := r.readPseudo(fields)
+	if err != nil {
+		return r, err
+	}
+	host, hasHost, err := r.readRegular(fields[n:])
+	if err != nil {
+		return r, err
+	}
+	r.fields = fields[n:]
+	if err := r.checkForm(seen, host, hasHost, connectProtocol); err != nil {
+		return r, err
+	}
+	return r.classify(seen, self), nil
+}
+
+// pseudoSeen says which pseudo-header fields a request carried.
+type pseudoSeen struct {
+	method, scheme, authority, path, protocol bool
+}
+
+// readPseudo reads into r the pseudo-header fields that lead fields
+// (RFC 9113 §8.3): each known one at most once, with a valid value. It
+// returns which it saw and where the regular fields begin.
+func (r *request) readPseudo(fields []hpack.HeaderField) (seen pseudoSeen, n int, err error) {
+	for n < len(fields) && strings.HasPrefix(fields[n].Name, ":") {
+		f := fields[n]
+		var s *bool
+		var p *string
+		switch f.Name {
+		case ":method":
+			s, p = &seen.method, &r.method
+		case ":scheme":
+			s, p = &seen.scheme, &r.scheme
+		case ":authority":
+			s, p = &seen.authority, &r.authority
+		case ":path":
+			s, p = &seen.path, &r.path
+		case ":protocol":
+			s, p = &seen.protocol, &r.protocol
+		default:
+			return seen, n, errMalformed("pseudo-header field " + strconv.Quote(f.Name))
 		}
-		regular = true
-		if !validFieldName(f.Name) {
-			return r, errMalformed("invalid field name " + strconv.Quote(f.Name))
+		if *s {
+			return seen, n, errMalformed("repeated " + f.Name)
 		}
 		if !httpguts.ValidHeaderFieldValue(f.Value) {
-			return r, errMalformed("invalid value of field " + f.Name)
+			return seen, n, errMalformed("invalid value of " + f.Name)
+		}
+		*s, *p = true, f.Value
+		n++
+	}
+	return seen, n, nil
+}
+
+// readRegular checks the regular fields behind the pseudo-header ones
+// (RFC 9113 §8.2): valid names in lower case and values, none of them
+// connection-specific, te only "trailers", one content-length value, host
+// fields that agree; it notes in r the content length and the first
+// Proxy-Authorization, and returns the host field's value, if any.
+func (r *request) readRegular(fields []hpack.HeaderField) (host string, hasHost bool, err error) {
+	for _, f := range fields {
+		if strings.HasPrefix(f.Name, ":") {
+			return host, hasHost, errMalformed("pseudo-header field after a regular one")
+		}
+		if !validFieldName(f.Name) {
+			return host, hasHost, errMalformed("invalid field name " + strconv.Quote(f.Name))
+		}
+		if !httpguts.ValidHeaderFieldValue(f.Value) {
+			return host, hasHost, errMalformed("invalid value of field " + f.Name)
 		}
 		if origin.ConnectionSpecific(f.Name) {
-			return r, errMalformed("connection-specific field " + f.Name)
+			return host, hasHost, errMalformed("connection-specific field " + f.Name)
 		}
 		switch f.Name {
 		case "te":
 			if f.Value != "trailers" {
-				return r, errMalformed("te other than trailers")
+				return host, hasHost, errMalformed("te other than trailers")
 			}
 		case "content-length":
 			n, ok := parseContentLength(f.Value)
 			if !ok || r.contentLength >= 0 && r.contentLength != n {
-				return r, errMalformed("invalid content-length")
+				return host, hasHost, errMalformed("invalid content-length")
 			}
 			r.contentLength = n
 		case "host":
 			if hasHost && host != f.Value {
-				return r, errMalformed("conflicting host fields")
+				return host, hasHost, errMalformed("conflicting host fields")
 			}
 			host, hasHost = f.Value, true
 		case "proxy-authorization":
@@ -135,82 +167,93 @@ func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.A
 			}
 		}
 	}
-	r.fields = fields[firstRegular(fields):]
+	return host, hasHost, nil
+}
 
-	if !seen[0] || r.method == "" || !validToken(r.method) {
-		return r, errMalformed("missing or invalid :method")
+// checkForm checks that the pseudo-header fields make the form of
+// request r's method calls for: a valid :method; :protocol only in an
+// extended CONNECT; :authority as the host field says, or taken from it
+// when absent; for a CONNECT (RFC 9113 §8.5) :authority only, for an
+// extended CONNECT (RFC 8441 §4) :scheme, :path and :authority, for any
+// other request :scheme and :path; and a :path an HTTP/1.1 request-target
+// can carry.
+func (r *request) checkForm(seen pseudoSeen, host string, hasHost, connectProtocol bool) error {
+	if !seen.method || r.method == "" || !validToken(r.method) {
+		return errMalformed("missing or invalid :method")
 	}
-	if seen[4] && r.method != "CONNECT" {
-		return r, errMalformed(":protocol in a request other than CONNECT")
+	if seen.protocol && r.method != "CONNECT" {
+		return errMalformed(":protocol in a request other than CONNECT")
 	}
-	if seen[2] && hasHost && r.authority != host {
-		return r, errMalformed(":authority and host differ")
+	if seen.authority && hasHost && r.authority != host {
+		return errMalformed(":authority and host differ")
 	}
-	if !seen[2] && hasHost {
+	if !seen.authority && hasHost {
 		r.authority = host
 	}
-
 	switch {
-	case r.method == "CONNECT" && !seen[4]:
-		// RFC 9113 §8.5: :authority only.
-		if seen[1] || seen[3] {
-			return r, errMalformed("CONNECT with :scheme or :path")
+	case r.method == "CONNECT" && !seen.protocol:
+		if seen.scheme || seen.path {
+			return errMalformed("CONNECT with :scheme or :path")
 		}
-		if !seen[2] || r.authority == "" {
-			return r, errMalformed("CONNECT without :authority")
+		if !seen.authority || r.authority == "" {
+			return errMalformed("CONNECT without :authority")
 		}
-		r.kind = kindConnect
-		var err error
-		if r.host, r.port, r.ipv6, err = parseAuthority(r.authority, 0); err != nil {
-			return local(r, 400, "invalid CONNECT target "+strconv.Quote(r.authority)), nil
-		}
-		return r, nil
+		return nil
 	case r.method == "CONNECT":
-		// RFC 8441 §4: :protocol, :scheme, :path and :authority.
 		if !connectProtocol {
-			return r, errMalformed(":protocol without SETTINGS_ENABLE_CONNECT_PROTOCOL")
+			return errMalformed(":protocol without SETTINGS_ENABLE_CONNECT_PROTOCOL")
 		}
-		if !seen[1] || !seen[2] || !seen[3] || r.path == "" || r.authority == "" {
-			return r, errMalformed("extended CONNECT without :scheme, :path or :authority")
+		if !seen.scheme || !seen.authority || !seen.path || r.path == "" || r.authority == "" {
+			return errMalformed("extended CONNECT without :scheme, :path or :authority")
 		}
 	default:
-		if !seen[1] || !seen[3] || r.path == "" || r.scheme == "" {
-			return r, errMalformed("missing :scheme or :path")
+		if !seen.scheme || !seen.path || r.path == "" || r.scheme == "" {
+			return errMalformed("missing :scheme or :path")
 		}
 	}
 	if r.path != "*" && r.path[0] != '/' || r.path == "*" && r.method != "OPTIONS" || !validPath(r.path) {
-		return r, errMalformed("invalid :path")
+		return errMalformed("invalid :path")
 	}
+	return nil
+}
 
-	// A well-formed request: now what can rustle do with it?
-	if r.method == "CONNECT" && r.protocol == protoConnectUDP {
-		// The target is in :path, which the worker matches against the
-		// URI template (see stream.matchUDP).
-		r.kind = kindConnectUDP
-		return r, nil
-	}
-	if r.method == "CONNECT" && r.protocol != "websocket" {
-		return local(r, 501, "unsupported :protocol "+strconv.Quote(r.protocol)), nil
-	}
-	if r.scheme != "http" {
-		return local(r, 400, "not a proxy request: rustle forwards :scheme http only; use CONNECT for "+strconv.Quote(r.scheme)), nil
-	}
-	if r.authority == "" {
-		return local(r, 400, "not a proxy request: no :authority"), nil
-	}
+// classify says how rustle serves r, a well-formed request (see
+// checkForm): a CONNECT tunnel to its :authority; a CONNECT-UDP flow,
+// whose target is in :path, which the worker matches against the URI
+// template (see stream.matchUDP); a WebSocket tunnel or a request for an
+// origin, to the :authority of :scheme http; or, for anything else, an
+// answer of rustle's own (kindLocal).
+func (r request) classify(seen pseudoSeen, self netip.AddrPort) request {
 	var err error
+	switch {
+	case r.method == "CONNECT" && !seen.protocol:
+		r.kind = kindConnect
+		if r.host, r.port, r.ipv6, err = parseAuthority(r.authority, 0); err != nil {
+			return local(r, 400, "invalid CONNECT target "+strconv.Quote(r.authority))
+		}
+		return r
+	case r.method == "CONNECT" && r.protocol == protoConnectUDP:
+		r.kind = kindConnectUDP
+		return r
+	case r.method == "CONNECT" && r.protocol != "websocket":
+		return local(r, 501, "unsupported :protocol "+strconv.Quote(r.protocol))
+	case r.scheme != "http":
+		return local(r, 400, "not a proxy request: rustle forwards :scheme http only; use CONNECT for "+strconv.Quote(r.scheme))
+	case r.authority == "":
+		return local(r, 400, "not a proxy request: no :authority")
+	}
 	if r.host, r.port, r.ipv6, err = parseAuthority(r.authority, 80); err != nil {
-		return local(r, 400, "invalid :authority "+strconv.Quote(r.authority)), nil
+		return local(r, 400, "invalid :authority "+strconv.Quote(r.authority))
 	}
 	if isSelf(r.host, r.port, self) {
-		return local(r, 400, "not a proxy request: the target is rustle itself"), nil
+		return local(r, 400, "not a proxy request: the target is rustle itself")
 	}
 	if r.method == "CONNECT" {
 		r.kind = kindWebSocket
 	} else {
 		r.kind = kindForward
 	}
-	return r, nil
+	return r
 }
 
 // local marks r as answered by rustle itself.
@@ -300,11 +343,4 @@ func parseContentLength(s string) (int64, bool) {
 // shares (gate.ParseAuthority).
 func parseAuthority(s string, defPort int) (host string, port int, ipv6 bool, err error) {
 	return gate.ParseAuthority(s, defPort)
-}
-
-// appendHostPort appends the dial address and pool key of a target
-// (gate.AppendHostPort), the same keys as the HTTP/1.1 proxy's, so that
-// both share upstream connections.
-func appendHostPort(dst []byte, host string, port int, ipv6 bool) []byte {
-	return gate.AppendHostPort(dst, host, port, ipv6)
 }

@@ -56,7 +56,7 @@ func (s *stream) connectUDP() {
 	s.cancel = cancel
 	c.mu.Unlock()
 	defer cancel()
-	up, err := s.grant.DialUDP(ctx, r.host, uint16(r.port))
+	up, err := s.grant.DialUDP(ctx)
 	if err != nil {
 		status, reason, text := origin.Failure(err, r.host)
 		if reason != "" {

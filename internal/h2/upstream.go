@@ -82,10 +82,10 @@ func (s *stream) answerError(err error, x *origin.Exchange, target string) {
 	s.answer(status, text)
 }
 
-// dial connects to addr under the stream's grant; a reset of the stream
-// cancels it. The connection is TCP for a tunnel (tcpOnly), and may be
+// dial connects to the request's destination under the stream's grant;
+// a reset of the stream cancels it. The connection is TCP for a tunnel (tcpOnly), and may be
 // TLS to an https parent for a forwarded request.
-func (s *stream) dial(addr string, tcpOnly bool) (net.Conn, error) {
+func (s *stream) dial(tcpOnly bool) (net.Conn, error) {
 	c := s.c
 	c.mu.Lock()
 	if s.reset {
@@ -99,11 +99,11 @@ func (s *stream) dial(addr string, tcpOnly bool) (net.Conn, error) {
 	var err error
 	if tcpOnly {
 		var tc *net.TCPConn
-		if tc, err = s.grant.Dial(ctx, addr); err == nil {
+		if tc, err = s.grant.Dial(ctx); err == nil {
 			up = tc
 		}
 	} else {
-		up, err = s.grant.DialConn(ctx, addr)
+		up, err = s.grant.DialConn(ctx)
 	}
 	c.mu.Lock()
 	s.cancel = nil
@@ -147,11 +147,10 @@ func (s *stream) detach(up net.Conn) {
 func (s *stream) forward() {
 	c := s.c
 	r := &s.req
-	dest := appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6)
 	e := s.getExchange()
 	defer putExchange(e)
 	x := &e.x
-	if err := x.Begin(c.cfg.Origin, &s.grant, r.method, dest, origin.Plain); err != nil {
+	if err := x.Begin(c.cfg.Origin, &s.grant, r.method, origin.Plain); err != nil {
 		s.answerError(err, x, "")
 		return
 	}
@@ -376,19 +375,18 @@ func (s *stream) writeBody(up net.Conn, chunked bool) error {
 func (s *stream) connect() bool {
 	c := s.c
 	r := &s.req
-	key := string(appendHostPort(make([]byte, 0, len(r.host)+8), r.host, r.port, r.ipv6))
 	var up *net.TCPConn // a tunnel's relay waits on its socket
 	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}}
 	var pending []byte
 	if r.kind == kindWebSocket {
 		var ok bool
-		if up, fields, pending, ok = s.upgrade(key); !ok {
+		if up, fields, pending, ok = s.upgrade(); !ok {
 			return false
 		}
 	} else {
-		upc, err := s.dial(key, true)
+		upc, err := s.dial(true)
 		if err != nil {
-			s.answerError(err, nil, key)
+			s.answerError(err, nil, string(s.grant.AppendDest(nil)))
 			return false
 		}
 		up = upc.(*net.TCPConn)
@@ -455,7 +453,7 @@ func (s *stream) relay(up *net.TCPConn, p *tunnel.Parker, waited bool, werr erro
 // http parent that forwards the upgrade), and returns the upstream, now
 // the stream's, the fields of the 200 answer and the bytes that came
 // behind the origin's 101. On failure it has answered the client.
-func (s *stream) upgrade(dest string) (*net.TCPConn, []hpack.HeaderField, []byte, bool) {
+func (s *stream) upgrade() (*net.TCPConn, []hpack.HeaderField, []byte, bool) {
 	c := s.c
 	var nonce [16]byte
 	rand.Read(nonce[:])
@@ -464,7 +462,7 @@ func (s *stream) upgrade(dest string) (*net.TCPConn, []hpack.HeaderField, []byte
 	defer putExchange(e)
 	e.req.WebSocketKey = wsKey
 	x := &e.x
-	if err := x.Begin(c.cfg.Origin, &s.grant, "GET", []byte(dest), origin.UpgradeTCP); err != nil {
+	if err := x.Begin(c.cfg.Origin, &s.grant, "GET", origin.UpgradeTCP); err != nil {
 		s.answerError(err, x, "")
 		return nil, nil, nil, false
 	}

@@ -13,11 +13,10 @@ import (
 
 // connect serves CONNECT: dial, answer 200, and relay the stream and the
 // upstream with gate.Grant.Tunnel until both directions end.
-func (s *Server) connect(w http.ResponseWriter, r *http.Request, q *request, g *gate.Grant) {
-	addr := string(gate.AppendHostPort(nil, q.host, q.port, q.ipv6))
-	up, err := g.Dial(r.Context(), addr)
+func (s *Server) connect(w http.ResponseWriter, r *http.Request, g *gate.Grant) {
+	up, err := g.Dial(r.Context())
 	if err != nil {
-		s.answerFailure(w, g, err, nil, addr)
+		s.answerFailure(w, g, err, nil, string(g.AppendDest(nil)))
 		return
 	}
 	w.WriteHeader(http.StatusOK)

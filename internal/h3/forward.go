@@ -73,8 +73,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 	defer putExchange(e)
 	e.ctx = r.Context()
 	x := &e.x
-	dest := gate.AppendHostPort(nil, q.host, q.port, q.ipv6)
-	if err := x.Begin(s.cfg.Origin, g, r.Method, dest, origin.Plain); err != nil {
+	if err := x.Begin(s.cfg.Origin, g, r.Method, origin.Plain); err != nil {
 		s.answerFailure(w, g, err, x, "")
 		return
 	}

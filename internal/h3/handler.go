@@ -135,7 +135,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch q.kind {
 	case kindConnect:
-		s.connect(w, r, &q, g)
+		s.connect(w, r, g)
 	case kindConnectUDP:
 		s.connectUDP(w, r, cs, &q, g)
 	default:

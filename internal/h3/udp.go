@@ -40,7 +40,7 @@ func (s *Server) connectUDP(w http.ResponseWriter, r *http.Request, cs *connStat
 		return
 	}
 	defer s.giveFlow(cs)
-	up, err := g.DialUDP(r.Context(), q.host, uint16(q.port))
+	up, err := g.DialUDP(r.Context())
 	if err != nil {
 		s.answerFailure(w, g, err, nil, q.host)
 		return

@@ -56,7 +56,6 @@ type conn struct {
 	respChunk http1.ChunkedScanner
 
 	out     []byte    // a head under construction
-	key     []byte    // the destination host:port under construction
 	via     []byte    // the request's Via values, joined
 	maxFwd  int       // the Max-Forwards the forwarded TRACE or OPTIONS carries; -1 = the client's fields as they are
 	vec     http1.Vec // writes of the serving goroutine
@@ -300,8 +299,7 @@ func (cn *conn) forward() (keep, handedOff bool) {
 	}
 	cn.metered = cn.g.Meter()
 	req.DropConnectionListed()
-	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	if err := cn.x.Begin(cn.p.oc, &cn.g, cn.gr.Method, cn.key, cn.mode()); err != nil {
+	if err := cn.x.Begin(cn.p.oc, &cn.g, cn.gr.Method, cn.mode()); err != nil {
 		cn.writeFailure(err)
 		return false, false
 	}
@@ -802,8 +800,7 @@ func (cn *conn) finishBody() error {
 // connections to the tunnel engine. It reports whether the client
 // connection was handed off.
 func (cn *conn) connect() bool {
-	cn.key = appendHostPort(cn.key[:0], &cn.tgt)
-	upc, err := cn.g.DialConn(context.WithoutCancel(cn.ctx), string(cn.key))
+	upc, err := cn.g.DialConn(context.WithoutCancel(cn.ctx))
 	if err != nil {
 		cn.writeFailure(err)
 		return false

@@ -7,14 +7,16 @@ import (
 	"testing"
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 )
 
 func FuzzTarget(f *testing.F) {
 	f.Add([]byte("http://example.com:8080/p?q"))
+	s := newDestSession(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var tg target
 		if err := parseAbsoluteTarget(data, &tg); err == nil {
-			checkTarget(t, &tg)
+			checkTarget(t, s, &tg)
 			if len(tg.path) == 0 || tg.path[0] != '/' && tg.path[0] != '?' {
 				t.Fatalf("path %q", tg.path)
 			}
@@ -43,7 +45,7 @@ func FuzzTarget(f *testing.F) {
 		}
 		tg = target{}
 		if err := parseAuthorityForm(data, &tg); err == nil {
-			checkTarget(t, &tg)
+			checkTarget(t, s, &tg)
 			if !bytes.Equal(tg.authority, data) || tg.path != nil {
 				t.Fatalf("authority %q, path %q for %q", tg.authority, tg.path, data)
 			}
@@ -55,7 +57,7 @@ func FuzzTarget(f *testing.F) {
 
 // checkTarget checks an accepted target, and that its dial address reads
 // back as the same host and port.
-func checkTarget(t *testing.T, tg *target) {
+func checkTarget(t *testing.T, s *gate.Session, tg *target) {
 	t.Helper()
 	if len(tg.host) == 0 {
 		t.Fatal("empty host accepted")
@@ -71,7 +73,7 @@ func checkTarget(t *testing.T, tg *target) {
 	if bytes.IndexByte(tg.authority, '@') >= 0 {
 		t.Fatalf("authority %q holds userinfo", tg.authority)
 	}
-	addr := appendHostPort(nil, tg)
+	addr := dialAddress(t, s, nil, tg)
 	var back target
 	if err := parseAuthorityForm(addr, &back); err != nil {
 		t.Fatalf("dial address %q does not parse: %v", addr, err)

@@ -97,11 +97,6 @@ func parseAuthority(a []byte, defPort int, t *target) error {
 	return nil
 }
 
-// appendHostPort appends the dial address and pool key of t.
-func appendHostPort(dst []byte, t *target) []byte {
-	return gate.AppendHostPort(dst, t.host, t.port, t.ipv6)
-}
-
 func appendInt(dst []byte, n int64) []byte {
 	if n == 0 {
 		return append(dst, '0')

@@ -1,11 +1,16 @@
 package httpproxy
 
 import (
+	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 type wantTarget struct {
@@ -206,7 +211,34 @@ func TestParseAuthorityForm(t *testing.T) {
 	}
 }
 
-func TestTargetAppendHostPort(t *testing.T) {
+// dialAddress returns what a grant dials (gate.Grant.AppendDest, appended
+// to dst) for a request to tg, whose destination the proxy gives
+// Authorize as its host and port (see conn.authorize).
+func dialAddress(t testing.TB, s *gate.Session, dst []byte, tg *target) []byte {
+	t.Helper()
+	var g gate.Grant
+	r := gate.Request{Protocol: acl.Connect, Method: "CONNECT", Host: string(tg.host), Port: uint16(tg.port)}
+	if k := s.Authorize(&r, &g); k != gate.OK {
+		t.Fatalf("Authorize(%q) = %v", tg.host, k)
+	}
+	defer g.Finish(0, 0)
+	return g.AppendDest(dst)
+}
+
+// newDestSession returns a session of a policy without rules, which
+// grants every request: dialAddress's.
+func newDestSession(t testing.TB) *gate.Session {
+	t.Helper()
+	s := proxytest.NewPolicy(t, proxytest.PolicyConfig{}).NewSession(context.Background(), netip.MustParseAddrPort("127.0.0.1:40000"), nil, nil)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestTargetDialAddress checks the address a request's target is dialled
+// at, which keys the upstream pool: the host in lower case, an IPv6
+// literal in brackets.
+func TestTargetDialAddress(t *testing.T) {
+	s := newDestSession(t)
 	tests := []struct {
 		in       string
 		connect  bool
@@ -234,12 +266,12 @@ func TestTargetAppendHostPort(t *testing.T) {
 				t.Fatalf("parse %q: %v", tt.in, err)
 			}
 			host := string(tg.host)
-			got := string(appendHostPort([]byte(tt.dst), &tg))
+			got := string(dialAddress(t, s, []byte(tt.dst), &tg))
 			if got != tt.wantAddr {
-				t.Errorf("appendHostPort = %q, want %q", got, tt.wantAddr)
+				t.Errorf("dial address = %q, want %q", got, tt.wantAddr)
 			}
 			if string(tg.host) != host {
-				t.Errorf("appendHostPort changed the target's host to %q", tg.host)
+				t.Errorf("the dial address changed the target's host to %q", tg.host)
 			}
 		})
 	}

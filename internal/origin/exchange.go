@@ -114,7 +114,7 @@ type Exchange struct {
 	// NextBody read to its end (see HasTrailer).
 	Trailer http1.Head
 
-	dest       []byte        // the destination, host:port
+	dest       []byte        // the destination, host:port (gate.Grant.AppendDest)
 	key        []byte        // the pool key of the request's upstream: dest, or its http parent's ForwardKey
 	parent     *route.Parent // the http parent that takes the request in absolute form; nil = none
 	head       []byte        // the request head, built by Request.AppendHead
@@ -139,12 +139,13 @@ type Exchange struct {
 }
 
 // Begin starts the exchange of a request that g granted, with method to
-// dest (host:port, as the guard checks it; only read during the call),
-// as mode says. Begin asks the grant whether the request goes to an http
-// parent in absolute form (see [gate.Grant.ForwardParent]) and notes
-// the upstream's pool key; an error (the destination refused, every
-// parent down) is answered as Failure says. c is the listener's Client.
-func (x *Exchange) Begin(c *Client, g *gate.Grant, method string, dest []byte, mode Mode) error {
+// the request's destination (see [gate.Grant.AppendDest]), as mode says.
+// Begin asks the grant whether the request goes to an http parent in
+// absolute form (see [gate.Grant.ForwardParent]) and notes the
+// upstream's pool key: the destination, or the parent's ForwardKey; an
+// error (the destination refused, every parent down) is answered as
+// Failure says. c is the listener's Client.
+func (x *Exchange) Begin(c *Client, g *gate.Grant, method string, mode Mode) error {
 	x.c, x.g = c, g
 	x.isHead = method == "HEAD"
 	x.idempotent = Idempotent(method)
@@ -153,9 +154,7 @@ func (x *Exchange) Begin(c *Client, g *gate.Grant, method string, dest []byte, m
 	x.interim = false
 	x.sent = time.Time{}
 	x.body.started = false
-	x.dest = append(x.dest[:0], dest...)
-	x.key = append(x.key[:0], dest...)
-	x.parent = nil
+	x.dest = g.AppendDest(x.dest[:0])
 	return x.forwardParent()
 }
 
@@ -167,7 +166,7 @@ func (x *Exchange) forwardParent() error {
 	if x.g.Route().Direct() {
 		return nil
 	}
-	p, err := x.g.ForwardParent(x.dest)
+	p, err := x.g.ForwardParent()
 	if err != nil {
 		return err
 	}
@@ -281,7 +280,7 @@ func (x *Exchange) Send(r Request, body Body) (int64, error) {
 // reports false when the request stays where it is, with the next
 // parent's refusal of the destination, if it came to that.
 func (x *Exchange) retryParent(r Request, err error) (bool, error) {
-	if x.g.Parent() == nil || !x.g.RetryParent(string(x.dest), err) {
+	if x.g.Parent() == nil || !x.g.RetryParent(err) {
 		return false, nil
 	}
 	if ferr := x.forwardParent(); ferr != nil {
@@ -341,11 +340,11 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 		var err error
 		if x.tcpOnly {
 			var tc *net.TCPConn
-			if tc, err = g.Dial(ctx, string(x.key)); err == nil {
+			if tc, err = g.Dial(ctx); err == nil {
 				c = tc
 			}
 		} else {
-			c, err = g.DialConn(ctx, string(x.key))
+			c, err = g.DialConn(ctx)
 		}
 		if done != nil {
 			done()

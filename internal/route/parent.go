@@ -340,12 +340,7 @@ func (p *Parent) dial(ctx context.Context, d Dialer, self *Instance, handshake f
 	defer cancel()
 	tc, err := d.DialTrusted(ctx, p.addr)
 	if err != nil {
-		kind := Unreachable
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
-			kind = TimedOut
-		}
-		return nil, &Error{Parent: p.name, Kind: kind, Err: err}
+		return nil, p.wrap(err)
 	}
 	dl, _ := ctx.Deadline()
 	tc.SetDeadline(dl)

@@ -399,3 +399,26 @@ func TestNewParentRefusesMissingSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestProbeTargetRefused checks what a parent's probe target that is not
+// host:port (a host and a port 1-65535) is refused with.
+func TestProbeTargetRefused(t *testing.T) {
+	tests := []struct{ target, want string }{
+		{"h:0", `probe target: "h:0" is not host:port`},
+		{"h:http", `probe target: "h:http" is not host:port`},
+		{"h:65536", `probe target: "h:65536" is not host:port`},
+		{":80", `probe target: ":80" is not host:port`},
+		{"h", "probe target: address h: missing port in address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.target, func(t *testing.T) {
+			_, err := NewParent(parentConfig(ParentConfig{Name: "p", URL: "http://h:1", Probe: ProbeConfig{Interval: time.Second, Target: tt.target}}))
+			if err == nil || !strings.HasSuffix(err.Error(), tt.want) {
+				t.Errorf("NewParent with probe target %q: %v, want an error ending %q", tt.target, err, tt.want)
+			}
+		})
+	}
+	if _, err := NewParent(parentConfig(ParentConfig{Name: "p", URL: "http://h:1", Probe: ProbeConfig{Interval: time.Second, Target: "[::1]:443"}})); err != nil {
+		t.Errorf("NewParent with probe target [::1]:443: %v", err)
+	}
+}

@@ -395,7 +395,7 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 			slog.String("outcome", kind.String()), slog.String("rule", g.Rule))
 		return false
 	}
-	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()), target)
+	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()))
 	if err != nil {
 		rep := dialReply(err)
 		reply(rep, netip.AddrPort{})
@@ -451,17 +451,23 @@ func replyClass(rep byte) int {
 	return 502
 }
 
-// dialReply returns the SOCKS5 reply code for a failed dial.
+// dialReply returns the SOCKS5 reply code for a failed dial, from the
+// one classification of dial errors (gate.DialKind): a destination not
+// allowed, a timeout, or an unreachable upstream, which the cause refines
+// into the replies RFC 1928 has for it: a name that did not resolve is
+// host unreachable, a refused connection connection refused, and the
+// network or host unreachable as the kernel said.
 func dialReply(err error) byte {
-	var dnsErr *net.DNSError
-	var de *dialer.Error
-	switch {
-	case errors.As(err, &de) && de.Forbidden:
+	switch gate.DialKind(err) {
+	case gate.Forbidden:
 		return repNotAllowed
+	case gate.TimedOut:
+		return repTTLExpired
+	}
+	var dnsErr *net.DNSError
+	switch {
 	case errors.As(err, &dnsErr):
 		return repHostUnreachable
-	case errors.As(err, &de) && de.Timeout, errors.Is(err, syscall.ETIMEDOUT):
-		return repTTLExpired
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return repConnRefused
 	case errors.Is(err, syscall.ENETUNREACH):

@@ -28,6 +28,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"github.com/rustle-proxy/rustle/internal/route"
 )
 
 // get fetches url through a SOCKS5 proxy at proxyAddr with Go's
@@ -366,15 +367,28 @@ func TestDialReply(t *testing.T) {
 		{"network unreachable", wrap(&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ENETUNREACH)}), repNetUnreachable},
 		{"host unreachable", wrap(&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.EHOSTUNREACH)}), repHostUnreachable},
 		{"no such host", wrap(&net.OpError{Op: "dial", Err: &net.DNSError{Err: "no such host", Name: "x", IsNotFound: true}}), repHostUnreachable},
-		{"DNS timeout", &dialer.Error{Addr: "x:1", Timeout: true, Err: &net.DNSError{Err: "timeout", Name: "x", IsTimeout: true}}, repHostUnreachable},
+		{"DNS timeout", &dialer.Error{Addr: "x:1", DNS: true, Err: &net.DNSError{Err: "timeout", Name: "x", IsTimeout: true}}, repHostUnreachable},
 		{"connect timeout", &dialer.Error{Addr: "x:1", Timeout: true, Err: context.DeadlineExceeded}, repTTLExpired},
 		{"kernel timeout", wrap(&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ETIMEDOUT)}), repTTLExpired},
+		// A timed-out dial whose cause holds a DNS error but that the
+		// dialer did not mark as a resolution failure (a parent's
+		// handshake, say) is a timeout, as gate.DialKind has it.
+		{"timeout with a DNS cause", &dialer.Error{Addr: "x:1", Timeout: true, Err: &net.DNSError{Err: "timeout", Name: "x", IsTimeout: true}}, repTTLExpired},
+		{"forbidden", &dialer.Error{Addr: "x:1", Forbidden: true, Err: dialer.ErrPrivate}, repNotAllowed},
+		{"forbidden, timed out too", &dialer.Error{Addr: "x:1", Forbidden: true, Timeout: true, Err: dialer.ErrDenied}, repNotAllowed},
+		{"no parent", &dialer.Error{Addr: "x:1", Err: route.ErrNoParent}, repGeneralFailure},
 		{"other", wrap(errors.New("boom")), repGeneralFailure},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := dialReply(tt.err); got != tt.want {
+			got := dialReply(tt.err)
+			if got != tt.want {
 				t.Errorf("dialReply(%v) = %#x, want %#x", tt.err, got, tt.want)
+			}
+			// One classification: the reply is of the class an HTTP
+			// front-end answers the same failure with.
+			if class, want := replyClass(got), gate.DialKind(tt.err).Status(); class != want {
+				t.Errorf("dialReply(%v) = %#x, of class %d; gate.DialKind says %d", tt.err, got, class, want)
 			}
 		})
 	}
