@@ -36,10 +36,11 @@ func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, 
 	o := &ops{log: logger}
 	if cfg.AccessLog.Enabled {
 		al, err := accesslog.New(accesslog.Config{
-			Format: accesslog.Format(cfg.AccessLog.Format),
-			Path:   cfg.AccessLog.Path,
-			Writer: stdout,
-			Logger: logger,
+			Format:   accesslog.Format(cfg.AccessLog.Format),
+			Template: cfg.AccessLog.Template,
+			Path:     cfg.AccessLog.Path,
+			Writer:   stdout,
+			Logger:   logger,
 		})
 		if err != nil {
 			return nil, err
