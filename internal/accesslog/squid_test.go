@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"net/netip"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -402,5 +403,43 @@ func TestNewTemplateErrors(t *testing.T) {
 	}
 	if _, err := New(Config{Format: FormatJSON, Template: "{time}"}); err == nil || !strings.Contains(err.Error(), "only for") {
 		t.Errorf("New with a template for format json = %v, want an error", err)
+	}
+}
+
+// TestDocsName checks that docs/operations.md names every template field
+// in its Templates section and maps every reason to Squid's words in its
+// section on the formats other tools read.
+func TestDocsName(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := func(title string) string {
+		t.Helper()
+		_, rest, ok := strings.Cut(string(b), "\n### "+title+"\n")
+		if !ok {
+			t.Fatalf("docs/operations.md has no section %q", title)
+		}
+		body, _, _ := strings.Cut(rest, "\n### ")
+		return body
+	}
+	templates := section("Templates")
+	for _, f := range TemplateFields() {
+		if !strings.Contains(templates, "`"+f+"`") {
+			t.Errorf("the Templates section does not name the field `%s`", f)
+		}
+	}
+	formats := section("Formats other tools read")
+	for reason, sr := range squidReasons {
+		mapped := false
+		for line := range strings.Lines(formats) {
+			if strings.HasPrefix(line, "| ") && strings.Contains(line, "`"+reason+"`") {
+				mapped = strings.Contains(line, "`"+sr.err+"`")
+				break
+			}
+		}
+		if !mapped {
+			t.Errorf("no row of the table of Squid codes maps `%s` to `%s`", reason, sr.err)
+		}
 	}
 }
