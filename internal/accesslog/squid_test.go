@@ -443,3 +443,25 @@ func TestDocsName(t *testing.T) {
 		}
 	}
 }
+
+// TestFormatsDoNotAllocate checks that the writer formats a record in
+// every format without allocating, as BenchmarkFormat reports.
+func TestFormatsDoNotAllocate(t *testing.T) {
+	tmpl, err := parseTemplate("{combined} {upstream} {source} {squid_code} {squid_error} {time_clf} {request_line}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := append(goldenRecords(), hostileRecords()...)
+	buf := make([]byte, 0, 64<<10)
+	for _, f := range []Format{FormatText, FormatJSON, FormatSquid, FormatCommon, FormatCombined, FormatTemplate} {
+		l := &Logger{format: f, tmpl: tmpl}
+		if n := testing.AllocsPerRun(10, func() {
+			b := buf[:0]
+			for i := range recs {
+				b = l.appendRecord(b, &recs[i])
+			}
+		}); n != 0 {
+			t.Errorf("%s: %v allocations per batch of %d records, want 0", f, n, len(recs))
+		}
+	}
+}
