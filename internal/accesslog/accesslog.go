@@ -300,7 +300,7 @@ const (
 	// HIER_NONE/- when rustle connected nowhere; CONTENT_TYPE is always
 	// "-". Bytes outside '!'..'~' in the method and URL, and those and
 	// '%', '[', ']', '\' in the user, are written %HH, so every line
-	// splits into exactly ten fields.
+	// splits into exactly ten fields on whitespace.
 	FormatSquid Format = "squid"
 	// FormatCommon is the NCSA Common Log Format (Apache's "%h %l %u %t
 	// "%r" %>s %b"):
