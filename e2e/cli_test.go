@@ -95,6 +95,8 @@ func TestCheck(t *testing.T) {
 		{name: "non-bcrypt htpasswd", toml: fmt.Sprintf("[auth]\nhtpasswd = [%q]\n", md5File) + listen,
 			want: []string{"md5.htpasswd"}, line: 1},
 		{name: "TOML syntax", toml: "workers = 1\nforwarded = \"none\n" + listen, want: []string{}, line: 2},
+		{name: "unknown access log field", toml: listen + "\n[access_log]\ntemplate = \"{time} {passwd}\"\n",
+			want: []string{"access_log.template", "unknown field {passwd}"}, line: 5},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

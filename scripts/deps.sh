@@ -32,6 +32,10 @@ command -v nghttp >/dev/null 2>&1 || need+=(nghttp2-client)
 # (internal/route, internal/server): an HTTP parent with Basic auth, a SOCKS5 parent.
 command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || need+=(squid)
 command -v danted >/dev/null 2>&1 || [ -x /usr/sbin/danted ] || need+=(dante-server)
+# goaccess and calamaris, log analysers that internal/accesslog's and
+# e2e's tests run over the squid, common and combined access logs.
+command -v goaccess >/dev/null 2>&1 || need+=(goaccess)
+command -v calamaris >/dev/null 2>&1 || need+=(calamaris)
 # slapd (OpenLDAP's server) and ldapadd for the LDAP provider's tests,
 # which run a directory of their own on loopback ports.
 [ -x /usr/sbin/slapd ] || command -v slapd >/dev/null 2>&1 || need+=(slapd)

@@ -1,6 +1,8 @@
 // Package accesslog writes rustle's access log: one line per HTTP request,
-// CONNECT or SOCKS tunnel, or SOCKS UDP association, as JSON lines or as a
-// compact positional text format.
+// CONNECT or SOCKS tunnel, or SOCKS UDP association, as JSON lines, as a
+// compact positional text format, in the formats other tools read
+// (Squid's native access.log, NCSA Common and Combined), or by an
+// operator's template over the record's fields.
 //
 // The data path never waits for the log. [Logger.Log] copies a [Record]
 // into a slot of a fixed pool and hands it to one writer goroutine through
@@ -110,6 +112,13 @@ type Record struct {
 	// status (1) of a failed login, 255 (no acceptable method) for a
 	// greeting. Zero when no response was sent.
 	Status int
+	// HTTPStatus is the HTTP status Status stands for, which the squid,
+	// common and combined formats write: for SOCKS, the status whose
+	// class the metrics count the reply in (200 for a success, 403 for
+	// a destination not allowed, 407 for refused credentials). Zero
+	// means Status itself on every protocol but SOCKS, and nothing
+	// answered on SOCKS. The JSON and text formats do not write it.
+	HTTPStatus int
 	// BytesUp is, on every protocol, the payload rustle wrote to the
 	// upstream: the content of the request body (without chunked or
 	// HTTP/2 framing), or what a tunnel carried from the client; heads,
@@ -277,8 +286,47 @@ const (
 	// FormatJSON writes one JSON object per line with the keys time,
 	// listener, client, user, protocol, method, target, status, bytes_up,
 	// bytes_down, duration_ms, upstream and rule, always all of them,
-	// and reason, route and parent when the record has them. Invalid UTF-8 is replaced by U+FFFD.
+	// and reason, source, route and parent when the record has them.
+	// Invalid UTF-8 is replaced by U+FFFD.
 	FormatJSON Format = "json"
+	// FormatSquid is Squid's native access.log format, field for field
+	// (Squid's logformat "squid": %ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm
+	// %ru %[un %Sh/%<a %mt), ten fields separated by spaces (the elapsed
+	// time right-aligned in six columns):
+	//
+	//	END_TIME ELAPSED_MS CLIENT_IP SQUID_CODE/STATUS BYTES METHOD URL USER HIERARCHY/UPSTREAM_IP CONTENT_TYPE
+	//
+	// END_TIME is the Unix time the request or tunnel ended, with
+	// milliseconds, as Squid writes it; STATUS is [Record.HTTPStatus] in
+	// three digits (000 when nothing was answered); SQUID_CODE is
+	// rustle's reason mapped to Squid's result codes (TCP_MISS,
+	// TCP_TUNNEL, TCP_DENIED, NONE_NONE, with _ABORTED or _TIMEDOUT);
+	// BYTES is BytesDown; METHOD is NONE when the record has none;
+	// HIERARCHY is HIER_DIRECT, FIRST_UP_PARENT through a parent, or
+	// HIER_NONE/- when rustle connected nowhere; CONTENT_TYPE is always
+	// "-". Bytes outside '!'..'~' in the method and URL, and those and
+	// '%', '[', ']', '\' in the user, are written %HH, so every line
+	// splits into exactly ten fields on whitespace.
+	FormatSquid Format = "squid"
+	// FormatCommon is the NCSA Common Log Format (Apache's "%h %l %u %t
+	// "%r" %>s %b"):
+	//
+	//	CLIENT_IP - USER [02/Jan/2006:15:04:05 +0000] "METHOD TARGET VERSION" STATUS BYTES
+	//
+	// with the start time in UTC, VERSION HTTP/1.1, HTTP/2.0, HTTP/3.0,
+	// SOCKS5 or SOCKS4 after the protocol, the request "-" when the
+	// record has neither method nor target, STATUS [Record.HTTPStatus]
+	// and BYTES BytesDown, each "-" when zero. Bytes outside '!'..'~',
+	// '"' and '\' (and '[' and ']' in the user) are written \xHH, as
+	// Apache escapes them, so a value never holds a space or a quote.
+	FormatCommon Format = "common"
+	// FormatCombined is the NCSA Combined Log Format: [FormatCommon]
+	// followed by the quoted Referer and User-Agent, which rustle does
+	// not record: always "-" "-".
+	FormatCombined Format = "combined"
+	// FormatTemplate writes [Config.Template], whose {name} fields are
+	// replaced by the record's values; see [TemplateFields].
+	FormatTemplate Format = "template"
 )
 
 // ErrClosed is returned by [Logger.Reopen] after [Logger.Close].
@@ -288,6 +336,9 @@ var ErrClosed = errors.New("accesslog: logger closed")
 type Config struct {
 	// Format is the line format; "" means [FormatText].
 	Format Format
+	// Template is the line of [FormatTemplate] (see [TemplateFields]);
+	// it must be "" for the other formats.
+	Template string
 	// Path is the file the log is appended to, created with mode 0640 if
 	// missing; "" means Writer.
 	Path string
@@ -319,6 +370,7 @@ const batchBytes = 64 << 10
 // for concurrent use.
 type Logger struct {
 	format Format
+	tmpl   *template // the parsed Template of FormatTemplate
 	path   string
 	log    *slog.Logger
 
@@ -352,9 +404,20 @@ func New(cfg Config) (*Logger, error) {
 	switch cfg.Format {
 	case "":
 		cfg.Format = FormatText
-	case FormatText, FormatJSON:
+	case FormatText, FormatJSON, FormatSquid, FormatCommon, FormatCombined, FormatTemplate:
 	default:
 		return nil, fmt.Errorf("accesslog: unknown format %q", cfg.Format)
+	}
+	var tmpl *template
+	switch {
+	case cfg.Format == FormatTemplate:
+		t, err := parseTemplate(cfg.Template)
+		if err != nil {
+			return nil, fmt.Errorf("accesslog: template: %w", err)
+		}
+		tmpl = t
+	case cfg.Template != "":
+		return nil, fmt.Errorf("accesslog: a template is only for format %q, not %q", FormatTemplate, cfg.Format)
 	}
 	n := cfg.QueueSize
 	if n <= 0 {
@@ -362,6 +425,7 @@ func New(cfg Config) (*Logger, error) {
 	}
 	l := &Logger{
 		format:    cfg.Format,
+		tmpl:      tmpl,
 		path:      cfg.Path,
 		log:       cfg.Logger,
 		free:      make(chan *slot, n),
@@ -570,8 +634,17 @@ func (l *Logger) batch(buf []byte, s *slot) ([]byte, int) {
 }
 
 func (l *Logger) appendRecord(buf []byte, r *Record) []byte {
-	if l.format == FormatJSON {
+	switch l.format {
+	case FormatJSON:
 		return appendJSON(buf, r)
+	case FormatSquid:
+		return append(appendSquid(buf, r), '\n')
+	case FormatCommon:
+		return append(appendCommon(buf, r), '\n')
+	case FormatCombined:
+		return append(appendCombined(buf, r), '\n')
+	case FormatTemplate:
+		return append(l.tmpl.append(buf, r), '\n')
 	}
 	return appendText(buf, r)
 }

@@ -348,9 +348,13 @@ func BenchmarkLog(b *testing.B) {
 
 func BenchmarkFormat(b *testing.B) {
 	r := goldenRecords()[0]
-	for _, f := range []Format{FormatText, FormatJSON} {
+	tmpl, err := parseTemplate("{combined} {upstream} {source}")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range []Format{FormatText, FormatJSON, FormatSquid, FormatCommon, FormatCombined, FormatTemplate} {
 		b.Run(string(f), func(b *testing.B) {
-			l := &Logger{format: f}
+			l := &Logger{format: f, tmpl: tmpl}
 			buf := make([]byte, 0, 1024)
 			b.ReportAllocs()
 			for b.Loop() {

@@ -67,24 +67,58 @@ func appendText(b []byte, r *Record) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// escapes is a set of bytes a format writes escaped.
+type escapes [256]bool
+
+// escapeSet returns the set of the bytes outside '!'..'~' and those of
+// extra.
+func escapeSet(extra string) *escapes {
+	var e escapes
+	for c := range 256 {
+		e[c] = c < '!' || c > '~'
+	}
+	for i := 0; i < len(extra); i++ {
+		e[extra[i]] = true
+	}
+	return &e
+}
+
+var (
+	// escText is what the text format escapes: '\' and the bytes
+	// outside '!'..'~'.
+	escText = escapeSet(`\`)
+	// escQuoted adds '"', for values that may stand between quotes
+	// (common and combined, templates).
+	escQuoted = escapeSet(`\"`)
+	// escCLFUser adds '[' and ']' to escQuoted for the user of common and
+	// combined lines, whose parsers look for the '[' of the time after it.
+	escCLFUser = escapeSet(`\"[]`)
+)
+
 // appendTextField appends s with every byte outside '!'..'~', and '\',
 // escaped as \xHH; "" becomes "-" and "-" becomes \x2d.
 func appendTextField(b []byte, s string) []byte {
+	return appendEscaped(b, s, escText)
+}
+
+// appendEscaped appends s with every byte of esc escaped as \xHH; ""
+// becomes "-" and "-" becomes \x2d.
+func appendEscaped(b []byte, s string, esc *escapes) []byte {
 	switch s {
 	case "":
 		return append(b, '-')
 	case "-":
 		return append(b, `\x2d`...)
 	}
+	start := 0
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '!' || c > '~' || c == '\\' {
+		if c := s[i]; esc[c] {
+			b = append(b, s[start:i]...)
 			b = append(b, '\\', 'x', hexDigits[c>>4], hexDigits[c&0xf])
-			continue
+			start = i + 1
 		}
-		b = append(b, c)
 	}
-	return b
+	return append(b, s[start:]...)
 }
 
 func appendTextAddr(b []byte, a netip.AddrPort) []byte {

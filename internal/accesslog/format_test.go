@@ -49,12 +49,12 @@ func goldenRecords() []Record {
 		{
 			Time: t0, Listener: "socks", Client: netip.MustParseAddrPort("127.0.0.1:3"), User: "-",
 			Protocol: ProtoSOCKS5, Method: "CONNECT", Target: "we ird\n\"host\"\\\xff\x00:80",
-			Status: 4, Duration: 3 * time.Second, Rule: "deny private",
+			Status: 4, HTTPStatus: 502, Duration: 3 * time.Second, Rule: "deny private",
 		},
 		{
 			Time: t0, Listener: "socks", Client: netip.MustParseAddrPort("127.0.0.1:4"), User: "zoë",
 			Protocol: ProtoSOCKS5UDP, Method: "UDP", Target: "198.51.100.1:53", BytesUp: 64, BytesDown: 512,
-			Duration: -time.Second, Upstream: netip.MustParseAddrPort("198.51.100.1:53"), Rule: "line\u2028sep",
+			HTTPStatus: 200, Duration: -time.Second, Upstream: netip.MustParseAddrPort("198.51.100.1:53"), Rule: "line\u2028sep",
 		},
 		{Time: t0}, // everything else zero
 		{
@@ -65,7 +65,7 @@ func goldenRecords() []Record {
 		},
 		{
 			Time: t0, Listener: "socks", Client: netip.MustParseAddrPort("127.0.0.1:6"),
-			Protocol: ProtoSOCKS4, Method: "CONNECT", Target: "192.0.2.9:80", Status: 91,
+			Protocol: ProtoSOCKS4, Method: "CONNECT", Target: "192.0.2.9:80", Status: 91, HTTPStatus: 407,
 			Reason: ReasonAuthMissing,
 		},
 		{
@@ -95,14 +95,50 @@ func goldenRecords() []Record {
 			Upstream: netip.MustParseAddrPort("192.0.2.3:3128"), Source: netip.MustParseAddrPort("203.0.113.7:40003"),
 			Route: "fleet", Parent: "squid",
 		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("192.0.2.10:51235"), User: "mallory",
+			Protocol: ProtoHTTP, Method: "GET", Target: "http://blocked.example/", Status: 403,
+			Rule: "no-blocked", Reason: ReasonDenied,
+		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("192.0.2.10:51236"), User: "alice",
+			Protocol: ProtoH2, Method: "CONNECT", Target: "example.com:443", Status: 200,
+			BytesUp: 100, BytesDown: 200, Duration: 1500 * time.Millisecond,
+			Upstream: netip.MustParseAddrPort("93.184.216.34:443"), Reason: ReasonQuota,
+		},
+		{
+			Time: t0, Listener: "tls", Client: netip.MustParseAddrPort("192.0.2.11:4000"),
+			Target: "sni.example", Reason: ReasonTLSHandshake,
+		},
+		{
+			Time: t0, Listener: "socks", Client: netip.MustParseAddrPort("192.0.2.12:4001"), User: "eve",
+			Protocol: ProtoSOCKS5, Status: 1, HTTPStatus: 407, Reason: ReasonAuthFailed,
+		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("192.0.2.13:4002"),
+			Protocol: ProtoHTTP, Method: "GET", Target: "http://slow.example/", Status: 504,
+			Duration: 60 * time.Second, Reason: ReasonTimedOut,
+		},
 	}
 }
 
+// goldenTemplate is the template of template.golden: the Squid line
+// with the upstream's port and the egress source appended, then every
+// other field.
+const goldenTemplate = "{squid} {upstream} {source} | {time} {time_unix} {time_end_unix} {time_clf} {listener} " +
+	"{client} {client_ip} {user} {protocol} {method} {target} \"{request_line}\" {status} {http_status} " +
+	"{bytes_up} {bytes_down} {duration_ms} {upstream_ip} {rule} {reason} {source_ip} {route} {parent} " +
+	"{squid_code} {squid_hierarchy} {squid_error} {{ {common} | {combined}"
+
 func TestFormatsGolden(t *testing.T) {
-	for _, format := range []Format{FormatText, FormatJSON} {
+	for _, format := range []Format{FormatText, FormatJSON, FormatSquid, FormatCommon, FormatCombined, FormatTemplate} {
 		t.Run(string(format), func(t *testing.T) {
 			var out syncBuffer
-			l := newTestLogger(t, Config{Format: format, Writer: &out})
+			cfg := Config{Format: format, Writer: &out}
+			if format == FormatTemplate {
+				cfg.Template = goldenTemplate
+			}
+			l := newTestLogger(t, cfg)
 			for _, r := range goldenRecords() {
 				l.Log(&r)
 			}
@@ -247,8 +283,9 @@ func TestProtocolString(t *testing.T) {
 }
 
 // FuzzFormat checks that any strings make a valid JSON line that decodes
-// back to them (invalid UTF-8 replaced), and a text line of 13 fields
-// that unescape back to them.
+// back to them (invalid UTF-8 replaced), a text line of 13 fields that
+// unescape back to them, and squid, common and combined lines of their
+// fields, whose user decodes back to the user.
 func FuzzFormat(f *testing.F) {
 	f.Add("http://example.com/", "alice")
 	f.Add("a b\n\"c\"\\\x00\xff\u2028", "-")
@@ -281,6 +318,11 @@ func FuzzFormat(f *testing.F) {
 		}
 		if got := unescapeText(t, fields[3]); got != user {
 			t.Fatalf("text user %q unescapes to %q, want %q", fields[3], got, user)
+		}
+
+		for _, format := range []Format{FormatSquid, FormatCommon, FormatCombined} {
+			l := &Logger{format: format}
+			checkFields(t, format, &r, checkOneLine(t, format, l.appendRecord(nil, &r)))
 		}
 	})
 }

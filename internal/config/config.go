@@ -169,9 +169,16 @@ type Log struct {
 type AccessLog struct {
 	// Enabled writes one line per request or tunnel; false writes none.
 	Enabled bool `toml:"enabled"`
-	// Format is "text" (compact, positional) or "json" (JSON lines); ""
-	// means "text".
+	// Format is "text" (compact, positional), "json" (JSON lines),
+	// "squid" (Squid's native access.log), "common" or "combined" (NCSA
+	// Common and Combined Log Format), or "template" (Template); ""
+	// means "template" when Template is set, "text" otherwise.
 	Format string `toml:"format"`
+	// Template is the line of format "template": literal text with
+	// {name} fields (accesslog.TemplateFields), such as "{combined}
+	// {upstream} {source}"; "" means none, and is refused with format
+	// "template". It is refused with any other format.
+	Template string `toml:"template"`
 	// Path is the file lines are appended to, reopened on SIGUSR1; ""
 	// means standard output. [Load] resolves a relative path against the
 	// configuration file's directory.
@@ -683,6 +690,7 @@ const (
 	defaultLogLevel       = "info"
 	defaultLogFormat      = "text"
 	defaultAccessLogFmt   = "text"
+	accessLogTemplate     = "template" // the format when only a template is set
 	defaultMaxUsers       = 100
 	defaultReadHeader     = 30 * time.Second
 	defaultClientHello    = 10 * time.Second
@@ -730,6 +738,9 @@ func (c *Config) SetDefaults() {
 	}
 	setString(&c.Log.Level, defaultLogLevel)
 	setString(&c.Log.Format, defaultLogFormat)
+	if c.AccessLog.Template != "" {
+		setString(&c.AccessLog.Format, accessLogTemplate)
+	}
 	setString(&c.AccessLog.Format, defaultAccessLogFmt)
 	setInt(&c.Metrics.MaxUsers, defaultMaxUsers)
 

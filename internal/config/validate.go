@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 )
 
@@ -28,8 +29,10 @@ var (
 	forwardedModes = []string{"none", "rfc7239", "x-forwarded-for"}
 	logLevels      = []string{"debug", "info", "warn", "error"}
 	logFormats     = []string{"text", "json"}
-	authModes      = []string{"", AuthBasic, AuthNone}
-	bcryptPrefixes = []string{"$2a$", "$2b$", "$2y$"}
+	// accessLogFormats are the accesslog package's formats.
+	accessLogFormats = []string{"text", "json", "squid", "common", "combined", accessLogTemplate}
+	authModes        = []string{"", AuthBasic, AuthNone}
+	bcryptPrefixes   = []string{"$2a$", "$2b$", "$2y$"}
 )
 
 // Validate checks a configuration whose defaults are set (see
@@ -58,7 +61,17 @@ func (c *Config) Validate() error {
 	v.check(c.GCFloorBytes > 0 || c.GCFloorBytes == -1, "gc_floor_bytes", "%d is neither positive nor -1 (no floor)", c.GCFloorBytes)
 	v.oneOf("log.level", c.Log.Level, logLevels)
 	v.oneOf("log.format", c.Log.Format, logFormats)
-	v.oneOf("access_log.format", c.AccessLog.Format, logFormats)
+	v.oneOf("access_log.format", c.AccessLog.Format, accessLogFormats)
+	switch al := c.AccessLog; {
+	case al.Format == accessLogTemplate && al.Template == "":
+		v.add("access_log.format", errors.New(`"template" needs access_log.template`))
+	case al.Format == accessLogTemplate:
+		if err := accesslog.ValidateTemplate(al.Template); err != nil {
+			v.add("access_log.template", err)
+		}
+	case al.Template != "":
+		v.add("access_log.template", fmt.Errorf(`is only for format = "template", not %q`, al.Format))
+	}
 	v.check(!strings.ContainsRune(c.AccessLog.Path, 0), "access_log.path", "contains a NUL byte")
 	v.check(c.Metrics.MaxUsers > 0, "metrics.max_users", "%d is not positive", c.Metrics.MaxUsers)
 

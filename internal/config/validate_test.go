@@ -74,6 +74,22 @@ func TestValidate(t *testing.T) {
 			c.AccessLog = AccessLog{Enabled: true, Format: "json", Path: "/var/log/rustle/access.log"}
 		}, nil},
 		{"access log path with NUL", func(c *Config) { c.AccessLog.Path = "/tmp/a\x00b" }, []string{"access_log.path"}},
+		{"access log squid", func(c *Config) { c.AccessLog.Format = "squid" }, nil},
+		{"access log common", func(c *Config) { c.AccessLog.Format = "common" }, nil},
+		{"access log combined", func(c *Config) { c.AccessLog.Format = "combined" }, nil},
+		{"access log template", func(c *Config) {
+			c.AccessLog.Format, c.AccessLog.Template = "template", "{combined} {upstream} {source}"
+		}, nil},
+		{"access log template unknown field", func(c *Config) {
+			c.AccessLog.Format, c.AccessLog.Template = "template", "{time} {password}"
+		}, []string{"access_log.template"}},
+		{"access log template with a newline", func(c *Config) {
+			c.AccessLog.Format, c.AccessLog.Template = "template", "{time}\n{user}"
+		}, []string{"access_log.template"}},
+		{"access log format template without one", func(c *Config) { c.AccessLog.Format = "template" }, []string{"access_log.format"}},
+		{"access log template for json", func(c *Config) {
+			c.AccessLog.Format, c.AccessLog.Template = "json", "{time}"
+		}, []string{"access_log.template"}},
 		{"metrics max users zero", func(c *Config) { c.Metrics.MaxUsers = 0 }, []string{"metrics.max_users"}},
 		{"http2 streams zero", func(c *Config) { c.HTTP2.MaxConcurrentStreams = 0 }, []string{"http2.max_concurrent_streams"}},
 		{"http2 header list zero", func(c *Config) { c.HTTP2.MaxHeaderListSize = 0 }, []string{"http2.max_header_list_size"}},
@@ -328,6 +344,40 @@ func TestValidateNamesFileAndLine(t *testing.T) {
 	d.Log.Level = "loud"
 	if got := errorStrings(t, d.Validate()); len(got) != 1 || !strings.HasPrefix(got[0], "config: log.level") {
 		t.Errorf("Default().Validate() = %q, want a config: prefix", got)
+	}
+}
+
+// TestAccessLogTemplate checks that a template alone makes the format
+// "template", and that a template's unknown field is refused with the
+// file, line and key, naming the field and the known ones.
+func TestAccessLogTemplate(t *testing.T) {
+	const listen = "[[listen]]\naddress = \"127.0.0.1:0\"\n"
+	c, err := Parse([]byte("[access_log]\nenabled = true\ntemplate = \"{squid} {upstream} {source}\"\n"+listen), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AccessLog.Format != "template" {
+		t.Errorf("a template alone: format %q, want template", c.AccessLog.Format)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	c, err = Parse([]byte("[access_log]\nenabled = true\n\ntemplate = \"{time} {client} {usr}\"\n"+listen), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := errorStrings(t, c.Validate())
+	want := `t.toml:4: access_log.template: unknown field {usr} at byte 16; the fields are time, time_unix, `
+	if len(got) != 1 || !strings.HasPrefix(got[0], want) || !strings.Contains(got[0], "user") {
+		t.Errorf("Validate errors %q, want one starting %q", got, want)
+	}
+	c, err = Parse([]byte("[access_log]\nformat = \"combined\"\ntemplate = \"{time}\"\n"+listen), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = errorStrings(t, c.Validate())
+	if want := `t.toml:3: access_log.template: is only for format = "template", not "combined"`; len(got) != 1 || got[0] != want {
+		t.Errorf("Validate errors %q, want %q", got, want)
 	}
 }
 

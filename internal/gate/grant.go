@@ -639,6 +639,7 @@ func (g *Grant) Finish(up, down int64) {
 		}
 		if p.AccessLog != nil {
 			rec := g.record(up, down)
+			rec.HTTPStatus = g.class // what a SOCKS reply stands for, in the NCSA and Squid formats
 			p.AccessLog.Log(&rec)
 		}
 	}

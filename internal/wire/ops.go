@@ -18,10 +18,11 @@ func AccessLog(cfg *config.Config, stdout io.Writer, log *slog.Logger) (*accessl
 		return nil, nil
 	}
 	return accesslog.New(accesslog.Config{
-		Format: accesslog.Format(a.Format),
-		Path:   a.Path,
-		Writer: stdout,
-		Logger: log,
+		Format:   accesslog.Format(a.Format),
+		Template: a.Template,
+		Path:     a.Path,
+		Writer:   stdout,
+		Logger:   log,
 	})
 }
 

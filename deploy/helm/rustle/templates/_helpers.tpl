@@ -62,6 +62,7 @@ format = {{ $c.log.format | quote }}
 [access_log]
 enabled = {{ $c.accessLog.enabled }}
 format = {{ $c.accessLog.format | quote }}
+template = {{ $c.accessLog.template | default "" | quote }}
 
 [metrics]
 per_user = {{ $c.metrics.perUser }}
