@@ -283,17 +283,21 @@ func TestQUICHandshakeFlood(t *testing.T) {
 	flood := newSilentConn(t, "127.0.0.2:0")
 	start := time.Now()
 	floodInitials(t, flood, addrs[0], n)
-	waitCounts(t, flood, "an answer to every flood connection", func(_, answered, _, _ int) bool { return answered >= n })
-	_, _, handshook, retried, _, _ := flood.counts()
+	// On a loaded machine the kernel may drop a few of the Initials (the
+	// flood fills the sockets' buffers) and their retransmissions come
+	// seconds later: 95 % of the connections answered is the flood's
+	// outcome.
+	waitCounts(t, flood, "an answer to 95 % of the flood connections", func(_, answered, _, _ int) bool { return answered >= n-n/20 })
+	_, answered, handshook, retried, _, _ := flood.counts()
 	// The default thresholds: a quarter of max_tls_handshakes (64)
 	// unvalidated handshakes on the listener, an eighth of that (8) per
 	// address, each held until the handshake is given up 5 s after the
 	// client's last packet. On a loaded machine the flood can outlast
 	// that, and each 5 s it lasts frees the address's 8 slots once more.
 	want := 8 * (1 + int(time.Since(start)/(5*time.Second)))
-	if handshook > want || retried < n-want {
-		t.Errorf("%d unanswered Initials from one address in %v: %d TLS handshakes run, %d Retries; want at most %d handshakes, the rest Retries",
-			n, time.Since(start).Round(time.Millisecond), handshook, retried, want)
+	if handshook > want || retried < answered-want {
+		t.Errorf("%d unanswered Initials from one address in %v, %d answered: %d TLS handshakes run, %d Retries; want at most %d handshakes, the rest Retries",
+			n, time.Since(start).Round(time.Millisecond), answered, handshook, retried, want)
 	}
 
 	// A client from another address is served during the flood.
