@@ -94,7 +94,7 @@ func readToken(path string) ([]byte, error) {
 // the Host (but for /healthz and /readyz, which load balancers probe
 // under any name), then for a path that exists the credentials (but for
 // /healthz, /readyz and /metrics) or, without authentication, a
-// loopback client, then for a method other than GET and HEAD the origin
+// loopback client (unless only health and metrics are served), then for a method other than GET and HEAD the origin
 // and the content type. The request goes on with the caller's identity
 // (see Caller).
 func (s *Server) guard(next http.Handler) http.Handler {
@@ -130,10 +130,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				s.refuse(w, r, http.StatusUnauthorized, "auth", "rustle admin: authentication required (admin_access)\n")
 				return
 			}
-		case !loopbackClient(r.RemoteAddr):
+		case !s.access.HealthAndMetricsOnly && !loopbackClient(r.RemoteAddr):
 			// Without admin_access only loopback may call: config
 			// validation keeps such a listener on loopback, and this
-			// holds whatever address it was given.
+			// holds whatever address it was given. (Serving health and
+			// metrics only, the other endpoints answer 404 anyway.)
 			s.refuse(w, r, http.StatusForbidden, "remote",
 				"rustle admin: without admin_access authentication only loopback clients are answered\n")
 			return

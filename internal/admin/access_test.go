@@ -284,6 +284,8 @@ func TestAccessRemote(t *testing.T) {
 		{"no auth, another host, index", config.AdminAccess{}, "192.0.2.1:4000", "/", nil, 403, ""},
 		{"no auth, another host, metrics", config.AdminAccess{}, "192.0.2.1:4000", "/metrics", nil, 200, ""},
 		{"no auth, another host, healthz", config.AdminAccess{}, "192.0.2.1:4000", "/healthz", nil, 200, ""},
+		{"health and metrics only, another host, index", config.AdminAccess{HealthAndMetricsOnly: true}, "192.0.2.1:4000", "/", nil, 200, ""},
+		{"health and metrics only, another host", config.AdminAccess{HealthAndMetricsOnly: true}, "192.0.2.1:4000", "/quota", nil, 404, ""},
 		{"token, another host, none sent", config.AdminAccess{TokenFile: tokenFile}, "192.0.2.1:4000", "/quota", nil, 401, ""},
 		{"token, another host", config.AdminAccess{TokenFile: tokenFile}, "192.0.2.1:4000", "/quota",
 			[]string{"Authorization: Bearer " + testToken}, 200, "token"},

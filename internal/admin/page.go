@@ -20,7 +20,7 @@ import (
 // and style sheet it loads, which poll the API and draw the charts. No
 // build step makes them and nothing is fetched from elsewhere.
 //
-//go:embed ui/index.html ui/app.js ui/style.css
+//go:embed ui/index.html ui/app.js ui/style.css ui/favicon.svg
 var ui embed.FS
 
 // pageTemplate is ui/index.html.
@@ -48,7 +48,7 @@ type asset struct {
 // assets are the files served under /ui/, by name.
 var assets = func() map[string]asset {
 	out := make(map[string]asset)
-	for _, name := range []string{"app.js", "style.css"} {
+	for _, name := range []string{"app.js", "style.css", "favicon.svg"} {
 		b, err := ui.ReadFile("ui/" + name)
 		if err != nil {
 			panic(err) // embedded above

@@ -136,18 +136,21 @@
   }
 
   function drawCharts() {
+    // The window ends at the last sample; it starts at the first sample
+    // when rustle has run for less than the window.
     const last = state.times.length ? state.times[state.times.length - 1] : Date.now();
-    const span = state.window * 1000;
-    const from = last - span;
+    const first = state.times.length ? state.times[0] : last;
+    const from = Math.max(last - state.window * 1000, Math.min(first, last - 10 * state.interval));
+    const span = Math.max(last - from, 1);
     for (const fig of $$('figure[data-chart]')) {
       const prefix = fig.dataset.chart;
       const unit = fig.dataset.unit;
       const level = fig.dataset.level === '1';
       const names = Object.keys(state.series).filter((n) => n.startsWith(prefix)).sort();
-      let first = state.times.findIndex((t) => t >= from);
-      if (first < 0) first = state.times.length;
+      let start = state.times.findIndex((t) => t >= from);
+      if (start < 0) start = state.times.length;
       let peak = 0;
-      for (const n of names) for (let i = first; i < state.times.length; i++) peak = Math.max(peak, state.series[n][i]);
+      for (const n of names) for (let i = start; i < state.times.length; i++) peak = Math.max(peak, state.series[n][i]);
       const top = peak > 0 ? peak : 1;
       const svg = $('svg', fig);
       const parts = [];
@@ -159,7 +162,7 @@
       names.forEach((n, k) => {
         const pts = [];
         const values = state.series[n];
-        for (let i = first; i < state.times.length; i++) {
+        for (let i = start; i < state.times.length; i++) {
           const x = ((state.times[i] - from) / span) * CHART_W;
           const y = CHART_H - 2 - (values[i] / top) * (CHART_H - 6);
           pts.push(`${x.toFixed(1)},${y.toFixed(1)}`);
@@ -301,6 +304,7 @@
     } catch (e) {
       showResult(false, e.message);
     }
+    state.ticks = 0; // the summary too: a reload changes it
     schedule(0);
   }
 
