@@ -622,3 +622,76 @@ func TestConsoleShutdown(t *testing.T) {
 		t.Errorf("the admin listener still accepts after Shutdown")
 	}
 }
+
+// TestConsoleCluster runs two instances sharing quotas through a real
+// Redis: the page of one names it, says the counts are shared and in
+// sync, shows the quota totals of both instances, and refuses a reset.
+func TestConsoleCluster(t *testing.T) {
+	redis := proxytest.StartRedis(t)
+	origin := proxytest.NewOrigin(t, proxytest.Respond(200, "hello"))
+	instance := func(name string) (*server.Server, *metrics.Metrics) {
+		m := metrics.New(metrics.Config{PerUser: true})
+		srv := startServer(t, `workers = 1
+allow_private = ["127.0.0.0/8"]
+[[listen]]
+address = "127.0.0.1:0"
+[[auth.users]]
+name = "alice"
+password = "pw"
+[[quota.rules]]
+name = "daily"
+users = ["alice"]
+requests = 10
+[cluster]
+redis = "redis://`+redis.Addr+`"
+sync_interval = "50ms"
+instance = "`+name+`"
+`, m, nil)
+		return srv, m
+	}
+	east, m := instance("east")
+	west, _ := instance("west")
+	for _, srv := range []*server.Server{east, east, west, west, west} {
+		u := &url.URL{Scheme: "http", User: url.UserPassword("alice", "pw"), Host: srv.Addrs()[0].Addr.String()}
+		cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(u)}}
+		resp, err := cl.Get(origin.URL("/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		cl.CloseIdleConnections()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET as alice: %d", resp.StatusCode)
+		}
+	}
+	a := admin.New("127.0.0.1:0", m.Handler(), nil, nil, admin.Access{})
+	a.HandleConsole(admin.ConsoleConfig{Proxy: east, Metrics: m})
+	if err := a.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	c := &consoleClient{t: t, base: "http://" + a.Addr().String()}
+	var s admin.Summary
+	c.get("/api/summary", &s)
+	if s.Instance != "east" || !s.Cluster || !s.RedisUp {
+		t.Errorf("summary: instance %q, cluster %v, redis up %v; want east, shared and in sync", s.Instance, s.Cluster, s.RedisUp)
+	}
+	var q admin.Quotas
+	proxytest.WaitFor(t, "the shared total of both instances on east's page", func() bool {
+		c.get("/api/quotas", &q)
+		return len(q.Counters) == 1 && q.Counters[0].RequestsUsed == 5
+	})
+	if !q.Cluster || !q.RedisUp || q.Counters[0].Used != 0.5 {
+		t.Errorf("quotas %+v, want alice's 5 of 10 shared through Redis", q)
+	}
+	if code, b := c.do("POST", "/api/quota/reset", map[string]string{"rule": "daily", "scope": "alice"}); code != 409 ||
+		!strings.Contains(string(b), "shared through the cluster") {
+		t.Errorf("quota reset with a cluster: %d %s, want 409 saying why", code, b)
+	}
+	code, page := c.do("GET", "/", nil)
+	if code != 200 || !strings.Contains(string(page), "<title>rustle · east</title>") ||
+		!strings.Contains(string(page), "quotas shared through Redis, in sync") {
+		t.Errorf("GET /: %d, the page does not name east and its cluster:\n%s", code, page)
+	}
+}
