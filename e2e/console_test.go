@@ -294,6 +294,7 @@ via = "up1"
 		}
 		d.wait("#log-lines", ` bob connect CONNECT `+regexp.QuoteMeta(echo.Addr)+` 200 4 4 .* revoked`)
 		d.wait("#open-tunnels", "^0$")
+		d.wait(`figure[data-chart="open:"] .legend`, `tunnels 0`)
 		if !strings.Contains(p.log.String(), `msg="admin action" action=revoke by=op remote=127.0.0.1:`) {
 			t.Errorf("no log line of the revocation with who asked:\n%s", p.log.String())
 		}

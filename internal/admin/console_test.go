@@ -508,6 +508,12 @@ via = "up1"
 		} else if errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("bob's tunnel still open 5s after the revocation")
 		}
+		proxytest.WaitFor(t, "no tunnel open in the samples", func() bool {
+			var tr admin.Traffic
+			c.get("/api/traffic", &tr)
+			open := tr.Series["open:tunnels"]
+			return tr.Totals.TunnelsOpen == 0 && open[len(open)-1] == 0
+		})
 		if got := getStatus("carol", password); got != 200 {
 			t.Errorf("carol after her quota's reset: %d, want 200", got)
 		}
