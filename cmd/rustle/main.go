@@ -164,15 +164,23 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, sigReopen)
 	o.started(srv.Addrs())
 	var sig os.Signal
-	for sig = range sigs {
-		if sig == sigReopen {
-			o.reopen()
-			continue
+loop:
+	for {
+		select {
+		case sig = <-sigs:
+			switch sig {
+			case sigReopen:
+				o.reopen()
+			case syscall.SIGHUP:
+				cfg, _ = o.reload(srv, cfg, load, "SIGHUP")
+			default:
+				break loop
+			}
+		case req := <-o.reloads: // the admin page's reload button
+			var err error
+			cfg, err = o.reload(srv, cfg, load, req.by)
+			req.result <- err
 		}
-		if sig != syscall.SIGHUP {
-			break
-		}
-		cfg = o.reload(srv, cfg, load)
 	}
 	signal.Stop(sigs)
 	o.stopping()

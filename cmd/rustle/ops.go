@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/admin"
@@ -25,16 +27,29 @@ type ops struct {
 	access  *accesslog.Logger             // nil when the access log is off
 	metrics *metrics.Metrics              // nil without an admin listener
 	admin   *admin.Server                 // nil without an admin listener
+	console *admin.Console                // the admin page; nil without an admin listener or before attach
 	ready   atomic.Bool                   // what /readyz reports, with the server's routes
 	srv     atomic.Pointer[server.Server] // set by attach; nil = none yet
+	cfg     atomic.Pointer[config.Config] // the configuration in effect, for the admin page
+	start   time.Time                     // when rustle started
 	level   *slog.LevelVar                // the log level a reload may change; nil = fixed
 	gc      *gctune.Tuner                 // the GC target a reload may change; nil = GOGC from the environment
+	// reloads carries the admin page's reload requests to the main
+	// loop, which answers each on its channel.
+	reloads chan reloadRequest
+}
+
+// reloadRequest is a reload the admin page asks of the main loop.
+type reloadRequest struct {
+	by     string     // who asked, for the page
+	result chan error // the reload's error; nil when it took
 }
 
 // startOps opens the access log and starts the admin listener, not yet
 // ready. Access log lines without a path go to stdout.
 func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, error) {
-	o := &ops{log: logger}
+	o := &ops{log: logger, start: time.Now(), reloads: make(chan reloadRequest)}
+	o.cfg.Store(cfg)
 	al, err := wire.AccessLog(cfg, stdout, logger)
 	if err != nil {
 		return nil, err
@@ -53,7 +68,7 @@ func startOps(cfg *config.Config, logger *slog.Logger, stdout io.Writer) (*ops, 
 			o.close(context.Background())
 			return nil, err
 		}
-		endpoints := "/metrics /healthz /readyz /quota /revoke"
+		endpoints := "/ /api/ /metrics /healthz /readyz /quota /revoke"
 		if cfg.AdminAccess.HealthAndMetricsOnly {
 			endpoints = "/metrics /healthz /readyz"
 		}
@@ -90,14 +105,68 @@ func (o *ops) addrs() []net.Addr {
 }
 
 // attach lets the metrics read the server's pool, tunnel and quota
-// counts, adds the server's endpoints to the admin listener, and lets
-// readiness see its routes.
+// counts, adds the server's endpoints and the operators' page to the
+// admin listener, and lets readiness see its routes.
 func (o *ops) attach(srv *server.Server) {
 	srv.RegisterMetrics(o.metrics)
+	o.srv.Store(srv)
 	if o.admin != nil {
 		o.admin.HandleProxy(srv)
+		o.console = o.admin.HandleConsole(admin.ConsoleConfig{Proxy: srv, Metrics: o.metrics, AccessLog: o.access,
+			Info: o.info, Reload: o.requestReload, Version: versionString(), Started: o.start})
 	}
-	o.srv.Store(srv)
+}
+
+// info summarizes the configuration in effect for the admin page.
+func (o *ops) info() admin.RunInfo {
+	cfg := o.cfg.Load()
+	ri := admin.RunInfo{Workers: cfg.WorkerCount(), AccessLog: accessLogWhere(cfg.AccessLog), QuotaRules: len(cfg.Quota.Rules)}
+	for _, p := range cfg.Parents {
+		ri.Parents = append(ri.Parents, p.Name)
+	}
+	listeners := make(map[string]config.Listener, len(cfg.Listen))
+	for _, l := range cfg.Listen {
+		listeners[l.Name] = l
+	}
+	if srv := o.srv.Load(); srv != nil {
+		for _, a := range srv.Addrs() {
+			l := listeners[a.Name]
+			ri.Listeners = append(ri.Listeners, admin.ListenerInfo{Name: a.Name, Protocol: a.Protocol,
+				Address: a.Addr.String(), Auth: cfg.EffectiveAuth(l), HTTP3: l.HTTP3})
+		}
+	}
+	return ri
+}
+
+// accessLogWhere says where a's lines go: "off", or the format and the
+// file ("stdout" without one).
+func accessLogWhere(a config.AccessLog) string {
+	if !a.Enabled {
+		return "off"
+	}
+	to := a.Path
+	if to == "" {
+		to = "stdout"
+	}
+	return a.Format + " to " + to
+}
+
+// requestReload asks the main loop to reload, as SIGHUP does, on behalf
+// of by, and returns the reload's error; ctx bounds the wait (a main
+// loop that is draining takes no reload).
+func (o *ops) requestReload(ctx context.Context, by string) error {
+	req := reloadRequest{by: by, result: make(chan error, 1)}
+	select {
+	case o.reloads <- req:
+	case <-ctx.Done():
+		return fmt.Errorf("reload not started: %w", ctx.Err())
+	}
+	select {
+	case err := <-req.result:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("reload still running: %w", ctx.Err())
+	}
 }
 
 // isReady is what /readyz reports: started and not draining, and the
@@ -131,25 +200,31 @@ func (o *ops) reloaded()  { o.notify(sdnotify.Ready()) }
 // configuration that does not load or validate, or that srv refuses (a
 // change to a setting read only at start among them, see
 // config.RestartChange), is refused with the reason logged in one line,
-// and cur stays. reload returns the configuration in effect.
-func (o *ops) reload(srv *server.Server, cur *config.Config, load func() (*config.Config, error)) *config.Config {
+// and cur stays. by says who asked ("SIGHUP", "admin NAME"), for the
+// admin page. reload returns the configuration in effect and the
+// refusal's error.
+func (o *ops) reload(srv *server.Server, cur *config.Config, load func() (*config.Config, error), by string) (*config.Config, error) {
 	o.reloading()
 	defer o.reloaded()
 	next, err := load()
 	if err == nil {
 		err = srv.Reload(next) // refuses what only a restart applies
 	}
-	if err != nil {
-		o.log.Error("reload refused; the running configuration stays", "err", err)
-		return cur
+	if o.console != nil {
+		o.console.NoteReload(err, by)
 	}
+	if err != nil {
+		o.log.Error("reload refused; the running configuration stays", "err", err, "by", by)
+		return cur, err
+	}
+	o.cfg.Store(next)
 	if o.level != nil {
 		setLevel(o.level, next.Log.Level)
 	}
 	if o.gc != nil {
 		o.gc.Set(next.GCPercent, gcFloor(next))
 	}
-	return next
+	return next, nil
 }
 
 // gcFloor is cfg's gc_floor_bytes for gctune: 0 for none (-1).

@@ -383,6 +383,7 @@ type Logger struct {
 
 	dropped atomic.Uint64
 	closed  atomic.Bool
+	tap     atomic.Pointer[func(r *Record, line []byte)] // see SetTap
 
 	closeOnce sync.Once
 
@@ -533,6 +534,23 @@ func (s *slot) keep(part, orig string) string {
 	return unsafe.String(&s.buf[start], len(s.buf)-start)
 }
 
+// SetTap makes the writer call fn with each record it writes and its
+// line as formatted, newline included, before the write; nil stops it.
+// fn runs on the writer goroutine, never on the data path: it must be
+// quick and must copy what it keeps, for the record and the line are
+// reused once it returns. rustle's admin page keeps the latest records
+// this way.
+func (l *Logger) SetTap(fn func(r *Record, line []byte)) {
+	if l == nil {
+		return
+	}
+	if fn == nil {
+		l.tap.Store(nil)
+		return
+	}
+	l.tap.Store(&fn)
+}
+
 // Dropped returns the number of records dropped so far: those that found
 // the queue full or the Logger closed, and those whose write failed.
 func (l *Logger) Dropped() uint64 { return l.dropped.Load() }
@@ -617,8 +635,13 @@ func (l *Logger) drain(buf []byte) []byte {
 // the lines and how many there are.
 func (l *Logger) batch(buf []byte, s *slot) ([]byte, int) {
 	n := 0
+	tap := l.tap.Load()
 	for {
+		start := len(buf)
 		buf = l.appendRecord(buf, &s.rec)
+		if tap != nil {
+			(*tap)(&s.rec, buf[start:])
+		}
 		n++
 		s.rec = Record{} // drop references to the caller's values
 		l.free <- s

@@ -364,3 +364,50 @@ func BenchmarkFormat(b *testing.B) {
 		})
 	}
 }
+
+// TestTap checks that SetTap's function sees each written record with
+// its line exactly as written, in every format, and nothing once it is
+// removed.
+func TestTap(t *testing.T) {
+	for _, format := range []Format{FormatText, FormatJSON, FormatSquid, FormatCommon} {
+		t.Run(string(format), func(t *testing.T) {
+			var out syncBuffer
+			l := newTestLogger(t, Config{Format: format, Writer: &out})
+			var mu sync.Mutex
+			var users []string
+			var lines bytes.Buffer
+			l.SetTap(func(r *Record, line []byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				users = append(users, strings.Clone(r.User))
+				lines.Write(line)
+			})
+			l.Log(&Record{User: "alice", Method: "GET", Target: "http://a.example/", Status: 200})
+			l.Log(&Record{User: "bob", Method: "CONNECT", Target: "b.example:443", Status: 429, Reason: ReasonQuota})
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if strings.Join(users, ",") != "alice,bob" {
+				t.Errorf("the tap saw users %q, want alice,bob", users)
+			}
+			if got, want := lines.String(), string(out.Bytes()); got != want || strings.Count(got, "\n") != 2 {
+				t.Errorf("the tap saw lines %q, the log has %q", got, want)
+			}
+		})
+	}
+	t.Run("removed", func(t *testing.T) {
+		l := newTestLogger(t, Config{Writer: io.Discard})
+		n := 0
+		l.SetTap(func(*Record, []byte) { n++ })
+		l.SetTap(nil)
+		l.Log(&Record{User: "alice"})
+		l.Close()
+		if n != 0 {
+			t.Errorf("a removed tap was called %d times", n)
+		}
+		var nl *Logger
+		nl.SetTap(func(*Record, []byte) {}) // no-op on a nil Logger
+	})
+}

@@ -3,6 +3,7 @@ package admin
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
@@ -92,8 +93,10 @@ func readToken(path string) ([]byte, error) {
 // guard serves next behind the admin listener's checks, in this order:
 // the Host (but for /healthz and /readyz, which load balancers probe
 // under any name), then for a path that exists the credentials (but for
-// /healthz, /readyz and /metrics), then for a method other than GET and
-// HEAD the origin and the content type.
+// /healthz, /readyz and /metrics) or, without authentication, a
+// loopback client (unless only health and metrics are served), then for a method other than GET and HEAD the origin
+// and the content type. The request goes on with the caller's identity
+// (see Caller).
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.Path
@@ -107,18 +110,33 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r) // 404 or 405
 			return
 		}
-		if !probe && path != "/metrics" && s.access.authenticates() && !s.authorized(r) {
-			var schemes []string
-			if s.access.Token != nil {
-				schemes = append(schemes, `Bearer realm="`+realm+`"`)
+		open := probe || path == "/metrics"
+		who := ""
+		switch {
+		case open:
+		case s.access.authenticates():
+			var ok bool
+			if who, ok = s.authorized(r); !ok {
+				var schemes []string
+				if s.access.Token != nil {
+					schemes = append(schemes, `Bearer realm="`+realm+`"`)
+				}
+				if s.access.Users != nil {
+					schemes = append(schemes, `Basic realm="`+realm+`", charset="UTF-8"`)
+				}
+				for _, c := range schemes {
+					w.Header().Add("WWW-Authenticate", c)
+				}
+				s.refuse(w, r, http.StatusUnauthorized, "auth", "rustle admin: authentication required (admin_access)\n")
+				return
 			}
-			if s.access.Users != nil {
-				schemes = append(schemes, `Basic realm="`+realm+`", charset="UTF-8"`)
-			}
-			for _, c := range schemes {
-				w.Header().Add("WWW-Authenticate", c)
-			}
-			s.refuse(w, r, http.StatusUnauthorized, "auth", "rustle admin: authentication required (admin_access)\n")
+		case !s.access.HealthAndMetricsOnly && !loopbackClient(r.RemoteAddr):
+			// Without admin_access only loopback may call: config
+			// validation keeps such a listener on loopback, and this
+			// holds whatever address it was given. (Serving health and
+			// metrics only, the other endpoints answer 404 anyway.)
+			s.refuse(w, r, http.StatusForbidden, "remote",
+				"rustle admin: without admin_access authentication only loopback clients are answered\n")
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -133,24 +151,44 @@ func (s *Server) guard(next http.Handler) http.Handler {
 				return
 			}
 		}
+		if !open {
+			r = r.WithContext(context.WithValue(r.Context(), callerKey{}, who))
+		}
 		next.ServeHTTP(w, r)
 	})
 }
 
+// callerKey is the context key of the caller's identity.
+type callerKey struct{}
+
+// Caller returns who made r, a request the admin listener let through:
+// "token" for the bearer token, a user's name for Basic credentials, ""
+// without admin_access authentication (a loopback client).
+func Caller(r *http.Request) string {
+	who, _ := r.Context().Value(callerKey{}).(string)
+	return who
+}
+
+// loopbackClient reports whether remote, a RemoteAddr, is a loopback
+// address.
+func loopbackClient(remote string) bool {
+	ap, err := netip.ParseAddrPort(remote)
+	return err == nil && ap.Addr().Unmap().IsLoopback()
+}
+
 // authorized reports whether r's Authorization is the token or a
-// user's Basic credentials.
-func (s *Server) authorized(r *http.Request) bool {
+// user's Basic credentials, and who that is: "token", or the user.
+func (s *Server) authorized(r *http.Request) (string, bool) {
 	v := r.Header.Get("Authorization")
 	scheme, cred, _ := strings.Cut(v, " ")
 	switch {
 	case strings.EqualFold(scheme, "Bearer") && s.access.Token != nil:
 		got, want := sha256.Sum256([]byte(strings.TrimSpace(cred))), sha256.Sum256(s.access.Token)
-		return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+		return "token", subtle.ConstantTimeCompare(got[:], want[:]) == 1
 	case strings.EqualFold(scheme, "Basic") && s.access.Users != nil:
-		_, ok := s.access.Users.Check([]byte(v))
-		return ok
+		return s.access.Users.Check([]byte(v))
 	}
-	return false
+	return "", false
 }
 
 // hostAllowed reports whether the admin listener answers host (a Host

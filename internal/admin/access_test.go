@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -252,6 +253,68 @@ func TestLoadAccessErrors(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "hunter2") {
 				t.Errorf("the error shows the token: %v", err)
+			}
+		})
+	}
+}
+
+// TestAccessRemote checks that without admin_access authentication only
+// loopback clients are answered (but /healthz, /readyz and /metrics),
+// a refusal logged with reason=remote, and that with authentication a
+// client anywhere gets the challenge, then its answer with its identity.
+func TestAccessRemote(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin.token")
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		access config.AdminAccess
+		remote string
+		path   string
+		header []string
+		want   int
+		who    string
+	}{
+		{"no auth, loopback", config.AdminAccess{}, "127.0.0.1:4000", "/quota", nil, 200, ""},
+		{"no auth, loopback v6", config.AdminAccess{}, "[::1]:4000", "/quota", nil, 200, ""},
+		{"no auth, mapped loopback", config.AdminAccess{}, "[::ffff:127.0.0.1]:4000", "/quota", nil, 200, ""},
+		{"no auth, another host", config.AdminAccess{}, "192.0.2.1:4000", "/quota", nil, 403, ""},
+		{"no auth, another host, index", config.AdminAccess{}, "192.0.2.1:4000", "/", nil, 403, ""},
+		{"no auth, another host, metrics", config.AdminAccess{}, "192.0.2.1:4000", "/metrics", nil, 200, ""},
+		{"no auth, another host, healthz", config.AdminAccess{}, "192.0.2.1:4000", "/healthz", nil, 200, ""},
+		{"health and metrics only, another host, index", config.AdminAccess{HealthAndMetricsOnly: true}, "192.0.2.1:4000", "/", nil, 200, ""},
+		{"health and metrics only, another host", config.AdminAccess{HealthAndMetricsOnly: true}, "192.0.2.1:4000", "/quota", nil, 404, ""},
+		{"token, another host, none sent", config.AdminAccess{TokenFile: tokenFile}, "192.0.2.1:4000", "/quota", nil, 401, ""},
+		{"token, another host", config.AdminAccess{TokenFile: tokenFile}, "192.0.2.1:4000", "/quota",
+			[]string{"Authorization: Bearer " + testToken}, 200, "token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			access, err := LoadAccess(tc.access)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logs := &lockedBuffer{}
+			m := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "fake_metric 1\n") })
+			s := New("127.0.0.1:0", m, nil, slog.New(slog.NewTextHandler(logs, nil)), access)
+			var who string
+			s.Handle("GET /quota", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { who = Caller(r) }))
+			req := httptest.NewRequest("GET", tc.path, nil)
+			req.RemoteAddr = tc.remote
+			req.Host = "127.0.0.1"
+			for _, h := range tc.header {
+				k, v, _ := strings.Cut(h, ": ")
+				req.Header.Set(k, v)
+			}
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, req)
+			if code := rec.Code; code != tc.want || who != tc.who {
+				t.Fatalf("GET %s from %s: %d (caller %q) %q, want %d (caller %q)", tc.path, tc.remote, rec.Code, who, rec.Body, tc.want, tc.who)
+			}
+			if tc.want == 403 && (!strings.Contains(rec.Body.String(), "only loopback") ||
+				!strings.Contains(logs.String(), `reason=remote status=403`)) {
+				t.Errorf("refusal %q, log:\n%s", rec.Body, logs)
 			}
 		})
 	}

@@ -1,19 +1,25 @@
 // Package admin serves rustle's admin HTTP listener: Prometheus metrics
-// at /metrics, liveness at /healthz and readiness at /readyz, and the
+// at /metrics, liveness at /healthz and readiness at /readyz, the
 // running proxy's endpoints, /quota and /revoke, added with
-// [Server.HandleProxy] for a [Proxy] (the server).
+// [Server.HandleProxy] for a [Proxy] (the server), and the operators'
+// page at / with its JSON API under /api/, added with
+// [Server.HandleConsole].
 //
 // The listener is for operators and their monitoring, not for clients:
 // bind it to loopback or to a network only the scraper and the
 // orchestrator reach. It serves no proxy traffic. Its [Access] says who
 // may call it: with a bearer token or htpasswd users, every endpoint but
 // /healthz, /readyz and /metrics needs an Authorization header one of
-// them accepts. Whatever the access, it answers only Host names of its
-// own (a DNS-rebinding page gets 421), and takes a call that changes
-// state (any method but GET and HEAD) only with Content-Type:
-// application/json and no foreign Origin or Sec-Fetch-Site, which a
-// cross-site form cannot send (403 or 415). Each refusal is logged,
-// without the credentials.
+// them accepts; without, only loopback clients are answered there.
+// Whatever the access, it answers only Host names of its own (a
+// DNS-rebinding page gets 421), and takes a call that changes state (any
+// method but GET and HEAD) only with Content-Type: application/json and
+// no foreign Origin or Sec-Fetch-Site, which a cross-site form cannot
+// send (403 or 415). Each refusal is logged, without the credentials.
+//
+// The page costs nothing on the data path: it reads the counters the
+// metrics keep anyway, once a second, into a ring of the last hour, and
+// keeps the latest access log records from the log's writer goroutine.
 package admin
 
 import (
@@ -53,11 +59,17 @@ type Server struct {
 	// bound is the address Start bound, for hostAllowed; nil before.
 	bound atomic.Pointer[netip.Addr]
 
+	console atomic.Pointer[Console] // the page at /, once HandleConsole added it; nil = the text index
+
 	mu      sync.Mutex
 	ln      net.Listener // guarded by mu; set by Start
 	started bool         // guarded by mu
 
 	served chan struct{} // closed when serve returns
+
+	stop     chan struct{}  // closed by Shutdown and Close: ends the background work
+	stopOnce sync.Once      // closes stop
+	bg       sync.WaitGroup // background work (the console's sampler)
 }
 
 // New creates an admin server for addr (host:port; port 0 picks a free
@@ -76,7 +88,7 @@ func New(addr string, metrics http.Handler, ready func() bool, logger *slog.Logg
 		metrics = http.NotFoundHandler()
 	}
 	s := &Server{addr: addr, log: logger, ready: ready, access: access, served: make(chan struct{}),
-		cross: http.NewCrossOriginProtection(), names: make(map[string]bool)}
+		cross: http.NewCrossOriginProtection(), names: make(map[string]bool), stop: make(chan struct{})}
 	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 		s.names[normalHost(host)] = true
 	}
@@ -129,6 +141,10 @@ func (s *Server) routes(metrics http.Handler) http.Handler {
 		writeText(w, http.StatusServiceUnavailable, "not ready\n")
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if c := s.console.Load(); c != nil {
+			c.servePage(w, r)
+			return
+		}
 		writeText(w, http.StatusOK, "rustle admin\n/metrics  Prometheus metrics\n/healthz  liveness\n/readyz   readiness (503 while starting or draining)\n")
 	})
 	return mux
@@ -182,10 +198,27 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
+// background runs fn in a goroutine until Shutdown or Close, which
+// close its stop channel and wait for it to return.
+func (s *Server) background(fn func(stop <-chan struct{})) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		fn(s.stop)
+	}()
+}
+
+// stopBackground ends the background work and waits for it.
+func (s *Server) stopBackground() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.bg.Wait()
+}
+
 // Shutdown stops accepting, waits for requests in progress to finish
 // until ctx is done, then closes what is left and returns ctx's error.
 // Calling it before Start or again is harmless.
 func (s *Server) Shutdown(ctx context.Context) error {
+	defer s.stopBackground()
 	err := s.http.Shutdown(ctx)
 	if err != nil {
 		s.http.Close()
@@ -199,6 +232,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Close stops the server at once. It is idempotent.
 func (s *Server) Close() error {
+	defer s.stopBackground()
 	err := s.http.Close()
 	s.wait()
 	return err

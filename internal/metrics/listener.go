@@ -10,6 +10,7 @@ import (
 // once by [Metrics.Listener]. Its methods are safe for concurrent use, do
 // not allocate, and do nothing on a nil receiver.
 type ListenerMetrics struct {
+	protocol  string // for Read
 	accepted  prometheus.Counter
 	open      prometheus.Gauge
 	requests  [len(statusClasses)]prometheus.Counter
@@ -148,6 +149,7 @@ func (l *ListenerMetrics) FirstByte(d time.Duration) {
 // Its methods are safe for concurrent use, do not allocate, and do
 // nothing on a nil receiver.
 type UserMetrics struct {
+	name     string // for Users
 	requests prometheus.Counter
 	up, down prometheus.Counter
 }

@@ -94,8 +94,9 @@ type Metrics struct {
 	parents *parentVecs // see parent.go
 	quota   *quotaCollector
 
-	mu        sync.Mutex
-	listeners map[[2]string]*ListenerMetrics // guarded by mu
+	mu            sync.Mutex
+	listeners     map[[2]string]*ListenerMetrics // guarded by mu
+	parentsByName map[string]*ParentMetrics      // the configured parents' series, for Read; guarded by mu
 
 	usersMu sync.RWMutex
 	users   map[string]*UserMetrics // guarded by usersMu
@@ -160,9 +161,10 @@ func New(cfg Config) *Metrics {
 			Help:    "Time from sending a request upstream to the first byte of its response, by listener.",
 			Buckets: ttfbBuckets,
 		}, []string{"listener"}),
-		maxUsers:  cfg.MaxUsers,
-		listeners: make(map[[2]string]*ListenerMetrics),
-		funcs:     newFuncCollector(),
+		maxUsers:      cfg.MaxUsers,
+		listeners:     make(map[[2]string]*ListenerMetrics),
+		parentsByName: make(map[string]*ParentMetrics),
+		funcs:         newFuncCollector(),
 	}
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "build_info",
@@ -243,6 +245,7 @@ func (m *Metrics) Listener(name, protocol string) *ListenerMetrics {
 	}
 	name, protocol = strings.Clone(name), strings.Clone(protocol)
 	l := &ListenerMetrics{
+		protocol:  protocol,
 		accepted:  m.accepted.WithLabelValues(name, protocol),
 		open:      m.open.WithLabelValues(name, protocol),
 		up:        m.bytes.WithLabelValues(name, protocol, "up"),
@@ -299,6 +302,7 @@ func (m *Metrics) User(name string) *UserMetrics {
 
 func (m *Metrics) newUser(name string) *UserMetrics {
 	return &UserMetrics{
+		name:     name,
 		requests: m.userRequests.WithLabelValues(name),
 		up:       m.userBytes.WithLabelValues(name, "up"),
 		down:     m.userBytes.WithLabelValues(name, "down"),

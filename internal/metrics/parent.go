@@ -44,6 +44,7 @@ func newParentVecs(reg *prometheus.Registry) *parentVecs {
 // [Metrics.Parent]. Its methods are safe for concurrent use, do not
 // allocate, and do nothing on a nil receiver.
 type ParentMetrics struct {
+	name               string // for Read
 	requests, failures prometheus.Counter
 	up                 prometheus.Gauge
 	dialOK, dialErr    prometheus.Observer
@@ -59,6 +60,7 @@ func (m *Metrics) Parent(name string) *ParentMetrics {
 	name = strings.Clone(name)
 	v := m.parents
 	p := &ParentMetrics{
+		name:     name,
 		requests: v.requests.WithLabelValues(name),
 		failures: v.failures.WithLabelValues(name),
 		up:       v.up.WithLabelValues(name),
@@ -66,6 +68,9 @@ func (m *Metrics) Parent(name string) *ParentMetrics {
 		dialErr:  v.dial.WithLabelValues(name, "error"),
 	}
 	p.up.Set(1)
+	m.mu.Lock()
+	m.parentsByName[name] = p
+	m.mu.Unlock()
 	return p
 }
 
@@ -105,6 +110,9 @@ func (m *Metrics) ForgetParent(name string) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	delete(m.parentsByName, name)
+	m.mu.Unlock()
 	v := m.parents
 	v.requests.DeleteLabelValues(name)
 	v.failures.DeleteLabelValues(name)

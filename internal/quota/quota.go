@@ -683,6 +683,33 @@ func (t *Tracker) All() []Status {
 	return out
 }
 
+// Reset sets the counts of the counter of rule name and scope to zero in
+// its current window, so that the scope may use its quota again until
+// the window ends; it reports whether there was such a counter (one
+// that counted something). Reset counts for this Tracker alone: with
+// totals shared between instances (a loader and Settle), the next sync
+// brings back the shared totals.
+func (t *Tracker) Reset(rule, scope string) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.RLock()
+	c := t.counters[key(rule, scope)]
+	t.mu.RUnlock()
+	if c == nil {
+		return false
+	}
+	c.roll(c.now())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.base {
+		c.pend[k].Store(0)
+		c.sent[k].Store(0)
+		c.base[k].Store(0)
+	}
+	return true
+}
+
 // counterFor returns the counter of rule name and scope, making it when
 // the rule exists; nil otherwise.
 func (t *Tracker) counterFor(rule, scope string) *Counter {

@@ -478,3 +478,45 @@ func TestStatusCreatesNothing(t *testing.T) {
 		t.Errorf("Status(\"\") = %+v, want none", st)
 	}
 }
+
+// TestReset checks that Reset zeroes one counter in its window, so
+// that a spent quota is granted again, leaves the others alone, and
+// reports a counter that does not exist.
+func TestReset(t *testing.T) {
+	tr := New(Config{Rules: []Rule{{Name: "r", Users: []string{"*"}, Requests: 2, Bytes: 100}}})
+	alice, bob := tr.User("alice"), tr.User("bob")
+	for range 2 {
+		if !alice.Begin() || !bob.Begin() {
+			t.Fatal("a request within the quota was refused")
+		}
+	}
+	alice.AddBytes(40)
+	if alice.Begin() {
+		t.Fatal("a third request of a quota of 2 was granted")
+	}
+	if !tr.Reset("r", "alice") {
+		t.Fatal("Reset of alice's counter reported none")
+	}
+	for _, tc := range []struct {
+		rule, scope string
+		want        bool
+	}{{"r", "carol", false}, {"other", "alice", false}, {"r", "", false}} {
+		if tr.Reset(tc.rule, tc.scope) != tc.want {
+			t.Errorf("Reset(%q, %q) = %v, want %v", tc.rule, tc.scope, !tc.want, tc.want)
+		}
+	}
+	st := tr.Status("alice")[0]
+	if st.RequestsUsed != 0 || st.BytesUsed != 0 {
+		t.Errorf("alice after Reset: %+v, want nothing used", st)
+	}
+	if !alice.Begin() {
+		t.Error("alice's request after Reset was refused")
+	}
+	if got := tr.Status("bob")[0].RequestsUsed; got != 2 {
+		t.Errorf("bob's requests after alice's Reset = %d, want 2", got)
+	}
+	var nt *Tracker
+	if nt.Reset("r", "alice") {
+		t.Error("Reset on a nil Tracker reported a counter")
+	}
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -175,6 +176,31 @@ func (s *Server) ClusterState() (cluster, up bool) {
 		return true, cl.Up()
 	}
 	return false, false
+}
+
+// ClusterInstance returns the name of this instance in the cluster
+// (cluster.instance, or the host name and process id); "" without a
+// cluster.
+func (s *Server) ClusterInstance() string {
+	if cl := s.shared.cluster; cl != nil {
+		return cl.Instance()
+	}
+	return ""
+}
+
+// ErrSharedQuota is ResetQuota's error with a cluster: the counts are
+// totals in Redis that every instance adds to.
+var ErrSharedQuota = errors.New("quota counts are shared through the cluster's Redis; a reset here would be undone by the next sync")
+
+// ResetQuota sets the counts of the quota counter of rule and scope (a
+// user, or "group:NAME") to zero until its period ends, and reports
+// whether there was such a counter. With a cluster it resets nothing and
+// returns ErrSharedQuota.
+func (s *Server) ResetQuota(rule, scope string) (bool, error) {
+	if s.shared.cluster != nil {
+		return false, ErrSharedQuota
+	}
+	return s.shared.quota.Reset(rule, scope), nil
 }
 
 // registerQuotaMetrics makes m report the quota counters and, with a
