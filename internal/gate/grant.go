@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
@@ -745,13 +743,26 @@ func (g *Grant) debugRefusal() {
 	if !g.s.p.logger().Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	attrs := []slog.Attr{slog.String("reason", g.reason), slog.Int("status", g.status),
-		slog.String("protocol", g.proto.String()), slog.String("user", g.logUser()),
-		slog.String("method", g.method), slog.String("target", string(g.target)), slog.String("rule", g.Rule)}
-	if g.cause != nil {
-		attrs = append(attrs, slog.Any("err", g.cause))
+	rec := g.record(0, 0)
+	g.s.p.debugRefusal(&rec, g.cause)
+}
+
+// debugRefusal logs, at debug level, the refusal or early end rec
+// records (its Reason is not ""), and what was wrong (cause; nil =
+// nothing said).
+func (p *Policy) debugRefusal(rec *accesslog.Record, cause error) {
+	log := p.logger()
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
 	}
-	g.s.debug("gate: request refused", attrs...)
+	attrs := []slog.Attr{slog.String("reason", rec.Reason), slog.Int("status", rec.Status),
+		slog.String("protocol", rec.Protocol.String()), slog.String("user", rec.User),
+		slog.String("method", rec.Method), slog.String("target", rec.Target), slog.String("rule", rec.Rule)}
+	if cause != nil {
+		attrs = append(attrs, slog.Any("err", cause))
+	}
+	attrs = append(attrs, slog.String("client", rec.Client.String()))
+	log.LogAttrs(context.Background(), slog.LevelDebug, "gate: request refused", attrs...)
 }
 
 // logUser returns the user the access log names: the authenticated user,
@@ -826,20 +837,6 @@ func (g *Grant) userMetrics() *metrics.UserMetrics {
 		return nil
 	}
 	return g.s.p.UserMetrics(g.account)
-}
-
-// detach returns a copy of g that owns its strings, for a tunnel that
-// outlives the front-end's reuse of g.
-func (g *Grant) detach() *Grant {
-	d := *g
-	d.target = []byte(strings.Clone(bytesString(g.target)))
-	d.method = strings.Clone(g.method)
-	d.User = strings.Clone(g.User)
-	d.account = d.User[:len(g.account)] // the whole name, or its base before the session key
-	d.Rule = strings.Clone(g.Rule)
-	d.tried = slices.Clone(g.tried)
-	d.via = nil // read by the dial only
-	return &d
 }
 
 // alive is dialer.Alive for a TCP connection or a TLS one over TCP.

@@ -1,15 +1,18 @@
 package gate
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
-	"sync"
+	"strings"
 	"time"
 	"unsafe"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -75,8 +78,8 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 	}
 	utc, upTCP := upc.(*net.TCPConn)
 	if tc, ok := client.(*net.TCPConn); ok && upTCP && s.eng != nil {
-		return g.toEngine(false, func(done func(tunnel.Result)) (func(), error) {
-			return s.eng.AddMetered(tc, utc, meter, done)
+		return g.toEngine(false, func(o tunnel.Owner) (tunnel.Handle, error) {
+			return s.eng.AddOwned(tc, utc, meter, o)
 		})
 	}
 	if tc, ok := client.(*tls.Conn); ok && upTCP && meter == nil {
@@ -84,8 +87,8 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 			if beforeIdle != nil {
 				beforeIdle()
 			}
-			if s.eng != nil && g.toEngine(true, func(done func(tunnel.Result)) (func(), error) {
-				return s.eng.AddTLS(tc, raw, utc, done)
+			if s.eng != nil && g.toEngine(true, func(o tunnel.Owner) (tunnel.Handle, error) {
+				return s.eng.AddTLSOwned(tc, raw, utc, o)
 			}) {
 				return true
 			}
@@ -101,52 +104,42 @@ func (g *Grant) Tunnel(client net.Conn, upc net.Conn, beforeIdle func()) (handed
 	return false
 }
 
-// toEngine hands the tunnel to the session's engine with add (AddCut, or
-// AddTLS if refusable), moving the grant's report, the connection's
+// toEngine hands the tunnel to the session's engine with add (AddOwned,
+// or AddTLSOwned if refusable), moving the grant's report, the connection's
 // admission and its user count to the tunnel, and registers the tunnel
 // for revocation. It reports false, having changed nothing, when a
 // refusable add refused (AddTLS leaves the connections to the caller),
 // and true otherwise: the tunnel is the engine's, or add failed having
 // closed the connections, and the tunnel is reported now.
-func (g *Grant) toEngine(refusable bool, add func(done func(tunnel.Result)) (cut func(), err error)) bool {
+func (g *Grant) toEngine(refusable bool, add func(tunnel.Owner) (tunnel.Handle, error)) bool {
 	s := g.s
-	d := g.detach()
 	took := s.handoff()
-	lim := s.p.Limiter
-	reg, listener, user := s.p.Revoked, s.p.Listener, d.account
-	h := new(heldTunnel)
-	cut, err := add(func(r tunnel.Result) {
-		reg.removeTunnel(user, h.ended())
-		if errors.Is(r.Err, tunnel.ErrCut) { // only revocation cuts
-			d.reason = accesslog.ReasonRevoked
-		} // the meter's stop is the reason quota (see Finish)
-		d.Finish(r.Up, r.Down)
-		took.back(lim)
-	})
+	t := g.handOver(took)
+	h, err := add(t)
 	if err != nil && refusable {
 		took.undo(s)
 		return false
 	}
-	g.finished = true // d reports and releases
+	g.finished = true // t reports and releases
 	g.counted = ""
 	g.hold, g.extraFor = holdNone, ""
 	if err != nil {
-		d.Finish(0, 0)
-		took.back(lim)
+		t.end(0, 0, "")
 		return true
 	}
 	if testHookAfterAdd != nil {
 		testHookAfterAdd()
 	}
-	if reg != nil && user != "" {
+	if reg := s.p.Revoked; reg != nil && t.account != "" {
 		// The tunnel outlives its session: revoking its user cuts it.
-		h.track(func() *tunnelEnd { return reg.addTunnel(listener, user, cut) })
+		t.handle = h
+		reg.addTunnel(t)
 		if s.revoked.Load() {
 			// A revocation took the registry's lock after add and
 			// before addTunnel: it ended the session, whose
 			// connection the engine holds now, and could not see the
 			// tunnel. One after addTunnel finds the tunnel itself.
-			cut()
+			h.Cut()
 		}
 	}
 	return true
@@ -165,28 +158,173 @@ func bytesString(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-// heldTunnel is an engine tunnel's entry in the registry, which may end
-// (on the engine's goroutine) before the entry is made.
-type heldTunnel struct {
-	mu    sync.Mutex
-	entry *tunnelEnd // guarded by mu
-	done  bool       // the tunnel has ended; guarded by mu
+// engineTunnel is what a tunnel handed to the engine keeps of its grant
+// and session until it ends: what its end gives back, counts and
+// reports, and the cut that revokes it. The serving goroutine has
+// returned and the session has ended by then: an idle tunnel holds this
+// (80 bytes, and what tunnelMore holds when it applies), the engine's own
+// state (128 bytes; the engine makes no callback or cut function for it)
+// and nothing else, not the grant, the session or their contexts.
+type engineTunnel struct {
+	p       *Policy
+	account string        // what the registry, the user metrics and the user count count
+	release func()        // gives back the connection's admission; nil = none
+	handle  tunnel.Handle // cuts the tunnel on the engine; set before it is tracked
+	// prev and next link the tunnels of account in the registry (see
+	// held); guarded by the registry's lock.
+	prev, next *engineTunnel
+	more       *tunnelMore // nil when none of it applies
+	flags      tunnelFlags // set before the engine has the tunnel
+	state      tunnelState // guarded by the registry's lock
 }
 
-// track makes the entry with add unless the tunnel has ended.
-func (h *heldTunnel) track(add func() *tunnelEnd) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.done {
-		h.entry = add()
+// tunnelFlags are an engineTunnel's yes-or-no facts.
+type tunnelFlags uint8
+
+const (
+	// flagCount: the tunnel's bytes go to the metrics (an observed
+	// grant that answered).
+	flagCount tunnelFlags = 1 << iota
+	// flagReport: its end is reported (flagCount, or an observed grant
+	// that answered nothing).
+	flagReport
+	// flagUserCounted: the connection's user count, moved to the tunnel
+	// (handed.user), is account's.
+	flagUserCounted
+)
+
+// tunnelState is where an engineTunnel is with the registry.
+type tunnelState uint8
+
+const (
+	stateEnded   tunnelState = 1 << iota // the tunnel has ended
+	stateTracked                         // the registry holds the tunnel
+)
+
+// tunnelMore is what a tunnel keeps only when it applies: an
+// authenticated user's tunnel without access log, quota or a second
+// user of its connection has none of it.
+type tunnelMore struct {
+	// user is the connection's user count moved to the tunnel, when
+	// not account's (see flagUserCounted).
+	user string
+	// What Grant.end gives back: a user counted for the grant, a
+	// further upstream counted with the Limiter (extraFor, when extra).
+	counted  string
+	extraFor string
+	extra    bool
+	quota    *quota.User  // the account's quota counters; nil = none
+	meter    *quota.Meter // what the tunnel's bytes were metered by; nil = none
+	added    [2]int64     // Grant.added
+	// rec is the access log's record (bytes, duration and reason
+	// filled in at the end), kept when there is an access log or debug
+	// logging to write it to; nil otherwise.
+	rec *accesslog.Record
+}
+
+// handOver makes the engineTunnel that carries g and took on. g's own
+// buffers stay with the front-end: the record owns copies.
+func (g *Grant) handOver(took handed) *engineTunnel {
+	p := g.s.p
+	t := &engineTunnel{p: p, account: g.account, release: took.release}
+	if g.observe && g.class != 0 {
+		t.flags |= flagCount | flagReport
+	} else if g.observe && g.unanswered {
+		t.flags |= flagReport
 	}
+	var m tunnelMore
+	switch took.user {
+	case "":
+	case g.account:
+		t.flags |= flagUserCounted
+	default:
+		m.user = took.user
+	}
+	m.counted, m.extraFor, m.extra = g.counted, g.extraFor, g.hold == holdExtra
+	m.quota, m.meter, m.added = g.quota, g.meter, g.added
+	if (t.flags&flagReport != 0 && p.AccessLog != nil) || p.logger().Enabled(context.Background(), slog.LevelDebug) {
+		rec := g.record(0, 0)
+		rec.Reason = g.reason
+		// One allocation for the strings that alias the front-end's
+		// buffers.
+		var b strings.Builder
+		b.Grow(len(rec.Method) + len(rec.Target) + len(rec.User))
+		b.WriteString(rec.Method)
+		b.WriteString(rec.Target)
+		b.WriteString(rec.User)
+		own := b.String()
+		rec.Method, own = own[:len(rec.Method)], own[len(rec.Method):]
+		rec.Target, rec.User = own[:len(rec.Target)], own[len(rec.Target):]
+		m.rec = &rec
+	}
+	if m != (tunnelMore{}) {
+		t.more = new(tunnelMore)
+		*t.more = m // m itself stays on the stack
+	}
+	return t
 }
 
-// ended marks the tunnel ended and returns its entry, nil when none was
-// made.
-func (h *heldTunnel) ended() *tunnelEnd {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.done = true
-	return h.entry
+// TunnelDone is told by the engine that the tunnel has ended with r.
+func (t *engineTunnel) TunnelDone(r tunnel.Result) {
+	if t.account != "" {
+		t.p.Revoked.removeTunnel(t)
+	}
+	reason := ""
+	if errors.Is(r.Err, tunnel.ErrCut) { // only revocation cuts
+		reason = accesslog.ReasonRevoked
+	}
+	t.end(r.Up, r.Down, reason)
+}
+
+// end reports the tunnel, which moved up and down bytes and ended for
+// reason ("" none, or quota as the meter says), and gives back what it
+// held, as Grant.Finish does for a request.
+func (t *engineTunnel) end(up, down int64, reason string) {
+	p, m := t.p, t.more
+	if m == nil {
+		m = &tunnelMore{} // not kept: its zero values
+	}
+	up += m.added[0]
+	down += m.added[1]
+	if m.quota != nil {
+		// What the meter counted as the bytes moved is counted already.
+		m.quota.AddBytes(up + down - m.meter.Charged())
+	}
+	rec := m.rec
+	if rec != nil {
+		if rec.Reason == "" {
+			rec.Reason = reason
+		}
+		if rec.Reason == "" && m.meter.Stopped() {
+			rec.Reason = accesslog.ReasonQuota
+		}
+		if rec.Reason != "" {
+			p.debugRefusal(rec, nil)
+		} else if cut := p.Cut; cut != nil && cut.Err() != nil {
+			rec.Reason = accesslog.ReasonDrained
+		}
+	}
+	if t.flags&flagCount != 0 {
+		p.Metrics.Bytes(up, down)
+		if p.UserMetrics != nil && t.account != "" {
+			p.UserMetrics(t.account).Request(up, down)
+		}
+	}
+	if rec != nil && t.flags&flagReport != 0 && p.AccessLog != nil {
+		rec.BytesUp, rec.BytesDown = up, down
+		rec.Duration = time.Since(rec.Time)
+		p.AccessLog.Log(rec)
+	}
+	lim := p.Limiter
+	if m.extra {
+		lim.ExtraDone(m.extraFor)
+	}
+	if m.counted != "" {
+		lim.UserDone(m.counted)
+	}
+	user := m.user
+	if t.flags&flagUserCounted != 0 {
+		user = t.account
+	}
+	handed{release: t.release, user: user}.back(lim)
 }

@@ -10,8 +10,8 @@ import (
 // Registry is ready to use; a nil *Registry tracks nothing.
 type Registry struct {
 	mu sync.Mutex
-	// users holds each user's sessions and the end functions of its
-	// tunnels that outlive their sessions; guarded by mu.
+	// users holds each user's sessions and its tunnels that outlive
+	// their sessions; guarded by mu.
 	users map[string]*held
 	// of maps a session to the users it is tracked under; guarded by mu.
 	of map[*Session][]string
@@ -20,13 +20,10 @@ type Registry struct {
 // held is what one user holds open.
 type held struct {
 	sessions map[*Session]struct{}
-	tunnels  map[*tunnelEnd]struct{}
-}
-
-// tunnelEnd ends one tunnel that lives on in the engine.
-type tunnelEnd struct {
-	listener string // the listener the tunnel's connection came in on
-	end      func()
+	// tunnels is the first of the user's tunnels, linked by their prev
+	// and next: a list rather than a map, so that an idle tunnel costs
+	// the registry no entry of its own.
+	tunnels *engineTunnel
 }
 
 func (r *Registry) heldLocked(user string) *held {
@@ -36,7 +33,7 @@ func (r *Registry) heldLocked(user string) *held {
 	}
 	h := r.users[user]
 	if h == nil {
-		h = &held{sessions: make(map[*Session]struct{}), tunnels: make(map[*tunnelEnd]struct{})}
+		h = &held{sessions: make(map[*Session]struct{})}
 		r.users[user] = h
 	}
 	return h
@@ -73,35 +70,50 @@ func (r *Registry) forget(s *Session) {
 	delete(r.of, s)
 }
 
-// addTunnel tracks a tunnel of user on listener that end closes; the
-// returned value is passed to removeTunnel when the tunnel ends. nil when
-// not tracked.
-func (r *Registry) addTunnel(listener, user string, end func()) *tunnelEnd {
-	if r == nil || user == "" {
-		return nil
-	}
-	t := &tunnelEnd{listener: listener, end: end}
-	r.mu.Lock()
-	r.heldLocked(user).tunnels[t] = struct{}{}
-	r.mu.Unlock()
-	return t
-}
-
-// removeTunnel stops tracking t, a tunnel of user.
-func (r *Registry) removeTunnel(user string, t *tunnelEnd) {
-	if r == nil || t == nil {
+// addTunnel tracks t, a tunnel of t.account on t.p.Listener whose handle
+// is set, unless it has ended already.
+func (r *Registry) addTunnel(t *engineTunnel) {
+	if r == nil {
 		return
 	}
 	r.mu.Lock()
-	if h := r.users[user]; h != nil {
-		delete(h.tunnels, t)
-		r.dropLocked(user, h)
+	if t.state&stateEnded == 0 {
+		h := r.heldLocked(t.account)
+		t.next = h.tunnels
+		if t.next != nil {
+			t.next.prev = t
+		}
+		h.tunnels = t
+		t.state |= stateTracked
+	}
+	r.mu.Unlock()
+}
+
+// removeTunnel marks t ended and stops tracking it.
+func (r *Registry) removeTunnel(t *engineTunnel) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	t.state |= stateEnded
+	if h := r.users[t.account]; h != nil && t.state&stateTracked != 0 {
+		if t.prev != nil {
+			t.prev.next = t.next
+		} else {
+			h.tunnels = t.next
+		}
+		if t.next != nil {
+			t.next.prev = t.prev
+		}
+		t.prev, t.next = nil, nil
+		t.state &^= stateTracked
+		r.dropLocked(t.account, h)
 	}
 	r.mu.Unlock()
 }
 
 func (r *Registry) dropLocked(user string, h *held) {
-	if len(h.sessions) == 0 && len(h.tunnels) == 0 {
+	if len(h.sessions) == 0 && h.tunnels == nil {
 		delete(r.users, user)
 	}
 }
@@ -116,7 +128,7 @@ func (r *Registry) Revoke(keep func(listener, user string) bool) int {
 		return 0
 	}
 	var sessions []*Session
-	var tunnels []*tunnelEnd
+	var tunnels []*engineTunnel
 	n := 0
 	r.mu.Lock()
 	for u, h := range r.users {
@@ -128,8 +140,8 @@ func (r *Registry) Revoke(keep func(listener, user string) bool) int {
 				revoked = true
 			}
 		}
-		for t := range h.tunnels {
-			if !keep(t.listener, u) {
+		for t := h.tunnels; t != nil; t = t.next {
+			if !keep(t.p.Listener, u) {
 				tunnels = append(tunnels, t)
 				revoked = true
 			}
@@ -143,7 +155,7 @@ func (r *Registry) Revoke(keep func(listener, user string) bool) int {
 		s.revoke()
 	}
 	for _, t := range tunnels {
-		t.end()
+		t.handle.Cut()
 	}
 	return n
 }

@@ -26,23 +26,33 @@ import (
 	"sync"
 )
 
-// maxPercent bounds the percentage a floor may ask for (a nearly empty
-// heap would otherwise ask for millions).
+// maxPercent bounds the percentage a floor may ask for.
 const maxPercent = 10000
 
+// heapMinimum is the Go runtime's least heap target at GOGC 100
+// (runtime.defaultHeapMinimum): at a percentage p the runtime targets at
+// least heapMinimum × p / 100 bytes, however small the live heap.
+const heapMinimum = 4 << 20
+
 // Percent returns the GC percentage that gives a live heap of live bytes
-// a target of at least live + floor bytes and at least percent of live
+// a target of about live + floor bytes, and at least percent of live
 // bytes of growth; floor 0 (or a live heap not known yet, 0) leaves
 // percent as it is.
+//
+// The runtime's target at a percentage p is the larger of live × (1 +
+// p/100) and heapMinimum × p/100. The raise is the least p whose first
+// term reaches live + floor, but no more than the p whose second term
+// does: on a heap much smaller than heapMinimum the second term alone
+// makes the target live + floor (a percentage of floor × 100 / live
+// there would target far more, up to GB, and the heap would grow with
+// everything allocated, uncollected).
 func Percent(percent int, floor, live uint64) int {
 	if floor == 0 || live == 0 {
 		return percent
 	}
-	need := (floor*100 + live - 1) / live // ceil(floor / live × 100)
-	if need > maxPercent {
-		return maxPercent
-	}
-	return max(percent, int(need))
+	need := (floor*100 + live - 1) / live     // ceil(floor / live × 100)
+	fit := (live + floor) * 100 / heapMinimum // heapMinimum × fit/100 ≤ live + floor
+	return max(percent, int(min(need, fit, maxPercent)))
 }
 
 // A Tuner keeps the collector's percentage at Percent(percent, floor,

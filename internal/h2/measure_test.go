@@ -113,12 +113,12 @@ func measureIdle(t *testing.T, tunnels int, std bool) (total, stacks float64) {
 		}
 	}
 	expect("warm")
-	before, stackBefore := inUse()
-	rssBefore := vmRSS()
+	m0 := proxytest.SettledMem()
+	rssBefore := proxytest.VMRSS()
 	io.WriteString(stdin, "go\n")
 	expect("open")
-	after, stackAfter := inUse()
-	rssAfter := vmRSS()
+	m1 := proxytest.SettledMem()
+	rssAfter := proxytest.VMRSS()
 	t.Logf("std=%v: VmRSS grew %.1f KiB per tunnel", std, float64(rssAfter-rssBefore)/float64(tunnels-warm)/1024)
 	if path := os.Getenv("H2_MEMORY_PROFILE"); path != "" && !std {
 		f, err := os.Create(path)
@@ -141,35 +141,7 @@ func measureIdle(t *testing.T, tunnels int, std bool) (total, stacks float64) {
 		t.Logf("after 10 more GCs: goroutines %d, stack in use %d KiB, heap in use %d KiB", runtime.NumGoroutine(), ms.StackInuse>>10, ms.HeapInuse>>10)
 	}
 	n := float64(tunnels - warm)
-	return float64(after-before) / n, (float64(stackAfter) - float64(stackBefore)) / n
-}
-
-// inUse returns heap in use plus stacks, and stacks, after garbage
-// collection has settled (twice, so that finalizers' frees count too).
-func inUse() (total, stacks uint64) {
-	var ms runtime.MemStats
-	for i := 0; i < 3; i++ {
-		runtime.GC()
-		time.Sleep(50 * time.Millisecond)
-	}
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse + ms.StackInuse, ms.StackInuse
-}
-
-// vmRSS returns the process's resident set size in bytes, 0 when
-// /proc is not there.
-func vmRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return (float64(m1.Heap+m1.Stacks) - float64(m0.Heap+m0.Stacks)) / n, (float64(m1.Stacks) - float64(m0.Stacks)) / n
 }
 
 // startStdServer serves x/net/http2's Server with a CONNECT handler, on

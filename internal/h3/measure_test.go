@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -98,14 +97,10 @@ func TestIdleMemory(t *testing.T) {
 }
 
 // inUse returns heap in use plus stacks once garbage collection has
-// settled (a few cycles, so that what finalizers free counts too).
+// settled.
 func inUse() uint64 {
-	var ms runtime.MemStats
-	for range 5 {
-		runtime.GC()
-	}
-	runtime.ReadMemStats(&ms)
-	return ms.HeapInuse + ms.StackInuse
+	m := proxytest.SettledMem()
+	return m.Heap + m.Stacks
 }
 
 // memoryHelper is the child process of TestIdleMemory: it opens the

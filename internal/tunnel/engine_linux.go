@@ -192,7 +192,7 @@ func newWithClock(cfg Config, clock func() time.Duration) (*Engine, error) {
 // call [Engine.Close]. If Add returns an error, both conns have been closed
 // and done is never called.
 func (e *Engine) Add(client, upstream *net.TCPConn, done func(Result)) error {
-	_, err := e.add(client, upstream, nil, done)
+	_, err := e.add(client, upstream, nil, owner(done))
 	return err
 }
 
@@ -208,28 +208,51 @@ func (e *Engine) AddCut(client, upstream *net.TCPConn, done func(Result)) (cut f
 // (at most the pipe's size, 1 MiB by default), which may stop the tunnel
 // (its done callback then gets [ErrStopped]).
 func (e *Engine) AddMetered(client, upstream *net.TCPConn, m Meter, done func(Result)) (cut func(), err error) {
-	t, err := e.add(client, upstream, m, done)
+	h, err := e.AddOwned(client, upstream, m, owner(done))
 	if err != nil {
 		return nil, err
 	}
-	return e.cutFunc(t), nil
+	return h.Cut, nil
 }
 
-// cutFunc returns AddCut's cut function for t.
-func (e *Engine) cutFunc(t *tunnel) func() {
-	return func() {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.closed || t.cutAsked {
-			return
-		}
-		t.cutAsked = true
-		e.cuts = append(e.cuts, t)
-		e.wakeLocked()
+// AddOwned is AddMetered for a caller that keeps an object of its own per
+// tunnel: o (nil = none) is told of the tunnel's end, and the Handle's Cut
+// is the cut function. It makes one allocation per tunnel, the engine's
+// own state, where AddMetered makes two more (done's and cut's).
+func (e *Engine) AddOwned(client, upstream *net.TCPConn, m Meter, o Owner) (Handle, error) {
+	t, err := e.add(client, upstream, m, o)
+	if err != nil {
+		return Handle{}, err
 	}
+	return Handle{e, t}, nil
 }
 
-func (e *Engine) add(client, upstream *net.TCPConn, m Meter, done func(Result)) (*tunnel, error) {
+// Handle is a tunnel on the engine, as [Engine.AddOwned] and
+// [Engine.AddTLSOwned] return it. The zero Handle is none.
+type Handle struct {
+	e *Engine
+	t *tunnel
+}
+
+// Cut ends the tunnel before its time: its owner then gets [ErrCut].
+// Calling it after the tunnel has ended, or more than once, or on the
+// zero Handle, does nothing. It does not block.
+func (h Handle) Cut() {
+	e, t := h.e, h.t
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed || t.cutAsked {
+		return
+	}
+	t.cutAsked = true
+	e.cuts = append(e.cuts, t)
+	e.wakeLocked()
+}
+
+func (e *Engine) add(client, upstream *net.TCPConn, m Meter, o Owner) (*tunnel, error) {
 	cfd, cerr := takeFD(client)
 	ufd, uerr := takeFD(upstream)
 	if err := errors.Join(cerr, uerr); err != nil {
@@ -239,7 +262,7 @@ func (e *Engine) add(client, upstream *net.TCPConn, m Meter, done func(Result)) 
 	}
 	t := &tunnel{
 		fd:      [2]int32{int32(cfd), int32(ufd)},
-		done:    done,
+		owner:   o,
 		meter:   m,
 		idx:     -1,
 		started: e.clock(),
@@ -455,7 +478,7 @@ func (e *Engine) register() bool {
 		// once (copySmall) even when their EPOLLIN comes first.
 		t.ready[0] |= canWrite
 		t.ready[1] |= canWrite
-		t.idx = len(e.all)
+		t.idx = int32(len(e.all))
 		e.all = append(e.all, t)
 		for _, fd := range t.fd {
 			if int(fd) >= len(e.byFD) {

@@ -75,6 +75,17 @@ func (e *Engine) AddCut(client, upstream *net.TCPConn, done func(Result)) (cut f
 // buffer), which may stop the tunnel (its done callback then gets
 // [ErrStopped]).
 func (e *Engine) AddMetered(client, upstream *net.TCPConn, m Meter, done func(Result)) (cut func(), err error) {
+	h, err := e.AddOwned(client, upstream, m, owner(done))
+	if err != nil {
+		return nil, err
+	}
+	return h.Cut, nil
+}
+
+// AddOwned is AddMetered for a caller that keeps an object of its own per
+// tunnel: o (nil = none) is told of the tunnel's end, and the Handle's Cut
+// is the cut function.
+func (e *Engine) AddOwned(client, upstream *net.TCPConn, m Meter, o Owner) (Handle, error) {
 	if client == nil || upstream == nil {
 		if client != nil {
 			client.Close()
@@ -82,21 +93,36 @@ func (e *Engine) AddMetered(client, upstream *net.TCPConn, m Meter, done func(Re
 		if upstream != nil {
 			upstream.Close()
 		}
-		return nil, errors.New("tunnel: nil connection")
+		return Handle{}, errors.New("tunnel: nil connection")
 	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		client.Close()
 		upstream.Close()
-		return nil, ErrClosed
+		return Handle{}, ErrClosed
 	}
 	e.open.Add(1)
 	e.wg.Add(1)
 	e.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(e.ctx)
-	go e.relay(ctx, cancel, client, upstream, m, done)
-	return func() { cancel(ErrCut) }, nil
+	go e.relay(ctx, cancel, client, upstream, m, o)
+	return Handle{cancel}, nil
+}
+
+// Handle is a tunnel on the engine, as [Engine.AddOwned] and
+// [Engine.AddTLSOwned] return it. The zero Handle is none.
+type Handle struct {
+	cancel context.CancelCauseFunc
+}
+
+// Cut ends the tunnel before its time: its owner then gets [ErrCut].
+// Calling it after the tunnel has ended, or more than once, or on the
+// zero Handle, does nothing. It does not block.
+func (h Handle) Cut() {
+	if h.cancel != nil {
+		h.cancel(ErrCut)
+	}
 }
 
 // AddTLS is AddCut for a TLS client: client, a tls.Conn whose handshake
@@ -106,27 +132,37 @@ func (e *Engine) AddMetered(client, upstream *net.TCPConn, m Meter, done func(Re
 // goroutines of its own. If AddTLS returns an error it has closed nothing
 // and done is never called.
 func (e *Engine) AddTLS(client *tls.Conn, raw *net.TCPConn, upstream *net.TCPConn, done func(Result)) (cut func(), err error) {
+	h, err := e.AddTLSOwned(client, raw, upstream, owner(done))
+	if err != nil {
+		return nil, err
+	}
+	return h.Cut, nil
+}
+
+// AddTLSOwned is AddTLS for a caller that keeps an object of its own per
+// tunnel, as [Engine.AddOwned] is AddMetered's.
+func (e *Engine) AddTLSOwned(client *tls.Conn, raw *net.TCPConn, upstream *net.TCPConn, o Owner) (Handle, error) {
 	if client == nil || raw == nil || upstream == nil {
-		return nil, errors.New("tunnel: AddTLS: nil connection")
+		return Handle{}, errors.New("tunnel: AddTLS: nil connection")
 	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return nil, ErrClosed
+		return Handle{}, ErrClosed
 	}
 	e.open.Add(1)
 	e.wg.Add(1)
 	e.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(e.ctx)
 	go func() {
-		e.relay(ctx, cancel, client, upstream, nil, done)
+		e.relay(ctx, cancel, client, upstream, nil, o)
 		raw.Close()
 	}()
-	return func() { cancel(ErrCut) }, nil
+	return Handle{cancel}, nil
 }
 
 // relay is the goroutine of one tunnel.
-func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, client net.Conn, upstream *net.TCPConn, m Meter, done func(Result)) {
+func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, client net.Conn, upstream *net.TCPConn, m Meter, o Owner) {
 	defer e.wg.Done()
 	res := RelayMetered(ctx, client, upstream, e.idle, m)
 	cancel(nil)
@@ -137,8 +173,8 @@ func (e *Engine) relay(ctx context.Context, cancel context.CancelCauseFunc, clie
 		res.Err = ErrCut
 	}
 	e.open.Add(-1)
-	if done != nil {
-		done(res)
+	if o != nil {
+		o.TunnelDone(res)
 	}
 }
 

@@ -36,19 +36,19 @@ const (
 // loop goroutine.
 type tunnel struct {
 	cutAsked bool     // AddCut's cut was called; guarded by Engine.mu
-	fd       [2]int32 // client and upstream descriptors, owned by the engine
-	gen      uint32   // registration tag carried by this tunnel's epoll events
 	ready    [2]uint8 // per side: canRead, canWrite as last learned from the kernel, and sawHup
 	queued   bool     // in Engine.again
 	moved    bool     // bytes moved during this turn
 	dead     bool     // finished; its descriptors are closed
-	idx      int      // index in Engine.all, -1 while not registered
+	fd       [2]int32 // client and upstream descriptors, owned by the engine
+	gen      uint32   // registration tag carried by this tunnel's epoll events
+	idx      int32    // index in Engine.all, -1 while not registered
 	dir      [2]direction
 	started  time.Duration // engine clock at Add
 	last     time.Duration // engine clock when a byte last moved
-	done     func(Result)
-	meter    Meter      // told of delivered bytes; nil = none
-	tls      *tlsTunnel // a TLS tunnel's state (AddTLS); nil for a spliced one
+	owner    Owner         // told of the end; nil = none
+	meter    Meter         // told of delivered bytes; nil = none
+	tls      *tlsTunnel    // a TLS tunnel's state (AddTLS); nil for a spliced one
 }
 
 // direction is one way of a tunnel: from side d to side 1-d.
@@ -367,9 +367,9 @@ func (e *Engine) finish(t *tunnel, err error) {
 		t.tls = nil // crypto/tls's state goes with it
 	}
 	e.open.Add(-1)
-	if done := t.done; done != nil {
-		t.done = nil
-		done(Result{
+	if o := t.owner; o != nil {
+		t.owner = nil
+		o.TunnelDone(Result{
 			Up:       t.dir[0].n,
 			Down:     t.dir[1].n,
 			Duration: e.clock() - t.started,

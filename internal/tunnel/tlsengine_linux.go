@@ -95,26 +95,36 @@ type tlsTunnel struct {
 // returns an error it has closed nothing and done is never called: the
 // caller still owns the connections and may relay them with [RelayTLS].
 func (e *Engine) AddTLS(client *tls.Conn, raw *net.TCPConn, upstream *net.TCPConn, done func(Result)) (cut func(), err error) {
+	h, err := e.AddTLSOwned(client, raw, upstream, owner(done))
+	if err != nil {
+		return nil, err
+	}
+	return h.Cut, nil
+}
+
+// AddTLSOwned is AddTLS for a caller that keeps an object of its own per
+// tunnel, as [Engine.AddOwned] is AddMetered's.
+func (e *Engine) AddTLSOwned(client *tls.Conn, raw *net.TCPConn, upstream *net.TCPConn, o Owner) (Handle, error) {
 	if client == nil || raw == nil || upstream == nil {
-		return nil, errors.New("tunnel: AddTLS: nil connection")
+		return Handle{}, errors.New("tunnel: AddTLS: nil connection")
 	}
 	rc, ok := client.NetConn().(*recordConn)
 	if !ok || rc.tc != raw || rc.nonBlock || rc.eng {
-		return nil, errors.New("tunnel: AddTLS needs a tls.Conn made over RecordConn(raw), not relayed yet")
+		return Handle{}, errors.New("tunnel: AddTLS needs a tls.Conn made over RecordConn(raw), not relayed yet")
 	}
 	if !client.ConnectionState().HandshakeComplete {
-		return nil, errors.New("tunnel: AddTLS before the TLS handshake completed")
+		return Handle{}, errors.New("tunnel: AddTLS before the TLS handshake completed")
 	}
 	cfd, cerr := dupFD(raw)
 	ufd, uerr := dupFD(upstream)
 	if err := errors.Join(cerr, uerr); err != nil {
 		closeFD(cfd)
 		closeFD(ufd)
-		return nil, err
+		return Handle{}, err
 	}
 	t := &tunnel{
 		fd:      [2]int32{int32(cfd), int32(ufd)},
-		done:    done,
+		owner:   o,
 		idx:     -1,
 		started: e.clock(),
 		tls:     &tlsTunnel{conn: client, rc: rc},
@@ -127,7 +137,7 @@ func (e *Engine) AddTLS(client *tls.Conn, raw *net.TCPConn, upstream *net.TCPCon
 		rc.eng, rc.efd, rc.ready = false, 0, nil
 		closeFD(cfd)
 		closeFD(ufd)
-		return nil, ErrClosed
+		return Handle{}, ErrClosed
 	}
 	e.pending = append(e.pending, t)
 	e.open.Add(1)
@@ -138,7 +148,7 @@ func (e *Engine) AddTLS(client *tls.Conn, raw *net.TCPConn, upstream *net.TCPCon
 	// The engine relays on its own descriptors; these leave Go's poller.
 	raw.Close()
 	upstream.Close()
-	return e.cutFunc(t), nil
+	return Handle{e, t}, nil
 }
 
 // runTLS is run for a TLS tunnel.

@@ -36,6 +36,30 @@ type Meter interface {
 	Moved(d int, n int64) bool
 }
 
+// Owner is told how a tunnel ended, for a caller that keeps an object of
+// its own for each tunnel ([Engine.AddOwned], [Engine.AddTLSOwned]): the
+// engine then holds that object, not a callback made for the tunnel.
+type Owner interface {
+	// TunnelDone is called exactly once with the tunnel's Result when
+	// it ends, as Add's done is: from the relaying goroutine, and it
+	// must neither block nor call [Engine.Close].
+	TunnelDone(Result)
+}
+
+// doneFunc is Add's done callback as an Owner.
+type doneFunc func(Result)
+
+// TunnelDone calls f.
+func (f doneFunc) TunnelDone(r Result) { f(r) }
+
+// owner returns done as an Owner; nil for nil.
+func owner(done func(Result)) Owner {
+	if done == nil {
+		return nil
+	}
+	return doneFunc(done)
+}
+
 // Sides and directions share indexes: side 0 is the client and direction 0
 // runs from the client to the upstream; side 1 is the upstream and
 // direction 1 runs from the upstream to the client.
