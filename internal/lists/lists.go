@@ -202,7 +202,7 @@ func readFile(path string, kind acl.ListKind, max int64) (*acl.ListSet, acl.List
 func (r *Registry) URL(rawURL string, kind acl.ListKind) (*acl.List, error) {
 	u, pin, err := ParseURL(rawURL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lists: %w", err)
 	}
 	k := urlKey{kind, rawURL}
 	r.mu.Lock()
@@ -223,19 +223,19 @@ func (r *Registry) URL(rawURL string, kind acl.ListKind) (*acl.List, error) {
 func ParseURL(rawURL string) (*url.URL, []byte, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lists: %q is not a URL", rawURL)
+		return nil, nil, fmt.Errorf("%q is not a URL", rawURL)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Opaque != "" {
-		return nil, nil, fmt.Errorf("lists: %q is not an http:// or https:// URL with a host", DisplayURL(u))
+		return nil, nil, fmt.Errorf("%q is not an http:// or https:// URL with a host", DisplayURL(u))
 	}
 	if u.User != nil {
-		return nil, nil, fmt.Errorf("lists: %s: a list URL takes no user and password", DisplayURL(u))
+		return nil, nil, fmt.Errorf("%s: a list URL takes no user and password", DisplayURL(u))
 	}
 	var pin []byte
 	if u.Fragment != "" {
 		h, ok := strings.CutPrefix(u.Fragment, "sha256=")
 		if pin, err = hex.DecodeString(h); !ok || err != nil || len(pin) != sha256.Size {
-			return nil, nil, fmt.Errorf("lists: %s: the fragment is not #sha256= and 64 hexadecimal digits", DisplayURL(u))
+			return nil, nil, fmt.Errorf("%s: the fragment is not #sha256= and 64 hexadecimal digits", DisplayURL(u))
 		}
 	}
 	u.Fragment, u.RawFragment = "", ""
