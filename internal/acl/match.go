@@ -22,7 +22,7 @@ type rule struct {
 	report bool // a deny rule that lets what it denies through (action "report")
 
 	clients     []netip.Prefix
-	clientLists []*List // loaded client lists; nil = none
+	clientLists []*List  // loaded client lists; nil = none
 	who         Selector // users and groups; empty = any
 	hosts       hostSet
 	hostLists   []*List // loaded host lists; nil = none

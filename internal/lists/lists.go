@@ -152,7 +152,9 @@ func NewRegistry(log *slog.Logger) *Registry {
 // File reads the list of kind at path, now, as cfg bounds it, and returns
 // it as a new list (a reload reads the file again into another): the
 // error, which leaves nothing behind, says what is wrong, with the line
-// of a list whose lines are mostly no entry.
+// of a list whose lines are mostly no entry. It names the file but not
+// this package, for the error of the configuration key that names the
+// file (config.Config.KeyError).
 func (r *Registry) File(cfg Config, path string, kind acl.ListKind) (*acl.List, error) {
 	set, st, err := readFile(path, kind, cfg.maxBytes())
 	if err != nil {
@@ -175,22 +177,22 @@ func (r *Registry) File(cfg Config, path string, kind acl.ListKind) (*acl.List, 
 func readFile(path string, kind acl.ListKind, max int64) (*acl.ListSet, acl.ListStats, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, acl.ListStats{}, fmt.Errorf("lists: %w", err)
+		return nil, acl.ListStats{}, err
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > max {
-		return nil, acl.ListStats{}, fmt.Errorf("lists: %s: %d bytes, over lists.max_bytes (%d)", path, fi.Size(), max)
+		return nil, acl.ListStats{}, fmt.Errorf("%s: %d bytes, over lists.max_bytes (%d)", path, fi.Size(), max)
 	}
 	lr := &limitReader{r: f, n: max}
 	set, st, err := acl.ParseList(lr, kind)
 	switch {
 	case lr.over:
-		return nil, st, fmt.Errorf("lists: %s: over lists.max_bytes (%d)", path, max)
+		return nil, st, fmt.Errorf("%s: over lists.max_bytes (%d)", path, max)
 	case err != nil:
-		return nil, st, fmt.Errorf("lists: read %s: %w", path, err)
+		return nil, st, fmt.Errorf("read %s: %w", path, err)
 	}
 	if err := st.Err(); err != nil {
-		return nil, st, fmt.Errorf("lists: %s: %w", path, err)
+		return nil, st, fmt.Errorf("%s: %w", path, err)
 	}
 	return set, st, nil
 }
@@ -198,11 +200,12 @@ func readFile(path string, kind acl.ListKind, max int64) (*acl.ListSet, acl.List
 // URL returns the list of kind at rawURL (http or https, with an
 // optional "#sha256=HEX" pin), the same for every call with the same
 // URL and kind until Use drops it: its entries as last fetched, none
-// before its first fetch (see Load). It fetches nothing.
+// before its first fetch (see Load). It fetches nothing. Its error is
+// ParseURL's.
 func (r *Registry) URL(rawURL string, kind acl.ListKind) (*acl.List, error) {
 	u, pin, err := ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("lists: %w", err)
+		return nil, err
 	}
 	k := urlKey{kind, rawURL}
 	r.mu.Lock()
@@ -219,7 +222,8 @@ func (r *Registry) URL(rawURL string, kind acl.ListKind) (*acl.List, error) {
 // ParseURL checks a list's URL: http or https, a host, no user
 // information, and no fragment but an optional "sha256=" and 64
 // hexadecimal digits, the SHA-256 of the content the list must have. It
-// returns the URL without its fragment, and the pin (nil = none).
+// returns the URL without its fragment, and the pin (nil = none). Its
+// error names the URL without a password, for a configuration key's.
 func ParseURL(rawURL string) (*url.URL, []byte, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {

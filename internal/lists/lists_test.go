@@ -208,7 +208,7 @@ func TestRefreshFailuresKeepTheList(t *testing.T) {
 	var logs syncBuffer
 	r := NewRegistry(slog.New(slog.NewTextHandler(&logs, nil)))
 	cfg := loopback()
-	cfg.MaxBytes = 8 << 20 // room for the million lines of garbage
+	cfg.MaxBytes = 8 << 20    // room for the million lines of garbage
 	cfg.Timeout = time.Minute // a bound, not a measure: a million lines take a while under -race
 	l, err := r.URL(srv.URL+"/list.txt", acl.HostList)
 	if err != nil {
