@@ -186,6 +186,7 @@ func TestExampleFile(t *testing.T) {
 	want.Auth.Htpasswd = []string{}
 	want.AllowPrivate = []string{}
 	want.ACL.Groups = map[string][]string{}
+	want.Lists.AllowPrivate = []string{}
 	if diff := cmp.Diff(&want, c, ignoreLocation); diff != "" {
 		t.Errorf("example file differs from the documented defaults (-want +got):\n%s", diff)
 	}
