@@ -108,8 +108,6 @@ type Registry struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	cfg     Config                // as the last Use set it
-	client  *http.Client          // made for cfg
 	urls    map[urlKey]*source    // every URL list made and not dropped by Use
 	files   map[*acl.List]*source // files loaded since the last Use, and those in use
 	inUse   []*source             // the lists of the configuration in use, in Use's order
@@ -259,7 +257,6 @@ func DisplayURL(u *url.URL) string {
 // the error logged. It returns when every fetch ended.
 func (r *Registry) Load(ctx context.Context, cfg Config, ls []*acl.List) {
 	client := newClient(cfg)
-	defer client.CloseIdleConnections()
 	var wg sync.WaitGroup
 	for _, s := range r.urlSources(ls) {
 		r.mu.Lock()
@@ -304,10 +301,7 @@ func (r *Registry) Use(cfg Config, ls []*acl.List) {
 	if r.closed {
 		return
 	}
-	if r.client != nil {
-		r.client.CloseIdleConnections()
-	}
-	r.cfg, r.client = cfg, newClient(cfg)
+	client := newClient(cfg)
 	want := make(map[*acl.List]bool, len(ls))
 	for _, l := range ls {
 		want[l] = true
@@ -337,7 +331,6 @@ func (r *Registry) Use(cfg Config, ls []*acl.List) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		r.running[s] = cancel
-		client := r.client
 		r.done.Go(func() { r.refresh(ctx, cfg, client, s) })
 	}
 }
@@ -349,9 +342,6 @@ func (r *Registry) Close() {
 	for s, cancel := range r.running {
 		cancel()
 		delete(r.running, s)
-	}
-	if r.client != nil {
-		r.client.CloseIdleConnections()
 	}
 	r.mu.Unlock()
 	r.done.Wait()
@@ -443,8 +433,7 @@ func newClient(cfg Config) *http.Client {
 		DialContext:           d.DialContext,
 		TLSHandshakeTimeout:   cfg.timeout(),
 		ResponseHeaderTimeout: cfg.timeout(),
-		MaxIdleConns:          4,
-		IdleConnTimeout:       time.Minute,
+		DisableKeepAlives:     true, // a fetch an hour: nothing to keep between them
 		ForceAttemptHTTP2:     true,
 	}
 	return &http.Client{

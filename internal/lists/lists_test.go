@@ -102,9 +102,7 @@ func fetchOnce(t *testing.T, r *Registry, cfg Config, l *acl.List) error {
 	if len(srcs) != 1 {
 		t.Fatalf("%d sources for the list", len(srcs))
 	}
-	c := newClient(cfg)
-	defer c.CloseIdleConnections()
-	return r.fetch(context.Background(), cfg, c, srcs[0])
+	return r.fetch(context.Background(), cfg, newClient(cfg), srcs[0])
 }
 
 // denies reports whether a deny rule with hosts list l refuses host.

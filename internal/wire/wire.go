@@ -209,9 +209,10 @@ func (g *Generation) Drop() {
 }
 
 // Check loads what cfg names, as Build and Admin do: the users and
-// their files, the identity providers, the access rules, the private
-// ranges, the resolvers, the egress addresses, the parents, the https
-// listeners' certificates and the admin listener's access files. It
+// their files, the identity providers, the access rules and their lists'
+// files (not their URLs, which rustle fetches when it starts), the
+// private ranges, the resolvers, the egress addresses, the parents, the
+// https listeners' certificates and the admin listener's access files. It
 // starts nothing and releases what it loaded before returning: nil, or
 // the error Build or Admin would have returned.
 func Check(cfg *config.Config) error {
