@@ -342,10 +342,6 @@ func (st ListStats) Err() error {
 // maxLine bounds a list's line; a longer one is a bad line.
 const maxLine = 4096
 
-// ErrListLine is the problem of a line longer than the longest a list
-// takes.
-var ErrListLine = fmt.Errorf("longer than %d bytes", maxLine)
-
 // ParseList reads a list of kind from r, to its end, and returns its
 // entries and what it found. A line holds one entry, and '#' begins a
 // comment (as does '!' at the start of a line, and a line in brackets,
@@ -371,7 +367,7 @@ func ParseList(r io.Reader, kind ListKind) (*ListSet, ListStats, error) {
 		if len(line) > 0 || long {
 			b.stats.Lines++
 			if long || len(line) > maxLine {
-				b.bad(ErrListLine)
+				b.bad("longer than %d bytes", maxLine)
 			} else {
 				b.line(line)
 			}
@@ -395,10 +391,13 @@ type listBuilder struct {
 	buf    [maxName]byte
 }
 
-func (b *listBuilder) bad(err error) {
+// bad counts the line read last as bad, and says why (format and args)
+// when it is one of the first three: the rest are only counted, as a
+// million bad lines may come.
+func (b *listBuilder) bad(format string, args ...any) {
 	b.stats.Bad++
 	if len(b.stats.FirstBad) < 3 {
-		b.stats.FirstBad = append(b.stats.FirstBad, fmt.Sprintf("line %d: %v", b.stats.Lines, err))
+		b.stats.FirstBad = append(b.stats.FirstBad, fmt.Sprintf("line %d: ", b.stats.Lines)+fmt.Sprintf(format, args...))
 	}
 }
 
@@ -413,18 +412,16 @@ func (b *listBuilder) line(line []byte) {
 	}
 	fields := bytes.Fields(line)
 	if len(fields) == 1 {
-		if err := b.entry(fields[0]); err != nil {
-			b.bad(err)
-			return
+		if b.entry(fields[0]) {
+			b.stats.Entries++
 		}
-		b.stats.Entries++
 		return
 	}
 	if b.kind == HostList && isAddr(fields[0]) {
 		b.hostsLine(fields[1:])
 		return
 	}
-	b.bad(fmt.Errorf("%.40q is not one entry", line))
+	b.bad("%.40q is not one entry", line)
 }
 
 // hostsLine takes the names of a hosts-file line, each an exact entry.
@@ -437,7 +434,7 @@ func (b *listBuilder) hostsLine(names [][]byte) {
 		}
 		name, ok := b.lower(f)
 		if !ok || !validName(name) {
-			b.bad(fmt.Errorf("%.40q is not a host name", f))
+			b.bad("%.40q is not a host name", f)
 			return
 		}
 		n++
@@ -464,8 +461,9 @@ func (b *listBuilder) lower(s []byte) ([]byte, bool) {
 	return b.buf[:n], true
 }
 
-// entry takes one entry.
-func (b *listBuilder) entry(s []byte) error {
+// entry takes one entry, or counts it bad: true when it was taken.
+func (b *listBuilder) entry(s []byte) bool {
+	entry := s
 	if mayBeAddr(s) {
 		if p, err := ParsePrefix(string(s)); err == nil {
 			if p.Addr().Is4() {
@@ -473,11 +471,12 @@ func (b *listBuilder) entry(s []byte) error {
 			} else {
 				b.p6 = append(b.p6, p)
 			}
-			return nil
+			return true
 		}
 	}
 	if b.kind == ClientList {
-		return fmt.Errorf("%.40q is not an IP address or CIDR prefix", s)
+		b.bad("%.40q is not an IP address or CIDR prefix", s)
+		return false
 	}
 	flags := byte(flagExact)
 	switch {
@@ -490,10 +489,11 @@ func (b *listBuilder) entry(s []byte) error {
 	}
 	name, ok := b.lower(s)
 	if !ok || !validName(name) {
-		return fmt.Errorf("%.40q is not a host name, *.suffix, .suffix, IP address or CIDR prefix", s)
+		b.bad("%.40q is not a host name, *.suffix, .suffix, IP address or CIDR prefix", entry)
+		return false
 	}
 	b.set.names.add(name, flags)
-	return nil
+	return true
 }
 
 // isAddr reports whether s is an IP address in the standard form.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // loadList parses src as a list of kind into a new List.
@@ -316,8 +317,8 @@ func hostsOf(n int) []byte {
 // 100 MB. (Their load time and a decision against them are benchmarks:
 // BenchmarkParseList, BenchmarkDecideList.)
 func TestListMillion(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads a million entries")
+	if testing.Short() || proxytest.Race {
+		t.Skip("loads a million entries; its heap is not what the race detector is for")
 	}
 	src := hostsOf(1_000_000)
 	runtime.GC()
