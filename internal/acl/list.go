@@ -388,7 +388,30 @@ type listBuilder struct {
 	stats  ListStats
 	set    ListSet
 	p4, p6 []netip.Prefix
+	fields [][]byte // the fields of the line, reused line after line
 	buf    [maxName]byte
+}
+
+// appendFields appends the fields of line, split on spaces and tabs
+// (what bytes.Fields does for ASCII, without a new slice a line).
+func appendFields(dst [][]byte, line []byte) [][]byte {
+	start := -1
+	for i, c := range line {
+		if c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r' || c == '\n' {
+			if start >= 0 {
+				dst = append(dst, line[start:i])
+				start = -1
+			}
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+	}
+	if start >= 0 {
+		dst = append(dst, line[start:])
+	}
+	return dst
 }
 
 // bad counts the line read last as bad, and says why (format and args)
@@ -410,7 +433,8 @@ func (b *listBuilder) line(line []byte) {
 	if len(line) == 0 || line[0] == '!' || line[0] == '[' && line[len(line)-1] == ']' {
 		return
 	}
-	fields := bytes.Fields(line)
+	b.fields = appendFields(b.fields[:0], line)
+	fields := b.fields
 	if len(fields) == 1 {
 		if b.entry(fields[0]) {
 			b.stats.Entries++
