@@ -279,6 +279,9 @@ func check(args []string, stdout, stderr io.Writer) int {
 		name = "flags"
 	}
 	fmt.Fprintf(stdout, "%s: OK (%d listener(s), %d worker(s))\n", name, len(cfg.Listen), cfg.WorkerCount())
+	for _, l := range cfg.AuditLines() {
+		fmt.Fprintln(stdout, "audit mode:", l)
+	}
 	return 0
 }
 

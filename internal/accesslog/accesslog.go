@@ -159,6 +159,15 @@ type Record struct {
 	// Parent names the parent proxy the request or tunnel went through;
 	// "" when it went direct.
 	Parent string
+	// WouldDeny names the access rule that would have refused the
+	// request and let it through because it is a report rule or its
+	// policy is in audit mode ("default" for a default of deny); ""
+	// when no rule would have refused it. Text lines carry it as the
+	// 18th field, only when it is set (the fields before it "-" when
+	// unset); JSON lines as "would_deny", only when it is set. The squid,
+	// common and combined formats have no place for it: a template adds
+	// it to them ("{squid} {would_deny}").
+	WouldDeny string
 }
 
 // The reasons of a [Record]: short, fixed words an operator can grep
@@ -275,18 +284,20 @@ const (
 	// FormatText is the compact positional format, one line per record,
 	// fields separated by one space in the order of [Record]'s fields:
 	//
-	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [ROUTE PARENT]]
+	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [SOURCE [ROUTE PARENT [WOULD_DENY]]]]
 	//
 	// Empty fields are "-"; bytes outside '!'..'~', '\' and a value of
 	// exactly "-" are escaped as \xHH, so a field never holds a space and
 	// every line splits into exactly 13 fields, 14 when the record has
-	// a Reason, or 16 when it has a Route or a Parent (REASON is then "-"
-	// when it has none).
+	// a Reason, 15 when it has a Source, 17 when it has a Route or a
+	// Parent, or 18 when it has a WouldDeny (the optional fields before
+	// the last one set are "-" when unset).
 	FormatText Format = "text"
 	// FormatJSON writes one JSON object per line with the keys time,
 	// listener, client, user, protocol, method, target, status, bytes_up,
 	// bytes_down, duration_ms, upstream and rule, always all of them,
-	// and reason, source, route and parent when the record has them.
+	// and reason, source, route, parent and would_deny when the record
+	// has them.
 	// Invalid UTF-8 is replaced by U+FFFD.
 	FormatJSON Format = "json"
 	// FormatSquid is Squid's native access.log format, field for field
@@ -492,8 +503,8 @@ func (l *Logger) Log(r *Record) {
 func (s *slot) fill(r *Record) {
 	user, method := clip(r.User, MaxFieldBytes), clip(r.Method, MaxFieldBytes)
 	target, rule := clip(r.Target, MaxTargetBytes), clip(r.Rule, MaxFieldBytes)
-	listener := clip(r.Listener, MaxFieldBytes)
-	need := len(user) + len(method) + len(target) + len(rule) + len(listener) + 5*len(ellipsis)
+	listener, wouldDeny := clip(r.Listener, MaxFieldBytes), clip(r.WouldDeny, MaxFieldBytes)
+	need := len(user) + len(method) + len(target) + len(rule) + len(listener) + len(wouldDeny) + 6*len(ellipsis)
 	if cap(s.buf) < need {
 		s.buf = make([]byte, 0, max(need, 256))
 	}
@@ -507,6 +518,7 @@ func (s *slot) fill(r *Record) {
 	s.rec.Target = s.keep(target, r.Target)
 	s.rec.Rule = s.keep(rule, r.Rule)
 	s.rec.Listener = s.keep(listener, r.Listener)
+	s.rec.WouldDeny = s.keep(wouldDeny, r.WouldDeny)
 }
 
 const ellipsis = "..."

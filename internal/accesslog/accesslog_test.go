@@ -411,3 +411,22 @@ func TestTap(t *testing.T) {
 		nl.SetTap(func(*Record, []byte) {}) // no-op on a nil Logger
 	})
 }
+
+// TestWouldDenyClipped checks that a would_deny longer than
+// MaxFieldBytes is clipped as the rule is, and written as the text
+// line's 18th field.
+func TestWouldDenyClipped(t *testing.T) {
+	var out syncBuffer
+	l := newTestLogger(t, Config{Writer: &out})
+	r := rec("http://x/")
+	r.WouldDeny = strings.Repeat("w", MaxFieldBytes+1)
+	l.Log(r)
+	l.Close()
+	f := strings.Fields(string(out.Bytes()))
+	if len(f) != 18 {
+		t.Fatalf("%d fields: %q", len(f), out.Bytes())
+	}
+	if want := r.WouldDeny[:MaxFieldBytes-3] + "..."; f[17] != want {
+		t.Errorf("would_deny = %q, want %q", f[17], want)
+	}
+}

@@ -24,6 +24,17 @@
 // to: for a request that names a host, [Policy.Decide] may return a pending
 // [Decision], which the dialer completes for each resolved address with
 // [Decision.Permit] before connecting to it.
+//
+// A rule can be rolled out before it is enforced: a "report" rule, and
+// every deny rule (and a default of deny) of a policy in audit mode,
+// lets the requests it would refuse through, and the decision names it
+// in [Decision.WouldDeny]. The private-destination guard, which is the
+// dialer's, is never in audit mode.
+//
+// Besides its own entries, a rule's hosts and clients can be [List]s
+// loaded from files and URLs (package lists), of a million entries and
+// more: a hashed table of names, looked up once for a name and once for
+// each domain it is under, and sorted address ranges.
 package acl
 
 import (
@@ -97,8 +108,13 @@ func ParseProtocol(s string) (Protocol, error) {
 
 // Actions a rule takes.
 const (
+	// Allow lets the requests the rule matches through.
 	Allow = "allow"
-	Deny  = "deny"
+	// Deny refuses them.
+	Deny = "deny"
+	// Report is a deny rule in audit mode: the requests it would refuse
+	// are let through, and the decision names the rule in WouldDeny.
+	Report = "report"
 )
 
 // DefaultRule is the rule name a [Decision] carries when no rule matched.
@@ -110,10 +126,15 @@ const DefaultRule = "default"
 type Rule struct {
 	// Name names the rule in logs; "" means "rules[N]", N its index from 0.
 	Name string
-	// Action is Allow or Deny.
+	// Action is Allow, Deny or Report.
 	Action string
 	// Clients are client addresses: IP addresses or CIDR prefixes.
 	Clients []string
+	// ClientLists are lists of client addresses (ClientList), whose
+	// entries are alternatives beside Clients; nil means none. A list
+	// that never loaded matches no client in an allow rule and every
+	// client in a deny or report rule.
+	ClientLists []*List
 	// Users and Groups are the rule's [Who], matched by a [Selector]
 	// as every table that selects users matches them. Users are user
 	// names; Every ("*") is every authenticated user.
@@ -129,6 +150,11 @@ type Rule struct {
 	// it), an IP address or a CIDR prefix (matched against IP literals
 	// and the addresses names resolve to).
 	Hosts []string
+	// HostLists are lists of destinations (HostList), whose entries are
+	// alternatives beside Hosts; nil means none. A list that never loaded
+	// matches no destination in an allow rule and every destination in a
+	// deny or report rule.
+	HostLists []*List
 	// Ports are destination ports ("443") and ranges ("8000-8999").
 	Ports []string
 	// Methods are request methods, compared exactly ("GET", "CONNECT").
@@ -156,6 +182,11 @@ type Config struct {
 	// Default is the action when no rule matches, Allow or Deny; "" means
 	// Deny.
 	Default string
+	// Audit puts the whole policy in audit mode: every request a rule or
+	// the default would deny is let through, with the rule in
+	// Decision.WouldDeny, as if every deny rule were a report rule;
+	// false enforces it (report rules still report).
+	Audit bool
 }
 
 // Policy is a compiled rule list. It is immutable and safe for concurrent
@@ -163,13 +194,14 @@ type Config struct {
 type Policy struct {
 	rules        []rule
 	defaultAllow bool
+	audit        bool
 }
 
 // New compiles cfg. It fails when a rule has an unknown action, an entry
 // that does not parse, a group that is not defined, or allow_private on a
 // deny rule; the error names the rule and the criterion.
 func New(cfg Config) (*Policy, error) {
-	p := &Policy{}
+	p := &Policy{audit: cfg.Audit}
 	switch cfg.Default {
 	case "", Deny:
 	case Allow:
@@ -201,6 +233,20 @@ func New(cfg Config) (*Policy, error) {
 
 // Len returns the number of rules.
 func (p *Policy) Len() int { return len(p.rules) }
+
+// Audited returns p in audit mode (see Config.Audit): the same rules,
+// compiled once, for a listener that audits a policy others enforce.
+func (p *Policy) Audited() *Policy {
+	if p.audit {
+		return p
+	}
+	q := *p
+	q.audit = true
+	return &q
+}
+
+// Auditing reports whether p is in audit mode as a whole.
+func (p *Policy) Auditing() bool { return p.audit }
 
 // Request is what a policy decides on. Its strings are only read during
 // the call.
@@ -239,6 +285,12 @@ type Decision struct {
 	// "" while pending (Permit sets it to the rule that decided the last
 	// address it was asked about).
 	Rule string
+	// WouldDeny names the rule that would have refused the request, and
+	// let it through only because it is a report rule or the policy is
+	// in audit mode (DefaultRule for the default); "" when nothing
+	// would have refused it. Allow is then true. Permit sets it for the
+	// last address it was asked about.
+	WouldDeny string
 
 	policy  *Policy
 	req     Request
@@ -272,7 +324,7 @@ func (d *Decision) Permit(ip netip.Addr) (ok, private bool) {
 		r := d.req
 		r.Addr = ip.Unmap()
 		nd := d.policy.Decide(r)
-		d.Rule = nd.Rule
+		d.Rule, d.WouldDeny = nd.Rule, nd.WouldDeny
 		if !nd.Allow {
 			return false, false
 		}
@@ -302,35 +354,54 @@ func (d *Decision) PermitUnresolved() bool {
 	if !d.pending {
 		return true
 	}
-	allow, rule := d.policy.decideUnresolved(&d.req)
-	d.Rule = rule
-	return allow
+	nd := d.policy.decideUnresolved(&d.req)
+	d.Rule, d.WouldDeny = nd.Rule, nd.WouldDeny
+	return nd.Allow
 }
 
 // Check decides r and returns whether it is allowed and the name of the
-// deciding rule (DefaultRule when none matched). A decision that depends
-// on the destination's address, for a host name, is made as if the name
+// deciding rule (DefaultRule when none matched); a request a report rule
+// or audit mode lets through is allowed. A decision that depends on the
+// destination's address, for a host name, is made as if the name
 // resolved to no address; use Decide and Permit to decide it per address.
 func (p *Policy) Check(r Request) (allow bool, rule string) {
 	d := p.Decide(r)
 	if d.pending {
-		return p.decideUnresolved(&r)
+		d = p.decideUnresolved(&r)
 	}
 	return d.Allow, d.Rule
 }
 
 // decideUnresolved decides r treating IP host entries as not matching a
-// host name.
-func (p *Policy) decideUnresolved(r *Request) (bool, string) {
+// host name: a decision that is never pending.
+func (p *Policy) decideUnresolved(r *Request) Decision {
 	var buf [maxName]byte
 	host, addr := normalizeHost(r, &buf)
 	for i := range p.rules {
 		ru := &p.rules[i]
 		if m := ru.match(r, host, addr); m == matchYes {
-			return ru.allow, ru.name
+			return p.decided(ru, r)
 		}
 	}
-	return p.defaultAllow, DefaultRule
+	return p.byDefault(r)
+}
+
+// decided returns the decision of ru, the rule that matched r.
+func (p *Policy) decided(ru *rule, r *Request) Decision {
+	d := Decision{Allow: ru.allow, Rule: ru.name, policy: p, req: *r, matched: ru}
+	if !ru.allow && (ru.report || p.audit) {
+		d.Allow, d.WouldDeny = true, ru.name
+	}
+	return d
+}
+
+// byDefault returns the decision of r when no rule matched it.
+func (p *Policy) byDefault(r *Request) Decision {
+	d := Decision{Allow: p.defaultAllow, Rule: DefaultRule, policy: p, req: *r}
+	if !d.Allow && p.audit {
+		d.Allow, d.WouldDeny = true, DefaultRule
+	}
+	return d
 }
 
 // Decide decides r. The result is pending (see [Decision.Pending]) when r
@@ -343,10 +414,10 @@ func (p *Policy) Decide(r Request) Decision {
 		ru := &p.rules[i]
 		switch ru.match(&r, host, addr) {
 		case matchYes:
-			return Decision{Allow: ru.allow, Rule: ru.name, policy: p, req: r, matched: ru}
+			return p.decided(ru, &r)
 		case matchPending:
 			return Decision{Allow: true, policy: p, req: r, pending: true}
 		}
 	}
-	return Decision{Allow: p.defaultAllow, Rule: DefaultRule, policy: p, req: r}
+	return p.byDefault(&r)
 }

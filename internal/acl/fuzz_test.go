@@ -89,3 +89,51 @@ func asciiLower(s string) string {
 	}
 	return string(b)
 }
+
+// FuzzListMatch checks that a hosts entry in a list matches what it
+// matches as a rule's hosts entry, and that ParseList never panics:
+// every entry ParseHost takes, alone on a line of a list, is one entry
+// of the list, and a rule with the list decides a fuzzed host and a
+// fuzzed address as the rule with the entry does.
+func FuzzListMatch(f *testing.F) {
+	for _, seed := range []struct{ entry, host string }{
+		{"example.com", "EXAMPLE.com."}, {"*.example.com", "a.example.com"}, {".example.com", "example.com"},
+		{"10.0.0.0/8", "10.1.2.3"}, {"127.1", "127.0.0.1"}, {"::ffff:1.2.3.4", "1.2.3.4"}, {"0x7f000001", "a.example"},
+	} {
+		f.Add(seed.entry, seed.host, []byte{10, 1, 2, 3})
+	}
+	f.Fuzz(func(t *testing.T, entry, host string, ip []byte) {
+		s, st, err := acl.ParseList(strings.NewReader(entry), acl.HostList)
+		if err != nil {
+			t.Fatalf("ParseList: %v", err)
+		}
+		if acl.ParseHost(entry) != nil || strings.ContainsAny(entry, "#\r\n\t\v\f ") || strings.HasPrefix(entry, "!") || strings.HasPrefix(entry, "[") {
+			return // not an entry, or one that a list reads otherwise (a comment, a header)
+		}
+		if st.Entries != 1 || st.Bad != 0 {
+			t.Fatalf("entry %q: %+v", entry, st)
+		}
+		l := acl.NewList("fuzz", acl.HostList)
+		l.Store(s)
+		inline, err := acl.New(acl.Config{Rules: []acl.Rule{{Name: "r", Action: acl.Allow, Hosts: []string{entry}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed, err := acl.New(acl.Config{Rules: []acl.Rule{{Name: "r", Action: acl.Allow, HostLists: []*acl.List{l}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := acl.Request{Host: host, Port: 1}
+		a, b := inline.Decide(r), listed.Decide(r)
+		if a.Allow != b.Allow || a.Rule != b.Rule || a.Pending() != b.Pending() {
+			t.Fatalf("entry %q host %q: inline %v %q %v, list %v %q %v", entry, host, a.Allow, a.Rule, a.Pending(), b.Allow, b.Rule, b.Pending())
+		}
+		if addr, ok := netip.AddrFromSlice(ip); ok {
+			okA, _ := a.Permit(addr)
+			okB, _ := b.Permit(addr)
+			if okA != okB {
+				t.Fatalf("entry %q host %q addr %s: inline %v, list %v", entry, host, addr, okA, okB)
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,15 +17,18 @@ const maxName = 256
 
 // rule is a compiled Rule. Empty criteria match anything.
 type rule struct {
-	name  string
-	allow bool
+	name   string
+	allow  bool
+	report bool // a deny rule that lets what it denies through (action "report")
 
-	clients   []netip.Prefix
-	who       Selector // users and groups; empty = any
-	hosts     hostSet
-	ports     []portRange
-	methods   []string
-	protocols Protocol // 0 = any
+	clients     []netip.Prefix
+	clientLists []*List  // loaded client lists; nil = none
+	who         Selector // users and groups; empty = any
+	hosts       hostSet
+	hostLists   []*List // loaded host lists; nil = none
+	ports       []portRange
+	methods     []string
+	protocols   Protocol // 0 = any
 
 	allowPrivate []netip.Prefix
 }
@@ -56,8 +60,10 @@ func compile(rc Rule, groups map[string][]string, providerGroups []string) (rule
 	case Allow:
 		r.allow = true
 	case Deny:
+	case Report:
+		r.report = true
 	default:
-		fail("action", fmt.Errorf("%q is neither %q nor %q", rc.Action, Allow, Deny))
+		fail("action", fmt.Errorf("%q is not %q, %q or %q", rc.Action, Allow, Deny, Report))
 	}
 	for _, s := range rc.Clients {
 		p, err := ParsePrefix(s)
@@ -75,6 +81,8 @@ func compile(rc Rule, groups map[string][]string, providerGroups []string) (rule
 			fail("hosts", err)
 		}
 	}
+	r.hostLists = listsOf(rc.HostLists, HostList, "host_lists", fail)
+	r.clientLists = listsOf(rc.ClientLists, ClientList, "client_lists", fail)
 	for _, s := range rc.Ports {
 		lo, hi, err := ParsePorts(s)
 		if err != nil {
@@ -98,7 +106,7 @@ func compile(rc Rule, groups map[string][]string, providerGroups []string) (rule
 		}
 		r.protocols |= p
 	}
-	if len(rc.AllowPrivate) > 0 && !r.allow && rc.Action == Deny {
+	if len(rc.AllowPrivate) > 0 && (rc.Action == Deny || rc.Action == Report) {
 		fail("allow_private", errors.New("is only for allow rules"))
 	}
 	for _, s := range rc.AllowPrivate {
@@ -110,6 +118,17 @@ func compile(rc Rule, groups map[string][]string, providerGroups []string) (rule
 		r.allowPrivate = append(r.allowPrivate, p)
 	}
 	return r, errors.Join(errs...)
+}
+
+// listsOf returns lists, checked to be of kind; nil for none.
+func listsOf(lists []*List, kind ListKind, key string, fail func(string, error)) []*List {
+	for _, l := range lists {
+		if l == nil || l.kind != kind {
+			fail(key, fmt.Errorf("is not a list of %s", kind))
+			return nil
+		}
+	}
+	return slices.Clip(lists)
 }
 
 // ParsePrefix parses a client or allow_private entry: an IP address (a
@@ -215,22 +234,29 @@ func lowerASCIIBytes(b []byte) {
 
 // validName reports whether s is a plausible lower-case DNS name: labels
 // of letters, digits, '-' and '_', at most 253 characters.
-func validName(s string) bool {
-	if s == "" || len(s) > 253 {
+func validName[T string | []byte](s T) bool {
+	if len(s) == 0 || len(s) > 253 {
 		return false
 	}
-	for label := range strings.SplitSeq(s, ".") {
-		if label == "" || len(label) > 63 {
-			return false
-		}
-		for i := range len(label) {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+	label := 0
+	for i := range len(s) {
+		c := s[i]
+		switch {
+		case c == '.':
+			if label == 0 {
 				return false
 			}
+			label = 0
+			continue
+		case 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_':
+		default:
+			return false
+		}
+		if label++; label > 63 {
+			return false
 		}
 	}
-	return true
+	return label > 0
 }
 
 // ParsePorts parses a ports entry, "443" or "8000-8999", into the range it
@@ -297,7 +323,7 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 	if ru.protocols != 0 && ru.protocols&r.Protocol == 0 {
 		return matchNo
 	}
-	if len(ru.clients) > 0 && !containsAddr(ru.clients, r.Client.Unmap()) {
+	if (len(ru.clients) > 0 || ru.clientLists != nil) && !ru.matchClient(r.Client.Unmap()) {
 		return matchNo
 	}
 	if !ru.who.Match(r.User, r.Groups) {
@@ -327,17 +353,31 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 			return matchNo
 		}
 	}
-	if !ru.hosts.set {
+	if !ru.hosts.set && ru.hostLists == nil {
 		return matchYes
 	}
 	if len(host) > 0 && ru.hosts.matchName(host) {
 		return matchYes
 	}
-	if len(ru.hosts.prefixes) == 0 {
+	addrs := len(ru.hosts.prefixes) > 0
+	for _, l := range ru.hostLists {
+		s := l.Set()
+		if s == nil {
+			if ru.missingMatches() {
+				return matchYes
+			}
+			continue
+		}
+		if len(host) > 0 && s.matchName(host) {
+			return matchYes
+		}
+		addrs = addrs || s.hasAddrs()
+	}
+	if !addrs {
 		return matchNo
 	}
 	if addr.IsValid() {
-		if containsAddr(ru.hosts.prefixes, addr) {
+		if ru.matchHostAddr(addr) {
 			return matchYes
 		}
 		return matchNo
@@ -346,6 +386,46 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 		return matchPending
 	}
 	return matchNo
+}
+
+// missingMatches reports whether a list of the rule that never loaded
+// matches every request (a deny or report rule: a list not loaded
+// never opens the policy) rather than none (an allow rule, a route).
+func (ru *rule) missingMatches() bool { return !ru.allow }
+
+// matchClient reports whether the client address a matches the rule's
+// clients: an entry, or an entry of a client list.
+func (ru *rule) matchClient(a netip.Addr) bool {
+	if containsAddr(ru.clients, a) {
+		return true
+	}
+	for _, l := range ru.clientLists {
+		s := l.Set()
+		if s == nil {
+			if ru.missingMatches() {
+				return true
+			}
+			continue
+		}
+		if a.IsValid() && s.containsAddr(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchHostAddr reports whether the destination address a matches an
+// address entry of the rule's hosts or of its loaded host lists.
+func (ru *rule) matchHostAddr(a netip.Addr) bool {
+	if containsAddr(ru.hosts.prefixes, a) {
+		return true
+	}
+	for _, l := range ru.hostLists {
+		if s := l.Set(); s != nil && s.containsAddr(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // matchName reports whether the normalized name host matches a name entry.

@@ -85,6 +85,9 @@ type Config struct {
 	Auth Auth `toml:"auth"`
 	// ACL is the access policy: ordered allow and deny rules.
 	ACL ACL `toml:"acl"`
+	// Lists configures the lists of hosts and clients rules and routes
+	// load from files and URLs.
+	Lists Lists `toml:"lists"`
 	// Limits bounds connections, handshakes, failed authentications and
 	// per-user byte rates.
 	Limits Limits `toml:"limits"`
@@ -310,6 +313,12 @@ type ACL struct {
 	// Default is the action when rules exist and none matches: "allow" or
 	// "deny"; "" means "deny".
 	Default string `toml:"default"`
+	// Mode is "enforce" (refuse what the rules deny) or "audit" (let it
+	// through, logged with would_deny, as if every deny rule and the
+	// default were report rules); "" means "enforce". A listener's
+	// acl_mode replaces it for the listener. The private-destination
+	// guard is never in audit mode.
+	Mode string `toml:"mode"`
 	// Groups maps a group name to its members' user names, for rules'
 	// groups criterion; nil means no groups.
 	Groups map[string][]string `toml:"groups"`
@@ -323,7 +332,9 @@ type ACL struct {
 type ACLRule struct {
 	// Name names the rule in logs; "" means "rules[N]" (N from 0).
 	Name string `toml:"name"`
-	// Action is "allow" or "deny"; "" is refused by Validate.
+	// Action is "allow", "deny" or "report" (a deny rule in audit mode:
+	// the requests it would deny are let through, logged with
+	// would_deny); "" is refused by Validate.
 	Action string `toml:"action"`
 	// Criteria are what the rule matches a request by.
 	Criteria
@@ -347,6 +358,11 @@ func (r ACLRule) Rule() acl.Rule {
 type Criteria struct {
 	// Clients are client IP addresses and CIDR prefixes.
 	Clients []string `toml:"clients"`
+	// ClientsFile is a file of more client addresses and prefixes, one
+	// a line, as HostsFile; "" means none.
+	ClientsFile string `toml:"clients_file"`
+	// ClientsURL is a URL of such a list, as HostsURL; "" means none.
+	ClientsURL string `toml:"clients_url"`
 	// Who is the users and groups criterion; groups may be those of
 	// [acl.groups] or of an [[auth.providers]] entry's groups. Both empty
 	// match any request, unauthenticated ones too; otherwise a request
@@ -356,6 +372,16 @@ type Criteria struct {
 	// under it), ".example.com" (it and names under it), IP addresses
 	// and CIDR prefixes.
 	Hosts []string `toml:"hosts"`
+	// HostsFile is a file of more hosts entries, one a line (and
+	// hosts-file lines, "0.0.0.0 ads.example"; see acl.ParseList), read
+	// at start and on every reload; "" means none. [Load] resolves a
+	// relative path against the configuration file's directory.
+	HostsFile string `toml:"hosts_file"`
+	// HostsURL is an http or https URL of such a list, fetched at start
+	// and every lists.refresh; a "#sha256=HEX" fragment pins its content.
+	// "" means none. Until it first loads, an allow rule matches nothing
+	// by it and a deny or report rule everything (a route: nothing).
+	HostsURL string `toml:"hosts_url"`
 	// Ports are destination ports ("443") and ranges ("8000-8999").
 	Ports []string `toml:"ports"`
 	// Methods are request methods ("GET", "CONNECT").
@@ -366,7 +392,8 @@ type Criteria struct {
 }
 
 // Rule returns c as the criteria of an acl.Rule (no name, action or
-// allow_private).
+// allow_private, and no lists: the caller loads those, see
+// ListSources).
 func (c Criteria) Rule() acl.Rule {
 	return acl.Rule{Clients: c.Clients, Users: c.Users, Groups: c.Groups, Hosts: c.Hosts,
 		Ports: c.Ports, Methods: c.Methods, Protocols: c.Protocols}
@@ -602,6 +629,9 @@ type Listener struct {
 	// Egress is the listener's source of upstream connections, replacing
 	// the global [egress] when any of its keys is set.
 	Egress ListenerEgress `toml:"egress"`
+	// ACLMode is "enforce" or "audit" (see [ACL.Mode]) for the
+	// listener's requests; "" means acl.mode.
+	ACLMode string `toml:"acl_mode"`
 	// HTTP3 serves HTTP/3 (QUIC) on an "https" listener's port number
 	// over UDP, with its certificate and users (see [HTTP3]); false
 	// serves TCP only. Refused on the other protocols.
@@ -773,6 +803,8 @@ func (c *Config) SetDefaults() {
 	c.setProviderDefaults()
 
 	setString(&c.ACL.Default, defaultACLDefault)
+	setString(&c.ACL.Mode, ACLEnforce)
+	c.Lists.setDefaults()
 	for i := range c.ACL.Rules {
 		setString(&c.ACL.Rules[i].Name, "rules["+strconv.Itoa(i)+"]")
 	}

@@ -44,8 +44,9 @@ func documentedDefaults() Config {
 			InitialConnWindow: 1048576, MaxFrameSize: 16384},
 		HTTP3: HTTP3{MaxStreams: 100, MaxFlows: 64, MaxListenerFlows: 10000, RetryThreshold: 64,
 			UDPTemplate: "/.well-known/masque/udp/{target_host}/{target_port}/"},
-		Auth: Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},
-		ACL:  ACL{Default: "deny"},
+		Auth:  Auth{Realm: "rustle", CacheTTL: Duration{5 * time.Minute}, CacheSize: 10000},
+		ACL:   ACL{Default: "deny", Mode: "enforce"},
+		Lists: Lists{Refresh: Duration{time.Hour}, Timeout: Duration{30 * time.Second}, MaxBytes: 64 << 20},
 		Limits: Limits{
 			MaxTLSHandshakes:       256,
 			AuthFailures:           10,
@@ -185,6 +186,7 @@ func TestExampleFile(t *testing.T) {
 	want.Auth.Htpasswd = []string{}
 	want.AllowPrivate = []string{}
 	want.ACL.Groups = map[string][]string{}
+	want.Lists.AllowPrivate = []string{}
 	if diff := cmp.Diff(&want, c, ignoreLocation); diff != "" {
 		t.Errorf("example file differs from the documented defaults (-want +got):\n%s", diff)
 	}

@@ -72,7 +72,7 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Load reads and decodes the configuration file at path, as [Parse] does,
-// then resolves relative htpasswd, certificate and access log paths
+// then resolves relative htpasswd, certificate, list and access log paths
 // against the file's directory. It fills defaults but does not validate.
 func Load(path string) (*Config, error) {
 	f, err := os.Open(path)
@@ -104,6 +104,14 @@ func Load(path string) (*Config, error) {
 		resolve(&t.ClientCA)
 	}
 	resolve(&c.AccessLog.Path)
+	for i := range c.ACL.Rules {
+		resolve(&c.ACL.Rules[i].HostsFile)
+		resolve(&c.ACL.Rules[i].ClientsFile)
+	}
+	for i := range c.Routes {
+		resolve(&c.Routes[i].HostsFile)
+		resolve(&c.Routes[i].ClientsFile)
+	}
 	resolve(&c.DNS.CA)
 	for i := range c.Parents {
 		resolve(&c.Parents[i].CAFile)

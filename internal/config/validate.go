@@ -104,6 +104,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateACL(v)
+	c.validateLists(v)
 	c.validateLimits(v)
 	c.validateDNS(v)
 	c.validateEgress(v)
@@ -118,6 +119,7 @@ func (c *Config) Validate() error {
 func (c *Config) validateACL(v *validator) {
 	a := c.ACL
 	v.check(a.Default == acl.Allow || a.Default == acl.Deny, "acl.default", "%q is neither \"allow\" nor \"deny\"", a.Default)
+	v.check(a.Mode == ACLEnforce || a.Mode == ACLAudit, "acl.mode", "%q is neither %q nor %q", a.Mode, ACLEnforce, ACLAudit)
 	for _, g := range slices.Sorted(maps.Keys(a.Groups)) {
 		members := a.Groups[g]
 		key := "acl.groups." + g
@@ -143,12 +145,12 @@ func (c *Config) validateACL(v *validator) {
 		}
 		switch r.Action {
 		case acl.Allow:
-		case acl.Deny:
+		case acl.Deny, acl.Report:
 			v.check(len(r.AllowPrivate) == 0, key+".allow_private", "is only for allow rules")
 		case "":
-			v.add(key, errors.New(`action is required: "allow" or "deny"`))
+			v.add(key, errors.New(`action is required: "allow", "deny" or "report"`))
 		default:
-			v.add(key+".action", fmt.Errorf("%q is neither \"allow\" nor \"deny\"", r.Action))
+			v.add(key+".action", fmt.Errorf("%q is not \"allow\", \"deny\" or \"report\"", r.Action))
 		}
 		c.validateCriteria(v, key, r.Criteria)
 		for j, s := range r.AllowPrivate {
@@ -172,6 +174,7 @@ func (c *Config) validateCriteria(v *validator, key string, cr Criteria) {
 	each("clients", cr.Clients, func(s string) error { _, err := acl.ParsePrefix(s); return err })
 	c.validateWho(v, key, cr.Who, true)
 	each("hosts", cr.Hosts, acl.ParseHost)
+	validateListSources(v, key, cr)
 	each("ports", cr.Ports, func(s string) error { _, _, err := acl.ParsePorts(s); return err })
 	each("methods", cr.Methods, acl.ParseMethod)
 	each("protocols", cr.Protocols, func(s string) error { _, err := acl.ParseProtocol(s); return err })
@@ -338,6 +341,8 @@ func (c *Config) validateListeners(v *validator) {
 				names[l.Name] = i
 			}
 		}
+		v.check(l.ACLMode == "" || l.ACLMode == ACLEnforce || l.ACLMode == ACLAudit, key+".acl_mode",
+			"%q is neither %q nor %q", l.ACLMode, ACLEnforce, ACLAudit)
 		if !slices.Contains(protocols, l.Protocol) {
 			v.add(key+".protocol", fmt.Errorf("%q is not one of %s", l.Protocol, strings.Join(protocols, ", ")))
 		}

@@ -567,6 +567,31 @@ func TestValidateACLAndLimits(t *testing.T) {
 			"limits.connection_rate", "limits.connection_burst", "limits.max_tls_handshakes", "limits.auth_failures",
 			"limits.auth_failures_per_address", "limits.auth_failure_window", "limits.auth_cooldown", "limits.user_bytes_per_second", "limits.user_bytes_burst"}},
 		{"limits off", func(c *Config) { c.Limits.MaxConnections, c.Limits.AuthFailures = -1, -1 }, nil},
+		{"audit and lists", func(c *Config) {
+			c.ACL.Mode = "audit"
+			c.Listen[0].ACLMode = "enforce"
+			c.Lists = Lists{AllowPrivate: []string{"10.0.0.0/8"}}
+			c.ACL.Rules = []ACLRule{
+				{Name: "r", Action: "report", Criteria: Criteria{HostsFile: "/etc/rustle/ads.txt", ClientsFile: "clients.txt",
+					HostsURL: "https://lists.example/ads.txt#sha256=" + strings.Repeat("ab", 32), ClientsURL: "http://10.0.0.1/c.txt?k=v"}},
+			}
+			c.Routes = []Route{{Name: "listed", Criteria: Criteria{HostsURL: "https://lists.example/cdn.txt"}, Via: Strings{"direct"}}}
+		}, nil},
+		{"bad audit and lists", func(c *Config) {
+			c.ACL.Mode = "observe"
+			c.Listen[0].ACLMode = "dry-run"
+			c.Lists = Lists{Refresh: Duration{-1}, Timeout: Duration{-1}, MaxBytes: -1, AllowPrivate: []string{"ten"}}
+			c.ACL.Rules = []ACLRule{
+				{Name: "r", Action: "report", AllowPrivate: []string{"10.0.0.0/8"}, Criteria: Criteria{HostsFile: "a\x00b",
+					HostsURL: "ftp://lists.example/a", ClientsURL: "https://u:p@lists.example/a"}},
+				{Name: "s", Action: "deny", Criteria: Criteria{HostsURL: "https://lists.example/a#sha256=00"}},
+			}
+			c.Routes = []Route{{Name: "listed", Criteria: Criteria{ClientsURL: "lists.example/c.txt"}, Via: Strings{"direct"}}}
+		}, []string{
+			"listen[0].acl_mode", "acl.mode", "acl.rules[0].allow_private", "acl.rules[0].hosts_file", "acl.rules[0].hosts_url",
+			"acl.rules[0].clients_url", "acl.rules[1].hosts_url", "lists.refresh", "lists.timeout", "lists.max_bytes",
+			"lists.allow_private[0]", "routes[0].clients_url",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -607,7 +632,7 @@ address = "127.0.0.1:0"
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ACL{Default: "deny", Groups: map[string][]string{"admins": {"alice", "bob"}}, Rules: []ACLRule{
+	want := ACL{Default: "deny", Mode: "enforce", Groups: map[string][]string{"admins": {"alice", "bob"}}, Rules: []ACLRule{
 		{Name: "admins", Action: "allow", Criteria: Criteria{Who: Who{Groups: []string{"admins"}}}},
 		{Name: "rules[1]", Action: "deny", Criteria: Criteria{Hosts: []string{"example.com", "bad host"}}},
 	}}
@@ -791,5 +816,69 @@ func TestOpenFilesFor(t *testing.T) {
 	}
 	if n := OpenFilesFor(536); n != 1238 {
 		t.Errorf("OpenFilesFor(536) = %d, want 1238", n)
+	}
+}
+
+// TestListKeys checks the list keys of rules and routes: Load resolves a
+// relative hosts_file or clients_file against the file's directory,
+// Validate's errors name a bad URL's key and line without repeating a
+// password, and AuditLines says which rules are in audit mode.
+func TestListKeys(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rustle.toml")
+	src := lines(
+		`[acl]`,
+		`mode = "audit"`,
+		`[[acl.rules]]`,
+		`name = "ads"`,
+		`action = "report"`,
+		`hosts_file = "lists/ads.txt"`,
+		`clients_file = "/etc/rustle/office.txt"`,
+		`[[acl.rules]]`,
+		`name = "vendor"`,
+		`action = "allow"`,
+		`hosts_url = "https://user:hunter2@lists.example/vendor.txt"`,
+		`[[routes]]`,
+		`name = "cdn"`,
+		`hosts_file = "cdn.txt"`,
+		`via = "direct"`,
+		`[[listen]]`,
+		`name = "ci"`,
+		`address = "127.0.0.1:3128"`,
+		`acl_mode = "enforce"`,
+	)
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ACL.Rules[0].HostsFile; got != filepath.Join(dir, "lists/ads.txt") {
+		t.Errorf("hosts_file = %q, not resolved", got)
+	}
+	if got := c.ACL.Rules[0].ClientsFile; got != "/etc/rustle/office.txt" {
+		t.Errorf("clients_file = %q, an absolute path changed", got)
+	}
+	if got := c.Routes[0].HostsFile; got != filepath.Join(dir, "cdn.txt") {
+		t.Errorf("a route's hosts_file = %q, not resolved", got)
+	}
+	errs := errorStrings(t, c.Validate())
+	want := path + `:11: acl.rules[1].hosts_url: https://lists.example/vendor.txt: a list URL takes no user and password`
+	if len(errs) != 1 || errs[0] != want || strings.Contains(errs[0], "hunter2") {
+		t.Errorf("Validate = %q, want %q", errs, want)
+	}
+	lines := c.AuditLines()
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], `acl.mode = "audit"`) || !strings.HasPrefix(lines[1], `acl.rules[0] "ads": action = "report"`) ||
+		!strings.HasPrefix(lines[2], `listen[0] "ci": acl_mode = "enforce"`) {
+		t.Errorf("AuditLines = %q", lines)
+	}
+	if c.ListenerAudits(c.Listen[0]) {
+		t.Error("listener ci audits")
+	}
+	c.ACL.Mode = "enforce"
+	c.Listen[0].ACLMode = "audit"
+	if lines := c.AuditLines(); len(lines) != 2 || !strings.HasPrefix(lines[1], `listen[0] "ci": acl_mode = "audit"`) || !c.ListenerAudits(c.Listen[0]) {
+		t.Errorf("AuditLines = %q", lines)
 	}
 }

@@ -76,7 +76,16 @@ func (g *Grant) PermitDatagram(host string, dst netip.AddrPort) error {
 	if err != nil {
 		return fmt.Errorf("gate: datagram to %s: %w", dst, err)
 	}
+	g.noteDatagramAudit()
 	return nil
+}
+
+// noteDatagramAudit keeps the rule in audit mode that let a datagram
+// through, for the association's record (see wouldDeny).
+func (g *Grant) noteDatagramAudit() {
+	if g.decided && g.decision.WouldDeny != "" {
+		g.audited = g.decision.WouldDeny
+	}
 }
 
 // DatagramParent returns the parent a datagram of the grant's association
@@ -144,6 +153,7 @@ func (g *Grant) PermitDatagramName(host string, port uint16) error {
 	if !g.decision.Allow || !g.decision.PermitUnresolved() {
 		return fmt.Errorf("gate: datagram to %s: %w by rule %q", host, dialer.ErrDenied, g.Rule)
 	}
+	g.noteDatagramAudit()
 	return nil
 }
 

@@ -76,6 +76,7 @@ type Grant struct {
 
 	decision acl.Decision
 	decided  bool           // decision holds an ACL verdict
+	audited  string         // a rule in audit mode let one of an association's datagrams through past it ("" none; see wouldDeny)
 	route    *route.Route   // the route Authorize chose; nil = direct (see route.go)
 	parent   *route.Parent  // the parent Dial went through; nil = direct
 	picked   bool           // parent was picked (by ForwardParent) before the dial
@@ -625,6 +626,7 @@ func (g *Grant) Finish(up, down int64) {
 	if g.reason != "" {
 		g.debugRefusal()
 	}
+	g.noteAudit()
 	if g.observe && (g.class != 0 || g.unanswered) {
 		p := g.s.p
 		if g.class != 0 { // a Reject that answered nothing is no request to count
@@ -734,7 +736,37 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Source:    g.source,
 		Route:     g.route.Name(),
 		Parent:    g.parent.Name(),
+		WouldDeny: g.wouldDeny(),
 	}
+}
+
+// wouldDeny returns the rule in audit mode that let the request through
+// though it would have refused it (see acl.Decision.WouldDeny): its
+// decision's, for the address it connected to last; for an association,
+// one that let any of its datagrams through. "" when none.
+func (g *Grant) wouldDeny() string {
+	if g.audited != "" {
+		return g.audited
+	}
+	if g.decided {
+		return g.decision.WouldDeny
+	}
+	return ""
+}
+
+// noteAudit counts a request that a rule in audit mode let through, and
+// says so at debug level: what its rule would have refused, the rollout
+// of a rule reads here and in the access log's would_deny.
+func (g *Grant) noteAudit() {
+	rule := g.wouldDeny()
+	if rule == "" {
+		return
+	}
+	p := g.s.p
+	p.Metrics.WouldDeny(rule)
+	g.s.debug("gate: request let through by a rule in audit mode", slog.String("would_deny", rule),
+		slog.Int("status", g.status), slog.String("protocol", g.proto.String()), slog.String("user", g.logUser()),
+		slog.String("method", g.method), slog.String("target", string(g.target)))
 }
 
 // debugRefusal logs, at debug level, a request that was refused or ended

@@ -22,6 +22,7 @@ type ListenerMetrics struct {
 	authFails prometheus.Counter
 	authAsks  prometheus.Counter
 	aclDenies prometheus.Counter
+	wouldDeny *prometheus.CounterVec // by rule
 	dialOK    prometheus.Observer
 	dialErr   prometheus.Observer
 	ttfb      prometheus.Observer
@@ -121,6 +122,14 @@ func (l *ListenerMetrics) AuthChallenged() {
 func (l *ListenerMetrics) ACLDenied() {
 	if l != nil {
 		l.aclDenies.Inc()
+	}
+}
+
+// WouldDeny counts a request let through that rule would have refused
+// (see acl.Decision.WouldDeny), a configured rule's name or "default".
+func (l *ListenerMetrics) WouldDeny(rule string) {
+	if l != nil {
+		l.wouldDeny.WithLabelValues(rule).Inc()
 	}
 }
 

@@ -82,6 +82,7 @@ type Metrics struct {
 	authFails *prometheus.CounterVec
 	authAsks  *prometheus.CounterVec
 	aclDenies *prometheus.CounterVec
+	wouldDeny *prometheus.CounterVec
 	dial      *prometheus.HistogramVec
 	ttfb      *prometheus.HistogramVec
 
@@ -93,6 +94,7 @@ type Metrics struct {
 	dns     *dnsVecs    // made by the first DNS call; guarded by mu
 	parents *parentVecs // see parent.go
 	quota   *quotaCollector
+	lists   *listCollector
 
 	mu            sync.Mutex
 	listeners     map[[2]string]*ListenerMetrics // guarded by mu
@@ -151,6 +153,10 @@ func New(cfg Config) *Metrics {
 			Namespace: namespace, Name: "acl_denials_total",
 			Help: "Requests refused by the access policy, by listener and protocol.",
 		}, lp),
+		wouldDeny: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "acl_would_deny_total",
+			Help: "Requests a rule in audit mode let through that it would have refused (a report rule, or any deny rule or a default of deny of a policy or listener in audit mode), by listener, protocol and rule (\"default\" for the default).",
+		}, append(lp, "rule")),
 		dial: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "upstream_dial_duration_seconds",
 			Help:    "Time to resolve and connect to an upstream, by result (ok, error).",
@@ -176,11 +182,12 @@ func New(cfg Config) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo, m.accepted, m.open, m.requests, m.bytes, m.tunnels, m.datagrams,
-		m.authFails, m.authAsks, m.aclDenies, m.dial, m.ttfb, m.funcs,
+		m.authFails, m.authAsks, m.aclDenies, m.wouldDeny, m.dial, m.ttfb, m.funcs,
 	)
 	m.parents = newParentVecs(m.reg)
 	m.quota = newQuotaCollector(m)
-	m.reg.MustRegister(m.quota)
+	m.lists = newListCollector()
+	m.reg.MustRegister(m.quota, m.lists)
 	if cfg.PerUser {
 		m.userRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "user_requests_total",
@@ -257,6 +264,7 @@ func (m *Metrics) Listener(name, protocol string) *ListenerMetrics {
 		authFails: m.authFails.WithLabelValues(name, protocol),
 		authAsks:  m.authAsks.WithLabelValues(name, protocol),
 		aclDenies: m.aclDenies.WithLabelValues(name, protocol),
+		wouldDeny: m.wouldDeny.MustCurryWith(prometheus.Labels{"listener": name, "protocol": protocol}),
 		dialOK:    m.dial.WithLabelValues("ok"),
 		dialErr:   m.dial.WithLabelValues("error"),
 		ttfb:      m.ttfb.WithLabelValues(name),

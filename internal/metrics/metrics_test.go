@@ -133,6 +133,9 @@ func TestListenerSeries(t *testing.T) {
 	l.AuthChallenged()
 	s.AuthChallenged()
 	s.ACLDenied()
+	l.WouldDeny("block-ads")
+	l.WouldDeny("block-ads")
+	s.WouldDeny("default")
 	l.Dialed(3*time.Millisecond, true)
 	l.Dialed(time.Second, false)
 	l.Dialed(time.Second, false)
@@ -165,6 +168,8 @@ func TestListenerSeries(t *testing.T) {
 		{"rustle_auth_challenges_total", plain(), 2},
 		{"rustle_auth_challenges_total", socks(), 1},
 		{"rustle_acl_denials_total", socks(), 1},
+		{"rustle_acl_would_deny_total", plain("rule", "block-ads"), 2},
+		{"rustle_acl_would_deny_total", socks("rule", "default"), 1},
 		{"rustle_upstream_dial_duration_seconds", lbl("result", "ok"), 1},
 		{"rustle_upstream_dial_duration_seconds", lbl("result", "error"), 2},
 		{"rustle_upstream_first_byte_seconds", lbl("listener", "main"), 1},
@@ -190,6 +195,10 @@ func TestLint(t *testing.T) {
 	m.SetPoolStats(func() PoolStats { return PoolStats{} })
 	m.SetTunnelsOpen(func() int { return 0 })
 	m.SetAccessLogDropped(func() uint64 { return 0 })
+	m.SetListStats(func() []ListStat {
+		return []ListStat{{Name: "https://lists.example/ads.txt", Loaded: true, Entries: 3, Checked: time.Now()}, {Name: "never.txt"}}
+	})
+	m.Listener("main", "http").WouldDeny("r")
 	problems, err := promlint.New(bytes.NewReader(scrapeText(t, m))).Lint()
 	if err != nil {
 		t.Fatal(err)
@@ -286,9 +295,11 @@ func TestNil(t *testing.T) {
 	l.AuthFailed()
 	l.AuthChallenged()
 	l.ACLDenied()
+	l.WouldDeny("r")
 	l.Dialed(time.Second, true)
 	l.FirstByte(time.Second)
 	m.User("a").Request(1, 1)
+	m.SetListStats(nil)
 	m.SetPoolStats(nil)
 	m.SetTunnelsOpen(nil)
 	m.SetAccessLogDropped(nil)
@@ -398,4 +409,34 @@ func BenchmarkConnection(b *testing.B) {
 			l.Closed()
 		}
 	})
+}
+
+// TestListSeries checks the rustle_list_* series: every list's loaded
+// gauge and failures, and for a loaded one its entries, bad lines and
+// the age of what is in use.
+func TestListSeries(t *testing.T) {
+	m := New(Config{})
+	checked := time.Now().Add(-90 * time.Second)
+	m.SetListStats(func() []ListStat {
+		return []ListStat{
+			{Name: "https://lists.example/ads.txt", Loaded: true, Entries: 1000, BadLines: 2, Checked: checked, Failures: 3},
+			{Name: "/etc/rustle/never.txt", Failures: 1},
+		}
+	})
+	fams := scrape(t, m)
+	ads, never := lbl("list", "https://lists.example/ads.txt"), lbl("list", "/etc/rustle/never.txt")
+	checkSeries(t, fams, []series{
+		{"rustle_list_loaded", ads, 1},
+		{"rustle_list_entries", ads, 1000},
+		{"rustle_list_bad_lines", ads, 2},
+		{"rustle_list_refresh_failures_total", ads, 3},
+		{"rustle_list_loaded", never, 0},
+		{"rustle_list_refresh_failures_total", never, 1},
+	})
+	if age, ok := value(fams, "rustle_list_age_seconds", ads); !ok || age < 90 || age > 120 {
+		t.Errorf("rustle_list_age_seconds = %v, %v; want about 90", age, ok)
+	}
+	if _, ok := value(fams, "rustle_list_entries", never); ok {
+		t.Error("a list never loaded has rustle_list_entries")
+	}
 }

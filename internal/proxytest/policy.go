@@ -42,6 +42,8 @@ type PolicyConfig struct {
 	Rules   []acl.Rule
 	Groups  map[string][]string
 	Default string
+	// Audit puts the access rules in audit mode (acl.Config.Audit).
+	Audit bool
 	// Limits configures the limiter, its settings left zero given
 	// rustle's defaults (see LimitsConfig); nil = none.
 	Limits *limits.Config
@@ -105,7 +107,7 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 		}
 	}
 	if cfg.Rules != nil {
-		pol, err := acl.New(acl.Config{Rules: cfg.Rules, Groups: cfg.Groups, ProviderGroups: cfg.ProviderGroups, Default: cfg.Default})
+		pol, err := acl.New(acl.Config{Rules: cfg.Rules, Groups: cfg.Groups, ProviderGroups: cfg.ProviderGroups, Default: cfg.Default, Audit: cfg.Audit})
 		if err != nil {
 			t.Fatalf("proxytest: rules: %v", err)
 		}

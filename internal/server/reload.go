@@ -45,6 +45,10 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 	if err != nil {
 		return nil, err
 	}
+	// The lists from URLs that never loaded are fetched before the
+	// generation serves, within lists.timeout: a list a request meets
+	// is the list, not the fail-closed stand-in of one not fetched yet.
+	s.lists.Load(s.connCtx, wg.ListConfig, wg.Lists)
 	g := &generation{Generation: wg}
 	if n := max(1, cfg.Limits.MaxTLSHandshakes); prev != nil && prev.handshakes.size() == n {
 		g.handshakes = prev.handshakes
@@ -60,8 +64,9 @@ func (s *Server) build(cfg *config.Config, prev *generation) (*generation, error
 }
 
 // useLocked makes g the server's current generation: it closes the
-// previous resolver, starts the routes' probes when they are new and
-// gives the engines their share of a new descriptor budget.
+// previous resolver, starts the routes' probes when they are new, the
+// refreshers of its lists from URLs (see lists.Registry.Use), and gives
+// the engines their share of a new descriptor budget.
 func (s *Server) useLocked(g *generation) {
 	var prevRoutes *route.Table
 	var prevBudget wire.Budget
@@ -79,6 +84,7 @@ func (s *Server) useLocked(g *generation) {
 	if g.Budget != prevBudget {
 		s.setPipesLocked(g.Budget)
 	}
+	s.lists.Use(g.ListConfig, g.Lists)
 }
 
 // listenersLocked returns the current generation's listeners; none

@@ -23,6 +23,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/lists"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -54,6 +55,9 @@ type Server struct {
 	// shared holds the quota counters and the cluster link, which every
 	// generation shares.
 	shared shared
+	// lists loads the lists the rules and routes name, and refreshes
+	// those from URLs (which every generation shares).
+	lists *lists.Registry
 
 	// connCtx is the context of every client connection; cancelling it
 	// asks idle connections to close.
@@ -144,7 +148,8 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry), instance: route.NewInstance()}
+	s := &Server{log: logger, opts: o, active: make(map[*net.TCPConn]struct{}), revoked: new(gate.Registry), instance: route.NewInstance(),
+		lists: lists.NewRegistry(logger)}
 	s.connCtx, s.connCancel = context.WithCancel(context.Background())
 	s.cutCtx, s.cutCancel = context.WithCancel(context.Background())
 	pool, err := wire.Pool(cfg)
@@ -166,7 +171,8 @@ func New(cfg *config.Config, logger *slog.Logger, opts ...Option) (*Server, erro
 		return nil, err
 	}
 	s.env = wire.Env{Logger: logger, Pool: s.pool, Metrics: o.metrics, AccessLog: o.access, Revoked: s.revoked,
-		Cut: s.cutCtx, Quota: s.shared.quota, Cluster: s.shared.cluster, Instance: s.instance}
+		Cut: s.cutCtx, Quota: s.shared.quota, Cluster: s.shared.cluster, Instance: s.instance, Lists: s.lists}
+	o.metrics.SetListStats(s.lists.Stats)
 	g, err := s.build(cfg, nil)
 	if err != nil {
 		s.Close()
@@ -445,6 +451,7 @@ func (s *Server) Close() error {
 		}
 		g.Routes.Close() // the probes
 	}
+	s.lists.Close() // the refreshers
 	if s.pool != nil {
 		s.pool.Close()
 	}

@@ -99,7 +99,7 @@ func (b *builder) policy(i int, log *slog.Logger) (*gate.Policy, error) {
 	cfg, lc, env := b.cfg, b.cfg.Listen[i], b.env
 	p := &gate.Policy{
 		Listener:   lc.Name,
-		ACL:        b.rules,
+		ACL:        b.listenerRules(i),
 		Limiter:    b.g.Limiter,
 		Dialer:     b.g.Dialer,
 		Pool:       env.Pool,

@@ -25,7 +25,8 @@ func (b *builder) guard() error {
 }
 
 // accessRules compiles [acl]'s rules, which may name the identity
-// providers' groups; none when there are none (every request allowed).
+// providers' groups, with the lists they name; none when there are none
+// (every request allowed).
 func (b *builder) accessRules() error {
 	c := b.cfg.ACL
 	if len(c.Rules) == 0 {
@@ -34,6 +35,9 @@ func (b *builder) accessRules() error {
 	rules := make([]acl.Rule, len(c.Rules))
 	for i, r := range c.Rules {
 		rules[i] = r.Rule()
+		if err := b.withLists(fmt.Sprintf("acl.rules[%d]", i), r.Criteria, &rules[i]); err != nil {
+			return err
+		}
 	}
 	p, err := acl.New(acl.Config{Rules: rules, Groups: c.Groups, ProviderGroups: b.cfg.ProviderGroups(), Default: c.Default})
 	if err != nil {
@@ -41,6 +45,19 @@ func (b *builder) accessRules() error {
 	}
 	b.rules = p
 	return nil
+}
+
+// listenerRules returns the access rules of cfg.Listen[i]: the
+// configuration's, in audit mode when the listener's acl_mode (or
+// acl.mode) says so; nil without rules.
+func (b *builder) listenerRules(i int) *acl.Policy {
+	if b.rules == nil || !b.cfg.ListenerAudits(b.cfg.Listen[i]) {
+		return b.rules
+	}
+	if b.audited == nil {
+		b.audited = b.rules.Audited()
+	}
+	return b.audited
 }
 
 // limiter makes the limiter of [limits], whose connection limit is the

@@ -36,6 +36,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/h3"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/limits"
+	"github.com/rustle-proxy/rustle/internal/lists"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/quota"
@@ -74,6 +75,11 @@ type Env struct {
 	// counts the limiter then adds, and is told of the users a reload
 	// removes (Generation.Names); nil = no cluster.
 	Cluster *cluster.Cluster
+	// Lists keeps the lists from URLs across generations and loads the
+	// files' (see lists.Registry): the server loads and refreshes a
+	// generation's (Generation.Lists) when it uses it. nil = each Build
+	// loads its files and leaves its URLs' lists unloaded (Check).
+	Lists *lists.Registry
 }
 
 func (e *Env) logger() *slog.Logger {
@@ -115,6 +121,10 @@ type Generation struct {
 	// Listeners are the configured listeners' parts, in configuration
 	// order.
 	Listeners []*Listener
+	// Lists are the lists the rules and routes name, files' loaded,
+	// URLs' as Env.Lists holds them; ListConfig is how they load.
+	Lists      []*acl.List
+	ListConfig lists.Config
 
 	created []*tlsconf.Manager // TLS managers this build made rather than took from the previous generation
 }
@@ -171,7 +181,8 @@ func Build(cfg *config.Config, env *Env, prev *Generation) (*Generation, error) 
 		b.users,       // [auth] users and htpasswd files
 		b.providers,   // [[auth.providers]]
 		b.guard,       // allow_private
-		b.accessRules, // [acl]
+		b.listsConfig, // [lists], with allow_private
+		b.accessRules, // [acl], with the files of its lists
 		b.limiter,     // [limits], with the descriptor budget
 		b.resolver,    // [dns]
 		b.dialer,      // timeouts.connect, socket buffers, the guard and the resolver
@@ -198,9 +209,10 @@ func (g *Generation) Drop() {
 }
 
 // Check loads what cfg names, as Build and Admin do: the users and
-// their files, the identity providers, the access rules, the private
-// ranges, the resolvers, the egress addresses, the parents, the https
-// listeners' certificates and the admin listener's access files. It
+// their files, the identity providers, the access rules and their lists'
+// files (not their URLs, which rustle fetches when it starts), the
+// private ranges, the resolvers, the egress addresses, the parents, the
+// https listeners' certificates and the admin listener's access files. It
 // starts nothing and releases what it loaded before returning: nil, or
 // the error Build or Admin would have returned.
 func Check(cfg *config.Config) error {
@@ -228,11 +240,14 @@ type builder struct {
 	prev *Generation // nil at start
 	g    *Generation
 
-	byName  map[string]auth.Provider       // [[auth.providers]], by name
-	chains  map[string]*auth.Authenticator // the listeners' authenticators, by the providers they try
-	rules   *acl.Policy                    // [acl]; nil = every request allowed
-	egressT egressTable                    // [egress] and its rules
-	oc      *origin.Client                 // how every listener's front-ends talk to upstreams
+	byName    map[string]auth.Provider       // [[auth.providers]], by name
+	chains    map[string]*auth.Authenticator // the listeners' authenticators, by the providers they try
+	rules     *acl.Policy                    // [acl]; nil = every request allowed
+	audited   *acl.Policy                    // rules in audit mode, for the listeners that audit; made once
+	listReg   *lists.Registry                // Env.Lists, or Check's own
+	listsByID map[listID]*acl.List           // the lists named so far, each once
+	egressT   egressTable                    // [egress] and its rules
+	oc        *origin.Client                 // how every listener's front-ends talk to upstreams
 }
 
 // tlsKey is what a TLS manager is made from: a listener's TLS files,
