@@ -639,7 +639,6 @@ func (g *Grant) Finish(up, down int64) {
 		}
 		if p.AccessLog != nil {
 			rec := g.record(up, down)
-			rec.HTTPStatus = g.class // what a SOCKS reply stands for, in the NCSA and Squid formats
 			p.AccessLog.Log(&rec)
 		}
 	}
@@ -719,24 +718,26 @@ func (g *Grant) end() {
 func (g *Grant) record(up, down int64) accesslog.Record {
 	s := g.s
 	return accesslog.Record{
-		Time:      g.start,
-		Listener:  s.p.Listener,
-		Client:    s.client,
-		User:      g.logUser(),
-		Protocol:  g.proto,
-		Method:    g.method,
-		Target:    bytesString(g.target),
-		Status:    g.status,
-		BytesUp:   up,
-		BytesDown: down,
-		Duration:  time.Since(g.start),
-		Upstream:  g.upstream,
-		Rule:      g.Rule,
-		Reason:    g.endReason(),
-		Source:    g.source,
-		Route:     g.route.Name(),
-		Parent:    g.parent.Name(),
-		WouldDeny: g.wouldDeny(),
+		Time:     g.start,
+		Listener: s.p.Listener,
+		Client:   s.client,
+		User:     g.logUser(),
+		Protocol: g.proto,
+		Method:   g.method,
+		Target:   bytesString(g.target),
+		Status:   g.status,
+		// What a SOCKS reply stands for, in the NCSA and Squid formats.
+		HTTPStatus: g.class,
+		BytesUp:    up,
+		BytesDown:  down,
+		Duration:   time.Since(g.start),
+		Upstream:   g.upstream,
+		Rule:       g.Rule,
+		Reason:     g.endReason(),
+		Source:     g.source,
+		Route:      g.route.Name(),
+		Parent:     g.parent.Name(),
+		WouldDeny:  g.wouldDeny(),
 	}
 }
 
