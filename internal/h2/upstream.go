@@ -242,9 +242,20 @@ func (s *stream) bodyResult(done <-chan error, up net.Conn) error {
 		return err
 	case <-t.C:
 	}
-	up.SetWriteDeadline(time.Unix(1, 0))
-	<-done
-	return errBodyCut
+	// The writer stops waiting for the client's DATA, and its writes fail
+	// at once: its deadline is set again until it has returned, as it
+	// re-arms its own before each write.
+	s.dropBody()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		up.SetWriteDeadline(time.Unix(1, 0))
+		select {
+		case <-done:
+			return errBodyCut
+		case <-tick.C:
+		}
+	}
 }
 
 // errBodyStalled is the request body's error when the client sent none

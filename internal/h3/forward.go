@@ -92,8 +92,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 		err = x.ReadResponse(e)
 		x.EndBody()
 		if cut := x.WasCut(); cut || err != nil {
-			up.SetDeadline(time.Unix(1, 0)) // the writer, if still at work, fails at once
-			upBytes += (<-done).n
+			upBytes += stopBody(done, up, r.Body).n
 			done = nil
 			if cut {
 				g.SetReason(accesslog.ReasonBadRequest)
@@ -103,10 +102,6 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 		}
 	}
 	if err != nil {
-		if done != nil {
-			x.Up.C.SetDeadline(time.Unix(1, 0))
-			upBytes += (<-done).n
-		}
 		s.answerFailure(w, g, err, x, "")
 		return
 	}
@@ -117,7 +112,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 	down, complete := s.relayBody(w, g, r.Context(), x)
 	bodySent := true
 	if done != nil {
-		end := bodyResult(done, x.Up.C)
+		end := bodyResult(done, x.Up.C, r.Body)
 		upBytes += end.n
 		bodySent = end.whole
 	}
@@ -134,8 +129,8 @@ type bodyEnd struct {
 
 // bodyResult waits for the request body's writer once the response has
 // been relayed. When the origin has answered without taking the whole
-// body, the writer is given a moment and then cut off.
-func bodyResult(done <-chan bodyEnd, up net.Conn) bodyEnd {
+// body, the writer is given a moment and then cut off (see stopBody).
+func bodyResult(done <-chan bodyEnd, up net.Conn, body io.Closer) bodyEnd {
 	select {
 	case end := <-done:
 		return end
@@ -148,10 +143,28 @@ func bodyResult(done <-chan bodyEnd, up net.Conn) bodyEnd {
 		return end
 	case <-t.C:
 	}
-	up.SetWriteDeadline(time.Unix(1, 0))
-	end := <-done
+	end := stopBody(done, up, body)
 	end.whole = false
 	return end
+}
+
+// stopBody cuts the request body's writer short wherever it waits: for
+// the upstream (a deadline in the past, set again until the writer has
+// returned, as it re-arms its own before each write) or for the client
+// (the body closed, which quic-go answers with STOP_SENDING). It returns
+// what the writer did.
+func stopBody(done <-chan bodyEnd, up net.Conn, body io.Closer) bodyEnd {
+	body.Close()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		up.SetDeadline(time.Unix(1, 0))
+		select {
+		case end := <-done:
+			return end
+		case <-tick.C:
+		}
+	}
 }
 
 // request readies e's request from r (q): its fields as the exchange builds

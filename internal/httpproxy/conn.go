@@ -787,13 +787,23 @@ func (cn *conn) finishBody() error {
 		return err
 	default:
 	}
+	// The writer re-arms its deadlines as it goes: one it armed after
+	// these would let it wait out a whole timeout, so they are set
+	// again until it has returned.
 	past := time.Unix(1, 0)
-	cn.client.C.SetReadDeadline(past)
-	cn.x.Up.C.SetWriteDeadline(past)
-	err := <-cn.bodyErr
-	cn.client.ForgetReadDeadline()
-	cn.x.Up.ForgetWriteDeadline()
-	return err
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cn.client.C.SetReadDeadline(past)
+		cn.x.Up.C.SetWriteDeadline(past)
+		select {
+		case err := <-cn.bodyErr:
+			cn.client.ForgetReadDeadline()
+			cn.x.Up.ForgetWriteDeadline()
+			return err
+		case <-tick.C:
+		}
+	}
 }
 
 // connect serves a CONNECT request: dial, answer 200, and hand both
