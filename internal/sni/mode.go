@@ -49,7 +49,7 @@ func ParseMode(s string) (Mode, error) {
 	case "match":
 		return Match, nil
 	}
-	return Unset, fmt.Errorf("sni: %q is not \"off\", \"log\" or \"match\"", s)
+	return Unset, fmt.Errorf("%q is not \"off\", \"log\" or \"match\"", s)
 }
 
 // Or returns m, or def when m is Unset.
