@@ -159,6 +159,20 @@ type Record struct {
 	// Parent names the parent proxy the request or tunnel went through;
 	// "" when it went direct.
 	Parent string
+	// SNI is what the SNI check read of a tunnel's first client bytes
+	// (listen.sni or a rule's sni "log" or "match", or a rule on
+	// sni_hosts): the server_name of its TLS ClientHello, or, in
+	// brackets, why there is none: [no-sni] (a ClientHello without
+	// one), [not-tls] (the first bytes were no TLS handshake, or an
+	// SSLv2-style hello), [malformed], [too-large] (over the reader's
+	// 16 KiB), [incomplete] (the client closed or timed out before the
+	// hello was whole). "" when nothing was read: another protocol, or
+	// the check off. Text lines carry it as the 18th field, only when it
+	// is set (the optional fields before it "-" when unset); JSON lines
+	// as "sni", only when it is set; templates as {sni}. The squid,
+	// common and combined formats, whose fields are fixed, do not carry
+	// it.
+	SNI string
 }
 
 // The reasons of a [Record]: short, fixed words an operator can grep
@@ -265,6 +279,14 @@ const (
 	// not allowed); or a parent answered a CONNECT 508, which rustle
 	// answers 508 too.
 	ReasonLoop = "loop"
+	// ReasonSNIMismatch: the SNI check (sni = "match") closed a tunnel
+	// before any byte of it reached the origin: its ClientHello named
+	// another host than the tunnel's (SNI, Target), or none where the
+	// tunnel named a host, or its first bytes were no ClientHello; for a
+	// tunnel to an IP address, the rules refused the name its hello
+	// gave. The client had been answered (200, SOCKS success): its
+	// hello comes only after the answer.
+	ReasonSNIMismatch = "sni-mismatch"
 )
 
 // Format is an access log line format.
@@ -275,18 +297,19 @@ const (
 	// FormatText is the compact positional format, one line per record,
 	// fields separated by one space in the order of [Record]'s fields:
 	//
-	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [ROUTE PARENT]]
+	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [SOURCE [ROUTE PARENT [SNI]]]]
 	//
 	// Empty fields are "-"; bytes outside '!'..'~', '\' and a value of
 	// exactly "-" are escaped as \xHH, so a field never holds a space and
 	// every line splits into exactly 13 fields, 14 when the record has
-	// a Reason, or 16 when it has a Route or a Parent (REASON is then "-"
-	// when it has none).
+	// a Reason, 15 when it has a Source, 17 when it has a Route or a
+	// Parent, or 18 when it has an SNI (each optional field before the
+	// last one set is then "-" when unset).
 	FormatText Format = "text"
 	// FormatJSON writes one JSON object per line with the keys time,
 	// listener, client, user, protocol, method, target, status, bytes_up,
 	// bytes_down, duration_ms, upstream and rule, always all of them,
-	// and reason, source, route and parent when the record has them.
+	// and reason, source, route, parent and sni when the record has them.
 	// Invalid UTF-8 is replaced by U+FFFD.
 	FormatJSON Format = "json"
 	// FormatSquid is Squid's native access.log format, field for field
@@ -491,8 +514,8 @@ func (l *Logger) Log(r *Record) {
 func (s *slot) fill(r *Record) {
 	user, method := clip(r.User, MaxFieldBytes), clip(r.Method, MaxFieldBytes)
 	target, rule := clip(r.Target, MaxTargetBytes), clip(r.Rule, MaxFieldBytes)
-	listener := clip(r.Listener, MaxFieldBytes)
-	need := len(user) + len(method) + len(target) + len(rule) + len(listener) + 5*len(ellipsis)
+	listener, sni := clip(r.Listener, MaxFieldBytes), clip(r.SNI, MaxFieldBytes)
+	need := len(user) + len(method) + len(target) + len(rule) + len(listener) + len(sni) + 6*len(ellipsis)
 	if cap(s.buf) < need {
 		s.buf = make([]byte, 0, max(need, 256))
 	}
@@ -506,6 +529,7 @@ func (s *slot) fill(r *Record) {
 	s.rec.Target = s.keep(target, r.Target)
 	s.rec.Rule = s.keep(rule, r.Rule)
 	s.rec.Listener = s.keep(listener, r.Listener)
+	s.rec.SNI = s.keep(sni, r.SNI)
 }
 
 const ellipsis = "..."

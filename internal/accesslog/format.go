@@ -41,6 +41,8 @@ func appendText(b []byte, r *Record) []byte {
 	// it, as "-" when unset.
 	tail := 0
 	switch {
+	case r.SNI != "":
+		tail = 4
 	case r.Route != "" || r.Parent != "":
 		tail = 3
 	case r.Source.IsValid():
@@ -61,6 +63,10 @@ func appendText(b []byte, r *Record) []byte {
 		b = appendTextField(b, r.Route)
 		b = append(b, ' ')
 		b = appendTextField(b, r.Parent)
+	}
+	if tail >= 4 {
+		b = append(b, ' ')
+		b = appendTextField(b, r.SNI)
 	}
 	return append(b, '\n')
 }
@@ -196,6 +202,10 @@ func appendJSON(b []byte, r *Record) []byte {
 	if r.Parent != "" {
 		b = append(b, `,"parent":`...)
 		b = appendJSONString(b, r.Parent)
+	}
+	if r.SNI != "" {
+		b = append(b, `,"sni":`...)
+		b = appendJSONString(b, r.SNI)
 	}
 	return append(b, "}\n"...)
 }

@@ -119,6 +119,23 @@ func goldenRecords() []Record {
 			Protocol: ProtoHTTP, Method: "GET", Target: "http://slow.example/", Status: 504,
 			Duration: 60 * time.Second, Reason: ReasonTimedOut,
 		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("192.0.2.14:4003"), User: "alice",
+			Protocol: ProtoConnect, Method: "CONNECT", Target: "api.example:443", Status: 200,
+			BytesUp: 517, BytesDown: 4000, Duration: 2 * time.Second,
+			Upstream: netip.MustParseAddrPort("192.0.2.20:443"), SNI: "api.example",
+		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("192.0.2.14:4004"), User: "alice",
+			Protocol: ProtoH2, Method: "CONNECT", Target: "api.example:443", Status: 200,
+			Duration: 3 * time.Millisecond, Rule: "api", Reason: ReasonSNIMismatch, SNI: "blocked.example",
+		},
+		{
+			Time: t0, Listener: "socks", Client: netip.MustParseAddrPort("192.0.2.15:4005"),
+			Protocol: ProtoSOCKS5, Method: "CONNECT", Target: "192.0.2.21:443", HTTPStatus: 200,
+			BytesUp: 21, BytesDown: 40, Duration: time.Second,
+			Upstream: netip.MustParseAddrPort("192.0.2.21:443"), SNI: "[not-tls]",
+		},
 	}
 }
 
@@ -127,7 +144,7 @@ func goldenRecords() []Record {
 // other field.
 const goldenTemplate = "{squid} {upstream} {source} | {time} {time_unix} {time_end_unix} {time_clf} {listener} " +
 	"{client} {client_ip} {user} {protocol} {method} {target} \"{request_line}\" {status} {http_status} " +
-	"{bytes_up} {bytes_down} {duration_ms} {upstream_ip} {rule} {reason} {source_ip} {route} {parent} " +
+	"{bytes_up} {bytes_down} {duration_ms} {upstream_ip} {rule} {reason} {source_ip} {route} {parent} {sni} " +
 	"{squid_code} {squid_hierarchy} {squid_error} {{ {common} | {combined}"
 
 func TestFormatsGolden(t *testing.T) {
@@ -186,6 +203,7 @@ func TestJSONDecodes(t *testing.T) {
 			Source     string  `json:"source"`
 			Route      string  `json:"route"`
 			Parent     string  `json:"parent"`
+			SNI        string  `json:"sni"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
@@ -210,6 +228,7 @@ func TestJSONDecodes(t *testing.T) {
 		check("reason", got.Reason, r.Reason)
 		check("route", got.Route, r.Route)
 		check("parent", got.Parent, r.Parent)
+		check("sni", got.SNI, r.SNI)
 		check("client", got.Client, addrString(r.Client))
 		check("upstream", got.Upstream, addrString(r.Upstream))
 		check("source", got.Source, addrString(r.Source))
@@ -227,9 +246,9 @@ func TestJSONDecodes(t *testing.T) {
 }
 
 // TestTextFields checks that every text line has 13 fields, a 14th when
-// the record has a Reason, a 15th when it has a Source, and 17 when it
-// has a Route or Parent (the fields before the last set ones "-"), that
-// unescape to the record's values.
+// the record has a Reason, a 15th when it has a Source, 17 when it has a
+// Route or Parent, and 18 when it has an SNI (the fields before the last
+// set ones "-"), that unescape to the record's values.
 func TestTextFields(t *testing.T) {
 	for i, r := range goldenRecords() {
 		line := appendText(nil, &r)
@@ -237,6 +256,8 @@ func TestTextFields(t *testing.T) {
 		routed := r.Route != "" || r.Parent != ""
 		want := 13
 		switch {
+		case r.SNI != "":
+			want = 18
 		case routed:
 			want = 17
 		case r.Source.IsValid():
@@ -251,8 +272,11 @@ func TestTextFields(t *testing.T) {
 		if want > 13 {
 			expect[13] = r.Reason
 		}
-		if routed {
+		if want >= 17 {
 			expect[15], expect[16] = r.Route, r.Parent
+		}
+		if want == 18 {
+			expect[17] = r.SNI
 		}
 		for j, want := range expect {
 			if got := unescapeText(t, fields[j]); got != want {

@@ -38,6 +38,7 @@ const (
 	fieldSourceIP
 	fieldRoute
 	fieldParent
+	fieldSNI
 	fieldSquidCode
 	fieldSquidHierarchy
 	fieldSquidError
@@ -75,6 +76,7 @@ var fieldNames = [numFields]string{
 	fieldSourceIP:       "source_ip",
 	fieldRoute:          "route",
 	fieldParent:         "parent",
+	fieldSNI:            "sni",
 	fieldSquidCode:      "squid_code",
 	fieldSquidHierarchy: "squid_hierarchy",
 	fieldSquidError:     "squid_error",
@@ -95,7 +97,7 @@ var fieldNames = [numFields]string{
 //     status (as the text format), http_status (Record.HTTPStatus in
 //     three digits, 000 when nothing was answered), bytes_up, bytes_down,
 //     duration_ms, upstream (host:port), upstream_ip, rule, reason,
-//     source (host:port), source_ip, route, parent;
+//     source (host:port), source_ip, route, parent, sni;
 //   - squid_code (Squid's result code, TCP_MISS), squid_hierarchy
 //     (HIER_DIRECT/IP), squid_error (Squid's ERR_ page, "-" when served);
 //   - squid, common, combined: a whole line of that format, to which a
@@ -243,6 +245,8 @@ func appendField(b []byte, f field, r *Record) []byte {
 		return appendEscaped(b, r.Route, escQuoted)
 	case fieldParent:
 		return appendEscaped(b, r.Parent, escQuoted)
+	case fieldSNI:
+		return appendEscaped(b, r.SNI, escQuoted)
 	case fieldSquidCode:
 		return appendSquidCode(b, r)
 	case fieldSquidHierarchy:
