@@ -99,12 +99,31 @@ func (h *Hello) ALPN() []string {
 // message. It returns the hello and n, the bytes of b up to the end of
 // the record that completes it (bytes after it, such as 0-RTT data, are
 // the client's too, and are not read). The error is ErrShort when b ends
-// before the hello does (read more and call Parse again with all of it),
-// or one that wraps ErrNotTLS, ErrSSLv2, ErrMalformed or ErrTooLarge.
-// Parse does not modify b; the returned ServerName does not alias it.
-// It allocates only for a ServerName, and for the hello's bytes when it
-// is split over records.
+// before the hello does (read more and call Parse again with all of it,
+// or use a Scanner, which does not read the same records again), or one
+// that wraps ErrNotTLS, ErrSSLv2, ErrMalformed or ErrTooLarge. Parse
+// does not modify b; the returned ServerName does not alias it. It
+// allocates only for a ServerName, and for the hello's bytes when it is
+// split over records.
 func Parse(b []byte) (h Hello, n int, err error) {
+	var s Scanner
+	return s.Scan(b)
+}
+
+// Scanner is Parse for bytes that arrive a few at a time: each Scan
+// reads only the records that came since the last, so that a hello sent
+// in many small records or reads costs the same as one sent whole. Its
+// zero value is ready; it holds the handshake bytes of the records read
+// so far (a copy, never b), at most MaxBytes.
+type Scanner struct {
+	off int    // the bytes of whole records read
+	msg []byte // their handshake payloads, joined; nil while none
+}
+
+// Scan is Parse of b, which holds the bytes of the earlier calls' b
+// (the same bytes, perhaps moved) and more. After a result other than
+// ErrShort, Scan must not be called again.
+func (s *Scanner) Scan(b []byte) (h Hello, n int, err error) {
 	if len(b) == 0 {
 		return Hello{}, 0, ErrShort
 	}
@@ -114,9 +133,8 @@ func Parse(b []byte) (h Hello, n int, err error) {
 		}
 		return Hello{}, 0, ErrNotTLS
 	}
-	var msg []byte // the handshake bytes gathered from the records so far
-	off := 0
 	for {
+		off := s.off
 		if off+5 > MaxBytes {
 			return Hello{}, 0, ErrTooLarge
 		}
@@ -145,11 +163,11 @@ func Parse(b []byte) (h Hello, n int, err error) {
 			return Hello{}, 0, ErrShort
 		}
 		p := b[off+5 : off+5+rl]
-		off += 5 + rl
-		if msg == nil {
-			msg = p[:len(p):len(p)] // a later append copies, never writing b
-		} else {
-			msg = append(msg, p...)
+		s.off += 5 + rl
+		msg := p // the hello whole in its first record: read in place
+		if s.msg != nil || s.off == 5+rl && rl < 4 {
+			s.msg = append(s.msg, p...)
+			msg = s.msg
 		}
 		if len(msg) < 4 {
 			continue
@@ -158,20 +176,22 @@ func Parse(b []byte) (h Hello, n int, err error) {
 			return Hello{}, 0, fmt.Errorf("%w: handshake message type %d, not a ClientHello", ErrMalformed, msg[0])
 		}
 		ml := int(msg[1])<<16 | int(msg[2])<<8 | int(msg[3])
-		if ml+4 > MaxBytes {
+		switch {
+		case ml+4 > MaxBytes:
 			return Hello{}, 0, ErrTooLarge
-		}
-		if len(msg) < 4+ml {
+		case len(msg) < 4+ml:
+			if s.msg == nil {
+				s.msg = append(make([]byte, 0, ml+4), p...)
+			}
 			continue
-		}
-		if len(msg) > 4+ml {
+		case len(msg) > 4+ml:
 			return Hello{}, 0, fmt.Errorf("%w: bytes after the ClientHello in its record", ErrMalformed)
 		}
 		h, err := parseBody(msg[4:])
 		if err != nil {
 			return Hello{}, 0, err
 		}
-		return h, off, nil
+		return h, s.off, nil
 	}
 }
 
@@ -361,8 +381,9 @@ func alpnList(data []byte) ([]byte, error) {
 // timeout the caller's deadline set) with the bytes read until then.
 // Every byte read is in the returned buffer, for the caller to send on.
 func Read(r io.Reader, buf []byte) ([]byte, Hello, error) {
+	var s Scanner
 	for {
-		h, _, err := Parse(buf)
+		h, _, err := s.Scan(buf)
 		if err != ErrShort {
 			return buf, h, err
 		}

@@ -375,3 +375,27 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestScannerReadsEachRecordOnce: a hello in one-byte records, arriving
+// a byte at a time, costs a Scanner a few allocations (its copy of the
+// hello growing), not one per record or per byte: each Scan reads only
+// the records that came since the last.
+func TestScannerReadsEachRecordOnce(t *testing.T) {
+	msg := message(t, goHello(t, &tls.Config{ServerName: "slow.example", NextProtos: []string{"h2", "http/1.1"}}))
+	b := records(msg, 1)
+	if len(b) > MaxBytes {
+		t.Fatalf("%d bytes: over the bound", len(b))
+	}
+	allocs := testing.AllocsPerRun(5, func() {
+		var s Scanner
+		for i := 1; i <= len(b); i++ {
+			h, _, err := s.Scan(b[:i])
+			if i < len(b) && err != ErrShort || i == len(b) && (err != nil || h.ServerName != "slow.example") {
+				t.Fatalf("Scan of %d of %d bytes: %q %v", i, len(b), h.ServerName, err)
+			}
+		}
+	})
+	if allocs > 20 {
+		t.Errorf("%v allocations for a hello of %d records", allocs, len(msg))
+	}
+}
