@@ -1,4 +1,4 @@
-package sni
+package sni_test
 
 import (
 	"bytes"
@@ -12,50 +12,26 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"github.com/rustle-proxy/rustle/internal/sni"
 )
 
-// goHello returns the records of the ClientHello Go's TLS client sends
-// with cfg.
-func goHello(t testing.TB, cfg *tls.Config) []byte {
-	t.Helper()
-	c, s := net.Pipe()
-	t.Cleanup(func() { c.Close(); s.Close() })
-	go tls.Client(c, cfg).Handshake()
-	s.SetReadDeadline(time.Now().Add(5 * time.Second))
-	b, _, err := Read(s, nil)
-	if err != nil {
-		t.Fatalf("read the Go client's hello: %v", err)
-	}
-	return b
-}
+// TLS wire values the tests build hellos with.
+const (
+	recordHandshake = 0x16
+	typeClientHello = 1
+	extServerName   = 0x0000
+	extALPN         = 0x0010
+	nameTypeHost    = 0
+)
 
-// message returns the handshake message the records of rec carry,
-// joined.
-func message(t testing.TB, rec []byte) []byte {
-	t.Helper()
-	var msg []byte
-	for len(rec) > 0 {
-		if len(rec) < 5 {
-			t.Fatal("truncated record")
-		}
-		n := int(rec[3])<<8 | int(rec[4])
-		msg = append(msg, rec[5:5+n]...)
-		rec = rec[5+n:]
-	}
-	return msg
-}
-
-// records splits msg into handshake records of at most size bytes each.
-func records(msg []byte, size int) []byte {
-	var b []byte
-	for len(msg) > 0 {
-		n := min(size, len(msg))
-		b = append(b, recordHandshake, 3, 1, byte(n>>8), byte(n))
-		b = append(b, msg[:n]...)
-		msg = msg[n:]
-	}
-	return b
-}
+// goHello, message and records are proxytest's.
+var (
+	goHello = proxytest.ClientHello
+	message = proxytest.HelloMessage
+	records = proxytest.HelloRecords
+)
 
 // ext returns one extension.
 func ext(typ int, data []byte) []byte {
@@ -107,7 +83,7 @@ func TestParseGoClient(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := goHello(t, tc.cfg)
-			h, n, err := Parse(b)
+			h, n, err := sni.Parse(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +128,7 @@ func echConfigList(t *testing.T, public string) ([]byte, []byte) {
 func TestParseECH(t *testing.T) {
 	list, _ := echConfigList(t, "public.example")
 	b := goHello(t, &tls.Config{ServerName: "secret.example", EncryptedClientHelloConfigList: list, MinVersion: tls.VersionTLS13})
-	h, _, err := Parse(b)
+	h, _, err := sni.Parse(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,14 +142,14 @@ func TestParseECH(t *testing.T) {
 
 // TestParseSplit: a hello split over many records (down to one byte of
 // it per record) reads as one, and one that arrives a byte at a time is
-// ErrShort until its last byte.
+// sni.ErrShort until its last byte.
 func TestParseSplit(t *testing.T) {
 	whole := goHello(t, &tls.Config{ServerName: "split.example", NextProtos: []string{"h2"}})
 	msg := message(t, whole)
 	for _, size := range []int{1, 2, 7, 100, len(msg) - 1} {
 		t.Run("records of "+itoa(size), func(t *testing.T) {
 			b := records(msg, size)
-			h, n, err := Parse(b)
+			h, n, err := sni.Parse(b)
 			if err != nil || h.ServerName != "split.example" || n != len(b) {
 				t.Fatalf("got %q n=%d err %v", h.ServerName, n, err)
 			}
@@ -182,17 +158,17 @@ func TestParseSplit(t *testing.T) {
 	t.Run("byte by byte", func(t *testing.T) {
 		b := records(msg, 3)
 		for i := 1; i < len(b); i++ {
-			if _, _, err := Parse(b[:i]); err != ErrShort {
-				t.Fatalf("Parse of %d of %d bytes: %v, want ErrShort", i, len(b), err)
+			if _, _, err := sni.Parse(b[:i]); err != sni.ErrShort {
+				t.Fatalf("Parse of %d of %d bytes: %v, want sni.ErrShort", i, len(b), err)
 			}
 		}
-		if h, _, err := Parse(b); err != nil || h.ServerName != "split.example" {
+		if h, _, err := sni.Parse(b); err != nil || h.ServerName != "split.example" {
 			t.Fatalf("whole: %q %v", h.ServerName, err)
 		}
 	})
 	t.Run("Read from a trickle", func(t *testing.T) {
 		b := records(msg, 5)
-		got, h, err := Read(&trickle{b: append(slices.Clone(b), "early data"...)}, nil)
+		got, h, err := sni.Read(&trickle{b: append(slices.Clone(b), "early data"...)}, nil)
 		if err != nil || h.ServerName != "split.example" {
 			t.Fatalf("got %q %v", h.ServerName, err)
 		}
@@ -201,7 +177,7 @@ func TestParseSplit(t *testing.T) {
 		}
 	})
 	t.Run("Read keeps what it was given", func(t *testing.T) {
-		got, h, err := Read(bytes.NewReader(whole[10:]), slices.Clone(whole[:10]))
+		got, h, err := sni.Read(bytes.NewReader(whole[10:]), slices.Clone(whole[:10]))
 		if err != nil || h.ServerName != "split.example" || !bytes.Equal(got, whole) {
 			t.Fatalf("got %q %v, %d bytes", h.ServerName, err, len(got))
 		}
@@ -246,33 +222,33 @@ func TestParseRefused(t *testing.T) {
 		b    []byte
 		want error
 	}{
-		{"SSH banner", []byte("SSH-2.0-OpenSSH_9.2\r\n"), ErrNotTLS},
-		{"HTTP", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), ErrNotTLS},
-		{"zeros", make([]byte, 64), ErrNotTLS},
-		{"0x16 then no TLS version", []byte{0x16, 0x00, 0x01, 0x00, 0x10}, ErrNotTLS},
-		{"SSLv2 hello", []byte{0x80, 0x2e, 0x01, 0x03, 0x01, 0x00, 0x15, 0x00, 0x00, 0x00, 0x10}, ErrSSLv2},
-		{"SSLv2 hello, SSL 2.0", []byte{0x80, 0x2e, 0x01, 0x00, 0x02, 0x00, 0x15}, ErrSSLv2},
-		{"alert record first", []byte{0x15, 3, 3, 0, 2, 2, 40}, ErrNotTLS},
-		{"another record type inside", append(records(good[:10], 10), 0x15, 3, 3, 0, 2, 2, 40), ErrMalformed},
-		{"empty record", []byte{0x16, 3, 1, 0, 0}, ErrMalformed},
-		{"record over 16 KiB", []byte{0x16, 3, 1, 0x40, 0x01}, ErrMalformed},
-		{"not a ClientHello", records(append([]byte{2}, good[1:]...), 1000), ErrMalformed},
-		{"bytes after the hello", records(append(slices.Clone(good), 20, 0, 0, 0), 1000), ErrMalformed},
-		{"two server_name extensions", records(helloMsg(ext(extServerName, sniData("a.example")), ext(extServerName, sniData("b.example"))), 1000), ErrMalformed},
-		{"two host names", records(helloMsg(ext(extServerName, sniData("a.example", "b.example"))), 1000), ErrMalformed},
-		{"trailing dot", records(helloMsg(ext(extServerName, sniData("a.example."))), 1000), ErrMalformed},
-		{"empty host name", records(helloMsg(ext(extServerName, sniData(""))), 1000), ErrMalformed},
-		{"NUL in the name", records(helloMsg(ext(extServerName, sniData("a.example\x00.b.example"))), 1000), ErrMalformed},
-		{"space in the name", records(helloMsg(ext(extServerName, sniData("a example"))), 1000), ErrMalformed},
-		{"empty server_name list", records(helloMsg(ext(extServerName, vec16())), 1000), ErrMalformed},
-		{"server_name list longer than its extension", records(helloMsg(ext(extServerName, []byte{0, 9, 0, 0, 1, 'a'})), 1000), ErrMalformed},
-		{"extensions longer than the hello", records(longerExts(), 1000), ErrMalformed},
-		{"two ALPN extensions", records(helloMsg(ext(extALPN, vec16([]byte{2, 'h', '2'})), ext(extALPN, vec16([]byte{2, 'h', '2'}))), 1000), ErrMalformed},
-		{"declared hello over the bound", []byte{0x16, 3, 1, 0, 4, 1, 0x01, 0x00, 0x00}, ErrTooLarge},
-		{"over the bound in one-byte records", records(helloMsg(ext(0x15, make([]byte, 3000))), 1), ErrTooLarge},
+		{"SSH banner", []byte("SSH-2.0-OpenSSH_9.2\r\n"), sni.ErrNotTLS},
+		{"HTTP", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), sni.ErrNotTLS},
+		{"zeros", make([]byte, 64), sni.ErrNotTLS},
+		{"0x16 then no TLS version", []byte{0x16, 0x00, 0x01, 0x00, 0x10}, sni.ErrNotTLS},
+		{"SSLv2 hello", []byte{0x80, 0x2e, 0x01, 0x03, 0x01, 0x00, 0x15, 0x00, 0x00, 0x00, 0x10}, sni.ErrSSLv2},
+		{"SSLv2 hello, SSL 2.0", []byte{0x80, 0x2e, 0x01, 0x00, 0x02, 0x00, 0x15}, sni.ErrSSLv2},
+		{"alert record first", []byte{0x15, 3, 3, 0, 2, 2, 40}, sni.ErrNotTLS},
+		{"another record type inside", append(records(good[:10], 10), 0x15, 3, 3, 0, 2, 2, 40), sni.ErrMalformed},
+		{"empty record", []byte{0x16, 3, 1, 0, 0}, sni.ErrMalformed},
+		{"record over 16 KiB", []byte{0x16, 3, 1, 0x40, 0x01}, sni.ErrMalformed},
+		{"not a ClientHello", records(append([]byte{2}, good[1:]...), 1000), sni.ErrMalformed},
+		{"bytes after the hello", records(append(slices.Clone(good), 20, 0, 0, 0), 1000), sni.ErrMalformed},
+		{"two server_name extensions", records(helloMsg(ext(extServerName, sniData("a.example")), ext(extServerName, sniData("b.example"))), 1000), sni.ErrMalformed},
+		{"two host names", records(helloMsg(ext(extServerName, sniData("a.example", "b.example"))), 1000), sni.ErrMalformed},
+		{"trailing dot", records(helloMsg(ext(extServerName, sniData("a.example."))), 1000), sni.ErrMalformed},
+		{"empty host name", records(helloMsg(ext(extServerName, sniData(""))), 1000), sni.ErrMalformed},
+		{"NUL in the name", records(helloMsg(ext(extServerName, sniData("a.example\x00.b.example"))), 1000), sni.ErrMalformed},
+		{"space in the name", records(helloMsg(ext(extServerName, sniData("a example"))), 1000), sni.ErrMalformed},
+		{"empty server_name list", records(helloMsg(ext(extServerName, vec16())), 1000), sni.ErrMalformed},
+		{"server_name list longer than its extension", records(helloMsg(ext(extServerName, []byte{0, 9, 0, 0, 1, 'a'})), 1000), sni.ErrMalformed},
+		{"extensions longer than the hello", records(longerExts(), 1000), sni.ErrMalformed},
+		{"two ALPN extensions", records(helloMsg(ext(extALPN, vec16([]byte{2, 'h', '2'})), ext(extALPN, vec16([]byte{2, 'h', '2'}))), 1000), sni.ErrMalformed},
+		{"declared hello over the bound", []byte{0x16, 3, 1, 0, 4, 1, 0x01, 0x00, 0x00}, sni.ErrTooLarge},
+		{"over the bound in one-byte records", records(helloMsg(ext(0x15, make([]byte, 3000))), 1), sni.ErrTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := Parse(tc.b)
+			_, _, err := sni.Parse(tc.b)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Parse: %v, want %v", err, tc.want)
 			}
@@ -290,7 +266,7 @@ func TestParseMinimal(t *testing.T) {
 		"padding only":         helloMsg(ext(0x15, make([]byte, 300))),
 	} {
 		t.Run(name, func(t *testing.T) {
-			h, _, err := Parse(records(msg, 1000))
+			h, _, err := sni.Parse(records(msg, 1000))
 			if err != nil || h.ServerName != "" {
 				t.Fatalf("got %q %v", h.ServerName, err)
 			}
@@ -310,10 +286,10 @@ func TestParseMatchesCryptoTLS(t *testing.T) {
 		"trailing dot":       records(helloMsg(ext(extServerName, sniData("dot.example."))), 1000),
 	} {
 		t.Run(name, func(t *testing.T) {
-			h, _, perr := Parse(b)
+			h, _, perr := sni.Parse(b)
 			seen, serr := cryptoTLSServerName(t, b)
 			if perr != nil {
-				if !errors.Is(perr, ErrMalformed) || serr == nil {
+				if !errors.Is(perr, sni.ErrMalformed) || serr == nil {
 					t.Fatalf("Parse: %v; crypto/tls: %q %v", perr, seen, serr)
 				}
 				return
@@ -350,15 +326,15 @@ func cryptoTLSServerName(t *testing.T, b []byte) (string, error) {
 
 func TestMode(t *testing.T) {
 	for _, s := range []string{"", "off", "log", "match"} {
-		m, err := ParseMode(s)
+		m, err := sni.ParseMode(s)
 		if err != nil || m.String() != s {
 			t.Errorf("ParseMode(%q) = %v %v", s, m, err)
 		}
 	}
-	if _, err := ParseMode("on"); err == nil || !strings.Contains(err.Error(), `"on"`) {
+	if _, err := sni.ParseMode("on"); err == nil || !strings.Contains(err.Error(), `"on"`) {
 		t.Errorf("ParseMode(on): %v", err)
 	}
-	if Unset.Or(Match) != Match || Log.Or(Match) != Log || !Match.Reads() || Off.Reads() {
+	if sni.Unset.Or(sni.Match) != sni.Match || sni.Log.Or(sni.Match) != sni.Log || !sni.Match.Reads() || sni.Off.Reads() {
 		t.Error("Or or Reads")
 	}
 }
@@ -370,7 +346,7 @@ func BenchmarkParse(b *testing.B) {
 	b.SetBytes(int64(len(hello)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := Parse(hello); err != nil {
+		if _, _, err := sni.Parse(hello); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -383,14 +359,14 @@ func BenchmarkParse(b *testing.B) {
 func TestScannerReadsEachRecordOnce(t *testing.T) {
 	msg := message(t, goHello(t, &tls.Config{ServerName: "slow.example", NextProtos: []string{"h2", "http/1.1"}}))
 	b := records(msg, 1)
-	if len(b) > MaxBytes {
+	if len(b) > sni.MaxBytes {
 		t.Fatalf("%d bytes: over the bound", len(b))
 	}
 	allocs := testing.AllocsPerRun(5, func() {
-		var s Scanner
+		var s sni.Scanner
 		for i := 1; i <= len(b); i++ {
 			h, _, err := s.Scan(b[:i])
-			if i < len(b) && err != ErrShort || i == len(b) && (err != nil || h.ServerName != "slow.example") {
+			if i < len(b) && err != sni.ErrShort || i == len(b) && (err != nil || h.ServerName != "slow.example") {
 				t.Fatalf("Scan of %d of %d bytes: %q %v", i, len(b), h.ServerName, err)
 			}
 		}
