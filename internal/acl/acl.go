@@ -412,17 +412,6 @@ func (p *Policy) decideUnresolved(r *Request) (bool, string) {
 	return p.defaultAllow, DefaultRule
 }
 
-// DependsOnSNI reports whether a rule has a sni_hosts criterion: only
-// then can a decision be pending on a tunnel's ClientHello.
-func (p *Policy) DependsOnSNI() bool {
-	for i := range p.rules {
-		if p.rules[i].sniHosts.set {
-			return true
-		}
-	}
-	return false
-}
-
 // Decide decides r. The result is pending (see [Decision.Pending]) when r
 // names a host, no earlier rule decides, and the first rule that could
 // match depends on the address the name resolves to; pending on the SNI

@@ -76,9 +76,6 @@ func TestDecideSNI(t *testing.T) {
 	if d.PermitUnresolved() {
 		t.Error("PermitUnresolved of a pending tunnel allowed it")
 	}
-	if !p.DependsOnSNI() || mustPolicy(t, testConfig).DependsOnSNI() {
-		t.Error("DependsOnSNI")
-	}
 	r := read(cdn, "www.good.example")
 	if n := testing.AllocsPerRun(100, func() { p.Decide(r); p.Decide(cdn) }); n != 0 {
 		t.Errorf("Decide with a server name allocates %v times", n)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -254,5 +255,48 @@ func BenchmarkConnectSNI(b *testing.B) {
 				c.Close()
 			}
 		})
+	}
+}
+
+// TestSNICheckOverTLS runs the SNI check on an https listener's
+// HTTP/1.1 CONNECT: the tunnel's hello is read from inside the client's
+// TLS connection to the proxy, decided, and the tunnel goes on (a TLS
+// client's tunnel: the engine's AddTLS or the TLS relay); a fronted
+// hello is cut with no connection to the origin.
+func TestSNICheckOverTLS(t *testing.T) {
+	t.Parallel()
+	e := proxytest.NewTLSEcho(t)
+	_, port, _ := net.SplitHostPort(e.Addr)
+	target := "localhost:" + port
+	al, out := newAccessLog(t)
+	proxy, ccfg := startTLSProxy(t, testCfg{}, proxytest.PolicyConfig{AccessLog: al, SNI: sni.Match}, nil)
+	open := func() net.Conn {
+		c, err := tls.Dial("tcp", proxy, ccfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(proxytest.DefaultTimeout))
+		io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n")
+		r, err := proxytest.ReadResponse(bufio.NewReader(io.LimitReader(c, int64(len("HTTP/1.1 200 Connection established\r\n\r\n")))), "CONNECT")
+		if err != nil || r.Status != 200 {
+			t.Fatalf("CONNECT over TLS: %v %v", r, err)
+		}
+		return c
+	}
+	c := open()
+	tlsEcho(t, c, e, []byte("inside TLS inside TLS"))
+	c.Close()
+	before := e.Conns()
+	fronted := tls.Client(open(), &tls.Config{ServerName: "blocked.example", InsecureSkipVerify: true})
+	fronted.SetDeadline(time.Now().Add(proxytest.DefaultTimeout))
+	if err := fronted.Handshake(); err == nil {
+		t.Fatal("a fronted hello got through the https listener under match")
+	}
+	if n := e.Conns() - before; n != 0 {
+		t.Errorf("the origin got %d connections for a fronted tunnel", n)
+	}
+	if got := sniOf(t, out, 2); !slices.Contains(got, "localhost") || !slices.Contains(got, "blocked.example") {
+		t.Errorf("logged sni %q, want localhost and blocked.example", got)
 	}
 }
