@@ -168,6 +168,20 @@ type Record struct {
 	// common and combined formats have no place for it: a template adds
 	// it to them ("{squid} {would_deny}").
 	WouldDeny string
+	// SNI is what the SNI check read of a tunnel's first client bytes
+	// (listen.sni or a rule's sni "log" or "match", or a rule on
+	// sni_hosts): the server_name of its TLS ClientHello, or, in
+	// brackets, why there is none: [no-sni] (a ClientHello without
+	// one), [not-tls] (the first bytes were no TLS handshake, or an
+	// SSLv2-style hello), [malformed], [too-large] (over the reader's
+	// 16 KiB), [incomplete] (the client closed or timed out before the
+	// hello was whole). "" when nothing was read: another protocol, or
+	// the check off. Text lines carry it as the 19th field, only when it
+	// is set (the optional fields before it "-" when unset); JSON lines
+	// as "sni", only when it is set; templates as {sni}. The squid,
+	// common and combined formats, whose fields are fixed, do not carry
+	// it.
+	SNI string
 }
 
 // The reasons of a [Record]: short, fixed words an operator can grep
@@ -274,6 +288,14 @@ const (
 	// not allowed); or a parent answered a CONNECT 508, which rustle
 	// answers 508 too.
 	ReasonLoop = "loop"
+	// ReasonSNIMismatch: the SNI check (sni = "match") closed a tunnel
+	// before any byte of it reached the origin: its ClientHello named
+	// another host than the tunnel's (SNI, Target), or none where the
+	// tunnel named a host, or its first bytes were no ClientHello; for a
+	// tunnel to an IP address, the rules refused the name its hello
+	// gave. The client had been answered (200, SOCKS success): its
+	// hello comes only after the answer.
+	ReasonSNIMismatch = "sni-mismatch"
 )
 
 // Format is an access log line format.
@@ -284,20 +306,20 @@ const (
 	// FormatText is the compact positional format, one line per record,
 	// fields separated by one space in the order of [Record]'s fields:
 	//
-	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [SOURCE [ROUTE PARENT [WOULD_DENY]]]]
+	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [SOURCE [ROUTE PARENT [WOULD_DENY [SNI]]]]]
 	//
 	// Empty fields are "-"; bytes outside '!'..'~', '\' and a value of
 	// exactly "-" are escaped as \xHH, so a field never holds a space and
 	// every line splits into exactly 13 fields, 14 when the record has
 	// a Reason, 15 when it has a Source, 17 when it has a Route or a
-	// Parent, or 18 when it has a WouldDeny (the optional fields before
-	// the last one set are "-" when unset).
+	// Parent, 18 when it has a WouldDeny, or 19 when it has an SNI (each
+	// optional field before the last one set is then "-" when unset).
 	FormatText Format = "text"
 	// FormatJSON writes one JSON object per line with the keys time,
 	// listener, client, user, protocol, method, target, status, bytes_up,
 	// bytes_down, duration_ms, upstream and rule, always all of them,
-	// and reason, source, route, parent and would_deny when the record
-	// has them.
+	// and reason, source, route, parent, would_deny and sni when the
+	// record has them.
 	// Invalid UTF-8 is replaced by U+FFFD.
 	FormatJSON Format = "json"
 	// FormatSquid is Squid's native access.log format, field for field
@@ -504,7 +526,8 @@ func (s *slot) fill(r *Record) {
 	user, method := clip(r.User, MaxFieldBytes), clip(r.Method, MaxFieldBytes)
 	target, rule := clip(r.Target, MaxTargetBytes), clip(r.Rule, MaxFieldBytes)
 	listener, wouldDeny := clip(r.Listener, MaxFieldBytes), clip(r.WouldDeny, MaxFieldBytes)
-	need := len(user) + len(method) + len(target) + len(rule) + len(listener) + len(wouldDeny) + 6*len(ellipsis)
+	sni := clip(r.SNI, MaxFieldBytes)
+	need := len(user) + len(method) + len(target) + len(rule) + len(listener) + len(wouldDeny) + len(sni) + 7*len(ellipsis)
 	if cap(s.buf) < need {
 		s.buf = make([]byte, 0, max(need, 256))
 	}
@@ -519,6 +542,7 @@ func (s *slot) fill(r *Record) {
 	s.rec.Rule = s.keep(rule, r.Rule)
 	s.rec.Listener = s.keep(listener, r.Listener)
 	s.rec.WouldDeny = s.keep(wouldDeny, r.WouldDeny)
+	s.rec.SNI = s.keep(sni, r.SNI)
 }
 
 const ellipsis = "..."

@@ -41,6 +41,8 @@ func appendText(b []byte, r *Record) []byte {
 	// it, as "-" when unset.
 	tail := 0
 	switch {
+	case r.SNI != "":
+		tail = 5
 	case r.WouldDeny != "":
 		tail = 4
 	case r.Route != "" || r.Parent != "":
@@ -67,6 +69,10 @@ func appendText(b []byte, r *Record) []byte {
 	if tail >= 4 {
 		b = append(b, ' ')
 		b = appendTextField(b, r.WouldDeny)
+	}
+	if tail >= 5 {
+		b = append(b, ' ')
+		b = appendTextField(b, r.SNI)
 	}
 	return append(b, '\n')
 }
@@ -206,6 +212,10 @@ func appendJSON(b []byte, r *Record) []byte {
 	if r.WouldDeny != "" {
 		b = append(b, `,"would_deny":`...)
 		b = appendJSONString(b, r.WouldDeny)
+	}
+	if r.SNI != "" {
+		b = append(b, `,"sni":`...)
+		b = appendJSONString(b, r.SNI)
 	}
 	return append(b, "}\n"...)
 }

@@ -131,6 +131,23 @@ func goldenRecords() []Record {
 			Upstream: netip.MustParseAddrPort("198.51.100.21:80"), Rule: "default", WouldDeny: "default",
 			Route: "fleet",
 		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("192.0.2.14:4003"), User: "alice",
+			Protocol: ProtoConnect, Method: "CONNECT", Target: "api.example:443", Status: 200,
+			BytesUp: 517, BytesDown: 4000, Duration: 2 * time.Second,
+			Upstream: netip.MustParseAddrPort("192.0.2.20:443"), SNI: "api.example",
+		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("192.0.2.14:4004"), User: "alice",
+			Protocol: ProtoH2, Method: "CONNECT", Target: "api.example:443", Status: 200,
+			Duration: 3 * time.Millisecond, Rule: "api", Reason: ReasonSNIMismatch, SNI: "blocked.example",
+		},
+		{
+			Time: t0, Listener: "socks", Client: netip.MustParseAddrPort("192.0.2.15:4005"),
+			Protocol: ProtoSOCKS5, Method: "CONNECT", Target: "192.0.2.21:443", HTTPStatus: 200,
+			BytesUp: 21, BytesDown: 40, Duration: time.Second,
+			Upstream: netip.MustParseAddrPort("192.0.2.21:443"), SNI: "[not-tls]",
+		},
 	}
 }
 
@@ -139,7 +156,7 @@ func goldenRecords() []Record {
 // other field.
 const goldenTemplate = "{squid} {upstream} {source} | {time} {time_unix} {time_end_unix} {time_clf} {listener} " +
 	"{client} {client_ip} {user} {protocol} {method} {target} \"{request_line}\" {status} {http_status} " +
-	"{bytes_up} {bytes_down} {duration_ms} {upstream_ip} {rule} {reason} {source_ip} {route} {parent} {would_deny} " +
+	"{bytes_up} {bytes_down} {duration_ms} {upstream_ip} {rule} {reason} {source_ip} {route} {parent} {would_deny} {sni} " +
 	"{squid_code} {squid_hierarchy} {squid_error} {{ {common} | {combined}"
 
 func TestFormatsGolden(t *testing.T) {
@@ -199,6 +216,7 @@ func TestJSONDecodes(t *testing.T) {
 			Route      string  `json:"route"`
 			Parent     string  `json:"parent"`
 			WouldDeny  string  `json:"would_deny"`
+			SNI        string  `json:"sni"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
@@ -224,6 +242,7 @@ func TestJSONDecodes(t *testing.T) {
 		check("route", got.Route, r.Route)
 		check("parent", got.Parent, r.Parent)
 		check("would_deny", got.WouldDeny, r.WouldDeny)
+		check("sni", got.SNI, r.SNI)
 		check("client", got.Client, addrString(r.Client))
 		check("upstream", got.Upstream, addrString(r.Upstream))
 		check("source", got.Source, addrString(r.Source))
@@ -242,8 +261,11 @@ func TestJSONDecodes(t *testing.T) {
 
 // TestTextFields checks that every text line has 13 fields, a 14th when
 // the record has a Reason, a 15th when it has a Source, 17 when it has a
-// Route or Parent, and 18 when it has a WouldDeny (the fields before the
-// last set ones "-"), that unescape to the record's values.
+// TestTextFields checks that every text line has 13 fields, a 14th when
+// the record has a Reason, a 15th when it has a Source, 17 when it has a
+// Route or Parent, 18 when it has a WouldDeny and 19 when it has an SNI
+// (the fields before the last set ones "-"), that unescape to the
+// record's values.
 func TestTextFields(t *testing.T) {
 	for i, r := range goldenRecords() {
 		line := appendText(nil, &r)
@@ -251,6 +273,8 @@ func TestTextFields(t *testing.T) {
 		routed := r.Route != "" || r.Parent != ""
 		want := 13
 		switch {
+		case r.SNI != "":
+			want = 19
 		case r.WouldDeny != "":
 			want = 18
 		case routed:
@@ -272,6 +296,9 @@ func TestTextFields(t *testing.T) {
 		}
 		if want == 18 {
 			expect[17] = r.WouldDeny
+		}
+		if want == 19 {
+			expect[17], expect[18] = r.WouldDeny, r.SNI
 		}
 		for j, want := range expect {
 			if got := unescapeText(t, fields[j]); got != want {

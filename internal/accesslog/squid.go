@@ -97,6 +97,7 @@ var squidReasons = map[string]squidReason{
 	ReasonParentRefused:     {outcomeUpstream, false, "ERR_CANNOT_FORWARD"},
 	ReasonNoParent:          {outcomeUpstream, false, "ERR_CANNOT_FORWARD"},
 	ReasonLoop:              {outcomeDenied, false, "ERR_ACCESS_DENIED"},
+	ReasonSNIMismatch:       {outcomeDenied, false, "ERR_CONFLICT_HOST"},
 }
 
 // appendSquidCode appends Squid's result code for r (its %Ss): TCP_MISS

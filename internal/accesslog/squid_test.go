@@ -377,6 +377,7 @@ func TestTemplateCoversJSON(t *testing.T) {
 		Protocol: ProtoHTTP, Method: "GET", Target: "http://x/", Status: 200, BytesUp: 1, BytesDown: 2,
 		Duration: time.Second, Upstream: netip.MustParseAddrPort("192.0.2.2:80"), Rule: "r",
 		Reason: ReasonDrained, Source: netip.MustParseAddrPort("192.0.2.3:4000"), Route: "ro", Parent: "p",
+		SNI: "s.example",
 	}
 	var m map[string]any
 	if err := json.Unmarshal(appendJSON(nil, &r), &m); err != nil {
@@ -388,8 +389,8 @@ func TestTemplateCoversJSON(t *testing.T) {
 			t.Errorf("JSON key %q is not a template field", k)
 		}
 	}
-	if len(m) != 17 {
-		t.Errorf("the full record has %d JSON keys, want 17: %v", len(m), m)
+	if len(m) != 18 {
+		t.Errorf("the full record has %d JSON keys, want 18: %v", len(m), m)
 	}
 }
 

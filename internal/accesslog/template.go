@@ -39,6 +39,7 @@ const (
 	fieldRoute
 	fieldParent
 	fieldWouldDeny
+	fieldSNI
 	fieldSquidCode
 	fieldSquidHierarchy
 	fieldSquidError
@@ -77,6 +78,7 @@ var fieldNames = [numFields]string{
 	fieldRoute:          "route",
 	fieldParent:         "parent",
 	fieldWouldDeny:      "would_deny",
+	fieldSNI:            "sni",
 	fieldSquidCode:      "squid_code",
 	fieldSquidHierarchy: "squid_hierarchy",
 	fieldSquidError:     "squid_error",
@@ -97,7 +99,7 @@ var fieldNames = [numFields]string{
 //     status (as the text format), http_status (Record.HTTPStatus in
 //     three digits, 000 when nothing was answered), bytes_up, bytes_down,
 //     duration_ms, upstream (host:port), upstream_ip, rule, reason,
-//     source (host:port), source_ip, route, parent, would_deny;
+//     source (host:port), source_ip, route, parent, would_deny, sni;
 //   - squid_code (Squid's result code, TCP_MISS), squid_hierarchy
 //     (HIER_DIRECT/IP), squid_error (Squid's ERR_ page, "-" when served);
 //   - squid, common, combined: a whole line of that format, to which a
@@ -247,6 +249,8 @@ func appendField(b []byte, f field, r *Record) []byte {
 		return appendEscaped(b, r.Parent, escQuoted)
 	case fieldWouldDeny:
 		return appendEscaped(b, r.WouldDeny, escQuoted)
+	case fieldSNI:
+		return appendEscaped(b, r.SNI, escQuoted)
 	case fieldSquidCode:
 		return appendSquidCode(b, r)
 	case fieldSquidHierarchy:

@@ -35,6 +35,16 @@
 // loaded from files and URLs (package lists), of a million entries and
 // more: a hashed table of names, looked up once for a name and once for
 // each domain it is under, and sorted address ranges.
+//
+// Rules with a sni_hosts criterion match the server_name of the TLS
+// ClientHello a tunnel's client sends (see package sni), which rustle
+// reads after the tunnel is answered and before it is dialled: for a
+// tunnel whose hello is not read yet ([Request.HelloRead] false),
+// [Policy.Decide] returns a decision pending on it
+// ([Decision.PendingSNI]) when the first rule that could match has such
+// a criterion; the tunnel then reads its hello and is decided again
+// with it. A rule may also set the SNI check's mode for the requests it
+// allows ([Decision.SNIMode]).
 package acl
 
 import (
@@ -42,6 +52,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/rustle-proxy/rustle/internal/sni"
 )
 
 // Protocol is the protocol a request arrived with; a rule's protocols
@@ -74,6 +86,11 @@ var protocolNames = []struct {
 	{HTTP, "http"}, {Connect, "connect"}, {WebSocket, "websocket"},
 	{SOCKS5, "socks5"}, {SOCKS5UDP, "socks5-udp"}, {SOCKS4, "socks4"}, {UDP, "udp"},
 }
+
+// helloProtocols are the tunnels whose client's first bytes rustle can
+// read before it dials (a ClientHello): HTTP CONNECT on every version and
+// SOCKS CONNECT. A WebSocket or a CONNECT-UDP flow carries none.
+const helloProtocols = Connect | SOCKS5 | SOCKS4
 
 // ProtocolNames lists the protocol names a rule accepts, in order.
 func ProtocolNames() []string {
@@ -163,10 +180,22 @@ type Rule struct {
 	Methods []string
 	// Protocols are protocol names (see [ParseProtocol]).
 	Protocols []string
+	// SNIHosts are server names, in the syntax of Hosts without its IP
+	// and CIDR entries (a server_name is a name): they match the
+	// server_name of the ClientHello a tunnel's client sent
+	// (Request.SNI), and nothing on a request that has none (plain HTTP,
+	// WebSocket, UDP, a tunnel whose first bytes were no ClientHello or
+	// one without a server_name). Before a tunnel's hello is read, a rule
+	// with them leaves the decision pending (see [Decision.PendingSNI]).
+	SNIHosts []string
 	// AllowPrivate lists private destination ranges (CIDR prefixes) that
 	// requests this rule allows may reach despite the private-destination
 	// guard. Only for allow rules; empty means none.
 	AllowPrivate []string
+	// SNI is the SNI check's mode (see package sni: "off", "log",
+	// "match") for the tunnels this rule allows; "" means the listener's.
+	// Only for allow rules.
+	SNI string
 }
 
 // Config is a policy as configured.
@@ -273,6 +302,15 @@ type Request struct {
 	Method string
 	// Protocol is the protocol the request arrived with.
 	Protocol Protocol
+	// HelloRead says the tunnel's first bytes were read (see package
+	// sni): SNI is then what they named. false for a tunnel whose first
+	// bytes are not read yet, which rules with sni_hosts leave pending,
+	// and for any other request, which they do not match.
+	HelloRead bool
+	// SNI is the server_name of the ClientHello the tunnel's client sent,
+	// once HelloRead; "" when its first bytes were no ClientHello or one
+	// without a server_name.
+	SNI string
 }
 
 // Decision is the outcome of [Policy.Decide]. Its zero value allows, with
@@ -292,10 +330,28 @@ type Decision struct {
 	// last address it was asked about.
 	WouldDeny string
 
-	policy  *Policy
-	req     Request
-	matched *rule // nil when the default decided or while pending
-	pending bool
+	policy     *Policy
+	req        Request
+	matched    *rule // nil when the default decided or while pending
+	pending    bool
+	pendingSNI bool
+}
+
+// PendingSNI reports whether the verdict depends on the server_name of
+// the tunnel's ClientHello, which is not read yet: the request is to be
+// decided again once it is (Request.HelloRead). Allow is true meanwhile,
+// Rule "". A pending decision asked for a verdict regardless (Permit,
+// PermitUnresolved) is made as if the hello had no server_name.
+func (d *Decision) PendingSNI() bool { return d.pendingSNI }
+
+// SNIMode returns the SNI check's mode of the rule that decided (its
+// sni), sni.Unset when it sets none, when the default decided, or while
+// the decision is pending.
+func (d *Decision) SNIMode() sni.Mode {
+	if d.matched == nil {
+		return sni.Unset
+	}
+	return d.matched.sniMode
 }
 
 // Pending reports whether the verdict depends on the address the
@@ -307,7 +363,7 @@ func (d *Decision) Pending() bool { return d.pending }
 // ranges. A connection made under another decision for the same
 // destination must then be checked with Permit before it is reused.
 func (d *Decision) AddrDependent() bool {
-	return d.pending || d.matched != nil && len(d.matched.allowPrivate) > 0
+	return d.pending || d.pendingSNI || d.matched != nil && len(d.matched.allowPrivate) > 0
 }
 
 // Permit decides an allowed request for one address its destination
@@ -318,6 +374,12 @@ func (d *Decision) AddrDependent() bool {
 func (d *Decision) Permit(ip netip.Addr) (ok, private bool) {
 	if !d.Allow {
 		return false, false
+	}
+	if d.pendingSNI {
+		d.noHello()
+		if !d.Allow {
+			return false, false
+		}
 	}
 	m := d.matched
 	if d.pending {
@@ -351,12 +413,26 @@ func (d *Decision) PermitUnresolved() bool {
 	if !d.Allow {
 		return false
 	}
+	if d.pendingSNI {
+		d.noHello()
+		if !d.Allow {
+			return false
+		}
+	}
 	if !d.pending {
 		return true
 	}
 	nd := d.policy.decideUnresolved(&d.req)
 	d.Rule, d.WouldDeny = nd.Rule, nd.WouldDeny
 	return nd.Allow
+}
+
+// noHello decides a decision pending on the SNI as if the tunnel's hello
+// had no server_name.
+func (d *Decision) noHello() {
+	r := d.req
+	r.HelloRead, r.SNI = true, ""
+	*d = d.policy.Decide(r)
 }
 
 // Check decides r and returns whether it is allowed and the name of the
@@ -366,6 +442,9 @@ func (d *Decision) PermitUnresolved() bool {
 // resolved to no address; use Decide and Permit to decide it per address.
 func (p *Policy) Check(r Request) (allow bool, rule string) {
 	d := p.Decide(r)
+	if d.pendingSNI {
+		d.noHello()
+	}
 	if d.pending {
 		d = p.decideUnresolved(&r)
 	}
@@ -406,7 +485,10 @@ func (p *Policy) byDefault(r *Request) Decision {
 
 // Decide decides r. The result is pending (see [Decision.Pending]) when r
 // names a host, no earlier rule decides, and the first rule that could
-// match depends on the address the name resolves to.
+// match depends on the address the name resolves to; pending on the SNI
+// (see [Decision.PendingSNI]) when r is a tunnel whose ClientHello is not
+// read yet and the first rule that could match has a sni_hosts
+// criterion.
 func (p *Policy) Decide(r Request) Decision {
 	var buf [maxName]byte
 	host, addr := normalizeHost(&r, &buf)
@@ -417,6 +499,8 @@ func (p *Policy) Decide(r Request) Decision {
 			return p.decided(ru, &r)
 		case matchPending:
 			return Decision{Allow: true, policy: p, req: r, pending: true}
+		case matchSNI:
+			return Decision{Allow: true, policy: p, req: r, pendingSNI: true}
 		}
 	}
 	return p.byDefault(&r)

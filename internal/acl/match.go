@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/sni"
 )
 
 // maxName is the longest host name a rule can match (253 characters and
@@ -29,8 +30,10 @@ type rule struct {
 	ports       []portRange
 	methods     []string
 	protocols   Protocol // 0 = any
+	sniHosts    hostSet  // names only; empty = any
 
 	allowPrivate []netip.Prefix
+	sniMode      sni.Mode
 }
 
 type portRange struct{ lo, hi uint16 }
@@ -49,6 +52,7 @@ const (
 	matchNo = iota
 	matchYes
 	matchPending // decided by the address the host name resolves to
+	matchSNI     // decided by the server_name of the tunnel's ClientHello, not read yet
 )
 
 // compile compiles one configured rule.
@@ -83,6 +87,11 @@ func compile(rc Rule, groups map[string][]string, providerGroups []string) (rule
 	}
 	r.hostLists = listsOf(rc.HostLists, HostList, "host_lists", fail)
 	r.clientLists = listsOf(rc.ClientLists, ClientList, "client_lists", fail)
+	for _, h := range rc.SNIHosts {
+		if err := r.sniHosts.addName(h); err != nil {
+			fail("sni_hosts", err)
+		}
+	}
 	for _, s := range rc.Ports {
 		lo, hi, err := ParsePorts(s)
 		if err != nil {
@@ -116,6 +125,13 @@ func compile(rc Rule, groups map[string][]string, providerGroups []string) (rule
 			continue
 		}
 		r.allowPrivate = append(r.allowPrivate, p)
+	}
+	if m, err := sni.ParseMode(rc.SNI); err != nil {
+		fail("sni", err)
+	} else if m != sni.Unset && !r.allow && rc.Action == Deny {
+		fail("sni", errors.New("is only for allow rules"))
+	} else {
+		r.sniMode = m
 	}
 	return r, errors.Join(errs...)
 }
@@ -181,6 +197,22 @@ func ParseUser(s string) error {
 // address (IPv6 with or without brackets) or a CIDR prefix.
 func ParseHost(s string) error {
 	var h hostSet
+	return h.add(s)
+}
+
+// ParseSNIHost checks a sni_hosts entry: a host name, "*.name" or
+// ".name"; not an IP address or a CIDR prefix.
+func ParseSNIHost(s string) error {
+	var h hostSet
+	return h.addName(s)
+}
+
+// addName compiles one sni_hosts entry into h: a hosts entry that is not
+// an IP address or prefix.
+func (h *hostSet) addName(s string) error {
+	if _, err := ParsePrefix(s); err == nil || strings.Contains(s, "/") {
+		return fmt.Errorf("%q is an IP address or prefix: a server_name is a host name (\"name\", \"*.suffix\" or \".suffix\")", s)
+	}
 	return h.add(s)
 }
 
@@ -353,6 +385,25 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 			return matchNo
 		}
 	}
+	m := ru.matchHosts(host, addr)
+	if m == matchNo || !ru.sniHosts.set {
+		return m
+	}
+	switch {
+	case r.HelloRead:
+		if !ru.sniHosts.matchSNI(r.SNI) {
+			return matchNo
+		}
+		return m
+	case r.Protocol&helloProtocols != 0:
+		return matchSNI // whatever the address: the SNI is decided first
+	}
+	return matchNo // a request without a ClientHello
+}
+
+// matchHosts matches the rule's hosts criterion against the normalized
+// host name (nil for an IP literal) and the destination address.
+func (ru *rule) matchHosts(host []byte, addr netip.Addr) int {
 	if !ru.hosts.set && ru.hostLists == nil {
 		return matchYes
 	}
@@ -426,6 +477,18 @@ func (ru *rule) matchHostAddr(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// matchSNI reports whether a server name matches a name entry, compared
+// as a host name is: without regard to ASCII case. "" matches nothing.
+func (h *hostSet) matchSNI(name string) bool {
+	var buf [maxName]byte
+	if name == "" || len(name) > len(buf) {
+		return false
+	}
+	n := copy(buf[:], name)
+	lowerASCIIBytes(buf[:n])
+	return h.matchName(buf[:n])
 }
 
 // matchName reports whether the normalized name host matches a name entry.

@@ -207,8 +207,10 @@ type Timeouts struct {
 	ReadHeader Duration `toml:"read_header"`
 	// ClientHello is the time a client of an https listener has, from
 	// its connection, to send the first record of its TLS handshake (the
-	// ClientHello) whole; no handshake slot is held meanwhile. Zero means
-	// 10s.
+	// ClientHello) whole; no handshake slot is held meanwhile. It is also
+	// the time a tunnel's client has, from the tunnel's answer, to send
+	// its whole ClientHello when the SNI check reads it (see
+	// [Listener.SNI]). Zero means 10s.
 	ClientHello Duration `toml:"client_hello"`
 	// QUICHandshake is the time a QUIC client of an https listener with
 	// http3 on has to complete its handshake, from its first Initial; a
@@ -342,12 +344,16 @@ type ACLRule struct {
 	// (allow) rule matches may reach; empty means none beyond the
 	// top-level allow_private.
 	AllowPrivate []string `toml:"allow_private"`
+	// SNI is the SNI check of the tunnels this (allow) rule allows:
+	// "off", "log" or "match" (see [Listener.SNI]); it replaces the
+	// listener's. "" means the listener's.
+	SNI string `toml:"sni"`
 }
 
 // Rule returns r as package acl compiles it.
 func (r ACLRule) Rule() acl.Rule {
 	ar := r.Criteria.Rule()
-	ar.Name, ar.Action, ar.AllowPrivate = r.Name, r.Action, r.AllowPrivate
+	ar.Name, ar.Action, ar.AllowPrivate, ar.SNI = r.Name, r.Action, r.AllowPrivate, r.SNI
 	return ar
 }
 
@@ -389,14 +395,22 @@ type Criteria struct {
 	// Protocols are "http", "connect", "websocket", "socks5", "socks5-udp",
 	// "socks4" and "udp" (an HTTP/3 CONNECT-UDP flow).
 	Protocols []string `toml:"protocols"`
+	// SNIHosts are server names, as hosts without IP addresses and
+	// prefixes, matched against the server_name of a tunnel's TLS
+	// ClientHello (CONNECT, SOCKS CONNECT): a tunnel such a rule or route
+	// could match reads its hello before it is dialled, whatever its
+	// listener's sni (see [Listener.SNI]); a request without a hello (plain
+	// HTTP, WebSocket, UDP, a tunnel whose first bytes are not TLS or
+	// whose hello names no server) matches none. Empty means any.
+	SNIHosts []string `toml:"sni_hosts"`
 }
 
-// Rule returns c as the criteria of an acl.Rule (no name, action or
-// allow_private, and no lists: the caller loads those, see
+// Rule returns c as the criteria of an acl.Rule (no name, action,
+// allow_private or sni, and no lists: the caller loads those, see
 // ListSources).
 func (c Criteria) Rule() acl.Rule {
 	return acl.Rule{Clients: c.Clients, Users: c.Users, Groups: c.Groups, Hosts: c.Hosts,
-		Ports: c.Ports, Methods: c.Methods, Protocols: c.Protocols}
+		Ports: c.Ports, Methods: c.Methods, Protocols: c.Protocols, SNIHosts: c.SNIHosts}
 }
 
 // Who selects users: the users and groups keys of every table that
@@ -636,6 +650,16 @@ type Listener struct {
 	// over UDP, with its certificate and users (see [HTTP3]); false
 	// serves TCP only. Refused on the other protocols.
 	HTTP3 bool `toml:"http3"`
+	// SNI is the SNI check of the listener's tunnels (CONNECT on every
+	// HTTP version, SOCKS CONNECT): "log" reads each tunnel's TLS
+	// ClientHello before the tunnel is dialled (the client is answered
+	// first, since it sends its hello only then) and logs its
+	// server_name; "match" also closes, before any byte reaches the
+	// origin, a tunnel whose hello names another host than the tunnel's,
+	// none where the tunnel named a host, or that is no ClientHello;
+	// "off" reads nothing. An [[acl.rules]] entry's sni replaces it for
+	// the tunnels the rule allows. "" means "off".
+	SNI string `toml:"sni"`
 }
 
 // ALPN protocol names, the values a listener's alpn key takes.

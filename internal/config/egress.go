@@ -47,6 +47,12 @@ type EgressRule struct {
 	Interface string `toml:"interface"`
 	// Freebind lets Bind name addresses not configured on the host.
 	Freebind bool `toml:"freebind"`
+	// SNIHosts restricts the rule to the users' tunnels whose TLS
+	// ClientHello names one of these server names (the syntax of
+	// [Criteria.SNIHosts]): such a tunnel reads its hello before it is
+	// dialled; other requests skip the rule. Empty means every request of
+	// the users.
+	SNIHosts []string `toml:"sni_hosts"`
 }
 
 // ListenerEgress is a listener's egress: when any key is set it replaces
@@ -89,6 +95,7 @@ func (c *Config) validateEgress(v *validator) {
 		v.check(len(r.Bind) > 0 || r.Interface != "", key, "sets neither bind nor interface")
 		c.validateWho(v, key, r.Who, true)
 		validateBind(v, key, r.Bind, r.Interface)
+		validateSNIHosts(v, key, r.SNIHosts)
 	}
 	for i, l := range c.Listen {
 		key := fmt.Sprintf("listen[%d].egress", i)

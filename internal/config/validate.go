@@ -14,6 +14,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/sni"
 )
 
 // ErrOpenProxy is wrapped by the [Config.Validate] error for a listener on
@@ -147,12 +148,16 @@ func (c *Config) validateACL(v *validator) {
 		case acl.Allow:
 		case acl.Deny, acl.Report:
 			v.check(len(r.AllowPrivate) == 0, key+".allow_private", "is only for allow rules")
+			v.check(r.SNI == "", key+".sni", "is only for allow rules")
 		case "":
 			v.add(key, errors.New(`action is required: "allow", "deny" or "report"`))
 		default:
 			v.add(key+".action", fmt.Errorf("%q is not \"allow\", \"deny\" or \"report\"", r.Action))
 		}
 		c.validateCriteria(v, key, r.Criteria)
+		if _, err := sni.ParseMode(r.SNI); err != nil {
+			v.add(key+".sni", err)
+		}
 		for j, s := range r.AllowPrivate {
 			if _, err := acl.ParsePrefix(s); err != nil {
 				v.add(fmt.Sprintf("%s.allow_private[%d]", key, j), err)
@@ -178,6 +183,17 @@ func (c *Config) validateCriteria(v *validator, key string, cr Criteria) {
 	each("ports", cr.Ports, func(s string) error { _, _, err := acl.ParsePorts(s); return err })
 	each("methods", cr.Methods, acl.ParseMethod)
 	each("protocols", cr.Protocols, func(s string) error { _, err := acl.ParseProtocol(s); return err })
+	validateSNIHosts(v, key, cr.SNIHosts)
+}
+
+// validateSNIHosts checks the sni_hosts of the table at key: host names,
+// "*.suffix" and ".suffix", no addresses.
+func validateSNIHosts(v *validator, key string, list []string) {
+	for j, s := range list {
+		if err := acl.ParseSNIHost(s); err != nil {
+			v.add(fmt.Sprintf("%s.sni_hosts[%d]", key, j), err)
+		}
+	}
 }
 
 // validateWho checks the users and groups of the table at key: user
@@ -362,6 +378,9 @@ func (c *Config) validateListeners(v *validator) {
 		}
 		c.validateListenerUsers(v, key, l)
 		c.validateListenerProviders(v, key, l)
+		if _, err := sni.ParseMode(l.SNI); err != nil {
+			v.add(key+".sni", err)
+		}
 
 		host, canon, err := splitListenAddress(l.Address)
 		if err != nil {

@@ -592,6 +592,30 @@ func TestValidateACLAndLimits(t *testing.T) {
 			"acl.rules[0].clients_url", "acl.rules[1].hosts_url", "lists.refresh", "lists.timeout", "lists.max_bytes",
 			"lists.allow_private[0]", "routes[0].clients_url",
 		}},
+		{"good sni", func(c *Config) {
+			c.Listen[0].SNI = "match"
+			c.ACL.Rules = []ACLRule{
+				{Name: "log-only", Action: "allow", Criteria: Criteria{SNIHosts: []string{"*.cdn.example", ".ok.example", "a.example"}}, SNI: "log"},
+				{Name: "no-fronting", Action: "deny", Criteria: Criteria{SNIHosts: []string{"blocked.example"}}},
+			}
+			c.Routes = []Route{{Name: "r", Criteria: Criteria{SNIHosts: []string{"x.example"}}, Via: Strings{"direct"}}}
+			c.Egress.Rules = []EgressRule{{Who: Who{Users: []string{"alice"}}, Bind: []string{"127.0.0.1"}, SNIHosts: []string{"y.example"}}}
+		}, nil},
+		{"bad sni", func(c *Config) {
+			c.Listen[0].SNI = "on"
+			c.ACL.Rules = []ACLRule{
+				{Name: "a", Action: "allow", Criteria: Criteria{SNIHosts: []string{"192.0.2.1", "10.0.0.0/8", "a b"}}, SNI: "strict"},
+				{Name: "b", Action: "deny", SNI: "match"},
+			}
+			c.Routes = []Route{{Name: "r", Criteria: Criteria{SNIHosts: []string{"::1"}}, Via: Strings{"direct"}}}
+			c.Egress.Rules = []EgressRule{{Who: Who{Users: []string{"alice"}}, Bind: []string{"127.0.0.1"}, SNIHosts: []string{"198.51.100.0/24"}}}
+		}, []string{
+			"listen[0].sni",
+			"acl.rules[0].sni_hosts[0]", "acl.rules[0].sni_hosts[1]", "acl.rules[0].sni_hosts[2]", "acl.rules[0].sni",
+			"acl.rules[1].sni",
+			"egress.rules[0].sni_hosts[0]",
+			"routes[0].sni_hosts[0]",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -52,6 +52,16 @@
 // instance in its Via (package origin for forwarded requests, package
 // route for a tunnel's CONNECT).
 //
+// A tunnel (CONNECT on every HTTP version, SOCKS CONNECT) may have its
+// TLS ClientHello checked before it is dialled (see sni.go): when
+// [Grant.NeedsHello] says so (the listener's or the allowing rule's sni
+// mode is log or match, or a rule, route or egress rule matches on
+// sni_hosts), the front-end answers the tunnel, reads the client's
+// first bytes (package sni), and [Grant.CheckHello] decides with them:
+// the rules and the route again with the server name, and under match
+// a refusal of a hello that names another host ([SNIMismatch]). Only
+// then does the front-end dial, and it sends the bytes read first.
+//
 // gate knows no HTTP framing: the HTTP helpers (hop-by-hop fields, the
 // request target, Forwarded, which methods may be retried, Max-Forwards on
 // TRACE and OPTIONS) and the exchange with an origin are package

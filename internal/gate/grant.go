@@ -121,6 +121,13 @@ type Grant struct {
 	coolStarted bool
 	cause       error    // what was wrong, for the debug line of a Reject; nil = nothing said
 	added       [2]int64 // payload bytes up and down the front-end wrote itself (AddBytes)
+
+	// The SNI check (see sni.go).
+	areq         acl.Request // what the rules decided, for a decision again with the hello's server name
+	wantHello    bool        // the tunnel reads its ClientHello before it dials (NeedsHello)
+	routePending bool        // the route depends on the hello's server name
+	hello        helloState  // what is known of the hello
+	sni          string      // the access log's sni field: the server name, or why there is none ("[not-tls]")
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -163,12 +170,13 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		return g.refuse(kind)
 	}
 
-	ar := acl.Request{
+	g.areq = acl.Request{
 		Client: s.ip, User: user, Groups: k.groups, Host: r.Host, Addr: r.Addr, Port: r.Port,
 		Method: r.Method, Protocol: r.Protocol,
 	}
+	ar := &g.areq
 	if p.ACL != nil {
-		g.decision = p.ACL.Decide(ar)
+		g.decision = p.ACL.Decide(*ar)
 		g.decided = true
 		g.Rule = g.decision.Rule
 		if !g.decision.Allow {
@@ -180,7 +188,8 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		s.debug("gate: quota exceeded", slog.String("user", user))
 		return g.refuse(QuotaExceeded)
 	}
-	g.chooseRoute(&ar)
+	g.chooseRoute(ar)
+	g.wantHello = g.wantsHello(ar, g.routePending)
 	return OK
 }
 
@@ -368,7 +377,7 @@ func (g *Grant) DialOptions() *dialer.Options {
 // the user's own, else the route's, else the listener's (see [Egress]);
 // nil = the kernel's choice.
 func (g *Grant) egressSource() *dialer.Source {
-	src, own := g.s.p.Egress.forUser(g.User, g.groups)
+	src, own := g.s.p.Egress.forUser(g.User, g.groups, g.helloInfo())
 	if rs := g.route.Source(); rs != nil && !own {
 		return rs
 	}
@@ -738,6 +747,7 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Route:      g.route.Name(),
 		Parent:     g.parent.Name(),
 		WouldDeny:  g.wouldDeny(),
+		SNI:        g.sni,
 	}
 }
 
@@ -844,6 +854,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonQuota
 	case Loop:
 		return accesslog.ReasonLoop
+	case SNIMismatch:
+		return accesslog.ReasonSNIMismatch
 	}
 	return ""
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/route"
+	"github.com/rustle-proxy/rustle/internal/sni"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
@@ -81,6 +82,16 @@ type Policy struct {
 	// refuses the requests of a user whose quota is spent and ends its
 	// tunnels as they cross it; nil = no quotas.
 	Quota *quota.Tracker
+	// SNI is the listener's SNI check (see NeedsHello and CheckHello):
+	// sni.Log or sni.Match read the ClientHello of every tunnel before
+	// it is dialled; a rule's sni, when set, replaces it for the tunnels
+	// the rule allows. sni.Unset and sni.Off read none (unless a rule,
+	// route or egress rule on sni_hosts needs it).
+	SNI sni.Mode
+	// HelloTimeout bounds the wait for a tunnel's ClientHello, from the
+	// tunnel's answer to the hello's last byte, when the SNI check reads
+	// it; 0 = no limit.
+	HelloTimeout time.Duration
 	// Instance is the rustle in loop detection: the Via element every
 	// request sent to a parent carries, which a request that came back
 	// names (see route.Instance). A server gives all its listeners one;
@@ -161,6 +172,12 @@ const (
 	// tunnel's dial that a parent answered 508: 508 Loop Detected (SOCKS:
 	// not allowed).
 	Loop
+	// SNIMismatch refuses a tunnel whose ClientHello does not name the
+	// host it was asked for (see CheckHello), under sni = "match". The
+	// tunnel was answered before its hello came: the front-end closes it
+	// (an HTTP/2 or HTTP/3 stream is reset), with no byte sent to the
+	// origin. Its Status, 403, is for the log's class only.
+	SNIMismatch
 )
 
 // Status returns the HTTP status a front-end answers k with; 200 for OK.
@@ -170,7 +187,7 @@ func (k Kind) Status() int {
 		return 407
 	case CoolingDown, UserLimit, QuotaExceeded:
 		return 429
-	case Denied, Forbidden:
+	case Denied, Forbidden, SNIMismatch:
 		return 403
 	case Unreachable:
 		return 502
@@ -209,6 +226,8 @@ func (k Kind) Reason() string {
 		return "quota exceeded for this user"
 	case Loop:
 		return "loop detected: the request came back to this proxy through its parents"
+	case SNIMismatch:
+		return "the TLS server name does not match the tunnel's host"
 	}
 	return ""
 }
@@ -240,6 +259,8 @@ func (k Kind) String() string {
 		return "quota"
 	case Loop:
 		return "loop"
+	case SNIMismatch:
+		return "sni-mismatch"
 	}
 	return "unknown"
 }

@@ -17,10 +17,15 @@ import (
 // chooseRoute notes the route of an authorized request: the first of the
 // policy's routes that r matches (nil = direct). The parent is picked
 // when the grant dials.
+//
+// A tunnel whose ClientHello is unread may match a route with
+// sni_hosts: the route is then pending (see NeedsHello), and CheckHello
+// chooses it again with the server name.
 func (g *Grant) chooseRoute(r *acl.Request) {
 	g.route, g.parent, g.picked, g.forward, g.plain, g.retried = nil, nil, false, false, false, false
+	g.routePending = false
 	if t := g.s.p.Routes; t != nil {
-		g.route = t.Match(*r)
+		g.route, g.routePending = t.MatchHello(*r)
 	}
 }
 

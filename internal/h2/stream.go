@@ -733,6 +733,23 @@ func (q *chunkQueue) front() []byte {
 	return q.chunks[0][q.r:end]
 }
 
+// appendTo appends to dst the queued bytes from len(dst) up to the
+// n-th: dst holds the first len(dst) of them already.
+func (q *chunkQueue) appendTo(dst []byte, n int) []byte {
+	pos := q.r + len(dst) // offset in the chunks, counting from the first's start
+	for len(dst) < n {
+		ci, off := pos/bufSize, pos%bufSize
+		end := bufSize
+		if ci == len(q.chunks)-1 {
+			end = q.w
+		}
+		k := min(end-off, n-len(dst))
+		dst = append(dst, q.chunks[ci][off:off+k]...)
+		pos += k
+	}
+	return dst
+}
+
 // consume removes the first k bytes, which front returned.
 func (q *chunkQueue) consume(k int) {
 	if k <= 0 {

@@ -19,6 +19,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/sni"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -384,8 +385,10 @@ func (s *stream) writeBody(up net.Conn, chunked bool) error {
 // reports whether it handed the stream to a relay goroutine, which then
 // ends the worker.
 func (s *stream) connect() bool {
-	c := s.c
 	r := &s.req
+	if r.kind != kindWebSocket && s.grant.NeedsHello() {
+		return s.helloFirst()
+	}
 	var up *net.TCPConn // a tunnel's relay waits on its socket
 	fields := []hpack.HeaderField{{Name: ":status", Value: "200"}}
 	var pending []byte
@@ -412,6 +415,16 @@ func (s *stream) connect() bool {
 	s.answered(200)
 	s.relaying = true
 	s.releaseFields() // the tunnel does not need them; an idle one keeps less
+	return s.startTunnel(up, pending)
+}
+
+// startTunnel makes up, the stream's upstream, a tunnel once the client
+// has its 200: the client's bytes queued and to come go to up (see
+// deliverLocked), pending (bytes behind an origin's 101) to the client,
+// and a relay goroutine carries the upstream's to the client. It
+// reports whether the relay took the stream over.
+func (s *stream) startTunnel(up *net.TCPConn, pending []byte) bool {
+	c := s.c
 	c.mu.Lock()
 	if s.reset {
 		c.mu.Unlock()
@@ -442,6 +455,72 @@ func (s *stream) connect() bool {
 	// one's has grown with the dial and the handshake.
 	go s.relay(up, nil, false, nil)
 	return true
+}
+
+// helloFirst serves a CONNECT whose ClientHello the SNI check reads
+// before the dial (gate.Grant.NeedsHello): answer 200 (the client sends
+// its hello only then), wait for the hello in the stream's queue (within
+// the grant's HelloTimeout, at most sni.MaxBytes; the client's window is
+// not credited meanwhile), decide it, then dial and start the tunnel,
+// whose first bytes upstream are the queued ones, the hello unchanged. A
+// refusal, or a dial that fails, resets the stream with CONNECT_ERROR;
+// the access log has the reason.
+func (s *stream) helloFirst() bool {
+	if s.sendHeaders([]hpack.HeaderField{{Name: ":status", Value: "200"}}, false) != nil {
+		return false
+	}
+	s.answered(200)
+	s.relaying = true
+	s.releaseFields()
+	h, err := s.waitHello()
+	if errors.Is(err, errStreamGone) {
+		return false
+	}
+	if s.grant.CheckHello(h, err) != gate.OK {
+		s.resetStream(http2.ErrCodeConnect)
+		return false
+	}
+	upc, err := s.dial(true)
+	if err != nil {
+		s.resetStream(http2.ErrCodeConnect)
+		return false
+	}
+	up := upc.(*net.TCPConn)
+	if !s.attach(up) {
+		return false
+	}
+	return s.startTunnel(up, nil)
+}
+
+// waitHello waits until the bytes the client sent on the stream hold a
+// whole ClientHello, or show they cannot (see sni.Scanner), and returns
+// what they are; the bytes stay queued. It returns errStreamGone when
+// the stream is reset, io.ErrUnexpectedEOF when the client ends its
+// side first, and os.ErrDeadlineExceeded when the grant's HelloTimeout
+// passes.
+func (s *stream) waitHello() (sni.Hello, error) {
+	c := s.c
+	deadline := gate.Deadline(time.Now(), s.grant.HelloTimeout())
+	var sc sni.Scanner
+	var buf []byte // a copy of the queue's first bytes, which grows as they come
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if s.in.n > len(buf) {
+			buf = s.in.appendTo(buf, min(s.in.n, sni.MaxBytes))
+			if h, _, err := sc.Scan(buf); err != sni.ErrShort {
+				return h, err
+			}
+		}
+		switch {
+		case s.reset:
+			return sni.Hello{}, errStreamGone
+		case s.remoteDone:
+			return sni.Hello{}, io.ErrUnexpectedEOF
+		case !s.waitUntilLocked(deadline):
+			return sni.Hello{}, os.ErrDeadlineExceeded
+		}
+	}
 }
 
 // relay runs an established tunnel to its end, as the stream's worker;

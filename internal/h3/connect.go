@@ -12,8 +12,14 @@ import (
 )
 
 // connect serves CONNECT: dial, answer 200, and relay the stream and the
-// upstream with gate.Grant.Tunnel until both directions end.
+// upstream with gate.Grant.Tunnel until both directions end. A tunnel
+// whose ClientHello the SNI check reads is answered first (see
+// helloFirst).
 func (s *Server) connect(w http.ResponseWriter, r *http.Request, g *gate.Grant) {
+	if g.NeedsHello() {
+		s.helloFirst(w, r, g)
+		return
+	}
 	up, err := g.Dial(r.Context())
 	if err != nil {
 		s.answerFailure(w, g, err, nil, string(g.AppendDest(nil)))
@@ -23,6 +29,46 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, g *gate.Grant) 
 	g.Answer(http.StatusOK, 0)
 	str := w.(http3.HTTPStreamer).HTTPStream() // sends the head
 	g.Tunnel(&streamConn{str: str, local: localAddr(r), remote: remoteAddr(r)}, up, nil)
+}
+
+// helloFirst serves a CONNECT whose ClientHello the SNI check reads
+// before the dial (gate.Grant.NeedsHello): answer 200 (the client sends
+// its hello only then), read the hello from the stream (within the
+// grant's HelloTimeout, at most sni.MaxBytes), decide it, then dial and
+// relay, the hello going to the origin first. A refusal, or a dial that
+// fails, resets the stream with H3_CONNECT_ERROR; the access log has
+// the reason.
+func (s *Server) helloFirst(w http.ResponseWriter, r *http.Request, g *gate.Grant) {
+	w.WriteHeader(http.StatusOK)
+	g.Answer(http.StatusOK, 0)
+	str := w.(http3.HTTPStreamer).HTTPStream() // sends the head
+	c := &streamConn{str: str, local: localAddr(r), remote: remoteAddr(r)}
+	hello, k := g.ReadHello(c, nil)
+	if k != gate.OK {
+		resetStream(str)
+		return
+	}
+	up, err := g.Dial(r.Context())
+	if err != nil {
+		resetStream(str)
+		return
+	}
+	up.SetWriteDeadline(gate.Deadline(time.Now(), s.cfg.Origin.Config().WriteTimeout))
+	n, err := up.Write(hello)
+	g.AddBytes(int64(n), 0)
+	if err != nil {
+		up.Close()
+		resetStream(str)
+		return
+	}
+	g.Tunnel(c, up, nil)
+}
+
+// resetStream ends a tunnel's stream both ways with H3_CONNECT_ERROR,
+// the code of a tunnel that failed (RFC 9114 §4.4).
+func resetStream(str *http3.Stream) {
+	str.CancelRead(quic.StreamErrorCode(http3.ErrCodeConnectError))
+	str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeConnectError))
 }
 
 // streamConn is a request stream as the client's side of a tunnel: its

@@ -15,6 +15,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/route"
+	"github.com/rustle-proxy/rustle/internal/sni"
 )
 
 // spliceMin is the body remainder from which bytes are moved with splice
@@ -809,17 +810,79 @@ func (cn *conn) finishBody() error {
 // connect serves a CONNECT request: dial, answer 200, and hand both
 // connections to the tunnel engine. It reports whether the client
 // connection was handed off.
+//
+// A tunnel whose ClientHello the SNI check reads (gate.Grant.NeedsHello)
+// is answered first, as its client sends the hello only then: the hello
+// is read and decided, and only then dialled (see helloFirst). A hello
+// the client sent behind its CONNECT without waiting for the answer is
+// decided before it: a refusal is then a 403, a failed dial a 502.
 func (cn *conn) connect() bool {
-	upc, err := cn.g.DialConn(context.WithoutCancel(cn.ctx))
+	g := &cn.g
+	if g.NeedsHello() {
+		h, _, err := sni.Parse(cn.client.Buffered())
+		if err == sni.ErrShort {
+			return cn.helloFirst()
+		}
+		if k := g.CheckHello(h, err); k != gate.OK {
+			cn.writeError(k.Status(), k.Reason(), false)
+			return false
+		}
+	}
+	upc, err := g.DialConn(context.WithoutCancel(cn.ctx))
 	if err != nil {
 		cn.writeFailure(err)
 		return false
 	}
+	if !cn.answerConnect() {
+		upc.Close()
+		return false
+	}
+	return cn.tunnel(upc)
+}
+
+// answerConnect answers a CONNECT 200; false when the write failed.
+func (cn *conn) answerConnect() bool {
 	cn.g.Answer(200, 0)
 	client := cn.client.C
 	client.SetWriteDeadline(gate.Deadline(time.Now(), cn.p.o.WriteTimeout))
-	if _, err := client.Write(connectEstablished); err != nil {
-		upc.Close()
+	_, err := client.Write(connectEstablished)
+	return err == nil
+}
+
+// helloFirst serves a CONNECT whose ClientHello the SNI check reads
+// before the dial: answer 200, read the hello into the client's buffer
+// (at most sni.MaxBytes, within the grant's HelloTimeout), decide it
+// (gate.Grant.CheckHello), then dial and tunnel, the hello going to the
+// origin first. A refusal, or a dial that fails, closes the connection:
+// the client had its 200, and learns no more; the access log has the
+// reason.
+func (cn *conn) helloFirst() bool {
+	g := &cn.g
+	if !cn.answerConnect() {
+		return false
+	}
+	c := &cn.client
+	if t := g.HelloTimeout(); t > 0 {
+		c.C.SetReadDeadline(time.Now().Add(t))
+	}
+	var sc sni.Scanner
+	var h sni.Hello
+	var err error
+	for {
+		if h, _, err = sc.Scan(c.Buffered()); err != sni.ErrShort {
+			break
+		}
+		if err = c.Fill(sni.MaxBytes); err != nil {
+			break
+		}
+	}
+	c.C.SetReadDeadline(time.Time{})
+	c.ForgetReadDeadline()
+	if g.CheckHello(h, err) != gate.OK {
+		return false
+	}
+	upc, err := g.DialConn(context.WithoutCancel(cn.ctx))
+	if err != nil {
 		return false
 	}
 	return cn.tunnel(upc)

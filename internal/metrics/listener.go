@@ -10,22 +10,24 @@ import (
 // once by [Metrics.Listener]. Its methods are safe for concurrent use, do
 // not allocate, and do nothing on a nil receiver.
 type ListenerMetrics struct {
-	protocol  string // for Read
-	accepted  prometheus.Counter
-	open      prometheus.Gauge
-	requests  [len(statusClasses)]prometheus.Counter
-	up, down  prometheus.Counter
-	tunnels   prometheus.Counter
-	dgUp      prometheus.Counter
-	dgDown    prometheus.Counter
-	dgRefused prometheus.Counter
-	authFails prometheus.Counter
-	authAsks  prometheus.Counter
-	aclDenies prometheus.Counter
-	wouldDeny *prometheus.CounterVec // by rule
-	dialOK    prometheus.Observer
-	dialErr   prometheus.Observer
-	ttfb      prometheus.Observer
+	protocol   string // for Read
+	accepted   prometheus.Counter
+	open       prometheus.Gauge
+	requests   [len(statusClasses)]prometheus.Counter
+	up, down   prometheus.Counter
+	tunnels    prometheus.Counter
+	dgUp       prometheus.Counter
+	dgDown     prometheus.Counter
+	dgRefused  prometheus.Counter
+	authFails  prometheus.Counter
+	authAsks   prometheus.Counter
+	aclDenies  prometheus.Counter
+	wouldDeny  *prometheus.CounterVec // by rule
+	sniChecks  [len(sniResults)]prometheus.Counter
+	sniRefused prometheus.Counter
+	dialOK     prometheus.Observer
+	dialErr    prometheus.Observer
+	ttfb       prometheus.Observer
 }
 
 // Accepted counts an accepted client connection, which is open until
@@ -130,6 +132,56 @@ func (l *ListenerMetrics) ACLDenied() {
 func (l *ListenerMetrics) WouldDeny(rule string) {
 	if l != nil {
 		l.wouldDeny.WithLabelValues(rule).Inc()
+	}
+}
+
+// SNIResult is what the SNI check found in a tunnel's first bytes: the
+// result label of rustle_sni_checks_total.
+type SNIResult uint8
+
+// The results of the SNI check.
+const (
+	// SNIMatched: a ClientHello whose server_name is the tunnel's host
+	// (for a tunnel to an IP address, one the rules allow as its host,
+	// or none).
+	SNIMatched SNIResult = iota
+	// SNIDiffers: a server_name other than the tunnel's host.
+	SNIDiffers
+	// SNIMissing: a ClientHello without a server_name, to a host name.
+	SNIMissing
+	// SNINotTLS: the first bytes were no TLS handshake (an SSLv2-style
+	// hello included).
+	SNINotTLS
+	// SNIMalformed: a TLS handshake record without a well-formed
+	// ClientHello.
+	SNIMalformed
+	// SNITooLarge: a ClientHello over the reader's bound.
+	SNITooLarge
+	// SNIIncomplete: the client closed, or did not finish its hello in
+	// time.
+	SNIIncomplete
+)
+
+// sniResults names the results, in the order of the constants.
+var sniResults = [...]string{"matched", "differs", "no-sni", "not-tls", "malformed", "too-large", "incomplete"}
+
+// String returns r's label value.
+func (r SNIResult) String() string {
+	if int(r) < len(sniResults) {
+		return sniResults[r]
+	}
+	return ""
+}
+
+// SNIChecked counts a tunnel whose first bytes the SNI check read, with
+// what it found, and whether the check closed it.
+func (l *ListenerMetrics) SNIChecked(r SNIResult, refused bool) {
+	if l == nil || int(r) >= len(l.sniChecks) {
+		return
+	}
+	l.sniChecks[r].Inc()
+	if refused {
+		l.sniRefused.Inc()
 	}
 }
 

@@ -73,18 +73,20 @@ type Metrics struct {
 	reg     *prometheus.Registry
 	handler http.Handler
 
-	accepted  *prometheus.CounterVec
-	open      *prometheus.GaugeVec
-	requests  *prometheus.CounterVec
-	bytes     *prometheus.CounterVec
-	tunnels   *prometheus.CounterVec
-	datagrams *prometheus.CounterVec
-	authFails *prometheus.CounterVec
-	authAsks  *prometheus.CounterVec
-	aclDenies *prometheus.CounterVec
-	wouldDeny *prometheus.CounterVec
-	dial      *prometheus.HistogramVec
-	ttfb      *prometheus.HistogramVec
+	accepted    *prometheus.CounterVec
+	open        *prometheus.GaugeVec
+	requests    *prometheus.CounterVec
+	bytes       *prometheus.CounterVec
+	tunnels     *prometheus.CounterVec
+	datagrams   *prometheus.CounterVec
+	authFails   *prometheus.CounterVec
+	authAsks    *prometheus.CounterVec
+	aclDenies   *prometheus.CounterVec
+	wouldDeny   *prometheus.CounterVec
+	sniChecks   *prometheus.CounterVec
+	sniRefusals *prometheus.CounterVec
+	dial        *prometheus.HistogramVec
+	ttfb        *prometheus.HistogramVec
 
 	userRequests *prometheus.CounterVec // nil unless per-user series are on
 	userBytes    *prometheus.CounterVec // nil unless per-user series are on
@@ -157,6 +159,14 @@ func New(cfg Config) *Metrics {
 			Namespace: namespace, Name: "acl_would_deny_total",
 			Help: "Requests a rule in audit mode let through that it would have refused (a report rule, or any deny rule or a default of deny of a policy or listener in audit mode), by listener, protocol and rule (\"default\" for the default).",
 		}, append(lp, "rule")),
+		sniChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sni_checks_total",
+			Help: "Tunnels whose first bytes the SNI check read, by listener, protocol and result (matched, differs, no-sni, not-tls, malformed, too-large, incomplete); the server names are in the access log.",
+		}, append(lp, "result")),
+		sniRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sni_refusals_total",
+			Help: "Tunnels the SNI check (sni = \"match\") closed before any byte reached the origin, by listener and protocol.",
+		}, lp),
 		dial: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "upstream_dial_duration_seconds",
 			Help:    "Time to resolve and connect to an upstream, by result (ok, error).",
@@ -182,7 +192,7 @@ func New(cfg Config) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo, m.accepted, m.open, m.requests, m.bytes, m.tunnels, m.datagrams,
-		m.authFails, m.authAsks, m.aclDenies, m.wouldDeny, m.dial, m.ttfb, m.funcs,
+		m.authFails, m.authAsks, m.aclDenies, m.wouldDeny, m.sniChecks, m.sniRefusals, m.dial, m.ttfb, m.funcs,
 	)
 	m.parents = newParentVecs(m.reg)
 	m.quota = newQuotaCollector(m)
@@ -252,25 +262,29 @@ func (m *Metrics) Listener(name, protocol string) *ListenerMetrics {
 	}
 	name, protocol = strings.Clone(name), strings.Clone(protocol)
 	l := &ListenerMetrics{
-		protocol:  protocol,
-		accepted:  m.accepted.WithLabelValues(name, protocol),
-		open:      m.open.WithLabelValues(name, protocol),
-		up:        m.bytes.WithLabelValues(name, protocol, "up"),
-		down:      m.bytes.WithLabelValues(name, protocol, "down"),
-		tunnels:   m.tunnels.WithLabelValues(name, protocol),
-		dgUp:      m.datagrams.WithLabelValues(name, protocol, "up"),
-		dgDown:    m.datagrams.WithLabelValues(name, protocol, "down"),
-		dgRefused: m.datagrams.WithLabelValues(name, protocol, "refused"),
-		authFails: m.authFails.WithLabelValues(name, protocol),
-		authAsks:  m.authAsks.WithLabelValues(name, protocol),
-		aclDenies: m.aclDenies.WithLabelValues(name, protocol),
-		wouldDeny: m.wouldDeny.MustCurryWith(prometheus.Labels{"listener": name, "protocol": protocol}),
-		dialOK:    m.dial.WithLabelValues("ok"),
-		dialErr:   m.dial.WithLabelValues("error"),
-		ttfb:      m.ttfb.WithLabelValues(name),
+		protocol:   protocol,
+		accepted:   m.accepted.WithLabelValues(name, protocol),
+		open:       m.open.WithLabelValues(name, protocol),
+		up:         m.bytes.WithLabelValues(name, protocol, "up"),
+		down:       m.bytes.WithLabelValues(name, protocol, "down"),
+		tunnels:    m.tunnels.WithLabelValues(name, protocol),
+		dgUp:       m.datagrams.WithLabelValues(name, protocol, "up"),
+		dgDown:     m.datagrams.WithLabelValues(name, protocol, "down"),
+		dgRefused:  m.datagrams.WithLabelValues(name, protocol, "refused"),
+		authFails:  m.authFails.WithLabelValues(name, protocol),
+		authAsks:   m.authAsks.WithLabelValues(name, protocol),
+		aclDenies:  m.aclDenies.WithLabelValues(name, protocol),
+		wouldDeny:  m.wouldDeny.MustCurryWith(prometheus.Labels{"listener": name, "protocol": protocol}),
+		sniRefused: m.sniRefusals.WithLabelValues(name, protocol),
+		dialOK:     m.dial.WithLabelValues("ok"),
+		dialErr:    m.dial.WithLabelValues("error"),
+		ttfb:       m.ttfb.WithLabelValues(name),
 	}
 	for i, class := range statusClasses {
 		l.requests[i] = m.requests.WithLabelValues(name, protocol, class)
+	}
+	for i, r := range sniResults {
+		l.sniChecks[i] = m.sniChecks.WithLabelValues(name, protocol, r)
 	}
 	m.listeners[key] = l
 	return l

@@ -136,6 +136,11 @@ func TestListenerSeries(t *testing.T) {
 	l.WouldDeny("block-ads")
 	l.WouldDeny("block-ads")
 	s.WouldDeny("default")
+	l.SNIChecked(SNIMatched, false)
+	l.SNIChecked(SNIDiffers, true)
+	l.SNIChecked(SNIDiffers, false)
+	s.SNIChecked(SNINotTLS, true)
+	l.SNIChecked(SNIResult(200), true) // nonsense: ignored
 	l.Dialed(3*time.Millisecond, true)
 	l.Dialed(time.Second, false)
 	l.Dialed(time.Second, false)
@@ -170,6 +175,12 @@ func TestListenerSeries(t *testing.T) {
 		{"rustle_acl_denials_total", socks(), 1},
 		{"rustle_acl_would_deny_total", plain("rule", "block-ads"), 2},
 		{"rustle_acl_would_deny_total", socks("rule", "default"), 1},
+		{"rustle_sni_checks_total", plain("result", "matched"), 1},
+		{"rustle_sni_checks_total", plain("result", "differs"), 2},
+		{"rustle_sni_checks_total", plain("result", "no-sni"), 0},
+		{"rustle_sni_checks_total", socks("result", "not-tls"), 1},
+		{"rustle_sni_refusals_total", plain(), 1},
+		{"rustle_sni_refusals_total", socks(), 1},
 		{"rustle_upstream_dial_duration_seconds", lbl("result", "ok"), 1},
 		{"rustle_upstream_dial_duration_seconds", lbl("result", "error"), 2},
 		{"rustle_upstream_first_byte_seconds", lbl("listener", "main"), 1},

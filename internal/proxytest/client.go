@@ -300,3 +300,27 @@ func (c *connectConn) Read(p []byte) (int, error) {
 func (c *connectConn) CloseWrite() error {
 	return c.Conn.(*net.TCPConn).CloseWrite()
 }
+
+// StreamConn returns the two directions of a tunnel carried in a
+// request stream (an HTTP/2 or HTTP/3 CONNECT: the response body, and
+// the writer of the request body) as a net.Conn, for a TLS client to
+// run over; deadlines are ignored (the streams' requests carry their
+// own), and Close closes both.
+func StreamConn(r io.ReadCloser, w io.WriteCloser) net.Conn { return &streamConn{r: r, w: w} }
+
+type streamConn struct {
+	r io.ReadCloser
+	w io.WriteCloser
+}
+
+func (c *streamConn) Read(p []byte) (int, error)  { return c.r.Read(p) }
+func (c *streamConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *streamConn) Close() error {
+	c.w.Close()
+	return c.r.Close()
+}
+func (c *streamConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *streamConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *streamConn) SetDeadline(time.Time) error      { return nil }
+func (c *streamConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *streamConn) SetWriteDeadline(time.Time) error { return nil }

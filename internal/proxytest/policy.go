@@ -17,6 +17,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/quota"
+	"github.com/rustle-proxy/rustle/internal/sni"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -70,6 +71,11 @@ type PolicyConfig struct {
 	Logger *slog.Logger
 	// Quota counts the users' requests and bytes; nil = no quotas.
 	Quota *quota.Tracker
+	// SNI is the listener's SNI check; sni.Unset = off.
+	SNI sni.Mode
+	// HelloTimeout bounds the SNI check's wait for a ClientHello; 0 =
+	// 5s.
+	HelloTimeout time.Duration
 }
 
 // NewPolicy returns the policy cfg describes; it fails the test when the
@@ -86,6 +92,11 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 		Revoked:     cfg.Revoked,
 		Logger:      cfg.Logger,
 		Quota:       cfg.Quota,
+		SNI:         cfg.SNI,
+	}
+	p.HelloTimeout = cfg.HelloTimeout
+	if p.HelloTimeout == 0 {
+		p.HelloTimeout = 5 * time.Second
 	}
 	if cfg.Users != nil || cfg.Providers != nil {
 		names := make([]string, 0, len(cfg.Users))

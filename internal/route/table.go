@@ -247,6 +247,22 @@ func (t *Table) Match(r acl.Request) *Route {
 	return nil
 }
 
+// MatchHello is Match for a tunnel whose ClientHello may still be read
+// (see [acl.Matcher.MatchHello]): pending reports that a route with
+// sni_hosts could match r, so that its route is known only once the
+// hello is read and r is matched again with its server name; the route
+// returned meanwhile is Match's.
+func (t *Table) MatchHello(r acl.Request) (rt *Route, pending bool) {
+	if t == nil {
+		return nil, false
+	}
+	i, pending := t.matcher.MatchHello(r)
+	if i >= 0 {
+		rt = &t.routes[i]
+	}
+	return rt, pending
+}
+
 // Routes returns the compiled routes in order; the slice must not be
 // changed.
 func (t *Table) Routes() []Route { return t.routes }

@@ -18,6 +18,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
+	"github.com/rustle-proxy/rustle/internal/sni"
 )
 
 // Config configures a Server: the wire settings. Who may connect where,
@@ -395,6 +396,22 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 			slog.String("outcome", kind.String()), slog.String("rule", g.Rule))
 		return false
 	}
+	if g.NeedsHello() {
+		h, _, err := sni.Parse(cn.buf[cn.r:cn.w])
+		if err == sni.ErrShort {
+			return s.helloFirst(cn, target, reply)
+		}
+		// The client sent its hello behind the request without waiting
+		// for the reply: decided before it.
+		if k := g.CheckHello(h, err); k != gate.OK {
+			reply(repNotAllowed, netip.AddrPort{})
+			g.Answer(repNotAllowed, replyClass(repNotAllowed))
+			g.Finish(0, 0)
+			s.debug(cn, "socks5: connect refused by the SNI check", nil, slog.String("target", target),
+				slog.String("sni", g.SNI()))
+			return false
+		}
+	}
 	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()))
 	if err != nil {
 		rep := dialReply(err)
@@ -431,6 +448,49 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 	}
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		s.debug(cn, "socks5: tunnel open", nil, slog.String("target", target), slog.String("user", g.User))
+	}
+	return g.Tunnel(cn.c, upc, nil)
+}
+
+// helloFirst serves a CONNECT whose ClientHello the SNI check reads
+// before the dial (gate.Grant.NeedsHello): it replies success first,
+// with an unspecified bound address (nothing is connected yet), as the
+// client sends its hello only then; reads the hello (within the grant's
+// HelloTimeout, at most sni.MaxBytes), decides it, and then dials and
+// relays, the hello going to the origin first. A refusal, or a dial that
+// fails, closes the connection: the client had its success reply, and
+// the access log has the reason.
+func (s *Server) helloFirst(cn *conn, target string, reply func(byte, netip.AddrPort) error) bool {
+	g := &cn.grant
+	if err := reply(repSucceeded, netip.AddrPort{}); err != nil {
+		g.Finish(0, 0) // nothing was answered: not reported
+		s.debug(cn, "socks5: write reply", err)
+		return false
+	}
+	g.Answer(repSucceeded, replyClass(repSucceeded))
+	hello := append([]byte(nil), cn.buf[cn.r:cn.w]...)
+	cn.r = cn.w
+	hello, k := g.ReadHello(cn.c, hello)
+	if k != gate.OK {
+		g.Finish(0, 0)
+		s.debug(cn, "socks5: tunnel closed by the SNI check", nil, slog.String("target", target),
+			slog.String("sni", g.SNI()), slog.String("outcome", k.String()))
+		return false
+	}
+	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()))
+	if err != nil {
+		g.Finish(0, 0)
+		s.debug(cn, "socks5: connect after the SNI check", err, slog.String("target", target), slog.String("rule", g.Rule))
+		return false
+	}
+	upc.SetWriteDeadline(s.handshakeDeadline())
+	n, err := upc.Write(hello)
+	g.AddBytes(int64(n), 0)
+	if err != nil {
+		upc.Close()
+		g.Finish(0, 0)
+		s.debug(cn, "socks5: write the ClientHello upstream", err)
+		return false
 	}
 	return g.Tunnel(cn.c, upc, nil)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/sni"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 )
@@ -112,11 +113,16 @@ func (b *builder) policy(i int, log *slog.Logger) (*gate.Policy, error) {
 		Cut:        env.Cut,
 		Quota:      env.Quota,
 		Instance:   env.Instance,
+
+		HelloTimeout: cfg.Timeouts.ClientHello.Duration,
+	}
+	var err error
+	if p.SNI, err = sni.ParseMode(lc.SNI); err != nil {
+		return nil, fmt.Errorf("wire: listener %s: sni: %w", lc.Name, err)
 	}
 	if env.Metrics != nil {
 		p.UserMetrics = env.Metrics.User
 	}
-	var err error
 	if p.Egress, err = listenerEgress(cfg, i, b.egressT); err != nil {
 		return nil, err
 	}

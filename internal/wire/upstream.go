@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -111,7 +112,11 @@ func newEgress(cfg *config.Config) (egressTable, error) {
 		if err != nil {
 			return t, err
 		}
-		t.rules = append(t.rules, gate.EgressRule{Who: cfg.Selector(r.Who, true), Source: src})
+		names, err := acl.NewSNINames(r.SNIHosts)
+		if err != nil {
+			return t, fmt.Errorf("wire: %s.sni_hosts: %w", key, err)
+		}
+		t.rules = append(t.rules, gate.EgressRule{Who: cfg.Selector(r.Who, true), Source: src, SNI: names})
 	}
 	return t, nil
 }

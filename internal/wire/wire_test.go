@@ -188,3 +188,31 @@ func TestEgressLoadErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestEgressRuleSNIHosts: an [[egress.rules]] entry's sni_hosts reach
+// its rule, whose source then goes to its users' tunnels whose hello
+// names one of them, and to nothing without a hello.
+func TestEgressRuleSNIHosts(t *testing.T) {
+	cfg := config.Default()
+	cfg.Egress.Rules = []config.EgressRule{
+		{Who: config.Who{Users: []string{"alice"}}, Bind: []string{"192.0.2.11"}, Freebind: true, SNIHosts: []string{"*.cdn.example"}},
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	tbl, err := newEgress(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := listenerEgress(cfg, 0, tbl)
+	if err != nil || e == nil || len(e.Rules) != 1 {
+		t.Fatalf("listenerEgress: %v %v", e, err)
+	}
+	if r := e.Rules[0]; r.SNI == nil || !r.SNI.Match("www.cdn.example") || r.SNI.Match("cdn.example") {
+		t.Errorf("the rule's sni_hosts: %+v", r.SNI)
+	}
+	if e.For("alice", nil) != nil {
+		t.Error("a request without a hello took the rule on sni_hosts")
+	}
+}

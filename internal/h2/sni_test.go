@@ -1,0 +1,132 @@
+package h2
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/accesslog"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+	"github.com/rustle-proxy/rustle/internal/sni"
+)
+
+// TestSNICheck opens CONNECT streams with Go's HTTP/2 client through a
+// listener whose SNI check is match, to a Go TLS origin: a TLS
+// handshake naming the CONNECT's host goes through the stream and
+// carries bytes both ways; one naming another host (domain fronting)
+// has its stream reset after the 200, before the origin sees a
+// connection; the access log names both hellos' server names.
+func TestSNICheck(t *testing.T) {
+	e := proxytest.NewTLSEcho(t)
+	_, port, _ := net.SplitHostPort(e.Addr)
+	target := "localhost:" + port
+	var out lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{AccessLog: al, SNI: sni.Match}))
+	cc := p.client(t)
+	open := func() net.Conn {
+		pr, pw := io.Pipe()
+		req := newRequest(t, "CONNECT", "", pr)
+		req.URL, req.Host = &url.URL{Host: target}, target
+		resp, err := cc.RoundTrip(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("CONNECT %s: %v %v", target, resp, err)
+		}
+		c := proxytest.StreamConn(resp.Body, pw)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	good := tls.Client(open(), e.ClientConfig())
+	if err := good.Handshake(); err != nil {
+		t.Fatalf("TLS through the checked stream: %v", err)
+	}
+	io.WriteString(good, "ping")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(good, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo through the checked stream: %q %v", buf, err)
+	}
+	good.Close()
+
+	before := e.Conns()
+	fronted := tls.Client(open(), &tls.Config{ServerName: "blocked.example", InsecureSkipVerify: true})
+	if err := fronted.Handshake(); err == nil {
+		t.Fatal("a fronted hello got through an HTTP/2 stream under match")
+	}
+	if n := e.Conns() - before; n != 0 {
+		t.Errorf("the origin got %d connections for a fronted stream, want none", n)
+	}
+	proxytest.WaitFor(t, "2 access log records", func() bool { return strings.Count(out.String(), "\n") >= 2 })
+	log := out.String()
+	for _, want := range []string{`"sni":"localhost"`, `"sni":"blocked.example"`, `"reason":"sni-mismatch"`, `"protocol":"h2"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("access log lacks %s:\n%s", want, log)
+		}
+	}
+}
+
+// TestSNICheckTrickle sends a ClientHello in one-byte records, a few
+// bytes per DATA frame, through an HTTP/2 CONNECT stream checked under
+// match to a plain echo origin: the check waits for the whole hello
+// across frames, and the origin gets it unchanged.
+func TestSNICheckTrickle(t *testing.T) {
+	echo := proxytest.NewEcho(t)
+	_, port, _ := net.SplitHostPort(echo.Addr)
+	target := "localhost:" + port
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{SNI: sni.Match}))
+	cc := p.client(t)
+	pr, pw := io.Pipe()
+	req := newRequest(t, "CONNECT", "", pr)
+	req.URL, req.Host = &url.URL{Host: target}, target
+	resp, err := cc.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT %s: %v %v", target, resp, err)
+	}
+	defer resp.Body.Close()
+	hello := proxytest.HelloRecords(proxytest.HelloMessage(t, proxytest.ClientHello(t, &tls.Config{ServerName: "localhost"})), 1)
+	go func() {
+		for i := 0; i < len(hello); i += 7 {
+			if _, err := pw.Write(hello[i:min(i+7, len(hello))]); err != nil {
+				return
+			}
+			if i%700 == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	got := make([]byte, len(hello))
+	if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != string(hello) {
+		t.Fatalf("the origin returned %d bytes (%v), want the %d of the hello unchanged", len(got), err, len(hello))
+	}
+	pw.Close()
+}
+
+// TestChunkQueueAppendTo copies a queue's bytes from an offset, across
+// chunks, as the SNI check peeks at a stream's first bytes.
+func TestChunkQueueAppendTo(t *testing.T) {
+	var q chunkQueue
+	data := make([]byte, 3*bufSize+100)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	q.write(data[:10])
+	q.consume(3) // the first chunk begins at an offset
+	q.write(data[10:])
+	want := data[3:]
+	var got []byte
+	for _, n := range []int{1, 5, bufSize, bufSize + 1, 2*bufSize + 50, len(want)} {
+		got = q.appendTo(got, n)
+		if string(got) != string(want[:n]) {
+			t.Fatalf("appendTo(%d): the bytes differ", n)
+		}
+	}
+}
