@@ -78,6 +78,7 @@ type Grant struct {
 
 	decision acl.Decision
 	decided  bool           // decision holds an ACL verdict
+	asked    acl.Request    // what the rules and routes were asked of a granted request (see Matches)
 	route    *route.Route   // the route Authorize chose; nil = direct (see route.go)
 	parent   *route.Parent  // the parent Dial went through; nil = direct
 	picked   bool           // parent was picked (by ForwardParent) before the dial
@@ -181,8 +182,19 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		s.debug("gate: quota exceeded", slog.String("user", user))
 		return g.refuse(QuotaExceeded)
 	}
+	g.asked = ar
 	g.chooseRoute(&ar)
 	return OK
+}
+
+// Matches appends to dst the indexes of the entries of m that the
+// granted request matches, in order, as the access rules and the routes
+// were asked of it (see [acl.Matcher.AppendMatches]): for the tables
+// other packages choose by the same criteria (the header rules of
+// forwarded requests). It allocates nothing beyond dst's growth. It is
+// valid once Authorize returned OK.
+func (g *Grant) Matches(m *acl.Matcher, dst []int) []int {
+	return m.AppendMatches(dst, g.asked)
 }
 
 // privateHint tells an operator how to let a private destination through.
