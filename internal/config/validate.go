@@ -108,6 +108,7 @@ func (c *Config) Validate() error {
 	c.validateDNS(v)
 	c.validateEgress(v)
 	c.validateRoutes(v)
+	c.validateHeaderRules(v)
 	c.validateQuota(v)
 	return v.err()
 }
