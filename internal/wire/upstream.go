@@ -228,6 +228,9 @@ func (b *builder) newRoutes(prev *route.Table) (*route.Table, error) {
 	rc := cfg.RouteConfig()
 	for i, r := range cfg.Routes {
 		key := fmt.Sprintf("routes[%d]", i)
+		if i < len(b.routeHeaders) {
+			rc.Routes[i].ConnectHeader = string(b.routeHeaders[i].Request.AppendFields(nil))
+		}
 		if e := r.Egress; e.Set() {
 			src, err := newSource(cfg, key+".egress", dialer.SourceConfig{Bind: e.Bind, Interface: e.Interface, Freebind: e.Freebind})
 			if err != nil {
