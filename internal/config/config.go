@@ -113,6 +113,10 @@ type Config struct {
 	// destination: direct or through parents; empty means every request
 	// goes direct.
 	Routes []Route `toml:"routes"`
+	// HeaderRules edit the fields of forwarded requests and of their
+	// responses for the requests each entry's criteria match (see
+	// headers.go); empty means none beyond the routes' own.
+	HeaderRules []HeaderRule `toml:"header_rules"`
 
 	// src and lines locate keys in the file the configuration was parsed
 	// from, so that Validate's errors can name file and line; both are
@@ -862,6 +866,7 @@ func (c *Config) SetDefaults() {
 		setString(&l.Name, l.Protocol+" "+l.Address)
 	}
 	c.setRouteDefaults()
+	c.setHeaderRuleDefaults()
 }
 
 func setString(p *string, def string) {

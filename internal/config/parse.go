@@ -117,6 +117,7 @@ func Load(path string) (*Config, error) {
 		resolve(&c.Parents[i].CAFile)
 	}
 	c.resolveProviderPaths(resolve)
+	c.resolveHeaderFiles(resolve)
 	resolve(&c.Quota.StateFile)
 	resolve(&c.Cluster.PasswordFile)
 	resolve(&c.Cluster.SentinelPasswordFile)

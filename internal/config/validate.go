@@ -110,6 +110,7 @@ func (c *Config) Validate() error {
 	c.validateDNS(v)
 	c.validateEgress(v)
 	c.validateRoutes(v)
+	c.validateHeaderRules(v)
 	c.validateQuota(v)
 	return v.err()
 }

@@ -193,6 +193,16 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 	return OK
 }
 
+// Matches appends to dst the indexes of the entries of m that the
+// granted request matches, in order, as the access rules and the routes
+// were asked of it (see [acl.Matcher.AppendMatches]): for the tables
+// other packages choose by the same criteria (the header rules of
+// forwarded requests). It allocates nothing beyond dst's growth. It is
+// valid once Authorize returned OK.
+func (g *Grant) Matches(m *acl.Matcher, dst []int) []int {
+	return m.AppendMatches(dst, g.areq)
+}
+
 // privateHint tells an operator how to let a private destination through.
 const privateHint = `to allow it, list its range in allow_private (or a rule's allow_private) in the configuration, or start rustle with --allow-private CIDR`
 

@@ -187,6 +187,7 @@ func Build(cfg *config.Config, env *Env, prev *Generation) (*Generation, error) 
 		b.resolver,    // [dns]
 		b.dialer,      // timeouts.connect, socket buffers, the guard and the resolver
 		b.egress,      // [egress]
+		b.headers,     // the routes' and [[header_rules]]' header rules, their {file:} values read
 		b.routes,      // [[parents]], [[routes]]
 		b.origin,      // forwarded, via, max_header_bytes, timeouts: how requests go upstream
 		b.listeners,   // [[listen]]: policies and front-ends
@@ -248,6 +249,9 @@ type builder struct {
 	listsByID map[listID]*acl.List           // the lists named so far, each once
 	egressT   egressTable                    // [egress] and its rules
 	oc        *origin.Client                 // how every listener's front-ends talk to upstreams
+
+	routeHeaders []origin.HeaderRule // each of cfg.Routes' header rules, values read
+	headerRules  []origin.HeaderRule // [[header_rules]], values read
 }
 
 // tlsKey is what a TLS manager is made from: a listener's TLS files,
