@@ -20,6 +20,8 @@ default allow := false
 allow if input.user == "alice"
 
 ttl := 60
+
+headers := {"X-Authz-Team": "red"} if input.user == "alice"
 `
 
 // TestAuthzOPA runs rustle with [authz] against a real Open Policy Agent
@@ -64,6 +66,25 @@ func TestAuthzOPA(t *testing.T) {
 	if n := proxytest.Metric(t, m, "rustle_authz_decisions_total", "result", "deny"); n != 1 {
 		t.Errorf("rustle_authz_decisions_total{result=deny} = %v, want 1", n)
 	}
+
+	t.Run("headers", func(t *testing.T) {
+		// The fields an allowing answer asks for reach the origin
+		// (set as a header rule's are: the client's field of that name
+		// is replaced), and never the access log.
+		o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+		c := proxytest.Dial(t, addr)
+		r, _ := c.RoundTrip("GET " + o.URL("/h") + " HTTP/1.1\r\nHost: " + o.Addr + "\r\nX-Authz-Team: blue\r\n" + basic("alice", "pw") + "\r\n\r\n")
+		if r.Status != 200 {
+			t.Fatalf("alice: %d", r.Status)
+		}
+		reqs := o.Requests()
+		if got := reqs[len(reqs)-1].Header.Values("X-Authz-Team"); len(got) != 1 || got[0] != "red" {
+			t.Errorf("the origin got X-Authz-Team %q, want the service's [red] only", got)
+		}
+		if strings.Contains(access.String(), "red") {
+			t.Errorf("the access log holds the service's header value")
+		}
+	})
 
 	t.Run("private destination", func(t *testing.T) {
 		if err := s.Reload(withAuthz(opa.URL+"/v1/data/rustle/authz", "", false)); err != nil {

@@ -2,11 +2,9 @@ package wire
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/rustle-proxy/rustle/internal/authz"
 	"github.com/rustle-proxy/rustle/internal/config"
-	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/origin"
 )
 
@@ -53,19 +51,17 @@ func (b *builder) authz() error {
 }
 
 // authzHeader checks a field the decision service's answer asks to add
-// to a forwarded request: a field name that is none of those rustle
-// makes for each hop itself (the hop-by-hop fields, Proxy-Authorization
-// among them) or that frame or address the message (Host,
-// Content-Length), with a value rustle can write. The error names the
-// field, never its value.
+// to a forwarded request as a header rule's field is checked
+// (origin.CheckRuleField, origin.CheckRuleValue): none of the fields
+// rustle makes for each hop itself, that frame or address the message,
+// or that carry its loop detection, with a value rustle can write. The
+// error names the field, never its value.
 func authzHeader(name, value string) error {
-	switch {
-	case !http1.ValidFieldName(name):
-		return fmt.Errorf("%q is not a field name", name)
-	case origin.HopByHop(name), strings.EqualFold(name, "host"), strings.EqualFold(name, "content-length"):
-		return fmt.Errorf("%q is a field rustle makes itself for each hop; the service may not add it", name)
-	case !http1.ValidFieldValue(value):
-		return fmt.Errorf("the value of %q has a control character, or white space at either end", name)
+	if err := origin.CheckRuleField(name); err != nil {
+		return err
+	}
+	if err := origin.CheckRuleValue(value); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }
