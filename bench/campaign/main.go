@@ -399,6 +399,12 @@ func estimate(pl plan, pairs []pair) time.Duration {
 			// (measured in quick campaigns here).
 			n := len(pl.levels(p.t)) * pl.repeats
 			total += 3500*time.Millisecond + pl.warmup + time.Duration(n)*(pl.duration+time.Second)
+			if p.t.kind == kindRate {
+				// Each run and the warm-up: connections opened before
+				// the window, the drain and the pauses for the CPU
+				// samples.
+				total += time.Duration(n+1) * time.Second
+			}
 			if p.t.proxyCores > 0 {
 				// An origin of its own, and Squid's SMP kids.
 				total += 2 * time.Second

@@ -183,6 +183,8 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 		toolCPU, err = e.wsRun(ctx, t, r, conns, d, &run)
 	case kindUDP:
 		toolCPU, err = e.udpRun(ctx, t, r, conns, d, &run)
+	case kindRate:
+		return e.measureRate(ctx, t, r, conns, d) // samples its own window
 	}
 	c1, _ := cpuSample()
 	o1, _ := usage(e.originPID)
@@ -313,6 +315,9 @@ func (e *env) loadArgs(t testDef, r *running) []string {
 	if t.h2() {
 		args = append(args, "-h2")
 	}
+	if t.curves != "" {
+		args = append(args, "-curves", t.curves)
+	}
 	return args
 }
 
@@ -343,7 +348,10 @@ func (e *env) target(t testDef, r *running) string {
 		return o.Hold
 	case kindUDP:
 		return o.UDP
-	case kindWS:
+	case kindWS, kindRate:
+		if t.kind == kindRate && t.proto != protoWS {
+			break // requests, as below
+		}
 		if direct && t.tls() {
 			return o.WSS
 		}

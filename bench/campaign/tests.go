@@ -37,6 +37,10 @@ const (
 	// SOCKS5 UDP ASSOCIATE on the SOCKS5 port), one datagram in flight per
 	// flow.
 	kindUDP
+	// kindRate runs the load tool's subcommand proto with -rate: a fixed
+	// offered rate (open loop) per level, the levels being rates
+	// (rate.go).
+	kindRate
 )
 
 // Listeners: the proxy port a test talks to. A proxy is started with the
@@ -88,6 +92,12 @@ type testDef struct {
 	fullHandshake bool
 	// wsSize is the payload of a WebSocket message in bytes.
 	wsSize int
+	// proto is the load subcommand of a fixed-rate test (protoHTTP,
+	// protoH2, protoH3, protoWS); "" for every other test.
+	proto string
+	// curves, when not "", is the key exchanges the load tool's TLS
+	// client offers (its -curves); "" offers Go's defaults.
+	curves string
 	// levels are the concurrency levels of the sweep (connections or
 	// tunnels), quickLevels those of -quick.
 	levels, quickLevels []int
@@ -567,6 +577,7 @@ func init() {
 	tests = append(tests, udpTests...)
 	tests = append(tests, dnsTests...)
 	tests = append(tests, parentTests()...)
+	tests = append(tests, rateTests()...)
 	for _, n := range coreCounts {
 		tests = append(tests, coresTest(n))
 	}

@@ -325,3 +325,17 @@ func BusyPercent(before, after CPUTimes) float64 {
 	}
 	return 100 * busy / total
 }
+
+// ParseSchedstat returns the first field of a /proc/PID/task/TID/schedstat
+// line: the time the thread ran on a CPU, in nanoseconds.
+func ParseSchedstat(s string) (uint64, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("report: schedstat %q: want 3 fields", strings.TrimSpace(s))
+	}
+	ns, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("report: schedstat %q: %w", strings.TrimSpace(s), err)
+	}
+	return ns, nil
+}

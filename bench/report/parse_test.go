@@ -169,6 +169,28 @@ func TestParsePss(t *testing.T) {
 	}
 }
 
+func TestParseSchedstat(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    uint64
+		wantErr bool
+	}{
+		{"a thread", "2074640 2043274 24\n", 2074640, false},
+		{"two fields", "2074640 2043274\n", 0, true},
+		{"not a number", "x 1 2\n", 0, true},
+		{"empty", "", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseSchedstat(tt.in)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("ParseSchedstat = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
 func TestParseCPUStatAndBusy(t *testing.T) {
 	before, err := ParseCPUStat("cpu  30 0 30 300 0 0 0 0 0 0\ncpu0 10 0 10 100 0 0 0 0 0 0\ncpu1 20 0 20 200 0 0 0 0 0 0\nintr 1 2 3\n")
 	if err != nil {
