@@ -284,8 +284,7 @@ var errNotReady = errors.New("campaign: proxy not accepting connections")
 // time it ran, user and system). It is exact where utime+stime come in
 // clock ticks (10 ms), which at a few thousand requests per second is
 // several per cent of a run's CPU; a thread that exited between two
-// readings is missed, which Go processes and Squid's long-lived ones do
-// not do during a run.
+// readings is missed (proxyCPU then falls back on utime+stime).
 func cpuNS(root int) (uint64, error) {
 	var total uint64
 	read := 0

@@ -307,10 +307,7 @@ func (e *env) measureRate(ctx context.Context, t testDef, r *running, rate int, 
 	ours := delta(s0.proxy.ticks, s1.proxy.ticks) + delta(s0.origin.ticks, s1.origin.ticks) + delta(s0.tool.ticks, s1.tool.ticks)
 	run.OtherBusy = report.OtherPercent(s0.cores, s1.cores, r.split.all(), ours)
 	if r.p != nil {
-		run.ProxyCPUSeconds = float64(delta(s0.proxy.ticks, s1.proxy.ticks)) / e.clkTck
-		if s0.nsOK && s1.nsOK {
-			run.ProxyCPUSeconds = float64(delta(s0.proxyNS, s1.proxyNS)) / 1e9
-		}
+		run.ProxyCPUSeconds, run.ProxyCPUFrom = proxyCPU(s0, s1, e.clkTck)
 		run.ProxyRSSKB = s1.proxy.rssKB
 		if res.Completed > 0 {
 			run.Metrics[rateRowID(t.id, rate, "cpu")] = run.ProxyCPUSeconds * 1e6 / float64(res.Completed)
@@ -318,6 +315,28 @@ func (e *env) measureRate(ctx context.Context, t testDef, r *running, rate int, 
 	}
 	judgeRate(t, rate, res, &run)
 	return run
+}
+
+// proxyCPU returns the proxy's CPU seconds between two samples, and
+// "schedstat" when they come from its threads' schedstat (report.Run's
+// ProxyCPUFrom). schedstat is exact but counts only the threads alive at
+// the second sample; utime+stime count every thread, exited ones
+// included, to a clock tick (each process's two fields rounded down at
+// both samples: within 2 ticks a process). When the ticks say more than
+// schedstat by more than that rounding, threads ran and exited in the
+// window (Tinyproxy's thread per connection) and the ticks are the
+// figure.
+func proxyCPU(s0, s1 rateSample, clkTck float64) (float64, string) {
+	ticks := float64(delta(s0.proxy.ticks, s1.proxy.ticks)) / clkTck
+	if !s0.nsOK || !s1.nsOK {
+		return ticks, ""
+	}
+	ns := float64(delta(s0.proxyNS, s1.proxyNS)) / 1e9
+	slack := float64(2*max(s0.proxy.procs, s1.proxy.procs)+1) / clkTck
+	if ns < ticks-slack {
+		return ticks, ""
+	}
+	return ns, "schedstat"
 }
 
 // judgeRate fills run from the result of a fixed-rate run of t at rate:

@@ -181,3 +181,30 @@ func TestCPUNS(t *testing.T) {
 		t.Errorf("schedstat says %s of CPU, getrusage %s", got, ru)
 	}
 }
+
+// TestProxyCPU checks the choice between schedstat and clock ticks: the
+// nanoseconds when they agree with the ticks within the ticks' rounding,
+// the ticks when threads that exited in the window took CPU schedstat no
+// longer shows.
+func TestProxyCPU(t *testing.T) {
+	sample := func(ticks, ns uint64, procs int, nsOK bool) rateSample {
+		return rateSample{proxy: treeUsage{ticks: ticks, procs: procs}, proxyNS: ns, nsOK: nsOK}
+	}
+	for _, tt := range []struct {
+		name     string
+		s0, s1   rateSample
+		want     float64
+		wantFrom string
+	}{
+		{"exact where the ticks round", sample(100, 1e9, 1, true), sample(107, 1.0752e9, 1, true), 0.0752, "schedstat"},
+		{"ticks round down by up to 2 a process", sample(100, 1e9, 1, true), sample(105, 1.0752e9, 1, true), 0.0752, "schedstat"},
+		{"threads exited: the ticks", sample(100, 1e9, 1, true), sample(175, 1.0255e9, 1, true), 0.75, ""},
+		{"three processes round more", sample(100, 1e9, 3, true), sample(112, 1.05e9, 3, true), 0.05, "schedstat"},
+		{"no schedstat", sample(100, 0, 1, false), sample(107, 0, 1, false), 0.07, ""},
+	} {
+		got, from := proxyCPU(tt.s0, tt.s1, 100)
+		if from != tt.wantFrom || got < tt.want-1e-9 || got > tt.want+1e-9 {
+			t.Errorf("%s: %v s from %q, want %v from %q", tt.name, got, from, tt.want, tt.wantFrom)
+		}
+	}
+}

@@ -134,8 +134,13 @@ type Run struct {
 	// others.
 	DNSQueries *int64 `json:"dns_queries,omitempty"`
 	// ProxyCPUSeconds is utime+stime of all the proxy's processes over the
-	// run.
+	// run; or, where ProxyCPUFrom says "schedstat", the time their threads
+	// ran in nanoseconds (/proc/PID/task/TID/schedstat), exact where
+	// utime+stime come in clock ticks.
 	ProxyCPUSeconds float64 `json:"proxy_cpu_s,omitempty"`
+	// ProxyCPUFrom says where ProxyCPUSeconds comes from: "schedstat", or
+	// empty for utime+stime.
+	ProxyCPUFrom string `json:"proxy_cpu_from,omitempty"`
 	// ProxyRSSKB is VmRSS summed over the proxy's processes at the end of
 	// the run.
 	ProxyRSSKB int64 `json:"proxy_rss_kb,omitempty"`
