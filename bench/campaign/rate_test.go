@@ -56,7 +56,7 @@ func TestRateTests(t *testing.T) {
 		test    string
 		proxies []string
 	}{
-		{"rate-1k", []string{"rustle", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "squid", "tinyproxy", "gost", "none"}},
+		{"rate-1k", []string{"rustle", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz", "squid", "tinyproxy", "gost", "none"}},
 		{"rate-https-1k", []string{"rustle", "rustle-x25519", "squid", "gost", "none"}},
 		{"rate-h2-1k", []string{"rustle", "gost", "none"}},
 		{"rate-h3-1k", []string{"rustle", "none"}},

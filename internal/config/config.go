@@ -88,6 +88,9 @@ type Config struct {
 	// Lists configures the lists of hosts and clients rules and routes
 	// load from files and URLs.
 	Lists Lists `toml:"lists"`
+	// Authz configures the external decision service asked after the
+	// access rules; its zero value means none (see authz.go).
+	Authz Authz `toml:"authz"`
 	// Limits bounds connections, handshakes, failed authentications and
 	// per-user byte rates.
 	Limits Limits `toml:"limits"`
@@ -833,6 +836,7 @@ func (c *Config) SetDefaults() {
 	setString(&c.ACL.Default, defaultACLDefault)
 	setString(&c.ACL.Mode, ACLEnforce)
 	c.Lists.setDefaults()
+	c.Authz.setDefaults()
 	for i := range c.ACL.Rules {
 		setString(&c.ACL.Rules[i].Name, "rules["+strconv.Itoa(i)+"]")
 	}

@@ -123,6 +123,8 @@ func Load(path string) (*Config, error) {
 	resolve(&c.Cluster.SentinelPasswordFile)
 	resolve(&c.AdminAccess.TokenFile)
 	resolve(&c.AdminAccess.Htpasswd)
+	resolve(&c.Authz.TLSCA)
+	resolve(&c.Authz.TokenFile)
 	return c, nil
 }
 

@@ -106,6 +106,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateACL(v)
 	c.validateLists(v)
+	c.validateAuthz(v)
 	c.validateLimits(v)
 	c.validateDNS(v)
 	c.validateEgress(v)

@@ -338,6 +338,7 @@ func tokenByte(c byte) bool {
 type Headers struct {
 	picked []*headerRule // the rules that apply, in order
 	idx    []int         // the matcher's answer
+	authz  headerRule    // the fields the decision service asked for (gate.Grant.AuthzHeaders), set last
 
 	reqDrop, respDrop []string
 	reqAdd, respAdd   []HeaderField
@@ -354,7 +355,7 @@ type Headers struct {
 func (h *Headers) choose(t *HeaderRules, g *gate.Grant, trace bool) bool {
 	h.picked = h.picked[:0]
 	if t == nil {
-		return false
+		return h.chooseAuthz(g, trace)
 	}
 	if t.routes != nil {
 		if r := t.routes[g.Route()]; r != nil {
@@ -366,6 +367,24 @@ func (h *Headers) choose(t *HeaderRules, g *gate.Grant, trace bool) bool {
 		for _, i := range h.idx {
 			h.picked = append(h.picked, &t.rules[i])
 		}
+	}
+	return h.chooseAuthz(g, trace)
+}
+
+// chooseAuthz adds, after the rules picked, the fields the decision
+// service asked for the request (gate.Grant.AuthzHeaders), which it sets
+// as a rule's set does; then it settles the picked rules (see settle).
+// The service's fields were checked as a rule's are (see CheckRuleField).
+func (h *Headers) chooseAuthz(g *gate.Grant, trace bool) bool {
+	if hs := g.AuthzHeaders(); len(hs) > 0 {
+		a := &h.authz
+		a.reqDrop, a.reqAdd = a.reqDrop[:0], a.reqAdd[:0]
+		for _, f := range hs {
+			lower := strings.ToLower(f.Name)
+			a.reqDrop = append(a.reqDrop, lower)
+			a.reqAdd = append(a.reqAdd, HeaderField{Name: f.Name, Lower: lower, Value: f.Value})
+		}
+		h.picked = append(h.picked, a)
 	}
 	return h.settle(trace)
 }
@@ -425,6 +444,7 @@ func (h *Headers) forget() {
 	h.reqDrop, h.reqAdd, h.respDrop, h.respAdd = nil, nil, nil, nil
 	clear(h.bufReqAdd)
 	clear(h.bufRespAdd)
+	clear(h.authz.reqAdd)
 }
 
 // DropsRequest reports whether the rules leave the client's field name

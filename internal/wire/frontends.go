@@ -113,6 +113,7 @@ func (b *builder) policy(i int, log *slog.Logger) (*gate.Policy, error) {
 		Cut:        env.Cut,
 		Quota:      env.Quota,
 		Instance:   env.Instance,
+		Authz:      b.g.Authz,
 
 		HelloTimeout: cfg.Timeouts.ClientHello.Duration,
 	}
