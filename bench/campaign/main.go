@@ -386,6 +386,14 @@ func estimate(pl plan, pairs []pair) time.Duration {
 	var total time.Duration
 	for _, p := range pairs {
 		switch p.t.kind {
+		case kindGoBench:
+			// The test binary's build, then per repeat each invocation's
+			// benchmarks with their calibration (b.Loop: about the
+			// benchtime, or N iterations), and their setup.
+			total += 15 * time.Second
+			for _, r := range p.t.goBench.runs {
+				total += time.Duration(pl.repeats) * goBenchEstimate(r, pl.quick)
+			}
 		case kindHold:
 			if p.def.name != "none" {
 				open := 2 * time.Second

@@ -45,6 +45,9 @@ func (p plan) levels(t testDef) []int {
 // test a fresh proxy per repeat. Every run is passed to record as soon as
 // it ends. An error means the proxy could not be started or checked.
 func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, record func(report.Run)) error {
+	if t.kind == kindGoBench {
+		return e.goBenchTest(ctx, pl, t, record) // no proxy
+	}
 	defer e.useResolver(t)()
 	e.test = t
 	split := e.split(t)

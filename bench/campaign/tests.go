@@ -41,6 +41,9 @@ const (
 	// offered rate (open loop) per level, the levels being rates
 	// (rate.go).
 	kindRate
+	// kindGoBench runs Go benchmarks of rustle's own code, no proxy
+	// started (gobench.go).
+	kindGoBench
 )
 
 // Listeners: the proxy port a test talks to. A proxy is started with the
@@ -130,7 +133,10 @@ type testDef struct {
 	// group names the tests that -tests can select together ("plain",
 	// "socks", "https", "h2", "websocket", "parents", "cores").
 	group string
-	rows  []report.Row
+	// goBench is the benchmarks of a kindGoBench test; nil for every
+	// other test.
+	goBench *goBenchDef
+	rows    []report.Row
 }
 
 // tls reports whether the test talks TLS to the proxy.
@@ -578,6 +584,7 @@ func init() {
 	tests = append(tests, dnsTests...)
 	tests = append(tests, parentTests()...)
 	tests = append(tests, rateTests()...)
+	tests = append(tests, listTest())
 	for _, n := range coreCounts {
 		tests = append(tests, coresTest(n))
 	}
