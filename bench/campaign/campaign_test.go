@@ -32,7 +32,13 @@ func TestSelectTests(t *testing.T) {
 			"h3-mem", "udp-h3", "udp-socks", "udp-mem",
 			"dns-system", "dns-cached",
 			"parent-direct-1k", "parent-direct-bulk", "parent-squid-1k", "parent-squid-bulk", "parent-rustle-1k", "parent-rustle-bulk",
+			"rate-1k", "rate-https-1k", "rate-h2-1k", "rate-h3-1k", "rate-ws-64", "rate-wss-64", "rate-https-newconn", "rate-https-full", "rate-https-full-x25519",
+			"lists",
 			"cores-1", "cores-2", "cores-4", "cores-8"}},
+		{list: "lists", want: []string{"lists"}},
+		{list: "list-1m-mem", want: []string{"lists"}},
+		{list: "fixed-rate", want: []string{"rate-1k", "rate-https-1k", "rate-h2-1k", "rate-h3-1k", "rate-ws-64", "rate-wss-64", "rate-https-newconn", "rate-https-full", "rate-https-full-x25519"}},
+		{list: "rate-wss-64-20000-p999,rate-1k", want: []string{"rate-1k", "rate-wss-64"}},
 		{list: "dns", want: []string{"dns-system", "dns-cached"}},
 		{list: "cpu-dns-cached", want: []string{"dns-cached"}},
 		{list: "parents", want: []string{"parent-direct-1k", "parent-direct-bulk", "parent-squid-1k", "parent-squid-bulk", "parent-rustle-1k", "parent-rustle-bulk"}},
@@ -131,12 +137,20 @@ func TestTestTable(t *testing.T) {
 			t.Errorf("test %s: load h3 for a test that does not need h3 on the TLS port", td.id)
 		}
 		for _, r := range td.rows {
-			if (r.Section == secH2) != td.h2() {
+			switch {
+			case td.kind == kindRate:
+				// The fixed-rate rows have sections of their own, each
+				// row read at its rate.
+				if !strings.HasPrefix(r.Section, secRate+": ") || !slices.Contains(td.levels, r.Level) {
+					t.Errorf("row %s: a fixed-rate row in section %q at level %d (rates %v)", r.ID, r.Section, r.Level, td.levels)
+				}
+			case r.Level != 0 || strings.HasPrefix(r.Section, secRate):
+				t.Errorf("row %s of the closed-loop test %s: level %d, section %q", r.ID, td.id, r.Level, r.Section)
+			case (r.Section == secH2) != td.h2():
 				t.Errorf("row %s in section %q, test needs h2: %v", r.ID, r.Section, td.h2())
-			}
 			// HTTP/3 rows are in the HTTP/3 section, or in the UDP one
 			// beside SOCKS5 UDP.
-			if r.Section == secH3 && !td.h3() || td.h3() && r.Section != secH3 && r.Section != secUDP {
+			case r.Section == secH3 && !td.h3() || td.h3() && r.Section != secH3 && r.Section != secUDP:
 				t.Errorf("row %s in section %q, test needs h3: %v", r.ID, r.Section, td.h3())
 			}
 			if r.Against != "" && !slices.ContainsFunc(rowsOf(r.Against), func(a report.Row) bool { return a.Unit == r.Unit }) {
@@ -1057,6 +1071,8 @@ func TestKeyExchangeNotes(t *testing.T) {
 			{Test: "https-1k-newconn", Proxy: "rustle", TLSCurves: map[string]int64{"X25519MLKEM768": 3000}, TLSCert: "ECDSA P-256"},
 			{Test: "https-1k-full", Proxy: "rustle", TLSCurves: map[string]int64{"X25519MLKEM768": 1000, "X25519": 5}, TLSCert: "ECDSA P-256"},
 			{Test: "https-1k-newconn", Proxy: "squid", TLSCurves: map[string]int64{"X25519": 1200}, TLSCert: "ECDSA P-256"},
+			{Test: "rate-https-full-x25519", Proxy: "rustle", TLSCurves: map[string]int64{"X25519": 700}, TLSCert: "ECDSA P-256"},
+			{Test: "rate-https-full-x25519", Proxy: "squid", TLSCurves: map[string]int64{"X25519": 650}, TLSCert: "ECDSA P-256"},
 			// Plain HTTP: no handshake, no note.
 			{Test: "http-1k", Proxy: "tinyproxy"},
 		},
@@ -1065,6 +1081,8 @@ func TestKeyExchangeNotes(t *testing.T) {
 	want := []string{
 		"rustle's TLS handshakes (the load tool offers X25519MLKEM768 first, then X25519): key exchange X25519MLKEM768 in 4,000, X25519 in 5 of 4,005; certificate ECDSA P-256.",
 		"Squid's TLS handshakes (the load tool offers X25519MLKEM768 first, then X25519): key exchange X25519 in 1,200 of 1,200; certificate ECDSA P-256.",
+		"rustle's TLS handshakes (in rate-https-full-x25519, where the load tool offers X25519 alone): key exchange X25519 in 700 of 700; certificate ECDSA P-256.",
+		"Squid's TLS handshakes (in rate-https-full-x25519, where the load tool offers X25519 alone): key exchange X25519 in 650 of 650; certificate ECDSA P-256.",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("keyExchangeNotes =\n%q\nwant\n%q", got, want)

@@ -31,8 +31,8 @@ import (
 const featDNS = "dns"
 
 // rustleFeatures are rustle's features: everything, its [dns], its
-// parents and its UDP relays.
-var rustleFeatures = append(slices.Clip(allFeatures), featDNS, featParents, featUDP)
+// parents, its UDP relays and its destination lists.
+var rustleFeatures = append(slices.Clip(allFeatures), featDNS, featParents, featUDP, featLists)
 
 // Resolvers of a DNS test (testDef.resolver).
 const (

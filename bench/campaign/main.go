@@ -386,6 +386,14 @@ func estimate(pl plan, pairs []pair) time.Duration {
 	var total time.Duration
 	for _, p := range pairs {
 		switch p.t.kind {
+		case kindGoBench:
+			// The test binary's build, then per repeat each invocation's
+			// benchmarks with their calibration (b.Loop: about the
+			// benchtime, or N iterations), and their setup.
+			total += 15 * time.Second
+			for _, r := range p.t.goBench.runs {
+				total += time.Duration(pl.repeats) * goBenchEstimate(r, pl.quick)
+			}
 		case kindHold:
 			if p.def.name != "none" {
 				open := 2 * time.Second
@@ -399,6 +407,12 @@ func estimate(pl plan, pairs []pair) time.Duration {
 			// (measured in quick campaigns here).
 			n := len(pl.levels(p.t)) * pl.repeats
 			total += 3500*time.Millisecond + pl.warmup + time.Duration(n)*(pl.duration+time.Second)
+			if p.t.kind == kindRate {
+				// Each run and the warm-up: connections opened before
+				// the window, the drain and the pauses for the CPU
+				// samples.
+				total += time.Duration(n+1) * time.Second
+			}
 			if p.t.proxyCores > 0 {
 				// An origin of its own, and Squid's SMP kids.
 				total += 2 * time.Second

@@ -45,6 +45,9 @@ func (p plan) levels(t testDef) []int {
 // test a fresh proxy per repeat. Every run is passed to record as soon as
 // it ends. An error means the proxy could not be started or checked.
 func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, record func(report.Run)) error {
+	if t.kind == kindGoBench {
+		return e.goBenchTest(ctx, pl, t, record) // no proxy
+	}
 	defer e.useResolver(t)()
 	e.test = t
 	split := e.split(t)
@@ -183,6 +186,8 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 		toolCPU, err = e.wsRun(ctx, t, r, conns, d, &run)
 	case kindUDP:
 		toolCPU, err = e.udpRun(ctx, t, r, conns, d, &run)
+	case kindRate:
+		return e.measureRate(ctx, t, r, conns, d) // samples its own window
 	}
 	c1, _ := cpuSample()
 	o1, _ := usage(e.originPID)
@@ -313,6 +318,9 @@ func (e *env) loadArgs(t testDef, r *running) []string {
 	if t.h2() {
 		args = append(args, "-h2")
 	}
+	if t.curves != "" {
+		args = append(args, "-curves", t.curves)
+	}
 	return args
 }
 
@@ -343,7 +351,10 @@ func (e *env) target(t testDef, r *running) string {
 		return o.Hold
 	case kindUDP:
 		return o.UDP
-	case kindWS:
+	case kindWS, kindRate:
+		if t.kind == kindRate && t.proto != protoWS {
+			break // requests, as below
+		}
 		if direct && t.tls() {
 			return o.WSS
 		}

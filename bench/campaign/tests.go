@@ -37,6 +37,13 @@ const (
 	// SOCKS5 UDP ASSOCIATE on the SOCKS5 port), one datagram in flight per
 	// flow.
 	kindUDP
+	// kindRate runs the load tool's subcommand proto with -rate: a fixed
+	// offered rate (open loop) per level, the levels being rates
+	// (rate.go).
+	kindRate
+	// kindGoBench runs Go benchmarks of rustle's own code, no proxy
+	// started (gobench.go).
+	kindGoBench
 )
 
 // Listeners: the proxy port a test talks to. A proxy is started with the
@@ -88,6 +95,12 @@ type testDef struct {
 	fullHandshake bool
 	// wsSize is the payload of a WebSocket message in bytes.
 	wsSize int
+	// proto is the load subcommand of a fixed-rate test (protoHTTP,
+	// protoH2, protoH3, protoWS); "" for every other test.
+	proto string
+	// curves, when not "", is the key exchanges the load tool's TLS
+	// client offers (its -curves); "" offers Go's defaults.
+	curves string
 	// levels are the concurrency levels of the sweep (connections or
 	// tunnels), quickLevels those of -quick.
 	levels, quickLevels []int
@@ -120,7 +133,10 @@ type testDef struct {
 	// group names the tests that -tests can select together ("plain",
 	// "socks", "https", "h2", "websocket", "parents", "cores").
 	group string
-	rows  []report.Row
+	// goBench is the benchmarks of a kindGoBench test; nil for every
+	// other test.
+	goBench *goBenchDef
+	rows    []report.Row
 }
 
 // tls reports whether the test talks TLS to the proxy.
@@ -567,6 +583,8 @@ func init() {
 	tests = append(tests, udpTests...)
 	tests = append(tests, dnsTests...)
 	tests = append(tests, parentTests()...)
+	tests = append(tests, rateTests()...)
+	tests = append(tests, listTest())
 	for _, n := range coreCounts {
 		tests = append(tests, coresTest(n))
 	}

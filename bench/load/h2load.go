@@ -186,6 +186,7 @@ func runH2(args []string) error {
 	newConn := fs.Bool("newconn", false, "one request per connection: close it after the response and open a new one for the next")
 	duration := fs.Duration("duration", 10*time.Second, "measuring window")
 	reqTimeout := fs.Duration("req-timeout", 10*time.Second, "a response not complete after this long counts as a timeout")
+	rf := addRateFlags(fs)
 	fs.Parse(args)
 	if *target == "" || *conns < 1 {
 		return errors.New("h2: -target and -conns >= 1 are required")
@@ -196,6 +197,14 @@ func runH2(args []string) error {
 		return fmt.Errorf("h2: %w", err)
 	}
 	fields := h2Fields(d, *path)
+	if rated, err := rf.check(); rated || err != nil {
+		if err != nil {
+			return fmt.Errorf("h2: %w", err)
+		}
+		return runRated(rf.run("h2", *conns, *duration, *reqTimeout, d, func() rateSlot {
+			return &h2Slot{d: d, fields: fields, newConn: *newConn}
+		}))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
 	defer cancel()
 

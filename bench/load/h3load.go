@@ -28,6 +28,7 @@ func runH3(args []string) error {
 	newConn := fs.Bool("newconn", false, "one request per connection: close it after the response and open a new one for the next")
 	duration := fs.Duration("duration", 10*time.Second, "measuring window")
 	reqTimeout := fs.Duration("req-timeout", 10*time.Second, "a response not complete after this long counts as a timeout")
+	rf := addRateFlags(fs)
 	fs.Parse(args)
 	if *target == "" || *conns < 1 || !*df.tls {
 		return errors.New("h3: -target, -tls and -conns >= 1 are required")
@@ -40,6 +41,14 @@ func runH3(args []string) error {
 	url := "https://" + d.target + *path
 	if d.proxy != "" {
 		url = "http://" + d.target + *path // a forwarded request: :scheme http, :authority the origin
+	}
+	if rated, err := rf.check(); rated || err != nil {
+		if err != nil {
+			return fmt.Errorf("h3: %w", err)
+		}
+		return runRated(rf.run("h3", *conns, *duration, *reqTimeout, d, func() rateSlot {
+			return &h3Slot{d: d, url: url, newConn: *newConn}
+		}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
 	defer cancel()
@@ -150,4 +159,70 @@ func h3Get(ctx context.Context, cc *http3.ClientConn, url, authz string, buf []b
 		return resp.StatusCode, n, fmt.Errorf("h3: read the body: %w", err)
 	}
 	return resp.StatusCode, n, nil
+}
+
+// h3Slot is a connection of "load h3 -rate": one QUIC connection with one
+// request at a time, kept alive or (newConn) one per request.
+type h3Slot struct {
+	d       dialer
+	url     string
+	newConn bool
+	tr      http3.Transport
+	qc      *quic.Conn
+	cc      *http3.ClientConn
+	buf     []byte
+}
+
+func (h *h3Slot) open(ctx context.Context, _ time.Time) error {
+	if h.newConn {
+		return nil
+	}
+	return h.dial(ctx)
+}
+
+func (h *h3Slot) dial(ctx context.Context) error {
+	addr := h.d.target
+	if h.d.proxy != "" {
+		addr = h.d.proxy
+	}
+	qc, err := quic.DialAddr(ctx, addr, h.d.tlsConf, &quic.Config{})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errConnect, err)
+	}
+	h.qc, h.cc = qc, h.tr.NewClientConn(qc)
+	return nil
+}
+
+func (h *h3Slot) exchange(ctx context.Context, deadline time.Time) (int64, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if h.qc == nil {
+		if err := h.dial(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if h.buf == nil {
+		h.buf = make([]byte, 32<<10)
+	}
+	status, n, err := h3Get(ctx, h.cc, h.url, h.d.authHeader, h.buf)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: %w", errTimeout, err)
+	}
+	if err != nil || h.newConn {
+		h.close()
+	}
+	switch {
+	case err != nil:
+		return n, err
+	case status > 399:
+		return n, fmt.Errorf("%w: %d", errRefused, status)
+	}
+	return n, nil
+}
+
+func (h *h3Slot) close() {
+	if h.qc != nil {
+		h.qc.CloseWithError(0, "")
+		h.qc, h.cc = nil, nil
+	}
 }

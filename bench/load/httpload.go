@@ -89,6 +89,7 @@ func runHTTP(args []string) error {
 	newConn := fs.Bool("newconn", false, "one request per connection: send \"Connection: close\" and open a new connection for the next")
 	duration := fs.Duration("duration", 10*time.Second, "measuring window")
 	reqTimeout := fs.Duration("req-timeout", 10*time.Second, "a response not complete after this long counts as a timeout")
+	rf := addRateFlags(fs)
 	fs.Parse(args)
 	if *target == "" || *conns < 1 {
 		return errors.New("http: -target and -conns >= 1 are required")
@@ -98,6 +99,14 @@ func runHTTP(args []string) error {
 		return fmt.Errorf("http: %w", err)
 	}
 	req := httpRequest(d, *path, *newConn)
+	if rated, err := rf.check(); rated || err != nil {
+		if err != nil {
+			return fmt.Errorf("http: %w", err)
+		}
+		return runRated(rf.run("http", *conns, *duration, *reqTimeout, d, func() rateSlot {
+			return &httpSlot{d: d, req: req, newConn: *newConn}
+		}))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
 	defer cancel()
 

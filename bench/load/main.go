@@ -90,6 +90,27 @@
 // -tls, -flows-per-conn on each QUIC connection) or SOCKS5 UDP
 // associations (with -socks5), each after one datagram echoed.
 //
+// With -rate R, http, h2, h3 and ws run at a fixed offered rate (open
+// loop): R exchanges per second over -duration, due at fixed times
+// whatever the proxy does, taken in order by -conns connections opened
+// before the window, each sending the next exchange due as soon as it is
+// free (a worker free early waits for the due time on a timerfd: Go's
+// timers wake up to 1 ms late for short waits). Latency runs from the
+// time an exchange was due, not from the time it was sent, so an
+// exchange that waited for a connection held up by a slow answer counts
+// the wait (no coordinated omission). After the window the run drains
+// for at most -req-timeout; what was not sent by then counts as unsent.
+// -sync prints "ready" before the window and "done" after it, each time
+// waiting for a line on stdin, so that the caller can read the proxy's
+// CPU over the window alone. It prints one JSON line (RateResult):
+// exchanges scheduled, completed and unsent, errors, and the 50th, 99th
+// and 99.9th percentiles of the latency, of the send lag (due to sent)
+// and of the load side's own timer lag. At most 2,000,000 exchanges per
+// run.
+//
+// -curves NAMES (with -tls) restricts the key exchanges the client
+// offers (Go's names: X25519, X25519MLKEM768, CurveP256, ...).
+//
 // bulk and hold are bounded by -timeout, http and ws by their duration plus
 // twice -req-timeout.
 package main

@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -68,6 +69,7 @@ type dialFlags struct {
 	resume      *bool
 	socks       *bool
 	h2          *bool
+	curves      *string
 }
 
 func addDialFlags(fs *flag.FlagSet) *dialFlags {
@@ -79,20 +81,46 @@ func addDialFlags(fs *flag.FlagSet) *dialFlags {
 		resume: fs.Bool("resume", false, "with -tls, keep a TLS session cache so new connections resume a session; without it every connection makes a full handshake"),
 		socks:  fs.Bool("socks5", false, "speak SOCKS5 to the proxy instead of HTTP CONNECT (bulk and hold)"),
 		h2:     fs.Bool("h2", false, "with -tls, speak HTTP/2 (ALPN h2): a connection per tunnel with one CONNECT stream (bulk and hold; without a proxy a POST stream to the origin's HTTP/2 sink); implied by the h2 subcommand"),
+		curves: fs.String("curves", "", "with -tls, the key exchanges the client offers, comma-separated as Go names them (X25519, X25519MLKEM768, CurveP256, ...); empty offers Go's defaults (X25519MLKEM768 first)"),
 	}
 }
 
+// parseCurves returns the key exchanges named in list (Go's names, as
+// tls.CurveID prints them), nil for an empty list.
+func parseCurves(list string) ([]tls.CurveID, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	known := []tls.CurveID{tls.X25519, tls.X25519MLKEM768, tls.CurveP256, tls.CurveP384, tls.CurveP521, tls.SecP256r1MLKEM768, tls.SecP384r1MLKEM1024}
+	var out []tls.CurveID
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(known, func(c tls.CurveID) bool { return c.String() == name })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown key exchange %q (known: %v)", name, known)
+		}
+		out = append(out, known[i])
+	}
+	return out, nil
+}
+
 // dialer builds the dialer the flags describe for target.
-func (f *dialFlags) dialer(target string, timeout time.Duration) (dialer, error) {
-	d := newDialer(*f.proxy, *f.auth, target, timeout)
+func (f *dialFlags) dialer(target string, timeout time.Duration) (d dialer, err error) {
+	d = newDialer(*f.proxy, *f.auth, target, timeout)
 	d.socks, d.h2 = *f.socks, *f.h2
 	if !*f.tls {
-		if d.h2 {
+		switch {
+		case d.h2:
 			return d, errors.New("-h2 needs -tls")
+		case *f.curves != "":
+			return d, errors.New("-curves needs -tls")
 		}
 		return d, nil
 	}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if conf.CurvePreferences, err = parseCurves(*f.curves); err != nil {
+		return d, err
+	}
 	if *f.ca != "" {
 		pem, err := os.ReadFile(*f.ca)
 		if err != nil {

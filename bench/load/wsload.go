@@ -74,6 +74,7 @@ func runWS(args []string) error {
 	newConn := fs.Bool("newconn", false, "one exchange per connection: connect, upgrade, one message and its echo, close")
 	duration := fs.Duration("duration", 10*time.Second, "measuring window")
 	reqTimeout := fs.Duration("req-timeout", 10*time.Second, "an echo not back after this long counts as a timeout")
+	rf := addRateFlags(fs)
 	fs.Parse(args)
 	if *target == "" || *conns < 1 || *size < 0 || *size > 1<<20 {
 		return errors.New("ws: -target, -conns >= 1 and 0 <= -size <= 1 MiB are required")
@@ -84,6 +85,14 @@ func runWS(args []string) error {
 	}
 	upgrade := wsUpgradeRequest(d)
 	frame := wsClientFrame(*size)
+	if rated, err := rf.check(); rated || err != nil {
+		if err != nil {
+			return fmt.Errorf("ws: %w", err)
+		}
+		return runRated(rf.run("ws", *conns, *duration, *reqTimeout, d, func() rateSlot {
+			return &wsSlot{w: wsWorker{d: d, upgrade: upgrade, frame: frame, size: *size, timeout: *reqTimeout}, newConn: *newConn}
+		}))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
 	defer cancel()
 

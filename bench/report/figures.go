@@ -1,6 +1,9 @@
 package report
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // Cell is the figure of one row for one proxy, as the tables show it.
 type Cell struct {
@@ -57,6 +60,9 @@ func figure(c Campaign, row, sel Row, p Proxy) Cell {
 	if len(levels) == 0 {
 		return Cell{Text: TextNotRun}
 	}
+	if row.Level != 0 {
+		return levelFigure(row, levels)
+	}
 	if sel.ID == "" {
 		sel = row
 	}
@@ -69,6 +75,21 @@ func figure(c Campaign, row, sel Row, p Proxy) Cell {
 		return Cell{Text: TextNoClean, Level: best, Levels: levels}
 	}
 	return Cell{OK: true, Value: v, Text: FormatValue(v, row.Decimals), Level: best, Levels: levels}
+}
+
+// levelFigure computes the cell of a row read at its own level
+// (Row.Level).
+func levelFigure(row Row, levels []Level) Cell {
+	i := slices.IndexFunc(levels, func(l Level) bool { return l.Conns == row.Level })
+	if i < 0 {
+		return Cell{Text: TextNotRun, Levels: levels}
+	}
+	l := levels[i]
+	v, ok := l.Values[row.ID]
+	if !l.Clean || !ok || math.IsNaN(v) {
+		return Cell{Text: TextNoClean, Level: l, Levels: levels}
+	}
+	return Cell{OK: true, Value: v, Text: FormatValue(v, row.Decimals), Level: l, Levels: levels}
 }
 
 // RatioText returns the ratio cell of the reference proxy against peer for

@@ -21,7 +21,7 @@ var Caveats = []string{
 	"One machine with 2 cores: the proxy has one core; wrk or the Go load tool and the origin share the other. Where the load core is near 100 % busy, the load side, not the proxy, set the number (see the busy % table). The \"no proxy\" column is the ceiling of the load core itself.",
 	"Loopback only: no NIC, no interrupts on a third core, no real RTT. Tunnel and large-body figures are memory-bandwidth figures, far above what a 25 Gbit/s network carries, and none of the absolute numbers compare with the seed campaign's dedicated hosts.",
 	"Shared virtual machine: absolute numbers drift from one campaign to the next, typically by ±5 to 10 %. Compare proxies within one campaign (the ratio columns), and treat differences below the noise as no difference.",
-	"Closed loop at each concurrency level (no open-loop rate). CPU per request is measured with the proxy fully loaded, not at the same request rate for every proxy.",
+	"Closed loop at each concurrency level, but in the sections \"At a fixed offered rate\": elsewhere CPU per request is measured with the proxy fully loaded, not at the same request rate for every proxy.",
 	"CPU per request is utime+stime of all the proxy's processes from /proc/PID/stat, divided by completed requests; softirq time the kernel spends on the load core is not attributed.",
 	"The origin is static with Content-Length. Chunked bodies, uploads, IPv6, many origins and large header sets are not measured here.",
 	"The tunnel tests (CONNECT, CONNECT over TLS, SOCKS5) measure the upload direction only, as bytes the sink received.",
@@ -199,10 +199,24 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 	}
 
 	bw.WriteString("## Concurrency kept and core load\n\n")
-	bw.WriteString("For every test and proxy: the levels tried (✓ clean, ✗ not clean), the level kept (at_conns) and the median busy % of the proxy core and of the load core over the runs at that level. A load core near 100 % means wrk or the load tool and the origin, not the proxy, were the limit. \"Other load\" is the share of both cores used by processes outside the benchmark during those runs (approximate): above a few % the figure was disturbed.\n\n")
+	bw.WriteString("For every test and proxy: the levels tried (✓ clean, ✗ not clean), the level kept (at_conns) and the median busy % of the proxy core and of the load core over the runs at that level. A load core near 100 % means wrk or the load tool and the origin, not the proxy, were the limit. \"Other load\" is the share of both cores used by processes outside the benchmark during those runs (approximate): above a few % the figure was disturbed.")
+	if hasLevelRows(c.Rows) {
+		bw.WriteString(" A test at a fixed offered rate has a line per rate: the rate is its level (exchanges per second), measured on its own, never chosen.")
+	}
+	bw.WriteString("\n\n")
 	var rows [][]string
 	var problems []string
+	shown := map[string]bool{} // test@level of the fixed-rate lines written
 	for _, r := range c.Rows {
+		if r.Level != 0 {
+			key := fmt.Sprintf("%s@%d", r.Test, r.Level)
+			if shown[key] {
+				continue
+			}
+			shown[key] = true
+			rows = append(rows, rateLines(c, figs, r, &problems)...)
+			continue
+		}
 		if !r.Selects {
 			continue
 		}
@@ -247,6 +261,35 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 		fmt.Fprintf(bw, "- %s\n", l)
 	}
 	return bw.Flush()
+}
+
+// hasLevelRows reports whether any row is read at a level of its own
+// (a fixed-rate row).
+func hasLevelRows(rows []Row) bool {
+	return slices.ContainsFunc(rows, func(r Row) bool { return r.Level != 0 })
+}
+
+// rateLines returns the lines of the core-load table for the rate of the
+// fixed-rate row r, one per proxy measured at it, and adds the problem of
+// an unclean one to problems.
+func rateLines(c Campaign, figs map[string]map[string]Cell, r Row, problems *[]string) [][]string {
+	rate := FormatValue(float64(r.Level), 0) + "/s"
+	var out [][]string
+	for _, p := range c.Proxies {
+		cell := figs[r.ID][p.Name]
+		l := cell.Level
+		if l.Conns != r.Level {
+			continue // not measured at this rate
+		}
+		mark := "✓"
+		if !l.Clean {
+			mark = "✗"
+			*problems = append(*problems, fmt.Sprintf("%s, %s at %s: %s", r.Test, p.Label, rate, l.Problem))
+		}
+		out = append(out, []string{r.Test + " at " + rate, p.Label, rate + " " + mark, rate,
+			fmt.Sprintf("%.0f %%", l.CoreBusy[0]), fmt.Sprintf("%.0f %%", l.CoreBusy[1]), fmt.Sprintf("%.0f %%", l.OtherBusy)})
+	}
+	return out
 }
 
 // noise is the relative difference below which two figures are called
@@ -514,6 +557,9 @@ func procedure(c Campaign) []string {
 		"Every test talks to one port of a freshly started proxy: the plain HTTP port, the HTTPS port (HTTP proxy over TLS; HTTP/2 when the client offers only h2 with ALPN) or the SOCKS5 port; WebSocket tests use the plain or the TLS port. HTTPS-proxy and HTTP/2 requests and WebSocket messages come from the Go load tool (wrk cannot speak TLS to a proxy), counted like wrk.",
 		"Memory: VmRSS summed over all the proxy's processes with N open tunnels (CONNECT answered, one small exchange through each, then idle); the slope is (RSS at the largest N − RSS with none open) ÷ N.",
 		"The busy % of both cores is recorded for every run from /proc/stat.",
+	}
+	if hasLevelRows(c.Rows) {
+		out = append(out, "At a fixed offered rate: the Go load tool sends the same number of exchanges per second to every proxy (open loop), due at fixed times over the run, taken in order by a fixed set of connections opened before it; the latency of each runs from the time it was due, not from the time it was sent, so a proxy that holds a connection up makes every exchange due meanwhile late (no coordinated omission). The proxy's CPU is read from the first exchange due to the last one's end (its threads' schedstat, in nanoseconds; utime+stime, in clock ticks, where threads that exited during the run took more than schedstat still shows, as Tinyproxy's thread per connection does: runs.json's proxy_cpu_from says which) and divided by the exchanges completed. A run is clean when every exchange due completed without error within the run and a drain of one request timeout after it.")
 	}
 	if len(c.CoreSplits) > 0 {
 		var where []string

@@ -325,3 +325,60 @@ func BusyPercent(before, after CPUTimes) float64 {
 	}
 	return 100 * busy / total
 }
+
+// ParseSchedstat returns the first field of a /proc/PID/task/TID/schedstat
+// line: the time the thread ran on a CPU, in nanoseconds.
+func ParseSchedstat(s string) (uint64, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("report: schedstat %q: want 3 fields", strings.TrimSpace(s))
+	}
+	ns, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("report: schedstat %q: %w", strings.TrimSpace(s), err)
+	}
+	return ns, nil
+}
+
+// GoBench is one result line of go test -bench: the benchmark's name as
+// printed (sub-benchmarks joined with "/"; run with -test.cpu 1, which
+// leaves off the "-N" GOMAXPROCS suffix), its iterations, and its figures
+// by unit ("ns/op", "B/op", "allocs/op", "MB/s" and the units of
+// b.ReportMetric).
+type GoBench struct {
+	Name   string
+	N      int64
+	Values map[string]float64
+}
+
+// ParseGoBench reads the result lines of go test -bench output: a line
+// that starts with "Benchmark" and goes on with an iteration count and
+// pairs of a figure and its unit. Other lines (the header, PASS, a
+// benchmark's name printed alone before its log lines) are skipped; a
+// result line whose figures do not pair up is an error.
+func ParseGoBench(out string) ([]GoBench, error) {
+	var res []GoBench
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) < 2 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue // a name alone, or a log line
+		}
+		if len(f) < 4 || len(f)%2 != 0 {
+			return nil, fmt.Errorf("report: benchmark line %q: figures without units", strings.TrimSpace(line))
+		}
+		b := GoBench{Name: f[0], N: n, Values: map[string]float64{}}
+		for i := 2; i < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return nil, fmt.Errorf("report: benchmark line %q: %w", strings.TrimSpace(line), err)
+			}
+			b.Values[f[i+1]] = v
+		}
+		res = append(res, b)
+	}
+	return res, nil
+}

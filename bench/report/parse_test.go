@@ -2,6 +2,7 @@ package report
 
 import (
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -169,6 +170,28 @@ func TestParsePss(t *testing.T) {
 	}
 }
 
+func TestParseSchedstat(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    uint64
+		wantErr bool
+	}{
+		{"a thread", "2074640 2043274 24\n", 2074640, false},
+		{"two fields", "2074640 2043274\n", 0, true},
+		{"not a number", "x 1 2\n", 0, true},
+		{"empty", "", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseSchedstat(tt.in)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("ParseSchedstat = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
 func TestParseCPUStatAndBusy(t *testing.T) {
 	before, err := ParseCPUStat("cpu  30 0 30 300 0 0 0 0 0 0\ncpu0 10 0 10 100 0 0 0 0 0 0\ncpu1 20 0 20 200 0 0 0 0 0 0\nintr 1 2 3\n")
 	if err != nil {
@@ -242,4 +265,50 @@ func FuzzParseProcStat(f *testing.F) {
 			t.Errorf("ParseProcStat returned %+v with error %v", ps, err)
 		}
 	})
+}
+
+func TestParseGoBench(t *testing.T) {
+	lists, err := os.ReadFile("testdata/gobench/lists.txt") // BenchmarkDecideList and BenchmarkParseList of internal/acl, as the campaign runs them
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		out     string
+		want    []GoBench
+		wantErr bool
+	}{
+		{
+			name: "internal/acl's list benchmarks",
+			out:  string(lists),
+			want: []GoBench{
+				{Name: "BenchmarkDecideList/entries=1000/hit", N: 458778, Values: map[string]float64{"ns/op": 787.1, "B/op": 0, "allocs/op": 0}},
+				{Name: "BenchmarkDecideList/entries=1000/miss", N: 576585, Values: map[string]float64{"ns/op": 818.4, "B/op": 0, "allocs/op": 0}},
+				{Name: "BenchmarkDecideList/entries=1000/spread", N: 470923, Values: map[string]float64{"ns/op": 869.0, "B/op": 0, "allocs/op": 0}},
+				{Name: "BenchmarkDecideList/entries=1000000/hit", N: 1000000, Values: map[string]float64{"ns/op": 311.0, "B/op": 0, "allocs/op": 0}},
+				{Name: "BenchmarkDecideList/entries=1000000/miss", N: 698798, Values: map[string]float64{"ns/op": 347.6, "B/op": 0, "allocs/op": 0}},
+				{Name: "BenchmarkDecideList/entries=1000000/spread", N: 191616, Values: map[string]float64{"ns/op": 1274, "B/op": 0, "allocs/op": 0}},
+				{Name: "BenchmarkParseList", N: 1, Values: map[string]float64{"ns/op": 791641831, "MB/s": 27.51, "MB-heap/set": 37.84, "MB/set": 37.77}},
+			},
+		},
+		{
+			name: "a name printed alone before its log lines",
+			out:  "BenchmarkX\n    x_test.go:12: hello\nBenchmarkX-4   \t 100\t 12.5 ns/op\nPASS\nok  \tpkg\t1.0s\n",
+			want: []GoBench{{Name: "BenchmarkX-4", N: 100, Values: map[string]float64{"ns/op": 12.5}}},
+		},
+		{name: "no result", out: "PASS\n"},
+		{name: "a figure without its unit", out: "BenchmarkX 100 12.5 ns/op 3\n", wantErr: true},
+		{name: "a figure that is no number", out: "BenchmarkX 100 fast ns/op\n", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseGoBench(tt.out)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("ParseGoBench: %v, want error %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ParseGoBench (-want +got):\n%s", diff)
+			}
+		})
+	}
 }

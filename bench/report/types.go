@@ -72,6 +72,13 @@ type Row struct {
 	// resolver, say, or the HTTPS port's CPU per request against the
 	// plain port's). "" for no such comparison.
 	Against string `json:"against,omitempty"`
+	// Level, when not 0, is the level the row's figure is read at
+	// instead of its test's best clean level: the offered rate of a row
+	// "at a fixed offered rate", whose test measures each rate on its own
+	// (its runs' Conns is the rate, in exchanges per second). A row with
+	// a Level ignores its test's selecting row, and reads "no clean run"
+	// when the runs at its level were not clean.
+	Level int `json:"level,omitempty"`
 	// Note is a footnote printed under the table, if any.
 	Note string `json:"note,omitempty"`
 }
@@ -89,10 +96,12 @@ func (r Row) unsupported(proxy string) bool {
 // Run is one measured run of one test against one proxy at one concurrency
 // level.
 type Run struct {
-	Test   string `json:"test"`
-	Proxy  string `json:"proxy"`
-	Conns  int    `json:"conns"`
-	Repeat int    `json:"repeat"`
+	Test  string `json:"test"`
+	Proxy string `json:"proxy"`
+	// Conns is the run's concurrency level (connections or tunnels), or
+	// for a test at a fixed offered rate the rate (exchanges per second).
+	Conns  int `json:"conns"`
+	Repeat int `json:"repeat"`
 	// Warmup runs are recorded but never enter a figure.
 	Warmup    bool      `json:"warmup,omitempty"`
 	Start     time.Time `json:"start"`
@@ -125,8 +134,13 @@ type Run struct {
 	// others.
 	DNSQueries *int64 `json:"dns_queries,omitempty"`
 	// ProxyCPUSeconds is utime+stime of all the proxy's processes over the
-	// run.
+	// run; or, where ProxyCPUFrom says "schedstat", the time their threads
+	// ran in nanoseconds (/proc/PID/task/TID/schedstat), exact where
+	// utime+stime come in clock ticks.
 	ProxyCPUSeconds float64 `json:"proxy_cpu_s,omitempty"`
+	// ProxyCPUFrom says where ProxyCPUSeconds comes from: "schedstat", or
+	// empty for utime+stime.
+	ProxyCPUFrom string `json:"proxy_cpu_from,omitempty"`
 	// ProxyRSSKB is VmRSS summed over the proxy's processes at the end of
 	// the run.
 	ProxyRSSKB int64 `json:"proxy_rss_kb,omitempty"`
