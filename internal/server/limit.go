@@ -162,17 +162,33 @@ func (h *handshakeSlots) acquire(ctx context.Context, ip netip.Addr, timeout tim
 // tryAcquire takes a slot for a handshake from ip when one of its own
 // and one of all are free at once, for a caller that cannot wait (QUIC's
 // packet loop); nil when none is. release gives it back.
-func (h *handshakeSlots) tryAcquire(ip netip.Addr) *ipSlots {
+//
+// A validated address (a QUIC client that proved it receives at its
+// address, RFC 9000 §8.1) whose own slots are taken may still take one
+// of all while at least half of them are free: the per-address share is
+// there so that spoofed floods cannot take every slot, and a client that
+// cannot wait for a slot as a TCP client does would otherwise be refused
+// for opening many connections at once (a benchmark's 64, or clients
+// behind one NAT address). Its connections stay bounded by the
+// listener's connection limits.
+func (h *handshakeSlots) tryAcquire(ip netip.Addr, validated bool) *ipSlots {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.ips[ip]
 	if s == nil {
 		s = &ipSlots{ip: ip, c: make(chan struct{}, h.perIP)}
 	}
+	own := true
 	select {
 	case s.c <- struct{}{}:
 	default:
-		return nil
+		if !validated || len(h.all) >= cap(h.all)/2 {
+			return nil
+		}
+		// A share of one of its own, outside h.ips, for release.
+		own = false
+		s = &ipSlots{ip: ip, c: make(chan struct{}, 1)}
+		s.c <- struct{}{}
 	}
 	select {
 	case h.all <- struct{}{}:
@@ -181,8 +197,18 @@ func (h *handshakeSlots) tryAcquire(ip netip.Addr) *ipSlots {
 		return nil
 	}
 	s.refs++
-	h.ips[ip] = s
+	if own {
+		h.ips[ip] = s
+	}
 	return s
+}
+
+// ownFree reports whether one of ip's own slots is free.
+func (h *handshakeSlots) ownFree(ip netip.Addr) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.ips[ip]
+	return s == nil || len(s.c) < cap(s.c)
 }
 
 // release gives back the slot acquire or tryAcquire returned.
@@ -194,7 +220,7 @@ func (h *handshakeSlots) release(s *ipSlots) {
 
 func (h *handshakeSlots) unref(s *ipSlots) {
 	h.mu.Lock()
-	if s.refs--; s.refs == 0 {
+	if s.refs--; s.refs == 0 && h.ips[s.ip] == s {
 		delete(h.ips, s.ip)
 	}
 	h.mu.Unlock()

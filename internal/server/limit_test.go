@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
@@ -446,5 +447,47 @@ func TestDescriptorBudgetLogged(t *testing.T) {
 			}
 			want(t, s, logs, max+50)
 		})
+	}
+}
+
+func TestHandshakeSlotsValidatedOverflow(t *testing.T) {
+	h := newHandshakeSlots(16) // 2 per address
+	ip := netip.MustParseAddr("192.0.2.1")
+	var held []*ipSlots
+	for i := range 2 {
+		s := h.tryAcquire(ip, false)
+		if s == nil {
+			t.Fatalf("slot %d of the address's own 2: none", i)
+		}
+		held = append(held, s)
+	}
+	if h.ownFree(ip) {
+		t.Error("ownFree with the address's 2 slots taken")
+	}
+	if s := h.tryAcquire(ip, false); s != nil {
+		t.Fatal("an unvalidated address took a third slot")
+	}
+	// Validated: slots of all while half (8) are free.
+	for i := range 6 {
+		s := h.tryAcquire(ip, true)
+		if s == nil {
+			t.Fatalf("validated slot %d past the address's own: none (%d of 16 taken)", i, len(h.all))
+		}
+		held = append(held, s)
+	}
+	if s := h.tryAcquire(ip, true); s != nil {
+		t.Fatalf("a validated address took a slot with %d of 16 taken; want none past half", len(h.all)-1)
+	}
+	// Giving back an overflow slot keeps the address's own entry.
+	h.release(held[len(held)-1])
+	held = held[:len(held)-1]
+	if h.ips[ip] == nil || h.ownFree(ip) {
+		t.Error("releasing an overflow slot dropped or freed the address's own slots")
+	}
+	for _, s := range held {
+		h.release(s)
+	}
+	if len(h.all) != 0 || len(h.ips) != 0 {
+		t.Errorf("after every release: %d slots taken, %d addresses; want 0, 0", len(h.all), len(h.ips))
 	}
 }

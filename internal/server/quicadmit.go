@@ -21,13 +21,15 @@ import (
 //
 // quic-go asks retry first, for a connection's first Initial that bears
 // no valid token: past the listener's http3.retry_threshold of such
-// handshakes in progress, or past an eighth of it from that address,
-// the client is sent a Retry, which costs rustle no state, and comes
+// handshakes in progress, past an eighth of it from that address, or
+// once the address's share of limits.max_tls_handshakes is taken, the
+// client is sent a Retry, which costs rustle no state, and comes
 // back with a token that proves its address (a spoofed one cannot).
 // Then admit: the listener's connection limits and the address's
 // cool-down (gate.Policy.Admit), http3.max_connections, and a slot of
 // limits.max_tls_handshakes, shared with the TCP side's TLS handshakes
-// (an eighth per address). A connection refused there is sent
+// (an eighth per address; a validated address past it may take one of
+// all while half are free). A connection refused there is sent
 // CONNECTION_REFUSED and holds nothing. An admitted one holds its slot
 // until its handshake completes or fails, and its admission until it
 // closes.
@@ -57,15 +59,18 @@ func (h *quicHandshakes) init(log *slog.Logger) {
 }
 
 // retry reports whether a new connection from the unvalidated address a
-// is to be sent a Retry first, as l's threshold says.
+// is to be sent a Retry first, as l's threshold says, or because the
+// address's own handshake slots are taken: validated, it may take one
+// of all (see [handshakeSlots.tryAcquire]) rather than be refused.
 func (h *quicHandshakes) retry(l *listener, a net.Addr) bool {
 	if l.QUICRetry < 0 {
 		return true
 	}
 	ip := addrIP(a)
+	ownFree := l.handshakes.ownFree(ip)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.unvalidated < l.QUICRetry && h.perIP[ip] < max(1, l.QUICRetry/8) {
+	if h.unvalidated < l.QUICRetry && h.perIP[ip] < max(1, l.QUICRetry/8) && ownFree {
 		return false
 	}
 	h.retries++
@@ -89,7 +94,7 @@ func (h *quicHandshakes) admit(ctx context.Context, l *listener, ci *quic.Client
 		// The limiter warns of its own refusals.
 		return nil, errors.New("server: QUIC connection refused: " + adm.Reason())
 	}
-	slot := l.handshakes.tryAcquire(ip)
+	slot := l.handshakes.tryAcquire(ip, ci.AddrVerified)
 	if slot == nil {
 		l.Policy.Release(ip)
 		return nil, h.refuse("too many TLS handshakes in progress")
