@@ -105,7 +105,12 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 		s.answerFailure(w, g, err, x, "")
 		return
 	}
-	stop := context.AfterFunc(r.Context(), func() { x.Up.C.SetDeadline(time.Unix(1, 0)) }) // the client reset the stream
+	// The client reset the stream: the upstream's reads end. The function
+	// runs in a goroutine of its own, maybe after forward has returned and
+	// the exchange has gone back to the pool: it holds the connection, not
+	// x (a connection it cuts is not kept: stop reports false).
+	up := x.Up.C
+	stop := context.AfterFunc(r.Context(), func() { up.SetDeadline(time.Unix(1, 0)) })
 	s.responseHead(w.Header(), x)
 	w.WriteHeader(x.Resp.Status)
 	g.Answer(x.Resp.Status, 0)
