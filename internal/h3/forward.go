@@ -79,10 +79,11 @@ func (rs *reqStream) forward(q *request) {
 	}
 	var done chan bodyEnd // the body writer's result; nil when there is none
 	if err == nil && body != nil {
-		done = make(chan bodyEnd, 1)
+		ch := make(chan bodyEnd, 1)
+		done = ch
 		x.StartBody()
 		up := x.Up.C
-		go func() { done <- e.sendBody(g, up, body, e.ctx) }()
+		go func() { ch <- e.sendBody(g, up, body, e.ctx) }()
 		err = x.ReadResponse(e)
 		x.EndBody()
 		if cut := x.WasCut(); cut || err != nil {
@@ -102,9 +103,14 @@ func (rs *reqStream) forward(q *request) {
 	// The client reset the stream: the upstream's reads end. The function
 	// runs in a goroutine of its own, maybe after forward has returned and
 	// the exchange has been reset: it holds the connection, not x (a
-	// connection it cuts is not kept: stop reports false).
+	// connection it cuts is not kept: stop reports false). A response
+	// read whole already (a small one: see origin's awaitSmallBody) has
+	// no read left to cut.
 	up := x.Up.C
-	stop := context.AfterFunc(e.ctx, func() { up.SetDeadline(time.Unix(1, 0)) })
+	stop := noStop
+	if !bodyBuffered(x) {
+		stop = context.AfterFunc(e.ctx, func() { up.SetDeadline(time.Unix(1, 0)) })
+	}
 	rs.responseHead(x)
 	g.Answer(x.Resp.Status, 0)
 	down, complete := rs.relayBody(x)
@@ -123,6 +129,16 @@ func (rs *reqStream) forward(q *request) {
 	}
 	x.Release(kept && complete && bodySent && x.KeepAlive())
 	g.Finish(upBytes, down)
+}
+
+// noStop is the stop function of no AfterFunc.
+func noStop() bool { return true }
+
+// bodyBuffered reports whether the response the exchange read is whole
+// in its upstream's buffer: its relay reads nothing more.
+func bodyBuffered(x *origin.Exchange) bool {
+	h := &x.Resp
+	return x.NoBody() || !h.Chunked && !h.TEOther && h.ContentLength >= 0 && int64(len(x.Up.Buffered())) >= h.ContentLength
 }
 
 // bodyEnd is how a request body's writer ended: the bytes it wrote, and

@@ -3,7 +3,7 @@ package h3
 import (
 	"errors"
 	"io"
-	"net"
+	"os"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/quicvarint"
@@ -226,8 +226,7 @@ func (f *frameReader) read(p []byte) (int, error) {
 // isTimeout reports whether err is a read cut by a deadline, after which
 // the stream may be read again.
 func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
+	return err != io.EOF && errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // atEOF reports whether the stream has ended with nothing left buffered.
