@@ -207,14 +207,19 @@ func (r *FlowRelay) End(err error) {
 func (r *FlowRelay) Context() context.Context { return r.ctx }
 
 // relayDown sends the target's datagrams to the client until the flow
-// ends.
+// ends. While it waits for one it holds no read buffer (on Unix: see
+// datagramReader).
 func (r *FlowRelay) relayDown() {
 	g := r.g
 	m := g.s.p.Metrics // nil: no metrics
 	max := min(r.client.MaxPayload(), maxUDPPayload)
-	buf := make([]byte, max+1) // one more: a longer datagram is told apart, and dropped
+	dr, err := newDatagramReader(r.upc, max)
+	if err != nil {
+		r.End(fmt.Errorf("gate: flow: read from %s: %w", r.dst, err))
+		return
+	}
 	for {
-		n, err := r.upc.Read(buf)
+		bp, n, err := dr.read()
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			continue // an ICMP error of an earlier datagram: UDP is unreliable
 		}
@@ -223,13 +228,17 @@ func (r *FlowRelay) relayDown() {
 			return
 		}
 		if n > max {
+			dr.put(bp)
 			continue // too large for the client's side
 		}
 		if !g.PaceDatagram(r.ctx, n) {
+			dr.put(bp)
 			r.End(errFlowQuota)
 			return
 		}
-		if err := r.client.SendPayload(buf[:n]); err != nil {
+		err = r.client.SendPayload((*bp)[:n])
+		dr.put(bp)
+		if err != nil {
 			r.End(fmt.Errorf("gate: flow: send to the client: %w", err))
 			return
 		}
