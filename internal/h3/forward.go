@@ -17,8 +17,8 @@ import (
 
 // exchange is the HTTP/3 side of a forwarded request's exchange with its
 // upstream (origin.Exchange, the same as the other front-ends'): what the
-// exchange asks of the request (origin.Request). It lives in its
-// reqStream, pooled with it: its buffers grow once.
+// exchange asks of the request (origin.Request). exchanges are pooled:
+// their buffers grow once.
 type exchange struct {
 	rs  *reqStream
 	x   origin.Exchange
@@ -31,7 +31,7 @@ type exchange struct {
 // what refers to the request.
 func (e *exchange) reset() {
 	e.x.Close()
-	e.ctx = nil
+	e.ctx, e.rs = nil, nil
 	e.req = origin.FieldRequest{}
 }
 
@@ -64,7 +64,8 @@ func (e *exchange) Interim(*origin.Exchange) (bool, error) { return false, nil }
 func (rs *reqStream) forward(q *request) {
 	s := rs.c.s
 	g := &rs.g
-	e := &rs.x
+	e := exchangePool.Get().(*exchange)
+	e.rs, rs.x = rs, e
 	e.ctx = rs.str.Context()
 	x := &e.x
 	if err := x.Begin(s.cfg.Origin, g, rs.req.Method, origin.Plain); err != nil {

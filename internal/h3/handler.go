@@ -69,7 +69,11 @@ func (rs *reqStream) serve() {
 	c := rs.c
 	q := rs.classify()
 	g := &rs.g
-	defer g.Finish(0, 0) // a no-op unless a path left it open
+	defer func() {
+		if rs.handoff == nil {
+			g.Finish(0, 0) // a no-op unless a path left it open
+		}
+	}()
 	switch k := rs.authorize(&q, g); k {
 	case gate.OK:
 	case gate.NeedAuth:

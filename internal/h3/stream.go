@@ -37,16 +37,17 @@ type reqStream struct {
 	scr    []byte // scratch: the target, credentials and Via as the gate takes them
 
 	g gate.Grant
-	x exchange // a forwarded request's exchange with its upstream
+	x *exchange // a forwarded request's exchange with its upstream; nil for others
 
-	headSent bool // the response's HEADERS went out
+	headSent bool  // the response's HEADERS went out
+	handoff  *flow // a flow whose goroutine ends the stream's service once serve has returned (see connectUDP)
 }
 
-var streamPool = sync.Pool{New: func() any {
-	rs := &reqStream{rbuf: make([]byte, readBufSize)}
-	rs.x.rs = rs
-	return rs
-}}
+var streamPool = sync.Pool{New: func() any { return &reqStream{rbuf: make([]byte, readBufSize)} }}
+
+// exchangePool holds the exchanges of forwarded requests, apart from
+// their reqStreams: a tunnel's or a flow's needs none.
+var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
 
 // getStream returns a pooled reqStream for str of c.
 func getStream(c *conn, str *quic.Stream) *reqStream {
@@ -62,14 +63,18 @@ func getStream(c *conn, str *quic.Stream) *reqStream {
 // release gives rs back to the pool, dropping what refers to the
 // request.
 func (rs *reqStream) release() {
-	rs.x.reset()
+	if rs.x != nil {
+		rs.x.reset()
+		exchangePool.Put(rs.x)
+		rs.x = nil
+	}
 	clear(rs.fields)
 	rs.fields = rs.fields[:0]
 	rs.req = fieldreq.Request{}
 	rs.body = bodyReader{}
 	rs.fr = frameReader{}
 	rs.c, rs.str = nil, nil
-	rs.headSent = false
+	rs.headSent, rs.handoff = false, nil
 	if cap(rs.wbuf) > 64<<10 {
 		rs.wbuf = nil
 	}
@@ -88,11 +93,22 @@ func (rs *reqStream) run() {
 		}
 		rs.serve()
 	}
-	rs.finish()
+	rs.end()
 }
 
 func (rs *reqStream) serveAndEnd() {
 	rs.serve()
+	rs.end()
+}
+
+// end ends the stream's service once serve has returned, or hands it to
+// the flow that serve left in rs.handoff: only then, since that flow's
+// goroutine gives rs back to the pool when the flow ends.
+func (rs *reqStream) end() {
+	if f := rs.handoff; f != nil {
+		go f.run()
+		return
+	}
 	rs.finish()
 }
 
@@ -185,15 +201,21 @@ func (rs *reqStream) reset(code uint64) {
 	rs.str.CancelWrite(quic.StreamErrorCode(code))
 }
 
-// park makes the stream's reads use its small buffer, giving back the
-// large one, when what is buffered fits: a tunnel or a flow that idles
-// holds 64 bytes, not 4 KiB.
+// park readies a tunnel's or a flow's stream to idle: its reads use its
+// small buffer, the large one given up, when what is buffered fits (64
+// bytes, not 4 KiB), and the request's fields and the answer's buffers
+// are dropped (the grant has what the access log needs).
 func (rs *reqStream) park() {
 	fr := &rs.fr
 	if n := fr.w - fr.r; n <= len(rs.small) {
 		copy(rs.small[:], fr.buf[fr.r:fr.w])
 		fr.buf, fr.r, fr.w = rs.small[:], 0, n
 		rs.rbuf = nil // the next request from the pool makes another
+	}
+	rs.fields, rs.req = nil, fieldreq.Request{}
+	rs.sec, rs.scr = nil, nil
+	if cap(rs.wbuf) > 2<<10 {
+		rs.wbuf = nil
 	}
 }
 

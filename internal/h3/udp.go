@@ -19,10 +19,14 @@ const maxCapsule = 65535 + 8
 
 // connectUDP serves a CONNECT-UDP request (RFC 9298): it dials the
 // target's UDP socket under the grant, answers 200 with
-// Capsule-Protocol, and relays the flow until it ends: the target's
-// datagrams from the relay's goroutine (gate.StartFlow), the client's as
-// the connection's datagram receiver hands them over, while this
-// goroutine reads the stream's capsules, whose end ends the flow.
+// Capsule-Protocol, and leaves the flow in rs.handoff for a goroutine of
+// its own (started by reqStream.end once serve has returned), which
+// reads the stream's capsules (their end is the flow's) and ends the
+// stream's service when the flow has ended. The target's datagrams go
+// from the relay's goroutine (gate.StartFlow), the client's as the
+// connection's datagram receiver hands them over. The serving goroutine,
+// whose stack grew with the request, returns: the flow's goroutines
+// start small and stay so while they park.
 func (rs *reqStream) connectUDP(q *request) {
 	c := rs.c
 	s := c.s
@@ -41,9 +45,9 @@ func (rs *reqStream) connectUDP(q *request) {
 		rs.answer(503, "too many UDP flows", nil)
 		return
 	}
-	defer s.giveFlow(c)
 	up, err := g.DialUDP(ctx)
 	if err != nil {
+		s.giveFlow(c)
 		rs.answerFailure(err, nil, q.host)
 		return
 	}
@@ -63,6 +67,14 @@ func (rs *reqStream) connectUDP(q *request) {
 	rs.sec = appendField(rs.sec, "capsule-protocol", "?1")
 	rs.sendHead(nil, false)
 	rs.park()
+	rs.handoff = f // the stream's service goes on in f.run, started once serve has returned
+}
+
+// run reads the flow's capsules until its stream ends, then ends the
+// flow and the stream's service.
+func (f *flow) run() {
+	rs := f.rs
+	c := rs.c
 	f.readCapsules()
 	c.removeFlow(f)
 	f.mu.Lock()
@@ -73,6 +85,8 @@ func (rs *reqStream) connectUDP(q *request) {
 	f.mu.Unlock()
 	f.pacer.Wait()
 	f.relay.Wait()
+	c.s.giveFlow(c)
+	rs.finish()
 }
 
 // pacedQueue bounds the client's datagrams a paced flow holds while they
