@@ -98,6 +98,8 @@ var squidReasons = map[string]squidReason{
 	ReasonNoParent:          {outcomeUpstream, false, "ERR_CANNOT_FORWARD"},
 	ReasonLoop:              {outcomeDenied, false, "ERR_ACCESS_DENIED"},
 	ReasonSNIMismatch:       {outcomeDenied, false, "ERR_CONFLICT_HOST"},
+	ReasonAuthzDenied:       {outcomeDenied, false, "ERR_ACCESS_DENIED"},
+	ReasonAuthzUnavailable:  {outcomeDenied, false, "ERR_ACCESS_DENIED"},
 }
 
 // appendSquidCode appends Squid's result code for r (its %Ss): TCP_MISS

@@ -38,7 +38,7 @@ func (e *exchange) reset() {
 // AppendHead appends the request head (see origin.AppendFieldHead). It is
 // part of exchange's origin.Request.
 func (e *exchange) AppendHead(dst []byte, parent *route.Parent) []byte {
-	dst, _ = e.x.Client().AppendFieldHead(dst, &e.req, parent)
+	dst, _ = e.x.Client().AppendFieldHead(dst, &e.req, parent, e.x.Headers())
 	return dst
 }
 
@@ -301,8 +301,9 @@ func (e *exchange) sendBody(g *gate.Grant, up net.Conn, body io.Reader, ctx cont
 // responseHead encodes the head of the response the exchange read into
 // rs.sec: its status and fields less the hop-by-hop ones (those
 // origin.HopByHop names, those its Connection field lists, and those the
-// parser dropped), names in lower case, with rustle's Via when the
-// configuration asks for it.
+// parser or the header rules dropped), names in lower case, with the
+// header rules' fields and rustle's Via when the configuration asks for
+// it.
 func (rs *reqStream) responseHead(x *origin.Exchange) {
 	resp := &x.Resp
 	rs.startSection(resp.Status)
@@ -313,6 +314,9 @@ func (rs *reqStream) responseHead(x *origin.Exchange) {
 			continue
 		}
 		rs.sec = appendField(rs.sec, name, f.Value.Of(resp.Buf))
+	}
+	for _, f := range x.Headers().ResponseFields() {
+		rs.sec = appendField(rs.sec, f.Name, f.Value)
 	}
 	if rs.c.s.cfg.Origin.Config().Via {
 		rs.sec = appendField(rs.sec, "via", "1.1 rustle")
