@@ -126,49 +126,75 @@ func (rs *reqStream) finish() {
 // dealt with here.
 func (rs *reqStream) readHead() bool {
 	c := rs.c
-	fr := &rs.fr
+	block, err := headBlock(&rs.fr, c.s.maxHeaderBytes)
+	switch {
+	case err == errIncomplete:
+		rs.reset(errRequestIncomplete)
+		return false
+	case err == errFieldsTooLarge:
+		rs.tooLarge()
+		return false
+	case err != nil:
+		c.fail(err)
+		return false
+	}
+	rs.fields, err = decodeFields(rs.fields[:0], block, c.s.maxHeaderBytes)
+	if err == errFieldsTooLarge {
+		rs.tooLarge()
+		return false
+	}
+	if err != nil {
+		c.fail(err)
+		return false
+	}
+	rs.req, err = fieldreq.Parse(rs.fields, true, c.self)
+	if err != nil {
+		c.reject(pseudo(rs.fields, ":method"), err)
+		rs.reset(errMessage)
+		return false
+	}
+	rs.body = bodyReader{rs: rs, left: -1, length: rs.req.ContentLength}
+	return true
+}
+
+// errIncomplete is a request stream that ended, or failed, within its
+// head: the stream is reset with H3_REQUEST_INCOMPLETE.
+var errIncomplete = errors.New("h3: request stream ended within its head")
+
+// headBlock reads a request stream's frames up to its HEADERS frame,
+// skipping frames of unknown types before it (RFC 9114 §9), and returns
+// that frame's field section block, valid until fr's next read. Its
+// errors: errIncomplete, errFieldsTooLarge for a block over max bytes, a
+// *connError for a DATA frame or a frame a request stream may not carry
+// before it (H3_FRAME_UNEXPECTED), or the stream's read error (a reset,
+// say) other than its end.
+func headBlock(fr *frameReader, max int) ([]byte, error) {
 	for {
 		typ, length, err := fr.header()
 		if err != nil {
 			if err == io.EOF || err == io.ErrUnexpectedEOF {
-				rs.reset(errRequestIncomplete)
+				return nil, errIncomplete
 			}
-			return false
+			return nil, err
 		}
 		switch {
 		case typ == frameHeaders:
-			if length > uint64(c.s.maxHeaderBytes) {
-				rs.tooLarge()
-				return false
+			if length > uint64(max) {
+				return nil, errFieldsTooLarge
 			}
 			block, err := fr.payload(int(length))
 			if err != nil {
-				rs.reset(errRequestIncomplete)
-				return false
+				return nil, errIncomplete
 			}
-			rs.fields, err = decodeFields(rs.fields[:0], block, c.s.maxHeaderBytes)
-			if err == errFieldsTooLarge {
-				rs.tooLarge()
-				return false
-			}
-			if err != nil {
-				c.fail(err)
-				return false
-			}
-			rs.req, err = fieldreq.Parse(rs.fields, true, c.self)
-			if err != nil {
-				c.reject(pseudo(rs.fields, ":method"), err)
-				rs.reset(errMessage)
-				return false
-			}
-			rs.body = bodyReader{rs: rs, left: -1, length: rs.req.ContentLength}
-			return true
+			return block, nil
 		case typ == frameData || forbiddenOnRequest(typ):
-			c.close(errFrameUnexpected, fmt.Sprintf("frame type %#x before HEADERS on a request stream", typ))
-			return false
+			return nil, &connError{code: errFrameUnexpected, why: fmt.Sprintf("frame type %#x before HEADERS on a request stream", typ)}
 		default:
 			if err := fr.skip(length); err != nil {
-				return false
+				if err == io.ErrUnexpectedEOF {
+					return nil, errIncomplete
+				}
+				return nil, err
 			}
 		}
 	}
