@@ -12,6 +12,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/quic-go/masque-go v0.4.0
+	github.com/quic-go/qpack v0.6.0
 	github.com/quic-go/quic-go v0.60.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/yosida95/uritemplate/v3 v3.0.2
@@ -29,7 +30,6 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/quic-go/qpack v0.6.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect

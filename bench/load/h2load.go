@@ -184,12 +184,16 @@ func runH2(args []string) error {
 	path := fs.String("path", "/1k", "request `path`")
 	conns := fs.Int("conns", 16, "HTTP/2 connections, each sending one request after the other on one stream at a time")
 	newConn := fs.Bool("newconn", false, "one request per connection: close it after the response and open a new one for the next")
+	inflight := fs.Int("inflight", 1, "requests in flight on each connection (more than 1: x/net/http2's client, each request on a stream of its own)")
 	duration := fs.Duration("duration", 10*time.Second, "measuring window")
 	reqTimeout := fs.Duration("req-timeout", 10*time.Second, "a response not complete after this long counts as a timeout")
 	rf := addRateFlags(fs)
 	fs.Parse(args)
-	if *target == "" || *conns < 1 {
-		return errors.New("h2: -target and -conns >= 1 are required")
+	if *target == "" || *conns < 1 || *inflight < 1 {
+		return errors.New("h2: -target, -conns >= 1 and -inflight >= 1 are required")
+	}
+	if *newConn && *inflight > 1 {
+		return errors.New("h2: -newconn sends one request per connection: -inflight must be 1")
 	}
 	*df.h2 = true
 	d, err := df.dialer(*target, *reqTimeout)
@@ -210,9 +214,13 @@ func runH2(args []string) error {
 
 	start := time.Now()
 	end := start.Add(*duration)
-	results := make([]counts, *conns)
+	results := make([]counts, *conns**inflight)
 	var wg sync.WaitGroup
-	for i := range results {
+	for i := range *conns {
+		if *inflight > 1 {
+			wg.Go(func() { h2MultiWorker(ctx, d, *path, end, *reqTimeout, results[i**inflight:(i+1)**inflight]) })
+			continue
+		}
 		wg.Go(func() { h2Worker(ctx, d, fields, *newConn, end, *reqTimeout, &results[i]) })
 	}
 	wg.Wait()
@@ -307,6 +315,92 @@ func h2Worker(ctx context.Context, d dialer, fields []hpack.HeaderField, newConn
 			cl = nil
 		}
 	}
+}
+
+// h2MultiWorker sends GETs of path on one HTTP/2 connection (x/net/http2's
+// ClientConn), len(c) at a time, each in a goroutine counting into its own
+// c[i], until end, and dials again when a request fails (closing the
+// connection for the others too). It counts as h2Worker does.
+func h2MultiWorker(ctx context.Context, d dialer, path string, end time.Time, reqTimeout time.Duration, c []counts) {
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	url := "https://" + d.target + path
+	if d.proxy != "" {
+		url = "http://" + d.target + path // a forwarded request: :scheme http, :authority the origin
+	}
+	for time.Now().Before(end) && ctx.Err() == nil {
+		cc, conn, err := d.dialH2(ctx)
+		if err != nil {
+			if time.Now().Before(end) {
+				c[0].fail(&c[0].errs.Connect, err)
+				sleep(ctx, 10*time.Millisecond)
+			}
+			continue
+		}
+		var wg sync.WaitGroup
+		for i := range c {
+			wg.Go(func() {
+				if h2Requests(ctx, cc, url, d.authHeader, end, reqTimeout, &c[i]) {
+					conn.Close() // the others dial again with this one
+				}
+			})
+		}
+		wg.Wait()
+		conn.Close()
+	}
+}
+
+// h2Requests sends GETs for url on cc one after the other until end or an
+// error, counting into c. It reports whether a request failed.
+func h2Requests(ctx context.Context, cc *http2.ClientConn, url, authz string, end time.Time, reqTimeout time.Duration, c *counts) bool {
+	buf := make([]byte, 32<<10)
+	for time.Now().Before(end) && ctx.Err() == nil {
+		start := time.Now()
+		rctx, rcancel := context.WithDeadline(ctx, earliest(start.Add(reqTimeout), end))
+		status, n, err := h2RoundTrip(rctx, cc, url, authz, buf)
+		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
+		rcancel()
+		switch {
+		case err != nil && !time.Now().Before(end):
+			return false // cut by the end of the run
+		case err != nil && timedOut:
+			c.fail(&c.errs.Timeout, err)
+		case err != nil:
+			c.fail(&c.errs.Read, err)
+		default:
+			c.requests++
+			c.bytes += n
+			c.latencies = append(c.latencies, time.Since(start))
+			if status > 399 {
+				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
+			}
+		}
+		if err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// h2RoundTrip sends one GET on cc and reads the response body to its end.
+func h2RoundTrip(ctx context.Context, cc *http2.ClientConn, url, authz string, buf []byte) (int, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	if authz != "" {
+		req.Header["Proxy-Authorization"] = []string{authz}
+	}
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
+	if err != nil {
+		return resp.StatusCode, n, fmt.Errorf("h2: read the body: %w", err)
+	}
+	return resp.StatusCode, n, nil
 }
 
 // Receive windows "load h2" advertises, as x/net/http2's client does: 4

@@ -16,9 +16,10 @@ import (
 
 // runH3 is "load h3": "load http" over HTTP/3 (quic-go's client), N QUIC
 // connections to the proxy's UDP port (or to the origin's HTTP/3 listener
-// without a proxy), each sending GETs one after the other, or one request
-// per connection with -newconn. Counted and printed like "load http";
-// bytes are response body bytes.
+// without a proxy), each sending GETs one after the other (-inflight of
+// them at a time, each on a stream of its own), or one request per
+// connection with -newconn. Counted and printed like "load http"; bytes
+// are response body bytes.
 func runH3(args []string) error {
 	fs := flag.NewFlagSet("h3", flag.ExitOnError)
 	df := addDialFlags(fs)
@@ -26,12 +27,16 @@ func runH3(args []string) error {
 	path := fs.String("path", "/1k", "request `path`")
 	conns := fs.Int("conns", 16, "QUIC connections, each sending one request after the other")
 	newConn := fs.Bool("newconn", false, "one request per connection: close it after the response and open a new one for the next")
+	inflight := fs.Int("inflight", 1, "requests in flight on each connection, each sending the next when its response is complete")
 	duration := fs.Duration("duration", 10*time.Second, "measuring window")
 	reqTimeout := fs.Duration("req-timeout", 10*time.Second, "a response not complete after this long counts as a timeout")
 	rf := addRateFlags(fs)
 	fs.Parse(args)
-	if *target == "" || *conns < 1 || !*df.tls {
-		return errors.New("h3: -target, -tls and -conns >= 1 are required")
+	if *target == "" || *conns < 1 || *inflight < 1 || !*df.tls {
+		return errors.New("h3: -target, -tls, -conns >= 1 and -inflight >= 1 are required")
+	}
+	if *newConn && *inflight > 1 {
+		return errors.New("h3: -newconn sends one request per connection: -inflight must be 1")
 	}
 	d, err := df.dialer(*target, *reqTimeout)
 	if err != nil {
@@ -55,10 +60,10 @@ func runH3(args []string) error {
 
 	start := time.Now()
 	end := start.Add(*duration)
-	results := make([]counts, *conns)
+	results := make([]counts, *conns**inflight)
 	var wg sync.WaitGroup
-	for i := range results {
-		wg.Go(func() { h3Worker(ctx, d, url, *newConn, end, *reqTimeout, &results[i]) })
+	for i := range *conns {
+		wg.Go(func() { h3Worker(ctx, d, url, *newConn, end, *reqTimeout, results[i**inflight:(i+1)**inflight]) })
 	}
 	wg.Wait()
 	elapsed := min(time.Since(start), *duration)
@@ -77,10 +82,11 @@ func runH3(args []string) error {
 	return printMarked(res)
 }
 
-// h3Worker sends GETs for url on one QUIC connection, one at a time, until
-// end, reconnecting after an error (and after every response with
-// newConn), and counts into c as h2Worker does.
-func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.Time, reqTimeout time.Duration, c *counts) {
+// h3Worker sends GETs for url on one QUIC connection, len(c) at a time
+// (each in a goroutine counting into its own c[i]), until end,
+// reconnecting after an error (and after every response with newConn,
+// where len(c) is 1), and counts as h2Worker does.
+func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.Time, reqTimeout time.Duration, c []counts) {
 	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	addr := d.target
@@ -88,40 +94,45 @@ func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.
 		addr = d.proxy
 	}
 	tr := &http3.Transport{}
-	var qc *quic.Conn
-	var cc *http3.ClientConn
-	closeConn := func() {
-		if qc != nil {
-			qc.CloseWithError(0, "")
-			qc, cc = nil, nil
-		}
-	}
-	defer closeConn()
-	buf := make([]byte, 32<<10)
 	for time.Now().Before(end) && ctx.Err() == nil {
-		start := time.Now()
-		if qc == nil {
-			dctx, dcancel := context.WithTimeout(ctx, d.timeout)
-			var err error
-			qc, err = quic.DialAddr(dctx, addr, d.tlsConf, &quic.Config{})
-			dcancel()
-			if err != nil {
-				qc = nil
-				if time.Now().Before(end) {
-					c.fail(&c.errs.Connect, err)
-					sleep(ctx, 10*time.Millisecond)
-				}
-				continue
+		dctx, dcancel := context.WithTimeout(ctx, d.timeout)
+		qc, err := quic.DialAddr(dctx, addr, d.tlsConf, &quic.Config{})
+		dcancel()
+		if err != nil {
+			if time.Now().Before(end) {
+				c[0].fail(&c[0].errs.Connect, err)
+				sleep(ctx, 10*time.Millisecond)
 			}
-			cc = tr.NewClientConn(qc)
+			continue
 		}
+		cc := tr.NewClientConn(qc)
+		var wg sync.WaitGroup
+		for i := range c {
+			wg.Go(func() {
+				if h3Requests(ctx, cc, url, d.authHeader, newConn, end, reqTimeout, &c[i]) {
+					qc.CloseWithError(0, "") // the others dial again with this one
+				}
+			})
+		}
+		wg.Wait()
+		qc.CloseWithError(0, "")
+	}
+}
+
+// h3Requests sends GETs for url on cc one after the other until end or an
+// error (or after one with newConn), counting into c. It reports whether
+// a request failed, after which the connection is closed.
+func h3Requests(ctx context.Context, cc *http3.ClientConn, url, authz string, newConn bool, end time.Time, reqTimeout time.Duration, c *counts) (failed bool) {
+	buf := make([]byte, 32<<10)
+	for time.Now().Before(end) && ctx.Err() == nil && cc.Context().Err() == nil {
+		start := time.Now()
 		rctx, rcancel := context.WithDeadline(ctx, earliest(start.Add(reqTimeout), end))
-		status, n, err := h3Get(rctx, cc, url, d.authHeader, buf)
+		status, n, err := h3Get(rctx, cc, url, authz, buf)
 		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
 		rcancel()
 		switch {
 		case err != nil && !time.Now().Before(end):
-			return // cut by the end of the run
+			return false // cut by the end of the run
 		case err != nil && timedOut:
 			c.fail(&c.errs.Timeout, err)
 		case err != nil:
@@ -135,9 +146,10 @@ func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.
 			}
 		}
 		if err != nil || newConn {
-			closeConn()
+			return err != nil
 		}
 	}
+	return false
 }
 
 // h3Get sends one GET on cc and reads the response body to its end.

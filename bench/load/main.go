@@ -51,7 +51,7 @@
 // one JSON line (WSResult): messages per second (round trips), Gbit/s of
 // echoed payload, round-trip percentiles.
 //
-//	load h2 -proxy ADDR -tls -ca FILE [-resume] -target ORIGIN -path /1k -conns N [-newconn] -duration D
+//	load h2 -proxy ADDR -tls -ca FILE [-resume] -target ORIGIN -path /1k -conns N [-inflight K | -newconn] -duration D
 //
 // is "load http" over HTTP/2 (a minimal client on golang.org/x/net/http2's
 // Framer and HPACK, over a TLS connection that offered only "h2"; the
@@ -59,17 +59,20 @@
 // connections, each sending
 // forwarded requests (:scheme http, :authority the origin, with
 // Proxy-Authorization) one after the other, one stream at a time, no
-// multiplexing; or, with -newconn, one request per connection, closed
-// after the response. Straight to the origin (no -proxy) the requests are
-// https to its HTTP/2 listener. Counted and printed like "load http";
-// bytes are response body bytes.
+// multiplexing; with -inflight K, K at a time on each connection (each on
+// a stream of its own, through x/net/http2's ClientConn); or, with
+// -newconn, one request per connection, closed after the response.
+// Straight to the origin (no -proxy) the requests are https to its HTTP/2
+// listener. Counted and printed like "load http"; bytes are response body
+// bytes.
 //
-//	load h3 -proxy ADDR -tls -ca FILE -target ORIGIN -path /1k -conns N [-newconn] -duration D
+//	load h3 -proxy ADDR -tls -ca FILE -target ORIGIN -path /1k -conns N [-inflight K | -newconn] -duration D
 //
 // is "load http" over HTTP/3 (quic-go's http3 client): N QUIC connections
 // to the proxy's port over UDP, each sending forwarded requests (:scheme
 // http, :authority the origin, with Proxy-Authorization) one after the
-// other; or, with -newconn, one request per connection. Straight to the
+// other, or K at a time with -inflight K; or, with -newconn, one request
+// per connection. Straight to the
 // origin (no -proxy) the requests are https to its HTTP/3 listener.
 // Counted and printed like "load http"; bytes are response body bytes.
 //

@@ -52,13 +52,10 @@ func (g *Grant) DialUDP(ctx context.Context) (*net.UDPConn, error) {
 	return c, nil
 }
 
-// Flow is the client's side of a CONNECT-UDP flow as a front-end carries
-// it: UDP payloads in and out, framing (context IDs, capsules, QUIC
+// FlowSender is the client's side of a CONNECT-UDP flow as StartFlow
+// sends to it: UDP payloads out, framing (context IDs, capsules, QUIC
 // DATAGRAM frames) left to the front-end.
-type Flow interface {
-	// ReceivePayload waits for the client's next UDP payload; the slice
-	// is valid until the next call. An error ends the flow.
-	ReceivePayload(ctx context.Context) ([]byte, error)
+type FlowSender interface {
 	// SendPayload sends one UDP payload to the client; it may drop it
 	// (datagrams are unreliable). An error ends the flow.
 	SendPayload(p []byte) error
@@ -69,6 +66,15 @@ type Flow interface {
 	// client (at most 65527); a larger datagram from the target is
 	// dropped. It bounds the flow's read buffer.
 	MaxPayload() int
+}
+
+// Flow is the client's side of a CONNECT-UDP flow as RelayFlow carries
+// it: a FlowSender that also gives the client's payloads when asked.
+type Flow interface {
+	FlowSender
+	// ReceivePayload waits for the client's next UDP payload; the slice
+	// is valid until the next call. An error ends the flow.
+	ReceivePayload(ctx context.Context) ([]byte, error)
 }
 
 // FlowResult is what RelayFlow relayed: payload bytes and datagrams each
@@ -89,124 +95,216 @@ const maxUDPPayload = 65527
 // RelayFlow relays a granted CONNECT-UDP flow between the client and upc,
 // the socket DialUDP made, until either side fails, ctx is done, the
 // session is revoked, or no datagram passes either way for idle (0 = no
-// limit). Every datagram towards the target is checked again against the
-// request's rule and the current private-destination guard (a reload may
-// have tightened it) and dropped when refused. Every datagram either way
-// goes through PaceDatagram: a paced user's datagrams wait on the user's
-// bucket, and a user's byte quota is metered as they move (a batch at a
-// time): the flow ends once the quota is spent, with the reason quota. It
-// reports the flow as a tunnel (TunnelOpened, with the status already
-// answered) and calls Finish with the payload bytes each way; it counts
-// the datagrams in the metrics as they pass. It owns upc and closes
-// client and upc.
+// limit): StartFlow, with the client's payloads taken by
+// client.ReceivePayload and handed to FlowRelay.Up, then FlowRelay.Wait.
+// It owns upc and closes client and upc.
 func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, idle time.Duration) FlowResult {
+	r := g.StartFlow(ctx, client, upc, idle)
+	for {
+		p, err := client.ReceivePayload(r.ctx)
+		if err != nil {
+			r.End(fmt.Errorf("gate: flow: receive from the client: %w", err))
+			break
+		}
+		if !r.Up(p) {
+			break
+		}
+	}
+	return r.Wait()
+}
+
+// FlowRelay is a granted CONNECT-UDP flow being relayed (see StartFlow).
+type FlowRelay struct {
+	g      *Grant
+	upc    *net.UDPConn
+	client FlowSender
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   func() bool // stops the session's hook on ctx
+	dst    netip.AddrPort
+	start  time.Time
+	last   atomic.Int64 // since start, when a datagram last passed
+	idle   time.Duration
+	once   sync.Once
+	err    error // why the flow ended; set once, read after Wait's join
+
+	timerMu sync.Mutex
+	timer   *time.Timer // the idle timeout's; guarded by timerMu
+
+	down sync.WaitGroup // the goroutine relaying the target's datagrams
+
+	// The client's side, counted by Up (from any goroutine).
+	up, datagramsUp, refused atomic.Int64
+	// The target's side, counted by the down goroutine; read after it
+	// has ended.
+	bytesDown, datagramsDown int64
+}
+
+// StartFlow starts relaying a granted CONNECT-UDP flow between the client
+// and upc, the socket DialUDP made: the target's datagrams go to the
+// client from a goroutine of the relay's own, and the front-end hands
+// the relay each of the client's payloads with Up, until End, until
+// either side fails, ctx is done, the session is revoked, or no datagram
+// passes either way for idle (0 = no limit); Wait then waits for the
+// relay's goroutine and reports the flow. Every datagram towards the
+// target is checked again against the request's rule and the current
+// private-destination guard (a reload may have tightened it) and dropped
+// when refused. Every datagram either way goes through PaceDatagram: a
+// paced user's datagrams wait on the user's bucket, and a user's byte
+// quota is metered as they move (a batch at a time): the flow ends once
+// the quota is spent, with the reason quota. It reports the flow as a
+// tunnel (TunnelOpened, with the status already answered), and Wait
+// calls Finish with the payload bytes each way; the datagrams are
+// counted in the metrics as they pass. The relay owns upc and closes
+// client and upc when the flow ends.
+func (g *Grant) StartFlow(ctx context.Context, client FlowSender, upc *net.UDPConn, idle time.Duration) *FlowRelay {
 	g.TunnelOpened()
 	if g.meter == nil {
 		g.Meter() // a user with a byte quota: metered as the datagrams move
 	}
 	s := g.s
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(s.rctx, func() { cancel(context.Cause(s.rctx)) })
-	start := time.Now()
-	var last atomic.Int64 // since start, when a datagram last passed
-	var res FlowResult
-	dst := g.upstream
-	m := s.p.Metrics // nil: no metrics
-	var once sync.Once
-	end := func(err error) {
-		once.Do(func() {
-			res.Err = err
-			cancel(err)
-			upc.Close()
-			client.Close()
-		})
-	}
-	var timerMu sync.Mutex
-	var timer *time.Timer // guarded by timerMu
+	r := &FlowRelay{g: g, upc: upc, client: client, dst: g.upstream, start: time.Now(), idle: idle}
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	r.stop = context.AfterFunc(s.rctx, func() { r.cancel(context.Cause(s.rctx)) })
 	if idle > 0 {
-		timerMu.Lock()
-		timer = time.AfterFunc(math.MaxInt64, func() {
-			quiet := time.Since(start) - time.Duration(last.Load())
-			if quiet >= idle {
-				end(errFlowIdle)
-				return
-			}
-			timerMu.Lock()
-			timer.Reset(idle - quiet)
-			timerMu.Unlock()
-		})
-		timer.Reset(idle)
-		timerMu.Unlock()
+		r.timerMu.Lock()
+		r.timer = time.AfterFunc(math.MaxInt64, r.idleCheck)
+		r.timer.Reset(idle)
+		r.timerMu.Unlock()
 	}
-	context.AfterFunc(ctx, func() { end(context.Cause(ctx)) })
+	context.AfterFunc(r.ctx, func() { r.End(context.Cause(r.ctx)) })
+	r.down.Go(r.relayDown)
+	return r
+}
 
-	var wg sync.WaitGroup
-	wg.Go(func() { // target to client
-		max := min(client.MaxPayload(), maxUDPPayload)
-		buf := make([]byte, max+1) // one more: a longer datagram is told apart, and dropped
-		for {
-			n, err := upc.Read(buf)
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				continue // an ICMP error of an earlier datagram: UDP is unreliable
-			}
-			if err != nil {
-				end(fmt.Errorf("gate: flow: read from %s: %w", dst, err))
-				return
-			}
-			if n > max {
-				continue // too large for the client's side
-			}
-			if !g.PaceDatagram(ctx, n) {
-				end(errFlowQuota)
-				return
-			}
-			if err := client.SendPayload(buf[:n]); err != nil {
-				end(fmt.Errorf("gate: flow: send to the client: %w", err))
-				return
-			}
-			res.Down += int64(n)
-			res.DatagramsDown++
-			m.Datagrams(0, 1, 0)
-			last.Store(int64(time.Since(start)))
-		}
+// idleCheck ends the flow once no datagram passed for its idle timeout,
+// or sets the timer again for the rest of it.
+func (r *FlowRelay) idleCheck() {
+	quiet := time.Since(r.start) - time.Duration(r.last.Load())
+	if quiet >= r.idle {
+		r.End(errFlowIdle)
+		return
+	}
+	r.timerMu.Lock()
+	r.timer.Reset(r.idle - quiet)
+	r.timerMu.Unlock()
+}
+
+// End ends the flow with err (the first call's): it closes the target's
+// socket and the client's side, which ends the relay's goroutine and the
+// front-end's reads. It is safe to call more than once, from any
+// goroutine.
+func (r *FlowRelay) End(err error) {
+	r.once.Do(func() {
+		r.err = err
+		r.cancel(err)
+		r.upc.Close()
+		r.client.Close()
 	})
+}
+
+// Context is done once the flow has ended.
+func (r *FlowRelay) Context() context.Context { return r.ctx }
+
+// relayDown sends the target's datagrams to the client until the flow
+// ends. While it waits for one it holds no read buffer (on Unix: see
+// datagramReader).
+func (r *FlowRelay) relayDown() {
+	g := r.g
+	m := g.s.p.Metrics // nil: no metrics
+	max := min(r.client.MaxPayload(), maxUDPPayload)
+	dr, err := newDatagramReader(r.upc, max)
+	if err != nil {
+		r.End(fmt.Errorf("gate: flow: read from %s: %w", r.dst, err))
+		return
+	}
 	for {
-		p, err := client.ReceivePayload(ctx)
-		if err != nil {
-			end(fmt.Errorf("gate: flow: receive from the client: %w", err))
-			break
-		}
-		if err := s.p.Dialer.Check(dst, g.permitter()); err != nil {
-			res.Refused++
-			m.Datagrams(0, 0, 1)
-			continue
-		}
-		if !g.PaceDatagram(ctx, len(p)) {
-			end(errFlowQuota)
-			break
-		}
-		n, err := upc.Write(p)
+		bp, n, err := dr.read()
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			continue // an ICMP error of an earlier datagram: UDP is unreliable
 		}
 		if err != nil {
-			end(fmt.Errorf("gate: flow: write to %s: %w", dst, err))
-			break
+			r.End(fmt.Errorf("gate: flow: read from %s: %w", r.dst, err))
+			return
 		}
-		res.Up += int64(n)
-		res.DatagramsUp++
-		m.Datagrams(1, 0, 0)
-		last.Store(int64(time.Since(start)))
+		if n > max {
+			dr.put(bp)
+			continue // too large for the client's side
+		}
+		if !g.PaceDatagram(r.ctx, n) {
+			dr.put(bp)
+			r.End(errFlowQuota)
+			return
+		}
+		err = r.client.SendPayload((*bp)[:n])
+		dr.put(bp)
+		if err != nil {
+			r.End(fmt.Errorf("gate: flow: send to the client: %w", err))
+			return
+		}
+		r.bytesDown += int64(n)
+		r.datagramsDown++
+		m.Datagrams(0, 1, 0)
+		r.last.Store(int64(time.Since(r.start)))
 	}
-	wg.Wait()
-	stop()
-	if idle > 0 {
-		timerMu.Lock()
-		timer.Stop()
-		timerMu.Unlock()
+}
+
+// Up sends one of the client's payloads to the target: dropped when the
+// guard refuses its destination or the target's socket reports an ICMP
+// error of an earlier one, paced (a paced user's wait), metered. It
+// reports false once the flow has ended (the quota spent, a write that
+// failed, or ended before): no more payloads are to be handed to it. Up
+// may be called from any goroutine, one call at a time, until Wait.
+func (r *FlowRelay) Up(p []byte) bool {
+	if r.ctx.Err() != nil {
+		return false
 	}
-	res.Duration = time.Since(start)
-	g.Finish(res.Up, res.Down)
+	g := r.g
+	s := g.s
+	m := s.p.Metrics
+	if err := s.p.Dialer.Check(r.dst, g.permitter()); err != nil {
+		r.refused.Add(1)
+		m.Datagrams(0, 0, 1)
+		return true
+	}
+	if !g.PaceDatagram(r.ctx, len(p)) {
+		r.End(errFlowQuota)
+		return false
+	}
+	n, err := r.upc.Write(p)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return true // an ICMP error of an earlier datagram: UDP is unreliable
+	}
+	if err != nil {
+		r.End(fmt.Errorf("gate: flow: write to %s: %w", r.dst, err))
+		return false
+	}
+	r.up.Add(int64(n))
+	r.datagramsUp.Add(1)
+	m.Datagrams(1, 0, 0)
+	r.last.Store(int64(time.Since(r.start)))
+	return true
+}
+
+// Wait waits until the flow has ended (End, or the relay ended it) and
+// its goroutine has returned, calls Finish with the payload bytes each
+// way and returns what the flow relayed. The front-end calls it once,
+// after its last Up.
+func (r *FlowRelay) Wait() FlowResult {
+	<-r.ctx.Done()
+	r.down.Wait()
+	r.stop()
+	if r.idle > 0 {
+		r.timerMu.Lock()
+		r.timer.Stop()
+		r.timerMu.Unlock()
+	}
+	res := FlowResult{
+		Up: r.up.Load(), Down: r.bytesDown,
+		DatagramsUp: r.datagramsUp.Load(), DatagramsDown: r.datagramsDown,
+		Refused: r.refused.Load(), Err: r.err, Duration: time.Since(r.start),
+	}
+	r.g.Finish(res.Up, res.Down)
 	return res
 }
 

@@ -1053,7 +1053,7 @@ func (c *conn) processHeaders(f *blockDecoder) error {
 	c.wg.Add(1)
 	switch req.kind {
 	case kindForward, kindLocal:
-		c.s.pool.start(s) // the stream ends with its answer
+		c.s.pool.Start(s) // the stream ends with its answer
 	default:
 		go s.run() // a tunnel's stack stays small
 	}

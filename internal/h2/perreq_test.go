@@ -19,11 +19,11 @@ import (
 )
 
 // waitWorkersGone waits until the stream workers that earlier tests left
-// waiting for a stream (workerPool) have ended, so that a measurement of
+// waiting for a stream (workpool.Pool) have ended, so that a measurement of
 // the process's memory does not see their stacks go.
 func waitWorkersGone(t testing.TB) {
 	t.Helper()
-	if err := proxytest.CheckGoroutines(2*workerIdle+5*time.Second, "h2.(*workerPool).work"); err != nil {
+	if err := proxytest.CheckGoroutines(2*workerIdle+5*time.Second, "workpool.(*Pool[...]).work"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
+	"github.com/rustle-proxy/rustle/internal/workpool"
 )
 
 // Protocol limits (RFC 9113 §6.5.2, §6.9.1).
@@ -94,7 +95,7 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	start time.Time // the origin of tunnels' activity clocks
-	pool  *workerPool
+	pool  *workpool.Pool[*stream]
 }
 
 // New returns a Server for cfg, or an error naming the first field out of

@@ -2,11 +2,9 @@ package h3
 
 import (
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/quic-go/quic-go"
-	"github.com/quic-go/quic-go/http3"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
 )
@@ -15,20 +13,28 @@ import (
 // upstream with gate.Grant.Tunnel until both directions end. A tunnel
 // whose ClientHello the SNI check reads is answered first (see
 // helloFirst).
-func (s *Server) connect(w http.ResponseWriter, r *http.Request, g *gate.Grant) {
+func (rs *reqStream) connect() {
+	g := &rs.g
 	if g.NeedsHello() {
-		s.helloFirst(w, r, g)
+		rs.helloFirst()
 		return
 	}
-	up, err := g.Dial(r.Context())
+	up, err := g.Dial(rs.str.Context())
 	if err != nil {
-		s.answerFailure(w, g, err, nil, string(g.AppendDest(nil)))
+		rs.answerFailure(err, nil, string(g.AppendDest(nil)))
 		return
 	}
-	w.WriteHeader(http.StatusOK)
-	g.Answer(http.StatusOK, 0)
-	str := w.(http3.HTTPStreamer).HTTPStream() // sends the head
-	g.Tunnel(&streamConn{str: str, local: localAddr(r), remote: remoteAddr(r)}, up, nil)
+	rs.answerTunnel()
+	rs.park()
+	g.Tunnel(&streamConn{rs: rs}, up, nil)
+}
+
+// answerTunnel answers a tunnel 200: its stream then carries the
+// tunnel's bytes in DATA frames.
+func (rs *reqStream) answerTunnel() {
+	rs.startSection(200)
+	rs.sendHead(nil, false)
+	rs.g.Answer(200, 0)
 }
 
 // helloFirst serves a CONNECT whose ClientHello the SNI check reads
@@ -38,77 +44,62 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, g *gate.Grant) 
 // relay, the hello going to the origin first. A refusal, or a dial that
 // fails, resets the stream with H3_CONNECT_ERROR; the access log has
 // the reason.
-func (s *Server) helloFirst(w http.ResponseWriter, r *http.Request, g *gate.Grant) {
-	w.WriteHeader(http.StatusOK)
-	g.Answer(http.StatusOK, 0)
-	str := w.(http3.HTTPStreamer).HTTPStream() // sends the head
-	c := &streamConn{str: str, local: localAddr(r), remote: remoteAddr(r)}
+func (rs *reqStream) helloFirst() {
+	g := &rs.g
+	rs.answerTunnel()
+	c := &streamConn{rs: rs}
 	hello, k := g.ReadHello(c, nil)
 	if k != gate.OK {
-		resetStream(str)
+		rs.reset(errConnect)
 		return
 	}
-	up, err := g.Dial(r.Context())
+	up, err := g.Dial(rs.str.Context())
 	if err != nil {
-		resetStream(str)
+		rs.reset(errConnect)
 		return
 	}
-	up.SetWriteDeadline(gate.Deadline(time.Now(), s.cfg.Origin.Config().WriteTimeout))
+	up.SetWriteDeadline(gate.Deadline(time.Now(), rs.c.s.cfg.Origin.Config().WriteTimeout))
 	n, err := up.Write(hello)
 	g.AddBytes(int64(n), 0)
 	if err != nil {
 		up.Close()
-		resetStream(str)
+		rs.reset(errConnect)
 		return
 	}
+	rs.park()
 	g.Tunnel(c, up, nil)
 }
 
-// resetStream ends a tunnel's stream both ways with H3_CONNECT_ERROR,
-// the code of a tunnel that failed (RFC 9114 §4.4).
-func resetStream(str *http3.Stream) {
-	str.CancelRead(quic.StreamErrorCode(http3.ErrCodeConnectError))
-	str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeConnectError))
-}
-
 // streamConn is a request stream as the client's side of a tunnel: its
-// reads and writes are the stream's DATA, CloseWrite is its FIN, and
-// Close ends both directions.
+// reads and writes are the payload of the stream's DATA frames,
+// CloseWrite is its FIN, and Close ends both directions.
 type streamConn struct {
-	str           *http3.Stream
-	local, remote net.Addr
+	rs *reqStream
 }
 
-func (c *streamConn) Read(p []byte) (int, error)  { return c.str.Read(p) }
-func (c *streamConn) Write(p []byte) (int, error) { return c.str.Write(p) }
+func (c *streamConn) Read(p []byte) (int, error) { return c.rs.body.Read(p) }
+func (c *streamConn) Write(p []byte) (int, error) {
+	if err := c.rs.sendData(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
 
 // CloseWrite ends the stream's sending side with a FIN.
-func (c *streamConn) CloseWrite() error { return c.str.Close() }
+func (c *streamConn) CloseWrite() error { return c.rs.str.Close() }
 
 // Close ends both directions: a FIN for what was written, and the
 // client told to stop sending.
 func (c *streamConn) Close() error {
-	c.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeNoError))
-	return c.str.Close()
+	c.rs.str.CancelRead(quic.StreamErrorCode(errNoError))
+	return c.rs.str.Close()
 }
 
-func (c *streamConn) LocalAddr() net.Addr  { return c.local }
-func (c *streamConn) RemoteAddr() net.Addr { return c.remote }
+func (c *streamConn) LocalAddr() net.Addr  { return c.rs.c.local }
+func (c *streamConn) RemoteAddr() net.Addr { return c.rs.c.peer }
 func (c *streamConn) SetDeadline(t time.Time) error {
-	c.str.SetReadDeadline(t)
-	return c.str.SetWriteDeadline(t)
+	c.rs.str.SetReadDeadline(t)
+	return c.rs.str.SetWriteDeadline(t)
 }
-func (c *streamConn) SetReadDeadline(t time.Time) error  { return c.str.SetReadDeadline(t) }
-func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.str.SetWriteDeadline(t) }
-
-// localAddr and remoteAddr return the connection's addresses that quic-go
-// put in the request's context.
-func localAddr(r *http.Request) net.Addr {
-	a, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-	return a
-}
-
-func remoteAddr(r *http.Request) net.Addr {
-	a, _ := r.Context().Value(http3.RemoteAddrContextKey).(net.Addr)
-	return a
-}
+func (c *streamConn) SetReadDeadline(t time.Time) error  { return c.rs.str.SetReadDeadline(t) }
+func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.rs.str.SetWriteDeadline(t) }

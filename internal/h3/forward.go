@@ -4,12 +4,10 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
-	"golang.org/x/net/http2/hpack"
+	"github.com/quic-go/quic-go"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -22,24 +20,19 @@ import (
 // exchange asks of the request (origin.Request). exchanges are pooled:
 // their buffers grow once.
 type exchange struct {
-	x      origin.Exchange
-	ctx    context.Context // the request's: done when the client resets the stream
-	req    origin.FieldRequest
-	fields []hpack.HeaderField // req.Fields' backing array
-	buf    []byte              // the request body's copy buffer
+	rs  *reqStream
+	x   origin.Exchange
+	ctx context.Context // the stream's: done when the client resets it
+	req origin.FieldRequest
+	buf []byte // the request body's copy buffer
 }
 
-var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
-
-// putExchange ends e's exchange (its upstream, if any, is closed) and
-// gives e back to the pool.
-func putExchange(e *exchange) {
+// reset ends e's exchange (its upstream, if any, is closed) and drops
+// what refers to the request.
+func (e *exchange) reset() {
 	e.x.Close()
-	e.ctx = nil
-	clear(e.fields)
-	e.fields = e.fields[:0]
+	e.ctx, e.rs = nil, nil
 	e.req = origin.FieldRequest{}
-	exchangePool.Put(e)
 }
 
 // AppendHead appends the request head (see origin.AppendFieldHead). It is
@@ -49,16 +42,16 @@ func (e *exchange) AppendHead(dst []byte, parent *route.Parent) []byte {
 	return dst
 }
 
-// DialContext is the request's context: a reset of the stream cancels
-// the dial. It is part of exchange's origin.Request.
+// DialContext is the stream's context: a reset of the stream cancels the
+// dial. It is part of exchange's origin.Request.
 func (e *exchange) DialContext() (context.Context, func()) { return e.ctx, nil }
 
 // Attach accepts the upstream unless the client has gone. It is part of
 // exchange's origin.Request.
 func (e *exchange) Attach(net.Conn) bool { return e.ctx.Err() == nil }
 
-// Interim drops an informational answer: quic-go's response writer sends
-// none of an upstream's. It is part of exchange's origin.Request.
+// Interim drops an informational answer: rustle relays none of an
+// upstream's over HTTP/3. It is part of exchange's origin.Request.
 func (e *exchange) Interim(*origin.Exchange) (bool, error) { return false, nil }
 
 // forward serves a request for an HTTP/1.1 origin through the exchange
@@ -68,16 +61,18 @@ func (e *exchange) Interim(*origin.Exchange) (bool, error) { return false, nil }
 // comes back without its own, with its trailers, and the upstream goes
 // back to the pool when both messages were complete and the upstream
 // keeps it.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, q *request, g *gate.Grant) {
+func (rs *reqStream) forward(q *request) {
+	s := rs.c.s
+	g := &rs.g
 	e := exchangePool.Get().(*exchange)
-	defer putExchange(e)
-	e.ctx = r.Context()
+	e.rs, rs.x = rs, e
+	e.ctx = rs.str.Context()
 	x := &e.x
-	if err := x.Begin(s.cfg.Origin, g, r.Method, origin.Plain); err != nil {
-		s.answerFailure(w, g, err, x, "")
+	if err := x.Begin(s.cfg.Origin, g, rs.req.Method, origin.Plain); err != nil {
+		rs.answerFailure(err, x, "")
 		return
 	}
-	body, first := e.request(r, cs, q)
+	body, first := e.request(q)
 	var upBytes int64 // request body bytes written upstream
 	_, err := x.Send(e, origin.Body{Buffered: first, Done: body == nil, Empty: body == nil && len(first) == 0})
 	if err == nil && len(first) > 0 {
@@ -85,39 +80,66 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, cs *connState, 
 	}
 	var done chan bodyEnd // the body writer's result; nil when there is none
 	if err == nil && body != nil {
-		done = make(chan bodyEnd, 1)
+		ch := make(chan bodyEnd, 1)
+		done = ch
 		x.StartBody()
 		up := x.Up.C
-		go func() { done <- e.sendBody(g, up, body, r.Context()) }()
+		go func() { ch <- e.sendBody(g, up, body, e.ctx) }()
 		err = x.ReadResponse(e)
 		x.EndBody()
 		if cut := x.WasCut(); cut || err != nil {
-			upBytes += stopBody(done, up, r.Body).n
+			upBytes += stopBody(done, up, &rs.body).n
 			done = nil
 			if cut {
 				g.SetReason(accesslog.ReasonBadRequest)
-				answer(w, g, 400, "request body incomplete")
+				rs.answer(400, "request body incomplete", nil)
 				return
 			}
 		}
 	}
 	if err != nil {
-		s.answerFailure(w, g, err, x, "")
+		rs.answerFailure(err, x, "")
 		return
 	}
-	stop := context.AfterFunc(r.Context(), func() { x.Up.C.SetDeadline(time.Unix(1, 0)) }) // the client reset the stream
-	s.responseHead(w.Header(), x)
-	w.WriteHeader(x.Resp.Status)
+	// The client reset the stream: the upstream's reads end. The function
+	// runs in a goroutine of its own, maybe after forward has returned and
+	// the exchange has been reset: it holds the connection, not x (a
+	// connection it cuts is not kept: stop reports false). A response
+	// read whole already (a small one: see origin's awaitSmallBody) has
+	// no read left to cut.
+	up := x.Up.C
+	stop := noStop
+	if !bodyBuffered(x) {
+		stop = context.AfterFunc(e.ctx, func() { up.SetDeadline(time.Unix(1, 0)) })
+	}
+	rs.responseHead(x)
 	g.Answer(x.Resp.Status, 0)
-	down, complete := s.relayBody(w, g, r.Context(), x)
+	down, complete := rs.relayBody(x)
 	bodySent := true
 	if done != nil {
-		end := bodyResult(done, x.Up.C, r.Body)
+		end := bodyResult(done, up, &rs.body)
 		upBytes += end.n
 		bodySent = end.whole
 	}
-	x.Release(stop() && complete && bodySent && x.KeepAlive())
+	kept := stop() // before the FIN, which ends the stream's context
+	if complete {
+		rs.str.Close()
+	}
+	if body == nil {
+		rs.stopReading()
+	}
+	x.Release(kept && complete && bodySent && x.KeepAlive())
 	g.Finish(upBytes, down)
+}
+
+// noStop is the stop function of no AfterFunc.
+func noStop() bool { return true }
+
+// bodyBuffered reports whether the response the exchange read is whole
+// in its upstream's buffer: its relay reads nothing more.
+func bodyBuffered(x *origin.Exchange) bool {
+	h := &x.Resp
+	return x.NoBody() || !h.Chunked && !h.TEOther && h.ContentLength >= 0 && int64(len(x.Up.Buffered())) >= h.ContentLength
 }
 
 // bodyEnd is how a request body's writer ended: the bytes it wrote, and
@@ -151,8 +173,7 @@ func bodyResult(done <-chan bodyEnd, up net.Conn, body io.Closer) bodyEnd {
 // stopBody cuts the request body's writer short wherever it waits: for
 // the upstream (a deadline in the past, set again until the writer has
 // returned, as it re-arms its own before each write) or for the client
-// (the body closed, which quic-go answers with STOP_SENDING). It returns
-// what the writer did.
+// (the body closed: STOP_SENDING). It returns what the writer did.
 func stopBody(done <-chan bodyEnd, up net.Conn, body io.Closer) bodyEnd {
 	body.Close()
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -167,29 +188,25 @@ func stopBody(done <-chan bodyEnd, up net.Conn, body io.Closer) bodyEnd {
 	}
 }
 
-// request readies e's request from r (q): its fields as the exchange builds
-// the upstream head from them, and its body. It returns the body still to
-// be read (nil when none) and, for a body of unknown length, its first
-// byte framed as a chunk: read already to learn whether it has any (a
-// request whose HEADERS ended the stream reads EOF at once, and goes
-// without chunked framing).
-func (e *exchange) request(r *http.Request, cs *connState, q *request) (io.Reader, []byte) {
-	for name, vs := range r.Header {
-		lname := lowerName(name)
-		for _, v := range vs {
-			e.fields = append(e.fields, hpack.HeaderField{Name: lname, Value: v})
-		}
-	}
+// request readies e's request from the stream's head (q): its fields as
+// the exchange builds the upstream head from them, and its body. It
+// returns the body still to be read (nil when none) and, for a body of
+// unknown length, its first byte framed as a chunk: read already to
+// learn whether it has any (a request whose HEADERS ended the stream
+// reads EOF at once, and goes without chunked framing).
+func (e *exchange) request(q *request) (io.Reader, []byte) {
+	rs := e.rs
+	r := &rs.req
 	e.req = origin.FieldRequest{
 		Method:        r.Method,
-		Authority:     r.Host,
-		Path:          r.RequestURI,
-		Fields:        e.fields,
+		Authority:     r.Authority,
+		Path:          r.Path,
+		Fields:        r.Fields,
 		ContentLength: r.ContentLength,
-		ClientAddr:    cs.sess.ClientIP(),
+		ClientAddr:    rs.c.sess.ClientIP(),
 		Via:           "3 rustle",
 		Major:         3,
-		Instance:      cs.sess.Policy().Instance,
+		Instance:      rs.c.sess.Policy().Instance,
 		MaxForwards:   -1,
 	}
 	if q.limitHops {
@@ -200,12 +217,12 @@ func (e *exchange) request(r *http.Request, cs *connState, q *request) (io.Reade
 		return nil, nil
 	case r.ContentLength > 0:
 		e.req.HasBody = true
-		return r.Body, nil
+		return &rs.body, nil
 	}
 	if cap(e.buf) == 0 {
 		e.buf = make([]byte, 16<<10)
 	}
-	n, err := r.Body.Read(e.buf[:1])
+	n, err := rs.body.Read(e.buf[:1])
 	if n == 0 && err == io.EOF {
 		e.req.ContentLength = 0
 		return nil, nil
@@ -219,24 +236,7 @@ func (e *exchange) request(r *http.Request, cs *connState, q *request) (io.Reade
 	if err != nil {
 		return errReader{err}, first
 	}
-	return r.Body, first
-}
-
-// lowerName returns a canonical header name in lower case, as HTTP/3
-// names fields.
-func lowerName(name string) string {
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; 'A' <= c && c <= 'Z' {
-			b := []byte(name)
-			for j := i; j < len(b); j++ {
-				if c := b[j]; 'A' <= c && c <= 'Z' {
-					b[j] = c + 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return name
+	return &rs.body, first
 }
 
 // errReader is a body whose first read failed.
@@ -298,60 +298,90 @@ func (e *exchange) sendBody(g *gate.Grant, up net.Conn, body io.Reader, ctx cont
 	}
 }
 
-// responseHead sets h to the fields of the response the exchange read,
-// less the hop-by-hop ones (those origin.HopByHop names, those its
-// Connection field lists, and those the parser or the header rules
-// dropped), with the header rules' fields and rustle's Via when the
-// configuration asks for it.
-func (s *Server) responseHead(h http.Header, x *origin.Exchange) {
+// responseHead encodes the head of the response the exchange read into
+// rs.sec: its status and fields less the hop-by-hop ones (those
+// origin.HopByHop names, those its Connection field lists, and those the
+// parser or the header rules dropped), names in lower case, with the
+// header rules' fields and rustle's Via when the configuration asks for
+// it.
+func (rs *reqStream) responseHead(x *origin.Exchange) {
 	resp := &x.Resp
+	rs.startSection(resp.Status)
 	for i := range resp.Fields {
 		f := &resp.Fields[i]
 		name := f.Name.Of(resp.Buf)
 		if f.Drop || origin.HopByHop(string(name)) || resp.ConnectionLists(name) {
 			continue
 		}
-		key := http.CanonicalHeaderKey(string(name))
-		h[key] = append(h[key], string(f.Value.Of(resp.Buf)))
+		rs.sec = appendField(rs.sec, name, f.Value.Of(resp.Buf))
 	}
 	for _, f := range x.Headers().ResponseFields() {
-		key := http.CanonicalHeaderKey(f.Name)
-		h[key] = append(h[key], f.Value)
+		rs.sec = appendField(rs.sec, f.Name, f.Value)
 	}
-	if s.cfg.Origin.Config().Via {
-		h.Add("Via", "1.1 rustle")
+	if rs.c.s.cfg.Origin.Config().Via {
+		rs.sec = appendField(rs.sec, "via", "1.1 rustle")
 	}
 }
 
-// relayBody writes the response body the exchange reads to w, pacing a
-// paced user's bytes, then its trailers. It returns the bytes written
-// and whether the whole body was.
-func (s *Server) relayBody(w http.ResponseWriter, g *gate.Grant, ctx context.Context, x *origin.Exchange) (int64, bool) {
+// relayBody sends the response: its head (in rs.sec) with the first run
+// of content when the upstream's buffer holds it, the rest of the
+// content the exchange reads as DATA frames, pacing a paced user's
+// bytes, then its trailers; the caller ends the stream. It returns the
+// content bytes written and whether the whole body was; a body cut short
+// resets the stream.
+func (rs *reqStream) relayBody(x *origin.Exchange) (int64, bool) {
+	g := &rs.g
+	ctx := rs.x.ctx
 	var down int64
+	if x.NoBody() {
+		return 0, rs.sendHead(nil, false) == nil
+	}
+	headDone := false
+	if len(x.Up.Buffered()) == 0 {
+		// Nothing of the body yet: the head goes out now.
+		if rs.sendHead(nil, false) != nil {
+			return 0, false
+		}
+		headDone = true
+	}
 	for {
 		data, last, err := x.NextBody()
 		if err != nil {
 			g.SetReason(accesslog.ReasonUpstreamFailed)
+			if !headDone {
+				rs.sendHead(nil, false)
+			}
+			rs.str.CancelWrite(quic.StreamErrorCode(errInternal))
 			return down, false
 		}
 		if len(data) > 0 {
 			g.Pace(ctx, len(data))
-			m, werr := w.Write(data)
-			down += int64(m)
-			if werr != nil {
+		}
+		if !headDone {
+			headDone = true
+			if rs.sendHead(data, false) != nil {
 				return down, false
 			}
+		} else if rs.sendData(data) != nil {
+			return down, false
 		}
+		down += int64(len(data))
 		if last {
 			break
 		}
 	}
 	if x.HasTrailer() {
 		t := &x.Trailer
-		h := w.Header()
+		rs.sec = appendSectionPrefix(rs.sec[:0])
 		for i := range t.Fields {
 			f := &t.Fields[i]
-			h.Add(http.TrailerPrefix+string(f.Name.Of(t.Buf)), string(f.Value.Of(t.Buf)))
+			rs.sec = appendField(rs.sec, f.Name.Of(t.Buf), f.Value.Of(t.Buf))
+		}
+		b := appendFrameHeader(rs.wbuf[:0], frameHeaders, len(rs.sec))
+		b = append(b, rs.sec...)
+		rs.wbuf = b
+		if _, err := rs.str.Write(b); err != nil {
+			return down, false
 		}
 	}
 	return down, true
@@ -360,7 +390,7 @@ func (s *Server) relayBody(w http.ResponseWriter, g *gate.Grant, ctx context.Con
 // answerFailure answers a request whose upstream failed before any of
 // the response was sent (see origin.Failure): x is the exchange of a
 // forwarded request, nil for a tunnel or a flow to target.
-func (s *Server) answerFailure(w http.ResponseWriter, g *gate.Grant, err error, x *origin.Exchange, target string) {
+func (rs *reqStream) answerFailure(err error, x *origin.Exchange, target string) {
 	var status int
 	var reason, text string
 	if x != nil {
@@ -369,7 +399,7 @@ func (s *Server) answerFailure(w http.ResponseWriter, g *gate.Grant, err error, 
 		status, reason, text = origin.Failure(err, target)
 	}
 	if reason != "" {
-		g.SetReason(reason)
+		rs.g.SetReason(reason)
 	}
-	answer(w, g, status, text)
+	rs.answer(status, text, nil)
 }

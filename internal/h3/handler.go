@@ -1,14 +1,13 @@
 package h3
 
 import (
-	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/fieldreq"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/origin"
 )
@@ -23,10 +22,8 @@ const (
 	kindLocal                         // answered by rustle itself
 )
 
-// protoConnectUDP is the :protocol of a CONNECT-UDP request (RFC 9298 §3).
-const protoConnectUDP = "connect-udp"
-
-// request is what rustle makes of one request stream's head.
+// request is what rustle makes of a request head (rs.req, checked by
+// fieldreq.Parse): how it is served and where to.
 type request struct {
 	kind   requestKind
 	host   string // the target, bare (no brackets)
@@ -40,81 +37,61 @@ type request struct {
 	maxFwd    int
 }
 
-// classify says what r asks for. quic-go has checked the head (pseudo
-// fields, connection-specific fields, RFC 9114 §4.3).
-func (s *Server) classify(r *http.Request) request {
-	var q request
-	switch {
-	case r.Method == http.MethodConnect && r.Proto == protoConnectUDP:
-		host, port, err := s.tmpl.Match(r.URL.EscapedPath() + queryOf(r))
+// classify says how rs's request is served: a CONNECT-UDP target is
+// matched against the URI template (404 when it does not match), and a
+// WebSocket over HTTP/3 (RFC 9220) is not served (501).
+func (rs *reqStream) classify() request {
+	r := &rs.req
+	switch r.Kind {
+	case fieldreq.ConnectUDP:
+		t := rs.c.s.tmpl
+		host, port, err := t.Match(r.Path)
 		if err != nil {
-			return local(404, "not a CONNECT-UDP target: the path does not match "+strconv.Quote(s.tmpl.String()))
+			return local(404, "not a CONNECT-UDP target: the path does not match "+strconv.Quote(t.String()))
 		}
-		q.kind, q.host, q.port = kindConnectUDP, host, int(port)
-		return q
-	case r.Method == http.MethodConnect && r.Proto != "HTTP/3.0":
-		return local(501, "unsupported :protocol "+strconv.Quote(r.Proto))
-	case r.Method == http.MethodConnect:
-		var err error
-		if q.host, q.port, q.ipv6, err = gate.ParseAuthority(r.Host, 0); err != nil {
-			return local(400, "invalid CONNECT target "+strconv.Quote(r.Host))
-		}
-		q.kind = kindConnect
-		return q
-	case r.URL.Scheme != "http":
-		return local(400, "not a proxy request: rustle forwards :scheme http only; use CONNECT for "+strconv.Quote(r.URL.Scheme))
+		return request{kind: kindConnectUDP, host: host, port: int(port)}
+	case fieldreq.Connect:
+		return request{kind: kindConnect, host: r.Host, port: r.Port, ipv6: r.IPv6}
+	case fieldreq.WebSocket:
+		return local(501, "unsupported :protocol "+strconv.Quote(r.Protocol))
+	case fieldreq.Local:
+		status, why := r.LocalStatus()
+		return local(status, why)
 	}
-	var err error
-	if q.host, q.port, q.ipv6, err = gate.ParseAuthority(r.Host, 80); err != nil {
-		return local(400, "invalid :authority "+strconv.Quote(r.Host))
-	}
-	q.kind = kindForward
-	return q
+	return request{kind: kindForward, host: r.Host, port: r.Port, ipv6: r.IPv6}
 }
 
 func local(status int, why string) request { return request{kind: kindLocal, status: status, why: why} }
 
-func queryOf(r *http.Request) string {
-	if r.URL.RawQuery == "" {
-		return ""
-	}
-	return "?" + r.URL.RawQuery
-}
-
-// serveHTTP serves one request stream.
-func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	cs, _ := r.Context().Value(connKey{}).(*connState)
-	if cs == nil {
-		w.WriteHeader(http.StatusInternalServerError) // a connection ServeConn did not start
-		return
-	}
-	cs.active.Add(1)
+// serve serves the request: authorized first, whatever it is, then
+// forwarded, tunnelled, relayed as a flow, or answered by rustle.
+func (rs *reqStream) serve() {
+	c := rs.c
+	q := rs.classify()
+	g := &rs.g
 	defer func() {
-		if cs.active.Add(-1) == 0 && cs.draining.Load() {
-			cs.closeDrained()
+		if rs.handoff == nil {
+			g.Finish(0, 0) // a no-op unless a path left it open
 		}
 	}()
-	q := s.classify(r)
-	g := new(gate.Grant)
-	defer g.Finish(0, 0) // a no-op unless a path left it open
-	switch k := s.authorize(cs.sess, r, &q, g); k {
+	switch k := rs.authorize(&q, g); k {
 	case gate.OK:
 	case gate.NeedAuth:
-		if ch := cs.sess.Policy().Challenge(); ch != "" {
-			w.Header().Set("Proxy-Authenticate", ch)
+		var extra []string
+		if ch := c.sess.Policy().Challenge(); ch != "" {
+			extra = []string{"proxy-authenticate", ch}
 		}
-		answer(w, g, 407, k.Reason())
+		rs.answer(407, k.Reason(), extra)
 		return
 	case gate.CoolingDown:
 		secs := int64((g.RetryAfter + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-		answer(w, g, 429, k.Reason())
+		rs.answer(429, k.Reason(), []string{"retry-after", strconv.FormatInt(secs, 10)})
 		// As HTTP/2's GOAWAY ENHANCE_YOUR_CALM: the connection closes once
 		// its requests in progress (tunnels, flows) have ended.
-		cs.draining.Store(true)
+		c.drain(false)
 		return
 	default: // gate.UserLimit: 429; gate.Denied: 403
-		answer(w, g, k.Status(), k.Reason())
+		rs.answer(k.Status(), k.Reason(), nil)
 		return
 	}
 	if q.kind == kindLocal {
@@ -123,60 +100,75 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			reason = accesslog.ReasonProtocol
 		}
 		g.SetReason(reason)
-		answer(w, g, q.status, q.why)
+		rs.answer(q.status, q.why, nil)
 		return
 	}
-	if q.kind == kindForward && origin.HopLimited(r.Method) && hopLimit(w, r, &q, g) {
+	if q.kind == kindForward && origin.HopLimited(rs.req.Method) && rs.hopLimit(&q) {
 		return
 	}
 	if k := g.Hold(); k != gate.OK {
-		answer(w, g, k.Status(), k.Reason())
+		rs.answer(k.Status(), k.Reason(), nil)
 		return
 	}
 	switch q.kind {
 	case kindConnect:
-		s.connect(w, r, g)
+		rs.connect()
 	case kindConnectUDP:
-		s.connectUDP(w, r, cs, &q, g)
+		rs.connectUDP(&q)
 	default:
-		s.forward(w, r, cs, &q, g)
+		rs.forward(&q)
 	}
 }
 
-// authorize asks the session's policy about r. A request rustle answers
-// itself is asked about too: it needs credentials like any other.
-func (s *Server) authorize(sess *gate.Session, r *http.Request, q *request, g *gate.Grant) gate.Kind {
+// authorize asks the session's policy about the request. A request
+// rustle answers itself is asked about too: it needs credentials like
+// any other.
+func (rs *reqStream) authorize(q *request, g *gate.Grant) gate.Kind {
+	r := &rs.req
 	proto := acl.HTTP
 	method := r.Method
-	var target []byte
+	b := rs.scr[:0]
 	switch {
-	case r.Method == http.MethodConnect && r.Proto == protoConnectUDP:
+	case r.Method == "CONNECT" && r.Protocol == fieldreq.ProtoConnectUDP:
 		proto, method = acl.UDP, "CONNECT-UDP"
 		if q.kind == kindConnectUDP {
-			target = gate.AppendHostPort([]byte("udp://"), q.host, q.port, q.ipv6 || isIPv6(q.host))
+			b = gate.AppendHostPort(append(b, "udp://"...), q.host, q.port, q.ipv6 || isIPv6(q.host))
 		} else {
-			target = []byte(r.URL.Path)
+			path, _, _ := strings.Cut(r.Path, "?")
+			b = append(b, path...)
 		}
-	case r.Method == http.MethodConnect:
+	case r.Method == "CONNECT":
 		proto = acl.Connect
-		target = []byte(r.Host)
+		b = append(b, r.Authority...)
 	default:
-		target = []byte(r.URL.Scheme + "://" + r.Host + r.URL.RequestURI())
+		b = append(append(append(append(b, r.Scheme...), "://"...), r.Authority...), r.Path...)
 	}
+	target := b
 	if q.kind == kindLocal {
 		target = gate.LoggableTarget(target)
 	}
 	var authz []byte
-	if v, ok := r.Header["Proxy-Authorization"]; ok && len(v) > 0 {
-		authz = []byte(v[0])
+	if r.HasProxyAuth {
+		b = append(b, r.ProxyAuth...)
+		authz = b[len(b)-len(r.ProxyAuth):]
 	}
 	// Checked for rustle's own element (a loop); a tunnel's go on to an
 	// HTTP parent.
 	var via []byte
-	if v := r.Header["Via"]; len(v) > 0 {
-		via = []byte(strings.Join(v, ", "))
+	start := len(b)
+	for _, f := range r.Fields {
+		if f.Name == "via" {
+			if len(b) > start {
+				b = append(b, ", "...)
+			}
+			b = append(b, f.Value...)
+		}
 	}
-	return sess.Authorize(&gate.Request{
+	if len(b) > start {
+		via = b[start:]
+	}
+	rs.scr = b
+	return rs.c.sess.Authorize(&gate.Request{
 		Protocol:      proto,
 		Log:           accesslog.ProtoH3,
 		Method:        method,
@@ -189,72 +181,57 @@ func (s *Server) authorize(sess *gate.Session, r *http.Request, q *request, g *g
 }
 
 // isIPv6 reports whether host is an IPv6 literal (it has a colon).
-func isIPv6(host string) bool {
-	for i := 0; i < len(host); i++ {
-		if host[i] == ':' {
-			return true
-		}
-	}
-	return false
-}
+func isIPv6(host string) bool { return strings.IndexByte(host, ':') >= 0 }
 
-// answer sends rustle's own answer: status with a one-line text body,
-// and finishes g with it.
-func answer(w http.ResponseWriter, g *gate.Grant, status int, reason string) {
-	body := "rustle: " + reason + "\n"
-	h := w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	w.Write([]byte(body))
-	g.Answer(status, 0)
-	g.Finish(0, 0)
+// answer sends rustle's own answer (see sendAnswer) and finishes the
+// grant with it.
+func (rs *reqStream) answer(status int, reason string, extra []string) {
+	rs.sendAnswer(status, reason, extra)
+	rs.g.Answer(status, 0)
+	rs.g.Finish(0, 0)
 }
 
 // hopLimit applies a TRACE's or OPTIONS's Max-Forwards (see
 // origin.MaxForwards): a malformed one is answered 400; at 0 rustle answers
-// the request itself (an echo of a TRACE without its credentials, the
-// methods it serves for OPTIONS); otherwise the forwarded request carries
-// one less (q.limitHops, q.maxFwd). It reports whether it answered.
-func hopLimit(w http.ResponseWriter, r *http.Request, q *request, g *gate.Grant) bool {
-	v := r.Header["Max-Forwards"]
-	first := ""
-	if len(v) > 0 {
-		first = v[0]
+// the request itself (an echo of a TRACE without its credentials, its
+// fields as they came, the methods it serves for OPTIONS); otherwise the
+// forwarded request carries one less (q.limitHops, q.maxFwd). It reports
+// whether it answered.
+func (rs *reqStream) hopLimit(q *request) bool {
+	r := &rs.req
+	g := &rs.g
+	v, present := "", false
+	for _, f := range r.Fields {
+		if f.Name == "max-forwards" {
+			v, present = f.Value, true
+			break
+		}
 	}
-	next, here, ok := origin.MaxForwards(first, len(v) > 0)
+	next, here, ok := origin.MaxForwards(v, present)
 	switch {
 	case !ok:
 		g.SetReason(accesslog.ReasonBadRequest)
-		answer(w, g, 400, "malformed Max-Forwards")
+		rs.answer(400, "malformed Max-Forwards", nil)
 		return true
 	case !here:
-		q.limitHops, q.maxFwd = len(v) > 0, next
+		q.limitHops, q.maxFwd = present, next
 		return false
 	}
+	rs.startSection(200)
 	var body []byte
-	h := w.Header()
-	if r.Method == http.MethodTrace {
-		body = origin.AppendTraceLine(body, r.Method, r.URL.Scheme+"://"+r.Host+r.URL.RequestURI(), "HTTP/3")
-		for _, name := range slices.Sorted(func(yield func(string) bool) {
-			for name := range r.Header {
-				if !yield(name) {
-					return
-				}
-			}
-		}) {
-			for _, value := range r.Header[name] {
-				body = origin.AppendTraceField(body, name, value)
-			}
+	if r.Method == "TRACE" {
+		body = origin.AppendTraceLine(body, r.Method, r.Scheme+"://"+r.Authority+r.Path, "HTTP/3")
+		for _, f := range r.Fields {
+			body = origin.AppendTraceField(body, f.Name, f.Value)
 		}
 		body = append(body, "\r\n"...)
-		h.Set("Content-Type", origin.TraceContentType)
+		rs.sec = appendField(rs.sec, "content-type", origin.TraceContentType)
 	} else {
-		h.Set("Allow", origin.ProxyAllow)
+		rs.sec = appendField(rs.sec, "allow", origin.ProxyAllow)
 	}
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(200)
-	w.Write(body)
+	rs.sec = appendField(rs.sec, "content-length", itoa(nil, len(body)))
+	rs.sendHead(body, true)
+	rs.stopReading()
 	g.Answer(200, 0)
 	g.Finish(0, 0) // rustle's own answer: no bytes down
 	return true

@@ -38,6 +38,9 @@ type testProxy struct {
 	Roots *x509.CertPool
 	cert  []byte // the proxy's certificate (DER), which Roots trusts
 	srv   *Server
+	// drain ends the sessions' context, as a shutdown does: every
+	// connection is sent GOAWAY.
+	drain func()
 }
 
 // testConfig returns the Config the tests serve with unless they change
@@ -126,7 +129,7 @@ func startProxy(t testing.TB, cfg Config, policy *gate.Policy) *testProxy {
 		cutNow()
 		tr.Close()
 	})
-	return &testProxy{Addr: udp.LocalAddr().String(), Roots: roots, cert: cert.Certificate[0], srv: srv}
+	return &testProxy{Addr: udp.LocalAddr().String(), Roots: roots, cert: cert.Certificate[0], srv: srv, drain: cancel}
 }
 
 // dial opens a QUIC connection to the proxy with HTTP/3's ALPN and

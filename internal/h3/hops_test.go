@@ -33,7 +33,7 @@ func TestMaxForwards(t *testing.T) {
 	}{
 		{name: "TRACE at 0", method: "TRACE",
 			header: [][2]string{{"Max-Forwards", "0"}, {"Proxy-Authorization", "Basic YWxpY2U6cHc="}, {"Authorization", "Basic b3JpZ2luOnB3"}, {"Cookie", "sid=s3cret"}, {"X-A", "1"}},
-			status: 200, contentType: origin.TraceContentType, lines: []string{"Max-Forwards: 0", "X-A: 1"}},
+			status: 200, contentType: origin.TraceContentType, lines: []string{"max-forwards: 0", "x-a: 1"}},
 		{name: "OPTIONS at 0", method: "OPTIONS", header: [][2]string{{"Max-Forwards", "0"}}, status: 200, allow: origin.ProxyAllow},
 		{name: "TRACE at 5", method: "TRACE", header: [][2]string{{"Max-Forwards", "5"}}, status: 200, forwarded: true, originMF: "4"},
 		{name: "OPTIONS at 1", method: "OPTIONS", header: [][2]string{{"Max-Forwards", "1"}}, status: 200, forwarded: true, originMF: "0"},

@@ -6,24 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
-	"github.com/quic-go/quic-go/http3"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/origin"
-)
-
-// HTTP/3 error codes (RFC 9114 §8.1) rustle closes connections with.
-const (
-	codeNoError       = quic.ApplicationErrorCode(http3.ErrCodeNoError)
-	codeExcessiveLoad = quic.ApplicationErrorCode(http3.ErrCodeExcessiveLoad)
+	"github.com/rustle-proxy/rustle/internal/workpool"
 )
 
 // Config configures a Server: the HTTP/3 and QUIC settings, what
@@ -69,30 +61,24 @@ type Config struct {
 
 // Server serves HTTP/3 proxy connections. It is safe for concurrent use.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	tmpl *masque.Template
-	srv  *http3.Server
-	quic *quic.Config
+	cfg            Config
+	log            *slog.Logger
+	tmpl           *masque.Template
+	quic           *quic.Config
+	maxHeaderBytes int
+	pool           *workpool.Pool[*reqStream]
 
-	mu    sync.Mutex
-	conns map[*quic.Conn]*connState // guarded by mu
-
-	nconns   atomic.Int64 // connections served
-	flows    atomic.Int64 // flows of all connections
-	shutdown sync.Once
+	nconns atomic.Int64 // connections served
+	flows  atomic.Int64 // flows of all connections
 }
 
-// connState is what a connection's requests share.
-type connState struct {
-	sess     *gate.Session
-	conn     *quic.Conn
-	flows    atomic.Int64 // open flows
-	active   atomic.Int64 // requests in progress
-	draining atomic.Bool  // GOAWAY sent: close once active is 0
-}
-
-type connKey struct{}
+// Request stream workers (package workpool): a worker that has served a
+// stream waits this long for the next, of any connection, and at most
+// maxIdleWorkers wait at once.
+const (
+	maxIdleWorkers = 256
+	workerIdle     = 2 * time.Second
+)
 
 // New returns a Server for cfg, or an error naming a field out of range.
 func New(cfg Config) (*Server, error) {
@@ -105,7 +91,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxConns < 0 || cfg.MaxFlows < 0 || cfg.MaxListenerFlows < 0 {
 		return nil, errors.New("h3: MaxConns, MaxFlows and MaxListenerFlows must not be negative")
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, tmpl: cfg.Template, conns: make(map[*quic.Conn]*connState)}
+	s := &Server{cfg: cfg, log: cfg.Logger, tmpl: cfg.Template, maxHeaderBytes: cfg.Origin.Config().MaxHeaderBytes}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -120,23 +106,10 @@ func New(cfg Config) (*Server, error) {
 		HandshakeIdleTimeout:  cfg.HandshakeTimeout / 2,
 		MaxIdleTimeout:        cfg.IdleTimeout,
 		MaxIncomingStreams:    int64(cfg.MaxStreams),
-		MaxIncomingUniStreams: 8, // control, QPACK encoder and decoder, and a few to ignore
+		MaxIncomingUniStreams: 8, // control, QPACK encoder and decoder, and a few to refuse
 		EnableDatagrams:       true,
 	}
-	s.srv = &http3.Server{
-		Handler:         http.HandlerFunc(s.serveHTTP),
-		EnableDatagrams: true,
-		MaxHeaderBytes:  cfg.Origin.Config().MaxHeaderBytes,
-		IdleTimeout:     cfg.IdleTimeout,
-		QUICConfig:      s.quic,
-		Logger:          s.log,
-		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
-			s.mu.Lock()
-			cs := s.conns[c]
-			s.mu.Unlock()
-			return context.WithValue(ctx, connKey{}, cs)
-		},
-	}
+	s.pool = workpool.New((*reqStream).run, maxIdleWorkers, workerIdle)
 	return s, nil
 }
 
@@ -151,7 +124,7 @@ func (s *Server) QUICConfig() *quic.Config { return s.quic }
 func TLSConfig(current func() *tls.Config) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
-		NextProtos: []string{http3.NextProtoH3},
+		NextProtos: []string{NextProto},
 		GetConfigForClient: func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
 			base := current()
 			conf := base
@@ -165,7 +138,7 @@ func TLSConfig(current func() *tls.Config) *tls.Config {
 				}
 			}
 			conf = conf.Clone()
-			conf.NextProtos = []string{http3.NextProtoH3}
+			conf.NextProtos = []string{NextProto}
 			conf.MinVersion = tls.VersionTLS13
 			conf.GetConfigForClient = nil
 			return conf, nil
@@ -173,86 +146,44 @@ func TLSConfig(current func() *tls.Config) *tls.Config {
 	}
 }
 
+// NextProto is HTTP/3's ALPN protocol ID (RFC 9114 §3.1).
+const NextProto = "h3"
+
 // ServeConn serves one QUIC connection, accepted with QUICConfig and a
-// TLSConfig, until it closes; it closes the connection with
-// H3_EXCESSIVE_LOAD at once when MaxConns are served already. sess
-// decides each request; ServeConn gives it the handshake's client
-// certificate, and sess stays the caller's to close. When sess's context
-// is done ServeConn sends GOAWAY and closes the connection once its
-// requests have ended (at once for a revoked user); when the policy's
-// Cut is done, it closes it.
-func (s *Server) ServeConn(c *quic.Conn, sess *gate.Session) {
+// TLSConfig, until it closes and its request streams have been served;
+// it closes the connection with H3_EXCESSIVE_LOAD at once when MaxConns
+// are served already. sess decides each request; ServeConn gives it the
+// handshake's client certificate, and sess stays the caller's to close.
+// When sess's context is done ServeConn sends GOAWAY and closes the
+// connection once its requests have ended (at once for a revoked user);
+// when the policy's Cut is done, it closes it.
+func (s *Server) ServeConn(qc *quic.Conn, sess *gate.Session) {
 	if n := s.nconns.Add(1); s.cfg.MaxConns > 0 && n > int64(s.cfg.MaxConns) {
 		s.nconns.Add(-1)
 		var g gate.Grant
 		sess.Reject(&gate.Request{Log: accesslog.ProtoH3}, &g, 0, accesslog.ReasonOverloaded,
 			fmt.Errorf("h3: more than %d QUIC connections on the listener", s.cfg.MaxConns))
-		c.CloseWithError(codeExcessiveLoad, "too many connections")
+		qc.CloseWithError(codeExcessiveLoad, "too many connections")
 		return
 	}
 	defer s.nconns.Add(-1)
-	sess.SetTLS(c.ConnectionState().TLS)
-	cs := &connState{sess: sess, conn: c}
-	s.mu.Lock()
-	s.conns[c] = cs
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}()
+	sess.SetTLS(qc.ConnectionState().TLS)
+	c := newConn(s, qc, sess)
 	stopDrain := context.AfterFunc(sess.Context(), func() {
 		if context.Cause(sess.Context()) == gate.ErrRevoked {
-			c.CloseWithError(codeNoError, "access revoked")
+			qc.CloseWithError(codeNoError, "access revoked")
 			return
 		}
-		s.drain(cs)
+		c.drain(true)
 	})
 	defer stopDrain()
 	if cut := sess.Policy().Cut; cut != nil {
-		stopCut := context.AfterFunc(cut, func() { c.CloseWithError(codeNoError, "shutting down") })
+		stopCut := context.AfterFunc(cut, func() { qc.CloseWithError(codeNoError, "shutting down") })
 		defer stopCut()
 	}
-	if err := s.srv.ServeQUICConn(c); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		if s.log.Enabled(context.Background(), slog.LevelDebug) {
-			s.log.Debug("h3: connection ended", "client", sess.Client().String(), "err", err)
-		}
-	}
-	c.CloseWithError(codeNoError, "")
+	c.serve()
+	qc.CloseWithError(codeNoError, "")
 }
-
-// drain starts the graceful end of cs's connection: the server's GOAWAY
-// (sent on every connection it serves), then the connection's close once
-// its requests have ended.
-func (s *Server) drain(cs *connState) {
-	s.shutdown.Do(func() {
-		// Shutdown returns when every connection has closed, which
-		// ServeConn sees to (at the latest when the drain is cut).
-		go s.srv.Shutdown(context.Background())
-	})
-	cs.draining.Store(true)
-	if cs.active.Load() == 0 {
-		cs.closeDrained()
-	}
-}
-
-// closeDrained closes a draining connection whose requests have ended,
-// once what they sent last has had time to be acknowledged: a
-// CONNECTION_CLOSE discards stream data still unacknowledged (a tunnel's
-// last bytes and FIN). The wait is three probe timeouts of the
-// connection's RTT (RFC 9002 §6.2.1), at least lingerMin and at most
-// lingerMax.
-func (cs *connState) closeDrained() {
-	st := cs.conn.ConnectionStats()
-	d := min(max(3*(st.SmoothedRTT+4*st.MeanDeviation), lingerMin), lingerMax)
-	time.AfterFunc(d, func() { cs.conn.CloseWithError(codeNoError, "shutting down") })
-}
-
-// The bounds on closeDrained's wait.
-const (
-	lingerMin = 50 * time.Millisecond
-	lingerMax = 2 * time.Second
-)
 
 // Full reports whether MaxConns connections are served already, so that
 // a listener can refuse a new one before its handshake; ServeConn still

@@ -1,13 +1,12 @@
 package h3
 
 import (
-	"context"
 	"errors"
 	"io"
-	"net/http"
+	"sync"
 
 	"github.com/quic-go/quic-go"
-	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/quicvarint"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -20,113 +19,184 @@ const maxCapsule = 65535 + 8
 
 // connectUDP serves a CONNECT-UDP request (RFC 9298): it dials the
 // target's UDP socket under the grant, answers 200 with
-// Capsule-Protocol, and relays the flow until it ends.
-func (s *Server) connectUDP(w http.ResponseWriter, r *http.Request, cs *connState, q *request, g *gate.Grant) {
-	settings := w.(http3.Settingser)
-	select {
-	case <-settings.ReceivedSettings():
-	case <-r.Context().Done():
-		g.Finish(0, 0)
+// Capsule-Protocol, and leaves the flow in rs.handoff for a goroutine of
+// its own (started by reqStream.end once serve has returned), which
+// reads the stream's capsules (their end is the flow's) and ends the
+// stream's service when the flow has ended. The target's datagrams go
+// from the relay's goroutine (gate.StartFlow), the client's as the
+// connection's datagram receiver hands them over. The serving goroutine,
+// whose stack grew with the request, returns: the flow's goroutines
+// start small and stay so while they park.
+func (rs *reqStream) connectUDP(q *request) {
+	c := rs.c
+	s := c.s
+	g := &rs.g
+	ctx := rs.str.Context()
+	if !c.waitSettings(ctx) {
 		return
 	}
-	if !settings.Settings().EnableDatagrams {
+	if !c.peerDatagrams {
 		g.SetReason(accesslog.ReasonProtocol)
-		answer(w, g, 400, "CONNECT-UDP needs HTTP Datagrams: the client did not enable SETTINGS_H3_DATAGRAM")
+		rs.answer(400, "CONNECT-UDP needs HTTP Datagrams: the client did not enable SETTINGS_H3_DATAGRAM", nil)
 		return
 	}
-	if !s.takeFlow(cs) {
+	if !s.takeFlow(c) {
 		g.SetReason(accesslog.ReasonOverloaded)
-		answer(w, g, 503, "too many UDP flows")
+		rs.answer(503, "too many UDP flows", nil)
 		return
 	}
-	defer s.giveFlow(cs)
-	up, err := g.DialUDP(r.Context())
+	up, err := g.DialUDP(ctx)
 	if err != nil {
-		s.answerFailure(w, g, err, nil, q.host)
+		s.giveFlow(c)
+		rs.answerFailure(err, nil, q.host)
 		return
 	}
-	w.Header().Set(http3.CapsuleProtocolHeader, "?1")
-	w.WriteHeader(http.StatusOK)
-	g.Answer(http.StatusOK, 0)
-	str := w.(http3.HTTPStreamer).HTTPStream()
-	f := &flow{str: str}
-	f.readCapsules()
-	g.RelayFlow(r.Context(), f, up, s.cfg.UDPIdleTimeout)
-	<-f.capsulesDone
+	g.Answer(200, 0)
+	f := &flow{rs: rs, id: rs.str.StreamID()}
+	f.prefix = quicvarint.Append(f.prefix[:0], uint64(f.id/4))
+	f.prefix = append(f.prefix, masque.ContextUDP)
+	f.relay = g.StartFlow(ctx, f, up, s.cfg.UDPIdleTimeout)
+	if g.Throttle() != nil {
+		// A paced user's datagrams wait on its bucket: not on the
+		// connection's receiver, which serves every flow.
+		f.queue = make(chan []byte, pacedQueue)
+		f.pacer.Go(f.paceUp)
+	}
+	c.addFlow(f) // before the answer: the client's first datagram may follow it closely
+	rs.startSection(200)
+	rs.sec = appendField(rs.sec, "capsule-protocol", "?1")
+	rs.sendHead(nil, false)
+	rs.park()
+	rs.handoff = f // the stream's service goes on in f.run, started once serve has returned
 }
 
-// takeFlow counts a new flow of cs against MaxFlows and
-// MaxListenerFlows, and reports false (counting nothing) past either.
-func (s *Server) takeFlow(cs *connState) bool {
-	if n := cs.flows.Add(1); s.cfg.MaxFlows > 0 && n > int64(s.cfg.MaxFlows) {
-		cs.flows.Add(-1)
+// run reads the flow's capsules until its stream ends, then ends the
+// flow and the stream's service.
+func (f *flow) run() {
+	rs := f.rs
+	c := rs.c
+	f.readCapsules()
+	c.removeFlow(f)
+	f.mu.Lock()
+	f.closed = true
+	if f.queue != nil {
+		close(f.queue)
+	}
+	f.mu.Unlock()
+	f.pacer.Wait()
+	f.relay.Wait()
+	c.s.giveFlow(c)
+	rs.finish()
+}
+
+// pacedQueue bounds the client's datagrams a paced flow holds while they
+// wait on the user's bucket; more are dropped.
+const pacedQueue = 64
+
+// takeFlow counts a new flow of c against MaxFlows and MaxListenerFlows,
+// and reports false (counting nothing) past either.
+func (s *Server) takeFlow(c *conn) bool {
+	if n := c.nflows.Add(1); s.cfg.MaxFlows > 0 && n > int64(s.cfg.MaxFlows) {
+		c.nflows.Add(-1)
 		return false
 	}
 	if n := s.flows.Add(1); s.cfg.MaxListenerFlows > 0 && n > int64(s.cfg.MaxListenerFlows) {
 		s.flows.Add(-1)
-		cs.flows.Add(-1)
+		c.nflows.Add(-1)
 		return false
 	}
 	return true
 }
 
-func (s *Server) giveFlow(cs *connState) {
+func (s *Server) giveFlow(c *conn) {
 	s.flows.Add(-1)
-	cs.flows.Add(-1)
+	c.nflows.Add(-1)
 }
 
-// flow is a CONNECT-UDP stream as gate's Flow: UDP payloads travel in
-// QUIC DATAGRAM frames with context ID 0; datagrams with another context
-// ID are dropped (RFC 9298 §4). The stream itself carries capsules,
-// which are read and skipped, and its end ends the flow.
+// flow is a CONNECT-UDP stream as gate's FlowSender: UDP payloads travel
+// in HTTP Datagrams (QUIC DATAGRAM frames) with context ID 0; datagrams
+// with another context ID are dropped (RFC 9298 §4). The stream itself
+// carries capsules, which are read and skipped, and its end ends the
+// flow.
 type flow struct {
-	str          *http3.Stream
-	out          []byte // the datagram being sent; used by one goroutine
-	capsulesDone chan struct{}
+	rs     *reqStream
+	id     quic.StreamID
+	prefix []byte // the datagrams' quarter stream ID and context ID
+	relay  *gate.FlowRelay
+
+	mu     sync.Mutex     // held while a payload goes to the relay
+	closed bool           // no more payloads: the flow is ending; guarded by mu
+	queue  chan []byte    // a paced flow's payloads, for paceUp; nil otherwise
+	pacer  sync.WaitGroup // paceUp
 }
 
-// readCapsules reads the stream's capsules until it ends or fails, then
-// ends the flow (RFC 9298 §3.4: the stream's end is the flow's).
-func (f *flow) readCapsules() {
-	f.capsulesDone = make(chan struct{})
-	go func() {
-		defer close(f.capsulesDone)
-		cr := masque.NewCapsuleReader(f.str, maxCapsule)
-		for {
-			// A DATAGRAM capsule on an HTTP/3 stream is legal but
-			// rustle's datagrams travel in DATAGRAM frames: it is
-			// dropped, as an unknown capsule is skipped.
-			if _, err := cr.Next(); err != nil {
-				if err != io.EOF {
-					f.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeDatagramError))
-				}
-				f.Close()
-				return
-			}
+// fromClient takes an HTTP Datagram's payload behind its quarter stream
+// ID, from the connection's receiver: a UDP payload with context ID 0
+// goes to the relay (or to a paced flow's queue, dropped when full).
+func (f *flow) fromClient(b []byte) {
+	id, payload, err := masque.ParseDatagram(b)
+	if err != nil || id != masque.ContextUDP {
+		return // malformed, or a context rustle did not register: dropped
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	if f.queue != nil {
+		select {
+		case f.queue <- payload:
+		default:
 		}
-	}()
-}
-
-// ReceivePayload returns the next datagram's UDP payload.
-func (f *flow) ReceivePayload(ctx context.Context) ([]byte, error) {
-	for {
-		b, err := f.str.ReceiveDatagram(ctx)
-		if err != nil {
-			return nil, err
-		}
-		id, payload, err := masque.ParseDatagram(b)
-		if err != nil || id != masque.ContextUDP {
-			continue // malformed, or a context rustle did not register: dropped
-		}
-		return payload, nil
+		return
+	}
+	if !f.relay.Up(payload) {
+		f.closed = true
 	}
 }
 
-// SendPayload sends p as a datagram with context ID 0. A payload too
-// large for a DATAGRAM frame is dropped.
+// paceUp hands a paced flow's payloads to the relay, which makes each
+// wait on the user's bucket.
+func (f *flow) paceUp() {
+	for p := range f.queue {
+		if !f.relay.Up(p) {
+			// Ended: drain what is left so that fromClient never blocks.
+			for range f.queue {
+			}
+			return
+		}
+	}
+}
+
+// readCapsules reads the stream's capsules until it ends or fails, then
+// ends the flow (RFC 9298 §3.4: the stream's end is the flow's). A
+// DATAGRAM capsule on an HTTP/3 stream is legal but rustle's datagrams
+// travel in DATAGRAM frames: it is dropped, as an unknown capsule is
+// skipped.
+func (f *flow) readCapsules() {
+	cr := masque.NewCapsuleReader(&f.rs.body, maxCapsule)
+	for {
+		if _, err := cr.Next(); err != nil {
+			if err != io.EOF {
+				f.rs.str.CancelRead(quic.StreamErrorCode(errDatagram))
+			}
+			f.relay.End(errors.New("h3: flow: the stream ended"))
+			return
+		}
+	}
+}
+
+// outPool holds the buffers datagrams to the client are framed in.
+var outPool = sync.Pool{New: func() any { b := make([]byte, 0, maxDatagramPayload+16); return &b }}
+
+// SendPayload sends p as an HTTP Datagram with context ID 0. A payload
+// too large for a DATAGRAM frame is dropped.
 func (f *flow) SendPayload(p []byte) error {
-	f.out = append(append(f.out[:0], masque.ContextUDP), p...)
-	err := f.str.SendDatagram(f.out)
+	bp := outPool.Get().(*[]byte)
+	b := append(append((*bp)[:0], f.prefix...), p...)
+	err := f.rs.c.qc.SendDatagram(b)
+	*bp = b
+	outPool.Put(bp)
 	var tooLarge *quic.DatagramTooLargeError
 	if err != nil && errors.As(err, &tooLarge) {
 		return nil
@@ -143,8 +213,8 @@ const maxDatagramPayload = 1500
 // MaxPayload bounds the datagrams the target sends that the flow carries.
 func (f *flow) MaxPayload() int { return maxDatagramPayload }
 
-// Close ends the stream both ways, which ends a pending ReceivePayload.
+// Close ends the stream both ways, which ends the capsule reader.
 func (f *flow) Close() error {
-	f.str.CancelRead(quic.StreamErrorCode(http3.ErrCodeNoError))
-	return f.str.Close()
+	f.rs.str.CancelRead(quic.StreamErrorCode(errNoError))
+	return f.rs.str.Close()
 }
