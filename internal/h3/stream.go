@@ -402,8 +402,8 @@ func (rs *reqStream) startSection(status int) {
 }
 
 // sendAnswer sends rustle's own answer: status with a one-line text body
-// "rustle: reason", and the fields of extra (name, value pairs), and
-// ends the stream.
+// "rustle: reason" (its length alone to a HEAD), and the fields of extra
+// (name, value pairs), and ends the stream.
 func (rs *reqStream) sendAnswer(status int, reason string, extra []string) {
 	rs.startSection(status)
 	for i := 0; i+1 < len(extra); i += 2 {
@@ -413,6 +413,9 @@ func (rs *reqStream) sendAnswer(status int, reason string, extra []string) {
 	rs.scr = body
 	rs.sec = appendField(rs.sec, "content-type", "text/plain; charset=utf-8")
 	rs.sec = appendField(rs.sec, "content-length", itoa(rs.wbuf[:0], len(body)))
+	if rs.req.Method == "HEAD" {
+		body = nil // the answer to a HEAD has no content (RFC 9110 §9.3.2)
+	}
 	rs.sendHead(body, true)
 	rs.stopReading()
 }
