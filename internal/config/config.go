@@ -393,8 +393,16 @@ type Criteria struct {
 	// Methods are request methods ("GET", "CONNECT").
 	Methods []string `toml:"methods"`
 	// Protocols are "http", "connect", "websocket", "socks5", "socks5-udp",
-	// "socks4" and "udp" (an HTTP/3 CONNECT-UDP flow).
+	// "socks4", "udp" (an HTTP/3 CONNECT-UDP flow) and "https" (a request
+	// inside a tunnel rustle intercepts, see [Intercept]).
 	Protocols []string `toml:"protocols"`
+	// Paths are request paths: "/v1/models" exactly, or "/v1/*", every
+	// path that begins with "/v1/"; matched against an HTTP request's
+	// path (plain or intercepted) without its query, its dot segments
+	// resolved and its percent-encoded unreserved characters decoded, as
+	// an origin reads it. A tunnel has no path and matches none. Empty
+	// means any.
+	Paths []string `toml:"paths"`
 	// SNIHosts are server names, as hosts without IP addresses and
 	// prefixes, matched against the server_name of a tunnel's TLS
 	// ClientHello (CONNECT, SOCKS CONNECT): a tunnel such a rule or route
@@ -410,7 +418,7 @@ type Criteria struct {
 // ListSources).
 func (c Criteria) Rule() acl.Rule {
 	return acl.Rule{Clients: c.Clients, Users: c.Users, Groups: c.Groups, Hosts: c.Hosts,
-		Ports: c.Ports, Methods: c.Methods, Protocols: c.Protocols, SNIHosts: c.SNIHosts}
+		Ports: c.Ports, Methods: c.Methods, Protocols: c.Protocols, Paths: c.Paths, SNIHosts: c.SNIHosts}
 }
 
 // Who selects users: the users and groups keys of every table that

@@ -39,6 +39,11 @@ type Request struct {
 	// Target is the request target as the access log shows it: the
 	// absolute URL, or host:port of a tunnel. Authorize copies it.
 	Target []byte
+	// Path is the request target's path and query, in origin form
+	// ("/a/b?q"), which rules' paths match; "" for a tunnel. The decision
+	// keeps it: its bytes must stay as they are until the request is
+	// finished (a decision pending on the address reads it at the dial).
+	Path string
 	// Authorization is the Proxy-Authorization value; nil = none. It is
 	// ignored when the session has an identity (a client certificate, a
 	// SOCKS login).
@@ -172,7 +177,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 
 	g.areq = acl.Request{
 		Client: s.ip, User: user, Groups: k.groups, Host: r.Host, Addr: r.Addr, Port: r.Port,
-		Method: r.Method, Protocol: r.Protocol,
+		Method: r.Method, Protocol: r.Protocol, Path: r.Path,
 	}
 	ar := &g.areq
 	if p.ACL != nil {

@@ -293,6 +293,10 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 	if vs >= 0 {
 		via = b[vs:]
 	}
+	path := ""
+	if r.kind == kindForward {
+		path = r.path
+	}
 	k := c.sess.Authorize(&gate.Request{
 		Protocol:      proto,
 		Log:           accesslog.ProtoH2,
@@ -300,6 +304,7 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 		Host:          r.host,
 		Port:          uint16(r.port),
 		Target:        target,
+		Path:          path,
 		Authorization: authz,
 		Via:           via,
 	}, g)

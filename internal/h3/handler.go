@@ -149,6 +149,7 @@ func (s *Server) authorize(sess *gate.Session, r *http.Request, q *request, g *g
 	proto := acl.HTTP
 	method := r.Method
 	var target []byte
+	path := ""
 	switch {
 	case r.Method == http.MethodConnect && r.Proto == protoConnectUDP:
 		proto, method = acl.UDP, "CONNECT-UDP"
@@ -161,7 +162,8 @@ func (s *Server) authorize(sess *gate.Session, r *http.Request, q *request, g *g
 		proto = acl.Connect
 		target = []byte(r.Host)
 	default:
-		target = []byte(r.URL.Scheme + "://" + r.Host + r.URL.RequestURI())
+		path = r.URL.RequestURI()
+		target = []byte(r.URL.Scheme + "://" + r.Host + path)
 	}
 	if q.kind == kindLocal {
 		target = gate.LoggableTarget(target)
@@ -183,6 +185,7 @@ func (s *Server) authorize(sess *gate.Session, r *http.Request, q *request, g *g
 		Host:          q.host,
 		Port:          uint16(q.port),
 		Target:        target,
+		Path:          path,
 		Authorization: authz,
 		Via:           via,
 	}, g)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
@@ -266,6 +267,10 @@ func (cn *conn) authorize() (keep, ok bool) {
 	}
 	r.Host = cn.internHost()
 	r.Port = uint16(cn.tgt.port)
+	r.Path = ""
+	if !isConnect {
+		r.Path = bytesString(cn.tgt.path)
+	}
 	switch k := cn.sess.Authorize(r, &cn.g); k {
 	case gate.OK:
 		return false, true
@@ -944,3 +949,13 @@ func (cn *conn) tunnel(upc net.Conn) bool {
 }
 
 var connectEstablished = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
+
+// bytesString views b as a string without copying: for a value read only
+// while b's bytes stay as they are (the request's, in the head buffer,
+// until the next request).
+func bytesString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
