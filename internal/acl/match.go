@@ -31,7 +31,7 @@ type rule struct {
 	methods     []string
 	paths       []pathPattern // empty = any
 	protocols   Protocol      // 0 = any
-	sniHosts    hostSet  // names only; empty = any
+	sniHosts    hostSet       // names only; empty = any
 
 	allowPrivate []netip.Prefix
 	sniMode      sni.Mode

@@ -380,7 +380,7 @@ func TestAccessPolicy(t *testing.T) {
 		{request("GET", o.URL("/admin/x"), 1, "", "Host: "+o.Addr), 403},
 		{request("GET", o.URL("/x/../admin/x?q"), 1, "", "Host: "+o.Addr), 403},
 		{request("GET", o.URL("/administrator"), 1, "", "Host: "+o.Addr), 200},
-		{request("GET", o.URL("/again"), 1, "", "Host: "+o.Addr), 200},            // still keep-alive
+		{request("GET", o.URL("/again"), 1, "", "Host: "+o.Addr), 200}, // still keep-alive
 	} {
 		n := o.NumRequests()
 		r, _ := c.RoundTrip(tt.req)
