@@ -133,6 +133,11 @@ type Grant struct {
 	routePending bool        // the route depends on the hello's server name
 	hello        helloState  // what is known of the hello
 	sni          string      // the access log's sni field: the server name, or why there is none ("[not-tls]")
+
+	// Interception (see intercept.go).
+	interceptOn bool // the policy's Interceptor considers the tunnel: Intercepts is asked once its hello is read
+	icept       int  // the interception rule that names the tunnel; -1 none
+	intercepted bool // the tunnel was intercepted (Intercept)
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -179,6 +184,12 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		Client: s.ip, User: user, Groups: k.groups, Host: r.Host, Addr: r.Addr, Port: r.Port,
 		Method: r.Method, Protocol: r.Protocol, Path: r.Path,
 	}
+	if in := s.icept; in != nil {
+		// A request inside an intercepted tunnel: the rules on sni_hosts
+		// see the tunnel's hello.
+		g.areq.HelloRead, g.areq.SNI = true, in.SNI
+		g.sni = in.SNI
+	}
 	ar := &g.areq
 	if p.ACL != nil {
 		g.decision = p.ACL.Decide(*ar)
@@ -194,7 +205,8 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		return g.refuse(QuotaExceeded)
 	}
 	g.chooseRoute(ar)
-	g.wantHello = g.wantsHello(ar, g.routePending)
+	g.interceptOn = p.Intercept != nil && ar.Protocol&helloProtocols != 0 && p.Intercept.Considers(ar)
+	g.wantHello = g.interceptOn || g.wantsHello(ar, g.routePending)
 	return OK
 }
 
@@ -286,7 +298,7 @@ func (g *Grant) reset(s *Session) {
 		g.end()
 	}
 	target, method, tried, via, meterBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf
-	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep()}
+	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep(), icept: -1}
 }
 
 // Session returns the session g belongs to.
@@ -753,6 +765,8 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Parent:     g.parent.Name(),
 		WouldDeny:  g.wouldDeny(),
 		SNI:        g.sni,
+
+		Intercepted: g.Intercepted(),
 	}
 }
 
@@ -861,6 +875,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonLoop
 	case SNIMismatch:
 		return accesslog.ReasonSNIMismatch
+	case NotInterceptable:
+		return accesslog.ReasonNotInterceptable
 	}
 	return ""
 }

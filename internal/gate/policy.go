@@ -97,6 +97,9 @@ type Policy struct {
 	// names (see route.Instance). A server gives all its listeners one;
 	// nil = the process's default instance.
 	Instance *route.Instance
+	// Intercept terminates the TLS of the tunnels its rules name and
+	// serves the requests inside (see intercept.go); nil = none.
+	Intercept Interceptor
 }
 
 // observing reports whether the metrics or the access log learn of
@@ -178,6 +181,11 @@ const (
 	// (an HTTP/2 or HTTP/3 stream is reset), with no byte sent to the
 	// origin. Its Status, 403, is for the log's class only.
 	SNIMismatch
+	// NotInterceptable refuses a tunnel an interception rule names whose
+	// first bytes are no TLS ClientHello (see Interceptor): answered
+	// before they came, it is closed, with no byte sent to the origin.
+	// Its Status, 403, is for the log's class only.
+	NotInterceptable
 )
 
 // Status returns the HTTP status a front-end answers k with; 200 for OK.
@@ -187,7 +195,7 @@ func (k Kind) Status() int {
 		return 407
 	case CoolingDown, UserLimit, QuotaExceeded:
 		return 429
-	case Denied, Forbidden, SNIMismatch:
+	case Denied, Forbidden, SNIMismatch, NotInterceptable:
 		return 403
 	case Unreachable:
 		return 502
@@ -228,6 +236,8 @@ func (k Kind) Reason() string {
 		return "loop detected: the request came back to this proxy through its parents"
 	case SNIMismatch:
 		return "the TLS server name does not match the tunnel's host"
+	case NotInterceptable:
+		return "the tunnel is to be intercepted and does not begin with a TLS ClientHello"
 	}
 	return ""
 }
@@ -261,6 +271,8 @@ func (k Kind) String() string {
 		return "loop"
 	case SNIMismatch:
 		return "sni-mismatch"
+	case NotInterceptable:
+		return "not-interceptable"
 	}
 	return "unknown"
 }

@@ -152,6 +152,7 @@ func (s *stream) relayResponse(e *exchange) bool {
 	h := &x.Resp
 	none := x.NoBody()
 	fields := responseFields(make([]hpack.HeaderField, 0, 16), h.Status, h, c.cfg.Origin.Config().Via, "", &e.vals)
+	fields = appendEdits(fields, c.cfg.Origin.Config().Edits)
 	// When body bytes are here already, the head goes out with them.
 	if s.queueHeaders(fields, none, len(x.Up.Buffered()) == 0) != nil {
 		return false
@@ -240,6 +241,15 @@ func responseFields(dst []hpack.HeaderField, status int, h *http1.Head, via bool
 	}
 	if via {
 		dst = append(dst, hpack.HeaderField{Name: "via", Value: "1.1 rustle"})
+	}
+	return dst
+}
+
+// appendEdits appends the response fields of an origin client's Edits
+// (nil = none), named in lower case.
+func appendEdits(dst []hpack.HeaderField, e *origin.Edits) []hpack.HeaderField {
+	for _, f := range e.ResponseFields() {
+		dst = append(dst, hpack.HeaderField{Name: f.Lower, Value: f.Value, Sensitive: true})
 	}
 	return dst
 }

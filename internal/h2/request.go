@@ -64,13 +64,15 @@ func (e errMalformed) Error() string { return "h2: malformed request: " + string
 
 // parseRequest validates the header fields of a request and classifies
 // it. connectProtocol says whether extended CONNECT was advertised. self
-// is the proxy's own address, to recognise requests to itself. It returns
-// an errMalformed for a request that must be reset with PROTOCOL_ERROR.
+// is the proxy's own address, to recognise requests to itself. in, when
+// not nil, is the intercepted tunnel whose requests the connection
+// serves (see classifyIntercepted). It returns an errMalformed for a
+// request that must be reset with PROTOCOL_ERROR.
 //
 // It reads the pseudo-header fields that lead the block, then the
 // regular fields behind them, checks that they make the form of request
 // their method calls for, and classifies the request.
-func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.AddrPort) (request, error) {
+func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.AddrPort, in *gate.Intercepted) (request, error) {
 	r := request{contentLength: -1}
 	seen, n, err := r.readPseudo(fields)
 	if err != nil {
@@ -84,7 +86,30 @@ func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.A
 	if err := r.checkForm(seen, host, hasHost, connectProtocol); err != nil {
 		return r, err
 	}
+	if in != nil {
+		return r.classifyIntercepted(in), nil
+	}
 	return r.classify(seen, self), nil
+}
+
+// classifyIntercepted classifies r, a well-formed request inside an
+// intercepted tunnel: one for the tunnel's name and port (:scheme https,
+// :authority naming them, any case, the port 443 when left out) is
+// forwarded to the tunnel's destination; a CONNECT is refused (400), and
+// one for another host is misdirected (421).
+func (r request) classifyIntercepted(in *gate.Intercepted) request {
+	switch {
+	case r.method == "CONNECT":
+		return local(r, 400, "CONNECT inside an intercepted tunnel: send requests for the tunnel's host")
+	case r.scheme != "https":
+		return local(r, 400, "not an https request inside an intercepted tunnel")
+	}
+	host, port, _, err := parseAuthority(r.authority, 443)
+	if err != nil || port != int(in.Port) || !strings.EqualFold(strings.TrimSuffix(host, "."), in.Name) {
+		return local(r, 421, "misdirected request: this connection serves "+in.Name)
+	}
+	r.host, r.port, r.kind = in.Host, int(in.Port), kindForward
+	return r
 }
 
 // pseudoSeen says which pseudo-header fields a request carried.

@@ -18,11 +18,13 @@ const crlf = "\r\n"
 // parent, with the parent's Proxy-Authorization at the end), the
 // client's header lines in their order and case less the hop-by-hop ones, Host set to the target's
 // authority, the Forwarded and Via headers the configuration asks for (a
-// Via naming this rustle to a parent, always), and a TRACE's or
-// OPTIONS's Max-Forwards one less (cn.maxFwd).
+// Via naming this rustle to a parent, always), a TRACE's or
+// OPTIONS's Max-Forwards one less (cn.maxFwd), and the origin client's
+// Edits: the client's fields they drop left out, theirs added.
 func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 	req := &cn.req
 	b := req.Buf
+	edits := cn.p.o.Edits // nil = none
 	out = append(out, req.Method.Of(b)...)
 	out = append(out, ' ')
 	out = origin.AppendRequestTarget(out, parent, cn.tgt.authority, cn.tgt.path)
@@ -56,6 +58,9 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		if cn.maxFwd >= 0 && len(name) == len("max-forwards") && http1.EqualFold(name, "max-forwards") {
 			continue // replaced below
 		}
+		if edits.DropsRequest(name) {
+			continue
+		}
 		out = append(out, f.Line.Of(b)...)
 		out = append(out, crlf...)
 	}
@@ -72,6 +77,7 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		out = append(out, crlf...)
 	}
 	out = origin.AppendMaxForwards(out, cn.maxFwd)
+	out = edits.AppendRequest(out)
 	if cn.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
 	}
@@ -88,9 +94,10 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 }
 
 // buildSwitchHead writes into cn.out the 101 Switching Protocols head of
-// an accepted WebSocket handshake.
+// an accepted WebSocket handshake, with the Edits' response fields.
 func (cn *conn) buildSwitchHead() {
 	out := cn.appendStatusAndFields(cn.out[:0], false)
+	out = cn.p.o.Edits.AppendResponse(out)
 	out = append(out, "Connection: Upgrade\r\n"...)
 	if cn.p.o.Via {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
@@ -99,9 +106,11 @@ func (cn *conn) buildSwitchHead() {
 }
 
 // buildResponseHead writes into cn.out the head of cn.resp as the client
-// gets it.
+// gets it: its fields less those dropped (hop-by-hop, the Edits'), and
+// the Edits' response fields.
 func (cn *conn) buildResponseHead(keep bool, clientMinor int, dechunk bool) {
 	out := cn.appendStatusAndFields(cn.out[:0], dechunk)
+	out = cn.p.o.Edits.AppendResponse(out)
 	if !keep {
 		out = append(out, "Connection: close\r\n"...)
 	} else if clientMinor == 0 {

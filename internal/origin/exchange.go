@@ -67,6 +67,9 @@ var (
 	// ErrUnexpected101 is a 101 to a request that asked for no upgrade
 	// (or not to WebSocket).
 	ErrUnexpected101 = errors.New("origin: upstream switched protocols without an upgrade request")
+	// ErrTLSUpgrade is a WebSocket handshake whose front-end relays TCP
+	// sockets only (UpgradeTCP) to a TLS origin.
+	ErrTLSUpgrade = errors.New("origin: a WebSocket tunnel of this front-end cannot run over TLS to the origin")
 	// errUpstreamClosed is the upstream closing before a byte of its
 	// response: a pooled connection it had given up on, maybe.
 	errUpstreamClosed = errors.New("origin: upstream closed the connection without a response")
@@ -136,6 +139,8 @@ type Exchange struct {
 	bodyPending bool
 
 	body bodyReader // the response body's framing, for NextBody
+
+	tlsName string // the name a TLS upstream is for (Config.TLS); "" = plain HTTP
 }
 
 // Begin starts the exchange of a request that g granted, with method to
@@ -155,14 +160,36 @@ func (x *Exchange) Begin(c *Client, g *gate.Grant, method string, mode Mode) err
 	x.sent = time.Time{}
 	x.body.started = false
 	x.dest = g.AppendDest(x.dest[:0])
+	x.tlsName = ""
+	if c.cfg.TLS != nil {
+		x.tlsName = tlsName(g)
+	}
 	return x.forwardParent()
+}
+
+// tlsName returns the name a TLS upstream of g's request is for: the
+// intercepted tunnel's, else the destination's host.
+func tlsName(g *gate.Grant) string {
+	if in := g.Session().Intercepted(); in != nil {
+		return in.Name
+	}
+	host, _, _, _ := gate.ParseAuthority(string(g.AppendDest(nil)), 0)
+	return host
 }
 
 // forwardParent asks the grant for an http parent that takes the
 // request, and sets the pool key to its key or the destination.
 func (x *Exchange) forwardParent() error {
-	x.key = append(x.key[:0], x.dest...)
 	x.parent = nil
+	if x.tlsName != "" {
+		// TLS to the origin, for one name: never mixed with the
+		// destination's plain connections, nor with another name's, and
+		// never sent to an http parent in absolute form (the dial
+		// tunnels through the route's parent instead).
+		x.key = append(append(append(append(x.key[:0], "tls "...), x.tlsName...), ' '), x.dest...)
+		return nil
+	}
+	x.key = append(x.key[:0], x.dest...)
 	if x.g.Route().Direct() {
 		return nil
 	}
@@ -338,6 +365,12 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 	if c == nil {
 		ctx, done := r.DialContext()
 		var err error
+		if x.tcpOnly && x.tlsName != "" {
+			if done != nil {
+				done()
+			}
+			return ErrTLSUpgrade
+		}
 		if x.tcpOnly {
 			var tc *net.TCPConn
 			if tc, err = g.Dial(ctx); err == nil {
@@ -345,6 +378,9 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 			}
 		} else {
 			c, err = g.DialConn(ctx)
+		}
+		if err == nil && x.tlsName != "" {
+			c, err = x.handshakeTLS(ctx, c, x.tlsName)
 		}
 		if done != nil {
 			done()
@@ -404,6 +440,7 @@ func (x *Exchange) ReadResponse(r Request) error {
 		switch st := x.Resp.Status; {
 		case st == 101:
 			if x.upgrade && x.Resp.UpgradesTo("websocket") {
+				x.editResponse()
 				return nil
 			}
 			return ErrUnexpected101
@@ -424,7 +461,23 @@ func (x *Exchange) ReadResponse(r Request) error {
 			// codings to pass it on in.
 			return http1.ErrTransferCoding
 		}
+		x.editResponse()
 		return nil
+	}
+}
+
+// editResponse marks the fields of the final response head that the
+// Client's Edits drop; the front-end appends the Edits' own.
+func (x *Exchange) editResponse() {
+	e := x.c.cfg.Edits
+	if e == nil {
+		return
+	}
+	h := &x.Resp
+	for i := range h.Fields {
+		if f := &h.Fields[i]; e.DropsResponse(f.Name.Of(h.Buf)) {
+			f.Drop = true
+		}
 	}
 }
 

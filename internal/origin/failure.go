@@ -39,7 +39,12 @@ func (x *Exchange) Failure(err error) (status int, reason, text string) {
 func Failure(err error, target string) (status int, reason, text string) {
 	var de *dialer.Error
 	var ne net.Error
+	var te *TLSError
 	switch {
+	case errors.As(err, &te):
+		return 502, accesslog.ReasonOriginTLS, "TLS with origin " + target + " failed: " + te.Why()
+	case errors.Is(err, ErrTLSUpgrade):
+		return 502, accesslog.ReasonUpstreamFailed, "a WebSocket over HTTP/2 cannot be relayed to a TLS origin; use HTTP/1.1"
 	case errors.As(err, &de):
 		return gate.DialKind(err).Status(), "", de.Reason()
 	case errors.As(err, &ne) && ne.Timeout():

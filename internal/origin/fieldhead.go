@@ -58,8 +58,10 @@ type FieldRequest struct {
 // Forwarded element and Via the configuration asks for (to a parent, a
 // Via naming Instance, always), Max-Forwards as r says, and the framing:
 // Content-Length when the client gave one, chunked when the body's length
-// is unknown (chunked reports that). Names go out in canonical case
-// (content-type -> Content-Type), which HTTP/1.1 origins expect.
+// is unknown (chunked reports that), and the Client's Edits (the client's
+// fields they drop left out, theirs added). Names go out in canonical
+// case (content-type -> Content-Type), which HTTP/1.1 origins expect; an
+// edit's as configured.
 func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Parent) (_ []byte, chunked bool) {
 	method := r.Method
 	ws := r.WebSocketKey != ""
@@ -76,7 +78,11 @@ func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Pare
 	fwdName := lowerForwardedName(c.cfg.Forwarded)
 	var fwdValues []string
 	cookies := 0
+	edits := c.cfg.Edits // nil = none
 	for _, f := range r.Fields {
+		if edits.DropsRequestName(f.Name) {
+			continue
+		}
 		switch f.Name {
 		case "host", "content-length", "http2-settings":
 			continue
@@ -143,6 +149,7 @@ func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Pare
 		out = append(out, "Content-Length: 0\r\n"...)
 	}
 	out = AppendMaxForwards(out, r.MaxForwards)
+	out = edits.AppendRequest(out)
 	// Via names the version of the message as received (RFC 9110
 	// §7.6.3).
 	switch {
