@@ -1,10 +1,10 @@
 package h2
 
 import (
-	"net/netip"
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
