@@ -30,13 +30,14 @@ type Interceptor interface {
 	// the tunnel r (its hello read: r.HelloRead, r.SNI), -1 when none
 	// does or a bypass entry names it.
 	Intercepts(r *acl.Request) int
-	// Serve intercepts the tunnel g granted (Grant.Intercepting): it
-	// terminates the TLS of c, the client's side of the tunnel, whose
-	// first bytes (the ClientHello the SNI check read) are first, and
-	// serves the requests inside until the connection ends. It owns c
-	// and closes it. It sets g's reason when the interception failed
-	// (the client refused the certificate); the caller finishes g.
-	Serve(g *Grant, c net.Conn, first []byte)
+	// Serve intercepts the tunnel g granted (Grant.Intercepting),
+	// described by in: it terminates the TLS of c, the client's side of
+	// the tunnel, whose first bytes (the ClientHello the SNI check read)
+	// are first, and serves the requests inside, under a session made by
+	// g.InterceptSession(in), until the connection ends. It owns c and
+	// closes it. It sets g's reason when the interception failed (the
+	// client refused the certificate); the caller finishes g.
+	Serve(g *Grant, in *Intercepted, c net.Conn, first []byte)
 }
 
 // Intercepted is what the session of an intercepted tunnel's requests
@@ -74,7 +75,14 @@ func (g *Grant) InterceptRule() int { return g.icept }
 // connection has ended, c closed and g finished.
 func (g *Grant) Intercept(c net.Conn, first []byte) {
 	g.intercepted = true
-	g.s.p.Intercept.Serve(g, c, first)
+	d := &g.dst
+	_, host := g.dest()
+	in := &Intercepted{Name: g.serverName(), Host: d.host, Addr: d.addr, Port: d.port,
+		SNI: g.serverName(), Rule: "", RuleIndex: g.icept}
+	if in.Name == "" {
+		in.Name = host
+	}
+	g.s.p.Intercept.Serve(g, in, c, first)
 	c.Close()
 	g.Finish(0, 0)
 }
