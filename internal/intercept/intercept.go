@@ -171,13 +171,20 @@ type listener struct {
 }
 
 // Considers reports whether a rule could name the tunnel r once its
-// hello is read, and no bypass entry names its host.
+// hello is read, and no bypass entry names its host (one that does is
+// counted as bypassed when a rule names the tunnel).
 func (l *listener) Considers(r *acl.Request) bool {
 	i, pending := l.ic.rules.MatchHello(*r)
 	if i < 0 && !pending {
 		return false
 	}
-	return !l.bypassHost(r)
+	if l.bypassHost(r) {
+		if i >= 0 {
+			l.m.Intercepted(metrics.InterceptBypassed)
+		}
+		return false
+	}
+	return true
 }
 
 // Intercepts returns the first rule that names the tunnel r, its hello

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -72,6 +73,7 @@ type env struct {
 	log     *lockedBuffer
 	metrics *metrics.Metrics
 	certs   *intercept.Certs
+	slog    *lockedBuffer // the interceptor's log lines
 }
 
 // envConfig is what a test sets of its env.
@@ -107,7 +109,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	e := &env{ca: x509.NewCertPool(), caCert: ca.Certificate(), log: &lockedBuffer{}, certs: certs,
-		metrics: metrics.New(metrics.Config{})}
+		metrics: metrics.New(metrics.Config{}), slog: &lockedBuffer{}}
 	e.ca.AddCert(ca.Certificate())
 	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: e.log})
 	if err != nil {
@@ -121,7 +123,8 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		pc.Default = ""
 	}
 	pol := proxytest.NewPolicy(t, pc)
-	ic, err := intercept.New(intercept.Config{Certs: certs, Rules: cfg.rules, Bypass: cfg.bypass, HandshakeTimeout: 5 * time.Second})
+	ic, err := intercept.New(intercept.Config{Certs: certs, Rules: cfg.rules, Bypass: cfg.bypass, HandshakeTimeout: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(e.slog, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
