@@ -69,8 +69,8 @@ type Config struct {
 type Interceptor struct {
 	cfg        Config
 	rules      *acl.Matcher
-	bypassHost *acl.Matcher   // the bypass entries as hosts; nil = none
-	bypassSNI  *acl.SNINames  // the bypass names as server names; nil = none
+	bypassHost *acl.Matcher  // the bypass entries as hosts; nil = none
+	bypassSNI  *acl.SNINames // the bypass names as server names; nil = none
 	log        *slog.Logger
 }
 
