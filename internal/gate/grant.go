@@ -262,6 +262,9 @@ func (s *Session) Observe(r *Request, g *Grant) {
 // status is not 0, as any other refusal.
 func (s *Session) Reject(r *Request, g *Grant, status int, reason string, cause error) {
 	s.Observe(&Request{Log: r.Log, Method: r.Method, Target: LoggableTarget(r.Target)}, g)
+	if s.icept != nil {
+		g.User = s.identity // the intercepted tunnel's user, whom the log names
+	}
 	g.Answer(status, 0)
 	g.unanswered = status == 0
 	g.reason, g.cause = reason, cause

@@ -263,6 +263,10 @@ func get(t *testing.T, c *http.Client, u string, header ...string) (*http.Respon
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := c.Do(req)
