@@ -113,6 +113,10 @@ type Config struct {
 	// destination: direct or through parents; empty means every request
 	// goes direct.
 	Routes []Route `toml:"routes"`
+	// Intercept is TLS interception: the CA, the rules naming the
+	// tunnels rustle terminates, the bypass list (see intercept.go); its
+	// zero value intercepts nothing.
+	Intercept Intercept `toml:"intercept"`
 
 	// src and lines locate keys in the file the configuration was parsed
 	// from, so that Validate's errors can name file and line; both are
@@ -870,6 +874,7 @@ func (c *Config) SetDefaults() {
 		setString(&l.Name, l.Protocol+" "+l.Address)
 	}
 	c.setRouteDefaults()
+	c.setInterceptDefaults()
 }
 
 func setString(p *string, def string) {

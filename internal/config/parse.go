@@ -122,6 +122,7 @@ func Load(path string) (*Config, error) {
 	resolve(&c.Cluster.SentinelPasswordFile)
 	resolve(&c.AdminAccess.TokenFile)
 	resolve(&c.AdminAccess.Htpasswd)
+	c.resolveInterceptPaths(resolve)
 	return c, nil
 }
 

@@ -111,6 +111,7 @@ func (c *Config) Validate() error {
 	c.validateEgress(v)
 	c.validateRoutes(v)
 	c.validateQuota(v)
+	c.validateIntercept(v)
 	return v.err()
 }
 
