@@ -48,6 +48,10 @@ func (s *Server) helloFirst(w http.ResponseWriter, r *http.Request, g *gate.Gran
 		resetStream(str)
 		return
 	}
+	if g.Intercepting() {
+		g.Intercept(c, hello)
+		return
+	}
 	up, err := g.Dial(r.Context())
 	if err != nil {
 		resetStream(str)

@@ -359,6 +359,14 @@ func (m *Metrics) SetPoolStats(fn func() PoolStats) {
 	}
 }
 
+// SetCertStats sets the function read on each scrape for the
+// rustle_intercept_cert* series; nil (or never set) leaves them out.
+func (m *Metrics) SetCertStats(fn func() CertStats) {
+	if m != nil {
+		m.funcs.certs.Store(&fn)
+	}
+}
+
 // SetTunnelsOpen sets the function read on each scrape for
 // rustle_tunnels_open, the tunnels open in every worker's engine.
 func (m *Metrics) SetTunnelsOpen(fn func() int) {
