@@ -311,15 +311,27 @@ var certAlerts = map[uint8]bool{
 	48: true, // unknown_ca
 }
 
+// alertBadRecordMAC is the bad_record_mac alert (RFC 8446 §6.2).
+const alertBadRecordMAC = 20
+
 // rejected reports whether err, a failed server handshake, is the
-// client's refusal of the certificate: an alert about it, or the
-// connection closed or reset once the certificate was on its way (sent),
-// as clients that send no alert do.
+// client's refusal of the certificate: an alert about it; or, once the
+// certificate was on its way (sent), the connection closed or reset, as
+// clients that send no alert do, or a record rustle cannot decrypt, as
+// OpenSSL's alert is (curl, Python: the alert refusing the certificate
+// comes in the clear while rustle reads with the handshake's keys).
 func rejected(err error, sent bool) bool {
 	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "remote error" {
+	if errors.As(err, &oe) && (oe.Op == "remote error" || oe.Op == "local error") {
+		code := -1
 		if v := reflect.ValueOf(oe.Err); v.Kind() == reflect.Uint8 {
-			return certAlerts[uint8(v.Uint())]
+			code = int(v.Uint())
+		}
+		if oe.Op == "local error" {
+			return sent && code == alertBadRecordMAC
+		}
+		if code >= 0 {
+			return certAlerts[uint8(code)]
 		}
 		return strings.Contains(oe.Err.Error(), "certificate")
 	}
