@@ -237,7 +237,7 @@ func TestIntercept(t *testing.T) {
 	t.Run("curl", func(t *testing.T) {
 		for _, tc := range []struct {
 			port, flag, proto string
-			want             string
+			want              string
 		}{
 			{goPort, "--http1.1", "1.1", "go origin HTTP/1.1 /curl-h1 " + wantAuth},
 			{goPort, "--http2", "2", "go origin HTTP/1.1 /curl-h2 " + wantAuth},
