@@ -98,6 +98,8 @@ var squidReasons = map[string]squidReason{
 	ReasonNoParent:           {outcomeUpstream, false, "ERR_CANNOT_FORWARD"},
 	ReasonLoop:               {outcomeDenied, false, "ERR_ACCESS_DENIED"},
 	ReasonSNIMismatch:        {outcomeDenied, false, "ERR_CONFLICT_HOST"},
+	ReasonAuthzDenied:        {outcomeDenied, false, "ERR_ACCESS_DENIED"},
+	ReasonAuthzUnavailable:   {outcomeDenied, false, "ERR_ACCESS_DENIED"},
 	ReasonNotInterceptable:   {outcomeDenied, false, "ERR_PROTOCOL_UNKNOWN"},
 	ReasonClientRejectedCert: {outcomeInvalid, false, "ERR_SECURE_ACCEPT_FAIL"},
 	ReasonOriginTLS:          {outcomeUpstream, false, "ERR_SECURE_CONNECT_FAIL"},

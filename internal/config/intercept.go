@@ -66,8 +66,8 @@ type InterceptRule struct {
 }
 
 // InterceptHeaders is a request_headers or response_headers table of an
-// interception rule. (The header rules of forwarded requests are to
-// share its syntax and code: see origin.Edits.)
+// interception rule. It differs from a header rule's [HeaderEdit] in
+// that a "{file:PATH}" may be part of a value, and it has no add.
 type InterceptHeaders struct {
 	// Set maps a field name to the value that replaces the message's own
 	// fields of that name. A "{file:PATH}" in a value is replaced by the
@@ -202,7 +202,7 @@ func (c *Config) validateIntercept(v *validator) {
 func validateInterceptHeaders(v *validator, key string, h *InterceptHeaders) {
 	seen := make(map[string]string)
 	named := func(k, name string) {
-		if err := origin.CheckEditField(name); err != nil {
+		if err := origin.CheckRuleField(name); err != nil {
 			v.add(k, err)
 			return
 		}
@@ -226,7 +226,7 @@ func validateInterceptHeaders(v *validator, key string, h *InterceptHeaders) {
 			continue
 		}
 		if len(refs) == 0 {
-			if err := origin.CheckEditValue(val); err != nil {
+			if err := origin.CheckRuleValue(val); err != nil {
 				v.add(k, err)
 			}
 		}

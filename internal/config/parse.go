@@ -117,12 +117,15 @@ func Load(path string) (*Config, error) {
 		resolve(&c.Parents[i].CAFile)
 	}
 	c.resolveProviderPaths(resolve)
+	c.resolveHeaderFiles(resolve)
 	resolve(&c.Quota.StateFile)
 	resolve(&c.Cluster.PasswordFile)
 	resolve(&c.Cluster.SentinelPasswordFile)
 	resolve(&c.AdminAccess.TokenFile)
 	resolve(&c.AdminAccess.Htpasswd)
 	c.resolveInterceptPaths(resolve)
+	resolve(&c.Authz.TLSCA)
+	resolve(&c.Authz.TokenFile)
 	return c, nil
 }
 

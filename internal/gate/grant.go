@@ -11,6 +11,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/authz"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
@@ -138,6 +139,9 @@ type Grant struct {
 	interceptOn bool // the policy's Interceptor considers the tunnel: Intercepts is asked once its hello is read
 	icept       int  // the interception rule that names the tunnel; -1 none
 	intercepted bool // the tunnel was intercepted (Intercept)
+	// The decision service (see authz.go).
+	authzHeaders []authz.Header // the fields its answer adds to a forwarded request; nil = none
+	authzBuf     []byte         // where the document is built; kept by reset
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -200,14 +204,32 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 			return g.refuse(Denied) // logged at Finish
 		}
 	}
+	g.chooseRoute(ar)
+	g.interceptOn = p.Intercept != nil && ar.Protocol&helloProtocols != 0 && p.Intercept.Considers(ar)
+	g.wantHello = g.interceptOn || g.wantsHello(ar, g.routePending)
+	if p.Authz != nil && !g.wantHello {
+		// A tunnel that reads its ClientHello is decided with the
+		// hello's server name, in CheckHello; a request inside an
+		// intercepted tunnel with the tunnel's.
+		if kind := g.askAuthz(ar.SNI); kind != OK {
+			return kind
+		}
+	}
 	if !g.quota.Begin() {
 		s.debug("gate: quota exceeded", slog.String("user", user))
 		return g.refuse(QuotaExceeded)
 	}
-	g.chooseRoute(ar)
-	g.interceptOn = p.Intercept != nil && ar.Protocol&helloProtocols != 0 && p.Intercept.Considers(ar)
-	g.wantHello = g.interceptOn || g.wantsHello(ar, g.routePending)
 	return OK
+}
+
+// Matches appends to dst the indexes of the entries of m that the
+// granted request matches, in order, as the access rules and the routes
+// were asked of it (see [acl.Matcher.AppendMatches]): for the tables
+// other packages choose by the same criteria (the header rules of
+// forwarded requests). It allocates nothing beyond dst's growth. It is
+// valid once Authorize returned OK.
+func (g *Grant) Matches(m *acl.Matcher, dst []int) []int {
+	return m.AppendMatches(dst, g.areq)
 }
 
 // privateHint tells an operator how to let a private destination through.
@@ -300,8 +322,8 @@ func (g *Grant) reset(s *Session) {
 	if g.s != nil && !g.finished {
 		g.end()
 	}
-	target, method, tried, via, meterBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf
-	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep(), icept: -1}
+	target, method, tried, via, meterBuf, authzBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf, g.authzBuf[:0]
+	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep(), authzBuf: authzBuf, icept: -1}
 }
 
 // Session returns the session g belongs to.
@@ -880,6 +902,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonSNIMismatch
 	case NotInterceptable:
 		return accesslog.ReasonNotInterceptable
+	case AuthzUnavailable:
+		return accesslog.ReasonAuthzUnavailable
 	}
 	return ""
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/authz"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
@@ -92,6 +93,9 @@ type Policy struct {
 	// tunnel's answer to the hello's last byte, when the SNI check reads
 	// it; 0 = no limit.
 	HelloTimeout time.Duration
+	// Authz is the external decision service ([authz]), asked about
+	// each request the access rules allow (see authz.go); nil = none.
+	Authz *authz.Client
 	// Instance is the rustle in loop detection: the Via element every
 	// request sent to a parent carries, which a request that came back
 	// names (see route.Instance). A server gives all its listeners one;
@@ -149,7 +153,9 @@ const (
 	CoolingDown
 	// UserLimit refuses a user with too many connections: 429.
 	UserLimit
-	// Denied refuses a request by an access rule (Grant.Rule): 403.
+	// Denied refuses a request by an access rule (Grant.Rule), or by
+	// the decision service (the access log's reason is then
+	// authz-denied, and Grant.Rule the rule that allowed it): 403.
 	Denied
 	// Forbidden refuses a destination address: a private or the proxy's
 	// own address (the guard), or one a rule refuses once resolved: 403.
@@ -186,6 +192,12 @@ const (
 	// before they came, it is closed, with no byte sent to the origin.
 	// Its Status, 403, is for the log's class only.
 	NotInterceptable
+	// AuthzUnavailable refuses a request the decision service could not
+	// decide (down, too slow, every call busy, an answer that is none)
+	// under authz.on_error = "deny": 503. Decided after the ClientHello
+	// (see authz.go), it closes the tunnel as SNIMismatch does, its
+	// Status for the log's class only.
+	AuthzUnavailable
 )
 
 // Status returns the HTTP status a front-end answers k with; 200 for OK.
@@ -201,7 +213,7 @@ func (k Kind) Status() int {
 		return 502
 	case TimedOut:
 		return 504
-	case Overloaded, AuthUnavailable:
+	case Overloaded, AuthUnavailable, AuthzUnavailable:
 		return 503
 	case Loop:
 		return 508
@@ -238,6 +250,8 @@ func (k Kind) Reason() string {
 		return "the TLS server name does not match the tunnel's host"
 	case NotInterceptable:
 		return "the tunnel is to be intercepted and does not begin with a TLS ClientHello"
+	case AuthzUnavailable:
+		return "authorization service unavailable; try again later"
 	}
 	return ""
 }
@@ -273,6 +287,8 @@ func (k Kind) String() string {
 		return "sni-mismatch"
 	case NotInterceptable:
 		return "not-interceptable"
+	case AuthzUnavailable:
+		return "authz-unavailable"
 	}
 	return "unknown"
 }

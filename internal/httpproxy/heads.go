@@ -16,15 +16,17 @@ const crlf = "\r\n"
 // appendRequestHead appends to out the head forwarded upstream for
 // cn.req: the request line in origin-form (absolute-form to an HTTP
 // parent, with the parent's Proxy-Authorization at the end), the
-// client's header lines in their order and case less the hop-by-hop ones, Host set to the target's
+// client's header lines in their order and case less the hop-by-hop
+// ones and those the header rules drop, Host set to the target's
 // authority, the Forwarded and Via headers the configuration asks for (a
-// Via naming this rustle to a parent, always), a TRACE's or
-// OPTIONS's Max-Forwards one less (cn.maxFwd), and the origin client's
-// Edits: the client's fields they drop left out, theirs added.
+// Via naming this rustle to a parent, always; no Forwarded element when
+// the header rules name its field), a TRACE's or OPTIONS's Max-Forwards
+// one less (cn.maxFwd), and the header rules' own fields (see
+// origin.Exchange.Headers).
 func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 	req := &cn.req
 	b := req.Buf
-	edits := cn.p.o.Edits // nil = none
+	rules := cn.x.Headers() // nil = none
 	out = append(out, req.Method.Of(b)...)
 	out = append(out, ' ')
 	out = origin.AppendRequestTarget(out, parent, cn.tgt.authority, cn.tgt.path)
@@ -45,6 +47,9 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 			continue
 		}
 		name := f.Name.Of(b)
+		if rules != nil && rules.DropsRequest(name) {
+			continue
+		}
 		if i == req.HostIdx {
 			out = append(out, name...)
 			out = append(out, ": "...)
@@ -58,9 +63,6 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		if cn.maxFwd >= 0 && len(name) == len("max-forwards") && http1.EqualFold(name, "max-forwards") {
 			continue // replaced below
 		}
-		if edits.DropsRequest(name) {
-			continue
-		}
 		out = append(out, f.Line.Of(b)...)
 		out = append(out, crlf...)
 	}
@@ -69,7 +71,7 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		out = append(out, cn.tgt.authority...)
 		out = append(out, crlf...)
 	}
-	if mode := cn.p.o.Forwarded; origin.ForwardedName(mode) != "" {
+	if mode := cn.p.o.Forwarded; origin.ForwardedName(mode) != "" && !rules.DropsRequestName(fwdName) {
 		out = append(out, origin.ForwardedName(mode)...)
 		out = append(out, ": "...)
 		out = req.AppendValues(out, fwdName)
@@ -77,7 +79,7 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		out = append(out, crlf...)
 	}
 	out = origin.AppendMaxForwards(out, cn.maxFwd)
-	out = edits.AppendRequest(out)
+	out = rules.AppendRequest(out)
 	if cn.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
 	}
@@ -94,10 +96,11 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 }
 
 // buildSwitchHead writes into cn.out the 101 Switching Protocols head of
-// an accepted WebSocket handshake, with the Edits' response fields.
+// an accepted WebSocket handshake, with the header rules' response
+// fields.
 func (cn *conn) buildSwitchHead() {
 	out := cn.appendStatusAndFields(cn.out[:0], false)
-	out = cn.p.o.Edits.AppendResponse(out)
+	out = cn.x.Headers().AppendResponse(out)
 	out = append(out, "Connection: Upgrade\r\n"...)
 	if cn.p.o.Via {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
@@ -106,11 +109,11 @@ func (cn *conn) buildSwitchHead() {
 }
 
 // buildResponseHead writes into cn.out the head of cn.resp as the client
-// gets it: its fields less those dropped (hop-by-hop, the Edits'), and
-// the Edits' response fields.
+// gets it: its fields less those dropped (hop-by-hop, the header rules'),
+// and the header rules' response fields.
 func (cn *conn) buildResponseHead(keep bool, clientMinor int, dechunk bool) {
 	out := cn.appendStatusAndFields(cn.out[:0], dechunk)
-	out = cn.p.o.Edits.AppendResponse(out)
+	out = cn.x.Headers().AppendResponse(out)
 	if !keep {
 		out = append(out, "Connection: close\r\n"...)
 	} else if clientMinor == 0 {

@@ -293,9 +293,9 @@ func get(t *testing.T, c *http.Client, u string, header ...string) (*http.Respon
 func TestInterceptGo(t *testing.T) {
 	o := newOrigin(t, nil)
 	edits, err := origin.NewEdits(origin.EditConfig{
-		RequestSet:     []origin.EditField{{Name: "Authorization", Value: "Bearer secret-token"}},
+		RequestSet:     []origin.HeaderField{{Name: "Authorization", Value: "Bearer secret-token"}},
 		RequestRemove:  []string{"X-Remove-Me"},
-		ResponseSet:    []origin.EditField{{Name: "X-Injected", Value: "1"}},
+		ResponseSet:    []origin.HeaderField{{Name: "X-Injected", Value: "1"}},
 		ResponseRemove: []string{"Server"},
 	})
 	if err != nil {

@@ -45,6 +45,9 @@ type Config struct {
 	// forwarded and the responses relayed (an interception rule's
 	// request_headers and response_headers); nil = none.
 	Edits *Edits
+	// Headers are the header rules that edit forwarded requests and their
+	// responses (see NewHeaderRules); nil = none.
+	Headers *HeaderRules
 }
 
 // Client is a validated Config, which the front-ends of a listener share

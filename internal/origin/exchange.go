@@ -140,7 +140,9 @@ type Exchange struct {
 
 	body bodyReader // the response body's framing, for NextBody
 
-	tlsName string // the name a TLS upstream is for (Config.TLS); "" = plain HTTP
+	tlsName string  // the name a TLS upstream is for (Config.TLS); "" = plain HTTP
+	hdr     Headers // the header rules that apply to the request (see Headers)
+	hdrOn   bool    // some do
 }
 
 // Begin starts the exchange of a request that g granted, with method to
@@ -164,6 +166,7 @@ func (x *Exchange) Begin(c *Client, g *gate.Grant, method string, mode Mode) err
 	if c.cfg.TLS != nil {
 		x.tlsName = tlsName(g)
 	}
+	x.hdrOn = x.hdr.choose(c.cfg.Headers, c.cfg.Edits, g, method == "TRACE")
 	return x.forwardParent()
 }
 
@@ -175,6 +178,19 @@ func tlsName(g *gate.Grant) string {
 	}
 	host, _, _, _ := gate.ParseAuthority(string(g.AppendDest(nil)), 0)
 	return host
+}
+
+// Headers returns the header rules that apply to the request (its
+// route's, the [[header_rules]] entries it matches, the Client's Edits),
+// nil when none do: the head builders leave out the client's fields it
+// drops and append its fields (see AppendFieldHead); a response head
+// ReadResponse returns has the fields it drops marked (http1.Field.Drop),
+// and the front-end appends its response fields.
+func (x *Exchange) Headers() *Headers {
+	if !x.hdrOn {
+		return nil
+	}
+	return &x.hdr
 }
 
 // forwardParent asks the grant for an http parent that takes the
@@ -467,17 +483,10 @@ func (x *Exchange) ReadResponse(r Request) error {
 }
 
 // editResponse marks the fields of the final response head that the
-// Client's Edits drop; the front-end appends the Edits' own.
+// header rules drop.
 func (x *Exchange) editResponse() {
-	e := x.c.cfg.Edits
-	if e == nil {
-		return
-	}
-	h := &x.Resp
-	for i := range h.Fields {
-		if f := &h.Fields[i]; e.DropsResponse(f.Name.Of(h.Buf)) {
-			f.Drop = true
-		}
+	if x.hdrOn {
+		x.hdr.editResponse(&x.Resp)
 	}
 }
 
@@ -622,6 +631,8 @@ func (x *Exchange) Close() {
 		x.Drop()
 	}
 	x.c, x.g, x.parent = nil, nil, nil // upKey stays: a string the next exchange may reuse
+	x.hdr.forget()
+	x.hdrOn = false
 	x.Resp.Buf, x.Trailer.Buf = nil, nil
 	x.body = bodyReader{}
 	if cap(x.head) > 64<<10 {

@@ -4,9 +4,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"os"
-	"runtime"
-	"strings"
+	"slices"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -94,21 +94,23 @@ func upstreamRoots(path string) (*x509.CertPool, error) {
 }
 
 // interceptEdits compiles the header edits of the rule at key, its
-// {file:} references read now (see readSecretFile). The errors name the
+// {file:} references read now (see readHeaderFile), each value then
+// checked as a header rule's (origin.CheckRuleValue). The errors name the
 // key and never a value.
 func interceptEdits(cfg *config.Config, key string, r *config.InterceptRule) (*origin.Edits, error) {
 	var ec origin.EditConfig
-	set := func(table string, m map[string]string) ([]origin.EditField, error) {
-		var fs []origin.EditField
-		for n, v := range m {
-			val, err := config.ExpandFileRefs(v, readSecretFile)
+	set := func(table string, m map[string]string) ([]origin.HeaderField, error) {
+		var fs []origin.HeaderField
+		for _, n := range slices.Sorted(maps.Keys(m)) {
+			k := key + "." + table + ".set." + n
+			val, err := config.ExpandFileRefs(m[n], func(path string) (string, error) { return readHeaderFile(cfg, k, path) })
 			if err != nil {
-				return nil, cfg.KeyError(key+"."+table+".set."+n, err)
+				return nil, err
 			}
-			if err := origin.CheckEditValue(val); err != nil {
-				return nil, cfg.KeyError(key+"."+table+".set."+n, fmt.Errorf("the value read: %w", err))
+			if err := origin.CheckRuleValue(val); err != nil {
+				return nil, cfg.KeyError(k, fmt.Errorf("the value read: %w", err))
 			}
-			fs = append(fs, origin.EditField{Name: n, Value: val})
+			fs = append(fs, origin.HeaderField{Name: n, Value: val})
 		}
 		return fs, nil
 	}
@@ -125,34 +127,6 @@ func interceptEdits(cfg *config.Config, key string, r *config.InterceptRule) (*o
 		return nil, cfg.KeyError(key, err)
 	}
 	return e, nil
-}
-
-// maxSecretFile bounds a file a {file:} reference reads.
-const maxSecretFile = origin.MaxEditValue
-
-// readSecretFile returns the content of a file a header value names, a
-// trailing line break dropped: a secret, which no error quotes. A file
-// others may read or write (on Unix) is refused, as is an empty one.
-func readSecretFile(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", err
-	}
-	if runtime.GOOS != "windows" && fi.Mode().Perm()&0o007 != 0 {
-		return "", fmt.Errorf("%s has mode %#o: others may not have any permission on it (chmod o-rwx)", path, fi.Mode().Perm())
-	}
-	if fi.Size() > maxSecretFile {
-		return "", fmt.Errorf("%s is larger than %d bytes", path, maxSecretFile)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	if s == "" {
-		return "", fmt.Errorf("%s is empty", path)
-	}
-	return s, nil
 }
 
 // interceptor returns the gate.Interceptor of a listener whose policy is
