@@ -28,7 +28,8 @@ import (
 // certificate, only through the NSS database that certutil
 // (libnss3-tools) made in its HOME. The page must be the origin's answer
 // to requests carrying the rule's Authorization, which Chromium never
-// had, and the access log must hold both requests as intercepted https
+// had, over a [[header_rules]] entry's (which applies inside, its
+// X-Team arriving too), and the access log must hold both requests as intercepted https
 // URLs, without the token.
 func TestInterceptChromium(t *testing.T) {
 	tools := needBrowser(t)
@@ -44,7 +45,7 @@ func TestInterceptChromium(t *testing.T) {
 			fmt.Fprintf(w, `<!doctype html>
 <html><head><title>rustle intercept</title><link rel="icon" href="data:,"></head>
 <body data-state="loading">
-<p id="page">page auth=%s</p>
+<p id="page">page auth=%s team=%s</p>
 <p id="data">pending</p>
 <script>
 fetch('/data').then(r => r.text()).then(t => {
@@ -56,9 +57,9 @@ fetch('/data').then(r => r.text()).then(t => {
 });
 </script>
 </body></html>
-`, r.Header.Get("Authorization"))
+`, r.Header.Get("Authorization"), r.Header.Get("X-Team"))
 		case "/data":
-			fmt.Fprintf(w, "data auth=%s", r.Header.Get("Authorization"))
+			fmt.Fprintf(w, "data auth=%s team=%s", r.Header.Get("Authorization"), r.Header.Get("X-Team"))
 		default:
 			http.NotFound(w, r)
 		}
@@ -93,6 +94,10 @@ upstream_ca = %q
 [[intercept.rules]]
 hosts = ["127.0.0.1"]
 request_headers = { set = { Authorization = "Bearer {file:%s}" } }
+
+[[header_rules]]
+protocols = ["https"]
+request_headers = { set = { Authorization = "Bearer entry", X-Team = "e2e" } }
 `, logPath, filepath.Join(caDir, "ca.pem"), filepath.Join(caDir, "ca-key.pem"), pki.caPath, token))
 	httpsListen := fmt.Sprintf("https://127.0.0.1:0?cert=%s&key=%s",
 		url.QueryEscape(filepath.Join(certDir, "server.pem")), url.QueryEscape(filepath.Join(certDir, "server.key")))
@@ -103,7 +108,7 @@ request_headers = { set = { Authorization = "Bearer {file:%s}" } }
 	}
 
 	pageURL := "https://127.0.0.1:" + originPort + "/page"
-	want := map[string]string{"page": "page auth=Bearer chromium-s3cret", "data": "data auth=Bearer chromium-s3cret"}
+	want := map[string]string{"page": "page auth=Bearer chromium-s3cret team=e2e", "data": "data auth=Bearer chromium-s3cret team=e2e"}
 	for _, tc := range []struct{ name, proxy string }{
 		{"tls-port", "https://" + p.addrs[0]},
 		{"plain-port", "http://" + p.addrs[1]},
