@@ -420,7 +420,7 @@ func runDriver(t testing.TB, tools browserTools, run driveRun, dir string) []dri
 		t.Fatal(err)
 	}
 	home := filepath.Join(dir, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
+	if err := os.MkdirAll(home, 0o700); err != nil { // it may hold an NSS database already
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)

@@ -16,6 +16,13 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+# TLS interception's e2e tests (e2e/intercept_test.go): nginx as an HTTPS
+# origin with its own certificate, Python's requests (Debian's python3,
+# REQUESTS_CA_BUNDLE), and certutil to put rustle's CA in the NSS
+# database Chromium trusts.
+[ -x /usr/sbin/nginx ] || need+=(nginx-light)
+/usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3-requests)
+command -v certutil >/dev/null 2>&1 || need+=(libnss3-tools)
 # ip (iproute2) for the network namespaces internal/server's
 # TestEgressNetns makes.
 command -v ip >/dev/null 2>&1 || need+=(iproute2)

@@ -7,6 +7,7 @@
 //	rustle check -c FILE           validate a config file
 //	rustle passwd USER             print an htpasswd line (bcrypt) for USER
 //	rustle cert [-hosts H,...] DIR write a self-signed CA and server pair
+//	rustle ca [-name CN] DIR       write a CA for TLS interception
 //	rustle quota [-c FILE] USER    show a user's quotas (from the admin listener)
 //	rustle version                 print the version
 //
@@ -34,6 +35,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gctune"
+	"github.com/rustle-proxy/rustle/internal/intercept"
 	"github.com/rustle-proxy/rustle/internal/server"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/wire"
@@ -86,6 +88,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return check(args[1:], stdout, stderr)
 		case "cert":
 			return cert(args[1:], stdout, stderr)
+		case "ca":
+			return caCmd(args[1:], stdout, stderr)
 		case "quota":
 			return quotaCmd(args[1:], stdout, stderr)
 		case "help", "-h", "--help":
@@ -306,6 +310,28 @@ func cert(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// caCmd writes a CA for TLS interception (see intercept.WriteCA).
+func caCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rustle ca", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("name", "rustle interception CA", "the CA certificate's common name")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: rustle ca [-name CN] DIR")
+		return 2
+	}
+	crt, key, err := intercept.WriteCA(fs.Arg(0), *name)
+	if err != nil {
+		fmt.Fprintln(stderr, "rustle ca:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s (give it to the clients to trust) and %s (keep it secret: mode 0600)\n"+
+		"use: [intercept]\n     ca_cert = %q\n     ca_key = %q\n", crt, key, crt, key)
+	return 0
+}
+
 func passwd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) != 1 || args[0] == "" || strings.ContainsAny(args[0], ":\r\n") {
 		fmt.Fprintln(stderr, "usage: rustle passwd USER   (reads the password from standard input)")
@@ -384,6 +410,9 @@ func usage(w io.Writer) {
                                  the password is read from standard input
   rustle cert [-hosts H,...] DIR write a self-signed CA (ca.pem) and a server
                                  pair (server.pem, server.key) to try https
+  rustle ca [-name CN] DIR       write a CA for TLS interception: ca.pem (the
+                                 certificate clients are to trust) and
+                                 ca-key.pem (mode 0600), for [intercept]
   rustle quota [-c FILE | --admin ADDR] [--token-file FILE] USER
                                  show USER's quotas of the running rustle
                                  (use, limit, what is left, reset time),

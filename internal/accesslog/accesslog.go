@@ -182,6 +182,13 @@ type Record struct {
 	// common and combined formats, whose fields are fixed, do not carry
 	// it.
 	SNI string
+	// Intercepted says the record is of a tunnel whose TLS rustle
+	// intercepted (see package intercept), or of a request inside one
+	// (its Target an https URL). Text lines carry "intercepted" as the
+	// 20th field, only when it is set (the optional fields before it "-"
+	// when unset); JSON lines as "intercepted": true, only when it is
+	// set; templates as {intercepted} ("intercepted", or "-").
+	Intercepted bool
 }
 
 // The reasons of a [Record]: short, fixed words an operator can grep
@@ -296,6 +303,27 @@ const (
 	// gave. The client had been answered (200, SOCKS success): its
 	// hello comes only after the answer.
 	ReasonSNIMismatch = "sni-mismatch"
+	// ReasonClientRejectedCert: rustle intercepted the tunnel (see
+	// package intercept) and its client refused the certificate rustle
+	// minted (a TLS alert during the handshake: a client that does not
+	// trust rustle's CA, or pins the origin's key). Nothing reached the
+	// origin; to let such a client through, list its host in
+	// intercept.bypass.
+	ReasonClientRejectedCert = "client-rejected-certificate"
+	// ReasonNotInterceptable: an interception rule names the tunnel, and
+	// its first bytes were no TLS ClientHello rustle could intercept: the
+	// tunnel was closed before any byte reached the origin.
+	ReasonNotInterceptable = "not-interceptable"
+	// ReasonOriginTLS: a request inside an intercepted tunnel could not
+	// be sent: the TLS handshake with the origin failed (a certificate
+	// the system roots or intercept.upstream_ca do not verify for the
+	// name, expired or self-signed; no protocol in common): 502 with the
+	// reason.
+	ReasonOriginTLS = "origin-tls"
+	// ReasonMisdirected: a request inside an intercepted tunnel named
+	// another host (Host, :authority) than the one the tunnel's
+	// certificate was minted for: 421.
+	ReasonMisdirected = "misdirected"
 	// ReasonAuthzDenied: the decision service ([authz]) refused the
 	// request the access rules allowed (Rule names the rule that did):
 	// 403 (SOCKS5: not allowed), or, for a tunnel decided with its
@@ -316,19 +344,21 @@ const (
 	// FormatText is the compact positional format, one line per record,
 	// fields separated by one space in the order of [Record]'s fields:
 	//
-	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [SOURCE [ROUTE PARENT [WOULD_DENY [SNI]]]]]
+	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [SOURCE [ROUTE PARENT [WOULD_DENY [SNI [INTERCEPTED]]]]]]
 	//
 	// Empty fields are "-"; bytes outside '!'..'~', '\' and a value of
 	// exactly "-" are escaped as \xHH, so a field never holds a space and
 	// every line splits into exactly 13 fields, 14 when the record has
 	// a Reason, 15 when it has a Source, 17 when it has a Route or a
-	// Parent, 18 when it has a WouldDeny, or 19 when it has an SNI (each
+	// Parent, 18 when it has a WouldDeny, 19 when it has an SNI, or 20
+	// when it is Intercepted (each
 	// optional field before the last one set is then "-" when unset).
 	FormatText Format = "text"
 	// FormatJSON writes one JSON object per line with the keys time,
 	// listener, client, user, protocol, method, target, status, bytes_up,
 	// bytes_down, duration_ms, upstream and rule, always all of them,
-	// and reason, source, route, parent, would_deny and sni when the
+	// and reason, source, route, parent, would_deny, sni and intercepted
+	// (true) when the
 	// record has them.
 	// Invalid UTF-8 is replaced by U+FFFD.
 	FormatJSON Format = "json"

@@ -148,6 +148,17 @@ func goldenRecords() []Record {
 			BytesUp: 21, BytesDown: 40, Duration: time.Second,
 			Upstream: netip.MustParseAddrPort("192.0.2.21:443"), SNI: "[not-tls]",
 		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("192.0.2.14:4006"), User: "alice",
+			Protocol: ProtoHTTP, Method: "POST", Target: "https://api.example/v1/chat", Status: 200,
+			BytesUp: 120, BytesDown: 900, Duration: 40 * time.Millisecond,
+			Upstream: netip.MustParseAddrPort("192.0.2.20:443"), Rule: "api", SNI: "api.example", Intercepted: true,
+		},
+		{
+			Time: t0, Listener: "main", Client: netip.MustParseAddrPort("192.0.2.14:4007"),
+			Protocol: ProtoConnect, Method: "CONNECT", Target: "pinned.example:443", Status: 200,
+			Duration: 5 * time.Millisecond, Reason: ReasonClientRejectedCert, Intercepted: true,
+		},
 	}
 }
 
@@ -156,7 +167,7 @@ func goldenRecords() []Record {
 // other field.
 const goldenTemplate = "{squid} {upstream} {source} | {time} {time_unix} {time_end_unix} {time_clf} {listener} " +
 	"{client} {client_ip} {user} {protocol} {method} {target} \"{request_line}\" {status} {http_status} " +
-	"{bytes_up} {bytes_down} {duration_ms} {upstream_ip} {rule} {reason} {source_ip} {route} {parent} {would_deny} {sni} " +
+	"{bytes_up} {bytes_down} {duration_ms} {upstream_ip} {rule} {reason} {source_ip} {route} {parent} {would_deny} {sni} {intercepted} " +
 	"{squid_code} {squid_hierarchy} {squid_error} {{ {common} | {combined}"
 
 func TestFormatsGolden(t *testing.T) {
@@ -217,6 +228,7 @@ func TestJSONDecodes(t *testing.T) {
 			Parent     string  `json:"parent"`
 			WouldDeny  string  `json:"would_deny"`
 			SNI        string  `json:"sni"`
+			Intercept  bool    `json:"intercepted"`
 		}
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
@@ -243,6 +255,9 @@ func TestJSONDecodes(t *testing.T) {
 		check("parent", got.Parent, r.Parent)
 		check("would_deny", got.WouldDeny, r.WouldDeny)
 		check("sni", got.SNI, r.SNI)
+		if got.Intercept != r.Intercepted {
+			t.Errorf("record %d: intercepted = %v, want %v", i, got.Intercept, r.Intercepted)
+		}
 		check("client", got.Client, addrString(r.Client))
 		check("upstream", got.Upstream, addrString(r.Upstream))
 		check("source", got.Source, addrString(r.Source))
@@ -263,9 +278,9 @@ func TestJSONDecodes(t *testing.T) {
 // the record has a Reason, a 15th when it has a Source, 17 when it has a
 // TestTextFields checks that every text line has 13 fields, a 14th when
 // the record has a Reason, a 15th when it has a Source, 17 when it has a
-// Route or Parent, 18 when it has a WouldDeny and 19 when it has an SNI
-// (the fields before the last set ones "-"), that unescape to the
-// record's values.
+// Route or Parent, 18 when it has a WouldDeny, 19 when it has an SNI and
+// 20 when it is intercepted (the fields before the last set ones "-"),
+// that unescape to the record's values.
 func TestTextFields(t *testing.T) {
 	for i, r := range goldenRecords() {
 		line := appendText(nil, &r)
@@ -273,6 +288,8 @@ func TestTextFields(t *testing.T) {
 		routed := r.Route != "" || r.Parent != ""
 		want := 13
 		switch {
+		case r.Intercepted:
+			want = 20
 		case r.SNI != "":
 			want = 19
 		case r.WouldDeny != "":
@@ -297,8 +314,11 @@ func TestTextFields(t *testing.T) {
 		if want == 18 {
 			expect[17] = r.WouldDeny
 		}
-		if want == 19 {
+		if want >= 19 {
 			expect[17], expect[18] = r.WouldDeny, r.SNI
+		}
+		if want == 20 {
+			expect[19] = "intercepted"
 		}
 		for j, want := range expect {
 			if got := unescapeText(t, fields[j]); got != want {

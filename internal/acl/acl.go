@@ -77,6 +77,9 @@ const (
 	// UDP is a CONNECT-UDP flow (RFC 9298, over HTTP/3): its target
 	// when the flow is asked for, and each datagram's destination ("udp").
 	UDP
+	// HTTPS is a request inside a tunnel whose TLS rustle intercepts
+	// (see package intercept): an https URL ("https").
+	HTTPS
 )
 
 var protocolNames = []struct {
@@ -85,6 +88,7 @@ var protocolNames = []struct {
 }{
 	{HTTP, "http"}, {Connect, "connect"}, {WebSocket, "websocket"},
 	{SOCKS5, "socks5"}, {SOCKS5UDP, "socks5-udp"}, {SOCKS4, "socks4"}, {UDP, "udp"},
+	{HTTPS, "https"},
 }
 
 // helloProtocols are the tunnels whose client's first bytes rustle can
@@ -113,7 +117,7 @@ func (p Protocol) String() string {
 }
 
 // ParseProtocol returns the Protocol named s ("http", "connect",
-// "websocket", "socks5", "socks5-udp", "socks4" or "udp").
+// "websocket", "socks5", "socks5-udp", "socks4", "udp" or "https").
 func ParseProtocol(s string) (Protocol, error) {
 	for _, pn := range protocolNames {
 		if pn.name == s {
@@ -180,6 +184,14 @@ type Rule struct {
 	Methods []string
 	// Protocols are protocol names (see [ParseProtocol]).
 	Protocols []string
+	// Paths are request paths (see [ParsePath]): "/v1/models" matches
+	// that path exactly, "/v1/*" every path that begins with "/v1/". They
+	// are matched against the path of an HTTP request's target
+	// (Request.Path) without its query, its dot segments resolved and
+	// its percent-encoded unreserved characters decoded, as an origin
+	// reads it; a request without a path (a tunnel, SOCKS, UDP) matches
+	// none.
+	Paths []string
 	// SNIHosts are server names, in the syntax of Hosts without its IP
 	// and CIDR entries (a server_name is a name): they match the
 	// server_name of the ClientHello a tunnel's client sent
@@ -302,6 +314,10 @@ type Request struct {
 	Method string
 	// Protocol is the protocol the request arrived with.
 	Protocol Protocol
+	// Path is the request target's path and query as the client sent it
+	// (origin form: "/a/b?q"); "" for a request without one (a tunnel).
+	// A rule's paths are matched against it normalized (see Rule.Paths).
+	Path string
 	// HelloRead says the tunnel's first bytes were read (see package
 	// sni): SNI is then what they named. false for a tunnel whose first
 	// bytes are not read yet, which rules with sni_hosts leave pending,

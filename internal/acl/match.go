@@ -29,8 +29,9 @@ type rule struct {
 	hostLists   []*List // loaded host lists; nil = none
 	ports       []portRange
 	methods     []string
-	protocols   Protocol // 0 = any
-	sniHosts    hostSet  // names only; empty = any
+	paths       []pathPattern // empty = any
+	protocols   Protocol      // 0 = any
+	sniHosts    hostSet       // names only; empty = any
 
 	allowPrivate []netip.Prefix
 	sniMode      sni.Mode
@@ -106,6 +107,14 @@ func compile(rc Rule, groups map[string][]string, providerGroups []string) (rule
 			continue
 		}
 		r.methods = append(r.methods, m)
+	}
+	for _, s := range rc.Paths {
+		pp, err := parsePath(s)
+		if err != nil {
+			fail("paths", err)
+			continue
+		}
+		r.paths = append(r.paths, pp)
 	}
 	for _, s := range rc.Protocols {
 		p, err := ParseProtocol(s)
@@ -384,6 +393,9 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 		if !ok {
 			return matchNo
 		}
+	}
+	if len(ru.paths) > 0 && !matchPaths(ru.paths, r.Path) {
+		return matchNo
 	}
 	m := ru.matchHosts(host, addr)
 	if m == matchNo || !ru.sniHosts.set {

@@ -116,6 +116,10 @@ type Config struct {
 	// destination: direct or through parents; empty means every request
 	// goes direct.
 	Routes []Route `toml:"routes"`
+	// Intercept is TLS interception: the CA, the rules naming the
+	// tunnels rustle terminates, the bypass list (see intercept.go); its
+	// zero value intercepts nothing.
+	Intercept Intercept `toml:"intercept"`
 	// HeaderRules edit the fields of forwarded requests and of their
 	// responses for the requests each entry's criteria match (see
 	// headers.go); empty means none beyond the routes' own.
@@ -400,8 +404,16 @@ type Criteria struct {
 	// Methods are request methods ("GET", "CONNECT").
 	Methods []string `toml:"methods"`
 	// Protocols are "http", "connect", "websocket", "socks5", "socks5-udp",
-	// "socks4" and "udp" (an HTTP/3 CONNECT-UDP flow).
+	// "socks4", "udp" (an HTTP/3 CONNECT-UDP flow) and "https" (a request
+	// inside a tunnel rustle intercepts, see [Intercept]).
 	Protocols []string `toml:"protocols"`
+	// Paths are request paths: "/v1/models" exactly, or "/v1/*", every
+	// path that begins with "/v1/"; matched against an HTTP request's
+	// path (plain or intercepted) without its query, its dot segments
+	// resolved and its percent-encoded unreserved characters decoded, as
+	// an origin reads it. A tunnel has no path and matches none. Empty
+	// means any.
+	Paths []string `toml:"paths"`
 	// SNIHosts are server names, as hosts without IP addresses and
 	// prefixes, matched against the server_name of a tunnel's TLS
 	// ClientHello (CONNECT, SOCKS CONNECT): a tunnel such a rule or route
@@ -417,7 +429,7 @@ type Criteria struct {
 // ListSources).
 func (c Criteria) Rule() acl.Rule {
 	return acl.Rule{Clients: c.Clients, Users: c.Users, Groups: c.Groups, Hosts: c.Hosts,
-		Ports: c.Ports, Methods: c.Methods, Protocols: c.Protocols, SNIHosts: c.SNIHosts}
+		Ports: c.Ports, Methods: c.Methods, Protocols: c.Protocols, Paths: c.Paths, SNIHosts: c.SNIHosts}
 }
 
 // Who selects users: the users and groups keys of every table that
@@ -870,6 +882,7 @@ func (c *Config) SetDefaults() {
 		setString(&l.Name, l.Protocol+" "+l.Address)
 	}
 	c.setRouteDefaults()
+	c.setInterceptDefaults()
 	c.setHeaderRuleDefaults()
 }
 

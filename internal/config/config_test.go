@@ -56,8 +56,9 @@ func documentedDefaults() Config {
 		},
 		DNS: DNS{Timeout: Duration{2 * time.Second}, MaxTTL: Duration{time.Hour}, NegativeTTL: Duration{30 * time.Second},
 			CacheSize: 10000},
-		Quota:   Quota{SaveInterval: Duration{time.Minute}},
-		Cluster: Cluster{SyncInterval: Duration{time.Second}, Timeout: Duration{500 * time.Millisecond}},
+		Quota:     Quota{SaveInterval: Duration{time.Minute}},
+		Cluster:   Cluster{SyncInterval: Duration{time.Second}, Timeout: Duration{500 * time.Millisecond}},
+		Intercept: Intercept{CacheSize: 4096},
 	}
 }
 

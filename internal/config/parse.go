@@ -123,6 +123,7 @@ func Load(path string) (*Config, error) {
 	resolve(&c.Cluster.SentinelPasswordFile)
 	resolve(&c.AdminAccess.TokenFile)
 	resolve(&c.AdminAccess.Htpasswd)
+	c.resolveInterceptPaths(resolve)
 	resolve(&c.Authz.TLSCA)
 	resolve(&c.Authz.TokenFile)
 	return c, nil

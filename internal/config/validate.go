@@ -113,6 +113,7 @@ func (c *Config) Validate() error {
 	c.validateRoutes(v)
 	c.validateHeaderRules(v)
 	c.validateQuota(v)
+	c.validateIntercept(v)
 	return v.err()
 }
 
@@ -185,6 +186,7 @@ func (c *Config) validateCriteria(v *validator, key string, cr Criteria) {
 	each("ports", cr.Ports, func(s string) error { _, _, err := acl.ParsePorts(s); return err })
 	each("methods", cr.Methods, acl.ParseMethod)
 	each("protocols", cr.Protocols, func(s string) error { _, err := acl.ParseProtocol(s); return err })
+	each("paths", cr.Paths, acl.ParsePath)
 	validateSNIHosts(v, key, cr.SNIHosts)
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/authz"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -208,4 +209,50 @@ func TestAuthzSNI(t *testing.T) {
 			t.Errorf("the service's input = %v, want an association without a destination", got)
 		}
 	})
+}
+
+// TestAuthzIntercepted checks that each request inside an intercepted
+// tunnel is asked about as a request of its own: with the protocol
+// https, its method and host, and the tunnel's server name as sni; the
+// service's denial of one is a 403 (authz-denied) while another request
+// of the same tunnel is let through with the answer's fields.
+func TestAuthzIntercepted(t *testing.T) {
+	svc := proxytest.StartDecisionService(t, func(in map[string]any) proxytest.DecisionAnswer {
+		if in["protocol"] == "https" && in["method"] == "DELETE" {
+			return proxytest.DecisionAnswer{Body: `{"result":{"allow":false}}`}
+		}
+		return proxytest.DecisionAnswer{Body: `{"result":{"allow":true,"headers":{"X-Tenant":"team-a"}}}`}
+	})
+	cfg := proxytest.PolicyConfig{Authz: newAuthz(t, svc.URL, authz.Deny)}
+	s := newSession(t, proxytest.NewPolicy(t, cfg))
+	var tunnel gate.Grant
+	if k := s.Authorize(connectReq("api.example", nil), &tunnel); k != gate.OK {
+		t.Fatalf("the tunnel: Authorize = %v", k)
+	}
+	inner := tunnel.InterceptSession(&gate.Intercepted{Name: "api.example", Host: "api.example", Port: 443, SNI: "api.example"})
+	defer inner.Close()
+	for _, tt := range []struct {
+		method string
+		want   gate.Kind
+	}{{"GET", gate.OK}, {"DELETE", gate.Denied}} {
+		r := &gate.Request{Protocol: acl.HTTPS, Log: accesslog.ProtoHTTP, Method: tt.method, Host: "api.example", Port: 443,
+			Path: "/v1/models", Target: []byte("https://api.example/v1/models")}
+		n := svc.Calls()
+		var g gate.Grant
+		k := inner.Authorize(r, &g)
+		if k != tt.want || svc.Calls() != n+1 {
+			t.Fatalf("%s inside: Authorize = %v (the service asked %d times), want %v asked once", tt.method, k, svc.Calls()-n, tt.want)
+		}
+		ins := svc.Inputs()
+		if got := ins[len(ins)-1]; got["protocol"] != "https" || got["method"] != tt.method || got["host"] != "api.example" || got["sni"] != "api.example" {
+			t.Errorf("%s inside: the service's input = %v", tt.method, got)
+		}
+		if want := []authz.Header{{Name: "X-Tenant", Value: "team-a"}}; k == gate.OK && !reflect.DeepEqual(g.AuthzHeaders(), want) {
+			t.Errorf("AuthzHeaders = %v, want %v", g.AuthzHeaders(), want)
+		}
+		g.Answer(k.Status(), 0)
+		g.Finish(0, 0)
+	}
+	tunnel.Answer(200, 0)
+	tunnel.Finish(0, 0)
 }

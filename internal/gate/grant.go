@@ -40,6 +40,11 @@ type Request struct {
 	// Target is the request target as the access log shows it: the
 	// absolute URL, or host:port of a tunnel. Authorize copies it.
 	Target []byte
+	// Path is the request target's path and query, in origin form
+	// ("/a/b?q"), which rules' paths match; "" for a tunnel. The decision
+	// keeps it: its bytes must stay as they are until the request is
+	// finished (a decision pending on the address reads it at the dial).
+	Path string
 	// Authorization is the Proxy-Authorization value; nil = none. It is
 	// ignored when the session has an identity (a client certificate, a
 	// SOCKS login).
@@ -130,6 +135,10 @@ type Grant struct {
 	hello        helloState  // what is known of the hello
 	sni          string      // the access log's sni field: the server name, or why there is none ("[not-tls]")
 
+	// Interception (see intercept.go).
+	interceptOn bool // the policy's Interceptor considers the tunnel: Intercepts is asked once its hello is read
+	icept       int  // the interception rule that names the tunnel; -1 none
+	intercepted bool // the tunnel was intercepted (Intercept)
 	// The decision service (see authz.go).
 	authzHeaders []authz.Header // the fields its answer adds to a forwarded request; nil = none
 	authzBuf     []byte         // where the document is built; kept by reset
@@ -177,7 +186,13 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 
 	g.areq = acl.Request{
 		Client: s.ip, User: user, Groups: k.groups, Host: r.Host, Addr: r.Addr, Port: r.Port,
-		Method: r.Method, Protocol: r.Protocol,
+		Method: r.Method, Protocol: r.Protocol, Path: r.Path,
+	}
+	if in := s.icept; in != nil {
+		// A request inside an intercepted tunnel: the rules on sni_hosts
+		// see the tunnel's hello.
+		g.areq.HelloRead, g.areq.SNI = true, in.SNI
+		g.sni = in.SNI
 	}
 	ar := &g.areq
 	if p.ACL != nil {
@@ -190,11 +205,13 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		}
 	}
 	g.chooseRoute(ar)
-	g.wantHello = g.wantsHello(ar, g.routePending)
+	g.interceptOn = p.Intercept != nil && ar.Protocol&helloProtocols != 0 && p.Intercept.Considers(ar)
+	g.wantHello = g.interceptOn || g.wantsHello(ar, g.routePending)
 	if p.Authz != nil && !g.wantHello {
 		// A tunnel that reads its ClientHello is decided with the
-		// hello's server name, in CheckHello.
-		if kind := g.askAuthz(""); kind != OK {
+		// hello's server name, in CheckHello; a request inside an
+		// intercepted tunnel with the tunnel's.
+		if kind := g.askAuthz(ar.SNI); kind != OK {
 			return kind
 		}
 	}
@@ -267,6 +284,9 @@ func (s *Session) Observe(r *Request, g *Grant) {
 // status is not 0, as any other refusal.
 func (s *Session) Reject(r *Request, g *Grant, status int, reason string, cause error) {
 	s.Observe(&Request{Log: r.Log, Method: r.Method, Target: LoggableTarget(r.Target)}, g)
+	if s.icept != nil {
+		g.User = s.identity // the intercepted tunnel's user, whom the log names
+	}
 	g.Answer(status, 0)
 	g.unanswered = status == 0
 	g.reason, g.cause = reason, cause
@@ -303,7 +323,7 @@ func (g *Grant) reset(s *Session) {
 		g.end()
 	}
 	target, method, tried, via, meterBuf, authzBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf, g.authzBuf[:0]
-	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep(), authzBuf: authzBuf}
+	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep(), authzBuf: authzBuf, icept: -1}
 }
 
 // Session returns the session g belongs to.
@@ -770,6 +790,8 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Parent:     g.parent.Name(),
 		WouldDeny:  g.wouldDeny(),
 		SNI:        g.sni,
+
+		Intercepted: g.Intercepted(),
 	}
 }
 
@@ -878,6 +900,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonLoop
 	case SNIMismatch:
 		return accesslog.ReasonSNIMismatch
+	case NotInterceptable:
+		return accesslog.ReasonNotInterceptable
 	case AuthzUnavailable:
 		return accesslog.ReasonAuthzUnavailable
 	}

@@ -101,6 +101,9 @@ type Policy struct {
 	// names (see route.Instance). A server gives all its listeners one;
 	// nil = the process's default instance.
 	Instance *route.Instance
+	// Intercept terminates the TLS of the tunnels its rules name and
+	// serves the requests inside (see intercept.go); nil = none.
+	Intercept Interceptor
 }
 
 // observing reports whether the metrics or the access log learn of
@@ -184,6 +187,11 @@ const (
 	// (an HTTP/2 or HTTP/3 stream is reset), with no byte sent to the
 	// origin. Its Status, 403, is for the log's class only.
 	SNIMismatch
+	// NotInterceptable refuses a tunnel an interception rule names whose
+	// first bytes are no TLS ClientHello (see Interceptor): answered
+	// before they came, it is closed, with no byte sent to the origin.
+	// Its Status, 403, is for the log's class only.
+	NotInterceptable
 	// AuthzUnavailable refuses a request the decision service could not
 	// decide (down, too slow, every call busy, an answer that is none)
 	// under authz.on_error = "deny": 503. Decided after the ClientHello
@@ -199,7 +207,7 @@ func (k Kind) Status() int {
 		return 407
 	case CoolingDown, UserLimit, QuotaExceeded:
 		return 429
-	case Denied, Forbidden, SNIMismatch:
+	case Denied, Forbidden, SNIMismatch, NotInterceptable:
 		return 403
 	case Unreachable:
 		return 502
@@ -240,6 +248,8 @@ func (k Kind) Reason() string {
 		return "loop detected: the request came back to this proxy through its parents"
 	case SNIMismatch:
 		return "the TLS server name does not match the tunnel's host"
+	case NotInterceptable:
+		return "the tunnel is to be intercepted and does not begin with a TLS ClientHello"
 	case AuthzUnavailable:
 		return "authorization service unavailable; try again later"
 	}
@@ -275,6 +285,8 @@ func (k Kind) String() string {
 		return "loop"
 	case SNIMismatch:
 		return "sni-mismatch"
+	case NotInterceptable:
+		return "not-interceptable"
 	case AuthzUnavailable:
 		return "authz-unavailable"
 	}

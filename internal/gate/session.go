@@ -90,6 +90,12 @@ type Session struct {
 	// covered says a grant holds the one upstream the connection's
 	// admission covers (see Grant.Hold); guarded by mu.
 	covered bool
+	// icept describes the intercepted tunnel whose requests the session
+	// serves (see Grant.InterceptSession); nil = a client connection's.
+	icept *Intercepted
+	// borrowed says connUser, throttle and quota are the intercepted
+	// tunnel's grant's, counted by it: Close gives nothing back.
+	borrowed bool
 
 	// verifyMu serialises the checks of credentials the session has no
 	// verdict on: HTTP/2 streams share the session, and a guess waits
@@ -450,6 +456,9 @@ func (s *Session) Close() {
 	}
 	s.closed = true
 	release, user := s.release, s.connUser
+	if s.borrowed {
+		user = ""
+	}
 	s.release, s.connUser, s.throttle, s.quota, s.conn = nil, "", nil, nil, nil
 	s.mu.Unlock()
 	if user != "" && s.p.Limiter != nil {

@@ -146,6 +146,9 @@ func (g *Grant) CheckHello(h sni.Hello, err error) Kind {
 	refused := mode == sni.Match && res != metrics.SNIMatched
 	p.Metrics.SNIChecked(res, refused)
 	if !refused {
+		if kind := g.checkIntercept(&ar, err); kind != OK {
+			return kind
+		}
 		if p.Authz != nil {
 			return g.askAuthz(name) // the tunnel's decision waited for its hello
 		}
@@ -161,6 +164,26 @@ func (g *Grant) CheckHello(h sni.Hello, err error) Kind {
 		g.cause = fmt.Errorf("gate: read the ClientHello of the tunnel to %s: %w", addr, err)
 	}
 	return g.refuse(SNIMismatch)
+}
+
+// checkIntercept asks the policy's Interceptor, for a tunnel it
+// considers (interceptOn), whether a rule names it now that its hello is
+// read (ar, with its server name; err as CheckHello got it): OK, the
+// tunnel then Intercepting or dialled as any other; NotInterceptable for
+// one a rule names whose first bytes are no ClientHello.
+func (g *Grant) checkIntercept(ar *acl.Request, err error) Kind {
+	if !g.interceptOn {
+		return OK
+	}
+	p := g.s.p
+	g.icept = p.Intercept.Intercepts(ar)
+	if g.icept < 0 || err == nil {
+		return OK
+	}
+	addr, _ := g.dest()
+	g.cause = fmt.Errorf("gate: an interception rule names the tunnel to %s, whose first bytes are no ClientHello: %w", addr, err)
+	p.Metrics.Intercepted(metrics.InterceptNotTLS)
+	return g.refuse(NotInterceptable)
 }
 
 // compareName compares the server name of the tunnel's ClientHello with

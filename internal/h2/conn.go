@@ -73,6 +73,10 @@ type conn struct {
 	raw        *net.TCPConn  // the socket under nc, for readiness waits; nil when unknown
 	clientAddr netip.Addr    // the client's IP, for Forwarded fields and logs
 	localAddr  netip.AddrPort
+	// icept is the intercepted tunnel whose requests the connection
+	// serves (Session.Intercepted): https requests for its name, no
+	// extended CONNECT; nil = a client connection of its own.
+	icept *gate.Intercepted
 
 	wg sync.WaitGroup // stream workers, pumps and writers
 
@@ -138,6 +142,7 @@ func newConn(s *Server, nc net.Conn, sess *gate.Session) *conn {
 		cfg:        &s.cfg,
 		sess:       sess,
 		nc:         nc,
+		icept:      sess.Intercepted(),
 		streams:    make(map[uint32]*stream),
 		sendWindow: defaultWindow,
 		peerWindow: defaultWindow,
@@ -1032,7 +1037,7 @@ func (c *conn) processHeaders(f *blockDecoder) error {
 		req = local(request{method: f.pseudo(":method"), contentLength: -1}, 431, "request header fields too large")
 	} else {
 		var err error
-		req, err = parseRequest(f.fields(), true, c.localAddr)
+		req, err = parseRequest(f.fields(), c.icept == nil, c.localAddr, c.icept)
 		if err != nil {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol, Cause: err}
 		}
@@ -1232,6 +1237,12 @@ func (c *conn) writeSettingsLocked() {
 		{ID: http2.SettingMaxFrameSize, Val: c.cfg.MaxFrameSize},
 		{ID: http2.SettingMaxHeaderListSize, Val: c.cfg.MaxHeaderListSize},
 		{ID: http2.SettingEnableConnectProtocol, Val: 1},
+	}
+	if c.icept != nil {
+		// Inside an intercepted tunnel, no WebSocket over HTTP/2: its
+		// tunnel relays TCP sockets only, and the origin's is TLS. The
+		// client opens an HTTP/1.1 connection for it instead.
+		settings[len(settings)-1].Val = 0
 	}
 	var p [len(settings) * 6]byte
 	for i, st := range settings {

@@ -246,10 +246,11 @@ func responseFields(dst []hpack.HeaderField, status int, h *http1.Head, via bool
 }
 
 // appendRuleFields appends the header rules' response fields (see
-// origin.Exchange.Headers; nil = none), names in lower case.
+// origin.Exchange.Headers; nil = none), names in lower case, never
+// indexed (their values may be secrets).
 func appendRuleFields(dst []hpack.HeaderField, rules *origin.Headers) []hpack.HeaderField {
 	for _, f := range rules.ResponseFields() {
-		dst = append(dst, hpack.HeaderField{Name: f.Lower, Value: f.Value})
+		dst = append(dst, hpack.HeaderField{Name: f.Lower, Value: f.Value, Sensitive: true})
 	}
 	return dst
 }

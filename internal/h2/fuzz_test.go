@@ -55,7 +55,7 @@ func FuzzParseRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fields := fieldsOf(b)
 		self := netip.MustParseAddrPort("127.0.0.1:8443")
-		r, err := parseRequest(fields, true, self)
+		r, err := parseRequest(fields, true, self, nil)
 		if err != nil || r.kind == kindLocal {
 			return
 		}

@@ -2,10 +2,12 @@ package h2
 
 import (
 	"net/netip"
+	"strings"
 
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/rustle-proxy/rustle/internal/fieldreq"
+	"github.com/rustle-proxy/rustle/internal/gate"
 )
 
 // requestKind says how a request is served: fieldreq's kinds.
@@ -59,11 +61,13 @@ type errMalformed = fieldreq.ErrMalformed
 // parseRequest validates the header fields of a request and classifies
 // it, as every front-end of field lists does (fieldreq.Parse).
 // connectProtocol says whether extended CONNECT was advertised. self is
-// the proxy's own address, to recognise requests to itself. It returns
-// an errMalformed for a request that must be reset with PROTOCOL_ERROR.
-func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.AddrPort) (request, error) {
+// the proxy's own address, to recognise requests to itself. in, when not
+// nil, is the intercepted tunnel whose requests the connection serves
+// (see classifyIntercepted). It returns an errMalformed for a request
+// that must be reset with PROTOCOL_ERROR.
+func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.AddrPort, in *gate.Intercepted) (request, error) {
 	h, err := fieldreq.Parse(fields, connectProtocol, self)
-	return request{
+	r := request{
 		kind:          requestKind(h.Kind),
 		method:        h.Method,
 		scheme:        h.Scheme,
@@ -78,7 +82,31 @@ func parseRequest(fields []hpack.HeaderField, connectProtocol bool, self netip.A
 		port:          h.Port,
 		ipv6:          h.IPv6,
 		localReason:   h.LocalReason,
-	}, err
+	}
+	if err == nil && in != nil {
+		r = r.classifyIntercepted(in)
+	}
+	return r, err
+}
+
+// classifyIntercepted classifies r, a well-formed request inside an
+// intercepted tunnel: one for the tunnel's name and port (:scheme https,
+// :authority naming them, any case, the port 443 when left out) is
+// forwarded to the tunnel's destination; a CONNECT is refused (400), and
+// one for another host is misdirected (421).
+func (r request) classifyIntercepted(in *gate.Intercepted) request {
+	switch {
+	case r.method == "CONNECT":
+		return local(r, 400, "CONNECT inside an intercepted tunnel: send requests for the tunnel's host")
+	case r.scheme != "https":
+		return local(r, 400, "not an https request inside an intercepted tunnel")
+	}
+	host, port, _, err := gate.ParseAuthority(r.authority, 443)
+	if err != nil || port != int(in.Port) || !strings.EqualFold(strings.TrimSuffix(host, "."), in.Name) {
+		return local(r, 421, "misdirected request: this connection serves "+in.Name)
+	}
+	r.host, r.port, r.ipv6, r.kind, r.localReason = in.Host, int(in.Port), strings.IndexByte(in.Host, ':') >= 0, kindForward, ""
+	return r
 }
 
 // local marks r as answered by rustle itself.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -210,8 +211,11 @@ func (s *stream) serve() bool {
 	case kindLocal:
 		status, why := r.localStatus()
 		reason := accesslog.ReasonBadRequest
-		if status == 431 {
+		switch status {
+		case 431:
 			reason = accesslog.ReasonHeadTooLarge
+		case 421:
+			reason = accesslog.ReasonMisdirected
 		}
 		s.grant.SetReason(reason)
 		s.answerLocal(status, why)
@@ -293,13 +297,24 @@ func (c *conn) authorize(r *request, g *gate.Grant) gate.Kind {
 	if vs >= 0 {
 		via = b[vs:]
 	}
+	path := ""
+	if r.kind == kindForward {
+		path = r.path
+	}
+	host, addr, port := r.host, netip.Addr{}, uint16(r.port)
+	if in := c.icept; in != nil {
+		// A request inside an intercepted tunnel: to its destination.
+		proto, host, addr, port = acl.HTTPS, in.Host, in.Addr, in.Port
+	}
 	k := c.sess.Authorize(&gate.Request{
 		Protocol:      proto,
 		Log:           accesslog.ProtoH2,
 		Method:        method,
-		Host:          r.host,
-		Port:          uint16(r.port),
+		Host:          host,
+		Addr:          addr,
+		Port:          port,
 		Target:        target,
+		Path:          path,
 		Authorization: authz,
 		Via:           via,
 	}, g)

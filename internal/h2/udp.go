@@ -150,6 +150,13 @@ func (r streamReader) Read(p []byte) (int, error) {
 	for s.in.n == 0 && !s.remoteDone && !s.reset {
 		s.cond.Wait()
 	}
+	return r.readLocked(p)
+}
+
+// readLocked reads what is queued, once the stream has bytes queued, has
+// ended or was reset; the connection's mu is held.
+func (r streamReader) readLocked(p []byte) (int, error) {
+	s := r.s
 	if s.reset {
 		return 0, errStreamGone
 	}
@@ -158,6 +165,6 @@ func (r streamReader) Read(p []byte) (int, error) {
 	}
 	n := copy(p, s.in.front())
 	s.consumedLocked(n)
-	c.flushLocked() // the window update the credit may have queued
+	s.c.flushLocked() // the window update the credit may have queued
 	return n, nil
 }

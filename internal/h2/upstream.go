@@ -480,6 +480,10 @@ func (s *stream) helloFirst() bool {
 		s.resetStream(http2.ErrCodeConnect)
 		return false
 	}
+	if s.grant.Intercepting() {
+		s.intercept()
+		return false
+	}
 	upc, err := s.dial(true)
 	if err != nil {
 		s.resetStream(http2.ErrCodeConnect)

@@ -53,6 +53,10 @@ func (rs *reqStream) helloFirst() {
 		rs.reset(errConnect)
 		return
 	}
+	if g.Intercepting() {
+		g.Intercept(c, hello)
+		return
+	}
 	up, err := g.Dial(rs.str.Context())
 	if err != nil {
 		rs.reset(errConnect)

@@ -128,20 +128,22 @@ func (rs *reqStream) authorize(q *request, g *gate.Grant) gate.Kind {
 	proto := acl.HTTP
 	method := r.Method
 	b := rs.scr[:0]
+	path := "" // a forwarded request's, which rules' paths match
 	switch {
 	case r.Method == "CONNECT" && r.Protocol == fieldreq.ProtoConnectUDP:
 		proto, method = acl.UDP, "CONNECT-UDP"
 		if q.kind == kindConnectUDP {
 			b = gate.AppendHostPort(append(b, "udp://"...), q.host, q.port, q.ipv6 || isIPv6(q.host))
 		} else {
-			path, _, _ := strings.Cut(r.Path, "?")
-			b = append(b, path...)
+			p, _, _ := strings.Cut(r.Path, "?")
+			b = append(b, p...)
 		}
 	case r.Method == "CONNECT":
 		proto = acl.Connect
 		b = append(b, r.Authority...)
 	default:
 		b = append(append(append(append(b, r.Scheme...), "://"...), r.Authority...), r.Path...)
+		path = r.Path
 	}
 	target := b
 	if q.kind == kindLocal {
@@ -175,6 +177,7 @@ func (rs *reqStream) authorize(q *request, g *gate.Grant) gate.Kind {
 		Host:          q.host,
 		Port:          uint16(q.port),
 		Target:        target,
+		Path:          path,
 		Authorization: authz,
 		Via:           via,
 	}, g)

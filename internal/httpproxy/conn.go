@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
@@ -74,10 +76,17 @@ type conn struct {
 	methodStr string       // the last method as a string, reused while it repeats
 
 	obs observation // what the metrics and access log learn of the current request
+
+	// icept is the intercepted tunnel whose requests the connection
+	// serves (see intercept.go); nil = a client connection of its own.
+	icept   *gate.Intercepted
+	logTgt  []byte // the access log's target of a request inside it: its https URL
+	scratch []byte // the Host value made for a request without one
 }
 
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
+	cn.icept = nil
 	cn.gr = gate.Request{}
 	cn.req.Buf = nil
 	cn.tgt = target{}
@@ -243,17 +252,25 @@ func (cn *conn) authorize() (keep, ok bool) {
 		r.Via = v[:max(len(v)-len(", "), 0)]
 	}
 	var err error
-	if isConnect {
+	switch {
+	case cn.icept != nil:
+		r.Protocol, r.Log = acl.HTTPS, accesslog.ProtoHTTP
+		err = cn.interceptTarget(cn.icept, isConnect)
+	case isConnect:
 		r.Protocol, r.Log = acl.Connect, accesslog.ProtoConnect
 		err = parseAuthorityForm(r.Target, &cn.tgt)
-	} else {
+	default:
 		r.Protocol, r.Log = acl.HTTP, accesslog.ProtoHTTP
 		err = parseAbsoluteTarget(r.Target, &cn.tgt)
 	}
 	if err != nil {
 		var pe *http1.ParseError
 		errors.As(err, &pe)
-		cn.sess.Reject(r, &cn.g, pe.Status, accesslog.ReasonBadRequest, err)
+		reason := accesslog.ReasonBadRequest
+		if pe.Status == 421 {
+			reason = accesslog.ReasonMisdirected
+		}
+		cn.sess.Reject(r, &cn.g, pe.Status, reason, err)
 		cn.writeError(pe.Status, pe.Reason, false)
 		return false, false
 	}
@@ -266,6 +283,16 @@ func (cn *conn) authorize() (keep, ok bool) {
 	}
 	r.Host = cn.internHost()
 	r.Port = uint16(cn.tgt.port)
+	r.Addr = netip.Addr{}
+	r.Path = ""
+	if !isConnect {
+		r.Path = bytesString(cn.tgt.path)
+	}
+	if in := cn.icept; in != nil {
+		// To the tunnel's destination, logged as the https URL.
+		r.Host, r.Addr, r.Port = in.Host, in.Addr, in.Port
+		r.Target = cn.logTgt
+	}
 	switch k := cn.sess.Authorize(r, &cn.g); k {
 	case gate.OK:
 		return false, true
@@ -827,6 +854,12 @@ func (cn *conn) connect() bool {
 			cn.writeError(k.Status(), k.Reason(), false)
 			return false
 		}
+		if g.Intercepting() {
+			if !cn.answerConnect() {
+				return false
+			}
+			return cn.intercept()
+		}
 	}
 	upc, err := g.DialConn(context.WithoutCancel(cn.ctx))
 	if err != nil {
@@ -881,11 +914,28 @@ func (cn *conn) helloFirst() bool {
 	if g.CheckHello(h, err) != gate.OK {
 		return false
 	}
+	if g.Intercepting() {
+		return cn.intercept()
+	}
 	upc, err := g.DialConn(context.WithoutCancel(cn.ctx))
 	if err != nil {
 		return false
 	}
 	return cn.tunnel(upc)
+}
+
+// intercept hands an answered CONNECT whose tunnel is to be intercepted
+// (gate.Grant.Intercepting) to the policy's Interceptor, with the bytes
+// the client sent into it so far (its ClientHello): the connection's
+// read buffer goes back to its pool first, the hello copied out of it.
+// It returns once the intercepted connection has ended, having closed
+// it: handed off.
+func (cn *conn) intercept() bool {
+	first := append([]byte(nil), cn.client.Buffered()...)
+	cn.client.R = cn.client.W
+	cn.client.Release()
+	cn.g.Intercept(cn.client.C, first)
+	return true
 }
 
 // switchProtocols completes a WebSocket handshake the origin accepted:
@@ -944,3 +994,13 @@ func (cn *conn) tunnel(upc net.Conn) bool {
 }
 
 var connectEstablished = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
+
+// bytesString views b as a string without copying: for a value read only
+// while b's bytes stay as they are (the request's, in the head buffer,
+// until the next request).
+func bytesString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}

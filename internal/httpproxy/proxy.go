@@ -105,6 +105,7 @@ func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
 	cn.sess = sess
 	cn.ctx = sess.Context()
 	cn.pool = sess.Policy().Pool
+	cn.icept = sess.Intercepted()
 	cn.client.Attach(c, &http1.ClientBufs)
 	cn.client.W = copy(cn.client.Buf, read)
 	// On shutdown, a connection waiting for its next request is woken so

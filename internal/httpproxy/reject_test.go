@@ -360,6 +360,7 @@ func TestAccessPolicy(t *testing.T) {
 		Rules: []acl.Rule{
 			{Name: "secret-no-ws", Action: acl.Deny, Protocols: []string{"websocket"}},
 			{Name: "secret-no-post", Action: acl.Deny, Methods: []string{"POST"}},
+			{Name: "secret-no-admin", Action: acl.Deny, Paths: []string{"/admin/*"}},
 			{Name: "web", Action: acl.Allow, Protocols: []string{"http"}, Ports: []string{oport}},
 			{Name: "tunnels", Action: acl.Allow, Protocols: []string{"connect"}, Ports: []string{eport}},
 		},
@@ -376,7 +377,10 @@ func TestAccessPolicy(t *testing.T) {
 		{request("GET", o.URL("/"), 1, "", "Host: "+o.Addr, "Connection: Upgrade", "Upgrade: websocket",
 			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13"), 403},
 		{request("GET", "http://"+echo.Addr+"/", 1, "", "Host: "+echo.Addr), 403}, // not the origin's port
-		{request("GET", o.URL("/again"), 1, "", "Host: "+o.Addr), 200},            // still keep-alive
+		{request("GET", o.URL("/admin/x"), 1, "", "Host: "+o.Addr), 403},
+		{request("GET", o.URL("/x/../admin/x?q"), 1, "", "Host: "+o.Addr), 403},
+		{request("GET", o.URL("/administrator"), 1, "", "Host: "+o.Addr), 200},
+		{request("GET", o.URL("/again"), 1, "", "Host: "+o.Addr), 200}, // still keep-alive
 	} {
 		n := o.NumRequests()
 		r, _ := c.RoundTrip(tt.req)

@@ -12,9 +12,20 @@ type funcCollector struct {
 	pool    atomic.Pointer[func() PoolStats]
 	tunnels atomic.Pointer[func() int]
 	dropped atomic.Pointer[func() uint64]
+	certs   atomic.Pointer[func() CertStats]
 
-	poolHits, poolMisses, poolIdle *prometheus.Desc
-	tunnelsOpen, dropDesc          *prometheus.Desc
+	poolHits, poolMisses, poolIdle                  *prometheus.Desc
+	tunnelsOpen, dropDesc                           *prometheus.Desc
+	certsCached, certHits, certMints, certEvictions *prometheus.Desc
+}
+
+// CertStats are the counts of the interception's leaf certificate cache
+// (see intercept.Certs.Stats): the leaves cached, and since the cache
+// was made (at start, and when a reload changes the CA), the handshakes
+// served from it, the leaves minted and those the bound pushed out.
+type CertStats struct {
+	Cached               int
+	Hits, Mints, Evicted uint64
 }
 
 func newFuncCollector() *funcCollector {
@@ -30,12 +41,21 @@ func newFuncCollector() *funcCollector {
 			"Tunnels open now in the tunnel engines.", nil, nil),
 		dropDesc: prometheus.NewDesc(name("access_log_dropped_total"),
 			"Access log lines dropped because the writer fell behind or a write failed.", nil, nil),
+		certsCached: prometheus.NewDesc(name("intercept_certs_cached"),
+			"Leaf certificates of intercepted tunnels cached now.", nil, nil),
+		certHits: prometheus.NewDesc(name("intercept_cert_hits_total"),
+			"Intercepted tunnels whose leaf certificate came from the cache (since the CA was loaded).", nil, nil),
+		certMints: prometheus.NewDesc(name("intercept_cert_mints_total"),
+			"Leaf certificates minted for intercepted tunnels: names not cached, or renewed (since the CA was loaded).", nil, nil),
+		certEvictions: prometheus.NewDesc(name("intercept_cert_evictions_total"),
+			"Leaf certificates pushed out of the cache by intercept.cache_size (since the CA was loaded).", nil, nil),
 	}
 }
 
 // Describe sends every series the collector may report.
 func (c *funcCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.poolHits, c.poolMisses, c.poolIdle, c.tunnelsOpen, c.dropDesc} {
+	for _, d := range []*prometheus.Desc{c.poolHits, c.poolMisses, c.poolIdle, c.tunnelsOpen, c.dropDesc,
+		c.certsCached, c.certHits, c.certMints, c.certEvictions} {
 		ch <- d
 	}
 }
@@ -53,5 +73,12 @@ func (c *funcCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if fn := c.dropped.Load(); fn != nil && *fn != nil {
 		ch <- prometheus.MustNewConstMetric(c.dropDesc, prometheus.CounterValue, float64((*fn)()))
+	}
+	if fn := c.certs.Load(); fn != nil && *fn != nil {
+		s := (*fn)()
+		ch <- prometheus.MustNewConstMetric(c.certsCached, prometheus.GaugeValue, float64(s.Cached))
+		ch <- prometheus.MustNewConstMetric(c.certHits, prometheus.CounterValue, float64(s.Hits))
+		ch <- prometheus.MustNewConstMetric(c.certMints, prometheus.CounterValue, float64(s.Mints))
+		ch <- prometheus.MustNewConstMetric(c.certEvictions, prometheus.CounterValue, float64(s.Evicted))
 	}
 }

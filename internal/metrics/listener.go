@@ -25,6 +25,7 @@ type ListenerMetrics struct {
 	wouldDeny  *prometheus.CounterVec // by rule
 	sniChecks  [len(sniResults)]prometheus.Counter
 	sniRefused prometheus.Counter
+	intercepts [len(interceptResults)]prometheus.Counter
 	dialOK     prometheus.Observer
 	dialErr    prometheus.Observer
 	ttfb       prometheus.Observer
@@ -183,6 +184,50 @@ func (l *ListenerMetrics) SNIChecked(r SNIResult, refused bool) {
 	if refused {
 		l.sniRefused.Inc()
 	}
+}
+
+// InterceptResult is how an interception of a tunnel went: the result
+// label of rustle_intercepts_total.
+type InterceptResult uint8
+
+// The results of an interception.
+const (
+	// InterceptServed: the client took the minted certificate; the
+	// requests inside were served.
+	InterceptServed InterceptResult = iota
+	// InterceptBypassed: an interception rule named the tunnel and an
+	// intercept.bypass entry its host: spliced.
+	InterceptBypassed
+	// InterceptClientRejected: the client refused the minted certificate
+	// (a TLS alert during the handshake): it does not trust the CA, or
+	// pins the origin's key.
+	InterceptClientRejected
+	// InterceptHandshakeFailed: the handshake with the client failed
+	// otherwise (it closed, timed out, spoke no TLS rustle takes).
+	InterceptHandshakeFailed
+	// InterceptNotTLS: the tunnel's first bytes were no ClientHello; it
+	// was closed.
+	InterceptNotTLS
+)
+
+// interceptResults names the results, in the order of the constants.
+var interceptResults = [...]string{"intercepted", "bypassed", "client-rejected-certificate", "handshake-failed", "not-tls"}
+
+// String returns r's label value.
+func (r InterceptResult) String() string {
+	if int(r) < len(interceptResults) {
+		return interceptResults[r]
+	}
+	return ""
+}
+
+// Intercepted counts a tunnel an interception rule named, with what
+// came of it.
+func (l *ListenerMetrics) Intercepted(r InterceptResult) {
+	if l == nil || int(r) >= len(l.intercepts) {
+		return
+	}
+	l.intercepts[r].Inc()
 }
 
 // Dialed observes the time a dial to an upstream took, and whether it

@@ -85,6 +85,7 @@ type Metrics struct {
 	wouldDeny   *prometheus.CounterVec
 	sniChecks   *prometheus.CounterVec
 	sniRefusals *prometheus.CounterVec
+	intercepts  *prometheus.CounterVec
 	dial        *prometheus.HistogramVec
 	ttfb        *prometheus.HistogramVec
 
@@ -168,6 +169,10 @@ func New(cfg Config) *Metrics {
 			Namespace: namespace, Name: "sni_refusals_total",
 			Help: "Tunnels the SNI check (sni = \"match\") closed before any byte reached the origin, by listener and protocol.",
 		}, lp),
+		intercepts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "intercepts_total",
+			Help: "Tunnels an interception rule named, by listener, protocol and result (intercepted, bypassed, client-rejected-certificate, handshake-failed, not-tls).",
+		}, append(lp, "result")),
 		dial: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "upstream_dial_duration_seconds",
 			Help:    "Time to resolve and connect to an upstream, by result (ok, error).",
@@ -193,7 +198,7 @@ func New(cfg Config) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		buildInfo, m.accepted, m.open, m.requests, m.bytes, m.tunnels, m.datagrams,
-		m.authFails, m.authAsks, m.aclDenies, m.wouldDeny, m.sniChecks, m.sniRefusals, m.dial, m.ttfb, m.funcs,
+		m.authFails, m.authAsks, m.aclDenies, m.wouldDeny, m.sniChecks, m.sniRefusals, m.intercepts, m.dial, m.ttfb, m.funcs,
 	)
 	m.parents = newParentVecs(m.reg)
 	m.quota = newQuotaCollector(m)
@@ -287,6 +292,9 @@ func (m *Metrics) Listener(name, protocol string) *ListenerMetrics {
 	for i, r := range sniResults {
 		l.sniChecks[i] = m.sniChecks.WithLabelValues(name, protocol, r)
 	}
+	for i, r := range interceptResults {
+		l.intercepts[i] = m.intercepts.WithLabelValues(name, protocol, r)
+	}
 	m.listeners[key] = l
 	return l
 }
@@ -349,6 +357,14 @@ type PoolStats struct {
 func (m *Metrics) SetPoolStats(fn func() PoolStats) {
 	if m != nil {
 		m.funcs.pool.Store(&fn)
+	}
+}
+
+// SetCertStats sets the function read on each scrape for the
+// rustle_intercept_cert* series; nil (or never set) leaves them out.
+func (m *Metrics) SetCertStats(fn func() CertStats) {
+	if m != nil {
+		m.funcs.certs.Store(&fn)
 	}
 }
 

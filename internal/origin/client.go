@@ -1,6 +1,7 @@
 package origin
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 )
@@ -27,6 +28,23 @@ type Config struct {
 	// for bytes of a body; 0 = no limit (the configuration always sets
 	// one).
 	WriteTimeout time.Duration
+	// TLS, when not nil, is the TLS configuration of every upstream:
+	// the Client of the requests inside intercepted tunnels (see package
+	// intercept), whose origins speak HTTPS. Each exchange dials through
+	// its grant (directly, or tunnelled through its route's parent, never
+	// forwarded to an http parent in absolute form) and verifies the
+	// origin's certificate with it for the tunnel's name (its ServerName
+	// is set per connection, see gate.Intercepted); a handshake that
+	// fails is a TLSError, answered 502 with the reason. nil = plain
+	// HTTP.
+	TLS *tls.Config
+	// TLSHandshakeTimeout bounds the TLS handshake with an origin; 0 =
+	// no limit.
+	TLSHandshakeTimeout time.Duration
+	// Edits are the header fields set on and removed from the requests
+	// forwarded and the responses relayed (an interception rule's
+	// request_headers and response_headers); nil = none.
+	Edits *Edits
 	// Headers are the header rules that edit forwarded requests and their
 	// responses (see NewHeaderRules); nil = none.
 	Headers *HeaderRules

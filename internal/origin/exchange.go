@@ -67,6 +67,9 @@ var (
 	// ErrUnexpected101 is a 101 to a request that asked for no upgrade
 	// (or not to WebSocket).
 	ErrUnexpected101 = errors.New("origin: upstream switched protocols without an upgrade request")
+	// ErrTLSUpgrade is a WebSocket handshake whose front-end relays TCP
+	// sockets only (UpgradeTCP) to a TLS origin.
+	ErrTLSUpgrade = errors.New("origin: a WebSocket tunnel of this front-end cannot run over TLS to the origin")
 	// errUpstreamClosed is the upstream closing before a byte of its
 	// response: a pooled connection it had given up on, maybe.
 	errUpstreamClosed = errors.New("origin: upstream closed the connection without a response")
@@ -137,8 +140,9 @@ type Exchange struct {
 
 	body bodyReader // the response body's framing, for NextBody
 
-	hdr   Headers // the header rules that apply to the request (see Headers)
-	hdrOn bool    // some do
+	tlsName string  // the name a TLS upstream is for (Config.TLS); "" = plain HTTP
+	hdr     Headers // the header rules that apply to the request (see Headers)
+	hdrOn   bool    // some do
 }
 
 // Begin starts the exchange of a request that g granted, with method to
@@ -158,16 +162,30 @@ func (x *Exchange) Begin(c *Client, g *gate.Grant, method string, mode Mode) err
 	x.sent = time.Time{}
 	x.body.started = false
 	x.dest = g.AppendDest(x.dest[:0])
-	x.hdrOn = x.hdr.choose(c.cfg.Headers, g, method == "TRACE")
+	x.tlsName = ""
+	if c.cfg.TLS != nil {
+		x.tlsName = tlsName(g)
+	}
+	x.hdrOn = x.hdr.choose(c.cfg.Headers, c.cfg.Edits, g, method == "TRACE")
 	return x.forwardParent()
 }
 
+// tlsName returns the name a TLS upstream of g's request is for: the
+// intercepted tunnel's, else the destination's host.
+func tlsName(g *gate.Grant) string {
+	if in := g.Session().Intercepted(); in != nil {
+		return in.Name
+	}
+	host, _, _, _ := gate.ParseAuthority(string(g.AppendDest(nil)), 0)
+	return host
+}
+
 // Headers returns the header rules that apply to the request (its
-// route's, the [[header_rules]] entries it matches), nil when none do:
-// the head builders leave out the client's fields it drops and append
-// its fields (see AppendFieldHead); a response head ReadResponse returns
-// has the fields it drops marked (http1.Field.Drop), and the front-end
-// appends its response fields.
+// route's, the [[header_rules]] entries it matches, the Client's Edits),
+// nil when none do: the head builders leave out the client's fields it
+// drops and append its fields (see AppendFieldHead); a response head
+// ReadResponse returns has the fields it drops marked (http1.Field.Drop),
+// and the front-end appends its response fields.
 func (x *Exchange) Headers() *Headers {
 	if !x.hdrOn {
 		return nil
@@ -178,8 +196,16 @@ func (x *Exchange) Headers() *Headers {
 // forwardParent asks the grant for an http parent that takes the
 // request, and sets the pool key to its key or the destination.
 func (x *Exchange) forwardParent() error {
-	x.key = append(x.key[:0], x.dest...)
 	x.parent = nil
+	if x.tlsName != "" {
+		// TLS to the origin, for one name: never mixed with the
+		// destination's plain connections, nor with another name's, and
+		// never sent to an http parent in absolute form (the dial
+		// tunnels through the route's parent instead).
+		x.key = append(append(append(append(x.key[:0], "tls "...), x.tlsName...), ' '), x.dest...)
+		return nil
+	}
+	x.key = append(x.key[:0], x.dest...)
 	if x.g.Route().Direct() {
 		return nil
 	}
@@ -355,6 +381,12 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 	if c == nil {
 		ctx, done := r.DialContext()
 		var err error
+		if x.tcpOnly && x.tlsName != "" {
+			if done != nil {
+				done()
+			}
+			return ErrTLSUpgrade
+		}
 		if x.tcpOnly {
 			var tc *net.TCPConn
 			if tc, err = g.Dial(ctx); err == nil {
@@ -362,6 +394,9 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 			}
 		} else {
 			c, err = g.DialConn(ctx)
+		}
+		if err == nil && x.tlsName != "" {
+			c, err = x.handshakeTLS(ctx, c, x.tlsName)
 		}
 		if done != nil {
 			done()

@@ -15,11 +15,20 @@ import (
 // Begin, Send or ReadResponse) before any of its response reached the
 // client, as the package-level Failure does for the exchange's upstream,
 // and a parent's 407 (ErrParentAuth) with 502, parent-auth-failed.
+//
+// A TLS origin (Config.TLS) that closed without a response is told, in
+// the text, that an origin speaking only HTTP/2 cannot be served: rustle
+// speaks HTTP/1.1 to origins, and such an origin (a gRPC server) may
+// take the connection and close it at the first line.
 func (x *Exchange) Failure(err error) (status int, reason, text string) {
 	if errors.Is(err, ErrParentAuth) && x.parent != nil {
 		return 502, accesslog.ReasonParentAuth, "parent proxy " + x.parent.Name() + " refused rustle's credentials"
 	}
-	return Failure(err, x.Target())
+	status, reason, text = Failure(err, x.Target())
+	if x.tlsName != "" && (errors.Is(err, errUpstreamClosed) || errors.Is(err, io.EOF)) {
+		text += " (rustle speaks HTTP/1.1 to origins over TLS: an origin that speaks only HTTP/2 cannot be intercepted)"
+	}
+	return status, reason, text
 }
 
 // Failure says how an HTTP front-end answers a request whose upstream
@@ -39,7 +48,12 @@ func (x *Exchange) Failure(err error) (status int, reason, text string) {
 func Failure(err error, target string) (status int, reason, text string) {
 	var de *dialer.Error
 	var ne net.Error
+	var te *TLSError
 	switch {
+	case errors.As(err, &te):
+		return 502, accesslog.ReasonOriginTLS, "TLS with origin " + target + " failed: " + te.Why()
+	case errors.Is(err, ErrTLSUpgrade):
+		return 502, accesslog.ReasonUpstreamFailed, "a WebSocket over HTTP/2 cannot be relayed to a TLS origin; use HTTP/1.1"
 	case errors.As(err, &de):
 		return gate.DialKind(err).Status(), "", de.Reason()
 	case errors.As(err, &ne) && ne.Timeout():

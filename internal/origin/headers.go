@@ -349,24 +349,27 @@ type Headers struct {
 	bufReqAdd, bufRespAdd   []HeaderField
 }
 
-// choose picks the rules of t that apply to the request g granted (trace:
-// a TRACE), and reports whether any does. It allocates nothing once its
-// buffers have grown.
-func (h *Headers) choose(t *HeaderRules, g *gate.Grant, trace bool) bool {
+// choose picks the rules of t that apply to the request g granted, then
+// the Client's edits e (nil = none; see Edits), (trace: a TRACE), and
+// reports whether any does. It allocates nothing once its buffers have
+// grown.
+func (h *Headers) choose(t *HeaderRules, e *Edits, g *gate.Grant, trace bool) bool {
 	h.picked = h.picked[:0]
-	if t == nil {
-		return h.chooseAuthz(g, trace)
-	}
-	if t.routes != nil {
-		if r := t.routes[g.Route()]; r != nil {
-			h.picked = append(h.picked, r)
+	if t != nil {
+		if t.routes != nil {
+			if r := t.routes[g.Route()]; r != nil {
+				h.picked = append(h.picked, r)
+			}
+		}
+		if t.matcher != nil {
+			h.idx = g.Matches(t.matcher, h.idx[:0])
+			for _, i := range h.idx {
+				h.picked = append(h.picked, &t.rules[i])
+			}
 		}
 	}
-	if t.matcher != nil {
-		h.idx = g.Matches(t.matcher, h.idx[:0])
-		for _, i := range h.idx {
-			h.picked = append(h.picked, &t.rules[i])
-		}
+	if e != nil {
+		h.picked = append(h.picked, &e.r)
 	}
 	return h.chooseAuthz(g, trace)
 }

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
 )
 
@@ -291,6 +292,82 @@ func BenchmarkAppendFieldHeadRules(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				out, _ = c.AppendFieldHead(out[:0], req, nil, bc.h)
+			}
+		})
+	}
+}
+
+// TestEditsAfterHeaderRules checks where an interception rule's edits
+// (a Client's Edits) go among the header rules of a request inside its
+// tunnels: after the [[header_rules]] entries that match it, so that the
+// rule's Authorization replaces both the client's and an entry's, while
+// the entry's other fields stay; a Client with Edits and no header rules
+// applies the edits alone, and one with neither applies none.
+func TestEditsAfterHeaderRules(t *testing.T) {
+	t.Parallel()
+	c, err := New(Config{Forwarded: ForwardedNone, MaxHeaderBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := func(name, value string) HeaderField { return HeaderField{Name: name, Value: value} }
+	rules, err := NewHeaderRules(HeaderRulesConfig{Rules: []HeaderRule{{Name: "all", Request: HeaderEdit{
+		Set: []HeaderField{f("Authorization", "Bearer entry"), f("X-Entry", "1")},
+	}, Response: HeaderEdit{Set: []HeaderField{f("X-Served", "entry")}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	edits, err := NewEdits(EditConfig{
+		RequestSet:     []HeaderField{f("Authorization", "Bearer rule")},
+		RequestRemove:  []string{"Cookie"},
+		ResponseSet:    []HeaderField{f("X-Served", "rule")},
+		ResponseRemove: []string{"Server"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &FieldRequest{Method: "GET", Authority: "o.example", Path: "/", ContentLength: -1, MaxForwards: -1,
+		Fields: []hpack.HeaderField{{Name: "authorization", Value: "Bearer client"}, {Name: "cookie", Value: "a=1"}, {Name: "accept", Value: "*/*"}}}
+	for _, tt := range []struct {
+		name           string
+		rules          *HeaderRules
+		edits          *Edits
+		head, response string
+	}{
+		{"entry then rule", rules, edits,
+			"GET / HTTP/1.1\r\nHost: o.example\r\nAccept: */*\r\nX-Entry: 1\r\nAuthorization: Bearer rule\r\n\r\n",
+			"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Served: rule\r\n"},
+		{"rule alone", nil, edits,
+			"GET / HTTP/1.1\r\nHost: o.example\r\nAccept: */*\r\nAuthorization: Bearer rule\r\n\r\n",
+			"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Served: rule\r\n"},
+		{"none", nil, nil,
+			"GET / HTTP/1.1\r\nHost: o.example\r\nAuthorization: Bearer client\r\nAccept: */*\r\nCookie: a=1\r\n\r\n",
+			"HTTP/1.1 200 OK\r\nServer: o\r\nContent-Type: text/plain\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var h Headers
+			hp := &h
+			if !h.choose(tt.rules, tt.edits, new(gate.Grant), false) {
+				hp = nil
+			}
+			head, _ := c.AppendFieldHead(nil, req, nil, hp)
+			if got := string(head); got != tt.head {
+				t.Errorf("head\n%q\nwant\n%q", got, tt.head)
+			}
+			var resp http1.Head
+			if err := resp.ParseResponse([]byte("HTTP/1.1 200 OK\r\nServer: o\r\nContent-Type: text/plain\r\n\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			if hp != nil {
+				hp.editResponse(&resp)
+			}
+			out := []byte("HTTP/1.1 200 OK\r\n")
+			for _, fl := range resp.Fields {
+				if !fl.Drop {
+					out = append(append(out, fl.Line.Of(resp.Buf)...), "\r\n"...)
+				}
+			}
+			if got := string(hp.AppendResponse(out)); got != tt.response {
+				t.Errorf("response\n%q\nwant\n%q", got, tt.response)
 			}
 		})
 	}

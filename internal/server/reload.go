@@ -10,6 +10,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/auth"
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
 	"github.com/rustle-proxy/rustle/internal/wire"
@@ -85,6 +86,15 @@ func (s *Server) useLocked(g *generation) {
 		s.setPipesLocked(g.Budget)
 	}
 	s.lists.Use(g.ListConfig, g.Lists)
+	var certStats func() metrics.CertStats
+	if ic := g.Intercept; ic != nil {
+		certs := ic.Certs()
+		certStats = func() metrics.CertStats {
+			st := certs.Stats()
+			return metrics.CertStats{Cached: st.Cached, Hits: st.Hits, Mints: st.Misses, Evicted: st.Evicted}
+		}
+	}
+	s.env.Metrics.SetCertStats(certStats)
 }
 
 // listenersLocked returns the current generation's listeners; none

@@ -411,6 +411,18 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 				slog.String("sni", g.SNI()))
 			return false
 		}
+		if g.Intercepting() {
+			if err := reply(repSucceeded, netip.AddrPort{}); err != nil {
+				g.Finish(0, 0) // nothing was answered: not reported
+				s.debug(cn, "socks5: write reply", err)
+				return false
+			}
+			g.Answer(repSucceeded, replyClass(repSucceeded))
+			first := append([]byte(nil), cn.buf[cn.r:cn.w]...)
+			cn.r = cn.w
+			g.Intercept(cn.c, first)
+			return true
+		}
 	}
 	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()))
 	if err != nil {
@@ -476,6 +488,10 @@ func (s *Server) helloFirst(cn *conn, target string, reply func(byte, netip.Addr
 		s.debug(cn, "socks5: tunnel closed by the SNI check", nil, slog.String("target", target),
 			slog.String("sni", g.SNI()), slog.String("outcome", k.String()))
 		return false
+	}
+	if g.Intercepting() {
+		g.Intercept(cn.c, hello)
+		return true
 	}
 	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()))
 	if err != nil {

@@ -75,6 +75,9 @@ func (b *builder) listener(i int, reuse map[tlsKey][]*tlsconf.Manager) (*Listene
 	if l.Proxy, err = httpproxy.New(pc); err != nil {
 		return nil, fmt.Errorf("wire: listener %s: %w", lc.Name, err)
 	}
+	if policy.Intercept, err = b.interceptor(policy, pc); err != nil {
+		return nil, fmt.Errorf("wire: listener %s: intercept: %w", lc.Name, err)
+	}
 	for _, e := range lc.ProxyProtocolFrom {
 		p, err := acl.ParsePrefix(e)
 		if err != nil {

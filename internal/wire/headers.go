@@ -83,15 +83,22 @@ func headerEdit(cfg *config.Config, key string, e *config.HeaderEdit) (origin.He
 }
 
 // headerValue returns the value v of the field at key: v itself, or for
-// "{file:PATH}" the file's content less its trailing line breaks, which
-// must be a field value (see origin.CheckRuleValue). A file is read up to
-// a little over origin.MaxRuleValue bytes. An error names the file, never
-// a byte of its content.
+// "{file:PATH}" the file's content (see readHeaderFile).
 func headerValue(cfg *config.Config, key, v string) (string, error) {
 	path, ok := config.FileValue(v)
 	if !ok {
 		return v, nil
 	}
+	return readHeaderFile(cfg, key, path)
+}
+
+// readHeaderFile returns the content of the file path that the value of
+// the field at key names, less its trailing line breaks, which must be a
+// field value (see origin.CheckRuleValue): a header rule's "{file:PATH}",
+// or an interception rule's reference. A file is read up to a little
+// over origin.MaxRuleValue bytes. An error names the key and the file,
+// never a byte of its content.
+func readHeaderFile(cfg *config.Config, key, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", cfg.KeyError(key, err)

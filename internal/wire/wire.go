@@ -37,6 +37,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/h3"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
+	"github.com/rustle-proxy/rustle/internal/intercept"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/lists"
 	"github.com/rustle-proxy/rustle/internal/metrics"
@@ -127,6 +128,8 @@ type Generation struct {
 	// URLs' as Env.Lists holds them; ListConfig is how they load.
 	Lists      []*acl.List
 	ListConfig lists.Config
+	// Intercept is the TLS interception of [intercept]; nil = none.
+	Intercept *intercept.Interceptor
 	// Authz asks the [authz] decision service; nil = none.
 	Authz *authz.Client
 
@@ -184,20 +187,21 @@ func Build(cfg *config.Config, env *Env, prev *Generation) (*Generation, error) 
 	b := &builder{cfg: cfg, env: env, log: env.logger(), prev: prev, g: &Generation{Config: cfg},
 		chains: make(map[string]*auth.Authenticator)}
 	for _, step := range []func() error{
-		b.users,       // [auth] users and htpasswd files
-		b.providers,   // [[auth.providers]]
-		b.guard,       // allow_private
-		b.listsConfig, // [lists], with allow_private
-		b.accessRules, // [acl], with the files of its lists
-		b.limiter,     // [limits], with the descriptor budget
-		b.resolver,    // [dns]
-		b.dialer,      // timeouts.connect, socket buffers, the guard and the resolver
-		b.egress,      // [egress]
-		b.headers,     // the routes' and [[header_rules]]' header rules, their {file:} values read
-		b.routes,      // [[parents]], [[routes]]
-		b.origin,      // forwarded, via, max_header_bytes, timeouts: how requests go upstream
-		b.authz,       // [authz]: the decision service
-		b.listeners,   // [[listen]]: policies and front-ends
+		b.users,        // [auth] users and htpasswd files
+		b.providers,    // [[auth.providers]]
+		b.guard,        // allow_private
+		b.listsConfig,  // [lists], with allow_private
+		b.accessRules,  // [acl], with the files of its lists
+		b.limiter,      // [limits], with the descriptor budget
+		b.resolver,     // [dns]
+		b.dialer,       // timeouts.connect, socket buffers, the guard and the resolver
+		b.egress,       // [egress]
+		b.headers,      // the routes' and [[header_rules]]' header rules, their {file:} values read
+		b.routes,       // [[parents]], [[routes]]
+		b.origin,       // forwarded, via, max_header_bytes, timeouts: how requests go upstream
+		b.interception, // [intercept]: the CA, the leaves' cache, the rules and their origin clients
+		b.authz,        // [authz]: the decision service
+		b.listeners,    // [[listen]]: policies and front-ends
 	} {
 		if err := step(); err != nil {
 			b.g.Drop()
@@ -256,6 +260,7 @@ type builder struct {
 	listsByID map[listID]*acl.List           // the lists named so far, each once
 	egressT   egressTable                    // [egress] and its rules
 	oc        *origin.Client                 // how every listener's front-ends talk to upstreams
+	icOrigins []*origin.Client               // each interception rule's: TLS to origins, the rule's edits
 
 	routeHeaders []origin.HeaderRule // each of cfg.Routes' header rules, values read
 	headerRules  []origin.HeaderRule // [[header_rules]], values read

@@ -1,0 +1,80 @@
+package origin
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"strings"
+	"time"
+)
+
+// TLSError is a TLS handshake with an origin that failed: its
+// certificate did not verify for Name, or the handshake itself failed
+// (no protocol in common, the origin closed). Failure answers it 502
+// with the reason origin-tls.
+type TLSError struct {
+	// Name is the name the certificate was verified for.
+	Name string
+	// Err is the handshake's error.
+	Err error
+}
+
+func (e *TLSError) Error() string { return "origin: TLS with " + e.Name + ": " + e.Err.Error() }
+func (e *TLSError) Unwrap() error { return e.Err }
+
+// Why says, in one client-safe line, what went wrong: what was wrong
+// with the certificate, or the handshake's error.
+func (e *TLSError) Why() string {
+	var ua x509.UnknownAuthorityError
+	var ci x509.CertificateInvalidError
+	var he x509.HostnameError
+	switch {
+	case errors.As(e.Err, &ua):
+		return "its certificate is signed by an authority rustle does not trust (self-signed, or not in the system roots or intercept.upstream_ca)"
+	case errors.As(e.Err, &ci) && ci.Reason == x509.Expired:
+		return "its certificate has expired or is not yet valid"
+	case errors.As(e.Err, &ci):
+		return "its certificate is not valid: " + ci.Error()
+	case errors.As(e.Err, &he):
+		return "its certificate is not valid for " + e.Name
+	}
+	var ne net.Error
+	if errors.As(e.Err, &ne) && ne.Timeout() {
+		return "the TLS handshake timed out"
+	}
+	msg := e.Err.Error()
+	if strings.Contains(msg, "no application protocol") {
+		return "it speaks no HTTP/1.1 (rustle talks HTTP/1.1 to origins; an origin that only speaks h2 cannot be intercepted)"
+	}
+	return "the TLS handshake failed: " + msg
+}
+
+// handshakeTLS makes c, a connection to an origin, a TLS one for name
+// with the Client's TLS configuration, within TLSHandshakeTimeout and
+// while ctx lives. On failure it closes c and returns a *TLSError.
+func (x *Exchange) handshakeTLS(ctx context.Context, c net.Conn, name string) (net.Conn, error) {
+	cfg := x.c.cfg.TLS.Clone()
+	cfg.ServerName = name
+	tc := tls.Client(c, cfg)
+	if t := x.c.cfg.TLSHandshakeTimeout; t > 0 {
+		c.SetDeadline(time.Now().Add(t))
+	}
+	err := handshake(ctx, tc)
+	c.SetDeadline(time.Time{})
+	if err != nil {
+		c.Close()
+		return nil, &TLSError{Name: name, Err: err}
+	}
+	return tc, nil
+}
+
+// handshake runs tc's handshake on a goroutine of its own: its
+// cryptography grows a stack to tens of KiB, which then leaves with the
+// short-lived goroutine instead of staying with the caller's.
+func handshake(ctx context.Context, tc *tls.Conn) error {
+	errc := make(chan error, 1)
+	go func() { errc <- tc.HandshakeContext(ctx) }()
+	return <-errc
+}
