@@ -41,6 +41,8 @@ func appendText(b []byte, r *Record) []byte {
 	// it, as "-" when unset.
 	tail := 0
 	switch {
+	case r.Original.IsValid():
+		tail = 6
 	case r.SNI != "":
 		tail = 5
 	case r.WouldDeny != "":
@@ -73,6 +75,10 @@ func appendText(b []byte, r *Record) []byte {
 	if tail >= 5 {
 		b = append(b, ' ')
 		b = appendTextField(b, r.SNI)
+	}
+	if tail >= 6 {
+		b = append(b, ' ')
+		b = appendTextAddr(b, r.Original)
 	}
 	return append(b, '\n')
 }
@@ -216,6 +222,11 @@ func appendJSON(b []byte, r *Record) []byte {
 	if r.SNI != "" {
 		b = append(b, `,"sni":`...)
 		b = appendJSONString(b, r.SNI)
+	}
+	if r.Original.IsValid() {
+		b = append(b, `,"orig_dst":"`...)
+		b = appendAddr(b, r.Original)
+		b = append(b, '"')
 	}
 	return append(b, "}\n"...)
 }

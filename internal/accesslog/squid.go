@@ -98,6 +98,7 @@ var squidReasons = map[string]squidReason{
 	ReasonNoParent:          {outcomeUpstream, false, "ERR_CANNOT_FORWARD"},
 	ReasonLoop:              {outcomeDenied, false, "ERR_ACCESS_DENIED"},
 	ReasonSNIMismatch:       {outcomeDenied, false, "ERR_CONFLICT_HOST"},
+	ReasonNotRedirected:     {outcomeInvalid, false, "ERR_INVALID_REQ"},
 }
 
 // appendSquidCode appends Squid's result code for r (its %Ss): TCP_MISS

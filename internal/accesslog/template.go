@@ -40,6 +40,7 @@ const (
 	fieldParent
 	fieldWouldDeny
 	fieldSNI
+	fieldOrigDst
 	fieldSquidCode
 	fieldSquidHierarchy
 	fieldSquidError
@@ -79,6 +80,7 @@ var fieldNames = [numFields]string{
 	fieldParent:         "parent",
 	fieldWouldDeny:      "would_deny",
 	fieldSNI:            "sni",
+	fieldOrigDst:        "orig_dst",
 	fieldSquidCode:      "squid_code",
 	fieldSquidHierarchy: "squid_hierarchy",
 	fieldSquidError:     "squid_error",
@@ -99,7 +101,8 @@ var fieldNames = [numFields]string{
 //     status (as the text format), http_status (Record.HTTPStatus in
 //     three digits, 000 when nothing was answered), bytes_up, bytes_down,
 //     duration_ms, upstream (host:port), upstream_ip, rule, reason,
-//     source (host:port), source_ip, route, parent, would_deny, sni;
+//     source (host:port), source_ip, route, parent, would_deny, sni,
+//     orig_dst (host:port);
 //   - squid_code (Squid's result code, TCP_MISS), squid_hierarchy
 //     (HIER_DIRECT/IP), squid_error (Squid's ERR_ page, "-" when served);
 //   - squid, common, combined: a whole line of that format, to which a
@@ -251,6 +254,8 @@ func appendField(b []byte, f field, r *Record) []byte {
 		return appendEscaped(b, r.WouldDeny, escQuoted)
 	case fieldSNI:
 		return appendEscaped(b, r.SNI, escQuoted)
+	case fieldOrigDst:
+		return appendTextAddr(b, r.Original)
 	case fieldSquidCode:
 		return appendSquidCode(b, r)
 	case fieldSquidHierarchy:

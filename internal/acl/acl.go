@@ -77,6 +77,10 @@ const (
 	// UDP is a CONNECT-UDP flow (RFC 9298, over HTTP/3): its target
 	// when the flow is asked for, and each datagram's destination ("udp").
 	UDP
+	// Transparent is a connection the kernel redirected to a transparent
+	// listener ("transparent"): each HTTP request on it, or the TLS or
+	// TCP tunnel it becomes, to its original destination.
+	Transparent
 )
 
 var protocolNames = []struct {
@@ -85,6 +89,7 @@ var protocolNames = []struct {
 }{
 	{HTTP, "http"}, {Connect, "connect"}, {WebSocket, "websocket"},
 	{SOCKS5, "socks5"}, {SOCKS5UDP, "socks5-udp"}, {SOCKS4, "socks4"}, {UDP, "udp"},
+	{Transparent, "transparent"},
 }
 
 // helloProtocols are the tunnels whose client's first bytes rustle can
@@ -113,7 +118,8 @@ func (p Protocol) String() string {
 }
 
 // ParseProtocol returns the Protocol named s ("http", "connect",
-// "websocket", "socks5", "socks5-udp", "socks4" or "udp").
+// "websocket", "socks5", "socks5-udp", "socks4", "udp" or
+// "transparent").
 func ParseProtocol(s string) (Protocol, error) {
 	for _, pn := range protocolNames {
 		if pn.name == s {

@@ -30,6 +30,15 @@ type Egress struct {
 	// naming a request's user (or the user name without its session
 	// key, or a group of it) decides. Empty means none.
 	Rules []EgressRule `toml:"rules"`
+	// Mark is the firewall mark (SO_MARK; Linux only, needs
+	// CAP_NET_ADMIN) set on every socket rustle makes to reach an
+	// upstream: direct and parent connections, SOCKS and CONNECT-UDP
+	// relay sockets, its own DNS queries and list fetches. The
+	// nftables rules that redirect clients to a transparent listener
+	// skip packets with it, so that rustle's own traffic is never
+	// redirected back to it (see docs/operations.md, "Transparent
+	// interception"). 0 means no mark.
+	Mark uint32 `toml:"mark"`
 }
 
 // EgressRule is the egress of some users and groups. Its Bind,

@@ -49,6 +49,25 @@ type Request struct {
 	// the CONNECT to an HTTP parent (see route.Target). Authorize copies
 	// it.
 	Via []byte
+	// Original is the destination a transparent listener's client
+	// connected to before the kernel redirected the connection to rustle
+	// (see transparent.go); the zero AddrPort for every other request.
+	// When it is valid the grant dials it and nothing else, directly or
+	// through a parent given its address ("pinned"): Host is then the
+	// name the client gave (its TLS server name, its Host field; ""
+	// none), which the rules, the routes and the access log see beside
+	// Original's address but which is never resolved, and an IP literal
+	// there other than Original's address is dropped. The access log
+	// shows it (orig_dst).
+	Original netip.AddrPort
+	// HelloRead says the front-end read the connection's first bytes
+	// before Authorize (a transparent connection): SNI is then the
+	// server_name of its TLS ClientHello, "" when there is none (no
+	// name, not TLS, plain HTTP), which rules on sni_hosts match at
+	// once, never pending; false for every other request.
+	HelloRead bool
+	// SNI is the server_name the first bytes named, when HelloRead.
+	SNI string
 }
 
 // Grant is one request's passage through the policy: the outcome of
@@ -128,6 +147,8 @@ type Grant struct {
 	routePending bool        // the route depends on the hello's server name
 	hello        helloState  // what is known of the hello
 	sni          string      // the access log's sni field: the server name, or why there is none ("[not-tls]")
+
+	original netip.AddrPort // Request.Original: a transparent request's pinned destination
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -172,7 +193,10 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 
 	g.areq = acl.Request{
 		Client: s.ip, User: user, Groups: k.groups, Host: r.Host, Addr: r.Addr, Port: r.Port,
-		Method: r.Method, Protocol: r.Protocol,
+		Method: r.Method, Protocol: r.Protocol, HelloRead: r.HelloRead, SNI: r.SNI,
+	}
+	if g.original.IsValid() {
+		g.pin(&g.areq)
 	}
 	ar := &g.areq
 	if p.ACL != nil {
@@ -450,6 +474,9 @@ func (g *Grant) dial(ctx context.Context, tcpOnly bool) (net.Conn, error) {
 		g.upstream = remoteAddrPort(tc)
 		if o.Source != nil {
 			g.source = localAddrPort(tc)
+		}
+		if g.original.IsValid() {
+			noteOwnDial(tc) // a redirect rule that catches it brings it back: see ComesBack
 		}
 	}
 	return c, nil
@@ -748,6 +775,7 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Parent:     g.parent.Name(),
 		WouldDeny:  g.wouldDeny(),
 		SNI:        g.sni,
+		Original:   g.original,
 	}
 }
 

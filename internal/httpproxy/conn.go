@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -74,10 +75,18 @@ type conn struct {
 	methodStr string       // the last method as a string, reused while it repeats
 
 	obs observation // what the metrics and access log learn of the current request
+
+	// A transparent connection's (see ServeTransparent): its original
+	// destination (invalid on a proxy port), that destination as
+	// host:port, and the access log's target of the current request.
+	orig      netip.AddrPort
+	origBuf   []byte
+	logTarget []byte
 }
 
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
+	cn.orig = netip.AddrPort{}
 	cn.gr = gate.Request{}
 	cn.req.Buf = nil
 	cn.tgt = target{}
@@ -243,7 +252,9 @@ func (cn *conn) authorize() (keep, ok bool) {
 		r.Via = v[:max(len(v)-len(", "), 0)]
 	}
 	var err error
-	if isConnect {
+	if cn.orig.IsValid() {
+		err = cn.transparentTarget(r, isConnect)
+	} else if isConnect {
 		r.Protocol, r.Log = acl.Connect, accesslog.ProtoConnect
 		err = parseAuthorityForm(r.Target, &cn.tgt)
 	} else {
@@ -262,10 +273,14 @@ func (cn *conn) authorize() (keep, ok bool) {
 	cn.upgrade = !isConnect && req.Minor == 1 && string(method) == "GET" && !hasBody && req.UpgradesTo("websocket")
 	if cn.upgrade {
 		req.Fields[req.UpgradeIdx].Drop = false
-		r.Protocol = acl.WebSocket
+		if !cn.orig.IsValid() {
+			r.Protocol = acl.WebSocket
+		}
 	}
-	r.Host = cn.internHost()
-	r.Port = uint16(cn.tgt.port)
+	if !cn.orig.IsValid() {
+		r.Host = cn.internHost()
+		r.Port = uint16(cn.tgt.port)
+	}
 	switch k := cn.sess.Authorize(r, &cn.g); k {
 	case gate.OK:
 		return false, true

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -93,6 +94,12 @@ func (p *Proxy) ServeConn(c net.Conn, sess *gate.Session) {
 // the start of the first request. read must fit a client connection's
 // read buffer (8 KiB); it is copied there.
 func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
+	p.serve(c, sess, read, netip.AddrPort{})
+}
+
+// serve is ServeConnRead, for a transparent connection to orig when orig
+// is valid (see ServeTransparent).
+func (p *Proxy) serve(c net.Conn, sess *gate.Session, read []byte, orig netip.AddrPort) {
 	if p.cfg.SocketBufferBytes > 0 {
 		if tc := clientTCP(c); tc != nil {
 			if rc, err := tc.SyscallConn(); err == nil {
@@ -105,6 +112,7 @@ func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
 	cn.sess = sess
 	cn.ctx = sess.Context()
 	cn.pool = sess.Policy().Pool
+	cn.orig = orig
 	cn.client.Attach(c, &http1.ClientBufs)
 	cn.client.W = copy(cn.client.Buf, read)
 	// On shutdown, a connection waiting for its next request is woken so

@@ -17,6 +17,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/sni"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/transparent"
 )
 
 // dialer makes the listeners' dialer: the connect timeout, the socket
@@ -26,6 +27,7 @@ func (b *builder) dialer() error {
 		Timeout:           b.cfg.Timeouts.Connect.Duration,
 		SocketBufferBytes: b.cfg.SocketBufferBytes,
 		Guard:             b.g.Guard,
+		Mark:              b.cfg.Egress.Mark,
 	}
 	if b.g.Resolver != nil {
 		dc.Resolver = b.g.Resolver
@@ -87,6 +89,11 @@ func (b *builder) listener(i int, reuse map[tlsKey][]*tlsconf.Manager) (*Listene
 		l.SOCKS = newSOCKS(cfg, log)
 	case "https":
 		if err := b.https(l, pc, reuse); err != nil {
+			return nil, fmt.Errorf("wire: listener %s: %w", lc.Name, err)
+		}
+	case config.ProtocolTransparent:
+		if l.Transparent, err = transparent.New(transparent.Config{Proxy: l.Proxy, TProxy: lc.Mode == config.ModeTProxy,
+			FirstBytes: cfg.Timeouts.ClientHello.Duration, WriteTimeout: cfg.Timeouts.Write.Duration, Logger: log}); err != nil {
 			return nil, fmt.Errorf("wire: listener %s: %w", lc.Name, err)
 		}
 	}

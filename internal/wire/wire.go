@@ -44,6 +44,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/transparent"
 )
 
 // Env is what the policies of every generation share: made once, at
@@ -150,6 +151,9 @@ type Listener struct {
 	// H3 is the HTTP/3 server of "https" listeners with http3 on; nil
 	// otherwise.
 	H3 *h3.Server
+	// Transparent serves the connections of "transparent" listeners;
+	// nil otherwise.
+	Transparent *transparent.Server
 	// HTTP1 reports whether an "https" listener offers "http/1.1".
 	HTTP1 bool
 	// ProxyFrom are the peers a proxy_protocol listener takes

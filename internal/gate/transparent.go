@@ -1,0 +1,125 @@
+package gate
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
+)
+
+// Transparent requests (see Request.Original): a connection the kernel
+// redirected to a transparent listener is decided, routed and dialled by
+// its original destination, which its client chose, never by a name it
+// gave (the Host field, the TLS server name), which it could have made
+// up: the name is what rules and routes on names match, and what the log
+// shows, beside the address; the connection goes to the address.
+
+// pin makes ar, a transparent request's, decide by its original
+// destination: Addr is its address, and a Host that is an IP literal of
+// another address is dropped (the rules would otherwise match that
+// address); a name stays, for the rules on names.
+func (g *Grant) pin(ar *acl.Request) {
+	ar.Addr, ar.Port = g.original.Addr(), g.original.Port()
+	if ip, ok, _ := dialer.ParseHost(ar.Host); ok && ip.WithZone("").Unmap() != ar.Addr {
+		ar.Host = ""
+	}
+}
+
+// Original returns the pinned destination of a transparent request; the
+// zero AddrPort for any other.
+func (g *Grant) Original() netip.AddrPort { return g.original }
+
+// ownDialTTL is how long a transparent request's upstream connection is
+// remembered (see ownDials): a redirect rule that catches it brings it
+// back to a transparent listener at once, its first bytes right after
+// the dial.
+const ownDialTTL = 10 * time.Second
+
+// ownDials are the upstream connections rustle dialled directly for
+// transparent requests in the last ownDialTTL, by their local and
+// remote addresses. A redirect rule that catches rustle's own traffic
+// (no egress.mark, or rules that do not skip it) sends such a connection
+// back to a transparent listener: its client address is the local end,
+// its original destination the remote one, and it is refused as a loop
+// (see Session.ComesBack) rather than dialled again, and again.
+var ownDials struct {
+	mu   sync.Mutex
+	m    map[addrPair]time.Time // guarded by mu
+	next time.Time              // when the map is swept next; guarded by mu
+}
+
+// addrPair is a connection's two ends.
+type addrPair struct{ local, remote netip.AddrPort }
+
+// noteOwnDial remembers c, an upstream connection dialled for a
+// transparent request.
+func noteOwnDial(c net.Conn) {
+	k := addrPair{local: localAddrPort(c), remote: remoteAddrPort(c)}
+	if !k.local.IsValid() {
+		return
+	}
+	now := time.Now()
+	d := &ownDials
+	d.mu.Lock()
+	if d.m == nil {
+		d.m = make(map[addrPair]time.Time)
+	}
+	if now.After(d.next) {
+		for p, t := range d.m {
+			if now.Sub(t) > ownDialTTL {
+				delete(d.m, p)
+			}
+		}
+		d.next = now.Add(ownDialTTL)
+	}
+	d.m[k] = now
+	d.mu.Unlock()
+}
+
+// ComesBack reports whether the session's connection, to a transparent
+// listener with the original destination orig, is one of rustle's own
+// upstream connections of the last seconds, redirected back to it: a
+// loop, which the front-end refuses (and warns of: the redirect rules do
+// not skip rustle's traffic).
+func (s *Session) ComesBack(orig netip.AddrPort) bool {
+	k := addrPair{local: s.client, remote: netip.AddrPortFrom(orig.Addr().Unmap(), orig.Port())}
+	k.local = netip.AddrPortFrom(k.local.Addr().Unmap(), k.local.Port())
+	d := &ownDials
+	d.mu.Lock()
+	t, ok := d.m[k]
+	d.mu.Unlock()
+	return ok && time.Since(t) <= ownDialTTL
+}
+
+// RefuseLoop logs and counts r, a transparent connection that
+// ComesBack, refused with Loop before anything was answered: g is
+// finished on return. The warning says what to fix.
+func (s *Session) RefuseLoop(r *Request, g *Grant) {
+	s.Observe(r, g)
+	g.setDest(r)
+	g.refuse(Loop)
+	g.AnswerNothing()
+	s.warnTransparentLoop(g)
+	g.Finish(0, 0)
+}
+
+// warnTransparentLoop warns, at most once every loopWarnEvery, of a
+// transparent connection that was one of rustle's own.
+func (s *Session) warnTransparentLoop(g *Grant) {
+	now := time.Now()
+	loopWarn.mu.Lock()
+	loopWarn.n++
+	if now.Sub(loopWarn.last) < loopWarnEvery {
+		loopWarn.mu.Unlock()
+		return
+	}
+	n := loopWarn.n
+	loopWarn.n, loopWarn.last = 0, now
+	loopWarn.mu.Unlock()
+	s.p.logger().Warn("loop detected: rustle's own upstream connection was redirected back to a transparent listener; "+
+		"set egress.mark and make the redirect rules skip it (docs/operations.md, Transparent interception)",
+		"client", s.client.String(), "orig_dst", g.original.String(), "refused", n)
+}
