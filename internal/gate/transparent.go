@@ -23,6 +23,7 @@ import (
 // address); a name stays, for the rules on names.
 func (g *Grant) pin(ar *acl.Request) {
 	ar.Addr, ar.Port = g.original.Addr(), g.original.Port()
+	g.sni = ar.SNI // logged though the request be refused before CheckHello
 	if ip, ok, _ := dialer.ParseHost(ar.Host); ok && ip.WithZone("").Unmap() != ar.Addr {
 		ar.Host = ""
 	}

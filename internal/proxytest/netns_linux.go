@@ -2,6 +2,7 @@ package proxytest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -96,6 +97,59 @@ func ListenIn(t testing.TB, ns, network, addr string) net.Listener {
 	}
 	t.Cleanup(func() { r.ln.Close() })
 	return r.ln
+}
+
+// DialIn connects to addr from the network namespace ns, from a thread
+// that enters it and is then discarded: the socket stays in ns. The
+// rest of the process stays where it was.
+func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
+	f, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		return nil, fmt.Errorf("proxytest: open namespace %s: %w", ns, err)
+	}
+	defer f.Close()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread, now in ns, ends with the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("setns: %w", err)}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+// NetnsHosts gives the network namespace ns an /etc/hosts of its own
+// with lines, which the programs that `ip netns exec` runs there read
+// (it bind-mounts /etc/netns/NS/hosts over /etc/hosts); it is removed at
+// t.Cleanup.
+func NetnsHosts(t testing.TB, ns string, lines ...string) {
+	t.Helper()
+	dir := "/etc/netns/" + ns
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("proxytest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	body := "127.0.0.1 localhost\n::1 localhost\n" + strings.Join(lines, "\n") + "\n"
+	if err := os.WriteFile(dir+"/hosts", []byte(body), 0o644); err != nil {
+		t.Fatalf("proxytest: %v", err)
+	}
+}
+
+// RunIn runs the program name with args in the network namespace ns
+// (ip netns exec), within ctx, and returns its standard output and
+// standard error together.
+func RunIn(ctx context.Context, ns, name string, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...).CombinedOutput()
 }
 
 // netnsChildEnv names the environment variable that tells a test run

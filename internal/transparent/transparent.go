@@ -35,6 +35,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
@@ -70,6 +71,10 @@ type Config struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
+
+	mu            sync.Mutex
+	warned        time.Time // the last warnNotRedirected; guarded by mu
+	notRedirected int       // connections not redirected since; guarded by mu
 }
 
 // New returns a Server for cfg; it fails without a Proxy.
@@ -96,6 +101,7 @@ func (s *Server) ServeConn(c *net.TCPConn, sess *gate.Session) {
 	orig, err := s.original(c, sess)
 	if err != nil {
 		sess.Reject(&gate.Request{Log: accesslog.ProtoTransparent}, &g, 0, accesslog.ReasonNotRedirected, err)
+		s.warnNotRedirected(sess, err)
 		c.Close()
 		return
 	}
@@ -142,6 +148,30 @@ func (s *Server) original(c *net.TCPConn, sess *gate.Session) (netip.AddrPort, e
 		return orig, fmt.Errorf("transparent: the original destination %s is one of rustle's own listening addresses", orig)
 	}
 	return orig, nil
+}
+
+// notRedirectedEvery is the least time between two warnings of
+// connections that were not redirected.
+const notRedirectedEvery = 10 * time.Second
+
+// warnNotRedirected warns, at most once every notRedirectedEvery with
+// the count since, of a connection that reached the listener without
+// being redirected: a client that names the listener itself, or
+// redirect rules that are missing or send it what they should not.
+func (s *Server) warnNotRedirected(sess *gate.Session, err error) {
+	now := time.Now()
+	s.mu.Lock()
+	s.notRedirected++
+	if now.Sub(s.warned) < notRedirectedEvery {
+		s.mu.Unlock()
+		return
+	}
+	n := s.notRedirected
+	s.notRedirected, s.warned = 0, now
+	s.mu.Unlock()
+	s.log.Warn("transparent: a connection reached the listener without being redirected to it; closed "+
+		"(clients reach it only through the redirect rules: see docs/operations.md, Transparent interception)",
+		"client", sess.Client().String(), "err", err, "closed", n)
 }
 
 // What a connection's first bytes are.

@@ -27,7 +27,7 @@ func (b *builder) dialer() error {
 		Timeout:           b.cfg.Timeouts.Connect.Duration,
 		SocketBufferBytes: b.cfg.SocketBufferBytes,
 		Guard:             b.g.Guard,
-		Mark:              b.cfg.Egress.Mark,
+		Mark:              b.cfg.Egress.MarkValue(),
 	}
 	if b.g.Resolver != nil {
 		dc.Resolver = b.g.Resolver
