@@ -219,6 +219,9 @@ func headReason(pe *http1.ParseError) string {
 // tunnel.
 func (cn *conn) handle() (keep, handedOff bool) {
 	req := &cn.req
+	if cn.isPACRequest() {
+		return cn.servePAC(), false
+	}
 	if keep, ok := cn.authorize(); !ok {
 		return keep, false
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/pac"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -49,6 +50,9 @@ type Config struct {
 	SocketBufferBytes int
 	// Logger receives connection-level events; nil = discard.
 	Logger *slog.Logger
+	// PAC is the proxy auto-configuration file the listener serves at
+	// pac.Path (see servePAC); nil = none.
+	PAC *pac.PAC
 }
 
 // Proxy serves HTTP/1.1 proxy connections. It is safe for concurrent use

@@ -1,10 +1,8 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -462,23 +460,4 @@ table inet rustle {
 			t.Errorf("%d loop refusals; want 1:\n%s", n, access2)
 		}
 	})
-}
-
-// waitRecord waits (at most 5s) for the JSON access log to hold a record
-// match accepts, and returns it.
-func waitJSONRecord(t *testing.T, access *logBuffer, match func(map[string]any) bool) map[string]any {
-	t.Helper()
-	var found map[string]any
-	proxytest.WaitFor(t, "an access log record that matches in:\n"+access.String(), func() bool {
-		sc := bufio.NewScanner(strings.NewReader(access.String()))
-		for sc.Scan() {
-			var r map[string]any
-			if json.Unmarshal(sc.Bytes(), &r) == nil && match(r) {
-				found = r
-				return true
-			}
-		}
-		return false
-	})
-	return found
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/pac"
 	"github.com/rustle-proxy/rustle/internal/sni"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
@@ -72,6 +73,9 @@ func (b *builder) listener(i int, reuse map[tlsKey][]*tlsconf.Manager) (*Listene
 		return nil, err
 	}
 	pc := proxyConfig(cfg, b.oc, log)
+	if slices.Contains(cfg.PAC.Listeners, lc.Name) {
+		pc.PAC = b.pacFile
+	}
 	l := &Listener{Config: lc, Policy: policy, ReadHeader: cfg.Timeouts.ReadHeader.Duration,
 		ClientHello: cfg.Timeouts.ClientHello.Duration, QUICRetry: cfg.HTTP3.RetryThreshold}
 	if l.Proxy, err = httpproxy.New(pc); err != nil {
@@ -276,4 +280,19 @@ func newH3(cfg *config.Config, pc httpproxy.Config) (*h3.Server, error) {
 		MaxListenerFlows: cfg.HTTP3.MaxListenerFlows,
 		Logger:           pc.Logger,
 	})
+}
+
+// pac makes the PAC file of [pac], which the listeners it names serve:
+// the operator's file, read and checked (the error names its line), or
+// a generated one.
+func (b *builder) pac() error {
+	if !b.cfg.PAC.Set() {
+		return nil
+	}
+	p, err := pac.New(b.cfg.PAC)
+	if err != nil {
+		return b.cfg.KeyError("pac.file", err)
+	}
+	b.pacFile = p
+	return nil
 }

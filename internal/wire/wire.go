@@ -39,6 +39,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/lists"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/pac"
 	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/resolve"
 	"github.com/rustle-proxy/rustle/internal/route"
@@ -193,6 +194,7 @@ func Build(cfg *config.Config, env *Env, prev *Generation) (*Generation, error) 
 		b.egress,      // [egress]
 		b.routes,      // [[parents]], [[routes]]
 		b.origin,      // forwarded, via, max_header_bytes, timeouts: how requests go upstream
+		b.pac,         // [pac]: the file some listeners serve
 		b.listeners,   // [[listen]]: policies and front-ends
 	} {
 		if err := step(); err != nil {
@@ -252,6 +254,7 @@ type builder struct {
 	listsByID map[listID]*acl.List           // the lists named so far, each once
 	egressT   egressTable                    // [egress] and its rules
 	oc        *origin.Client                 // how every listener's front-ends talk to upstreams
+	pacFile   *pac.PAC                       // [pac]'s file; nil = none
 }
 
 // tlsKey is what a TLS manager is made from: a listener's TLS files,
