@@ -33,7 +33,7 @@ const (
 	tpOrigin6 = "2001:db8:a::100"
 	tpClient4 = "198.51.100.2"
 	tpRouter4 = "198.51.100.1"
-	tpMark    = 42
+	tpMark    = 0x2a // deploy/transparent's
 )
 
 // TestTransparentNetns sends clients that know of no proxy (curl,
@@ -418,17 +418,24 @@ table inet rustle {
 		access2 := &logBuffer{}
 		_, addrs2 := startLogged(t, cfg2, slog.New(slog.DiscardHandler), access2)
 		_, port2, _ := net.SplitHostPort(addrs2["redirect"])
-		// P's own connections to the origin: port 80 goes to the rustle
-		// with the mark, 8080 to the one without.
-		nft(t, fmt.Sprintf(`
-table inet rustle {
+		// P's own connections to the origin: ports 80 and 443 go to the
+		// rustle with the mark by the host rules of deploy/transparent
+		// (their port changed to the listener's), 8080 to the one
+		// without.
+		host, err := os.ReadFile("../../deploy/transparent/host.nft")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(host), fmt.Sprintf("meta mark %#x return", tpMark)) {
+			t.Fatalf("host.nft does not skip the mark %#x", tpMark)
+		}
+		nft(t, strings.ReplaceAll(string(host), ":3129", ":"+port("redirect"))+fmt.Sprintf(`
+table inet loop {
 	chain output {
 		type nat hook output priority -100; policy accept;
-		meta mark %d return
-		ip daddr %s tcp dport 80 redirect to :%s
 		ip daddr %s tcp dport 8080 redirect to :%s
 	}
-}`, tpMark, tpOrigin4, port("redirect"), tpOrigin4, port2))
+}`, tpOrigin4, port2))
 		get := func(url string) (int, string) {
 			t.Helper()
 			cl := &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}, Timeout: 10 * time.Second}
@@ -460,4 +467,57 @@ table inet rustle {
 			t.Errorf("%d loop refusals; want 1:\n%s", n, access2)
 		}
 	})
+
+	t.Run("the deploy files", func(t *testing.T) {
+		for _, f := range []string{"../../deploy/transparent/rustle.toml"} {
+			cfg, err := config.Load(f)
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if err != nil {
+				t.Errorf("%s: %v", f, err)
+			}
+		}
+		pod, err := os.ReadFile("../../deploy/transparent/pod.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		toml, ruleset := yamlBlock(string(pod), "rustle.toml"), yamlBlock(string(pod), "redirect.nft")
+		cfg, err := config.Parse([]byte(toml), "pod.yaml:rustle.toml")
+		if err == nil {
+			cfg.SetDefaults()
+			err = cfg.Validate()
+		}
+		if err != nil {
+			t.Errorf("pod.yaml's rustle.toml: %v\n%s", err, toml)
+		}
+		for name, rules := range map[string]string{"pod.yaml's redirect.nft": ruleset, "host.nft": ""} {
+			args := []string{"-c", "-f", "-"}
+			if rules == "" {
+				args = []string{"-c", "-f", "../../deploy/transparent/host.nft"}
+			}
+			cmd := exec.Command("nft", args...)
+			cmd.Stdin = strings.NewReader(rules)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("nft -c %s: %v: %s", name, err, out)
+			}
+		}
+	})
+}
+
+// yamlBlock returns the literal block scalar (key: |) named key in a
+// YAML document, its indentation removed.
+func yamlBlock(doc, key string) string {
+	_, rest, ok := strings.Cut(doc, "  "+key+": |\n")
+	if !ok {
+		return ""
+	}
+	var b strings.Builder
+	for line := range strings.Lines(rest) {
+		if !strings.HasPrefix(line, "    ") && strings.TrimSpace(line) != "" {
+			break
+		}
+		b.WriteString(strings.TrimPrefix(line, "    "))
+	}
+	return b.String()
 }
