@@ -33,23 +33,25 @@ func (g *Grant) pin(ar *acl.Request) {
 // zero AddrPort for any other.
 func (g *Grant) Original() netip.AddrPort { return g.original }
 
-// ownDialTTL is how long a transparent request's upstream connection is
-// remembered (see ownDials): a redirect rule that catches it brings it
-// back to a transparent listener at once, its first bytes right after
-// the dial.
-const ownDialTTL = 10 * time.Second
+// ownDialSweep is how often the closed connections are swept out of
+// ownDials.
+const ownDialSweep = 10 * time.Second
 
 // ownDials are the upstream connections rustle dialled directly for
-// transparent requests in the last ownDialTTL, by their local and
-// remote addresses. A redirect rule that catches rustle's own traffic
-// (no egress.mark, or rules that do not skip it) sends such a connection
-// back to a transparent listener: its client address is the local end,
-// its original destination the remote one, and it is refused as a loop
-// (see Session.ComesBack) rather than dialled again, and again.
+// transparent requests, by their local and remote addresses, while they
+// are open (closed ones are swept out every ownDialSweep). A redirect
+// rule that catches rustle's own traffic (no egress.mark, or rules that
+// do not skip it) sends such a connection back to a transparent
+// listener: its client address is the local end, its original
+// destination the remote one, and it is refused as a loop (see
+// Session.ComesBack) rather than dialled again, and again. While the
+// connection is open no other can have those two ends, so a client
+// whose port the kernel gave a closed one's before is never taken for
+// it.
 var ownDials struct {
 	mu   sync.Mutex
-	m    map[addrPair]time.Time // guarded by mu
-	next time.Time              // when the map is swept next; guarded by mu
+	m    map[addrPair]*net.TCPConn // guarded by mu
+	next time.Time                 // when the map is swept next; guarded by mu
 }
 
 // addrPair is a connection's two ends.
@@ -57,7 +59,7 @@ type addrPair struct{ local, remote netip.AddrPort }
 
 // noteOwnDial remembers c, an upstream connection dialled for a
 // transparent request.
-func noteOwnDial(c net.Conn) {
+func noteOwnDial(c *net.TCPConn) {
 	k := addrPair{local: localAddrPort(c), remote: remoteAddrPort(c)}
 	if !k.local.IsValid() {
 		return
@@ -66,33 +68,39 @@ func noteOwnDial(c net.Conn) {
 	d := &ownDials
 	d.mu.Lock()
 	if d.m == nil {
-		d.m = make(map[addrPair]time.Time)
+		d.m = make(map[addrPair]*net.TCPConn)
 	}
 	if now.After(d.next) {
-		for p, t := range d.m {
-			if now.Sub(t) > ownDialTTL {
+		for p, oc := range d.m {
+			if !isOpen(oc) {
 				delete(d.m, p)
 			}
 		}
-		d.next = now.Add(ownDialTTL)
+		d.next = now.Add(ownDialSweep)
 	}
-	d.m[k] = now
+	d.m[k] = c
 	d.mu.Unlock()
+}
+
+// isOpen reports whether c has not been closed.
+func isOpen(c *net.TCPConn) bool {
+	rc, err := c.SyscallConn()
+	return err == nil && rc.Control(func(uintptr) {}) == nil
 }
 
 // ComesBack reports whether the session's connection, to a transparent
 // listener with the original destination orig, is one of rustle's own
-// upstream connections of the last seconds, redirected back to it: a
-// loop, which the front-end refuses (and warns of: the redirect rules do
-// not skip rustle's traffic).
+// upstream connections, open now, redirected back to it: a loop, which
+// the front-end refuses (and warns of: the redirect rules do not skip
+// rustle's traffic).
 func (s *Session) ComesBack(orig netip.AddrPort) bool {
 	k := addrPair{local: s.client, remote: netip.AddrPortFrom(orig.Addr().Unmap(), orig.Port())}
 	k.local = netip.AddrPortFrom(k.local.Addr().Unmap(), k.local.Port())
 	d := &ownDials
 	d.mu.Lock()
-	t, ok := d.m[k]
+	c, ok := d.m[k]
 	d.mu.Unlock()
-	return ok && time.Since(t) <= ownDialTTL
+	return ok && isOpen(c)
 }
 
 // RefuseLoop logs and counts r, a transparent connection that

@@ -3,12 +3,14 @@ package proxytest
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -150,6 +152,46 @@ func NetnsHosts(t testing.TB, ns string, lines ...string) {
 // standard error together.
 func RunIn(ctx context.Context, ns, name string, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...).CombinedOutput()
+}
+
+// benchInNetns remembers the benchmarks RunBenchInNetns ran, each once
+// per process.
+var benchInNetns sync.Map
+
+// RunBenchInNetns runs the benchmark b again in the network namespace
+// ns (ip netns exec, the test binary with -test.bench naming b and the
+// process's -test.benchtime, -test.count and -test.benchmem), with value
+// for NetnsChild, once per process, and copies its benchmark lines to
+// standard output, where they read as this process's; then it skips b,
+// which has no numbers of its own. A failed run fails b.
+func RunBenchInNetns(b *testing.B, ns, value string) {
+	b.Helper()
+	name, _, _ := strings.Cut(b.Name(), "/")
+	if _, done := benchInNetns.LoadOrStore(name, true); done {
+		b.SkipNow()
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := []string{"netns", "exec", ns, exe, "-test.run", "^$", "-test.bench", "^" + name + "$", "-test.timeout=10m"}
+	for _, f := range []string{"test.benchtime", "test.count", "test.benchmem", "test.cpu"} {
+		if fl := flag.Lookup(f); fl != nil && fl.Value.String() != "" {
+			args = append(args, "-"+f+"="+fl.Value.String())
+		}
+	}
+	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), netnsChildEnv+"="+value)
+	out, err := cmd.CombinedOutput()
+	for line := range strings.Lines(string(out)) {
+		if strings.HasPrefix(line, name) {
+			os.Stdout.WriteString(line)
+		}
+	}
+	if err != nil {
+		b.Fatalf("the benchmark inside namespace %s failed: %v\n%s", ns, err, out)
+	}
+	b.Skipf("ran in namespace %s: its lines are above", ns)
 }
 
 // netnsChildEnv names the environment variable that tells a test run
