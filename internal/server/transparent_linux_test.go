@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -164,6 +166,7 @@ func transparentChild(t *testing.T, c, o string) {
 	src := fmt.Sprintf(`
 allow_private = ["192.0.2.0/24", "2001:db8:a::/64"]
 timeouts = { client_hello = "2s" }
+limits = { max_connections_per_client = 8 }
 
 [egress]
 mark = %d
@@ -349,9 +352,55 @@ table inet rustle {
 		iifname "vpc" tcp dport { 80, 443, 8081 } redirect to :%s
 		iifname "vpc" ip daddr 10.9.9.9 tcp dport 80 redirect to :%s
 	}
+	chain forward {
+		type filter hook forward priority filter; policy accept;
+		iifname "vpc" udp dport 443 reject
+	}
 }`, port("redirect"), port("redirect")))
 		clients(t, "redirect", "origin.test", tpOrigin4)
 		refusals(t, "redirect")
+		t.Run("the listener's limits apply", func(t *testing.T) {
+			// max_connections_per_client = 8: of 100 connections at once
+			// from the client, 8 are held (waiting for their first
+			// bytes) and the others closed unanswered.
+			var held, closed int
+			var conns []net.Conn
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			for range 100 {
+				conn, err := proxytest.DialIn(context.Background(), c, "tcp", net.JoinHostPort(tpOrigin4, "80"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, conn)
+			}
+			for _, conn := range conns {
+				conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+				if _, err := conn.Read(make([]byte, 1)); err == io.EOF {
+					closed++
+				} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					held++
+				}
+			}
+			if held != 8 || closed != 92 {
+				t.Errorf("%d connections held, %d closed; want 8 and 92", held, closed)
+			}
+		})
+		t.Run("QUIC is rejected", func(t *testing.T) {
+			conn, err := proxytest.DialIn(context.Background(), c, "udp", net.JoinHostPort(tpOrigin4, "443"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conn.SetDeadline(time.Now().Add(3 * time.Second))
+			conn.Write([]byte("a QUIC Initial, as far as the rules know"))
+			if _, err := conn.Read(make([]byte, 64)); !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("UDP 443: %v; want connection refused (the rules' reject), at once", err)
+			}
+		})
 		t.Run("a connection that was not redirected is closed", func(t *testing.T) {
 			conn, err := proxytest.DialIn(context.Background(), c, "tcp", net.JoinHostPort(tpRouter4, port("redirect")))
 			if err != nil {
