@@ -344,6 +344,21 @@ print(op.open(sys.argv[1], timeout=10).read().decode())`
 		})
 	}
 
+	ipv6 := func(t *testing.T, listener string) {
+		for _, u := range []string{"http://origin6.test/curl6-" + listener, "https://origin6.test/curl6-tls-" + listener} {
+			got, err := curl(u)
+			if err != nil || !strings.HasPrefix(got, "host=origin6.test path=/curl6") {
+				t.Fatalf("curl %s: %q, %v", u, got, err)
+			}
+		}
+		waitJSONRecord(t, access, func(r map[string]any) bool {
+			return r["listener"] == listener && r["sni"] == "origin6.test" && r["orig_dst"] == "["+tpOrigin6+"]:443"
+		})
+		waitJSONRecord(t, access, func(r map[string]any) bool {
+			return r["listener"] == listener && r["target"] == "http://origin6.test/curl6-"+listener && r["orig_dst"] == "["+tpOrigin6+"]:80"
+		})
+	}
+
 	t.Run("redirect", func(t *testing.T) {
 		nft(t, fmt.Sprintf(`
 table inet rustle {
@@ -358,6 +373,7 @@ table inet rustle {
 	}
 }`, port("redirect"), port("redirect")))
 		clients(t, "redirect", "origin.test", tpOrigin4)
+		t.Run("IPv6", func(t *testing.T) { ipv6(t, "redirect") })
 		refusals(t, "redirect")
 		t.Run("the listener's limits apply", func(t *testing.T) {
 			// max_connections_per_client = 8: of 100 connections at once
@@ -439,17 +455,7 @@ table inet rustle {
 	}
 }`, port("tproxy")))
 		t.Run("IPv4", func(t *testing.T) { clients(t, "tproxy", "origin.test", tpOrigin4) })
-		t.Run("IPv6", func(t *testing.T) {
-			for _, u := range []string{"http://origin6.test/curl6", "https://origin6.test/curl6-tls"} {
-				got, err := curl(u)
-				if err != nil || !strings.HasPrefix(got, "host=origin6.test path=/curl6") {
-					t.Fatalf("curl %s: %q, %v", u, got, err)
-				}
-			}
-			waitJSONRecord(t, access, func(r map[string]any) bool {
-				return r["listener"] == "tproxy" && r["sni"] == "origin6.test" && r["orig_dst"] == "["+tpOrigin6+"]:443"
-			})
-		})
+		t.Run("IPv6", func(t *testing.T) { ipv6(t, "tproxy") })
 		refusals(t, "tproxy")
 	})
 
