@@ -17,8 +17,8 @@ import (
 var errTransparentConnect = http1.NewParseError(400, "CONNECT on a transparent connection: this is not a proxy port")
 
 // ServeTransparent serves a connection that a transparent listener took
-// and whose first bytes (read, at most the read buffer's 8 KiB) begin an
-// HTTP/1.x request, its client knowing of no proxy: each request, in
+// and whose first bytes, still unread, begin an HTTP/1.x request, its
+// client knowing of no proxy: each request, in
 // origin-form ("GET /path"; absolute-form is taken too), is forwarded
 // to orig, the connection's original destination, whatever its Host
 // field names. The Host field's host is the name the rules, the routes
@@ -27,8 +27,8 @@ var errTransparentConnect = http1.NewParseError(400, "CONNECT on a transparent c
 // Host and the path make. The exchange with the origin is the one every
 // forwarded request has (package origin). c, sess and the ownership of
 // c are as for ServeConn.
-func (p *Proxy) ServeTransparent(c net.Conn, sess *gate.Session, orig netip.AddrPort, read []byte) {
-	p.serve(c, sess, read, netip.AddrPortFrom(orig.Addr().Unmap(), orig.Port()))
+func (p *Proxy) ServeTransparent(c net.Conn, sess *gate.Session, orig netip.AddrPort) {
+	p.serve(c, sess, nil, netip.AddrPortFrom(orig.Addr().Unmap(), orig.Port()))
 }
 
 // transparentTarget fills r and cn.tgt for a request on a transparent

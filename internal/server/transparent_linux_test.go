@@ -95,8 +95,9 @@ func TestTransparentNetns(t *testing.T) {
 }
 
 // tpOrigin serves in namespace ns: HTTP on 80 and 8080, HTTPS on 443
-// with cert; each answer says the Host and path it got. It returns the
-// paths asked, by order.
+// with cert; each answer says the Host and path it got. On 9, a plain TCP
+// service that speaks first (tpBanner), then echoes what it reads. It
+// returns the paths asked, by order.
 type tpOrigin struct {
 	mu    chan struct{}
 	paths []string
@@ -133,8 +134,26 @@ func startTPOrigin(t *testing.T, ns string, cert tls.Certificate) *tpOrigin {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(tls.NewListener(proxytest.ListenIn(t, ns, "tcp", ":443"), &tls.Config{Certificates: []tls.Certificate{cert}}))
 	t.Cleanup(func() { srv.Close() })
+	ln := proxytest.ListenIn(t, ns, "tcp", ":9")
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Write([]byte(tpBanner))
+				io.Copy(c, c)
+			}()
+		}
+	}()
 	return o
 }
+
+// tpBanner is what tpOrigin's port 9 says first.
+const tpBanner = "banner\n"
 
 // nft loads ruleset into the namespace the test runs in (P), replacing
 // what is there.
@@ -359,12 +378,53 @@ print(op.open(sys.argv[1], timeout=10).read().decode())`
 		})
 	}
 
+	// tcpTunnels: connections whose first bytes are neither TLS nor
+	// HTTP (or that send none within timeouts.client_hello, 2 s, their
+	// server speaking first) are plain TCP tunnels to the original
+	// destination, their first bytes sent on, and logged [not-tls] (or
+	// [incomplete], when nothing came).
+	tcpTunnels := func(t *testing.T, listener string) {
+		for _, tc := range []struct {
+			name, send, sni string
+		}{
+			{"a protocol that is neither TLS nor HTTP", "SSH-2.0-rustle-test\r\n", "[not-tls]"},
+			{"a client whose server speaks first", "", "[incomplete]"},
+			{"the start of a method, then silence", "GET", "[not-tls]"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				conn, err := proxytest.DialIn(context.Background(), c, "tcp", net.JoinHostPort(tpOrigin4, "9"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(10 * time.Second))
+				local := conn.LocalAddr().String()
+				if _, err := io.WriteString(conn, tc.send); err != nil {
+					t.Fatal(err)
+				}
+				want := tpBanner + tc.send
+				got := make([]byte, len(want))
+				if _, err := io.ReadFull(conn, got); err != nil || string(got) != want {
+					t.Fatalf("read %q, %v; want %q", got, err, want)
+				}
+				conn.Close()
+				rec := waitJSONRecord(t, access, func(r map[string]any) bool {
+					return r["listener"] == listener && r["client"] == local
+				})
+				if rec["protocol"] != "transparent" || rec["method"] != "CONNECT" || rec["target"] != tpOrigin4+":9" ||
+					rec["orig_dst"] != tpOrigin4+":9" || rec["sni"] != tc.sni || rec["bytes_up"] != float64(len(tc.send)) {
+					t.Errorf("record %v; want a CONNECT to %s:9, sni %s, %d bytes up", rec, tpOrigin4, tc.sni, len(tc.send))
+				}
+			})
+		}
+	}
+
 	t.Run("redirect", func(t *testing.T) {
 		nft(t, fmt.Sprintf(`
 table inet rustle {
 	chain prerouting {
 		type nat hook prerouting priority dstnat; policy accept;
-		iifname "vpc" tcp dport { 80, 443, 8081 } redirect to :%s
+		iifname "vpc" tcp dport { 80, 443, 8081, 9 } redirect to :%s
 		iifname "vpc" ip daddr 10.9.9.9 tcp dport 80 redirect to :%s
 	}
 	chain forward {
@@ -375,6 +435,7 @@ table inet rustle {
 		clients(t, "redirect", "origin.test", tpOrigin4)
 		t.Run("IPv6", func(t *testing.T) { ipv6(t, "redirect") })
 		refusals(t, "redirect")
+		tcpTunnels(t, "redirect")
 		t.Run("the listener's limits apply", func(t *testing.T) {
 			// max_connections_per_client = 8: of 100 connections at once
 			// from the client, 8 are held (waiting for their first

@@ -89,38 +89,44 @@ func New(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, log: log}, nil
 }
 
-// firstRead is how much of a connection's first bytes are read to tell
-// what it speaks: an HTTP request head's start, or a ClientHello's
-// first record (read on to its end, up to sni.MaxBytes).
+// firstRead is the size of the buffer a tunnel's first bytes are read
+// into: a ClientHello's first record, most often all of it (it grows, up
+// to sni.MaxBytes, for a longer one), or what another protocol sent
+// first.
 const firstRead = 4 << 10
+
+// firstBufs are buffers of firstRead bytes, for the first bytes of
+// tunnels: they are written upstream, then given back.
+var firstBufs = sync.Pool{New: func() any { return new([firstRead]byte) }}
 
 // ServeConn serves c, a connection a transparent listener accepted, in
 // sess. It owns c: it closes it or hands it to a tunnel.
 func (s *Server) ServeConn(c *net.TCPConn, sess *gate.Session) {
-	var g gate.Grant
 	orig, err := s.original(c, sess)
 	if err != nil {
-		sess.Reject(&gate.Request{Log: accesslog.ProtoTransparent}, &g, 0, accesslog.ReasonNotRedirected, err)
+		sess.Reject(&gate.Request{Log: accesslog.ProtoTransparent}, new(gate.Grant), 0, accesslog.ReasonNotRedirected, err)
 		s.warnNotRedirected(sess, err)
 		c.Close()
 		return
 	}
-	b, kind, rerr := s.readFirst(sess.Context(), c)
+	kind, n, perr := s.sniff(sess.Context(), c)
 	if kind == kindNothing {
 		// The client closed, or a shutdown came, before a byte.
 		c.Close()
 		return
 	}
 	if sess.ComesBack(orig) {
-		sess.RefuseLoop(&gate.Request{Log: accesslog.ProtoTransparent, Original: orig, Target: []byte(orig.String())}, &g)
+		sess.RefuseLoop(&gate.Request{Log: accesslog.ProtoTransparent, Original: orig, Target: []byte(orig.String())}, new(gate.Grant))
 		c.Close()
 		return
 	}
 	if kind == kindHTTP {
-		s.cfg.Proxy.ServeTransparent(c, sess, orig, b)
+		// The request is still unread: the HTTP proxy reads it, and
+		// nothing of it is held here.
+		s.cfg.Proxy.ServeTransparent(c, sess, orig)
 		return
 	}
-	s.tunnel(c, sess, &g, orig, b, kind, rerr)
+	s.tunnel(c, sess, orig, kind, n, perr)
 }
 
 // original returns c's original destination: its local address on a
@@ -182,45 +188,59 @@ const (
 	kindOther          // anything else, or nothing within FirstBytes
 )
 
-// readFirst reads c's first bytes within FirstBytes, and a whole
-// ClientHello when they begin a TLS handshake, and says what they are.
-// err is the ClientHello's (sni.Read's), or why nothing came.
-func (s *Server) readFirst(ctx context.Context, c *net.TCPConn) (b []byte, kind int, err error) {
+// sniff waits, within FirstBytes and no longer than ctx lives, for c's
+// first bytes, and says what they begin, leaving them unread; n is how
+// many of them it saw (at least one unless kind is kindNothing or the
+// wait timed out). err is why the wait ended before they told (a
+// timeout: a silent client, or one that sent the start of a method and
+// no more).
+func (s *Server) sniff(ctx context.Context, c *net.TCPConn) (kind, n int, err error) {
 	if t := s.cfg.FirstBytes; t > 0 {
 		c.SetReadDeadline(time.Now().Add(t))
 	}
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
-	defer func() {
-		stop()
-		c.SetReadDeadline(time.Time{})
-	}()
-	b = make([]byte, 0, firstRead)
-	for {
-		n, rerr := c.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if k := firstKind(b); k != kindMore {
-			if k == kindTLS {
-				var h sni.Hello
-				b, h, err = sni.Read(c, b)
-				_ = h // parsed again by tunnel, from b
-			}
-			return b, k, err
-		}
-		if rerr != nil {
-			switch {
-			case ctx.Err() != nil:
-				return b, kindNothing, ctx.Err()
-			case len(b) == 0 && errors.Is(rerr, io.EOF):
-				return b, kindNothing, rerr
-			case len(b) == 0 && !isTimeout(rerr):
-				return b, kindNothing, rerr
-			}
-			// Silent, or a start of neither: a tunnel with what came.
-			return b, kindOther, rerr
-		}
-		if len(b) == cap(b) {
-			return b, kindOther, nil
-		}
+	kind, n, err = peekKind(c)
+	if !stop() {
+		return kindNothing, 0, ctx.Err()
+	}
+	c.SetReadDeadline(time.Time{})
+	if err != nil && !isTimeout(err) {
+		return kindNothing, 0, err
+	}
+	return kind, n, err
+}
+
+// readFirst reads a tunnel's first bytes into a buffer of firstBufs
+// (within FirstBytes): the whole ClientHello when they begin a TLS
+// handshake (h, and err sni.Read's verdict on it), what has come
+// otherwise (seen, sniff's n, bytes at least: nothing after a silent
+// wait, sniffed its error).
+func (s *Server) readFirst(c *net.TCPConn, kind, seen int, sniffed error) (b []byte, h sni.Hello, err error) {
+	buf := firstBufs.Get().(*[firstRead]byte)
+	if t := s.cfg.FirstBytes; t > 0 {
+		c.SetReadDeadline(time.Now().Add(t))
+	}
+	defer c.SetReadDeadline(time.Time{})
+	switch {
+	case kind == kindTLS:
+		b, h, err = sni.Read(c, buf[:0])
+	case seen > 0:
+		var n int
+		n, err = c.Read(buf[:]) // they are there: it does not wait
+		b = buf[:n]
+	default:
+		b, err = buf[:0], sniffed
+	}
+	if &b[:1][0] != &buf[0] {
+		firstBufs.Put(buf) // sni.Read grew its own
+	}
+	return b, h, err
+}
+
+// putFirst gives b's buffer back to firstBufs, once its bytes are sent.
+func putFirst(b []byte) {
+	if cap(b) == firstRead {
+		firstBufs.Put((*[firstRead]byte)(b[:firstRead]))
 	}
 }
 
@@ -262,26 +282,24 @@ func isTimeout(err error) bool {
 // reports the refusal at once rather than a reset.
 var tlsAlertAccessDenied = []byte{0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31}
 
-// tunnel serves a connection that is no HTTP: a TLS one, whose
-// ClientHello (in b, as sni.Read read it, herr its verdict) names the
-// host, or another (b its first bytes, maybe none). It is authorized as
+// tunnel serves a connection that is no HTTP (kind, seen and sniffed as
+// sniff said): a TLS one, whose ClientHello, read whole, names the host,
+// or another (b its first bytes, maybe none). It is authorized as
 // a tunnel to orig (method CONNECT, the name or the address and the
 // port as its target), its hello checked (the SNI check's mode; a
 // connection that is no TLS is "[not-tls]"), dialled, and relayed with
 // b sent first. A refusal closes it (a TLS client after an access_denied
 // alert): the log's status is the one the refusal stands for.
-func (s *Server) tunnel(c *net.TCPConn, sess *gate.Session, g *gate.Grant, orig netip.AddrPort, b []byte, kind int, herr error) {
-	var h sni.Hello
-	if kind == kindTLS {
-		if herr == nil {
-			h, _, herr = sni.Parse(b)
-		}
-	} else {
+func (s *Server) tunnel(c *net.TCPConn, sess *gate.Session, orig netip.AddrPort, kind, seen int, sniffed error) {
+	b, h, herr := s.readFirst(c, kind, seen, sniffed)
+	defer putFirst(b)
+	if kind != kindTLS {
 		herr = fmt.Errorf("transparent: first bytes: %w", sni.ErrNotTLS)
 		if len(b) == 0 {
 			herr = fmt.Errorf("transparent: no first bytes within timeouts.client_hello: %w", io.ErrUnexpectedEOF)
 		}
 	}
+	g := new(gate.Grant)
 	name := ""
 	if herr == nil {
 		name = h.ServerName
