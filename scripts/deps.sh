@@ -57,6 +57,16 @@ if ! command -v h2spec >/dev/null 2>&1 && [ ! -x "$(go env GOBIN)/h2spec" ] &&
   echo "deps: go install h2spec@$h2spec_version"
   go install "github.com/summerwind/h2spec/cmd/h2spec@$h2spec_version"
 fi
+# opa (Open Policy Agent), the policy engine an [authz] decision service
+# most often is: internal/authz's and internal/server's tests run it as
+# the service (opa run --server), from the Go module proxy (a build of a
+# few minutes, once).
+opa_version=v1.22.4
+if ! command -v opa >/dev/null 2>&1 && [ ! -x "$(go env GOBIN)/opa" ] &&
+  [ ! -x "$(go env GOPATH)/bin/opa" ]; then
+  echo "deps: go install opa@$opa_version"
+  go install "github.com/open-policy-agent/opa@$opa_version"
+fi
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

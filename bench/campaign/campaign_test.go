@@ -149,8 +149,9 @@ func TestTestTable(t *testing.T) {
 func TestUnsupportedCells(t *testing.T) {
 	// What each proxy lacks, as the seed's tables show it: Tinyproxy has
 	// only the plain port (no WebSocket), Squid no SOCKS, Dante only SOCKS,
-	// and "no proxy" has no proxy CPU or memory; the rustle-ldap and
-	// rustle-jwt columns run the plain HTTP port only. gost has every
+	// and "no proxy" has no proxy CPU or memory; the rustle-ldap,
+	// rustle-jwt, rustle-limits, rustle-redis and rustle-authz columns
+	// run the plain HTTP port only. gost has every
 	// port and HTTP/2, not HTTP/3 (its http3 handler has no proxy
 	// authentication) nor the parent, DNS and UDP rows (rustle's only).
 	cases := []struct {
@@ -160,30 +161,30 @@ func TestUnsupportedCells(t *testing.T) {
 		{"http-1k", []string{"dante"}},
 		{"cpu-1k", []string{"none", "dante"}},
 		{"mem-1000", []string{"none", "dante"}},
-		{"socks-bulk", []string{"squid", "tinyproxy", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"socks-mem-9000", []string{"none", "squid", "tinyproxy", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"https-1k", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"https-1k-full", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"https-mem-slope", []string{"none", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"ws-64", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"ws-p99", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"ws-cpu", []string{"none", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"wss-64k", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
+		{"socks-bulk", []string{"squid", "tinyproxy", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"socks-mem-9000", []string{"none", "squid", "tinyproxy", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"https-1k", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"https-1k-full", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"https-mem-slope", []string{"none", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"ws-64", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"ws-p99", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"ws-cpu", []string{"none", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"wss-64k", []string{"tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
 		// HTTP/2 to clients: rustle only (and HTTP/2 straight to the
 		// origin); Squid's https_port, Tinyproxy and Dante have none.
-		{"h2-1k", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"h2-10k", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"h2-1k-newconn", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"h2-1m", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"h2-10m", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"h2-connect-bulk", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"h2-mem-1000", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"h2-mem-9000", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"h2-mem-slope", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis"}},
-		{"h3-1k", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "gost"}},
-		{"udp-socks", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "gost"}},
-		{"dns-cached", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "gost"}},
-		{"parent-rustle-1k", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "gost"}},
+		{"h2-1k", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"h2-10k", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"h2-1k-newconn", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"h2-1m", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"h2-10m", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"h2-connect-bulk", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"h2-mem-1000", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"h2-mem-9000", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"h2-mem-slope", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"h3-1k", []string{"squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz", "gost"}},
+		{"udp-socks", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz", "gost"}},
+		{"dns-cached", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz", "gost"}},
+		{"parent-rustle-1k", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz", "gost"}},
 		{"cores-4", []string{"none", "dante"}},
 	}
 	rows := map[string][]string{}

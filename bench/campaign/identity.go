@@ -155,3 +155,33 @@ func prepareRustleJWT(ctx context.Context, e *env) (string, error) {
 	e.jwksURL = "http://" + ln.Addr().String() + "/jwks"
 	return v, nil
 }
+
+// prepareRustleAuthz builds rustle and starts the decision service of
+// the rustle-authz column, served by the campaign itself on a loopback
+// port in the shape of OPA's data API: it allows the campaign's user and
+// denies everyone else, so that a request the column serves has passed
+// through it.
+func prepareRustleAuthz(ctx context.Context, e *env) (string, error) {
+	v, err := prepareRustle(ctx, e)
+	if err != nil || e.authzURL != "" {
+		return v, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("campaign: %w", err)
+	}
+	user := e.user
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var doc struct {
+			Input struct {
+				User string `json:"user"`
+			} `json:"input"`
+		}
+		json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&doc)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"result":{"allow":%t}}`, doc.Input.User == user)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln) // ends with the campaign's process
+	e.authzURL = "http://" + ln.Addr().String() + "/v1/data/rustle/authz"
+	return v, nil
+}

@@ -9,10 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/authz"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -124,5 +126,44 @@ func TestRustleLimitsConf(t *testing.T) {
 				t.Errorf("[cluster] redis = %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// TestRustleAuthzColumn checks the rustle-authz column: its
+// configuration validates with [authz] at the campaign's decision
+// service, and that service allows the campaign's user and no other.
+func TestRustleAuthzColumn(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("0123456789abcdef"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{root: "../..", benchDir: "..", tmp: t.TempDir(), out: io.Discard, rustleBin: "/nonexistent/rustle",
+		user: "bench", pass: "0123456789abcdef", bcryptHash: string(hash)}
+	if _, err := prepareRustleAuthz(context.Background(), e); err != nil {
+		t.Fatalf("prepareRustleAuthz: %v", err)
+	}
+	dir := t.TempDir()
+	if _, _, err := rustleCommand("authz")(e, dir, lnHTTP, 3128, 1); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(filepath.Join(dir, "rustle.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	if c.Authz.URL != e.authzURL || c.Authz.CacheTTL.Duration != time.Hour {
+		t.Errorf("[authz] = %+v, want the campaign's service with cache_ttl 1h", c.Authz)
+	}
+	client, err := authz.New(authz.Config{URL: e.authzURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	for user, want := range map[string]bool{e.user: true, "mallory": false} {
+		if d, _ := client.Decide(context.Background(), &authz.Input{User: user, Host: "127.0.0.1", Port: 80}, nil); d.Err != nil || d.Allow != want {
+			t.Errorf("the campaign's service on %s = %+v, want allow %v", user, d, want)
+		}
 	}
 }

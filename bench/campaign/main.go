@@ -355,8 +355,8 @@ func runs(t testDef, d *proxyDef) bool {
 
 // defaultProxies are the columns a campaign runs without -proxies (and
 // gost, when a gost binary is given: defaultProxyList); the rustle-ldap,
-// rustle-jwt, rustle-limits and rustle-redis columns are asked for by
-// name.
+// rustle-jwt, rustle-limits, rustle-redis and rustle-authz columns are
+// asked for by name.
 const defaultProxies = "rustle,squid,tinyproxy,dante,none"
 
 // parentDefs returns the proxies the selected tests run as parents.

@@ -93,10 +93,12 @@ type confData struct {
 	// per-user connection limit and a quota, counted locally) and
 	// "redis" (the same counted through the Redis at RedisURL); or
 	// "x25519" (the htpasswd user, the https listener preferring the
-	// classical X25519 key exchange).
+	// classical X25519 key exchange); or "authz" (the htpasswd user, every
+	// request asked of the decision service at AuthzURL).
 	Provider                 string
 	LDAPURL, JWKSURL, Issuer string
 	RedisURL                 string
+	AuthzURL                 string
 	// Resolver is rustle's [dns] and upstream keep-alive for a DNS test
 	// (dns.go); zero for every other test.
 	Resolver resolverConf
@@ -166,6 +168,16 @@ var proxies = []*proxyDef{
 		},
 		prepare: prepareRustleRedis,
 		command: rustleCommand("redis"),
+	},
+	{
+		name: "rustle-authz", label: "rustle (decision service)",
+		features: []string{featHTTP},
+		tuning: []string{
+			"rustle as in its own column, with [authz]: every request asked of a decision service (OPA's data API shape) the campaign serves on loopback, which allows the campaign's user; cache_ttl 1h, so that each run's decisions come from the cache after the first",
+			"only the plain HTTP port (-proxies rustle,rustle-authz -tests http-1k: the cpu-1k difference is the cost of the decision with a warm cache)",
+		},
+		prepare: prepareRustleAuthz,
+		command: rustleCommand("authz"),
 	},
 	{
 		name: "rustle-x25519", label: "rustle (X25519)",
@@ -378,7 +390,7 @@ func (e *env) confData(dir, listener string, port, workers int) confData {
 		Port: port, Workers: max(1, workers), Listener: listener, TLS: listener == lnHTTPS, Cert: e.certFile, Key: e.keyFile,
 		Dir: dir, MaxFD: e.maxFD, Passwd: e.passwdFile,
 		AuthUser: e.user, AuthPass: e.pass, Bcrypt: e.bcryptHash, SOCKSMethod: e.socksMethod,
-		LDAPURL: e.ldapURL, JWKSURL: e.jwksURL, Issuer: benchIssuer, RedisURL: e.redisURL,
+		LDAPURL: e.ldapURL, JWKSURL: e.jwksURL, Issuer: benchIssuer, RedisURL: e.redisURL, AuthzURL: e.authzURL,
 		Resolver:  e.resolver,
 		ParentURL: e.parentURL, Via: e.parentVia,
 	}

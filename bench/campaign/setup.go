@@ -56,7 +56,10 @@ type env struct {
 	ldapURL, jwksURL, token string
 	// redisURL is the Redis of the rustle-redis column; "" until
 	// prepareRustleRedis starts it.
-	redisURL  string
+	redisURL string
+	// authzURL is the decision service of the rustle-authz column; ""
+	// until prepareRustleAuthz starts it.
+	authzURL  string
 	asRoot    bool
 	dropUser  string // Squid's and Tinyproxy's user when run as root
 	dropGroup string

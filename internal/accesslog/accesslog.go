@@ -319,6 +319,16 @@ const (
 	// none, or it names one of rustle's own listening addresses), and
 	// was closed unanswered.
 	ReasonNotRedirected = "not-redirected"
+	// ReasonAuthzDenied: the decision service ([authz]) refused the
+	// request the access rules allowed (Rule names the rule that did):
+	// 403 (SOCKS5: not allowed), or, for a tunnel decided with its
+	// ClientHello, closed after its answer as for sni-mismatch.
+	ReasonAuthzDenied = "authz-denied"
+	// ReasonAuthzUnavailable: the decision service could not decide the
+	// request (down, too slow, every call busy, an answer that is none)
+	// and authz.on_error is "deny": 503 (SOCKS5: not allowed), or a
+	// tunnel closed after its answer.
+	ReasonAuthzUnavailable = "authz-unavailable"
 )
 
 // Format is an access log line format.

@@ -99,6 +99,8 @@ var squidReasons = map[string]squidReason{
 	ReasonLoop:              {outcomeDenied, false, "ERR_ACCESS_DENIED"},
 	ReasonSNIMismatch:       {outcomeDenied, false, "ERR_CONFLICT_HOST"},
 	ReasonNotRedirected:     {outcomeInvalid, false, "ERR_INVALID_REQ"},
+	ReasonAuthzDenied:       {outcomeDenied, false, "ERR_ACCESS_DENIED"},
+	ReasonAuthzUnavailable:  {outcomeDenied, false, "ERR_ACCESS_DENIED"},
 }
 
 // appendSquidCode appends Squid's result code for r (its %Ss): TCP_MISS

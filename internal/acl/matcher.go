@@ -119,3 +119,18 @@ func (n *SNINames) Match(name string) bool {
 	}
 	return n.h.matchSNI(name)
 }
+
+// AppendMatches appends to dst the index of every entry that matches r,
+// in order, and returns the result: for a table whose matching entries
+// all apply (the header rules), where Match gives the first only. It
+// matches as Match does and allocates nothing beyond dst's growth.
+func (m *Matcher) AppendMatches(dst []int, r Request) []int {
+	var buf [maxName]byte
+	host, addr := normalizeHost(&r, &buf)
+	for i := range m.entries {
+		if m.entries[i].match(&r, host, addr) == matchYes {
+			dst = append(dst, i)
+		}
+	}
+	return dst
+}

@@ -2,6 +2,7 @@ package acl
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -46,6 +47,42 @@ func TestMatcher(t *testing.T) {
 	r := Request{User: "bob", Host: "www.corp.example", Port: 443, Method: "CONNECT", Protocol: Connect}
 	if n := testing.AllocsPerRun(100, func() { m.Match(r) }); n != 0 {
 		t.Errorf("Match allocates %v times", n)
+	}
+}
+
+// TestMatcherAppendMatches checks that AppendMatches lists every entry
+// that matches, in order, where Match gives the first only, and
+// allocates nothing once dst has room.
+func TestMatcherAppendMatches(t *testing.T) {
+	m, err := NewMatcher([]Rule{
+		{Name: "corp", Hosts: []string{".corp.example"}},
+		{Name: "alice", Users: []string{"alice"}},
+		{Name: "all"},
+		{Name: "socks", Protocols: []string{"socks5"}},
+	}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		r    Request
+		want []int
+	}{
+		{"three", Request{User: "alice", Host: "www.corp.example", Port: 80, Protocol: HTTP}, []int{0, 1, 2}},
+		{"two", Request{User: "alice", Host: "a.test", Port: 80, Protocol: HTTP}, []int{1, 2}},
+		{"catch-all", Request{Host: "a.test", Port: 80, Protocol: HTTP}, []int{2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := m.AppendMatches(nil, tt.r); !slices.Equal(got, tt.want) {
+				t.Errorf("AppendMatches = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	dst := make([]int, 0, 4)
+	r := tests[0].r
+	if n := testing.AllocsPerRun(100, func() { dst = m.AppendMatches(dst[:0], r) }); n != 0 {
+		t.Errorf("AppendMatches allocates %v times", n)
 	}
 }
 

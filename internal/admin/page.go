@@ -1,12 +1,10 @@
 package admin
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"fmt"
-	"html/template"
 	"mime"
 	"net/http"
 	"path"
@@ -15,28 +13,13 @@ import (
 	"time"
 )
 
-// ui holds the page: index.html, a template rendered with the state at
-// the time of the request (readable without JavaScript), and the script
+// ui holds the page: index.html, filled in with the state at the time of
+// the request (readable without JavaScript, see [renderPage]), and the script
 // and style sheet it loads, which poll the API and draw the charts. No
 // build step makes them and nothing is fetched from elsewhere.
 //
 //go:embed ui/index.html ui/app.js ui/style.css ui/favicon.svg
 var ui embed.FS
-
-// pageTemplate is ui/index.html.
-var pageTemplate = template.Must(template.New("index.html").Funcs(template.FuncMap{
-	"bytes": formatBytes,
-	"count": formatCount,
-	"time":  formatTime,
-	"ms":    func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
-	"dict": func(kv ...any) map[string]any {
-		m := make(map[string]any, len(kv)/2)
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i].(string)] = kv[i+1]
-		}
-		return m
-	},
-}).ParseFS(ui, "ui/index.html"))
 
 // asset is a file of ui served under /ui/.
 type asset struct {
@@ -108,19 +91,14 @@ type pageData struct {
 func (c *Console) servePage(w http.ResponseWriter, r *http.Request) {
 	d := pageData{Summary: c.summary(r), Totals: c.totals(), Users: c.users(defaultListLimit),
 		Quotas: c.quotas(100), Parents: c.parents(), Log: c.logTail(r), Filter: logFilter(r)}
-	var buf bytes.Buffer
-	if err := pageTemplate.Execute(&buf, &d); err != nil {
-		c.log.Error("admin: render the page", "err", err)
-		writeText(w, http.StatusInternalServerError, "rustle admin: the page could not be rendered\n")
-		return
-	}
+	body := renderPage(&d)
 	h := w.Header()
 	securityHeaders(h)
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
-		w.Write(buf.Bytes())
+		w.Write(body)
 	}
 }
 

@@ -88,6 +88,9 @@ type Config struct {
 	// Lists configures the lists of hosts and clients rules and routes
 	// load from files and URLs.
 	Lists Lists `toml:"lists"`
+	// Authz configures the external decision service asked after the
+	// access rules; its zero value means none (see authz.go).
+	Authz Authz `toml:"authz"`
 	// Limits bounds connections, handshakes, failed authentications and
 	// per-user byte rates.
 	Limits Limits `toml:"limits"`
@@ -116,6 +119,10 @@ type Config struct {
 	// PAC is the proxy auto-configuration file some listeners serve at
 	// /proxy.pac; its zero value serves none (see transparent.go).
 	PAC PAC `toml:"pac"`
+	// HeaderRules edit the fields of forwarded requests and of their
+	// responses for the requests each entry's criteria match (see
+	// headers.go); empty means none beyond the routes' own.
+	HeaderRules []HeaderRule `toml:"header_rules"`
 
 	// src and lines locate keys in the file the configuration was parsed
 	// from, so that Validate's errors can name file and line; both are
@@ -841,6 +848,7 @@ func (c *Config) SetDefaults() {
 	setString(&c.ACL.Default, defaultACLDefault)
 	setString(&c.ACL.Mode, ACLEnforce)
 	c.Lists.setDefaults()
+	c.Authz.setDefaults()
 	for i := range c.ACL.Rules {
 		setString(&c.ACL.Rules[i].Name, "rules["+strconv.Itoa(i)+"]")
 	}
@@ -877,6 +885,7 @@ func (c *Config) SetDefaults() {
 		setString(&l.Name, l.Protocol+" "+l.Address)
 	}
 	c.setRouteDefaults()
+	c.setHeaderRuleDefaults()
 }
 
 func setString(p *string, def string) {

@@ -118,11 +118,14 @@ func Load(path string) (*Config, error) {
 		resolve(&c.Parents[i].CAFile)
 	}
 	c.resolveProviderPaths(resolve)
+	c.resolveHeaderFiles(resolve)
 	resolve(&c.Quota.StateFile)
 	resolve(&c.Cluster.PasswordFile)
 	resolve(&c.Cluster.SentinelPasswordFile)
 	resolve(&c.AdminAccess.TokenFile)
 	resolve(&c.AdminAccess.Htpasswd)
+	resolve(&c.Authz.TLSCA)
+	resolve(&c.Authz.TokenFile)
 	return c, nil
 }
 

@@ -94,6 +94,14 @@ type Route struct {
 	// [dns]'s timeout, cache bounds, prefer, only, hosts and ca, and a
 	// cache of their own; empty means [dns]'s (or the system's).
 	Resolvers []string `toml:"resolvers"`
+	// RequestHeaders edits the forwarded requests the route takes (see
+	// headers.go), and its set and add fields go on the CONNECT rustle
+	// sends the route's http and https parents for a tunnel too; its zero
+	// value changes nothing.
+	RequestHeaders HeaderEdit `toml:"request_headers"`
+	// ResponseHeaders edits the responses to the forwarded requests the
+	// route takes; its zero value changes nothing.
+	ResponseHeaders HeaderEdit `toml:"response_headers"`
 }
 
 // RouteEgress is a route's egress: its keys mean what [Egress]'s do.

@@ -106,10 +106,12 @@ func (c *Config) Validate() error {
 	}
 	c.validateACL(v)
 	c.validateLists(v)
+	c.validateAuthz(v)
 	c.validateLimits(v)
 	c.validateDNS(v)
 	c.validateEgress(v)
 	c.validateRoutes(v)
+	c.validateHeaderRules(v)
 	c.validateQuota(v)
 	c.validateTransparent(v)
 	return v.err()

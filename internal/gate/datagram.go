@@ -17,7 +17,8 @@ import (
 // user's connection limit, or once its quota is spent), and its byte
 // bucket. The access rules are not asked, as the association names no
 // destination: they decide each of its datagrams, through
-// PermitDatagram. A refusal is counted in the metrics; the front-end
+// PermitDatagram. The decision service is, once, about the association
+// without a destination (see authz.go). A refusal is counted in the metrics; the front-end
 // answers it and calls Finish, and on a grant reports the association as
 // a tunnel (TunnelOpened), calls Meter, passes every datagram through
 // PaceDatagram (which paces it and meters it against the user's byte
@@ -36,6 +37,16 @@ func (s *Session) AuthorizeAssociation(r *Request, g *Grant) Kind {
 	}
 	if kind := s.admitUser(user, g); kind != OK {
 		return g.refuse(kind)
+	}
+	if p.Authz != nil {
+		// Asked once, without a destination (see authz.go).
+		s.mu.Lock()
+		g.groups = s.identityGroups
+		s.mu.Unlock()
+		g.areq = acl.Request{Client: s.ip, User: user, Groups: g.groups, Method: r.Method, Protocol: r.Protocol}
+		if kind := g.askAuthz(""); kind != OK {
+			return kind
+		}
 	}
 	if !g.quota.Begin() {
 		return g.refuse(QuotaExceeded)

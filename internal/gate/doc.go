@@ -33,6 +33,14 @@
 // failed TLS handshake) is reported once with [Session.Reject]: a record
 // with what was parsed of it and its reason, and a debug line.
 //
+// A policy with a decision service ([Policy.Authz], package authz) asks
+// it about every request the access rules allow, in Authorize, or, for
+// a tunnel that reads its ClientHello, in CheckHello with the hello's
+// server name (see authz.go): a denial is [Denied] with the reason
+// authz-denied, a service that cannot decide [AuthzUnavailable] under
+// on_error = "deny". The private-destination guard applies at the dial
+// whatever it answered.
+//
 // A policy with a route table ([Policy.Routes], package route) also
 // chooses, in Authorize and from the same fields the access rules see,
 // the route of each request; [Grant.Dial] and [Grant.DialConn] apply it:

@@ -11,6 +11,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/authz"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
@@ -149,6 +150,9 @@ type Grant struct {
 	sni          string      // the access log's sni field: the server name, or why there is none ("[not-tls]")
 
 	original netip.AddrPort // Request.Original: a transparent request's pinned destination
+	// The decision service (see authz.go).
+	authzHeaders []authz.Header // the fields its answer adds to a forwarded request; nil = none
+	authzBuf     []byte         // where the document is built; kept by reset
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -208,13 +212,30 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 			return g.refuse(Denied) // logged at Finish
 		}
 	}
+	g.chooseRoute(ar)
+	g.wantHello = g.wantsHello(ar, g.routePending)
+	if p.Authz != nil && !g.wantHello {
+		// A tunnel that reads its ClientHello is decided with the
+		// hello's server name, in CheckHello.
+		if kind := g.askAuthz(""); kind != OK {
+			return kind
+		}
+	}
 	if !g.quota.Begin() {
 		s.debug("gate: quota exceeded", slog.String("user", user))
 		return g.refuse(QuotaExceeded)
 	}
-	g.chooseRoute(ar)
-	g.wantHello = g.wantsHello(ar, g.routePending)
 	return OK
+}
+
+// Matches appends to dst the indexes of the entries of m that the
+// granted request matches, in order, as the access rules and the routes
+// were asked of it (see [acl.Matcher.AppendMatches]): for the tables
+// other packages choose by the same criteria (the header rules of
+// forwarded requests). It allocates nothing beyond dst's growth. It is
+// valid once Authorize returned OK.
+func (g *Grant) Matches(m *acl.Matcher, dst []int) []int {
+	return m.AppendMatches(dst, g.areq)
 }
 
 // privateHint tells an operator how to let a private destination through.
@@ -304,8 +325,8 @@ func (g *Grant) reset(s *Session) {
 	if g.s != nil && !g.finished {
 		g.end()
 	}
-	target, method, tried, via, meterBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf
-	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep()}
+	target, method, tried, via, meterBuf, authzBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf, g.authzBuf[:0]
+	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep(), authzBuf: authzBuf}
 }
 
 // Session returns the session g belongs to.
@@ -884,6 +905,8 @@ func (k Kind) logReason() string {
 		return accesslog.ReasonLoop
 	case SNIMismatch:
 		return accesslog.ReasonSNIMismatch
+	case AuthzUnavailable:
+		return accesslog.ReasonAuthzUnavailable
 	}
 	return ""
 }

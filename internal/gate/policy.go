@@ -13,6 +13,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/authz"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
@@ -92,6 +93,9 @@ type Policy struct {
 	// tunnel's answer to the hello's last byte, when the SNI check reads
 	// it; 0 = no limit.
 	HelloTimeout time.Duration
+	// Authz is the external decision service ([authz]), asked about
+	// each request the access rules allow (see authz.go); nil = none.
+	Authz *authz.Client
 	// Instance is the rustle in loop detection: the Via element every
 	// request sent to a parent carries, which a request that came back
 	// names (see route.Instance). A server gives all its listeners one;
@@ -146,7 +150,9 @@ const (
 	CoolingDown
 	// UserLimit refuses a user with too many connections: 429.
 	UserLimit
-	// Denied refuses a request by an access rule (Grant.Rule): 403.
+	// Denied refuses a request by an access rule (Grant.Rule), or by
+	// the decision service (the access log's reason is then
+	// authz-denied, and Grant.Rule the rule that allowed it): 403.
 	Denied
 	// Forbidden refuses a destination address: a private or the proxy's
 	// own address (the guard), or one a rule refuses once resolved: 403.
@@ -178,6 +184,12 @@ const (
 	// (an HTTP/2 or HTTP/3 stream is reset), with no byte sent to the
 	// origin. Its Status, 403, is for the log's class only.
 	SNIMismatch
+	// AuthzUnavailable refuses a request the decision service could not
+	// decide (down, too slow, every call busy, an answer that is none)
+	// under authz.on_error = "deny": 503. Decided after the ClientHello
+	// (see authz.go), it closes the tunnel as SNIMismatch does, its
+	// Status for the log's class only.
+	AuthzUnavailable
 )
 
 // Status returns the HTTP status a front-end answers k with; 200 for OK.
@@ -193,7 +205,7 @@ func (k Kind) Status() int {
 		return 502
 	case TimedOut:
 		return 504
-	case Overloaded, AuthUnavailable:
+	case Overloaded, AuthUnavailable, AuthzUnavailable:
 		return 503
 	case Loop:
 		return 508
@@ -228,6 +240,8 @@ func (k Kind) Reason() string {
 		return "loop detected: the request came back to this proxy through its parents"
 	case SNIMismatch:
 		return "the TLS server name does not match the tunnel's host"
+	case AuthzUnavailable:
+		return "authorization service unavailable; try again later"
 	}
 	return ""
 }
@@ -261,6 +275,8 @@ func (k Kind) String() string {
 		return "loop"
 	case SNIMismatch:
 		return "sni-mismatch"
+	case AuthzUnavailable:
+		return "authz-unavailable"
 	}
 	return "unknown"
 }

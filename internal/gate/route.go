@@ -252,7 +252,7 @@ func (g *Grant) dialRoute(ctx context.Context, tcpOnly bool, o *dialer.Options) 
 		g.reason = accesslog.ReasonParentRefused
 		return nil, &dialer.Error{Addr: addr, Err: errHTTPSParent{parent.Name()}}
 	}
-	t := route.Target{Host: host, Port: g.dst.port, Via: string(g.via), Self: p.Instance}
+	t := route.Target{Host: host, Port: g.dst.port, Via: string(g.via), Self: p.Instance, Header: g.route.ConnectHeader()}
 	if err := g.checkForParent(ctx, parent, addr, &t); err != nil {
 		return nil, err
 	}

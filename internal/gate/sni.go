@@ -100,9 +100,11 @@ const helloProtocols = acl.Connect | acl.SOCKS5 | acl.SOCKS4
 // host than the tunnel's, none where the tunnel named a host, or when
 // the bytes were no ClientHello; a tunnel to an IP address is decided by
 // the rules as if it had named the server name (with the address as its
-// address), and may have a hello without a name. On a refusal the
-// front-end closes the tunnel, dialled nowhere, and calls Finish; the
-// client's answer was sent already. On OK it dials.
+// address), and may have a hello without a name. The decision service,
+// when there is one, is asked last, with the server name (Denied with
+// the reason authz-denied, or AuthzUnavailable; see authz.go). On a
+// refusal the front-end closes the tunnel, dialled nowhere, and calls
+// Finish; the client's answer was sent already. On OK it dials.
 //
 // With ECH, the server name checked is the outer hello's, the public
 // name of the origin's ECH configuration: the name the client means to
@@ -144,6 +146,9 @@ func (g *Grant) CheckHello(h sni.Hello, err error) Kind {
 	refused := mode == sni.Match && res != metrics.SNIMatched
 	p.Metrics.SNIChecked(res, refused)
 	if !refused {
+		if p.Authz != nil {
+			return g.askAuthz(name) // the tunnel's decision waited for its hello
+		}
 		return OK
 	}
 	addr, _ := g.dest()

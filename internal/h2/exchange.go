@@ -77,7 +77,7 @@ func putExchange(e *exchange) {
 // AppendHead appends the request head (see origin.AppendFieldHead). It is
 // part of exchange's origin.Request.
 func (e *exchange) AppendHead(dst []byte, parent *route.Parent) []byte {
-	dst, _ = e.s.c.cfg.Origin.AppendFieldHead(dst, &e.req, parent)
+	dst, _ = e.s.c.cfg.Origin.AppendFieldHead(dst, &e.req, parent, e.x.Headers())
 	return dst
 }
 
@@ -152,6 +152,7 @@ func (s *stream) relayResponse(e *exchange) bool {
 	h := &x.Resp
 	none := x.NoBody()
 	fields := responseFields(make([]hpack.HeaderField, 0, 16), h.Status, h, c.cfg.Origin.Config().Via, "", &e.vals)
+	fields = appendRuleFields(fields, x.Headers())
 	// When body bytes are here already, the head goes out with them.
 	if s.queueHeaders(fields, none, len(x.Up.Buffered()) == 0) != nil {
 		return false
@@ -240,6 +241,15 @@ func responseFields(dst []hpack.HeaderField, status int, h *http1.Head, via bool
 	}
 	if via {
 		dst = append(dst, hpack.HeaderField{Name: "via", Value: "1.1 rustle"})
+	}
+	return dst
+}
+
+// appendRuleFields appends the header rules' response fields (see
+// origin.Exchange.Headers; nil = none), names in lower case.
+func appendRuleFields(dst []hpack.HeaderField, rules *origin.Headers) []hpack.HeaderField {
+	for _, f := range rules.ResponseFields() {
+		dst = append(dst, hpack.HeaderField{Name: f.Lower, Value: f.Value})
 	}
 	return dst
 }

@@ -84,7 +84,7 @@ func FuzzParseRequest(f *testing.F) {
 		r.path = strings.ReplaceAll(r.path, "%", "%25")
 		fr := r.fieldRequest(netip.MustParseAddr("192.0.2.1"))
 		fr.HasBody, fr.WebSocketKey = true, "dGhlIHNhbXBsZSBub25jZQ=="
-		head, chunked := fuzzOrigin.AppendFieldHead(nil, &fr, nil)
+		head, chunked := fuzzOrigin.AppendFieldHead(nil, &fr, nil, nil)
 		br := bufio.NewReader(bytes.NewReader(head))
 		req, err := http.ReadRequest(br)
 		if err != nil {

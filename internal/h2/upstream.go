@@ -577,6 +577,7 @@ func (s *stream) upgrade() (*net.TCPConn, []hpack.HeaderField, []byte, bool) {
 		return nil, nil, nil, false
 	}
 	fields := responseFields(make([]hpack.HeaderField, 0, 8), 200, h, c.cfg.Origin.Config().Via, "sec-websocket-accept", nil)
+	fields = appendRuleFields(fields, x.Headers())
 	var pending []byte
 	if p := x.Up.Buffered(); len(p) > 0 {
 		pending = append([]byte(nil), p...)

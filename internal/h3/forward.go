@@ -45,7 +45,7 @@ func putExchange(e *exchange) {
 // AppendHead appends the request head (see origin.AppendFieldHead). It is
 // part of exchange's origin.Request.
 func (e *exchange) AppendHead(dst []byte, parent *route.Parent) []byte {
-	dst, _ = e.x.Client().AppendFieldHead(dst, &e.req, parent)
+	dst, _ = e.x.Client().AppendFieldHead(dst, &e.req, parent, e.x.Headers())
 	return dst
 }
 
@@ -300,8 +300,9 @@ func (e *exchange) sendBody(g *gate.Grant, up net.Conn, body io.Reader, ctx cont
 
 // responseHead sets h to the fields of the response the exchange read,
 // less the hop-by-hop ones (those origin.HopByHop names, those its
-// Connection field lists, and those the parser dropped), with rustle's
-// Via when the configuration asks for it.
+// Connection field lists, and those the parser or the header rules
+// dropped), with the header rules' fields and rustle's Via when the
+// configuration asks for it.
 func (s *Server) responseHead(h http.Header, x *origin.Exchange) {
 	resp := &x.Resp
 	for i := range resp.Fields {
@@ -312,6 +313,10 @@ func (s *Server) responseHead(h http.Header, x *origin.Exchange) {
 		}
 		key := http.CanonicalHeaderKey(string(name))
 		h[key] = append(h[key], string(f.Value.Of(resp.Buf)))
+	}
+	for _, f := range x.Headers().ResponseFields() {
+		key := http.CanonicalHeaderKey(f.Name)
+		h[key] = append(h[key], f.Value)
 	}
 	if s.cfg.Origin.Config().Via {
 		h.Add("Via", "1.1 rustle")

@@ -37,6 +37,8 @@ type testCfg struct {
 	IdleTimeout           time.Duration
 	WriteTimeout          time.Duration
 	SocketBufferBytes     int
+	// Headers are the header rules; nil = none.
+	Headers *origin.HeaderRules
 	// zeroTimeouts keeps every timeout 0 (no limit) instead of the
 	// defaults.
 	zeroTimeouts bool
@@ -71,6 +73,7 @@ func testConfig(t testing.TB, c testCfg) httpproxy.Config {
 		MaxHeaderBytes:        c.MaxHeaderBytes,
 		ResponseHeaderTimeout: c.ResponseHeaderTimeout,
 		WriteTimeout:          c.WriteTimeout,
+		Headers:               c.Headers,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -16,13 +16,17 @@ const crlf = "\r\n"
 // appendRequestHead appends to out the head forwarded upstream for
 // cn.req: the request line in origin-form (absolute-form to an HTTP
 // parent, with the parent's Proxy-Authorization at the end), the
-// client's header lines in their order and case less the hop-by-hop ones, Host set to the target's
+// client's header lines in their order and case less the hop-by-hop
+// ones and those the header rules drop, Host set to the target's
 // authority, the Forwarded and Via headers the configuration asks for (a
-// Via naming this rustle to a parent, always), and a TRACE's or
-// OPTIONS's Max-Forwards one less (cn.maxFwd).
+// Via naming this rustle to a parent, always; no Forwarded element when
+// the header rules name its field), a TRACE's or OPTIONS's Max-Forwards
+// one less (cn.maxFwd), and the header rules' own fields (see
+// origin.Exchange.Headers).
 func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 	req := &cn.req
 	b := req.Buf
+	rules := cn.x.Headers() // nil = none
 	out = append(out, req.Method.Of(b)...)
 	out = append(out, ' ')
 	out = origin.AppendRequestTarget(out, parent, cn.tgt.authority, cn.tgt.path)
@@ -43,6 +47,9 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 			continue
 		}
 		name := f.Name.Of(b)
+		if rules != nil && rules.DropsRequest(name) {
+			continue
+		}
 		if i == req.HostIdx && !cn.orig.IsValid() { // a transparent client's Host goes as it wrote it
 			out = append(out, name...)
 			out = append(out, ": "...)
@@ -64,7 +71,7 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		out = append(out, cn.tgt.authority...)
 		out = append(out, crlf...)
 	}
-	if mode := cn.p.o.Forwarded; origin.ForwardedName(mode) != "" {
+	if mode := cn.p.o.Forwarded; origin.ForwardedName(mode) != "" && !rules.DropsRequestName(fwdName) {
 		out = append(out, origin.ForwardedName(mode)...)
 		out = append(out, ": "...)
 		out = req.AppendValues(out, fwdName)
@@ -72,6 +79,7 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		out = append(out, crlf...)
 	}
 	out = origin.AppendMaxForwards(out, cn.maxFwd)
+	out = rules.AppendRequest(out)
 	if cn.upgrade {
 		out = append(out, "Connection: Upgrade\r\n"...)
 	}
@@ -88,9 +96,11 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 }
 
 // buildSwitchHead writes into cn.out the 101 Switching Protocols head of
-// an accepted WebSocket handshake.
+// an accepted WebSocket handshake, with the header rules' response
+// fields.
 func (cn *conn) buildSwitchHead() {
 	out := cn.appendStatusAndFields(cn.out[:0], false)
+	out = cn.x.Headers().AppendResponse(out)
 	out = append(out, "Connection: Upgrade\r\n"...)
 	if cn.p.o.Via {
 		out = append(out, "Via: 1.1 rustle\r\n"...)
@@ -99,9 +109,11 @@ func (cn *conn) buildSwitchHead() {
 }
 
 // buildResponseHead writes into cn.out the head of cn.resp as the client
-// gets it.
+// gets it: its fields less those dropped (hop-by-hop, the header rules'),
+// and the header rules' response fields.
 func (cn *conn) buildResponseHead(keep bool, clientMinor int, dechunk bool) {
 	out := cn.appendStatusAndFields(cn.out[:0], dechunk)
+	out = cn.x.Headers().AppendResponse(out)
 	if !keep {
 		out = append(out, "Connection: close\r\n"...)
 	} else if clientMinor == 0 {

@@ -94,6 +94,7 @@ type Metrics struct {
 
 	funcs   *funcCollector
 	dns     *dnsVecs    // made by the first DNS call; guarded by mu
+	authz   *authzVecs  // made by the first Authz call; guarded by mu
 	parents *parentVecs // see parent.go
 	quota   *quotaCollector
 	lists   *listCollector

@@ -27,6 +27,9 @@ type Config struct {
 	// for bytes of a body; 0 = no limit (the configuration always sets
 	// one).
 	WriteTimeout time.Duration
+	// Headers are the header rules that edit forwarded requests and their
+	// responses (see NewHeaderRules); nil = none.
+	Headers *HeaderRules
 }
 
 // Client is a validated Config, which the front-ends of a listener share

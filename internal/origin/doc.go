@@ -23,6 +23,10 @@
 //   - the request head built for where it goes (absolute form with the
 //     parent's Proxy-Authorization to an http parent, origin form
 //     otherwise: [AppendRequestTarget], [AppendParentAuthorization]);
+//   - the header rules of the request's route and of the [[header_rules]]
+//     entries it matches ([Headers], chosen by Begin): the fields the
+//     head builders leave out and add, the response fields ReadResponse
+//     marks dropped and the front-ends add;
 //   - the response head read within timeouts.response_header and
 //     max_header_bytes, 1xx answers passed to the front-end;
 //   - the retry of an idempotent request whose pooled connection turns out

@@ -136,6 +136,9 @@ type Exchange struct {
 	bodyPending bool
 
 	body bodyReader // the response body's framing, for NextBody
+
+	hdr   Headers // the header rules that apply to the request (see Headers)
+	hdrOn bool    // some do
 }
 
 // Begin starts the exchange of a request that g granted, with method to
@@ -155,7 +158,21 @@ func (x *Exchange) Begin(c *Client, g *gate.Grant, method string, mode Mode) err
 	x.sent = time.Time{}
 	x.body.started = false
 	x.dest = g.AppendDest(x.dest[:0])
+	x.hdrOn = x.hdr.choose(c.cfg.Headers, g, method == "TRACE")
 	return x.forwardParent()
+}
+
+// Headers returns the header rules that apply to the request (its
+// route's, the [[header_rules]] entries it matches), nil when none do:
+// the head builders leave out the client's fields it drops and append
+// its fields (see AppendFieldHead); a response head ReadResponse returns
+// has the fields it drops marked (http1.Field.Drop), and the front-end
+// appends its response fields.
+func (x *Exchange) Headers() *Headers {
+	if !x.hdrOn {
+		return nil
+	}
+	return &x.hdr
 }
 
 // forwardParent asks the grant for an http parent that takes the
@@ -404,6 +421,7 @@ func (x *Exchange) ReadResponse(r Request) error {
 		switch st := x.Resp.Status; {
 		case st == 101:
 			if x.upgrade && x.Resp.UpgradesTo("websocket") {
+				x.editResponse()
 				return nil
 			}
 			return ErrUnexpected101
@@ -424,7 +442,16 @@ func (x *Exchange) ReadResponse(r Request) error {
 			// codings to pass it on in.
 			return http1.ErrTransferCoding
 		}
+		x.editResponse()
 		return nil
+	}
+}
+
+// editResponse marks the fields of the final response head that the
+// header rules drop.
+func (x *Exchange) editResponse() {
+	if x.hdrOn {
+		x.hdr.editResponse(&x.Resp)
 	}
 }
 
@@ -569,6 +596,8 @@ func (x *Exchange) Close() {
 		x.Drop()
 	}
 	x.c, x.g, x.parent = nil, nil, nil // upKey stays: a string the next exchange may reuse
+	x.hdr.forget()
+	x.hdrOn = false
 	x.Resp.Buf, x.Trailer.Buf = nil, nil
 	x.body = bodyReader{}
 	if cap(x.head) > 64<<10 {

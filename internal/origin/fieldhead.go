@@ -58,9 +58,12 @@ type FieldRequest struct {
 // Forwarded element and Via the configuration asks for (to a parent, a
 // Via naming Instance, always), Max-Forwards as r says, and the framing:
 // Content-Length when the client gave one, chunked when the body's length
-// is unknown (chunked reports that). Names go out in canonical case
-// (content-type -> Content-Type), which HTTP/1.1 origins expect.
-func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Parent) (_ []byte, chunked bool) {
+// is unknown (chunked reports that). The header rules h (nil = none; see
+// Exchange.Headers) leave out the client's fields they drop, the
+// Forwarded element too when they name its field, and add their own.
+// Names go out in canonical case (content-type -> Content-Type), which
+// HTTP/1.1 origins expect; a rule's as the configuration spells them.
+func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Parent, h *Headers) (_ []byte, chunked bool) {
 	method := r.Method
 	ws := r.WebSocketKey != ""
 	if ws {
@@ -77,6 +80,9 @@ func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Pare
 	var fwdValues []string
 	cookies := 0
 	for _, f := range r.Fields {
+		if h != nil && h.DropsRequestName(f.Name) {
+			continue
+		}
 		switch f.Name {
 		case "host", "content-length", "http2-settings":
 			continue
@@ -117,7 +123,7 @@ func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Pare
 		}
 		out = append(out, "\r\n"...)
 	}
-	if name := ForwardedName(c.cfg.Forwarded); name != "" && r.ClientAddr.IsValid() {
+	if name := ForwardedName(c.cfg.Forwarded); name != "" && r.ClientAddr.IsValid() && !h.DropsRequestName(fwdName) {
 		out = append(out, name...)
 		out = append(out, ": "...)
 		for _, v := range fwdValues {
@@ -143,6 +149,7 @@ func (c *Client) AppendFieldHead(out []byte, r *FieldRequest, parent *route.Pare
 		out = append(out, "Content-Length: 0\r\n"...)
 	}
 	out = AppendMaxForwards(out, r.MaxForwards)
+	out = h.AppendRequest(out)
 	// Via names the version of the message as received (RFC 9110
 	// §7.6.3).
 	switch {

@@ -62,6 +62,11 @@ type SquidConfig struct {
 	// ConnectPorts, when set, are the only ports CONNECT may reach (as
 	// Squid's default configuration allows 443 only); nil = any.
 	ConnectPorts []string
+	// RequireHeader, when set, is "Name regex": Squid refuses (403),
+	// before it asks for credentials, a request (CONNECT included) whose
+	// field Name is missing or does not match regex (a req_header acl),
+	// as a balancer in front of a parent may; "" = none.
+	RequireHeader string
 }
 
 // StartSquidWith is StartSquid with cfg.
@@ -85,6 +90,9 @@ func StartSquidWith(t testing.TB, cfg SquidConfig) *ExternalProxy {
 	var connect []string
 	if len(cfg.ConnectPorts) > 0 {
 		connect = []string{"acl connect_ports port " + strings.Join(cfg.ConnectPorts, " "), "http_access deny CONNECT !connect_ports"}
+	}
+	if cfg.RequireHeader != "" {
+		connect = append(connect, "acl required_header req_header "+cfg.RequireHeader, "http_access deny !required_header")
 	}
 	conf := filepath.Join(dir, "squid.conf")
 	writeFile(t, conf, []byte(strings.Join(slices.Concat([]string{

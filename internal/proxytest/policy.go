@@ -12,6 +12,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/authz"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/limits"
@@ -76,6 +77,8 @@ type PolicyConfig struct {
 	// HelloTimeout bounds the SNI check's wait for a ClientHello; 0 =
 	// 5s.
 	HelloTimeout time.Duration
+	// Authz is the decision service's client; nil = none.
+	Authz *authz.Client
 }
 
 // NewPolicy returns the policy cfg describes; it fails the test when the
@@ -93,6 +96,7 @@ func NewPolicy(t testing.TB, cfg PolicyConfig) *gate.Policy {
 		Logger:      cfg.Logger,
 		Quota:       cfg.Quota,
 		SNI:         cfg.SNI,
+		Authz:       cfg.Authz,
 	}
 	p.HelloTimeout = cfg.HelloTimeout
 	if p.HelloTimeout == 0 {

@@ -15,17 +15,18 @@ import (
 // maxReplyHead bounds an HTTP parent's answer to CONNECT.
 const maxReplyHead = 8 << 10
 
-// connectHTTP sends CONNECT for t with the parent's credentials and a Via
-// field that ends with t.Self's element (after t.Via), and reads its
-// answer. A parent that answers 508 (Loop Detected: a rustle that saw its
-// own element) is an *Error of kind Looped.
+// connectHTTP sends CONNECT for t with the parent's credentials, a Via
+// field that ends with t.Self's element (after t.Via) and t.Header's
+// field lines, and reads its answer. A parent that answers 508 (Loop
+// Detected: a rustle that saw its own element) is an *Error of kind
+// Looped.
 func (p *Parent) connectHTTP(c net.Conn, t Target) error {
 	host, err := p.hostOf(t)
 	if err != nil {
 		return err
 	}
 	hp := net.JoinHostPort(host, strconv.Itoa(int(t.Port)))
-	req := make([]byte, 0, 160+len(hp)*2+len(p.auth)+len(t.Via))
+	req := make([]byte, 0, 160+len(hp)*2+len(p.auth)+len(t.Via)+len(t.Header))
 	req = append(req, "CONNECT "...)
 	req = append(req, hp...)
 	req = append(req, " HTTP/1.1\r\nHost: "...)
@@ -40,7 +41,9 @@ func (p *Parent) connectHTTP(c net.Conn, t Target) error {
 		req = append(req, "\r\nProxy-Authorization: "...)
 		req = append(req, p.auth...)
 	}
-	req = append(req, "\r\n\r\n"...)
+	req = append(req, "\r\n"...)
+	req = append(req, t.Header...)
+	req = append(req, "\r\n"...)
 	if _, err := c.Write(req); err != nil {
 		return fmt.Errorf("send CONNECT: %w", err)
 	}

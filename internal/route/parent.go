@@ -296,6 +296,10 @@ type Target struct {
 	// Self is the rustle asking (see Instance); nil = the process's
 	// default instance.
 	Self *Instance
+	// Header is field lines, each "Name: value\r\n", that a CONNECT to
+	// an HTTP parent carries after rustle's own (the route's, see
+	// Route.ConnectHeader); "" = none. Other parents ignore it.
+	Header string
 }
 
 // Dial connects to the parent and asks it for a tunnel to t. The result

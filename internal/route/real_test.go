@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,4 +104,51 @@ func TestRealParents(t *testing.T) {
 			t.Errorf("error %q shows the password", err)
 		}
 	})
+}
+
+// TestRealParentConnectHeader checks a route's field lines on the
+// CONNECT to an http parent (Target.Header) against a Squid that refuses
+// a request without the field, as a balancer in front of it may: with
+// the field the tunnel opens, without it Squid refuses (403).
+func TestRealParentConnectHeader(t *testing.T) {
+	origin := banner(t)
+	host, portStr, _ := net.SplitHostPort(origin)
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	squid := proxytest.StartSquidWith(t, proxytest.SquidConfig{RequireHeader: "X-Balancer-Token ^lb-token$"})
+	d := proxytest.NewDialer(t, dialer.Config{Timeout: 5 * time.Second, Guard: dialer.NewGuard(nil)})
+	p, err := route.NewParent(proxytest.ParentDefaults(route.ParentConfig{Name: "sq",
+		URL: "http://" + proxytest.SquidUser + ":" + proxytest.SquidPassword + "@" + squid.Addr}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, header string
+		code         int // 0 = the tunnel opens
+	}{
+		{"with the field", "X-Balancer-Token: lb-token\r\nX-Other: 1\r\n", 0},
+		{"without", "", 403},
+		{"another value", "X-Balancer-Token: other\r\n", 403},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := p.Dial(context.Background(), d, route.Target{Host: host, Port: uint16(port), Header: tt.header})
+			if tt.code != 0 {
+				var e *route.Error
+				if !errors.As(err, &e) || e.Kind != route.Refused || e.Code != tt.code {
+					t.Fatalf("Dial = %v, want refused with %d", err, tt.code)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%v\n%s", err, squid.Output())
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(proxytest.DefaultTimeout))
+			if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "220 origin ready\r\n" {
+				t.Fatalf("greeting %q, %v", line, err)
+			}
+		})
+	}
 }

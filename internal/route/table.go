@@ -42,6 +42,11 @@ type RouteConfig struct {
 	// Resolver resolves the names of the route's direct destinations;
 	// nil = the dialer's.
 	Resolver dialer.Resolver
+	// ConnectHeader is field lines, each "Name: value\r\n", that the
+	// CONNECT rustle sends the route's http and https parents for a
+	// tunnel carries (the route's request_headers); "" = none. It may
+	// hold secrets: it is never logged.
+	ConnectHeader string
 }
 
 // Config is a route table as configured.
@@ -66,6 +71,17 @@ type Route struct {
 	fallback bool   // direct when every parent is down
 	source   *dialer.Source
 	resolver dialer.Resolver
+	connect  string // RouteConfig.ConnectHeader
+}
+
+// ConnectHeader returns the field lines the CONNECT to one of the route's
+// http parents carries (see RouteConfig.ConnectHeader); "" for none, and
+// for a nil Route.
+func (r *Route) ConnectHeader() string {
+	if r == nil {
+		return ""
+	}
+	return r.connect
 }
 
 // Source returns where the route's direct connections come from; nil
@@ -181,7 +197,7 @@ func NewAfter(cfg Config, prev *Table) (*Table, error) {
 		}
 		criteria[i] = rc.Match
 		criteria[i].Name = name
-		r := Route{name: name, source: rc.Source, resolver: rc.Resolver}
+		r := Route{name: name, source: rc.Source, resolver: rc.Resolver, connect: rc.ConnectHeader}
 		fail := func(key string, err error) {
 			errs = append(errs, fmt.Errorf("route: route %s: %s: %w", name, key, err))
 		}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/x509"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,59 +34,86 @@ import (
 // exchangeFrontEnd is one way a client sends a forwarded request.
 type exchangeFrontEnd struct {
 	name string
-	// get sends GET target through the proxy as user (password "pw"),
-	// on a connection of its own, and returns the status and body.
-	get func(t *testing.T, r *exchangeRig, target, user string) (int, string)
+	// send sends req through the proxy as user (password "pw"), with
+	// req's fields, on a connection of its own, and returns the answer.
+	send func(t *testing.T, r *exchangeRig, req *http.Request, user string) exchangeAnswer
+}
+
+// exchangeAnswer is the answer a front-end's client got.
+type exchangeAnswer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// get sends GET target through the proxy as user (password "pw"), on a
+// connection of its own, and returns the status and body.
+func (fe exchangeFrontEnd) get(t *testing.T, r *exchangeRig, target, user string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", target, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := fe.send(t, r, req, user)
+	return a.status, a.body
 }
 
 var exchangeFrontEnds = []exchangeFrontEnd{
-	{"http", func(t *testing.T, r *exchangeRig, target, user string) (int, string) {
+	{"http", func(t *testing.T, r *exchangeRig, req *http.Request, user string) exchangeAnswer {
 		c := proxytest.Dial(t, r.addrs["plain"])
 		defer c.Close()
-		u, err := url.Parse(target)
-		if err != nil {
-			t.Fatal(err)
+		var b strings.Builder
+		b.WriteString(req.Method + " " + req.URL.String() + " HTTP/1.1\r\nHost: " + req.URL.Host +
+			"\r\nProxy-Authorization: " + basicValue(user, "pw") + "\r\n")
+		for name, vs := range req.Header {
+			for _, v := range vs {
+				b.WriteString(name + ": " + v + "\r\n")
+			}
 		}
-		resp, _ := c.RoundTrip("GET " + target + " HTTP/1.1\r\nHost: " + u.Host +
-			"\r\nProxy-Authorization: " + basicValue(user, "pw") + "\r\n\r\n")
-		return resp.Status, string(resp.Body)
+		resp, _ := c.RoundTrip(b.String() + "\r\n")
+		h := make(http.Header)
+		for _, f := range resp.Header {
+			h.Add(f.Name, f.Value)
+		}
+		return exchangeAnswer{resp.Status, h, string(resp.Body)}
 	}},
-	{"h2", func(t *testing.T, r *exchangeRig, target, user string) (int, string) {
+	{"h2", func(t *testing.T, r *exchangeRig, req *http.Request, user string) exchangeAnswer {
 		cc := (&authRig{addr: r.addrs, roots: r.roots}).dialH2(t)
 		defer cc.Close()
-		return exchangeGet(t, cc.RoundTrip, target, user)
+		return exchangeDo(t, cc.RoundTrip, req, user)
 	}},
-	{"h3", func(t *testing.T, r *exchangeRig, target, user string) (int, string) {
+	{"h3", func(t *testing.T, r *exchangeRig, req *http.Request, user string) exchangeAnswer {
 		qc, cc := dialH3(t, r.addrs["tls"], r.roots)
 		defer qc.CloseWithError(0, "")
-		return exchangeGet(t, cc.RoundTrip, target, user)
+		return exchangeDo(t, cc.RoundTrip, req, user)
 	}},
 }
 
-// exchangeGet sends GET target with user's credentials through roundTrip
-// (an HTTP/2 or HTTP/3 client connection's).
-func exchangeGet(t *testing.T, roundTrip func(*http.Request) (*http.Response, error), target, user string) (int, string) {
+// exchangeDo sends req with user's credentials through roundTrip (an
+// HTTP/2 or HTTP/3 client connection's).
+func exchangeDo(t *testing.T, roundTrip func(*http.Request) (*http.Response, error), req *http.Request, user string) exchangeAnswer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", target, nil)
+	req = req.WithContext(ctx)
 	req.Header.Set("Proxy-Authorization", basicValue(user, "pw"))
 	resp, err := roundTrip(req)
 	if err != nil {
-		t.Fatalf("GET %s: %v", target, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return exchangeAnswer{resp.StatusCode, resp.Header, string(body)}
 }
 
 // exchangeRig is a rustle with a plain listener and an https listener with
 // HTTP/3 on, users alice and bob (password "pw"), loopback origins
-// allowed.
+// allowed, its access log and its own log at debug level kept.
 type exchangeRig struct {
 	addrs  map[string]string
 	roots  *x509.CertPool
 	access *logBuffer
+	log    *logBuffer // the server's own log, at debug level
 	s      *Server
 }
 
@@ -105,8 +135,9 @@ func startExchangeRig(t *testing.T, modify func(c *config.Config)) *exchangeRig 
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	r := &exchangeRig{roots: roots, access: &logBuffer{}}
-	r.s, r.addrs = startLogged(t, cfg, nil, r.access)
+	r := &exchangeRig{roots: roots, access: &logBuffer{}, log: &logBuffer{}}
+	logger := slog.New(slog.NewTextHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r.s, r.addrs = startLogged(t, cfg, logger, r.access)
 	return r
 }
 
@@ -280,6 +311,136 @@ func TestExchangeConformance(t *testing.T) {
 					t.Errorf("record %+v, want 502, reason upstream-failed", rec)
 				}
 			})
+			t.Run("header rules", func(t *testing.T) {
+				// The route's rules apply to every request, the
+				// [[header_rules]] entry's to bob's after them: the
+				// origin gets the route's field from a file, no
+				// X-Forwarded-For (the client's nor rustle's), bob's
+				// team beside the client's, never the client's
+				// Proxy-Authorization; the client gets the response
+				// less the field the route removes, with the fields the
+				// rules add. The file's value is in neither log, a
+				// failed request's included.
+				const secret = "route-s3cr3t-7f1d"
+				o := startHeaderOrigin(t)
+				file := filepath.Join(t.TempDir(), "key")
+				if err := os.WriteFile(file, []byte(secret+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				r := startExchangeRig(t, func(c *config.Config) {
+					c.Forwarded = "x-forwarded-for"
+					c.Routes = []config.Route{{Name: "all", Via: config.Strings{"direct"},
+						RequestHeaders:  config.HeaderEdit{Set: map[string]string{"X-Route-Key": "{file:" + file + "}"}, Remove: []string{"X-Forwarded-For"}},
+						ResponseHeaders: config.HeaderEdit{Set: map[string]string{"X-Route": "all"}, Remove: []string{"X-Remove-Me"}}}}
+					c.HeaderRules = []config.HeaderRule{{Name: "bob", Criteria: config.Criteria{Who: config.Who{Users: []string{"bob"}}},
+						RequestHeaders:  config.HeaderEdit{Add: map[string]string{"X-Team": "devs"}},
+						ResponseHeaders: config.HeaderEdit{Add: map[string]string{"X-Rule": "bob"}}}}
+				})
+				for _, tc := range []struct {
+					user, team, rule string
+				}{{"alice", "client", ""}, {"bob", "client|devs", "bob"}} {
+					req, _ := http.NewRequest("GET", o.url+"/h", nil)
+					req.Header.Set("X-Forwarded-For", "198.51.100.7")
+					req.Header.Set("X-Team", "client")
+					a := fe.send(t, r, req, tc.user)
+					if a.status != 200 || a.body != "origin" {
+						t.Fatalf("%s's GET: %d %q", tc.user, a.status, a.body)
+					}
+					got := o.last()
+					if v := got.Get("X-Route-Key"); v != secret {
+						t.Errorf("%s: the origin got X-Route-Key %q, want the file's value", tc.user, v)
+					}
+					if v, ok := got["X-Forwarded-For"]; ok {
+						t.Errorf("%s: the origin got X-Forwarded-For %q, want none", tc.user, v)
+					}
+					if v, ok := got["Proxy-Authorization"]; ok {
+						t.Errorf("%s: the origin got Proxy-Authorization %q", tc.user, v)
+					}
+					if v := strings.Join(got.Values("X-Team"), "|"); v != tc.team {
+						t.Errorf("%s: the origin got X-Team %q, want %q", tc.user, v, tc.team)
+					}
+					if v := a.header.Values("X-Remove-Me"); len(v) > 0 {
+						t.Errorf("%s: the client got X-Remove-Me %q, want none", tc.user, v)
+					}
+					if v := strings.Join(a.header.Values("X-Route"), "|"); v != "all" {
+						t.Errorf("%s: the client got X-Route %q, want the route's alone", tc.user, v)
+					}
+					if v := a.header.Get("X-Kept"); v != "1" {
+						t.Errorf("%s: the client got X-Kept %q, want the origin's", tc.user, v)
+					}
+					if v := a.header.Get("X-Rule"); v != tc.rule {
+						t.Errorf("%s: the client got X-Rule %q, want %q", tc.user, v, tc.rule)
+					}
+				}
+				if code, _ := fe.get(t, r, "http://"+proxytest.ClosedPort(t)+"/down", "alice"); code != 502 {
+					t.Errorf("GET of a closed port: %d, want 502", code)
+				}
+				lastRecord(t, r.access, 3)
+				if strings.Contains(r.access.String(), secret) || strings.Contains(r.log.String(), secret) {
+					t.Errorf("a log shows the rule's value:\naccess log:\n%s\nlog:\n%s", r.access, r.log)
+				}
+				if !strings.Contains(r.log.String(), "level=DEBUG") {
+					t.Errorf("the server logged nothing at debug level; the check of its log proves nothing:\n%s", r.log)
+				}
+			})
+			t.Run("header rules through squid", func(t *testing.T) {
+				// Squid refuses a request without the field a rule of
+				// the route sets (as a balancer in front of it might):
+				// the field reaches Squid, and through it the origin.
+				const token = "lb-7c2e"
+				o := startHeaderOrigin(t)
+				squid := proxytest.StartSquidWith(t, proxytest.SquidConfig{RequireHeader: "X-Balancer-Token ^" + token + "$"})
+				r := startExchangeRig(t, func(c *config.Config) {
+					c.Parents = []config.Parent{{Name: "squid", URL: "http://" + proxytest.SquidUser + ":" + proxytest.SquidPassword + "@" + squid.Addr}}
+					c.Routes = []config.Route{{Name: "lb", Via: config.Strings{"squid"},
+						RequestHeaders: config.HeaderEdit{Set: map[string]string{"X-Balancer-Token": token}}}}
+				})
+				if code, body := fe.get(t, r, o.url+"/sq", "alice"); code != 200 || body != "origin" {
+					t.Fatalf("GET: %d %q", code, body)
+				}
+				if v := o.last().Get("X-Balancer-Token"); v != token {
+					t.Errorf("the origin got X-Balancer-Token %q through Squid, want %q", v, token)
+				}
+				if rec := lastRecord(t, r.access, 1); rec.Parent != "squid" || rec.Status != 200 {
+					t.Errorf("record %+v, want 200 through parent squid", rec)
+				}
+			})
 		})
 	}
+}
+
+// headerOrigin is an origin that keeps the fields of the last request it
+// got, and answers "origin" with the fields Server: o, X-Remove-Me: 1,
+// X-Route: origin and X-Kept: 1.
+type headerOrigin struct {
+	url  string
+	mu   sync.Mutex
+	seen http.Header // guarded by mu
+}
+
+// startHeaderOrigin starts a headerOrigin, closed by t.Cleanup.
+func startHeaderOrigin(t *testing.T) *headerOrigin {
+	t.Helper()
+	o := &headerOrigin{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.mu.Lock()
+		o.seen = r.Header.Clone()
+		o.mu.Unlock()
+		h := w.Header()
+		h.Set("Server", "o")
+		h.Set("X-Remove-Me", "1")
+		h.Set("X-Route", "origin")
+		h.Set("X-Kept", "1")
+		io.WriteString(w, "origin")
+	}))
+	t.Cleanup(srv.Close)
+	o.url = srv.URL
+	return o
+}
+
+// last returns the fields of the last request the origin got.
+func (o *headerOrigin) last() http.Header {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.seen
 }

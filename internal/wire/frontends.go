@@ -124,6 +124,7 @@ func (b *builder) policy(i int, log *slog.Logger) (*gate.Policy, error) {
 		Cut:        env.Cut,
 		Quota:      env.Quota,
 		Instance:   env.Instance,
+		Authz:      b.g.Authz,
 
 		HelloTimeout: cfg.Timeouts.ClientHello.Duration,
 	}
@@ -181,15 +182,20 @@ func (b *builder) https(l *Listener, pc httpproxy.Config, reuse map[tlsKey][]*tl
 }
 
 // origin makes the origin client every listener's front-ends share: how
-// forwarded requests go upstream.
+// forwarded requests go upstream, with the header rules.
 func (b *builder) origin() error {
 	cfg := b.cfg
+	headers, err := b.compileHeaderRules()
+	if err != nil {
+		return err
+	}
 	oc, err := origin.New(origin.Config{
 		Forwarded:             cfg.Forwarded,
 		Via:                   cfg.Via,
 		MaxHeaderBytes:        cfg.MaxHeaderBytes,
 		ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.Duration,
 		WriteTimeout:          cfg.Timeouts.Write.Duration,
+		Headers:               headers,
 	})
 	if err != nil {
 		return fmt.Errorf("wire: %w", err)

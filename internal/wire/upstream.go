@@ -237,6 +237,9 @@ func (b *builder) newRoutes(prev *route.Table) (*route.Table, error) {
 		if err := b.withLists(key, r.Criteria, &rc.Routes[i].Match); err != nil {
 			return nil, err
 		}
+		if i < len(b.routeHeaders) {
+			rc.Routes[i].ConnectHeader = string(b.routeHeaders[i].Request.AppendFields(nil))
+		}
 		if e := r.Egress; e.Set() {
 			src, err := newSource(cfg, key+".egress", dialer.SourceConfig{Bind: e.Bind, Interface: e.Interface, Freebind: e.Freebind})
 			if err != nil {

@@ -14,7 +14,8 @@
 // returns, and calls Build again on a reload with the [Generation] in
 // use, whose parts the new configuration leaves unchanged are carried
 // over (the limiter and its counts, the resolver and its cache, the TLS
-// managers, the parents and their health).
+// managers, the parents and their health, the decision service's client
+// and its cache).
 package wire
 
 import (
@@ -28,6 +29,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/admin"
 	"github.com/rustle-proxy/rustle/internal/auth"
+	"github.com/rustle-proxy/rustle/internal/authz"
 	"github.com/rustle-proxy/rustle/internal/cluster"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/dialer"
@@ -127,6 +129,10 @@ type Generation struct {
 	// URLs' as Env.Lists holds them; ListConfig is how they load.
 	Lists      []*acl.List
 	ListConfig lists.Config
+	// Authz asks the [authz] decision service; nil = none.
+	Authz *authz.Client
+
+	authzToken string // the bearer token Authz sends, to tell whether a reload changed it
 
 	created []*tlsconf.Manager // TLS managers this build made rather than took from the previous generation
 }
@@ -192,9 +198,11 @@ func Build(cfg *config.Config, env *Env, prev *Generation) (*Generation, error) 
 		b.resolver,    // [dns]
 		b.dialer,      // timeouts.connect, socket buffers, the guard and the resolver
 		b.egress,      // [egress]
+		b.headers,     // the routes' and [[header_rules]]' header rules, their {file:} values read
 		b.routes,      // [[parents]], [[routes]]
 		b.origin,      // forwarded, via, max_header_bytes, timeouts: how requests go upstream
 		b.pac,         // [pac]: the file some listeners serve
+		b.authz,       // [authz]: the decision service
 		b.listeners,   // [[listen]]: policies and front-ends
 	} {
 		if err := step(); err != nil {
@@ -255,6 +263,9 @@ type builder struct {
 	egressT   egressTable                    // [egress] and its rules
 	oc        *origin.Client                 // how every listener's front-ends talk to upstreams
 	pacFile   *pac.PAC                       // [pac]'s file; nil = none
+
+	routeHeaders []origin.HeaderRule // each of cfg.Routes' header rules, values read
+	headerRules  []origin.HeaderRule // [[header_rules]], values read
 }
 
 // tlsKey is what a TLS manager is made from: a listener's TLS files,
