@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
-	"github.com/rustle-proxy/rustle/internal/httpproxy"
-	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/transparent"
 )
@@ -30,17 +28,9 @@ func TestSilentConnectionMemory(t *testing.T) {
 		t.Skip("holds 500 connections")
 	}
 	const conns = 500
-	oc, err := origin.New(origin.Config{Forwarded: "none", MaxHeaderBytes: 64 << 10, ResponseHeaderTimeout: time.Minute, WriteTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hp, err := httpproxy.New(httpproxy.Config{Origin: oc, ReadHeaderTimeout: time.Minute, IdleTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// TPROXY's original destination is the local address: here the
 	// listener's own, never dialled, as no connection speaks.
-	srv, err := transparent.New(transparent.Config{Proxy: hp, TProxy: true, FirstBytes: time.Minute})
+	srv, err := transparent.New(transparent.Config{Proxy: newHTTPProxy(t), TProxy: true, FirstBytes: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
