@@ -150,6 +150,7 @@ type Grant struct {
 	sni          string      // the access log's sni field: the server name, or why there is none ("[not-tls]")
 
 	original netip.AddrPort // Request.Original: a transparent request's pinned destination
+	ownDial  *addrPair      // its direct upstream connection's ends, in ownDials until the request or its tunnel ends; nil = none
 	// The decision service (see authz.go).
 	authzHeaders []authz.Header // the fields its answer adds to a forwarded request; nil = none
 	authzBuf     []byte         // where the document is built; kept by reset
@@ -497,7 +498,11 @@ func (g *Grant) dial(ctx context.Context, tcpOnly bool) (net.Conn, error) {
 			g.source = localAddrPort(tc)
 		}
 		if g.original.IsValid() {
-			noteOwnDial(tc) // a redirect rule that catches it brings it back: see ComesBack
+			// A redirect rule that catches it brings it back: see
+			// ComesBack. A retried request's earlier upstream is
+			// closed.
+			forgetOwnDial(g.ownDial)
+			g.ownDial = noteOwnDial(tc)
 		}
 	}
 	return c, nil
@@ -755,6 +760,8 @@ func (g *Grant) Hold() Kind {
 // end gives back what the grant holds.
 func (g *Grant) end() {
 	g.finished = true
+	forgetOwnDial(g.ownDial)
+	g.ownDial = nil
 	switch g.hold {
 	case holdCovered:
 		g.s.mu.Lock()

@@ -33,64 +33,59 @@ func (g *Grant) pin(ar *acl.Request) {
 // zero AddrPort for any other.
 func (g *Grant) Original() netip.AddrPort { return g.original }
 
-// ownDialSweep is how often the closed connections are swept out of
-// ownDials.
-const ownDialSweep = 10 * time.Second
-
-// ownDials are the upstream connections rustle dialled directly for
-// transparent requests, by their local and remote addresses, while they
-// are open (closed ones are swept out every ownDialSweep). A redirect
-// rule that catches rustle's own traffic (no egress.mark, or rules that
-// do not skip it) sends such a connection back to a transparent
-// listener: its client address is the local end, its original
-// destination the remote one, and it is refused as a loop (see
-// Session.ComesBack) rather than dialled again, and again. While the
-// connection is open no other can have those two ends, so a client
-// whose port the kernel gave a closed one's before is never taken for
-// it.
+// ownDials are the ends (local and remote addresses) of the upstream
+// connections rustle dialled directly for transparent requests, from
+// the dial until the request, or the tunnel it became, ends (the
+// grant's end, or the engine's: a tunnel on the splice engine holds a
+// duplicate of the socket, its net.TCPConn closed). A redirect rule
+// that catches rustle's own traffic (no egress.mark, or rules that do
+// not skip it) sends such a connection back to a transparent listener:
+// its client address is the local end, its original destination the
+// remote one, and it is refused as a loop (see Session.ComesBack) rather
+// than dialled again, and again. Until the connection ends no other can
+// have those two ends, so a client whose port the kernel gave an ended
+// one's before is never taken for it.
 var ownDials struct {
-	mu   sync.Mutex
-	m    map[addrPair]*net.TCPConn // guarded by mu
-	next time.Time                 // when the map is swept next; guarded by mu
+	mu sync.Mutex
+	m  map[addrPair]struct{} // guarded by mu
 }
 
 // addrPair is a connection's two ends.
 type addrPair struct{ local, remote netip.AddrPort }
 
 // noteOwnDial remembers c, an upstream connection dialled for a
-// transparent request.
-func noteOwnDial(c *net.TCPConn) {
-	k := addrPair{local: localAddrPort(c), remote: remoteAddrPort(c)}
+// transparent request, and returns its ends for forgetOwnDial (nil when
+// it has none).
+func noteOwnDial(c *net.TCPConn) *addrPair {
+	k := &addrPair{local: localAddrPort(c), remote: remoteAddrPort(c)}
 	if !k.local.IsValid() {
-		return
+		return nil
 	}
-	now := time.Now()
 	d := &ownDials
 	d.mu.Lock()
 	if d.m == nil {
-		d.m = make(map[addrPair]*net.TCPConn)
+		d.m = make(map[addrPair]struct{})
 	}
-	if now.After(d.next) {
-		for p, oc := range d.m {
-			if !isOpen(oc) {
-				delete(d.m, p)
-			}
-		}
-		d.next = now.Add(ownDialSweep)
-	}
-	d.m[k] = c
+	d.m[*k] = struct{}{}
 	d.mu.Unlock()
+	return k
 }
 
-// isOpen reports whether c has not been closed.
-func isOpen(c *net.TCPConn) bool {
-	rc, err := c.SyscallConn()
-	return err == nil && rc.Control(func(uintptr) {}) == nil
+// forgetOwnDial forgets k, what noteOwnDial returned, once its
+// connection has ended; nil is none.
+func forgetOwnDial(k *addrPair) {
+	if k == nil {
+		return
+	}
+	d := &ownDials
+	d.mu.Lock()
+	delete(d.m, *k)
+	d.mu.Unlock()
 }
 
 // ComesBack reports whether the session's connection, to a transparent
 // listener with the original destination orig, is one of rustle's own
-// upstream connections, open now, redirected back to it: a loop, which
+// upstream connections, not ended, redirected back to it: a loop, which
 // the front-end refuses (and warns of: the redirect rules do not skip
 // rustle's traffic).
 func (s *Session) ComesBack(orig netip.AddrPort) bool {
@@ -98,9 +93,9 @@ func (s *Session) ComesBack(orig netip.AddrPort) bool {
 	k.local = netip.AddrPortFrom(k.local.Addr().Unmap(), k.local.Port())
 	d := &ownDials
 	d.mu.Lock()
-	c, ok := d.m[k]
+	_, ok := d.m[k]
 	d.mu.Unlock()
-	return ok && isOpen(c)
+	return ok
 }
 
 // RefuseLoop logs and counts r, a transparent connection that

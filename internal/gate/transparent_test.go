@@ -15,10 +15,11 @@ import (
 // TestTransparentPinned checks a transparent request: it is dialled at
 // its original destination whatever its Host names (a name, or an IP
 // literal of another address, which the rules then do not see), and
-// the connection it dialled is taken for a loop while it is open, by a
-// session whose client is its local end, for its remote end, and no
-// longer once it is closed (a client given the same port afterwards is
-// no loop).
+// the connection it dialled is taken for a loop until the request ends
+// (closed or not: a tunnel's socket may live on the splice engine after
+// its net.TCPConn is closed), by a session whose client is its local
+// end, for its remote end, and no longer once it has ended (a client
+// given the same port afterwards is no loop).
 func TestTransparentPinned(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -62,10 +63,13 @@ func TestTransparentPinned(t *testing.T) {
 			t.Errorf("Host %q: another port is taken for a loop", host)
 		}
 		c.Close()
-		if back.ComesBack(orig) {
-			t.Errorf("Host %q: a closed upstream's ends are still taken for a loop", host)
+		if !back.ComesBack(orig) {
+			t.Errorf("Host %q: the upstream of a request not ended is not taken for a loop", host)
 		}
 		g.Finish(0, 0)
+		if back.ComesBack(orig) {
+			t.Errorf("Host %q: an ended request's upstream is still taken for a loop", host)
+		}
 		s.Close()
 		back.Close()
 	}
