@@ -148,3 +148,34 @@ func TestSNICheck(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstBytesBound checks that timeouts.client_hello (FirstBytes)
+// bounds a connection's first bytes as a whole: a client that sends the
+// first byte of a TLS record late within it, and no more, is refused
+// (sni = "match": its hello is incomplete) once it has run out, not
+// given the whole timeout again from that byte.
+func TestFirstBytesBound(t *testing.T) {
+	const first = time.Second
+	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{SNI: sni.Match, Default: acl.Allow})
+	srv, err := transparent.New(transparent.Config{Proxy: newHTTPProxy(t), TProxy: true, FirstBytes: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := proxytest.StartProxy(t, p, func(c *net.TCPConn, s *gate.Session) { srv.ServeConn(c, s) })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	c.SetDeadline(start.Add(10 * time.Second))
+	time.Sleep(first * 3 / 4) // the client's own pace, not a wait for the server
+	if _, err := c.Write([]byte{0x16}); err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(c) // the alert, then the close
+	// The whole timeout again from the byte would close it at 1.75 s.
+	if took := time.Since(start); took > first*3/2 {
+		t.Errorf("closed after %v; want about %v", took.Round(time.Millisecond), first)
+	}
+}

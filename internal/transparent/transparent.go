@@ -109,7 +109,12 @@ func (s *Server) ServeConn(c *net.TCPConn, sess *gate.Session) {
 		c.Close()
 		return
 	}
-	kind, n, perr := s.sniff(sess.Context(), c)
+	// One deadline for the first bytes, sniffed and then read.
+	var deadline time.Time
+	if t := s.cfg.FirstBytes; t > 0 {
+		deadline = time.Now().Add(t)
+	}
+	kind, n, perr := s.sniff(sess.Context(), c, deadline)
 	if kind == kindNothing {
 		// The client closed, or a shutdown came, before a byte.
 		c.Close()
@@ -126,7 +131,7 @@ func (s *Server) ServeConn(c *net.TCPConn, sess *gate.Session) {
 		s.cfg.Proxy.ServeTransparent(c, sess, orig)
 		return
 	}
-	s.tunnel(c, sess, orig, kind, n, perr)
+	s.tunnel(c, sess, orig, deadline, kind, n, perr)
 }
 
 // original returns c's original destination: its local address on a
@@ -188,16 +193,14 @@ const (
 	kindOther          // anything else, or nothing within FirstBytes
 )
 
-// sniff waits, within FirstBytes and no longer than ctx lives, for c's
-// first bytes, and says what they begin, leaving them unread; n is how
-// many of them it saw (at least one unless kind is kindNothing or the
-// wait timed out). err is why the wait ended before they told (a
-// timeout: a silent client, or one that sent the start of a method and
-// no more).
-func (s *Server) sniff(ctx context.Context, c *net.TCPConn) (kind, n int, err error) {
-	if t := s.cfg.FirstBytes; t > 0 {
-		c.SetReadDeadline(time.Now().Add(t))
-	}
+// sniff waits, until deadline (zero: none) and no longer than ctx
+// lives, for c's first bytes, and says what they begin, leaving them
+// unread; n is how many of them it saw (at least one unless kind is
+// kindNothing or the wait timed out). err is why the wait ended before
+// they told (a timeout: a silent client, or one that sent the start of
+// a method and no more).
+func (s *Server) sniff(ctx context.Context, c *net.TCPConn, deadline time.Time) (kind, n int, err error) {
+	c.SetReadDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
 	kind, n, err = peekKind(c)
 	if !stop() {
@@ -211,22 +214,23 @@ func (s *Server) sniff(ctx context.Context, c *net.TCPConn) (kind, n int, err er
 }
 
 // readFirst reads a tunnel's first bytes into a buffer of firstBufs
-// (within FirstBytes): the whole ClientHello when they begin a TLS
-// handshake (h, and err sni.Read's verdict on it), what has come
-// otherwise (seen, sniff's n, bytes at least: nothing after a silent
-// wait, sniffed its error).
-func (s *Server) readFirst(c *net.TCPConn, kind, seen int, sniffed error) (b []byte, h sni.Hello, err error) {
+// until deadline, sniff's (zero: none): the whole ClientHello when they
+// begin a TLS handshake (h, and err sni.Read's verdict on it), what has
+// come otherwise (seen, sniff's n, bytes at least: nothing after a
+// silent wait, sniffed its error).
+func (s *Server) readFirst(c *net.TCPConn, deadline time.Time, kind, seen int, sniffed error) (b []byte, h sni.Hello, err error) {
 	buf := firstBufs.Get().(*[firstRead]byte)
-	if t := s.cfg.FirstBytes; t > 0 {
-		c.SetReadDeadline(time.Now().Add(t))
-	}
+	c.SetReadDeadline(deadline)
 	defer c.SetReadDeadline(time.Time{})
 	switch {
 	case kind == kindTLS:
 		b, h, err = sni.Read(c, buf[:0])
 	case seen > 0:
+		// They are there: the read does not wait, and must not fail
+		// for a deadline sniff ran out.
+		c.SetReadDeadline(time.Time{})
 		var n int
-		n, err = c.Read(buf[:]) // they are there: it does not wait
+		n, err = c.Read(buf[:])
 		b = buf[:n]
 	default:
 		b, err = buf[:0], sniffed
@@ -283,15 +287,15 @@ func isTimeout(err error) bool {
 var tlsAlertAccessDenied = []byte{0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31}
 
 // tunnel serves a connection that is no HTTP (kind, seen and sniffed as
-// sniff said): a TLS one, whose ClientHello, read whole, names the host,
+// sniff said, its first bytes due by deadline): a TLS one, whose ClientHello, read whole, names the host,
 // or another (b its first bytes, maybe none). It is authorized as
 // a tunnel to orig (method CONNECT, the name or the address and the
 // port as its target), its hello checked (the SNI check's mode; a
 // connection that is no TLS is "[not-tls]"), dialled, and relayed with
 // b sent first. A refusal closes it (a TLS client after an access_denied
 // alert): the log's status is the one the refusal stands for.
-func (s *Server) tunnel(c *net.TCPConn, sess *gate.Session, orig netip.AddrPort, kind, seen int, sniffed error) {
-	b, h, herr := s.readFirst(c, kind, seen, sniffed)
+func (s *Server) tunnel(c *net.TCPConn, sess *gate.Session, orig netip.AddrPort, deadline time.Time, kind, seen int, sniffed error) {
+	b, h, herr := s.readFirst(c, deadline, kind, seen, sniffed)
 	defer putFirst(b)
 	if kind != kindTLS {
 		herr = fmt.Errorf("transparent: first bytes: %w", sni.ErrNotTLS)
