@@ -143,7 +143,7 @@ func TestBrowser(t *testing.T) {
 			run := driveRun{
 				Name:        tc.name,
 				UserDataDir: filepath.Join(dir, "profile"),
-				Proxy: driveProxy{
+				Proxy: &driveProxy{
 					Server:   tc.proxy,
 					Username: browserUser,
 					Password: browserPass,
@@ -369,12 +369,12 @@ type drivePlan struct {
 
 // driveRun is one Chromium launch with its pages.
 type driveRun struct {
-	Name              string     `json:"name"`
-	UserDataDir       string     `json:"userDataDir"`
-	Proxy             driveProxy `json:"proxy"`
-	IgnoreHTTPSErrors bool       `json:"ignoreHTTPSErrors"`
-	Args              []string   `json:"args"`
-	Pages             []string   `json:"pages"`
+	Name              string      `json:"name"`
+	UserDataDir       string      `json:"userDataDir"`
+	Proxy             *driveProxy `json:"proxy,omitempty"` // nil: none (Chromium's own flags, a PAC URL, decide)
+	IgnoreHTTPSErrors bool        `json:"ignoreHTTPSErrors"`
+	Args              []string    `json:"args"`
+	Pages             []string    `json:"pages"`
 }
 
 // driveProxy is Playwright's proxy option.

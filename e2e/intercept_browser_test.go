@@ -125,7 +125,7 @@ request_headers = { set = { Authorization = "Bearer entry", X-Team = "e2e" } }
 			run := driveRun{
 				Name:        tc.name,
 				UserDataDir: filepath.Join(dir, "profile"),
-				Proxy:       driveProxy{Server: tc.proxy, Bypass: bypassHostNames},
+				Proxy:       &driveProxy{Server: tc.proxy, Bypass: bypassHostNames},
 				Args: []string{"--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 					"--disable-background-networking", "--disable-component-update", "--disable-sync",
 					"--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"},

@@ -26,6 +26,13 @@ command -v certutil >/dev/null 2>&1 || need+=(libnss3-tools)
 # ip (iproute2) for the network namespaces internal/server's
 # TestEgressNetns makes.
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# nft (nftables) for the REDIRECT and TPROXY rules internal/server's
+# TestTransparentNetns writes in the namespaces it makes; Debian's
+# Python (/usr/bin/python3) for its Python client, and python3-pacparser
+# for internal/pac's tests, which evaluate PAC files with it.
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need+=(nftables)
+[ -x /usr/bin/python3 ] || need+=(python3)
+/usr/bin/python3 -c 'import pacparser' >/dev/null 2>&1 || need+=(python3-pacparser)
 # redis-server for the cluster tests (internal/server/cluster_test.go,
 # clusterha_test.go): two instances sharing quotas and limits through a
 # Redis each test starts, one server, a master with a replica and three

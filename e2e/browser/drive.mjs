@@ -13,6 +13,7 @@
 //       "name": "https-proxy",
 //       "userDataDir": "/tmp/...",   // fresh, empty; one per run
 //       "proxy": {"server": "https://127.0.0.1:PORT", "username": "u", "password": "p", "bypass": "<-loopback>"},
+//                                    // (optional: without it Chromium follows its args, a --proxy-pac-url)
 //       "ignoreHTTPSErrors": true,
 //       "args": ["--disable-gpu", ...],
 //       "pages": ["http://127.0.0.1:PORT/page", ...]

@@ -53,6 +53,12 @@ const (
 	// ProtoH3 is a request, tunnel or CONNECT-UDP flow carried in an
 	// HTTP/3 stream.
 	ProtoH3
+	// ProtoTransparent is a connection the kernel redirected to a
+	// transparent listener: an HTTP request on it (its method, and the
+	// URL its Host and path make), or the tunnel it became (method
+	// CONNECT, target the TLS server name or the original destination,
+	// and its port).
+	ProtoTransparent
 )
 
 var protoNames = [...]string{
@@ -64,11 +70,13 @@ var protoNames = [...]string{
 	ProtoSOCKS5UDP: "socks5-udp",
 	ProtoSOCKS4:    "socks4",
 	ProtoH3:        "h3",
+
+	ProtoTransparent: "transparent",
 }
 
 // String returns the protocol's name as logged: "http", "connect",
-// "websocket", "h2", "socks5", "socks5-udp", "socks4", "h3", or "-" for the zero value
-// and unknown values.
+// "websocket", "h2", "socks5", "socks5-udp", "socks4", "h3",
+// "transparent", or "-" for the zero value and unknown values.
 func (p Protocol) String() string {
 	if int(p) < len(protoNames) && protoNames[p] != "" {
 		return protoNames[p]
@@ -189,6 +197,16 @@ type Record struct {
 	// when unset); JSON lines as "intercepted": true, only when it is
 	// set; templates as {intercepted} ("intercepted", or "-").
 	Intercepted bool
+	// Original is the destination a transparent listener's client
+	// connected to before the kernel redirected the connection (see
+	// ProtoTransparent); zero for every other protocol. Text lines carry
+	// it as the 21st field, only when it is set (the optional fields before
+	// it "-" when unset); JSON lines as "orig_dst", only when it
+	// is set; templates as {orig_dst}. The squid, common and combined
+	// formats name the host the client gave (Target) and, in Squid's
+	// hierarchy field, the address rustle connected to (Upstream):
+	// a template adds it to them ("{squid} {orig_dst}").
+	Original netip.AddrPort
 }
 
 // The reasons of a [Record]: short, fixed words an operator can grep
@@ -324,6 +342,11 @@ const (
 	// another host (Host, :authority) than the one the tunnel's
 	// certificate was minted for: 421.
 	ReasonMisdirected = "misdirected"
+	// ReasonNotRedirected: a connection to a transparent listener had no
+	// original destination (it was not redirected: the conntrack has
+	// none, or it names one of rustle's own listening addresses), and
+	// was closed unanswered.
+	ReasonNotRedirected = "not-redirected"
 	// ReasonAuthzDenied: the decision service ([authz]) refused the
 	// request the access rules allowed (Rule names the rule that did):
 	// 403 (SOCKS5: not allowed), or, for a tunnel decided with its
@@ -344,22 +367,21 @@ const (
 	// FormatText is the compact positional format, one line per record,
 	// fields separated by one space in the order of [Record]'s fields:
 	//
-	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [SOURCE [ROUTE PARENT [WOULD_DENY [SNI [INTERCEPTED]]]]]]
+	//	TIME LISTENER CLIENT USER PROTOCOL METHOD TARGET STATUS UP DOWN DURATION_MS UPSTREAM RULE [REASON [SOURCE [ROUTE PARENT [WOULD_DENY [SNI [INTERCEPTED [ORIG_DST]]]]]]]
 	//
 	// Empty fields are "-"; bytes outside '!'..'~', '\' and a value of
 	// exactly "-" are escaped as \xHH, so a field never holds a space and
 	// every line splits into exactly 13 fields, 14 when the record has
 	// a Reason, 15 when it has a Source, 17 when it has a Route or a
 	// Parent, 18 when it has a WouldDeny, 19 when it has an SNI, or 20
-	// when it is Intercepted (each
+	// when it is Intercepted or has an Original (each
 	// optional field before the last one set is then "-" when unset).
 	FormatText Format = "text"
 	// FormatJSON writes one JSON object per line with the keys time,
 	// listener, client, user, protocol, method, target, status, bytes_up,
 	// bytes_down, duration_ms, upstream and rule, always all of them,
-	// and reason, source, route, parent, would_deny, sni and intercepted
-	// (true) when the
-	// record has them.
+	// and reason, source, route, parent, would_deny, sni, intercepted
+	// (true) and orig_dst when the record has them.
 	// Invalid UTF-8 is replaced by U+FFFD.
 	FormatJSON Format = "json"
 	// FormatSquid is Squid's native access.log format, field for field

@@ -17,6 +17,8 @@ var versions = [...]string{
 	ProtoSOCKS5UDP: "SOCKS5",
 	ProtoSOCKS4:    "SOCKS4",
 	ProtoH3:        "HTTP/3.0",
+
+	ProtoTransparent: "HTTP/1.1",
 }
 
 // version returns the version a request line of p names, "-" for the

@@ -41,6 +41,8 @@ func appendText(b []byte, r *Record) []byte {
 	// it, as "-" when unset.
 	tail := 0
 	switch {
+	case r.Original.IsValid():
+		tail = 7
 	case r.Intercepted:
 		tail = 6
 	case r.SNI != "":
@@ -77,7 +79,15 @@ func appendText(b []byte, r *Record) []byte {
 		b = appendTextField(b, r.SNI)
 	}
 	if tail >= 6 {
-		b = append(b, " intercepted"...)
+		if r.Intercepted {
+			b = append(b, " intercepted"...)
+		} else {
+			b = append(b, " -"...)
+		}
+	}
+	if tail >= 7 {
+		b = append(b, ' ')
+		b = appendTextAddr(b, r.Original)
 	}
 	return append(b, '\n')
 }
@@ -224,6 +234,11 @@ func appendJSON(b []byte, r *Record) []byte {
 	}
 	if r.Intercepted {
 		b = append(b, `,"intercepted":true`...)
+	}
+	if r.Original.IsValid() {
+		b = append(b, `,"orig_dst":"`...)
+		b = appendAddr(b, r.Original)
+		b = append(b, '"')
 	}
 	return append(b, "}\n"...)
 }

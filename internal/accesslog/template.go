@@ -41,6 +41,7 @@ const (
 	fieldWouldDeny
 	fieldSNI
 	fieldIntercepted
+	fieldOrigDst
 	fieldSquidCode
 	fieldSquidHierarchy
 	fieldSquidError
@@ -81,6 +82,7 @@ var fieldNames = [numFields]string{
 	fieldWouldDeny:      "would_deny",
 	fieldSNI:            "sni",
 	fieldIntercepted:    "intercepted",
+	fieldOrigDst:        "orig_dst",
 	fieldSquidCode:      "squid_code",
 	fieldSquidHierarchy: "squid_hierarchy",
 	fieldSquidError:     "squid_error",
@@ -102,7 +104,7 @@ var fieldNames = [numFields]string{
 //     three digits, 000 when nothing was answered), bytes_up, bytes_down,
 //     duration_ms, upstream (host:port), upstream_ip, rule, reason,
 //     source (host:port), source_ip, route, parent, would_deny, sni,
-//     intercepted ("intercepted" or "-");
+//     intercepted ("intercepted" or "-"), orig_dst (host:port);
 //   - squid_code (Squid's result code, TCP_MISS), squid_hierarchy
 //     (HIER_DIRECT/IP), squid_error (Squid's ERR_ page, "-" when served);
 //   - squid, common, combined: a whole line of that format, to which a
@@ -259,6 +261,8 @@ func appendField(b []byte, f field, r *Record) []byte {
 			return append(b, "intercepted"...)
 		}
 		return append(b, '-')
+	case fieldOrigDst:
+		return appendTextAddr(b, r.Original)
 	case fieldSquidCode:
 		return appendSquidCode(b, r)
 	case fieldSquidHierarchy:

@@ -58,7 +58,7 @@ import (
 
 // Protocol is the protocol a request arrived with; a rule's protocols
 // criterion is a set of them.
-type Protocol uint8
+type Protocol uint16
 
 // The protocols a rule can name, with their configuration names.
 const (
@@ -80,6 +80,10 @@ const (
 	// HTTPS is a request inside a tunnel whose TLS rustle intercepts
 	// (see package intercept): an https URL ("https").
 	HTTPS
+	// Transparent is a connection the kernel redirected to a transparent
+	// listener ("transparent"): each HTTP request on it, or the TLS or
+	// TCP tunnel it becomes, to its original destination.
+	Transparent
 )
 
 var protocolNames = []struct {
@@ -89,6 +93,7 @@ var protocolNames = []struct {
 	{HTTP, "http"}, {Connect, "connect"}, {WebSocket, "websocket"},
 	{SOCKS5, "socks5"}, {SOCKS5UDP, "socks5-udp"}, {SOCKS4, "socks4"}, {UDP, "udp"},
 	{HTTPS, "https"},
+	{Transparent, "transparent"},
 }
 
 // helloProtocols are the tunnels whose client's first bytes rustle can
@@ -117,7 +122,8 @@ func (p Protocol) String() string {
 }
 
 // ParseProtocol returns the Protocol named s ("http", "connect",
-// "websocket", "socks5", "socks5-udp", "socks4", "udp" or "https").
+// "websocket", "socks5", "socks5-udp", "socks4", "udp", "https" or
+// "transparent").
 func ParseProtocol(s string) (Protocol, error) {
 	for _, pn := range protocolNames {
 		if pn.name == s {

@@ -120,6 +120,9 @@ type Config struct {
 	// tunnels rustle terminates, the bypass list (see intercept.go); its
 	// zero value intercepts nothing.
 	Intercept Intercept `toml:"intercept"`
+	// PAC is the proxy auto-configuration file some listeners serve at
+	// /proxy.pac; its zero value serves none (see transparent.go).
+	PAC PAC `toml:"pac"`
 	// HeaderRules edit the fields of forwarded requests and of their
 	// responses for the requests each entry's criteria match (see
 	// headers.go); empty means none beyond the routes' own.
@@ -599,9 +602,18 @@ type Listener struct {
 	Address string `toml:"address"`
 	// Protocol is what the listener speaks: "http" (an HTTP proxy),
 	// "https" (the same over TLS: set TLS), "socks5" (SOCKS5, and SOCKS4
-	// and 4a for CONNECT) or "mixed" (http, socks5 and socks4 on one port,
-	// told apart by the first byte). "" means "http".
+	// and 4a for CONNECT), "mixed" (http, socks5 and socks4 on one port,
+	// told apart by the first byte) or "transparent" (connections the
+	// kernel redirected to rustle, from clients that know of no proxy:
+	// see Mode). "" means "http".
 	Protocol string `toml:"protocol"`
+	// Mode is how a "transparent" listener's connections reach it:
+	// "redirect" (nftables/iptables REDIRECT or DNAT: the original
+	// destination is read with SO_ORIGINAL_DST) or "tproxy" (TPROXY: the
+	// socket is IP_TRANSPARENT and the destination is the connection's
+	// local address; needs CAP_NET_ADMIN). "" means "redirect" on a
+	// transparent listener; refused on the other protocols.
+	Mode string `toml:"mode"`
 	// Auth is "basic" or "none"; "" means "basic" when any user is
 	// configured, or the listener has a URLUser, and "none" otherwise (see
 	// [Config.EffectiveAuth]).
@@ -879,6 +891,9 @@ func (c *Config) SetDefaults() {
 	for i := range c.Listen {
 		l := &c.Listen[i]
 		setString(&l.Protocol, defaultProtocol)
+		if l.Protocol == ProtocolTransparent {
+			setString(&l.Mode, ModeRedirect)
+		}
 		setString(&l.Name, l.Protocol+" "+l.Address)
 	}
 	c.setRouteDefaults()
@@ -926,6 +941,9 @@ func (c *Config) HasUsers() bool {
 // provider) and "none" if not. An unknown Auth value is returned
 // unchanged; [Config.Validate] rejects it.
 func (c *Config) EffectiveAuth(l Listener) string {
+	if l.Protocol == ProtocolTransparent && l.Auth == "" {
+		return AuthNone // its clients know of no proxy: identity is their address
+	}
 	if l.Auth != "" {
 		return l.Auth
 	}

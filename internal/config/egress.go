@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"strings"
 )
@@ -30,6 +31,16 @@ type Egress struct {
 	// naming a request's user (or the user name without its session
 	// key, or a group of it) decides. Empty means none.
 	Rules []EgressRule `toml:"rules"`
+	// Mark is the firewall mark (SO_MARK; Linux only, needs
+	// CAP_NET_ADMIN) set on every socket rustle makes to reach an
+	// upstream: direct and parent connections, SOCKS and CONNECT-UDP
+	// relay sockets, its own DNS queries and list fetches. The
+	// nftables rules that redirect clients to a transparent listener
+	// skip packets with it, so that rustle's own traffic is never
+	// redirected back to it (see docs/operations.md, "Transparent
+	// interception"). 0 means no mark; at most 0xffffffff (TOML takes
+	// hexadecimal: 0x2a).
+	Mark int64 `toml:"mark"`
 }
 
 // EgressRule is the egress of some users and groups. Its Bind,
@@ -88,6 +99,7 @@ func (e *Egress) Set() bool {
 // the server loads the configuration, with [Config.KeyError].
 func (c *Config) validateEgress(v *validator) {
 	e := &c.Egress
+	v.check(e.Mark >= 0 && e.Mark <= math.MaxUint32, "egress.mark", "%d is not a 32-bit firewall mark (0 to 0xffffffff)", e.Mark)
 	validateBind(v, "egress", e.Bind, e.Interface)
 	for i, r := range e.Rules {
 		key := fmt.Sprintf("egress.rules[%d]", i)
@@ -154,3 +166,7 @@ func slicesHasDup(list []string) bool {
 	}
 	return false
 }
+
+// MarkValue returns egress.mark as the socket option takes it (see
+// [Egress.Mark]).
+func (e *Egress) MarkValue() uint32 { return uint32(e.Mark) }

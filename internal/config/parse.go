@@ -104,6 +104,7 @@ func Load(path string) (*Config, error) {
 		resolve(&t.ClientCA)
 	}
 	resolve(&c.AccessLog.Path)
+	resolve(&c.PAC.File)
 	for i := range c.ACL.Rules {
 		resolve(&c.ACL.Rules[i].HostsFile)
 		resolve(&c.ACL.Rules[i].ClientsFile)

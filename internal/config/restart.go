@@ -29,6 +29,8 @@ func RestartChange(cur, next *Config) string {
 		return "[metrics] changed"
 	case next.Log.Format != cur.Log.Format:
 		return "log.format changed"
+	case next.Egress.Mark != cur.Egress.Mark:
+		return "egress.mark changed" // the resolver and the pool keep sockets made with the old one
 	case quotaChange(cur, next) != "":
 		return quotaChange(cur, next)
 	}

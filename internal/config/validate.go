@@ -23,7 +23,7 @@ var ErrOpenProxy = errors.New("open proxy refused")
 
 // protocols lists the listener protocols rustle speaks: the valid values
 // of a listener's protocol key and of a -L URL's scheme.
-var protocols = []string{"http", "https", "socks5", "mixed"}
+var protocols = []string{"http", "https", "socks5", "mixed", ProtocolTransparent}
 
 // Choices for the keys that take one of a few strings.
 var (
@@ -114,6 +114,7 @@ func (c *Config) Validate() error {
 	c.validateHeaderRules(v)
 	c.validateQuota(v)
 	c.validateIntercept(v)
+	c.validateTransparent(v)
 	return v.err()
 }
 
@@ -398,7 +399,10 @@ func (c *Config) validateListeners(v *validator) {
 				addrs[canon] = i
 			}
 		}
-		if !isLoopback(host) && c.EffectiveAuth(l) == AuthNone && !l.AllowOpen {
+		// A transparent listener names no destination a client chose:
+		// only the kernel's redirection gives it one (see
+		// validateTransparent), so it is no open proxy.
+		if !isLoopback(host) && c.EffectiveAuth(l) == AuthNone && !l.AllowOpen && l.Protocol != ProtocolTransparent {
 			v.add(key, fmt.Errorf("%w: %q is not a loopback address and its auth is \"none\"; configure users, or set allow_open = true",
 				ErrOpenProxy, l.Address))
 		}

@@ -45,6 +45,9 @@ type Config struct {
 	// then, without a Guard or a dial's policy or options, names are
 	// resolved by net.Dialer. A dial's Options may name another.
 	Resolver Resolver
+	// Mark is the firewall mark (SO_MARK, see SetMark) of every socket
+	// the dialer makes, TCP and UDP; 0 = none.
+	Mark uint32
 }
 
 // Resolver resolves host names, as [net.Resolver.LookupNetIP] does
@@ -80,6 +83,7 @@ type Dialer struct {
 	resolver Resolver
 	custom   bool // resolver is not the system's: resolve always
 	buffers  int  // SO_SNDBUF and SO_RCVBUF; 0 = autotuning
+	mark     uint32
 }
 
 // Permitter decides, for one dial, whether each address the destination
@@ -110,13 +114,18 @@ func New(cfg Config) (*Dialer, error) {
 		Timeout:   cfg.Timeout,
 		KeepAlive: -1, // rustle bounds idle connections with its own timeouts
 	}, timeout: cfg.Timeout, guard: cfg.Guard, resolver: cfg.Resolver, custom: cfg.Resolver != nil,
-		buffers: cfg.SocketBufferBytes}
+		buffers: cfg.SocketBufferBytes, mark: cfg.Mark}
 	if d.resolver == nil {
 		d.resolver = net.DefaultResolver
 	}
-	if n := cfg.SocketBufferBytes; n > 0 {
+	if n, mark := cfg.SocketBufferBytes, cfg.Mark; n > 0 || mark != 0 {
 		d.nd.Control = func(_, _ string, rc syscall.RawConn) error {
-			return SetBuffers(rc, n)
+			if n > 0 {
+				if err := SetBuffers(rc, n); err != nil {
+					return err
+				}
+			}
+			return SetMark(rc, mark)
 		}
 	}
 	return d, nil
@@ -461,12 +470,15 @@ func (d *Dialer) dialOne(ctx context.Context, a netip.AddrPort, o *Options) (*ne
 		nd.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
 	}
 	if freebind || src.device != "" {
-		buffers, device := d.buffers, src.device
+		buffers, device, mark := d.buffers, src.device, d.mark
 		nd.Control = func(network, _ string, rc syscall.RawConn) error {
 			if buffers > 0 {
 				if err := SetBuffers(rc, buffers); err != nil {
 					return err
 				}
+			}
+			if err := SetMark(rc, mark); err != nil {
+				return err
 			}
 			if err := setEgress(rc, strings.HasSuffix(network, "6"), freebind, device); err != nil {
 				return fmt.Errorf("dialer: source %s, interface %q: %w", local, device, err)

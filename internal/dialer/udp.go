@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"syscall"
 )
 
 // DialUDP makes a UDP socket connected to host:port (host a name or an IP
@@ -40,11 +41,12 @@ func (d *Dialer) DialUDP(ctx context.Context, host string, port uint16, p Permit
 			}
 			continue
 		}
-		c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(ap))
+		nd := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error { return SetMark(rc, d.mark) }}
+		c, err := nd.DialContext(ctx, "udp", ap.String())
 		if err != nil {
 			return nil, dialError(addr, err)
 		}
-		return c, nil
+		return c.(*net.UDPConn), nil
 	}
 	if refused == nil {
 		return nil, &Error{Addr: addr, Err: &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}}

@@ -78,6 +78,12 @@ func (g *Grant) dest() (hostPort, host string) {
 func (g *Grant) setDest(r *Request) {
 	d := &g.dst
 	d.host, d.addr, d.port, d.joined = r.Host, r.Addr, r.Port, false
+	if o := r.Original; o.IsValid() {
+		// A transparent request goes where its client was going, never
+		// where a name it gave leads.
+		g.original = netip.AddrPortFrom(o.Addr().Unmap(), o.Port())
+		d.host, d.addr, d.port = "", g.original.Addr(), o.Port()
+	}
 }
 
 // keep returns d as reset keeps it for the grant's next request: the

@@ -55,6 +55,25 @@ type Request struct {
 	// the CONNECT to an HTTP parent (see route.Target). Authorize copies
 	// it.
 	Via []byte
+	// Original is the destination a transparent listener's client
+	// connected to before the kernel redirected the connection to rustle
+	// (see transparent.go); the zero AddrPort for every other request.
+	// When it is valid the grant dials it and nothing else, directly or
+	// through a parent given its address ("pinned"): Host is then the
+	// name the client gave (its TLS server name, its Host field; ""
+	// none), which the rules, the routes and the access log see beside
+	// Original's address but which is never resolved, and an IP literal
+	// there other than Original's address is dropped. The access log
+	// shows it (orig_dst).
+	Original netip.AddrPort
+	// HelloRead says the front-end read the connection's first bytes
+	// before Authorize (a transparent connection): SNI is then the
+	// server_name of its TLS ClientHello, "" when there is none (no
+	// name, not TLS, plain HTTP), which rules on sni_hosts match at
+	// once, never pending; false for every other request.
+	HelloRead bool
+	// SNI is the server_name the first bytes named, when HelloRead.
+	SNI string
 }
 
 // Grant is one request's passage through the policy: the outcome of
@@ -136,9 +155,11 @@ type Grant struct {
 	sni          string      // the access log's sni field: the server name, or why there is none ("[not-tls]")
 
 	// Interception (see intercept.go).
-	interceptOn bool // the policy's Interceptor considers the tunnel: Intercepts is asked once its hello is read
-	icept       int  // the interception rule that names the tunnel; -1 none
-	intercepted bool // the tunnel was intercepted (Intercept)
+	interceptOn bool           // the policy's Interceptor considers the tunnel: Intercepts is asked once its hello is read
+	icept       int            // the interception rule that names the tunnel; -1 none
+	intercepted bool           // the tunnel was intercepted (Intercept)
+	original    netip.AddrPort // Request.Original: a transparent request's pinned destination
+	ownDial     *addrPair      // its direct upstream connection's ends, in ownDials until the request or its tunnel ends; nil = none
 	// The decision service (see authz.go).
 	authzHeaders []authz.Header // the fields its answer adds to a forwarded request; nil = none
 	authzBuf     []byte         // where the document is built; kept by reset
@@ -186,13 +207,16 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 
 	g.areq = acl.Request{
 		Client: s.ip, User: user, Groups: k.groups, Host: r.Host, Addr: r.Addr, Port: r.Port,
-		Method: r.Method, Protocol: r.Protocol, Path: r.Path,
+		Method: r.Method, Protocol: r.Protocol, Path: r.Path, HelloRead: r.HelloRead, SNI: r.SNI,
 	}
 	if in := s.icept; in != nil {
 		// A request inside an intercepted tunnel: the rules on sni_hosts
 		// see the tunnel's hello.
 		g.areq.HelloRead, g.areq.SNI = true, in.SNI
 		g.sni = in.SNI
+	}
+	if g.original.IsValid() {
+		g.pin(&g.areq)
 	}
 	ar := &g.areq
 	if p.ACL != nil {
@@ -493,6 +517,13 @@ func (g *Grant) dial(ctx context.Context, tcpOnly bool) (net.Conn, error) {
 		if o.Source != nil {
 			g.source = localAddrPort(tc)
 		}
+		if g.original.IsValid() {
+			// A redirect rule that catches it brings it back: see
+			// ComesBack. A retried request's earlier upstream is
+			// closed.
+			forgetOwnDial(g.ownDial)
+			g.ownDial = noteOwnDial(tc)
+		}
 	}
 	return c, nil
 }
@@ -749,6 +780,8 @@ func (g *Grant) Hold() Kind {
 // end gives back what the grant holds.
 func (g *Grant) end() {
 	g.finished = true
+	forgetOwnDial(g.ownDial)
+	g.ownDial = nil
 	switch g.hold {
 	case holdCovered:
 		g.s.mu.Lock()
@@ -778,20 +811,20 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Target:   bytesString(g.target),
 		Status:   g.status,
 		// What a SOCKS reply stands for, in the NCSA and Squid formats.
-		HTTPStatus: g.class,
-		BytesUp:    up,
-		BytesDown:  down,
-		Duration:   time.Since(g.start),
-		Upstream:   g.upstream,
-		Rule:       g.Rule,
-		Reason:     g.endReason(),
-		Source:     g.source,
-		Route:      g.route.Name(),
-		Parent:     g.parent.Name(),
-		WouldDeny:  g.wouldDeny(),
-		SNI:        g.sni,
-
+		HTTPStatus:  g.class,
+		BytesUp:     up,
+		BytesDown:   down,
+		Duration:    time.Since(g.start),
+		Upstream:    g.upstream,
+		Rule:        g.Rule,
+		Reason:      g.endReason(),
+		Source:      g.source,
+		Route:       g.route.Name(),
+		Parent:      g.parent.Name(),
+		WouldDeny:   g.wouldDeny(),
+		SNI:         g.sni,
 		Intercepted: g.Intercepted(),
+		Original:    g.original,
 	}
 }
 

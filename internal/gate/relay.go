@@ -121,6 +121,7 @@ func (g *Grant) toEngine(refusable bool, add func(tunnel.Owner) (tunnel.Handle, 
 		return false
 	}
 	g.finished = true // t reports and releases
+	g.ownDial = nil   // t.more has it
 	g.counted = ""
 	g.hold, g.extraFor = holdNone, ""
 	if err != nil {
@@ -220,6 +221,9 @@ type tunnelMore struct {
 	// filled in at the end), kept when there is an access log or debug
 	// logging to write it to; nil otherwise.
 	rec *accesslog.Record
+	// ownDial is a transparent tunnel's upstream, forgotten by ownDials
+	// when the tunnel ends (Grant.ownDial); nil = none.
+	ownDial *addrPair
 }
 
 // handOver makes the engineTunnel that carries g and took on. g's own
@@ -242,6 +246,7 @@ func (g *Grant) handOver(took handed) *engineTunnel {
 	}
 	m.counted, m.extraFor, m.extra = g.counted, g.extraFor, g.hold == holdExtra
 	m.quota, m.meter, m.added = g.quota, g.meter, g.added
+	m.ownDial = g.ownDial
 	if (t.flags&flagReport != 0 && p.AccessLog != nil) || p.logger().Enabled(context.Background(), slog.LevelDebug) {
 		rec := g.record(0, 0)
 		rec.Reason = g.reason
@@ -284,6 +289,7 @@ func (t *engineTunnel) end(up, down int64, reason string) {
 	if m == nil {
 		m = &tunnelMore{} // not kept: its zero values
 	}
+	forgetOwnDial(m.ownDial)
 	up += m.added[0]
 	down += m.added[1]
 	if m.quota != nil {

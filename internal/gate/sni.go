@@ -200,6 +200,8 @@ func (g *Grant) compareName(ar *acl.Request, name string, mode sni.Mode) metrics
 		}
 	}
 	switch {
+	case isIP && name == "" && g.original.IsValid():
+		return metrics.SNIMissing // a transparent connection's hello is all that names its host
 	case isIP && name == "":
 		return metrics.SNIMatched // clients send no name for an address
 	case isIP:

@@ -82,11 +82,18 @@ type conn struct {
 	icept   *gate.Intercepted
 	logTgt  []byte // the access log's target of a request inside it: its https URL
 	scratch []byte // the Host value made for a request without one
+	// A transparent connection's (see ServeTransparent): its original
+	// destination (invalid on a proxy port), that destination as
+	// host:port, and the access log's target of the current request.
+	orig      netip.AddrPort
+	origBuf   []byte
+	logTarget []byte
 }
 
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
 	cn.icept = nil
+	cn.orig = netip.AddrPort{}
 	cn.gr = gate.Request{}
 	cn.req.Buf = nil
 	cn.tgt = target{}
@@ -219,6 +226,9 @@ func headReason(pe *http1.ParseError) string {
 // tunnel.
 func (cn *conn) handle() (keep, handedOff bool) {
 	req := &cn.req
+	if cn.isPACRequest() {
+		return cn.servePAC(), false
+	}
 	if keep, ok := cn.authorize(); !ok {
 		return keep, false
 	}
@@ -252,10 +262,13 @@ func (cn *conn) authorize() (keep, ok bool) {
 		r.Via = v[:max(len(v)-len(", "), 0)]
 	}
 	var err error
+	r.Original, r.HelloRead, r.SNI = netip.AddrPort{}, false, ""
 	switch {
 	case cn.icept != nil:
 		r.Protocol, r.Log = acl.HTTPS, accesslog.ProtoHTTP
 		err = cn.interceptTarget(cn.icept, isConnect)
+	case cn.orig.IsValid():
+		err = cn.transparentTarget(r, isConnect)
 	case isConnect:
 		r.Protocol, r.Log = acl.Connect, accesslog.ProtoConnect
 		err = parseAuthorityForm(r.Target, &cn.tgt)
@@ -279,19 +292,23 @@ func (cn *conn) authorize() (keep, ok bool) {
 	cn.upgrade = !isConnect && req.Minor == 1 && string(method) == "GET" && !hasBody && req.UpgradesTo("websocket")
 	if cn.upgrade {
 		req.Fields[req.UpgradeIdx].Drop = false
-		r.Protocol = acl.WebSocket
+		if !cn.orig.IsValid() {
+			r.Protocol = acl.WebSocket
+		}
 	}
-	r.Host = cn.internHost()
-	r.Port = uint16(cn.tgt.port)
-	r.Addr = netip.Addr{}
 	r.Path = ""
 	if !isConnect {
 		r.Path = bytesString(cn.tgt.path)
 	}
-	if in := cn.icept; in != nil {
+	switch in := cn.icept; {
+	case in != nil:
 		// To the tunnel's destination, logged as the https URL.
 		r.Host, r.Addr, r.Port = in.Host, in.Addr, in.Port
 		r.Target = cn.logTgt
+	case !cn.orig.IsValid():
+		r.Host = cn.internHost()
+		r.Port = uint16(cn.tgt.port)
+		r.Addr = netip.Addr{}
 	}
 	switch k := cn.sess.Authorize(r, &cn.g); k {
 	case gate.OK:

@@ -50,7 +50,7 @@ func (cn *conn) appendRequestHead(out []byte, parent *route.Parent) []byte {
 		if rules != nil && rules.DropsRequest(name) {
 			continue
 		}
-		if i == req.HostIdx {
+		if i == req.HostIdx && !cn.orig.IsValid() { // a transparent client's Host goes as it wrote it
 			out = append(out, name...)
 			out = append(out, ": "...)
 			out = append(out, cn.tgt.authority...)

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/pac"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
@@ -48,6 +50,9 @@ type Config struct {
 	SocketBufferBytes int
 	// Logger receives connection-level events; nil = discard.
 	Logger *slog.Logger
+	// PAC is the proxy auto-configuration file the listener serves at
+	// pac.Path (see servePAC); nil = none.
+	PAC *pac.PAC
 }
 
 // Proxy serves HTTP/1.1 proxy connections. It is safe for concurrent use
@@ -93,6 +98,12 @@ func (p *Proxy) ServeConn(c net.Conn, sess *gate.Session) {
 // the start of the first request. read must fit a client connection's
 // read buffer (8 KiB); it is copied there.
 func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
+	p.serve(c, sess, read, netip.AddrPort{})
+}
+
+// serve is ServeConnRead, for a transparent connection to orig when orig
+// is valid (see ServeTransparent).
+func (p *Proxy) serve(c net.Conn, sess *gate.Session, read []byte, orig netip.AddrPort) {
 	if p.cfg.SocketBufferBytes > 0 {
 		if tc := clientTCP(c); tc != nil {
 			if rc, err := tc.SyscallConn(); err == nil {
@@ -106,6 +117,7 @@ func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
 	cn.ctx = sess.Context()
 	cn.pool = sess.Policy().Pool
 	cn.icept = sess.Intercepted()
+	cn.orig = orig
 	cn.client.Attach(c, &http1.ClientBufs)
 	cn.client.W = copy(cn.client.Buf, read)
 	// On shutdown, a connection waiting for its next request is woken so

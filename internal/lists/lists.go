@@ -65,6 +65,9 @@ type Config struct {
 	// MaxBytes bounds a list as read, a file or a URL's body after any
 	// decompression; 0 means 64 MiB.
 	MaxBytes int64
+	// Mark is the firewall mark (SO_MARK) of a fetch's sockets
+	// (egress.mark); 0 = none.
+	Mark uint32
 	// Guard checks every address a fetch connects to; nil lets every
 	// address through (tests).
 	Guard *dialer.Guard
@@ -418,7 +421,11 @@ func spread(d time.Duration) time.Duration {
 // newClient returns the HTTP client fetches use under cfg.
 func newClient(cfg Config) *http.Client {
 	guard := cfg.Guard
-	d := &net.Dialer{Timeout: cfg.timeout(), Control: func(_, address string, _ syscall.RawConn) error {
+	mark := cfg.Mark
+	d := &net.Dialer{Timeout: cfg.timeout(), Control: func(_, address string, rc syscall.RawConn) error {
+		if err := dialer.SetMark(rc, mark); err != nil {
+			return err
+		}
 		if guard == nil {
 			return nil
 		}

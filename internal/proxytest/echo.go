@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"io"
 	"math/big"
 	"net"
@@ -172,6 +173,14 @@ func (e *EchoServer) serveConn(c net.Conn) {
 // loopback addresses and a pool that trusts it.
 func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
+	return SelfSignedFor(t, "localhost")
+}
+
+// SelfSignedFor returns an ECDSA certificate, its own CA, for the names
+// and the loopback addresses, and a pool that trusts it (its PEM is
+// CertPEM of the certificate's Leaf).
+func SelfSignedFor(t testing.TB, names ...string) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatalf("proxytest: generate key: %v", err)
@@ -185,7 +194,7 @@ func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  true,
-		DNSNames:              []string{"localhost"},
+		DNSNames:              names,
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -206,4 +215,10 @@ func selfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 func SelfSigned(t testing.TB) (tls.Certificate, *x509.CertPool) {
 	t.Helper()
 	return selfSigned(t)
+}
+
+// CertPEM returns c's DER certificate in PEM, for a client that reads a
+// CA file (curl --cacert, Python's cafile).
+func CertPEM(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }

@@ -2,12 +2,15 @@ package proxytest
 
 import (
 	"bytes"
+	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -96,6 +99,99 @@ func ListenIn(t testing.TB, ns, network, addr string) net.Listener {
 	}
 	t.Cleanup(func() { r.ln.Close() })
 	return r.ln
+}
+
+// DialIn connects to addr from the network namespace ns, from a thread
+// that enters it and is then discarded: the socket stays in ns. The
+// rest of the process stays where it was.
+func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
+	f, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		return nil, fmt.Errorf("proxytest: open namespace %s: %w", ns, err)
+	}
+	defer f.Close()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		// Never unlocked: the thread, now in ns, ends with the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("setns: %w", err)}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+// NetnsHosts gives the network namespace ns an /etc/hosts of its own
+// with lines, which the programs that `ip netns exec` runs there read
+// (it bind-mounts /etc/netns/NS/hosts over /etc/hosts); it is removed at
+// t.Cleanup.
+func NetnsHosts(t testing.TB, ns string, lines ...string) {
+	t.Helper()
+	dir := "/etc/netns/" + ns
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("proxytest: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	body := "127.0.0.1 localhost\n::1 localhost\n" + strings.Join(lines, "\n") + "\n"
+	if err := os.WriteFile(dir+"/hosts", []byte(body), 0o644); err != nil {
+		t.Fatalf("proxytest: %v", err)
+	}
+}
+
+// RunIn runs the program name with args in the network namespace ns
+// (ip netns exec), within ctx, and returns its standard output and
+// standard error together.
+func RunIn(ctx context.Context, ns, name string, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...).CombinedOutput()
+}
+
+// benchInNetns remembers the benchmarks RunBenchInNetns ran, each once
+// per process.
+var benchInNetns sync.Map
+
+// RunBenchInNetns runs the benchmark b again in the network namespace
+// ns (ip netns exec, the test binary with -test.bench naming b and the
+// process's -test.benchtime, -test.count and -test.benchmem), with value
+// for NetnsChild, once per process, and copies its benchmark lines to
+// standard output, where they read as this process's; then it skips b,
+// which has no numbers of its own. A failed run fails b.
+func RunBenchInNetns(b *testing.B, ns, value string) {
+	b.Helper()
+	name, _, _ := strings.Cut(b.Name(), "/")
+	if _, done := benchInNetns.LoadOrStore(name, true); done {
+		b.SkipNow()
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := []string{"netns", "exec", ns, exe, "-test.run", "^$", "-test.bench", "^" + name + "$", "-test.timeout=10m"}
+	for _, f := range []string{"test.benchtime", "test.count", "test.benchmem", "test.cpu"} {
+		if fl := flag.Lookup(f); fl != nil && fl.Value.String() != "" {
+			args = append(args, "-"+f+"="+fl.Value.String())
+		}
+	}
+	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), netnsChildEnv+"="+value)
+	out, err := cmd.CombinedOutput()
+	for line := range strings.Lines(string(out)) {
+		if strings.HasPrefix(line, name) {
+			os.Stdout.WriteString(line)
+		}
+	}
+	if err != nil {
+		b.Fatalf("the benchmark inside namespace %s failed: %v\n%s", ns, err, out)
+	}
+	b.Skipf("ran in namespace %s: its lines are above", ns)
 }
 
 // netnsChildEnv names the environment variable that tells a test run

@@ -190,7 +190,8 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 // proxy's. It expects requests without bodies, one at a time per
 // connection. Create one with NewStaticOrigin.
 type StaticOrigin struct {
-	// Addr is its loopback address ("127.0.0.1:port").
+	// Addr is its address ("127.0.0.1:port" unless NewStaticOriginOn
+	// named another).
 	Addr string
 
 	resp []byte
@@ -206,7 +207,13 @@ type StaticOrigin struct {
 // t.Cleanup.
 func NewStaticOrigin(t testing.TB, resp string) *StaticOrigin {
 	t.Helper()
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	return NewStaticOriginOn(t, "127.0.0.1:0", resp)
+}
+
+// NewStaticOriginOn is NewStaticOrigin listening on addr.
+func NewStaticOriginOn(t testing.TB, addr, resp string) *StaticOrigin {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatalf("proxytest: static origin listen: %v", err)
 	}

@@ -49,3 +49,21 @@ func RequireTool(t testing.TB, name, pkg string) string {
 	t.Skipf("%s not installed (scripts/deps.sh installs %s)", name, pkg)
 	return ""
 }
+
+// RequirePython returns Debian's Python (/usr/bin/python3) when it can
+// import module, which Debian's package pkg installs: the Python of
+// Debian's packages, not another one first on PATH. Without it the test
+// is skipped, or under CI (CI=true) failed.
+func RequirePython(t testing.TB, module, pkg string) string {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	err := exec.Command(python, "-c", "import "+module).Run()
+	if err == nil {
+		return python
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s cannot import %s under CI: %v (scripts/deps.sh installs %s)", python, module, err, pkg)
+	}
+	t.Skipf("%s cannot import %s: %v (scripts/deps.sh installs %s)", python, module, err, pkg)
+	return ""
+}

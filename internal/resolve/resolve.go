@@ -85,6 +85,9 @@ type Config struct {
 	// TLS is the client configuration of TLS and HTTPS servers (its
 	// RootCAs); nil = the system's roots. ServerName is set per server.
 	TLS *tls.Config
+	// Mark is the firewall mark (SO_MARK) of the sockets queries go out
+	// on (egress.mark); 0 = none.
+	Mark uint32
 	// Metrics counts lookups and queries; nil = none.
 	Metrics *metrics.DNSMetrics
 	// Logger receives debug lines about UDP datagrams ignored as no
@@ -151,7 +154,7 @@ func New(cfg Config) (*Resolver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Resolver{cfg: cfg, ex: newExchanger(cfg.TLS), now: cfg.now,
+	r := &Resolver{cfg: cfg, ex: newExchanger(cfg.TLS, cfg.Mark), now: cfg.now,
 		cache: make(map[cacheKey]*entry), flight: make(map[cacheKey]*call)}
 	if r.now == nil {
 		r.now = time.Now

@@ -14,9 +14,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // Transport is how a server is asked.
@@ -127,11 +130,14 @@ type exchanger struct {
 	http   *http.Client
 }
 
-func newExchanger(tlsCfg *tls.Config) *exchanger {
+func newExchanger(tlsCfg *tls.Config, mark uint32) *exchanger {
 	if tlsCfg == nil {
 		tlsCfg = &tls.Config{}
 	}
 	e := &exchanger{tls: tlsCfg}
+	if mark != 0 {
+		e.dialer.Control = func(_, _ string, rc syscall.RawConn) error { return dialer.SetMark(rc, mark) }
+	}
 	tr := &http.Transport{
 		DialContext:         e.dialer.DialContext,
 		TLSClientConfig:     tlsCfg.Clone(),

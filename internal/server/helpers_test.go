@@ -1,11 +1,15 @@
 package server
 
 import (
+	"bufio"
+	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // startLogged starts a Server on cfg with its access log written to
@@ -43,4 +47,23 @@ func startLoggedAs(t *testing.T, cfg *config.Config, logger *slog.Logger, access
 		addrs[a.Name] = a.Addr.String()
 	}
 	return s, addrs
+}
+
+// waitJSONRecord waits (proxytest.WaitFor) for the JSON access log to hold a record
+// match accepts, and returns it.
+func waitJSONRecord(t *testing.T, access *logBuffer, match func(map[string]any) bool) map[string]any {
+	t.Helper()
+	var found map[string]any
+	proxytest.WaitFor(t, "an access log record that matches in:\n"+access.String(), func() bool {
+		sc := bufio.NewScanner(strings.NewReader(access.String()))
+		for sc.Scan() {
+			var r map[string]any
+			if json.Unmarshal(sc.Bytes(), &r) == nil && match(r) {
+				found = r
+				return true
+			}
+		}
+		return false
+	})
+	return found
 }

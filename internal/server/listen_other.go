@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 
@@ -25,7 +26,10 @@ func workerCount(cfg *config.Config, log *slog.Logger) int {
 
 // listenReusePort opens a plain listening TCP socket on addr. Off Linux
 // there is one worker, so one socket per port.
-func listenReusePort(addr string) (net.Listener, error) {
+func listenReusePort(addr string, tproxy bool) (net.Listener, error) {
+	if tproxy {
+		return nil, errors.New("a tproxy listener needs Linux (IP_TRANSPARENT)")
+	}
 	lc := net.ListenConfig{KeepAlive: -1}
 	return lc.Listen(context.Background(), "tcp", addr)
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/proxyproto"
 	"github.com/rustle-proxy/rustle/internal/tunnel"
@@ -26,6 +27,9 @@ func (l *listener) serve(c *net.TCPConn, sess *gate.Session, end *connEnd) bool 
 		return l.serveTLS(c, sess, end)
 	case "socks5":
 		l.SOCKS.ServeConn(c, sess)
+		return false
+	case config.ProtocolTransparent:
+		l.Transparent.ServeConn(c, sess)
 		return false
 	case "mixed":
 		b, err := peekByte(sess.Context(), c, l.ReadHeader)

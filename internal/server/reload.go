@@ -356,8 +356,9 @@ func pairListeners(old, new []*listener) []*listener {
 			}
 		}
 	}
-	match(func(o, n config.Listener) bool { return o.Name == n.Name && o.Address == n.Address })
-	match(func(o, n config.Listener) bool { return o.Address == n.Address })
+	// A tproxy listener's sockets are IP_TRANSPARENT, the others' not.
+	match(func(o, n config.Listener) bool { return o.Name == n.Name && o.Address == n.Address && o.Mode == n.Mode })
+	match(func(o, n config.Listener) bool { return o.Address == n.Address && o.Mode == n.Mode })
 	return kept
 }
 
@@ -367,7 +368,7 @@ func openSockets(lc config.Listener, workers int) ([]net.Listener, error) {
 	addr := lc.Address
 	var lns []net.Listener
 	for w := 0; w < workers; w++ {
-		ln, err := listenReusePort(addr)
+		ln, err := listenReusePort(addr, lc.Mode == config.ModeTProxy)
 		if err != nil {
 			closeAll(lns)
 			return nil, fmt.Errorf("server: listen %s on %s: %w", lc.Name, lc.Address, err)

@@ -14,9 +14,11 @@ import (
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/pac"
 	"github.com/rustle-proxy/rustle/internal/sni"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/transparent"
 )
 
 // dialer makes the listeners' dialer: the connect timeout, the socket
@@ -26,6 +28,7 @@ func (b *builder) dialer() error {
 		Timeout:           b.cfg.Timeouts.Connect.Duration,
 		SocketBufferBytes: b.cfg.SocketBufferBytes,
 		Guard:             b.g.Guard,
+		Mark:              b.cfg.Egress.MarkValue(),
 	}
 	if b.g.Resolver != nil {
 		dc.Resolver = b.g.Resolver
@@ -70,6 +73,9 @@ func (b *builder) listener(i int, reuse map[tlsKey][]*tlsconf.Manager) (*Listene
 		return nil, err
 	}
 	pc := proxyConfig(cfg, b.oc, log)
+	if slices.Contains(cfg.PAC.Listeners, lc.Name) {
+		pc.PAC = b.pacFile
+	}
 	l := &Listener{Config: lc, Policy: policy, ReadHeader: cfg.Timeouts.ReadHeader.Duration,
 		ClientHello: cfg.Timeouts.ClientHello.Duration, QUICRetry: cfg.HTTP3.RetryThreshold}
 	if l.Proxy, err = httpproxy.New(pc); err != nil {
@@ -90,6 +96,11 @@ func (b *builder) listener(i int, reuse map[tlsKey][]*tlsconf.Manager) (*Listene
 		l.SOCKS = newSOCKS(cfg, log)
 	case "https":
 		if err := b.https(l, pc, reuse); err != nil {
+			return nil, fmt.Errorf("wire: listener %s: %w", lc.Name, err)
+		}
+	case config.ProtocolTransparent:
+		if l.Transparent, err = transparent.New(transparent.Config{Proxy: l.Proxy, TProxy: lc.Mode == config.ModeTProxy,
+			FirstBytes: cfg.Timeouts.ClientHello.Duration, WriteTimeout: cfg.Timeouts.Write.Duration, Logger: log}); err != nil {
 			return nil, fmt.Errorf("wire: listener %s: %w", lc.Name, err)
 		}
 	}
@@ -278,4 +289,19 @@ func newH3(cfg *config.Config, pc httpproxy.Config) (*h3.Server, error) {
 		MaxListenerFlows: cfg.HTTP3.MaxListenerFlows,
 		Logger:           pc.Logger,
 	})
+}
+
+// pac makes the PAC file of [pac], which the listeners it names serve:
+// the operator's file, read and checked (the error names its line), or
+// a generated one.
+func (b *builder) pac() error {
+	if !b.cfg.PAC.Set() {
+		return nil
+	}
+	p, err := pac.New(b.cfg.PAC)
+	if err != nil {
+		return b.cfg.KeyError("pac.file", err)
+	}
+	b.pacFile = p
+	return nil
 }

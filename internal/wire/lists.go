@@ -25,6 +25,7 @@ func (b *builder) listsConfig() error {
 	allow = append(allow, b.g.Guard.Allowed()...)
 	b.g.ListConfig = b.cfg.ListConfig()
 	b.g.ListConfig.Guard = dialer.NewGuard(allow)
+	b.g.ListConfig.Mark = b.cfg.Egress.MarkValue()
 	b.listReg = b.env.Lists
 	if b.listReg == nil {
 		b.listReg = lists.NewRegistry(b.log) // Check's: loads files, fetches nothing

@@ -46,6 +46,7 @@ func (b *builder) buildResolver(key string, servers []string) (*resolve.Resolver
 		NegativeTTL: d.NegativeTTL.Duration,
 		CacheSize:   d.CacheSize,
 		Hosts:       d.HostAddrs(),
+		Mark:        cfg.Egress.MarkValue(),
 	}
 	labels := make([]string, len(servers))
 	for i, u := range servers {

@@ -42,11 +42,13 @@ import (
 	"github.com/rustle-proxy/rustle/internal/lists"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/pac"
 	"github.com/rustle-proxy/rustle/internal/quota"
 	"github.com/rustle-proxy/rustle/internal/resolve"
 	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/socks5"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
+	"github.com/rustle-proxy/rustle/internal/transparent"
 )
 
 // Env is what the policies of every generation share: made once, at
@@ -159,6 +161,9 @@ type Listener struct {
 	// H3 is the HTTP/3 server of "https" listeners with http3 on; nil
 	// otherwise.
 	H3 *h3.Server
+	// Transparent serves the connections of "transparent" listeners;
+	// nil otherwise.
+	Transparent *transparent.Server
 	// HTTP1 reports whether an "https" listener offers "http/1.1".
 	HTTP1 bool
 	// ProxyFrom are the peers a proxy_protocol listener takes
@@ -200,6 +205,7 @@ func Build(cfg *config.Config, env *Env, prev *Generation) (*Generation, error) 
 		b.routes,       // [[parents]], [[routes]]
 		b.origin,       // forwarded, via, max_header_bytes, timeouts: how requests go upstream
 		b.interception, // [intercept]: the CA, the leaves' cache, the rules and their origin clients
+		b.pac,          // [pac]: the file some listeners serve
 		b.authz,        // [authz]: the decision service
 		b.listeners,    // [[listen]]: policies and front-ends
 	} {
@@ -261,6 +267,7 @@ type builder struct {
 	egressT   egressTable                    // [egress] and its rules
 	oc        *origin.Client                 // how every listener's front-ends talk to upstreams
 	icOrigins []*origin.Client               // each interception rule's: TLS to origins, the rule's edits
+	pacFile   *pac.PAC                       // [pac]'s file; nil = none
 
 	routeHeaders []origin.HeaderRule // each of cfg.Routes' header rules, values read
 	headerRules  []origin.HeaderRule // [[header_rules]], values read
