@@ -28,7 +28,8 @@ func TestOriginalField(t *testing.T) {
 		return strings.TrimSpace(buf.String())
 	}
 	fields := strings.Fields(line(FormatText, "", rec))
-	if len(fields) != 20 || fields[19] != "192.0.2.100:80" || fields[4] != "transparent" || fields[18] != "-" {
+	// The 21st field, after sni and intercepted ("-").
+	if len(fields) != 21 || fields[20] != "192.0.2.100:80" || fields[4] != "transparent" || fields[18] != "-" || fields[19] != "-" {
 		t.Errorf("text: %d fields %q", len(fields), fields)
 	}
 	if got := line(FormatJSON, "", rec); !strings.Contains(got, `"orig_dst":"192.0.2.100:80"`) || !strings.Contains(got, `"protocol":"transparent"`) {
