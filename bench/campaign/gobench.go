@@ -116,6 +116,57 @@ func listTest() testDef {
 	}
 }
 
+// featTransparent is the feature of the transparent rows: a listener
+// the kernel redirects connections to (issue 30). Only rustle has it.
+const featTransparent = "transparent"
+
+// secTransparent is the section of the transparent rows.
+const secTransparent = "Transparent listener: the same traffic redirected by nftables and through the plain port, rustle's code alone"
+
+// transparentNote is the note of the first row of the transparent section.
+const transparentNote = "BenchmarkTransparent of internal/server (go test -c, run pinned to the proxy core with -test.cpu 1; root, ip and nft): one rustle with one worker, its origins and its clients in one process in a network namespace the benchmark makes, so that a figure is the wall time of the whole exchange with client, rustle and origin sharing one core (waits included), and the two rows of a pair differ by what rustle does. The plain-port rows send what a configured client sends (an absolute-form GET, a CONNECT); the transparent rows connect to the origin's address with no proxy configured, and nftables REDIRECT sends them to rustle's transparent listener, which reads the original destination (SO_ORIGINAL_DST) and the first bytes: origin-form GETs pinned to it; a plain TCP stream; a ClientHello whose server name it learns. Issue 30 asks for these rows beside the plain port's, in the same run."
+
+// transparentTest is the transparent listener's test: keep-alive 1 KiB
+// GETs, a 16 MiB bulk connection, and a TLS connection's setup, each
+// through the plain port and through a redirect.
+func transparentTest() testDef {
+	row := func(id, title, unit string, decimals int, less bool) report.Row {
+		return report.Row{ID: id, Section: secTransparent, Title: title, Unit: unit, Decimals: decimals, LessIsBetter: less}
+	}
+	rows := []report.Row{
+		row("transparent-1k-plain", "1 KiB keep-alive GET, absolute form to the plain port", "µs/request", 1, true),
+		row("transparent-1k", "1 KiB keep-alive GET, origin form redirected to the transparent listener", "µs/request", 1, true),
+		row("transparent-bulk-connect", "16 MiB from the origin, a CONNECT tunnel per transfer", "MB/s", 0, false),
+		row("transparent-bulk", "16 MiB from the origin, a redirected TCP connection per transfer", "MB/s", 0, false),
+		row("transparent-tls-connect", "A new TLS connection (hello out, 1 KiB back), through CONNECT", "µs/connection", 0, true),
+		row("transparent-tls", "A new TLS connection, redirected: the destination and the SNI learnt", "µs/connection", 0, true),
+	}
+	rows[0].Note = transparentNote
+	rows[len(rows)-1].Selects = true
+	const b = "BenchmarkTransparent/"
+	return testDef{
+		id: "transparent", kind: kindGoBench, needs: []string{featTransparent}, group: "transparent",
+		levels: []int{1}, quickLevels: []int{1},
+		goBench: &goBenchDef{
+			pkg: "./internal/server",
+			runs: []goBenchRun{
+				// 16 MiB transfers dominate: 2 × N of them at about
+				// 500 MB/s, plus the namespace and a rustle started.
+				{bench: "^BenchmarkTransparent$", benchtime: "500x", quickTime: "100x", took: 45 * time.Second, quickTook: 12 * time.Second},
+			},
+			metrics: []goBenchMetric{
+				{row: "transparent-1k-plain", bench: b + "http-1k/plain", unit: "ns/op", scale: 1e-3},
+				{row: "transparent-1k", bench: b + "http-1k/transparent", unit: "ns/op", scale: 1e-3},
+				{row: "transparent-bulk-connect", bench: b + "bulk-16m/connect", unit: "MB/s", scale: 1},
+				{row: "transparent-bulk", bench: b + "bulk-16m/transparent", unit: "MB/s", scale: 1},
+				{row: "transparent-tls-connect", bench: b + "tls-setup/connect", unit: "ns/op", scale: 1e-3},
+				{row: "transparent-tls", bench: b + "tls-setup/transparent", unit: "ns/op", scale: 1e-3},
+			},
+		},
+		rows: rows,
+	}
+}
+
 // goBenchTimeout bounds one invocation of a test binary.
 const goBenchTimeout = 5 * time.Minute
 

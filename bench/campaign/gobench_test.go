@@ -129,3 +129,39 @@ func TestListBenchRun(t *testing.T) {
 		}
 	}
 }
+
+// TestTransparentRows reads the output of internal/server's
+// BenchmarkTransparent (as the campaign runs it, kept in
+// bench/report/testdata) into the transparent test's rows: rustle's
+// column alone, a figure for every row.
+func TestTransparentRows(t *testing.T) {
+	out, err := os.ReadFile("../report/testdata/gobench/transparent.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := testByID(t, "transparent")
+	for _, p := range proxies {
+		if got := runs(td, p); got != (p.name == report.Reference) {
+			t.Errorf("transparent runs against %s: %v", p.name, got)
+		}
+	}
+	metrics := map[string]float64{}
+	if problems := goBenchMetrics(td.goBench.metrics, string(out), metrics); len(problems) > 0 {
+		t.Fatalf("problems: %v", problems)
+	}
+	want := map[string]float64{
+		"transparent-1k-plain": 23.765, "transparent-1k": 26.495,
+		"transparent-bulk-connect": 615.56, "transparent-bulk": 475.71,
+		"transparent-tls-connect": 435.004, "transparent-tls": 588.408,
+	}
+	for _, r := range td.rows {
+		v, ok := want[r.ID]
+		if !ok {
+			t.Errorf("row %s: no expected figure", r.ID)
+			continue
+		}
+		if got := metrics[r.ID]; got < v*(1-1e-9) || got > v*(1+1e-9) {
+			t.Errorf("%s = %v, want %v", r.ID, got, v)
+		}
+	}
+}

@@ -584,7 +584,7 @@ func init() {
 	tests = append(tests, dnsTests...)
 	tests = append(tests, parentTests()...)
 	tests = append(tests, rateTests()...)
-	tests = append(tests, listTest())
+	tests = append(tests, listTest(), transparentTest())
 	for _, n := range coreCounts {
 		tests = append(tests, coresTest(n))
 	}
