@@ -13,10 +13,28 @@ import (
 const loopWarnEvery = 10 * time.Second
 
 // loopWarn counts the loops refused since the last warning.
-var loopWarn struct {
+var loopWarn warnCounter
+
+// warnCounter counts events between warnings about them, at most one
+// every loopWarnEvery.
+type warnCounter struct {
 	mu   sync.Mutex
 	last time.Time // guarded by mu
 	n    int       // guarded by mu
+}
+
+// tick counts one event at now, and reports whether to warn of it, with
+// the events counted since the last warning, this one included.
+func (w *warnCounter) tick(now time.Time) (n int, warn bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n++
+	if now.Sub(w.last) < loopWarnEvery {
+		return 0, false
+	}
+	n = w.n
+	w.n, w.last = 0, now
+	return n, true
 }
 
 // Session states of the check that the connection is not one of
@@ -77,16 +95,10 @@ func (s *Session) returning() bool {
 // "via" (the Via field named this rustle) or "connection" (it came from
 // one of rustle's own parent connections).
 func (s *Session) warnLoop(how string, g *Grant) {
-	now := time.Now()
-	loopWarn.mu.Lock()
-	loopWarn.n++
-	if now.Sub(loopWarn.last) < loopWarnEvery {
-		loopWarn.mu.Unlock()
+	n, warn := loopWarn.tick(time.Now())
+	if !warn {
 		return
 	}
-	n := loopWarn.n
-	loopWarn.n, loopWarn.last = 0, now
-	loopWarn.mu.Unlock()
 	s.p.logger().Warn("loop detected: a request came back to this rustle through a parent proxy; check the parents' addresses",
 		slog.String("detected_by", how), slog.String("client", s.client.String()),
 		slog.String("target", string(g.target)), slog.String("instance", s.p.Instance.Token()), slog.Int("refused", n))

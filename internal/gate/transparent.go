@@ -113,16 +113,10 @@ func (s *Session) RefuseLoop(r *Request, g *Grant) {
 // warnTransparentLoop warns, at most once every loopWarnEvery, of a
 // transparent connection that was one of rustle's own.
 func (s *Session) warnTransparentLoop(g *Grant) {
-	now := time.Now()
-	loopWarn.mu.Lock()
-	loopWarn.n++
-	if now.Sub(loopWarn.last) < loopWarnEvery {
-		loopWarn.mu.Unlock()
+	n, warn := loopWarn.tick(time.Now())
+	if !warn {
 		return
 	}
-	n := loopWarn.n
-	loopWarn.n, loopWarn.last = 0, now
-	loopWarn.mu.Unlock()
 	s.p.logger().Warn("loop detected: rustle's own upstream connection was redirected back to a transparent listener; "+
 		"set egress.mark and make the redirect rules skip it (docs/operations.md, Transparent interception)",
 		"client", s.client.String(), "orig_dst", g.original.String(), "refused", n)
