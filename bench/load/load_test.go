@@ -650,8 +650,9 @@ func TestMain(m *testing.M) {
 	before := runtime.NumGoroutine()
 	code := m.Run()
 	// Connection goroutines of the fake servers end when their peers
-	// close; allow them a bounded moment.
-	for i := 0; i < 100 && runtime.NumGoroutine() > before; i++ {
+	// close, and the h2 and h3 servers' idle stream workers 2 s after
+	// their last stream (internal/workpool): allow them a bounded moment.
+	for i := 0; i < 500 && runtime.NumGoroutine() > before; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if n := runtime.NumGoroutine(); code == 0 && n > before {
