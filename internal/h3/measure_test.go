@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,17 +80,27 @@ func TestIdleMemory(t *testing.T) {
 		}
 	}
 	expect("warm")
-	base := inUse()
+	base := proxytest.SettledMem()
+	profile(t, "base")
 	io.WriteString(stdin, "conns\n")
 	expect("conns")
-	withConns := inUse()
+	withConns := proxytest.SettledMem()
+	profile(t, "conns")
 	io.WriteString(stdin, "flows\n")
 	expect("flows")
-	withFlows := inUse()
-	perConn := float64(withConns-base) / conns
-	perFlow := float64(withFlows-withConns) / flows
-	t.Logf("h3: an idle HTTP/3 connection costs the proxy %.1f KiB of heap+stacks, an idle CONNECT-UDP flow %.1f KiB (%d connections, %d flows on one connection, race detector %v)",
-		perConn/1024, perFlow/1024, conns, flows, proxytest.Race)
+	withFlows := proxytest.SettledMem()
+	profile(t, "flows")
+	per := func(a, b proxytest.Mem, n int) (total, live, stacks float64) {
+		total = float64(b.Heap+b.Stacks-a.Heap-a.Stacks) / float64(n) / 1024
+		live = float64(int64(b.Live)-int64(a.Live)) / float64(n) / 1024
+		stacks = float64(int64(b.Stacks)-int64(a.Stacks)) / float64(n) / 1024
+		return total, live, stacks
+	}
+	connKiB, connLive, connStacks := per(base, withConns, conns)
+	flowKiB, flowLive, flowStacks := per(withConns, withFlows, flows)
+	t.Logf("h3: an idle HTTP/3 connection costs the proxy %.1f KiB of heap+stacks (%.1f live heap, %.1f stacks), an idle CONNECT-UDP flow %.1f KiB (%.1f live heap, %.1f stacks) (%d connections, %d flows on one connection, race detector %v)",
+		connKiB, connLive, connStacks, flowKiB, flowLive, flowStacks, conns, flows, proxytest.Race)
+	perConn, perFlow := connKiB*1024, flowKiB*1024
 	connLimit, flowLimit := 96.0*1024, 15.0*1024
 	if proxytest.Race {
 		connLimit, flowLimit = 2*connLimit, 2*flowLimit
@@ -99,11 +111,29 @@ func TestIdleMemory(t *testing.T) {
 	}
 }
 
-// inUse returns heap in use plus stacks once garbage collection has
-// settled.
-func inUse() uint64 {
-	m := proxytest.SettledMem()
-	return m.Heap + m.Stacks
+// profile writes the heap and goroutine profiles of a phase of
+// TestIdleMemory into the folder H3_MEMORY_PROFILE names, when it is
+// set: `go tool pprof -sample_index=inuse_space -diff_base
+// DIR/conns.heap DIR/flows.heap` shows where a flow's bytes go.
+func profile(t *testing.T, phase string) {
+	t.Helper()
+	dir := os.Getenv("H3_MEMORY_PROFILE")
+	if dir == "" {
+		return
+	}
+	for _, name := range []string{"heap", "goroutine"} {
+		f, err := os.Create(filepath.Join(dir, phase+"."+name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = pprof.Lookup(name).WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // memoryHelper is the child process of TestIdleMemory: it opens the
