@@ -100,14 +100,27 @@ func TestIdleMemory(t *testing.T) {
 	flowKiB, flowLive, flowStacks := per(withConns, withFlows, flows)
 	t.Logf("h3: an idle HTTP/3 connection costs the proxy %.1f KiB of heap+stacks (%.1f live heap, %.1f stacks), an idle CONNECT-UDP flow %.1f KiB (%.1f live heap, %.1f stacks) (%d connections, %d flows on one connection, race detector %v)",
 		connKiB, connLive, connStacks, flowKiB, flowLive, flowStacks, conns, flows, proxytest.Race)
-	perConn, perFlow := connKiB*1024, flowKiB*1024
-	connLimit, flowLimit := 96.0*1024, 15.0*1024
-	if proxytest.Race {
-		connLimit, flowLimit = 2*connLimit, 2*flowLimit
+	// The bounds, in KiB: quic-go's own state is most of a connection's
+	// heap (see docs/operations.md); its stacks are quic-go's two
+	// goroutines and rustle's two (ServeConn's, whose stack stayed at
+	// 8 KB while a gate.Grant sat in its frame, 22 KiB in all then), a
+	// flow's its two goroutines.
+	limits := []struct {
+		what       string
+		got, limit float64
+	}{
+		{"per idle connection", connKiB, 66},
+		{"of stacks per idle connection", connStacks, 17},
+		{"per idle flow", flowKiB, 15},
 	}
-	if perConn > connLimit || perFlow > flowLimit {
-		t.Errorf("%.1f KiB per idle connection (limit %.0f), %.1f KiB per idle flow (limit %.0f)",
-			perConn/1024, connLimit/1024, perFlow/1024, flowLimit/1024)
+	for _, l := range limits {
+		limit := l.limit
+		if proxytest.Race {
+			limit *= 2
+		}
+		if l.got > limit {
+			t.Errorf("%.1f KiB %s, over its bound of %.0f KiB", l.got, l.what, limit)
+		}
 	}
 }
 
