@@ -57,7 +57,14 @@ type conn struct {
 	nflows atomic.Int64 // open flows
 }
 
+// newConn returns the conn of qc, having given sess the handshake's
+// state. It is never inlined: the connection's state it copies (several
+// hundred bytes) would sit in ServeConn's frame, on the stack of every
+// connection's goroutine while it idles.
+//
+//go:noinline
 func newConn(s *Server, qc *quic.Conn, sess *gate.Session) *conn {
+	sess.SetTLS(qc.ConnectionState().TLS)
 	c := &conn{s: s, qc: qc, sess: sess, settings: make(chan struct{}), local: qc.LocalAddr(), peer: qc.RemoteAddr()}
 	if a, ok := c.local.(*net.UDPAddr); ok {
 		ap := a.AddrPort()

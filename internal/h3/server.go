@@ -160,14 +160,10 @@ const NextProto = "h3"
 func (s *Server) ServeConn(qc *quic.Conn, sess *gate.Session) {
 	if n := s.nconns.Add(1); s.cfg.MaxConns > 0 && n > int64(s.cfg.MaxConns) {
 		s.nconns.Add(-1)
-		var g gate.Grant
-		sess.Reject(&gate.Request{Log: accesslog.ProtoH3}, &g, 0, accesslog.ReasonOverloaded,
-			fmt.Errorf("h3: more than %d QUIC connections on the listener", s.cfg.MaxConns))
-		qc.CloseWithError(codeExcessiveLoad, "too many connections")
+		s.refuseConn(qc, sess)
 		return
 	}
 	defer s.nconns.Add(-1)
-	sess.SetTLS(qc.ConnectionState().TLS)
 	c := newConn(s, qc, sess)
 	stopDrain := context.AfterFunc(sess.Context(), func() {
 		if context.Cause(sess.Context()) == gate.ErrRevoked {
@@ -183,6 +179,19 @@ func (s *Server) ServeConn(qc *quic.Conn, sess *gate.Session) {
 	}
 	c.serve()
 	qc.CloseWithError(codeNoError, "")
+}
+
+// refuseConn logs a connection refused past MaxConns and closes it with
+// H3_EXCESSIVE_LOAD. It is never inlined: its gate.Grant (over 1 KB)
+// would sit in ServeConn's frame, on the stack of every connection's
+// goroutine while it idles, which kept that stack from shrinking.
+//
+//go:noinline
+func (s *Server) refuseConn(qc *quic.Conn, sess *gate.Session) {
+	var g gate.Grant
+	sess.Reject(&gate.Request{Log: accesslog.ProtoH3}, &g, 0, accesslog.ReasonOverloaded,
+		fmt.Errorf("h3: more than %d QUIC connections on the listener", s.cfg.MaxConns))
+	qc.CloseWithError(codeExcessiveLoad, "too many connections")
 }
 
 // Full reports whether MaxConns connections are served already, so that
