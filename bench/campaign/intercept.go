@@ -63,9 +63,17 @@ type interceptConf struct {
 	CertGen, CertDB string
 }
 
-// squidCertGen is Debian's path of Squid's certificate generator (in
-// squid-openssl; the GnuTLS squid has none).
-const squidCertGen = "/usr/lib/squid/security_file_certgen"
+// squidCertGen returns the path of Squid's certificate generator beside
+// the Squid binary squid: Debian's /usr/lib/squid/security_file_certgen
+// for /usr/sbin/squid (in squid-openssl; the GnuTLS squid has none), and
+// the same layout under a squid-openssl package unpacked elsewhere
+// (dpkg-deb -x) and found first in PATH.
+func squidCertGen(squid string) string {
+	if squid == "" {
+		squid = "/usr/sbin/squid"
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(squid)), "lib", "squid", "security_file_certgen")
+}
 
 // interceptConfFor returns the interception settings of test t for a
 // proxy whose files are in dir; nil when t intercepts nothing.
@@ -74,7 +82,7 @@ func (e *env) interceptConfFor(t testDef, dir string) *interceptConf {
 		return nil
 	}
 	ic := &interceptConf{CACert: e.icCAFile, CAKey: e.icKeyFile, Bundle: e.icBundleFile, UpstreamCA: e.caFile,
-		CertGen: squidCertGen, CertDB: filepath.Join(dir, "ssl_db")}
+		CertGen: squidCertGen(e.lookPath["squid"]), CertDB: filepath.Join(dir, "ssl_db")}
 	if t.intercept == interceptCold {
 		ic.CacheSize = 1
 	}
@@ -290,7 +298,7 @@ func squidBump(version string, certGen bool) string {
 	case !strings.Contains(version, "--with-openssl"):
 		return "this Squid is not built with OpenSSL (squid -v), so it has no ssl_bump; Debian's squid-openssl has it (it replaces the squid package: the campaign does not swap them, install it by hand)"
 	case !certGen:
-		return squidCertGen + " is missing (Debian's squid-openssl ships it)"
+		return "its certificate generator security_file_certgen is missing (Debian's squid-openssl ships it)"
 	}
 	return ""
 }

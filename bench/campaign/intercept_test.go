@@ -133,7 +133,7 @@ func TestSquidConfIntercept(t *testing.T) {
 	for _, want := range []string{
 		"http_port 127.0.0.1:3128 ssl-bump tls-cert=" + e.icBundleFile + " generate-host-certificates=on dynamic_cert_mem_cache_size=16MB\n",
 		"sslcrtd_program /usr/lib/squid/security_file_certgen -s /tmp/x/dir/ssl_db -M 16MB\n",
-		"ssl_bump bump all\n",
+		"ssl_bump peek step1\nssl_bump stare step2\nssl_bump bump all\n",
 		"tls_outgoing_options cafile=" + e.caFile + "\n",
 		"http_access allow authenticated\n",
 	} {
@@ -148,6 +148,20 @@ func TestSquidConfIntercept(t *testing.T) {
 	b, _ = os.ReadFile(path)
 	if conf := string(b); !strings.Contains(conf, "http_port 127.0.0.1:3128\n") || strings.Contains(conf, "ssl_bump") || strings.Contains(conf, "sslcrtd") {
 		t.Errorf("squid.conf of a spliced row bumps:\n%s", conf)
+	}
+}
+
+// TestSquidCertGen checks where the certificate generator is looked for:
+// beside the Squid binary, as Debian lays them out.
+func TestSquidCertGen(t *testing.T) {
+	for squid, want := range map[string]string{
+		"":                            "/usr/lib/squid/security_file_certgen",
+		"/usr/sbin/squid":             "/usr/lib/squid/security_file_certgen",
+		"/tmp/sq/root/usr/sbin/squid": "/tmp/sq/root/usr/lib/squid/security_file_certgen",
+	} {
+		if got := squidCertGen(squid); got != want {
+			t.Errorf("squidCertGen(%q) = %q, want %q", squid, got, want)
+		}
 	}
 }
 

@@ -340,7 +340,7 @@ func prepareSquid(ctx context.Context, e *env) (string, error) {
 	if err != nil {
 		return v, fmt.Errorf("squid -v: %w", err)
 	}
-	_, certGenErr := os.Stat(squidCertGen)
+	_, certGenErr := os.Stat(squidCertGen(e.lookPath["squid"]))
 	if why := squidBump(string(out), certGenErr == nil); why != "" {
 		e.lack("squid", featIntercept, why)
 	}
