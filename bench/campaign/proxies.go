@@ -211,7 +211,7 @@ var proxies = []*proxyDef{
 			"http_upgrade_request_protocols WebSocket and websocket allow all (authentication stays enforced by http_access)",
 			"CONNECT allowed to any port (no SSL_ports rule), access_log none, max_filedescriptors raised",
 			"TLS tests: https_port with tls-cert= and tls-key= (the campaign's certificate); no tls-min-version (built with GnuTLS, Squid 5.7 turns it into a priority string GnuTLS refuses), so the TLS library's defaults; the library is named beside the version",
-			"interception rows (Debian's squid-openssl only): http_port ... ssl-bump with the campaign's interception CA (tls-cert= its certificate and key), generate-host-certificates=on, dynamic_cert_mem_cache_size=16MB; sslcrtd_program security_file_certgen -s <its directory>/ssl_db -M 16MB (made with -c before each start), sslcrtd_children 5 startup=1 idle=1; ssl_bump bump all; tls_outgoing_options cafile=<the campaign's CA> (the origin verified). Spliced rows: the plain http_port as in the other tests",
+			"interception rows (Debian's squid-openssl only): http_port ... ssl-bump with the campaign's interception CA (tls-cert= its certificate and key), generate-host-certificates=on, dynamic_cert_mem_cache_size=16MB; sslcrtd_program security_file_certgen -s <its directory>/ssl_db -M 16MB (made with -c before each start), sslcrtd_children 5 startup=1 idle=1; ssl_bump peek step1, stare step2, bump all (the generated certificate mimics the origin's, SANs included); tls_outgoing_options cafile=<the campaign's CA> (the origin verified). Spliced rows: the plain http_port as in the other tests",
 		},
 		prepare: prepareSquid,
 		command: func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
