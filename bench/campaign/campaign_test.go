@@ -34,9 +34,12 @@ func TestSelectTests(t *testing.T) {
 			"parent-direct-1k", "parent-direct-bulk", "parent-squid-1k", "parent-squid-bulk", "parent-rustle-1k", "parent-rustle-bulk",
 			"rate-1k", "rate-https-1k", "rate-h2-1k", "rate-h3-1k", "rate-ws-64", "rate-wss-64", "rate-https-newconn", "rate-https-full", "rate-https-full-x25519",
 			"lists", "transparent",
+			"tls-splice-1k", "intercept-1k", "intercept-newconn", "intercept-newconn-cold", "tls-splice-newconn", "sni-match-newconn", "tls-splice-mem", "intercept-mem",
 			"cores-1", "cores-2", "cores-4", "cores-8"}},
 		{list: "lists", want: []string{"lists"}},
 		{list: "transparent,transparent-tls", want: []string{"transparent"}},
+		{list: "intercept", want: []string{"tls-splice-1k", "intercept-1k", "intercept-newconn", "intercept-newconn-cold", "tls-splice-newconn", "sni-match-newconn", "tls-splice-mem", "intercept-mem"}},
+		{list: "cpu-sni-match-newconn,intercept-mem-slope", want: []string{"sni-match-newconn", "intercept-mem"}},
 		{list: "list-1m-mem", want: []string{"lists"}},
 		{list: "fixed-rate", want: []string{"rate-1k", "rate-https-1k", "rate-h2-1k", "rate-h3-1k", "rate-ws-64", "rate-wss-64", "rate-https-newconn", "rate-https-full", "rate-https-full-x25519"}},
 		{list: "rate-wss-64-20000-p999,rate-1k", want: []string{"rate-1k", "rate-wss-64"}},
@@ -121,11 +124,18 @@ func TestTestTable(t *testing.T) {
 			t.Errorf("test %s: wrk cannot speak to a %s port", td.id, td.listener)
 		}
 		// http-1k-go is the one plain row from the Go load tool: the
-		// HTTPS rows' baseline with their client.
-		if td.kind == kindHTTP && !td.tls() && td.id != "http-1k-go" {
+		// HTTPS rows' baseline with their client; the interception rows
+		// send https:// requests through the plain port.
+		if td.kind == kindHTTP && !td.tls() && !td.https && td.id != "http-1k-go" {
 			t.Errorf("test %s: load http on a plain port (wrk's job)", td.id)
 		}
-		if td.fullHandshake && !td.tls() {
+		if td.https && (td.tls() || td.group != "intercept" || td.path == "") {
+			t.Errorf("test %s: https:// requests on the %s port, group %q, path %q", td.id, td.listener, td.group, td.path)
+		}
+		if (td.intercept != "" || td.sni != "" || td.altHost || td.sniHost) && !td.https {
+			t.Errorf("test %s: interception settings without https:// requests", td.id)
+		}
+		if td.fullHandshake && !td.tls() && !td.https {
 			t.Errorf("test %s: full handshake without TLS", td.id)
 		}
 		if td.kind == kindH2 && !td.h2() {
@@ -201,13 +211,27 @@ func TestUnsupportedCells(t *testing.T) {
 		{"dns-cached", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz", "gost"}},
 		{"parent-rustle-1k", []string{"none", "squid", "tinyproxy", "dante", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz", "gost"}},
 		{"cores-4", []string{"none", "dante"}},
+		// The interception rows: spliced ones on every HTTP proxy but
+		// mitmproxy (which intercepts every tunnel); intercepted ones on
+		// rustle, Squid (squid-openssl) and mitmproxy; the cold cache and
+		// the SNI check rustle's only.
+		{"tls-splice-1k", []string{"dante", "mitmproxy"}},
+		{"cpu-tls-splice-1k", []string{"none", "dante", "mitmproxy"}},
+		{"intercept-1k", []string{"tinyproxy", "dante", "gost", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"cpu-intercept-newconn", []string{"none", "tinyproxy", "dante", "gost", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"intercept-newconn-cold", []string{"none", "squid", "mitmproxy", "tinyproxy", "dante", "gost", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"cpu-sni-match-newconn", []string{"none", "squid", "mitmproxy", "tinyproxy", "dante", "gost", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
+		{"tls-splice-mem-slope", []string{"none", "dante", "mitmproxy"}},
+		{"intercept-mem-slope", []string{"none", "tinyproxy", "dante", "gost", "rustle-ldap", "rustle-jwt", "rustle-limits", "rustle-redis", "rustle-authz"}},
 	}
 	rows := map[string][]string{}
 	httpsOnly := map[string]bool{} // rows of tests needing only the HTTPS port
+	intercept := map[string]bool{} // rows of the intercept group
 	for _, td := range tests {
 		for _, r := range td.rows {
 			rows[r.ID] = r.Unsupported
 			httpsOnly[r.ID] = slices.Equal(td.needs, []string{featHTTPS})
+			intercept[r.ID] = td.group == "intercept"
 		}
 	}
 	for _, tt := range cases {
@@ -218,6 +242,10 @@ func TestUnsupportedCells(t *testing.T) {
 			// rustle-x25519 has only the HTTPS port.
 			if !httpsOnly[tt.row] {
 				want = append(want, "rustle-x25519")
+			}
+			// mitmproxy runs the interception rows only.
+			if !intercept[tt.row] {
+				want = append(want, "mitmproxy")
 			}
 			slices.Sort(want)
 			if !slices.Equal(got, want) {

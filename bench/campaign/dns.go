@@ -32,7 +32,7 @@ const featDNS = "dns"
 
 // rustleFeatures are rustle's features: everything, its [dns], its
 // parents, its UDP relays and its destination lists.
-var rustleFeatures = append(slices.Clip(allFeatures), featDNS, featParents, featUDP, featLists, featTransparent)
+var rustleFeatures = append(slices.Clip(allFeatures), featDNS, featParents, featUDP, featLists, featTransparent, featLeafCache, featSNI)
 
 // Resolvers of a DNS test (testDef.resolver).
 const (

@@ -132,7 +132,7 @@ func TestDefaultProxyList(t *testing.T) {
 	if got := defaultProxyList(false); got != defaultProxies || strings.Contains(got, "gost") {
 		t.Errorf("default list without a gost binary %q, want %q", got, defaultProxies)
 	}
-	if got, want := defaultProxyList(true), "rustle,squid,tinyproxy,dante,gost,none"; got != want {
+	if got, want := defaultProxyList(true), "rustle,squid,tinyproxy,dante,mitmproxy,gost,none"; got != want {
 		t.Errorf("default list with a gost binary %q, want %q", got, want)
 	}
 }

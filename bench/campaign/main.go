@@ -357,7 +357,7 @@ func runs(t testDef, d *proxyDef) bool {
 // gost, when a gost binary is given: defaultProxyList); the rustle-ldap,
 // rustle-jwt, rustle-limits, rustle-redis and rustle-authz columns are
 // asked for by name.
-const defaultProxies = "rustle,squid,tinyproxy,dante,none"
+const defaultProxies = "rustle,squid,tinyproxy,dante,mitmproxy,none"
 
 // parentDefs returns the proxies the selected tests run as parents.
 func parentDefs(selected []testDef) []*proxyDef {

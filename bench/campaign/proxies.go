@@ -61,7 +61,7 @@ func (p *proxyDef) has(needs []string) bool {
 // allFeatures is what rustle and the client straight to the origin can
 // do (the origin has HTTP/2 and HTTP/3 listeners for the no-proxy column
 // of the HTTP/2 and HTTP/3 rows).
-var allFeatures = []string{featHTTP, featHTTPS, featWebSocket, featSOCKS, featH2, featH3}
+var allFeatures = []string{featHTTP, featHTTPS, featWebSocket, featSOCKS, featH2, featH3, featIntercept}
 
 // confData fills the templates bench/squid.conf, bench/tinyproxy.conf,
 // bench/rustle.toml and bench/danted.conf.
@@ -106,6 +106,15 @@ type confData struct {
 	// route's via ("direct" or "parent"), for the parent tests; "" = no
 	// parent and no route.
 	ParentURL, Via string
+	// Intercept is rustle's [intercept] and Squid's ssl_bump for an
+	// interception test (intercept.go); nil for every other test.
+	Intercept *interceptConf
+	// SNI is rustle's listener sni for the SNI-check row; "" leaves it
+	// at its default.
+	SNI string
+	// BenchHost is the host name the interception rule names besides
+	// 127.0.0.1 (env.benchHost).
+	BenchHost string
 }
 
 // proxies lists every proxy the campaign knows, in column order.
@@ -191,7 +200,7 @@ var proxies = []*proxyDef{
 	},
 	{
 		name: "squid", label: "Squid", pkg: "squid", binary: "squid",
-		features: []string{featHTTP, featHTTPS, featWebSocket},
+		features: []string{featHTTP, featHTTPS, featWebSocket, featIntercept},
 		tuning: []string{
 			"Debian package, run in the foreground (squid --foreground), master + 1 kid + auth helper",
 			"workers 1",
@@ -202,11 +211,18 @@ var proxies = []*proxyDef{
 			"http_upgrade_request_protocols WebSocket and websocket allow all (authentication stays enforced by http_access)",
 			"CONNECT allowed to any port (no SSL_ports rule), access_log none, max_filedescriptors raised",
 			"TLS tests: https_port with tls-cert= and tls-key= (the campaign's certificate); no tls-min-version (built with GnuTLS, Squid 5.7 turns it into a priority string GnuTLS refuses), so the TLS library's defaults; the library is named beside the version",
+			"interception rows (Debian's squid-openssl only): http_port ... ssl-bump with the campaign's interception CA (tls-cert= its certificate and key), generate-host-certificates=on, dynamic_cert_mem_cache_size=16MB; sslcrtd_program security_file_certgen -s <its directory>/ssl_db -M 16MB (made with -c before each start), sslcrtd_children 5 startup=1 idle=1; ssl_bump peek step1, stare step2, bump all (the generated certificate mimics the origin's, SANs included); tls_outgoing_options cafile=<the campaign's CA> (the origin verified). Spliced rows: the plain http_port as in the other tests",
 		},
 		prepare: prepareSquid,
 		command: func(e *env, dir, listener string, port, workers int) ([]string, []string, error) {
 			conf := filepath.Join(dir, "squid.conf")
-			if err := e.writeConf("squid.conf", conf, dir, listener, port, workers); err != nil {
+			d := e.confData(dir, listener, port, workers)
+			if d.Intercept != nil {
+				if err := e.initCertDB(context.Background(), d.Intercept); err != nil {
+					return nil, nil, err
+				}
+			}
+			if err := e.writeConfData("squid.conf", conf, d); err != nil {
 				return nil, nil, err
 			}
 			return []string{e.lookPath["squid"], "--foreground", "-f", conf}, nil, nil
@@ -251,6 +267,7 @@ var proxies = []*proxyDef{
 			return []string{e.lookPath["danted"], "-f", conf, "-p", filepath.Join(dir, "danted.pid")}, []string{"TMPDIR=" + dir}, nil
 		},
 	},
+	mitmProxy, // intercept.go
 	gostProxy, // gost.go
 	{
 		name: "none", label: "no proxy",
@@ -323,6 +340,10 @@ func prepareSquid(ctx context.Context, e *env) (string, error) {
 	if err != nil {
 		return v, fmt.Errorf("squid -v: %w", err)
 	}
+	_, certGenErr := os.Stat(squidCertGen(e.lookPath["squid"]))
+	if why := squidBump(string(out), certGenErr == nil); why != "" {
+		e.lack("squid", featIntercept, why)
+	}
 	if lib := squidTLS(string(out)); lib != "" {
 		v += ", TLS with " + lib
 	} else {
@@ -393,6 +414,7 @@ func (e *env) confData(dir, listener string, port, workers int) confData {
 		LDAPURL: e.ldapURL, JWKSURL: e.jwksURL, Issuer: benchIssuer, RedisURL: e.redisURL, AuthzURL: e.authzURL,
 		Resolver:  e.resolver,
 		ParentURL: e.parentURL, Via: e.parentVia,
+		Intercept: e.interceptConfFor(e.test, dir), SNI: e.test.sni, BenchHost: e.benchHost(),
 	}
 	if e.asRoot {
 		d.User, d.Group = e.dropUser, e.dropGroup

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -306,6 +307,15 @@ func (e *env) loadArgs(t testDef, r *running) []string {
 			args = append(args, "-auth", r.auth)
 		}
 	}
+	if t.https {
+		args = append(args, "-https", "-ca", e.rootsFile)
+		if !t.fullHandshake && t.kind != kindHold {
+			args = append(args, "-resume")
+		}
+		if t.altHost {
+			args = append(args, "-alt-host", e.benchHost())
+		}
+	}
 	if t.tls() {
 		args = append(args, "-tls", "-ca", e.caFile)
 		if !t.fullHandshake {
@@ -332,6 +342,14 @@ func (e *env) loadArgs(t testDef, r *running) []string {
 func (e *env) target(t testDef, r *running) string {
 	o := e.origin
 	direct := r.addr == ""
+	if t.https {
+		if t.sniHost {
+			if _, port, err := net.SplitHostPort(o.HTTPS); err == nil {
+				return net.JoinHostPort(e.benchHost(), port)
+			}
+		}
+		return o.HTTPS
+	}
 	switch t.kind {
 	case kindBulk:
 		switch {
@@ -626,6 +644,9 @@ func (e *env) holdRun(ctx context.Context, pl plan, t testDef, r *running) repor
 		args = append(args, "-h3", "-path", t.path, "-parallel", "16")
 	case holdUDP:
 		args = append(args, "-udp", "-parallel", "16")
+	}
+	if t.https {
+		args = append(args, "-path", t.path, "-parallel", "16")
 	}
 	cmd := exec.CommandContext(ctx, "taskset", args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }

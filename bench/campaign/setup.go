@@ -86,6 +86,11 @@ type env struct {
 	// https port and by the origin's TLS listeners; caPool trusts the CA.
 	caFile, certFile, keyFile string
 	caPool                    *x509.CertPool
+	// icCAFile, icKeyFile and icBundleFile are the interception CA's
+	// certificate, key and both in one file; rootsFile the campaign's CA
+	// and the interception CA, which the load tool trusts for https://
+	// requests (intercept.go).
+	icCAFile, icKeyFile, icBundleFile, rootsFile string
 
 	// socksMethod is Dante's socksmethod ("username" or "none"), decided
 	// by prepareDante; sysUserCreated is true while the system user for
@@ -597,5 +602,5 @@ func (e *env) makeCerts() error {
 	}
 	e.caPool = x509.NewCertPool()
 	e.caPool.AddCert(ca)
-	return nil
+	return e.makeInterceptCA(dir)
 }

@@ -133,6 +133,27 @@ type testDef struct {
 	// group names the tests that -tests can select together ("plain",
 	// "socks", "https", "h2", "websocket", "parents", "cores").
 	group string
+	// https: the requests (or a hold test's held connections) are
+	// https:// requests to the origin's TLS listener inside a CONNECT
+	// tunnel on the plain port ("load -https"), trusting the campaign's
+	// CA and its interception CA; "no proxy" speaks that TLS straight to
+	// the origin. false for every other test.
+	https bool
+	// intercept is, for an interception test, the certificate cache of
+	// the proxy that intercepts (interceptWarm, interceptCold): the
+	// proxy's configuration then intercepts the tunnels to the origin;
+	// "" for every other test (rustle and Squid splice).
+	intercept string
+	// altHost: the load tool names the origin by the bench host name
+	// (env.benchHost) on every other connection ("load -alt-host"), so
+	// that with a cache of one leaf every connection mints one.
+	altHost bool
+	// sniHost: the requests name the origin by the bench host name, so
+	// that the client's ClientHello carries a server name.
+	sniHost bool
+	// sni is rustle's listener sni setting in the test ("match"); "" =
+	// its default (off).
+	sni string
 	// goBench is the benchmarks of a kindGoBench test; nil for every
 	// other test.
 	goBench *goBenchDef
@@ -585,6 +606,7 @@ func init() {
 	tests = append(tests, parentTests()...)
 	tests = append(tests, rateTests()...)
 	tests = append(tests, listTest(), transparentTest())
+	tests = append(tests, interceptTests()...)
 	for _, n := range coreCounts {
 		tests = append(tests, coresTest(n))
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -39,7 +40,7 @@ func runHold(args []string) error {
 	par := fs.Int("parallel", 64, "tunnels opened at once")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
 	h3 := fs.Bool("h3", false, "with -tls, hold QUIC connections (HTTP/3) instead of tunnels, each after one completed GET of -path from -target (an HTTP origin) through the proxy")
-	path := fs.String("path", "/1k", "with -h3, the `path` of each connection's one request")
+	path := fs.String("path", "/1k", "with -h3 or -https, the `path` of each connection's one request")
 	udp := fs.Bool("udp", false, "hold UDP flows to -target (a UDP echo) instead of tunnels, each after one datagram echoed: CONNECT-UDP over HTTP/3 with -tls, SOCKS5 UDP ASSOCIATE with -socks5")
 	perConn := fs.Int("flows-per-conn", 50, "with -udp over HTTP/3, the flows on each QUIC connection (rustle's [http3] max_flows is 64 per connection by default)")
 	fs.Parse(args)
@@ -70,8 +71,8 @@ func runHold(args []string) error {
 		return out
 	}
 	switch {
-	case *h3 && *udp:
-		return errors.New("hold: -h3 and -udp exclude each other")
+	case *h3 && *udp, *df.https && (*h3 || *udp):
+		return errors.New("hold: -h3, -udp and -https exclude each other")
 	case *h3:
 		if d.tlsConf == nil || d.proxy == "" {
 			return errors.New("hold: -h3 needs -proxy and -tls")
@@ -80,6 +81,11 @@ func runHold(args []string) error {
 		url := "http://" + d.target + *path
 		open = func(n int, errs *errorLog) []io.Closer {
 			return holdParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) { return holdH3(ctx, d, url) })
+		}
+	case *df.https:
+		req := httpRequest(d, *path, false)
+		open = func(n int, errs *errorLog) []io.Closer {
+			return holdParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) { return holdHTTPS(ctx, d, req) })
 		}
 	case *udp:
 		fd, err := newFlowDialer(d, *df.socks, *perConn, "/.well-known/masque/udp/{target_host}/{target_port}/")
@@ -236,4 +242,32 @@ func holdH3(ctx context.Context, d dialer, url string) (io.Closer, error) {
 		return nil, fmt.Errorf("GET %s over HTTP/3: %w", url, err)
 	}
 	return quicCloser{qc}, nil
+}
+
+// holdHTTPS opens a connection with dialHTTP (with -https through a
+// proxy: a CONNECT tunnel with the client's TLS to the target inside it),
+// sends req on it, reads the whole response and returns the connection,
+// idle and kept alive.
+func holdHTTPS(ctx context.Context, d dialer, req []byte) (io.Closer, error) {
+	c, auth, err := d.dialHTTP(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if auth != d.target {
+		req = bytes.ReplaceAll(req, []byte(d.target), []byte(auth))
+	}
+	c.SetDeadline(time.Now().Add(d.timeout))
+	status, _, closed, err := exchange(c, bufio.NewReaderSize(c, 4<<10), req)
+	switch {
+	case err == nil && status != 200:
+		err = fmt.Errorf("status %d", status)
+	case err == nil && closed:
+		err = errors.New("the connection closes after the response")
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("request on a held connection to %s: %w", auth, err)
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
 }

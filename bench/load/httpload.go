@@ -103,6 +103,9 @@ func runHTTP(args []string) error {
 		if err != nil {
 			return fmt.Errorf("http: %w", err)
 		}
+		if d.inner != nil || d.altHost != "" {
+			return errors.New("http: -rate is not for -https through a proxy or -alt-host")
+		}
 		return runRated(rf.run("http", *conns, *duration, *reqTimeout, d, func() rateSlot {
 			return &httpSlot{d: d, req: req, newConn: *newConn}
 		}))
@@ -136,10 +139,11 @@ func runHTTP(args []string) error {
 }
 
 // httpRequest formats the request once: absolute form with
-// Proxy-Authorization through a proxy, origin form straight to the origin.
+// Proxy-Authorization through a proxy, origin form straight to the origin
+// or inside a CONNECT tunnel (-https through a proxy).
 func httpRequest(d dialer, path string, newConn bool) []byte {
 	var b bytes.Buffer
-	if d.proxy != "" {
+	if d.proxy != "" && d.inner == nil {
 		b.WriteString("GET http://" + d.target + path + " HTTP/1.1\r\nHost: " + d.target + "\r\n")
 		if d.authHeader != "" {
 			b.WriteString("Proxy-Authorization: " + d.authHeader + "\r\n")
@@ -164,6 +168,7 @@ func httpWorker(ctx context.Context, d dialer, req []byte, newConn bool, end tim
 	defer cancel()
 	var conn net.Conn
 	var br *bufio.Reader
+	cur := req // the request for the authority conn names
 	defer func() {
 		if conn != nil {
 			conn.Close()
@@ -173,7 +178,12 @@ func httpWorker(ctx context.Context, d dialer, req []byte, newConn bool, end tim
 		start := time.Now()
 		if conn == nil {
 			var err error
-			conn, err = d.dialConn(ctx)
+			var auth string
+			conn, auth, err = d.dialHTTP(ctx)
+			cur = req
+			if auth != d.target {
+				cur = bytes.ReplaceAll(req, []byte(d.target), []byte(auth))
+			}
 			if err != nil {
 				if time.Now().Before(end) {
 					c.fail(&c.errs.Connect, err)
@@ -184,7 +194,7 @@ func httpWorker(ctx context.Context, d dialer, req []byte, newConn bool, end tim
 			br = bufio.NewReaderSize(conn, 64<<10)
 		}
 		conn.SetDeadline(earliest(start.Add(reqTimeout), end))
-		status, n, closed, err := exchange(conn, br, req)
+		status, n, closed, err := exchange(conn, br, cur)
 		switch {
 		case err != nil && time.Now().After(end):
 			return // cut by the end of the run

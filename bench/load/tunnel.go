@@ -50,10 +50,19 @@ type dialer struct {
 	handshakes, resumed *atomic.Int64
 	// seen tallies the key exchange and certificate of every handshake.
 	seen *tlsSeen
+	// inner, when not nil, is the client's TLS to the target inside a
+	// CONNECT tunnel (-https through a proxy): the requests are https://
+	// requests the proxy splices or intercepts.
+	inner *tls.Config
+	// altHost, when not "", names the target by this host instead of its
+	// own on every other connection dialHTTP opens (the CONNECT line and
+	// the TLS server name; -alt-host); conns counts those connections.
+	altHost string
+	conns   *atomic.Int64
 }
 
 func newDialer(proxy, userPass, target string, timeout time.Duration) dialer {
-	d := dialer{proxy: proxy, target: target, timeout: timeout, handshakes: new(atomic.Int64), resumed: new(atomic.Int64), seen: new(tlsSeen)}
+	d := dialer{proxy: proxy, target: target, timeout: timeout, handshakes: new(atomic.Int64), resumed: new(atomic.Int64), seen: new(tlsSeen), conns: new(atomic.Int64)}
 	if userPass != "" {
 		d.user, d.pass, _ = strings.Cut(userPass, ":")
 		d.authHeader = "Basic " + base64.StdEncoding.EncodeToString([]byte(userPass))
@@ -70,18 +79,22 @@ type dialFlags struct {
 	socks       *bool
 	h2          *bool
 	curves      *string
+	https       *bool
+	altHost     *string
 }
 
 func addDialFlags(fs *flag.FlagSet) *dialFlags {
 	return &dialFlags{
-		proxy:  fs.String("proxy", "", "proxy `host:port`; empty connects straight to the target"),
-		auth:   fs.String("auth", "", "`user:pass` for the proxy (Basic, or SOCKS5 username/password); empty sends none"),
-		tls:    fs.Bool("tls", false, "speak TLS to the proxy (an HTTPS proxy), or to the target when there is no proxy"),
-		ca:     fs.String("ca", "", "PEM `file` of the CA that signed the TLS server's certificate (with -tls)"),
-		resume: fs.Bool("resume", false, "with -tls, keep a TLS session cache so new connections resume a session; without it every connection makes a full handshake"),
-		socks:  fs.Bool("socks5", false, "speak SOCKS5 to the proxy instead of HTTP CONNECT (bulk and hold)"),
-		h2:     fs.Bool("h2", false, "with -tls, speak HTTP/2 (ALPN h2): a connection per tunnel with one CONNECT stream (bulk and hold; without a proxy a POST stream to the origin's HTTP/2 sink); implied by the h2 subcommand"),
-		curves: fs.String("curves", "", "with -tls, the key exchanges the client offers, comma-separated as Go names them (X25519, X25519MLKEM768, CurveP256, ...); empty offers Go's defaults (X25519MLKEM768 first)"),
+		proxy:   fs.String("proxy", "", "proxy `host:port`; empty connects straight to the target"),
+		auth:    fs.String("auth", "", "`user:pass` for the proxy (Basic, or SOCKS5 username/password); empty sends none"),
+		tls:     fs.Bool("tls", false, "speak TLS to the proxy (an HTTPS proxy), or to the target when there is no proxy"),
+		ca:      fs.String("ca", "", "PEM `file` of the CA that signed the TLS server's certificate (with -tls)"),
+		resume:  fs.Bool("resume", false, "with -tls, keep a TLS session cache so new connections resume a session; without it every connection makes a full handshake"),
+		socks:   fs.Bool("socks5", false, "speak SOCKS5 to the proxy instead of HTTP CONNECT (bulk and hold)"),
+		h2:      fs.Bool("h2", false, "with -tls, speak HTTP/2 (ALPN h2): a connection per tunnel with one CONNECT stream (bulk and hold; without a proxy a POST stream to the origin's HTTP/2 sink); implied by the h2 subcommand"),
+		https:   fs.Bool("https", false, "send the requests over TLS to the target (https://, trusting -ca): through a proxy inside a CONNECT tunnel on its plain port, which splices or intercepts it; without one, TLS straight to the target (http and hold)"),
+		altHost: fs.String("alt-host", "", "with -https, name the target by this `host` (same port) on every other new connection: in the CONNECT line, the TLS server name and Host"),
+		curves:  fs.String("curves", "", "with -tls, the key exchanges the client offers, comma-separated as Go names them (X25519, X25519MLKEM768, CurveP256, ...); empty offers Go's defaults (X25519MLKEM768 first)"),
 	}
 }
 
@@ -108,7 +121,24 @@ func parseCurves(list string) ([]tls.CurveID, error) {
 func (f *dialFlags) dialer(target string, timeout time.Duration) (d dialer, err error) {
 	d = newDialer(*f.proxy, *f.auth, target, timeout)
 	d.socks, d.h2 = *f.socks, *f.h2
-	if !*f.tls {
+	if *f.altHost != "" && !*f.https {
+		return d, errors.New("-alt-host needs -https")
+	}
+	d.altHost = *f.altHost
+	if *f.https && d.proxy != "" {
+		if *f.tls || d.socks || d.h2 {
+			return d, errors.New("-https through a proxy goes through its plain port: not with -tls, -socks5 or -h2")
+		}
+		d.inner = &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+		if d.inner.RootCAs, err = readRoots(*f.ca); err != nil {
+			return d, err
+		}
+		if *f.resume {
+			d.inner.ClientSessionCache = tls.NewLRUClientSessionCache(64)
+		}
+		return d, nil
+	}
+	if !*f.tls && !*f.https {
 		switch {
 		case d.h2:
 			return d, errors.New("-h2 needs -tls")
@@ -121,15 +151,8 @@ func (f *dialFlags) dialer(target string, timeout time.Duration) (d dialer, err 
 	if conf.CurvePreferences, err = parseCurves(*f.curves); err != nil {
 		return d, err
 	}
-	if *f.ca != "" {
-		pem, err := os.ReadFile(*f.ca)
-		if err != nil {
-			return d, fmt.Errorf("read CA: %w", err)
-		}
-		conf.RootCAs = x509.NewCertPool()
-		if !conf.RootCAs.AppendCertsFromPEM(pem) {
-			return d, fmt.Errorf("read CA %s: no certificate in it", *f.ca)
-		}
+	if conf.RootCAs, err = readRoots(*f.ca); err != nil {
+		return d, err
 	}
 	server := target
 	if d.proxy != "" {
@@ -148,6 +171,68 @@ func (f *dialFlags) dialer(target string, timeout time.Duration) (d dialer, err 
 	}
 	d.tlsConf = conf
 	return d, nil
+}
+
+// readRoots returns the certificates of the PEM file path as a pool;
+// nil (the system roots) for "".
+func readRoots(path string) (*x509.CertPool, error) {
+	if path == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("read CA %s: no certificate in it", path)
+	}
+	return pool, nil
+}
+
+// authority returns the target as the next connection names it: the
+// target, or on every other connection with -alt-host, altHost with the
+// target's port.
+func (d dialer) authority() string {
+	if d.altHost == "" || d.conns.Add(1)%2 == 1 {
+		return d.target
+	}
+	_, port, _ := net.SplitHostPort(d.target)
+	return net.JoinHostPort(d.altHost, port)
+}
+
+// dialHTTP opens a connection for requests and returns it with the
+// authority it names: dialConn's connection, or with -https through a
+// proxy a CONNECT tunnel to the target with the client's TLS to the
+// target inside it (its handshake counted like the proxy's).
+func (d dialer) dialHTTP(ctx context.Context) (net.Conn, string, error) {
+	auth := d.authority()
+	d.target = auth
+	if d.inner == nil {
+		c, err := d.dialConn(ctx)
+		return c, auth, err
+	}
+	t, err := d.dial(ctx)
+	if err != nil {
+		return nil, auth, err
+	}
+	host, _, _ := net.SplitHostPort(auth)
+	conf := d.inner.Clone()
+	conf.ServerName = host
+	tc := tls.Client(t, conf)
+	hctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		t.Close()
+		return nil, auth, fmt.Errorf("TLS handshake with %s through %s: %w", auth, d.proxy, err)
+	}
+	d.handshakes.Add(1)
+	cs := tc.ConnectionState()
+	if cs.DidResume {
+		d.resumed.Add(1)
+	}
+	d.seen.record(&cs)
+	return tc, auth, nil
 }
 
 // dialConn opens the connection to the proxy (or to the target without a
