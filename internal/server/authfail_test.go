@@ -451,15 +451,12 @@ func TestAuthCooldownEveryConnection(t *testing.T) {
 	if got := r.metric(t, "rustle_auth_failures_total", "plain"); got != failures {
 		t.Errorf("failures went from %v to %v: credentials were checked while cooling down", failures, got)
 	}
-	recs := r.records(t, 3, func(rec conformRecord) bool { return rec.Reason == "cooling-down" && rec.User == "alice" })
-	byListener := map[string]bool{}
-	for _, rec := range recs {
-		byListener[rec.Listener] = true
-	}
+	// One record on each listener: the last wrong password on plain may
+	// be refused cooling down too, so three records are not one of each.
 	for _, l := range []string{"plain", "socks", "tls"} {
-		if !byListener[l] {
-			t.Errorf("no cooling-down record of alice on %s: %+v", l, recs)
-		}
+		r.records(t, 1, func(rec conformRecord) bool {
+			return rec.Listener == l && rec.Reason == "cooling-down" && rec.User == "alice"
+		})
 	}
 }
 
