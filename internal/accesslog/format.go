@@ -178,11 +178,11 @@ func appendJSON(b []byte, r *Record) []byte {
 	b = append(b, `{"time":"`...)
 	b = r.Time.UTC().AppendFormat(b, timeLayout)
 	b = append(b, `","listener":`...)
-	b = appendJSONString(b, r.Listener)
+	b = AppendJSONString(b, r.Listener)
 	b = append(b, `,"client":`...)
 	b = appendJSONAddr(b, r.Client)
 	b = append(b, `,"user":`...)
-	b = appendJSONString(b, r.User)
+	b = AppendJSONString(b, r.User)
 	b = append(b, `,"protocol":`...)
 	if r.Protocol.String() == "-" {
 		b = append(b, `""`...)
@@ -192,9 +192,9 @@ func appendJSON(b []byte, r *Record) []byte {
 		b = append(b, '"')
 	}
 	b = append(b, `,"method":`...)
-	b = appendJSONString(b, r.Method)
+	b = AppendJSONString(b, r.Method)
 	b = append(b, `,"target":`...)
-	b = appendJSONString(b, r.Target)
+	b = AppendJSONString(b, r.Target)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(r.Status), 10)
 	b = append(b, `,"bytes_up":`...)
@@ -206,10 +206,10 @@ func appendJSON(b []byte, r *Record) []byte {
 	b = append(b, `,"upstream":`...)
 	b = appendJSONAddr(b, r.Upstream)
 	b = append(b, `,"rule":`...)
-	b = appendJSONString(b, r.Rule)
+	b = AppendJSONString(b, r.Rule)
 	if r.Reason != "" {
 		b = append(b, `,"reason":`...)
-		b = appendJSONString(b, r.Reason)
+		b = AppendJSONString(b, r.Reason)
 	}
 	if r.Source.IsValid() {
 		b = append(b, `,"source":"`...)
@@ -218,19 +218,19 @@ func appendJSON(b []byte, r *Record) []byte {
 	}
 	if r.Route != "" {
 		b = append(b, `,"route":`...)
-		b = appendJSONString(b, r.Route)
+		b = AppendJSONString(b, r.Route)
 	}
 	if r.Parent != "" {
 		b = append(b, `,"parent":`...)
-		b = appendJSONString(b, r.Parent)
+		b = AppendJSONString(b, r.Parent)
 	}
 	if r.WouldDeny != "" {
 		b = append(b, `,"would_deny":`...)
-		b = appendJSONString(b, r.WouldDeny)
+		b = AppendJSONString(b, r.WouldDeny)
 	}
 	if r.SNI != "" {
 		b = append(b, `,"sni":`...)
-		b = appendJSONString(b, r.SNI)
+		b = AppendJSONString(b, r.SNI)
 	}
 	if r.Intercepted {
 		b = append(b, `,"intercepted":true`...)
@@ -252,11 +252,11 @@ func appendJSONAddr(b []byte, a netip.AddrPort) []byte {
 	return append(b, '"')
 }
 
-// appendJSONString appends s as a JSON string, escaping as encoding/json
+// AppendJSONString appends s as a JSON string, escaping as encoding/json
 // does except for '<', '>' and '&', which are kept: '"', '\' and control
 // characters are escaped, invalid UTF-8 becomes U+FFFD, and U+2028 and
 // U+2029 are escaped.
-func appendJSONString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {

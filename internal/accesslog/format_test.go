@@ -394,7 +394,7 @@ func FuzzFormat(f *testing.F) {
 }
 
 // validUTF8 replaces each byte of s that is not part of valid UTF-8 with
-// U+FFFD, as appendJSONString does.
+// U+FFFD, as AppendJSONString does.
 func validUTF8(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); {
