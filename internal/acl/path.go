@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
 )
 
 // pathPattern is a compiled paths entry.
@@ -89,10 +91,10 @@ func normalizePath(target string) (string, error) {
 			b = append(b, c)
 			continue
 		}
-		if i+2 >= len(target) || unhex(target[i+1]) < 0 || unhex(target[i+2]) < 0 {
+		if i+2 >= len(target) || dialer.HexDigit(target[i+1]) < 0 || dialer.HexDigit(target[i+2]) < 0 {
 			return "", errPathEncoding
 		}
-		v := byte(unhex(target[i+1])<<4 | unhex(target[i+2]))
+		v := byte(dialer.HexDigit(target[i+1])<<4 | dialer.HexDigit(target[i+2]))
 		i += 2
 		if unreserved(v) {
 			b = append(b, v)
@@ -141,18 +143,6 @@ func removeDotSegments(p string) string {
 		}
 	}
 	return "/" + strings.Join(out, "/")
-}
-
-func unhex(c byte) int {
-	switch {
-	case '0' <= c && c <= '9':
-		return int(c - '0')
-	case 'a' <= c && c <= 'f':
-		return int(c-'a') + 10
-	case 'A' <= c && c <= 'F':
-		return int(c-'A') + 10
-	}
-	return -1
 }
 
 // unreserved reports whether c is an unreserved character (RFC 3986

@@ -62,7 +62,7 @@ func endsInNumber[T ~string | ~[]byte](s T) bool {
 	}
 	if len(last) >= 2 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') {
 		for j := 2; j < len(last); j++ {
-			if hexDigit(last[j]) < 0 {
+			if HexDigit(last[j]) < 0 {
 				return false
 			}
 		}
@@ -127,7 +127,7 @@ func parsePart[T ~string | ~[]byte](p T) (uint64, bool) {
 	}
 	var v uint64
 	for ; i < len(p); i++ {
-		d := hexDigit(p[i])
+		d := HexDigit(p[i])
 		if d < 0 || uint64(d) >= base {
 			return 0, false
 		}
@@ -139,8 +139,8 @@ func parsePart[T ~string | ~[]byte](p T) (uint64, bool) {
 	return v, true
 }
 
-// hexDigit returns the value of a hex digit, -1 for another byte.
-func hexDigit(c byte) int {
+// HexDigit returns the value of a hex digit, -1 for another byte.
+func HexDigit(c byte) int {
 	switch {
 	case '0' <= c && c <= '9':
 		return int(c - '0')
