@@ -73,61 +73,50 @@ func IP(t testing.TB, args ...string) {
 // closed at t.Cleanup. The rest of the process stays where it was.
 func ListenIn(t testing.TB, ns, network, addr string) net.Listener {
 	t.Helper()
-	f, err := os.Open("/run/netns/" + ns)
+	ln, err := inNetns(ns, func() (net.Listener, error) { return net.Listen(network, addr) })
 	if err != nil {
-		t.Fatalf("proxytest: open namespace %s: %v", ns, err)
+		t.Fatalf("proxytest: listen %s in namespace %s: %v", addr, ns, err)
 	}
-	defer f.Close()
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		// Never unlocked: the thread, now in ns, ends with the goroutine.
-		runtime.LockOSThread()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("setns: %w", err)}
-			return
-		}
-		ln, err := net.Listen(network, addr)
-		ch <- result{ln, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		t.Fatalf("proxytest: listen %s in namespace %s: %v", addr, ns, r.err)
-	}
-	t.Cleanup(func() { r.ln.Close() })
-	return r.ln
+	t.Cleanup(func() { ln.Close() })
+	return ln
 }
 
 // DialIn connects to addr from the network namespace ns, from a thread
 // that enters it and is then discarded: the socket stays in ns. The
 // rest of the process stays where it was.
 func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
-	f, err := os.Open("/run/netns/" + ns)
+	return inNetns(ns, func() (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	})
+}
+
+// inNetns runs f on a thread that enters the network namespace ns and is
+// then discarded, so that the sockets f makes belong to ns.
+func inNetns[T any](ns string, f func() (T, error)) (T, error) {
+	var zero T
+	nsf, err := os.Open("/run/netns/" + ns)
 	if err != nil {
-		return nil, fmt.Errorf("proxytest: open namespace %s: %w", ns, err)
+		return zero, fmt.Errorf("proxytest: open namespace %s: %w", ns, err)
 	}
-	defer f.Close()
+	defer nsf.Close()
 	type result struct {
-		c   net.Conn
+		v   T
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
 		// Never unlocked: the thread, now in ns, ends with the goroutine.
 		runtime.LockOSThread()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+		if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
 			ch <- result{err: fmt.Errorf("setns: %w", err)}
 			return
 		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
-		ch <- result{c, err}
+		v, err := f()
+		ch <- result{v, err}
 	}()
 	r := <-ch
-	return r.c, r.err
+	return r.v, r.err
 }
 
 // NetnsHosts gives the network namespace ns an /etc/hosts of its own
