@@ -22,10 +22,16 @@ import (
 // returned (handed to the splice engine, or ended).
 func sniProxy(t *testing.T, mode sni.Mode) (addr string, out *lockedBuffer, served *atomic.Int64) {
 	t.Helper()
+	return sniProxyWait(t, mode, 500*time.Millisecond)
+}
+
+// sniProxyWait is sniProxy whose hello is awaited for wait.
+func sniProxyWait(t *testing.T, mode sni.Mode, wait time.Duration) (addr string, out *lockedBuffer, served *atomic.Int64) {
+	t.Helper()
 	al, out := newAccessLog(t)
 	p := newProxy(t, testCfg{})
 	served = new(atomic.Int64)
-	addr = proxytest.StartProxy(t, proxytest.NewPolicy(t, proxytest.PolicyConfig{AccessLog: al, SNI: mode, HelloTimeout: 500 * time.Millisecond}),
+	addr = proxytest.StartProxy(t, proxytest.NewPolicy(t, proxytest.PolicyConfig{AccessLog: al, SNI: mode, HelloTimeout: wait}),
 		func(c *net.TCPConn, s *gate.Session) {
 			p.ServeConn(c, s)
 			served.Add(1)
@@ -164,7 +170,13 @@ func TestSNIBadInput(t *testing.T) {
 			t.Parallel()
 			e := proxytest.NewEcho(t)
 			_, port, _ := net.SplitHostPort(e.Addr)
-			proxy, out, _ := sniProxy(t, tt.mode)
+			// A hello trickled a byte at a time took over the 500 ms
+			// bound once under a loaded CI run: it gets longer.
+			wait := 500 * time.Millisecond
+			if tt.trickle {
+				wait = 10 * time.Second
+			}
+			proxy, out, _ := sniProxyWait(t, tt.mode, wait)
 			c := proxytest.Connect(t, proxy, "localhost:"+port)
 			c.SetDeadline(time.Now().Add(proxytest.DefaultTimeout))
 			go func() {
