@@ -35,7 +35,7 @@ func TestSelectTests(t *testing.T) {
 			"rate-1k", "rate-https-1k", "rate-h2-1k", "rate-h3-1k", "rate-ws-64", "rate-wss-64", "rate-https-newconn", "rate-https-full", "rate-https-full-x25519",
 			"lists", "transparent",
 			"tls-splice-1k", "intercept-1k", "intercept-newconn", "intercept-newconn-cold", "tls-splice-newconn", "sni-match-newconn", "tls-splice-mem", "intercept-mem",
-			"cores-1", "cores-2", "cores-4", "cores-8"}},
+			"cores-1", "cores-2", "cores-4", "cores-8", "cores-16", "cores-32", "cores-64"}},
 		{list: "lists", want: []string{"lists"}},
 		{list: "transparent,transparent-tls", want: []string{"transparent"}},
 		{list: "intercept", want: []string{"tls-splice-1k", "intercept-1k", "intercept-newconn", "intercept-newconn-cold", "tls-splice-newconn", "sni-match-newconn", "tls-splice-mem", "intercept-mem"}},
@@ -46,7 +46,7 @@ func TestSelectTests(t *testing.T) {
 		{list: "dns", want: []string{"dns-system", "dns-cached"}},
 		{list: "cpu-dns-cached", want: []string{"dns-cached"}},
 		{list: "parents", want: []string{"parent-direct-1k", "parent-direct-bulk", "parent-squid-1k", "parent-squid-bulk", "parent-rustle-1k", "parent-rustle-bulk"}},
-		{list: "cores", want: []string{"cores-1", "cores-2", "cores-4", "cores-8"}},
+		{list: "cores", want: []string{"cores-1", "cores-2", "cores-4", "cores-8", "cores-16", "cores-32", "cores-64"}},
 		{list: "cores-2,http-1k", want: []string{"http-1k", "cores-2"}},
 		{list: "connect-bulk,http-1k", want: []string{"http-1k", "connect-bulk"}},
 		{list: "cpu-1k", want: []string{"http-1k"}},
@@ -696,11 +696,21 @@ func TestPlanCores(t *testing.T) {
 			split(seq(0, 3), seq(4, 15)),
 			split(seq(0, 7), seq(8, 15)),
 		}},
-		{"32 cores: up to 8, the load on the other 24", topo(0, 32), []coreSplit{
+		{"32 cores: up to 16, the load on the other 16", topo(0, 32), []coreSplit{
 			split([]int{0}, seq(1, 31)),
 			split([]int{0, 1}, seq(2, 31)),
 			split(seq(0, 3), seq(4, 31)),
 			split(seq(0, 7), seq(8, 31)),
+			split(seq(0, 15), seq(16, 31)),
+		}},
+		{"128 cores: up to 64", topo(0, 128), []coreSplit{
+			split([]int{0}, seq(1, 127)),
+			split([]int{0, 1}, seq(2, 127)),
+			split(seq(0, 3), seq(4, 127)),
+			split(seq(0, 7), seq(8, 127)),
+			split(seq(0, 15), seq(16, 127)),
+			split(seq(0, 31), seq(32, 127)),
+			split(seq(0, 63), seq(64, 127)),
 		}},
 		{"an affinity mask of CPUs 4 to 7", topo(4, 4), []coreSplit{
 			split([]int{4}, seq(5, 7)),
@@ -890,7 +900,7 @@ func TestQuickEstimateCores(t *testing.T) {
 		{2, []string{"cores-1", "cores-2"}},
 		{4, []string{"cores-1", "cores-2"}},
 		{16, []string{"cores-1", "cores-2", "cores-4", "cores-8"}},
-		{32, []string{"cores-1", "cores-2", "cores-4", "cores-8"}},
+		{32, []string{"cores-1", "cores-2", "cores-4", "cores-8", "cores-16"}},
 	} {
 		fit := fitTests(sel, planCores(topo(0, tt.cpus)))
 		var ids []string
@@ -917,8 +927,8 @@ func TestQuickEstimateCores(t *testing.T) {
 	}
 	// The other tests are kept whatever the machine.
 	all, _ := selectTests("all")
-	if got := len(fitTests(all, planCores(topo(0, 2)))); got != len(all)-2 {
-		t.Errorf("all on 2 CPUs: %d tests, want all %d but cores-4 and cores-8", got, len(all))
+	if got := len(fitTests(all, planCores(topo(0, 2)))); got != len(all)-5 {
+		t.Errorf("all on 2 CPUs: %d tests, want all %d but cores-4 to cores-64", got, len(all))
 	}
 }
 

@@ -86,9 +86,11 @@ func physicalCore(cpu int) string {
 	return strings.TrimSpace(string(pkg)) + ":" + strings.TrimSpace(string(core))
 }
 
-// coreCounts are the proxy core counts of the "More cores" table, as in
-// the seed.
-var coreCounts = []int{1, 2, 4, 8}
+// coreCounts are the proxy core counts of the "More cores" table: the
+// seed's 1 to 8, and 16, 32 and 64 for a machine that holds them (n proxy
+// cores need 2n physical cores), so that the same command measures a big
+// machine unchanged.
+var coreCounts = []int{1, 2, 4, 8, 16, 32, 64}
 
 // splitCores places n proxy cores on cpus: the first CPU of each of the
 // first n physical cores for the proxy (one hardware thread per core, as
@@ -202,7 +204,7 @@ func coresNotes(plan []coreSplit, selected []int, ncpu int) []string {
 		case !ok:
 			missing = append(missing, strconv.Itoa(n))
 		case s.shared:
-			out = append(out, fmt.Sprintf("More cores: this machine has %d CPUs, room for 1 proxy core with a load core of its own and no more. The %d-core row therefore runs the proxy on CPUs %s with wrk (%d threads) and the origin sharing those same CPUs: the load takes CPU time from the proxy, so its figure and its ratio against 1 core understate how the proxy scales. This is 1 against 2 with the load sharing, not the seed's table; a machine with 16 or more CPUs runs 1, 2, 4 and 8 proxy cores with load cores of their own.",
+			out = append(out, fmt.Sprintf("More cores: this machine has %d CPUs, room for 1 proxy core with a load core of its own and no more. The %d-core row therefore runs the proxy on CPUs %s with wrk (%d threads) and the origin sharing those same CPUs: the load takes CPU time from the proxy, so its figure and its ratio against 1 core understate how the proxy scales. This is 1 against 2 with the load sharing, not the seed's table; a machine with 16 or more CPUs runs 1, 2, 4 and 8 proxy cores with load cores of their own (32 CPUs 16 too, 128 up to 64).",
 				ncpu, s.n(), cpuList(s.proxy), s.n()))
 		}
 		if ok && s.logical {

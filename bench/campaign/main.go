@@ -8,8 +8,9 @@
 // on, and the load generator with the origin pinned to the other core.
 // Plain HTTP, HTTPS-proxy, HTTP/2-over-TLS, WebSocket (plain and over TLS)
 // and SOCKS5 rows; a proxy without a mode shows "—" there. The "More
-// cores" table (-tests cores) gives the proxy 1, 2, 4 and 8 cores, as many
-// as the machine allows with as many load cores beside them.
+// cores" table (-tests cores) gives the proxy 1, 2, 4 and 8 cores, and 16,
+// 32 and 64, as many as the machine allows with as many load cores beside
+// them.
 //
 // It installs what is missing (wrk, squid, tinyproxy, dante-server, with
 // apt-get, as root, without letting the packages start their services), builds the

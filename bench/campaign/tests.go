@@ -181,7 +181,7 @@ const (
 	secUDP       = "UDP datagrams: CONNECT-UDP over HTTP/3 against SOCKS5 UDP ASSOCIATE"
 	secWS        = "WebSocket, plain"
 	secWSS       = "WebSocket over TLS"
-	secCores     = "More cores: plain HTTP, 1 KB responses, 1 to 8 proxy cores"
+	secCores     = "More cores: plain HTTP, 1 KB responses, 1 to 64 proxy cores"
 	secParents   = "Through a parent proxy: rustle with [[parents]], direct route against rustle → Squid and rustle → rustle"
 )
 
