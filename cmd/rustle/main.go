@@ -132,6 +132,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	level := new(slog.LevelVar)
 	logger := newLogger(cfg.Log, level, stderr)
+	// What dependencies print through the standard log package (quic-go's
+	// UDP buffer warning) comes out in rustle's log format.
+	prev := slog.Default()
+	slog.SetDefault(logger)
+	defer slog.SetDefault(prev)
 	o, err := startOps(cfg, logger, stdout)
 	if err != nil {
 		logger.Error("cannot start", "err", err)

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -72,7 +74,48 @@ func openQUIC(l *listener, log *slog.Logger) (*quicSocket, error) {
 		return nil, fmt.Errorf("server: listen %s on %s over QUIC: %w", l.Config.Name, tcp, err)
 	}
 	q.ln = ln
+	logUDPSocket(log, l.Config.Name, udp)
 	return q, nil
+}
+
+// quicWantBuffer is the receive and send buffer size quic-go asks for on
+// a UDP socket (its DesiredReceiveBufferSize and DesiredSendBufferSize):
+// less and a burst of packets is dropped before it reads them.
+const quicWantBuffer = 7 << 20
+
+// udpFacts is what the kernel gave a UDP socket (see udpSocketFacts).
+type udpFacts struct {
+	recvBuffer, sendBuffer int  // bytes, as getsockopt reports them
+	gso                    bool // UDP_SEGMENT: batches go out in one sendmsg
+}
+
+// logUDPSocket says once per QUIC socket what quic-go got from the
+// kernel: the buffer sizes (with a warning, and what to raise, when they
+// are below what quic-go asks for) and whether segmentation offload and
+// ECN are on (quic-go turns them on by itself on Linux 5 and later unless
+// QUIC_GO_DISABLE_GSO or QUIC_GO_DISABLE_ECN says otherwise). quic-go's
+// own warning goes to the standard log package, which cmd/rustle sends to
+// the same logger.
+func logUDPSocket(log *slog.Logger, listener string, udp *net.UDPConn) {
+	f, ok := udpSocketFacts(udp)
+	if !ok {
+		return
+	}
+	gso := f.gso && !envTrue("QUIC_GO_DISABLE_GSO")
+	ecn := !envTrue("QUIC_GO_DISABLE_ECN")
+	if f.recvBuffer < quicWantBuffer || f.sendBuffer < quicWantBuffer {
+		log.Warn("http3: the UDP socket's buffers are smaller than quic-go asks for; bursts of packets may be dropped: raise net.core.rmem_max and net.core.wmem_max to 7340032, or give rustle CAP_NET_ADMIN",
+			"listener", listener, "recv_buffer", f.recvBuffer, "send_buffer", f.sendBuffer, "want", quicWantBuffer, "gso", gso, "ecn", ecn)
+		return
+	}
+	log.Info("http3: UDP socket", "listener", listener, "recv_buffer", f.recvBuffer, "send_buffer", f.sendBuffer, "gso", gso, "ecn", ecn)
+}
+
+// envTrue reports whether the environment variable name holds a true
+// value as strconv.ParseBool reads it, as quic-go reads its switches.
+func envTrue(name string) bool {
+	v, err := strconv.ParseBool(os.Getenv(name))
+	return err == nil && v
 }
 
 // stop closes the QUIC listener: no connection is accepted any more;
