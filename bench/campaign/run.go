@@ -215,6 +215,8 @@ func (e *env) measure(ctx context.Context, t testDef, r *running, conns int, d t
 		switch {
 		case (row.Unit == "µs/req" || row.Unit == "µs/msg" || row.Unit == "µs/dgram") && r.p != nil && run.Requests > 0:
 			run.Metrics[row.ID] = run.ProxyCPUSeconds * 1e6 / float64(run.Requests)
+		case row.Unit == "µs/req" && r.p == nil && t.originCPU && run.Requests > 0:
+			run.Metrics[row.ID] = float64(delta(o0.ticks, o1.ticks)) / e.clkTck * 1e6 / float64(run.Requests)
 		case row.Unit == "ns/B" && r.p != nil && run.Bytes > 0:
 			run.Metrics[row.ID] = run.ProxyCPUSeconds * 1e9 / float64(run.Bytes)
 		}
@@ -405,6 +407,9 @@ func (e *env) loadHTTPRun(ctx context.Context, t testDef, r *running, conns int,
 	argv = append(argv, "-target", e.target(t, r), "-path", t.path, "-conns", strconv.Itoa(conns), "-duration", d.String())
 	if t.newConn {
 		argv = append(argv, "-newconn")
+	}
+	if t.inflight > 1 {
+		argv = append(argv, "-inflight", strconv.Itoa(t.inflight))
 	}
 	out, cpu, err := runTool(ctx, r.split.load, d+60*time.Second, argv, nil)
 	run.Raw = out

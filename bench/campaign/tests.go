@@ -101,6 +101,14 @@ type testDef struct {
 	// curves, when not "", is the key exchanges the load tool's TLS
 	// client offers (its -curves); "" offers Go's defaults.
 	curves string
+	// inflight is the requests in flight on each connection of an h2 or
+	// h3 test ("load -inflight"); 0 sends one after the other.
+	inflight int
+	// originCPU: in the no-proxy column the test's CPU rows hold the
+	// origin's CPU per request (the floor of what serving the protocol
+	// costs: quic-go's HTTP/3 server, x/net's HTTP/2 server); false
+	// leaves them empty there.
+	originCPU bool
 	// levels are the concurrency levels of the sweep (connections or
 	// tunnels), quickLevels those of -quick.
 	levels, quickLevels []int
@@ -583,6 +591,40 @@ var tests = []testDef{
 	},
 }
 
+// shapeTests are the HTTP/3 against HTTP/2 rows of issue 32 at its two
+// shapes: 16 connections with one request in flight each, and 4 with 8;
+// rustle's CPU per forwarded 1 KB GET over each, and in the no-proxy
+// column the origin's own (quic-go's HTTP/3 server, x/net's HTTP/2
+// server answering the same bodies): the floor of what the protocol
+// costs on this machine.
+func shapeTests() []testDef {
+	var out []testDef
+	for _, sh := range []struct{ conns, inflight int }{{16, 1}, {4, 8}} {
+		shape := fmt.Sprintf("%dx%d", sh.conns, sh.inflight)
+		what := fmt.Sprintf("%d connections × %d in flight", sh.conns, sh.inflight)
+		for _, pr := range []struct {
+			name string
+			kind kind
+			feat string
+			sec  string
+		}{{"h2", kindH2, featH2, secH2}, {"h3", kindH3, featH3, secH3}} {
+			row := report.Row{ID: "cpu-" + pr.name + "-" + shape, Section: pr.sec, Title: "CPU cost per request (1 KB), " + what,
+				Unit: "µs/req", Decimals: 1, LessIsBetter: true, Selects: true}
+			if pr.name == "h3" {
+				row.Against = "cpu-h2-" + shape
+				row.Note = "the proxy's CPU per forwarded 1 KB GET at a fixed shape (the load tool's -conns and -inflight), beside HTTP/2's at the same shape (issue 32: at most 2×). \"No proxy\" is the origin's own CPU per request answering HTTP/3 (quic-go's http3 server) and HTTP/2 (x/net's server): the floor of what the protocol costs here."
+			}
+			out = append(out, testDef{
+				id: pr.name + "-" + shape, kind: pr.kind, listener: lnHTTPS, needs: []string{featHTTPS, pr.feat}, group: "h3",
+				path: "/1k", body: 1 << 10, inflight: sh.inflight, originCPU: true,
+				levels: []int{sh.conns}, quickLevels: []int{sh.conns},
+				rows: []report.Row{row},
+			})
+		}
+	}
+	return out
+}
+
 // coresTest is the test of the "More cores" table with n proxy cores: the
 // seed's http-1kb at its levels 64 to 4,096, keep-alive.
 func coresTest(n int) testDef {
@@ -607,6 +649,7 @@ func init() {
 	tests = append(tests, rateTests()...)
 	tests = append(tests, listTest(), transparentTest())
 	tests = append(tests, interceptTests()...)
+	tests = append(tests, shapeTests()...)
 	for _, n := range coreCounts {
 		tests = append(tests, coresTest(n))
 	}
