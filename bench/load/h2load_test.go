@@ -120,7 +120,7 @@ func TestH2Worker(t *testing.T) {
 			addr, pool, seen := fakeH2Proxy(t, "Basic YmVuY2g6c2VjcmV0", false)
 			d := h2Dialer(addr, tt.auth, "127.0.0.1:9", pool)
 			var c counts
-			h2Worker(context.Background(), d, h2Fields(d, "/1k"), tt.newConn, time.Now().Add(300*time.Millisecond), 5*time.Second, &c)
+			h2Worker(context.Background(), d, h2Fields(d, "/1k"), tt.newConn, time.Now().Add(loadWindow), 5*time.Second, &c)
 			if c.requests == 0 {
 				t.Fatal("no request completed")
 			}

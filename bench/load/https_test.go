@@ -119,7 +119,7 @@ func TestHTTPSThroughTunnel(t *testing.T) {
 			// The fake proxy's certificate is another testCert: trust it.
 			d.inner.RootCAs.AddCert(cert.Leaf)
 			var c counts
-			httpWorker(context.Background(), d, httpRequest(d, "/1k", tt.newConn), tt.newConn, time.Now().Add(300*time.Millisecond), 5*time.Second, &c)
+			httpWorker(context.Background(), d, httpRequest(d, "/1k", tt.newConn), tt.newConn, time.Now().Add(loadWindow), 5*time.Second, &c)
 			if c.requests < 3 || c.bytes < c.requests*1024 {
 				t.Fatalf("%d requests, %d bytes; want at least 3, with 1 KB bodies (first error %v)", c.requests, c.bytes, c.firstErr)
 			}

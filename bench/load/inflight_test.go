@@ -101,7 +101,7 @@ func TestInflight(t *testing.T) {
 			h := newInflightHandler(inflight)
 			d := tt.serve(t, h)
 			c := make([]counts, inflight)
-			tt.run(d, time.Now().Add(500*time.Millisecond), c)
+			tt.run(d, time.Now().Add(loadWindow), c)
 			var total counts
 			for i := range c {
 				if c[i].requests == 0 {

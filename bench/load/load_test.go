@@ -337,7 +337,7 @@ func TestHTTPWorker(t *testing.T) {
 			addr, seen := fakeHTTPProxy(t, tt.status)
 			d := newDialer(addr, "bench:secret", "127.0.0.1:9", 5*time.Second)
 			var c counts
-			httpWorker(context.Background(), d, httpRequest(d, "/1k", tt.newConn), tt.newConn, time.Now().Add(300*time.Millisecond), 5*time.Second, &c)
+			httpWorker(context.Background(), d, httpRequest(d, "/1k", tt.newConn), tt.newConn, time.Now().Add(loadWindow), 5*time.Second, &c)
 			if c.requests == 0 || c.bytes < c.requests*1024 {
 				t.Fatalf("%d requests, %d bytes; want some, with 1 KB bodies", c.requests, c.bytes)
 			}
@@ -645,6 +645,11 @@ func testCert(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
+
+// loadWindow is how long the worker tests let a worker send: long enough
+// for a TLS or QUIC handshake and a first exchange on a machine that other
+// test packages keep busy (300 ms was not, on a loaded CI run).
+const loadWindow = 2 * time.Second
 
 func TestMain(m *testing.M) {
 	before := runtime.NumGoroutine()

@@ -189,7 +189,7 @@ func TestUDPWorker(t *testing.T) {
 				t.Fatal(err)
 			}
 			var c udpCounts
-			udpWorker(context.Background(), fd, 64, time.Now().Add(300*time.Millisecond), time.Second, &c)
+			udpWorker(context.Background(), fd, 64, time.Now().Add(loadWindow), time.Second, &c)
 			if tt.proxy == "" || tt.wantOK {
 				if c.requests == 0 || c.opened != 1 || c.lost != 0 || c.firstErr != nil {
 					t.Fatalf("%d datagrams echoed on %d flows opened, %d lost, first error %v; want some on one flow, none lost", c.requests, c.opened, c.lost, c.firstErr)
