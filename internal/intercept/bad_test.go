@@ -104,6 +104,9 @@ func TestOriginCertificates(t *testing.T) {
 			}
 		})
 	}
+	// The tunnels are logged when they end: end them now rather than
+	// at their idle timeout, which is as long as the wait for records.
+	c.CloseIdleConnections()
 	n := 0
 	for _, r := range e.records(t, 12) {
 		if r.Reason == "origin-tls" {
