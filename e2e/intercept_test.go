@@ -239,10 +239,12 @@ func TestIntercept(t *testing.T) {
 			port, flag, proto string
 			want              string
 		}{
-			{goPort, "--http1.1", "1.1", "go origin HTTP/1.1 /curl-h1 " + wantAuth},
-			{goPort, "--http2", "2", "go origin HTTP/1.1 /curl-h2 " + wantAuth},
-			{nginxPort, "--http1.1", "1.1", "nginx origin HTTP/1.1 /curl-h1 " + wantAuth},
-			{nginxPort, "--http2", "2", "nginx origin HTTP/1.1 /curl-h2 " + wantAuth},
+			// Both origins choose h2: rustle speaks HTTP/2 to them
+			// whatever the client speaks to rustle.
+			{goPort, "--http1.1", "1.1", "go origin HTTP/2.0 /curl-h1 " + wantAuth},
+			{goPort, "--http2", "2", "go origin HTTP/2.0 /curl-h2 " + wantAuth},
+			{nginxPort, "--http1.1", "1.1", "nginx origin HTTP/2.0 /curl-h1 " + wantAuth},
+			{nginxPort, "--http2", "2", "nginx origin HTTP/2.0 /curl-h2 " + wantAuth},
 		} {
 			path := "/curl-h1"
 			if tc.proto == "2" {

@@ -13,8 +13,9 @@ import (
 
 // Intercept is TLS interception (see package intercept): the CA that
 // signs the certificates rustle mints for the tunnels its rules name,
-// how it speaks TLS to their origins, and which hosts are never
-// intercepted. Its zero value intercepts nothing.
+// how it speaks TLS to their origins (offering them h2 and http/1.1 and
+// speaking what each chooses), and which hosts are never intercepted.
+// Its zero value intercepts nothing.
 type Intercept struct {
 	// CACert is the PEM file of the CA certificate (the one clients are
 	// given to trust; `rustle ca DIR` makes one), read at start and on

@@ -1,7 +1,6 @@
 package dialer
 
 import (
-	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -288,13 +287,14 @@ func (p *Pool) reap(now time.Time) {
 	}
 }
 
-// TCPOf returns the TCP connection c is, or that a *tls.Conn c runs
-// over; nil for any other.
+// TCPOf returns the TCP connection c is, or that c runs directly over
+// when it has a NetConn method (a *tls.Conn, an origin's HTTP/2
+// connection); nil for any other.
 func TCPOf(c net.Conn) *net.TCPConn {
 	switch c := c.(type) {
 	case *net.TCPConn:
 		return c
-	case *tls.Conn:
+	case interface{ NetConn() net.Conn }:
 		tc, _ := c.NetConn().(*net.TCPConn)
 		return tc
 	}

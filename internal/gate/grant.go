@@ -965,8 +965,13 @@ func (g *Grant) userMetrics() *metrics.UserMetrics {
 	return g.s.p.UserMetrics(g.account)
 }
 
-// alive is dialer.Alive for a TCP connection or a TLS one over TCP.
+// alive is dialer.Alive for a TCP connection or a TLS one over TCP; a
+// connection with an Alive method (an origin's HTTP/2 one, whose reader
+// owns the socket) says itself.
 func alive(c net.Conn) bool {
+	if a, ok := c.(interface{ Alive() bool }); ok {
+		return a.Alive() // a connection that knows (an origin's HTTP/2 one)
+	}
 	tc := dialer.TCPOf(c)
 	return tc != nil && dialer.Alive(tc)
 }

@@ -12,13 +12,10 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/intercept"
@@ -62,26 +59,21 @@ func (r *testRoot) leaf(t *testing.T, notAfter time.Time, names ...string) tls.C
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
-// startTLSOrigin starts a Go HTTPS origin with cert speaking protos
-// (nil: h2 and http/1.1) and returns its https://localhost:PORT URL.
-func startTLSOrigin(t *testing.T, cert tls.Certificate, protos []string) string {
+// startTLSOrigin starts a Go HTTPS origin with cert speaking protos and
+// returns its https://localhost:PORT URL.
+func startTLSOrigin(t *testing.T, cert tls.Certificate, protos proxytest.HTTPSProtocols) string {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return "https://" + proxytest.StartHTTPS(t, cert, protos, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("hello from " + r.Proto + "\n"))
 	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: protos}
-	srv.EnableHTTP2 = protos == nil || len(protos) == 1 && protos[0] == "h2"
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	return "https://localhost:" + port
 }
 
 // TestOriginCertificates checks that a request inside an intercepted
 // tunnel to an origin whose certificate does not verify (self-signed,
 // expired, another name) is answered 502 with the reason, logged
 // origin-tls, and never sent; and that origins that speak only
-// http/1.1 work while one that speaks only h2 is a 502 that says so.
+// http/1.1 or only h2 (a 502 before rustle spoke HTTP/2 to origins) are
+// spoken to in their protocol, and one that speaks both in h2.
 func TestOriginCertificates(t *testing.T) {
 	root := newTestRoot(t)
 	selfCert, _ := proxytest.SelfSigned(t) // not in root's pool
@@ -93,30 +85,28 @@ func TestOriginCertificates(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		cert   tls.Certificate
-		protos []string
+		protos proxytest.HTTPSProtocols
 		status int
 		why    string
 	}{
-		{"valid", root.leaf(t, time.Now().Add(time.Hour), "localhost"), nil, 200, "hello from HTTP/1.1"},
-		{"http1 only", root.leaf(t, time.Now().Add(time.Hour), "localhost"), []string{"http/1.1"}, 200, "hello from HTTP/1.1"},
-		{"self-signed", selfCert, nil, 502, "authority rustle does not trust"},
-		{"expired", root.leaf(t, time.Now().Add(-time.Hour), "localhost"), nil, 502, "expired"},
-		{"wrong name", root.leaf(t, time.Now().Add(time.Hour), "other.example"), nil, 502, "not valid for localhost"},
-		{"h2 only", root.leaf(t, time.Now().Add(time.Hour), "localhost"), []string{"h2"}, 502, "HTTP/2"},
+		{"valid", root.leaf(t, time.Now().Add(time.Hour), "localhost"), proxytest.HTTPSBoth, 200, "hello from HTTP/2.0"},
+		{"http1 only", root.leaf(t, time.Now().Add(time.Hour), "localhost"), proxytest.HTTPSOnlyHTTP1, 200, "hello from HTTP/1.1"},
+		{"self-signed", selfCert, proxytest.HTTPSBoth, 502, "authority rustle does not trust"},
+		{"expired", root.leaf(t, time.Now().Add(-time.Hour), "localhost"), proxytest.HTTPSBoth, 502, "expired"},
+		{"wrong name", root.leaf(t, time.Now().Add(time.Hour), "other.example"), proxytest.HTTPSBoth, 502, "not valid for localhost"},
+		{"h2 only", root.leaf(t, time.Now().Add(time.Hour), "localhost"), proxytest.HTTPSOnlyH2, 200, "hello from HTTP/2.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var u string
-			if tc.name == "h2 only" {
-				u = startH2OnlyOrigin(t, tc.cert)
-			} else {
-				u = startTLSOrigin(t, tc.cert, tc.protos)
-			}
+			u := startTLSOrigin(t, tc.cert, tc.protos)
 			resp, body := get(t, c, u+"/x")
 			if resp.StatusCode != tc.status || !strings.Contains(body, tc.why) {
 				t.Fatalf("GET: %d %q, want %d with %q", resp.StatusCode, body, tc.status, tc.why)
 			}
 		})
 	}
+	// The tunnels are logged when they end: end them now rather than
+	// at their idle timeout, which is as long as the wait for records.
+	c.CloseIdleConnections()
 	n := 0
 	for _, r := range e.records(t, 12) {
 		if r.Reason == "origin-tls" {
@@ -208,33 +198,6 @@ func TestNotTLSIntercepted(t *testing.T) {
 			t.Errorf("record %+v, want not-interceptable", r)
 		}
 	}
-}
-
-// startH2OnlyOrigin starts an origin that speaks nothing but HTTP/2 on
-// its TLS connections (as a gRPC server), whatever ALPN chose, and
-// returns its https://localhost:PORT URL.
-func startH2OnlyOrigin(t *testing.T, cert tls.Certificate) string {
-	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http2.Server{}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("h2 only\n")) })
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go srv.ServeConn(c, &http2.ServeConnOpts{Handler: h})
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return "https://localhost:" + port
 }
 
 func mustURL(t *testing.T, s string) *url.URL {

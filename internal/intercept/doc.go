@@ -11,9 +11,13 @@
 // rules and the bypass list; its Listener implements gate.Interceptor
 // for one listener: gate asks it whether a tunnel's ClientHello names
 // one of its rules, and hands it the tunnel to serve. The handshake
-// with the client offers h2 and http/1.1, and the connection is served
-// by the rule's front-end (internal/httpproxy or internal/h2) with an
-// origin client carrying the rule's header edits. A client that refuses
+// with the client offers h2 and http/1.1 whatever the origin speaks (no
+// connection to the origin is made before it: each request inside
+// makes or reuses one through its own grant), and the connection is
+// served by the rule's front-end (internal/httpproxy or internal/h2)
+// with an origin client carrying the rule's header edits, which speaks
+// to the origin what it chose by ALPN, HTTP/2 or HTTP/1.1 (see
+// origin.Config.TLS). A client that refuses
 // the minted certificate is logged and counted as
 // client-rejected-certificate.
 package intercept

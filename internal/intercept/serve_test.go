@@ -20,6 +20,7 @@ import (
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/h2"
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
@@ -86,6 +87,7 @@ type envConfig struct {
 	noH2      bool           // no h2 front-end
 	cacheSize int
 	socks     bool
+	pool      bool // pool the upstream connections, as a configuration does
 }
 
 // newEnv starts a proxy whose policy intercepts as cfg says, on a plain
@@ -121,6 +123,14 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		HelloTimeout: 5 * time.Second}
 	if cfg.acl == nil {
 		pc.Default = ""
+	}
+	if cfg.pool {
+		pool, err := dialer.NewPool(dialer.PoolConfig{MaxIdlePerHost: 8, MaxIdle: 64, IdleTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pool.Close() })
+		pc.Pool = pool
 	}
 	pol := proxytest.NewPolicy(t, pc)
 	ic, err := intercept.New(intercept.Config{Certs: certs, Rules: cfg.rules, Bypass: cfg.bypass, HandshakeTimeout: 5 * time.Second,
@@ -283,8 +293,8 @@ func get(t *testing.T, c *http.Client, u string, header ...string) (*http.Respon
 
 // TestInterceptGo drives interception with Go's net/http client (the CA
 // in RootCAs), HTTP/1.1 and HTTP/2 to rustle, against a Go origin that
-// speaks both: the requests inside reach the origin in HTTP/1.1 over
-// TLS, edited by the rule (Authorization set from the rule, X-Remove-Me
+// speaks both: the requests inside reach the origin in HTTP/2 over TLS
+// (the origin chose h2), edited by the rule (Authorization set from the rule, X-Remove-Me
 // removed; Server removed and X-Injected set on the response), each one
 // in the access log as an https URL with intercepted, the tunnel too; an
 // access rule on paths refuses a path inside (403), and a tunnel no rule
@@ -319,7 +329,7 @@ func TestInterceptGo(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e.client(t, tc.h2, "")
 			resp, body := get(t, c, o.url+"/v1/models?x=1", "Authorization", "Bearer client-own", "X-Remove-Me", "gone")
-			want := `proto=HTTP/1.1 method=GET path=/v1/models?x=1 host=` + o.host + ` authorization="Bearer secret-token" remove-me="" tls=true`
+			want := `proto=HTTP/2.0 method=GET path=/v1/models?x=1 host=` + o.host + ` authorization="Bearer secret-token" remove-me="" tls=true`
 			if resp.StatusCode != 200 || strings.TrimSpace(body) != want {
 				t.Fatalf("GET: %d %q, want 200 %q", resp.StatusCode, body, want)
 			}

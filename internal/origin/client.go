@@ -3,7 +3,10 @@ package origin
 import (
 	"crypto/tls"
 	"fmt"
+	"sync"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // Config is how the front-ends of a listener talk to upstreams.
@@ -35,8 +38,10 @@ type Config struct {
 	// forwarded to an http parent in absolute form) and verifies the
 	// origin's certificate with it for the tunnel's name (its ServerName
 	// is set per connection, see gate.Intercepted); a handshake that
-	// fails is a TLSError, answered 502 with the reason. nil = plain
-	// HTTP.
+	// fails is a TLSError, answered 502 with the reason. Its NextProtos
+	// are replaced per connection: h2 and http/1.1 are offered, and an
+	// origin that picks h2 is spoken HTTP/2 to (see h2Conn); a WebSocket
+	// handshake offers http/1.1 alone. nil = plain HTTP.
 	TLS *tls.Config
 	// TLSHandshakeTimeout bounds the TLS handshake with an origin; 0 =
 	// no limit.
@@ -54,6 +59,9 @@ type Config struct {
 // and every [Exchange] of theirs reads. It is immutable.
 type Client struct {
 	cfg Config
+
+	h2Once sync.Once
+	h2     *http2.Transport // the HTTP/2 connections' configuration (see h2Transport)
 }
 
 // New returns the Client of cfg. It fills no defaults (the configuration

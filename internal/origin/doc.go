@@ -39,6 +39,11 @@
 //   - one mapping from upstream failures to a status, an access-log reason
 //     and a client-safe text ([Exchange.Failure]).
 //
+// An origin reached over TLS (the requests inside intercepted tunnels)
+// that chooses h2 by ALPN is spoken HTTP/2 to through an h2Conn, which
+// the exchange writes and reads as an HTTP/1.1 connection: all of the
+// above holds for it unchanged.
+//
 // The HTTP helpers every front-end uses to build heads live here too:
 // hop-by-hop fields, the Forwarded and X-Forwarded-For element, the
 // request target, which methods are idempotent.

@@ -125,6 +125,7 @@ type Exchange struct {
 	idempotent bool          // the request may be sent again (see Idempotent)
 	upgrade    bool          // a 101 to WebSocket is the answer asked for
 	tcpOnly    bool          // the upstream must be a *net.TCPConn
+	upH2       bool          // the last upstream was an origin's HTTP/2 connection (see h2Conn)
 	upKey      string        // the pool key Up was made for; "" = none, or a tunnel through a parent, which is pooled for no one
 	upOwner    string        // who may reuse Up (the PoolOwner of its dial)
 	reused     bool          // Up served an earlier request
@@ -273,6 +274,7 @@ func (x *Exchange) Send(r Request, body Body) (int64, error) {
 			}
 			return 0, err
 		}
+		_, x.upH2 = x.Up.C.(*h2Conn)
 		if !r.Attach(x.Up.C) {
 			x.Drop()
 			return 0, ErrClientGone
@@ -348,7 +350,7 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 		// the same key when this request's rule admits its address,
 		// else offered to others (its owner's, when it is another
 		// user's).
-		if !fresh && x.upKey == string(x.key) {
+		if !fresh && x.upKey == string(x.key) && x.fits(x.Up.C) {
 			if g.Admits(x.Up.C, x.upOwner, canRetry) {
 				x.reused = true
 				x.Up.TakeBuf(&http1.UpstreamBufs)
@@ -364,7 +366,7 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 	var c net.Conn // TCP, or TLS to an https parent
 	if pool := g.Pool(); !fresh && pool != nil {
 		if c = pool.Get(x.key, owner); c != nil {
-			if _, tcp := c.(*net.TCPConn); x.tcpOnly && !tcp {
+			if _, tcp := c.(*net.TCPConn); x.tcpOnly && !tcp || !x.fits(c) {
 				pool.Put(string(x.key), owner, c) // not for this request: left for others
 				c = nil
 			} else if g.Admits(c, owner, canRetry) {
@@ -411,6 +413,13 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 	}
 	x.Up.Attach(c, &http1.UpstreamBufs)
 	return nil
+}
+
+// fits reports whether the request may go on c: a WebSocket handshake
+// needs an HTTP/1.1 connection, not an origin's HTTP/2 one.
+func (x *Exchange) fits(c net.Conn) bool {
+	_, h2 := c.(*h2Conn)
+	return !x.upgrade || !h2
 }
 
 // ReadResponse reads the response head into Resp: the final one, each

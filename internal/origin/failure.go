@@ -16,17 +16,20 @@ import (
 // client, as the package-level Failure does for the exchange's upstream,
 // and a parent's 407 (ErrParentAuth) with 502, parent-auth-failed.
 //
-// A TLS origin (Config.TLS) that closed without a response is told, in
-// the text, that an origin speaking only HTTP/2 cannot be served: rustle
-// speaks HTTP/1.1 to origins, and such an origin (a gRPC server) may
-// take the connection and close it at the first line.
+// A TLS origin (Config.TLS) spoken HTTP/1.1 to that closed without a
+// response is told, in the text, that an origin speaking HTTP/2 without
+// choosing h2 by ALPN cannot be served: rustle then speaks HTTP/1.1 to
+// it, and such an origin may take the connection and close it at the
+// first line. (A failure of an origin's HTTP/2 connection or stream
+// before the response head reads as a close without a response, with
+// the same status and reason, without that text.)
 func (x *Exchange) Failure(err error) (status int, reason, text string) {
 	if errors.Is(err, ErrParentAuth) && x.parent != nil {
 		return 502, accesslog.ReasonParentAuth, "parent proxy " + x.parent.Name() + " refused rustle's credentials"
 	}
 	status, reason, text = Failure(err, x.Target())
-	if x.tlsName != "" && (errors.Is(err, errUpstreamClosed) || errors.Is(err, io.EOF)) {
-		text += " (rustle speaks HTTP/1.1 to origins over TLS: an origin that speaks only HTTP/2 cannot be intercepted)"
+	if x.tlsName != "" && !x.upH2 && (errors.Is(err, errUpstreamClosed) || errors.Is(err, io.EOF)) {
+		text += " (rustle speaks HTTP/1.1 to an origin that does not choose h2 by ALPN: one that speaks HTTP/2 without announcing it cannot be intercepted)"
 	}
 	return status, reason, text
 }

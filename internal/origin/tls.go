@@ -46,17 +46,23 @@ func (e *TLSError) Why() string {
 	}
 	msg := e.Err.Error()
 	if strings.Contains(msg, "no application protocol") {
-		return "it speaks no HTTP/1.1 (rustle talks HTTP/1.1 to origins; an origin that only speaks h2 cannot be intercepted)"
+		return "it accepts neither h2 nor http/1.1 by ALPN (a WebSocket handshake offers http/1.1 alone: an origin that speaks only h2 cannot take one)"
 	}
 	return "the TLS handshake failed: " + msg
 }
 
 // handshakeTLS makes c, a connection to an origin, a TLS one for name
 // with the Client's TLS configuration, within TLSHandshakeTimeout and
-// while ctx lives. On failure it closes c and returns a *TLSError.
+// while ctx lives: the TLS connection when the origin chose http/1.1 or
+// nothing, an h2Conn over it when it chose h2. On failure it closes c
+// and returns a *TLSError.
 func (x *Exchange) handshakeTLS(ctx context.Context, c net.Conn, name string) (net.Conn, error) {
 	cfg := x.c.cfg.TLS.Clone()
 	cfg.ServerName = name
+	cfg.NextProtos = alpnH2
+	if x.upgrade {
+		cfg.NextProtos = alpnH1 // a WebSocket handshake is HTTP/1.1's (RFC 8441 is not spoken upstream)
+	}
 	tc := tls.Client(c, cfg)
 	if t := x.c.cfg.TLSHandshakeTimeout; t > 0 {
 		c.SetDeadline(time.Now().Add(t))
@@ -67,8 +73,22 @@ func (x *Exchange) handshakeTLS(ctx context.Context, c net.Conn, name string) (n
 		c.Close()
 		return nil, &TLSError{Name: name, Err: err}
 	}
+	if tc.ConnectionState().NegotiatedProtocol == "h2" {
+		h, err := newH2Conn(x.c.h2Transport(), tc, name)
+		if err != nil {
+			return nil, err
+		}
+		return h, nil
+	}
 	return tc, nil
 }
+
+// The protocols offered to origins: h2 and http/1.1 (the origin
+// chooses), http/1.1 alone for a WebSocket handshake.
+var (
+	alpnH2 = []string{"h2", "http/1.1"}
+	alpnH1 = []string{"http/1.1"}
+)
 
 // handshake runs tc's handshake on a goroutine of its own: its
 // cryptography grows a stack to tens of KiB, which then leaves with the

@@ -46,7 +46,7 @@ func (b *builder) interception() error {
 	if err != nil {
 		return b.cfg.KeyError("intercept.upstream_ca", err)
 	}
-	upstream := &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12,
+	upstream := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12,
 		ClientSessionCache: tls.NewLRUClientSessionCache(0)}
 	cfg := intercept.Config{Certs: certs, Groups: b.cfg.ACL.Groups, ProviderGroups: b.cfg.ProviderGroups(),
 		Bypass: ic.Bypass, HandshakeTimeout: b.cfg.Timeouts.ReadHeader.Duration, Logger: b.log}
