@@ -52,12 +52,12 @@
 // does not take (at most 16 KiB) waits in memory, the rest in the
 // source's socket, and the tunnel goes on rather than being reset.
 //
-// The loop's reads, writes and event polls, all non-blocking and small,
+// The loop's reads, writes, splices and event polls, all non-blocking,
 // are made with RawSyscall, which Go's scheduler does not see: an ordinary
 // system call lets the runtime's monitor take the loop's processor away
 // mid-call and hand it to another thread, which cost thread wake-ups on
-// every message when the process has one processor. Splices of bulk
-// transfers and the waits that block are ordinary system calls.
+// every message, and on most splices of a bulk transfer, when the process
+// has one processor. Only the waits that block are ordinary system calls.
 //
 // When the engine has no event to handle it parks its goroutine in Go's
 // netpoller, on the epoll descriptor itself (readable while it has

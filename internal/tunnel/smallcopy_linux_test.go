@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -194,5 +195,71 @@ func TestSmallCopyStalledDestination(t *testing.T) {
 				t.Errorf("after the tunnel: %d splice pipes, %d in memory; want none", splice, mem)
 			}
 		})
+	}
+}
+
+// TestSplicesKeepTheProcessor checks that the loop splices bulk
+// transfers with system calls that Go's scheduler does not see: sampled
+// all through 256 MiB spliced each way at once, the loop goroutine is
+// never "in a system call", a state in which the runtime's monitor takes
+// its processor away and hands it to another thread (with one processor,
+// a thread hand-off and wake-up on most splices).
+func TestSplicesKeepTheProcessor(t *testing.T) {
+	e := newEngine(t, Config{})
+	te := newTunnel(t, e, newListener(t))
+	const bulk = 256 << 20
+	sendErrs := make(chan error, 2)
+	recvErrs := make(chan error, 2)
+	started := make(chan struct{}, 2)
+	for i, ends := range [][2]*net.TCPConn{{te.client, te.upstream}, {te.upstream, te.client}} {
+		go func() {
+			_, err := sendRandom(ends[0], uint64(i), bulk)
+			sendErrs <- err
+		}()
+		go func() {
+			// Splicing from the first MiB on: sample from then on.
+			_, err := io.CopyN(io.Discard, ends[1], 1<<20)
+			started <- struct{}{}
+			if err == nil {
+				_, err = io.CopyN(io.Discard, ends[1], bulk-1<<20)
+			}
+			recvErrs <- err
+		}()
+	}
+	<-started
+	<-started
+	samples, inSyscall, received := 0, 0, 0
+	var states []string
+	for received < 2 {
+		select {
+		case err := <-recvErrs:
+			if err != nil {
+				t.Fatalf("receive: %v", err)
+			}
+			received++
+			continue
+		default:
+		}
+		for _, s := range loopStates() {
+			samples++
+			if s == "syscall" {
+				inSyscall++
+			}
+			if len(states) < 10 {
+				states = append(states, s)
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	for range 2 {
+		if err := <-sendErrs; err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	if samples < 10 {
+		t.Fatalf("only %d samples of the loop during the transfer (%v): too few to tell", samples, states)
+	}
+	if inSyscall > 0 {
+		t.Fatalf("the loop was in a system call the scheduler sees in %d of %d samples while splicing (first states %v), want none", inSyscall, samples, states)
 	}
 }
