@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -261,5 +262,55 @@ func TestSplicesKeepTheProcessor(t *testing.T) {
 	}
 	if inSyscall > 0 {
 		t.Fatalf("the loop was in a system call the scheduler sees in %d of %d samples while splicing (first states %v), want none", inSyscall, samples, states)
+	}
+}
+
+// TestPollsPerMessage checks what waiting costs a tunnel that relays one
+// small message at a time, the engine parked between them (a WebSocket
+// or SSH session at a modest rate): each message is taken with the poll
+// that ends the park, and the loop parks again after one more poll,
+// which finds nothing. A poll before the park as well (the busy loop's
+// shortcut) is a third epoll_pwait per message.
+func TestPollsPerMessage(t *testing.T) {
+	e := newEngine(t, Config{})
+	te := newTunnel(t, e, newListener(t))
+	pingPong(t, te, 10, 64) // registered and settled
+	parked := func() {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for states := loopStates(); !allIOWait(states); states = loopStates() {
+			if time.Now().After(deadline) {
+				t.Fatalf("engine loop goroutines are in %v, want IO wait", states)
+			}
+			runtime.Gosched()
+		}
+	}
+	const msgs = 100
+	msg := make([]byte, 64)
+	got := make([]byte, 64)
+	var polls int64
+	// One pass through the engine: src writes, the engine relays, dst
+	// reads; counted from a parked loop to the message's arrival.
+	pass := func(src, dst *net.TCPConn) {
+		t.Helper()
+		parked()
+		before := e.polls.Load()
+		if _, err := src.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(dst, got); err != nil {
+			t.Fatal(err)
+		}
+		parked()
+		polls += e.polls.Load() - before
+	}
+	for range msgs {
+		pass(te.client, te.upstream)
+		pass(te.upstream, te.client)
+	}
+	perPass := float64(polls) / (2 * msgs)
+	t.Logf("%d polls for %d passes: %.2f per pass", polls, 2*msgs, perPass)
+	if perPass > 2.5 {
+		t.Errorf("%.2f event polls per message relayed, want at most 2.5", perPass)
 	}
 }
