@@ -61,7 +61,11 @@
 //
 // When the engine has no event to handle it parks its goroutine in Go's
 // netpoller, on the epoll descriptor itself (readable while it has
-// events), instead of blocking a thread in epoll_wait.
+// events), instead of blocking a thread in epoll_wait. A busy loop looks
+// for events once more before it parks; a quiet one, whose last look
+// found none, parks at once, so that a message relayed from a parked
+// loop costs two event polls of the engine's: the one that ends the park
+// and the one that finds nothing before the next.
 //
 // Each edge-triggered event is drained until the kernel answers EAGAIN. The
 // engine remembers per socket whether it is readable and writable, so it
