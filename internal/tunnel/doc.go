@@ -52,16 +52,20 @@
 // does not take (at most 16 KiB) waits in memory, the rest in the
 // source's socket, and the tunnel goes on rather than being reset.
 //
-// The loop's reads, writes and event polls, all non-blocking and small,
+// The loop's reads, writes, splices and event polls, all non-blocking,
 // are made with RawSyscall, which Go's scheduler does not see: an ordinary
 // system call lets the runtime's monitor take the loop's processor away
 // mid-call and hand it to another thread, which cost thread wake-ups on
-// every message when the process has one processor. Splices of bulk
-// transfers and the waits that block are ordinary system calls.
+// every message, and on most splices of a bulk transfer, when the process
+// has one processor. Only the waits that block are ordinary system calls.
 //
 // When the engine has no event to handle it parks its goroutine in Go's
 // netpoller, on the epoll descriptor itself (readable while it has
-// events), instead of blocking a thread in epoll_wait.
+// events), instead of blocking a thread in epoll_wait. A busy loop looks
+// for events once more before it parks; a quiet one, whose last look
+// found none, parks at once, so that a message relayed from a parked
+// loop costs two event polls of the engine's: the one that ends the park
+// and the one that finds nothing before the next.
 //
 // Each edge-triggered event is drained until the kernel answers EAGAIN. The
 // engine remembers per socket whether it is readable and writable, so it

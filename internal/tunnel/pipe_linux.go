@@ -41,7 +41,7 @@ func (p *pipe) close() {
 // fill reads from the socket src into the pipe's free room.
 func (p *pipe) fill(src int) (int64, error) {
 	if p.buf == nil {
-		return unix.Splice(src, nil, p.w, nil, int(p.cap-p.n), spliceFlags)
+		return spliceFD(src, p.w, int(p.cap-p.n))
 	}
 	if p.off > 0 {
 		copy(p.buf, p.buf[p.off:p.off+p.n])
@@ -93,7 +93,7 @@ var pageSize = int64(unix.Getpagesize())
 // drain writes the pipe's bytes to the socket dst.
 func (p *pipe) drain(dst int) (int64, error) {
 	if p.buf == nil {
-		return unix.Splice(p.r, nil, dst, nil, int(p.n), spliceFlags)
+		return spliceFD(p.r, dst, int(p.n))
 	}
 	n, err := unix.Write(dst, p.buf[p.off:p.off+p.n])
 	if err != nil {

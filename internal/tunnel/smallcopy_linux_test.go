@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -194,5 +196,121 @@ func TestSmallCopyStalledDestination(t *testing.T) {
 				t.Errorf("after the tunnel: %d splice pipes, %d in memory; want none", splice, mem)
 			}
 		})
+	}
+}
+
+// TestSplicesKeepTheProcessor checks that the loop splices bulk
+// transfers with system calls that Go's scheduler does not see: sampled
+// all through 256 MiB spliced each way at once, the loop goroutine is
+// never "in a system call", a state in which the runtime's monitor takes
+// its processor away and hands it to another thread (with one processor,
+// a thread hand-off and wake-up on most splices).
+func TestSplicesKeepTheProcessor(t *testing.T) {
+	e := newEngine(t, Config{})
+	te := newTunnel(t, e, newListener(t))
+	const bulk = 256 << 20
+	sendErrs := make(chan error, 2)
+	recvErrs := make(chan error, 2)
+	started := make(chan struct{}, 2)
+	for i, ends := range [][2]*net.TCPConn{{te.client, te.upstream}, {te.upstream, te.client}} {
+		go func() {
+			_, err := sendRandom(ends[0], uint64(i), bulk)
+			sendErrs <- err
+		}()
+		go func() {
+			// Splicing from the first MiB on: sample from then on.
+			_, err := io.CopyN(io.Discard, ends[1], 1<<20)
+			started <- struct{}{}
+			if err == nil {
+				_, err = io.CopyN(io.Discard, ends[1], bulk-1<<20)
+			}
+			recvErrs <- err
+		}()
+	}
+	<-started
+	<-started
+	samples, inSyscall, received := 0, 0, 0
+	var states []string
+	for received < 2 {
+		select {
+		case err := <-recvErrs:
+			if err != nil {
+				t.Fatalf("receive: %v", err)
+			}
+			received++
+			continue
+		default:
+		}
+		for _, s := range loopStates() {
+			samples++
+			if s == "syscall" {
+				inSyscall++
+			}
+			if len(states) < 10 {
+				states = append(states, s)
+			}
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	for range 2 {
+		if err := <-sendErrs; err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	if samples < 10 {
+		t.Fatalf("only %d samples of the loop during the transfer (%v): too few to tell", samples, states)
+	}
+	if inSyscall > 0 {
+		t.Fatalf("the loop was in a system call the scheduler sees in %d of %d samples while splicing (first states %v), want none", inSyscall, samples, states)
+	}
+}
+
+// TestPollsPerMessage checks what waiting costs a tunnel that relays one
+// small message at a time, the engine parked between them (a WebSocket
+// or SSH session at a modest rate): each message is taken with the poll
+// that ends the park, and the loop parks again after one more poll,
+// which finds nothing. A poll before the park as well (the busy loop's
+// shortcut) is a third epoll_pwait per message.
+func TestPollsPerMessage(t *testing.T) {
+	e := newEngine(t, Config{})
+	te := newTunnel(t, e, newListener(t))
+	pingPong(t, te, 10, 64) // registered and settled
+	parked := func() {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for states := loopStates(); !allIOWait(states); states = loopStates() {
+			if time.Now().After(deadline) {
+				t.Fatalf("engine loop goroutines are in %v, want IO wait", states)
+			}
+			runtime.Gosched()
+		}
+	}
+	const msgs = 100
+	msg := make([]byte, 64)
+	got := make([]byte, 64)
+	var polls int64
+	// One pass through the engine: src writes, the engine relays, dst
+	// reads; counted from a parked loop to the message's arrival.
+	pass := func(src, dst *net.TCPConn) {
+		t.Helper()
+		parked()
+		before := e.polls.Load()
+		if _, err := src.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(dst, got); err != nil {
+			t.Fatal(err)
+		}
+		parked()
+		polls += e.polls.Load() - before
+	}
+	for range msgs {
+		pass(te.client, te.upstream)
+		pass(te.upstream, te.client)
+	}
+	perPass := float64(polls) / (2 * msgs)
+	t.Logf("%d polls for %d passes: %.2f per pass", polls, 2*msgs, perPass)
+	if perPass > 2.5 {
+		t.Errorf("%.2f event polls per message relayed, want at most 2.5", perPass)
 	}
 }
