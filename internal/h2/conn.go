@@ -899,6 +899,7 @@ func (c *conn) processSettings(f *http2.SettingsFrame) error {
 	if window >= 0 && window != c.peerWindow {
 		delta := window - c.peerWindow
 		c.peerWindow = window
+		c.s.windowChanges.Add(uint64(len(c.streams)))
 		for _, s := range c.streams {
 			s.sendWindow += delta
 			if s.sendWindow > maxWindow {

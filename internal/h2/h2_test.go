@@ -58,6 +58,7 @@ func TestMain(m *testing.M) {
 
 // testProxy is an HTTP/2 proxy on a loopback TLS listener.
 type testProxy struct {
+	srv    *Server
 	addr   string
 	roots  *x509.CertPool
 	caPEM  []byte
@@ -211,7 +212,7 @@ func startProxyTLS(t testing.TB, cfg Config, pol *gate.Policy, clientCAs *x509.C
 			<-done
 		}
 	})
-	return &testProxy{addr: ln.Addr().String(), roots: roots, caPEM: tc.caPEM, policy: pol}
+	return &testProxy{srv: srv, addr: ln.Addr().String(), roots: roots, caPEM: tc.caPEM, policy: pol}
 }
 
 // serveTestConn serves one accepted connection as internal/server does:

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -96,6 +97,11 @@ type Server struct {
 	log   *slog.Logger
 	start time.Time // the origin of tunnels' activity clocks
 	pool  *workpool.Pool[*stream]
+
+	// windowChanges counts the stream send windows that SETTINGS frames
+	// changed (one per open stream per frame that moves the initial
+	// window), for TestSettingsDuplicates.
+	windowChanges atomic.Uint64
 }
 
 // New returns a Server for cfg, or an error naming the first field out of
