@@ -58,7 +58,7 @@ func documentedDefaults() Config {
 			CacheSize: 10000},
 		Quota:     Quota{SaveInterval: Duration{time.Minute}},
 		Cluster:   Cluster{SyncInterval: Duration{time.Second}, Timeout: Duration{500 * time.Millisecond}},
-		Intercept: Intercept{CacheSize: 4096},
+		Intercept: Intercept{CacheSize: 4096, UpstreamIdle: Duration{5 * time.Second}},
 	}
 }
 

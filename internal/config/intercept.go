@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/origin"
@@ -39,6 +40,11 @@ type Intercept struct {
 	// CacheSize bounds the leaf certificates kept, the least recently
 	// used going first; 0 means 4096.
 	CacheSize int `toml:"cache_size"`
+	// UpstreamIdle closes the connection to the origin that an
+	// intercepted HTTP/1.1 connection keeps for its next request once
+	// the client has sent nothing this long (the client's connection
+	// stays, for timeouts.idle_client); 0 means 5s.
+	UpstreamIdle Duration `toml:"upstream_idle"`
 	// Rules name the tunnels to intercept, the first that matches
 	// deciding; empty means none (every tunnel is spliced).
 	Rules []InterceptRule `toml:"rules"`
@@ -85,9 +91,14 @@ type InterceptHeaders struct {
 // defaultInterceptCache is Intercept.CacheSize's default.
 const defaultInterceptCache = 4096
 
-// setInterceptDefaults names the unnamed rules and sizes the cache.
+// defaultInterceptUpstreamIdle is Intercept.UpstreamIdle's default.
+const defaultInterceptUpstreamIdle = 5 * time.Second
+
+// setInterceptDefaults names the unnamed rules, sizes the cache and
+// sets how long an idle client's upstream stays.
 func (c *Config) setInterceptDefaults() {
 	setInt(&c.Intercept.CacheSize, defaultInterceptCache)
+	setDuration(&c.Intercept.UpstreamIdle, defaultInterceptUpstreamIdle)
 	for i := range c.Intercept.Rules {
 		setString(&c.Intercept.Rules[i].Name, fmt.Sprintf("intercept.rules[%d]", i))
 	}
@@ -178,6 +189,7 @@ func (c *Config) validateIntercept(v *validator) {
 		v.check(ic.UpstreamCA == "", "intercept.upstream_ca", "is only for interception: set intercept.ca_cert and intercept.ca_key")
 	}
 	v.check(ic.CacheSize > 0, "intercept.cache_size", "%d is not positive", ic.CacheSize)
+	v.positive("intercept.upstream_idle", ic.UpstreamIdle)
 	for j, h := range ic.Bypass {
 		if err := acl.ParseHost(h); err != nil {
 			v.add(fmt.Sprintf("intercept.bypass[%d]", j), err)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -40,7 +41,7 @@ func TestInterceptParse(t *testing.T) {
 	}
 	want := Intercept{
 		CACert: filepath.Join(dir, "ca.pem"), CAKey: "/etc/ca-key.pem", UpstreamCA: filepath.Join(dir, "origins.pem"),
-		Bypass: []string{".bank.example", "10.0.0.0/8"}, CacheSize: 4096,
+		Bypass: []string{".bank.example", "10.0.0.0/8"}, CacheSize: 4096, UpstreamIdle: Duration{5 * time.Second},
 		Rules: []InterceptRule{{
 			Name:     "intercept.rules[0]",
 			Criteria: Criteria{Hosts: []string{"api.example"}, Who: Who{Users: []string{"ci"}}},
@@ -78,6 +79,7 @@ address = "127.0.0.1:3128"
 ca_cert = "ca.pem"
 bypass = ["a b"]
 cache_size = -1
+upstream_idle = "-1s"
 
 [[intercept.rules]]
 name = "r"
@@ -99,15 +101,16 @@ response_headers.set = { "X-Empty" = "{file:}" }
 		`i.toml:4: intercept: ca_cert and ca_key go together`,
 		`i.toml:6: intercept.bypass[0]: "a b" is not a host name, *.suffix, .suffix, IP address or CIDR prefix`,
 		`i.toml:7: intercept.cache_size: -1 is not positive`,
-		`i.toml:11: intercept.rules[0].methods: a tunnel has no method: the access rules decide the requests inside`,
-		`i.toml:12: intercept.rules[0].paths: a tunnel has no path: the access rules decide the requests inside`,
-		`i.toml:13: intercept.rules[0].request_headers.set.Host: "Host" may not be named by a header rule: the destination the policy decided: rustle sets it from the request target, and a rule may not send a request elsewhere`,
-		`i.toml:13: intercept.rules[0].request_headers.set.X-File: a {file:PATH} reference without its closing '}'`,
-		`i.toml:13: intercept.rules[0].request_headers.set.X-Ok: the value has a control character (0x0d) at byte 12`,
-		`i.toml:14: intercept.rules[0].request_headers.remove[0]: "x-ok" is named twice (also intercept.rules[0].request_headers.set.X-Ok)`,
-		`i.toml:14: intercept.rules[0].request_headers.remove[1]: "Content-Length" may not be named by a header rule: it frames the message body: rustle frames each hop itself, and a second framing would let an upstream read one message as two (request smuggling)`,
-		`i.toml:17: intercept.rules[1].name: "r" is also the name of intercept.rules[0]`,
-		`i.toml:18: intercept.rules[1].response_headers.set.X-Empty: {file:} names no file`,
+		`i.toml:8: intercept.upstream_idle: -1s is not positive`,
+		`i.toml:12: intercept.rules[0].methods: a tunnel has no method: the access rules decide the requests inside`,
+		`i.toml:13: intercept.rules[0].paths: a tunnel has no path: the access rules decide the requests inside`,
+		`i.toml:14: intercept.rules[0].request_headers.set.Host: "Host" may not be named by a header rule: the destination the policy decided: rustle sets it from the request target, and a rule may not send a request elsewhere`,
+		`i.toml:14: intercept.rules[0].request_headers.set.X-File: a {file:PATH} reference without its closing '}'`,
+		`i.toml:14: intercept.rules[0].request_headers.set.X-Ok: the value has a control character (0x0d) at byte 12`,
+		`i.toml:15: intercept.rules[0].request_headers.remove[0]: "x-ok" is named twice (also intercept.rules[0].request_headers.set.X-Ok)`,
+		`i.toml:15: intercept.rules[0].request_headers.remove[1]: "Content-Length" may not be named by a header rule: it frames the message body: rustle frames each hop itself, and a second framing would let an upstream read one message as two (request smuggling)`,
+		`i.toml:18: intercept.rules[1].name: "r" is also the name of intercept.rules[0]`,
+		`i.toml:19: intercept.rules[1].response_headers.set.X-Empty: {file:} names no file`,
 	}
 	for _, w := range want {
 		if !slices.Contains(got, w) {

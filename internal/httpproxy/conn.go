@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/route"
 	"github.com/rustle-proxy/rustle/internal/sni"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 // spliceMin is the body remainder from which bytes are moved with splice
@@ -79,9 +81,14 @@ type conn struct {
 
 	// icept is the intercepted tunnel whose requests the connection
 	// serves (see intercept.go); nil = a client connection of its own.
-	icept   *gate.Intercepted
-	logTgt  []byte // the access log's target of a request inside it: its https URL
-	scratch []byte // the Host value made for a request without one
+	icept *gate.Intercepted
+	// park waits for an intercepted connection's next request on its
+	// socket (see awaitRequest); nil until its first wait, or when it
+	// cannot.
+	park    *tunnel.Parker
+	one     [1]byte // what awaitRequest reads
+	logTgt  []byte  // the access log's target of a request inside it: its https URL
+	scratch []byte  // the Host value made for a request without one
 	// A transparent connection's (see ServeTransparent): its original
 	// destination (invalid on a proxy port), that destination as
 	// host:port, and the access log's target of the current request.
@@ -92,7 +99,7 @@ type conn struct {
 
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
-	cn.icept = nil
+	cn.icept, cn.park = nil, nil
 	cn.orig = netip.AddrPort{}
 	cn.gr = gate.Request{}
 	cn.req.Buf = nil
@@ -117,11 +124,19 @@ func (cn *conn) serve() bool {
 		}
 		cn.isHead = false
 		cn.idle.Store(true)
-		cn.client.ArmReadDeadline(http1.MonoNow(), wait)
+		var err error
+		if cn.icept != nil && cn.nreq > 0 && cn.client.R == cn.client.W {
+			err = cn.awaitRequest(wait)
+		} else {
+			cn.client.ArmReadDeadline(http1.MonoNow(), wait)
+		}
 		if cn.ctx.Err() != nil { // a wake may have run before idle was set or the deadline armed
 			return false
 		}
-		n, err := cn.client.ReadHead(p.o.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
+		var n int
+		if err == nil {
+			n, err = cn.client.ReadHead(p.o.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
+		}
 		cn.idle.Store(false)
 		if err != nil {
 			// Nothing of a request (a close or an idle timeout) is no
@@ -161,6 +176,85 @@ func (cn *conn) serve() bool {
 			return false
 		}
 	}
+}
+
+// awaitRequest waits, for at most wait (0: no limit), for the first
+// byte of the next request on an intercepted connection, idle between
+// requests with nothing of one read: it holds no read buffer meanwhile,
+// and closes the upstream the last request left for the next once the
+// client has sent nothing for the Proxy's UpstreamIdle. It returns what
+// ReadHead returns for a connection that ends before a byte of a
+// request, ErrIdle or ErrIdleTimeout, and otherwise nil with the byte in
+// the connection's buffer.
+//
+// When crypto/tls holds nothing of the client's (it reads no further
+// than the record it reads, see tunnel.RecordParker, and the last read
+// took less than it asked for, so it left no plaintext), the wait is on
+// the socket (Parker.WaitRead, which borrows a buffer only once there
+// are bytes), without the deep stack of a TLS read: the goroutine's
+// stack, grown by the requests, can then shrink while it waits. Either
+// way the byte is then read alone, crypto/tls keeping the rest of its
+// record.
+//
+// The upstream is closed, not pooled: the pool would hand it to the
+// next request for the same name and address, whoever's tunnel it is
+// in, and it costs as much there as here.
+func (cn *conn) awaitRequest(wait time.Duration) error {
+	c := &cn.client
+	drained := c.W < len(c.Buf)
+	c.Release()
+	if drained && cn.park == nil {
+		if tc, ok := c.C.(*tls.Conn); ok {
+			// Under the TLS connection, the interceptor's wrapper.
+			if w, ok := tc.NetConn().(interface{ NetConn() net.Conn }); ok {
+				cn.park, _ = tunnel.RecordParker(w.NetConn())
+			}
+		}
+	}
+	read := func() (int, error) {
+		if cn.ctx.Err() != nil {
+			return 0, http1.ErrIdle
+		}
+		if drained && cn.park != nil {
+			if err := cn.park.WaitRead(); err != nil {
+				return 0, err
+			}
+		}
+		return c.C.Read(cn.one[:])
+	}
+	first := wait
+	if up := cn.p.cfg.UpstreamIdle; up > 0 && cn.x.Up.C != nil && (wait <= 0 || up < wait) {
+		first = up
+	}
+	c.ArmReadDeadline(http1.MonoNow(), first)
+	n, err := read()
+	if n == 0 && first != wait && timedOut(err) && cn.ctx.Err() == nil {
+		// The client is idle: its upstream goes, and it gets the rest
+		// of its idle time.
+		cn.x.Drop()
+		rest := wait
+		if wait > 0 {
+			rest = wait - first
+		}
+		c.ArmReadDeadline(http1.MonoNow(), rest)
+		n, err = read()
+	}
+	c.TakeBuf(&http1.ClientBufs)
+	if n > 0 {
+		c.Buf[0] = cn.one[0]
+		c.W = 1
+		return nil
+	}
+	if timedOut(err) {
+		return http1.ErrIdleTimeout
+	}
+	return http1.ErrIdle
+}
+
+// timedOut reports whether err is a deadline's.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // rejectHead refuses a request head that was not whole or did not parse:

@@ -45,6 +45,11 @@ type Config struct {
 	// IdleTimeout closes a keep-alive client connection idle this long;
 	// 0 = no limit (the configuration always sets one).
 	IdleTimeout time.Duration
+	// UpstreamIdle closes the upstream connection that a keep-alive
+	// client connection inside an intercepted tunnel keeps for its next
+	// request once the client has sent nothing this long; 0 = kept until
+	// the client connection ends.
+	UpstreamIdle time.Duration
 	// SocketBufferBytes sets SO_SNDBUF/SO_RCVBUF on client sockets.
 	// 0 = kernel autotuning.
 	SocketBufferBytes int

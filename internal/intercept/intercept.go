@@ -21,6 +21,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/httpproxy"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/origin"
+	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 // Rule is one interception rule: the tunnels it names, and how the
@@ -225,6 +226,10 @@ type clientConn struct {
 	sent atomic.Bool
 }
 
+// NetConn returns the connection read, for tunnel.RecordParker: it
+// holds no bytes of its own once first has been read.
+func (c *clientConn) NetConn() net.Conn { return c.Conn }
+
 func (c *clientConn) Read(p []byte) (int, error) {
 	if len(c.first) > 0 {
 		n := copy(p, c.first)
@@ -258,6 +263,14 @@ func (l *listener) Serve(g *gate.Grant, in *gate.Intercepted, c net.Conn, first 
 	rule := in.RuleIndex
 	in.Rule = ic.cfg.Rules[rule].Name
 	cc := &clientConn{Conn: c, first: first, name: in.Name, certs: ic.cfg.Certs}
+	if tcp, ok := c.(*net.TCPConn); ok {
+		// crypto/tls reads no further than the record it reads, the
+		// hello read too: an idle connection's front-end can then wait
+		// for the client's next request on the socket (tunnel.TLSParker).
+		if rc := tunnel.RecordConnRead(tcp, first); rc != nil {
+			cc.Conn, cc.first = rc, nil
+		}
+	}
 	tc := tls.Server(cc, l.tls[rule])
 	if t := ic.cfg.HandshakeTimeout; t > 0 {
 		c.SetDeadline(time.Now().Add(t))

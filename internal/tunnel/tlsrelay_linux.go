@@ -312,6 +312,26 @@ func RecordConn(c *net.TCPConn) net.Conn {
 	return rc
 }
 
+// RecordConnRead is RecordConn for a connection whose first bytes, read
+// already (a ClientHello read to see where its tunnel goes), are read
+// first: they wait as bytes read ahead do, in a pooled buffer. It
+// returns nil when read does not fit one (16 KiB), or c has no raw
+// connection to read ahead with; the caller then reads c as it is.
+func RecordConnRead(c *net.TCPConn, read []byte) net.Conn {
+	rc := &recordConn{tc: c}
+	raw, err := c.SyscallConn()
+	if err != nil || len(read) > tlsBufSize {
+		return nil
+	}
+	rc.rc = raw
+	rc.fillFn = rc.fill
+	if len(read) > 0 {
+		rc.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
+		rc.aw = copy(rc.ahead[:], read)
+	}
+	return rc
+}
+
 // RawTCP returns the TCP socket under a TLS connection made over
 // [RecordConn], which [RelayTLS] and [Engine.AddTLS] need beside it, and
 // false for any other connection.
@@ -328,8 +348,14 @@ func RawTCP(c *tls.Conn) (*net.TCPConn, bool) {
 // ahead from the socket wait for crypto/tls; nil and false for any other
 // connection. Like the connection's reads, it is used by the reading
 // goroutine only.
-func TLSParker(c *tls.Conn) (*Parker, bool) {
-	rc, ok := c.NetConn().(*recordConn)
+func TLSParker(c *tls.Conn) (*Parker, bool) { return RecordParker(c.NetConn()) }
+
+// RecordParker is TLSParker for c, a connection made by [RecordConn] or
+// [RecordConnRead] that a TLS connection reads, maybe through a wrapper
+// that holds no bytes of its own; nil and false for any other
+// connection.
+func RecordParker(c net.Conn) (*Parker, bool) {
+	rc, ok := c.(*recordConn)
 	if !ok || rc.rc == nil {
 		return nil, false
 	}

@@ -18,6 +18,16 @@ func RecordConn(c *net.TCPConn) net.Conn {
 	return c
 }
 
+// RecordConnRead is RecordConn for a connection whose first bytes have
+// been read already: c itself when there are none; nil otherwise (the
+// caller then serves those bytes itself).
+func RecordConnRead(c *net.TCPConn, read []byte) net.Conn {
+	if len(read) > 0 {
+		return nil
+	}
+	return c
+}
+
 // RawTCP returns the TCP socket under a TLS connection made over
 // [RecordConn] on Linux. Elsewhere it always returns nil and false, so
 // that callers take their goroutine relay rather than [RelayTLS].
@@ -41,3 +51,7 @@ func RelayTLS(ctx context.Context, client *tls.Conn, raw *net.TCPConn, upstream 
 // over [RecordConn] on Linux. Elsewhere it always returns nil and false,
 // as [RawTCP] does.
 func TLSParker(*tls.Conn) (*Parker, bool) { return nil, false }
+
+// RecordParker is TLSParker for a connection RecordConn made: nil and
+// false off Linux.
+func RecordParker(net.Conn) (*Parker, bool) { return nil, false }

@@ -141,6 +141,7 @@ func (b *builder) interceptor(p *gate.Policy, pc httpproxy.Config) (gate.Interce
 	for i, oc := range b.icOrigins {
 		rpc := pc
 		rpc.Origin = oc
+		rpc.UpstreamIdle = b.cfg.Intercept.UpstreamIdle.Duration
 		var err error
 		if fronts[i].HTTP1, err = httpproxy.New(rpc); err != nil {
 			return nil, err

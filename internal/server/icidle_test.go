@@ -1,0 +1,135 @@
+package server
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/intercept"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// interceptLocalConfig returns the configuration of a rustle with one
+// plain listener that intercepts the tunnels to localhost, verifying
+// their origins with the certificate at upstreamCA and setting an
+// Authorization on the requests inside, with leaves of a CA written
+// under dir, whose certificate it returns.
+func interceptLocalConfig(t *testing.T, dir, upstreamCA string, upstreamIdle time.Duration) (*config.Config, *x509.Certificate) {
+	t.Helper()
+	caDir, ca := writeInterceptCA(t, dir, "local")
+	cfg := config.Default()
+	cfg.Workers = 1
+	cfg.AllowPrivate = []string{"127.0.0.0/8", "::1/128"} // the origin is on loopback
+	cfg.Listen = []config.Listener{{Name: "plain", Address: "127.0.0.1:0"}}
+	cfg.Intercept = config.Intercept{
+		CACert: filepath.Join(caDir, intercept.CACertFile), CAKey: filepath.Join(caDir, intercept.CAKeyFile),
+		UpstreamCA: upstreamCA, UpstreamIdle: config.Duration{Duration: upstreamIdle},
+		Rules: []config.InterceptRule{{Name: "local", Criteria: config.Criteria{Hosts: []string{"localhost"}},
+			RequestHeaders: config.InterceptHeaders{Set: map[string]string{"Authorization": "Bearer s3cret"}}}},
+	}
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg, ca
+}
+
+// TestInterceptUpstreamIdle checks what an intercepted HTTP/1.1
+// connection does while its client is idle: the connection to the
+// origin that its last request left is closed once the client has sent
+// nothing for intercept.upstream_idle, the client's stays, and its next
+// request goes to the origin on a new connection; requests the client
+// sends back to back, in one TLS record or in several, are answered
+// each (the wait for the client's next request looks at its socket only
+// when crypto/tls holds nothing of it).
+func TestInterceptUpstreamIdle(t *testing.T) {
+	dir := t.TempDir()
+	cert, _ := proxytest.SelfSigned(t)
+	var opened, closed atomic.Int32
+	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.URL.Path+" "+r.Header.Get("Authorization"))
+	}))
+	origin.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	origin.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			opened.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			closed.Add(1)
+		}
+	}
+	origin.StartTLS()
+	t.Cleanup(origin.Close)
+	upstreamCA := filepath.Join(dir, "origin.pem")
+	if err := os.WriteFile(upstreamCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, ca := interceptLocalConfig(t, dir, upstreamCA, 200*time.Millisecond)
+	_, addrs := startLogged(t, cfg, nil, &logBuffer{})
+	_, port, _ := net.SplitHostPort(origin.Listener.Addr().String())
+	target := net.JoinHostPort("localhost", port)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+
+	c := proxytest.Connect(t, addrs["plain"], target)
+	c.SetDeadline(time.Now().Add(2 * proxytest.DefaultTimeout))
+	tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+	br := bufio.NewReader(tc)
+	req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n" }
+	answer := func(path string) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: read the response: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if want := path + " Bearer s3cret"; err != nil || resp.StatusCode != 200 || string(body) != want {
+			t.Fatalf("%s: %d %q, %v; want 200 %q", path, resp.StatusCode, body, err, want)
+		}
+	}
+	send := func(s string) {
+		t.Helper()
+		if _, err := io.WriteString(tc, s); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+	}
+
+	send(req("/one"))
+	answer("/one")
+	proxytest.WaitFor(t, "the origin connection closed while the client is idle", func() bool { return closed.Load() == 1 })
+	send(req("/two"))
+	answer("/two")
+	if n := opened.Load(); n != 2 {
+		t.Errorf("the origin saw %d connections, want 2: one before the client went idle, one after", n)
+	}
+	// Back to back: two requests in one record, three in a record each
+	// written at once, one in records of a byte.
+	send(req("/a") + req("/b"))
+	answer("/a")
+	answer("/b")
+	for _, p := range []string{"/c", "/d", "/e"} {
+		send(req(p))
+	}
+	for _, p := range []string{"/c", "/d", "/e"} {
+		answer(p)
+	}
+	bw := bufio.NewWriterSize(tc, 1)
+	io.WriteString(bw, req("/f"))
+	bw.Flush()
+	answer("/f")
+	// Idle again, then one more: the client's connection lived on.
+	proxytest.WaitFor(t, "the second origin connection closed", func() bool { return closed.Load() == 2 })
+	send(req("/last"))
+	answer("/last")
+}
