@@ -115,18 +115,19 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 
 // FlowRelay is a granted CONNECT-UDP flow being relayed (see StartFlow).
 type FlowRelay struct {
-	g      *Grant
-	upc    *net.UDPConn
-	client FlowSender
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stop   func() bool // stops the session's hook on ctx
-	dst    netip.AddrPort
-	start  time.Time
-	last   atomic.Int64 // since start, when a datagram last passed
-	idle   time.Duration
-	once   sync.Once
-	err    error // why the flow ended; set once, read after Wait's join
+	g       *Grant
+	upc     *net.UDPConn
+	client  FlowSender
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	stop    func() bool // stops the session's hook on the flow
+	stopCtx func() bool // stops ctx's hook on the flow
+	dst     netip.AddrPort
+	start   time.Time
+	last    atomic.Int64 // since start, when a datagram last passed
+	idle    time.Duration
+	once    sync.Once
+	err     error // why the flow ended; set once, read after Wait's join
 
 	timerMu sync.Mutex
 	timer   *time.Timer // the idle timeout's; guarded by timerMu
@@ -168,15 +169,19 @@ func (g *Grant) StartFlow(ctx context.Context, client FlowSender, upc *net.UDPCo
 	}
 	s := g.s
 	r := &FlowRelay{g: g, upc: upc, client: client, dst: g.upstream, start: time.Now(), idle: idle}
-	r.ctx, r.cancel = context.WithCancelCause(ctx)
-	r.stop = context.AfterFunc(s.rctx, func() { r.cancel(context.Cause(s.rctx)) })
+	// ctx and the session end the flow through End, which cancels r.ctx:
+	// r.ctx needs no link of its own to ctx (each link is an entry in a
+	// parent's children, and a hook on r.ctx would be a map of its own
+	// for every flow).
+	r.ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	r.stop = context.AfterFunc(s.rctx, func() { r.End(context.Cause(s.rctx)) })
+	r.stopCtx = context.AfterFunc(ctx, func() { r.End(context.Cause(ctx)) })
 	if idle > 0 {
 		r.timerMu.Lock()
 		r.timer = time.AfterFunc(math.MaxInt64, r.idleCheck)
 		r.timer.Reset(idle)
 		r.timerMu.Unlock()
 	}
-	context.AfterFunc(r.ctx, func() { r.End(context.Cause(r.ctx)) })
 	if poller != nil && g.throttle == nil && poller.add(r, min(client.MaxPayload(), maxUDPPayload)) == nil {
 		r.poller = poller
 	} else {
@@ -315,6 +320,7 @@ func (r *FlowRelay) Wait() FlowResult {
 		r.poller.remove(r)
 	}
 	r.stop()
+	r.stopCtx()
 	if r.idle > 0 {
 		r.timerMu.Lock()
 		r.timer.Stop()

@@ -22,6 +22,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -538,4 +539,52 @@ func TestConnectUDPFlowsShareConnection(t *testing.T) {
 		flows = append(flows, open(t))
 	}
 	exchange(t, "second", flows)
+}
+
+// TestConnectUDPRevoked revokes the session of a user's open flow (as a
+// reload that removed the user does): the flow ends at once, its stream
+// with it, logged with the reason revoked.
+func TestConnectUDPRevoked(t *testing.T) {
+	var out lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	echo := proxytest.NewUDPEcho(t, "udp4")
+	reg := new(gate.Registry)
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass}, AccessLog: al, Revoked: reg,
+	}))
+	conn, _, err := p.dialUDP(t, echo.Addr.String(), basic(testUser, testPass))
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	buf := make([]byte, 1500)
+	for {
+		// UDP is unreliable, even on the loopback: send again until one
+		// echo is back.
+		if _, err := conn.WriteTo([]byte("before"), nil); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		n, _, err := conn.ReadFrom(buf)
+		if err == nil && string(buf[:n]) == "before" {
+			break
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read the echo: %q, %v", buf[:n], err)
+		}
+	}
+	if got := reg.Revoke(func(_, user string) bool { return user != testUser }); got != 1 {
+		t.Fatalf("Revoke = %d, want 1", got)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := conn.ReadFrom(buf); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after the revocation: %v, want the flow's end", err)
+	}
+	proxytest.WaitFor(t, "the flow's record", func() bool {
+		return strings.Contains(out.String(), `"reason":"`+accesslog.ReasonRevoked+`"`)
+	})
+	proxytest.WaitFor(t, "the flow to be given back", func() bool { return p.srv.Flows() == 0 })
 }
