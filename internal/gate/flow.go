@@ -99,7 +99,7 @@ const maxUDPPayload = 65527
 // client.ReceivePayload and handed to FlowRelay.Up, then FlowRelay.Wait.
 // It owns upc and closes client and upc.
 func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, idle time.Duration) FlowResult {
-	r := g.StartFlow(ctx, client, upc, idle)
+	r := g.StartFlow(ctx, client, upc, idle, nil)
 	for {
 		p, err := client.ReceivePayload(r.ctx)
 		if err != nil {
@@ -115,23 +115,26 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 
 // FlowRelay is a granted CONNECT-UDP flow being relayed (see StartFlow).
 type FlowRelay struct {
-	g      *Grant
-	upc    *net.UDPConn
-	client FlowSender
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	stop   func() bool // stops the session's hook on ctx
-	dst    netip.AddrPort
-	start  time.Time
-	last   atomic.Int64 // since start, when a datagram last passed
-	idle   time.Duration
-	once   sync.Once
-	err    error // why the flow ended; set once, read after Wait's join
+	g       *Grant
+	upc     *net.UDPConn
+	client  FlowSender
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	stop    func() bool // stops the session's hook on the flow
+	stopCtx func() bool // stops ctx's hook on the flow
+	dst     netip.AddrPort
+	start   time.Time
+	last    atomic.Int64 // since start, when a datagram last passed
+	idle    time.Duration
+	once    sync.Once
+	err     error // why the flow ended; set once, read after Wait's join
 
 	timerMu sync.Mutex
 	timer   *time.Timer // the idle timeout's; guarded by timerMu
 
-	down sync.WaitGroup // the goroutine relaying the target's datagrams
+	down   sync.WaitGroup // the goroutine relaying the target's datagrams, when no poller does
+	poller *FlowPoller    // the poller relaying them; nil: the relay's goroutine
+	pollFD int32          // upc's descriptor in poller's set; guarded by poller.mu
 
 	// The client's side, counted by Up (from any goroutine).
 	up, datagramsUp, refused atomic.Int64
@@ -156,24 +159,34 @@ type FlowRelay struct {
 // tunnel (TunnelOpened, with the status already answered), and Wait
 // calls Finish with the payload bytes each way; the datagrams are
 // counted in the metrics as they pass. The relay owns upc and closes
-// client and upc when the flow ends.
-func (g *Grant) StartFlow(ctx context.Context, client FlowSender, upc *net.UDPConn, idle time.Duration) *FlowRelay {
+// client and upc when the flow ends. With a poller (nil: none), an
+// unpaced flow's target datagrams are read and sent to the client by the
+// poller's goroutine instead of one of the relay's own (see FlowPoller).
+func (g *Grant) StartFlow(ctx context.Context, client FlowSender, upc *net.UDPConn, idle time.Duration, poller *FlowPoller) *FlowRelay {
 	g.TunnelOpened()
 	if g.meter == nil {
 		g.Meter() // a user with a byte quota: metered as the datagrams move
 	}
 	s := g.s
 	r := &FlowRelay{g: g, upc: upc, client: client, dst: g.upstream, start: time.Now(), idle: idle}
-	r.ctx, r.cancel = context.WithCancelCause(ctx)
-	r.stop = context.AfterFunc(s.rctx, func() { r.cancel(context.Cause(s.rctx)) })
+	// ctx and the session end the flow through End, which cancels r.ctx:
+	// r.ctx needs no link of its own to ctx (each link is an entry in a
+	// parent's children, and a hook on r.ctx would be a map of its own
+	// for every flow).
+	r.ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	r.stop = context.AfterFunc(s.rctx, func() { r.End(context.Cause(s.rctx)) })
+	r.stopCtx = context.AfterFunc(ctx, func() { r.End(context.Cause(ctx)) })
 	if idle > 0 {
 		r.timerMu.Lock()
 		r.timer = time.AfterFunc(math.MaxInt64, r.idleCheck)
 		r.timer.Reset(idle)
 		r.timerMu.Unlock()
 	}
-	context.AfterFunc(r.ctx, func() { r.End(context.Cause(r.ctx)) })
-	r.down.Go(r.relayDown)
+	if poller != nil && g.throttle == nil && poller.add(r, min(client.MaxPayload(), maxUDPPayload)) == nil {
+		r.poller = poller
+	} else {
+		r.down.Go(r.relayDown)
+	}
 	return r
 }
 
@@ -210,8 +223,6 @@ func (r *FlowRelay) Context() context.Context { return r.ctx }
 // ends. While it waits for one it holds no read buffer (on Unix: see
 // datagramReader).
 func (r *FlowRelay) relayDown() {
-	g := r.g
-	m := g.s.p.Metrics // nil: no metrics
 	max := min(r.client.MaxPayload(), maxUDPPayload)
 	dr, err := newDatagramReader(r.upc, max)
 	if err != nil {
@@ -227,26 +238,38 @@ func (r *FlowRelay) relayDown() {
 			r.End(fmt.Errorf("gate: flow: read from %s: %w", r.dst, err))
 			return
 		}
-		if n > max {
-			dr.put(bp)
-			continue // too large for the client's side
-		}
-		if !g.PaceDatagram(r.ctx, n) {
-			dr.put(bp)
-			r.End(errFlowQuota)
-			return
-		}
-		err = r.client.SendPayload((*bp)[:n])
+		ok := r.down1((*bp)[:n], n, max)
 		dr.put(bp)
-		if err != nil {
-			r.End(fmt.Errorf("gate: flow: send to the client: %w", err))
+		if !ok {
 			return
 		}
-		r.bytesDown += int64(n)
-		r.datagramsDown++
-		m.Datagrams(0, 1, 0)
-		r.last.Store(int64(time.Since(r.start)))
 	}
+}
+
+// down1 sends one of the target's datagrams, n bytes read into b (a
+// prefix of it when n is more than max, the largest the client's side
+// carries: such a datagram is dropped), to the client: paced, metered,
+// counted. It reports false once the flow has ended (the quota spent, or
+// the send failed). One goroutine at a time calls it: the relay's own or
+// the FlowPoller's.
+func (r *FlowRelay) down1(b []byte, n, max int) bool {
+	if n > max {
+		return true // too large for the client's side
+	}
+	g := r.g
+	if !g.PaceDatagram(r.ctx, n) {
+		r.End(errFlowQuota)
+		return false
+	}
+	if err := r.client.SendPayload(b); err != nil {
+		r.End(fmt.Errorf("gate: flow: send to the client: %w", err))
+		return false
+	}
+	r.bytesDown += int64(n)
+	r.datagramsDown++
+	g.s.p.Metrics.Datagrams(0, 1, 0)
+	r.last.Store(int64(time.Since(r.start)))
+	return true
 }
 
 // Up sends one of the client's payloads to the target: dropped when the
@@ -293,7 +316,11 @@ func (r *FlowRelay) Up(p []byte) bool {
 func (r *FlowRelay) Wait() FlowResult {
 	<-r.ctx.Done()
 	r.down.Wait()
+	if r.poller != nil {
+		r.poller.remove(r)
+	}
 	r.stop()
+	r.stopCtx()
 	if r.idle > 0 {
 		r.timerMu.Lock()
 		r.timer.Stop()

@@ -29,8 +29,10 @@
 //     travel in HTTP Datagrams (RFC 9297) in QUIC DATAGRAM frames,
 //     relayed by gate.Grant.StartFlow (the guard checks every datagram's
 //     destination; the flow idles out after UDPIdleTimeout): the
-//     target's datagrams from the relay's goroutine, the client's handed
-//     over by the connection's one datagram receiver; capsules the
+//     target's datagrams read by the connection's one gate.FlowPoller
+//     (Linux, unpaced users; otherwise the relay's goroutine), the
+//     client's handed over by the connection's one datagram receiver;
+//     capsules the
 //     client sends on the stream are read and skipped;
 //   - anything else is answered by rustle with a short error, once
 //     authorized like any other request.

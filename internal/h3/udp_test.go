@@ -22,6 +22,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
+	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -451,4 +452,139 @@ func TestConnectUDPQuota(t *testing.T) {
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("the flow was not ended: %v", err)
 	}
+}
+
+// TestConnectUDPFlowsShareConnection relays bursts of datagrams on many
+// flows of one QUIC connection at once, whose target sockets one
+// gate.FlowPoller reads on Linux: every flow gets back its own echoes
+// and no other flow's, also after some flows ended and new ones took
+// their place (and, it may be, their sockets' descriptors).
+func TestConnectUDPFlowsShareConnection(t *testing.T) {
+	echo := proxytest.NewUDPEcho(t, "udp4")
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	qc := p.dial(t)
+	cc, err := (&masque.Transport{}).NewClientConn(qc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := uritemplate.MustNew("https://" + p.Addr + "/.well-known/masque/udp/{target_host}/{target_port}/")
+	open := func(t *testing.T) *masque.Conn {
+		t.Helper()
+		req, err := masque.NewRequest(context.Background(), tmpl, echo.Addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, rsp, err := cc.Dial(req)
+		if err != nil || rsp.StatusCode != 200 {
+			t.Fatalf("open a flow: %v, %v", rsp, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// exchange sends a burst of datagrams on every flow before reading
+	// any, then reads each flow's back, sending again what a second did
+	// not bring back (UDP is unreliable, even on the loopback).
+	exchange := func(t *testing.T, round string, flows []*masque.Conn) {
+		t.Helper()
+		const burst = 3
+		payload := func(i, j int) string { return round + "-flow" + strconv.Itoa(i) + "-dgram" + strconv.Itoa(j) }
+		for i, c := range flows {
+			for j := range burst {
+				if _, err := c.WriteTo([]byte(payload(i, j)), nil); err != nil {
+					t.Fatalf("flow %d: write: %v", i, err)
+				}
+			}
+		}
+		buf := make([]byte, 1500)
+		for i, c := range flows {
+			missing := map[string]bool{}
+			for j := range burst {
+				missing[payload(i, j)] = true
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for len(missing) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("flow %d: no echo of %v", i, missing)
+				}
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				n, _, err := c.ReadFrom(buf)
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					for m := range missing {
+						c.WriteTo([]byte(m), nil)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("flow %d: read: %v", i, err)
+				}
+				got := string(buf[:n])
+				if !strings.HasPrefix(got, round+"-flow"+strconv.Itoa(i)+"-") {
+					t.Fatalf("flow %d got %q, another flow's datagram", i, got)
+				}
+				delete(missing, got)
+			}
+		}
+	}
+	var flows []*masque.Conn
+	for range 8 {
+		flows = append(flows, open(t))
+	}
+	exchange(t, "first", flows)
+	for _, c := range flows[:4] {
+		c.Close()
+	}
+	proxytest.WaitFor(t, "the closed flows to end", func() bool { return p.srv.Flows() == 4 })
+	flows = flows[4:]
+	for range 4 {
+		flows = append(flows, open(t))
+	}
+	exchange(t, "second", flows)
+}
+
+// TestConnectUDPRevoked revokes the session of a user's open flow (as a
+// reload that removed the user does): the flow ends at once, its stream
+// with it, logged with the reason revoked.
+func TestConnectUDPRevoked(t *testing.T) {
+	var out lockedBuffer
+	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { al.Close() })
+	echo := proxytest.NewUDPEcho(t, "udp4")
+	reg := new(gate.Registry)
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass}, AccessLog: al, Revoked: reg,
+	}))
+	conn, _, err := p.dialUDP(t, echo.Addr.String(), basic(testUser, testPass))
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	buf := make([]byte, 1500)
+	for {
+		// UDP is unreliable, even on the loopback: send again until one
+		// echo is back.
+		if _, err := conn.WriteTo([]byte("before"), nil); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		n, _, err := conn.ReadFrom(buf)
+		if err == nil && string(buf[:n]) == "before" {
+			break
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read the echo: %q, %v", buf[:n], err)
+		}
+	}
+	if got := reg.Revoke(func(_, user string) bool { return user != testUser }); got != 1 {
+		t.Fatalf("Revoke = %d, want 1", got)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := conn.ReadFrom(buf); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read after the revocation: %v, want the flow's end", err)
+	}
+	proxytest.WaitFor(t, "the flow's record", func() bool {
+		return strings.Contains(out.String(), `"reason":"`+accesslog.ReasonRevoked+`"`)
+	})
+	proxytest.WaitFor(t, "the flow to be given back", func() bool { return p.srv.Flows() == 0 })
 }
