@@ -62,6 +62,7 @@ type testProxy struct {
 	roots  *x509.CertPool
 	caPEM  []byte
 	policy *gate.Policy
+	srv    *Server
 }
 
 // testCert is a self-signed CA and a server certificate for 127.0.0.1.
@@ -210,8 +211,9 @@ func startProxyTLS(t testing.TB, cfg Config, pol *gate.Policy, clientCAs *x509.C
 			mu.Unlock()
 			<-done
 		}
+		srv.Close() // its idle stream workers
 	})
-	return &testProxy{addr: ln.Addr().String(), roots: roots, caPEM: tc.caPEM, policy: pol}
+	return &testProxy{addr: ln.Addr().String(), roots: roots, caPEM: tc.caPEM, policy: pol, srv: srv}
 }
 
 // serveTestConn serves one accepted connection as internal/server does:

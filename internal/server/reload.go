@@ -324,6 +324,22 @@ func (s *Server) retire(prev, g *generation) {
 			ol.TLS.Close()
 		}
 	}
+	// The previous front-ends get no new connections: their idle stream
+	// workers end now (those they still serve go on without reuse).
+	closeFrontEnds(prev.listeners)
+}
+
+// closeFrontEnds lets the idle stream workers of the listeners' HTTP/2
+// and HTTP/3 servers go, and waits for them.
+func closeFrontEnds(ls []*listener) {
+	for _, l := range ls {
+		if l.H2 != nil {
+			l.H2.Close()
+		}
+		if l.H3 != nil {
+			l.H3.Close()
+		}
+	}
 }
 
 // restartOnly returns an error wrapping ErrRestartRequired when cfg

@@ -450,6 +450,7 @@ func (s *Server) Close() error {
 			g.Resolver.Close()
 		}
 		g.Routes.Close() // the probes
+		closeFrontEnds(g.listeners)
 	}
 	s.lists.Close() // the refreshers
 	if s.pool != nil {
