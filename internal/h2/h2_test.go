@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,7 +248,18 @@ func serveTestConn(ctx context.Context, srv *Server, pol *gate.Policy, c *net.TC
 // client certificates certs.
 func (p *testProxy) dialTLS(t testing.TB, certs ...tls.Certificate) *tls.Conn {
 	t.Helper()
-	c, err := tls.Dial("tcp", p.addr, &tls.Config{RootCAs: p.roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}, Certificates: certs})
+	return p.dialTLSFrom(t, nil, certs...)
+}
+
+// dialTLSFrom is dialTLS from the local address from (nil: the system's
+// choice).
+func (p *testProxy) dialTLSFrom(t testing.TB, from net.IP, certs ...tls.Certificate) *tls.Conn {
+	t.Helper()
+	d := &net.Dialer{}
+	if from != nil {
+		d.LocalAddr = &net.TCPAddr{IP: from}
+	}
+	c, err := tls.DialWithDialer(d, "tcp", p.addr, &tls.Config{RootCAs: p.roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}, Certificates: certs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -617,7 +629,26 @@ type rawClient struct {
 
 func (p *testProxy) raw(t testing.TB) *rawClient {
 	t.Helper()
-	c := p.dialTLS(t)
+	return p.rawFrom(t, nil)
+}
+
+// ownClients numbers the connections of rawOwn.
+var ownClients atomic.Uint32
+
+// rawOwn is raw from a loopback address no other connection of the test
+// process used (127.4.x.y): the access log records of its client
+// address and port are its own, where the kernel could give a later
+// connection from 127.0.0.1 the port of one that has closed.
+func (p *testProxy) rawOwn(t testing.TB) *rawClient {
+	t.Helper()
+	n := ownClients.Add(1)
+	return p.rawFrom(t, net.IPv4(127, 4, byte(n>>8), byte(n)))
+}
+
+// rawFrom is raw from the local address from (nil: the system's choice).
+func (p *testProxy) rawFrom(t testing.TB, from net.IP) *rawClient {
+	t.Helper()
+	c := p.dialTLSFrom(t, from)
 	t.Cleanup(func() { c.Close() })
 	rc := &rawClient{t: t, c: c, fr: http2.NewFramer(c, c)}
 	rc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
