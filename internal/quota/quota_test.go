@@ -389,7 +389,9 @@ func TestSettle(t *testing.T) {
 // a loader that does not answer holds them at most its wait, after which
 // nothing waits; totals that come after a Settle are ignored.
 func TestLoader(t *testing.T) {
-	const wait = 200 * time.Millisecond
+	// Long enough that a loaded machine's pauses stay well within half
+	// of it (a Begin that does not wait is checked against wait/2).
+	const wait = 2 * time.Second
 	tr := New(Config{Rules: []Rule{{Name: "r", Users: []string{"*"}, Requests: 6}}})
 	made := make(chan *Counter, 4)
 	tr.SetLoader(func(c *Counter) { made <- c }, wait)
