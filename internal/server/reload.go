@@ -203,13 +203,15 @@ func (s *Server) openListeners(g *generation, kept []*listener) (*opened, error)
 				continue
 			}
 		} else {
-			lns, err := openSockets(l.Config, len(s.engines))
-			if err != nil {
+			if err := openWithQUIC(l, func() ([]net.Listener, error) { return openSockets(l.Config, len(s.engines)) }, s.log); err != nil {
 				o.close()
 				return nil, err
 			}
-			l.lns = lns
-			o.lns = append(o.lns, lns...)
+			o.lns = append(o.lns, l.lns...)
+			if l.quic != nil {
+				o.quics = append(o.quics, l.quic)
+			}
+			continue
 		}
 		if l.H3 != nil {
 			q, err := openQUIC(l, s.log)
