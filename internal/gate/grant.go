@@ -373,6 +373,32 @@ func (g *Grant) Pace(ctx context.Context, n int) bool {
 	return g.meter == nil || g.meter.Ahead(int64(n))
 }
 
+// Take is Pace for a tunnel that relays its bytes itself (an HTTP/2
+// CONNECT stream): it waits, for a paced user, until n more bytes may
+// pass (or ctx is done), and returns how many of the n bytes may be
+// sent: all of them, unless Meter started metering the request and the
+// user's byte quota allows fewer (see quota.Meter.Take). The tunnel
+// sends those, and the direction that got fewer than it asked for moves
+// nothing more. Each Take is followed by one Taken, once its bytes were
+// sent or given up.
+func (g *Grant) Take(ctx context.Context, n int) int {
+	if g.throttle != nil && n > 0 {
+		g.throttle.Wait(ctx, n)
+	}
+	if g.meter == nil {
+		return n
+	}
+	return int(g.meter.Take(int64(n)))
+}
+
+// Taken ends a Take whose bytes were sent or given up, and reports
+// whether the tunnel is to end now for its user's byte quota (Finish
+// logs it with the reason quota): the quota is reached, and no bytes
+// another Take allowed are still on their way (that Take's Taken then
+// reports it). The tunnel thus ends once it moved exactly what the
+// quota allowed, none of it cut.
+func (g *Grant) Taken() bool { return g.meter != nil && g.meter.Done() }
+
 // PaceDatagram is Pace for one datagram of n payload bytes that a flow
 // (CONNECT-UDP on any front-end, a SOCKS5 UDP association) is about to
 // send, either way: it waits, for a paced user, until the bytes may
@@ -392,7 +418,7 @@ func (g *Grant) PaceDatagram(ctx context.Context, n int) bool {
 // Meter starts metering the request's bytes as Pace is told of them, for
 // a front-end that relays them itself (HTTP/2 streams, HTTP/1.1
 // forwarded bodies), when the user has a byte quota; it reports whether it did, and then every byte the
-// request moves is to go through Pace. Call it after Authorize, before
+// request moves is to go through Pace (Take for a tunnel). Call it after Authorize, before
 // the bytes move.
 func (g *Grant) Meter() bool {
 	if !g.quota.LimitsBytes() {

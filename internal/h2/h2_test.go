@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,11 +59,11 @@ func TestMain(m *testing.M) {
 
 // testProxy is an HTTP/2 proxy on a loopback TLS listener.
 type testProxy struct {
-	srv    *Server
 	addr   string
 	roots  *x509.CertPool
 	caPEM  []byte
 	policy *gate.Policy
+	srv    *Server
 }
 
 // testCert is a self-signed CA and a server certificate for 127.0.0.1.
@@ -211,8 +212,9 @@ func startProxyTLS(t testing.TB, cfg Config, pol *gate.Policy, clientCAs *x509.C
 			mu.Unlock()
 			<-done
 		}
+		srv.Close() // its idle stream workers
 	})
-	return &testProxy{srv: srv, addr: ln.Addr().String(), roots: roots, caPEM: tc.caPEM, policy: pol}
+	return &testProxy{addr: ln.Addr().String(), roots: roots, caPEM: tc.caPEM, policy: pol, srv: srv}
 }
 
 // serveTestConn serves one accepted connection as internal/server does:
@@ -246,7 +248,18 @@ func serveTestConn(ctx context.Context, srv *Server, pol *gate.Policy, c *net.TC
 // client certificates certs.
 func (p *testProxy) dialTLS(t testing.TB, certs ...tls.Certificate) *tls.Conn {
 	t.Helper()
-	c, err := tls.Dial("tcp", p.addr, &tls.Config{RootCAs: p.roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}, Certificates: certs})
+	return p.dialTLSFrom(t, nil, certs...)
+}
+
+// dialTLSFrom is dialTLS from the local address from (nil: the system's
+// choice).
+func (p *testProxy) dialTLSFrom(t testing.TB, from net.IP, certs ...tls.Certificate) *tls.Conn {
+	t.Helper()
+	d := &net.Dialer{}
+	if from != nil {
+		d.LocalAddr = &net.TCPAddr{IP: from}
+	}
+	c, err := tls.DialWithDialer(d, "tcp", p.addr, &tls.Config{RootCAs: p.roots, ServerName: "127.0.0.1", NextProtos: []string{"h2"}, Certificates: certs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +629,26 @@ type rawClient struct {
 
 func (p *testProxy) raw(t testing.TB) *rawClient {
 	t.Helper()
-	c := p.dialTLS(t)
+	return p.rawFrom(t, nil)
+}
+
+// ownClients numbers the connections of rawOwn.
+var ownClients atomic.Uint32
+
+// rawOwn is raw from a loopback address no other connection of the test
+// process used (127.4.x.y): the access log records of its client
+// address and port are its own, where the kernel could give a later
+// connection from 127.0.0.1 the port of one that has closed.
+func (p *testProxy) rawOwn(t testing.TB) *rawClient {
+	t.Helper()
+	n := ownClients.Add(1)
+	return p.rawFrom(t, net.IPv4(127, 4, byte(n>>8), byte(n)))
+}
+
+// rawFrom is raw from the local address from (nil: the system's choice).
+func (p *testProxy) rawFrom(t testing.TB, from net.IP) *rawClient {
+	t.Helper()
+	c := p.dialTLSFrom(t, from)
 	t.Cleanup(func() { c.Close() })
 	rc := &rawClient{t: t, c: c, fr: http2.NewFramer(c, c)}
 	rc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)

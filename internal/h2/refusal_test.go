@@ -114,7 +114,7 @@ func TestProtocolErrorsLogged(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rc := p.raw(t)
+			rc := p.rawOwn(t)
 			client := rc.c.LocalAddr().String()
 			tt.send(rc)
 			if f := rc.next(); !tt.answer(f) {
@@ -144,7 +144,7 @@ func TestProtocolErrorsLogged(t *testing.T) {
 
 	// A flood of malformed requests on one connection leaves
 	// maxRejectedLogged records, and each stream is still reset.
-	flood := p.raw(t)
+	flood := p.rawOwn(t)
 	for i := range maxRejectedLogged + 4 {
 		flood.headers(uint32(2*i+1), true, ":method", "GET", ":scheme", "http", ":authority", "example.test")
 	}
@@ -155,7 +155,7 @@ func TestProtocolErrorsLogged(t *testing.T) {
 	}
 	floodClient := flood.c.LocalAddr().String()
 	proxytest.WaitFor(t, "the flood's records", func() bool { return len(logs.records(t, floodClient)) >= maxRejectedLogged })
-	floodMarker := p.raw(t)
+	floodMarker := p.rawOwn(t)
 	floodMarker.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", "example.test", ":path", "/")
 	logs.waitRecord(t, floodMarker.c.LocalAddr().String())
 	if n := len(logs.records(t, floodClient)); n != maxRejectedLogged {
@@ -164,7 +164,7 @@ func TestProtocolErrorsLogged(t *testing.T) {
 
 	// The connection error's connection is closed; a record written after
 	// its end (a later client's) shows that nothing more of it was queued.
-	rc := p.raw(t)
+	rc := p.rawOwn(t)
 	client := rc.c.LocalAddr().String()
 	for range 10 {
 		rc.fr.WriteRSTStream(9, http2.ErrCodeCancel)
@@ -179,7 +179,7 @@ func TestProtocolErrorsLogged(t *testing.T) {
 			break
 		}
 	}
-	marker := p.raw(t)
+	marker := p.rawOwn(t)
 	marker.headers(1, true, ":method", "GET", ":scheme", "https", ":authority", "example.test", ":path", "/")
 	logs.waitRecord(t, marker.c.LocalAddr().String())
 	if n := len(logs.records(t, client)); n != 1 {

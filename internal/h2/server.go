@@ -124,6 +124,14 @@ func New(cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, log: log, start: time.Now(), pool: newWorkerPool()}, nil
 }
 
+// Close ends the stream workers that wait for a stream (see workpool)
+// and waits for them, once the server is handed no more connections (its
+// generation retired by a reload, or rustle stopping): idle, they would
+// otherwise end only after workerIdle, unjoined. Connections it still
+// serves go on; their streams then run on goroutines that end with them.
+// Close is idempotent.
+func (s *Server) Close() { s.pool.Close() }
+
 // validate checks the fields that have no meaning at zero or a range in
 // RFC 9113, as config's validation does.
 func (cfg *Config) validate() error {

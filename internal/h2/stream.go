@@ -345,6 +345,29 @@ func (s *stream) pace(n int) {
 	}
 }
 
+// take is pace for a tunnel's bytes: it waits, when the stream's user's
+// bytes are paced, until n more bytes may pass, and returns how many of
+// them may be sent: n, or fewer once the user's byte quota is reached
+// (gate.Grant.Take). The direction that got fewer than it asked for
+// sends those and moves nothing more. Each take is followed by one taken.
+func (s *stream) take(n int) int {
+	if !s.paced {
+		return n
+	}
+	return s.grant.Take(s.paceCtx, n)
+}
+
+// taken ends a take whose bytes were sent or given up. Once the quota is
+// reached, the last one (that of the direction whose bytes were the last
+// on their way) resets the stream (CANCEL): a direction stopped by the
+// quota does not cut bytes the other one was allowed, which would then
+// not be counted, leaving the user under its quota.
+func (s *stream) taken() {
+	if s.paced && s.grant.Taken() {
+		s.resetStream(http2.ErrCodeCancel)
+	}
+}
+
 // sendErrLocked returns errStreamGone when nothing more may be sent on s.
 func (s *stream) sendErrLocked() error {
 	c := s.c
@@ -670,12 +693,17 @@ func (s *stream) pumpUp() {
 	c := s.c
 	defer c.wg.Done()
 	c.mu.Lock()
-	for !s.reset && s.in.n > 0 {
+	for !s.reset && !s.discard && s.in.n > 0 {
 		p := s.in.front()
+		up := s.up // not detached before the reset this loop checks for
 		c.mu.Unlock()
-		s.pace(len(p))
-		s.up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.TunnelIdleTimeout))
-		n, err := s.up.Write(p)
+		k := s.take(len(p))
+		var n int
+		var err error
+		if k > 0 {
+			up.SetWriteDeadline(gate.Deadline(time.Now(), c.cfg.TunnelIdleTimeout))
+			n, err = up.Write(p[:k])
+		}
 		c.mu.Lock()
 		if n > 0 {
 			s.touch()
@@ -685,8 +713,22 @@ func (s *stream) pumpUp() {
 		if err != nil && !s.reset {
 			c.resetLocked(s, http2.ErrCodeConnect, true)
 		}
+		if k < len(p) {
+			// The quota is reached: nothing more goes upstream; taken,
+			// here or in the other direction, ends the stream.
+			s.discard = true
+		}
+		c.mu.Unlock()
+		s.taken()
+		c.mu.Lock()
 	}
 	s.pumping = false
+	if s.discard && !s.reset {
+		n := s.in.n
+		s.in.drop()
+		c.dequeuedLocked(int64(n))
+		s.creditLocked(int64(n))
+	}
 	if s.reset {
 		c.dequeuedLocked(int64(s.in.n))
 		s.in.drop()

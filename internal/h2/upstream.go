@@ -537,8 +537,21 @@ func (s *stream) relay(up *net.TCPConn, p *tunnel.Parker, waited bool, werr erro
 	}
 	s.finishTunnel()
 	s.detach(up)
+	s.waitPumped()
 	s.finish()
 	s.exit()
+}
+
+// waitPumped waits until a tunnel's pumpUp has returned: a write
+// upstream that the stream's reset cut short (detach closed the
+// upstream) has then counted its bytes, which finish reports.
+func (s *stream) waitPumped() {
+	c := s.c
+	c.mu.Lock()
+	for s.pumping {
+		s.cond.Wait()
+	}
+	c.mu.Unlock()
 }
 
 // upgrade performs the WebSocket handshake with the origin for an
@@ -669,8 +682,15 @@ func (s *stream) pumpDown(up *net.TCPConn, p *tunnel.Parker, waited bool, werr e
 		m, rerr := up.Read(buf[:n])
 		if m > 0 {
 			s.touch()
-			s.pace(m)
-			if s.sendData(buf[:m], false) != nil {
+			k := s.take(m)
+			var err error
+			if k > 0 {
+				err = s.sendData(buf[:k], false)
+			}
+			s.taken()
+			if err != nil || k < m {
+				// Failed, or the quota is reached: taken, here or in
+				// the other direction, resets the stream.
 				bufPool.Put(buf)
 				return true
 			}

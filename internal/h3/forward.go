@@ -122,13 +122,16 @@ func (rs *reqStream) forward(q *request) {
 		bodySent = end.whole
 	}
 	kept := stop() // before the FIN, which ends the stream's context
+	// The upstream goes back to the pool before the FIN: a client that
+	// sends its next request once it has this answer whole finds it
+	// there (TestForwardPooled saw a second connection dialed).
+	x.Release(kept && complete && bodySent && x.KeepAlive())
 	if complete {
 		rs.str.Close()
 	}
 	if body == nil {
 		rs.stopReading()
 	}
-	x.Release(kept && complete && bodySent && x.KeepAlive())
 	g.Finish(upBytes, down)
 }
 

@@ -128,6 +128,7 @@ func startProxy(t testing.TB, cfg Config, policy *gate.Policy) *testProxy {
 		}
 		cutNow()
 		tr.Close()
+		srv.Close() // its idle stream workers
 	})
 	return &testProxy{Addr: udp.LocalAddr().String(), Roots: roots, cert: cert.Certificate[0], srv: srv, drain: cancel}
 }

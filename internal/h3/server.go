@@ -113,6 +113,14 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// Close ends the request stream workers that wait for a stream (see
+// workpool) and waits for them, once the server is handed no more
+// connections (its generation retired by a reload, or rustle stopping):
+// idle, they would otherwise end only after workerIdle, unjoined.
+// Connections it still serves go on; their streams then run on
+// goroutines that end with them. Close is idempotent.
+func (s *Server) Close() { s.pool.Close() }
+
 // QUICConfig returns the QUIC settings of the server's connections: the
 // listener hands it to quic-go for each connection it accepts.
 func (s *Server) QUICConfig() *quic.Config { return s.quic }

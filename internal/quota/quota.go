@@ -26,6 +26,7 @@
 package quota
 
 import (
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -328,6 +329,7 @@ type Meter struct {
 	u       *User
 	charged atomic.Int64
 	held    atomic.Int64 // bytes Datagram counted and has not charged yet
+	takes   atomic.Int64 // Takes whose Done has not come yet
 	stopped atomic.Bool
 }
 
@@ -340,7 +342,9 @@ const DatagramBatch = 32 << 10
 // Datagram counts n bytes of a datagram a flow (CONNECT-UDP, a SOCKS5 UDP
 // association) is about to send, and reports whether it may be sent:
 // false once a byte quota of the user is spent (then, and from then on,
-// the datagram is not to be sent and the flow is to end). The bytes are
+// the datagram is not to be sent and the flow is to end); the datagram
+// whose batch crosses the quota is sent, so that the flow moves at least
+// its quota before it ends. The bytes are
 // held in the meter and charged to the user's counters once they add up
 // to DatagramBatch: per datagram it costs an atomic add, and the quota
 // is asked once a batch. Held bytes not charged yet are the caller's to
@@ -359,12 +363,74 @@ func (m *Meter) Datagram(n int64) bool {
 	if b == 0 {
 		return !m.stopped.Load() // another goroutine charged the batch
 	}
-	m.charged.Add(b)
-	if m.u.AddBytes(b) {
-		return true
+	if m.u.spent() {
+		// Spent before this datagram: it is not sent, and not charged
+		// (the rest of the batch was sent).
+		m.charged.Add(b - n)
+		m.u.AddBytes(b - n)
+		m.stopped.Store(true)
+		return false
 	}
-	m.stopped.Store(true)
-	return false
+	// The datagram that crosses the quota is sent: were it refused, what
+	// the flow moved could stay under the quota (the flow's end counts
+	// the bytes it sent, not this datagram's), and its user admitted
+	// again.
+	m.charged.Add(b)
+	if !m.u.AddBytes(b) {
+		m.stopped.Store(true)
+	}
+	return true
+}
+
+// Take counts up to n bytes a tunnel is about to send and returns how
+// many of them may be sent: n while the user's byte quotas allow them
+// all; what is left of the quota when that is less, or when it is just
+// n (the meter then stops: those are sent and the tunnel ends); 0 once
+// the meter stopped or a quota is spent. A tunnel thus moves exactly its
+// quota (but for the user's other requests moving bytes at the same
+// time, which may each have been allowed a write past it).
+//
+// Each Take is followed by one Done, once its bytes were sent or given
+// up: the tunnel is ended by the Done that reports so, not by the
+// direction that finds the meter stopped, so that the bytes another
+// direction was allowed are delivered, not cut (and then not counted).
+// It does not block or allocate.
+func (m *Meter) Take(n int64) int64 {
+	m.takes.Add(1)
+	if n <= 0 || m.stopped.Load() {
+		return 0
+	}
+	left := m.u.bytesLeft()
+	if left <= n {
+		m.stopped.Store(true)
+		n = max(left, 0)
+	}
+	if n > 0 {
+		m.charged.Add(n)
+		m.u.AddBytes(n)
+	}
+	return n
+}
+
+// Done ends a Take whose bytes were sent or given up, and reports
+// whether the tunnel is to end now: the meter stopped and no other
+// Take's bytes are on their way (their Done then reports it).
+func (m *Meter) Done() bool {
+	return m.takes.Add(-1) == 0 && m.stopped.Load()
+}
+
+// bytesLeft returns the bytes the user's byte quotas allow before the
+// first of them is spent, 0 when one is; math.MaxInt64 when none limits.
+func (u *User) bytesLeft() int64 {
+	now := u.counters[0].now()
+	left := int64(math.MaxInt64)
+	for _, c := range u.counters {
+		c.roll(now)
+		if b := c.rule.Bytes; b > 0 {
+			left = min(left, b-c.used(kindBytes))
+		}
+	}
+	return max(left, 0)
 }
 
 // Moved counts n bytes the tunnel delivered (either way: d is ignored)
@@ -411,6 +477,7 @@ func (m *Meter) Reset(u *User) {
 	m.u = u
 	m.charged.Store(0)
 	m.held.Store(0)
+	m.takes.Store(0)
 	m.stopped.Store(false)
 }
 
@@ -418,7 +485,7 @@ func (m *Meter) Reset(u *User) {
 // request that became m's tunnel), so that Charged covers them.
 func (m *Meter) Carry(n int64) { m.charged.Add(n) }
 
-// Stopped reports whether Moved or Ahead said to stop.
+// Stopped reports whether Moved, Ahead, Datagram or Take said to stop.
 func (m *Meter) Stopped() bool { return m != nil && m.stopped.Load() }
 
 // Charged returns the bytes Moved counted.

@@ -240,6 +240,107 @@ func TestMeterDatagram(t *testing.T) {
 	}
 }
 
+// TestMeterDatagramCrossing checks that the datagram whose batch crosses
+// the quota is sent: the flow then moves at least its quota before it
+// ends. Before, it was refused, and the flow's end counted what was sent
+// (less than the batch charged): its user stayed under the quota and was
+// let in again.
+func TestMeterDatagramCrossing(t *testing.T) {
+	const n = 1200
+	const perBatch = (DatagramBatch + n - 1) / n * n // a batch's bytes
+	const quota = 3*perBatch - n/2                   // crossed by a batch's last datagram
+	tr := New(Config{Rules: []Rule{{Name: "b", Users: []string{"*"}, Bytes: quota}}})
+	u := tr.User("alice")
+	m := u.Meter()
+	sent := int64(0)
+	for m.Datagram(n) {
+		sent += n
+		if sent > 2*quota {
+			t.Fatalf("%d bytes of datagrams through a quota of %d", sent, quota)
+		}
+	}
+	u.AddBytes(sent - m.Charged()) // the flow's end (gate's Finish)
+	if sent < quota {
+		t.Errorf("%d bytes sent, under the quota of %d", sent, quota)
+	}
+	if st := tr.Status("alice"); st[0].BytesUsed != sent {
+		t.Errorf("%d bytes used, want the %d sent", st[0].BytesUsed, sent)
+	}
+}
+
+// TestMeterTake checks Take and Done, the metering of a tunnel that
+// relays its bytes itself: the bytes that reach the quota are allowed and
+// none past it, a quota spent elsewhere allows nothing, and the tunnel is
+// ended by the Done of the last Take whose bytes were on their way, not
+// by the direction that found the quota reached.
+func TestMeterTake(t *testing.T) {
+	const quota = 100_000
+	tracker := func() *User {
+		return New(Config{Rules: []Rule{{Name: "b", Users: []string{"*"}, Bytes: quota}}}).User("alice")
+	}
+	t.Run("one way", func(t *testing.T) {
+		u := tracker()
+		m := u.Meter()
+		sent := int64(0)
+		for i := 0; ; i++ {
+			k := m.Take(16 << 10)
+			sent += k
+			end := m.Done()
+			if k < 16<<10 {
+				if !end {
+					t.Fatal("the Take that reached the quota: Done did not end the tunnel")
+				}
+				break
+			}
+			if end || i > 10 {
+				t.Fatalf("ended after %d bytes", sent)
+			}
+		}
+		if sent != quota || m.Charged() != quota || !m.Stopped() {
+			t.Errorf("%d bytes allowed, %d charged, stopped %v; want the quota, %d", sent, m.Charged(), m.Stopped(), quota)
+		}
+		if k := m.Take(1); k != 0 || !m.Done() {
+			t.Errorf("after the quota: Take allowed %d", k)
+		}
+	})
+	t.Run("both ways", func(t *testing.T) {
+		u := tracker()
+		m := u.Meter()
+		down := m.Take(60_000) // on its way
+		up := m.Take(60_000)   // reaches the quota
+		if down != 60_000 || up != 40_000 {
+			t.Fatalf("allowed %d down, %d up; want 60000, 40000", down, up)
+		}
+		if m.Done() {
+			t.Fatal("the direction that reached the quota ended the tunnel while the other's bytes were on their way")
+		}
+		if k := m.Take(1); k != 0 {
+			t.Fatalf("allowed %d past the quota", k)
+		}
+		if m.Done() {
+			t.Fatal("a direction refused ended the tunnel while the other's bytes were on their way")
+		}
+		if !m.Done() {
+			t.Fatal("the last Done did not end the tunnel")
+		}
+		if m.Charged() != quota {
+			t.Errorf("charged %d, want %d", m.Charged(), quota)
+		}
+	})
+	t.Run("spent elsewhere", func(t *testing.T) {
+		u := tracker()
+		m := u.Meter()
+		u.AddBytes(quota)
+		if k := m.Take(10); k != 0 || !m.Done() || m.Charged() != 0 {
+			t.Errorf("a spent quota: allowed %d, charged %d", k, m.Charged())
+		}
+		m.Reset(u)
+		if m.Stopped() || m.Charged() != 0 {
+			t.Error("Reset kept the meter's state")
+		}
+	})
+}
+
 // TestSettle checks the sync of a cluster: pending counts are handed
 // over, the base becomes the total, and counts handed over to a sync
 // that did not confirm them stay counted and are handed over again.
@@ -288,7 +389,9 @@ func TestSettle(t *testing.T) {
 // a loader that does not answer holds them at most its wait, after which
 // nothing waits; totals that come after a Settle are ignored.
 func TestLoader(t *testing.T) {
-	const wait = 200 * time.Millisecond
+	// Long enough that a loaded machine's pauses stay well within half
+	// of it (a Begin that does not wait is checked against wait/2).
+	const wait = 2 * time.Second
 	tr := New(Config{Rules: []Rule{{Name: "r", Users: []string{"*"}, Requests: 6}}})
 	made := make(chan *Counter, 4)
 	tr.SetLoader(func(c *Counter) { made <- c }, wait)

@@ -330,7 +330,9 @@ func TestClusterRedisDown(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Errorf("%d requests failed (of %d)", failed.Load(), ok.Load()+failed.Load())
 	}
-	if d := time.Duration(slowest.Load()); d > time.Second {
+	// A bound for a request stuck on Redis, not a latency target: a
+	// loaded CI machine can take a second over a request.
+	if d := time.Duration(slowest.Load()); d > 3*time.Second {
 		t.Errorf("the slowest request took %v: something waited for Redis", d)
 	}
 	for _, n := range nodes {

@@ -53,9 +53,19 @@ func startLoggedAs(t *testing.T, cfg *config.Config, logger *slog.Logger, access
 // match accepts, and returns it.
 func waitJSONRecord(t *testing.T, access *logBuffer, match func(map[string]any) bool) map[string]any {
 	t.Helper()
+	return waitJSONRecordSince(t, access, 0, match)
+}
+
+// waitJSONRecordSince is waitJSONRecord among the records written past
+// the log's first since bytes (a mark of len(access.String()) taken
+// before the connection the record is of): a record matched by a
+// client's address and port may otherwise be that of an earlier
+// connection, whose port loopback reuses once it has closed.
+func waitJSONRecordSince(t *testing.T, access *logBuffer, since int, match func(map[string]any) bool) map[string]any {
+	t.Helper()
 	var found map[string]any
-	proxytest.WaitFor(t, "an access log record that matches in:\n"+access.String(), func() bool {
-		sc := bufio.NewScanner(strings.NewReader(access.String()))
+	proxytest.WaitFor(t, "an access log record that matches in:\n"+access.String()[since:], func() bool {
+		sc := bufio.NewScanner(strings.NewReader(access.String()[since:]))
 		for sc.Scan() {
 			var r map[string]any
 			if json.Unmarshal(sc.Bytes(), &r) == nil && match(r) {

@@ -305,8 +305,13 @@ func TestTLSHandshakeLimit(t *testing.T) {
 	cert, roots := proxyCerts(t)
 	_, addrs, _ := startConfigured(t, func(c *config.Config) {
 		c.Limits.MaxTLSHandshakes = 1
-		c.Timeouts.ClientHello.Duration = 500 * time.Millisecond
-		c.Timeouts.ReadHeader.Duration = 5 * time.Second
+		// client_hello is longer than the wait for the handshake
+		// beside the silent and partial sockets below (3 s): were the
+		// partial one holding the only slot, the handshake would wait
+		// for client_hello to free it and fail that wait, while a
+		// loaded machine still has seconds for the handshake itself.
+		c.Timeouts.ClientHello.Duration = 5 * time.Second
+		c.Timeouts.ReadHeader.Duration = 8 * time.Second
 		c.Listen = []config.Listener{{Address: "127.0.0.1:0", Protocol: "https", TLS: cert}}
 	})
 	handshake := func() <-chan error {
@@ -336,9 +341,9 @@ func TestTLSHandshakeLimit(t *testing.T) {
 	if _, err := partial.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x40}); err != nil {
 		t.Fatal(err)
 	}
-	within("a handshake beside a silent and a partial socket", handshake(), 2*time.Second)
+	within("a handshake beside a silent and a partial socket", handshake(), 3*time.Second)
 	for name, c := range map[string]net.Conn{"silent": silent, "partial": partial} {
-		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		c.SetReadDeadline(time.Now().Add(15 * time.Second))
 		if _, err := c.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, syscall.ECONNRESET) {
 			t.Errorf("%s socket after client_hello: %v, want it closed", name, err)
 		}

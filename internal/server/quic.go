@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -33,6 +34,39 @@ type quicSocket struct {
 	retired bool // no listener uses it: closed once conns is 0; guarded by mu
 
 	hs quicHandshakes // the handshakes in progress on it, and their admission
+}
+
+// portTries is how many TCP ports openWithQUIC tries for a listener on
+// port 0 whose chosen port is taken over UDP.
+const portTries = 8
+
+// openWithQUIC opens l's TCP sockets with open and, when l serves HTTP/3,
+// its QUIC socket on the same port (openQUIC), setting l.lns and l.quic.
+// A listener on port 0 gets the port the kernel chose for TCP, which
+// another program may hold over UDP: its sockets are then closed and
+// opened again, on another port, up to portTries times.
+func openWithQUIC(l *listener, open func() ([]net.Listener, error), log *slog.Logger) error {
+	_, port, _ := net.SplitHostPort(l.Config.Address)
+	for try := 1; ; try++ {
+		lns, err := open()
+		if err != nil {
+			return err
+		}
+		l.lns = lns
+		if l.H3 == nil {
+			return nil
+		}
+		q, err := openQUIC(l, log)
+		if err == nil {
+			l.quic = q
+			return nil
+		}
+		closeAll(lns)
+		l.lns = nil
+		if port != "0" || try == portTries || !errors.Is(err, syscall.EADDRINUSE) {
+			return err
+		}
+	}
 }
 
 // openQUIC opens l's UDP socket on the address and port number of its

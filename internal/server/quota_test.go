@@ -32,11 +32,12 @@ func TestQuotaEndsTunnel(t *testing.T) {
 			}
 			c := &conformCell{env: env, rig: rig, fe: fe, from: env.from()}
 			user := "q-" + fe.name
+			mark := rig.logLen()
 			ans, err := c.try(fe, c.from, conformAsk{target: env.echo.Addr, user: user, pass: "pw", payload: payload})
 			if err == nil {
 				t.Fatalf("the %d bytes each way went through a quota of %d", len(payload), quotaTunnelBytes)
 			}
-			rec := rig.record(t, ans.client)
+			rec := rig.record(t, ans.client, mark)
 			moved := rec.BytesUp + rec.BytesDown
 			if rec.Reason != "quota" || rec.User != user {
 				t.Errorf("record %+v, want %s's tunnel ended with the reason quota", rec, user)
@@ -119,11 +120,12 @@ func TestQuotaEndsDownload(t *testing.T) {
 			}
 			c := &conformCell{env: env, rig: rig, fe: fe, from: env.from()}
 			user := "q-" + fe.name
+			mark := rig.logLen()
 			ans, err := c.try(fe, c.from, conformAsk{forward: true, target: env.origin.URL("/bulk"), user: user, pass: "pw"})
 			if err == nil && len(ans.body) >= 8<<20 {
 				t.Fatalf("the 8 MiB response went through a quota of %d", quotaTunnelBytes)
 			}
-			rec := rig.record(t, ans.client)
+			rec := rig.record(t, ans.client, mark)
 			if rec.Reason != "quota" || rec.User != user || rec.Status != 200 {
 				t.Errorf("record %+v, want %s's response cut with the reason quota", rec, user)
 			}

@@ -81,14 +81,7 @@ var refusalClients atomic.Uint32
 // of the test used, over TLS offering only HTTP/1.1 for "tls".
 func (r *refusalRig) dial(t *testing.T, listener string) net.Conn {
 	t.Helper()
-	n := refusalClients.Add(1)
-	from := net.IPv4(127, 3, byte(n>>8), byte(n))
-	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}).Dial("tcp", r.addr[listener])
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c := r.dialTCP(t, listener)
 	if listener != "tls" {
 		return c
 	}
@@ -97,6 +90,22 @@ func (r *refusalRig) dial(t *testing.T, listener string) net.Conn {
 		t.Fatalf("TLS handshake: %v", err)
 	}
 	return tc
+}
+
+// dialTCP connects to listener over TCP, from a loopback address of its
+// own (see dial), with a 10 s deadline; the connection is closed when
+// the test ends.
+func (r *refusalRig) dialTCP(t *testing.T, listener string) net.Conn {
+	t.Helper()
+	n := refusalClients.Add(1)
+	from := net.IPv4(127, 3, byte(n>>8), byte(n))
+	c, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: from}}).Dial("tcp", r.addr[listener])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
 }
 
 // refusalRecord is the access log record fields checked.
@@ -366,12 +375,10 @@ func TestTLSPortRefusalsLogged(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c, err := net.Dial("tcp", r.addr["tls"])
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
+			// From an address of its own: its parallel siblings' records
+			// are matched by the client's address and port, and loopback
+			// reuses a closed connection's port.
+			c := r.dialTCP(t, "tls")
 			client := c.LocalAddr().String()
 			tt.talk(t, c)
 			recs := r.waitRecords(t, client, 1)

@@ -203,13 +203,15 @@ func (s *Server) openListeners(g *generation, kept []*listener) (*opened, error)
 				continue
 			}
 		} else {
-			lns, err := openSockets(l.Config, len(s.engines))
-			if err != nil {
+			if err := openWithQUIC(l, func() ([]net.Listener, error) { return openSockets(l.Config, len(s.engines)) }, s.log); err != nil {
 				o.close()
 				return nil, err
 			}
-			l.lns = lns
-			o.lns = append(o.lns, lns...)
+			o.lns = append(o.lns, l.lns...)
+			if l.quic != nil {
+				o.quics = append(o.quics, l.quic)
+			}
+			continue
 		}
 		if l.H3 != nil {
 			q, err := openQUIC(l, s.log)
@@ -322,6 +324,22 @@ func (s *Server) retire(prev, g *generation) {
 	for _, ol := range prev.listeners {
 		if ol.TLS != nil && !keepTLS[ol.TLS] {
 			ol.TLS.Close()
+		}
+	}
+	// The previous front-ends get no new connections: their idle stream
+	// workers end now (those they still serve go on without reuse).
+	closeFrontEnds(prev.listeners)
+}
+
+// closeFrontEnds lets the idle stream workers of the listeners' HTTP/2
+// and HTTP/3 servers go, and waits for them.
+func closeFrontEnds(ls []*listener) {
+	for _, l := range ls {
+		if l.H2 != nil {
+			l.H2.Close()
+		}
+		if l.H3 != nil {
+			l.H3.Close()
 		}
 	}
 }

@@ -223,20 +223,12 @@ func (s *Server) startLocked() error {
 	s.logBudget(g.Budget)
 	workers := len(s.engines)
 	for _, l := range g.listeners {
-		lns, err := openSockets(l.Config, workers)
-		if err != nil {
+		if err := openWithQUIC(l, func() ([]net.Listener, error) { return openSockets(l.Config, workers) }, s.log); err != nil {
 			s.closeListenersLocked()
 			return err
 		}
-		l.lns = lns
-		if l.H3 != nil {
-			q, err := openQUIC(l, s.log)
-			if err != nil {
-				s.closeListenersLocked()
-				return err
-			}
-			l.quic = q
-			s.quics = append(s.quics, q)
+		if l.quic != nil {
+			s.quics = append(s.quics, l.quic)
 		}
 		s.log.Info("listening", "listener", l.Config.Name, "protocol", l.Config.Protocol,
 			"addr", l.lns[0].Addr().String(), "auth", g.Config.EffectiveAuth(l.Config), "workers", workers, "http3", l.quic != nil)
@@ -450,6 +442,7 @@ func (s *Server) Close() error {
 			g.Resolver.Close()
 		}
 		g.Routes.Close() // the probes
+		closeFrontEnds(g.listeners)
 	}
 	s.lists.Close() // the refreshers
 	if s.pool != nil {

@@ -155,7 +155,9 @@ func TestSNICheck(t *testing.T) {
 // (sni = "match": its hello is incomplete) once it has run out, not
 // given the whole timeout again from that byte.
 func TestFirstBytesBound(t *testing.T) {
-	const first = time.Second
+	// Seconds, so that the bound below (half of it past it) is not a
+	// loaded machine's pause.
+	const first = 3 * time.Second
 	p := proxytest.NewPolicy(t, proxytest.PolicyConfig{SNI: sni.Match, Default: acl.Allow})
 	srv, err := transparent.New(transparent.Config{Proxy: newHTTPProxy(t), TProxy: true, FirstBytes: first})
 	if err != nil {
@@ -168,13 +170,14 @@ func TestFirstBytesBound(t *testing.T) {
 	}
 	defer c.Close()
 	start := time.Now()
-	c.SetDeadline(start.Add(10 * time.Second))
+	c.SetDeadline(start.Add(15 * time.Second))
 	time.Sleep(first * 3 / 4) // the client's own pace, not a wait for the server
 	if _, err := c.Write([]byte{0x16}); err != nil {
 		t.Fatal(err)
 	}
 	io.ReadAll(c) // the alert, then the close
-	// The whole timeout again from the byte would close it at 1.75 s.
+	// The whole timeout again from the byte would close it at 1.75 times
+	// it (5.25 s).
 	if took := time.Since(start); took > first*3/2 {
 		t.Errorf("closed after %v; want about %v", took.Round(time.Millisecond), first)
 	}
