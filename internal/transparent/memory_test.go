@@ -4,11 +4,12 @@ package transparent_test
 
 import (
 	"net"
-	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/leaktest"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/transparent"
 )
@@ -37,9 +38,14 @@ func TestSilentConnectionMemory(t *testing.T) {
 	addr := proxytest.StartProxy(t, proxytest.NewPolicy(t, proxytest.PolicyConfig{}),
 		func(c *net.TCPConn, s *gate.Session) { srv.ServeConn(c, s) })
 
+	// The serving goroutines waiting for their first bytes, counted by
+	// their stacks: a count of all goroutines also counts those of
+	// earlier tests still ending, and one of them ending while these
+	// connections were served was a connection short.
+	waiting := func() int { return len(leaktest.Stacks("rustle/internal/transparent.peekKind")) }
 	open := func(n int) {
 		t.Helper()
-		base := runtime.NumGoroutine()
+		base := waiting()
 		for range n {
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -49,12 +55,19 @@ func TestSilentConnectionMemory(t *testing.T) {
 		}
 		// Each connection's serving goroutine waits for its first
 		// bytes.
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() < base+n && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
+		deadline := time.Now().Add(30 * time.Second)
+		for waiting() < base+n && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
 		}
-		if g := runtime.NumGoroutine() - base; g < n {
-			t.Fatalf("%d of %d connections served", g, n)
+		if g := waiting() - base; g < n {
+			var other []string
+			for _, st := range leaktest.Stacks("rustle/internal/transparent.") {
+				if !strings.Contains(st, "transparent.peekKind") {
+					other = append(other, st)
+				}
+			}
+			t.Fatalf("%d of %d connections wait for their first bytes; the transparent server's other goroutines:\n%s",
+				g, n, strings.Join(other, "\n\n"))
 		}
 	}
 	open(20) // warm: the listener's and the pools' first objects

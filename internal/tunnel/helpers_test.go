@@ -4,6 +4,7 @@ package tunnel
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -161,4 +162,40 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// busyTries is how many tunnels a test of an idle timeout kept off by
+// traffic tries before it gives up: each stall of the test itself that
+// was long enough to end the tunnel rightly costs one.
+const busyTries = 5
+
+// keepBusy makes round trips through a tunnel with an idle timeout of
+// idle, one every idle/20, for three idle timeouts after from (taken
+// before the tunnel was set up): write(i) sends a byte into the tunnel,
+// read(i) takes it out at the other end. It returns nil when every round
+// trip succeeded. Otherwise it returns the failure, and proves reports
+// whether it shows the tunnel ended while busy: the failed round trip's
+// write had returned less than idle/2 after the round trip before it
+// began (after from, for the first), so the tunnel's idle clock, which
+// restarted no earlier than that, still had idle/2 to run when the byte
+// was in its socket. A failure after a longer pause of the test (a
+// loaded machine that did not run it) proves nothing.
+func keepBusy(from time.Time, idle time.Duration, write, read func(i int) error) (proves bool, err error) {
+	prev := from
+	for i := 0; time.Since(from) < 3*idle; i++ {
+		began := time.Now()
+		err := write(i)
+		wrote := time.Now()
+		if err == nil {
+			err = read(i)
+		}
+		if err != nil {
+			gap := wrote.Sub(prev)
+			return gap < idle/2, fmt.Errorf("round trip %d, written %v after the one before began, %v after the start: %w",
+				i, gap.Round(time.Millisecond), time.Since(from).Round(time.Millisecond), err)
+		}
+		prev = began
+		time.Sleep(idle / 20)
+	}
+	return false, nil
 }

@@ -468,23 +468,39 @@ func TestRelayTLSIdleTimeout(t *testing.T) {
 			}
 		})
 		t.Run("one busy direction keeps it open", func(t *testing.T) {
-			te := newTLSTunnel(t, impl, context.Background(), 0, idle)
-			start := time.Now()
-			buf := make([]byte, 1)
-			for time.Since(start) < 4*idle {
-				if _, err := te.origin.Write([]byte{'x'}); err != nil {
-					t.Fatalf("origin write after %v: %v", time.Since(start), err)
+			// Longer, so that the test's own pauses on a loaded
+			// machine are seldom long enough to end the tunnel.
+			const idle = time.Second
+			for try := 1; ; try++ {
+				from := time.Now()
+				te := newTLSTunnel(t, impl, context.Background(), 0, idle)
+				buf := make([]byte, 1)
+				proves, err := keepBusy(from, idle, func(int) error {
+					if _, err := te.origin.Write([]byte{'x'}); err != nil {
+						return fmt.Errorf("origin write: %w", err)
+					}
+					return nil
+				}, func(int) error {
+					if _, err := io.ReadFull(te.client, buf); err != nil {
+						return fmt.Errorf("client read: %w", err)
+					}
+					return nil
+				})
+				if proves {
+					t.Fatalf("tunnel ended while bytes moved: %v", err)
 				}
-				if _, err := io.ReadFull(te.client, buf); err != nil {
-					t.Fatalf("client read after %v: %v", time.Since(start), err)
+				if err != nil {
+					if try == busyTries {
+						t.Fatalf("the test paused for over %v in each of %d tries: %v", idle/2, try, err)
+					}
+					t.Logf("try %d: %v", try, err)
+					continue
 				}
-				time.Sleep(idle / 10)
-			}
-			if te.ended() {
-				t.Fatalf("tunnel ended while bytes moved: %v", te.res.err)
-			}
-			if r := te.wait(t); !errors.Is(r.err, ErrIdleTimeout) {
-				t.Fatalf("RelayTLS error %v, want ErrIdleTimeout", r.err)
+				// Open for three idle timeouts; idle now.
+				if r := te.wait(t); !errors.Is(r.err, ErrIdleTimeout) {
+					t.Fatalf("RelayTLS error %v, want ErrIdleTimeout", r.err)
+				}
+				return
 			}
 		})
 	})
