@@ -172,6 +172,36 @@ func ClosedPort(t testing.TB) string {
 	return addr
 }
 
+// TCPPortWithUDP returns a loopback address ("127.0.0.1:port") free over
+// TCP for a listener to bind, whose port it holds over UDP until the
+// returned release is called (or the test ends): for a test that turns
+// HTTP/3 on by a reload for a listener it keeps, on the listener's port.
+// A TCP port the kernel chooses for port 0 may be held over UDP by
+// another program, and the reload cannot move the listener; holding the
+// UDP port keeps it free until the test releases it just before the
+// reload.
+func TCPPortWithUDP(t testing.TB) (addr string, release func()) {
+	t.Helper()
+	for range 100 {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("proxytest: listen: %v", err)
+		}
+		addr := ln.Addr().String()
+		pc, err := net.ListenPacket("udp4", addr)
+		ln.Close()
+		if err != nil {
+			continue // held over UDP: another port
+		}
+		var once sync.Once
+		release := func() { once.Do(func() { pc.Close() }) }
+		t.Cleanup(release)
+		return addr, release
+	}
+	t.Fatal("proxytest: no loopback port free over both TCP and UDP in 100 tries")
+	return "", nil
+}
+
 // WaitFor polls cond every few milliseconds until it holds, failing the
 // test with what if it still does not after DefaultTimeout.
 func WaitFor(t testing.TB, what string, cond func() bool) {

@@ -2,6 +2,8 @@ package server
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -222,9 +224,7 @@ func TestClusterRevocation(t *testing.T) {
 		revoke func(t *testing.T)
 	}{
 		{"carol", func(t *testing.T) {
-			if _, err := a.s.RevokeUser("carol"); err != nil {
-				t.Fatalf("RevokeUser: %v", err)
-			}
+			revoke(t, a, "carol")
 		}},
 		{"dave", func(t *testing.T) {
 			next := clusterConfig(t, "a", oneRedis(redis.URL()), "carol") // dave removed
@@ -259,6 +259,24 @@ func TestClusterRevocation(t *testing.T) {
 	}
 }
 
+// revoke revokes user on n. A loaded machine may make Redis take the
+// revocation later than the cluster's timeout (200ms in these tests):
+// RevokeUser then returns the timeout and the revocation is sent again
+// at each sync, which the caller's check that the tunnel is cut proves.
+// Any other error fails the test.
+func revoke(t *testing.T, n *clusterNode, user string) {
+	t.Helper()
+	_, err := n.s.RevokeUser(user)
+	var ne net.Error
+	switch {
+	case err == nil:
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		t.Logf("RevokeUser(%s) on %s: %v (sent again at the next sync)", user, n.cfg.Cluster.Instance, err)
+	default:
+		t.Errorf("RevokeUser(%s) on %s: %v", user, n.cfg.Cluster.Instance, err)
+	}
+}
+
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
@@ -266,7 +284,8 @@ func isTimeout(err error) bool {
 
 // TestClusterRedisDown checks that Redis killed and restarted under load
 // fails no request (nothing on the request path waits for Redis), that
-// each instance logs each transition once and shows it in
+// each instance logs each transition once (see checkTransitions) and
+// shows it in
 // rustle_cluster_redis_up, and that what was counted meanwhile reaches
 // the shared totals once Redis is back.
 func TestClusterRedisDown(t *testing.T) {
@@ -318,8 +337,11 @@ func TestClusterRedisDown(t *testing.T) {
 	waitFor(t, "requests under way", func() bool { return ok.Load() > 20 })
 	redis.Kill()
 	waitFor(t, "both instances to see Redis down", up(0))
-	during := ok.Load()
-	waitFor(t, "requests while Redis is down", func() bool { return ok.Load() > during+50 })
+	during, downAt := ok.Load(), time.Now()
+	// Several syncs fail meanwhile: a warning logged on each would show.
+	waitFor(t, "requests while Redis is down", func() bool {
+		return ok.Load() > during+50 && time.Since(downAt) > 5*clusterSync
+	})
 	redis.Start()
 	waitFor(t, "both instances to see Redis back", up(1))
 	after := ok.Load()
@@ -336,13 +358,7 @@ func TestClusterRedisDown(t *testing.T) {
 		t.Errorf("the slowest request took %v: something waited for Redis", d)
 	}
 	for _, n := range nodes {
-		log := n.log.String()
-		if c := strings.Count(log, "Redis unreachable"); c != 1 {
-			t.Errorf("instance %s logged Redis unreachable %d times, want once:\n%s", n.cfg.Cluster.Instance, c, log)
-		}
-		if c := strings.Count(log, "Redis reachable again"); c != 1 {
-			t.Errorf("instance %s logged Redis reachable again %d times, want once", n.cfg.Cluster.Instance, c)
-		}
+		checkTransitions(t, n.cfg.Cluster.Instance, n.log.String())
 	}
 	// Redis restarted empty: the totals are what each instance counted
 	// since its last sync before the kill... and every request since. The
@@ -354,6 +370,42 @@ func TestClusterRedisDown(t *testing.T) {
 		return len(a) == 1 && len(b) == 1 && a[0].RequestsUsed == b[0].RequestsUsed && a[0].RequestsUsed >= total-during
 	})
 }
+
+// checkTransitions checks an instance's log of a Redis outage: the
+// warning that Redis is unreachable, then that it is reachable again,
+// each logged on a transition, not on each request or sync. A loaded
+// machine may make a sync to the restarted Redis time out (the test's
+// timeout is 200ms), a second outage as far as the instance can tell:
+// the pair may come again, but only as pairs, in turn, and a few times
+// at most (one per sync would be far more: a sync each 100ms).
+func checkTransitions(t *testing.T, instance, log string) {
+	t.Helper()
+	var seq []string
+	for line := range strings.Lines(log) {
+		switch {
+		case strings.Contains(line, "Redis unreachable"):
+			seq = append(seq, "unreachable")
+		case strings.Contains(line, "Redis reachable again"):
+			seq = append(seq, "reachable again")
+		}
+	}
+	ok := len(seq) >= 2 && len(seq)%2 == 0 && len(seq) <= 2*maxOutages
+	for i, s := range seq {
+		if want := [2]string{"unreachable", "reachable again"}[i%2]; s != want {
+			ok = false
+		}
+	}
+	if !ok {
+		t.Errorf("instance %s logged %q; want \"unreachable\" then \"reachable again\", in turn, 1 to %d times:\n%s",
+			instance, seq, maxOutages, log)
+	} else if len(seq) > 2 {
+		t.Logf("instance %s: Redis seen down %d times (a sync timed out under load)", instance, len(seq)/2)
+	}
+}
+
+// maxOutages is how many times checkTransitions lets an instance see
+// the one outage of Redis and its return.
+const maxOutages = 5
 
 // TestClusterOutageQuota checks the documented bound of a Redis outage
 // (docs/operations.md, "Running several instances"): while Redis is down

@@ -204,9 +204,7 @@ func TestClusterSentinelFailover(t *testing.T) {
 			if tt.killed {
 				r.cut(dave, "dave") // revoked while Redis was down, sent since
 			}
-			if _, err := a.s.RevokeUser("carol"); err != nil {
-				t.Errorf("RevokeUser(carol) after the failover: %v", err)
-			}
+			revoke(t, a, "carol")
 			r.cut(carol, "carol")
 			r.spend(ivyQuota - usedBefore - during)
 		})
@@ -246,9 +244,7 @@ func TestClusterRedisCluster(t *testing.T) {
 	held[0].Close()
 
 	carol := r.tunnel(b, "carol")
-	if _, err := a.s.RevokeUser("carol"); err != nil {
-		t.Fatalf("RevokeUser(carol): %v", err)
-	}
+	revoke(t, a, "carol")
 	r.cut(carol, "carol")
 
 	r.spend(ivyQuota - 4)

@@ -134,16 +134,20 @@ func TestReloadH3(t *testing.T) {
 	tl, roots := proxyCerts(t)
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(origin.Close)
+	// The listener's port is free over UDP until the reload turns http3
+	// on: the reload cannot move the listener to another port.
+	port, release := proxytest.TCPPortWithUDP(t)
 	withH3 := func(on bool, users ...config.User) func(c *config.Config) {
 		return func(c *config.Config) {
 			c.Auth.Users = users
-			c.Listen = []config.Listener{{Name: "main", Address: "127.0.0.1:0", Protocol: "https", TLS: tl, HTTP3: on}}
+			c.Listen = []config.Listener{{Name: "main", Address: port, Protocol: "https", TLS: tl, HTTP3: on}}
 		}
 	}
 	s := startReloadable(t, reloadConfig(t, withH3(false, config.User{Name: "alice", Password: "pw"})))
 	addr := addrOf(s, "main")
 	// A reload turns http3 on for the listener it keeps: a UDP socket on
 	// the same port.
+	release()
 	if err := s.Reload(reloadConfig(t, withH3(true, config.User{Name: "alice", Password: "pw"}))); err != nil {
 		t.Fatalf("Reload with http3: %v", err)
 	}

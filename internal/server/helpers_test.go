@@ -41,6 +41,9 @@ func startLoggedAs(t *testing.T, cfg *config.Config, logger *slog.Logger, access
 	t.Cleanup(func() {
 		s.Close()
 		al.Close()
+		if n := al.Dropped(); n > 0 {
+			t.Logf("the access log dropped %d records (its queue was full)", n)
+		}
 	})
 	addrs := make(map[string]string)
 	for _, a := range s.Addrs() {

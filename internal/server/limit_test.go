@@ -40,6 +40,17 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
+// linesFrom returns a copy of the complete lines written from offset off
+// on, and the offset past them: a reader that polls a growing log copies
+// what is new, not the whole log.
+func (l *logBuffer) linesFrom(off int) (string, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.b.Bytes()[off:]
+	end := bytes.LastIndexByte(b, '\n') + 1
+	return string(b[:end]), off + end
+}
+
 // startConfigured runs a Server on the default configuration changed by
 // modify (one http listener on 127.0.0.1:0 unless modify sets others) and
 // returns it, its listener addresses and its log.
