@@ -4,46 +4,63 @@ import (
 	"runtime/metrics"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/leaktest"
 )
 
 // TestReuse checks that tasks started one after the other run on one
-// worker, and that an idle worker ends after its wait.
+// worker, and that an idle worker ends after its wait. It runs in a
+// synctest bubble: the worker's wait is virtual time, which passes only
+// when every goroutine of the test is blocked, so a loaded machine can
+// neither end the worker before the next task (its wait is 200 ms) nor
+// hand a task over while the worker is still on its way to its wait.
 func TestReuse(t *testing.T) {
-	var mu sync.Mutex
-	var ran []int
-	done := make(chan struct{}, 1)
-	p := New(func(i int) {
-		mu.Lock()
-		ran = append(ran, i)
-		mu.Unlock()
-		done <- struct{}{}
-	}, 4, 200*time.Millisecond)
-	created := func() uint64 {
-		s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-		metrics.Read(s)
-		return s[0].Value.Uint64()
-	}
-	p.Start(0)
-	<-done
-	waitIdle(t, p, 1)
-	before := created()
-	for i := 1; i <= 20; i++ {
-		p.Start(i)
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var ran []int
+		done := make(chan struct{}, 1)
+		p := New(func(i int) {
+			mu.Lock()
+			ran = append(ran, i)
+			mu.Unlock()
+			done <- struct{}{}
+		}, 4, 200*time.Millisecond)
+		created := func() uint64 {
+			s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+			metrics.Read(s)
+			return s[0].Value.Uint64()
+		}
+		idle := func(want int32) {
+			t.Helper()
+			synctest.Wait() // the worker waits for a task, or has ended
+			if n := p.idle.Load(); n != want {
+				t.Fatalf("%d idle workers, want %d", n, want)
+			}
+		}
+		p.Start(0)
 		<-done
-		waitIdle(t, p, 1)
-	}
-	if n := created() - before; n > 2 {
-		t.Errorf("20 tasks one after the other started %d goroutines, want them on the idle worker", n)
-	}
-	mu.Lock()
-	if len(ran) != 21 {
-		t.Errorf("ran %d tasks, want 21", len(ran))
-	}
-	mu.Unlock()
-	waitIdle(t, p, 0) // the worker ends after its wait
+		idle(1)
+		before := created()
+		for i := 1; i <= 20; i++ {
+			p.Start(i)
+			<-done
+			idle(1)
+		}
+		if n := created() - before; n > 2 { // 2: a first GC may start its mark workers meanwhile
+			t.Errorf("20 tasks one after the other started %d goroutines, want them on the idle worker", n)
+		}
+		mu.Lock()
+		if len(ran) != 21 {
+			t.Errorf("ran %d tasks, want 21", len(ran))
+		}
+		mu.Unlock()
+		time.Sleep(199 * time.Millisecond)
+		idle(1) // not yet
+		time.Sleep(time.Millisecond)
+		idle(0) // the worker ends after its wait
+	})
 }
 
 // TestClose checks that Close ends the idle workers (whose own wait, an
