@@ -75,6 +75,7 @@ type env struct {
 	metrics *metrics.Metrics
 	certs   *intercept.Certs
 	slog    *lockedBuffer // the interceptor's log lines
+	pool    *dialer.Pool  // the upstream pool (envConfig.pool); nil = none
 }
 
 // envConfig is what a test sets of its env.
@@ -88,6 +89,9 @@ type envConfig struct {
 	cacheSize int
 	socks     bool
 	pool      bool // pool the upstream connections, as a configuration does
+	// upstreamIdle closes an idle HTTP/1.1 client connection's origin
+	// connection (intercept.upstream_idle); 0 = never.
+	upstreamIdle time.Duration
 }
 
 // newEnv starts a proxy whose policy intercepts as cfg says, on a plain
@@ -130,7 +134,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pool.Close() })
-		pc.Pool = pool
+		pc.Pool, e.pool = pool, pool
 	}
 	pol := proxytest.NewPolicy(t, pc)
 	ic, err := intercept.New(intercept.Config{Certs: certs, Rules: cfg.rules, Bypass: cfg.bypass, HandshakeTimeout: 5 * time.Second,
@@ -140,7 +144,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	fronts := make([]intercept.Frontend, len(cfg.rules))
 	for i, r := range cfg.rules {
-		fronts[i] = newFrontend(t, r.Edits, cfg.roots, !cfg.noH2)
+		fronts[i] = newFrontend(t, r.Edits, cfg.roots, !cfg.noH2, cfg.upstreamIdle)
 	}
 	if pol.Intercept, err = ic.Listener(fronts, lm); err != nil {
 		t.Fatal(err)
@@ -150,14 +154,15 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		e.proxy = proxytest.StartProxy(t, pol, func(c *net.TCPConn, s *gate.Session) { srv.ServeConn(c, s) })
 		return e
 	}
-	hp := newHTTP1(t, origin.Config{})
+	hp := newHTTP1(t, origin.Config{}, 0)
 	e.proxy = proxytest.StartProxy(t, pol, func(c *net.TCPConn, s *gate.Session) { hp.ServeConn(c, s) })
 	return e
 }
 
 // newHTTP1 returns an HTTP/1.1 proxy whose origin client is oc with the
-// defaults of the configuration.
-func newHTTP1(t testing.TB, oc origin.Config) *httpproxy.Proxy {
+// defaults of the configuration, and which closes an idle client
+// connection's upstream after upstreamIdle (0 = never).
+func newHTTP1(t testing.TB, oc origin.Config, upstreamIdle time.Duration) *httpproxy.Proxy {
 	t.Helper()
 	oc.Forwarded = origin.ForwardedNone
 	oc.MaxHeaderBytes = 65536
@@ -167,7 +172,8 @@ func newHTTP1(t testing.TB, oc origin.Config) *httpproxy.Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := httpproxy.New(httpproxy.Config{Origin: client, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second})
+	p, err := httpproxy.New(httpproxy.Config{Origin: client, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
+		UpstreamIdle: upstreamIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +181,11 @@ func newHTTP1(t testing.TB, oc origin.Config) *httpproxy.Proxy {
 }
 
 // newFrontend returns the front-ends of a rule: TLS to origins verified
-// with roots, the rule's edits.
-func newFrontend(t testing.TB, edits *origin.Edits, roots *x509.CertPool, withH2 bool) intercept.Frontend {
+// with roots, the rule's edits, upstreamIdle for HTTP/1.1 (see newHTTP1).
+func newFrontend(t testing.TB, edits *origin.Edits, roots *x509.CertPool, withH2 bool, upstreamIdle time.Duration) intercept.Frontend {
 	t.Helper()
 	oc := origin.Config{TLS: &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}, TLSHandshakeTimeout: 5 * time.Second, Edits: edits}
-	f := intercept.Frontend{HTTP1: newHTTP1(t, oc)}
+	f := intercept.Frontend{HTTP1: newHTTP1(t, oc, upstreamIdle)}
 	if withH2 {
 		oc.Forwarded = origin.ForwardedNone
 		oc.MaxHeaderBytes = 65536
