@@ -1,10 +1,8 @@
 package intercept_test
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,11 +12,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -32,25 +28,6 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(proxytest.VerifyNoLeaks(m)) }
-
-// lockedBuffer is an io.Writer safe for the access log's writer
-// goroutine and the test reading it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // record is what the tests read of an access log line.
 type record struct {
@@ -71,11 +48,11 @@ type env struct {
 	ca      *x509.CertPool // trusts the interception CA
 	caCert  *x509.Certificate
 	proxy   string // the plain port
-	log     *lockedBuffer
+	log     *proxytest.LogBuffer
 	metrics *metrics.Metrics
 	certs   *intercept.Certs
-	slog    *lockedBuffer // the interceptor's log lines
-	pool    *dialer.Pool  // the upstream pool (envConfig.pool); nil = none
+	slog    *proxytest.LogBuffer // the interceptor's log lines
+	pool    *dialer.Pool         // the upstream pool (envConfig.pool); nil = none
 }
 
 // envConfig is what a test sets of its env.
@@ -114,14 +91,10 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{ca: x509.NewCertPool(), caCert: ca.Certificate(), log: &lockedBuffer{}, certs: certs,
-		metrics: metrics.New(metrics.Config{}), slog: &lockedBuffer{}}
+	e := &env{ca: x509.NewCertPool(), caCert: ca.Certificate(), log: &proxytest.LogBuffer{}, certs: certs,
+		metrics: metrics.New(metrics.Config{}), slog: &proxytest.LogBuffer{}}
 	e.ca.AddCert(ca.Certificate())
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: e.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	al := proxytest.JSONAccessLog(t, e.log)
 	lm := e.metrics.Listener("test", "http")
 	pc := proxytest.PolicyConfig{Users: cfg.users, Rules: cfg.acl, Default: acl.Deny, AccessLog: al, Metrics: lm,
 		HelloTimeout: 5 * time.Second}
@@ -258,18 +231,7 @@ func (e *env) client(t *testing.T, h2 bool, proxyUser string) *http.Client {
 // records returns the access log's records once it holds n.
 func (e *env) records(t *testing.T, n int) []record {
 	t.Helper()
-	proxytest.WaitFor(t, fmt.Sprintf("%d access log records", n), func() bool {
-		return strings.Count(e.log.String(), "\n") >= n
-	})
-	var recs []record
-	for line := range strings.Lines(e.log.String()) {
-		var r record
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("access log line %q: %v", line, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs
+	return proxytest.JSONRecords[record](t, e.log, n)
 }
 
 func get(t *testing.T, c *http.Client, u string, header ...string) (*http.Response, string) {
