@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"encoding/base64"
 	"io"
 	"log/slog"
@@ -10,44 +9,26 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
-
-// lockedBuffer is a log destination written by the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 const testToken = "0123456789abcdef-admin-token"
 
 // startGuarded starts an admin server on addr with the access that c's
 // files give, an endpoint GET /quota and POST /revoke, and returns it
 // with its log.
-func startGuarded(t *testing.T, addr string, c config.AdminAccess) (*Server, *lockedBuffer) {
+func startGuarded(t *testing.T, addr string, c config.AdminAccess) (*Server, *proxytest.LogBuffer) {
 	t.Helper()
 	access, err := LoadAccess(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &proxytest.LogBuffer{}
 	m := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "fake_metric 1\n") })
 	s := New(addr, m, nil, slog.New(slog.NewTextHandler(logs, nil)), access)
 	s.Handle("GET /quota", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "quota\n") }))
@@ -295,7 +276,7 @@ func TestAccessRemote(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			logs := &lockedBuffer{}
+			logs := &proxytest.LogBuffer{}
 			m := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "fake_metric 1\n") })
 			s := New("127.0.0.1:0", m, nil, slog.New(slog.NewTextHandler(logs, nil)), access)
 			var who string

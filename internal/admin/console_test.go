@@ -33,24 +33,6 @@ import (
 // The running proxy serves the page's panels and actions.
 var _ admin.ConsoleProxy = (*server.Server)(nil)
 
-// syncBuffer is a log destination written by other goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startServer starts a server of the TOML src with m and al, closed at
 // the end of the test.
 func startServer(t *testing.T, src string, m *metrics.Metrics, al *accesslog.Logger) *server.Server {
@@ -147,7 +129,7 @@ func TestConsole(t *testing.T) {
 		fmt.Fprintf(&users, "[[auth.users]]\nname = %q\npassword = %q\n", u, password)
 	}
 	m := metrics.New(metrics.Config{PerUser: true})
-	var lines syncBuffer
+	var lines proxytest.LogBuffer
 	al, err := accesslog.New(accesslog.Config{Writer: &lines})
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +170,7 @@ via = "up1"
 	if err != nil {
 		t.Fatal(err)
 	}
-	var adminLog syncBuffer
+	var adminLog proxytest.LogBuffer
 	a := admin.New("127.0.0.1:0", m.Handler(), nil, slog.New(slog.NewTextHandler(&adminLog, nil)), access)
 	a.HandleProxy(srv)
 	var reloadMu sync.Mutex

@@ -4,30 +4,12 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/quota"
 )
-
-// lockedBuffer is a log written from the sync loop.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestUnreachable checks that with no Redis to reach, Start and Close
 // return within the timeouts, nothing counted is lost (it stays pending,
@@ -43,7 +25,7 @@ func TestUnreachable(t *testing.T) {
 	tr := quota.New(quota.Config{Rules: []quota.Rule{{Name: "d", Users: []string{"*"}, Requests: 10}}})
 	u := tr.User("alice")
 	u.Begin()
-	log := &lockedBuffer{}
+	log := &proxytest.LogBuffer{}
 	c, err := New(Config{URL: "redis://" + addr, SyncInterval: 20 * time.Millisecond, Timeout: 100 * time.Millisecond,
 		Quota: tr, LocalConns: func(fn func(string, int)) { fn("alice", 1) }, Revoke: func([]string) {},
 		Logger: slog.New(slog.NewTextHandler(log, nil))})

@@ -257,7 +257,9 @@ type Timeouts struct {
 // Upstream configures the pool of keep-alive upstream connections.
 type Upstream struct {
 	// MaxIdlePerHost is the number of idle connections kept per origin
-	// (host:port); 0 means 64 and -1 disables upstream keep-alive.
+	// (host:port), those of every user (each connection is reused only
+	// by its own) counted together; 0 means 64 and -1 disables upstream
+	// keep-alive.
 	MaxIdlePerHost int `toml:"max_idle_per_host"`
 	// MaxIdle is the number of idle connections kept in all; 0 means 4096.
 	MaxIdle int `toml:"max_idle"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -40,34 +41,34 @@ func TestPoolGetPut(t *testing.T) {
 	p := newPool(t, PoolConfig{MaxIdlePerHost: 2, MaxIdle: 3, IdleTimeout: time.Minute})
 	t.Cleanup(func() { p.Close() })
 
-	if c := p.Get([]byte("a:1"), ""); c != nil {
+	if c := p.Get([]byte("a:1"), Owner{}); c != nil {
 		t.Fatal("Get on an empty pool returned a connection")
 	}
 	c1, c2, c3 := pair(t, ln), pair(t, ln), pair(t, ln)
-	if !p.Put("a:1", "", c1) || !p.Put("a:1", "", c2) {
+	if !p.Put("a:1", Owner{}, c1) || !p.Put("a:1", Owner{}, c2) {
 		t.Fatal("Put refused below the per-host limit")
 	}
-	if p.Put("a:1", "", c3) {
+	if p.Put("a:1", Owner{}, c3) {
 		t.Fatal("Put kept a third connection for one host with MaxIdlePerHost 2")
 	}
 	c4, c5 := pair(t, ln), pair(t, ln)
-	if !p.Put("b:1", "", c4) {
+	if !p.Put("b:1", Owner{}, c4) {
 		t.Fatal("Put refused for another host below MaxIdle")
 	}
-	if p.Put("c:1", "", c5) {
+	if p.Put("c:1", Owner{}, c5) {
 		t.Fatal("Put kept a connection past MaxIdle")
 	}
 	if got := p.Len(); got != 3 {
 		t.Fatalf("Len = %d, want 3", got)
 	}
 	// Most recent first.
-	if got := p.Get([]byte("a:1"), ""); got != c2 {
+	if got := p.Get([]byte("a:1"), Owner{}); got != c2 {
 		t.Fatal("Get did not return the most recently put connection")
 	}
-	if got := p.Get([]byte("a:1"), ""); got != c1 {
+	if got := p.Get([]byte("a:1"), Owner{}); got != c1 {
 		t.Fatal("Get did not return the remaining connection")
 	}
-	if got := p.Get([]byte("a:1"), ""); got != nil {
+	if got := p.Get([]byte("a:1"), Owner{}); got != nil {
 		t.Fatal("Get returned a connection from an empty host list")
 	}
 	hits, misses := p.Stats()
@@ -78,41 +79,49 @@ func TestPoolGetPut(t *testing.T) {
 
 // TestPoolOwners: a connection is handed out only to a Get of the owner
 // it was kept for (newest first among its owner's); a Get by anyone else
-// leaves it pooled, open, for its owner.
+// leaves it pooled, open, for its owner. Owners without a user differ
+// by client address, and a user's owner is not the owner of the client
+// address that names the same string.
 func TestPoolOwners(t *testing.T) {
 	ln := listen(t)
 	p := newPool(t, PoolConfig{IdleTimeout: time.Minute})
 	t.Cleanup(func() { p.Close() })
-	erin1, erin2, frank, anyone := pair(t, ln), pair(t, ln), pair(t, ln), pair(t, ln)
-	p.Put("o:80", "erin-session-5", erin1)
-	p.Put("o:80", "erin-session-5", erin2)
-	p.Put("o:80", "frank", frank)
-	p.Put("o:80", "", anyone)
-	for _, owner := range []string{"erin", "erin-session-6", "zoe"} {
+	erin := Owner{User: "erin-session-5"}
+	frank := Owner{User: "frank"}
+	from1 := Owner{Client: netip.MustParseAddr("127.0.0.1")}
+	erin1, erin2, frankC, anon1, anyone := pair(t, ln), pair(t, ln), pair(t, ln), pair(t, ln), pair(t, ln)
+	p.Put("o:80", erin, erin1)
+	p.Put("o:80", erin, erin2)
+	p.Put("o:80", frank, frankC)
+	p.Put("o:80", from1, anon1)
+	p.Put("o:80", Owner{}, anyone)
+	for _, owner := range []Owner{{User: "erin"}, {User: "erin-session-6"}, {User: "zoe"}, {User: "127.0.0.1"},
+		{Client: netip.MustParseAddr("127.0.0.2")}, {Client: netip.MustParseAddr("::1")}} {
 		if got := p.Get([]byte("o:80"), owner); got != nil {
-			t.Errorf("Get for %s returned a connection kept for another owner", owner)
+			t.Errorf("Get for %+v returned a connection kept for another owner", owner)
 		}
 	}
-	if n := p.Len(); n != 4 {
-		t.Fatalf("Len = %d after Gets by other owners, want 4: they stay pooled", n)
+	if n := p.Len(); n != 5 {
+		t.Fatalf("Len = %d after Gets by other owners, want 5: they stay pooled", n)
 	}
-	for _, c := range []net.Conn{erin1, erin2, frank, anyone} {
+	for _, c := range []net.Conn{erin1, erin2, frankC, anon1, anyone} {
 		if _, err := c.Write([]byte("x")); err != nil {
 			t.Fatalf("a connection kept for its owner was closed: %v", err)
 		}
 	}
 	for _, tc := range []struct {
-		owner string
+		owner Owner
 		want  net.Conn
 	}{
-		{"erin-session-5", erin2}, // the newest of hers, past frank's and anyone's
-		{"", anyone},
-		{"erin-session-5", erin1},
-		{"erin-session-5", nil},
-		{"frank", frank},
+		{erin, erin2}, // the newest of hers, past frank's and the others'
+		{Owner{}, anyone},
+		{erin, erin1},
+		{erin, nil},
+		{from1, anon1},
+		{frank, frankC},
 	} {
 		if got := p.Get([]byte("o:80"), tc.owner); got != tc.want {
-			t.Errorf("Get for %q = %v, want %v", tc.owner, got, tc.want)
+			t.Errorf("Get for %+v = %v, want %v", tc.owner, got, tc.want)
 		}
 	}
 	if n := p.Len(); n != 0 {
@@ -127,9 +136,9 @@ func TestPoolRetain(t *testing.T) {
 	p := newPool(t, PoolConfig{IdleTimeout: time.Minute})
 	t.Cleanup(func() { p.Close() })
 	a1, a2, b1 := pair(t, ln), pair(t, ln), pair(t, ln)
-	p.Put("a:1", "", a1)
-	p.Put("a:1", "", a2)
-	p.Put("b:1", "", b1)
+	p.Put("a:1", Owner{}, a1)
+	p.Put("a:1", Owner{}, a2)
+	p.Put("b:1", Owner{}, b1)
 	if n := p.Retain(func(c *net.TCPConn) bool { return c == a1 }); n != 2 {
 		t.Errorf("Retain closed %d, want 2", n)
 	}
@@ -139,10 +148,10 @@ func TestPoolRetain(t *testing.T) {
 	if _, err := a2.Write([]byte("x")); err == nil {
 		t.Error("a dropped connection is still open")
 	}
-	if got := p.Get([]byte("a:1"), ""); got != a1 {
+	if got := p.Get([]byte("a:1"), Owner{}); got != a1 {
 		t.Error("the kept connection is not handed out")
 	}
-	if got := p.Get([]byte("b:1"), ""); got != nil {
+	if got := p.Get([]byte("b:1"), Owner{}); got != nil {
 		t.Error("a dropped host still hands out a connection")
 	}
 }
@@ -153,10 +162,10 @@ func TestPoolGetAllocs(t *testing.T) {
 	t.Cleanup(func() { p.Close() })
 	c := pair(t, ln)
 	key := []byte("origin:80")
-	p.Put(string(key), "", c)
+	p.Put(string(key), Owner{}, c)
 	allocs := testing.AllocsPerRun(100, func() {
-		got := p.Get(key, "")
-		p.Put("origin:80", "", got)
+		got := p.Get(key, Owner{})
+		p.Put("origin:80", Owner{}, got)
 	})
 	// Put's constant key is not converted; Get must not allocate.
 	if allocs != 0 {
@@ -169,9 +178,9 @@ func TestPoolIdleTimeout(t *testing.T) {
 	p := newPool(t, PoolConfig{IdleTimeout: 50 * time.Millisecond})
 	t.Cleanup(func() { p.Close() })
 	c := pair(t, ln)
-	p.Put("a:1", "", c)
+	p.Put("a:1", Owner{}, c)
 	time.Sleep(80 * time.Millisecond)
-	if got := p.Get([]byte("a:1"), ""); got != nil {
+	if got := p.Get([]byte("a:1"), Owner{}); got != nil {
 		t.Fatal("Get returned a connection idle past the timeout")
 	}
 	// The expired connection was closed.
@@ -184,7 +193,7 @@ func TestPoolReaper(t *testing.T) {
 	ln := listen(t)
 	p := newPool(t, PoolConfig{IdleTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { p.Close() })
-	p.Put("a:1", "", pair(t, ln))
+	p.Put("a:1", Owner{}, pair(t, ln))
 	deadline := time.Now().Add(5 * time.Second)
 	for p.Len() != 0 {
 		if time.Now().After(deadline) {
@@ -198,13 +207,13 @@ func TestPoolClose(t *testing.T) {
 	ln := listen(t)
 	p := newPool(t, PoolConfig{})
 	c := pair(t, ln)
-	p.Put("a:1", "", c)
+	p.Put("a:1", Owner{}, c)
 	p.Close()
 	p.Close() // idempotent
 	if p.Len() != 0 {
 		t.Fatal("Close left idle connections")
 	}
-	if p.Put("a:1", "", pair(t, ln)) {
+	if p.Put("a:1", Owner{}, pair(t, ln)) {
 		t.Fatal("Put after Close kept the connection")
 	}
 }
@@ -280,8 +289,8 @@ func TestPoolKeyIdleTimeouts(t *testing.T) {
 	p := newPool(t, PoolConfig{IdleTimeout: time.Hour})
 	t.Cleanup(func() { p.Close() })
 	kept := pair(t, ln)
-	p.Put("parent p 127.0.0.1:1", "", pair(t, ln)) // already kept when the timeout is set
-	p.Put("origin:80", "", kept)
+	p.Put("parent p 127.0.0.1:1", Owner{}, pair(t, ln)) // already kept when the timeout is set
+	p.Put("origin:80", Owner{}, kept)
 	p.SetKeyIdleTimeouts(map[string]time.Duration{"parent p 127.0.0.1:1": 50 * time.Millisecond})
 	deadline := time.Now().Add(5 * time.Second)
 	for p.Len() != 1 {
@@ -290,14 +299,14 @@ func TestPoolKeyIdleTimeouts(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got := p.Get([]byte("origin:80"), ""); got != kept {
+	if got := p.Get([]byte("origin:80"), Owner{}); got != kept {
 		t.Error("the other key's connection is gone")
 	}
 
 	c := pair(t, ln)
-	p.Put("parent p 127.0.0.1:1", "", c)
+	p.Put("parent p 127.0.0.1:1", Owner{}, c)
 	time.Sleep(60 * time.Millisecond)
-	if got := p.Get([]byte("parent p 127.0.0.1:1"), ""); got != nil {
+	if got := p.Get([]byte("parent p 127.0.0.1:1"), Owner{}); got != nil {
 		t.Error("Get returned a parent's connection idle past its idle timeout")
 	}
 }

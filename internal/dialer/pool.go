@@ -3,6 +3,7 @@ package dialer
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -19,14 +20,29 @@ type PoolConfig struct {
 	IdleTimeout time.Duration
 }
 
+// Owner is who may reuse a pooled connection: the identity whose
+// requests it carried (see gate.Grant.PoolOwner). It is comparable, and
+// making one allocates nothing.
+type Owner struct {
+	// User is the user name the requests came with, session key
+	// included; "" = none.
+	User string
+	// Client is the client's address when User is "" (the zero Addr
+	// otherwise): requests without a user are told apart by where they
+	// come from.
+	Client netip.Addr
+}
+
 // Pool keeps idle upstream keep-alive connections, keyed by "host:port"
-// (or a parent's key), for reuse by any client connection: TCP
-// connections, or the TLS connections of an https parent. Each is kept
-// for an owner, and handed out only to a Get of the same owner: a
-// connection made from a user's (or a session's) egress source is that
-// user's (see gate.Grant.PoolOwner); "" is the owner of connections
-// anyone may reuse. The most recently returned connection of the owner
-// is handed out first. Safe for concurrent use.
+// (or a parent's key, or an intercepted name's TLS key), for reuse by
+// client connections: TCP connections, or TLS connections (to an https
+// parent, or to an intercepted tunnel's origin). Each is kept for an
+// Owner, and handed out only to a Get of the same owner, so that an
+// origin that ties state to a connection (NTLM, Negotiate) never serves
+// one identity on a connection another's requests used; the zero Owner
+// is the owner of connections anyone may reuse. The most recently
+// returned connection of the owner is handed out first. Safe for
+// concurrent use.
 type Pool struct {
 	cfg PoolConfig
 
@@ -55,7 +71,7 @@ type hostIdle struct {
 
 type idleConn struct {
 	c     net.Conn // a *net.TCPConn, or a *tls.Conn over one
-	owner string   // who may reuse it; "" = anyone
+	owner Owner    // who may reuse it; the zero Owner = anyone
 	since time.Time
 }
 
@@ -86,7 +102,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 // connections of other owners stay pooled for them. key is a byte slice
 // so that a caller's reused buffer serves as the lookup key without
 // allocating.
-func (p *Pool) Get(key []byte, owner string) net.Conn {
+func (p *Pool) Get(key []byte, owner Owner) net.Conn {
 	now := time.Now()
 	p.mu.Lock()
 	if h := p.idle[string(key)]; h != nil {
@@ -114,10 +130,10 @@ func (p *Pool) Get(key []byte, owner string) net.Conn {
 	return nil
 }
 
-// Put offers an idle connection for reuse by owner ("" = anyone: see
-// [Pool]). It reports whether the pool kept it; when it did not, Put
+// Put offers an idle connection for reuse by owner (the zero Owner =
+// anyone: see [Pool]). It reports whether the pool kept it; when it did not, Put
 // closed it.
-func (p *Pool) Put(key, owner string, c net.Conn) bool {
+func (p *Pool) Put(key string, owner Owner, c net.Conn) bool {
 	p.mu.Lock()
 	h := p.idle[key]
 	if p.closed || h != nil && len(h.conns) >= p.cfg.MaxIdlePerHost || p.total >= p.cfg.MaxIdle {

@@ -10,7 +10,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -74,7 +73,7 @@ func connectTo(t testing.TB, addr string, authz []byte) *gate.Request {
 // observed is a policy's metrics and access log.
 type observed struct {
 	m   *metrics.Metrics
-	out *lockedBuffer
+	out *proxytest.LogBuffer
 	al  *accesslog.Logger
 }
 
@@ -82,12 +81,8 @@ type observed struct {
 // them in cfg.
 func observe(t *testing.T, cfg *proxytest.PolicyConfig) *observed {
 	t.Helper()
-	o := &observed{m: metrics.New(metrics.Config{PerUser: true}), out: &lockedBuffer{}}
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: o.out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	o := &observed{m: metrics.New(metrics.Config{PerUser: true}), out: &proxytest.LogBuffer{}}
+	al := proxytest.JSONAccessLog(t, o.out)
 	o.al = al
 	cfg.Listener = "test"
 	cfg.Metrics = o.m.Listener("test", "http")
@@ -99,36 +94,7 @@ func observe(t *testing.T, cfg *proxytest.PolicyConfig) *observed {
 // records waits for n access log records and returns them.
 func (o *observed) records(t *testing.T, n int) []map[string]any {
 	t.Helper()
-	proxytest.WaitFor(t, fmt.Sprintf("%d access log records", n), func() bool {
-		return strings.Count(o.out.String(), "\n") >= n
-	})
-	var recs []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(o.out.String()), "\n") {
-		var r map[string]any
-		if err := json.Unmarshal([]byte(l), &r); err != nil {
-			t.Fatalf("access log line %q: %v", l, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	return proxytest.JSONRecords[map[string]any](t, o.out, n)
 }
 
 // certState returns the state of a TLS connection whose client presented
@@ -1216,7 +1182,7 @@ func TestReject(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			logs := &lockedBuffer{}
+			logs := &proxytest.LogBuffer{}
 			cfg := proxytest.PolicyConfig{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 			o := observe(t, &cfg)
 			s := newSession(t, proxytest.NewPolicy(t, cfg))

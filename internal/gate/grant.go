@@ -590,25 +590,17 @@ func (g *Grant) Pool() *dialer.Pool { return g.s.p.Pool }
 // PoolOwner returns the owner of the upstream connections the request
 // dials, under which the front-end keeps them (see [dialer.Pool]), and
 // which a connection made earlier must have for the request to reuse it
-// (see Admits): the request's user, the whole name with its session key,
-// when its egress source chooses the source address (bind or bind_same),
-// so that another user's, or another session's, connection is never
-// reused; "" otherwise, and for connections to an HTTP parent (pooled
-// under the parent), which any request may reuse.
-func (g *Grant) PoolOwner() string {
-	if g.forward {
-		return ""
+// (see Admits): the request's identity, its user (the whole name with
+// its session key), or its client's address when it has no user. So a
+// connection that carried one identity's requests, to an origin or to an
+// http parent, is never reused for another's: an origin (or a parent's
+// pinned connection to one) that ties authentication to the connection
+// (NTLM, Negotiate) never serves one user, or one client, as another.
+func (g *Grant) PoolOwner() dialer.Owner {
+	if g.User != "" {
+		return dialer.Owner{User: g.User}
 	}
-	return g.poolOwner(g.egressSource())
-}
-
-// poolOwner is PoolOwner for a direct request whose egress source is
-// src.
-func (g *Grant) poolOwner(src *dialer.Source) string {
-	if src.Restricts() {
-		return g.User
-	}
-	return ""
+	return dialer.Owner{Client: g.s.ip}
 }
 
 // Admits reports whether the request may use c, an upstream connection
@@ -622,11 +614,11 @@ func (g *Grant) poolOwner(src *dialer.Source) string {
 // while c is still open: origins close idle connections after their
 // keep-alive timeout, and an upload must not meet one. On true c is the
 // request's upstream in the access log.
-func (g *Grant) Admits(c net.Conn, owner string, canRetry bool) bool {
+func (g *Grant) Admits(c net.Conn, owner dialer.Owner, canRetry bool) bool {
+	if owner != g.PoolOwner() {
+		return false // another identity's: not this request's to reuse
+	}
 	if g.forward {
-		if owner != "" {
-			return false
-		}
 		// A connection to the request's HTTP parent (TLS for an https
 		// one), pooled under its key: the destination was checked by
 		// ForwardParent.
@@ -640,9 +632,6 @@ func (g *Grant) Admits(c net.Conn, owner string, canRetry bool) bool {
 		return false // a tunnel through a parent is for its own request only
 	}
 	src := g.egressSource()
-	if owner != g.poolOwner(src) {
-		return false // another user's or session's: not this request's to reuse
-	}
 	ap := remoteAddrPort(c)
 	if g.s.p.Dialer.Check(ap, g.permitter()) != nil {
 		return false

@@ -12,7 +12,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -21,14 +20,10 @@ import (
 // startCutProxy serves HTTP/2 with prior knowledge on a loopback port,
 // each client connection cut (proxytest.Cut) after limit bytes of
 // output, and returns the address, the access log and the metrics.
-func startCutProxy(t *testing.T, limit int64) (string, *lockedBuffer, *metrics.Metrics) {
+func startCutProxy(t *testing.T, limit int64) (string, *proxytest.LogBuffer, *metrics.Metrics) {
 	t.Helper()
-	out := &lockedBuffer{}
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	out := &proxytest.LogBuffer{}
+	al := proxytest.JSONAccessLog(t, out)
 	m := metrics.New(metrics.Config{})
 	pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{Listener: "tls", AccessLog: al, Metrics: m.Listener("tls", "https")})
 	srv, err := New(testConfig(Config{}))

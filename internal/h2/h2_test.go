@@ -32,7 +32,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -1034,34 +1033,11 @@ func TestViaAndForwarded(t *testing.T) {
 	}
 }
 
-// lockedBuffer is an io.Writer safe for the access log's writer goroutine
-// and the test reading it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestAccessLogAndMetrics checks the JSON access log records and the
 // counts of a forwarded GET, a 407, a 403 and a CONNECT tunnel over h2.
 func TestAccessLogAndMetrics(t *testing.T) {
-	var out lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
 	m := metrics.New(metrics.Config{PerUser: true, MaxUsers: 10})
 	o := echoOrigin(t)
 	echo := proxytest.NewEcho(t)
@@ -1302,12 +1278,8 @@ func fieldValue(h *http2.MetaHeadersFrame, name string) string {
 func TestLimiterUserConns(t *testing.T) {
 	echo := proxytest.NewEcho(t)
 	o := echoOrigin(t)
-	var log lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var log proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &log)
 	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users:     map[string]string{"u": "pw", "v": "pw"},
 		Limits:    &limits.Config{MaxConnsPerUser: 1},
@@ -1486,12 +1458,8 @@ func TestClientCertificate(t *testing.T) {
 	o := echoOrigin(t)
 	echo := proxytest.NewEcho(t)
 	ca := newClientCA(t)
-	var log lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var log proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &log)
 	p := startProxyTLS(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users:     map[string]string{"alice": "pw", "u": "pw"},
 		AccessLog: al,

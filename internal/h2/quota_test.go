@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/quota"
 )
@@ -45,12 +44,8 @@ func TestConnectQuota(t *testing.T) {
 		{name: "both", upstream: func(t *testing.T) (string, <-chan int64) { return proxytest.NewEcho(t).Addr, nil }, send: true, slack: 2 * bufSize, echoOnly: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var out lockedBuffer
-			al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { al.Close() })
+			var out proxytest.LogBuffer
+			al := proxytest.JSONAccessLog(t, &out)
 			q := quota.New(quota.Config{Rules: []quota.Rule{{Name: "daily", Users: []string{"*"}, Period: quota.Day, Bytes: tunnelQuota}}})
 			p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 				Users: map[string]string{"u": "pw"}, AccessLog: al, Quota: q,

@@ -11,13 +11,12 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
 // refusalLog is a proxy's JSON access log and its debug log.
 type refusalLog struct {
-	access, debug lockedBuffer
+	access, debug proxytest.LogBuffer
 }
 
 // startLoggedProxy starts a proxy with cfg whose policy (no users) logs
@@ -25,11 +24,7 @@ type refusalLog struct {
 func startLoggedProxy(t *testing.T, cfg Config) (*testProxy, *refusalLog) {
 	t.Helper()
 	l := &refusalLog{}
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &l.access})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	al := proxytest.JSONAccessLog(t, &l.access)
 	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Listener: "tls", AccessLog: al,
 		Logger: slog.New(slog.NewTextHandler(&l.debug, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/masque"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -42,12 +41,8 @@ func connectUDP(t *testing.T, p *testProxy, target, authz string) (*http.Respons
 // are skipped; the access log records the flow. The guard and the
 // credentials refuse as on any other request.
 func TestConnectUDP(t *testing.T) {
-	var out lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
 	dns := proxytest.StartDNS(t)
 	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users: map[string]string{"u": "pw"}, AccessLog: al,
@@ -134,12 +129,8 @@ func TestConnectUDPIdle(t *testing.T) {
 // logged with the reason quota, the quota counting exactly the record's
 // bytes.
 func TestConnectUDPQuota(t *testing.T) {
-	var out lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
 	echo := proxytest.NewUDPEcho(t, "udp4")
 	q := proxytest.QuotaTracker()
 	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{
@@ -151,7 +142,7 @@ func TestConnectUDPQuota(t *testing.T) {
 	}
 	cr := masque.NewCapsuleReader(resp.Body, 65535)
 	const size = 1200
-	_, err = proxytest.EchoFlow(t, func(b []byte) error {
+	_, err := proxytest.EchoFlow(t, func(b []byte) error {
 		_, err := pw.Write(masque.AppendCapsule(nil, masque.CapsuleDatagram, append([]byte{masque.ContextUDP}, b...)))
 		return err
 	}, func() ([]byte, error) {

@@ -1,7 +1,6 @@
 package h3
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,38 +9,18 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
-
-// lockedBuffer is an access log's output, read while it is written.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestForward sends GETs with quic-go's HTTP/3 client through the proxy to
 // an HTTP/1.1 origin, on one connection: each request is authorized on its
@@ -121,12 +100,8 @@ func connectStream(t *testing.T, cc interface {
 // echo server: bytes go both ways, the stream's FIN ends the tunnel, and
 // the access log has one "h3" record per request with its status.
 func TestConnect(t *testing.T) {
-	var out lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
 	echo := proxytest.NewEcho(t)
 	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
 		Users: map[string]string{testUser: testPass}, AccessLog: al, Listener: "h3",
@@ -214,12 +189,8 @@ func TestMaxConns(t *testing.T) {
 // that echoes them: of a known length (Content-Length) and of an unknown
 // one (chunked upstream), and checks the bytes each way in the access log.
 func TestForwardBody(t *testing.T) {
-	var out lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
 	o := proxytest.NewOrigin(t, proxytest.Echo())
 	cfg := testConfig()
 	cfg.Origin = testOrigin(origin.Config{Via: true, Forwarded: origin.ForwardedXFF})
@@ -346,12 +317,8 @@ func TestUpstreamFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var out lockedBuffer
-			al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { al.Close() })
+			var out proxytest.LogBuffer
+			al := proxytest.JSONAccessLog(t, &out)
 			p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{Guard: tt.guard, AccessLog: al}))
 			var status int
 			if tt.connect {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 	"github.com/rustle-proxy/rustle/internal/sni"
 )
@@ -21,12 +20,8 @@ func TestSNICheck(t *testing.T) {
 	e := proxytest.NewTLSEcho(t)
 	_, port, _ := net.SplitHostPort(e.Addr)
 	target := "localhost:" + port
-	var out lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
 	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{AccessLog: al, SNI: sni.Match}))
 	cc := p.client(t)
 	open := func() net.Conn {

@@ -53,12 +53,8 @@ func (p *testProxy) dialUDP(t testing.TB, target, authz string) (*masque.Conn, *
 // masque-go's client opened, to a DNS server on the loopback, and reads
 // the answer; the flow's access log record counts its payload bytes.
 func TestConnectUDPDNS(t *testing.T) {
-	var out lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
 	dns := proxytest.StartDNS(t)
 	m := metrics.New(metrics.Config{})
 	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
@@ -423,12 +419,8 @@ func TestConnectUDPGuardPerDatagram(t *testing.T) {
 // open): within the documented slack, logged with the reason quota, the
 // quota counting exactly the record's bytes.
 func TestConnectUDPQuota(t *testing.T) {
-	var out lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
 	echo := proxytest.NewUDPEcho(t, "udp4")
 	q := proxytest.QuotaTracker()
 	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{
@@ -545,12 +537,8 @@ func TestConnectUDPFlowsShareConnection(t *testing.T) {
 // reload that removed the user does): the flow ends at once, its stream
 // with it, logged with the reason revoked.
 func TestConnectUDPRevoked(t *testing.T) {
-	var out lockedBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
 	echo := proxytest.NewUDPEcho(t, "udp4")
 	reg := new(gate.Registry)
 	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{

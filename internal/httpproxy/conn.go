@@ -196,9 +196,9 @@ func (cn *conn) serve() bool {
 // way the byte is then read alone, crypto/tls keeping the rest of its
 // record.
 //
-// The upstream is closed, not pooled: the pool would hand it to the
-// next request for the same name and address, whoever's tunnel it is
-// in, and it costs as much there as here.
+// The upstream is closed, not pooled: idle in the pool (for the same
+// identity's next tunnel to the name) it would cost as much as here, its
+// socket and TLS state, for as long as upstream.idle_timeout.
 func (cn *conn) awaitRequest(wait time.Duration) error {
 	c := &cn.client
 	drained := c.W < len(c.Buf)

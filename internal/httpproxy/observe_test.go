@@ -1,14 +1,11 @@
 package httpproxy_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,25 +16,6 @@ import (
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
-
-// lockedBuffer is an io.Writer safe for the access log's writer goroutine
-// and the test reading it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // logRecord is an access log record as the JSON format writes it.
 type logRecord struct {
@@ -56,32 +34,17 @@ type logRecord struct {
 
 // newAccessLog returns a JSON access log writing to the buffer it also
 // returns, closed by t.Cleanup.
-func newAccessLog(t *testing.T) (*accesslog.Logger, *lockedBuffer) {
+func newAccessLog(t *testing.T) (*accesslog.Logger, *proxytest.LogBuffer) {
 	t.Helper()
-	out := &lockedBuffer{}
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
-	return al, out
+	out := &proxytest.LogBuffer{}
+	return proxytest.JSONAccessLog(t, out), out
 }
 
 // waitRecords waits for n access log lines in out and returns them
 // parsed.
-func waitRecords(t *testing.T, out *lockedBuffer, n int) []logRecord {
+func waitRecords(t *testing.T, out *proxytest.LogBuffer, n int) []logRecord {
 	t.Helper()
-	proxytest.WaitFor(t, fmt.Sprintf("%d access log lines", n), func() bool {
-		return strings.Count(out.String(), "\n") >= n
-	})
-	var recs []logRecord
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		var r logRecord
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("line %q: %v", line, err)
-		}
-		recs = append(recs, r)
-	}
+	recs := proxytest.JSONRecords[logRecord](t, out, n)
 	if len(recs) != n {
 		t.Fatalf("%d access log lines, want %d:\n%s", len(recs), n, out.String())
 	}

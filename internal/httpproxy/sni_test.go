@@ -20,13 +20,13 @@ import (
 // sniProxy starts a proxy whose listener's SNI check is mode, with a
 // JSON access log, and counts the connections whose ServeConn has
 // returned (handed to the splice engine, or ended).
-func sniProxy(t *testing.T, mode sni.Mode) (addr string, out *lockedBuffer, served *atomic.Int64) {
+func sniProxy(t *testing.T, mode sni.Mode) (addr string, out *proxytest.LogBuffer, served *atomic.Int64) {
 	t.Helper()
 	return sniProxyWait(t, mode, 500*time.Millisecond)
 }
 
 // sniProxyWait is sniProxy whose hello is awaited for wait.
-func sniProxyWait(t *testing.T, mode sni.Mode, wait time.Duration) (addr string, out *lockedBuffer, served *atomic.Int64) {
+func sniProxyWait(t *testing.T, mode sni.Mode, wait time.Duration) (addr string, out *proxytest.LogBuffer, served *atomic.Int64) {
 	t.Helper()
 	al, out := newAccessLog(t)
 	p := newProxy(t, testCfg{})
@@ -40,7 +40,7 @@ func sniProxyWait(t *testing.T, mode sni.Mode, wait time.Duration) (addr string,
 }
 
 // sniOf returns the sni field of the access log's JSON lines, in order.
-func sniOf(t *testing.T, out *lockedBuffer, n int) []string {
+func sniOf(t *testing.T, out *proxytest.LogBuffer, n int) []string {
 	t.Helper()
 	waitRecords(t, out, n)
 	var got []string

@@ -1,10 +1,8 @@
 package intercept_test
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,11 +12,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
@@ -32,25 +28,6 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(proxytest.VerifyNoLeaks(m)) }
-
-// lockedBuffer is an io.Writer safe for the access log's writer
-// goroutine and the test reading it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // record is what the tests read of an access log line.
 type record struct {
@@ -71,10 +48,11 @@ type env struct {
 	ca      *x509.CertPool // trusts the interception CA
 	caCert  *x509.Certificate
 	proxy   string // the plain port
-	log     *lockedBuffer
+	log     *proxytest.LogBuffer
 	metrics *metrics.Metrics
 	certs   *intercept.Certs
-	slog    *lockedBuffer // the interceptor's log lines
+	slog    *proxytest.LogBuffer // the interceptor's log lines
+	pool    *dialer.Pool         // the upstream pool (envConfig.pool); nil = none
 }
 
 // envConfig is what a test sets of its env.
@@ -88,6 +66,9 @@ type envConfig struct {
 	cacheSize int
 	socks     bool
 	pool      bool // pool the upstream connections, as a configuration does
+	// upstreamIdle closes an idle HTTP/1.1 client connection's origin
+	// connection (intercept.upstream_idle); 0 = never.
+	upstreamIdle time.Duration
 }
 
 // newEnv starts a proxy whose policy intercepts as cfg says, on a plain
@@ -110,14 +91,10 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{ca: x509.NewCertPool(), caCert: ca.Certificate(), log: &lockedBuffer{}, certs: certs,
-		metrics: metrics.New(metrics.Config{}), slog: &lockedBuffer{}}
+	e := &env{ca: x509.NewCertPool(), caCert: ca.Certificate(), log: &proxytest.LogBuffer{}, certs: certs,
+		metrics: metrics.New(metrics.Config{}), slog: &proxytest.LogBuffer{}}
 	e.ca.AddCert(ca.Certificate())
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: e.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { al.Close() })
+	al := proxytest.JSONAccessLog(t, e.log)
 	lm := e.metrics.Listener("test", "http")
 	pc := proxytest.PolicyConfig{Users: cfg.users, Rules: cfg.acl, Default: acl.Deny, AccessLog: al, Metrics: lm,
 		HelloTimeout: 5 * time.Second}
@@ -130,7 +107,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pool.Close() })
-		pc.Pool = pool
+		pc.Pool, e.pool = pool, pool
 	}
 	pol := proxytest.NewPolicy(t, pc)
 	ic, err := intercept.New(intercept.Config{Certs: certs, Rules: cfg.rules, Bypass: cfg.bypass, HandshakeTimeout: 5 * time.Second,
@@ -140,7 +117,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 	fronts := make([]intercept.Frontend, len(cfg.rules))
 	for i, r := range cfg.rules {
-		fronts[i] = newFrontend(t, r.Edits, cfg.roots, !cfg.noH2)
+		fronts[i] = newFrontend(t, r.Edits, cfg.roots, !cfg.noH2, cfg.upstreamIdle)
 	}
 	if pol.Intercept, err = ic.Listener(fronts, lm); err != nil {
 		t.Fatal(err)
@@ -150,14 +127,15 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		e.proxy = proxytest.StartProxy(t, pol, func(c *net.TCPConn, s *gate.Session) { srv.ServeConn(c, s) })
 		return e
 	}
-	hp := newHTTP1(t, origin.Config{})
+	hp := newHTTP1(t, origin.Config{}, 0)
 	e.proxy = proxytest.StartProxy(t, pol, func(c *net.TCPConn, s *gate.Session) { hp.ServeConn(c, s) })
 	return e
 }
 
 // newHTTP1 returns an HTTP/1.1 proxy whose origin client is oc with the
-// defaults of the configuration.
-func newHTTP1(t testing.TB, oc origin.Config) *httpproxy.Proxy {
+// defaults of the configuration, and which closes an idle client
+// connection's upstream after upstreamIdle (0 = never).
+func newHTTP1(t testing.TB, oc origin.Config, upstreamIdle time.Duration) *httpproxy.Proxy {
 	t.Helper()
 	oc.Forwarded = origin.ForwardedNone
 	oc.MaxHeaderBytes = 65536
@@ -167,7 +145,8 @@ func newHTTP1(t testing.TB, oc origin.Config) *httpproxy.Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := httpproxy.New(httpproxy.Config{Origin: client, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second})
+	p, err := httpproxy.New(httpproxy.Config{Origin: client, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
+		UpstreamIdle: upstreamIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +154,11 @@ func newHTTP1(t testing.TB, oc origin.Config) *httpproxy.Proxy {
 }
 
 // newFrontend returns the front-ends of a rule: TLS to origins verified
-// with roots, the rule's edits.
-func newFrontend(t testing.TB, edits *origin.Edits, roots *x509.CertPool, withH2 bool) intercept.Frontend {
+// with roots, the rule's edits, upstreamIdle for HTTP/1.1 (see newHTTP1).
+func newFrontend(t testing.TB, edits *origin.Edits, roots *x509.CertPool, withH2 bool, upstreamIdle time.Duration) intercept.Frontend {
 	t.Helper()
 	oc := origin.Config{TLS: &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}, TLSHandshakeTimeout: 5 * time.Second, Edits: edits}
-	f := intercept.Frontend{HTTP1: newHTTP1(t, oc)}
+	f := intercept.Frontend{HTTP1: newHTTP1(t, oc, upstreamIdle)}
 	if withH2 {
 		oc.Forwarded = origin.ForwardedNone
 		oc.MaxHeaderBytes = 65536
@@ -252,18 +231,7 @@ func (e *env) client(t *testing.T, h2 bool, proxyUser string) *http.Client {
 // records returns the access log's records once it holds n.
 func (e *env) records(t *testing.T, n int) []record {
 	t.Helper()
-	proxytest.WaitFor(t, fmt.Sprintf("%d access log records", n), func() bool {
-		return strings.Count(e.log.String(), "\n") >= n
-	})
-	var recs []record
-	for line := range strings.Lines(e.log.String()) {
-		var r record
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("access log line %q: %v", line, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs
+	return proxytest.JSONRecords[record](t, e.log, n)
 }
 
 func get(t *testing.T, c *http.Client, u string, header ...string) (*http.Response, string) {

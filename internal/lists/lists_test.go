@@ -203,7 +203,7 @@ func TestRefreshFailuresKeepTheList(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	var logs syncBuffer
+	var logs proxytest.LogBuffer
 	r := NewRegistry(slog.New(slog.NewTextHandler(&logs, nil)))
 	cfg := loopback()
 	cfg.MaxBytes = 8 << 20    // room for the million lines of garbage
@@ -294,7 +294,7 @@ func TestPrivateURL(t *testing.T) {
 // Close stops them all.
 func TestUse(t *testing.T) {
 	srv := newListServer(t, ".v0.example\n")
-	var logs syncBuffer
+	var logs proxytest.LogBuffer
 	r := NewRegistry(slog.New(slog.NewTextHandler(&logs, nil)))
 	t.Cleanup(r.Close)
 	cfg := loopback()
@@ -410,22 +410,4 @@ func (r *Registry) statsOf(l *acl.List) sourceStats {
 		}
 	}
 	return sourceStats{}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

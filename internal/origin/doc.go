@@ -19,7 +19,8 @@
 //   - the upstream: kept by an HTTP/1.1 client connection for its next
 //     request, taken from the shared pool, or dialled through the grant;
 //     a kept or pooled one is used only when the grant admits it
-//     ([gate.Grant.Admits]);
+//     ([gate.Grant.Admits]): one made for the same identity
+//     ([gate.Grant.PoolOwner]), never another user's or client's;
 //   - the request head built for where it goes (absolute form with the
 //     parent's Proxy-Authorization to an http parent, origin form
 //     otherwise: [AppendRequestTarget], [AppendParentAuthorization]);

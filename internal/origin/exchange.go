@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
 	"github.com/rustle-proxy/rustle/internal/http1"
 	"github.com/rustle-proxy/rustle/internal/route"
@@ -127,7 +128,7 @@ type Exchange struct {
 	tcpOnly    bool          // the upstream must be a *net.TCPConn
 	upH2       bool          // the last upstream was an origin's HTTP/2 connection (see h2Conn)
 	upKey      string        // the pool key Up was made for; "" = none, or a tunnel through a parent, which is pooled for no one
-	upOwner    string        // who may reuse Up (the PoolOwner of its dial)
+	upOwner    dialer.Owner  // who may reuse Up (the PoolOwner of its dial)
 	reused     bool          // Up served an earlier request
 	interim    bool          // a 1xx answer went to the client
 	sent       time.Time     // when the request head went out, for the first-byte metric; zero when not observed

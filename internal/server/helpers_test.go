@@ -1,10 +1,7 @@
 package server
 
 import (
-	"bufio"
-	"encoding/json"
 	"log/slog"
-	"strings"
 	"testing"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
@@ -52,31 +49,19 @@ func startLoggedAs(t *testing.T, cfg *config.Config, logger *slog.Logger, access
 	return s, addrs
 }
 
-// waitJSONRecord waits (proxytest.WaitFor) for the JSON access log to hold a record
-// match accepts, and returns it.
+// logBuffer is where the tests' logs go, read while written.
+type logBuffer = proxytest.LogBuffer
+
+// waitJSONRecord is proxytest.WaitJSONRecord.
 func waitJSONRecord(t *testing.T, access *logBuffer, match func(map[string]any) bool) map[string]any {
 	t.Helper()
-	return waitJSONRecordSince(t, access, 0, match)
+	return proxytest.WaitJSONRecord(t, access, match)
 }
 
-// waitJSONRecordSince is waitJSONRecord among the records written past
-// the log's first since bytes (a mark of len(access.String()) taken
-// before the connection the record is of): a record matched by a
-// client's address and port may otherwise be that of an earlier
-// connection, whose port loopback reuses once it has closed.
+// waitJSONRecordSince is proxytest.WaitJSONRecordSince: the records
+// written past a mark (access.Len()) taken before the connection the
+// record is of.
 func waitJSONRecordSince(t *testing.T, access *logBuffer, since int, match func(map[string]any) bool) map[string]any {
 	t.Helper()
-	var found map[string]any
-	proxytest.WaitFor(t, "an access log record that matches in:\n"+access.String()[since:], func() bool {
-		sc := bufio.NewScanner(strings.NewReader(access.String()[since:]))
-		for sc.Scan() {
-			var r map[string]any
-			if json.Unmarshal(sc.Bytes(), &r) == nil && match(r) {
-				found = r
-				return true
-			}
-		}
-		return false
-	})
-	return found
+	return proxytest.WaitJSONRecordSince(t, access, since, match)
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -21,35 +20,6 @@ import (
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/wire"
 )
-
-// logBuffer collects log output; it is safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// linesFrom returns a copy of the complete lines written from offset off
-// on, and the offset past them: a reader that polls a growing log copies
-// what is new, not the whole log.
-func (l *logBuffer) linesFrom(off int) (string, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.b.Bytes()[off:]
-	end := bytes.LastIndexByte(b, '\n') + 1
-	return string(b[:end]), off + end
-}
 
 // startConfigured runs a Server on the default configuration changed by
 // modify (one http listener on 127.0.0.1:0 unless modify sets others) and

@@ -21,7 +21,6 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/proxyproto"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -203,23 +202,8 @@ func TestProxyProtocol(t *testing.T) {
 		t.Fatalf("config: %v", err)
 	}
 	var out logBuffer
-	al, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := New(cfg, nil, WithAccessLog(al))
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if err := s.Start(); err != nil {
-		s.Close()
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		s.Close()
-		al.Close()
-	})
-	addr, tlsAddr := s.Addrs()[0].Addr.String(), s.Addrs()[1].Addr.String()
+	_, addrs := startLogged(t, cfg, nil, &out)
+	addr, tlsAddr := addrs["lb"], addrs["lbtls"]
 	self := netip.MustParseAddrPort(addr)
 
 	header := func(t *testing.T, version int, src string) []byte {

@@ -63,7 +63,7 @@ type routeTail struct {
 // records returns the records kept so far, in the log's order.
 func (r *routeTail) records(t *testing.T) []routeRecord {
 	t.Helper()
-	lines, off := r.log.linesFrom(r.off)
+	lines, off := r.log.LinesFrom(r.off)
 	r.off = off
 	for line := range strings.SplitSeq(lines, "\n") {
 		if line == "" {

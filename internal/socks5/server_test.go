@@ -3,7 +3,6 @@ package socks5
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -668,29 +667,16 @@ func TestAuthObserved(t *testing.T) {
 
 // newAccessLog returns a JSON access log writing to the buffer it
 // returns; it is closed at the end of the test.
-func newAccessLog(t testing.TB) (*accesslog.Logger, *lockedBuffer) {
+func newAccessLog(t testing.TB) (*accesslog.Logger, *proxytest.LogBuffer) {
 	t.Helper()
-	out := new(lockedBuffer)
-	alog, err := accesslog.New(accesslog.Config{Format: accesslog.FormatJSON, Writer: out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { alog.Close() })
-	return alog, out
+	out := new(proxytest.LogBuffer)
+	return proxytest.JSONAccessLog(t, out), out
 }
 
 // records parses the access log records written to out so far.
-func records(t testing.TB, out *lockedBuffer) []map[string]any {
+func records(t testing.TB, out *proxytest.LogBuffer) []map[string]any {
 	t.Helper()
-	var recs []map[string]any
-	for line := range strings.Lines(out.String()) {
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("access log line %q: %v", line, err)
-		}
-		recs = append(recs, r)
-	}
-	return recs
+	return proxytest.JSONRecords[map[string]any](t, out, 0)
 }
 
 // checkRecord compares the fields of r named in want, and checks that r
@@ -1020,7 +1006,7 @@ func TestNotSOCKS(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			alog, out := newAccessLog(t)
-			debug := new(lockedBuffer)
+			debug := new(proxytest.LogBuffer)
 			logger := slog.New(slog.NewTextHandler(debug, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			pol := proxytest.NewPolicy(t, proxytest.PolicyConfig{Listener: "socks", AccessLog: alog})
 			pol.Logger = logger

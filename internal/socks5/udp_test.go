@@ -1,7 +1,6 @@
 package socks5
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -277,24 +275,6 @@ func TestUDPAccess(t *testing.T) {
 	if got := allowed.Received(); !slices.Equal(got, []string{"allowed"}) {
 		t.Errorf("the allowed destination received %q", got)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for one writer and one reader.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer // guarded by mu
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestUDPObserve checks that an association is reported once it ends:
