@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -89,6 +91,37 @@ type conn struct {
 	one     [1]byte // what awaitRequest reads
 	logTgt  []byte  // the access log's target of a request inside it: its https URL
 	scratch []byte  // the Host value made for a request without one
+	// The wait for an intercepted connection's next request
+	// (awaitRequest): when it ends (idleEnd) and when the upstream goes
+	// (upEnd), MonoNow readings (0: never); drained says that the wait
+	// is on the socket (park).
+	idleEnd, upEnd time.Duration
+	drained        bool
+	// then is what ServeConnReadThen was given: called once the
+	// connection has ended when it went on without the goroutine that
+	// served it (connParked, connHeld); nil = it is served on the
+	// caller's goroutine throughout.
+	then func()
+	// stop ends the wake registered on the session's context.
+	stop func() bool
+	// mu guards notice and gen, which wake reads.
+	mu sync.Mutex
+	// notice is the wait of a connection parked with no goroutine
+	// (notify); nil when none.
+	notice *tunnel.Notice
+	// gen counts the connections the conn has served, so that a wake
+	// that comes late leaves the next one alone.
+	gen uint64
+	// held says the tunnel the connection became is intercepted and
+	// goes on without the goroutine that served it (intercept); hold
+	// counts who must let go of the conn before it ends: that goroutine
+	// and the interception (interceptEnded).
+	held bool
+	hold atomic.Int32
+	// resumeFn and interceptEndedFn are resume and interceptEnded,
+	// bound once.
+	resumeFn         func(error)
+	interceptEndedFn func()
 	// A transparent connection's (see ServeTransparent): its original
 	// destination (invalid on a proxy port), that destination as
 	// host:port, and the access log's target of the current request.
@@ -100,6 +133,8 @@ type conn struct {
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
 	cn.icept, cn.park = nil, nil
+	cn.then, cn.stop, cn.held = nil, nil, false
+	cn.idleEnd, cn.upEnd, cn.drained = 0, 0, false
 	cn.orig = netip.AddrPort{}
 	cn.gr = gate.Request{}
 	cn.req.Buf = nil
@@ -110,13 +145,26 @@ func (cn *conn) reset() {
 	}
 }
 
-// serve runs the request loop. It reports whether the connection was
-// handed to a tunnel (and so must not be closed by the caller).
-func (cn *conn) serve() bool {
+// What serving a connection did with it (serve, step).
+const (
+	connNext      = iota // a request was served; the connection waits for the next (step only)
+	connServed           // the connection has been served: the caller closes it
+	connHandedOff        // the connection became a tunnel, which owns it
+	connParked           // the connection waits for its client with no goroutine: it is no longer the caller's to touch (awaitRequest)
+	connHeld             // the connection's tunnel is intercepted and goes on without this goroutine; the caller lets go of it (interceptEnded)
+)
+
+// errParked is what awaitRequest returns when the connection has been
+// parked (notify): it goes on from resume, on another goroutine.
+var errParked = errors.New("httpproxy: parked")
+
+// serve runs the request loop. It reports what became of the
+// connection: connServed, connHandedOff, connParked or connHeld.
+func (cn *conn) serve() int {
 	p := cn.p
 	for {
 		if cn.ctx.Err() != nil {
-			return false
+			return connServed
 		}
 		wait := p.cfg.IdleTimeout
 		if cn.nreq == 0 {
@@ -126,56 +174,72 @@ func (cn *conn) serve() bool {
 		cn.idle.Store(true)
 		var err error
 		if cn.icept != nil && cn.nreq > 0 && cn.client.R == cn.client.W {
-			err = cn.awaitRequest(wait)
+			if err = cn.awaitRequest(wait); err == errParked {
+				return connParked
+			}
 		} else {
 			cn.client.ArmReadDeadline(http1.MonoNow(), wait)
 		}
-		if cn.ctx.Err() != nil { // a wake may have run before idle was set or the deadline armed
-			return false
-		}
-		var n int
-		if err == nil {
-			n, err = cn.client.ReadHead(p.o.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
-		}
-		cn.idle.Store(false)
-		if err != nil {
-			// Nothing of a request (a close or an idle timeout) is no
-			// refusal; a head begun and not finished is.
-			var pe *http1.ParseError
-			var ne net.Error
-			switch {
-			case err == http1.ErrIdle, err == http1.ErrIdleTimeout:
-			case err == http1.ErrTLSHandshake:
-				cn.refuseTLS(err)
-			case errors.As(err, &pe):
-				cn.req.ParseRequestLine(cn.client.Buffered())
-				cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
-			case errors.As(err, &ne) && ne.Timeout() && cn.ctx.Err() == nil:
-				cn.req.ParseRequestLine(cn.client.Buffered())
-				cn.rejectHead(408, "request head not received in time", accesslog.ReasonHeadTimeout, err)
-			}
-			return false
-		}
-		cn.nreq++
-		if err := cn.req.ParseRequest(cn.client.Buf[cn.client.R : cn.client.R+n]); err != nil {
-			var pe *http1.ParseError
-			if errors.As(err, &pe) {
-				cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
-			}
-			return false
-		}
-		cn.client.R += n
-		cn.isHead = string(cn.req.Method.Of(cn.req.Buf)) == "HEAD"
-		cn.begin()
-		keep, handedOff := cn.handle()
-		if handedOff {
-			return true
-		}
-		cn.finish()
-		if !keep {
-			return false
+		if r := cn.step(err); r != connNext {
+			return r
 		}
 	}
+}
+
+// step serves the next request once the wait for its first byte has
+// ended with err (nil: the head is to be read), and reports what became
+// of the connection (connNext: it waits for the next request).
+func (cn *conn) step(err error) int {
+	p := cn.p
+	if cn.ctx.Err() != nil { // a wake may have run before idle was set or the deadline armed
+		return connServed
+	}
+	var n int
+	if err == nil {
+		n, err = cn.client.ReadHead(p.o.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
+	}
+	cn.idle.Store(false)
+	if err != nil {
+		// Nothing of a request (a close or an idle timeout) is no
+		// refusal; a head begun and not finished is.
+		var pe *http1.ParseError
+		var ne net.Error
+		switch {
+		case err == http1.ErrIdle, err == http1.ErrIdleTimeout:
+		case err == http1.ErrTLSHandshake:
+			cn.refuseTLS(err)
+		case errors.As(err, &pe):
+			cn.req.ParseRequestLine(cn.client.Buffered())
+			cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
+		case errors.As(err, &ne) && ne.Timeout() && cn.ctx.Err() == nil:
+			cn.req.ParseRequestLine(cn.client.Buffered())
+			cn.rejectHead(408, "request head not received in time", accesslog.ReasonHeadTimeout, err)
+		}
+		return connServed
+	}
+	cn.nreq++
+	if err := cn.req.ParseRequest(cn.client.Buf[cn.client.R : cn.client.R+n]); err != nil {
+		var pe *http1.ParseError
+		if errors.As(err, &pe) {
+			cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
+		}
+		return connServed
+	}
+	cn.client.R += n
+	cn.isHead = string(cn.req.Method.Of(cn.req.Buf)) == "HEAD"
+	cn.begin()
+	keep, handedOff := cn.handle()
+	if handedOff {
+		if cn.held {
+			return connHeld
+		}
+		return connHandedOff
+	}
+	cn.finish()
+	if !keep {
+		return connServed
+	}
+	return connNext
 }
 
 // awaitRequest waits, for at most wait (0: no limit), for the first
@@ -185,16 +249,19 @@ func (cn *conn) serve() bool {
 // client has sent nothing for the Proxy's UpstreamIdle. It returns what
 // ReadHead returns for a connection that ends before a byte of a
 // request, ErrIdle or ErrIdleTimeout, and otherwise nil with the byte in
-// the connection's buffer.
+// the connection's buffer; or errParked, when the connection waits with
+// no goroutine (see notify).
 //
 // When crypto/tls holds nothing of the client's (it reads no further
 // than the record it reads, see tunnel.RecordParker, and the last read
 // took less than it asked for, so it left no plaintext), the wait is on
-// the socket (Parker.WaitRead, which borrows a buffer only once there
-// are bytes), without the deep stack of a TLS read: the goroutine's
-// stack, grown by the requests, can then shrink while it waits. Either
-// way the byte is then read alone, crypto/tls keeping the rest of its
-// record.
+// the socket, without the deep stack of a TLS read: where the platform
+// allows and the connection is served with a continuation
+// (ServeConnReadThen), no goroutine waits (Parker.Notify, see notify);
+// otherwise the goroutine waits in Parker.WaitRead, which borrows a
+// buffer only once there are bytes, and its stack, grown by the
+// requests, can shrink while it waits. Either way the byte is then read
+// alone, crypto/tls keeping the rest of its record.
 //
 // The upstream is closed, not pooled: the pool would hand it to the
 // next request for the same name and address, whoever's tunnel it is
@@ -211,33 +278,63 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 			}
 		}
 	}
+	now := http1.MonoNow()
+	cn.idleEnd, cn.upEnd = 0, 0
+	if wait > 0 {
+		cn.idleEnd = now + wait
+	}
+	if up := cn.p.cfg.UpstreamIdle; up > 0 && cn.x.Up.C != nil && (wait <= 0 || up < wait) {
+		cn.upEnd = now + up
+	}
+	cn.drained = drained
+	if drained && cn.park != nil && cn.then != nil {
+		if err := cn.notify(); err != errNoNotify {
+			if err == nil { // readable already
+				return cn.awaitByte()
+			}
+			return err
+		}
+	}
+	return cn.awaitByte()
+}
+
+// awaitByte is awaitRequest's wait on this goroutine, until cn.idleEnd,
+// the upstream going at cn.upEnd (MonoNow readings; 0: none).
+func (cn *conn) awaitByte() error {
+	c := &cn.client
 	read := func() (int, error) {
 		if cn.ctx.Err() != nil {
 			return 0, http1.ErrIdle
 		}
-		if drained && cn.park != nil {
+		if cn.drained && cn.park != nil {
 			if err := cn.park.WaitRead(); err != nil {
 				return 0, err
 			}
 		}
 		return c.C.Read(cn.one[:])
 	}
-	first := wait
-	if up := cn.p.cfg.UpstreamIdle; up > 0 && cn.x.Up.C != nil && (wait <= 0 || up < wait) {
-		first = up
-	}
-	c.ArmReadDeadline(http1.MonoNow(), first)
-	n, err := read()
-	if n == 0 && first != wait && timedOut(err) && cn.ctx.Err() == nil {
-		// The client is idle: its upstream goes, and it gets the rest
-		// of its idle time.
-		cn.x.Drop()
-		rest := wait
-		if wait > 0 {
-			rest = wait - first
+	var n int
+	var err error
+	for {
+		now := http1.MonoNow()
+		end := cn.idleEnd
+		if cn.upEnd > 0 {
+			end = cn.upEnd
 		}
-		c.ArmReadDeadline(http1.MonoNow(), rest)
+		if end > 0 {
+			c.ArmReadDeadline(now, max(end-now, 1))
+		} else {
+			c.ArmReadDeadline(now, 0)
+		}
 		n, err = read()
+		if n == 0 && cn.upEnd > 0 && timedOut(err) && cn.ctx.Err() == nil {
+			// The client is idle: its upstream goes, and it gets the
+			// rest of its idle time.
+			cn.x.Drop()
+			cn.upEnd = 0
+			continue
+		}
+		break
 	}
 	c.TakeBuf(&http1.ClientBufs)
 	if n > 0 {
@@ -249,6 +346,89 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 		return http1.ErrIdleTimeout
 	}
 	return http1.ErrIdle
+}
+
+// errNoNotify is notify's answer where the platform has no wait without
+// a goroutine: the caller waits on its own.
+var errNoNotify = errors.New("httpproxy: no notify")
+
+// notify parks an intercepted connection idle between requests until
+// its client sends, its upstream is to go (cn.upEnd) or its idle time
+// is over (cn.idleEnd), with no goroutine: tunnel.Parker.Notify calls
+// resume, which serves on, on a goroutine of its own, as h2 parks an
+// idle connection. It returns errParked then, after which the
+// connection is no longer the caller's to touch; nil when the client
+// has sent already (the byte is to be read); ErrIdle when the socket
+// failed or the connection is shutting down; errNoNotify where the
+// platform cannot park it so.
+func (cn *conn) notify() error {
+	switch ok, err := cn.park.Ready(); {
+	case ok && err != nil:
+		return http1.ErrIdle
+	case ok:
+		return nil
+	}
+	end := cn.idleEnd
+	if cn.upEnd > 0 {
+		end = cn.upEnd
+	}
+	var deadline time.Time
+	if end > 0 {
+		deadline = time.Now().Add(end - http1.MonoNow())
+	}
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.ctx.Err() != nil { // wake has run: it found no Notice to wake
+		return http1.ErrIdle
+	}
+	n, ok := cn.park.Notify(deadline, cn.resumeFn)
+	if !ok {
+		return errNoNotify
+	}
+	cn.notice = n
+	return errParked
+}
+
+// resume is the end of notify's wait, on a goroutine of its own: the
+// client has sent (err nil), a deadline has passed, the wait was woken
+// by the connection's end (wake) or failed. It reads the request's
+// first byte, or parks the connection again once its upstream is gone,
+// and serves on.
+func (cn *conn) resume(err error) {
+	then := cn.then
+	cn.mu.Lock()
+	cn.notice = nil
+	cn.mu.Unlock()
+	switch {
+	case err == nil:
+		err = cn.awaitByte()
+	case errors.Is(err, os.ErrDeadlineExceeded) && cn.upEnd > 0 && cn.ctx.Err() == nil:
+		// The client is idle: its upstream goes, and it gets the rest
+		// of its idle time.
+		cn.x.Drop()
+		cn.upEnd = 0
+		switch err = cn.notify(); err {
+		case errParked:
+			return
+		case nil:
+			err = cn.awaitByte()
+		case errNoNotify: // cannot be: it could before
+			err = http1.ErrIdle
+		}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = http1.ErrIdleTimeout
+	default:
+		err = http1.ErrIdle
+	}
+	// then was read before serving on: once parked again the conn is no
+	// longer this goroutine's.
+	r := cn.step(err)
+	if r == connNext {
+		r = cn.serve()
+	}
+	if !cn.after(r) {
+		then()
+	}
 }
 
 // timedOut reports whether err is a deadline's.
@@ -1041,12 +1221,36 @@ func (cn *conn) helloFirst() bool {
 // read buffer goes back to its pool first, the hello copied out of it.
 // It returns once the intercepted connection has ended, having closed
 // it: handed off.
+//
+// A connection served with a continuation (ServeConnReadThen) lets the
+// interception go on without this goroutine (gate.Grant.InterceptThen):
+// the conn, whose grant the interception finishes, is then held
+// (connHeld) until both this goroutine and the interception have let go
+// of it (interceptEnded).
 func (cn *conn) intercept() bool {
 	first := append([]byte(nil), cn.client.Buffered()...)
 	cn.client.R = cn.client.W
 	cn.client.Release()
-	cn.g.Intercept(cn.client.C, first)
+	if cn.then == nil {
+		cn.g.Intercept(cn.client.C, first)
+		return true
+	}
+	cn.hold.Store(2)
+	if cn.g.InterceptThen(cn.client.C, first, cn.interceptEndedFn) {
+		cn.held = true
+	}
 	return true
+}
+
+// interceptEnded lets go of a held conn (see intercept), once for the
+// goroutine that served it and once for the interception: the last one
+// ends the connection and calls then.
+func (cn *conn) interceptEnded() {
+	if cn.hold.Add(-1) == 0 {
+		then := cn.then
+		cn.end(true)
+		then()
+	}
 }
 
 // switchProtocols completes a WebSocket handshake the origin accepted:
