@@ -113,15 +113,11 @@ type conn struct {
 	// that comes late leaves the next one alone.
 	gen uint64
 	// held says the tunnel the connection became is intercepted and
-	// goes on without the goroutine that served it (intercept); hold
-	// counts who must let go of the conn before it ends: that goroutine
-	// and the interception (interceptEnded).
+	// goes on without the goroutine that served it, and without the
+	// conn (intercept).
 	held bool
-	hold atomic.Int32
-	// resumeFn and interceptEndedFn are resume and interceptEnded,
-	// bound once.
-	resumeFn         func(error)
-	interceptEndedFn func()
+	// resumeFn is resume, bound once.
+	resumeFn func(error)
 	// A transparent connection's (see ServeTransparent): its original
 	// destination (invalid on a proxy port), that destination as
 	// host:port, and the access log's target of the current request.
@@ -151,7 +147,7 @@ const (
 	connServed           // the connection has been served: the caller closes it
 	connHandedOff        // the connection became a tunnel, which owns it
 	connParked           // the connection waits for its client with no goroutine: it is no longer the caller's to touch (awaitRequest)
-	connHeld             // the connection's tunnel is intercepted and goes on without this goroutine; the caller lets go of it (interceptEnded)
+	connHeld             // the connection's tunnel is intercepted and goes on without this goroutine and the conn (intercept)
 )
 
 // errParked is what awaitRequest returns when the connection has been
@@ -1223,10 +1219,12 @@ func (cn *conn) helloFirst() bool {
 // it: handed off.
 //
 // A connection served with a continuation (ServeConnReadThen) lets the
-// interception go on without this goroutine (gate.Grant.InterceptThen):
-// the conn, whose grant the interception finishes, is then held
-// (connHeld) until both this goroutine and the interception have let go
-// of it (interceptEnded).
+// interception go on without this goroutine (gate.Grant.InterceptThen),
+// and without the conn: the interception takes the client connection,
+// then, and the grant, moved out of the conn, which it finishes; the
+// conn goes back to its pool once this goroutine has let go of it
+// (connHeld), so that an intercepted connection keeps no conn of its
+// CONNECT's.
 func (cn *conn) intercept() bool {
 	first := append([]byte(nil), cn.client.Buffered()...)
 	cn.client.R = cn.client.W
@@ -1235,22 +1233,10 @@ func (cn *conn) intercept() bool {
 		cn.g.Intercept(cn.client.C, first)
 		return true
 	}
-	cn.hold.Store(2)
-	if cn.g.InterceptThen(cn.client.C, first, cn.interceptEndedFn) {
-		cn.held = true
-	}
+	g := new(gate.Grant)
+	*g, cn.g = cn.g, gate.Grant{}
+	cn.held = g.InterceptThen(cn.client.C, first, cn.then)
 	return true
-}
-
-// interceptEnded lets go of a held conn (see intercept), once for the
-// goroutine that served it and once for the interception: the last one
-// ends the connection and calls then.
-func (cn *conn) interceptEnded() {
-	if cn.hold.Add(-1) == 0 {
-		then := cn.then
-		cn.end(true)
-		then()
-	}
 }
 
 // switchProtocols completes a WebSocket handshake the origin accepted:

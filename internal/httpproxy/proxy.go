@@ -85,7 +85,7 @@ func New(cfg Config) (*Proxy, error) {
 	p := &Proxy{cfg: cfg, oc: cfg.Origin, o: cfg.Origin.Config(), log: log}
 	p.conns.New = func() any {
 		cn := &conn{bodyErr: make(chan error, 1)}
-		cn.resumeFn, cn.interceptEndedFn = cn.resume, cn.interceptEnded
+		cn.resumeFn = cn.resume
 		return cn
 	}
 	return p, nil
@@ -180,7 +180,7 @@ func (cn *conn) after(r int) bool {
 	case connParked:
 		return true
 	case connHeld:
-		cn.interceptEnded()
+		cn.end(true)
 		return true
 	}
 	cn.end(r == connHandedOff)
