@@ -136,6 +136,7 @@ func (p *Proxy) serve(c net.Conn, sess *gate.Session, read []byte, orig netip.Ad
 		}
 	}
 	cn := p.conns.Get().(*conn)
+	cn.takeWork()
 	cn.p = p
 	cn.sess = sess
 	cn.ctx = sess.Context()
@@ -191,6 +192,7 @@ func (cn *conn) after(r int) bool {
 // pool: the client connection closed unless it was handed off.
 func (cn *conn) end(handedOff bool) {
 	p := cn.p
+	cn.takeWork()
 	cn.stop()
 	if !handedOff {
 		cn.client.C.Close()
