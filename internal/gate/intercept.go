@@ -37,7 +37,14 @@ type Interceptor interface {
 	// g.InterceptSession(in), until the connection ends. It owns c and
 	// closes it. It sets g's reason when the interception failed (the
 	// client refused the certificate); the caller finishes g.
-	Serve(g *Grant, in *Intercepted, c net.Conn, first []byte)
+	//
+	// With then nil it returns once the connection has ended, and
+	// reports false. Otherwise it may let the connection go on without
+	// the calling goroutine (served with no goroutine while it is
+	// idle): it then reports true and calls then once the connection
+	// has ended, on another goroutine or before it returns; when it
+	// reports false it has not called then.
+	Serve(g *Grant, in *Intercepted, c net.Conn, first []byte, then func()) bool
 }
 
 // Intercepted is what the session of an intercepted tunnel's requests
@@ -74,6 +81,16 @@ func (g *Grant) InterceptRule() int { return g.icept }
 // read of it (its ClientHello). It returns when the intercepted
 // connection has ended, c closed and g finished.
 func (g *Grant) Intercept(c net.Conn, first []byte) {
+	g.InterceptThen(c, first, nil)
+}
+
+// InterceptThen is Intercept, except that with then set the intercepted
+// connection may go on without the calling goroutine (see
+// Interceptor.Serve): it then reports true and calls then once the
+// connection has ended, c closed and g finished, on another goroutine
+// or before it returns; g must stay as it is until then. When it
+// reports false the connection has ended, and then has not been called.
+func (g *Grant) InterceptThen(c net.Conn, first []byte, then func()) bool {
 	g.intercepted = true
 	d := &g.dst
 	_, host := g.dest()
@@ -82,9 +99,22 @@ func (g *Grant) Intercept(c net.Conn, first []byte) {
 	if in.Name == "" {
 		in.Name = host
 	}
-	g.s.p.Intercept.Serve(g, in, c, first)
+	if then == nil {
+		g.s.p.Intercept.Serve(g, in, c, first, nil)
+		c.Close()
+		g.Finish(0, 0)
+		return false
+	}
+	if g.s.p.Intercept.Serve(g, in, c, first, func() {
+		c.Close()
+		g.Finish(0, 0)
+		then()
+	}) {
+		return true
+	}
 	c.Close()
 	g.Finish(0, 0)
+	return false
 }
 
 // Intercepted reports whether the request is an intercepted tunnel, or

@@ -1,18 +1,26 @@
 package http1
 
-import "net"
+import (
+	"net"
+	"sync"
+)
 
 // Vec writes two buffers with one writev; its fields are reused so that
 // a write allocates nothing. A Vec is used by one goroutine at a time.
 type Vec struct {
 	iov  [2][]byte
 	bufs net.Buffers
-	join []byte // a and b joined, for connections without writev (TLS)
 }
 
 // maxJoin bounds what Vec.Write copies together for a connection without
 // writev, so that head and a small body leave in one TLS record.
 const maxJoin = 16 << 10
+
+// joinBufs holds the buffers Vec.Write joins two buffers in, for a
+// connection without writev (TLS): borrowed for one write, so that a
+// connection idle between writes holds none (an idle intercepted
+// connection would otherwise keep its last answer's size).
+var joinBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // Write writes a and b to c with one system call where it can, and
 // returns how many of their bytes were written: all unless it fails.
@@ -34,8 +42,11 @@ func (v *Vec) Write(c net.Conn, a, b []byte) (int64, error) {
 			m, err := c.Write(b)
 			return int64(n + m), err
 		}
-		v.join = append(append(v.join[:0], a...), b...)
-		n, err := c.Write(v.join)
+		bp := joinBufs.Get().(*[]byte)
+		join := append(append((*bp)[:0], a...), b...)
+		n, err := c.Write(join)
+		*bp = join[:0]
+		joinBufs.Put(bp)
 		return int64(n), err
 	}
 	v.iov[0], v.iov[1] = a, b

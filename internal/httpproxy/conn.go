@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -50,18 +52,10 @@ type conn struct {
 	client http1.Conn
 	idle   atomic.Bool // waiting for the next request head; read by wake
 
-	// x is the exchange with the upstream of the request being served;
-	// between requests it may keep the last one's upstream for the next
-	// request to the same origin (see origin.Exchange.Keep).
-	x origin.Exchange
+	// *work is what the requests are served with; nil while the
+	// connection is parked (see notify).
+	*work
 
-	req       http1.Head
-	tgt       target
-	reqChunk  http1.ChunkedScanner
-	respChunk http1.ChunkedScanner
-
-	out     []byte    // a head under construction
-	via     []byte    // the request's Via values, joined
 	maxFwd  int       // the Max-Forwards the forwarded TRACE or OPTIONS carries; -1 = the client's fields as they are
 	vec     http1.Vec // writes of the serving goroutine
 	bodyVec http1.Vec // writes of the sendBody goroutine
@@ -72,10 +66,8 @@ type conn struct {
 	metered bool // the request's bytes count against its user's byte quota as they move (gate.Grant.Meter)
 	upgrade bool // the request being served is a WebSocket handshake
 
-	g         gate.Grant   // the current request's passage through the policy
-	gr        gate.Request // what g was asked for
-	hostStr   string       // the last target host as a string, reused while it repeats
-	methodStr string       // the last method as a string, reused while it repeats
+	hostStr   string // the last target host as a string, reused while it repeats
+	methodStr string // the last method as a string, reused while it repeats
 
 	obs observation // what the metrics and access log learn of the current request
 
@@ -85,10 +77,35 @@ type conn struct {
 	// park waits for an intercepted connection's next request on its
 	// socket (see awaitRequest); nil until its first wait, or when it
 	// cannot.
-	park    *tunnel.Parker
-	one     [1]byte // what awaitRequest reads
-	logTgt  []byte  // the access log's target of a request inside it: its https URL
-	scratch []byte  // the Host value made for a request without one
+	park *tunnel.Parker
+	one  [1]byte // what awaitRequest reads
+	// The wait for an intercepted connection's next request
+	// (awaitRequest): when it ends (idleEnd) and when the upstream goes
+	// (upEnd), MonoNow readings (0: never); drained says that the wait
+	// is on the socket (park).
+	idleEnd, upEnd time.Duration
+	drained        bool
+	// then is what ServeConnReadThen was given: called once the
+	// connection has ended when it went on without the goroutine that
+	// served it (connParked, connHeld); nil = it is served on the
+	// caller's goroutine throughout.
+	then func()
+	// stop ends the wake registered on the session's context.
+	stop func() bool
+	// mu guards notice and gen, which wake reads.
+	mu sync.Mutex
+	// notice is the wait of a connection parked with no goroutine
+	// (notify); nil when none.
+	notice *tunnel.Notice
+	// gen counts the connections the conn has served, so that a wake
+	// that comes late leaves the next one alone.
+	gen uint64
+	// held says the tunnel the connection became is intercepted and
+	// goes on without the goroutine that served it, and without the
+	// conn (intercept).
+	held bool
+	// resumeFn is resume, bound once.
+	resumeFn func(error)
 	// A transparent connection's (see ServeTransparent): its original
 	// destination (invalid on a proxy port), that destination as
 	// host:port, and the access log's target of the current request.
@@ -97,26 +114,91 @@ type conn struct {
 	logTarget []byte
 }
 
-func (cn *conn) reset() {
-	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
-	cn.icept, cn.park = nil, nil
-	cn.orig = netip.AddrPort{}
-	cn.gr = gate.Request{}
-	cn.req.Buf = nil
-	cn.tgt = target{}
-	cn.nreq = 0
-	if cap(cn.out) > 64<<10 {
-		cn.out = nil
+// work is the bulk of a conn (3.3 KiB of its 3.9): what serves its
+// requests, with the buffers they grow. A conn takes one from works when
+// it starts serving and gives it back when it ends, and an intercepted
+// connection parked between requests with no upstream kept lends it back
+// meanwhile (see notify), so that an idle intercepted connection keeps
+// only the rest.
+type work struct {
+	// x is the exchange with the upstream of the request being served;
+	// between requests it may keep the last one's upstream for the next
+	// request to the same origin (see origin.Exchange.Keep).
+	x origin.Exchange
+
+	req       http1.Head
+	tgt       target
+	reqChunk  http1.ChunkedScanner
+	respChunk http1.ChunkedScanner
+
+	out []byte // a head under construction
+	via []byte // the request's Via values, joined
+
+	g  gate.Grant   // the current request's passage through the policy
+	gr gate.Request // what g was asked for
+
+	logTgt  []byte // the access log's target of a request inside an intercepted tunnel: its https URL
+	scratch []byte // the Host value made for a request without one
+}
+
+// works holds the work of the conns that are not serving requests.
+var works = sync.Pool{New: func() any { return new(work) }}
+
+// takeWork gives the conn a work to serve requests with, unless it has
+// one.
+func (cn *conn) takeWork() {
+	if cn.work == nil {
+		cn.work = works.Get().(*work)
 	}
 }
 
-// serve runs the request loop. It reports whether the connection was
-// handed to a tunnel (and so must not be closed by the caller).
-func (cn *conn) serve() bool {
+// lendWork gives the conn's work back to works: it must hold nothing of
+// the connection's (no upstream kept, no grant unfinished, no request
+// being served).
+func (cn *conn) lendWork() {
+	w := cn.work
+	cn.work = nil
+	w.gr = gate.Request{}
+	w.req.Buf = nil
+	w.tgt = target{}
+	if cap(w.out) > 64<<10 {
+		w.out = nil
+	}
+	works.Put(w)
+}
+
+func (cn *conn) reset() {
+	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
+	cn.icept, cn.park = nil, nil
+	cn.then, cn.stop, cn.held = nil, nil, false
+	cn.idleEnd, cn.upEnd, cn.drained = 0, 0, false
+	cn.orig = netip.AddrPort{}
+	cn.nreq = 0
+	if cn.work != nil {
+		cn.lendWork()
+	}
+}
+
+// What serving a connection did with it (serve, step).
+const (
+	connNext      = iota // a request was served; the connection waits for the next (step only)
+	connServed           // the connection has been served: the caller closes it
+	connHandedOff        // the connection became a tunnel, which owns it
+	connParked           // the connection waits for its client with no goroutine: it is no longer the caller's to touch (awaitRequest)
+	connHeld             // the connection's tunnel is intercepted and goes on without this goroutine and the conn (intercept)
+)
+
+// errParked is what awaitRequest returns when the connection has been
+// parked (notify): it goes on from resume, on another goroutine.
+var errParked = errors.New("httpproxy: parked")
+
+// serve runs the request loop. It reports what became of the
+// connection: connServed, connHandedOff, connParked or connHeld.
+func (cn *conn) serve() int {
 	p := cn.p
 	for {
 		if cn.ctx.Err() != nil {
-			return false
+			return connServed
 		}
 		wait := p.cfg.IdleTimeout
 		if cn.nreq == 0 {
@@ -126,56 +208,72 @@ func (cn *conn) serve() bool {
 		cn.idle.Store(true)
 		var err error
 		if cn.icept != nil && cn.nreq > 0 && cn.client.R == cn.client.W {
-			err = cn.awaitRequest(wait)
+			if err = cn.awaitRequest(wait); err == errParked {
+				return connParked
+			}
 		} else {
 			cn.client.ArmReadDeadline(http1.MonoNow(), wait)
 		}
-		if cn.ctx.Err() != nil { // a wake may have run before idle was set or the deadline armed
-			return false
-		}
-		var n int
-		if err == nil {
-			n, err = cn.client.ReadHead(p.o.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
-		}
-		cn.idle.Store(false)
-		if err != nil {
-			// Nothing of a request (a close or an idle timeout) is no
-			// refusal; a head begun and not finished is.
-			var pe *http1.ParseError
-			var ne net.Error
-			switch {
-			case err == http1.ErrIdle, err == http1.ErrIdleTimeout:
-			case err == http1.ErrTLSHandshake:
-				cn.refuseTLS(err)
-			case errors.As(err, &pe):
-				cn.req.ParseRequestLine(cn.client.Buffered())
-				cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
-			case errors.As(err, &ne) && ne.Timeout() && cn.ctx.Err() == nil:
-				cn.req.ParseRequestLine(cn.client.Buffered())
-				cn.rejectHead(408, "request head not received in time", accesslog.ReasonHeadTimeout, err)
-			}
-			return false
-		}
-		cn.nreq++
-		if err := cn.req.ParseRequest(cn.client.Buf[cn.client.R : cn.client.R+n]); err != nil {
-			var pe *http1.ParseError
-			if errors.As(err, &pe) {
-				cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
-			}
-			return false
-		}
-		cn.client.R += n
-		cn.isHead = string(cn.req.Method.Of(cn.req.Buf)) == "HEAD"
-		cn.begin()
-		keep, handedOff := cn.handle()
-		if handedOff {
-			return true
-		}
-		cn.finish()
-		if !keep {
-			return false
+		if r := cn.step(err); r != connNext {
+			return r
 		}
 	}
+}
+
+// step serves the next request once the wait for its first byte has
+// ended with err (nil: the head is to be read), and reports what became
+// of the connection (connNext: it waits for the next request).
+func (cn *conn) step(err error) int {
+	p := cn.p
+	if cn.ctx.Err() != nil { // a wake may have run before idle was set or the deadline armed
+		return connServed
+	}
+	var n int
+	if err == nil {
+		n, err = cn.client.ReadHead(p.o.MaxHeaderBytes, p.cfg.ReadHeaderTimeout)
+	}
+	cn.idle.Store(false)
+	if err != nil {
+		// Nothing of a request (a close or an idle timeout) is no
+		// refusal; a head begun and not finished is.
+		var pe *http1.ParseError
+		var ne net.Error
+		switch {
+		case err == http1.ErrIdle, err == http1.ErrIdleTimeout:
+		case err == http1.ErrTLSHandshake:
+			cn.refuseTLS(err)
+		case errors.As(err, &pe):
+			cn.req.ParseRequestLine(cn.client.Buffered())
+			cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
+		case errors.As(err, &ne) && ne.Timeout() && cn.ctx.Err() == nil:
+			cn.req.ParseRequestLine(cn.client.Buffered())
+			cn.rejectHead(408, "request head not received in time", accesslog.ReasonHeadTimeout, err)
+		}
+		return connServed
+	}
+	cn.nreq++
+	if err := cn.req.ParseRequest(cn.client.Buf[cn.client.R : cn.client.R+n]); err != nil {
+		var pe *http1.ParseError
+		if errors.As(err, &pe) {
+			cn.rejectHead(pe.Status, pe.Reason, headReason(pe), err)
+		}
+		return connServed
+	}
+	cn.client.R += n
+	cn.isHead = string(cn.req.Method.Of(cn.req.Buf)) == "HEAD"
+	cn.begin()
+	keep, handedOff := cn.handle()
+	if handedOff {
+		if cn.held {
+			return connHeld
+		}
+		return connHandedOff
+	}
+	cn.finish()
+	if !keep {
+		return connServed
+	}
+	return connNext
 }
 
 // awaitRequest waits, for at most wait (0: no limit), for the first
@@ -185,16 +283,19 @@ func (cn *conn) serve() bool {
 // client has sent nothing for the Proxy's UpstreamIdle. It returns what
 // ReadHead returns for a connection that ends before a byte of a
 // request, ErrIdle or ErrIdleTimeout, and otherwise nil with the byte in
-// the connection's buffer.
+// the connection's buffer; or errParked, when the connection waits with
+// no goroutine (see notify).
 //
 // When crypto/tls holds nothing of the client's (it reads no further
 // than the record it reads, see tunnel.RecordParker, and the last read
 // took less than it asked for, so it left no plaintext), the wait is on
-// the socket (Parker.WaitRead, which borrows a buffer only once there
-// are bytes), without the deep stack of a TLS read: the goroutine's
-// stack, grown by the requests, can then shrink while it waits. Either
-// way the byte is then read alone, crypto/tls keeping the rest of its
-// record.
+// the socket, without the deep stack of a TLS read: where the platform
+// allows and the connection is served with a continuation
+// (ServeConnReadThen), no goroutine waits (Parker.Notify, see notify);
+// otherwise the goroutine waits in Parker.WaitRead, which borrows a
+// buffer only once there are bytes, and its stack, grown by the
+// requests, can shrink while it waits. Either way the byte is then read
+// alone, crypto/tls keeping the rest of its record.
 //
 // The upstream is closed, not pooled: idle in the pool (for the same
 // identity's next tunnel to the name) it would cost as much as here, its
@@ -211,33 +312,63 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 			}
 		}
 	}
+	now := http1.MonoNow()
+	cn.idleEnd, cn.upEnd = 0, 0
+	if wait > 0 {
+		cn.idleEnd = now + wait
+	}
+	if up := cn.p.cfg.UpstreamIdle; up > 0 && cn.x.Up.C != nil && (wait <= 0 || up < wait) {
+		cn.upEnd = now + up
+	}
+	cn.drained = drained
+	if drained && cn.park != nil && cn.then != nil {
+		if err := cn.notify(); err != errNoNotify {
+			if err == nil { // readable already
+				return cn.awaitByte()
+			}
+			return err
+		}
+	}
+	return cn.awaitByte()
+}
+
+// awaitByte is awaitRequest's wait on this goroutine, until cn.idleEnd,
+// the upstream going at cn.upEnd (MonoNow readings; 0: none).
+func (cn *conn) awaitByte() error {
+	c := &cn.client
 	read := func() (int, error) {
 		if cn.ctx.Err() != nil {
 			return 0, http1.ErrIdle
 		}
-		if drained && cn.park != nil {
+		if cn.drained && cn.park != nil {
 			if err := cn.park.WaitRead(); err != nil {
 				return 0, err
 			}
 		}
 		return c.C.Read(cn.one[:])
 	}
-	first := wait
-	if up := cn.p.cfg.UpstreamIdle; up > 0 && cn.x.Up.C != nil && (wait <= 0 || up < wait) {
-		first = up
-	}
-	c.ArmReadDeadline(http1.MonoNow(), first)
-	n, err := read()
-	if n == 0 && first != wait && timedOut(err) && cn.ctx.Err() == nil {
-		// The client is idle: its upstream goes, and it gets the rest
-		// of its idle time.
-		cn.x.Drop()
-		rest := wait
-		if wait > 0 {
-			rest = wait - first
+	var n int
+	var err error
+	for {
+		now := http1.MonoNow()
+		end := cn.idleEnd
+		if cn.upEnd > 0 {
+			end = cn.upEnd
 		}
-		c.ArmReadDeadline(http1.MonoNow(), rest)
+		if end > 0 {
+			c.ArmReadDeadline(now, max(end-now, 1))
+		} else {
+			c.ArmReadDeadline(now, 0)
+		}
 		n, err = read()
+		if n == 0 && cn.upEnd > 0 && timedOut(err) && cn.ctx.Err() == nil {
+			// The client is idle: its upstream goes, and it gets the
+			// rest of its idle time.
+			cn.x.Drop()
+			cn.upEnd = 0
+			continue
+		}
+		break
 	}
 	c.TakeBuf(&http1.ClientBufs)
 	if n > 0 {
@@ -249,6 +380,99 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 		return http1.ErrIdleTimeout
 	}
 	return http1.ErrIdle
+}
+
+// errNoNotify is notify's answer where the platform has no wait without
+// a goroutine: the caller waits on its own.
+var errNoNotify = errors.New("httpproxy: no notify")
+
+// notify parks an intercepted connection idle between requests until
+// its client sends, its upstream is to go (cn.upEnd) or its idle time
+// is over (cn.idleEnd), with no goroutine: tunnel.Parker.Notify calls
+// resume, which serves on, on a goroutine of its own, as h2 parks an
+// idle connection. It returns errParked then, after which the
+// connection is no longer the caller's to touch; nil when the client
+// has sent already (the byte is to be read); ErrIdle when the socket
+// failed or the connection is shutting down; errNoNotify where the
+// platform cannot park it so.
+func (cn *conn) notify() error {
+	switch ok, err := cn.park.Ready(); {
+	case ok && err != nil:
+		return http1.ErrIdle
+	case ok:
+		return nil
+	}
+	end := cn.idleEnd
+	if cn.upEnd > 0 {
+		end = cn.upEnd
+	}
+	var deadline time.Time
+	if end > 0 {
+		deadline = time.Now().Add(end - http1.MonoNow())
+	}
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.ctx.Err() != nil { // wake has run: it found no Notice to wake
+		return http1.ErrIdle
+	}
+	// With no upstream kept the work holds nothing of the connection's
+	// between requests: it goes back to its pool until resume.
+	lent := cn.x.Up.C == nil
+	if lent {
+		cn.lendWork()
+	}
+	n, ok := cn.park.Notify(deadline, cn.resumeFn)
+	if !ok {
+		if lent {
+			cn.takeWork()
+		}
+		return errNoNotify
+	}
+	cn.notice = n
+	return errParked
+}
+
+// resume is the end of notify's wait, on a goroutine of its own: the
+// client has sent (err nil), a deadline has passed, the wait was woken
+// by the connection's end (wake) or failed. It reads the request's
+// first byte, or parks the connection again once its upstream is gone,
+// and serves on.
+func (cn *conn) resume(err error) {
+	then := cn.then
+	cn.mu.Lock()
+	cn.notice = nil
+	cn.mu.Unlock()
+	cn.takeWork()
+	switch {
+	case err == nil:
+		err = cn.awaitByte()
+	case errors.Is(err, os.ErrDeadlineExceeded) && cn.upEnd > 0 && cn.ctx.Err() == nil:
+		// The client is idle: its upstream goes, and it gets the rest
+		// of its idle time.
+		cn.x.Drop()
+		cn.upEnd = 0
+		switch err = cn.notify(); err {
+		case errParked:
+			return
+		case nil:
+			err = cn.awaitByte()
+		case errNoNotify: // cannot be: it could before
+			err = http1.ErrIdle
+		}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = http1.ErrIdleTimeout
+	default:
+		err = http1.ErrIdle
+	}
+	// then was read before serving on: once parked again the conn is no
+	// longer this goroutine's.
+	r := cn.step(err)
+	if r == connNext {
+		r = cn.serve()
+	}
+	if !cn.after(r) {
+		then()
+	}
 }
 
 // timedOut reports whether err is a deadline's.
@@ -1041,11 +1265,25 @@ func (cn *conn) helloFirst() bool {
 // read buffer goes back to its pool first, the hello copied out of it.
 // It returns once the intercepted connection has ended, having closed
 // it: handed off.
+//
+// A connection served with a continuation (ServeConnReadThen) lets the
+// interception go on without this goroutine (gate.Grant.InterceptThen),
+// and without the conn: the interception takes the client connection,
+// then, and the grant, moved out of the conn, which it finishes; the
+// conn goes back to its pool once this goroutine has let go of it
+// (connHeld), so that an intercepted connection keeps no conn of its
+// CONNECT's.
 func (cn *conn) intercept() bool {
 	first := append([]byte(nil), cn.client.Buffered()...)
 	cn.client.R = cn.client.W
 	cn.client.Release()
-	cn.g.Intercept(cn.client.C, first)
+	if cn.then == nil {
+		cn.g.Intercept(cn.client.C, first)
+		return true
+	}
+	g := new(gate.Grant)
+	*g, cn.g = cn.g, gate.Grant{}
+	cn.held = g.InterceptThen(cn.client.C, first, cn.then)
 	return true
 }
 

@@ -83,7 +83,11 @@ func New(cfg Config) (*Proxy, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{cfg: cfg, oc: cfg.Origin, o: cfg.Origin.Config(), log: log}
-	p.conns.New = func() any { return &conn{bodyErr: make(chan error, 1)} }
+	p.conns.New = func() any {
+		cn := &conn{bodyErr: make(chan error, 1)}
+		cn.resumeFn = cn.resume
+		return cn
+	}
 	return p, nil
 }
 
@@ -103,12 +107,27 @@ func (p *Proxy) ServeConn(c net.Conn, sess *gate.Session) {
 // the start of the first request. read must fit a client connection's
 // read buffer (8 KiB); it is copied there.
 func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
-	p.serve(c, sess, read, netip.AddrPort{})
+	p.serve(c, sess, read, netip.AddrPort{}, nil)
 }
 
-// serve is ServeConnRead, for a transparent connection to orig when orig
-// is valid (see ServeTransparent).
-func (p *Proxy) serve(c net.Conn, sess *gate.Session, read []byte, orig netip.AddrPort) {
+// ServeConnReadThen is ServeConnRead, except that a connection that
+// goes on without the calling goroutine may be let go of: a CONNECT
+// tunnel that is intercepted (gate.Grant.InterceptThen), and an
+// intercepted tunnel's connection (Session.Intercepted) idle between
+// requests, which then waits for its client with no goroutine where the
+// platform allows (tunnel.Parker.Notify), as an idle HTTP/2 connection
+// does (h2.Server.ServeConnThen). It then reports true, and calls then
+// once the connection has ended, on another goroutine or before it
+// returns; otherwise it reports false, having served the connection,
+// and does not call then.
+func (p *Proxy) ServeConnReadThen(c net.Conn, sess *gate.Session, read []byte, then func()) bool {
+	return p.serve(c, sess, read, netip.AddrPort{}, then)
+}
+
+// serve is ServeConnReadThen (then nil: ServeConnRead), for a
+// transparent connection to orig when orig is valid (see
+// ServeTransparent).
+func (p *Proxy) serve(c net.Conn, sess *gate.Session, read []byte, orig netip.AddrPort, then func()) bool {
 	if p.cfg.SocketBufferBytes > 0 {
 		if tc := clientTCP(c); tc != nil {
 			if rc, err := tc.SyscallConn(); err == nil {
@@ -117,29 +136,73 @@ func (p *Proxy) serve(c net.Conn, sess *gate.Session, read []byte, orig netip.Ad
 		}
 	}
 	cn := p.conns.Get().(*conn)
+	cn.takeWork()
 	cn.p = p
 	cn.sess = sess
 	cn.ctx = sess.Context()
 	cn.pool = sess.Policy().Pool
 	cn.icept = sess.Intercepted()
 	cn.orig = orig
+	cn.then = then
 	cn.client.Attach(c, &http1.ClientBufs)
 	cn.client.W = copy(cn.client.Buf, read)
 	// On shutdown, a connection waiting for its next request is woken so
 	// that it closes; one in the middle of a request finishes it first.
-	stop := context.AfterFunc(cn.ctx, func() {
-		if cn.idle.Load() {
-			c.SetReadDeadline(time.Unix(1, 0))
-		}
-	})
-	handedOff := cn.serve()
-	stop()
+	cn.mu.Lock()
+	gen := cn.gen
+	cn.mu.Unlock()
+	cn.stop = context.AfterFunc(cn.ctx, func() { cn.wake(c, gen) })
+	return cn.after(cn.serve())
+}
+
+// wake is what a connection does when its session's context is done:
+// one waiting for its next request (idle) has its read deadline passed,
+// one parked (notify) its wait woken, unless the conn serves another
+// connection than the one of gen by now.
+func (cn *conn) wake(c net.Conn, gen uint64) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.gen != gen {
+		return
+	}
+	if cn.idle.Load() {
+		c.SetReadDeadline(time.Unix(1, 0))
+	}
+	if cn.notice != nil {
+		cn.notice.Wake()
+	}
+}
+
+// after does what serve's result r asks: it ends the connection unless
+// it goes on without this goroutine (connParked, connHeld), and reports
+// whether it does.
+func (cn *conn) after(r int) bool {
+	switch r {
+	case connParked:
+		return true
+	case connHeld:
+		cn.end(true)
+		return true
+	}
+	cn.end(r == connHandedOff)
+	return false
+}
+
+// end ends the connection, once served, and puts the conn back in its
+// pool: the client connection closed unless it was handed off.
+func (cn *conn) end(handedOff bool) {
+	p := cn.p
+	cn.takeWork()
+	cn.stop()
 	if !handedOff {
-		c.Close()
+		cn.client.C.Close()
 	}
 	cn.g.Finish(0, 0)
 	cn.x.Close()
 	cn.client.Release()
+	cn.mu.Lock()
+	cn.gen++
+	cn.mu.Unlock()
 	cn.reset()
 	p.conns.Put(cn)
 }

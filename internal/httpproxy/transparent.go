@@ -28,7 +28,7 @@ var errTransparentConnect = http1.NewParseError(400, "CONNECT on a transparent c
 // forwarded request has (package origin). c, sess and the ownership of
 // c are as for ServeConn.
 func (p *Proxy) ServeTransparent(c net.Conn, sess *gate.Session, orig netip.AddrPort) {
-	p.serve(c, sess, nil, netip.AddrPortFrom(orig.Addr().Unmap(), orig.Port()))
+	p.serve(c, sess, nil, netip.AddrPortFrom(orig.Addr().Unmap(), orig.Port()), nil)
 }
 
 // transparentTarget fills r and cn.tgt for a request on a transparent

@@ -257,8 +257,12 @@ func (l *listener) certificate(hi *tls.ClientHelloInfo) (*tls.Certificate, error
 
 // Serve intercepts the tunnel in: the TLS handshake with the client,
 // with a leaf minted for in.Name, then its requests served by the
-// rule's front-ends, under a session of their own.
-func (l *listener) Serve(g *gate.Grant, in *gate.Intercepted, c net.Conn, first []byte) {
+// rule's front-ends, under a session of their own. With then set, the
+// connection goes on without the calling goroutine once served by the
+// front-end's continuation (httpproxy.Proxy.ServeConnReadThen,
+// h2.Server.ServeConnThen), which wait for an idle client with no
+// goroutine.
+func (l *listener) Serve(g *gate.Grant, in *gate.Intercepted, c net.Conn, first []byte, then func()) bool {
 	ic := l.ic
 	rule := in.RuleIndex
 	in.Rule = ic.cfg.Rules[rule].Name
@@ -279,17 +283,34 @@ func (l *listener) Serve(g *gate.Grant, in *gate.Intercepted, c net.Conn, first 
 	c.SetDeadline(time.Time{})
 	if err != nil {
 		l.refused(g, in, cc, err)
-		return
+		return false
 	}
 	l.m.Intercepted(metrics.InterceptServed)
 	sess := g.InterceptSession(in)
-	defer sess.Close()
 	f := l.fronts[rule]
-	if tc.ConnectionState().NegotiatedProtocol == "h2" && f.H2 != nil {
-		f.H2.ServeConn(tc, sess)
-		return
+	h2 := tc.ConnectionState().NegotiatedProtocol == "h2" && f.H2 != nil
+	if then == nil {
+		if h2 {
+			f.H2.ServeConn(tc, sess)
+		} else {
+			f.HTTP1.ServeConn(tc, sess)
+		}
+		sess.Close()
+		return false
 	}
-	f.HTTP1.ServeConn(tc, sess)
+	ended := func() {
+		sess.Close()
+		then()
+	}
+	if h2 {
+		f.H2.ServeConnThen(tc, sess, ended)
+		return true
+	}
+	if f.HTTP1.ServeConnReadThen(tc, sess, nil, ended) {
+		return true
+	}
+	sess.Close()
+	return false
 }
 
 // refused notes a handshake with the client that failed: the client

@@ -128,7 +128,15 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		return e
 	}
 	hp := newHTTP1(t, origin.Config{}, 0)
-	e.proxy = proxytest.StartProxy(t, pol, func(c *net.TCPConn, s *gate.Session) { hp.ServeConn(c, s) })
+	// As rustle's listeners that intercept serve them: an intercepted
+	// tunnel goes on without the goroutine that read its CONNECT
+	// (ServeConnReadThen), and the session closes once it has ended.
+	e.proxy = proxytest.StartProxy(t, pol, func(c *net.TCPConn, s *gate.Session) {
+		ended := make(chan struct{})
+		if hp.ServeConnReadThen(c, s, nil, func() { close(ended) }) {
+			<-ended
+		}
+	})
 	return e
 }
 

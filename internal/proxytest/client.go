@@ -227,6 +227,22 @@ func ConnectPipelined(t testing.TB, proxyAddr, target string, header ...string) 
 	return dialConnect(t, proxyAddr, target, header)
 }
 
+// ConnectOn is Connect on nc, a connection to the proxy the caller has
+// made (a TLS connection to an https listener): it sends the CONNECT
+// request for target and reads an answer of 200, and returns the
+// tunnel, which closes nc when it closes.
+func ConnectOn(t testing.TB, nc net.Conn, target string, header ...string) net.Conn {
+	t.Helper()
+	c := connectOn(nc, target, header)
+	if _, err := c.Write(nil); err != nil {
+		t.Fatalf("proxytest: CONNECT %s: %v", target, err)
+	}
+	if err := c.readAnswer(); err != nil {
+		t.Fatalf("proxytest: CONNECT %s: %v", target, err)
+	}
+	return c
+}
+
 func dialConnect(t testing.TB, proxyAddr, target string, header []string) *connectConn {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", proxyAddr, DefaultTimeout)
@@ -234,6 +250,12 @@ func dialConnect(t testing.TB, proxyAddr, target string, header []string) *conne
 		t.Fatalf("proxytest: dial proxy %s: %v", proxyAddr, err)
 	}
 	t.Cleanup(func() { nc.Close() })
+	return connectOn(nc, target, header)
+}
+
+// connectOn returns the tunnel whose CONNECT request for target goes
+// out on nc with its first write.
+func connectOn(nc net.Conn, target string, header []string) *connectConn {
 	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
 	for _, h := range header {
 		req += h + "\r\n"

@@ -2,8 +2,10 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"net"
@@ -11,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -132,4 +135,87 @@ func TestInterceptUpstreamIdle(t *testing.T) {
 	proxytest.WaitFor(t, "the second origin connection closed", func() bool { return closed.Load() == 2 })
 	send(req("/last"))
 	answer("/last")
+}
+
+// TestInterceptShutdownParked checks that Server.Shutdown ends an
+// intercepted HTTP/1.1 connection idle between requests, which waits
+// for its client with no goroutine (its origin connection closed by
+// intercept.upstream_idle meanwhile): Shutdown returns before its
+// deadline, the client sees the connection end, and the access log has
+// the tunnel's record and its request's.
+func TestInterceptShutdownParked(t *testing.T) {
+	dir := t.TempDir()
+	cert, _ := proxytest.SelfSigned(t)
+	var closed atomic.Int32
+	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.URL.Path)
+	}))
+	origin.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	origin.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateClosed {
+			closed.Add(1)
+		}
+	}
+	origin.StartTLS()
+	t.Cleanup(origin.Close)
+	upstreamCA := filepath.Join(dir, "origin.pem")
+	if err := os.WriteFile(upstreamCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, ca := interceptLocalConfig(t, dir, upstreamCA, 100*time.Millisecond)
+	access := &logBuffer{}
+	s, addrs := startLogged(t, cfg, nil, access)
+	_, port, _ := net.SplitHostPort(origin.Listener.Addr().String())
+	target := net.JoinHostPort("localhost", port)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+
+	c := proxytest.Connect(t, addrs["plain"], target)
+	c.SetDeadline(time.Now().Add(2 * proxytest.DefaultTimeout))
+	tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+	br := bufio.NewReader(tc)
+	if _, err := io.WriteString(tc, "GET /one HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read the response: %v", err)
+	}
+	if body, err := io.ReadAll(resp.Body); err != nil || string(body) != "/one" {
+		t.Fatalf("response %q, %v", body, err)
+	}
+	proxytest.WaitFor(t, "the origin connection closed while the client is idle", func() bool { return closed.Load() == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), proxytest.DefaultTimeout)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v: the idle intercepted connection was not ended", err)
+	}
+	if n, err := br.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("the client read %d bytes after Shutdown, want the connection's end", n)
+	}
+	proxytest.WaitFor(t, "the tunnel's access log record", func() bool {
+		return strings.Contains(access.String(), `"method":"CONNECT"`)
+	})
+	var tunnel, inner bool
+	for line := range strings.Lines(access.String()) {
+		var r struct {
+			Method      string `json:"method"`
+			Target      string `json:"target"`
+			Status      int    `json:"status"`
+			Intercepted bool   `json:"intercepted"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("access log line %q: %v", line, err)
+		}
+		switch {
+		case r.Method == "CONNECT" && r.Status == 200 && r.Intercepted:
+			tunnel = true
+		case r.Method == "GET" && r.Target == "https://"+target+"/one" && r.Status == 200 && r.Intercepted:
+			inner = true
+		}
+	}
+	if !tunnel || !inner {
+		t.Errorf("access log (tunnel %v, request %v):\n%s", tunnel, inner, access.String())
+	}
 }

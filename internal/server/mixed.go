@@ -42,8 +42,22 @@ func (l *listener) serve(c *net.TCPConn, sess *gate.Session, end *connEnd) bool 
 			return false
 		}
 	}
-	l.Proxy.ServeConn(c, sess)
-	return false
+	return l.serveHTTP1(c, sess, nil, end)
+}
+
+// serveHTTP1 serves c, whose first bytes read are read, as HTTP/1.1. On
+// a listener that intercepts tunnels, an intercepted one goes on without
+// this goroutine (httpproxy.Proxy.ServeConnReadThen), with none while
+// it is idle: serveHTTP1 then reports true, and end runs once the
+// connection has been served. Elsewhere it has been when serveHTTP1
+// returns, and end is the caller's to run: a connection then takes no
+// allocation for end.
+func (l *listener) serveHTTP1(c net.Conn, sess *gate.Session, read []byte, end *connEnd) bool {
+	if sess.Policy().Intercept == nil {
+		l.Proxy.ServeConnRead(c, sess, read)
+		return false
+	}
+	return l.Proxy.ServeConnReadThen(c, sess, read, end.then())
 }
 
 // peekByte returns the first byte c has received, leaving it unread

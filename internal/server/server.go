@@ -327,7 +327,8 @@ func (s *Server) acceptLoop(ln net.Listener, cur *atomic.Pointer[listener], eng 
 //
 // An HTTP/2 connection is served on goroutines of its own, none of which
 // waits while it is idle (h2.Server.ServeConnThen): then this goroutine
-// returns at once, and the connection's end does the rest (connEnd).
+// returns at once, and the connection's end does the rest (connEnd). So
+// does an intercepted tunnel's (see serveHTTP1) once it is intercepted.
 func (s *Server) serveConn(l *listener, c *net.TCPConn, client netip.AddrPort, eng *tunnel.Engine) {
 	s.connMu.Lock()
 	s.active[c] = struct{}{}
@@ -361,7 +362,7 @@ func (e *connEnd) run() {
 }
 
 // then returns e.run on a copy of e, so that only a connection handed
-// on with it (serveH2) takes an allocation.
+// on with it (serveH2, serveHTTP1) takes an allocation.
 func (e *connEnd) then() func() {
 	ec := *e
 	return ec.run

@@ -71,7 +71,7 @@ func (l *listener) serveTLS(c *net.TCPConn, sess *gate.Session, end *connEnd) bo
 	case l.H2 != nil && cs.NegotiatedProtocol == config.ALPNH2:
 		return l.serveH2(tc, sess, end)
 	case l.HTTP1:
-		l.Proxy.ServeConn(tc, sess)
+		return l.serveHTTP1(tc, sess, nil, end)
 	default:
 		// An h2-only listener, and a client that chose no protocol: it
 		// offered none, or only http/1.1, which crypto/tls lets through
@@ -112,7 +112,7 @@ func (l *listener) serveH2(tc *tls.Conn, sess *gate.Session, end *connEnd) bool 
 		l.H2.ServePrefacedThen(tc, sess, end.then())
 		return true
 	case kind == firstHTTP1:
-		l.Proxy.ServeConnRead(tc, sess, first[:n])
+		return l.serveHTTP1(tc, sess, first[:n], end)
 	default:
 		if lg := sess.Policy().Logger; lg != nil && lg.Enabled(sess.Context(), slog.LevelDebug) {
 			lg.Debug("server: TLS client chose h2, then sent neither the HTTP/2 preface nor an HTTP/1.1 request; closed",

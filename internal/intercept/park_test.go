@@ -1,0 +1,105 @@
+package intercept_test
+
+import (
+	"bufio"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rustle-proxy/rustle/internal/acl"
+	"github.com/rustle-proxy/rustle/internal/intercept"
+	"github.com/rustle-proxy/rustle/internal/leaktest"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// TestIdleInterceptedParks checks that an intercepted HTTP/1.1
+// connection idle between requests keeps no goroutine of the proxy's
+// (none is in the HTTP/1.1 front-end: it waits on its socket through
+// tunnel.Parker.Notify), and that it serves on when the client sends:
+// one request, then two back to back in one write, then one split
+// across TLS records, each answered; closed by the client, the tunnel
+// and every request inside are in the access log.
+func TestIdleInterceptedParks(t *testing.T) {
+	o := newOrigin(t, []string{"http/1.1"})
+	e := newEnv(t, envConfig{
+		rules: []intercept.Rule{{Name: "api", Match: acl.Rule{Hosts: []string{"localhost"}}}},
+		roots: o.roots,
+		noH2:  true,
+	})
+	c := proxytest.Connect(t, e.proxy, o.host)
+	c.SetDeadline(time.Now().Add(2 * proxytest.DefaultTimeout))
+	tc := tls.Client(c, &tls.Config{RootCAs: e.ca, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+	br := bufio.NewReader(tc)
+	req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: " + o.host + "\r\n\r\n" }
+	answer := func(path string) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("read the answer to %s: %v", path, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), "path="+path+" ") {
+			t.Fatalf("GET %s: %d %q %v", path, resp.StatusCode, b, err)
+		}
+	}
+	// parked waits for the front-end to let go of the idle connection:
+	// for at most half the front-end's idle timeout (10s), after which
+	// it would close the connection, its goroutine gone too.
+	parked := func(after string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			st := leaktest.Stacks("rustle/internal/httpproxy.(*conn)")
+			if len(st) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after %s, a goroutine of the HTTP/1.1 front-end waits for the idle connection:\n%s", after, st[0])
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	write := func(s string) {
+		t.Helper()
+		if _, err := io.WriteString(tc, s); err != nil {
+			t.Fatalf("write %q: %v", s, err)
+		}
+	}
+
+	write(req("/1"))
+	answer("/1")
+	parked("one request")
+	write(req("/2") + req("/3"))
+	answer("/2")
+	answer("/3")
+	parked("two requests back to back")
+	r4 := req("/4")
+	write(r4[:5])
+	write(r4[5:])
+	answer("/4")
+	parked("a request in two records")
+	tc.Close()
+
+	recs := e.records(t, 5)
+	var inner, tunnels int
+	for _, r := range recs {
+		switch {
+		case r.Method == "CONNECT":
+			tunnels++
+			if !r.Intercepted || r.Status != 200 || r.Reason != "" {
+				t.Errorf("tunnel record %+v", r)
+			}
+		case r.Intercepted && r.Status == 200:
+			inner++
+		default:
+			t.Errorf("record %+v", r)
+		}
+	}
+	if tunnels != 1 || inner != 4 {
+		t.Errorf("%d tunnels, %d requests, want 1 and 4:\n%s", tunnels, inner, e.log.String())
+	}
+	parked("the client closed")
+}
