@@ -209,8 +209,8 @@ func TestSteadyBodyRearmsDeadline(t *testing.T) {
 		pieces  = 8
 		size    = 16 << 10
 		total   = pieces * size
-		gap     = 250 * time.Millisecond
-		timeout = time.Second
+		gap     = 500 * time.Millisecond // a quarter of timeout: a loaded machine may stall a writer for over a second
+		timeout = 2 * time.Second
 	)
 	piece := strings.Repeat("s", size)
 	// steady writes the pieces of a body to w, one every gap, each
