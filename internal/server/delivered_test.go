@@ -45,6 +45,11 @@ type bytesRig struct {
 	origin *proxytest.Origin // /length, /chunked, /close: bulkSize bytes each
 	m      *metrics.Metrics
 	log    *logBuffer
+	// sharePorts has the k-th client connection to each listener come
+	// from the same local port, ports[k] (see dial).
+	sharePorts bool
+	ports      []uint16
+	dialled    map[string]int // client connections to each listener so far
 }
 
 // bytesConfig is the rig's configuration; bob is a user only withBob.
@@ -71,7 +76,7 @@ func bytesConfig(t *testing.T, tl config.ListenerTLS, withBob bool) *config.Conf
 
 func startBytesRig(t *testing.T) *bytesRig {
 	t.Helper()
-	r := &bytesRig{m: metrics.New(metrics.Config{}), log: &logBuffer{}}
+	r := &bytesRig{m: metrics.New(metrics.Config{}), log: &logBuffer{}, dialled: map[string]int{}}
 	r.origin = proxytest.NewOrigin(t, nil)
 	r.origin.Handle("/length", proxytest.Bulk(bulkSize, proxytest.ByLength))
 	r.origin.Handle("/chunked", proxytest.Bulk(bulkSize, proxytest.ByChunks))
@@ -97,16 +102,34 @@ type fetch struct {
 	conn net.Conn       // the client's socket: closing it ends the download
 }
 
-// dialSmall connects to addr with a small receive buffer, so that the
+// dial connects to listener with a small receive buffer, so that the
 // kernel holds little of what the client does not read; t.Cleanup closes
-// the connection.
-func dialSmall(t *testing.T, addr string) *net.TCPConn {
+// the connection. With r.sharePorts, the k-th connection to each
+// listener comes from the local port of the first k-th one: the kernel
+// gives connections to different addresses the same port now and then,
+// and so does this, every time, so that a record must be told apart by
+// its listener, not by the client's address alone.
+func (r *bytesRig) dial(t *testing.T, listener string) *net.TCPConn {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	d := &net.Dialer{}
+	k := r.dialled[listener]
+	if r.sharePorts {
+		var port uint16
+		if k < len(r.ports) {
+			port = r.ports[k]
+		}
+		d, _ = proxytest.PortSharingDialer(port)
+	}
+	d.Timeout = 5 * time.Second
+	c, err := d.Dial("tcp", r.addr[listener])
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("dial %s: %v", listener, err)
 	}
 	t.Cleanup(func() { c.Close() })
+	r.dialled[listener] = k + 1
+	if k == len(r.ports) {
+		r.ports = append(r.ports, clientAddr(c).Port())
+	}
 	tc := c.(*net.TCPConn)
 	tc.SetReadBuffer(64 << 10)
 	return tc
@@ -139,7 +162,7 @@ func httpGet(path string, tlsPort bool) func(t *testing.T, r *bytesRig, user str
 		if tlsPort {
 			listener = "tls"
 		}
-		raw := dialSmall(t, r.addr[listener])
+		raw := r.dial(t, listener)
 		var c net.Conn = raw
 		if tlsPort {
 			c = r.tlsClient(t, raw, "http/1.1")
@@ -179,7 +202,7 @@ func getThrough(t *testing.T, r *bytesRig, w io.Writer) {
 // its response body.
 func (r *bytesRig) h2Do(t *testing.T, req *http.Request) fetch {
 	t.Helper()
-	raw := dialSmall(t, r.addr["tls"])
+	raw := r.dial(t, "tls")
 	tc := r.tlsClient(t, raw, "h2")
 	cc, err := (&http2.Transport{}).NewClientConn(tc)
 	if err != nil {
@@ -204,13 +227,13 @@ var downloads = []download{
 		return r.h2Do(t, req)
 	}},
 	{name: "CONNECT tunnel", listener: "plain", start: func(t *testing.T, r *bytesRig, user string) fetch {
-		c := dialSmall(t, r.addr["plain"])
+		c := r.dial(t, "plain")
 		br := connectTunnel(t, r, c, user)
 		getThrough(t, r, c)
 		return fetch{rd: br, from: clientAddr(c), conn: c}
 	}},
 	{name: "https CONNECT tunnel", listener: "tls", start: func(t *testing.T, r *bytesRig, user string) fetch {
-		raw := dialSmall(t, r.addr["tls"])
+		raw := r.dial(t, "tls")
 		c := r.tlsClient(t, raw, "http/1.1")
 		br := connectTunnel(t, r, c, user)
 		getThrough(t, r, c)
@@ -226,7 +249,7 @@ var downloads = []download{
 		return r.h2Do(t, req)
 	}},
 	{name: "SOCKS5 tunnel", listener: "socks", start: func(t *testing.T, r *bytesRig, user string) fetch {
-		c := dialSmall(t, r.addr["socks"])
+		c := r.dial(t, "socks")
 		br := socksLogin(t, c, user, "pw")
 		socksRequest(t, c, br, 1, netip.MustParseAddrPort(r.origin.Addr))
 		c.SetDeadline(time.Time{})
@@ -237,35 +260,38 @@ var downloads = []download{
 
 // bytesRecord is what these tests read of an access log record.
 type bytesRecord struct {
+	Listener  string `json:"listener"`
 	Client    string `json:"client"`
 	Status    int    `json:"status"`
 	BytesDown int64  `json:"bytes_down"`
 	Reason    string `json:"reason"`
 }
 
-// record waits for the access log record of the client at from.
-func (r *bytesRig) record(t *testing.T, from netip.AddrPort) bytesRecord {
+// record waits for the access log record of the client at from on
+// listener.
+func (r *bytesRig) record(t *testing.T, listener string, from netip.AddrPort) bytesRecord {
 	t.Helper()
-	return r.recordSince(t, from, 0)
+	return r.recordSince(t, listener, from, 0)
 }
 
 // logLen returns the length of the access log so far: a mark for
 // recordSince.
 func (r *bytesRig) logLen() int { return len(r.log.String()) }
 
-// recordSince waits for the access log record of the client at from
-// among those written past the log's first since bytes: on loopback the
-// kernel may give a new connection the port of one that has just closed
-// (tcp_tw_reuse), whose record would match too.
-func (r *bytesRig) recordSince(t *testing.T, from netip.AddrPort, since int) bytesRecord {
+// recordSince waits for the access log record of the client at from on
+// listener among those written past the log's first since bytes: on
+// loopback the kernel may give a new connection the port of one that has
+// just closed (tcp_tw_reuse), whose record would match too; and it may
+// give connections to two listeners the same port at once (see dial).
+func (r *bytesRig) recordSince(t *testing.T, listener string, from netip.AddrPort, since int) bytesRecord {
 	t.Helper()
 	var rec bytesRecord
-	waitFor(t, "the access log record of "+from.String(), func() bool {
+	waitFor(t, "the access log record of "+from.String()+" on "+listener, func() bool {
 		for line := range strings.Lines(r.log.String()[since:]) {
 			if err := json.Unmarshal([]byte(line), &rec); err != nil {
 				t.Fatalf("access log line %q: %v", line, err)
 			}
-			if ap, err := netip.ParseAddrPort(rec.Client); err == nil && ap.Addr().Unmap() == from.Addr() && ap.Port() == from.Port() {
+			if ap, err := netip.ParseAddrPort(rec.Client); err == nil && rec.Listener == listener && ap.Addr().Unmap() == from.Addr() && ap.Port() == from.Port() {
 				return true
 			}
 		}
@@ -317,7 +343,7 @@ func TestBytesClientStopsReading(t *testing.T) {
 				t.Fatalf("read %d bytes: %v", read, err)
 			}
 			f.conn.Close()
-			rec := r.recordSince(t, f.from, mark)
+			rec := r.recordSince(t, d.listener, f.from, mark)
 			checkDelivered(t, rec, d.listener, read)
 			if got := r.bytesDown(t, d.listener) - before; got != float64(rec.BytesDown) {
 				t.Errorf("rustle_bytes_total down grew by %v, the record says %d", got, rec.BytesDown)
@@ -343,7 +369,7 @@ func TestBytesClientStopsReading(t *testing.T) {
 		if _, err := fmt.Sscan(string(out), &size, &port); err != nil {
 			t.Fatalf("curl output %q: %v", out, err)
 		}
-		rec := r.recordSince(t, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), mark)
+		rec := r.recordSince(t, "plain", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port), mark)
 		checkDelivered(t, rec, "plain", size)
 		if got := r.bytesDown(t, "plain") - before; got != float64(rec.BytesDown) {
 			t.Errorf("rustle_bytes_total down grew by %v, the record says %d", got, rec.BytesDown)
@@ -360,6 +386,9 @@ func TestBytesCut(t *testing.T) {
 	for _, cut := range []string{"drain", "revocation"} {
 		t.Run(cut, func(t *testing.T) {
 			r := startBytesRig(t)
+			// Clients of the three listeners share their ports: each
+			// record is found by its listener and client.
+			_, r.sharePorts = proxytest.PortSharingDialer(0)
 			before := map[string]float64{}
 			for _, l := range []string{"plain", "tls", "socks"} {
 				before[l] = r.bytesDown(t, l)
@@ -373,6 +402,14 @@ func TestBytesCut(t *testing.T) {
 					t.Fatalf("%s: read %d bytes: %v", d.name, n, err)
 				}
 				froms[i], reads[i] = f.from, n
+			}
+			if ports := map[netip.AddrPort]bool{}; r.sharePorts {
+				for _, from := range froms {
+					ports[from] = true
+				}
+				if len(ports) != len(r.ports) {
+					t.Fatalf("the %d clients came from %d ports, want %d shared ones", len(froms), len(ports), len(r.ports))
+				}
 			}
 			// Every client has stopped reading, its download stalled.
 			switch cut {
@@ -389,7 +426,7 @@ func TestBytesCut(t *testing.T) {
 			}
 			sums := map[string]float64{}
 			for i, d := range downloads {
-				rec := r.record(t, froms[i])
+				rec := r.record(t, d.listener, froms[i])
 				t.Run(d.name, func(t *testing.T) {
 					checkDelivered(t, rec, d.listener, reads[i])
 					// The record says who cut it: the drain's end, or
