@@ -291,6 +291,57 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// ReadByte reads one byte of the content, from the stream's buffer: a
+// flow's capsule reader reads capsule headers so, with no buffer of its
+// own.
+func (b *bodyReader) ReadByte() (byte, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	for b.left <= 0 {
+		if err := b.nextData(); err != nil {
+			if !isTimeout(err) {
+				b.err = err
+			}
+			return 0, err
+		}
+	}
+	fr := &b.rs.fr
+	if fr.r == fr.w {
+		if err := fr.fill(); err != nil {
+			if isTimeout(err) {
+				return 0, err
+			}
+			b.err = noEOF(err) // the stream ended within a DATA frame
+			return 0, b.err
+		}
+	}
+	c := fr.buf[fr.r]
+	fr.r++
+	b.left--
+	b.read++
+	if b.length >= 0 && b.read > b.length {
+		b.err = errContentLength
+		return 0, b.err
+	}
+	return c, nil
+}
+
+// waitData waits until some of the stream is buffered or has come, or
+// the stream has ended or failed (the read that follows returns why).
+// A flow's goroutine parks here while the client sends no capsule, for
+// the flow's life: quic-go's Peek beneath a shallow frame, where a Read
+// beneath the capsule, content and frame readers would grow its stack
+// from 2 to 4 KiB.
+func (rs *reqStream) waitData() {
+	fr := &rs.fr
+	if fr.r < fr.w || fr.err != nil {
+		return
+	}
+	var one [1]byte
+	rs.str.Peek(one[:])
+}
+
 // nextData reads frame headers up to the next DATA frame's, skipping the
 // frames before it; io.EOF at the end of the content.
 func (b *bodyReader) nextData() error {

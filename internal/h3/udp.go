@@ -175,8 +175,10 @@ func (f *flow) paceUp() {
 // travel in DATAGRAM frames: it is dropped, as an unknown capsule is
 // skipped.
 func (f *flow) readCapsules() {
-	cr := masque.NewCapsuleReader(&f.rs.body, maxCapsule)
+	rs := f.rs
+	cr := masque.NewCapsuleReader(&rs.body, maxCapsule)
 	for {
+		rs.waitData()
 		if _, err := cr.Next(); err != nil {
 			if err != io.EOF {
 				f.rs.str.CancelRead(quic.StreamErrorCode(errDatagram))
