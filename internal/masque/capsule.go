@@ -80,6 +80,29 @@ func (c *CapsuleReader) Next() ([]byte, error) {
 	}
 }
 
+// Skip reads the next capsule, of any type, and discards its value
+// unread: a reader that drops even DATAGRAM capsules (HTTP/3's travel in
+// QUIC DATAGRAM frames) keeps no buffer for them, and returns after each
+// capsule. Its errors are Next's: io.EOF when the stream ends between
+// capsules, ErrCapsuleTooLarge for a DATAGRAM capsule longer than Max.
+func (c *CapsuleReader) Skip() error {
+	typ, err := c.varint()
+	if err != nil {
+		return err // io.EOF between capsules
+	}
+	length, err := c.varint()
+	if err != nil {
+		return noEOF(err)
+	}
+	if typ == CapsuleDatagram && length > uint64(c.Max) {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrCapsuleTooLarge, length, c.Max)
+	}
+	if _, err := io.CopyN(io.Discard, c.r, int64(length)); err != nil {
+		return noEOF(err)
+	}
+	return nil
+}
+
 // varint reads one QUIC variable-length integer.
 func (c *CapsuleReader) varint() (uint64, error) {
 	first, err := c.r.ReadByte()
