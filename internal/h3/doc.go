@@ -56,8 +56,10 @@
 // another process): about 68 KiB per idle HTTP/3 connection, most of it
 // quic-go's connection state (its TLS and QUIC state, about 35 KiB of
 // heap, and two goroutines) beside this package's two goroutines, and
-// about 17 KiB per idle CONNECT-UDP flow (its QUIC stream, two parked
-// goroutines, a 1.5 KB read buffer and a UDP socket).
+// about 9 KiB per idle CONNECT-UDP flow (its QUIC stream's state in
+// quic-go, its reqStream with the grant, the relay's contexts and idle
+// timer, a UDP socket that the connection's gate.FlowPoller waits on,
+// and one goroutine parked in quic-go's Peek on a 2 KiB stack).
 //
 // Shutdown (the session's context done) sends GOAWAY: requests in
 // progress, tunnels and flows included, run on, and the connection

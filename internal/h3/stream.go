@@ -26,15 +26,14 @@ type reqStream struct {
 	c   *conn
 	str *quic.Stream
 
-	fr     frameReader
-	rbuf   []byte   // fr's buffer while the head is read
-	small  [64]byte // fr's buffer once parked
-	fields []hpack.HeaderField
-	req    fieldreq.Request
-	body   bodyReader
-	sec    []byte // a field section being encoded
-	wbuf   []byte // frames being written
-	scr    []byte // scratch: the target, credentials and Via as the gate takes them
+	// The head's state, from headPool; nil once a tunnel or a flow has
+	// parked (see park), as nothing reads it then.
+	*reqHead
+
+	fr    frameReader
+	small [64]byte // fr's buffer once parked
+	body  bodyReader
+	wbuf  []byte // frames being written
 
 	g gate.Grant
 	x *exchange // a forwarded request's exchange with its upstream; nil for others
@@ -43,7 +42,29 @@ type reqStream struct {
 	handoff  *flow // a flow whose goroutine ends the stream's service once serve has returned (see connectUDP)
 }
 
-var streamPool = sync.Pool{New: func() any { return &reqStream{rbuf: make([]byte, readBufSize)} }}
+// reqHead is what a request stream needs while its head is read and
+// answered, apart from its reqStream: a tunnel or a flow gives it back
+// to headPool when it parks, so that an idle one keeps neither it nor
+// its buffers.
+type reqHead struct {
+	rbuf   []byte // fr's buffer while the head is read
+	fields []hpack.HeaderField
+	req    fieldreq.Request
+	sec    []byte // a field section being encoded
+	scr    []byte // scratch: the target, credentials and Via as the gate takes them
+}
+
+var streamPool = sync.Pool{New: func() any { return new(reqStream) }}
+
+var headPool = sync.Pool{New: func() any { return new(reqHead) }}
+
+// putHead gives h back to headPool, dropping what refers to the request.
+func putHead(h *reqHead) {
+	clear(h.fields)
+	h.fields = h.fields[:0]
+	h.req = fieldreq.Request{}
+	headPool.Put(h)
+}
 
 // exchangePool holds the exchanges of forwarded requests, apart from
 // their reqStreams: a tunnel's or a flow's needs none.
@@ -53,6 +74,7 @@ var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
 func getStream(c *conn, str *quic.Stream) *reqStream {
 	rs := streamPool.Get().(*reqStream)
 	rs.c, rs.str = c, str
+	rs.reqHead = headPool.Get().(*reqHead)
 	if rs.rbuf == nil {
 		rs.rbuf = make([]byte, readBufSize)
 	}
@@ -68,9 +90,10 @@ func (rs *reqStream) release() {
 		exchangePool.Put(rs.x)
 		rs.x = nil
 	}
-	clear(rs.fields)
-	rs.fields = rs.fields[:0]
-	rs.req = fieldreq.Request{}
+	if h := rs.reqHead; h != nil {
+		rs.reqHead = nil
+		putHead(h)
+	}
 	rs.body = bodyReader{}
 	rs.fr = frameReader{}
 	rs.c, rs.str = nil, nil
@@ -228,18 +251,21 @@ func (rs *reqStream) reset(code uint64) {
 }
 
 // park readies a tunnel's or a flow's stream to idle: its reads use its
-// small buffer, the large one given up, when what is buffered fits (64
-// bytes, not 4 KiB), and the request's fields and the answer's buffers
-// are dropped (the grant has what the access log needs).
+// small buffer when what is buffered fits (64 bytes, not 4 KiB), and the
+// head's state (the request's fields, the answer's buffers, and the read
+// buffer when it is not in use) goes back to headPool (the grant has
+// what the access log needs). Nothing reads rs.reqHead after it.
 func (rs *reqStream) park() {
 	fr := &rs.fr
+	h := rs.reqHead
 	if n := fr.w - fr.r; n <= len(rs.small) {
 		copy(rs.small[:], fr.buf[fr.r:fr.w])
 		fr.buf, fr.r, fr.w = rs.small[:], 0, n
-		rs.rbuf = nil // the next request from the pool makes another
+	} else {
+		h.rbuf = nil // fr reads it still: the next request's head makes another
 	}
-	rs.fields, rs.req = nil, fieldreq.Request{}
-	rs.sec, rs.scr = nil, nil
+	rs.reqHead = nil
+	putHead(h)
 	if cap(rs.wbuf) > 2<<10 {
 		rs.wbuf = nil
 	}
@@ -289,6 +315,57 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		return n, b.err
 	}
 	return n, err
+}
+
+// ReadByte reads one byte of the content, from the stream's buffer: a
+// flow's capsule reader reads capsule headers so, with no buffer of its
+// own.
+func (b *bodyReader) ReadByte() (byte, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	for b.left <= 0 {
+		if err := b.nextData(); err != nil {
+			if !isTimeout(err) {
+				b.err = err
+			}
+			return 0, err
+		}
+	}
+	fr := &b.rs.fr
+	if fr.r == fr.w {
+		if err := fr.fill(); err != nil {
+			if isTimeout(err) {
+				return 0, err
+			}
+			b.err = noEOF(err) // the stream ended within a DATA frame
+			return 0, b.err
+		}
+	}
+	c := fr.buf[fr.r]
+	fr.r++
+	b.left--
+	b.read++
+	if b.length >= 0 && b.read > b.length {
+		b.err = errContentLength
+		return 0, b.err
+	}
+	return c, nil
+}
+
+// waitData waits until some of the stream is buffered or has come, or
+// the stream has ended or failed (the read that follows returns why).
+// A flow's goroutine parks here while the client sends no capsule, for
+// the flow's life: quic-go's Peek beneath a shallow frame, where a Read
+// beneath the capsule, content and frame readers would grow its stack
+// from 2 to 4 KiB.
+func (rs *reqStream) waitData() {
+	fr := &rs.fr
+	if fr.r < fr.w || fr.err != nil {
+		return
+	}
+	var one [1]byte
+	rs.str.Peek(one[:])
 }
 
 // nextData reads frame headers up to the next DATA frame's, skipping the

@@ -172,12 +172,15 @@ func (f *flow) paceUp() {
 // readCapsules reads the stream's capsules until it ends or fails, then
 // ends the flow (RFC 9298 §3.4: the stream's end is the flow's). A
 // DATAGRAM capsule on an HTTP/3 stream is legal but rustle's datagrams
-// travel in DATAGRAM frames: it is dropped, as an unknown capsule is
-// skipped.
+// travel in DATAGRAM frames: it is dropped unread, as an unknown capsule
+// is skipped, so that the flow keeps no buffer for it, and after each
+// capsule the goroutine waits in waitData again.
 func (f *flow) readCapsules() {
-	cr := masque.NewCapsuleReader(&f.rs.body, maxCapsule)
+	rs := f.rs
+	cr := masque.NewCapsuleReader(&rs.body, maxCapsule)
 	for {
-		if _, err := cr.Next(); err != nil {
+		rs.waitData()
+		if err := cr.Skip(); err != nil {
 			if err != io.EOF {
 				f.rs.str.CancelRead(quic.StreamErrorCode(errDatagram))
 			}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -287,6 +288,54 @@ func TestConnectUDPMalformed(t *testing.T) {
 	str.Write([]byte{0x00, 0x7f, 0xff, 0x00})
 	str.Close()
 	proxytest.WaitFor(t, "the flow to end", func() bool { return p.srv.Flows() == 0 })
+}
+
+// TestConnectUDPCapsuleSkipped sends a flow an unknown capsule in two
+// parts: the flow's goroutine waits within it between them, then, once
+// it has skipped it, waits for the stream's next bytes in waitData again
+// (on a 2 KiB stack, where a wait beneath the capsule reader takes 4),
+// and the flow goes on.
+func TestConnectUDPCapsuleSkipped(t *testing.T) {
+	dns := proxytest.StartDNS(t)
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	str := p.rawFlow(t, dns.UDP)
+	capsule := append([]byte{0x2a, 0x40, 100}, make([]byte, 100)...) // type 0x2a, 100 bytes
+	if _, err := str.Write(capsule[:10]); err != nil {
+		t.Fatal(err)
+	}
+	proxytest.WaitFor(t, "the flow's goroutine to wait within the capsule", func() bool {
+		s := flowStack()
+		return strings.Contains(s, "CapsuleReader") && !strings.Contains(s, "waitData")
+	})
+	if _, err := str.Write(capsule[10:]); err != nil {
+		t.Fatal(err)
+	}
+	proxytest.WaitFor(t, "the flow's goroutine to wait in waitData after the capsule", func() bool {
+		return strings.Contains(flowStack(), "waitData")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := str.SendDatagram(append([]byte{0x00}, proxytest.DNSQuery(t, 7, "rustle.test.")...)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := str.ReceiveDatagram(ctx)
+	if err != nil {
+		t.Fatalf("no answer after the capsule: %v", err)
+	}
+	proxytest.CheckDNSAnswer(t, b[1:], 7)
+}
+
+// flowStack returns the stack of the process's flow goroutine (the test
+// has one flow), "" when there is none.
+func flowStack() string {
+	var b strings.Builder
+	pprof.Lookup("goroutine").WriteTo(&b, 2)
+	for g := range strings.SplitSeq(b.String(), "\n\n") {
+		if strings.Contains(g, "h3.(*flow).run") {
+			return g
+		}
+	}
+	return ""
 }
 
 // TestConnectUDPQUIC runs a real QUIC connection through a CONNECT-UDP

@@ -19,7 +19,7 @@ var ErrCapsuleTooLarge = errors.New("masque: capsule too large")
 // CapsuleReader reads the capsules (RFC 9297 §3.2: type, length, value)
 // of a request stream.
 type CapsuleReader struct {
-	r *bufio.Reader
+	r byteReader
 	// Max bounds the value of a capsule that Next returns whole; a longer
 	// DATAGRAM capsule is ErrCapsuleTooLarge, and a longer capsule of any
 	// other type is skipped unread.
@@ -27,9 +27,22 @@ type CapsuleReader struct {
 	buf []byte
 }
 
-// NewCapsuleReader returns a CapsuleReader of r with limit max.
+// byteReader is what a CapsuleReader reads: capsule headers a byte at
+// a time, values whole.
+type byteReader interface {
+	io.Reader
+	io.ByteReader
+}
+
+// NewCapsuleReader returns a CapsuleReader of r with limit max. An r
+// that is an io.ByteReader (buffered already) is read directly; any
+// other through a small buffer of the CapsuleReader's own.
 func NewCapsuleReader(r io.Reader, max int) *CapsuleReader {
-	return &CapsuleReader{r: bufio.NewReaderSize(r, 64), Max: max}
+	br, ok := r.(byteReader)
+	if !ok {
+		br = bufio.NewReaderSize(r, 64)
+	}
+	return &CapsuleReader{r: br, Max: max}
 }
 
 // Next returns the next DATAGRAM capsule's value, skipping capsules of
@@ -65,6 +78,29 @@ func (c *CapsuleReader) Next() ([]byte, error) {
 		}
 		return b, nil
 	}
+}
+
+// Skip reads the next capsule, of any type, and discards its value
+// unread: a reader that drops even DATAGRAM capsules (HTTP/3's travel in
+// QUIC DATAGRAM frames) keeps no buffer for them, and returns after each
+// capsule. Its errors are Next's: io.EOF when the stream ends between
+// capsules, ErrCapsuleTooLarge for a DATAGRAM capsule longer than Max.
+func (c *CapsuleReader) Skip() error {
+	typ, err := c.varint()
+	if err != nil {
+		return err // io.EOF between capsules
+	}
+	length, err := c.varint()
+	if err != nil {
+		return noEOF(err)
+	}
+	if typ == CapsuleDatagram && length > uint64(c.Max) {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrCapsuleTooLarge, length, c.Max)
+	}
+	if _, err := io.CopyN(io.Discard, c.r, int64(length)); err != nil {
+		return noEOF(err)
+	}
+	return nil
 }
 
 // varint reads one QUIC variable-length integer.

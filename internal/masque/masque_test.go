@@ -90,6 +90,42 @@ func TestCapsuleReader(t *testing.T) {
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Next: %v, want %v", err, tt.want)
 			}
+			if err := NewCapsuleReader(bytes.NewReader(tt.in), 100).Skip(); !errors.Is(err, tt.want) {
+				t.Fatalf("Skip: %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestCapsuleReaderSkip skips every capsule, a DATAGRAM capsule's too,
+// one per call, from a reader read directly (an io.ByteReader) and from
+// one read through the CapsuleReader's own buffer, keeping no buffer for
+// their values.
+func TestCapsuleReaderSkip(t *testing.T) {
+	var stream []byte
+	stream = AppendCapsule(stream, 0x2a, []byte("unknown"))
+	stream = AppendCapsule(stream, CapsuleDatagram, bytes.Repeat([]byte{2}, 100))
+	stream = AppendCapsule(stream, 0x1234, bytes.Repeat([]byte{1}, 300))
+	for _, tt := range []struct {
+		name string
+		r    io.Reader
+	}{
+		{"io.ByteReader", bytes.NewReader(stream)},
+		{"io.Reader", struct{ io.Reader }{bytes.NewReader(stream)}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cr := NewCapsuleReader(tt.r, 100)
+			for i := range 3 {
+				if err := cr.Skip(); err != nil {
+					t.Fatalf("Skip %d: %v", i, err)
+				}
+			}
+			if err := cr.Skip(); err != io.EOF {
+				t.Fatalf("at the end: %v, want io.EOF", err)
+			}
+			if cr.buf != nil {
+				t.Fatalf("Skip kept a buffer of %d bytes", cap(cr.buf))
+			}
 		})
 	}
 }
