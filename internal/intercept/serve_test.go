@@ -69,11 +69,12 @@ type envConfig struct {
 	// upstreamIdle closes an idle HTTP/1.1 client connection's origin
 	// connection (intercept.upstream_idle); 0 = never.
 	upstreamIdle time.Duration
+	noLog        bool // no access log (env.log stays empty)
 }
 
 // newEnv starts a proxy whose policy intercepts as cfg says, on a plain
 // HTTP port (or a SOCKS5 one).
-func newEnv(t *testing.T, cfg envConfig) *env {
+func newEnv(t testing.TB, cfg envConfig) *env {
 	t.Helper()
 	certPath, keyPath, err := intercept.WriteCA(t.TempDir(), "")
 	if err != nil {
@@ -94,10 +95,12 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	e := &env{ca: x509.NewCertPool(), caCert: ca.Certificate(), log: &proxytest.LogBuffer{}, certs: certs,
 		metrics: metrics.New(metrics.Config{}), slog: &proxytest.LogBuffer{}}
 	e.ca.AddCert(ca.Certificate())
-	al := proxytest.JSONAccessLog(t, e.log)
 	lm := e.metrics.Listener("test", "http")
-	pc := proxytest.PolicyConfig{Users: cfg.users, Rules: cfg.acl, Default: acl.Deny, AccessLog: al, Metrics: lm,
+	pc := proxytest.PolicyConfig{Users: cfg.users, Rules: cfg.acl, Default: acl.Deny, Metrics: lm,
 		HelloTimeout: 5 * time.Second}
+	if !cfg.noLog {
+		pc.AccessLog = proxytest.JSONAccessLog(t, e.log)
+	}
 	if cfg.acl == nil {
 		pc.Default = ""
 	}

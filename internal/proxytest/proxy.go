@@ -2,6 +2,7 @@ package proxytest
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/netip"
 	"sync"
@@ -247,6 +248,22 @@ func NewStaticOriginOn(t testing.TB, addr, resp string) *StaticOrigin {
 	if err != nil {
 		t.Fatalf("proxytest: static origin listen: %v", err)
 	}
+	s := &StaticOrigin{Addr: ln.Addr().String(), resp: []byte(resp), ln: ln, conns: map[net.Conn]bool{}}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// NewStaticTLSOrigin is NewStaticOrigin over TLS with cert, on
+// 127.0.0.1: each connection's handshake is done on its first read.
+func NewStaticTLSOrigin(t testing.TB, cert tls.Certificate, resp string) *StaticOrigin {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("proxytest: static TLS origin listen: %v", err)
+	}
+	ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
 	s := &StaticOrigin{Addr: ln.Addr().String(), resp: []byte(resp), ln: ln, conns: map[net.Conn]bool{}}
 	s.wg.Add(1)
 	go s.acceptLoop()
