@@ -88,6 +88,38 @@ func BenchmarkInterceptKeepAlive1K(b *testing.B) {
 	}
 }
 
+// TestInterceptKeepAliveAllocs checks that an intercepted connection
+// whose client sends its next request at once is served on without
+// parking it (parking costs an epoll registration, a timer and two
+// goroutines per request): the requests of keepAliveTunnel allocate, in
+// the whole process, only crypto/tls's one per record read that waited
+// (the client's, the origin's and the proxy's two), with one to spare.
+func TestInterceptKeepAliveAllocs(t *testing.T) {
+	exchange, answer, body := keepAliveTunnel(t)
+	for range 20 {
+		if err := exchange(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var failed error
+	n := testing.AllocsPerRun(200, func() {
+		if err := exchange(); err != nil && failed == nil {
+			failed = err
+		}
+	})
+	if failed != nil || !strings.HasSuffix(string(*answer), body) {
+		t.Fatalf("exchange: %v, last answer %q", failed, *answer)
+	}
+	limit := 5.0
+	if proxytest.Race {
+		limit = 14 // the race detector's sync.Pool drops some of what is put back
+	}
+	t.Logf("%v allocations per request", n)
+	if n > limit {
+		t.Errorf("%v allocations per intercepted keep-alive request, want at most %v", n, limit)
+	}
+}
+
 // countReader counts the bytes read through it.
 type countReader struct {
 	r io.Reader
