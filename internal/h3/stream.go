@@ -289,16 +289,8 @@ type bodyReader struct {
 var errContentLength = errors.New("h3: request content does not match its content-length")
 
 func (b *bodyReader) Read(p []byte) (int, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
-	for b.left <= 0 {
-		if err := b.nextData(); err != nil {
-			if !isTimeout(err) {
-				b.err = err
-			}
-			return 0, err
-		}
+	if err := b.inData(); err != nil {
+		return 0, err
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]
@@ -317,20 +309,30 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadByte reads one byte of the content, from the stream's buffer: a
-// flow's capsule reader reads capsule headers so, with no buffer of its
-// own.
-func (b *bodyReader) ReadByte() (byte, error) {
+// inData readies b to read content: its error once it has one, else
+// the frames up to the next DATA frame's payload read past (a timeout
+// returned, not kept: the read may be tried again).
+func (b *bodyReader) inData() error {
 	if b.err != nil {
-		return 0, b.err
+		return b.err
 	}
 	for b.left <= 0 {
 		if err := b.nextData(); err != nil {
 			if !isTimeout(err) {
 				b.err = err
 			}
-			return 0, err
+			return err
 		}
+	}
+	return nil
+}
+
+// ReadByte reads one byte of the content, from the stream's buffer: a
+// flow's capsule reader reads capsule headers so, with no buffer of its
+// own.
+func (b *bodyReader) ReadByte() (byte, error) {
+	if err := b.inData(); err != nil {
+		return 0, err
 	}
 	fr := &b.rs.fr
 	if fr.r == fr.w {
