@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/proxy"
 
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/intercept"
@@ -18,18 +21,46 @@ import (
 // TestIdleInterceptedParks checks that an intercepted HTTP/1.1
 // connection idle between requests keeps no goroutine of the proxy's
 // (none is in the HTTP/1.1 front-end: it waits on its socket through
-// tunnel.Parker.Notify), and that it serves on when the client sends:
-// one request, then two back to back in one write, then one split
-// across TLS records, each answered; closed by the client, the tunnel
-// and every request inside are in the access log.
+// tunnel.Parker.Notify), whichever front-end the tunnel came from (an
+// HTTP CONNECT, served with ServeConnReadThen; a SOCKS5 CONNECT, with
+// ServeConnThen), and that it serves on when the client sends: one
+// request, then two back to back in one write, then one split across
+// TLS records, each answered; closed by the client, the tunnel and
+// every request inside are in the access log.
 func TestIdleInterceptedParks(t *testing.T) {
 	o := newOrigin(t, []string{"http/1.1"})
+	for _, tc := range []struct {
+		name   string
+		socks  bool
+		status int // the tunnel's status in the access log
+	}{
+		{"connect", false, 200},
+		{"socks5", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testIdleInterceptedParks(t, o, tc.socks, tc.status) })
+	}
+}
+
+func testIdleInterceptedParks(t *testing.T, o *tlsOrigin, socks bool, status int) {
 	e := newEnv(t, envConfig{
 		rules: []intercept.Rule{{Name: "api", Match: acl.Rule{Hosts: []string{"localhost"}}}},
 		roots: o.roots,
 		noH2:  true,
+		socks: socks,
 	})
-	c := proxytest.Connect(t, e.proxy, o.host)
+	var c net.Conn
+	if socks {
+		d, err := proxy.SOCKS5("tcp", e.proxy, nil, &net.Dialer{Timeout: proxytest.DefaultTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err = d.Dial("tcp", o.host); err != nil {
+			t.Fatalf("SOCKS5 CONNECT %s: %v", o.host, err)
+		}
+		t.Cleanup(func() { c.Close() })
+	} else {
+		c = proxytest.Connect(t, e.proxy, o.host)
+	}
 	c.SetDeadline(time.Now().Add(2 * proxytest.DefaultTimeout))
 	tc := tls.Client(c, &tls.Config{RootCAs: e.ca, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
 	br := bufio.NewReader(tc)
@@ -52,12 +83,12 @@ func TestIdleInterceptedParks(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			st := leaktest.Stacks("rustle/internal/httpproxy.(*conn)")
+			st := leaktest.Stacks("rustle/internal/httpproxy.(*conn)", "rustle/internal/socks5.")
 			if len(st) == 0 {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("after %s, a goroutine of the HTTP/1.1 front-end waits for the idle connection:\n%s", after, st[0])
+				t.Fatalf("after %s, a goroutine of the front-ends waits for the idle connection:\n%s", after, st[0])
 			}
 			time.Sleep(2 * time.Millisecond)
 		}
@@ -89,7 +120,7 @@ func TestIdleInterceptedParks(t *testing.T) {
 		switch {
 		case r.Method == "CONNECT":
 			tunnels++
-			if !r.Intercepted || r.Status != 200 || r.Reason != "" {
+			if !r.Intercepted || r.Status != status || r.Reason != "" {
 				t.Errorf("tunnel record %+v", r)
 			}
 		case r.Intercepted && r.Status == 200:

@@ -125,21 +125,27 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 	if pol.Intercept, err = ic.Listener(fronts, lm); err != nil {
 		t.Fatal(err)
 	}
+	// As rustle's listeners that intercept serve them: an intercepted
+	// tunnel goes on without the goroutine that read its CONNECT
+	// (ServeConnReadThen, ServeConnThen), and the session closes once it
+	// has ended.
+	serve := func(then func(c *net.TCPConn, s *gate.Session, end func()) bool) func(*net.TCPConn, *gate.Session) {
+		return func(c *net.TCPConn, s *gate.Session) {
+			ended := make(chan struct{})
+			if then(c, s, func() { close(ended) }) {
+				<-ended
+			}
+		}
+	}
 	if cfg.socks {
 		srv := socks5.New(socks5.Config{HandshakeTimeout: 5 * time.Second})
-		e.proxy = proxytest.StartProxy(t, pol, func(c *net.TCPConn, s *gate.Session) { srv.ServeConn(c, s) })
+		e.proxy = proxytest.StartProxy(t, pol, serve(srv.ServeConnThen))
 		return e
 	}
 	hp := newHTTP1(t, origin.Config{}, 0)
-	// As rustle's listeners that intercept serve them: an intercepted
-	// tunnel goes on without the goroutine that read its CONNECT
-	// (ServeConnReadThen), and the session closes once it has ended.
-	e.proxy = proxytest.StartProxy(t, pol, func(c *net.TCPConn, s *gate.Session) {
-		ended := make(chan struct{})
-		if hp.ServeConnReadThen(c, s, nil, func() { close(ended) }) {
-			<-ended
-		}
-	})
+	e.proxy = proxytest.StartProxy(t, pol, serve(func(c *net.TCPConn, s *gate.Session, end func()) bool {
+		return hp.ServeConnReadThen(c, s, nil, end)
+	}))
 	return e
 }
 

@@ -26,8 +26,7 @@ func (l *listener) serve(c *net.TCPConn, sess *gate.Session, end *connEnd) bool 
 	case "https":
 		return l.serveTLS(c, sess, end)
 	case "socks5":
-		l.SOCKS.ServeConn(c, sess)
-		return false
+		return l.serveSOCKS(c, sess, end)
 	case config.ProtocolTransparent:
 		l.Transparent.ServeConn(c, sess)
 		return false
@@ -38,8 +37,7 @@ func (l *listener) serve(c *net.TCPConn, sess *gate.Session, end *connEnd) bool 
 			return false
 		}
 		if b == 0x05 || b == 0x04 {
-			l.SOCKS.ServeConn(c, sess)
-			return false
+			return l.serveSOCKS(c, sess, end)
 		}
 	}
 	return l.serveHTTP1(c, sess, nil, end)
@@ -58,6 +56,20 @@ func (l *listener) serveHTTP1(c net.Conn, sess *gate.Session, read []byte, end *
 		return false
 	}
 	return l.Proxy.ServeConnReadThen(c, sess, read, end.then())
+}
+
+// serveSOCKS serves c as SOCKS5 or SOCKS4. On a listener that
+// intercepts tunnels, an intercepted one goes on without this goroutine
+// (socks5.Server.ServeConnThen), with none while it is idle, as
+// serveHTTP1's: serveSOCKS then reports true, and end runs once the
+// connection has been served. Elsewhere it has been when serveSOCKS
+// returns, and end is the caller's to run.
+func (l *listener) serveSOCKS(c *net.TCPConn, sess *gate.Session, end *connEnd) bool {
+	if sess.Policy().Intercept == nil {
+		l.SOCKS.ServeConn(c, sess)
+		return false
+	}
+	return l.SOCKS.ServeConnThen(c, sess, end.then())
 }
 
 // peekByte returns the first byte c has received, leaving it unread

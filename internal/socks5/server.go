@@ -77,6 +77,15 @@ type conn struct {
 	out    [4 + 16 + 2]byte // a reply being written
 	target []byte           // the request's destination as the access log shows it
 	grant  gate.Grant       // the request's passage through the policy
+	// then is what ServeConnThen was given: called once the connection
+	// has ended when its intercepted tunnel went on without the
+	// goroutine that served it (held); nil = it is served on the
+	// caller's goroutine throughout.
+	then func()
+	// held says the connection's tunnel is intercepted and goes on
+	// without the goroutine that served it, and without the conn
+	// (intercept).
+	held bool
 }
 
 // errBufferFull means a message did not fit the handshake buffer, which
@@ -150,19 +159,52 @@ func (cn *conn) reply4(cd byte, bnd netip.AddrPort) error {
 // association ends; a dial in progress is not cut short by it, and a
 // handshake is bounded by Config.HandshakeTimeout.
 func (s *Server) ServeConn(c *net.TCPConn, sess *gate.Session) {
+	s.ServeConnThen(c, sess, nil)
+}
+
+// ServeConnThen is ServeConn, except that with then set a CONNECT
+// tunnel that is intercepted goes on without the calling goroutine
+// (gate.Grant.InterceptThen), with none while it is idle between
+// requests: ServeConnThen then reports true, and calls then once the
+// connection has ended, on another goroutine or before it returns; sess
+// must stay open until then. When it reports false the connection has
+// been served, and then has not been called.
+func (s *Server) ServeConnThen(c *net.TCPConn, sess *gate.Session, then func()) bool {
 	if s.cfg.SocketBufferBytes > 0 {
 		if rc, err := c.SyscallConn(); err == nil {
 			dialer.SetBuffers(rc, s.cfg.SocketBufferBytes)
 		}
 	}
 	cn := s.conns.Get().(*conn)
-	cn.c, cn.sess, cn.r, cn.w = c, sess, 0, 0
+	cn.c, cn.sess, cn.r, cn.w, cn.then = c, sess, 0, 0, then
 	if !s.serve(cn) {
 		c.Close()
 	}
 	cn.grant.Finish(0, 0) // a no-op unless a path left it open
-	cn.c, cn.sess, cn.grant = nil, nil, gate.Grant{}
+	held := cn.held
+	cn.c, cn.sess, cn.grant, cn.then, cn.held = nil, nil, gate.Grant{}, nil, false
 	s.conns.Put(cn)
+	return held
+}
+
+// intercept hands a CONNECT whose tunnel is to be intercepted
+// (gate.Grant.Intercepting), answered, to the policy's Interceptor, with
+// first, the bytes the client sent into the tunnel so far (its
+// ClientHello). Served with a continuation (ServeConnThen), the
+// interception goes on without this goroutine and without the conn:
+// it takes the client connection, then, and the grant, moved out of the
+// conn, which it finishes (held says so). It reports true: the client
+// connection was handed off.
+func (cn *conn) intercept(first []byte) bool {
+	cn.r = cn.w
+	if cn.then == nil {
+		cn.grant.Intercept(cn.c, first)
+		return true
+	}
+	g := new(gate.Grant)
+	*g, cn.grant = cn.grant, gate.Grant{}
+	cn.held = g.InterceptThen(cn.c, first, cn.then)
+	return true
 }
 
 // serve runs the handshake and reports whether c was handed to the
@@ -418,10 +460,7 @@ func (s *Server) connect(cn *conn, dst addr, v4 bool) bool {
 				return false
 			}
 			g.Answer(repSucceeded, replyClass(repSucceeded))
-			first := append([]byte(nil), cn.buf[cn.r:cn.w]...)
-			cn.r = cn.w
-			g.Intercept(cn.c, first)
-			return true
+			return cn.intercept(append([]byte(nil), cn.buf[cn.r:cn.w]...))
 		}
 	}
 	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()))
@@ -490,8 +529,7 @@ func (s *Server) helloFirst(cn *conn, target string, reply func(byte, netip.Addr
 		return false
 	}
 	if g.Intercepting() {
-		g.Intercept(cn.c, hello)
-		return true
+		return cn.intercept(hello)
 	}
 	upc, err := g.DialConn(context.WithoutCancel(cn.sess.Context()))
 	if err != nil {

@@ -1,0 +1,165 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/proxy"
+
+	"github.com/rustle-proxy/rustle/internal/leaktest"
+	"github.com/rustle-proxy/rustle/internal/proxytest"
+)
+
+// TestIdleInterceptedParksFrontEnds checks, for each front-end a tunnel
+// can be intercepted from (a CONNECT on the plain port, SOCKS5 CONNECT
+// on the socks5 port, either on the mixed port), that an intercepted
+// HTTP/1.1 connection idle between requests keeps no goroutine of the
+// proxy's (none serving the connection, none in the HTTP/1.1 front-end:
+// it waits on its socket through tunnel.Parker.Notify): after one
+// request, after two back to back in one write, and after one split
+// across TLS records, each answered. Then Server.Shutdown ends the
+// parked connection (the client sees its end, Shutdown returns before
+// its deadline) and the access log has the tunnel's record and those of
+// its four requests.
+func TestIdleInterceptedParksFrontEnds(t *testing.T) {
+	dir := t.TempDir()
+	cert, _ := proxytest.SelfSigned(t)
+	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.URL.Path)
+	}))
+	origin.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	origin.StartTLS()
+	t.Cleanup(origin.Close)
+	upstreamCA := filepath.Join(dir, "origin.pem")
+	if err := os.WriteFile(upstreamCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(origin.Listener.Addr().String())
+	target := net.JoinHostPort("localhost", port)
+
+	connect := func(t *testing.T, addr string) net.Conn { return proxytest.Connect(t, addr, target) }
+	socks := func(t *testing.T, addr string) net.Conn {
+		d, err := proxy.SOCKS5("tcp", addr, nil, &net.Dialer{Timeout: proxytest.DefaultTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := d.Dial("tcp", target)
+		if err != nil {
+			t.Fatalf("SOCKS5 CONNECT %s through %s: %v", target, addr, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for _, tc := range []struct {
+		name, protocol string
+		dial           func(*testing.T, string) net.Conn
+	}{
+		{"connect", "http", connect},
+		{"socks5", "socks5", socks},
+		{"mixed-connect", "mixed", connect},
+		{"mixed-socks5", "mixed", socks},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)
+			cfg.Listen[0].Protocol = tc.protocol
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("config: %v", err)
+			}
+			access := &logBuffer{}
+			s, addrs := startLogged(t, cfg, nil, access)
+			roots := x509.NewCertPool()
+			roots.AddCert(ca)
+
+			c := tc.dial(t, addrs["plain"])
+			c.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
+			cc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+			br := bufio.NewReader(cc)
+			req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n" }
+			answer := func(path string) {
+				t.Helper()
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s: read the response: %v", path, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				if err != nil || resp.StatusCode != 200 || string(body) != path {
+					t.Fatalf("%s: %d %q, %v", path, resp.StatusCode, body, err)
+				}
+			}
+			write := func(s string) {
+				t.Helper()
+				if _, err := io.WriteString(cc, s); err != nil {
+					t.Fatalf("write: %v", err)
+				}
+			}
+			// parked waits for the connection to be let go of by every
+			// goroutine that served it: the front-end's, which read the
+			// CONNECT, and the HTTP/1.1 front-end's inside the tunnel.
+			parked := func(after string) {
+				t.Helper()
+				err := leaktest.Check(proxytest.DefaultTimeout,
+					"rustle/internal/server.(*Server).serveConn", "rustle/internal/socks5.", "rustle/internal/httpproxy.(*conn)")
+				if err != nil {
+					t.Fatalf("after %s, a goroutine waits for the idle intercepted connection: %v", after, err)
+				}
+			}
+
+			write(req("/1"))
+			answer("/1")
+			parked("one request")
+			write(req("/2") + req("/3"))
+			answer("/2")
+			answer("/3")
+			parked("two requests back to back")
+			r4 := req("/4")
+			write(r4[:5])
+			write(r4[5:])
+			answer("/4")
+			parked("a request in two records")
+
+			ctx, cancel := context.WithTimeout(context.Background(), proxytest.DefaultTimeout)
+			defer cancel()
+			if err := s.Shutdown(ctx); err != nil {
+				t.Fatalf("Shutdown: %v: the parked intercepted connection was not ended", err)
+			}
+			if n, err := br.Read(make([]byte, 1)); err == nil {
+				t.Fatalf("the client read %d bytes after Shutdown, want the connection's end", n)
+			}
+			var tunnels, inner int
+			proxytest.WaitFor(t, "the tunnel's access log record and its 4 requests'", func() bool {
+				tunnels, inner = 0, 0
+				for line := range strings.Lines(access.String()) {
+					var r struct {
+						Method      string `json:"method"`
+						Target      string `json:"target"`
+						Status      int    `json:"status"`
+						Intercepted bool   `json:"intercepted"`
+					}
+					if err := json.Unmarshal([]byte(line), &r); err != nil {
+						t.Fatalf("access log line %q: %v", line, err)
+					}
+					switch {
+					case r.Method == "CONNECT" && r.Intercepted:
+						tunnels++
+					case r.Method == "GET" && strings.HasPrefix(r.Target, "https://"+target+"/") && r.Status == 200 && r.Intercepted:
+						inner++
+					}
+				}
+				return tunnels == 1 && inner == 4
+			})
+		})
+	}
+}
