@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	xproxy "golang.org/x/net/proxy"
 	"golang.org/x/sys/unix"
 
 	"github.com/rustle-proxy/rustle/internal/config"
@@ -38,7 +39,9 @@ import (
 // third measure is of spliced tunnels made the same way through the
 // https listener (TLS to rustle, the CONNECT inside, the client's TLS
 // to the origin inside that): tunnels for which rustle, as when it
-// intercepts, holds a TLS session with the client.
+// intercepts, holds a TLS session with the client. A fourth is of
+// intercepted tunnels made by SOCKS5 CONNECT on a socks5 listener, held
+// to the same bounds as the CONNECT ones.
 //
 // ICEPT_MEMORY_PROFILE=file writes the heap profiles (file.KIND.base
 // before the connections open, file.KIND after), every allocation
@@ -57,11 +60,12 @@ func TestIdleInterceptedMemory(t *testing.T) {
 		runtime.MemProfileRate = 1
 		t.Cleanup(func() { runtime.MemProfileRate = prev })
 	}
-	var spliced, tlsSpliced, intercepted idleMem
+	var spliced, tlsSpliced, intercepted, socksIntercepted idleMem
 	t.Run(idleSpliced, func(t *testing.T) { spliced = measureIdleTLS(t, warm, conns, idleSpliced) })
 	t.Run(idleTLSSpliced, func(t *testing.T) { tlsSpliced = measureIdleTLS(t, warm, conns, idleTLSSpliced) })
 	t.Run(idleIntercepted, func(t *testing.T) { intercepted = measureIdleTLS(t, warm, conns, idleIntercepted) })
-	if spliced.total() == 0 || tlsSpliced.total() == 0 || intercepted.total() == 0 {
+	t.Run(idleSOCKSIntercepted, func(t *testing.T) { socksIntercepted = measureIdleTLS(t, warm, conns, idleSOCKSIntercepted) })
+	if spliced.total() == 0 || tlsSpliced.total() == 0 || intercepted.total() == 0 || socksIntercepted.total() == 0 {
 		return // a subtest failed
 	}
 	t.Logf("an idle intercepted connection keeps %.1f KiB of live heap and stacks, %.1fx an idle spliced TLS tunnel's %.1f KiB (heap spans and stacks: %.1f and %.1f KiB)",
@@ -86,16 +90,25 @@ func TestIdleInterceptedMemory(t *testing.T) {
 	// 0.3 KiB; through the https listener: 7.8 KiB. With a goroutine
 	// waiting on the socket for each (8 KiB of stack; 16 KiB under the
 	// race detector) and both httpproxy conns kept whole (4 KiB each):
-	// 27.6 KiB (47.6 KiB under the race detector).
+	// 27.6 KiB (47.6 KiB under the race detector). An idle intercepted
+	// connection made by SOCKS5 CONNECT keeps as much as a CONNECT's,
+	// 10.8 KiB (31.8 KiB, 15.8 KiB of it stacks, while the goroutine
+	// that read its SOCKS request served it throughout, its socks5 conn
+	// and httpproxy conn kept whole).
 	limit, stackLimit := 13.0*1024, 1.0*1024
 	if proxytest.Race {
 		limit = 14 * 1024
 	}
-	if intercepted.total() > limit {
-		t.Errorf("%.1f KiB of live heap and stacks per idle intercepted connection, want under %.0f KiB", intercepted.total()/1024, limit/1024)
-	}
-	if intercepted.stacks > stackLimit {
-		t.Errorf("%.1f KiB of goroutine stacks per idle intercepted connection, want under %.0f KiB", intercepted.stacks/1024, stackLimit/1024)
+	for _, m := range []struct {
+		kind string
+		m    idleMem
+	}{{idleIntercepted, intercepted}, {idleSOCKSIntercepted, socksIntercepted}} {
+		if m.m.total() > limit {
+			t.Errorf("%.1f KiB of live heap and stacks per idle %s connection, want under %.0f KiB", m.m.total()/1024, m.kind, limit/1024)
+		}
+		if m.m.stacks > stackLimit {
+			t.Errorf("%.1f KiB of goroutine stacks per idle %s connection, want under %.0f KiB", m.m.stacks/1024, m.kind, stackLimit/1024)
+		}
 	}
 }
 
@@ -107,13 +120,14 @@ func (m idleMem) total() float64 { return m.live + m.stacks }
 
 // The kinds of idle connection TestIdleInterceptedMemory measures.
 const (
-	idleSpliced     = "spliced"       // a CONNECT tunnel on the plain port, spliced
-	idleTLSSpliced  = "https-spliced" // a CONNECT tunnel on the https port, relayed
-	idleIntercepted = "intercepted"   // a CONNECT tunnel on the plain port, intercepted
+	idleSpliced          = "spliced"            // a CONNECT tunnel on the plain port, spliced
+	idleTLSSpliced       = "https-spliced"      // a CONNECT tunnel on the https port, relayed
+	idleIntercepted      = "intercepted"        // a CONNECT tunnel on the plain port, intercepted
+	idleSOCKSIntercepted = "socks5-intercepted" // a SOCKS5 CONNECT tunnel on the socks5 port, intercepted
 )
 
 // measureIdleTLS serves a plain listener that intercepts the tunnels to
-// localhost and an https listener, whose clients and HTTPS origin live
+// localhost, an https listener and a socks5 listener, whose clients and HTTPS origin live
 // in a child process, which opens warm connections, then conns more of
 // the kind (idleSpliced, idleTLSSpliced, idleIntercepted), and returns
 // the growth of memory per connection over the latter.
@@ -139,7 +153,8 @@ func measureIdleTLS(t *testing.T, warm, conns int, kind string) idleMem {
 		t.Fatal(err)
 	}
 	cfg.Listen = append(cfg.Listen, config.Listener{Name: "tls", Address: "127.0.0.1:0", Protocol: "https",
-		TLS: config.ListenerTLS{Cert: proxyCert, Key: proxyKey}, ALPN: []string{"http/1.1"}})
+		TLS: config.ListenerTLS{Cert: proxyCert, Key: proxyKey}, ALPN: []string{"http/1.1"}},
+		config.Listener{Name: "socks", Address: "127.0.0.1:0", Protocol: "socks5"})
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
@@ -159,6 +174,7 @@ func measureIdleTLS(t *testing.T, warm, conns int, kind string) idleMem {
 		"ICEPT_MEMORY_HELPER=1",
 		"ICEPT_MEMORY_PROXY="+s.Addrs()[0].Addr.String(),
 		"ICEPT_MEMORY_PROXY_TLS="+s.Addrs()[1].Addr.String(),
+		"ICEPT_MEMORY_PROXY_SOCKS="+s.Addrs()[2].Addr.String(),
 		"ICEPT_MEMORY_PROXY_CA="+proxyCA,
 		"ICEPT_MEMORY_KIND="+kind,
 		"ICEPT_MEMORY_CERT="+certPath,
@@ -223,7 +239,7 @@ func measureIdleTLS(t *testing.T, warm, conns int, kind string) idleMem {
 	// is idle (UpstreamIdle): one socket per connection is left, the
 	// client's (a spliced tunnel's upstream stays).
 	want := fds + conns
-	if kind != idleIntercepted {
+	if kind != idleIntercepted && kind != idleSOCKSIntercepted {
 		want += conns
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -259,10 +275,12 @@ func openFiles(t *testing.T) int {
 // the proxy at ICEPT_MEMORY_PROXY, each making one request, says "warm",
 // waits for a line, opens ICEPT_MEMORY_N more, says "open" and holds
 // them until its standard input closes. ICEPT_MEMORY_KIND (see
-// measureIdleTLS) intercepted sends them to localhost, which the proxy
-// intercepts with leaves of the CA in ICEPT_MEMORY_CA, the others to
-// 127.0.0.1; https-spliced through the https listener at
-// ICEPT_MEMORY_PROXY_TLS, whose certificate is ICEPT_MEMORY_PROXY_CA's.
+// measureIdleTLS) intercepted and socks5-intercepted send them to
+// localhost, which the proxy intercepts with leaves of the CA in
+// ICEPT_MEMORY_CA, the others to 127.0.0.1; https-spliced through the
+// https listener at ICEPT_MEMORY_PROXY_TLS, whose certificate is
+// ICEPT_MEMORY_PROXY_CA's; socks5-intercepted through the socks5
+// listener at ICEPT_MEMORY_PROXY_SOCKS.
 func TestIdleInterceptedHelper(t *testing.T) {
 	if os.Getenv("ICEPT_MEMORY_HELPER") != "1" {
 		t.Skip("run by TestIdleInterceptedMemory")
@@ -300,12 +318,24 @@ func TestIdleInterceptedHelper(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	kind, host := os.Getenv("ICEPT_MEMORY_KIND"), "127.0.0.1"
-	if kind == idleIntercepted {
+	if kind == idleIntercepted || kind == idleSOCKSIntercepted {
 		host = "localhost"
 	}
 	target := net.JoinHostPort(host, port)
 	proxy := os.Getenv("ICEPT_MEMORY_PROXY")
 	connect := func() net.Conn {
+		if kind == idleSOCKSIntercepted {
+			d, err := xproxy.SOCKS5("tcp", os.Getenv("ICEPT_MEMORY_PROXY_SOCKS"), nil, &net.Dialer{Timeout: proxytest.DefaultTimeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := d.Dial("tcp", target)
+			if err != nil {
+				t.Fatalf("SOCKS5 CONNECT %s: %v", target, err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
 		if kind != idleTLSSpliced {
 			return proxytest.Connect(t, proxy, target)
 		}
