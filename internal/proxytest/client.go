@@ -243,6 +243,37 @@ func ConnectOn(t testing.TB, nc net.Conn, target string, header ...string) net.C
 	return c
 }
 
+// SOCKS4aConnect opens a SOCKS4a CONNECT tunnel to host:port through
+// the SOCKS listener at proxyAddr, with an empty user ID and the host
+// sent as a name for the proxy to resolve. It fails the test unless the
+// proxy grants it (reply code 90). The connection is closed by
+// t.Cleanup.
+func SOCKS4aConnect(t testing.TB, proxyAddr, host string, port uint16) net.Conn {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", proxyAddr, DefaultTimeout)
+	if err != nil {
+		t.Fatalf("proxytest: dial proxy %s: %v", proxyAddr, err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	// VN 4, CD 1 (CONNECT), DSTPORT, DSTIP 0.0.0.1 (a name follows),
+	// an empty USERID, the name.
+	req := append([]byte{4, 1, byte(port >> 8), byte(port), 0, 0, 0, 1, 0}, host...)
+	req = append(req, 0)
+	nc.SetDeadline(time.Now().Add(DefaultTimeout))
+	if _, err := nc.Write(req); err != nil {
+		t.Fatalf("proxytest: SOCKS4a CONNECT %s:%d: %v", host, port, err)
+	}
+	var rep [8]byte
+	if _, err := io.ReadFull(nc, rep[:]); err != nil {
+		t.Fatalf("proxytest: SOCKS4a CONNECT %s:%d: read the reply: %v", host, port, err)
+	}
+	if rep[0] != 0 || rep[1] != 90 {
+		t.Fatalf("proxytest: SOCKS4a CONNECT %s:%d: reply % x, want 00 5a", host, port, rep[:2])
+	}
+	nc.SetDeadline(time.Time{})
+	return nc
+}
+
 func dialConnect(t testing.TB, proxyAddr, target string, header []string) *connectConn {
 	t.Helper()
 	nc, err := net.DialTimeout("tcp", proxyAddr, DefaultTimeout)

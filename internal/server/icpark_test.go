@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,9 @@ import (
 )
 
 // TestIdleInterceptedParksFrontEnds checks, for each front-end a tunnel
-// can be intercepted from (a CONNECT on the plain port, SOCKS5 CONNECT
-// on the socks5 port, either on the mixed port), that an intercepted
+// can be intercepted from (a CONNECT on the plain port, SOCKS5 and
+// SOCKS4a CONNECT on the socks5 port, a CONNECT and a SOCKS5 CONNECT on
+// the mixed port), that an intercepted
 // HTTP/1.1 connection idle between requests keeps no goroutine of the
 // proxy's (none serving the connection, none in the HTTP/1.1 front-end:
 // it waits on its socket through tunnel.Parker.Notify): after one
@@ -63,6 +65,13 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
+	socks4a := func(t *testing.T, addr string) net.Conn {
+		p, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return proxytest.SOCKS4aConnect(t, addr, "localhost", uint16(p))
+	}
 	for _, tc := range []struct {
 		name, protocol string
 		dial           func(*testing.T, string) net.Conn
@@ -71,6 +80,7 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 		{"socks5", "socks5", socks},
 		{"mixed-connect", "mixed", connect},
 		{"mixed-socks5", "mixed", socks},
+		{"socks4a", "socks5", socks4a},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)
