@@ -27,15 +27,15 @@ import (
 // TestIdleInterceptedParksFrontEnds checks, for each front-end a tunnel
 // can be intercepted from (a CONNECT on the plain port, SOCKS5 and
 // SOCKS4a CONNECT on the socks5 port, a CONNECT and a SOCKS5 CONNECT on
-// the mixed port), that an intercepted
-// HTTP/1.1 connection idle between requests keeps no goroutine of the
-// proxy's (none serving the connection, none in the HTTP/1.1 front-end:
-// it waits on its socket through tunnel.Parker.Notify): after one
-// request, after two back to back in one write, and after one split
-// across TLS records, each answered. Then Server.Shutdown ends the
-// parked connection (the client sees its end, Shutdown returns before
-// its deadline) and the access log has the tunnel's record and those of
-// its four requests.
+// the mixed port), that an intercepted HTTP/1.1 connection idle between
+// requests keeps no goroutine of the proxy's (none serving the
+// connection, none in the HTTP/1.1 front-end: it waits on its socket
+// through tunnel.Parker.Notify, on Linux only): after one request,
+// after two back to back in one write, and after one split across TLS
+// records, each answered. Then Server.Shutdown ends the parked
+// connection (the client sees its end, Shutdown returns before its
+// deadline) and the access log has the tunnel's record and those of its
+// four requests.
 func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 	dir := t.TempDir()
 	cert, _ := proxytest.SelfSigned(t)
