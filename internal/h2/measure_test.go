@@ -14,11 +14,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,57 +77,24 @@ func measureIdle(t *testing.T, tunnels int, std bool) (total, stacks float64) {
 		p := startProxy(t, testConfig(Config{}), nil)
 		addr, caPEM = p.addr, p.caPEM
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
+	child := proxytest.StartChild(t, "^$",
 		"H2_MEMORY_HELPER=1",
 		"H2_MEMORY_PROXY="+addr,
 		"H2_MEMORY_CA="+string(caPEM),
 		fmt.Sprintf("H2_MEMORY_N=%d", tunnels),
 		fmt.Sprintf("H2_MEMORY_WARM=%d", warm),
 	)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	lines := bufio.NewScanner(stdout)
-	expect := func(want string) {
-		t.Helper()
-		if !lines.Scan() || lines.Text() != want {
-			t.Fatalf("helper: got %q, want %q; stderr:\n%s", lines.Text(), want, stderr.String())
-		}
-	}
-	expect("warm")
+	defer child.Close()
+	child.Expect("warm")
 	m0 := proxytest.SettledMem()
 	rssBefore := proxytest.VMRSS()
-	io.WriteString(stdin, "go\n")
-	expect("open")
+	child.Send("go")
+	child.Expect("open")
 	m1 := proxytest.SettledMem()
 	rssAfter := proxytest.VMRSS()
 	t.Logf("std=%v: VmRSS grew %.1f KiB per tunnel", std, float64(rssAfter-rssBefore)/float64(tunnels-warm)/1024)
 	if path := os.Getenv("H2_MEMORY_PROFILE"); path != "" && !std {
-		f, err := os.Create(path)
-		if err == nil {
-			pprof.Lookup("heap").WriteTo(f, 0)
-			f.Close()
-		}
-		g, err := os.Create(path + ".goroutines")
-		if err == nil {
-			pprof.Lookup("goroutine").WriteTo(g, 1)
-			g.Close()
-		}
+		proxytest.WriteProfiles(t, path, "heap", "goroutine")
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		t.Logf("goroutines %d, stack in use %d KiB, heap in use %d KiB", runtime.NumGoroutine(), ms.StackInuse>>10, ms.HeapInuse>>10)

@@ -10,10 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,8 +41,8 @@ import (
 // intercepted tunnels made by SOCKS5 CONNECT on a socks5 listener, held
 // to the same bounds as the CONNECT ones.
 //
-// ICEPT_MEMORY_PROFILE=file writes the heap profiles (file.KIND.base
-// before the connections open, file.KIND after), every allocation
+// ICEPT_MEMORY_PROFILE=file writes the heap profiles (file.KIND.base.heap
+// before the connections open, file.KIND.heap after), every allocation
 // sampled.
 func TestIdleInterceptedMemory(t *testing.T) {
 	if testing.Short() {
@@ -169,8 +167,7 @@ func measureIdleTLS(t *testing.T, warm, conns int, kind string) idleMem {
 	}
 	t.Cleanup(func() { s.Close() })
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestIdleInterceptedHelper$")
-	cmd.Env = append(os.Environ(),
+	child := proxytest.StartChild(t, "^TestIdleInterceptedHelper$",
 		"ICEPT_MEMORY_HELPER=1",
 		"ICEPT_MEMORY_PROXY="+s.Addrs()[0].Addr.String(),
 		"ICEPT_MEMORY_PROXY_TLS="+s.Addrs()[1].Addr.String(),
@@ -183,56 +180,20 @@ func measureIdleTLS(t *testing.T, warm, conns int, kind string) idleMem {
 		fmt.Sprintf("ICEPT_MEMORY_N=%d", conns),
 		fmt.Sprintf("ICEPT_MEMORY_WARM=%d", warm),
 	)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start helper: %v", err)
-	}
-	t.Cleanup(func() {
-		stdin.Close() // the helper closes its connections and exits
-		cmd.Wait()
-	})
-	lines := bufio.NewScanner(stdout)
-	expect := func(want string) {
-		t.Helper()
-		for lines.Scan() {
-			if lines.Text() == want {
-				return
-			}
-		}
-		t.Fatalf("helper ended before %q: %v\n%s", want, lines.Err(), stderr.String())
-	}
 	profile := func(suffix string) {
 		t.Helper()
-		path := os.Getenv("ICEPT_MEMORY_PROFILE")
-		if path == "" {
-			return
-		}
-		f, err := os.Create(path + "." + kind + suffix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-			t.Fatal(err)
+		if path := os.Getenv("ICEPT_MEMORY_PROFILE"); path != "" {
+			proxytest.WriteProfiles(t, path+"."+kind+suffix, "heap")
 		}
 	}
 
-	expect("warm")
+	child.Expect("warm")
 	goroutines, fds := runtime.NumGoroutine(), openFiles(t)
 	m0 := proxytest.SettledMem()
 	rss0 := proxytest.VMRSS()
 	profile(".base")
-	io.WriteString(stdin, "go\n")
-	expect("open")
+	child.Send("go")
+	child.Expect("open")
 	// Memory settles once what the requests left behind is gone: the
 	// goroutines that served them (a spliced tunnel's go to the engine),
 	// and an intercepted connection's upstream, closed once its client

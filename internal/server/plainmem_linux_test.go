@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,8 +29,8 @@ import (
 // tunnel; no goroutine, no buffer, and nothing else the request made on
 // its way there (the session and its contexts, the grant).
 //
-// PLAIN_MEMORY_PROFILE=file writes the heap profiles (file.base before
-// the tunnels open, file after), every allocation sampled.
+// PLAIN_MEMORY_PROFILE=file writes the heap profiles (file.base.heap before
+// the tunnels open, file.heap after), every allocation sampled.
 func TestIdlePlainTunnelMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 2,000 tunnels twice")
@@ -112,40 +109,12 @@ func measureIdlePlain(t *testing.T, warm, tunnels int, withLog bool) (live, stac
 	}
 	t.Cleanup(func() { s.Close() })
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestIdlePlainTunnelHelper$")
-	cmd.Env = append(os.Environ(),
+	child := proxytest.StartChild(t, "^TestIdlePlainTunnelHelper$",
 		"PLAIN_MEMORY_HELPER=1",
 		"PLAIN_MEMORY_PROXY="+s.Addrs()[0].Addr.String(),
 		fmt.Sprintf("PLAIN_MEMORY_N=%d", tunnels),
 		fmt.Sprintf("PLAIN_MEMORY_WARM=%d", warm),
 	)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start helper: %v", err)
-	}
-	t.Cleanup(func() {
-		stdin.Close() // the helper closes its connections and exits
-		cmd.Wait()
-	})
-	lines := bufio.NewScanner(stdout)
-	expect := func(want string) {
-		t.Helper()
-		for lines.Scan() {
-			if lines.Text() == want {
-				return
-			}
-		}
-		t.Fatalf("helper ended before %q: %v\n%s", want, lines.Err(), stderr.String())
-	}
 	// settle waits for the serving goroutines of the tunnels handed to
 	// the engine to return, then for memory to settle.
 	settle := func(goroutines int) proxytest.Mem {
@@ -158,29 +127,20 @@ func measureIdlePlain(t *testing.T, warm, tunnels int, withLog bool) (live, stac
 	}
 	profile := func(suffix string) {
 		t.Helper()
-		path := os.Getenv("PLAIN_MEMORY_PROFILE")
-		if path == "" {
-			return
-		}
-		f, err := os.Create(path + suffix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-			t.Fatal(err)
+		if path := os.Getenv("PLAIN_MEMORY_PROFILE"); path != "" {
+			proxytest.WriteProfiles(t, path+suffix, "heap")
 		}
 	}
 
-	expect("warm")
+	child.Expect("warm")
 	goroutines := runtime.NumGoroutine()
 	m0 := settle(goroutines)
 	rss0 := proxytest.VMRSS()
 	profile(".base")
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
-	io.WriteString(stdin, "go\n")
-	expect("open")
+	child.Send("go")
+	child.Expect("open")
 	runtime.ReadMemStats(&ms1)
 	m1 := settle(goroutines)
 	rss1 := proxytest.VMRSS()
