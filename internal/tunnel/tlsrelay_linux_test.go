@@ -82,6 +82,7 @@ type tlsTunnelEnds struct {
 	done   chan struct{} // closed when RelayTLS has returned
 	res    relayResult   // what it returned; read after done
 	cut    func()        // the engine's cut function; nil for RelayTLS
+	eng    *Engine       // the engine relaying the tunnel; nil for RelayTLS
 }
 
 // wait returns RelayTLS's result, failing the test if none comes in time.
@@ -217,7 +218,7 @@ func newTLSTunnelWith(t testing.TB, impl tlsImpl, ctx context.Context, v uint16,
 		if err != nil {
 			t.Fatalf("AddTLS: %v", err)
 		}
-		te.cut = cut
+		te.cut, te.eng = cut, e
 		stop := context.AfterFunc(ctx, cut)
 		t.Cleanup(func() { stop() })
 	} else {
