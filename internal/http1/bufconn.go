@@ -65,6 +65,10 @@ func (b *Conn) ArmLowat() {
 // Lowat reports whether ArmLowat has set TCP_NOTSENT_LOWAT on the socket.
 func (b *Conn) Lowat() bool { return b.lowat }
 
+// ReadDeadline returns the read deadline ArmReadDeadline armed, as a
+// MonoNow reading: 0 when it is unknown, negative when none is armed.
+func (b *Conn) ReadDeadline() time.Duration { return b.rdl }
+
 // ForgetReadDeadline forgets the read deadline armed, for a caller that
 // has changed it on C directly: the next ArmReadDeadline arms anew.
 func (b *Conn) ForgetReadDeadline() { b.rdl = 0 }
