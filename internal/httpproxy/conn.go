@@ -74,6 +74,9 @@ type conn struct {
 	// icept is the intercepted tunnel whose requests the connection
 	// serves (see intercept.go); nil = a client connection of its own.
 	icept *gate.Intercepted
+	// authSame is the last authority of a request inside icept found
+	// the same as the tunnel's (sameAuthority); empty = none yet.
+	authSame []byte
 	// park waits for an intercepted connection's next request on its
 	// socket (see awaitRequest); nil until its first wait, or when it
 	// cannot.
@@ -170,6 +173,7 @@ func (cn *conn) lendWork() {
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
 	cn.icept, cn.park = nil, nil
+	cn.authSame = cn.authSame[:0]
 	cn.then, cn.stop, cn.held = nil, nil, false
 	cn.idleEnd, cn.upEnd, cn.drained = 0, 0, false
 	cn.orig = netip.AddrPort{}
