@@ -106,6 +106,14 @@ const noDeadline time.Duration = -1
 // deadlineSlack(timeout) of it. A timeout of 0 (or less) means no limit:
 // it clears the deadline instead.
 func (b *Conn) ArmReadDeadline(now, timeout time.Duration) {
+	b.ArmReadDeadlineSlack(now, timeout, deadlineSlack(timeout))
+}
+
+// ArmReadDeadlineSlack is ArmReadDeadline keeping a deadline armed that
+// falls no later than wanted and within slack of it: for a wait whose
+// end may come that much sooner (one that only decides when an idle
+// connection parks), so that it is armed less often.
+func (b *Conn) ArmReadDeadlineSlack(now, timeout, slack time.Duration) {
 	if timeout <= 0 {
 		if b.rdl != noDeadline {
 			b.C.SetReadDeadline(time.Time{})
@@ -113,7 +121,7 @@ func (b *Conn) ArmReadDeadline(now, timeout time.Duration) {
 		}
 		return
 	}
-	if want := now + timeout; !keeps(b.rdl, want, timeout) {
+	if want := now + timeout; !keepsSlack(b.rdl, want, slack) {
 		b.C.SetReadDeadline(epoch.Add(want))
 		b.rdl = want
 	}
@@ -144,7 +152,12 @@ func (b *Conn) ArmWriteDeadline(now, timeout time.Duration) {
 // none) may stand for want: it falls no later, and within
 // deadlineSlack(timeout) of it.
 func keeps(armed, want, timeout time.Duration) bool {
-	return armed > 0 && armed <= want && armed >= want-deadlineSlack(timeout)
+	return keepsSlack(armed, want, deadlineSlack(timeout))
+}
+
+// keepsSlack is keeps with slack given.
+func keepsSlack(armed, want, slack time.Duration) bool {
+	return armed > 0 && armed <= want && armed >= want-slack
 }
 
 // Attach makes c the connection read through b, with an empty buffer

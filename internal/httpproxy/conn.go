@@ -344,17 +344,25 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 // that sends its requests one after another is served on with no
 // epoll registration, goroutine and timer started per request (on
 // loopback, about a third of rustle's system calls per intercepted
-// request); one idle for longer parks.
-const parkAfter = 50 * time.Millisecond
+// request); one idle for longer parks. The deadline of that wait is
+// kept from request to request while it falls within parkSlack of
+// parkAfter from now (the wait may end up to parkSlack sooner), so that
+// a connection whose requests come a few milliseconds apart, as each of
+// many busy connections' do, moves its timer once every few requests,
+// not once each.
+const (
+	parkAfter = 50 * time.Millisecond
+	parkSlack = parkAfter / 2
+)
 
 // sentSoon is awaitRequest's wait of parkAfter on this goroutine, at
 // now (a MonoNow reading), for a connection that may park: it reports
 // whether the client has sent (or its socket failed: awaitSent finds
 // out), false when parkAfter passed first, the connection was woken or
-// its own deadline comes sooner. Its deadline, armed with
-// ArmReadDeadline's slack, stays armed while the request is read
+// its own deadline comes sooner. Its deadline, armed with parkSlack,
+// stays armed while the request is read
 // (awaitSent), so that a client sending its requests one after another
-// has it armed once every few milliseconds, not three deadlines per
+// has it armed about once every parkSlack, not three deadlines per
 // request (this one, the idle one for the first byte and the head's).
 func (cn *conn) sentSoon(now time.Duration) bool {
 	end := cn.idleEnd
@@ -364,7 +372,7 @@ func (cn *conn) sentSoon(now time.Duration) bool {
 	if end > 0 && end-now <= parkAfter {
 		return false
 	}
-	cn.client.ArmReadDeadline(now, parkAfter)
+	cn.client.ArmReadDeadlineSlack(now, parkAfter, parkSlack)
 	if cn.ctx.Err() != nil { // a wake may have run before the deadline was armed
 		return false
 	}

@@ -114,7 +114,7 @@ func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
 // goes on without the calling goroutine may be let go of: a CONNECT
 // tunnel that is intercepted (gate.Grant.InterceptThen), and an
 // intercepted tunnel's connection (Session.Intercepted) idle between
-// requests (for more than 50 ms), which then waits for its client with
+// requests (for more than 25 to 50 ms), which then waits for its client with
 // no goroutine where the platform allows (tunnel.Parker.Notify), as an idle HTTP/2 connection
 // does (h2.Server.ServeConnThen). It then reports true, and calls then
 // once the connection has ended, on another goroutine or before it
