@@ -615,6 +615,13 @@ func (g *Grant) PoolOwner() dialer.Owner {
 // keep-alive timeout, and an upload must not meet one. On true c is the
 // request's upstream in the access log.
 func (g *Grant) Admits(c net.Conn, owner dialer.Owner, canRetry bool) bool {
+	return g.AdmitsAt(c, RemoteAddrPort(c), owner, canRetry)
+}
+
+// AdmitsAt is Admits for a connection whose address, RemoteAddrPort(c),
+// the caller keeps: a client connection's upstream, kept from request to
+// request, has it read once, not for every request.
+func (g *Grant) AdmitsAt(c net.Conn, remote netip.AddrPort, owner dialer.Owner, canRetry bool) bool {
 	if owner != g.PoolOwner() {
 		return false // another identity's: not this request's to reuse
 	}
@@ -625,14 +632,14 @@ func (g *Grant) Admits(c net.Conn, owner dialer.Owner, canRetry bool) bool {
 		if !canRetry && !alive(c) {
 			return false
 		}
-		g.upstream = remoteAddrPort(c)
+		g.upstream = remote
 		return true
 	}
 	if g.ViaParent() {
 		return false // a tunnel through a parent is for its own request only
 	}
 	src := g.egressSource()
-	ap := remoteAddrPort(c)
+	ap := remote
 	if g.s.p.Dialer.Check(ap, g.permitter()) != nil {
 		return false
 	}
@@ -999,6 +1006,10 @@ func localAddrPort(c net.Conn) netip.AddrPort {
 	}
 	return netip.AddrPort{}
 }
+
+// RemoteAddrPort returns the address c is connected to, unmapped (the
+// zero AddrPort when c is not over TCP).
+func RemoteAddrPort(c net.Conn) netip.AddrPort { return remoteAddrPort(c) }
 
 // remoteAddrPort returns the address c is connected to, unmapped.
 func remoteAddrPort(c net.Conn) netip.AddrPort {

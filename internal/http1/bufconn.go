@@ -65,6 +65,10 @@ func (b *Conn) ArmLowat() {
 // Lowat reports whether ArmLowat has set TCP_NOTSENT_LOWAT on the socket.
 func (b *Conn) Lowat() bool { return b.lowat }
 
+// ReadDeadline returns the read deadline ArmReadDeadline armed, as a
+// MonoNow reading: 0 when it is unknown, negative when none is armed.
+func (b *Conn) ReadDeadline() time.Duration { return b.rdl }
+
 // ForgetReadDeadline forgets the read deadline armed, for a caller that
 // has changed it on C directly: the next ArmReadDeadline arms anew.
 func (b *Conn) ForgetReadDeadline() { b.rdl = 0 }
@@ -102,6 +106,14 @@ const noDeadline time.Duration = -1
 // deadlineSlack(timeout) of it. A timeout of 0 (or less) means no limit:
 // it clears the deadline instead.
 func (b *Conn) ArmReadDeadline(now, timeout time.Duration) {
+	b.ArmReadDeadlineSlack(now, timeout, deadlineSlack(timeout))
+}
+
+// ArmReadDeadlineSlack is ArmReadDeadline keeping a deadline armed that
+// falls no later than wanted and within slack of it: for a wait whose
+// end may come that much sooner (one that only decides when an idle
+// connection parks), so that it is armed less often.
+func (b *Conn) ArmReadDeadlineSlack(now, timeout, slack time.Duration) {
 	if timeout <= 0 {
 		if b.rdl != noDeadline {
 			b.C.SetReadDeadline(time.Time{})
@@ -109,7 +121,7 @@ func (b *Conn) ArmReadDeadline(now, timeout time.Duration) {
 		}
 		return
 	}
-	if want := now + timeout; !keeps(b.rdl, want, timeout) {
+	if want := now + timeout; !keepsSlack(b.rdl, want, slack) {
 		b.C.SetReadDeadline(epoch.Add(want))
 		b.rdl = want
 	}
@@ -140,7 +152,12 @@ func (b *Conn) ArmWriteDeadline(now, timeout time.Duration) {
 // none) may stand for want: it falls no later, and within
 // deadlineSlack(timeout) of it.
 func keeps(armed, want, timeout time.Duration) bool {
-	return armed > 0 && armed <= want && armed >= want-deadlineSlack(timeout)
+	return keepsSlack(armed, want, deadlineSlack(timeout))
+}
+
+// keepsSlack is keeps with slack given.
+func keepsSlack(armed, want, slack time.Duration) bool {
+	return armed > 0 && armed <= want && armed >= want-slack
 }
 
 // Attach makes c the connection read through b, with an empty buffer

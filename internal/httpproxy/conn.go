@@ -74,6 +74,9 @@ type conn struct {
 	// icept is the intercepted tunnel whose requests the connection
 	// serves (see intercept.go); nil = a client connection of its own.
 	icept *gate.Intercepted
+	// authSame is the last authority of a request inside icept found
+	// the same as the tunnel's (sameAuthority); empty = none yet.
+	authSame []byte
 	// park waits for an intercepted connection's next request on its
 	// socket (see awaitRequest); nil until its first wait, or when it
 	// cannot.
@@ -170,6 +173,7 @@ func (cn *conn) lendWork() {
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
 	cn.icept, cn.park = nil, nil
+	cn.authSame = cn.authSame[:0]
 	cn.then, cn.stop, cn.held = nil, nil, false
 	cn.idleEnd, cn.upEnd, cn.drained = 0, 0, false
 	cn.orig = netip.AddrPort{}
@@ -294,8 +298,8 @@ func (cn *conn) step(err error) int {
 // (ServeConnReadThen), no goroutine waits (Parker.Notify, see notify);
 // otherwise the goroutine waits in Parker.WaitRead, which borrows a
 // buffer only once there are bytes, and its stack, grown by the
-// requests, can shrink while it waits. Either way the byte is then read
-// alone, crypto/tls keeping the rest of its record.
+// requests, can shrink while it waits. Either way the client's bytes
+// are then read into the connection's buffer (see awaitFirst).
 //
 // The upstream is closed, not pooled: idle in the pool (for the same
 // identity's next tunnel to the name) it would cost as much as here, its
@@ -323,7 +327,7 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 	cn.drained = drained
 	if drained && cn.park != nil && cn.then != nil {
 		if cn.sentSoon(now) {
-			return cn.awaitByte()
+			return cn.awaitSent()
 		}
 		if err := cn.notify(); err != errNoNotify {
 			if err == nil { // readable already
@@ -340,14 +344,26 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 // that sends its requests one after another is served on with no
 // epoll registration, goroutine and timer started per request (on
 // loopback, about a third of rustle's system calls per intercepted
-// request); one idle for longer parks.
-const parkAfter = 50 * time.Millisecond
+// request); one idle for longer parks. The deadline of that wait is
+// kept from request to request while it falls within parkSlack of
+// parkAfter from now (the wait may end up to parkSlack sooner), so that
+// a connection whose requests come a few milliseconds apart, as each of
+// many busy connections' do, moves its timer once every few requests,
+// not once each.
+const (
+	parkAfter = 50 * time.Millisecond
+	parkSlack = parkAfter / 2
+)
 
 // sentSoon is awaitRequest's wait of parkAfter on this goroutine, at
 // now (a MonoNow reading), for a connection that may park: it reports
-// whether the client has sent (or its socket failed: awaitByte finds
+// whether the client has sent (or its socket failed: awaitSent finds
 // out), false when parkAfter passed first, the connection was woken or
-// its own deadline comes sooner.
+// its own deadline comes sooner. Its deadline, armed with parkSlack,
+// stays armed while the request is read
+// (awaitSent), so that a client sending its requests one after another
+// has it armed about once every parkSlack, not three deadlines per
+// request (this one, the idle one for the first byte and the head's).
 func (cn *conn) sentSoon(now time.Duration) bool {
 	end := cn.idleEnd
 	if cn.upEnd > 0 {
@@ -356,7 +372,7 @@ func (cn *conn) sentSoon(now time.Duration) bool {
 	if end > 0 && end-now <= parkAfter {
 		return false
 	}
-	cn.client.ArmReadDeadline(now, parkAfter)
+	cn.client.ArmReadDeadlineSlack(now, parkAfter, parkSlack)
 	if cn.ctx.Err() != nil { // a wake may have run before the deadline was armed
 		return false
 	}
@@ -365,18 +381,39 @@ func (cn *conn) sentSoon(now time.Duration) bool {
 
 // awaitByte is awaitRequest's wait on this goroutine, until cn.idleEnd,
 // the upstream going at cn.upEnd (MonoNow readings; 0: none).
-func (cn *conn) awaitByte() error {
+func (cn *conn) awaitByte() error { return cn.awaitFirst(false) }
+
+// awaitSent is awaitByte once sentSoon has seen the client send: the
+// read deadline sentSoon armed, sooner than awaitByte's, is kept for the
+// bytes that are coming; only if it passes before they are read (a
+// record cut short) is awaitByte's armed, and the read tried again.
+func (cn *conn) awaitSent() error { return cn.awaitFirst(true) }
+
+// awaitFirst is awaitByte, and awaitSent when sent. Where the client's
+// bytes are known to be there, crypto/tls holding plaintext or
+// Parker.WaitRead having seen the socket readable, they are read
+// straight into the connection's buffer: the head of a request sent in
+// one record is then whole in it, and ReadHead arms no deadline of its
+// own. Otherwise (no Parker) the read waits for the first byte alone,
+// holding no buffer meanwhile.
+func (cn *conn) awaitFirst(sent bool) error {
 	c := &cn.client
 	read := func() (int, error) {
 		if cn.ctx.Err() != nil {
 			return 0, http1.ErrIdle
 		}
-		if cn.drained && cn.park != nil {
+		if cn.drained && cn.park == nil {
+			return c.C.Read(cn.one[:])
+		}
+		if cn.drained {
 			if err := cn.park.WaitRead(); err != nil {
 				return 0, err
 			}
 		}
-		return c.C.Read(cn.one[:])
+		if c.Buf == nil {
+			c.TakeBuf(&http1.ClientBufs)
+		}
+		return c.C.Read(c.Buf)
 	}
 	var n int
 	var err error
@@ -386,12 +423,20 @@ func (cn *conn) awaitByte() error {
 		if cn.upEnd > 0 {
 			end = cn.upEnd
 		}
-		if end > 0 {
-			c.ArmReadDeadline(now, max(end-now, 1))
-		} else {
-			c.ArmReadDeadline(now, 0)
+		if rdl := c.ReadDeadline(); !sent || rdl <= now || (end > 0 && rdl > end) {
+			// Not sentSoon's deadline, sooner, to keep: awaitByte's.
+			sent = false
+			if end > 0 {
+				c.ArmReadDeadline(now, max(end-now, 1))
+			} else {
+				c.ArmReadDeadline(now, 0)
+			}
 		}
 		n, err = read()
+		if n == 0 && sent && timedOut(err) && cn.ctx.Err() == nil {
+			sent = false // sentSoon's deadline passed first: awaitByte's now
+			continue
+		}
 		if n == 0 && cn.upEnd > 0 && timedOut(err) && cn.ctx.Err() == nil {
 			// The client is idle: its upstream goes, and it gets the
 			// rest of its idle time.
@@ -401,10 +446,15 @@ func (cn *conn) awaitByte() error {
 		}
 		break
 	}
-	c.TakeBuf(&http1.ClientBufs)
+	if c.Buf == nil {
+		c.TakeBuf(&http1.ClientBufs)
+		if n > 0 {
+			c.Buf[0] = cn.one[0]
+			n = 1
+		}
+	}
 	if n > 0 {
-		c.Buf[0] = cn.one[0]
-		c.W = 1
+		c.W = n
 		return nil
 	}
 	if timedOut(err) {

@@ -63,7 +63,7 @@ func (cn *conn) interceptTarget(in *gate.Intercepted, isConnect bool) error {
 		if len(t.path) == 0 {
 			t.path = slash
 		}
-		if !sameAuthority(authority, in) {
+		if !cn.sameAuthority(authority, in) {
 			return misdirected(in.Name)
 		}
 	default:
@@ -71,7 +71,7 @@ func (cn *conn) interceptTarget(in *gate.Intercepted, isConnect bool) error {
 	}
 	if req.HostIdx >= 0 {
 		host := req.Fields[req.HostIdx].Value.Of(req.Buf)
-		if !sameAuthority(host, in) {
+		if !cn.sameAuthority(host, in) {
 			return misdirected(in.Name)
 		}
 		authority = host
@@ -103,6 +103,21 @@ func sameAuthority(a []byte, in *gate.Intercepted) bool {
 		return false
 	}
 	return strings.EqualFold(strings.TrimSuffix(string(host), "."), in.Name)
+}
+
+// sameAuthority is sameAuthority for the connection's tunnel, in: the
+// last authority found the same is kept (authSame), so that the requests
+// of a client that names the host one way are each checked with one
+// comparison rather than parsed.
+func (cn *conn) sameAuthority(a []byte, in *gate.Intercepted) bool {
+	if len(cn.authSame) > 0 && bytes.Equal(a, cn.authSame) {
+		return true
+	}
+	if !sameAuthority(a, in) {
+		return false
+	}
+	cn.authSame = append(cn.authSame[:0], a...)
+	return true
 }
 
 // appendNamePort appends the tunnel's name, with its port unless 443,

@@ -114,7 +114,7 @@ func (p *Proxy) ServeConnRead(c net.Conn, sess *gate.Session, read []byte) {
 // goes on without the calling goroutine may be let go of: a CONNECT
 // tunnel that is intercepted (gate.Grant.InterceptThen), and an
 // intercepted tunnel's connection (Session.Intercepted) idle between
-// requests (for more than 50 ms), which then waits for its client with
+// requests (for more than 25 to 50 ms), which then waits for its client with
 // no goroutine where the platform allows (tunnel.Parker.Notify), as an idle HTTP/2 connection
 // does (h2.Server.ServeConnThen). It then reports true, and calls then
 // once the connection has ended, on another goroutine or before it
@@ -141,7 +141,7 @@ func (p *Proxy) serve(c net.Conn, sess *gate.Session, read []byte, orig netip.Ad
 	cn.sess = sess
 	cn.ctx = sess.Context()
 	cn.pool = sess.Policy().Pool
-	cn.icept = sess.Intercepted()
+	cn.icept, cn.authSame = sess.Intercepted(), cn.authSame[:0]
 	cn.orig = orig
 	cn.then = then
 	cn.client.Attach(c, &http1.ClientBufs)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"syscall"
 	"time"
 
@@ -118,21 +119,22 @@ type Exchange struct {
 	// NextBody read to its end (see HasTrailer).
 	Trailer http1.Head
 
-	dest       []byte        // the destination, host:port (gate.Grant.AppendDest)
-	key        []byte        // the pool key of the request's upstream: dest, or its http parent's ForwardKey
-	parent     *route.Parent // the http parent that takes the request in absolute form; nil = none
-	head       []byte        // the request head, built by Request.AppendHead
-	isHead     bool          // the request is a HEAD: its response has no body
-	idempotent bool          // the request may be sent again (see Idempotent)
-	upgrade    bool          // a 101 to WebSocket is the answer asked for
-	tcpOnly    bool          // the upstream must be a *net.TCPConn
-	upH2       bool          // the last upstream was an origin's HTTP/2 connection (see h2Conn)
-	upKey      string        // the pool key Up was made for; "" = none, or a tunnel through a parent, which is pooled for no one
-	upOwner    dialer.Owner  // who may reuse Up (the PoolOwner of its dial)
-	reused     bool          // Up served an earlier request
-	interim    bool          // a 1xx answer went to the client
-	sent       time.Time     // when the request head went out, for the first-byte metric; zero when not observed
-	vec        http1.Vec     // writes of Send
+	dest       []byte         // the destination, host:port (gate.Grant.AppendDest)
+	key        []byte         // the pool key of the request's upstream: dest, or its http parent's ForwardKey
+	parent     *route.Parent  // the http parent that takes the request in absolute form; nil = none
+	head       []byte         // the request head, built by Request.AppendHead
+	isHead     bool           // the request is a HEAD: its response has no body
+	idempotent bool           // the request may be sent again (see Idempotent)
+	upgrade    bool           // a 101 to WebSocket is the answer asked for
+	tcpOnly    bool           // the upstream must be a *net.TCPConn
+	upH2       bool           // the last upstream was an origin's HTTP/2 connection (see h2Conn)
+	upKey      string         // the pool key Up was made for; "" = none, or a tunnel through a parent, which is pooled for no one
+	upOwner    dialer.Owner   // who may reuse Up (the PoolOwner of its dial)
+	upAddr     netip.AddrPort // the address Up.C is connected to (gate.RemoteAddrPort), read once when it became Up
+	reused     bool           // Up served an earlier request
+	interim    bool           // a 1xx answer went to the client
+	sent       time.Time      // when the request head went out, for the first-byte metric; zero when not observed
+	vec        http1.Vec      // writes of Send
 
 	// rw arms the wait for the response head while the front-end sends
 	// the request body (see StartBody); bodyPending: ReadResponse waits
@@ -352,7 +354,7 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 		// else offered to others (its owner's, when it is another
 		// user's).
 		if !fresh && x.upKey == string(x.key) && x.fits(x.Up.C) {
-			if g.Admits(x.Up.C, x.upOwner, canRetry) {
+			if g.AdmitsAt(x.Up.C, x.upAddr, x.upOwner, canRetry) {
 				x.reused = true
 				x.Up.TakeBuf(&http1.UpstreamBufs)
 				return nil
@@ -365,12 +367,13 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 		x.put()
 	}
 	var c net.Conn // TCP, or TLS to an https parent
+	var addr netip.AddrPort
 	if pool := g.Pool(); !fresh && pool != nil {
 		if c = pool.Get(x.key, owner); c != nil {
 			if _, tcp := c.(*net.TCPConn); x.tcpOnly && !tcp || !x.fits(c) {
 				pool.Put(string(x.key), owner, c) // not for this request: left for others
 				c = nil
-			} else if g.Admits(c, owner, canRetry) {
+			} else if addr = gate.RemoteAddrPort(c); g.AdmitsAt(c, addr, owner, canRetry) {
 				x.reused, x.upOwner = true, owner
 				if x.upKey != string(x.key) {
 					x.upKey = string(x.key)
@@ -411,8 +414,10 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 		if g.ViaParent() {
 			x.upKey = "" // a tunnel through a parent: for this request only, never pooled
 		}
+		addr = gate.RemoteAddrPort(c)
 	}
 	x.Up.Attach(c, &http1.UpstreamBufs)
+	x.upAddr = addr
 	return nil
 }
 
