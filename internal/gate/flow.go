@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/netip"
 	"sync"
@@ -99,7 +98,7 @@ const maxUDPPayload = 65527
 // client.ReceivePayload and handed to FlowRelay.Up, then FlowRelay.Wait.
 // It owns upc and closes client and upc.
 func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, idle time.Duration) FlowResult {
-	r := g.StartFlow(ctx, client, upc, idle, nil)
+	r := g.startFlow(ctx, client, upc, idle, nil, true)
 	for {
 		p, err := client.ReceivePayload(r.ctx)
 		if err != nil {
@@ -118,19 +117,29 @@ type FlowRelay struct {
 	g       *Grant
 	upc     *net.UDPConn
 	client  FlowSender
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	stop    func() bool // stops the session's hook on the flow
 	stopCtx func() bool // stops ctx's hook on the flow
 	dst     netip.AddrPort
 	start   time.Time
 	last    atomic.Int64 // since start, when a datagram last passed
 	idle    time.Duration
+	ended   atomic.Bool // End was called
 	once    sync.Once
 	err     error // why the flow ended; set once, read after Wait's join
 
-	timerMu sync.Mutex
-	timer   *time.Timer // the idle timeout's; guarded by timerMu
+	// ctx is done once the flow has ended, for what waits on it (a paced
+	// user's bucket, RelayFlow's reads); nil for a flow of a group that
+	// nothing waits for.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// Without a group: the flow's own hook on the session's revocation
+	// and idle timer; nil in a group, whose hook and timer serve every
+	// flow of it.
+	stop  func() bool
+	timer *time.Timer
+
+	group      *FlowGroup // the flows of the client's connection; nil: none
+	prev, next *FlowRelay // in group's list; guarded by group.mu
 
 	down   sync.WaitGroup // the goroutine relaying the target's datagrams, when no poller does
 	poller *FlowPoller    // the poller relaying them; nil: the relay's goroutine
@@ -159,28 +168,43 @@ type FlowRelay struct {
 // tunnel (TunnelOpened, with the status already answered), and Wait
 // calls Finish with the payload bytes each way; the datagrams are
 // counted in the metrics as they pass. The relay owns upc and closes
-// client and upc when the flow ends. With a poller (nil: none), an
+// client and upc when the flow ends. With a group (nil: none), the flow
+// is one of the group's: the group's one timer ends it once idle and its
+// one hook on the session's revocation ends it with the session, and an
 // unpaced flow's target datagrams are read and sent to the client by the
-// poller's goroutine instead of one of the relay's own (see FlowPoller).
-func (g *Grant) StartFlow(ctx context.Context, client FlowSender, upc *net.UDPConn, idle time.Duration, poller *FlowPoller) *FlowRelay {
+// group's FlowPoller, where there is one, instead of a goroutine of the
+// relay's own. The group must be of g's session.
+func (g *Grant) StartFlow(ctx context.Context, client FlowSender, upc *net.UDPConn, idle time.Duration, group *FlowGroup) *FlowRelay {
+	return g.startFlow(ctx, client, upc, idle, group, false)
+}
+
+// startFlow is StartFlow; withCtx gives the relay a context of its own
+// even when nothing in it waits on one (RelayFlow's reads do).
+func (g *Grant) startFlow(ctx context.Context, client FlowSender, upc *net.UDPConn, idle time.Duration, group *FlowGroup, withCtx bool) *FlowRelay {
 	g.TunnelOpened()
 	if g.meter == nil {
 		g.Meter() // a user with a byte quota: metered as the datagrams move
 	}
 	s := g.s
 	r := &FlowRelay{g: g, upc: upc, client: client, dst: g.upstream, start: time.Now(), idle: idle}
-	// ctx and the session end the flow through End, which cancels r.ctx:
-	// r.ctx needs no link of its own to ctx (each link is an entry in a
-	// parent's children, and a hook on r.ctx would be a map of its own
-	// for every flow).
-	r.ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	r.stop = context.AfterFunc(s.rctx, func() { r.End(context.Cause(s.rctx)) })
+	if withCtx || g.throttle != nil || group == nil {
+		// ctx and the session end the flow through End, which cancels
+		// r.ctx: r.ctx needs no link of its own to ctx (each link is an
+		// entry in a parent's children, and a hook on r.ctx would be a
+		// map of its own for every flow).
+		r.ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	}
 	r.stopCtx = context.AfterFunc(ctx, func() { r.End(context.Cause(ctx)) })
-	if idle > 0 {
-		r.timerMu.Lock()
-		r.timer = time.AfterFunc(math.MaxInt64, r.idleCheck)
-		r.timer.Reset(idle)
-		r.timerMu.Unlock()
+	if group == nil || !group.add(r) {
+		r.group = nil
+		r.stop = context.AfterFunc(s.rctx, func() { r.End(context.Cause(s.rctx)) })
+		if idle > 0 {
+			r.timer = time.AfterFunc(idle, r.idleCheck)
+		}
+	}
+	var poller *FlowPoller
+	if r.group != nil {
+		poller = r.group.poller
 	}
 	if poller != nil && g.throttle == nil && poller.add(r, min(client.MaxPayload(), maxUDPPayload)) == nil {
 		r.poller = poller
@@ -190,17 +214,23 @@ func (g *Grant) StartFlow(ctx context.Context, client FlowSender, upc *net.UDPCo
 	return r
 }
 
+// quiet returns how long no datagram has passed.
+func (r *FlowRelay) quiet() time.Duration {
+	return time.Since(r.start) - time.Duration(r.last.Load())
+}
+
 // idleCheck ends the flow once no datagram passed for its idle timeout,
 // or sets the timer again for the rest of it.
 func (r *FlowRelay) idleCheck() {
-	quiet := time.Since(r.start) - time.Duration(r.last.Load())
+	if r.ended.Load() {
+		return
+	}
+	quiet := r.quiet()
 	if quiet >= r.idle {
 		r.End(errFlowIdle)
 		return
 	}
-	r.timerMu.Lock()
 	r.timer.Reset(r.idle - quiet)
-	r.timerMu.Unlock()
 }
 
 // End ends the flow with err (the first call's): it closes the target's
@@ -210,14 +240,14 @@ func (r *FlowRelay) idleCheck() {
 func (r *FlowRelay) End(err error) {
 	r.once.Do(func() {
 		r.err = err
-		r.cancel(err)
+		r.ended.Store(true)
+		if r.cancel != nil {
+			r.cancel(err)
+		}
 		r.upc.Close()
 		r.client.Close()
 	})
 }
-
-// Context is done once the flow has ended.
-func (r *FlowRelay) Context() context.Context { return r.ctx }
 
 // relayDown sends the target's datagrams to the client until the flow
 // ends. While it waits for one it holds no read buffer (on Unix: see
@@ -256,8 +286,7 @@ func (r *FlowRelay) down1(b []byte, n, max int) bool {
 	if n > max {
 		return true // too large for the client's side
 	}
-	g := r.g
-	if !g.PaceDatagram(r.ctx, n) {
+	if !r.pace(n) {
 		r.End(errFlowQuota)
 		return false
 	}
@@ -267,7 +296,7 @@ func (r *FlowRelay) down1(b []byte, n, max int) bool {
 	}
 	r.bytesDown += int64(n)
 	r.datagramsDown++
-	g.s.p.Metrics.Datagrams(0, 1, 0)
+	r.g.s.p.Metrics.Datagrams(0, 1, 0)
 	r.last.Store(int64(time.Since(r.start)))
 	return true
 }
@@ -279,7 +308,7 @@ func (r *FlowRelay) down1(b []byte, n, max int) bool {
 // failed, or ended before): no more payloads are to be handed to it. Up
 // may be called from any goroutine, one call at a time, until Wait.
 func (r *FlowRelay) Up(p []byte) bool {
-	if r.ctx.Err() != nil {
+	if r.ended.Load() {
 		return false
 	}
 	g := r.g
@@ -290,7 +319,7 @@ func (r *FlowRelay) Up(p []byte) bool {
 		m.Datagrams(0, 0, 1)
 		return true
 	}
-	if !g.PaceDatagram(r.ctx, len(p)) {
+	if !r.pace(len(p)) {
 		r.End(errFlowQuota)
 		return false
 	}
@@ -309,23 +338,35 @@ func (r *FlowRelay) Up(p []byte) bool {
 	return true
 }
 
-// Wait waits until the flow has ended (End, or the relay ended it) and
-// its goroutine has returned, calls Finish with the payload bytes each
-// way and returns what the flow relayed. The front-end calls it once,
-// after its last Up.
+// pace is PaceDatagram for n bytes of the flow: a paced flow waits on
+// the user's bucket until the flow ends.
+func (r *FlowRelay) pace(n int) bool {
+	ctx := r.ctx
+	if ctx == nil {
+		ctx = context.Background() // not paced: PaceDatagram does not wait
+	}
+	return r.g.PaceDatagram(ctx, n)
+}
+
+// Wait ends the flow if nothing has (End, or the relay), waits for its
+// goroutine to return, calls Finish with the payload bytes each way and
+// returns what the flow relayed. The front-end calls it once, after its
+// last Up and once the flow has ended.
 func (r *FlowRelay) Wait() FlowResult {
-	<-r.ctx.Done()
+	r.End(errFlowClosed)
 	r.down.Wait()
 	if r.poller != nil {
 		r.poller.remove(r)
 	}
-	r.stop()
-	r.stopCtx()
-	if r.idle > 0 {
-		r.timerMu.Lock()
-		r.timer.Stop()
-		r.timerMu.Unlock()
+	if r.group != nil {
+		r.group.remove(r)
+	} else {
+		r.stop()
+		if r.timer != nil {
+			r.timer.Stop()
+		}
 	}
+	r.stopCtx()
 	res := FlowResult{
 		Up: r.up.Load(), Down: r.bytesDown,
 		DatagramsUp: r.datagramsUp.Load(), DatagramsDown: r.datagramsDown,
@@ -337,6 +378,10 @@ func (r *FlowRelay) Wait() FlowResult {
 
 // errFlowQuota ends a flow whose user's byte quota is spent.
 var errFlowQuota = errors.New("gate: flow ended: the user's byte quota is spent")
+
+// errFlowClosed ends a flow that the front-end waits for without having
+// ended it.
+var errFlowClosed = errors.New("gate: flow closed")
 
 // errFlowIdle ends a flow that passed no datagram for its idle timeout.
 var errFlowIdle = errors.New("gate: flow idle timeout")

@@ -22,10 +22,12 @@ const maxCapsule = 65535 + 8
 // Capsule-Protocol, and leaves the flow in rs.handoff for a goroutine of
 // its own (started by reqStream.end once serve has returned), which
 // reads the stream's capsules (their end is the flow's) and ends the
-// stream's service when the flow has ended. The target's datagrams go
-// from the connection's flow poller (gate.FlowPoller; on a system
-// without one, or for a paced user, from the relay's goroutine), the
-// client's as the connection's datagram receiver hands them over. The
+// stream's service when the flow has ended. The flow is one of the
+// connection's gate.FlowGroup, whose one timer ends it once idle: the
+// target's datagrams go from the group's flow poller (gate.FlowPoller;
+// on a system without one, or for a paced user, from the relay's
+// goroutine), the client's as the connection's datagram receiver hands
+// them over. The
 // serving goroutine, whose stack grew with the request, returns: the
 // flow's goroutine starts small and stays so while it parks.
 func (rs *reqStream) connectUDP(q *request) {
@@ -56,7 +58,7 @@ func (rs *reqStream) connectUDP(q *request) {
 	f := &flow{rs: rs, id: rs.str.StreamID()}
 	f.prefix = quicvarint.Append(f.prefix[:0], uint64(f.id/4))
 	f.prefix = append(f.prefix, masque.ContextUDP)
-	f.relay = g.StartFlow(ctx, f, up, s.cfg.UDPIdleTimeout, c.flowPoller())
+	f.relay = g.StartFlow(ctx, f, up, s.cfg.UDPIdleTimeout, c.flowGroup())
 	if g.Throttle() != nil {
 		// A paced user's datagrams wait on its bucket: not on the
 		// connection's receiver, which serves every flow.

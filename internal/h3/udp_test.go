@@ -211,6 +211,81 @@ func TestConnectUDPIdle(t *testing.T) {
 	}
 }
 
+// TestConnectUDPIdleBusy opens two flows on one connection, whose flows
+// share one idle timer (gate.FlowGroup): both exchange datagrams for
+// longer than UDPIdleTimeout, then one stops and ends after its timeout,
+// while the other, exchanging datagrams all along, outlives two more.
+func TestConnectUDPIdleBusy(t *testing.T) {
+	const idle = time.Second
+	echo := proxytest.NewUDPEcho(t, "udp4")
+	cfg := testConfig()
+	cfg.UDPIdleTimeout = idle
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	cc, err := (&masque.Transport{}).NewClientConn(p.dial(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := uritemplate.MustNew("https://" + p.Addr + "/.well-known/masque/udp/{target_host}/{target_port}/")
+	var flows [2]*masque.Conn
+	for i := range flows {
+		req, err := masque.NewRequest(context.Background(), tmpl, echo.Addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, rsp, err := cc.Dial(req)
+		if err != nil || rsp.StatusCode != 200 {
+			t.Fatalf("open flow %d: %v, %v", i, rsp, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		flows[i] = c
+	}
+	buf := make([]byte, 1500)
+	// roundTrip sends on a flow until an echo is back (UDP is
+	// unreliable, even on the loopback).
+	roundTrip := func(i int) {
+		t.Helper()
+		c := flows[i]
+		for try := 0; ; try++ {
+			if _, err := c.WriteTo([]byte("ping"), nil); err != nil {
+				t.Fatalf("flow %d: write: %v", i, err)
+			}
+			c.SetReadDeadline(time.Now().Add(idle / 4))
+			n, _, err := c.ReadFrom(buf)
+			if err == nil && string(buf[:n]) == "ping" {
+				return
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) || try == 20 {
+				t.Fatalf("flow %d: read: %q, %v", i, buf[:n], err)
+			}
+		}
+	}
+	for start := time.Now(); time.Since(start) < idle*3/2; {
+		roundTrip(0)
+		roundTrip(1)
+		time.Sleep(idle / 10)
+	}
+	if n := p.srv.Flows(); n != 2 {
+		t.Fatalf("%d flows while both exchange datagrams, want 2", n)
+	}
+	// Flow 1 stops; flow 0 goes on, past flow 1's end.
+	start := time.Now()
+	for p.srv.Flows() == 2 || time.Since(start) < 2*idle {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%d flows 30 s after flow 1 stopped, want it ended", p.srv.Flows())
+		}
+		roundTrip(0)
+		time.Sleep(idle / 10)
+	}
+	if n := p.srv.Flows(); n != 1 {
+		t.Fatalf("%d flows, want the busy one left", n)
+	}
+	roundTrip(0)
+	flows[1].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := flows[1].ReadFrom(buf); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on the idled-out flow: %v, want the stream's end", err)
+	}
+}
+
 // rawFlow opens a CONNECT-UDP stream to target with quic-go's low-level
 // HTTP/3 client, so that the test can send datagrams and capsules of its
 // own making.
