@@ -100,7 +100,7 @@ const maxUDPPayload = 65527
 func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, idle time.Duration) FlowResult {
 	r := g.startFlow(ctx, client, upc, idle, nil, true)
 	for {
-		p, err := client.ReceivePayload(r.ctx)
+		p, err := client.ReceivePayload(r.own.ctx)
 		if err != nil {
 			r.End(fmt.Errorf("gate: flow: receive from the client: %w", err))
 			break
@@ -115,41 +115,47 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 // FlowRelay is a granted CONNECT-UDP flow being relayed (see StartFlow).
 type FlowRelay struct {
 	g       *Grant
-	upc     *net.UDPConn
+	upc     *net.UDPConn // the target's socket; nil once a FlowPoller holds its descriptor alone (see sock)
+	sock    rawSocket    // the target's socket's descriptor, when upc is nil
 	client  FlowSender
 	stopCtx func() bool // stops ctx's hook on the flow
 	dst     netip.AddrPort
-	start   time.Time
-	last    atomic.Int64 // since start, when a datagram last passed
+	start   time.Duration // monoNow when the flow started: 8 bytes where a time.Time is 24
+	last    atomic.Int64  // since start, when a datagram last passed
 	idle    time.Duration
 	ended   atomic.Bool // End was called
 	once    sync.Once
 	err     error // why the flow ended; set once, read after Wait's join
 
-	// ctx is done once the flow has ended, for what waits on it (a paced
-	// user's bucket, RelayFlow's reads); nil for a flow of a group that
-	// nothing waits for.
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-
-	// Without a group: the flow's own hook on the session's revocation
-	// and idle timer; nil in a group, whose hook and timer serve every
-	// flow of it.
-	stop  func() bool
-	timer *time.Timer
+	// own is what a flow outside a group, or one that something waits on
+	// (a paced user's bucket, RelayFlow's reads), has of its own; nil
+	// for an unpaced flow of a group, whose timer and hook serve it.
+	own *ownFlow
 
 	group      *FlowGroup // the flows of the client's connection; nil: none
 	prev, next *FlowRelay // in group's list; guarded by group.mu
 
 	down   sync.WaitGroup // the goroutine relaying the target's datagrams, when no poller does
 	poller *FlowPoller    // the poller relaying them; nil: the relay's goroutine
-	pollFD int32          // upc's descriptor in poller's set; guarded by poller.mu
+	pollFD int32          // the socket's descriptor in poller's set; guarded by poller.mu
 
 	// The client's side, counted by Up (from any goroutine).
 	up, datagramsUp, refused atomic.Int64
 	// The target's side, counted by the down goroutine; read after it
 	// has ended.
 	bytesDown, datagramsDown int64
+}
+
+// ownFlow is what a FlowRelay has of its own when it is not an unpaced
+// flow of a group.
+type ownFlow struct {
+	// ctx is done once the flow has ended; nil when nothing waits on it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// Outside a group: the flow's hook on the session's revocation and
+	// its idle timer (nil without one).
+	stop  func() bool
+	timer *time.Timer
 }
 
 // StartFlow starts relaying a granted CONNECT-UDP flow between the client
@@ -186,37 +192,46 @@ func (g *Grant) startFlow(ctx context.Context, client FlowSender, upc *net.UDPCo
 		g.Meter() // a user with a byte quota: metered as the datagrams move
 	}
 	s := g.s
-	r := &FlowRelay{g: g, upc: upc, client: client, dst: g.upstream, start: time.Now(), idle: idle}
+	r := &FlowRelay{g: g, upc: upc, client: client, dst: g.upstream, start: monoNow(), idle: idle, sock: rawSocket{fd: -1}}
+	var poller *FlowPoller
+	if group != nil && g.throttle == nil {
+		poller = group.poller
+	}
+	// The poller first: it may take upc's descriptor, and nothing may
+	// end the flow (close upc) meanwhile.
+	if poller != nil && poller.add(r, min(client.MaxPayload(), maxUDPPayload)) == nil {
+		r.poller = poller
+	}
 	if withCtx || g.throttle != nil || group == nil {
 		// ctx and the session end the flow through End, which cancels
-		// r.ctx: r.ctx needs no link of its own to ctx (each link is an
-		// entry in a parent's children, and a hook on r.ctx would be a
-		// map of its own for every flow).
-		r.ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+		// ctx: it needs no link of its own to ctx (each link is an entry
+		// in a parent's children, and a hook on it would be a map of its
+		// own for every flow).
+		r.own = new(ownFlow)
+		r.own.ctx, r.own.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	}
 	r.stopCtx = context.AfterFunc(ctx, func() { r.End(context.Cause(ctx)) })
 	if group == nil || !group.add(r) {
-		r.group = nil
-		r.stop = context.AfterFunc(s.rctx, func() { r.End(context.Cause(s.rctx)) })
+		if r.own == nil {
+			r.own = new(ownFlow)
+		}
+		r.own.stop = context.AfterFunc(s.rctx, func() { r.End(context.Cause(s.rctx)) })
 		if idle > 0 {
-			r.timer = time.AfterFunc(idle, r.idleCheck)
+			r.own.timer = time.AfterFunc(idle, r.idleCheck)
 		}
 	}
-	var poller *FlowPoller
-	if r.group != nil {
-		poller = r.group.poller
-	}
-	if poller != nil && g.throttle == nil && poller.add(r, min(client.MaxPayload(), maxUDPPayload)) == nil {
-		r.poller = poller
-	} else {
+	if r.poller == nil {
 		r.down.Go(r.relayDown)
 	}
 	return r
 }
 
+// since returns the time since the flow started.
+func (r *FlowRelay) since() time.Duration { return monoNow() - r.start }
+
 // quiet returns how long no datagram has passed.
 func (r *FlowRelay) quiet() time.Duration {
-	return time.Since(r.start) - time.Duration(r.last.Load())
+	return r.since() - time.Duration(r.last.Load())
 }
 
 // idleCheck ends the flow once no datagram passed for its idle timeout,
@@ -230,7 +245,7 @@ func (r *FlowRelay) idleCheck() {
 		r.End(errFlowIdle)
 		return
 	}
-	r.timer.Reset(r.idle - quiet)
+	r.own.timer.Reset(r.idle - quiet)
 }
 
 // End ends the flow with err (the first call's): it closes the target's
@@ -241,10 +256,14 @@ func (r *FlowRelay) End(err error) {
 	r.once.Do(func() {
 		r.err = err
 		r.ended.Store(true)
-		if r.cancel != nil {
-			r.cancel(err)
+		if r.own != nil && r.own.cancel != nil {
+			r.own.cancel(err)
 		}
-		r.upc.Close()
+		if r.upc != nil {
+			r.upc.Close()
+		} else {
+			r.sock.close()
+		}
 		r.client.Close()
 	})
 }
@@ -297,7 +316,7 @@ func (r *FlowRelay) down1(b []byte, n, max int) bool {
 	r.bytesDown += int64(n)
 	r.datagramsDown++
 	r.g.s.p.Metrics.Datagrams(0, 1, 0)
-	r.last.Store(int64(time.Since(r.start)))
+	r.last.Store(int64(r.since()))
 	return true
 }
 
@@ -323,7 +342,13 @@ func (r *FlowRelay) Up(p []byte) bool {
 		r.End(errFlowQuota)
 		return false
 	}
-	n, err := r.upc.Write(p)
+	var n int
+	var err error
+	if r.upc != nil {
+		n, err = r.upc.Write(p)
+	} else {
+		n, err = r.sock.write(p, &r.ended)
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return true // an ICMP error of an earlier datagram: UDP is unreliable
 	}
@@ -334,14 +359,17 @@ func (r *FlowRelay) Up(p []byte) bool {
 	r.up.Add(int64(n))
 	r.datagramsUp.Add(1)
 	m.Datagrams(1, 0, 0)
-	r.last.Store(int64(time.Since(r.start)))
+	r.last.Store(int64(r.since()))
 	return true
 }
 
 // pace is PaceDatagram for n bytes of the flow: a paced flow waits on
 // the user's bucket until the flow ends.
 func (r *FlowRelay) pace(n int) bool {
-	ctx := r.ctx
+	var ctx context.Context
+	if r.own != nil {
+		ctx = r.own.ctx
+	}
 	if ctx == nil {
 		ctx = context.Background() // not paced: PaceDatagram does not wait
 	}
@@ -361,16 +389,16 @@ func (r *FlowRelay) Wait() FlowResult {
 	if r.group != nil {
 		r.group.remove(r)
 	} else {
-		r.stop()
-		if r.timer != nil {
-			r.timer.Stop()
+		r.own.stop()
+		if r.own.timer != nil {
+			r.own.timer.Stop()
 		}
 	}
 	r.stopCtx()
 	res := FlowResult{
 		Up: r.up.Load(), Down: r.bytesDown,
 		DatagramsUp: r.datagramsUp.Load(), DatagramsDown: r.datagramsDown,
-		Refused: r.refused.Load(), Err: r.err, Duration: time.Since(r.start),
+		Refused: r.refused.Load(), Err: r.err, Duration: r.since(),
 	}
 	r.g.Finish(res.Up, res.Down)
 	return res

@@ -24,6 +24,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -208,6 +209,44 @@ func TestConnectUDPIdle(t *testing.T) {
 	_, _, err = conn.ReadFrom(make([]byte, 100))
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("read on an idled-out flow: %v, want the stream's end", err)
+	}
+}
+
+// TestConnectUDPPaced opens a flow of a user whose bytes are paced: its
+// datagrams wait on the user's bucket on a goroutine of the relay's own,
+// not the connection's poller, and it is still one of the connection's
+// flows, ended by their one idle timer.
+func TestConnectUDPPaced(t *testing.T) {
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
+	dns := proxytest.StartDNS(t)
+	cfg := testConfig()
+	cfg.UDPIdleTimeout = 300 * time.Millisecond
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass}, AccessLog: al,
+		Limits: &limits.Config{UserBytesPerSecond: 1 << 20, UserBytesBurst: 64 << 10},
+	}))
+	conn, _, err := p.dialUDP(t, dns.UDP, basic(testUser, testPass))
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	q := proxytest.DNSQuery(t, 0x5354, "paced.test.")
+	if _, err := conn.WriteTo(q, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 1500)
+	n, _, err := conn.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("read the DNS answer: %v", err)
+	}
+	proxytest.CheckDNSAnswer(t, buf[:n], 0x5354)
+	proxytest.WaitFor(t, "the idle flow to end", func() bool { return p.srv.Flows() == 0 })
+	proxytest.WaitFor(t, "the flow's access log record", func() bool {
+		return strings.Contains(out.String(), `"bytes_down":`+strconv.Itoa(n))
+	})
+	if log := out.String(); !strings.Contains(log, `"bytes_up":`+strconv.Itoa(len(q))) {
+		t.Errorf("access log lacks the flow's bytes up:\n%s", log)
 	}
 }
 
