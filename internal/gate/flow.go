@@ -127,17 +127,16 @@ type FlowRelay struct {
 	once    sync.Once
 	err     error // why the flow ended; set once, read after Wait's join
 
-	// own is what a flow outside a group, or one that something waits on
-	// (a paced user's bucket, RelayFlow's reads), has of its own; nil
-	// for an unpaced flow of a group, whose timer and hook serve it.
+	// own is what a flow outside a group, one that something waits on
+	// (a paced user's bucket, RelayFlow's reads) or one that no poller
+	// reads has of its own; nil for an unpaced flow of a group that a
+	// FlowPoller reads, whose group's timer and hook serve it.
 	own *ownFlow
 
 	group      *FlowGroup // the flows of the client's connection; nil: none
 	prev, next *FlowRelay // in group's list; guarded by group.mu
 
-	down   sync.WaitGroup // the goroutine relaying the target's datagrams, when no poller does
-	poller *FlowPoller    // the poller relaying them; nil: the relay's goroutine
-	pollFD int32          // the socket's descriptor in poller's set; guarded by poller.mu
+	poller *FlowPoller // the poller relaying the target's datagrams; nil: the relay's goroutine (own.down)
 
 	// The client's side, counted by Up (from any goroutine).
 	up, datagramsUp, refused atomic.Int64
@@ -147,8 +146,9 @@ type FlowRelay struct {
 }
 
 // ownFlow is what a FlowRelay has of its own when it is not an unpaced
-// flow of a group.
+// flow of a group that a FlowPoller reads.
 type ownFlow struct {
+	down sync.WaitGroup // the goroutine relaying the target's datagrams, when no poller does
 	// ctx is done once the flow has ended; nil when nothing waits on it.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -221,7 +221,10 @@ func (g *Grant) startFlow(ctx context.Context, client FlowSender, upc *net.UDPCo
 		}
 	}
 	if r.poller == nil {
-		r.down.Go(r.relayDown)
+		if r.own == nil {
+			r.own = new(ownFlow)
+		}
+		r.own.down.Go(r.relayDown)
 	}
 	return r
 }
@@ -382,7 +385,9 @@ func (r *FlowRelay) pace(n int) bool {
 // last Up and once the flow has ended.
 func (r *FlowRelay) Wait() FlowResult {
 	r.End(errFlowClosed)
-	r.down.Wait()
+	if r.own != nil {
+		r.own.down.Wait()
+	}
 	if r.poller != nil {
 		r.poller.remove(r)
 	}

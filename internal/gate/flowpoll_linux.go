@@ -127,7 +127,6 @@ func (p *FlowPoller) add(r *FlowRelay, max int) error {
 	r.upc = nil
 	r.sock.fd = int32(fd)
 	p.flows[int32(fd)] = e
-	r.pollFD = int32(fd)
 	return nil
 }
 
@@ -135,8 +134,8 @@ func (p *FlowPoller) add(r *FlowRelay, max int) error {
 func (p *FlowPoller) remove(r *FlowRelay) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.flows[r.pollFD]; ok && e.r == r {
-		p.drop(r.pollFD)
+	if e, ok := p.flows[r.sock.fd]; ok && e.r == r {
+		p.drop(r.sock.fd)
 	}
 }
 
