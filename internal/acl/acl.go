@@ -359,6 +359,18 @@ type Decision struct {
 	pendingSNI bool
 }
 
+// Undecided returns a Decision that decides nothing yet: it holds r (see
+// Request) for a decision to come, with Allow false and no rule. A
+// holder of a request and its decision keeps the request there once,
+// not beside the decision's own copy.
+func Undecided(r Request) Decision { return Decision{req: r} }
+
+// Request returns the request d was made for: Undecided's, or the one
+// Decide decided (as a decision pending on the SNI is made again, with
+// the hello read, when Permit or PermitUnresolved decide it). The
+// caller may change it before deciding it (Decide(*d.Request())).
+func (d *Decision) Request() *Request { return &d.req }
+
 // PendingSNI reports whether the verdict depends on the server_name of
 // the tunnel's ClientHello, which is not read yet: the request is to be
 // decided again once it is (Request.HelloRead). Allow is true meanwhile,

@@ -32,7 +32,7 @@ import (
 func (g *Grant) askAuthz(sni string) Kind {
 	s := g.s
 	p := s.p
-	ar := &g.areq
+	ar := g.req()
 	in := authz.Input{
 		Listener: p.Listener, User: g.User, Groups: g.groups, Client: s.ip,
 		Host: ar.Host, Addr: ar.Addr, Port: ar.Port, Method: ar.Method, Protocol: ar.Protocol.String(), SNI: sni,

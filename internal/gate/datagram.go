@@ -43,7 +43,7 @@ func (s *Session) AuthorizeAssociation(r *Request, g *Grant) Kind {
 		s.mu.Lock()
 		g.groups = s.identityGroups
 		s.mu.Unlock()
-		g.areq = acl.Request{Client: s.ip, User: user, Groups: g.groups, Method: r.Method, Protocol: r.Protocol}
+		g.decision = acl.Undecided(acl.Request{Client: s.ip, User: user, Groups: g.groups, Method: r.Method, Protocol: r.Protocol})
 		if kind := g.askAuthz(""); kind != OK {
 			return kind
 		}

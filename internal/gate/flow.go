@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/netip"
 	"sync"
@@ -99,9 +98,9 @@ const maxUDPPayload = 65527
 // client.ReceivePayload and handed to FlowRelay.Up, then FlowRelay.Wait.
 // It owns upc and closes client and upc.
 func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, idle time.Duration) FlowResult {
-	r := g.StartFlow(ctx, client, upc, idle, nil)
+	r := g.startFlow(ctx, client, upc, idle, nil, true)
 	for {
-		p, err := client.ReceivePayload(r.ctx)
+		p, err := client.ReceivePayload(r.own.ctx)
 		if err != nil {
 			r.End(fmt.Errorf("gate: flow: receive from the client: %w", err))
 			break
@@ -116,31 +115,47 @@ func (g *Grant) RelayFlow(ctx context.Context, client Flow, upc *net.UDPConn, id
 // FlowRelay is a granted CONNECT-UDP flow being relayed (see StartFlow).
 type FlowRelay struct {
 	g       *Grant
-	upc     *net.UDPConn
+	upc     *net.UDPConn // the target's socket; nil once a FlowPoller holds its descriptor alone (see sock)
+	sock    rawSocket    // the target's socket's descriptor, when upc is nil
 	client  FlowSender
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	stop    func() bool // stops the session's hook on the flow
 	stopCtx func() bool // stops ctx's hook on the flow
 	dst     netip.AddrPort
-	start   time.Time
-	last    atomic.Int64 // since start, when a datagram last passed
+	start   time.Duration // monoNow when the flow started: 8 bytes where a time.Time is 24
+	last    atomic.Int64  // since start, when a datagram last passed
 	idle    time.Duration
+	ended   atomic.Bool // End was called
 	once    sync.Once
 	err     error // why the flow ended; set once, read after Wait's join
 
-	timerMu sync.Mutex
-	timer   *time.Timer // the idle timeout's; guarded by timerMu
+	// own is what a flow outside a group, one that something waits on
+	// (a paced user's bucket, RelayFlow's reads) or one that no poller
+	// reads has of its own; nil for an unpaced flow of a group that a
+	// FlowPoller reads, whose group's timer and hook serve it.
+	own *ownFlow
 
-	down   sync.WaitGroup // the goroutine relaying the target's datagrams, when no poller does
-	poller *FlowPoller    // the poller relaying them; nil: the relay's goroutine
-	pollFD int32          // upc's descriptor in poller's set; guarded by poller.mu
+	group      *FlowGroup // the flows of the client's connection; nil: none
+	prev, next *FlowRelay // in group's list; guarded by group.mu
+
+	poller *FlowPoller // the poller relaying the target's datagrams; nil: the relay's goroutine (own.down)
 
 	// The client's side, counted by Up (from any goroutine).
 	up, datagramsUp, refused atomic.Int64
 	// The target's side, counted by the down goroutine; read after it
 	// has ended.
 	bytesDown, datagramsDown int64
+}
+
+// ownFlow is what a FlowRelay has of its own when it is not an unpaced
+// flow of a group that a FlowPoller reads.
+type ownFlow struct {
+	down sync.WaitGroup // the goroutine relaying the target's datagrams, when no poller does
+	// ctx is done once the flow has ended; nil when nothing waits on it.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// Outside a group: the flow's hook on the session's revocation and
+	// its idle timer (nil without one).
+	stop  func() bool
+	timer *time.Timer
 }
 
 // StartFlow starts relaying a granted CONNECT-UDP flow between the client
@@ -159,48 +174,81 @@ type FlowRelay struct {
 // tunnel (TunnelOpened, with the status already answered), and Wait
 // calls Finish with the payload bytes each way; the datagrams are
 // counted in the metrics as they pass. The relay owns upc and closes
-// client and upc when the flow ends. With a poller (nil: none), an
+// client and upc when the flow ends. With a group (nil: none), the flow
+// is one of the group's: the group's one timer ends it once idle and its
+// one hook on the session's revocation ends it with the session, and an
 // unpaced flow's target datagrams are read and sent to the client by the
-// poller's goroutine instead of one of the relay's own (see FlowPoller).
-func (g *Grant) StartFlow(ctx context.Context, client FlowSender, upc *net.UDPConn, idle time.Duration, poller *FlowPoller) *FlowRelay {
+// group's FlowPoller, where there is one, instead of a goroutine of the
+// relay's own. The group must be of g's session.
+func (g *Grant) StartFlow(ctx context.Context, client FlowSender, upc *net.UDPConn, idle time.Duration, group *FlowGroup) *FlowRelay {
+	return g.startFlow(ctx, client, upc, idle, group, false)
+}
+
+// startFlow is StartFlow; withCtx gives the relay a context of its own
+// even when nothing in it waits on one (RelayFlow's reads do).
+func (g *Grant) startFlow(ctx context.Context, client FlowSender, upc *net.UDPConn, idle time.Duration, group *FlowGroup, withCtx bool) *FlowRelay {
 	g.TunnelOpened()
 	if g.meter == nil {
 		g.Meter() // a user with a byte quota: metered as the datagrams move
 	}
 	s := g.s
-	r := &FlowRelay{g: g, upc: upc, client: client, dst: g.upstream, start: time.Now(), idle: idle}
-	// ctx and the session end the flow through End, which cancels r.ctx:
-	// r.ctx needs no link of its own to ctx (each link is an entry in a
-	// parent's children, and a hook on r.ctx would be a map of its own
-	// for every flow).
-	r.ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	r.stop = context.AfterFunc(s.rctx, func() { r.End(context.Cause(s.rctx)) })
-	r.stopCtx = context.AfterFunc(ctx, func() { r.End(context.Cause(ctx)) })
-	if idle > 0 {
-		r.timerMu.Lock()
-		r.timer = time.AfterFunc(math.MaxInt64, r.idleCheck)
-		r.timer.Reset(idle)
-		r.timerMu.Unlock()
+	r := &FlowRelay{g: g, upc: upc, client: client, dst: g.upstream, start: monoNow(), idle: idle, sock: rawSocket{fd: -1}}
+	var poller *FlowPoller
+	if group != nil && g.throttle == nil {
+		poller = group.poller
 	}
-	if poller != nil && g.throttle == nil && poller.add(r, min(client.MaxPayload(), maxUDPPayload)) == nil {
+	// The poller first: it may take upc's descriptor, and nothing may
+	// end the flow (close upc) meanwhile.
+	if poller != nil && poller.add(r, min(client.MaxPayload(), maxUDPPayload)) == nil {
 		r.poller = poller
-	} else {
-		r.down.Go(r.relayDown)
+	}
+	if withCtx || g.throttle != nil || group == nil {
+		// ctx and the session end the flow through End, which cancels
+		// ctx: it needs no link of its own to ctx (each link is an entry
+		// in a parent's children, and a hook on it would be a map of its
+		// own for every flow).
+		r.own = new(ownFlow)
+		r.own.ctx, r.own.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
+	}
+	r.stopCtx = context.AfterFunc(ctx, func() { r.End(context.Cause(ctx)) })
+	if group == nil || !group.add(r) {
+		if r.own == nil {
+			r.own = new(ownFlow)
+		}
+		r.own.stop = context.AfterFunc(s.rctx, func() { r.End(context.Cause(s.rctx)) })
+		if idle > 0 {
+			r.own.timer = time.AfterFunc(idle, r.idleCheck)
+		}
+	}
+	if r.poller == nil {
+		if r.own == nil {
+			r.own = new(ownFlow)
+		}
+		r.own.down.Go(r.relayDown)
 	}
 	return r
+}
+
+// since returns the time since the flow started.
+func (r *FlowRelay) since() time.Duration { return monoNow() - r.start }
+
+// quiet returns how long no datagram has passed.
+func (r *FlowRelay) quiet() time.Duration {
+	return r.since() - time.Duration(r.last.Load())
 }
 
 // idleCheck ends the flow once no datagram passed for its idle timeout,
 // or sets the timer again for the rest of it.
 func (r *FlowRelay) idleCheck() {
-	quiet := time.Since(r.start) - time.Duration(r.last.Load())
+	if r.ended.Load() {
+		return
+	}
+	quiet := r.quiet()
 	if quiet >= r.idle {
 		r.End(errFlowIdle)
 		return
 	}
-	r.timerMu.Lock()
-	r.timer.Reset(r.idle - quiet)
-	r.timerMu.Unlock()
+	r.own.timer.Reset(r.idle - quiet)
 }
 
 // End ends the flow with err (the first call's): it closes the target's
@@ -210,14 +258,18 @@ func (r *FlowRelay) idleCheck() {
 func (r *FlowRelay) End(err error) {
 	r.once.Do(func() {
 		r.err = err
-		r.cancel(err)
-		r.upc.Close()
+		r.ended.Store(true)
+		if r.own != nil && r.own.cancel != nil {
+			r.own.cancel(err)
+		}
+		if r.upc != nil {
+			r.upc.Close()
+		} else {
+			r.sock.close()
+		}
 		r.client.Close()
 	})
 }
-
-// Context is done once the flow has ended.
-func (r *FlowRelay) Context() context.Context { return r.ctx }
 
 // relayDown sends the target's datagrams to the client until the flow
 // ends. While it waits for one it holds no read buffer (on Unix: see
@@ -256,8 +308,7 @@ func (r *FlowRelay) down1(b []byte, n, max int) bool {
 	if n > max {
 		return true // too large for the client's side
 	}
-	g := r.g
-	if !g.PaceDatagram(r.ctx, n) {
+	if !r.pace(n) {
 		r.End(errFlowQuota)
 		return false
 	}
@@ -267,8 +318,8 @@ func (r *FlowRelay) down1(b []byte, n, max int) bool {
 	}
 	r.bytesDown += int64(n)
 	r.datagramsDown++
-	g.s.p.Metrics.Datagrams(0, 1, 0)
-	r.last.Store(int64(time.Since(r.start)))
+	r.g.s.p.Metrics.Datagrams(0, 1, 0)
+	r.last.Store(int64(r.since()))
 	return true
 }
 
@@ -279,7 +330,7 @@ func (r *FlowRelay) down1(b []byte, n, max int) bool {
 // failed, or ended before): no more payloads are to be handed to it. Up
 // may be called from any goroutine, one call at a time, until Wait.
 func (r *FlowRelay) Up(p []byte) bool {
-	if r.ctx.Err() != nil {
+	if r.ended.Load() {
 		return false
 	}
 	g := r.g
@@ -290,11 +341,17 @@ func (r *FlowRelay) Up(p []byte) bool {
 		m.Datagrams(0, 0, 1)
 		return true
 	}
-	if !g.PaceDatagram(r.ctx, len(p)) {
+	if !r.pace(len(p)) {
 		r.End(errFlowQuota)
 		return false
 	}
-	n, err := r.upc.Write(p)
+	var n int
+	var err error
+	if r.upc != nil {
+		n, err = r.upc.Write(p)
+	} else {
+		n, err = r.sock.write(p, &r.ended)
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return true // an ICMP error of an earlier datagram: UDP is unreliable
 	}
@@ -305,31 +362,48 @@ func (r *FlowRelay) Up(p []byte) bool {
 	r.up.Add(int64(n))
 	r.datagramsUp.Add(1)
 	m.Datagrams(1, 0, 0)
-	r.last.Store(int64(time.Since(r.start)))
+	r.last.Store(int64(r.since()))
 	return true
 }
 
-// Wait waits until the flow has ended (End, or the relay ended it) and
-// its goroutine has returned, calls Finish with the payload bytes each
-// way and returns what the flow relayed. The front-end calls it once,
-// after its last Up.
+// pace is PaceDatagram for n bytes of the flow: a paced flow waits on
+// the user's bucket until the flow ends.
+func (r *FlowRelay) pace(n int) bool {
+	var ctx context.Context
+	if r.own != nil {
+		ctx = r.own.ctx
+	}
+	if ctx == nil {
+		ctx = context.Background() // not paced: PaceDatagram does not wait
+	}
+	return r.g.PaceDatagram(ctx, n)
+}
+
+// Wait ends the flow if nothing has (End, or the relay), waits for its
+// goroutine to return, calls Finish with the payload bytes each way and
+// returns what the flow relayed. The front-end calls it once, after its
+// last Up and once the flow has ended.
 func (r *FlowRelay) Wait() FlowResult {
-	<-r.ctx.Done()
-	r.down.Wait()
+	r.End(errFlowClosed)
+	if r.own != nil {
+		r.own.down.Wait()
+	}
 	if r.poller != nil {
 		r.poller.remove(r)
 	}
-	r.stop()
-	r.stopCtx()
-	if r.idle > 0 {
-		r.timerMu.Lock()
-		r.timer.Stop()
-		r.timerMu.Unlock()
+	if r.group != nil {
+		r.group.remove(r)
+	} else {
+		r.own.stop()
+		if r.own.timer != nil {
+			r.own.timer.Stop()
+		}
 	}
+	r.stopCtx()
 	res := FlowResult{
 		Up: r.up.Load(), Down: r.bytesDown,
 		DatagramsUp: r.datagramsUp.Load(), DatagramsDown: r.datagramsDown,
-		Refused: r.refused.Load(), Err: r.err, Duration: time.Since(r.start),
+		Refused: r.refused.Load(), Err: r.err, Duration: r.since(),
 	}
 	r.g.Finish(res.Up, res.Down)
 	return res
@@ -337,6 +411,10 @@ func (r *FlowRelay) Wait() FlowResult {
 
 // errFlowQuota ends a flow whose user's byte quota is spent.
 var errFlowQuota = errors.New("gate: flow ended: the user's byte quota is spent")
+
+// errFlowClosed ends a flow that the front-end waits for without having
+// ended it.
+var errFlowClosed = errors.New("gate: flow closed")
 
 // errFlowIdle ends a flow that passed no datagram for its idle timeout.
 var errFlowIdle = errors.New("gate: flow idle timeout")

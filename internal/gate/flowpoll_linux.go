@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -40,15 +41,14 @@ type FlowPoller struct {
 	iovs   [pollerBatch]unix.Iovec // recv's, guarded by mu
 }
 
-// polled is a flow of a FlowPoller: its relay, its socket's RawConn (a
-// read holds the descriptor open against a concurrent Close) and the
-// generation its registration carries in the epoll event, which tells a
-// stale event of a closed socket whose descriptor was reused apart.
+// polled is a flow of a FlowPoller: its relay, whose rawSocket a read
+// holds open against a concurrent close, and the generation its
+// registration carries in the epoll event, which tells a stale event of
+// a closed socket whose descriptor was reused apart.
 type polled struct {
 	r   *FlowRelay
-	rc  syscall.RawConn
 	gen int32
-	max int // the largest datagram the flow's client side carries
+	max int32 // the largest datagram the flow's client side carries
 }
 
 // pollerEvents is how many ready sockets a FlowPoller takes at once.
@@ -88,42 +88,54 @@ func (p *FlowPoller) Close() error {
 	return p.file.Close() // epfd with it; the loop's wait returns
 }
 
-// add registers r's socket; an error leaves r to a goroutine of its own.
+// add registers r's socket, which it takes from r.upc: r keeps its
+// descriptor alone (a duplicate; see rawSocket), upc is closed and r.upc
+// set to nil. An error leaves r and upc as they were, to a goroutine of
+// r's own.
 func (p *FlowPoller) add(r *FlowRelay, max int) error {
 	rc, err := r.upc.SyscallConn()
 	if err != nil {
 		return err
 	}
+	fd := -1
+	var cerr error
+	if err := rc.Control(func(s uintptr) { fd, cerr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("gate: flow poller: dup: %w", cerr)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
+		unix.Close(fd)
 		return errors.New("gate: flow poller closed")
 	}
 	if len(p.buf) < pollerBatch*(max+1) {
 		p.buf = make([]byte, pollerBatch*(max+1)) // one more byte tells a longer datagram apart
 	}
 	p.gen++
-	e := polled{r: r, rc: rc, gen: p.gen, max: max}
-	var cerr error
-	err = rc.Control(func(fd uintptr) {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd), Pad: e.gen}
-		if cerr = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); cerr == nil {
-			p.flows[int32(fd)] = e
-			r.pollFD = int32(fd)
-		}
-	})
-	if err == nil {
-		err = cerr
+	e := polled{r: r, gen: p.gen, max: int32(max)}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd), Pad: e.gen}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		unix.Close(fd)
+		return err
 	}
-	return err
+	// upc's descriptor leaves Go's netpoller as upc closes; its duplicate,
+	// of the same socket, stays in the poller's set.
+	r.upc.Close()
+	r.upc = nil
+	r.sock.fd = int32(fd)
+	p.flows[int32(fd)] = e
+	return nil
 }
 
 // remove unregisters r: once it returns the poller no longer touches r.
 func (p *FlowPoller) remove(r *FlowRelay) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.flows[r.pollFD]; ok && e.r == r {
-		p.drop(r.pollFD)
+	if e, ok := p.flows[r.sock.fd]; ok && e.r == r {
+		p.drop(r.sock.fd)
 	}
 }
 
@@ -185,12 +197,15 @@ func (p *FlowPoller) serve(fd uintptr) bool {
 // socket is drained, without a read that fails.
 func (p *FlowPoller) drain(fd int32, e polled) {
 	r := e.r
+	max := int(e.max)
 	for {
 		var n int
-		var rerr error
-		err := e.rc.Control(func(sfd uintptr) { n, rerr = p.recv(sfd, e.max+1) })
-		if err == nil {
-			err = rerr
+		var err error
+		if sfd, ok := r.sock.hold(); ok {
+			n, err = p.recv(uintptr(sfd), max+1)
+			r.sock.release()
+		} else {
+			err = net.ErrClosed
 		}
 		switch {
 		case err == nil:
@@ -208,8 +223,8 @@ func (p *FlowPoller) drain(fd int32, e polled) {
 		}
 		for i := range n {
 			got := int(p.hdrs[i].n)
-			b := p.buf[i*(e.max+1):][:min(got, e.max)]
-			if !r.down1(b, got, e.max) {
+			b := p.buf[i*(max+1):][:min(got, max)]
+			if !r.down1(b, got, max) {
 				p.drop(fd)
 				return
 			}
@@ -252,3 +267,79 @@ type mmsghdr struct {
 // pollerBatch is how many datagrams a FlowPoller reads from a socket at
 // once: two, so that a batch of one tells a drained socket.
 const pollerBatch = 2
+
+// rawSocket is a flow's target socket as a FlowPoller holds it: its
+// descriptor alone, without the net.UDPConn (and its netFD, addresses
+// and RawConn) that made it, a few hundred bytes per idle flow. A use
+// holds it open against a concurrent close: the descriptor is closed
+// once the last use has ended, so that a use never reaches another
+// socket given the same descriptor since.
+type rawSocket struct {
+	fd    int32
+	state atomic.Int32 // the uses in progress, and sockClosed once closed
+}
+
+// sockClosed is the bit of rawSocket.state that says the socket is
+// closed (or closing, once its uses end).
+const sockClosed = 1 << 30
+
+// hold begins a use of the descriptor, unless the socket is closed.
+func (s *rawSocket) hold() (int32, bool) {
+	for {
+		v := s.state.Load()
+		if v&sockClosed != 0 {
+			return -1, false
+		}
+		if s.state.CompareAndSwap(v, v+1) {
+			return s.fd, true
+		}
+	}
+}
+
+// release ends a use, closing the descriptor if it is the last use of a
+// closed socket.
+func (s *rawSocket) release() {
+	if s.state.Add(-1) == sockClosed {
+		unix.Close(int(s.fd))
+	}
+}
+
+// close closes the socket: at once, or when its last use ends. It may be
+// called more than once.
+func (s *rawSocket) close() {
+	if s.fd < 0 {
+		return
+	}
+	if old := s.state.Or(sockClosed); old == 0 {
+		unix.Close(int(s.fd))
+	}
+}
+
+// write sends p as one datagram. A full send buffer is waited for, as
+// a net.UDPConn's Write waits, until it drains or ended is set.
+func (s *rawSocket) write(p []byte, ended *atomic.Bool) (int, error) {
+	fd, ok := s.hold()
+	if !ok {
+		return 0, net.ErrClosed
+	}
+	defer s.release()
+	for {
+		n, err := unix.Write(int(fd), p)
+		switch err {
+		case nil:
+			return n, nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			if ended.Load() {
+				return 0, net.ErrClosed
+			}
+			// Waits in slices, the flow's end checked between them: a
+			// closing descriptor does not wake poll(2).
+			pfd := []unix.PollFd{{Fd: fd, Events: unix.POLLOUT}}
+			unix.Poll(pfd, 100)
+			continue
+		}
+		return 0, err
+	}
+}

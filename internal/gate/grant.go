@@ -99,7 +99,7 @@ type Grant struct {
 	// RetryAfter is how long a CoolingDown client must wait.
 	RetryAfter time.Duration
 
-	decision acl.Decision
+	decision acl.Decision   // the ACL verdict, when decided; it holds the request as the rules see it (see req) either way
 	decided  bool           // decision holds an ACL verdict
 	audited  string         // a rule in audit mode let one of an association's datagrams through past it ("" none; see wouldDeny)
 	route    *route.Route   // the route Authorize chose; nil = direct (see route.go)
@@ -148,11 +148,10 @@ type Grant struct {
 	added       [2]int64 // payload bytes up and down the front-end wrote itself (AddBytes)
 
 	// The SNI check (see sni.go).
-	areq         acl.Request // what the rules decided, for a decision again with the hello's server name
-	wantHello    bool        // the tunnel reads its ClientHello before it dials (NeedsHello)
-	routePending bool        // the route depends on the hello's server name
-	hello        helloState  // what is known of the hello
-	sni          string      // the access log's sni field: the server name, or why there is none ("[not-tls]")
+	wantHello    bool       // the tunnel reads its ClientHello before it dials (NeedsHello)
+	routePending bool       // the route depends on the hello's server name
+	hello        helloState // what is known of the hello
+	sni          string     // the access log's sni field: the server name, or why there is none ("[not-tls]")
 
 	// Interception (see intercept.go).
 	interceptOn bool           // the policy's Interceptor considers the tunnel: Intercepts is asked once its hello is read
@@ -205,20 +204,20 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		return g.refuse(kind)
 	}
 
-	g.areq = acl.Request{
+	g.decision = acl.Undecided(acl.Request{
 		Client: s.ip, User: user, Groups: k.groups, Host: r.Host, Addr: r.Addr, Port: r.Port,
 		Method: r.Method, Protocol: r.Protocol, Path: r.Path, HelloRead: r.HelloRead, SNI: r.SNI,
-	}
+	})
+	ar := g.req()
 	if in := s.icept; in != nil {
 		// A request inside an intercepted tunnel: the rules on sni_hosts
 		// see the tunnel's hello.
-		g.areq.HelloRead, g.areq.SNI = true, in.SNI
+		ar.HelloRead, ar.SNI = true, in.SNI
 		g.sni = in.SNI
 	}
 	if g.original.IsValid() {
-		g.pin(&g.areq)
+		g.pin(ar)
 	}
-	ar := &g.areq
 	if p.ACL != nil {
 		g.decision = p.ACL.Decide(*ar)
 		g.decided = true
@@ -253,8 +252,14 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 // forwarded requests). It allocates nothing beyond dst's growth. It is
 // valid once Authorize returned OK.
 func (g *Grant) Matches(m *acl.Matcher, dst []int) []int {
-	return m.AppendMatches(dst, g.areq)
+	return m.AppendMatches(dst, *g.req())
 }
+
+// req returns the request as the access rules see it, which the grant
+// keeps in its decision (see acl.Undecided): what the rules decided, for
+// a decision again with the hello's server name, the routes and the
+// decision service.
+func (g *Grant) req() *acl.Request { return g.decision.Request() }
 
 // privateHint tells an operator how to let a private destination through.
 const privateHint = `to allow it, list its range in allow_private (or a rule's allow_private) in the configuration, or start rustle with --allow-private CIDR`

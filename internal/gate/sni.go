@@ -124,7 +124,7 @@ func (g *Grant) CheckHello(h sni.Hello, err error) Kind {
 			g.sni = sniWords[metrics.SNIMissing]
 		}
 	}
-	ar := g.areq
+	ar := *g.req()
 	ar.HelloRead, ar.SNI = true, name
 	if g.decided && g.decision.PendingSNI() {
 		g.decision = p.ACL.Decide(ar)

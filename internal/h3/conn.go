@@ -24,9 +24,9 @@ import (
 // Goroutines: the one that accepts request streams (ServeConn's), one
 // that accepts the client's unidirectional streams, and, once a flow
 // has opened, one that receives the connection's datagrams and hands
-// each to its flow and, on Linux, one (gate.FlowPoller's) that reads
-// the flows' target sockets; a request stream runs on a reused worker, a
-// tunnel or a flow on a goroutine of its own.
+// each to its flow and, on Linux, one (the gate.FlowPoller's of its
+// gate.FlowGroup) that reads the flows' target sockets; a request stream
+// runs on a reused worker, a tunnel or a flow on a goroutine of its own.
 type conn struct {
 	s     *Server
 	qc    *quic.Conn
@@ -53,8 +53,8 @@ type conn struct {
 	idle      *time.Timer             // closes the connection idle for IdleTimeout; nil without one
 	flows     map[quic.StreamID]*flow // open flows by stream ID; guarded by mu
 	receiving bool                    // the datagram receiver runs; guarded by mu
-	poller    *gate.FlowPoller        // reads the flows' target sockets; nil until the first flow, or none to be had; guarded by mu
-	noPoller  bool                    // NewFlowPoller failed: flows read their sockets themselves; guarded by mu
+	group     *gate.FlowGroup         // what the flows share; nil until the first flow; guarded by mu
+	noGroup   bool                    // the connection's service has ended: no group is made; guarded by mu
 	rejected  int                     // malformed requests logged; guarded by mu
 
 	nflows atomic.Int64 // open flows
@@ -79,7 +79,7 @@ func newConn(s *Server, qc *quic.Conn, sess *gate.Session) *conn {
 // serve serves the connection until it closes, and until every request
 // stream it accepted has been served.
 func (c *conn) serve() {
-	defer c.closePoller()
+	defer c.closeGroup()
 	defer c.streams.Wait()
 	if err := c.openControl(); err != nil {
 		c.close(errNoError, "")
@@ -387,34 +387,29 @@ func (c *conn) addFlow(f *flow) {
 	}
 }
 
-// flowPoller returns the poller of the connection's flows, starting it
-// with the first: one goroutine reads every flow's target socket and
-// sends the datagrams into the connection, whose one send queue any of
-// them would wait on. It returns nil where there is none (each flow then
-// reads its socket on a goroutine of its own).
-func (c *conn) flowPoller() *gate.FlowPoller {
+// flowGroup returns the group of the connection's flows, making it with
+// the first: one timer and one revocation hook serve every flow, and on
+// Linux one goroutine reads every flow's target socket and sends the
+// datagrams into the connection, whose one send queue any of them would
+// wait on. It returns nil once the connection's service has ended (each
+// flow then has a timer, a hook and a goroutine of its own).
+func (c *conn) flowGroup() *gate.FlowGroup {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.poller == nil && !c.noPoller {
-		p, err := gate.NewFlowPoller()
-		if err != nil {
-			c.s.log.Debug("h3: flows read their sockets on goroutines of their own", "err", err)
-			c.noPoller = true
-			return nil
-		}
-		c.poller = p
+	if c.group == nil && !c.noGroup {
+		c.group = gate.NewFlowGroup(c.sess)
 	}
-	return c.poller
+	return c.group
 }
 
-// closePoller stops the flows' poller, once every flow has ended.
-func (c *conn) closePoller() {
+// closeGroup closes the flows' group, once every flow has ended.
+func (c *conn) closeGroup() {
 	c.mu.Lock()
-	p := c.poller
-	c.poller, c.noPoller = nil, true
+	g := c.group
+	c.group, c.noGroup = nil, true
 	c.mu.Unlock()
-	if p != nil {
-		p.Close()
+	if g != nil {
+		g.Close()
 	}
 }
 

@@ -28,8 +28,9 @@
 //     the configured URI template matches: a UDP flow whose payloads
 //     travel in HTTP Datagrams (RFC 9297) in QUIC DATAGRAM frames,
 //     relayed by gate.Grant.StartFlow (the guard checks every datagram's
-//     destination; the flow idles out after UDPIdleTimeout): the
-//     target's datagrams read by the connection's one gate.FlowPoller
+//     destination; the flow idles out after UDPIdleTimeout, by the one
+//     timer of the connection's gate.FlowGroup): the target's
+//     datagrams read by the connection's one gate.FlowPoller
 //     (Linux, unpaced users; otherwise the relay's goroutine), the
 //     client's handed over by the connection's one datagram receiver;
 //     capsules the
@@ -56,10 +57,13 @@
 // another process): about 68 KiB per idle HTTP/3 connection, most of it
 // quic-go's connection state (its TLS and QUIC state, about 35 KiB of
 // heap, and two goroutines) beside this package's two goroutines, and
-// about 9 KiB per idle CONNECT-UDP flow (its QUIC stream's state in
-// quic-go, its reqStream with the grant, the relay's contexts and idle
-// timer, a UDP socket that the connection's gate.FlowPoller waits on,
-// and one goroutine parked in quic-go's Peek on a 2 KiB stack).
+// about 7.5 KiB per idle CONNECT-UDP flow (its QUIC stream's state in
+// quic-go, with the context and hook that end the flow on the client's
+// STOP_SENDING, its reqStream with the grant, the relay, its UDP
+// socket's descriptor that the connection's gate.FlowPoller waits on,
+// and one goroutine parked in quic-go's Peek on a 2 KiB stack; the
+// connection's gate.FlowGroup has the one idle timer and revocation hook
+// of all its flows).
 //
 // Shutdown (the session's context done) sends GOAWAY: requests in
 // progress, tunnels and flows included, run on, and the connection

@@ -49,7 +49,9 @@ func (rs *reqStream) classify() request {
 		if err != nil {
 			return local(404, "not a CONNECT-UDP target: the path does not match "+strconv.Quote(t.String()))
 		}
-		return request{kind: kindConnectUDP, host: host, port: int(port)}
+		// The flow keeps its target's host for its life (in its grant):
+		// a copy, not the whole :path it was cut from.
+		return request{kind: kindConnectUDP, host: strings.Clone(host), port: int(port)}
 	case fieldreq.Connect:
 		return request{kind: kindConnect, host: r.Host, port: r.Port, ipv6: r.IPv6}
 	case fieldreq.WebSocket:

@@ -38,8 +38,7 @@ type reqStream struct {
 	g gate.Grant
 	x *exchange // a forwarded request's exchange with its upstream; nil for others
 
-	headSent bool  // the response's HEADERS went out
-	handoff  *flow // a flow whose goroutine ends the stream's service once serve has returned (see connectUDP)
+	handoff *flow // a flow whose goroutine ends the stream's service once serve has returned (see connectUDP)
 }
 
 // reqHead is what a request stream needs while its head is read and
@@ -97,7 +96,7 @@ func (rs *reqStream) release() {
 	rs.body = bodyReader{}
 	rs.fr = frameReader{}
 	rs.c, rs.str = nil, nil
-	rs.headSent, rs.handoff = false, nil
+	rs.handoff = nil
 	if cap(rs.wbuf) > 64<<10 {
 		rs.wbuf = nil
 	}
@@ -445,7 +444,6 @@ func (rs *reqStream) sendHead(body []byte, end bool) error {
 		b = append(b, body...)
 	}
 	rs.wbuf = b
-	rs.headSent = true
 	_, err := rs.str.Write(b)
 	if end && err == nil {
 		err = rs.str.Close()

@@ -22,10 +22,12 @@ const maxCapsule = 65535 + 8
 // Capsule-Protocol, and leaves the flow in rs.handoff for a goroutine of
 // its own (started by reqStream.end once serve has returned), which
 // reads the stream's capsules (their end is the flow's) and ends the
-// stream's service when the flow has ended. The target's datagrams go
-// from the connection's flow poller (gate.FlowPoller; on a system
-// without one, or for a paced user, from the relay's goroutine), the
-// client's as the connection's datagram receiver hands them over. The
+// stream's service when the flow has ended. The flow is one of the
+// connection's gate.FlowGroup, whose one timer ends it once idle: the
+// target's datagrams go from the group's flow poller (gate.FlowPoller;
+// on a system without one, or for a paced user, from the relay's
+// goroutine), the client's as the connection's datagram receiver hands
+// them over. The
 // serving goroutine, whose stack grew with the request, returns: the
 // flow's goroutine starts small and stays so while it parks.
 func (rs *reqStream) connectUDP(q *request) {
@@ -54,20 +56,22 @@ func (rs *reqStream) connectUDP(q *request) {
 	}
 	g.Answer(200, 0)
 	f := &flow{rs: rs, id: rs.str.StreamID()}
-	f.prefix = quicvarint.Append(f.prefix[:0], uint64(f.id/4))
-	f.prefix = append(f.prefix, masque.ContextUDP)
-	f.relay = g.StartFlow(ctx, f, up, s.cfg.UDPIdleTimeout, c.flowPoller())
+	b := quicvarint.Append(f.prefix[:0], uint64(f.id/4))
+	b = append(b, masque.ContextUDP)
+	f.nprefix = uint8(len(b))
+	f.relay = g.StartFlow(ctx, f, up, s.cfg.UDPIdleTimeout, c.flowGroup())
 	if g.Throttle() != nil {
 		// A paced user's datagrams wait on its bucket: not on the
 		// connection's receiver, which serves every flow.
-		f.queue = make(chan []byte, pacedQueue)
-		f.pacer.Go(f.paceUp)
+		f.paced = &pacedFlow{queue: make(chan []byte, pacedQueue)}
+		f.paced.done.Go(f.paceUp)
 	}
 	c.addFlow(f) // before the answer: the client's first datagram may follow it closely
 	rs.startSection(200)
 	rs.sec = appendField(rs.sec, "capsule-protocol", "?1")
 	rs.sendHead(nil, false)
 	rs.park()
+	rs.wbuf = nil  // a flow writes nothing more on its stream
 	rs.handoff = f // the stream's service goes on in f.run, started once serve has returned
 }
 
@@ -80,11 +84,13 @@ func (f *flow) run() {
 	c.removeFlow(f)
 	f.mu.Lock()
 	f.closed = true
-	if f.queue != nil {
-		close(f.queue)
+	if f.paced != nil {
+		close(f.paced.queue)
 	}
 	f.mu.Unlock()
-	f.pacer.Wait()
+	if f.paced != nil {
+		f.paced.done.Wait()
+	}
 	f.relay.Wait()
 	c.s.giveFlow(c)
 	rs.finish()
@@ -120,15 +126,22 @@ func (s *Server) giveFlow(c *conn) {
 // carries capsules, which are read and skipped, and its end ends the
 // flow.
 type flow struct {
-	rs     *reqStream
-	id     quic.StreamID
-	prefix []byte // the datagrams' quarter stream ID and context ID
-	relay  *gate.FlowRelay
+	rs    *reqStream
+	id    quic.StreamID
+	relay *gate.FlowRelay
+	paced *pacedFlow // nil for a flow that is not paced
 
-	mu     sync.Mutex     // held while a payload goes to the relay
-	closed bool           // no more payloads: the flow is ending; guarded by mu
-	queue  chan []byte    // a paced flow's payloads, for paceUp; nil otherwise
-	pacer  sync.WaitGroup // paceUp
+	mu      sync.Mutex // held while a payload goes to the relay
+	closed  bool       // no more payloads: the flow is ending; guarded by mu
+	nprefix uint8      // prefix's length
+	prefix  [9]byte    // the datagrams' quarter stream ID and context ID
+}
+
+// pacedFlow is what a paced flow has of its own: the client's payloads
+// queued for paceUp, which waits on the user's bucket.
+type pacedFlow struct {
+	queue chan []byte    // for paceUp
+	done  sync.WaitGroup // paceUp
 }
 
 // fromClient takes an HTTP Datagram's payload behind its quarter stream
@@ -144,9 +157,9 @@ func (f *flow) fromClient(b []byte) {
 	if f.closed {
 		return
 	}
-	if f.queue != nil {
+	if f.paced != nil {
 		select {
-		case f.queue <- payload:
+		case f.paced.queue <- payload:
 		default:
 		}
 		return
@@ -159,10 +172,10 @@ func (f *flow) fromClient(b []byte) {
 // paceUp hands a paced flow's payloads to the relay, which makes each
 // wait on the user's bucket.
 func (f *flow) paceUp() {
-	for p := range f.queue {
+	for p := range f.paced.queue {
 		if !f.relay.Up(p) {
 			// Ended: drain what is left so that fromClient never blocks.
-			for range f.queue {
+			for range f.paced.queue {
 			}
 			return
 		}
@@ -197,7 +210,7 @@ var outPool = sync.Pool{New: func() any { b := make([]byte, 0, maxDatagramPayloa
 // too large for a DATAGRAM frame is dropped.
 func (f *flow) SendPayload(p []byte) error {
 	bp := outPool.Get().(*[]byte)
-	b := append(append((*bp)[:0], f.prefix...), p...)
+	b := append(append((*bp)[:0], f.prefix[:f.nprefix]...), p...)
 	err := f.rs.c.qc.SendDatagram(b)
 	*bp = b
 	outPool.Put(bp)

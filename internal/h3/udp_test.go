@@ -24,6 +24,7 @@ import (
 	"github.com/rustle-proxy/rustle/internal/acl"
 	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/gate"
+	"github.com/rustle-proxy/rustle/internal/limits"
 	"github.com/rustle-proxy/rustle/internal/metrics"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -208,6 +209,119 @@ func TestConnectUDPIdle(t *testing.T) {
 	_, _, err = conn.ReadFrom(make([]byte, 100))
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("read on an idled-out flow: %v, want the stream's end", err)
+	}
+}
+
+// TestConnectUDPPaced opens a flow of a user whose bytes are paced: its
+// datagrams wait on the user's bucket on a goroutine of the relay's own,
+// not the connection's poller, and it is still one of the connection's
+// flows, ended by their one idle timer.
+func TestConnectUDPPaced(t *testing.T) {
+	var out proxytest.LogBuffer
+	al := proxytest.JSONAccessLog(t, &out)
+	dns := proxytest.StartDNS(t)
+	cfg := testConfig()
+	cfg.UDPIdleTimeout = 300 * time.Millisecond
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{
+		Users: map[string]string{testUser: testPass}, AccessLog: al,
+		Limits: &limits.Config{UserBytesPerSecond: 1 << 20, UserBytesBurst: 64 << 10},
+	}))
+	conn, _, err := p.dialUDP(t, dns.UDP, basic(testUser, testPass))
+	if err != nil {
+		t.Fatalf("CONNECT-UDP: %v", err)
+	}
+	q := proxytest.DNSQuery(t, 0x5354, "paced.test.")
+	if _, err := conn.WriteTo(q, nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 1500)
+	n, _, err := conn.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("read the DNS answer: %v", err)
+	}
+	proxytest.CheckDNSAnswer(t, buf[:n], 0x5354)
+	proxytest.WaitFor(t, "the idle flow to end", func() bool { return p.srv.Flows() == 0 })
+	proxytest.WaitFor(t, "the flow's access log record", func() bool {
+		return strings.Contains(out.String(), `"bytes_down":`+strconv.Itoa(n))
+	})
+	if log := out.String(); !strings.Contains(log, `"bytes_up":`+strconv.Itoa(len(q))) {
+		t.Errorf("access log lacks the flow's bytes up:\n%s", log)
+	}
+}
+
+// TestConnectUDPIdleBusy opens two flows on one connection, whose flows
+// share one idle timer (gate.FlowGroup): both exchange datagrams for
+// longer than UDPIdleTimeout, then one stops and ends after its timeout,
+// while the other, exchanging datagrams all along, outlives two more.
+func TestConnectUDPIdleBusy(t *testing.T) {
+	const idle = time.Second
+	echo := proxytest.NewUDPEcho(t, "udp4")
+	cfg := testConfig()
+	cfg.UDPIdleTimeout = idle
+	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	cc, err := (&masque.Transport{}).NewClientConn(p.dial(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := uritemplate.MustNew("https://" + p.Addr + "/.well-known/masque/udp/{target_host}/{target_port}/")
+	var flows [2]*masque.Conn
+	for i := range flows {
+		req, err := masque.NewRequest(context.Background(), tmpl, echo.Addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, rsp, err := cc.Dial(req)
+		if err != nil || rsp.StatusCode != 200 {
+			t.Fatalf("open flow %d: %v, %v", i, rsp, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		flows[i] = c
+	}
+	buf := make([]byte, 1500)
+	// roundTrip sends on a flow until an echo is back (UDP is
+	// unreliable, even on the loopback).
+	roundTrip := func(i int) {
+		t.Helper()
+		c := flows[i]
+		for try := 0; ; try++ {
+			if _, err := c.WriteTo([]byte("ping"), nil); err != nil {
+				t.Fatalf("flow %d: write: %v", i, err)
+			}
+			c.SetReadDeadline(time.Now().Add(idle / 4))
+			n, _, err := c.ReadFrom(buf)
+			if err == nil && string(buf[:n]) == "ping" {
+				return
+			}
+			if !errors.Is(err, os.ErrDeadlineExceeded) || try == 20 {
+				t.Fatalf("flow %d: read: %q, %v", i, buf[:n], err)
+			}
+		}
+	}
+	for start := time.Now(); time.Since(start) < idle*3/2; {
+		roundTrip(0)
+		roundTrip(1)
+		time.Sleep(idle / 10)
+	}
+	if n := p.srv.Flows(); n != 2 {
+		t.Fatalf("%d flows while both exchange datagrams, want 2", n)
+	}
+	// Flow 1 stops; flow 0 goes on, past flow 1's end.
+	start := time.Now()
+	for p.srv.Flows() == 2 || time.Since(start) < 2*idle {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%d flows 30 s after flow 1 stopped, want it ended", p.srv.Flows())
+		}
+		roundTrip(0)
+		time.Sleep(idle / 10)
+	}
+	if n := p.srv.Flows(); n != 1 {
+		t.Fatalf("%d flows, want the busy one left", n)
+	}
+	roundTrip(0)
+	flows[1].SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := flows[1].ReadFrom(buf); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read on the idled-out flow: %v, want the stream's end", err)
 	}
 }
 
