@@ -10,12 +10,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -53,8 +50,7 @@ func TestIdleMemory(t *testing.T) {
 	cfg.MaxFlows, cfg.MaxStreams = flows+10, flows+10
 	p := startProxy(t, cfg, proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
+	child := proxytest.StartChild(t, "^$",
 		"H3_MEMORY_HELPER=1",
 		"H3_MEMORY_PROXY="+p.Addr,
 		"H3_MEMORY_CERT="+base64.StdEncoding.EncodeToString(p.cert),
@@ -63,38 +59,15 @@ func TestIdleMemory(t *testing.T) {
 		fmt.Sprintf("H3_MEMORY_CONNS=%d", conns),
 		fmt.Sprintf("H3_MEMORY_FLOWS=%d", flows),
 	)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
-	expect := func(want string) {
-		t.Helper()
-		if !lines.Scan() || lines.Text() != want {
-			stdin.Close()
-			err := cmd.Wait()
-			t.Fatalf("helper: got %q, want %q (%v); stderr:\n%s", lines.Text(), want, err, stderr.String())
-		}
-	}
-	expect("warm")
+	child.Expect("warm")
 	base := proxytest.SettledMem()
 	profile(t, "base")
-	io.WriteString(stdin, "conns\n")
-	expect("conns")
+	child.Send("conns")
+	child.Expect("conns")
 	withConns := proxytest.SettledMem()
 	profile(t, "conns")
-	io.WriteString(stdin, "flows\n")
-	expect("flows")
+	child.Send("flows")
+	child.Expect("flows")
 	withFlows := proxytest.SettledMem()
 	profile(t, "flows")
 	per := func(a, b proxytest.Mem, n int) (total, live, stacks float64) {
@@ -171,22 +144,8 @@ const mallocHeader = 8
 // DIR/conns.heap DIR/flows.heap` shows where a flow's bytes go.
 func profile(t *testing.T, phase string) {
 	t.Helper()
-	dir := os.Getenv("H3_MEMORY_PROFILE")
-	if dir == "" {
-		return
-	}
-	for _, name := range []string{"heap", "goroutine"} {
-		f, err := os.Create(filepath.Join(dir, phase+"."+name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = pprof.Lookup(name).WriteTo(f, 0)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	if dir := os.Getenv("H3_MEMORY_PROFILE"); dir != "" {
+		proxytest.WriteProfiles(t, filepath.Join(dir, phase), "heap", "goroutine")
 	}
 }
 
