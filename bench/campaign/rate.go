@@ -98,7 +98,11 @@ func rateRowID(test string, rate int, what string) string {
 }
 
 // rateTests returns the fixed-rate tests: per rate, the CPU per exchange
-// and the latency's 50th, 99th and 99.9th percentiles.
+// and the latency's 50th, 99th and 99.9th percentiles. The latency rows
+// are load-sensitive (report.Row.LoadSensitive): a run whose load core
+// was saturated marks them load-bound, since the exchanges then wait in
+// the load tool's and the origin's queue; the CPU row is the proxy's own
+// CPU time and stands.
 func rateTests() []testDef {
 	var out []testDef
 	for _, rd := range rateDefs {
@@ -120,7 +124,8 @@ func rateTests() []testDef {
 			}
 			rows = append(rows, cpu)
 			for _, q := range []struct{ id, name string }{{"p50", "p50"}, {"p99", "p99"}, {"p999", "p99.9"}} {
-				rows = append(rows, report.Row{ID: rateRowID(rd.id, rate, q.id), Section: sec, Title: at + ": latency " + q.name, Unit: "ms", Decimals: 2, LessIsBetter: true, Level: rate})
+				rows = append(rows, report.Row{ID: rateRowID(rd.id, rate, q.id), Section: sec, Title: at + ": latency " + q.name, Unit: "ms", Decimals: 2, LessIsBetter: true, Level: rate,
+					LoadSensitive: true})
 			}
 		}
 		t := testDef{
