@@ -18,7 +18,7 @@ const (
 // Caveats are printed in every report under "What these numbers do not
 // show".
 var Caveats = []string{
-	"One machine with 2 cores: the proxy has one core; wrk or the Go load tool and the origin share the other. Where the load core is near 100 % busy, the load side, not the proxy, set the number (see the busy % table). The \"no proxy\" column is the ceiling of the load core itself.",
+	fmt.Sprintf("One machine with 2 cores: the proxy has one core; wrk or the Go load tool and the origin share the other. Where the load core is near 100 %% busy, the load side, not the proxy, set the number (see the busy %% table); in the sections \"At a fixed offered rate\" a latency measured with the load core more than %.0f %% busy is marked %s and compared with nothing. The \"no proxy\" column is the ceiling of the load core itself.", LoadBoundBusy, MarkLoadBound),
 	"Loopback only: no NIC, no interrupts on a third core, no real RTT. Tunnel and large-body figures are memory-bandwidth figures, far above what a 25 Gbit/s network carries, and none of the absolute numbers compare with the seed campaign's dedicated hosts.",
 	"Shared virtual machine: absolute numbers drift from one campaign to the next, typically by ±5 to 10 %. Compare proxies within one campaign (the ratio columns), and treat differences below the noise as no difference.",
 	"Closed loop at each concurrency level, but in the sections \"At a fixed offered rate\": elsewhere CPU per request is measured with the proxy fully loaded, not at the same request rate for every proxy.",
