@@ -43,7 +43,7 @@ func TestSelectTests(t *testing.T) {
 		{list: "cpu-sni-match-newconn,intercept-mem-slope", want: []string{"sni-match-newconn", "intercept-mem"}},
 		{list: "list-1m-mem", want: []string{"lists"}},
 		{list: "fixed-rate", want: []string{"rate-1k", "rate-https-1k", "rate-h2-1k", "rate-h3-1k", "rate-ws-64", "rate-wss-64", "rate-https-newconn", "rate-https-full", "rate-https-full-x25519"}},
-		{list: "rate-wss-64-20000-p999,rate-1k", want: []string{"rate-1k", "rate-wss-64"}},
+		{list: "rate-wss-64-8000-p999,rate-1k", want: []string{"rate-1k", "rate-wss-64"}},
 		{list: "dns", want: []string{"dns-system", "dns-cached"}},
 		{list: "cpu-dns-cached", want: []string{"dns-cached"}},
 		{list: "parents", want: []string{"parent-direct-1k", "parent-direct-bulk", "parent-squid-1k", "parent-squid-bulk", "parent-rustle-1k", "parent-rustle-bulk"}},

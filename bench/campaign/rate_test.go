@@ -208,3 +208,63 @@ func TestProxyCPU(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLoadBound checks that the latency rows of a fixed-rate test are
+// load-sensitive and its CPU row is not: a run whose load core was busier
+// than report.LoadBoundBusy marks its latency figures load-bound, out of
+// the ratio column, and its log line says so; the CPU per message stands,
+// and a run below the threshold is compared as any other.
+func TestRateLoadBound(t *testing.T) {
+	td := testByID(t, "rate-wss-64")
+	rate := td.levels[0]
+	for _, r := range td.rows {
+		if want := !strings.HasSuffix(r.ID, "-cpu"); r.LoadSensitive != want {
+			t.Errorf("row %s: load-sensitive %v, want %v", r.ID, r.LoadSensitive, want)
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		load  float64
+		bound bool
+	}{
+		{"load core saturated", 98, true},
+		{"just above", report.LoadBoundBusy + 0.5, true},
+		{"at the threshold", report.LoadBoundBusy, false},
+		{"load core below", 60, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := report.Campaign{
+				Repeats: 1, DurationS: 3,
+				Proxies: []report.Proxy{{Name: "rustle", Label: "rustle"}, {Name: "gost", Label: "gost"}},
+				Rows:    td.rows,
+			}
+			m := func(cpu, lat float64) map[string]float64 {
+				return map[string]float64{rateRowID(td.id, rate, "cpu"): cpu, rateRowID(td.id, rate, "p50"): lat,
+					rateRowID(td.id, rate, "p99"): lat * 3, rateRowID(td.id, rate, "p999"): lat * 5}
+			}
+			rustle := report.Run{Test: td.id, Proxy: "rustle", Conns: rate, Clean: true, Metrics: m(20, 2), CoreBusy: []float64{50, tt.load}}
+			c.Runs = []report.Run{rustle,
+				{Test: td.id, Proxy: "gost", Conns: rate, Clean: true, Metrics: m(30, 0.3), CoreBusy: []float64{70, 60}}}
+			figs := report.Figures(c)
+			for _, what := range []string{"p50", "p99", "p999"} {
+				cell := figs[rateRowID(td.id, rate, what)]["rustle"]
+				if cell.LoadBound != tt.bound || strings.HasSuffix(cell.Text, report.MarkLoadBound) != tt.bound {
+					t.Errorf("%s: load-bound %v, text %q; want load-bound %v", what, cell.LoadBound, cell.Text, tt.bound)
+				}
+				ratio := report.RatioText(cell, figs[rateRowID(td.id, rate, what)]["gost"])
+				if (ratio == report.TextLoadBound) != tt.bound {
+					t.Errorf("%s: ratio cell %q", what, ratio)
+				}
+			}
+			if cpu := figs[rateRowID(td.id, rate, "cpu")]["rustle"]; cpu.LoadBound || !cpu.Comparable() || cpu.Text != "20.0" {
+				t.Errorf("CPU row: load-bound %v, comparable %v, text %q", cpu.LoadBound, cpu.Comparable(), cpu.Text)
+			}
+			var log strings.Builder
+			e := &env{out: &log}
+			e.logRun(rustle, td)
+			if got := strings.Contains(log.String(), "LOAD-BOUND"); got != tt.bound {
+				t.Errorf("log line says load-bound %v, want %v: %s", got, tt.bound, log.String())
+			}
+		})
+	}
+}

@@ -750,6 +750,9 @@ func (e *env) logRun(r report.Run, t testDef) {
 	busy := ""
 	if len(r.CoreBusy) == 2 {
 		busy = fmt.Sprintf(" [busy: proxy core %.0f%%, load core %.0f%%, other load %.0f%%]", r.CoreBusy[0], r.CoreBusy[1], r.OtherBusy)
+		if t.kind == kindRate && r.CoreBusy[1] > report.LoadBoundBusy {
+			busy += fmt.Sprintf(" LOAD-BOUND (load core over %.0f%%: the latency is the load side's)", report.LoadBoundBusy)
+		}
 	}
 	fmt.Fprintf(e.out, "  %-15s %-9s %5d conns %-7s %s %s%s\n", t.id, r.Proxy, r.Conns, kind, strings.Join(figs, ", "), state, busy)
 }

@@ -18,7 +18,24 @@ type Cell struct {
 	Level Level
 	// Levels are all the levels measured for the row's test and the proxy.
 	Levels []Level
+	// LoadBound is true for the figure of a Row.LoadSensitive row read at a
+	// level where the load core was saturated (Level.LoadBound): Text
+	// carries MarkLoadBound, and no ratio, comparison or count of the
+	// short version uses it (Comparable).
+	LoadBound bool
 }
+
+// Comparable reports whether the cell's figure may be compared with
+// another: measured cleanly and not decided by the load side.
+func (c Cell) Comparable() bool { return c.OK && !c.LoadBound }
+
+// MarkLoadBound follows a load-bound figure in its cell and starts the
+// footnote that explains it; TextLoadBound is the ratio or comparison cell
+// that a load-bound figure leaves empty.
+const (
+	MarkLoadBound = "†"
+	TextLoadBound = "load-bound " + MarkLoadBound
+)
 
 // Cell texts other than figures.
 const (
@@ -89,15 +106,24 @@ func levelFigure(row Row, levels []Level) Cell {
 	if !l.Clean || !ok || math.IsNaN(v) {
 		return Cell{Text: TextNoClean, Level: l, Levels: levels}
 	}
-	return Cell{OK: true, Value: v, Text: FormatValue(v, row.Decimals), Level: l, Levels: levels}
+	cell := Cell{OK: true, Value: v, Text: FormatValue(v, row.Decimals), Level: l, Levels: levels}
+	if row.LoadSensitive && l.LoadBound {
+		cell.LoadBound = true
+		cell.Text += " " + MarkLoadBound
+	}
+	return cell
 }
 
 // RatioText returns the ratio cell of the reference proxy against peer for
-// one row: "3.6× more", "11× less", "—" when either lacks the mode, or
-// "n/a" when either has no figure.
+// one row: "3.6× more", "11× less", "—" when either lacks the mode,
+// TextLoadBound when either figure is load-bound, or "n/a" when either has
+// no figure.
 func RatioText(ref, peer Cell) string {
 	if ref.Text == TextUnsupported || peer.Text == TextUnsupported {
 		return TextUnsupported
+	}
+	if ref.LoadBound || peer.LoadBound {
+		return TextLoadBound
 	}
 	if !ref.OK || !peer.OK {
 		return "n/a"

@@ -18,7 +18,7 @@ const (
 // Caveats are printed in every report under "What these numbers do not
 // show".
 var Caveats = []string{
-	"One machine with 2 cores: the proxy has one core; wrk or the Go load tool and the origin share the other. Where the load core is near 100 % busy, the load side, not the proxy, set the number (see the busy % table). The \"no proxy\" column is the ceiling of the load core itself.",
+	fmt.Sprintf("One machine with 2 cores: the proxy has one core; wrk or the Go load tool and the origin share the other. Where the load core is near 100 %% busy, the load side, not the proxy, set the number (see the busy %% table); in the sections \"At a fixed offered rate\" a latency measured with the load core more than %.0f %% busy is marked %s and compared with nothing. The \"no proxy\" column is the ceiling of the load core itself.", LoadBoundBusy, MarkLoadBound),
 	"Loopback only: no NIC, no interrupts on a third core, no real RTT. Tunnel and large-body figures are memory-bandwidth figures, far above what a 25 Gbit/s network carries, and none of the absolute numbers compare with the seed campaign's dedicated hosts.",
 	"Shared virtual machine: absolute numbers drift from one campaign to the next, typically by ±5 to 10 %. Compare proxies within one campaign (the ratio columns), and treat differences below the noise as no difference.",
 	"Closed loop at each concurrency level, but in the sections \"At a fixed offered rate\": elsewhere CPU per request is measured with the proxy fully loaded, not at the same request rate for every proxy.",
@@ -172,6 +172,7 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 		}
 		var rows [][]string
 		var notes []string
+		loadBound := false
 		for _, r := range c.Rows {
 			if r.Section != sec {
 				continue
@@ -179,6 +180,7 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 			line := []string{r.Title, r.Unit}
 			for _, p := range c.Proxies {
 				line = append(line, figs[r.ID][p.Name].Text)
+				loadBound = loadBound || figs[r.ID][p.Name].LoadBound
 			}
 			for _, p := range secPeers {
 				line = append(line, RatioText(figs[r.ID][Reference], figs[r.ID][p.Name]))
@@ -192,6 +194,9 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 			}
 		}
 		Table(bw, hdr, rows, 2)
+		if loadBound {
+			fmt.Fprintf(bw, "\n%s\n", loadBoundNote)
+		}
 		for _, n := range notes {
 			fmt.Fprintf(bw, "\n%s\n", n)
 		}
@@ -202,6 +207,7 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 	bw.WriteString("For every test and proxy: the levels tried (✓ clean, ✗ not clean), the level kept (at_conns) and the median busy % of the proxy core and of the load core over the runs at that level. A load core near 100 % means wrk or the load tool and the origin, not the proxy, were the limit. \"Other load\" is the share of both cores used by processes outside the benchmark during those runs (approximate): above a few % the figure was disturbed.")
 	if hasLevelRows(c.Rows) {
 		bw.WriteString(" A test at a fixed offered rate has a line per rate: the rate is its level (exchanges per second), measured on its own, never chosen.")
+		fmt.Fprintf(bw, " %s beside the load core's busy %% marks a rate where a run had the load core more than %.0f %% busy: its latency figures are load-bound.", MarkLoadBound, LoadBoundBusy)
 	}
 	bw.WriteString("\n\n")
 	var rows [][]string
@@ -263,6 +269,9 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 	return bw.Flush()
 }
 
+// loadBoundNote is the footnote under a table with a load-bound figure.
+var loadBoundNote = fmt.Sprintf("%s Load-bound: in a run at this rate the load core (the load tool and the origin) was more than %.0f %% busy, so the load side's queue, not the proxy, decided these latency figures. They are left out of the ratio and comparison columns (%q) and of the short version's count. The CPU per exchange beside them stands: it is the proxy's own CPU time, which does not wait in the load core's queue.", MarkLoadBound, LoadBoundBusy, TextLoadBound)
+
 // hasLevelRows reports whether any row is read at a level of its own
 // (a fixed-rate row).
 func hasLevelRows(rows []Row) bool {
@@ -286,8 +295,12 @@ func rateLines(c Campaign, figs map[string]map[string]Cell, r Row, problems *[]s
 			mark = "✗"
 			*problems = append(*problems, fmt.Sprintf("%s, %s at %s: %s", r.Test, p.Label, rate, l.Problem))
 		}
+		lb := fmt.Sprintf("%.0f %%", l.CoreBusy[1])
+		if l.LoadBound {
+			lb += " " + MarkLoadBound
+		}
 		out = append(out, []string{r.Test + " at " + rate, p.Label, rate + " " + mark, rate,
-			fmt.Sprintf("%.0f %%", l.CoreBusy[0]), fmt.Sprintf("%.0f %%", l.CoreBusy[1]), fmt.Sprintf("%.0f %%", l.OtherBusy)})
+			fmt.Sprintf("%.0f %%", l.CoreBusy[0]), lb, fmt.Sprintf("%.0f %%", l.OtherBusy)})
 	}
 	return out
 }
@@ -313,10 +326,13 @@ func shortVersion(c Campaign, figs map[string]map[string]Cell) []string {
 		if p.Name == Reference || p.Name == NoProxy {
 			continue
 		}
-		var both, better, worse, even int
+		var both, better, worse, even, bound int
 		for _, r := range c.Rows {
 			a, b := figs[r.ID][Reference], figs[r.ID][p.Name]
-			if !a.OK || !b.OK || !(a.Value > 0) || !(b.Value > 0) {
+			if a.OK && b.OK && (a.LoadBound || b.LoadBound) {
+				bound++
+			}
+			if !a.Comparable() || !b.Comparable() || !(a.Value > 0) || !(b.Value > 0) {
 				continue
 			}
 			both++
@@ -337,8 +353,12 @@ func shortVersion(c Campaign, figs map[string]map[string]Cell) []string {
 			out = append(out, fmt.Sprintf("rustle and %s have no row measured cleanly on both.", p.Label))
 			continue
 		}
-		out = append(out, fmt.Sprintf("Against %s: rustle had the better figure in %d of the %d rows measured cleanly on both, the worse in %d, and %d were within %.0f %% of each other.",
-			p.Label, better, both, worse, even, noise*100))
+		line := fmt.Sprintf("Against %s: rustle had the better figure in %d of the %d rows measured cleanly on both, the worse in %d, and %d were within %.0f %% of each other.",
+			p.Label, better, both, worse, even, noise*100)
+		if bound > 0 {
+			line += fmt.Sprintf(" %d latency row(s) load-bound (%s) on either side are left out.", bound, MarkLoadBound)
+		}
+		out = append(out, line)
 	}
 	return out
 }
@@ -399,6 +419,9 @@ func againstText(r Row, baselines map[string]bool, figs map[string]map[string]Ce
 		return ""
 	}
 	cell, base := figs[r.ID][Reference], figs[r.Against][Reference]
+	if cell.LoadBound || base.LoadBound {
+		return TextLoadBound
+	}
 	if !cell.OK || !base.OK || !(base.Value > 0) {
 		return "n/a"
 	}

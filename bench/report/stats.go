@@ -37,6 +37,10 @@ type Level struct {
 	CoreBusy [2]float64
 	// OtherBusy is the median share of both cores used by other processes.
 	OtherBusy float64
+	// LoadBound is true when the load core was more than LoadBoundBusy %
+	// busy in any run at the level: a median over the runs may still come
+	// from that run, so one is enough.
+	LoadBound bool
 }
 
 // Levels groups the measured runs of test against proxy by concurrency
@@ -68,6 +72,9 @@ func Levels(runs []Run, test, proxy string) []Level {
 			}
 			for i := 0; i < 2 && i < len(r.CoreBusy); i++ {
 				busy[i] = append(busy[i], r.CoreBusy[i])
+			}
+			if len(r.CoreBusy) > 1 && r.CoreBusy[1] > LoadBoundBusy {
+				l.LoadBound = true
 			}
 		}
 		for k, vs := range metrics {

@@ -5,6 +5,18 @@ import "time"
 // Reference is the proxy every peer is compared with in the ratio columns.
 const Reference = "rustle"
 
+// LoadBoundBusy is the busy % of the load core (the load tool and the
+// origin) above which a run's latency is the load side's, not the
+// proxy's. Chosen from the WebSocket-over-TLS rows at 20,000 msg/s on the
+// 2-core machine (issue 32): with the load core at 95 % or less rustle's
+// median was 0.17 to 0.35 ms, at 98 to 99 % it was 1.4 to 2.9 ms, and
+// gost's was 0.32 ms in one run and 1.62 ms in
+// another with the load core at 95 %: the load core's queue starts
+// to set the latency between 90 and 95 %, so 90 leaves a margin below
+// the first run it decided. Every other fixed-rate run measured there had
+// its load core at 80 % or less.
+const LoadBoundBusy = 90.0
+
 // NoProxy is the name of the column where the client talks straight to the
 // origin: the ceiling any proxy can reach on the machine.
 const NoProxy = "none"
@@ -79,6 +91,13 @@ type Row struct {
 	// a Level ignores its test's selecting row, and reads "no clean run"
 	// when the runs at its level were not clean.
 	Level int `json:"level,omitempty"`
+	// LoadSensitive is true for a row whose figure the load side decides
+	// when its core is saturated: a latency row at a fixed offered rate.
+	// Its cell is marked load-bound (Cell.LoadBound) when a run at its
+	// level had the load core more than LoadBoundBusy % busy, and is then
+	// left out of every comparison. A CPU row is not: the proxy's own CPU
+	// time per exchange does not wait in the load core's queue.
+	LoadSensitive bool `json:"load_sensitive,omitempty"`
 	// Note is a footnote printed under the table, if any.
 	Note string `json:"note,omitempty"`
 }
