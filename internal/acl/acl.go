@@ -316,19 +316,21 @@ type Request struct {
 	Addr netip.Addr
 	// Port is the destination port.
 	Port uint16
-	// Method is the request method; "" for none.
-	Method string
 	// Protocol is the protocol the request arrived with.
 	Protocol Protocol
+	// HelloRead says the tunnel's first bytes were read (see package
+	// sni): SNI is then what they named. false for a tunnel whose first
+	// bytes are not read yet, which rules with sni_hosts leave pending,
+	// and for any other request, which they do not match. (Port,
+	// Protocol and HelloRead share a word: a Request is kept in the
+	// decision of every idle tunnel and flow.)
+	HelloRead bool
+	// Method is the request method; "" for none.
+	Method string
 	// Path is the request target's path and query as the client sent it
 	// (origin form: "/a/b?q"); "" for a request without one (a tunnel).
 	// A rule's paths are matched against it normalized (see Rule.Paths).
 	Path string
-	// HelloRead says the tunnel's first bytes were read (see package
-	// sni): SNI is then what they named. false for a tunnel whose first
-	// bytes are not read yet, which rules with sni_hosts leave pending,
-	// and for any other request, which they do not match.
-	HelloRead bool
 	// SNI is the server_name of the ClientHello the tunnel's client sent,
 	// once HelloRead; "" when its first bytes were no ClientHello or one
 	// without a server_name.
@@ -341,6 +343,9 @@ type Decision struct {
 	// Allow reports whether the request may proceed. For a pending
 	// decision it is true: the verdict is made per address by Permit.
 	Allow bool
+	// pending and pendingSNI share Allow's word (see Request).
+	pending    bool
+	pendingSNI bool
 	// Rule names the rule that decided, DefaultRule when none matched, or
 	// "" while pending (Permit sets it to the rule that decided the last
 	// address it was asked about).
@@ -352,11 +357,9 @@ type Decision struct {
 	// last address it was asked about.
 	WouldDeny string
 
-	policy     *Policy
-	req        Request
-	matched    *rule // nil when the default decided or while pending
-	pending    bool
-	pendingSNI bool
+	policy  *Policy
+	req     Request
+	matched *rule // nil when the default decided or while pending
 }
 
 // Undecided returns a Decision that decides nothing yet: it holds r (see
