@@ -2,6 +2,7 @@ package gate
 
 import (
 	"log/slog"
+	"sync"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/authz"
@@ -37,8 +38,10 @@ func (g *Grant) askAuthz(sni string) Kind {
 		Listener: p.Listener, User: g.User, Groups: g.groups, Client: s.ip,
 		Host: ar.Host, Addr: ar.Addr, Port: ar.Port, Method: ar.Method, Protocol: ar.Protocol.String(), SNI: sni,
 	}
-	var d authz.Decision
-	d, g.authzBuf = p.Authz.Decide(s.ctx, &in, g.authzBuf)
+	bp := authzBufs.Get().(*[]byte)
+	d, buf := p.Authz.Decide(s.ctx, &in, (*bp)[:0])
+	*bp = buf
+	authzBufs.Put(bp)
 	switch {
 	case d.Err != nil && !d.Allow:
 		g.cause = d.Err
@@ -53,6 +56,11 @@ func (g *Grant) askAuthz(sni string) Kind {
 	g.authzHeaders = d.Headers
 	return OK
 }
+
+// authzBufs holds the buffers the decision service's documents are built
+// in: a grant keeps none of its own, as every idle tunnel and flow keeps
+// its grant.
+var authzBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // AuthzHeaders returns the fields the decision service's answer asks to
 // add to the request, sorted by name; nil when there are none, or no

@@ -100,14 +100,9 @@ type Grant struct {
 	RetryAfter time.Duration
 
 	decision acl.Decision   // the ACL verdict, when decided; it holds the request as the rules see it (see req) either way
-	decided  bool           // decision holds an ACL verdict
 	audited  string         // a rule in audit mode let one of an association's datagrams through past it ("" none; see wouldDeny)
 	route    *route.Route   // the route Authorize chose; nil = direct (see route.go)
 	parent   *route.Parent  // the parent Dial went through; nil = direct
-	picked   bool           // parent was picked (by ForwardParent) before the dial
-	forward  bool           // plain HTTP sent to parent (an http one) in absolute form
-	plain    bool           // ForwardParent was asked: a plain HTTP request, which its front-end retries itself
-	retried  bool           // RetryParent moved the request to another parent already
 	via      []byte         // a copy of Request.Via, sent on to an HTTP parent's CONNECT; its array is kept by reset
 	dst      destination    // the request's destination, which the grant dials (see dest.go)
 	throttle *limits.Bucket // the user's byte bucket; nil = not paced
@@ -117,19 +112,12 @@ type Grant struct {
 	meter    *quota.Meter   // counts the tunnel's bytes as they move; nil = not metered
 	meterBuf *quota.Meter   // the meter Meter reuses request after request (kept by reset)
 	counted  string         // the account counted for the grant's life (not the connection's); "" none
-	hold     holdKind       // what Hold counted, given back at Finish
 	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
 
 	// What the access log and the metrics learn of the request.
-	observe  bool
-	tunnel   bool // a tunnel was opened: counted, its bytes reported at Finish
-	finished bool
 	start    time.Time
-	proto    accesslog.Protocol
 	method   string
 	target   []byte // a copy of Request.Target
-	status   int    // the status (or SOCKS reply) sent; 0 = none
-	class    int    // the HTTP status class the metrics count status in
 	upstream netip.AddrPort
 	source   netip.AddrPort // the upstream's local address when an egress source chose it
 	opts     dialer.Options // the dial's options, made by DialOptions
@@ -138,30 +126,47 @@ type Grant struct {
 	// log shows for a refusal; never a password, and never a user of the
 	// metrics or the Limiter's user counts.
 	tried []byte
+	cause error    // what was wrong, for the debug line of a Reject; nil = nothing said
+	added [2]int64 // payload bytes up and down the front-end wrote itself (AddBytes)
+
+	// The SNI check (see sni.go).
+	sni string // the access log's sni field: the server name, or why there is none ("[not-tls]")
+
+	// Interception (see intercept.go).
+	original netip.AddrPort // Request.Original: a transparent request's pinned destination
+	ownDial  *addrPair      // its direct upstream connection's ends, in ownDials until the request or its tunnel ends; nil = none
+	// The decision service (see authz.go).
+	authzHeaders []authz.Header // the fields its answer adds to a forwarded request; nil = none
+
+	// The fields of one to four bytes, together so that they share four
+	// words instead of taking one each: every idle tunnel and flow keeps
+	// a Grant (h3's in its reqStream, in the 1152-byte size class).
+	decided  bool     // decision holds an ACL verdict
+	picked   bool     // parent was picked (by ForwardParent) before the dial
+	forward  bool     // plain HTTP sent to parent (an http one) in absolute form
+	plain    bool     // ForwardParent was asked: a plain HTTP request, which its front-end retries itself
+	retried  bool     // RetryParent moved the request to another parent already
+	hold     holdKind // what Hold counted, given back at Finish
+	observe  bool     // the access log and the metrics learn of the request
+	tunnel   bool     // a tunnel was opened: counted, its bytes reported at Finish
+	finished bool
+	proto    accesslog.Protocol
 	// unanswered: logged though nothing was answered (a Reject with
 	// status 0, AnswerNothing), and not counted as a request.
 	unanswered bool
 	// coolStarted: the credentials' failure started the cool-down
 	// they were refused for (see AddressCooling).
 	coolStarted bool
-	cause       error    // what was wrong, for the debug line of a Reject; nil = nothing said
-	added       [2]int64 // payload bytes up and down the front-end wrote itself (AddBytes)
-
-	// The SNI check (see sni.go).
+	// Of the SNI check (see sni.go).
 	wantHello    bool       // the tunnel reads its ClientHello before it dials (NeedsHello)
 	routePending bool       // the route depends on the hello's server name
 	hello        helloState // what is known of the hello
-	sni          string     // the access log's sni field: the server name, or why there is none ("[not-tls]")
-
-	// Interception (see intercept.go).
-	interceptOn bool           // the policy's Interceptor considers the tunnel: Intercepts is asked once its hello is read
-	icept       int            // the interception rule that names the tunnel; -1 none
-	intercepted bool           // the tunnel was intercepted (Intercept)
-	original    netip.AddrPort // Request.Original: a transparent request's pinned destination
-	ownDial     *addrPair      // its direct upstream connection's ends, in ownDials until the request or its tunnel ends; nil = none
-	// The decision service (see authz.go).
-	authzHeaders []authz.Header // the fields its answer adds to a forwarded request; nil = none
-	authzBuf     []byte         // where the document is built; kept by reset
+	// Of interception (see intercept.go).
+	interceptOn bool  // the policy's Interceptor considers the tunnel: Intercepts is asked once its hello is read
+	intercepted bool  // the tunnel was intercepted (Intercept)
+	icept       int32 // the interception rule that names the tunnel; -1 none
+	status      int32 // the status (or SOCKS reply) sent; 0 = none
+	class       int32 // the HTTP status class the metrics count status in
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -351,8 +356,8 @@ func (g *Grant) reset(s *Session) {
 	if g.s != nil && !g.finished {
 		g.end()
 	}
-	target, method, tried, via, meterBuf, authzBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf, g.authzBuf[:0]
-	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep(), authzBuf: authzBuf, icept: -1}
+	target, method, tried, via, meterBuf := g.target[:0], g.method, g.tried[:0], g.via[:0], g.meterBuf
+	*g = Grant{s: s, target: target, method: method, tried: tried, via: via, meterBuf: meterBuf, dst: g.dst.keep(), icept: -1}
 }
 
 // Session returns the session g belongs to.
@@ -677,7 +682,7 @@ func (g *Grant) Answer(status, class int) {
 	if class == 0 {
 		class = status
 	}
-	g.status, g.class = status, class
+	g.status, g.class = int32(status), int32(class) // HTTP statuses and SOCKS reply codes
 }
 
 // AnswerNothing notes that the front-end answered the refusal with
@@ -742,7 +747,7 @@ func (g *Grant) Finish(up, down int64) {
 			if g.tunnel {
 				p.Metrics.Bytes(up, down)
 			} else {
-				p.Metrics.Request(g.class, up, down)
+				p.Metrics.Request(int(g.class), up, down)
 			}
 			g.userMetrics().Request(up, down)
 		}
@@ -836,9 +841,9 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Protocol: g.proto,
 		Method:   g.method,
 		Target:   bytesString(g.target),
-		Status:   g.status,
+		Status:   int(g.status),
 		// What a SOCKS reply stands for, in the NCSA and Squid formats.
-		HTTPStatus:  g.class,
+		HTTPStatus:  int(g.class),
 		BytesUp:     up,
 		BytesDown:   down,
 		Duration:    time.Since(g.start),
@@ -880,7 +885,7 @@ func (g *Grant) noteAudit() {
 	p := g.s.p
 	p.Metrics.WouldDeny(rule)
 	g.s.debug("gate: request let through by a rule in audit mode", slog.String("would_deny", rule),
-		slog.Int("status", g.status), slog.String("protocol", g.proto.String()), slog.String("user", g.logUser()),
+		slog.Int("status", int(g.status)), slog.String("protocol", g.proto.String()), slog.String("user", g.logUser()),
 		slog.String("method", g.method), slog.String("target", string(g.target)))
 }
 

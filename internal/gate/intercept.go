@@ -74,7 +74,7 @@ func (g *Grant) Intercepting() bool { return g.icept >= 0 && g.hello == helloRea
 
 // InterceptRule returns the index of the interception rule that names
 // the tunnel (see Intercepting).
-func (g *Grant) InterceptRule() int { return g.icept }
+func (g *Grant) InterceptRule() int { return int(g.icept) }
 
 // Intercept serves a tunnel that is Intercepting with the policy's
 // Interceptor: c is the client's side of the tunnel, first the bytes
@@ -95,7 +95,7 @@ func (g *Grant) InterceptThen(c net.Conn, first []byte, then func()) bool {
 	d := &g.dst
 	_, host := g.dest()
 	in := &Intercepted{Name: g.serverName(), Host: d.host, Addr: d.addr, Port: d.port,
-		SNI: g.serverName(), Rule: "", RuleIndex: g.icept}
+		SNI: g.serverName(), Rule: "", RuleIndex: int(g.icept)}
 	if in.Name == "" {
 		in.Name = host
 	}

@@ -27,7 +27,7 @@ func (g *Grant) TunnelOpened() {
 	}
 	m := g.s.p.Metrics
 	m.TunnelOpened()
-	m.Request(g.class, 0, 0)
+	m.Request(int(g.class), 0, 0)
 }
 
 // Tunnel relays client and upc until both directions end, and reports the

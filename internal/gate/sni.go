@@ -176,7 +176,7 @@ func (g *Grant) checkIntercept(ar *acl.Request, err error) Kind {
 		return OK
 	}
 	p := g.s.p
-	g.icept = p.Intercept.Intercepts(ar)
+	g.icept = int32(p.Intercept.Intercepts(ar)) // an index of the configuration's rules
 	if g.icept < 0 || err == nil {
 		return OK
 	}
