@@ -19,15 +19,26 @@ import (
 // again asks [Dialer.Check].
 func (d *Dialer) DialUDP(ctx context.Context, host string, port uint16, p Permitter) (*net.UDPConn, error) {
 	addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
-	defer cancel()
+	// Only a lookup waits on the network, and only it has a timeout: a
+	// UDP socket's connect does not wait, and it is made under a context
+	// with no Done channel. ctx is a stream's for a CONNECT-UDP flow, and
+	// lives as long as the flow: a child of it (a timeout's, or the net
+	// package's wait for ctx) would leave it the Done channel and the
+	// children's map it makes for the first child, and a stopped timer
+	// stays in the runtime's timer heap, with its context, until the heap
+	// is next cleaned.
+	if err := ctx.Err(); err != nil {
+		return nil, dialError(addr, err)
+	}
 	var ips []netip.Addr
 	if ip, ok, err := ParseHost(host); err != nil {
 		return nil, &Error{Addr: addr, Forbidden: true, Err: err}
 	} else if ok {
 		ips = []netip.Addr{ip}
 	} else {
-		ips, err = d.resolver.LookupNetIP(ctx, "ip", host)
+		lctx, lcancel := context.WithTimeout(ctx, d.timeout)
+		ips, err = d.resolver.LookupNetIP(lctx, "ip", host)
+		lcancel()
 		if err != nil {
 			return nil, dialError(addr, err)
 		}
@@ -42,7 +53,7 @@ func (d *Dialer) DialUDP(ctx context.Context, host string, port uint16, p Permit
 			continue
 		}
 		nd := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error { return SetMark(rc, d.mark) }}
-		c, err := nd.DialContext(ctx, "udp", ap.String())
+		c, err := nd.DialContext(context.WithoutCancel(ctx), "udp", ap.String())
 		if err != nil {
 			return nil, dialError(addr, err)
 		}
