@@ -19,7 +19,7 @@ func (rs *reqStream) connect() {
 		rs.helloFirst()
 		return
 	}
-	up, err := g.Dial(rs.str.Context())
+	up, err := g.Dial(rs.stream().Context())
 	if err != nil {
 		rs.answerFailure(err, nil, string(g.AppendDest(nil)))
 		return
@@ -57,7 +57,7 @@ func (rs *reqStream) helloFirst() {
 		g.Intercept(c, hello)
 		return
 	}
-	up, err := g.Dial(rs.str.Context())
+	up, err := g.Dial(rs.stream().Context())
 	if err != nil {
 		rs.reset(errConnect)
 		return
@@ -90,20 +90,20 @@ func (c *streamConn) Write(p []byte) (int, error) {
 }
 
 // CloseWrite ends the stream's sending side with a FIN.
-func (c *streamConn) CloseWrite() error { return c.rs.str.Close() }
+func (c *streamConn) CloseWrite() error { return c.rs.stream().Close() }
 
 // Close ends both directions: a FIN for what was written, and the
 // client told to stop sending.
 func (c *streamConn) Close() error {
-	c.rs.str.CancelRead(quic.StreamErrorCode(errNoError))
-	return c.rs.str.Close()
+	c.rs.stream().CancelRead(quic.StreamErrorCode(errNoError))
+	return c.rs.stream().Close()
 }
 
 func (c *streamConn) LocalAddr() net.Addr  { return c.rs.c.local }
 func (c *streamConn) RemoteAddr() net.Addr { return c.rs.c.peer }
 func (c *streamConn) SetDeadline(t time.Time) error {
-	c.rs.str.SetReadDeadline(t)
-	return c.rs.str.SetWriteDeadline(t)
+	c.rs.stream().SetReadDeadline(t)
+	return c.rs.stream().SetWriteDeadline(t)
 }
-func (c *streamConn) SetReadDeadline(t time.Time) error  { return c.rs.str.SetReadDeadline(t) }
-func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.rs.str.SetWriteDeadline(t) }
+func (c *streamConn) SetReadDeadline(t time.Time) error  { return c.rs.stream().SetReadDeadline(t) }
+func (c *streamConn) SetWriteDeadline(t time.Time) error { return c.rs.stream().SetWriteDeadline(t) }

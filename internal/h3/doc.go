@@ -57,7 +57,7 @@
 // another process): about 68 KiB per idle HTTP/3 connection, most of it
 // quic-go's connection state (its TLS and QUIC state, about 35 KiB of
 // heap, and two goroutines) beside this package's two goroutines, and
-// about 7.5 KiB per idle CONNECT-UDP flow (its QUIC stream's state in
+// about 7.1 KiB per idle CONNECT-UDP flow (its QUIC stream's state in
 // quic-go, with the context and hook that end the flow on the client's
 // STOP_SENDING, its reqStream with the grant, the relay, its UDP
 // socket's descriptor that the connection's gate.FlowPoller waits on,

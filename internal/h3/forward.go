@@ -66,7 +66,7 @@ func (rs *reqStream) forward(q *request) {
 	g := &rs.g
 	e := exchangePool.Get().(*exchange)
 	e.rs, rs.x = rs, e
-	e.ctx = rs.str.Context()
+	e.ctx = rs.stream().Context()
 	x := &e.x
 	if err := x.Begin(s.cfg.Origin, g, rs.req.Method, origin.Plain); err != nil {
 		rs.answerFailure(err, x, "")
@@ -127,7 +127,7 @@ func (rs *reqStream) forward(q *request) {
 	// there (TestForwardPooled saw a second connection dialed).
 	x.Release(kept && complete && bodySent && x.KeepAlive())
 	if complete {
-		rs.str.Close()
+		rs.stream().Close()
 	}
 	if body == nil {
 		rs.stopReading()
@@ -354,7 +354,7 @@ func (rs *reqStream) relayBody(x *origin.Exchange) (int64, bool) {
 			if !headDone {
 				rs.sendHead(nil, false)
 			}
-			rs.str.CancelWrite(quic.StreamErrorCode(errInternal))
+			rs.stream().CancelWrite(quic.StreamErrorCode(errInternal))
 			return down, false
 		}
 		if len(data) > 0 {
@@ -383,7 +383,7 @@ func (rs *reqStream) relayBody(x *origin.Exchange) (int64, bool) {
 		b := appendFrameHeader(rs.wbuf[:0], frameHeaders, len(rs.sec))
 		b = append(b, rs.sec...)
 		rs.wbuf = b
-		if _, err := rs.str.Write(b); err != nil {
+		if _, err := rs.stream().Write(b); err != nil {
 			return down, false
 		}
 	}

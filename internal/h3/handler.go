@@ -66,13 +66,15 @@ func (rs *reqStream) classify() request {
 func local(status int, why string) request { return request{kind: kindLocal, status: status, why: why} }
 
 // serve serves the request: authorized first, whatever it is, then
-// forwarded, tunnelled, relayed as a flow, or answered by rustle.
-func (rs *reqStream) serve() {
+// forwarded, tunnelled, relayed as a flow, or answered by rustle. It
+// returns a flow whose goroutine is to go on with the stream's service
+// (see connectUDP); nil for any other request.
+func (rs *reqStream) serve() (handoff *flow) {
 	c := rs.c
 	q := rs.classify()
 	g := &rs.g
 	defer func() {
-		if rs.handoff == nil {
+		if handoff == nil {
 			g.Finish(0, 0) // a no-op unless a path left it open
 		}
 	}()
@@ -116,10 +118,11 @@ func (rs *reqStream) serve() {
 	case kindConnect:
 		rs.connect()
 	case kindConnectUDP:
-		rs.connectUDP(&q)
+		return rs.connectUDP(&q)
 	default:
 		rs.forward(&q)
 	}
+	return nil
 }
 
 // authorize asks the session's policy about the request. A request

@@ -23,23 +23,25 @@ const readBufSize = 4 << 10
 // its content, rustle's answer, and the grant and exchange that serve
 // it. reqStreams are pooled: their buffers grow once.
 type reqStream struct {
-	c   *conn
-	str *quic.Stream
+	c *conn
 
 	// The head's state, from headPool; nil once a tunnel or a flow has
 	// parked (see park), as nothing reads it then.
 	*reqHead
 
-	fr    frameReader
-	small [64]byte // fr's buffer once parked
+	fr    frameReader // its src is the stream (see stream)
+	small [64]byte    // fr's buffer once parked
 	body  bodyReader
 	wbuf  []byte // frames being written
 
 	g gate.Grant
 	x *exchange // a forwarded request's exchange with its upstream; nil for others
-
-	handoff *flow // a flow whose goroutine ends the stream's service once serve has returned (see connectUDP)
 }
+
+// stream returns the request stream rs serves: its frame reader's
+// source, which it does not keep twice (an idle flow or tunnel keeps its
+// reqStream, in the 1152-byte size class).
+func (rs *reqStream) stream() *quic.Stream { return rs.fr.src.(*quic.Stream) }
 
 // reqHead is what a request stream needs while its head is read and
 // answered, apart from its reqStream: a tunnel or a flow gives it back
@@ -72,7 +74,7 @@ var exchangePool = sync.Pool{New: func() any { return new(exchange) }}
 // getStream returns a pooled reqStream for str of c.
 func getStream(c *conn, str *quic.Stream) *reqStream {
 	rs := streamPool.Get().(*reqStream)
-	rs.c, rs.str = c, str
+	rs.c = c
 	rs.reqHead = headPool.Get().(*reqHead)
 	if rs.rbuf == nil {
 		rs.rbuf = make([]byte, readBufSize)
@@ -95,8 +97,7 @@ func (rs *reqStream) release() {
 	}
 	rs.body = bodyReader{}
 	rs.fr = frameReader{}
-	rs.c, rs.str = nil, nil
-	rs.handoff = nil
+	rs.c = nil
 	if cap(rs.wbuf) > 64<<10 {
 		rs.wbuf = nil
 	}
@@ -113,22 +114,22 @@ func (rs *reqStream) run() {
 			go rs.serveAndEnd()
 			return
 		}
-		rs.serve()
+		rs.end(rs.serve())
+		return
 	}
-	rs.end()
+	rs.finish()
 }
 
 func (rs *reqStream) serveAndEnd() {
-	rs.serve()
-	rs.end()
+	rs.end(rs.serve())
 }
 
 // end ends the stream's service once serve has returned, or hands it to
-// the flow that serve left in rs.handoff: only then, since that flow's
+// the flow serve returned (handoff): only then, since that flow's
 // goroutine gives rs back to the pool when the flow ends.
-func (rs *reqStream) end() {
-	if f := rs.handoff; f != nil {
-		go f.run()
+func (rs *reqStream) end(handoff *flow) {
+	if handoff != nil {
+		go handoff.run()
 		return
 	}
 	rs.finish()
@@ -237,7 +238,7 @@ func pseudo(fields []hpack.HeaderField, name string) string {
 // having asked the client to stop sending (RFC 9114 §4.2.2), and logs
 // it.
 func (rs *reqStream) tooLarge() {
-	rs.str.CancelRead(quic.StreamErrorCode(errExcessiveLoad))
+	rs.stream().CancelRead(quic.StreamErrorCode(errExcessiveLoad))
 	var g gate.Grant
 	rs.c.sess.Reject(&gate.Request{Log: accesslog.ProtoH3}, &g, 431, accesslog.ReasonProtocol, errFieldsTooLarge)
 	rs.sendAnswer(431, "request header fields too large", nil)
@@ -245,8 +246,8 @@ func (rs *reqStream) tooLarge() {
 
 // reset ends the stream both ways with code.
 func (rs *reqStream) reset(code uint64) {
-	rs.str.CancelRead(quic.StreamErrorCode(code))
-	rs.str.CancelWrite(quic.StreamErrorCode(code))
+	rs.stream().CancelRead(quic.StreamErrorCode(code))
+	rs.stream().CancelWrite(quic.StreamErrorCode(code))
 }
 
 // park readies a tunnel's or a flow's stream to idle: its reads use its
@@ -366,7 +367,7 @@ func (rs *reqStream) waitData() {
 		return
 	}
 	var one [1]byte
-	rs.str.Peek(one[:])
+	rs.stream().Peek(one[:])
 }
 
 // nextData reads frame headers up to the next DATA frame's, skipping the
@@ -429,7 +430,7 @@ func (b *bodyReader) nextData() error {
 // (STOP_SENDING with H3_NO_ERROR, RFC 9114 §4.1.1), and a pending Read
 // returns.
 func (b *bodyReader) Close() error {
-	b.rs.str.CancelRead(quic.StreamErrorCode(errNoError))
+	b.rs.stream().CancelRead(quic.StreamErrorCode(errNoError))
 	return nil
 }
 
@@ -444,9 +445,9 @@ func (rs *reqStream) sendHead(body []byte, end bool) error {
 		b = append(b, body...)
 	}
 	rs.wbuf = b
-	_, err := rs.str.Write(b)
+	_, err := rs.stream().Write(b)
 	if end && err == nil {
-		err = rs.str.Close()
+		err = rs.stream().Close()
 	}
 	return err
 }
@@ -461,14 +462,14 @@ func (rs *reqStream) sendData(p []byte) error {
 		b := appendFrameHeader(rs.wbuf[:0], frameData, len(p))
 		b = append(b, p...)
 		rs.wbuf = b
-		_, err := rs.str.Write(b)
+		_, err := rs.stream().Write(b)
 		return err
 	}
 	var hdr [16]byte
-	if _, err := rs.str.Write(appendFrameHeader(hdr[:0], frameData, len(p))); err != nil {
+	if _, err := rs.stream().Write(appendFrameHeader(hdr[:0], frameData, len(p))); err != nil {
 		return err
 	}
-	_, err := rs.str.Write(p)
+	_, err := rs.stream().Write(p)
 	return err
 }
 
@@ -501,6 +502,6 @@ func (rs *reqStream) sendAnswer(status int, reason string, extra []string) {
 // read, when there may be some: a request answered without it.
 func (rs *reqStream) stopReading() {
 	if !rs.fr.atEOF() {
-		rs.str.CancelRead(quic.StreamErrorCode(errNoError))
+		rs.stream().CancelRead(quic.StreamErrorCode(errNoError))
 	}
 }

@@ -19,9 +19,9 @@ const maxCapsule = 65535 + 8
 
 // connectUDP serves a CONNECT-UDP request (RFC 9298): it dials the
 // target's UDP socket under the grant, answers 200 with
-// Capsule-Protocol, and leaves the flow in rs.handoff for a goroutine of
-// its own (started by reqStream.end once serve has returned), which
-// reads the stream's capsules (their end is the flow's) and ends the
+// Capsule-Protocol, and returns the flow (nil for a request it refused)
+// for a goroutine of its own (started by reqStream.end once serve has
+// returned), which reads the stream's capsules (their end is the flow's) and ends the
 // stream's service when the flow has ended. The flow is one of the
 // connection's gate.FlowGroup, whose one timer ends it once idle: the
 // target's datagrams go from the group's flow poller (gate.FlowPoller;
@@ -30,32 +30,32 @@ const maxCapsule = 65535 + 8
 // them over. The
 // serving goroutine, whose stack grew with the request, returns: the
 // flow's goroutine starts small and stays so while it parks.
-func (rs *reqStream) connectUDP(q *request) {
+func (rs *reqStream) connectUDP(q *request) *flow {
 	c := rs.c
 	s := c.s
 	g := &rs.g
-	ctx := rs.str.Context()
+	ctx := rs.stream().Context()
 	if !c.waitSettings(ctx) {
-		return
+		return nil
 	}
 	if !c.peerDatagrams {
 		g.SetReason(accesslog.ReasonProtocol)
 		rs.answer(400, "CONNECT-UDP needs HTTP Datagrams: the client did not enable SETTINGS_H3_DATAGRAM", nil)
-		return
+		return nil
 	}
 	if !s.takeFlow(c) {
 		g.SetReason(accesslog.ReasonOverloaded)
 		rs.answer(503, "too many UDP flows", nil)
-		return
+		return nil
 	}
 	up, err := g.DialUDP(ctx)
 	if err != nil {
 		s.giveFlow(c)
 		rs.answerFailure(err, nil, q.host)
-		return
+		return nil
 	}
 	g.Answer(200, 0)
-	f := &flow{rs: rs, id: rs.str.StreamID()}
+	f := &flow{rs: rs, id: rs.stream().StreamID()}
 	b := quicvarint.Append(f.prefix[:0], uint64(f.id/4))
 	b = append(b, masque.ContextUDP)
 	f.nprefix = uint8(len(b))
@@ -71,8 +71,8 @@ func (rs *reqStream) connectUDP(q *request) {
 	rs.sec = appendField(rs.sec, "capsule-protocol", "?1")
 	rs.sendHead(nil, false)
 	rs.park()
-	rs.wbuf = nil  // a flow writes nothing more on its stream
-	rs.handoff = f // the stream's service goes on in f.run, started once serve has returned
+	rs.wbuf = nil // a flow writes nothing more on its stream
+	return f      // the stream's service goes on in f.run, started once serve has returned
 }
 
 // run reads the flow's capsules until its stream ends, then ends the
@@ -195,7 +195,7 @@ func (f *flow) readCapsules() {
 		rs.waitData()
 		if err := cr.Skip(); err != nil {
 			if err != io.EOF {
-				f.rs.str.CancelRead(quic.StreamErrorCode(errDatagram))
+				f.rs.stream().CancelRead(quic.StreamErrorCode(errDatagram))
 			}
 			f.relay.End(errors.New("h3: flow: the stream ended"))
 			return
@@ -232,6 +232,6 @@ func (f *flow) MaxPayload() int { return maxDatagramPayload }
 
 // Close ends the stream both ways, which ends the capsule reader.
 func (f *flow) Close() error {
-	f.rs.str.CancelRead(quic.StreamErrorCode(errNoError))
-	return f.rs.str.Close()
+	f.rs.stream().CancelRead(quic.StreamErrorCode(errNoError))
+	return f.rs.stream().Close()
 }
