@@ -126,10 +126,13 @@ func TestIdleMemory(t *testing.T) {
 // TestParkedStreamSize bounds what a parked tunnel's or flow's reqStream
 // keeps of its own: its struct, with the 8-byte header Go's allocator
 // puts before an object over 512 bytes that holds pointers, in Go's
-// 1280-byte size class (the head's fields, request and buffers go back
-// to headPool when it parks, and its grant keeps the request the rules
-// decided once, in its decision), not the 1408-byte one as at 1288
-// bytes, nor the 1536-byte one as when the grant kept a second copy.
+// 1152-byte size class (the head's fields, request and buffers go back
+// to headPool when it parks, its grant keeps the request the rules
+// decided once, in its decision, and the grant's and the request's
+// small fields share words), not the 1280-byte one as at 1272 bytes
+// (which also leaves 512 bytes of each 8 KiB span unused, against 128),
+// the 1408-byte one as at 1288, nor the 1536-byte one as when the grant
+// kept a second copy.
 func TestParkedStreamSize(t *testing.T) {
 	if n := unsafe.Sizeof(reqStream{}); n+mallocHeader > 1152 {
 		t.Errorf("a reqStream is %d bytes, %d with its malloc header, over 1152: an idle tunnel or flow keeps a larger size class", n, n+mallocHeader)
