@@ -253,17 +253,23 @@ func (g *Grant) handOver(took handed) *engineTunnel {
 	gv.counted, gv.extraFor, gv.extra = g.counted, g.extraFor, g.hold == holdExtra
 	gv.quota, gv.meter, gv.added = g.quota, g.meter, g.added
 	gv.ownDial = g.ownDial
-	var m tunnelMore
+	var give *tunnelGive
 	if gv != (tunnelGive{}) {
-		m.give = new(tunnelGive)
-		*m.give = gv // gv itself stays on the stack
+		give = new(tunnelGive)
+		*give = gv // gv itself stays on the stack
 	}
 	if (t.flags&flagReport != 0 && p.AccessLog != nil) || p.logger().Enabled(context.Background(), slog.LevelDebug) {
-		m.rec = g.tunnelRecord(t.account)
-	}
-	if m != (tunnelMore{}) {
-		t.more = new(tunnelMore)
-		*t.more = m // m itself stays on the stack
+		// One allocation (160 bytes) for the record and what points
+		// to it.
+		both := new(struct {
+			more tunnelMore
+			rec  tunnelRecord
+		})
+		g.tunnelRecord(&both.rec, t.account)
+		both.more = tunnelMore{give: give, rec: &both.rec}
+		t.more = &both.more
+	} else if give != nil {
+		t.more = &tunnelMore{give: give}
 	}
 	return t
 }

@@ -61,12 +61,12 @@ type recordRare struct {
 // methodConnect is the method of most tunnels' records.
 const methodConnect = "CONNECT"
 
-// tunnelRecord makes the record of g that the tunnel of account keeps
-// until it ends (see handOver): what g.record would say of it now, with
-// the grant's reason so far and copies of the strings that alias g's or
-// its front-end's buffers.
-func (g *Grant) tunnelRecord(account string) *tunnelRecord {
-	r := &tunnelRecord{
+// tunnelRecord sets r to the record of g that the tunnel of account
+// keeps until it ends (see handOver): what g.record would say of it now,
+// with the grant's reason so far and copies of the strings that alias
+// g's or its front-end's buffers.
+func (g *Grant) tunnelRecord(r *tunnelRecord, account string) {
+	*r = tunnelRecord{
 		start:    g.start,
 		client:   g.s.client,
 		upstream: g.upstream,
@@ -122,7 +122,6 @@ func (g *Grant) tunnelRecord(account string) *tunnelRecord {
 		r.rare = new(recordRare)
 		*r.rare = rare
 	}
-	return r
 }
 
 // record returns the access log record of the tunnel t, whose record r

@@ -89,7 +89,9 @@ func TestTunnelRecordLines(t *testing.T) {
 			want := g.record(0, 0)
 			want.Reason = g.reason
 			et := &engineTunnel{p: p, account: g.account}
-			got := g.tunnelRecord(g.account).record(et)
+			var tr tunnelRecord
+			g.tunnelRecord(&tr, g.account)
+			got := tr.record(et)
 			want.Duration, got.Duration = time.Second, time.Second
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("the tunnel's record is\n%+v\nwant\n%+v", got, want)
