@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -121,7 +120,7 @@ func (g *Grant) toEngine(refusable bool, add func(tunnel.Owner) (tunnel.Handle, 
 		return false
 	}
 	g.finished = true // t reports and releases
-	g.ownDial = nil   // t.more has it
+	g.ownDial = nil   // t.more.give has it
 	g.counted = ""
 	g.hold, g.extraFor = holdNone, ""
 	if err != nil {
@@ -206,6 +205,17 @@ const (
 // authenticated user's tunnel without access log, quota or a second
 // user of its connection has none of it.
 type tunnelMore struct {
+	give *tunnelGive // nil when none of it applies
+	// rec is what the access log's record is made of when the tunnel
+	// ends (bytes, duration and reason filled in then), kept when
+	// there is an access log or debug logging to write it to; nil
+	// otherwise.
+	rec *tunnelRecord
+}
+
+// tunnelGive is what a tunnel gives back and counts at its end besides
+// what engineTunnel holds, when any of it applies.
+type tunnelGive struct {
 	// user is the connection's user count moved to the tunnel, when
 	// not account's (see flagUserCounted).
 	user string
@@ -217,10 +227,6 @@ type tunnelMore struct {
 	quota    *quota.User  // the account's quota counters; nil = none
 	meter    *quota.Meter // what the tunnel's bytes were metered by; nil = none
 	added    [2]int64     // Grant.added
-	// rec is the access log's record (bytes, duration and reason
-	// filled in at the end), kept when there is an access log or debug
-	// logging to write it to; nil otherwise.
-	rec *accesslog.Record
 	// ownDial is a transparent tunnel's upstream, forgotten by ownDials
 	// when the tunnel ends (Grant.ownDial); nil = none.
 	ownDial *addrPair
@@ -236,35 +242,34 @@ func (g *Grant) handOver(took handed) *engineTunnel {
 	} else if g.observe && g.unanswered {
 		t.flags |= flagReport
 	}
-	var m tunnelMore
+	var gv tunnelGive
 	switch took.user {
 	case "":
 	case g.account:
 		t.flags |= flagUserCounted
 	default:
-		m.user = took.user
+		gv.user = took.user
 	}
-	m.counted, m.extraFor, m.extra = g.counted, g.extraFor, g.hold == holdExtra
-	m.quota, m.meter, m.added = g.quota, g.meter, g.added
-	m.ownDial = g.ownDial
+	gv.counted, gv.extraFor, gv.extra = g.counted, g.extraFor, g.hold == holdExtra
+	gv.quota, gv.meter, gv.added = g.quota, g.meter, g.added
+	gv.ownDial = g.ownDial
+	var give *tunnelGive
+	if gv != (tunnelGive{}) {
+		give = new(tunnelGive)
+		*give = gv // gv itself stays on the stack
+	}
 	if (t.flags&flagReport != 0 && p.AccessLog != nil) || p.logger().Enabled(context.Background(), slog.LevelDebug) {
-		rec := g.record(0, 0)
-		rec.Reason = g.reason
-		// One allocation for the strings that alias the front-end's
-		// buffers.
-		var b strings.Builder
-		b.Grow(len(rec.Method) + len(rec.Target) + len(rec.User))
-		b.WriteString(rec.Method)
-		b.WriteString(rec.Target)
-		b.WriteString(rec.User)
-		own := b.String()
-		rec.Method, own = own[:len(rec.Method)], own[len(rec.Method):]
-		rec.Target, rec.User = own[:len(rec.Target)], own[len(rec.Target):]
-		m.rec = &rec
-	}
-	if m != (tunnelMore{}) {
-		t.more = new(tunnelMore)
-		*t.more = m // m itself stays on the stack
+		// One allocation (160 bytes) for the record and what points
+		// to it.
+		both := new(struct {
+			more tunnelMore
+			rec  tunnelRecord
+		})
+		g.tunnelRecord(&both.rec, t.account)
+		both.more = tunnelMore{give: give, rec: &both.rec}
+		t.more = &both.more
+	} else if give != nil {
+		t.more = &tunnelMore{give: give}
 	}
 	return t
 }
@@ -289,19 +294,25 @@ func (t *engineTunnel) end(up, down int64, reason string) {
 	if m == nil {
 		m = &tunnelMore{} // not kept: its zero values
 	}
-	forgetOwnDial(m.ownDial)
-	up += m.added[0]
-	down += m.added[1]
-	if m.quota != nil {
-		// What the meter counted as the bytes moved is counted already.
-		m.quota.AddBytes(up + down - m.meter.Charged())
+	gv := m.give
+	if gv == nil {
+		gv = &tunnelGive{} // not kept: its zero values
 	}
-	rec := m.rec
-	if rec != nil {
+	forgetOwnDial(gv.ownDial)
+	up += gv.added[0]
+	down += gv.added[1]
+	if gv.quota != nil {
+		// What the meter counted as the bytes moved is counted already.
+		gv.quota.AddBytes(up + down - gv.meter.Charged())
+	}
+	var rec *accesslog.Record
+	if m.rec != nil {
+		r := m.rec.record(t)
+		rec = &r
 		if rec.Reason == "" {
 			rec.Reason = reason
 		}
-		if rec.Reason == "" && m.meter.Stopped() {
+		if rec.Reason == "" && gv.meter.Stopped() {
 			rec.Reason = accesslog.ReasonQuota
 		}
 		if rec.Reason != "" {
@@ -322,13 +333,13 @@ func (t *engineTunnel) end(up, down int64, reason string) {
 		p.AccessLog.Log(rec)
 	}
 	lim := p.Limiter
-	if m.extra {
-		lim.ExtraDone(m.extraFor)
+	if gv.extra {
+		lim.ExtraDone(gv.extraFor)
 	}
-	if m.counted != "" {
-		lim.UserDone(m.counted)
+	if gv.counted != "" {
+		lim.UserDone(gv.counted)
 	}
-	user := m.user
+	user := gv.user
 	if t.flags&flagUserCounted != 0 {
 		user = t.account
 	}
