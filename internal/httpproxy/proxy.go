@@ -141,7 +141,7 @@ func (p *Proxy) serve(c net.Conn, sess *gate.Session, read []byte, orig netip.Ad
 	cn.sess = sess
 	cn.ctx = sess.Context()
 	cn.pool = sess.Policy().Pool
-	cn.icept, cn.authSame = sess.Intercepted(), cn.authSame[:0]
+	cn.icept = sess.Intercepted() // authSame was emptied by reset
 	cn.orig = orig
 	cn.then = then
 	cn.client.Attach(c, &http1.ClientBufs)
