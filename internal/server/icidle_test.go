@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"io"
 	"net"
@@ -198,16 +197,7 @@ func TestInterceptShutdownParked(t *testing.T) {
 		return strings.Contains(access.String(), `"method":"CONNECT"`)
 	})
 	var tunnel, inner bool
-	for line := range strings.Lines(access.String()) {
-		var r struct {
-			Method      string `json:"method"`
-			Target      string `json:"target"`
-			Status      int    `json:"status"`
-			Intercepted bool   `json:"intercepted"`
-		}
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("access log line %q: %v", line, err)
-		}
+	for _, r := range proxytest.JSONRecords[icRecord](t, access, 2) {
 		switch {
 		case r.Method == "CONNECT" && r.Status == 200 && r.Intercepted:
 			tunnel = true
@@ -218,4 +208,12 @@ func TestInterceptShutdownParked(t *testing.T) {
 	if !tunnel || !inner {
 		t.Errorf("access log (tunnel %v, request %v):\n%s", tunnel, inner, access.String())
 	}
+}
+
+// icRecord is what the interception tests read of an access log record.
+type icRecord struct {
+	Method      string `json:"method"`
+	Target      string `json:"target"`
+	Status      int    `json:"status"`
+	Intercepted bool   `json:"intercepted"`
 }

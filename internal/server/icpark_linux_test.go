@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"io"
 	"net"
@@ -149,27 +148,17 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 				t.Fatalf("the client read %d bytes after Shutdown, want the connection's end", n)
 			}
 			var tunnels, inner int
-			proxytest.WaitFor(t, "the tunnel's access log record and its 4 requests'", func() bool {
-				tunnels, inner = 0, 0
-				for line := range strings.Lines(access.String()) {
-					var r struct {
-						Method      string `json:"method"`
-						Target      string `json:"target"`
-						Status      int    `json:"status"`
-						Intercepted bool   `json:"intercepted"`
-					}
-					if err := json.Unmarshal([]byte(line), &r); err != nil {
-						t.Fatalf("access log line %q: %v", line, err)
-					}
-					switch {
-					case r.Method == "CONNECT" && r.Intercepted:
-						tunnels++
-					case r.Method == "GET" && strings.HasPrefix(r.Target, "https://"+target+"/") && r.Status == 200 && r.Intercepted:
-						inner++
-					}
+			for _, r := range proxytest.JSONRecords[icRecord](t, access, 5) { // the tunnel's record and its 4 requests'
+				switch {
+				case r.Method == "CONNECT" && r.Intercepted:
+					tunnels++
+				case r.Method == "GET" && strings.HasPrefix(r.Target, "https://"+target+"/") && r.Status == 200 && r.Intercepted:
+					inner++
 				}
-				return tunnels == 1 && inner == 4
-			})
+			}
+			if tunnels != 1 || inner != 4 {
+				t.Fatalf("access log: %d intercepted tunnels and %d of their requests, want 1 and 4:\n%s", tunnels, inner, access.String())
+			}
 		})
 	}
 }
