@@ -96,10 +96,12 @@ var protocolNames = []struct {
 	{Transparent, "transparent"},
 }
 
-// helloProtocols are the tunnels whose client's first bytes rustle can
-// read before it dials (a ClientHello): HTTP CONNECT on every version and
-// SOCKS CONNECT. A WebSocket or a CONNECT-UDP flow carries none.
-const helloProtocols = Connect | SOCKS5 | SOCKS4
+// HelloProtocols are the tunnels whose client's first bytes rustle can
+// read before it dials (a ClientHello), and so the only ones it can
+// intercept: HTTP CONNECT on every version and SOCKS CONNECT. A
+// WebSocket or a CONNECT-UDP flow carries none, and a transparent
+// listener's TLS connections are always spliced.
+const HelloProtocols = Connect | SOCKS5 | SOCKS4
 
 // ProtocolNames lists the protocol names a rule accepts, in order.
 func ProtocolNames() []string {

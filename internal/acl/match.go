@@ -407,7 +407,7 @@ func (ru *rule) match(r *Request, host []byte, addr netip.Addr) int {
 			return matchNo
 		}
 		return m
-	case r.Protocol&helloProtocols != 0:
+	case r.Protocol&HelloProtocols != 0:
 		return matchSNI // whatever the address: the SNI is decided first
 	}
 	return matchNo // a request without a ClientHello

@@ -179,7 +179,8 @@ func mapFileRefs(v string, f func(path string) string) string {
 
 // validateIntercept checks [intercept]: the CA's two files together, no
 // rules or bypass without a CA, the cache size, the bypass entries, each
-// rule's name, criteria (no methods, no paths) and header edits (field
+// rule's name, criteria (no methods, no paths, only the protocols of
+// tunnels that can be intercepted) and header edits (field
 // names, inline values, {file:} references); no error holds a value.
 func (c *Config) validateIntercept(v *validator) {
 	ic := &c.Intercept
@@ -206,6 +207,17 @@ func (c *Config) validateIntercept(v *validator) {
 		c.validateCriteria(v, key, r.Criteria)
 		v.check(len(r.Methods) == 0, key+".methods", "a tunnel has no method: the access rules decide the requests inside")
 		v.check(len(r.Paths) == 0, key+".paths", "a tunnel has no path: the access rules decide the requests inside")
+		for j, name := range r.Protocols {
+			p, err := acl.ParseProtocol(name)
+			if err != nil || p&acl.HelloProtocols != 0 {
+				continue // a bad name is validateCriteria's
+			}
+			why := "only connect, socks5 and socks4 tunnels are intercepted"
+			if p == acl.Transparent {
+				why += ": a transparent listener's tunnels are always spliced"
+			}
+			v.add(fmt.Sprintf("%s.protocols[%d]", key, j), fmt.Errorf("%q: %s", name, why))
+		}
 		validateInterceptHeaders(v, key+".request_headers", &r.RequestHeaders)
 		validateInterceptHeaders(v, key+".response_headers", &r.ResponseHeaders)
 	}

@@ -91,6 +91,7 @@ request_headers.remove = ["x-ok", "Content-Length"]
 [[intercept.rules]]
 name = "r"
 response_headers.set = { "X-Empty" = "{file:}" }
+protocols = ["connect", "transparent", "websocket", "socks5", "nope"]
 `
 	c, err := Parse([]byte(src), "i.toml")
 	if err != nil {
@@ -111,6 +112,9 @@ response_headers.set = { "X-Empty" = "{file:}" }
 		`i.toml:15: intercept.rules[0].request_headers.remove[1]: "Content-Length" may not be named by a header rule: it frames the message body: rustle frames each hop itself, and a second framing would let an upstream read one message as two (request smuggling)`,
 		`i.toml:18: intercept.rules[1].name: "r" is also the name of intercept.rules[0]`,
 		`i.toml:19: intercept.rules[1].response_headers.set.X-Empty: {file:} names no file`,
+		`i.toml:20: intercept.rules[1].protocols[1]: "transparent": only connect, socks5 and socks4 tunnels are intercepted: a transparent listener's tunnels are always spliced`,
+		`i.toml:20: intercept.rules[1].protocols[2]: "websocket": only connect, socks5 and socks4 tunnels are intercepted`,
+		`i.toml:20: intercept.rules[1].protocols[4]: acl: protocol "nope" is not one of http, connect, websocket, socks5, socks5-udp, socks4, udp, https, transparent`,
 	}
 	for _, w := range want {
 		if !slices.Contains(got, w) {

@@ -233,7 +233,7 @@ func (s *Session) Authorize(r *Request, g *Grant) Kind {
 		}
 	}
 	g.chooseRoute(ar)
-	g.interceptOn = p.Intercept != nil && ar.Protocol&helloProtocols != 0 && p.Intercept.Considers(ar)
+	g.interceptOn = p.Intercept != nil && ar.Protocol&acl.HelloProtocols != 0 && p.Intercept.Considers(ar)
 	g.wantHello = g.interceptOn || g.wantsHello(ar, g.routePending)
 	if p.Authz != nil && !g.wantHello {
 		// A tunnel that reads its ClientHello is decided with the

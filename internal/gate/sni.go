@@ -54,7 +54,7 @@ func (g *Grant) HelloTimeout() time.Duration { return g.s.p.HelloTimeout }
 // wantsHello decides NeedsHello for an authorized request (see
 // Authorize): ar is what the rules decided.
 func (g *Grant) wantsHello(ar *acl.Request, routePending bool) bool {
-	if ar.Protocol&helloProtocols == 0 {
+	if ar.Protocol&acl.HelloProtocols == 0 {
 		return false
 	}
 	p := g.s.p
@@ -84,9 +84,6 @@ func (g *Grant) serverName() string {
 	}
 	return g.sni
 }
-
-// helloProtocols are the protocols whose tunnels read a ClientHello.
-const helloProtocols = acl.Connect | acl.SOCKS5 | acl.SOCKS4
 
 // CheckHello decides a tunnel that NeedsHello with what its client's
 // first bytes were: h and err as sni.Read or sni.Parse returned them (err

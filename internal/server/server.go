@@ -236,6 +236,10 @@ func (s *Server) startLocked() error {
 			s.log.Warn("listener takes a PROXY protocol header, and so a client address, from any peer; "+
 				"list the balancers in proxy_protocol_from", "listener", l.Config.Name)
 		}
+		if l.Config.Protocol == config.ProtocolTransparent && len(g.Config.Intercept.Rules) > 0 {
+			s.log.Warn("transparent listener never intercepts: its TLS connections are spliced whatever "+
+				"[[intercept.rules]] say; clients to intercept must use a proxy port", "listener", l.Config.Name)
+		}
 	}
 	s.setOwnAddrs(g)
 	s.logGuard(g)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rustle-proxy/rustle/internal/config"
+	"github.com/rustle-proxy/rustle/internal/intercept"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
 
@@ -661,4 +662,48 @@ func yamlBlock(doc, key string) string {
 		b.WriteString(strings.TrimPrefix(line, "    "))
 	}
 	return b.String()
+}
+
+// TestTransparentInterceptWarning checks that a start with interception
+// rules warns once for each transparent listener, which never intercepts,
+// and not for the proxy ports beside it nor without rules.
+func TestTransparentInterceptWarning(t *testing.T) {
+	caDir, _ := writeInterceptCA(t, t.TempDir(), "warn")
+	const line = `level=WARN msg="transparent listener never intercepts: its TLS connections are spliced whatever ` +
+		`[[intercept.rules]] say; clients to intercept must use a proxy port" listener=`
+	for _, tt := range []struct {
+		name  string
+		rules []config.InterceptRule
+		want  []string // the transparent listeners warned about
+	}{
+		{"rules", []config.InterceptRule{{Name: "api", Criteria: config.Criteria{Hosts: []string{"api.example"}}}}, []string{"tp1", "tp2"}},
+		{"no rules", nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Workers = 1
+			cfg.Listen = []config.Listener{
+				{Name: "plain", Address: "127.0.0.1:0"},
+				{Name: "tp1", Address: "127.0.0.1:0", Protocol: config.ProtocolTransparent, Auth: config.AuthNone},
+				{Name: "tp2", Address: "127.0.0.1:0", Protocol: config.ProtocolTransparent, Auth: config.AuthNone},
+			}
+			cfg.Intercept = config.Intercept{CACert: filepath.Join(caDir, intercept.CACertFile),
+				CAKey: filepath.Join(caDir, intercept.CAKeyFile), Rules: tt.rules}
+			cfg.SetDefaults()
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("config: %v", err)
+			}
+			logs := &logBuffer{}
+			startLogged(t, cfg, slog.New(slog.NewTextHandler(logs, nil)), &logBuffer{})
+			got := logs.String()
+			for _, name := range tt.want {
+				if n := strings.Count(got, line+name+"\n"); n != 1 {
+					t.Errorf("%d warnings for listener %s, want 1; log:\n%s", n, name, got)
+				}
+			}
+			if n := strings.Count(got, "never intercepts"); n != len(tt.want) {
+				t.Errorf("%d warnings, want %d; log:\n%s", n, len(tt.want), got)
+			}
+		})
+	}
 }
