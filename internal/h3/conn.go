@@ -21,8 +21,10 @@ import (
 // control stream and the client's, the request streams, and the HTTP
 // Datagrams of its CONNECT-UDP flows.
 //
-// Goroutines: the one that accepts request streams (ServeConn's), one
-// that accepts the client's unidirectional streams, and, once a flow
+// Goroutines: the one that accepts request streams (ServeConn's), which
+// also acts on the session's end and the policy's Cut (see serve), one
+// that accepts the client's unidirectional streams until its three
+// critical ones have come (see acceptUni), and, once a flow
 // has opened, one that receives the connection's datagrams and hands
 // each to its flow and, on Linux, one (the gate.FlowPoller's of its
 // gate.FlowGroup) that reads the flows' target sockets; a request stream
@@ -39,9 +41,8 @@ type conn struct {
 
 	settings      chan struct{} // closed once the client's SETTINGS came
 	peerDatagrams bool          // the client's SETTINGS_H3_DATAGRAM; read after settings
-	sawControl    atomic.Bool
-	sawEncoder    atomic.Bool
-	sawDecoder    atomic.Bool
+	critical      chan struct{} // closed once saw has all three critical streams
+	saw           atomic.Uint32 // the client's critical streams come: sawControl and the others
 
 	streams sync.WaitGroup // request streams being served
 
@@ -68,7 +69,7 @@ type conn struct {
 //go:noinline
 func newConn(s *Server, qc *quic.Conn, sess *gate.Session) *conn {
 	sess.SetTLS(qc.ConnectionState().TLS)
-	c := &conn{s: s, qc: qc, sess: sess, settings: make(chan struct{}), local: qc.LocalAddr(), peer: qc.RemoteAddr()}
+	c := &conn{s: s, qc: qc, sess: sess, settings: make(chan struct{}), critical: make(chan struct{}), local: qc.LocalAddr(), peer: qc.RemoteAddr()}
 	if a, ok := c.local.(*net.UDPAddr); ok {
 		ap := a.AddrPort()
 		c.self = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
@@ -91,11 +92,23 @@ func (c *conn) serve() {
 		c.idle = time.AfterFunc(d, c.idleTimeout)
 		c.mu.Unlock()
 	}
-	ctx := c.qc.Context()
+	// The loop waits for request streams, and for one context at a time
+	// (see ended): the session's, then the policy's Cut, then the
+	// connection's own. Waiting on them here, rather than with a
+	// context.AfterFunc each, keeps no hook per connection in them.
+	closed := c.qc.Context()
+	wait := c.sess.Context()
 	for {
-		str, err := c.qc.AcceptStream(ctx)
+		if wait != closed && wait.Err() != nil {
+			wait = c.ended(wait)
+			continue
+		}
+		str, err := c.qc.AcceptStream(wait)
 		if err != nil {
-			break
+			if wait != closed && wait.Err() != nil {
+				continue
+			}
+			break // the connection closed
 		}
 		if !c.begin(str.StreamID()) {
 			// After GOAWAY: the client may retry it elsewhere.
@@ -111,6 +124,27 @@ func (c *conn) serve() {
 		c.idle.Stop()
 	}
 	c.mu.Unlock()
+}
+
+// ended acts on wait, the context serve waited on, being done, and
+// returns the next one to wait on: when the session's context is done,
+// the connection drains (GOAWAY), or closes at once for a revoked user;
+// when the policy's Cut is done after that, it closes. Past those it
+// waits on the connection's own context, done once it has closed.
+func (c *conn) ended(wait context.Context) context.Context {
+	if wait == c.sess.Context() {
+		if context.Cause(wait) == gate.ErrRevoked {
+			c.close(errNoError, "access revoked")
+			return c.qc.Context()
+		}
+		c.drain(true)
+		if cut := c.sess.Policy().Cut; cut != nil {
+			return cut
+		}
+		return c.qc.Context()
+	}
+	c.close(errNoError, "shutting down") // the Cut
+	return c.qc.Context()
 }
 
 // openControl opens rustle's control stream with its SETTINGS: the
@@ -261,18 +295,75 @@ func (c *conn) reject(method string, cause error) {
 // a client sending many leaves that many lines.
 const maxRejectedLogged = 16
 
-// acceptUni accepts the client's unidirectional streams until the
-// connection closes, each read on a goroutine of its own until its type
-// says what it is.
+// acceptUni accepts the client's unidirectional streams, each read on a
+// goroutine of its own until its type says what it is, until the
+// connection closes or the client has opened its control stream and both
+// QPACK streams: those take the three streams of credit the client has
+// (maxUniStreams) and, unread to their end, never give it back, so that
+// the client can open no other and no goroutine need wait for one while
+// the connection idles.
 func (c *conn) acceptUni() {
-	ctx := c.qc.Context()
 	for {
-		str, err := c.qc.AcceptUniStream(ctx)
+		str, err := c.qc.AcceptUniStream((*uniWait)(c))
 		if err != nil {
 			return
 		}
 		go c.handleUni(str)
 	}
+}
+
+// maxUniStreams is the unidirectional streams a client may have open at
+// once: its control stream and its QPACK encoder and decoder streams,
+// the three that RFC 9114 §6.2 asks every peer to allow. Another (a
+// GREASE type, say, which is refused) waits until one of those it opened
+// before has ended.
+const maxUniStreams = 3
+
+// uniWait is the context acceptUni waits with: done once the client has
+// opened its three critical streams (see sawCritical).
+type uniWait conn
+
+// Deadline reports no deadline.
+func (*uniWait) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done is closed once the client's three critical streams have come.
+func (w *uniWait) Done() <-chan struct{} { return w.critical }
+
+// Err is context.Canceled once Done is closed.
+func (w *uniWait) Err() error {
+	select {
+	case <-w.critical:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+// Value holds nothing.
+func (*uniWait) Value(any) any { return nil }
+
+// The client's critical streams, as bits of conn.saw.
+const (
+	sawControl = 1 << iota
+	sawEncoder
+	sawDecoder
+	sawAll = sawControl | sawEncoder | sawDecoder
+)
+
+// sawCritical records that one of the client's critical streams (control,
+// QPACK encoder, QPACK decoder: which, a bit of conn.saw) has come,
+// closing c.critical with the third. It reports false for a second
+// stream of the same type, which is an error (RFC 9114 §6.2.1, RFC 9204
+// §4.2).
+func (c *conn) sawCritical(which uint32) bool {
+	old := c.saw.Or(which)
+	if old&which != 0 {
+		return false
+	}
+	if old|which == sawAll {
+		close(c.critical)
+	}
+	return true
 }
 
 // handleUni reads a unidirectional stream's type (RFC 9114 §6.2): the
@@ -289,7 +380,7 @@ func (c *conn) handleUni(str *quic.ReceiveStream) {
 	}
 	switch typ {
 	case streamControl:
-		if c.sawControl.Swap(true) {
+		if !c.sawCritical(sawControl) {
 			c.close(errStreamCreation, "second control stream")
 			return
 		}
@@ -299,11 +390,11 @@ func (c *conn) handleUni(str *quic.ReceiveStream) {
 			}
 		}
 	case streamQPACKEncoder:
-		if c.sawEncoder.Swap(true) {
+		if !c.sawCritical(sawEncoder) {
 			c.close(errStreamCreation, "second QPACK encoder stream")
 		}
 	case streamQPACKDecoder:
-		if c.sawDecoder.Swap(true) {
+		if !c.sawCritical(sawDecoder) {
 			c.close(errStreamCreation, "second QPACK decoder stream")
 		}
 	case streamPush:

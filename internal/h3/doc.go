@@ -54,9 +54,11 @@
 // validated to three times what it received (RFC 9000 §8.1).
 //
 // Measured (TestIdleMemory, the proxy's Go heap and stacks, clients in
-// another process): about 68 KiB per idle HTTP/3 connection, most of it
+// another process): about 60 KiB per idle HTTP/3 connection, most of it
 // quic-go's connection state (its TLS and QUIC state, about 35 KiB of
-// heap, and two goroutines) beside this package's two goroutines, and
+// heap, and two goroutines) beside this package's one goroutine (two
+// until the client has opened its three critical unidirectional
+// streams), and
 // about 7.1 KiB per idle CONNECT-UDP flow (its QUIC stream's state in
 // quic-go, with the context and hook that end the flow on the client's
 // STOP_SENDING, its reqStream with the grant, the relay, its UDP

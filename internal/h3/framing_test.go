@@ -283,6 +283,73 @@ func TestControlStream(t *testing.T) {
 	}
 }
 
+// TestUniStreams checks the client's unidirectional streams (RFC 9114
+// §6.2): it may open three, and once its control stream and both QPACK
+// streams have come, which take that credit and never give it back, no
+// goroutine waits for another one; the connection serves on.
+func TestUniStreams(t *testing.T) {
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, "ok"))
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	c := rawDial(t, p, datagramSettings)
+	c.uni(streamQPACKEncoder, nil)
+	c.uni(streamQPACKDecoder, nil)
+	if _, err := c.qc.OpenUniStream(); err == nil {
+		t.Error("a fourth unidirectional stream opened: the client has credit for three")
+	}
+	// Served (so its acceptor has started), the connection then has no
+	// goroutine waiting for another unidirectional stream.
+	get := headers(":method", "GET", ":scheme", "http", ":authority", o.Addr, ":path", "/")
+	if status, body, err := c.do(get); status != 200 || body != "ok" || err != nil {
+		t.Fatalf("GET: %d %q %v", status, body, err)
+	}
+	if err := proxytest.CheckGoroutines(proxytest.DefaultTimeout, "h3.(*conn).acceptUni"); err != nil {
+		t.Errorf("the critical streams came, and a goroutine still waits for another: %v", err)
+	}
+}
+
+// TestCut checks the end of a shutdown's drain: a connection sent GOAWAY
+// with a request still in progress closes when the policy's Cut is done.
+func TestCut(t *testing.T) {
+	o := proxytest.NewOrigin(t, proxytest.Echo())
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{}))
+	c := rawDial(t, p, datagramSettings)
+	busy, err := c.qc.OpenStreamSync(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy.Write(headers(":method", "POST", ":scheme", "http", ":authority", o.Addr, ":path", "/", "content-length", "2"))
+	busy.Write(frame(frameData, []byte("a")))
+	proxytest.WaitFor(t, "the request in progress at the origin", func() bool { return len(o.Requests()) == 1 })
+	p.drain()
+	ctrl, err := c.qc.AcceptUniStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := frameReader{src: ctrl, buf: make([]byte, 256)}
+	if typ, err := fr.varint(); err != nil || typ != streamControl {
+		t.Fatalf("control stream type %d, %v", typ, err)
+	}
+	for goAway := false; !goAway; {
+		typ, length, err := fr.header()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fr.payload(int(length)); err != nil {
+			t.Fatal(err)
+		}
+		goAway = typ == frameGoAway
+	}
+	select {
+	case <-c.qc.Context().Done():
+		t.Fatal("the connection closed with a request in progress, before the Cut")
+	default:
+	}
+	p.cut()
+	if code := c.closedWith(); code != errNoError {
+		t.Fatalf("closed with %#x, want H3_NO_ERROR", code)
+	}
+}
+
 // TestGoAway checks a connection's graceful end (RFC 9114 §5.2): rustle
 // sends GOAWAY with the first request stream it will not serve, a request
 // in progress runs on, and a request on a later stream is rejected with

@@ -41,6 +41,8 @@ type testProxy struct {
 	// drain ends the sessions' context, as a shutdown does: every
 	// connection is sent GOAWAY.
 	drain func()
+	// cut ends the policy's Cut, as the end of a shutdown's drain does.
+	cut func()
 }
 
 // testConfig returns the Config the tests serve with unless they change
@@ -130,7 +132,7 @@ func startProxy(t testing.TB, cfg Config, policy *gate.Policy) *testProxy {
 		tr.Close()
 		srv.Close() // its idle stream workers
 	})
-	return &testProxy{Addr: udp.LocalAddr().String(), Roots: roots, cert: cert.Certificate[0], srv: srv, drain: cancel}
+	return &testProxy{Addr: udp.LocalAddr().String(), Roots: roots, cert: cert.Certificate[0], srv: srv, drain: cancel, cut: cutNow}
 }
 
 // dial opens a QUIC connection to the proxy with HTTP/3's ALPN and

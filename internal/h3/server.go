@@ -1,7 +1,6 @@
 package h3
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -106,7 +105,7 @@ func New(cfg Config) (*Server, error) {
 		HandshakeIdleTimeout:  cfg.HandshakeTimeout / 2,
 		MaxIdleTimeout:        cfg.IdleTimeout,
 		MaxIncomingStreams:    int64(cfg.MaxStreams),
-		MaxIncomingUniStreams: 8, // control, QPACK encoder and decoder, and a few to refuse
+		MaxIncomingUniStreams: maxUniStreams,
 		EnableDatagrams:       true,
 	}
 	s.pool = workpool.New((*reqStream).run, maxIdleWorkers, workerIdle)
@@ -164,7 +163,8 @@ const NextProto = "h3"
 // handshake's client certificate, and sess stays the caller's to close.
 // When sess's context is done ServeConn sends GOAWAY and closes the
 // connection once its requests have ended (at once for a revoked user);
-// when the policy's Cut is done, it closes it.
+// when the policy's Cut is done after that (the end of a shutdown's
+// drain), it closes it.
 func (s *Server) ServeConn(qc *quic.Conn, sess *gate.Session) {
 	if n := s.nconns.Add(1); s.cfg.MaxConns > 0 && n > int64(s.cfg.MaxConns) {
 		s.nconns.Add(-1)
@@ -173,18 +173,6 @@ func (s *Server) ServeConn(qc *quic.Conn, sess *gate.Session) {
 	}
 	defer s.nconns.Add(-1)
 	c := newConn(s, qc, sess)
-	stopDrain := context.AfterFunc(sess.Context(), func() {
-		if context.Cause(sess.Context()) == gate.ErrRevoked {
-			qc.CloseWithError(codeNoError, "access revoked")
-			return
-		}
-		c.drain(true)
-	})
-	defer stopDrain()
-	if cut := sess.Policy().Cut; cut != nil {
-		stopCut := context.AfterFunc(cut, func() { qc.CloseWithError(codeNoError, "shutting down") })
-		defer stopCut()
-	}
 	c.serve()
 	qc.CloseWithError(codeNoError, "")
 }
