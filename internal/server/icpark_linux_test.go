@@ -110,7 +110,7 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 			roots := x509.NewCertPool()
 			roots.AddCert(ca)
 
-			hc := &heldConn{Conn: tc.dial(t, addrs["plain"])}
+			hc := &proxytest.HoldConn{Conn: tc.dial(t, addrs["plain"])}
 			hc.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
 			cc := tls.Client(hc, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
 			br := bufio.NewReader(cc)
@@ -156,10 +156,10 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 			write(r4[5:])
 			answer("/4")
 			parked("a request in two records")
-			hc.hold = true
+			hc.Hold()
 			write(req("/5"))
 			write(req("/6"))
-			if err := hc.flush(); err != nil {
+			if err := hc.Flush(); err != nil {
 				t.Fatalf("write: %v", err)
 			}
 			answer("/5")
@@ -188,29 +188,4 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 			}
 		})
 	}
-}
-
-// heldConn is a client's connection that, while hold is set, keeps what
-// is written to it, to send it in one write on flush: the TLS records
-// written meanwhile then arrive together.
-type heldConn struct {
-	net.Conn
-	hold bool
-	buf  []byte
-}
-
-func (c *heldConn) Write(p []byte) (int, error) {
-	if c.hold {
-		c.buf = append(c.buf, p...)
-		return len(p), nil
-	}
-	return c.Conn.Write(p)
-}
-
-// flush sends what was kept, in one write, and stops keeping.
-func (c *heldConn) flush() error {
-	c.hold = false
-	_, err := c.Conn.Write(c.buf)
-	c.buf = nil
-	return err
 }

@@ -122,7 +122,8 @@ func TestRecordConnTLSParker(t *testing.T) {
 // holdConn keeps what is written to it while hold is set, to send it in
 // one write on flush: the records written meanwhile go in one record of
 // the TLS connection under it. A write kept is signalled on held, when
-// set.
+// set. It is proxytest.HoldConn, which this package's tests cannot
+// import (proxytest imports tunnel).
 type holdConn struct {
 	net.Conn
 	mu   sync.Mutex
