@@ -267,13 +267,21 @@ func (l *listener) Serve(g *gate.Grant, in *gate.Intercepted, c net.Conn, first 
 	rule := in.RuleIndex
 	in.Rule = ic.cfg.Rules[rule].Name
 	cc := &clientConn{Conn: c, first: first, name: in.Name, certs: ic.cfg.Certs}
-	if tcp, ok := c.(*net.TCPConn); ok {
-		// crypto/tls reads no further than the record it reads, the
-		// hello read too: an idle connection's front-end can then wait
-		// for the client's next request on the socket (tunnel.TLSParker).
-		if rc := tunnel.RecordConnRead(tcp, first); rc != nil {
-			cc.Conn, cc.first = rc, nil
-		}
+	// crypto/tls reads no further than the record it reads, the hello
+	// read too: an idle connection's front-end can then wait for the
+	// client's next request on the socket (tunnel.RecordParker). So
+	// too when the tunnel came by a CONNECT on the https port: its TLS
+	// runs inside the client's TLS to the proxy, c, whose plaintext is
+	// read a record at a time, and its front-end waits on c's socket.
+	var rc net.Conn
+	switch c := c.(type) {
+	case *net.TCPConn:
+		rc = tunnel.RecordConnRead(c, first)
+	case *tls.Conn:
+		rc = tunnel.RecordConnTLS(c, first)
+	}
+	if rc != nil {
+		cc.Conn, cc.first = rc, nil
 	}
 	tc := tls.Server(cc, l.tls[rule])
 	if t := ic.cfg.HandshakeTimeout; t > 0 {

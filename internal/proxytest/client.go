@@ -377,3 +377,51 @@ func (c *streamConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 func (c *streamConn) SetDeadline(time.Time) error      { return nil }
 func (c *streamConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *streamConn) SetWriteDeadline(time.Time) error { return nil }
+
+// HoldConn is a client's connection that, between Hold and Flush,
+// keeps what is written to it and sends it in one write on Flush: the
+// TLS records written meanwhile then arrive together (in one record of
+// a TLS connection under it). Its methods are safe for concurrent use
+// with its writes.
+type HoldConn struct {
+	net.Conn
+	mu   sync.Mutex
+	hold bool
+	buf  []byte
+	// Held, when set, is signalled (without blocking) each time a write
+	// is kept.
+	Held chan struct{}
+}
+
+// Hold starts keeping what is written.
+func (c *HoldConn) Hold() {
+	c.mu.Lock()
+	c.hold = true
+	c.mu.Unlock()
+}
+
+func (c *HoldConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.hold {
+		return c.Conn.Write(p)
+	}
+	c.buf = append(c.buf, p...)
+	if c.Held != nil {
+		select {
+		case c.Held <- struct{}{}:
+		default:
+		}
+	}
+	return len(p), nil
+}
+
+// Flush sends what was kept, in one write, and stops keeping.
+func (c *HoldConn) Flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hold = false
+	_, err := c.Conn.Write(c.buf)
+	c.buf = nil
+	return err
+}

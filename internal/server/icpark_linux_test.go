@@ -26,15 +26,18 @@ import (
 // TestIdleInterceptedParksFrontEnds checks, for each front-end a tunnel
 // can be intercepted from (a CONNECT on the plain port, SOCKS5 and
 // SOCKS4a CONNECT on the socks5 port, a CONNECT and a SOCKS5 CONNECT on
-// the mixed port), that an intercepted HTTP/1.1 connection idle between
-// requests keeps no goroutine of the proxy's (none serving the
-// connection, none in the HTTP/1.1 front-end: it waits on its socket
-// through tunnel.Parker.Notify, on Linux only): after one request,
-// after two back to back in one write, and after one split across TLS
-// records, each answered. Then Server.Shutdown ends the parked
+// the mixed port, a CONNECT on the https port, whose tunnel runs inside
+// the client's TLS to the proxy), that an intercepted HTTP/1.1
+// connection idle between requests keeps no goroutine of the proxy's
+// (none serving the connection, none in the HTTP/1.1 front-end: it
+// waits on its socket through tunnel.Parker.Notify, on Linux only):
+// after one request, after two back to back in one write (one TLS
+// record), after one split across TLS records, and after two in two
+// TLS records sent in one write (on the https port: in one record of
+// the outer TLS), each answered. Then Server.Shutdown ends the parked
 // connection (the client sees its end, Shutdown returns before its
 // deadline) and the access log has the tunnel's record and those of its
-// four requests.
+// six requests.
 func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 	dir := t.TempDir()
 	cert, _ := proxytest.SelfSigned(t)
@@ -52,6 +55,16 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 	target := net.JoinHostPort("localhost", port)
 
 	connect := func(t *testing.T, addr string) net.Conn { return proxytest.Connect(t, addr, target) }
+	proxyTLS, proxyRoots := proxyCerts(t)
+	connectTLS := func(t *testing.T, addr string) net.Conn {
+		pc, err := tls.DialWithDialer(&net.Dialer{Timeout: proxytest.DefaultTimeout}, "tcp", addr,
+			&tls.Config{RootCAs: proxyRoots, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatalf("TLS to the proxy: %v", err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		return proxytest.ConnectOn(t, pc, target)
+	}
 	socks := func(t *testing.T, addr string) net.Conn {
 		d, err := proxy.SOCKS5("tcp", addr, nil, &net.Dialer{Timeout: proxytest.DefaultTimeout})
 		if err != nil {
@@ -80,10 +93,15 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 		{"mixed-connect", "mixed", connect},
 		{"mixed-socks5", "mixed", socks},
 		{"socks4a", "socks5", socks4a},
+		{"https-connect", "https", connectTLS},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)
 			cfg.Listen[0].Protocol = tc.protocol
+			if tc.protocol == "https" {
+				cfg.Listen[0].TLS = proxyTLS
+				cfg.Listen[0].ALPN = []string{"http/1.1"}
+			}
 			if err := cfg.Validate(); err != nil {
 				t.Fatalf("config: %v", err)
 			}
@@ -92,9 +110,9 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 			roots := x509.NewCertPool()
 			roots.AddCert(ca)
 
-			c := tc.dial(t, addrs["plain"])
-			c.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
-			cc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+			hc := &proxytest.HoldConn{Conn: tc.dial(t, addrs["plain"])}
+			hc.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
+			cc := tls.Client(hc, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
 			br := bufio.NewReader(cc)
 			req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n" }
 			answer := func(path string) {
@@ -138,6 +156,15 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 			write(r4[5:])
 			answer("/4")
 			parked("a request in two records")
+			hc.Hold()
+			write(req("/5"))
+			write(req("/6"))
+			if err := hc.Flush(); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			answer("/5")
+			answer("/6")
+			parked("two requests in two records sent in one write")
 
 			ctx, cancel := context.WithTimeout(context.Background(), proxytest.DefaultTimeout)
 			defer cancel()
@@ -148,7 +175,7 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 				t.Fatalf("the client read %d bytes after Shutdown, want the connection's end", n)
 			}
 			var tunnels, inner int
-			for _, r := range proxytest.JSONRecords[icRecord](t, access, 5) { // the tunnel's record and its 4 requests'
+			for _, r := range proxytest.JSONRecords[icRecord](t, access, 7) { // the tunnel's record and its 6 requests'
 				switch {
 				case r.Method == "CONNECT" && r.Intercepted:
 					tunnels++
@@ -156,8 +183,8 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 					inner++
 				}
 			}
-			if tunnels != 1 || inner != 4 {
-				t.Fatalf("access log: %d intercepted tunnels and %d of their requests, want 1 and 4:\n%s", tunnels, inner, access.String())
+			if tunnels != 1 || inner != 6 {
+				t.Fatalf("access log: %d intercepted tunnels and %d of their requests, want 1 and 6:\n%s", tunnels, inner, access.String())
 			}
 		})
 	}

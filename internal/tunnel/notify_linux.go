@@ -64,7 +64,7 @@ const notifyFlags = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
 // loop: the caller waits with [Parker.Wait] instead.
 func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 	n := &Notice{rc: p.rc, fn: fn}
-	if p.ahead != nil && p.ahead.pending() {
+	if p.ahead != nil && p.ahead.held() {
 		n.fire(nil)
 		return n, true
 	}
@@ -88,7 +88,7 @@ func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 // socket's error, which the peek has taken (the kernel reports it once:
 // the next read would see a plain end of stream), ready set with it.
 func (p *Parker) Ready() (ready bool, err error) {
-	if p.ahead != nil && p.ahead.pending() {
+	if p.ahead != nil && p.ahead.held() {
 		return true, nil
 	}
 	if p.peekFn == nil {

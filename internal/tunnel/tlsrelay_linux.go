@@ -227,7 +227,7 @@ func (p *Parker) ready(fd uintptr) bool {
 // deadline past. Nothing is read or buffered while it waits.
 func (p *Parker) Wait() error {
 	p.err = nil
-	if p.ahead != nil && p.ahead.pending() {
+	if p.ahead != nil && p.ahead.held() {
 		return nil
 	}
 	if err := p.rc.Read(p.fn); err != nil {
@@ -282,6 +282,19 @@ type recordConn struct {
 	out   []byte
 	outR  int
 	wshut bool // the engine shut down the socket's write half
+
+	// outer, for a connection whose bytes are another TLS connection's
+	// plaintext (RecordConnTLS), is that connection, which readAhead
+	// reads instead of the socket and which Write, Close and the
+	// deadlines go to; under is the recordConn outer reads, whose socket
+	// (tc, rc) this one shares for its Parkers; nil otherwise.
+	// outerDrained says that outer holds no plaintext: it is set once
+	// readAhead has read outer into a buffer that takes a whole
+	// record's (before that outer may hold what was left of the
+	// record its reader read last, before this connection took it).
+	outer        *tls.Conn
+	under        *recordConn
+	outerDrained bool
 }
 
 // RecordConn wraps c for tls.Server (or tls.Client) so that crypto/tls
@@ -332,12 +345,40 @@ func RecordConnRead(c *net.TCPConn, read []byte) net.Conn {
 	return rc
 }
 
+// RecordConnTLS is RecordConnRead for a TLS connection inside c, a TLS
+// connection made over [RecordConn] (an intercepted tunnel that came by
+// a CONNECT on the https port: the client's TLS to the origin runs
+// inside its TLS to the proxy): the inner connection reads c's
+// plaintext, never past the end of its own record, and its Write,
+// Close and deadlines are c's. It reads c's plaintext a record at a
+// time into a pooled buffer that takes a whole record's (given back
+// once crypto/tls has taken its bytes), so that c holds no plaintext
+// between two of its reads; once it has, it waits for c's socket to
+// have bytes holding no buffer. So a Parker ([RecordParker]) of the
+// inner connection sees every byte held above the socket: those read
+// ahead for c, and those of c's plaintext read ahead for the inner
+// connection; it waits on c's socket. It returns nil when read does
+// not fit a buffer (16 KiB), or c is not made over RecordConn (or is
+// in the engine's hands); the caller then reads c as it is.
+func RecordConnTLS(c *tls.Conn, read []byte) net.Conn {
+	under, ok := c.NetConn().(*recordConn)
+	if !ok || under.rc == nil || under.eng || under.outer != nil || len(read) > tlsBufSize {
+		return nil
+	}
+	rc := &recordConn{tc: under.tc, rc: under.rc, outer: c, under: under}
+	if len(read) > 0 {
+		rc.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
+		rc.aw = copy(rc.ahead[:], read)
+	}
+	return rc
+}
+
 // RawTCP returns the TCP socket under a TLS connection made over
 // [RecordConn], which [RelayTLS] and [Engine.AddTLS] need beside it, and
-// false for any other connection.
+// false for any other connection (one made over [RecordConnTLS] too).
 func RawTCP(c *tls.Conn) (*net.TCPConn, bool) {
 	rc, ok := c.NetConn().(*recordConn)
-	if !ok {
+	if !ok || rc.outer != nil {
 		return nil, false
 	}
 	return rc.tc, true
@@ -350,10 +391,12 @@ func RawTCP(c *tls.Conn) (*net.TCPConn, bool) {
 // goroutine only.
 func TLSParker(c *tls.Conn) (*Parker, bool) { return RecordParker(c.NetConn()) }
 
-// RecordParker is TLSParker for c, a connection made by [RecordConn] or
-// [RecordConnRead] that a TLS connection reads, maybe through a wrapper
-// that holds no bytes of its own; nil and false for any other
-// connection.
+// RecordParker is TLSParker for c, a connection made by [RecordConn],
+// [RecordConnRead] or [RecordConnTLS] that a TLS connection reads,
+// maybe through a wrapper that holds no bytes of its own; nil and false
+// for any other connection. A Parker of a connection made by
+// RecordConnTLS waits on the outer connection's socket, and returns at
+// once while bytes wait above it (see held).
 func RecordParker(c net.Conn) (*Parker, bool) {
 	rc, ok := c.(*recordConn)
 	if !ok || rc.rc == nil {
@@ -381,7 +424,7 @@ func (p *Parker) WaitRead() error {
 		p.rfn = p.readAhead
 	}
 	p.err = nil
-	if p.ahead.pending() {
+	if p.ahead.held() {
 		return nil
 	}
 	if err := p.rc.Read(p.rfn); err != nil {
@@ -395,9 +438,13 @@ func (p *Parker) WaitRead() error {
 
 // readAhead is the RawConn.Read callback of WaitRead: the connection's
 // fill, whose results it keeps (WaitRead needs blocking mode, so fill
-// waits on EAGAIN holding no buffer).
+// waits on EAGAIN holding no buffer); for a connection over another TLS
+// connection (RecordConnTLS), the fill of the one that reads the socket.
 func (p *Parker) readAhead(fd uintptr) bool {
 	c := p.ahead
+	if c.under != nil {
+		c = c.under
+	}
 	if !c.fill(fd) {
 		return false
 	}
@@ -559,6 +606,9 @@ func (c *recordConn) read(p []byte) (int, error) {
 // errWouldBlock when the socket is empty). No buffer is held while it
 // waits. It returns io.EOF at the end of the stream.
 func (c *recordConn) readAhead() error {
+	if c.outer != nil {
+		return c.readOuter()
+	}
 	if c.eng {
 		return c.engineReadAhead()
 	}
@@ -584,6 +634,34 @@ func (c *recordConn) readAhead() error {
 	}
 	c.ar, c.aw = 0, n
 	c.drained = c.nonBlock && n < tlsBufSize
+	return nil
+}
+
+// readOuter is readAhead for a connection over another TLS connection
+// (RecordConnTLS): it reads the outer connection's plaintext into a
+// pooled buffer of tlsBufSize, which takes the whole of a record's
+// (crypto/tls refuses a record with more), so that the outer connection
+// holds no plaintext once it returns. Once it holds none, and none of
+// its socket's bytes are read ahead, the socket is read ahead first, as
+// readAhead reads it: the wait for its bytes holds no buffer.
+func (c *recordConn) readOuter() error {
+	if c.outerDrained && !c.under.pending() {
+		if err := c.under.readAhead(); err != nil {
+			return err
+		}
+	}
+	c.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
+	n, err := c.outer.Read(c.ahead[:])
+	c.outerDrained = true
+	if n == 0 {
+		tlsBufPool.Put(c.ahead)
+		c.ahead = nil
+		if err == nil {
+			err = io.ErrNoProgress
+		}
+		return err
+	}
+	c.ar, c.aw = 0, n
 	return nil
 }
 
@@ -618,9 +696,21 @@ func (c *recordConn) opError(err error) error {
 // crypto/tls.
 func (c *recordConn) pending() bool { return c.ar < c.aw }
 
+// held reports whether bytes that came from the socket wait above it,
+// so that a Parker must not wait on the socket: pending, and for a
+// connection over another TLS connection (RecordConnTLS), the outer
+// connection's plaintext (not known to be drained until readOuter has
+// read it once) or the bytes read ahead for it.
+func (c *recordConn) held() bool {
+	return c.pending() || c.outer != nil && (!c.outerDrained || c.under.pending())
+}
+
 // Write writes p to the socket; in engine mode without waiting (see
-// engineWrite).
+// engineWrite); over another TLS connection, to that one.
 func (c *recordConn) Write(p []byte) (int, error) {
+	if c.outer != nil {
+		return c.outer.Write(p)
+	}
 	if c.eng {
 		return c.engineWrite(p)
 	}
@@ -628,8 +718,12 @@ func (c *recordConn) Write(p []byte) (int, error) {
 }
 
 // Close closes the socket; in engine mode it does nothing: the engine
-// owns the socket and closes it when the tunnel ends.
+// owns the socket and closes it when the tunnel ends. Over another TLS
+// connection it closes that one.
 func (c *recordConn) Close() error {
+	if c.outer != nil {
+		return c.outer.Close()
+	}
 	if c.eng {
 		return nil
 	}
@@ -639,12 +733,16 @@ func (c *recordConn) Close() error {
 func (c *recordConn) LocalAddr() net.Addr  { return c.tc.LocalAddr() }
 func (c *recordConn) RemoteAddr() net.Addr { return c.tc.RemoteAddr() }
 
-// SetDeadline and the two below set tc's deadlines; in engine mode they do
+// SetDeadline and the two below set tc's deadlines (over another TLS
+// connection, that one's, which are its socket's); in engine mode they do
 // nothing, since nothing waits (crypto/tls sets a write deadline around
 // its close_notify).
 func (c *recordConn) SetDeadline(t time.Time) error {
 	if c.eng {
 		return nil
+	}
+	if c.outer != nil {
+		return c.outer.SetDeadline(t)
 	}
 	return c.tc.SetDeadline(t)
 }
@@ -653,12 +751,18 @@ func (c *recordConn) SetReadDeadline(t time.Time) error {
 	if c.eng {
 		return nil
 	}
+	if c.outer != nil {
+		return c.outer.SetReadDeadline(t)
+	}
 	return c.tc.SetReadDeadline(t)
 }
 
 func (c *recordConn) SetWriteDeadline(t time.Time) error {
 	if c.eng {
 		return nil
+	}
+	if c.outer != nil {
+		return c.outer.SetWriteDeadline(t)
 	}
 	return c.tc.SetWriteDeadline(t)
 }

@@ -28,6 +28,11 @@ func RecordConnRead(c *net.TCPConn, read []byte) net.Conn {
 	return c
 }
 
+// RecordConnTLS returns nil off Linux: the caller reads c as it is. On
+// Linux it wraps c for a TLS connection inside it so that that one's
+// Parker can wait on c's socket.
+func RecordConnTLS(c *tls.Conn, read []byte) net.Conn { return nil }
+
 // RawTCP returns the TCP socket under a TLS connection made over
 // [RecordConn] on Linux. Elsewhere it always returns nil and false, so
 // that callers take their goroutine relay rather than [RelayTLS].
