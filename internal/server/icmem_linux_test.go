@@ -78,7 +78,7 @@ func TestIdleInterceptedMemory(t *testing.T) {
 				limit += 8 * 1024 // the two goroutines' stacks are twice as large
 			}
 			if m.total() > limit {
-				t.Errorf("%.1f KiB of live heap and stacks per idle %s connection, want under %.0f KiB", m.total()/1024, kind, limit/1024)
+				t.Errorf("%.1f KiB of live heap and stacks per idle %s connection, want under %.1f KiB", m.total()/1024, kind, limit/1024)
 			}
 		})
 	}
