@@ -55,6 +55,10 @@ type conn struct {
 	// *work is what the requests are served with; nil while the
 	// connection is parked (see notify).
 	*work
+	// kept is the upstream the last request left for the next, held
+	// here while the connection is parked without its work (see
+	// notify); nil otherwise.
+	kept *origin.Kept
 
 	maxFwd  int       // the Max-Forwards the forwarded TRACE or OPTIONS carries; -1 = the client's fields as they are
 	vec     http1.Vec // writes of the serving goroutine
@@ -120,9 +124,9 @@ type conn struct {
 // work is the bulk of a conn (3.3 KiB of its 3.9): what serves its
 // requests, with the buffers they grow. A conn takes one from works when
 // it starts serving and gives it back when it ends, and an intercepted
-// connection parked between requests with no upstream kept lends it back
-// meanwhile (see notify), so that an idle intercepted connection keeps
-// only the rest.
+// connection parked between requests lends it back meanwhile, holding
+// only the upstream kept for its next request, if any (see notify), so
+// that an idle intercepted connection keeps only the rest.
 type work struct {
 	// x is the exchange with the upstream of the request being served;
 	// between requests it may keep the last one's upstream for the next
@@ -152,13 +156,19 @@ var works = sync.Pool{New: func() any { return new(work) }}
 func (cn *conn) takeWork() {
 	if cn.work == nil {
 		cn.work = works.Get().(*work)
+		if cn.kept != nil {
+			cn.x.PutKept(cn.kept)
+			cn.kept = nil
+		}
 	}
 }
 
 // lendWork gives the conn's work back to works: it must hold nothing of
-// the connection's (no upstream kept, no grant unfinished, no request
-// being served).
+// the connection's but the upstream kept for the next request, which
+// the conn holds meanwhile (kept; takeWork gives it back), no grant
+// unfinished, no request being served.
 func (cn *conn) lendWork() {
+	cn.kept = cn.x.TakeKept()
 	w := cn.work
 	cn.work = nil
 	w.gr = gate.Request{}
@@ -496,17 +506,13 @@ func (cn *conn) notify() error {
 	if cn.ctx.Err() != nil { // wake has run: it found no Notice to wake
 		return http1.ErrIdle
 	}
-	// With no upstream kept the work holds nothing of the connection's
-	// between requests: it goes back to its pool until resume.
-	lent := cn.x.Up.C == nil
-	if lent {
-		cn.lendWork()
-	}
+	// The work holds nothing of the connection's between requests but
+	// the upstream kept for the next, which the conn holds meanwhile:
+	// it goes back to its pool until resume.
+	cn.lendWork()
 	n, ok := cn.park.Notify(deadline, cn.resumeFn)
 	if !ok {
-		if lent {
-			cn.takeWork()
-		}
+		cn.takeWork()
 		return errNoNotify
 	}
 	cn.notice = n

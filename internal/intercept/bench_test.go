@@ -3,9 +3,11 @@ package intercept_test
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +27,14 @@ func keepAliveTunnel(tb testing.TB) (exchange func() error, answer *[]byte, body
 	cert, roots := proxytest.SelfSigned(tb)
 	body = strings.Repeat("b", 1024)
 	o := proxytest.NewStaticTLSOrigin(tb, cert, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n"+body)
-	_, port, _ := net.SplitHostPort(o.Addr)
+	return keepAliveTunnelTo(tb, o.Addr, roots, body)
+}
+
+// keepAliveTunnelTo is keepAliveTunnel to the origin at addr, whose
+// certificate roots verify, and which answers body to every request.
+func keepAliveTunnelTo(tb testing.TB, addr string, roots *x509.CertPool, body string) (exchange func() error, answer *[]byte, _ string) {
+	tb.Helper()
+	_, port, _ := net.SplitHostPort(addr)
 	e := newEnv(tb, envConfig{rules: []intercept.Rule{{Name: "bench", Match: acl.Rule{Hosts: []string{"localhost"}}}}, roots: roots,
 		noH2: true, pool: true, noLog: true})
 	raw, err := net.Dial("tcp", e.proxy)
@@ -75,6 +84,36 @@ func keepAliveTunnel(tb testing.TB) (exchange func() error, answer *[]byte, body
 //	go test ./internal/intercept -run '^$' -bench KeepAlive1K -benchmem -cpuprofile cpu.out
 func BenchmarkInterceptKeepAlive1K(b *testing.B) {
 	exchange, answer, body := keepAliveTunnel(b)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := exchange(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if !strings.HasSuffix(string(*answer), body) {
+		b.Fatalf("last answer %q", *answer)
+	}
+}
+
+// BenchmarkInterceptKeepAlive1KH2Origin is BenchmarkInterceptKeepAlive1K
+// to an origin that speaks HTTP/2 (net/http's server): the requests go
+// through the bridge of origin.h2Conn and x/net/http2's ClientConn, and
+// the origin's allocations count too.
+func BenchmarkInterceptKeepAlive1KH2Origin(b *testing.B) {
+	cert, roots := proxytest.SelfSigned(b)
+	body := strings.Repeat("b", 1024)
+	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Length", "1024")
+		io.WriteString(w, body)
+	}))
+	o.EnableHTTP2 = true
+	o.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+	o.StartTLS()
+	b.Cleanup(o.Close)
+	exchange, answer, _ := keepAliveTunnelTo(b, o.Listener.Addr().String(), roots, body)
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -134,3 +134,53 @@ func testIdleInterceptedParks(t *testing.T, o *tlsOrigin, socks bool, status int
 	}
 	parked("the client closed")
 }
+
+// TestParkedKeepsUpstream checks that an intercepted HTTP/1.1
+// connection parked between requests with its origin connection kept
+// (the conn holds it apart from the work it lends back) serves its next
+// request on that origin connection, to an origin that speaks
+// HTTP/1.1 and to one that speaks HTTP/2 (whose bridge waits for the
+// request holding no buffer): the origin sees one connection for
+// three requests, each made once the client connection had parked.
+func TestParkedKeepsUpstream(t *testing.T) {
+	for _, proto := range []string{"http/1.1", "h2"} {
+		t.Run(proto, func(t *testing.T) {
+			o := newOrigin(t, []string{proto})
+			e := newEnv(t, envConfig{
+				rules: []intercept.Rule{{Name: "api", Match: acl.Rule{Hosts: []string{"localhost"}}}},
+				roots: o.roots,
+				noH2:  true,
+				pool:  true, // without a pool, no upstream is kept
+			})
+			c := proxytest.Connect(t, e.proxy, o.host)
+			c.SetDeadline(time.Now().Add(2 * proxytest.DefaultTimeout))
+			tc := tls.Client(c, &tls.Config{RootCAs: e.ca, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+			br := bufio.NewReader(tc)
+			want := "HTTP/1.1"
+			if proto == "h2" {
+				want = "HTTP/2.0"
+			}
+			for _, path := range []string{"/1", "/2", "/3"} {
+				if _, err := io.WriteString(tc, "GET "+path+" HTTP/1.1\r\nHost: "+o.host+"\r\n\r\n"); err != nil {
+					t.Fatalf("write %s: %v", path, err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("read the answer to %s: %v", path, err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				if err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), "proto="+want+" method=GET path="+path+" ") {
+					t.Fatalf("GET %s: %d %q %v", path, resp.StatusCode, b, err)
+				}
+				// Parked: no goroutine of the front-end waits for the
+				// client (see testIdleInterceptedParks).
+				proxytest.WaitFor(t, "the idle connection parked", func() bool {
+					return len(leaktest.Stacks("rustle/internal/httpproxy.(*conn)")) == 0
+				})
+			}
+			if n := o.conns.Load(); n != 1 {
+				t.Errorf("the origin accepted %d connections for the three requests, want 1", n)
+			}
+		})
+	}
+}

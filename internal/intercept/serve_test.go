@@ -11,7 +11,9 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,8 +203,9 @@ func newFrontend(t testing.TB, edits *origin.Edits, roots *x509.CertPool, withH2
 type tlsOrigin struct {
 	srv   *httptest.Server
 	roots *x509.CertPool
-	url   string // https://localhost:PORT
-	host  string // localhost:PORT
+	url   string        // https://localhost:PORT
+	host  string        // localhost:PORT
+	conns *atomic.Int32 // the connections it accepted
 }
 
 // newOrigin starts a Go HTTPS origin for localhost that answers with
@@ -219,13 +222,19 @@ func newOrigin(t *testing.T, protos []string) *tlsOrigin {
 	})
 	srv := httptest.NewUnstartedServer(h)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: protos}
-	if protos == nil {
+	if protos == nil || slices.Contains(protos, "h2") {
 		srv.EnableHTTP2 = true
+	}
+	conns := new(atomic.Int32)
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
 	}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	return &tlsOrigin{srv: srv, roots: roots, url: "https://localhost:" + port, host: "localhost:" + port}
+	return &tlsOrigin{srv: srv, roots: roots, url: "https://localhost:" + port, host: "localhost:" + port, conns: conns}
 }
 
 // client returns a Go client through the env's proxy that trusts the

@@ -56,12 +56,17 @@ type Config struct {
 }
 
 // Client is a validated Config, which the front-ends of a listener share
-// and every [Exchange] of theirs reads. It is immutable.
+// and every [Exchange] of theirs reads. It is immutable, but for what it
+// makes once and keeps (the HTTP/2 transport, the TLS configurations),
+// and safe for concurrent use.
 type Client struct {
 	cfg Config
 
 	h2Once sync.Once
 	h2     *http2.Transport // the HTTP/2 connections' configuration (see h2Transport)
+
+	tlsMu   sync.Mutex
+	tlsCfgs map[tlsKey]*tls.Config // the TLS configurations of the handshakes with origins (see tlsConfig)
 }
 
 // New returns the Client of cfg. It fills no defaults (the configuration

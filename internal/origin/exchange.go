@@ -131,6 +131,7 @@ type Exchange struct {
 	upKey      string         // the pool key Up was made for; "" = none, or a tunnel through a parent, which is pooled for no one
 	upOwner    dialer.Owner   // who may reuse Up (the PoolOwner of its dial)
 	upAddr     netip.AddrPort // the address Up.C is connected to (gate.RemoteAddrPort), read once when it became Up
+	upPool     *dialer.Pool   // the pool Up goes back to (its grant's Pool); nil = none
 	reused     bool           // Up served an earlier request
 	interim    bool           // a 1xx answer went to the client
 	sent       time.Time      // when the request head went out, for the first-byte metric; zero when not observed
@@ -374,7 +375,7 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 				pool.Put(string(x.key), owner, c) // not for this request: left for others
 				c = nil
 			} else if addr = gate.RemoteAddrPort(c); g.AdmitsAt(c, addr, owner, canRetry) {
-				x.reused, x.upOwner = true, owner
+				x.reused, x.upOwner, x.upPool = true, owner, pool
 				if x.upKey != string(x.key) {
 					x.upKey = string(x.key)
 				}
@@ -410,7 +411,7 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 		if err != nil {
 			return err
 		}
-		x.upKey, x.upOwner = string(x.key), owner
+		x.upKey, x.upOwner, x.upPool = string(x.key), owner, g.Pool()
 		if g.ViaParent() {
 			x.upKey = "" // a tunnel through a parent: for this request only, never pooled
 		}
@@ -609,12 +610,46 @@ func (x *Exchange) put() {
 	if c == nil {
 		return
 	}
-	pool := x.g.Pool()
+	pool := x.upPool
 	if pool == nil || x.upKey == "" {
 		c.Close()
 		return
 	}
 	pool.Put(x.upKey, x.upOwner, c)
+}
+
+// Kept is an upstream an Exchange kept for its client's next request
+// (see Keep), taken out of it by TakeKept, so that the Exchange, with
+// the buffers and state of a request it is most of, can serve other
+// client connections while this one is idle, and given back to one by
+// PutKept.
+type Kept struct {
+	up    http1.Conn // without its buffer, its deadlines armed
+	pool  *dialer.Pool
+	key   string
+	owner dialer.Owner
+	addr  netip.AddrPort
+}
+
+// TakeKept takes out the upstream that Keep kept, nil when there is
+// none: the Exchange then has no upstream, and may serve others.
+func (x *Exchange) TakeKept() *Kept {
+	if x.Up.C == nil || x.Up.Buf != nil {
+		return nil
+	}
+	k := &Kept{up: x.Up, pool: x.upPool, key: x.upKey, owner: x.upOwner, addr: x.upAddr}
+	x.Up = http1.Conn{}
+	x.upPool = nil
+	return k
+}
+
+// PutKept gives k, from TakeKept, to x, which has no upstream, as the
+// upstream it keeps for the client's next request: Send reuses it as
+// it would had Keep kept it in x, and Close hands it to the pool.
+func (x *Exchange) PutKept(k *Kept) {
+	x.Drop()
+	x.Up = k.up
+	x.upPool, x.upKey, x.upOwner, x.upAddr = k.pool, k.key, k.owner, k.addr
 }
 
 // Drop closes Up.
@@ -645,7 +680,7 @@ func (x *Exchange) Close() {
 	} else {
 		x.Drop()
 	}
-	x.c, x.g, x.parent = nil, nil, nil // upKey stays: a string the next exchange may reuse
+	x.c, x.g, x.parent, x.upPool = nil, nil, nil, nil // upKey stays: a string the next exchange may reuse
 	x.hdr.forget()
 	x.hdrOn = false
 	x.Resp.Buf, x.Trailer.Buf = nil, nil

@@ -39,6 +39,7 @@ type h2Conn struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	done     chan struct{} // closed when serve returns
+	in       pipeReader    // what serve reads the requests from: end, after the byte it waited for
 
 	mu  sync.Mutex
 	err error // why the bridge ended in a response's body; nil = it did not
@@ -114,21 +115,64 @@ func (h *h2Conn) fail(err error) {
 	h.end.Close()
 }
 
+// The buffers of the bridge's requests (see serve): taken when a
+// request comes, given back once it has been answered.
+var (
+	h2ReadBufs  = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+	h2WriteBufs = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
+	h2BodyBufs  = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+)
+
+// pipeReader reads the pipe's end after the byte the bridge waited for
+// (see serve).
+type pipeReader struct {
+	c     net.Conn
+	first [1]byte
+	has   bool
+}
+
+func (r *pipeReader) Read(p []byte) (int, error) {
+	if r.has && len(p) > 0 {
+		p[0], r.has = r.first[0], false
+		return 1, nil
+	}
+	return r.c.Read(p)
+}
+
 // serve reads the requests the exchange writes, one at a time, and
 // writes back their responses, until the pipe closes or a request
-// fails.
+// fails. Between requests it waits for the next one's first byte
+// holding no buffer: its reader (4 KiB), writer (16 KiB) and body
+// buffer (32 KiB) are taken for each request and given back once it is
+// answered, so that an idle connection, kept for its client's next
+// request or pooled, keeps none of them.
 func (h *h2Conn) serve() {
 	defer close(h.done)
-	br := bufio.NewReader(h.end)
-	bw := bufio.NewWriterSize(h.end, 16<<10)
-	buf := make([]byte, 32<<10)
+	h.in.c = h.end
+	var br *bufio.Reader
 	for {
+		if br == nil {
+			if _, err := io.ReadFull(h.end, h.in.first[:]); err != nil {
+				h.end.Close()
+				return
+			}
+			h.in.has = true
+			br = h2ReadBufs.Get().(*bufio.Reader)
+			br.Reset(&h.in)
+		}
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			h.end.Close()
 			return
 		}
-		if err := h.roundTrip(req, bw, buf); err != nil {
+		bw := h2WriteBufs.Get().(*bufio.Writer)
+		bw.Reset(h.end)
+		buf := h2BodyBufs.Get().(*[]byte)
+		err = h.roundTrip(req, bw, *buf)
+		bw.Reset(nil)
+		h2WriteBufs.Put(bw)
+		h2BodyBufs.Put(buf)
+		if err != nil {
 			h.fail(err)
 			return
 		}
@@ -137,6 +181,11 @@ func (h *h2Conn) serve() {
 		// is dropped.
 		io.Copy(io.Discard, req.Body)
 		req.Body.Close()
+		if br.Buffered() == 0 && !h.in.has {
+			br.Reset(nil)
+			h2ReadBufs.Put(br)
+			br = nil
+		}
 	}
 }
 

@@ -57,13 +57,7 @@ func (e *TLSError) Why() string {
 // nothing, an h2Conn over it when it chose h2. On failure it closes c
 // and returns a *TLSError.
 func (x *Exchange) handshakeTLS(ctx context.Context, c net.Conn, name string) (net.Conn, error) {
-	cfg := x.c.cfg.TLS.Clone()
-	cfg.ServerName = name
-	cfg.NextProtos = alpnH2
-	if x.upgrade {
-		cfg.NextProtos = alpnH1 // a WebSocket handshake is HTTP/1.1's (RFC 8441 is not spoken upstream)
-	}
-	tc := tls.Client(c, cfg)
+	tc := tls.Client(c, x.c.tlsConfig(name, x.upgrade))
 	if t := x.c.cfg.TLSHandshakeTimeout; t > 0 {
 		c.SetDeadline(time.Now().Add(t))
 	}
@@ -81,6 +75,44 @@ func (x *Exchange) handshakeTLS(ctx context.Context, c net.Conn, name string) (n
 		return h, nil
 	}
 	return tc, nil
+}
+
+// tlsKey names a TLS configuration of the handshakes with origins: the
+// server name, and whether http/1.1 alone is offered.
+type tlsKey struct {
+	name string
+	h1   bool
+}
+
+// maxTLSConfigs bounds the TLS configurations a Client keeps (see
+// tlsConfig): past it, they are all dropped and made again as needed.
+const maxTLSConfigs = 1024
+
+// tlsConfig returns the TLS configuration of a handshake with the origin
+// name: the Client's, for name, offering h2 and http/1.1, or http/1.1
+// alone when h1 is set (a WebSocket handshake is HTTP/1.1's: RFC 8441 is
+// not spoken upstream). It is made once per name and shared by the
+// connections to it: a tls.Conn keeps its configuration for as long as
+// it lives, and a copy each would cost an idle connection, kept for its
+// client's next request or pooled, 0.5 KiB.
+func (c *Client) tlsConfig(name string, h1 bool) *tls.Config {
+	k := tlsKey{name, h1}
+	c.tlsMu.Lock()
+	defer c.tlsMu.Unlock()
+	if cfg := c.tlsCfgs[k]; cfg != nil {
+		return cfg
+	}
+	if c.tlsCfgs == nil || len(c.tlsCfgs) >= maxTLSConfigs {
+		c.tlsCfgs = make(map[tlsKey]*tls.Config)
+	}
+	cfg := c.cfg.TLS.Clone()
+	cfg.ServerName = name
+	cfg.NextProtos = alpnH2
+	if h1 {
+		cfg.NextProtos = alpnH1
+	}
+	c.tlsCfgs[k] = cfg
+	return cfg
 }
 
 // The protocols offered to origins: h2 and http/1.1 (the origin
