@@ -70,7 +70,7 @@ type conn struct {
 	cfg        *Config
 	sess       *gate.Session // decides each stream's request
 	nc         net.Conn      // the client connection
-	raw        *net.TCPConn  // the socket under nc, for readiness waits; nil when unknown
+	raw        *net.TCPConn  // the socket under nc, for the linger at the end and a plain connection's Parker; nil when unknown
 	clientAddr netip.Addr    // the client's IP, for Forwarded fields and logs
 	localAddr  netip.AddrPort
 	// icept is the intercepted tunnel whose requests the connection
@@ -85,7 +85,7 @@ type conn struct {
 	waitFrom    time.Time // when wait was last called: the idle timeout runs from it at the earliest
 	fr          *http2.Framer
 	hdec        *blockDecoder  // decodes header blocks, with the connection's HPACK state
-	park        *tunnel.Parker // nil when raw is
+	park        *tunnel.Parker // the wait for the client's socket; nil when there is none
 	bigFrame    bool           // fr read a frame over framerKeep since it was made
 	prefaced    bool           // the client preface was read before serving began
 	sawSettings bool
@@ -173,7 +173,8 @@ func (c *conn) newFramer() {
 // done.
 func (c *conn) serve(ctx context.Context, done func()) {
 	if tc, ok := c.nc.(*tls.Conn); ok {
-		// Its Parker sees the bytes RecordConn read ahead.
+		// Its Parker sees the bytes RecordConn read ahead, and through
+		// an intercepted tunnel's wrapper.
 		if p, ok := tunnel.TLSParker(tc); ok {
 			c.park = p
 		}
@@ -282,7 +283,7 @@ func (c *conn) notify() int {
 		return notifyNone
 	}
 	if !c.rd.deadline.IsZero() {
-		c.raw.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
+		c.nc.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
 		c.rd.deadline = time.Time{}
 	}
 	switch ok, err := c.park.Ready(); {
@@ -672,13 +673,13 @@ func (c *conn) armParkLocked() {
 	}
 	if d := c.rd.deadline; want.IsZero() {
 		if !d.IsZero() {
-			c.raw.SetReadDeadline(time.Time{})
+			c.nc.SetReadDeadline(time.Time{})
 			c.rd.deadline = time.Time{}
 		}
 	} else if d.IsZero() || !d.After(now) || d.After(want) {
 		// An earlier deadline still ahead is kept: it only brings the
 		// reader back sooner.
-		c.raw.SetReadDeadline(want)
+		c.nc.SetReadDeadline(want)
 		c.rd.deadline = want
 	}
 	c.parkUntil = c.rd.deadline
@@ -738,7 +739,7 @@ func (c *conn) wakeLocked() {
 		if c.notice != nil {
 			c.notice.Wake()
 		} else {
-			c.raw.SetReadDeadline(time.Unix(1, 0))
+			c.nc.SetReadDeadline(time.Unix(1, 0))
 		}
 	}
 }
