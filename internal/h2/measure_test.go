@@ -323,6 +323,32 @@ func BenchmarkForward1K(b *testing.B) {
 	})
 }
 
+// BenchmarkForward1KSerial is BenchmarkForward1K for a client that
+// sends one request at a time on its connection, the next once the
+// answer has come: the connection has no stream between them.
+func BenchmarkForward1KSerial(b *testing.B) {
+	body := bytes.Repeat([]byte("x"), 1024)
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+	b.Cleanup(o.Close)
+	p := startProxy(b, testConfig(Config{}), proxytest.NewPolicy(b, proxytest.PolicyConfig{Pool: proxytest.NewPool(b, dialer.PoolConfig{})}))
+	cc := p.client(b)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		req, _ := http.NewRequest("GET", o.URL+"/1k", nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if n != int64(len(body)) {
+			b.Fatalf("got %d bytes", n)
+		}
+	}
+}
+
 // BenchmarkConnectBulk measures bytes through one CONNECT stream, both
 // ways, to an echo server.
 func BenchmarkConnectBulk(b *testing.B) {
