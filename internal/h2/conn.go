@@ -54,6 +54,14 @@ const (
 	// meanwhile do not turn the close into a reset that destroys the
 	// GOAWAY before the client reads it.
 	lingerTime = time.Second
+	// quietWait is how long a connection with no stream waits for its
+	// client on its worker before it leaves the wait to no goroutine
+	// (run): a client that sends one request at a time, or its
+	// requests back to back, is served on by the same worker with no
+	// epoll registration and goroutine started per request, as the
+	// HTTP/1.1 proxy's intercepted connections are (its parkAfter); one
+	// quiet for longer keeps no goroutine while it waits.
+	quietWait = 50 * time.Millisecond
 )
 
 var (
@@ -70,7 +78,7 @@ type conn struct {
 	cfg        *Config
 	sess       *gate.Session // decides each stream's request
 	nc         net.Conn      // the client connection
-	raw        *net.TCPConn  // the socket under nc, for readiness waits; nil when unknown
+	raw        *net.TCPConn  // the socket under nc, for the linger at the end and a plain connection's Parker; nil when unknown
 	clientAddr netip.Addr    // the client's IP, for Forwarded fields and logs
 	localAddr  netip.AddrPort
 	// icept is the intercepted tunnel whose requests the connection
@@ -85,7 +93,7 @@ type conn struct {
 	waitFrom    time.Time // when wait was last called: the idle timeout runs from it at the earliest
 	fr          *http2.Framer
 	hdec        *blockDecoder  // decodes header blocks, with the connection's HPACK state
-	park        *tunnel.Parker // nil when raw is
+	park        *tunnel.Parker // the wait for the client's socket; nil when there is none
 	bigFrame    bool           // fr read a frame over framerKeep since it was made
 	prefaced    bool           // the client preface was read before serving began
 	sawSettings bool
@@ -173,7 +181,8 @@ func (c *conn) newFramer() {
 // done.
 func (c *conn) serve(ctx context.Context, done func()) {
 	if tc, ok := c.nc.(*tls.Conn); ok {
-		// Its Parker sees the bytes RecordConn read ahead.
+		// Its Parker sees the bytes RecordConn read ahead, and through
+		// an intercepted tunnel's wrapper.
 		if p, ok := tunnel.TLSParker(tc); ok {
 			c.park = p
 		}
@@ -202,7 +211,8 @@ const (
 //
 // With a socket to wait on, a worker whose stack has grown with the
 // work (TLS records, HPACK, the requests) ends when the connection goes
-// idle with tunnels open (and no other stream): the wait for the client
+// idle with tunnels open (and no other stream), or with no stream at all
+// once the client has sent nothing for quietWait: the wait for the client
 // is registered with Parker.Notify, which needs no goroutine, and a
 // fresh worker resumes once the client has sent (resume); where there is
 // no such wait, or the connection is shutting down, it waits on a fresh
@@ -274,15 +284,17 @@ func (c *conn) waitThen() {
 // such wait, and when the connection has sent GOAWAY (a connection
 // shutting down may be closed under it, which a Notice would see only at
 // its loop's next look for closed sockets, up to a second later) or is
-// no longer idle.
+// no longer idle. A connection with no stream waits until its idle
+// timeout at the latest: resume then ends it.
 func (c *conn) notify() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.goAway || !c.idleLocked() {
+	quiet := c.quietLocked()
+	if c.goAway || !quiet && !c.idleLocked() {
 		return notifyNone
 	}
 	if !c.rd.deadline.IsZero() {
-		c.raw.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
+		c.nc.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
 		c.rd.deadline = time.Time{}
 	}
 	switch ok, err := c.park.Ready(); {
@@ -291,12 +303,17 @@ func (c *conn) notify() int {
 	case ok:
 		return notifyReady
 	}
-	n, ok := c.park.Notify(time.Time{}, c.resumeFn)
+	// With tunnels open no deadline brings a Notice's wait back: the
+	// end of the last stream must wake it (becameIdleLocked) to start
+	// the idle timeout. With no stream, none can end while it waits.
+	var deadline time.Time
+	if quiet {
+		deadline = gate.Deadline(later(c.waitFrom, c.idleSince), c.cfg.IdleTimeout)
+	}
+	n, ok := c.park.Notify(deadline, c.resumeFn)
 	if !ok {
 		return notifyNone
 	}
-	// No deadline brings a Notice's wait back: the end of the last
-	// stream must wake it (becameIdleLocked) to start the idle timeout.
 	c.parked, c.notice, c.parkUntil = true, n, time.Time{}
 	return notifyWaiting
 }
@@ -314,6 +331,12 @@ func (c *conn) resume(err error) {
 		c.run(false, false)
 	case err == nil:
 		c.run(false, true)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The idle timeout of a connection with no stream.
+		c.mu.Lock()
+		c.goAwayLocked(http2.ErrCodeNo)
+		c.mu.Unlock()
+		c.end(true)
 	default:
 		c.end(false)
 	}
@@ -367,9 +390,9 @@ func (c *conn) frames(ctx context.Context, first, ready, handOff bool) int {
 
 // idleLocked reports whether the connection serves tunnels and no
 // other stream: then its worker leaves the wait for the client to run's
-// goroutine. A connection with no stream at all keeps its worker: it
-// closes after IdleTimeout unless the client goes on, and a client that
-// sends one request at a time would otherwise start a worker for each.
+// goroutine. A connection with no stream at all (quietLocked) keeps its
+// worker for quietWait first: a client that sends one request at a
+// time would otherwise start a worker for each.
 func (c *conn) idleLocked() bool {
 	if len(c.streams) == 0 {
 		return false
@@ -380,6 +403,12 @@ func (c *conn) idleLocked() bool {
 		}
 	}
 	return true
+}
+
+// quietLocked reports whether the connection has no stream and no
+// stream goroutine: its idle timeout runs.
+func (c *conn) quietLocked() bool {
+	return len(c.streams) == 0 && c.workers == 0
 }
 
 // start sends SETTINGS and reads the client preface. When the
@@ -589,7 +618,9 @@ func (c *conn) drainedLocked() bool {
 // its last read, when that is earlier), so that a stream's end need not
 // wake it: it looks again when that deadline passes, and parks on until
 // the idle timeout is really over. One parked with tunnels only has no
-// deadline, and the end of the last stream wakes it.
+// deadline, and the end of the last stream wakes it. A worker (handOff)
+// parked with no stream returns errHandOff once the client has sent
+// nothing for quietWait.
 func (c *conn) wait(handOff bool) error {
 	if c.bigFrame {
 		c.newFramer()
@@ -615,7 +646,7 @@ func (c *conn) wait(handOff bool) error {
 	// parked for an idle tunnel: the work around the wait is done in
 	// functions of their own.
 	for {
-		c.armParkLocked()
+		c.armParkLocked(handOff)
 		c.parked, c.handOff = true, handOff
 		c.mu.Unlock()
 		var err error
@@ -658,27 +689,33 @@ func (c *conn) armBlockingRead() {
 }
 
 // armParkLocked sets the read deadline the reader parks with (see wait)
-// and notes it in parkUntil.
+// and notes it in parkUntil. A worker (handOff) parks a connection with
+// no stream until quietWait after it became quiet at the latest: then it
+// leaves the wait to no goroutine.
 //
 //go:noinline
-func (c *conn) armParkLocked() {
+func (c *conn) armParkLocked(handOff bool) {
 	now := time.Now()
 	var want time.Time // the latest deadline the park may have; zero: none
 	switch {
-	case len(c.streams) == 0 && c.workers == 0:
-		want = gate.Deadline(later(c.waitFrom, c.idleSince), c.cfg.IdleTimeout)
+	case c.quietLocked():
+		from := later(c.waitFrom, c.idleSince)
+		want = gate.Deadline(from, c.cfg.IdleTimeout)
+		if q := from.Add(quietWait); handOff && (want.IsZero() || q.Before(want)) {
+			want = q
+		}
 	case !c.idleLocked():
 		want = gate.Deadline(now, c.cfg.IdleTimeout)
 	}
 	if d := c.rd.deadline; want.IsZero() {
 		if !d.IsZero() {
-			c.raw.SetReadDeadline(time.Time{})
+			c.nc.SetReadDeadline(time.Time{})
 			c.rd.deadline = time.Time{}
 		}
 	} else if d.IsZero() || !d.After(now) || d.After(want) {
 		// An earlier deadline still ahead is kept: it only brings the
 		// reader back sooner.
-		c.raw.SetReadDeadline(want)
+		c.nc.SetReadDeadline(want)
 		c.rd.deadline = want
 	}
 	c.parkUntil = c.rd.deadline
@@ -702,11 +739,16 @@ func (c *conn) parkedLocked(err error, handOff bool) error {
 	if c.drainedLocked() {
 		return errDone
 	}
-	idle := len(c.streams) == 0 && c.workers == 0
-	if idle && c.cfg.IdleTimeout > 0 && !time.Now().Before(later(c.waitFrom, c.idleSince).Add(c.cfg.IdleTimeout)) {
+	quiet := c.quietLocked()
+	from := later(c.waitFrom, c.idleSince)
+	now := time.Now()
+	if quiet && c.cfg.IdleTimeout > 0 && !now.Before(from.Add(c.cfg.IdleTimeout)) {
 		return errIdle
 	}
-	if handOff && c.idleLocked() {
+	if handOff && (c.idleLocked() || quiet && !now.Before(from.Add(quietWait/2))) {
+		// (A deadline that becameIdleLocked moved may fall a little
+		// before quietWait is over: the client has been quiet long
+		// enough.)
 		return errHandOff
 	}
 	return errLookAgain
@@ -722,11 +764,20 @@ func later(a, b time.Time) time.Time {
 
 // becameIdleLocked notes that the connection has no stream and no
 // stream goroutine left: its idle timeout starts. It wakes the reader
-// unless the reader's deadline brings it back in time (see wait).
+// unless the reader's deadline brings it back in time (see wait); a
+// worker parked (handOff) gets a deadline quietWait from now, after
+// which it leaves the wait to no goroutine (run), unless the client has
+// sent meanwhile.
 func (c *conn) becameIdleLocked() {
 	c.idleSince = time.Now()
-	if c.parkUntil.IsZero() {
+	switch {
+	case c.parkUntil.IsZero():
 		c.wakeLocked()
+	case c.parked && c.handOff && !c.woken:
+		if q := c.idleSince.Add(quietWait); q.Before(c.parkUntil) {
+			c.nc.SetReadDeadline(q)
+			c.rd.deadline, c.parkUntil = q, q
+		}
 	}
 }
 
@@ -738,7 +789,7 @@ func (c *conn) wakeLocked() {
 		if c.notice != nil {
 			c.notice.Wake()
 		} else {
-			c.raw.SetReadDeadline(time.Unix(1, 0))
+			c.nc.SetReadDeadline(time.Unix(1, 0))
 		}
 	}
 }

@@ -66,7 +66,7 @@
 // states, SETTINGS, PING, GOAWAY. The reader never blocks on the client
 // or an upstream. It runs on a worker goroutine, one at a time, which
 // ends when the connection goes idle with tunnels open (and no other
-// stream): the wait for the client's next bytes is then made by
+// stream), or with no stream once the client is quiet: the wait for the client's next bytes is then made by
 // ServeConn's goroutine, which does no other work, so that the stack
 // parked for an idle tunnel's connection stays small, and the next bytes
 // start a fresh worker. Frames to send are encoded into one output
@@ -99,9 +99,12 @@
 // TLS connection is made over tunnel.RecordConn, so crypto/tls holds no
 // unread bytes), holding no read buffer, output buffer or frame buffer.
 // On Linux an idle tunnel holds no goroutine either: once a connection
-// serves only tunnels, its reader registers the wait for the client with
+// serves only tunnels, or has no stream and its client has sent nothing
+// for quietWait (50 ms: a client sending its requests one after another
+// keeps its worker), its reader registers the wait for the client with
 // tunnel.Parker's Notify, whose one epoll loop serves every such wait of
-// the process, and its goroutine ends; a fresh one resumes when the
+// the process (with the idle timeout as its deadline when no stream is
+// open), and its goroutine ends; a fresh one resumes when the
 // client sends, a stream ends or the server shuts down (then the reader
 // waits on a goroutine: a connection shutting down may be closed under
 // it, which a Notice would see only up to a second later). A tunnel waits for its upstream the same way, resumed by its

@@ -32,15 +32,24 @@ import (
 // proxy: Go heap in use plus goroutine stacks, per tunnel, with the
 // clients and the echo origin in a child process. For comparison it
 // measures the same with x/net/http2's standard server and a CONNECT
-// handler relaying with two goroutines.
+// handler relaying with two goroutines, and then connections whose
+// client reset their tunnel: idle with no stream, they must keep no
+// goroutine.
 func TestIdleTunnelMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 1,000 TLS connections")
 	}
 	waitWorkersGone(t)
 	const tunnels = 400
-	ours, stacks := measureIdle(t, tunnels, false)
-	std, _ := measureIdle(t, tunnels, true)
+	ours, stacks, _ := measureIdle(t, tunnels, false, false)
+	std, _, _ := measureIdle(t, tunnels, true, false)
+	// A connection whose tunnel the client reset: idle with no stream,
+	// it keeps no goroutine either once its client is quiet (quietWait).
+	// Measured: 7.0 to 7.4 KiB, no goroutine (10.2 to 10.6 KiB and one
+	// goroutine, its worker parked in WaitRead, before).
+	conn, _, connGoroutines := measureIdle(t, tunnels, false, true)
+	summary(t, "h2: an idle HTTP/2 connection with no stream costs %.1f KiB of heap+stacks and %.2f goroutines (race detector %v)",
+		conn/1024, connGoroutines, proxytest.Race)
 	summary(t, "h2: an idle HTTP/2 tunnel costs %.1f KiB of heap+stacks, %.1f KiB of it stacks (x/net/http2's Server with a CONNECT handler: %.1f KiB; %d tunnels, race detector %v)",
 		ours/1024, stacks/1024, std/1024, tunnels, proxytest.Race)
 	// Bounds a little above what is measured (13 KiB, 0.3 KiB of it
@@ -61,13 +70,20 @@ func TestIdleTunnelMemory(t *testing.T) {
 	if stacks > stackLimit {
 		t.Errorf("%.1f KiB of goroutine stacks per idle HTTP/2 tunnel, want under %.1f KiB", stacks/1024, stackLimit/1024)
 	}
+	if conn > limit {
+		t.Errorf("%.1f KiB per idle HTTP/2 connection with no stream, want under %.0f KiB", conn/1024, limit/1024)
+	}
+	if connGoroutines > 0.5 {
+		t.Errorf("%.2f goroutines per idle HTTP/2 connection with no stream, want none", connGoroutines)
+	}
 }
 
 // measureIdle serves tunnels HTTP/2 tunnels whose clients and origin
 // live in a child process and returns the growth of HeapInuse+StackInuse
-// per tunnel, and of StackInuse alone. std selects x/net/http2's server
-// instead of rustle's.
-func measureIdle(t *testing.T, tunnels int, std bool) (total, stacks float64) {
+// per tunnel, of StackInuse alone, and of the goroutines. std selects x/net/http2's server
+// instead of rustle's; reset has the clients reset each tunnel once it
+// has echoed, leaving its connection with no stream.
+func measureIdle(t *testing.T, tunnels int, std, reset bool) (total, stacks, goroutines float64) {
 	const warm = 20 // tunnels open before the baseline, to exclude one-time costs
 	var addr string
 	var caPEM []byte
@@ -83,16 +99,21 @@ func measureIdle(t *testing.T, tunnels int, std bool) (total, stacks float64) {
 		"H2_MEMORY_CA="+string(caPEM),
 		fmt.Sprintf("H2_MEMORY_N=%d", tunnels),
 		fmt.Sprintf("H2_MEMORY_WARM=%d", warm),
+		fmt.Sprintf("H2_MEMORY_RESET=%v", reset),
 	)
 	defer child.Close()
 	child.Expect("warm")
+	g0 := runtime.NumGoroutine()
 	m0 := proxytest.SettledMem()
 	rssBefore := proxytest.VMRSS()
 	child.Send("go")
 	child.Expect("open")
 	m1 := proxytest.SettledMem()
 	rssAfter := proxytest.VMRSS()
-	t.Logf("std=%v: VmRSS grew %.1f KiB per tunnel", std, float64(rssAfter-rssBefore)/float64(tunnels-warm)/1024)
+	n := float64(tunnels - warm)
+	goroutines = float64(runtime.NumGoroutine()-g0) / n
+	t.Logf("std=%v reset=%v: VmRSS grew %.1f KiB, goroutines %.2f per tunnel", std, reset,
+		float64(rssAfter-rssBefore)/n/1024, goroutines)
 	if path := os.Getenv("H2_MEMORY_PROFILE"); path != "" && !std {
 		proxytest.WriteProfiles(t, path, "heap", "goroutine")
 		var ms runtime.MemStats
@@ -104,8 +125,7 @@ func measureIdle(t *testing.T, tunnels int, std bool) (total, stacks float64) {
 		runtime.ReadMemStats(&ms)
 		t.Logf("after 10 more GCs: goroutines %d, stack in use %d KiB, heap in use %d KiB", runtime.NumGoroutine(), ms.StackInuse>>10, ms.HeapInuse>>10)
 	}
-	n := float64(tunnels - warm)
-	return (float64(m1.Heap+m1.Stacks) - float64(m0.Heap+m0.Stacks)) / n, (float64(m1.Stacks) - float64(m0.Stacks)) / n
+	return (float64(m1.Heap+m1.Stacks) - float64(m0.Heap+m0.Stacks)) / n, (float64(m1.Stacks) - float64(m0.Stacks)) / n, goroutines
 }
 
 // startStdServer serves x/net/http2's Server with a CONNECT handler, on
@@ -187,7 +207,8 @@ func startStdServer(t *testing.T) (addr string, caPEM []byte) {
 // memoryHelper is the child process of measureIdle: an echo origin and
 // the clients of the tunnels. It opens H2_MEMORY_WARM tunnels, says
 // "warm", waits for "go", opens the rest, says "open", and holds them
-// until its standard input closes.
+// until its standard input closes; with H2_MEMORY_RESET=true it resets
+// each tunnel once it has echoed, and holds its connection.
 func memoryHelper() int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
@@ -244,6 +265,9 @@ func memoryHelper() int {
 			if _, err := io.ReadFull(resp.Body, b[:]); err != nil {
 				return err
 			}
+			if os.Getenv("H2_MEMORY_RESET") == "true" {
+				resp.Body.Close() // RST_STREAM
+			}
 			keep = append(keep, pw, cc)
 		}
 		return nil
@@ -297,6 +321,32 @@ func BenchmarkForward1K(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkForward1KSerial is BenchmarkForward1K for a client that
+// sends one request at a time on its connection, the next once the
+// answer has come: the connection has no stream between them.
+func BenchmarkForward1KSerial(b *testing.B) {
+	body := bytes.Repeat([]byte("x"), 1024)
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }))
+	b.Cleanup(o.Close)
+	p := startProxy(b, testConfig(Config{}), proxytest.NewPolicy(b, proxytest.PolicyConfig{Pool: proxytest.NewPool(b, dialer.PoolConfig{})}))
+	cc := p.client(b)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for range b.N {
+		req, _ := http.NewRequest("GET", o.URL+"/1k", nil)
+		resp, err := cc.RoundTrip(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, _ := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if n != int64(len(body)) {
+			b.Fatalf("got %d bytes", n)
+		}
+	}
 }
 
 // BenchmarkConnectBulk measures bytes through one CONNECT stream, both

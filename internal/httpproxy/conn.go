@@ -301,7 +301,7 @@ func (cn *conn) step(err error) int {
 // no goroutine (see notify).
 //
 // When crypto/tls holds nothing of the client's (it reads no further
-// than the record it reads, see tunnel.RecordParker, and the last read
+// than the record it reads, see tunnel.TLSParker, and the last read
 // took less than it asked for, so it left no plaintext), the wait is on
 // the socket, without the deep stack of a TLS read: where the platform
 // allows and the connection is served with a continuation
@@ -321,9 +321,7 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 	if drained && cn.park == nil {
 		if tc, ok := c.C.(*tls.Conn); ok {
 			// Under the TLS connection, the interceptor's wrapper.
-			if w, ok := tc.NetConn().(interface{ NetConn() net.Conn }); ok {
-				cn.park, _ = tunnel.RecordParker(w.NetConn())
-			}
+			cn.park, _ = tunnel.TLSParker(tc)
 		}
 	}
 	now := http1.MonoNow()

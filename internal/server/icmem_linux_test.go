@@ -73,6 +73,31 @@ func TestIdleInterceptedMemory(t *testing.T) {
 	t.Run(idleIntercepted, func(t *testing.T) { intercepted = measureIdleTLS(t, warm, conns, idleIntercepted) })
 	t.Run(idleSOCKSIntercepted, func(t *testing.T) { socksIntercepted = measureIdleTLS(t, warm, conns, idleSOCKSIntercepted) })
 	t.Run(idleTLSIntercepted, func(t *testing.T) { tlsIntercepted = measureIdleTLS(t, warm, conns, idleTLSIntercepted) })
+	// An intercepted connection whose client chose h2, idle with no
+	// stream: no goroutine waits for it either once it is quiet (h2's
+	// quietWait), and its reader holds no buffer. Measured: 13.1 to 13.2
+	// KiB of live heap, no stack (29.2 KiB and 8.0 KiB of stack, one
+	// goroutine blocked in its read with a 16 KiB buffer, before); its
+	// bound is the HTTP/1.1 one's plus 4 KiB, the HTTP/2 connection's
+	// state (HPACK tables, framer, windows). Under the race detector
+	// 22.3 KiB were measured, no stack either (where the 9 KiB more
+	// come from was not looked into): its bound is 24 KiB.
+	var h2Intercepted idleMem
+	t.Run(idleH2Intercepted, func(t *testing.T) { h2Intercepted = measureIdleTLS(t, warm, conns, idleH2Intercepted) })
+	if h2Intercepted.total() > 0 {
+		h2Limit := 17.0 * 1024
+		if proxytest.Race {
+			h2Limit = 24 * 1024
+		}
+		if h2Intercepted.total() > h2Limit {
+			t.Errorf("%.1f KiB of live heap and stacks per idle %s connection, want under %.1f KiB", h2Intercepted.total()/1024, idleH2Intercepted, h2Limit/1024)
+		}
+		if h2Intercepted.stacks > 1024 {
+			t.Errorf("%.1f KiB of goroutine stacks per idle %s connection, want under 1 KiB", h2Intercepted.stacks/1024, idleH2Intercepted)
+		}
+	}
+	// The kept rows last: their origin connections and the h2 one's two
+	// goroutines each outlive the subtest a while.
 	for _, kind := range []string{idleKept, idleKeptH2} {
 		t.Run(kind, func(t *testing.T) {
 			m := measureIdleTLS(t, warm, conns, kind)
@@ -190,6 +215,7 @@ const (
 	idleTLSIntercepted   = "https-intercepted"   // a CONNECT tunnel on the https port, intercepted
 	idleKept             = "intercepted-kept"    // intercepted, its HTTP/1.1 origin connection still kept
 	idleKeptH2           = "intercepted-kept-h2" // intercepted, its HTTP/2 origin connection still kept
+	idleH2Intercepted    = "intercepted-h2"      // a CONNECT tunnel on the plain port, intercepted, h2 inside
 )
 
 // keptKind reports whether the connections of kind keep their origin
@@ -199,7 +225,7 @@ func keptKind(kind string) bool { return kind == idleKept || kind == idleKeptH2 
 // interceptedKind reports whether the connections of kind are
 // intercepted.
 func interceptedKind(kind string) bool {
-	return kind == idleIntercepted || kind == idleSOCKSIntercepted || kind == idleTLSIntercepted || keptKind(kind)
+	return kind == idleIntercepted || kind == idleSOCKSIntercepted || kind == idleTLSIntercepted || kind == idleH2Intercepted || keptKind(kind)
 }
 
 // measureIdleTLS serves a plain listener that intercepts the tunnels to
@@ -402,6 +428,22 @@ func TestIdleInterceptedHelper(t *testing.T) {
 		for range count {
 			c := connect()
 			c.SetDeadline(time.Now().Add(proxytest.DefaultTimeout))
+			if kind == idleH2Intercepted {
+				tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: host, NextProtos: []string{"h2"}})
+				h, err := proxytest.NewH2Client(tc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tc.Write(h.Get(1, target, "/1k")); err != nil {
+					t.Fatalf("write the request: %v", err)
+				}
+				status, got, err := h.Answer(1)
+				if err != nil || status != "200" || len(got) != len(body) {
+					t.Fatalf("response: %s, %d bytes, %v", status, len(got), err)
+				}
+				c.SetDeadline(time.Time{})
+				continue
+			}
 			tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: host, NextProtos: []string{"http/1.1"}})
 			if _, err := io.WriteString(tc, "GET /1k HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
 				t.Fatalf("write the request: %v", err)

@@ -30,14 +30,17 @@ import (
 // the client's TLS to the proxy), that an intercepted HTTP/1.1
 // connection idle between requests keeps no goroutine of the proxy's
 // (none serving the connection, none in the HTTP/1.1 front-end: it
-// waits on its socket through tunnel.Parker.Notify, on Linux only):
+// waits on its socket through tunnel.Parker.Notify, on Linux only),
+// and so does one whose client chose h2 (a CONNECT on the plain port
+// and on the https port), with no stream open, none in the HTTP/2
+// front-end:
 // after one request, after two back to back in one write (one TLS
 // record), after one split across TLS records, and after two in two
 // TLS records sent in one write (on the https port: in one record of
 // the outer TLS), each answered. Then Server.Shutdown ends the parked
-// connection (the client sees its end, Shutdown returns before its
-// deadline) and the access log has the tunnel's record and those of its
-// six requests.
+// connection (the client sees its end, after a GOAWAY on h2; Shutdown
+// returns before its deadline) and the access log has the tunnel's
+// record and those of its six requests.
 func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 	dir := t.TempDir()
 	cert, _ := proxytest.SelfSigned(t)
@@ -87,13 +90,16 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 	for _, tc := range []struct {
 		name, protocol string
 		dial           func(*testing.T, string) net.Conn
+		h2             bool // the client offers h2 only inside the tunnel
 	}{
-		{"connect", "http", connect},
-		{"socks5", "socks5", socks},
-		{"mixed-connect", "mixed", connect},
-		{"mixed-socks5", "mixed", socks},
-		{"socks4a", "socks5", socks4a},
-		{"https-connect", "https", connectTLS},
+		{"connect", "http", connect, false},
+		{"socks5", "socks5", socks, false},
+		{"mixed-connect", "mixed", connect, false},
+		{"mixed-socks5", "mixed", socks, false},
+		{"socks4a", "socks5", socks4a, false},
+		{"https-connect", "https", connectTLS, false},
+		{"connect-h2", "http", connect, true},
+		{"https-connect-h2", "https", connectTLS, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)
@@ -112,7 +118,11 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 
 			hc := &proxytest.HoldConn{Conn: tc.dial(t, addrs["plain"])}
 			hc.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
-			cc := tls.Client(hc, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+			alpn := "http/1.1"
+			if tc.h2 {
+				alpn = "h2"
+			}
+			cc := tls.Client(hc, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{alpn}})
 			br := bufio.NewReader(cc)
 			req := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n" }
 			answer := func(path string) {
@@ -124,6 +134,32 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 				body, err := io.ReadAll(resp.Body)
 				if err != nil || resp.StatusCode != 200 || string(body) != path {
 					t.Fatalf("%s: %d %q, %v", path, resp.StatusCode, body, err)
+				}
+			}
+			var h2c *proxytest.H2Client
+			if tc.h2 {
+				if err := cc.Handshake(); err != nil {
+					t.Fatalf("TLS inside the tunnel: %v", err)
+				}
+				if p := cc.ConnectionState().NegotiatedProtocol; p != "h2" {
+					t.Fatalf("ALPN inside the tunnel %q, want h2", p)
+				}
+				var err error
+				if h2c, err = proxytest.NewH2Client(cc); err != nil {
+					t.Fatal(err)
+				}
+				// Stream n+1 asks for /n: req and answer speak HTTP/2.
+				req = func(path string) string {
+					n, _ := strconv.Atoi(path[1:])
+					return string(h2c.Get(uint32(2*n-1), target, path))
+				}
+				answer = func(path string) {
+					t.Helper()
+					n, _ := strconv.Atoi(path[1:])
+					status, body, err := h2c.Answer(uint32(2*n - 1))
+					if err != nil || status != "200" || string(body) != path {
+						t.Fatalf("%s: %s %q, %v", path, status, body, err)
+					}
 				}
 			}
 			write := func(s string) {
@@ -138,7 +174,8 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 			parked := func(after string) {
 				t.Helper()
 				err := leaktest.Check(proxytest.DefaultTimeout,
-					"rustle/internal/server.(*Server).serveConn", "rustle/internal/socks5.", "rustle/internal/httpproxy.(*conn)")
+					"rustle/internal/server.(*Server).serveConn", "rustle/internal/socks5.", "rustle/internal/httpproxy.(*conn)",
+					"rustle/internal/h2.(*conn)")
 				if err != nil {
 					t.Fatalf("after %s, a goroutine waits for the idle intercepted connection: %v", after, err)
 				}
@@ -171,7 +208,11 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 			if err := s.Shutdown(ctx); err != nil {
 				t.Fatalf("Shutdown: %v: the parked intercepted connection was not ended", err)
 			}
-			if n, err := br.Read(make([]byte, 1)); err == nil {
+			if h2c != nil {
+				if g, err := h2c.ReadToEnd(proxytest.DefaultTimeout); err != nil || g == nil {
+					t.Fatalf("after Shutdown: GOAWAY %v, %v; want a GOAWAY, then the connection's end", g, err)
+				}
+			} else if n, err := br.Read(make([]byte, 1)); err == nil {
 				t.Fatalf("the client read %d bytes after Shutdown, want the connection's end", n)
 			}
 			var tunnels, inner int

@@ -385,7 +385,7 @@ func RawTCP(c *tls.Conn) (*net.TCPConn, bool) {
 }
 
 // TLSParker returns a Parker for the socket under c, a TLS connection
-// made over [RecordConn], whose Wait returns at once while bytes read
+// made over [RecordConn] (maybe through wrappers, see [RecordParker]), whose Wait returns at once while bytes read
 // ahead from the socket wait for crypto/tls; nil and false for any other
 // connection. Like the connection's reads, it is used by the reading
 // goroutine only.
@@ -393,18 +393,38 @@ func TLSParker(c *tls.Conn) (*Parker, bool) { return RecordParker(c.NetConn()) }
 
 // RecordParker is TLSParker for c, a connection made by [RecordConn],
 // [RecordConnRead] or [RecordConnTLS] that a TLS connection reads,
-// maybe through a wrapper that holds no bytes of its own; nil and false
-// for any other connection. A Parker of a connection made by
+// maybe through wrappers that hold no bytes of their own and have a
+// NetConn method returning what they read (intercept's client side);
+// nil and false for any other connection. A Parker of a connection made by
 // RecordConnTLS waits on the outer connection's socket, and returns at
 // once while bytes wait above it (see held).
 func RecordParker(c net.Conn) (*Parker, bool) {
-	rc, ok := c.(*recordConn)
+	rc, ok := underRecord(c)
 	if !ok || rc.rc == nil {
 		return nil, false
 	}
 	p := NewParker(rc.rc)
 	p.ahead = rc
 	return p, true
+}
+
+// underRecord returns the recordConn c is, or the one under the
+// wrappers c is made of, each of which holds no bytes of its own and
+// says what it reads with a NetConn method (intercept's clientConn).
+func underRecord(c net.Conn) (*recordConn, bool) {
+	for range 4 {
+		switch w := c.(type) {
+		case *recordConn:
+			return w, true
+		case *tls.Conn:
+			return nil, false // it holds bytes of its own
+		case interface{ NetConn() net.Conn }:
+			c = w.NetConn()
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // WaitRead is Wait for a reader that reads the connection as soon as it
