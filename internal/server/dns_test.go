@@ -81,7 +81,10 @@ func TestDNSResolvers(t *testing.T) {
 			cfg.ACL.Default = "allow"
 			cfg.ACL.Rules = []config.ACLRule{{Name: "origin only", Action: "allow", Criteria: config.Criteria{Hosts: []string{"origin.rustle.test", "static.rustle.test"}},
 				AllowPrivate: []string{"127.0.0.0/8"}}, {Name: "rest", Action: "allow"}}
-			cfg.DNS = config.DNS{Resolvers: []string{"udp://" + dead.UDP, tc.url(good)}, Timeout: config.Duration{Duration: 200 * time.Millisecond},
+			// A second per query to each: a DNS-over-HTTPS or -TLS query's
+			// handshake under the race detector on a loaded machine has
+			// taken over 200 ms (no DNS resolver answered).
+			cfg.DNS = config.DNS{Resolvers: []string{"udp://" + dead.UDP, tc.url(good)}, Timeout: config.Duration{Duration: time.Second},
 				Only: "ipv4", CA: good.CAFile, Hosts: map[string][]string{"static.rustle.test": {"127.0.0.1"}}}
 			cfg.SetDefaults()
 			if err := cfg.Validate(); err != nil {
