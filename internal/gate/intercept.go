@@ -123,8 +123,9 @@ func (g *Grant) Intercepted() bool { return g.intercepted || g.s != nil && g.s.i
 // InterceptSession returns the session that serves the requests inside
 // the tunnel g intercepts, described by in: under the policy and client
 // of g's session, with its contexts (done when it is; closing the
-// session that InterceptSession returns does not end them), its identity the tunnel's user (the
-// requests inside carry no proxy credentials), counted already by the
+// session that InterceptSession returns does not end them), its
+// identity the tunnel's user (the requests inside carry no proxy
+// credentials), counted already by the
 // tunnel's grant, whose connection admission covers it. Its requests'
 // access log records say intercepted, with the tunnel's server name;
 // the access rules see them with the tunnel's hello (sni_hosts). The

@@ -103,7 +103,8 @@ func TestIdleInterceptedMemory(t *testing.T) {
 	// limit and stackLimit bound the live heap and stacks per idle
 	// intercepted connection, just over what is measured, so as to catch
 	// a buffer or a goroutine per connection too many, not to time
-	// anything. Measured: 9.1 to 10.1 KiB, 0.2 KiB of it stacks: the connection waits
+	// anything. Measured: 9.1 to 10.1 KiB, 0.2 KiB of it stacks (under
+	// the race detector: 9.6 to 10.1 KiB): the connection waits
 	// for its client with no goroutine (tunnel.Parker.Notify), and its
 	// httpproxy conn has lent its request work area back (0.6 KiB left);
 	// the rest is the client's TLS connection (3.5 KiB with its ciphers
@@ -113,8 +114,8 @@ func TestIdleInterceptedMemory(t *testing.T) {
 	// CONNECT's grant, moved out of its conn (896 bytes), and the wait
 	// (Notice, Parker). Before: 11.1 to 11.4 KiB (11.3 under the race
 	// detector), with contexts of the tunnel's session's own (1.6 KiB in
-	// all), 384-byte sessions and a 1,024-byte grant. An idle spliced TLS tunnel on the plain port:
-	// 0.3 KiB; through the https listener: 7.8 KiB. With a goroutine
+	// all), 384-byte sessions and a 1,024-byte grant. An idle spliced
+	// TLS tunnel on the plain port: 0.3 KiB; through the https listener: 7.8 KiB. With a goroutine
 	// waiting on the socket for each (8 KiB of stack; 16 KiB under the
 	// race detector) and both httpproxy conns kept whole (4 KiB each):
 	// 27.6 KiB (47.6 KiB under the race detector). An idle intercepted
