@@ -112,7 +112,6 @@ type Grant struct {
 	meter    *quota.Meter   // counts the tunnel's bytes as they move; nil = not metered
 	meterBuf *quota.Meter   // the meter Meter reuses request after request (kept by reset)
 	counted  string         // the account counted for the grant's life (not the connection's); "" none
-	extraFor string         // the user Hold's extra upstream counts as ("" none), when hold is holdExtra
 
 	// What the access log and the metrics learn of the request.
 	start    time.Time
@@ -140,7 +139,10 @@ type Grant struct {
 
 	// The fields of one to four bytes, together so that they share four
 	// words instead of taking one each: every idle tunnel and flow keeps
-	// a Grant (h3's in its reqStream, in the 1152-byte size class).
+	// a Grant (h3's in its reqStream), and a parked intercepted
+	// connection its CONNECT's: 880 bytes, 888 with the header the
+	// allocator puts on an object of over 512 bytes with pointers, in
+	// the size class of 896 (beyond it, 1024).
 	decided  bool     // decision holds an ACL verdict
 	picked   bool     // parent was picked (by ForwardParent) before the dial
 	forward  bool     // plain HTTP sent to parent (an http one) in absolute form
@@ -151,9 +153,6 @@ type Grant struct {
 	tunnel   bool     // a tunnel was opened: counted, its bytes reported at Finish
 	finished bool
 	proto    accesslog.Protocol
-	// unanswered: logged though nothing was answered (a Reject with
-	// status 0, AnswerNothing), and not counted as a request.
-	unanswered bool
 	// coolStarted: the credentials' failure started the cool-down
 	// they were refused for (see AddressCooling).
 	coolStarted bool
@@ -165,8 +164,11 @@ type Grant struct {
 	interceptOn bool  // the policy's Interceptor considers the tunnel: Intercepts is asked once its hello is read
 	intercepted bool  // the tunnel was intercepted (Intercept)
 	icept       int32 // the interception rule that names the tunnel; -1 none
-	status      int32 // the status (or SOCKS reply) sent; 0 = none
-	class       int32 // the HTTP status class the metrics count status in
+	status      int16 // the status (or SOCKS reply) sent; 0 = none
+	// class is the HTTP status the metrics count status as; 0 = none,
+	// classUnanswered = logged though nothing was answered (a Reject
+	// with status 0, AnswerNothing), and not counted as a request.
+	class int16
 }
 
 // Authorize decides r for the session and fills g: the user, its limits
@@ -322,7 +324,9 @@ func (s *Session) Reject(r *Request, g *Grant, status int, reason string, cause 
 		g.User = s.identity // the intercepted tunnel's user, whom the log names
 	}
 	g.Answer(status, 0)
-	g.unanswered = status == 0
+	if status == 0 {
+		g.class = classUnanswered
+	}
 	g.reason, g.cause = reason, cause
 	g.Finish(0, 0)
 }
@@ -675,6 +679,9 @@ func (g *Grant) FirstByte(sent time.Time) {
 	g.s.p.Metrics.FirstByte(time.Since(sent))
 }
 
+// classUnanswered is a Grant's class when it answered nothing.
+const classUnanswered = -1
+
 // Answer notes the status sent to the client: an HTTP status, or a SOCKS
 // reply code with the HTTP status whose class the metrics count it in
 // (class 0 = status itself).
@@ -682,14 +689,14 @@ func (g *Grant) Answer(status, class int) {
 	if class == 0 {
 		class = status
 	}
-	g.status, g.class = int32(status), int32(class) // HTTP statuses and SOCKS reply codes
+	g.status, g.class = int16(status), int16(class) // HTTP statuses and SOCKS reply codes
 }
 
 // AnswerNothing notes that the front-end answered the refusal with
 // nothing but the connection's close: it is logged with status 0 and not
 // counted as a request.
 func (g *Grant) AnswerNothing() {
-	g.status, g.class, g.unanswered = 0, 0, true
+	g.status, g.class = 0, classUnanswered
 }
 
 // AddressCooling reports, for credentials refused CoolingDown, whether
@@ -741,9 +748,9 @@ func (g *Grant) Finish(up, down int64) {
 		g.debugRefusal()
 	}
 	g.noteAudit()
-	if g.observe && (g.class != 0 || g.unanswered) {
+	if g.observe && g.class != 0 {
 		p := g.s.p
-		if g.class != 0 { // a Reject that answered nothing is no request to count
+		if g.class > 0 { // a Reject that answered nothing is no request to count
 			if g.tunnel {
 				p.Metrics.Bytes(up, down)
 			} else {
@@ -805,8 +812,18 @@ func (g *Grant) Hold() Kind {
 	default:
 		return g.refuse(Overloaded)
 	}
-	g.hold, g.extraFor = holdExtra, user
+	g.hold = holdExtra
 	return OK
+}
+
+// extraFor returns the user an extra upstream (Hold, holdExtra) counts
+// as: the account, unless the grant counts it already for its life
+// (counted), "" then, as Hold asked the Limiter.
+func (g *Grant) extraFor() string {
+	if g.counted != "" {
+		return ""
+	}
+	return g.account
 }
 
 // end gives back what the grant holds.
@@ -820,9 +837,9 @@ func (g *Grant) end() {
 		g.s.covered = false
 		g.s.mu.Unlock()
 	case holdExtra:
-		g.s.p.Limiter.ExtraDone(g.extraFor)
+		g.s.p.Limiter.ExtraDone(g.extraFor())
 	}
-	g.hold, g.extraFor = holdNone, ""
+	g.hold = holdNone
 	if g.counted != "" {
 		g.s.p.Limiter.UserDone(g.counted)
 		g.counted = ""
@@ -843,7 +860,7 @@ func (g *Grant) record(up, down int64) accesslog.Record {
 		Target:   bytesString(g.target),
 		Status:   int(g.status),
 		// What a SOCKS reply stands for, in the NCSA and Squid formats.
-		HTTPStatus:  int(g.class),
+		HTTPStatus:  int(max(g.class, 0)),
 		BytesUp:     up,
 		BytesDown:   down,
 		Duration:    time.Since(g.start),

@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"context"
 	"net"
 	"net/netip"
 
@@ -123,8 +122,10 @@ func (g *Grant) Intercepted() bool { return g.intercepted || g.s != nil && g.s.i
 
 // InterceptSession returns the session that serves the requests inside
 // the tunnel g intercepts, described by in: under the policy and client
-// of g's session, done when it is, its identity the tunnel's user (the
-// requests inside carry no proxy credentials), counted already by the
+// of g's session, with its contexts (done when it is; closing the
+// session that InterceptSession returns does not end them), its
+// identity the tunnel's user (the requests inside carry no proxy
+// credentials), counted already by the
 // tunnel's grant, whose connection admission covers it. Its requests'
 // access log records say intercepted, with the tunnel's server name;
 // the access rules see them with the tunnel's hello (sni_hosts). The
@@ -145,8 +146,13 @@ func (g *Grant) InterceptSession(in *Intercepted) *Session {
 		borrowed:       true,
 	}
 	s.loopState.Store(parent.loopState.Load())
-	s.ctx, s.cancel = context.WithCancelCause(parent.ctx)
-	s.rctx, s.rcancel = context.WithCancelCause(parent.rctx)
+	// The tunnel's requests run under its client connection's contexts,
+	// which end them on shutdown and revocation: a context of their own
+	// would cost every idle intercepted connection two cancelCtx with
+	// their children maps and done channels (0.9 KiB). Close leaves
+	// them be (borrowed); the client connection's session ends them.
+	s.ctx, s.cancel = parent.ctx, parent.cancel
+	s.rctx, s.rcancel = parent.rctx, parent.rcancel
 	parent.mu.Lock()
 	s.local = parent.local
 	parent.mu.Unlock()

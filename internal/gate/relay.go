@@ -122,7 +122,7 @@ func (g *Grant) toEngine(refusable bool, add func(tunnel.Owner) (tunnel.Handle, 
 	g.finished = true // t reports and releases
 	g.ownDial = nil   // t.more.give has it
 	g.counted = ""
-	g.hold, g.extraFor = holdNone, ""
+	g.hold = holdNone
 	if err != nil {
 		t.end(0, 0, "")
 		return true
@@ -237,9 +237,9 @@ type tunnelGive struct {
 func (g *Grant) handOver(took handed) *engineTunnel {
 	p := g.s.p
 	t := &engineTunnel{p: p, account: g.account, release: took.release}
-	if g.observe && g.class != 0 {
+	if g.observe && g.class > 0 {
 		t.flags |= flagCount | flagReport
-	} else if g.observe && g.unanswered {
+	} else if g.observe && g.class == classUnanswered {
 		t.flags |= flagReport
 	}
 	var gv tunnelGive
@@ -250,7 +250,7 @@ func (g *Grant) handOver(took handed) *engineTunnel {
 	default:
 		gv.user = took.user
 	}
-	gv.counted, gv.extraFor, gv.extra = g.counted, g.extraFor, g.hold == holdExtra
+	gv.counted, gv.extraFor, gv.extra = g.counted, g.extraFor(), g.hold == holdExtra
 	gv.quota, gv.meter, gv.added = g.quota, g.meter, g.added
 	gv.ownDial = g.ownDial
 	var give *tunnelGive

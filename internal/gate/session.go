@@ -68,34 +68,36 @@ type Session struct {
 	local netip.Addr
 	// identity is the user a verified client certificate or a SOCKS
 	// login named, identityGroups the groups its provider gave it;
-	// identified says there is one. Guarded by mu.
+	// identified (below, with the other flags) says there is one.
+	// Guarded by mu.
 	identity       string
 	identityGroups []string
-	identified     bool
 	// connUser is the connection's first user ("" none): counted with
 	// the Limiter, when there is one, for the connection's life; throttle
 	// is that user's byte bucket. Guarded by mu.
 	connUser string
 	throttle *limits.Bucket
 	quota    *quota.User // connUser's quota counters; nil = none
-	// The Proxy-Authorization value last accepted, the user it named
-	// with its groups, and when (monotonic); memoSet says they hold a
-	// verdict. Guarded by mu.
-	memo       []byte
-	memoUser   string
-	memoGroups []string
-	memoAt     time.Duration
-	memoSet    bool
-	closed     bool // guarded by mu
-	// covered says a grant holds the one upstream the connection's
-	// admission covers (see Grant.Hold); guarded by mu.
-	covered bool
+	// memo is the Proxy-Authorization value last accepted, with its
+	// verdict; nil = none (a connection without proxy credentials, an
+	// intercepted tunnel's session: it takes no room of theirs). Guarded
+	// by mu.
+	memo *authMemo
 	// icept describes the intercepted tunnel whose requests the session
 	// serves (see Grant.InterceptSession); nil = a client connection's.
 	icept *Intercepted
-	// borrowed says connUser, throttle and quota are the intercepted
-	// tunnel's grant's, counted by it: Close gives nothing back.
-	borrowed bool
+	// The flags, side by side (a Session stays in a size class of 288
+	// bytes): identified, guarded by mu, says identity holds a user;
+	// closed, guarded by mu, that Close has run; covered, guarded by
+	// mu, that a grant holds the one upstream the connection's admission
+	// covers (see Grant.Hold); borrowed that connUser, throttle and quota
+	// are the intercepted tunnel's grant's, counted by it, and ctx and
+	// rctx its client session's: Close gives nothing back and cancels
+	// nothing.
+	identified bool
+	closed     bool
+	covered    bool
+	borrowed   bool
 
 	// verifyMu serialises the checks of credentials the session has no
 	// verdict on: HTTP/2 streams share the session, and a guess waits
@@ -301,6 +303,16 @@ func (s *Session) CoolingDown() time.Duration {
 	return s.p.Limiter.CoolingDown(s.ip)
 }
 
+// authMemo is a session's memo of the Proxy-Authorization value it
+// accepted last: the value, the user it named with its groups, and when
+// (monotonic).
+type authMemo struct {
+	value  []byte
+	user   string
+	groups []string
+	at     time.Duration
+}
+
 // known is what a session already knows of a request's user, read
 // under one lock: a keep-alive request of the connection's user takes no
 // other lock and asks neither the authenticator nor the limiter.
@@ -330,8 +342,8 @@ func (s *Session) lookup(value []byte) known {
 	switch {
 	case s.identified:
 		k.user, k.groups, k.identified = s.identity, s.identityGroups, true
-	case value != nil && s.memoSet && now-s.memoAt < authMemoTTL && string(value) == string(s.memo):
-		k.user, k.groups, k.memo = s.memoUser, s.memoGroups, true
+	case value != nil && s.memo != nil && now-s.memo.at < authMemoTTL && string(value) == string(s.memo.value):
+		k.user, k.groups, k.memo = s.memo.user, s.memo.groups, true
 	default:
 		return k
 	}
@@ -358,8 +370,13 @@ func (s *Session) checkHeader(value, tried []byte) auth.Result {
 	}
 	if r.Outcome == auth.Accepted && len(value) <= authMemoMax {
 		s.mu.Lock()
-		s.memo = append(s.memo[:0], value...)
-		s.memoUser, s.memoGroups, s.memoAt, s.memoSet = r.User, r.Groups, now, true
+		m := s.memo
+		if m == nil {
+			m = new(authMemo)
+			s.memo = m
+		}
+		m.value = append(m.value[:0], value...)
+		m.user, m.groups, m.at = r.User, r.Groups, now
 		s.mu.Unlock()
 	}
 	return r
@@ -468,8 +485,10 @@ func (s *Session) Close() {
 		release()
 	}
 	s.p.Revoked.forget(s)
-	s.cancel(context.Canceled)
-	s.rcancel(context.Canceled)
+	if !s.borrowed { // an intercepted tunnel's session has its client's contexts
+		s.cancel(context.Canceled)
+		s.rcancel(context.Canceled)
+	}
 }
 
 // track registers the session under user for revocation.

@@ -72,7 +72,7 @@ func (g *Grant) tunnelRecord(r *tunnelRecord, account string) {
 		upstream: g.upstream,
 		rule:     g.Rule,
 		status:   int32(g.status),
-		class:    int32(g.class),
+		class:    int32(max(g.class, 0)),
 		proto:    g.proto,
 	}
 	rare := recordRare{
