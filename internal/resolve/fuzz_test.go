@@ -53,10 +53,16 @@ func FuzzParseServer(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// The label holds no userinfo. (Its path may hold the password's
+		// text when the URL's does: "https://:secret@0/:secret@".)
 		if u, perr := url.Parse(s); perr == nil && u.User != nil {
-			if p, ok := u.User.Password(); ok && p != "" && strings.Contains(srv.Label, ":"+p+"@") {
+			if p, ok := u.User.Password(); ok && p != "" && strings.Contains(srv.Label, ":"+p+"@") &&
+				!strings.Contains(u.Path, ":"+p+"@") && !strings.Contains(u.EscapedPath(), ":"+p+"@") {
 				t.Fatalf("label %q shows the password", srv.Label)
 			}
+		}
+		if lu, perr := url.Parse(srv.Label); perr != nil || lu.User != nil {
+			t.Fatalf("label %q: userinfo %v, parse error %v", srv.Label, lu.User, perr)
 		}
 		if srv.Transport != HTTPS && srv.Addr == "" {
 			t.Fatalf("%q: no address", s)
