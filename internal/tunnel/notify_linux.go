@@ -26,7 +26,7 @@ type Notice struct {
 	// outer, for a Parker of a connection over another TLS connection
 	// (RecordConnTLS), is that connection's recordConn: the socket being
 	// readable may bring records of the outer connection that hold no
-	// plaintext (a KeyUpdate, a NewSessionTicket, an empty record), so
+	// plaintext (a KeyUpdate, an empty application-data record), so
 	// fn is called only once a look (settle) found bytes for the
 	// reader; otherwise the wait goes on. nil for any other Parker.
 	outer *recordConn

@@ -689,9 +689,10 @@ func (c *recordConn) readOuter() error {
 // connection's socket brought a connection over another TLS connection
 // (RecordConnTLS) whose reader waits: it reports true when the reader is
 // to read on (plaintext read into a pooled buffer, bytes that wait above
-// the socket, an error or the end of the stream, which the read sees
-// again), false when the socket had only records that make no
-// plaintext, a KeyUpdate, a NewSessionTicket or an empty record, which
+// the socket, an error or the end of the stream, which the reader's
+// read then meets: crypto/tls keeps the error, a reset is then the
+// socket's end), false when the socket had only records that make no
+// plaintext, a KeyUpdate or an empty application-data record, which
 // the outer connection has taken (it answers a KeyUpdate that asks for
 // one), or a record not whole yet, which it keeps: then no buffer is
 // held, and the reader may wait again. The socket's read deadline (past,
