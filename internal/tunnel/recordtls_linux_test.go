@@ -273,7 +273,7 @@ func TestRecordConnTLSNotifyNoPlaintext(t *testing.T) {
 		for {
 			n.mu.Lock()
 			again, fired := n.id != 0 && !n.settling, n.fired
-			held := nested.ahead != nil || under.ahead != nil
+			held := again && (nested.ahead != nil || under.ahead != nil)
 			n.mu.Unlock()
 			switch {
 			case fired:
