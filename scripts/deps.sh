@@ -7,8 +7,11 @@ need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v wget >/dev/null 2>&1 || need+=(wget)
 # openssl s_client sends the TLS KeyUpdate that internal/tunnel's
-# TestAddTLSKeyUpdate relays, and fronts another server name through a
-# CONNECT (-proxy, -servername) in e2e's TestSNICheck.
+# TestAddTLSKeyUpdate relays and that TestRecordConnTLSNotifyNoPlaintext
+# and internal/server's TestIdleInterceptedOuterKeyUpdate (through
+# proxytest.SClient) send to a parked intercepted connection, and fronts
+# another server name through a CONNECT (-proxy, -servername) in e2e's
+# TestSNICheck.
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # The browser test (e2e/browser_test.go) drives Debian's Chromium through
 # playwright-core, which it installs itself with npm ci. Node.js comes from

@@ -42,20 +42,8 @@ import (
 // returns before its deadline) and the access log has the tunnel's
 // record and those of its six requests.
 func TestIdleInterceptedParksFrontEnds(t *testing.T) {
-	dir := t.TempDir()
-	cert, _ := proxytest.SelfSigned(t)
-	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, r.URL.Path)
-	}))
-	origin.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
-	origin.StartTLS()
-	t.Cleanup(origin.Close)
-	upstreamCA := filepath.Join(dir, "origin.pem")
-	if err := os.WriteFile(upstreamCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(origin.Listener.Addr().String())
-	target := net.JoinHostPort("localhost", port)
+	target, upstreamCA := pathOrigin(t)
+	_, port, _ := net.SplitHostPort(target)
 
 	connect := func(t *testing.T, addr string) net.Conn { return proxytest.Connect(t, addr, target) }
 	proxyTLS, proxyRoots := proxyCerts(t)
@@ -226,6 +214,144 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 			}
 			if tunnels != 1 || inner != 6 {
 				t.Fatalf("access log: %d intercepted tunnels and %d of their requests, want 1 and 6:\n%s", tunnels, inner, access.String())
+			}
+		})
+	}
+}
+
+// pathOrigin starts an HTTPS origin (HTTP/1.1) that answers each request
+// with its path, and returns its address as localhost:port and the file
+// of its certificate, for intercept.upstream_ca.
+func pathOrigin(t *testing.T) (target, upstreamCA string) {
+	t.Helper()
+	cert, _ := proxytest.SelfSigned(t)
+	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.URL.Path)
+	}))
+	origin.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	origin.StartTLS()
+	t.Cleanup(origin.Close)
+	upstreamCA = filepath.Join(t.TempDir(), "origin.pem")
+	if err := os.WriteFile(upstreamCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(origin.Listener.Addr().String())
+	return net.JoinHostPort("localhost", port), upstreamCA
+}
+
+// TestIdleInterceptedOuterKeyUpdate checks that an intercepted
+// connection that came by a CONNECT on the https port, parked between
+// requests, stays parked when the client's TLS session with the proxy
+// (OpenSSL's s_client, the tunnel and its TLS inside) sends records that
+// hold no application data: a KeyUpdate, then one that asks for one
+// back, which the proxy answers. Each wakes the wait on the socket;
+// neither may leave a goroutine of the proxy's waiting for the next
+// record (nor the buffer it reads the outer plaintext into). The next
+// requests, under the new keys, are answered, each parked after, for
+// HTTP/1.1 and h2 inside the tunnel; Shutdown then ends the connection.
+func TestIdleInterceptedOuterKeyUpdate(t *testing.T) {
+	target, upstreamCA := pathOrigin(t)
+	proxyTLS, _ := proxyCerts(t)
+	for _, h2 := range []bool{false, true} {
+		name, alpn := "http1", "http/1.1"
+		if h2 {
+			name, alpn = "h2", "h2"
+		}
+		t.Run(name, func(t *testing.T) {
+			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)
+			cfg.Listen[0].Protocol = "https"
+			cfg.Listen[0].TLS = proxyTLS
+			cfg.Listen[0].ALPN = []string{"http/1.1"}
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("config: %v", err)
+			}
+			s, addrs := startLogged(t, cfg, nil, &logBuffer{})
+			roots := x509.NewCertPool()
+			roots.AddCert(ca)
+
+			sc := proxytest.StartSClient(t, addrs["plain"], "-alpn", "http/1.1")
+			tunnel := proxytest.ConnectOn(t, sc, target)
+			tunnel.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
+			cc := tls.Client(tunnel, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{alpn}})
+			if err := cc.Handshake(); err != nil {
+				t.Fatalf("TLS inside the tunnel: %v", err)
+			}
+			if p := cc.ConnectionState().NegotiatedProtocol; p != alpn {
+				t.Fatalf("ALPN inside the tunnel %q, want %q", p, alpn)
+			}
+			get := func(path string) {
+				t.Helper()
+				if _, err := io.WriteString(cc, "GET "+path+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
+					t.Fatalf("%s: write: %v", path, err)
+				}
+			}
+			br := bufio.NewReader(cc)
+			answer := func(path string) {
+				t.Helper()
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s: read the response: %v", path, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				if err != nil || resp.StatusCode != 200 || string(body) != path {
+					t.Fatalf("%s: %d %q, %v", path, resp.StatusCode, body, err)
+				}
+			}
+			if h2 {
+				h2c, err := proxytest.NewH2Client(cc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Stream n+1 asks for /n.
+				get = func(path string) {
+					t.Helper()
+					n, _ := strconv.Atoi(path[1:])
+					if _, err := cc.Write(h2c.Get(uint32(2*n-1), target, path)); err != nil {
+						t.Fatalf("%s: write: %v", path, err)
+					}
+				}
+				answer = func(path string) {
+					t.Helper()
+					n, _ := strconv.Atoi(path[1:])
+					status, body, err := h2c.Answer(uint32(2*n - 1))
+					if err != nil || status != "200" || string(body) != path {
+						t.Fatalf("%s: %s %q, %v", path, status, body, err)
+					}
+				}
+			}
+			parked := func(after string) {
+				t.Helper()
+				err := leaktest.Check(proxytest.DefaultTimeout,
+					"rustle/internal/server.(*Server).serveConn", "rustle/internal/httpproxy.(*conn)", "rustle/internal/h2.(*conn)")
+				if err != nil {
+					t.Fatalf("after %s, a goroutine waits for the idle intercepted connection: %v", after, err)
+				}
+			}
+
+			get("/1")
+			answer("/1")
+			parked("one request")
+			// A KeyUpdate that asks for none back, then one that asks
+			// for one: the answer to the second says that the proxy
+			// has read both.
+			got := sc.Received("KeyUpdate")
+			sc.KeyUpdate(t, false)
+			sc.KeyUpdate(t, true)
+			sc.AwaitReceived(t, "KeyUpdate", got+1)
+			parked("two KeyUpdates of the outer TLS session")
+			get("/2")
+			answer("/2")
+			parked("a request after the KeyUpdates")
+			sc.KeyUpdate(t, true)
+			sc.AwaitReceived(t, "KeyUpdate", got+2)
+			parked("a third KeyUpdate")
+			get("/3")
+			answer("/3")
+
+			ctx, cancel := context.WithTimeout(context.Background(), proxytest.DefaultTimeout)
+			defer cancel()
+			if err := s.Shutdown(ctx); err != nil {
+				t.Fatalf("Shutdown: %v: the parked intercepted connection was not ended", err)
 			}
 		})
 	}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,12 +20,24 @@ var ErrWoken = errors.New("tunnel: wait woken")
 // Notice is one wait of [Parker.Notify]: its function is called once, on
 // a goroutine of its own.
 type Notice struct {
-	rc    syscall.RawConn
-	id    uint64 // its epoll data; 0 when not registered
-	fn    func(error)
-	fired atomic.Bool // fn has been started, or is being
+	rc syscall.RawConn
+	id uint64 // its epoll data; 0 when not registered
+	fn func(error)
+	// outer, for a Parker of a connection over another TLS connection
+	// (RecordConnTLS), is that connection's recordConn: the socket being
+	// readable may bring records of the outer connection that hold no
+	// plaintext (a KeyUpdate, an empty application-data record), so
+	// fn is called only once a look (settle) found bytes for the
+	// reader; otherwise the wait goes on. nil for any other Parker.
+	outer *recordConn
 	mu    sync.Mutex
+	fired bool        // fn has been started, or is being; guarded by mu
 	timer *time.Timer // the deadline; nil when none; guarded by mu
+	// settling is set while settle looks at what the socket brought;
+	// late is what ended the wait meanwhile (Wake, the deadline, a
+	// failure), which fn gets once the look is over. Guarded by mu.
+	settling bool
+	late     error
 }
 
 // notifier is the process's one epoll loop for [Parker.Notify]: a
@@ -60,13 +71,21 @@ const notifyFlags = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
 // only at the loop's next look for closed sockets, within about a
 // second (its epoll registration goes with the socket, so no event
 // comes): whoever closes a socket a Notice waits on should Wake it
-// first. It reports false, calling nothing, on platforms without such a
-// loop: the caller waits with [Parker.Wait] instead.
+// first. On the Parker of a connection over another TLS connection
+// ([RecordConnTLS]) the socket being readable calls fn only once what
+// it brought makes bytes for the reader: records of the outer
+// connection with no plaintext in them (a KeyUpdate, an empty record)
+// are taken on a goroutine that then ends, and the wait goes on. It
+// reports false, calling nothing, on platforms without such a loop: the
+// caller waits with [Parker.Wait] instead.
 func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 	n := &Notice{rc: p.rc, fn: fn}
 	if p.ahead != nil && p.ahead.held() {
 		n.fire(nil)
 		return n, true
+	}
+	if p.ahead != nil && p.ahead.outer != nil {
+		n.outer = p.ahead
 	}
 	if err := notices.add(n); err != nil {
 		n.fire(err)
@@ -74,7 +93,7 @@ func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 	}
 	if !deadline.IsZero() {
 		n.mu.Lock()
-		if !n.fired.Load() {
+		if !n.fired {
 			n.timer = time.AfterFunc(time.Until(deadline), func() { n.fire(os.ErrDeadlineExceeded) })
 		}
 		n.mu.Unlock()
@@ -115,12 +134,29 @@ func (n *Notice) Wake() {
 
 // fire starts fn with err unless it has been started: the socket leaves
 // the epoll set first (while it is open: Control holds it), so that it
-// can be registered again.
+// can be registered again. For a connection over another TLS connection
+// (n.outer) the socket being readable (err nil) starts settle instead,
+// and what ends the wait while it looks is kept for fn until it is done.
 func (n *Notice) fire(err error) {
-	if !n.fired.CompareAndSwap(false, true) {
+	n.mu.Lock()
+	switch {
+	case n.fired:
+		n.mu.Unlock()
+		return
+	case n.settling:
+		if n.late == nil {
+			n.late = err
+		}
+		n.mu.Unlock()
+		return
+	case err == nil && n.outer != nil:
+		n.settling = true
+		n.mu.Unlock()
+		notices.remove(n)
+		go n.settle()
 		return
 	}
-	n.mu.Lock()
+	n.fired = true
 	if n.timer != nil {
 		n.timer.Stop()
 		n.timer = nil
@@ -130,6 +166,33 @@ func (n *Notice) fire(err error) {
 		notices.remove(n)
 	}
 	go n.fn(err)
+}
+
+// settle is fire for a connection over another TLS connection whose
+// socket is readable, on a goroutine of its own: it reads what the
+// socket has, and calls fn (on this goroutine) if that made plaintext
+// for the reader, or an error or the stream's end for it to see, or if
+// the wait was ended meanwhile; otherwise (records with no application
+// data) it registers the socket again and returns, holding no buffer:
+// the wait goes on, its deadline too.
+func (n *Notice) settle() {
+	ready := n.outer.settleOuter()
+	n.mu.Lock()
+	n.settling = false
+	err := n.late
+	if err == nil && !ready {
+		if err = notices.add(n); err == nil {
+			n.mu.Unlock()
+			return
+		}
+	}
+	n.fired = true
+	if n.timer != nil {
+		n.timer.Stop()
+		n.timer = nil
+	}
+	n.mu.Unlock()
+	n.fn(err)
 }
 
 // add registers n's socket in the epoll set, starting the loop when it
@@ -177,6 +240,7 @@ func (l *notifier) remove(n *Notice) {
 	})
 	l.mu.Lock()
 	delete(l.waits, n.id)
+	n.id = 0
 	if len(l.waits) == 0 && l.running {
 		var one [8]byte
 		binary.NativeEndian.PutUint64(one[:], 1)

@@ -3,7 +3,12 @@ package tunnel
 import (
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,4 +161,166 @@ func (c *holdConn) flush() error {
 	_, err := c.Conn.Write(c.buf)
 	c.buf = nil
 	return err
+}
+
+// TestRecordConnTLSNotifyNoPlaintext checks Notify on the Parker of a
+// TLS connection inside another (RecordConnTLS) whose outer client,
+// OpenSSL's s_client, sends records that make no plaintext: a KeyUpdate,
+// and one that asks for one back, which the outer connection answers.
+// The wait is not ended by them (its function is not called) and goes on
+// holding no buffer; it ends once the client sends an inner record,
+// whose bytes are read then; a wait that saw a KeyUpdate still ends at
+// its deadline, and by Wake.
+func TestRecordConnTLSNotifyNoPlaintext(t *testing.T) {
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("openssl is missing (scripts/deps.sh installs it)")
+		}
+		t.Skip("openssl is not installed")
+	}
+	ln := tlsListener(t)
+	serverConf, _ := tlsConfs(t, 0)
+	msgs := filepath.Join(t.TempDir(), "s_client.msg")
+	cmd := exec.Command(openssl, "s_client", "-connect", ln.Addr().String(), "-tls1_3",
+		"-quiet", "-no_ign_eof", "-msg", "-msgfile", msgs)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	raw, err := ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	server := tls.Server(RecordConn(raw), serverConf)
+	deadline := time.Now().Add(20 * time.Second)
+	server.SetDeadline(deadline)
+	if err := server.Handshake(); err != nil {
+		t.Fatalf("handshake with s_client: %v", err)
+	}
+	under := server.NetConn().(*recordConn)
+	nc := RecordConnTLS(server, nil)
+	nested := nc.(*recordConn)
+	p, ok := RecordParker(nc)
+	if !ok {
+		t.Fatal("RecordParker: not a RecordConn")
+	}
+	// count counts the handshake messages of the type typ s_client has
+	// sent (dir ">>>") or received ("<<<"); await waits for want.
+	count := func(dir, typ string) int {
+		b, _ := os.ReadFile(msgs)
+		n := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, dir+" ") && strings.HasSuffix(line, ", "+typ) {
+				n++
+			}
+		}
+		return n
+	}
+	await := func(dir, typ string, want int) {
+		t.Helper()
+		for count(dir, typ) < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("s_client: no %s %s", dir, typ)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// An inner record, as s_client's input: it starts with its type
+	// (23), never one of s_client's command letters.
+	inner := func(s string) string { return string([]byte{23, 3, 3, 0, byte(len(s))}) + s }
+	send := func(s string) {
+		t.Helper()
+		if _, err := io.WriteString(stdin, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(want string) {
+		t.Helper()
+		buf := make([]byte, 64)
+		n, err := io.ReadFull(nc, buf[:len(want)])
+		if string(buf[:n]) != want || err != nil {
+			t.Fatalf("read = %q, %v; want %q", buf[:n], err, want)
+		}
+	}
+	// keyUpdates has s_client send a KeyUpdate, then one that asks for
+	// one back: the answer says that the server has read both.
+	keyUpdates := func() {
+		t.Helper()
+		got := count("<<<", "KeyUpdate")
+		for _, cmd := range []string{"k\n", "K\n"} {
+			sent := count(">>>", "KeyUpdate")
+			send(cmd) // s_client drops what follows a command in a block
+			await(">>>", "KeyUpdate", sent+1)
+		}
+		await("<<<", "KeyUpdate", got+1)
+	}
+	// waitingAgain waits until n's socket is registered again after
+	// the wake the KeyUpdates brought; then no buffer may be held. The
+	// buffers are looked at under n.mu, with no look at the socket
+	// under way (none starts without n.mu).
+	waitingAgain := func(n *Notice) {
+		t.Helper()
+		for {
+			n.mu.Lock()
+			again, fired := n.id != 0 && !n.settling, n.fired
+			held := again && (nested.ahead != nil || under.ahead != nil)
+			n.mu.Unlock()
+			switch {
+			case fired:
+				t.Fatal("the KeyUpdates ended the wait")
+			case again && held:
+				t.Fatal("a read-ahead buffer is held with nothing to read")
+			case again:
+				return
+			case time.Now().After(deadline):
+				t.Fatal("the wait was not registered again after the KeyUpdates")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	send(inner("one"))
+	read(inner("one"))
+
+	woke := make(chan error, 1)
+	n, _ := p.Notify(deadline, func(err error) { woke <- err })
+	keyUpdates()
+	waitingAgain(n)
+	send(inner("two"))
+	select {
+	case err := <-woke:
+		if err != nil {
+			t.Fatalf("Notify called with %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		n.Wake()
+		t.Fatal("Notify not called once the client sent")
+	}
+	read(inner("two"))
+
+	n, _ = p.Notify(time.Now().Add(500*time.Millisecond), func(err error) { woke <- err })
+	keyUpdates()
+	if err := <-woke; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Notify called with %v, want its deadline's error", err)
+	}
+
+	n, _ = p.Notify(deadline, func(err error) { woke <- err })
+	keyUpdates()
+	waitingAgain(n)
+	n.Wake()
+	if err := <-woke; !errors.Is(err, ErrWoken) {
+		t.Fatalf("Notify called with %v after Wake, want ErrWoken", err)
+	}
+	send(inner("three"))
+	read(inner("three"))
 }

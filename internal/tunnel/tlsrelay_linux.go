@@ -685,6 +685,65 @@ func (c *recordConn) readOuter() error {
 	return nil
 }
 
+// settleOuter is a look, without waiting, at what the outer
+// connection's socket brought a connection over another TLS connection
+// (RecordConnTLS) whose reader waits: it reports true when the reader is
+// to read on (plaintext read into a pooled buffer, bytes that wait above
+// the socket, an error or the end of the stream, which the reader's
+// read then meets: crypto/tls keeps the error, a reset is then the
+// socket's end), false when the socket had only records that make no
+// plaintext, a KeyUpdate or an empty application-data record, which
+// the outer connection has taken (it answers a KeyUpdate that asks for
+// one), or a record not whole yet, which it keeps: then no buffer is
+// held, and the reader may wait again. The socket's read deadline (past,
+// for a parked reader) does not stop it: it reads with Control, what the
+// socket has at once; crypto/tls keeps the outer connection usable after
+// its errWouldBlock, a temporary error.
+func (c *recordConn) settleOuter() bool {
+	if c.pending() || !c.outerDrained {
+		return true
+	}
+	u := c.under
+	defer func() { u.nonBlock, u.drained = false, false }()
+	for range 4 {
+		full := false
+		if !u.pending() {
+			u.nonBlock = true
+			if err := u.rc.Control(func(fd uintptr) { u.fill(fd) }); err != nil {
+				return true // closed: the read says so
+			}
+			n, err := u.fillN, u.fillErr
+			u.fillN, u.fillErr = 0, nil
+			switch {
+			case err == unix.EAGAIN:
+				return false
+			case n == 0:
+				return true // an error, or the end of the stream
+			}
+			u.ar, u.aw, full = 0, n, n == tlsBufSize
+		}
+		// Once the bytes read are taken, the outer connection's read
+		// answers errWouldBlock without reading the socket.
+		u.nonBlock, u.drained = true, true
+		c.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
+		n, err := c.outer.Read(c.ahead[:])
+		if n > 0 {
+			c.ar, c.aw = 0, n
+			return true
+		}
+		tlsBufPool.Put(c.ahead)
+		c.ahead = nil
+		if !errors.Is(err, errWouldBlock) {
+			return true
+		}
+		if !full {
+			return false
+		}
+		// The socket may have more.
+	}
+	return true
+}
+
 // fill is the RawConn.Read callback of readAhead.
 func (c *recordConn) fill(fd uintptr) bool {
 	if c.ahead == nil {
