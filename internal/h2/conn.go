@@ -398,7 +398,7 @@ func (c *conn) idleLocked() bool {
 		return false
 	}
 	for _, s := range c.streams {
-		if !s.tunnel {
+		if !s.tunnel && !s.intercepted {
 			return false
 		}
 	}
@@ -1124,6 +1124,7 @@ func (c *conn) endOfRequestLocked(s *stream) error {
 	}
 	s.remoteDone = true
 	s.cond.Broadcast()
+	s.wakeInterceptLocked()
 	s.kickUpLocked()
 	if s.localDone {
 		c.removeLocked(s)
@@ -1230,6 +1231,7 @@ func (c *conn) resetLocked(s *stream, code http2.ErrCode, send bool) {
 	if s.upWait != nil {
 		s.upWait.Wake() // the tunnel's wait for its upstream
 	}
+	s.wakeInterceptLocked()
 	if !s.pumping {
 		c.dequeuedLocked(int64(s.in.n))
 		s.in.drop()
@@ -1246,7 +1248,7 @@ func (c *conn) removeLocked(s *stream) {
 			c.wakeLocked()
 		case len(c.streams) == 0 && c.workers == 0:
 			c.becameIdleLocked()
-		case !s.tunnel:
+		case !s.tunnel && !s.intercepted:
 			c.idledLocked()
 		}
 	}

@@ -79,6 +79,13 @@ type stream struct {
 	// upWait is the tunnel's wait for its upstream (pumpDown); nil when
 	// none. Guarded by c.mu.
 	upWait *tunnel.Notice
+	// intercepted says the stream's tunnel is intercepted (intercept):
+	// the connection's reader may wait with no goroutine while it is
+	// open, as it does for tunnels. icWait is the intercepted
+	// connection's wait for the client's bytes (streamConn.Notify);
+	// nil when none. Guarded by c.mu.
+	intercepted bool
+	icWait      *streamNotice
 	// timer wakes the worker from a wait with a deadline
 	// (waitUntilLocked), bodyTimer the request body's writer (writeBody);
 	// each is made on its first such wait. Guarded by c.mu.
@@ -656,6 +663,7 @@ func (s *stream) deliverLocked(p []byte) {
 	s.in.write(p)
 	c.queuedLocked(int64(len(p)))
 	s.cond.Broadcast()
+	s.wakeInterceptLocked()
 	s.kickUpLocked()
 }
 
