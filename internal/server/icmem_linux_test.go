@@ -102,11 +102,24 @@ func TestIdleInterceptedMemory(t *testing.T) {
 	// inside the client's TLS to the proxy): no goroutine waits for it
 	// either, neither the stream's nor the HTTP/2 connection's, and
 	// neither the stream nor crypto/tls holds its client's bytes.
-	// MEASURED_H2STREAM
+	// Measured: 22.8 KiB of live heap, 0.2 to 0.3 KiB of stacks, no
+	// goroutine (34.9 KiB, 0.2 KiB of stacks, under the race detector);
+	// before, the stream's worker waited in its read and the
+	// connection's reader with it: 27.2 KiB and 12.0 KiB of stacks, two
+	// goroutines (49.1 and 24.0 KiB under the race detector). The rest
+	// is much as the https-intercepted row's, with the HTTP/2
+	// connection (its conn, framer and HPACK state: about 3.2 KiB in
+	// the heap profile), its stream (1.5 KiB), and the 2.25 KiB the
+	// HTTP/2 reader's records left as the capacity of the outer
+	// crypto/tls input buffer.
 	t.Run(idleH2StreamIcept, func(t *testing.T) {
 		m := measureIdleTLS(t, warm, conns, idleH2StreamIcept)
-		if m.total() > h2StreamLimit {
-			t.Errorf("%.1f KiB of live heap and stacks per idle %s connection, want under %.1f KiB", m.total()/1024, idleH2StreamIcept, h2StreamLimit/1024)
+		limit := h2StreamLimit
+		if proxytest.Race {
+			limit = h2StreamRaceLimit
+		}
+		if m.total() > limit {
+			t.Errorf("%.1f KiB of live heap and stacks per idle %s connection, want under %.1f KiB", m.total()/1024, idleH2StreamIcept, limit/1024)
 		}
 		if m.stacks > 1024 {
 			t.Errorf("%.1f KiB of goroutine stacks per idle %s connection, want under 1 KiB", m.stacks/1024, idleH2StreamIcept)
@@ -505,6 +518,12 @@ func TestIdleInterceptedHelper(t *testing.T) {
 	io.Copy(io.Discard, in) // until the parent closes stdin
 }
 
-// h2StreamLimit bounds what an idle intercepted tunnel that came by a
-// CONNECT stream of HTTP/2 keeps. MEASURED_LIMIT
-const h2StreamLimit = 64.0 * 1024
+// h2StreamLimit and h2StreamRaceLimit (under the race detector) bound
+// the live heap and stacks of an idle intercepted tunnel that came by a
+// CONNECT stream of HTTP/2, just over what is measured (see
+// TestIdleInterceptedMemory), to catch a buffer or a goroutine per
+// connection too many, not to time anything.
+const (
+	h2StreamLimit     = 25.0 * 1024
+	h2StreamRaceLimit = 37.0 * 1024
+)
