@@ -184,3 +184,81 @@ func parkedH2Stream(t *testing.T, after string) {
 		t.Fatalf("after %s, a goroutine serves the intercepted stream: %v", after, err)
 	}
 }
+
+// TestInterceptH2StreamH2Inside checks an intercepted tunnel that came
+// by an HTTP/2 CONNECT stream whose client chose h2 inside: its
+// requests are answered (the HTTP/2 front-end inside reads the stream
+// on a goroutine: it parks on sockets only), and once the client resets
+// the stream nothing of it is left and the access log has the tunnel's
+// record.
+func TestInterceptH2StreamH2Inside(t *testing.T) {
+	dir := t.TempDir()
+	cert, _ := proxytest.SelfSigned(t)
+	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.URL.Path)
+	}))
+	origin.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
+	origin.StartTLS()
+	t.Cleanup(origin.Close)
+	upstreamCA := filepath.Join(dir, "origin.pem")
+	if err := os.WriteFile(upstreamCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(origin.Listener.Addr().String())
+	target := net.JoinHostPort("localhost", port)
+	proxyTLS, proxyRoots := proxyCerts(t)
+	cfg, ca := interceptLocalConfig(t, dir, upstreamCA, time.Hour)
+	cfg.Listen[0].Protocol = "https"
+	cfg.Listen[0].TLS = proxyTLS
+	cfg.Listen[0].ALPN = []string{"h2"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	access := &logBuffer{}
+	_, addrs := startLogged(t, cfg, nil, access)
+	pc, err := tls.DialWithDialer(&net.Dialer{Timeout: proxytest.DefaultTimeout}, "tcp", addrs["plain"],
+		&tls.Config{RootCAs: proxyRoots, ServerName: "localhost", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatalf("TLS to the proxy: %v", err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	cc, err := (&http2.Transport{}).NewClientConn(pc)
+	if err != nil {
+		t.Fatalf("HTTP/2 to the proxy: %v", err)
+	}
+	c, reset := proxytest.H2Connect(t, cc, target)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	tc := tls.Client(c, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"h2"}})
+	if err := tc.Handshake(); err != nil {
+		t.Fatalf("TLS inside the stream: %v", err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("ALPN inside the stream %q, want h2", p)
+	}
+	h, err := proxytest.NewH2Client(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, path := range []string{"/one", "/two"} {
+		id := uint32(2*i + 1)
+		if _, err := tc.Write(h.Get(id, target, path)); err != nil {
+			t.Fatalf("%s: write: %v", path, err)
+		}
+		status, body, err := h.Answer(id)
+		if err != nil || status != "200" || string(body) != path {
+			t.Fatalf("%s: %s %q, %v", path, status, body, err)
+		}
+	}
+	reset()
+	tunnels := 0
+	for _, rec := range proxytest.JSONRecords[icRecord](t, access, 3) {
+		if rec.Method == "CONNECT" && rec.Intercepted {
+			tunnels++
+		}
+	}
+	if tunnels != 1 {
+		t.Fatalf("access log: %d records of intercepted tunnels, want 1:\n%s", tunnels, access.String())
+	}
+	parkedH2Stream(t, "the stream's reset")
+}
