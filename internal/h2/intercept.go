@@ -197,6 +197,10 @@ func (sc *streamConn) WaitRead() error {
 	return nil
 }
 
+// Wait is WaitRead, for the HTTP/2 front-end inside the tunnel
+// (clientWaiter).
+func (sc *streamConn) Wait() error { return sc.WaitRead() }
+
 // Notify calls fn, on a goroutine of its own, once Ready (nil), with
 // os.ErrDeadlineExceeded once deadline has passed (zero: never), or
 // with tunnel.ErrWoken once woken; whichever comes first, and only

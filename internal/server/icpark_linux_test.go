@@ -34,9 +34,9 @@ import (
 // connection idle between requests keeps no goroutine of the proxy's
 // (none serving the connection, none in the HTTP/1.1 front-end: it
 // waits on its socket through tunnel.Parker.Notify, on Linux only),
-// and so does one whose client chose h2 (a CONNECT on the plain port
-// and on the https port), with no stream open, none in the HTTP/2
-// front-end:
+// and so does one whose client chose h2 (a CONNECT on the plain port,
+// on the https port, and a CONNECT stream of HTTP/2), with no stream
+// open, none in the HTTP/2 front-end:
 // after one request, after two back to back in one write (one TLS
 // record), after one split across TLS records, and after two in two
 // TLS records sent in one write (on the https port: in one record of
@@ -118,6 +118,7 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 		{"connect-h2", "http", connect, true},
 		{"https-connect-h2", "https", connectTLS, true},
 		{"h2-stream-connect", "https", connectH2, false},
+		{"h2-stream-connect-h2", "https", connectH2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)

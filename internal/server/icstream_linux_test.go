@@ -187,10 +187,10 @@ func parkedH2Stream(t *testing.T, after string) {
 
 // TestInterceptH2StreamH2Inside checks an intercepted tunnel that came
 // by an HTTP/2 CONNECT stream whose client chose h2 inside: its
-// requests are answered (the HTTP/2 front-end inside reads the stream
-// on a goroutine: it parks on sockets only), and once the client resets
-// the stream nothing of it is left and the access log has the tunnel's
-// record.
+// requests are answered (the HTTP/2 front-end inside waits on the
+// stream, as TestIdleInterceptedParksFrontEnds checks), and once the
+// client resets the stream nothing of it is left and the access log has
+// the tunnel's record.
 func TestInterceptH2StreamH2Inside(t *testing.T) {
 	dir := t.TempDir()
 	cert, _ := proxytest.SelfSigned(t)

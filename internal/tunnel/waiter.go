@@ -56,6 +56,9 @@ func TLSWaiter(c *tls.Conn) (Waiter, bool) {
 	return parkerWaiter{p}, true
 }
 
+// ParkerWaiter returns p as a Waiter, which has p's Wait method too.
+func ParkerWaiter(p *Parker) Waiter { return parkerWaiter{p} }
+
 // parkerWaiter is a socket's Parker as a Waiter.
 type parkerWaiter struct{ *Parker }
 
