@@ -303,7 +303,8 @@ func (cn *conn) step(err error) int {
 // When crypto/tls holds nothing of the client's (it reads no further
 // than the record it reads, see tunnel.TLSParker, and the last read
 // took less than it asked for, so it left no plaintext), the wait is on
-// the socket, without the deep stack of a TLS read: where the platform
+// the socket (or on the HTTP/2 CONNECT stream the tunnel came by, see
+// tunnel.TLSWaiter), without the deep stack of a TLS read: where the platform
 // allows and the connection is served with a continuation
 // (ServeConnReadThen), no goroutine waits (Parker.Notify, see notify);
 // otherwise the goroutine waits in Parker.WaitRead, which borrows a
