@@ -408,7 +408,7 @@ func (c *conn) idleLocked() bool {
 		return false
 	}
 	for _, s := range c.streams {
-		if !s.tunnel && !s.intercepted {
+		if !s.tunnel && !s.parkedLocked() {
 			return false
 		}
 	}
@@ -1258,7 +1258,7 @@ func (c *conn) removeLocked(s *stream) {
 			c.wakeLocked()
 		case len(c.streams) == 0 && c.workers == 0:
 			c.becameIdleLocked()
-		case !s.tunnel && !s.intercepted:
+		case !s.tunnel:
 			c.idledLocked()
 		}
 	}

@@ -22,18 +22,25 @@ import (
 // Notify), and the stream's worker ends (finish, exit) once it has
 // ended; false when it has ended already.
 //
-// The stream then counts as a tunnel for the connection's reader (see
-// conn.idleLocked): with no other stream open it waits for the client
-// with no goroutine either, and delivers the DATA that comes to the
-// stream, whose wait it ends (wakeInterceptLocked).
+// While its front-end is parked (parkedLocked) the stream counts as a
+// tunnel for the connection's reader (see conn.idleLocked): with no
+// other stream open it waits for the client with no goroutine either,
+// and delivers the DATA that comes to the stream, whose wait it ends
+// (wakeInterceptLocked). While the front-end serves, or waits on its
+// goroutine for the next request (httpproxy's parkAfter), the reader
+// keeps its worker: a client sending its requests one after another
+// costs no wait registered and goroutine started by the reader for
+// each.
 func (s *stream) intercept() bool {
 	c := s.c
 	sc := &streamConn{s: s, local: c.nc.LocalAddr(), remote: c.nc.RemoteAddr()}
-	c.mu.Lock()
-	s.intercepted = true
-	c.idledLocked()
-	c.mu.Unlock()
 	return s.grant.InterceptThen(sc, nil, s.interceptEnded)
+}
+
+// parkedLocked reports whether the stream is an intercepted tunnel
+// whose front-end waits for the client with no goroutine.
+func (s *stream) parkedLocked() bool {
+	return s.icWait != nil && !s.icWait.fired.Load()
 }
 
 // interceptEnded ends the stream's worker once the intercepted
@@ -218,6 +225,7 @@ func (sc *streamConn) Notify(deadline time.Time, fn func(error)) (tunnel.Waker, 
 		return n, true
 	}
 	s.icWait = n
+	c.idledLocked() // a reader waiting on its worker may leave the wait to none
 	if !deadline.IsZero() {
 		n.mu.Lock()
 		n.timer = time.AfterFunc(time.Until(deadline), func() { n.fire(os.ErrDeadlineExceeded) })
