@@ -92,10 +92,10 @@ type conn struct {
 	rd          reader
 	waitFrom    time.Time // when wait was last called: the idle timeout runs from it at the earliest
 	fr          *http2.Framer
-	hdec        *blockDecoder  // decodes header blocks, with the connection's HPACK state
-	park        *tunnel.Parker // the wait for the client's socket; nil when there is none
-	bigFrame    bool           // fr read a frame over framerKeep since it was made
-	prefaced    bool           // the client preface was read before serving began
+	hdec        *blockDecoder // decodes header blocks, with the connection's HPACK state
+	park        clientWaiter  // the wait for the client's socket, or stream; nil when there is none
+	bigFrame    bool          // fr read a frame over framerKeep since it was made
+	prefaced    bool          // the client preface was read before serving began
 	sawSettings bool
 	rejected    int // malformed requests logged (rejectStream)
 	// The client's budget of early resets (resetBudget): resets is what
@@ -135,7 +135,7 @@ type conn struct {
 	// that leaves the wait to another once the connection is idle;
 	// guarded by mu.
 	handOff bool
-	notice  *tunnel.Notice // the reader's wait when no goroutine waits (notify); nil otherwise; guarded by mu
+	notice  tunnel.Waker // the reader's wait when no goroutine waits (notify); nil otherwise; guarded by mu
 
 	// Set by serve.
 	ctx      context.Context
@@ -182,19 +182,29 @@ func (c *conn) newFramer() {
 func (c *conn) serve(ctx context.Context, done func()) {
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		// Its Parker sees the bytes RecordConn read ahead, and through
-		// an intercepted tunnel's wrapper.
-		if p, ok := tunnel.TLSParker(tc); ok {
-			c.park = p
+		// an intercepted tunnel's wrapper; an intercepted tunnel that
+		// came by an HTTP/2 CONNECT stream waits on the stream.
+		if w, ok := tunnel.TLSWaiter(tc); ok {
+			c.park, _ = w.(clientWaiter)
 		}
 	} else if c.raw != nil {
 		if rc, err := c.raw.SyscallConn(); err == nil {
-			c.park = tunnel.NewParker(rc)
+			c.park = tunnel.ParkerWaiter(tunnel.NewParker(rc)).(clientWaiter)
 		}
 	}
 	c.ctx, c.done = ctx, done
 	c.resumeFn = c.resume
 	c.stop = context.AfterFunc(ctx, c.shutdown)
 	go c.run(true, false)
+}
+
+// clientWaiter is the reader's wait for the client's bytes: a socket's
+// tunnel.Parker, or the wait of the stream an intercepted tunnel that
+// came by an HTTP/2 CONNECT runs in (streamConn); Wait is WaitRead
+// without reading ahead.
+type clientWaiter interface {
+	tunnel.Waiter
+	Wait() error
 }
 
 // How a frame loop (conn.frames) ended.
@@ -398,7 +408,7 @@ func (c *conn) idleLocked() bool {
 		return false
 	}
 	for _, s := range c.streams {
-		if !s.tunnel {
+		if !s.tunnel && !s.parkedLocked() {
 			return false
 		}
 	}
@@ -1124,6 +1134,7 @@ func (c *conn) endOfRequestLocked(s *stream) error {
 	}
 	s.remoteDone = true
 	s.cond.Broadcast()
+	s.wakeInterceptLocked()
 	s.kickUpLocked()
 	if s.localDone {
 		c.removeLocked(s)
@@ -1230,6 +1241,7 @@ func (c *conn) resetLocked(s *stream, code http2.ErrCode, send bool) {
 	if s.upWait != nil {
 		s.upWait.Wake() // the tunnel's wait for its upstream
 	}
+	s.wakeInterceptLocked()
 	if !s.pumping {
 		c.dequeuedLocked(int64(s.in.n))
 		s.in.drop()

@@ -1,22 +1,63 @@
 package h2
 
 import (
+	"encoding/binary"
 	"net"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/rustle-proxy/rustle/internal/tunnel"
 )
 
 // intercept hands a CONNECT stream whose tunnel is to be intercepted
 // (gate.Grant.Intercepting), answered already, to the policy's
 // Interceptor as a net.Conn over the stream (streamConn): its ClientHello
-// is still queued, and is read first. It returns once the intercepted
-// connection has ended and the stream with it.
-func (s *stream) intercept() {
+// is still queued, and is read first. It reports whether the
+// intercepted connection goes on without the calling goroutine: its
+// front-end waits for an idle client with no goroutine (streamConn's
+// Notify), and the stream's worker ends (finish, exit) once it has
+// ended; false when it has ended already.
+//
+// While its front-end is parked (parkedLocked) the stream counts as a
+// tunnel for the connection's reader (see conn.idleLocked): with no
+// other stream open it waits for the client with no goroutine either,
+// and delivers the DATA that comes to the stream, whose wait it ends
+// (wakeInterceptLocked). While the front-end serves, or waits on its
+// goroutine for the next request (httpproxy's parkAfter), the reader
+// keeps its worker: a client sending its requests one after another
+// costs no wait registered and goroutine started by the reader for
+// each.
+func (s *stream) intercept() bool {
 	c := s.c
 	sc := &streamConn{s: s, local: c.nc.LocalAddr(), remote: c.nc.RemoteAddr()}
-	s.grant.Intercept(sc, nil)
+	return s.grant.InterceptThen(sc, nil, s.interceptEnded)
+}
+
+// parkedLocked reports whether the stream is an intercepted tunnel
+// whose front-end waits for the client with no goroutine.
+func (s *stream) parkedLocked() bool {
+	return s.icWait != nil && !s.icWait.fired.Load()
+}
+
+// interceptEnded ends the stream's worker once the intercepted
+// connection that went on without it has ended.
+func (s *stream) interceptEnded() {
+	s.finish()
+	s.exit()
+}
+
+// wakeInterceptLocked ends the wait of an intercepted stream's
+// front-end for the client (streamConn.Notify), if any: the client has
+// sent, ended its side, or the stream was reset.
+func (s *stream) wakeInterceptLocked() {
+	if n := s.icWait; n != nil {
+		s.icWait = nil
+		n.fire(nil)
+	}
 }
 
 // streamConn is a stream as the client's side of an intercepted tunnel:
@@ -26,25 +67,55 @@ func (s *stream) intercept() {
 // RST_STREAM NO_ERROR when the client still sends). Reads honour a
 // deadline; writes are bounded by the connection's write timeout
 // (sendData).
+//
+// Its reads never go past the end of the TLS record they read (the
+// tunnel is the client's TLS to the origin, from its first byte): the
+// record's 5-byte header, then its body. crypto/tls then holds none of
+// the client's bytes between two records, and a front-end idle between
+// requests may wait for the next with its Waiter (tunnel.WaiterConn:
+// Ready, WaitRead, Notify) while the bytes not yet read stay in the
+// stream's queue, which the Waiter sees.
 type streamConn struct {
 	s             *stream
 	local, remote net.Addr
 	rdl           time.Time   // the read deadline; guarded by the connection's mu
 	timer         *time.Timer // waits for rdl
+
+	// The TLS record being read, owned by the reader: hdr holds the
+	// first hn bytes of its header, body is what is left of its body.
+	hdr  [5]byte
+	hn   int
+	body int
 }
 
 func (sc *streamConn) Read(p []byte) (int, error) {
+	switch {
+	case sc.body > 0:
+		p = p[:min(len(p), sc.body)]
+	case len(p) > len(sc.hdr)-sc.hn:
+		p = p[:len(sc.hdr)-sc.hn]
+	}
 	s := sc.s
 	c := s.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	for s.in.n == 0 && !s.remoteDone && !s.reset {
 		if !sc.rdl.IsZero() && !time.Now().Before(sc.rdl) {
+			c.mu.Unlock()
 			return 0, os.ErrDeadlineExceeded
 		}
 		s.waitTimerLocked(&sc.timer, sc.rdl)
 	}
-	return streamReader{s}.readLocked(p)
+	n, err := streamReader{s}.readLocked(p)
+	c.mu.Unlock()
+	if sc.body > 0 {
+		sc.body -= n
+	} else if n > 0 {
+		sc.hn += copy(sc.hdr[sc.hn:], p[:n])
+		if sc.hn == len(sc.hdr) {
+			sc.hn, sc.body = 0, int(binary.BigEndian.Uint16(sc.hdr[3:]))
+		}
+	}
+	return n, err
 }
 
 func (sc *streamConn) Write(p []byte) (int, error) {
@@ -70,6 +141,7 @@ func (sc *streamConn) Close() error {
 	if sc.timer != nil {
 		sc.timer.Stop()
 	}
+	s.wakeInterceptLocked()
 	c.mu.Unlock()
 	return nil
 }
@@ -95,3 +167,96 @@ func (sc *streamConn) SetReadDeadline(t time.Time) error {
 // SetWriteDeadline does nothing: writes are bounded by the connection's
 // write timeout.
 func (sc *streamConn) SetWriteDeadline(time.Time) error { return nil }
+
+// Waiter returns the stream's wait for the client's bytes: the
+// streamConn itself (tunnel.WaiterConn).
+func (sc *streamConn) Waiter() (tunnel.Waiter, bool) { return sc, true }
+
+// readyLocked reports whether a read would not wait: bytes are queued,
+// or the stream has ended or was reset.
+func (sc *streamConn) readyLocked() bool {
+	s := sc.s
+	return s.in.n > 0 || s.remoteDone || s.reset
+}
+
+// Ready reports, without waiting, whether the client's bytes are
+// queued, or the stream has ended or was reset (the read says which).
+func (sc *streamConn) Ready() (bool, error) {
+	c := sc.s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return sc.readyLocked(), nil
+}
+
+// WaitRead waits until Ready, or until the read deadline has passed
+// (os.ErrDeadlineExceeded); nothing is read.
+func (sc *streamConn) WaitRead() error {
+	s := sc.s
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !sc.readyLocked() {
+		if !sc.rdl.IsZero() && !time.Now().Before(sc.rdl) {
+			return os.ErrDeadlineExceeded
+		}
+		s.waitTimerLocked(&sc.timer, sc.rdl)
+	}
+	return nil
+}
+
+// Wait is WaitRead, for the HTTP/2 front-end inside the tunnel
+// (clientWaiter).
+func (sc *streamConn) Wait() error { return sc.WaitRead() }
+
+// Notify calls fn, on a goroutine of its own, once Ready (nil), with
+// os.ErrDeadlineExceeded once deadline has passed (zero: never), or
+// with tunnel.ErrWoken once woken; whichever comes first, and only
+// once. No goroutine waits meanwhile: the connection's reader ends the
+// wait as it delivers to the stream (wakeInterceptLocked), and a timer
+// waits for the deadline.
+func (sc *streamConn) Notify(deadline time.Time, fn func(error)) (tunnel.Waker, bool) {
+	s := sc.s
+	c := s.c
+	n := &streamNotice{fn: fn}
+	c.mu.Lock()
+	if sc.readyLocked() {
+		c.mu.Unlock()
+		n.fire(nil)
+		return n, true
+	}
+	s.icWait = n
+	c.idledLocked() // a reader waiting on its worker may leave the wait to none
+	if !deadline.IsZero() {
+		n.mu.Lock()
+		n.timer = time.AfterFunc(time.Until(deadline), func() { n.fire(os.ErrDeadlineExceeded) })
+		n.mu.Unlock()
+	}
+	c.mu.Unlock()
+	return n, true
+}
+
+// streamNotice is one wait of streamConn.Notify.
+type streamNotice struct {
+	fn    func(error)
+	fired atomic.Bool // fn has been started, or is being
+	mu    sync.Mutex
+	timer *time.Timer // the deadline; nil when none; guarded by mu
+}
+
+// Wake ends the wait if fn has not been called yet: fn gets
+// tunnel.ErrWoken.
+func (n *streamNotice) Wake() { n.fire(tunnel.ErrWoken) }
+
+// fire starts fn with err unless it has been started.
+func (n *streamNotice) fire(err error) {
+	if !n.fired.CompareAndSwap(false, true) {
+		return
+	}
+	n.mu.Lock()
+	if n.timer != nil {
+		n.timer.Stop()
+		n.timer = nil
+	}
+	n.mu.Unlock()
+	go n.fn(err)
+}

@@ -79,6 +79,11 @@ type stream struct {
 	// upWait is the tunnel's wait for its upstream (pumpDown); nil when
 	// none. Guarded by c.mu.
 	upWait *tunnel.Notice
+	// icWait is the wait for the client's bytes of an intercepted
+	// tunnel's front-end (streamConn.Notify); nil when none. While it
+	// waits, the connection's reader may wait with no goroutine, as it
+	// does for tunnels (parkedLocked). Guarded by c.mu.
+	icWait *streamNotice
 	// timer wakes the worker from a wait with a deadline
 	// (waitUntilLocked), bodyTimer the request body's writer (writeBody);
 	// each is made on its first such wait. Guarded by c.mu.
@@ -656,6 +661,7 @@ func (s *stream) deliverLocked(p []byte) {
 	s.in.write(p)
 	c.queuedLocked(int64(len(p)))
 	s.cond.Broadcast()
+	s.wakeInterceptLocked()
 	s.kickUpLocked()
 }
 

@@ -481,8 +481,7 @@ func (s *stream) helloFirst() bool {
 		return false
 	}
 	if s.grant.Intercepting() {
-		s.intercept()
-		return false
+		return s.intercept()
 	}
 	upc, err := s.dial(true)
 	if err != nil {

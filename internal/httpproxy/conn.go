@@ -82,9 +82,9 @@ type conn struct {
 	// the same as the tunnel's (sameAuthority); empty = none yet.
 	authSame []byte
 	// park waits for an intercepted connection's next request on its
-	// socket (see awaitRequest); nil until its first wait, or when it
-	// cannot.
-	park *tunnel.Parker
+	// socket, or on the HTTP/2 stream its tunnel came by (see
+	// awaitRequest); nil until its first wait, or when it cannot.
+	park tunnel.Waiter
 	one  [1]byte // what awaitRequest reads
 	// The wait for an intercepted connection's next request
 	// (awaitRequest): when it ends (idleEnd) and when the upstream goes
@@ -103,7 +103,7 @@ type conn struct {
 	mu sync.Mutex
 	// notice is the wait of a connection parked with no goroutine
 	// (notify); nil when none.
-	notice *tunnel.Notice
+	notice tunnel.Waker
 	// gen counts the connections the conn has served, so that a wake
 	// that comes late leaves the next one alone.
 	gen uint64
@@ -303,7 +303,8 @@ func (cn *conn) step(err error) int {
 // When crypto/tls holds nothing of the client's (it reads no further
 // than the record it reads, see tunnel.TLSParker, and the last read
 // took less than it asked for, so it left no plaintext), the wait is on
-// the socket, without the deep stack of a TLS read: where the platform
+// the socket (or on the HTTP/2 CONNECT stream the tunnel came by, see
+// tunnel.TLSWaiter), without the deep stack of a TLS read: where the platform
 // allows and the connection is served with a continuation
 // (ServeConnReadThen), no goroutine waits (Parker.Notify, see notify);
 // otherwise the goroutine waits in Parker.WaitRead, which borrows a
@@ -321,7 +322,7 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 	if drained && cn.park == nil {
 		if tc, ok := c.C.(*tls.Conn); ok {
 			// Under the TLS connection, the interceptor's wrapper.
-			cn.park, _ = tunnel.TLSParker(tc)
+			cn.park, _ = tunnel.TLSWaiter(tc)
 		}
 	}
 	now := http1.MonoNow()

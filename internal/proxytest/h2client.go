@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -129,4 +133,38 @@ func (h *H2Client) ReadToEnd(wait time.Duration) (*http2.GoAwayFrame, error) {
 			g = &c
 		}
 	}
+}
+
+// H2Connect opens a CONNECT stream to target on cc, an HTTP/2 client
+// connection to the proxy (one that negotiated h2 on an https
+// listener), with the header fields given ("Name: value"), and returns the tunnel as a net.Conn (see StreamConn) and
+// a function that resets the stream (RST_STREAM CANCEL, as a client
+// closing the answer's body early does), leaving the connection open.
+// It fails the test unless the proxy answers 200; the stream is closed
+// by t.Cleanup.
+func H2Connect(t testing.TB, cc *http2.ClientConn, target string, header ...string) (net.Conn, func()) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest("CONNECT", "", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.URL, req.Host = &url.URL{Host: target}, target
+	for _, h := range header {
+		name, value, _ := strings.Cut(h, ":")
+		req.Header.Add(name, strings.TrimSpace(value))
+	}
+	resp, err := cc.RoundTrip(req)
+	if err != nil {
+		pw.Close()
+		t.Fatalf("proxytest: h2 CONNECT %s: %v", target, err)
+	}
+	if resp.StatusCode != 200 {
+		resp.Body.Close()
+		pw.Close()
+		t.Fatalf("proxytest: h2 CONNECT %s: %s", target, resp.Status)
+	}
+	c := StreamConn(resp.Body, pw)
+	t.Cleanup(func() { c.Close() })
+	return c, func() { resp.Body.Close() }
 }

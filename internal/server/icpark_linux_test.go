@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"golang.org/x/net/proxy"
 
 	"github.com/rustle-proxy/rustle/internal/leaktest"
@@ -27,13 +28,15 @@ import (
 // can be intercepted from (a CONNECT on the plain port, SOCKS5 and
 // SOCKS4a CONNECT on the socks5 port, a CONNECT and a SOCKS5 CONNECT on
 // the mixed port, a CONNECT on the https port, whose tunnel runs inside
-// the client's TLS to the proxy), that an intercepted HTTP/1.1
+// the client's TLS to the proxy, a CONNECT stream of HTTP/2 on the
+// https port, whose tunnel runs inside the stream), that an
+// intercepted HTTP/1.1
 // connection idle between requests keeps no goroutine of the proxy's
 // (none serving the connection, none in the HTTP/1.1 front-end: it
 // waits on its socket through tunnel.Parker.Notify, on Linux only),
-// and so does one whose client chose h2 (a CONNECT on the plain port
-// and on the https port), with no stream open, none in the HTTP/2
-// front-end:
+// and so does one whose client chose h2 (a CONNECT on the plain port,
+// on the https port, and a CONNECT stream of HTTP/2), with no stream
+// open, none in the HTTP/2 front-end:
 // after one request, after two back to back in one write (one TLS
 // record), after one split across TLS records, and after two in two
 // TLS records sent in one write (on the https port: in one record of
@@ -55,6 +58,20 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 		}
 		t.Cleanup(func() { pc.Close() })
 		return proxytest.ConnectOn(t, pc, target)
+	}
+	connectH2 := func(t *testing.T, addr string) net.Conn {
+		pc, err := tls.DialWithDialer(&net.Dialer{Timeout: proxytest.DefaultTimeout}, "tcp", addr,
+			&tls.Config{RootCAs: proxyRoots, ServerName: "localhost", NextProtos: []string{"h2"}})
+		if err != nil {
+			t.Fatalf("TLS to the proxy: %v", err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		cc, err := (&http2.Transport{}).NewClientConn(pc)
+		if err != nil {
+			t.Fatalf("HTTP/2 to the proxy: %v", err)
+		}
+		c, _ := proxytest.H2Connect(t, cc, target)
+		return c
 	}
 	socks := func(t *testing.T, addr string) net.Conn {
 		d, err := proxy.SOCKS5("tcp", addr, nil, &net.Dialer{Timeout: proxytest.DefaultTimeout})
@@ -88,6 +105,8 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 		{"https-connect", "https", connectTLS, false},
 		{"connect-h2", "http", connect, true},
 		{"https-connect-h2", "https", connectTLS, true},
+		{"h2-stream-connect", "https", connectH2, false},
+		{"h2-stream-connect-h2", "https", connectH2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)
@@ -95,6 +114,9 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 			if tc.protocol == "https" {
 				cfg.Listen[0].TLS = proxyTLS
 				cfg.Listen[0].ALPN = []string{"http/1.1"}
+				if strings.HasPrefix(tc.name, "h2-stream") {
+					cfg.Listen[0].ALPN = []string{"h2"}
+				}
 			}
 			if err := cfg.Validate(); err != nil {
 				t.Fatalf("config: %v", err)
@@ -163,7 +185,7 @@ func TestIdleInterceptedParksFrontEnds(t *testing.T) {
 				t.Helper()
 				err := leaktest.Check(proxytest.DefaultTimeout,
 					"rustle/internal/server.(*Server).serveConn", "rustle/internal/socks5.", "rustle/internal/httpproxy.(*conn)",
-					"rustle/internal/h2.(*conn)")
+					"rustle/internal/h2.(*conn)", "rustle/internal/h2.(*stream)")
 				if err != nil {
 					t.Fatalf("after %s, a goroutine waits for the idle intercepted connection: %v", after, err)
 				}
