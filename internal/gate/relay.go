@@ -250,7 +250,13 @@ func (g *Grant) handOver(took handed) *engineTunnel {
 	default:
 		gv.user = took.user
 	}
-	gv.counted, gv.extraFor, gv.extra = g.counted, g.extraFor(), g.hold == holdExtra
+	gv.counted = g.counted
+	if g.hold == holdExtra {
+		// extraFor names the account whether or not an extra upstream
+		// is held: kept only when one is, so that an authenticated
+		// tunnel holding nothing more keeps no tunnelGive (96 bytes).
+		gv.extra, gv.extraFor = true, g.extraFor()
+	}
 	gv.quota, gv.meter, gv.added = g.quota, g.meter, g.added
 	gv.ownDial = g.ownDial
 	var give *tunnelGive
