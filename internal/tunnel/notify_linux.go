@@ -1,7 +1,6 @@
 package tunnel
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -46,12 +45,12 @@ type Notice struct {
 type notifier struct {
 	mu      sync.Mutex
 	epfd    int      // -1 until first used
-	evfd    int      // eventfd that wakes the loop (epoll data 0)
 	epFile  *os.File // epfd, for the sweep's deadline
 	epRaw   syscall.RawConn
 	waits   map[uint64]*Notice // registered and not yet fired; guarded by mu
 	next    uint64             // the last id given; guarded by mu
 	running bool               // the loop goroutine runs; guarded by mu
+	added   bool               // a wait was registered since the last sweep; guarded by mu
 	err     error              // why the loop could not be set up; guarded by mu
 }
 
@@ -224,6 +223,7 @@ func (l *notifier) add(n *Notice) error {
 		l.waits = make(map[uint64]*Notice)
 	}
 	l.waits[id] = n
+	l.added = true
 	if !l.running {
 		l.running = true
 		go l.loop()
@@ -232,8 +232,8 @@ func (l *notifier) add(n *Notice) error {
 }
 
 // remove takes n's socket out of the epoll set, unless it is closed
-// (then it has left it), and forgets n; the loop is woken to end when no
-// wait is left.
+// (then it has left it), and forgets n; the loop ends at a sweep that
+// finds no wait (see loop).
 func (l *notifier) remove(n *Notice) {
 	n.rc.Control(func(fd uintptr) {
 		unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
@@ -241,33 +241,16 @@ func (l *notifier) remove(n *Notice) {
 	l.mu.Lock()
 	delete(l.waits, n.id)
 	n.id = 0
-	if len(l.waits) == 0 && l.running {
-		var one [8]byte
-		binary.NativeEndian.PutUint64(one[:], 1)
-		unix.Write(l.evfd, one[:])
-	}
 	l.mu.Unlock()
 }
 
-// setup makes the epoll set and the eventfd; l.mu is held.
+// setup makes the epoll set; l.mu is held.
 func (l *notifier) setup() error {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("tunnel: epoll_create1: %w", err)
 	}
-	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		unix.Close(epfd)
-		return fmt.Errorf("tunnel: eventfd: %w", err)
-	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN} // data 0: the eventfd; level-triggered
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &ev); err != nil {
-		unix.Close(evfd)
-		unix.Close(epfd)
-		return fmt.Errorf("tunnel: register eventfd: %w", err)
-	}
 	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(evfd)
 		unix.Close(epfd)
 		return fmt.Errorf("tunnel: epoll set non-blocking: %w", err)
 	}
@@ -279,11 +262,17 @@ func (l *notifier) setup() error {
 	if err != nil {
 		return fmt.Errorf("tunnel: poll the epoll set: %w", err)
 	}
-	l.epfd, l.evfd, l.epFile, l.epRaw = epfd, evfd, f, rc
+	l.epfd, l.epFile, l.epRaw = epfd, f, rc
 	return nil
 }
 
-// loop waits for events and fires their Notices until no wait is left.
+// loop waits for events and fires their Notices until a sweep finds no
+// wait left and none registered since the sweep before: it stays one to
+// two sweeps (notifySweep) after the last wait has gone, so that a
+// connection parked again and again (a client whose requests come more
+// than a moment apart) starts no loop goroutine, allocates no event
+// buffer and sets no deadline for each wait, and ending a wait needs no
+// wake-up of the loop.
 func (l *notifier) loop() {
 	events := make([]unix.EpollEvent, 64)
 	var n int
@@ -306,11 +295,6 @@ func (l *notifier) loop() {
 		for i := range n {
 			ev := &events[i]
 			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
-			if id == 0 {
-				var buf [8]byte
-				unix.Read(l.evfd, buf[:])
-				continue
-			}
 			l.mu.Lock()
 			w := l.waits[id]
 			l.mu.Unlock()
@@ -318,16 +302,21 @@ func (l *notifier) loop() {
 				w.fire(nil)
 			}
 		}
+		swept := false
 		if now := time.Now(); !now.Before(nextSweep) {
 			l.sweep()
+			swept = true
 			nextSweep = now.Add(notifySweep)
 			l.epFile.SetReadDeadline(nextSweep)
 		}
 		l.mu.Lock()
-		if len(l.waits) == 0 {
-			l.running = false
-			l.mu.Unlock()
-			return
+		if swept {
+			if len(l.waits) == 0 && !l.added {
+				l.running = false
+				l.mu.Unlock()
+				return
+			}
+			l.added = false
 		}
 		l.mu.Unlock()
 	}
