@@ -226,18 +226,9 @@ func runH2(args []string) error {
 	wg.Wait()
 	elapsed := min(time.Since(start), *duration)
 
-	var total counts
-	for i := range results {
-		total.merge(&results[i])
-	}
-	res := HTTPResult{Conns: *conns, Handshakes: d.handshakes.Load(), Resumed: d.resumed.Load()}
+	res := httpResult(*conns, results, elapsed)
+	res.Handshakes, res.Resumed = d.handshakes.Load(), d.resumed.Load()
 	res.Curves, res.Cert = d.seen.result()
-	res.Requests, res.Bytes, res.Errors = total.requests, total.bytes, total.errs
-	res.DurationUS = elapsed.Microseconds()
-	res.LatencyP50US, res.LatencyP99US, res.LatencyMaxUS = total.percentiles()
-	if total.firstErr != nil {
-		res.FirstError = total.firstErr.Error()
-	}
 	return printMarked(res)
 }
 
@@ -303,12 +294,7 @@ func h2Worker(ctx context.Context, d dialer, fields []hpack.HeaderField, newConn
 		case err != nil:
 			c.fail(&c.errs.Read, err)
 		default:
-			c.requests++
-			c.bytes += n
-			c.latencies = append(c.latencies, time.Since(start))
-			if status > 399 {
-				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
-			}
+			c.complete(start, status, n)
 		}
 		if err != nil || newConn || cl.done() {
 			cl.conn.Close()
@@ -368,12 +354,7 @@ func h2Requests(ctx context.Context, cc *http2.ClientConn, url, authz string, en
 		case err != nil:
 			c.fail(&c.errs.Read, err)
 		default:
-			c.requests++
-			c.bytes += n
-			c.latencies = append(c.latencies, time.Since(start))
-			if status > 399 {
-				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
-			}
+			c.complete(start, status, n)
 		}
 		if err != nil {
 			return true

@@ -68,18 +68,7 @@ func runH3(args []string) error {
 	wg.Wait()
 	elapsed := min(time.Since(start), *duration)
 
-	var total counts
-	for i := range results {
-		total.merge(&results[i])
-	}
-	res := HTTPResult{Conns: *conns}
-	res.Requests, res.Bytes, res.Errors = total.requests, total.bytes, total.errs
-	res.DurationUS = elapsed.Microseconds()
-	res.LatencyP50US, res.LatencyP99US, res.LatencyMaxUS = total.percentiles()
-	if total.firstErr != nil {
-		res.FirstError = total.firstErr.Error()
-	}
-	return printMarked(res)
+	return printMarked(httpResult(*conns, results, elapsed))
 }
 
 // h3Worker sends GETs for url on one QUIC connection, len(c) at a time
@@ -138,12 +127,7 @@ func h3Requests(ctx context.Context, cc *http3.ClientConn, url, authz string, ne
 		case err != nil:
 			c.fail(&c.errs.Read, err)
 		default:
-			c.requests++
-			c.bytes += n
-			c.latencies = append(c.latencies, time.Since(start))
-			if status > 399 {
-				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
-			}
+			c.complete(start, status, n)
 		}
 		if err != nil || newConn {
 			return err != nil

@@ -50,6 +50,17 @@ func (c *counts) fail(n *int64, err error) {
 	}
 }
 
+// complete counts a request whose response is complete: its n bytes,
+// its latency since start, and a status above 399 as an error.
+func (c *counts) complete(start time.Time, status int, n int64) {
+	c.requests++
+	c.bytes += n
+	c.latencies = append(c.latencies, time.Since(start))
+	if status > 399 {
+		c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
+	}
+}
+
 // merge adds o into c.
 func (c *counts) merge(o *counts) {
 	c.requests += o.requests
@@ -123,19 +134,27 @@ func runHTTP(args []string) error {
 	wg.Wait()
 	elapsed := min(time.Since(start), *duration)
 
+	res := httpResult(*conns, results, elapsed)
+	res.Handshakes, res.Resumed = d.handshakes.Load(), d.resumed.Load()
+	res.Curves, res.Cert = d.seen.result()
+	return printMarked(res)
+}
+
+// httpResult sums the counts of a run of conns connections over elapsed
+// into its result, the TLS figures left for the caller.
+func httpResult(conns int, results []counts, elapsed time.Duration) HTTPResult {
 	var total counts
 	for i := range results {
 		total.merge(&results[i])
 	}
-	res := HTTPResult{Conns: *conns, Handshakes: d.handshakes.Load(), Resumed: d.resumed.Load()}
-	res.Curves, res.Cert = d.seen.result()
+	res := HTTPResult{Conns: conns}
 	res.Requests, res.Bytes, res.Errors = total.requests, total.bytes, total.errs
 	res.DurationUS = elapsed.Microseconds()
 	res.LatencyP50US, res.LatencyP99US, res.LatencyMaxUS = total.percentiles()
 	if total.firstErr != nil {
 		res.FirstError = total.firstErr.Error()
 	}
-	return printMarked(res)
+	return res
 }
 
 // httpRequest formats the request once: absolute form with
@@ -205,12 +224,7 @@ func httpWorker(ctx context.Context, d dialer, req []byte, newConn bool, end tim
 		case err != nil:
 			c.fail(&c.errs.Read, err)
 		default:
-			c.requests++
-			c.bytes += n
-			c.latencies = append(c.latencies, time.Since(start))
-			if status > 399 {
-				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
-			}
+			c.complete(start, status, n)
 		}
 		if err != nil || closed || newConn {
 			conn.Close()
