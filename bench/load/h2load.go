@@ -326,7 +326,7 @@ func h2MultiWorker(ctx context.Context, d dialer, path string, end time.Time, re
 		var wg sync.WaitGroup
 		for i := range c {
 			wg.Go(func() {
-				if h2Requests(ctx, cc, url, d.authHeader, end, reqTimeout, &c[i]) {
+				if getRequests(ctx, cc, nil, "h2", url, d.authHeader, false, end, reqTimeout, &c[i]) {
 					conn.Close() // the others dial again with this one
 				}
 			})
@@ -334,54 +334,6 @@ func h2MultiWorker(ctx context.Context, d dialer, path string, end time.Time, re
 		wg.Wait()
 		conn.Close()
 	}
-}
-
-// h2Requests sends GETs for url on cc one after the other until end or an
-// error, counting into c. It reports whether a request failed.
-func h2Requests(ctx context.Context, cc *http2.ClientConn, url, authz string, end time.Time, reqTimeout time.Duration, c *counts) bool {
-	buf := make([]byte, 32<<10)
-	for time.Now().Before(end) && ctx.Err() == nil {
-		start := time.Now()
-		rctx, rcancel := context.WithDeadline(ctx, earliest(start.Add(reqTimeout), end))
-		status, n, err := h2RoundTrip(rctx, cc, url, authz, buf)
-		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
-		rcancel()
-		switch {
-		case err != nil && !time.Now().Before(end):
-			return false // cut by the end of the run
-		case err != nil && timedOut:
-			c.fail(&c.errs.Timeout, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.complete(start, status, n)
-		}
-		if err != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// h2RoundTrip sends one GET on cc and reads the response body to its end.
-func h2RoundTrip(ctx context.Context, cc *http2.ClientConn, url, authz string, buf []byte) (int, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	if authz != "" {
-		req.Header["Proxy-Authorization"] = []string{authz}
-	}
-	resp, err := cc.RoundTrip(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
-	if err != nil {
-		return resp.StatusCode, n, fmt.Errorf("h2: read the body: %w", err)
-	}
-	return resp.StatusCode, n, nil
 }
 
 // Receive windows "load h2" advertises, as x/net/http2's client does: 4

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"time"
 
@@ -98,7 +96,7 @@ func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.
 		var wg sync.WaitGroup
 		for i := range c {
 			wg.Go(func() {
-				if h3Requests(ctx, cc, url, d.authHeader, newConn, end, reqTimeout, &c[i]) {
+				if getRequests(ctx, cc, func() bool { return cc.Context().Err() == nil }, "h3", url, d.authHeader, newConn, end, reqTimeout, &c[i]) {
 					qc.CloseWithError(0, "") // the others dial again with this one
 				}
 			})
@@ -106,55 +104,6 @@ func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.
 		wg.Wait()
 		qc.CloseWithError(0, "")
 	}
-}
-
-// h3Requests sends GETs for url on cc one after the other until end or an
-// error (or after one with newConn), counting into c. It reports whether
-// a request failed, after which the connection is closed.
-func h3Requests(ctx context.Context, cc *http3.ClientConn, url, authz string, newConn bool, end time.Time, reqTimeout time.Duration, c *counts) (failed bool) {
-	buf := make([]byte, 32<<10)
-	for time.Now().Before(end) && ctx.Err() == nil && cc.Context().Err() == nil {
-		start := time.Now()
-		rctx, rcancel := context.WithDeadline(ctx, earliest(start.Add(reqTimeout), end))
-		status, n, err := h3Get(rctx, cc, url, authz, buf)
-		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
-		rcancel()
-		switch {
-		case err != nil && !time.Now().Before(end):
-			return false // cut by the end of the run
-		case err != nil && timedOut:
-			c.fail(&c.errs.Timeout, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.complete(start, status, n)
-		}
-		if err != nil || newConn {
-			return err != nil
-		}
-	}
-	return false
-}
-
-// h3Get sends one GET on cc and reads the response body to its end.
-func h3Get(ctx context.Context, cc *http3.ClientConn, url, authz string, buf []byte) (int, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	if authz != "" {
-		req.Header["Proxy-Authorization"] = []string{authz}
-	}
-	resp, err := cc.RoundTrip(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
-	if err != nil {
-		return resp.StatusCode, n, fmt.Errorf("h3: read the body: %w", err)
-	}
-	return resp.StatusCode, n, nil
 }
 
 // h3Slot is a connection of "load h3 -rate": one QUIC connection with one
@@ -200,7 +149,7 @@ func (h *h3Slot) exchange(ctx context.Context, deadline time.Time) (int64, error
 	if h.buf == nil {
 		h.buf = make([]byte, 32<<10)
 	}
-	status, n, err := h3Get(ctx, h.cc, h.url, h.d.authHeader, h.buf)
+	status, n, err := getBody(ctx, h.cc, "h3", h.url, h.d.authHeader, h.buf)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", errTimeout, err)
 	}

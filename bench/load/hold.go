@@ -233,7 +233,7 @@ func holdH3(ctx context.Context, d dialer, url string) (io.Closer, error) {
 		return nil, fmt.Errorf("QUIC dial %s: %w", d.proxy, err)
 	}
 	cc := (&http3.Transport{}).NewClientConn(qc)
-	status, _, err := h3Get(ctx, cc, url, d.authHeader, make([]byte, 4<<10))
+	status, _, err := getBody(ctx, cc, "h3", url, d.authHeader, make([]byte, 4<<10))
 	if err == nil && status != 200 {
 		err = fmt.Errorf("status %d", status)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -231,6 +232,59 @@ func httpWorker(ctx context.Context, d dialer, req []byte, newConn bool, end tim
 			conn = nil
 		}
 	}
+}
+
+// getRequests sends GETs for url on rt (an HTTP/2 or HTTP/3 client
+// connection, proto naming which) one after the other until end or an
+// error (or after one with once), counting into c; alive, where not nil,
+// says whether rt's connection still takes requests. It reports whether
+// a request failed, after which the caller closes the connection.
+func getRequests(ctx context.Context, rt http.RoundTripper, alive func() bool, proto, url, authz string, once bool, end time.Time, reqTimeout time.Duration, c *counts) (failed bool) {
+	buf := make([]byte, 32<<10)
+	for time.Now().Before(end) && ctx.Err() == nil && (alive == nil || alive()) {
+		start := time.Now()
+		rctx, rcancel := context.WithDeadline(ctx, earliest(start.Add(reqTimeout), end))
+		status, n, err := getBody(rctx, rt, proto, url, authz, buf)
+		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
+		rcancel()
+		switch {
+		case err != nil && !time.Now().Before(end):
+			return false // cut by the end of the run
+		case err != nil && timedOut:
+			c.fail(&c.errs.Timeout, err)
+		case err != nil:
+			c.fail(&c.errs.Read, err)
+		default:
+			c.complete(start, status, n)
+		}
+		if err != nil || once {
+			return err != nil
+		}
+	}
+	return false
+}
+
+// getBody sends one GET for url on rt, with Proxy-Authorization authz
+// where not empty, and reads the response body to its end through buf.
+// proto names the protocol in the error of a body cut short.
+func getBody(ctx context.Context, rt http.RoundTripper, proto, url, authz string, buf []byte) (int, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	if authz != "" {
+		req.Header["Proxy-Authorization"] = []string{authz}
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
+	if err != nil {
+		return resp.StatusCode, n, fmt.Errorf("%s: read the body: %w", proto, err)
+	}
+	return resp.StatusCode, n, nil
 }
 
 // errWrite marks a failure to send a request.
