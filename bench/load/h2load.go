@@ -39,27 +39,33 @@ var h2Transport = &http2.Transport{}
 // dialH2 opens a TLS connection offering only "h2" to the proxy (or to the
 // target without a proxy) and starts an HTTP/2 client connection on it.
 func (d dialer) dialH2(ctx context.Context) (*http2.ClientConn, net.Conn, error) {
-	if d.tlsConf == nil {
-		return nil, nil, errors.New("load: HTTP/2 needs -tls")
-	}
-	c, err := d.dialConn(ctx)
+	c, err := d.dialH2Conn(ctx)
 	if err != nil {
 		return nil, nil, err
-	}
-	addr := d.target
-	if d.proxy != "" {
-		addr = d.proxy
-	}
-	if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
-		c.Close()
-		return nil, nil, fmt.Errorf("%w: %s chose %q", errNoH2, addr, p)
 	}
 	cc, err := h2Transport.NewClientConn(c)
 	if err != nil {
 		c.Close()
-		return nil, nil, fmt.Errorf("HTTP/2 connection to %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("HTTP/2 connection to %s: %w", d.firstHop(), err)
 	}
 	return cc, c, nil
+}
+
+// dialH2Conn opens a TLS connection to the proxy (or to the target without
+// a proxy) and checks that the server chose "h2" with ALPN.
+func (d dialer) dialH2Conn(ctx context.Context) (net.Conn, error) {
+	if d.tlsConf == nil {
+		return nil, errors.New("load: HTTP/2 needs -tls")
+	}
+	c, err := d.dialConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
+		c.Close()
+		return nil, fmt.Errorf("%w: %s chose %q", errNoH2, d.firstHop(), p)
+	}
+	return c, nil
 }
 
 // h2Stream is a tunnel over one HTTP/2 stream of its own connection: a
@@ -310,10 +316,7 @@ func h2Worker(ctx context.Context, d dialer, fields []hpack.HeaderField, newConn
 func h2MultiWorker(ctx context.Context, d dialer, path string, end time.Time, reqTimeout time.Duration, c []counts) {
 	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	url := "https://" + d.target + path
-	if d.proxy != "" {
-		url = "http://" + d.target + path // a forwarded request: :scheme http, :authority the origin
-	}
+	url := d.getURL(path)
 	for time.Now().Before(end) && ctx.Err() == nil {
 		cc, conn, err := d.dialH2(ctx)
 		if err != nil {
@@ -372,20 +375,9 @@ type h2Client struct {
 // to the target) and sends the client preface, SETTINGS and the
 // connection window.
 func (d dialer) dialH2Client(ctx context.Context) (*h2Client, error) {
-	if d.tlsConf == nil {
-		return nil, errors.New("load: HTTP/2 needs -tls")
-	}
-	c, err := d.dialConn(ctx)
+	c, err := d.dialH2Conn(ctx)
 	if err != nil {
 		return nil, err
-	}
-	addr := d.target
-	if d.proxy != "" {
-		addr = d.proxy
-	}
-	if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
-		c.Close()
-		return nil, fmt.Errorf("%w: %s chose %q", errNoH2, addr, p)
 	}
 	cl := &h2Client{conn: c, bw: bufio.NewWriterSize(c, 4<<10), nextID: 1}
 	cl.fr = http2.NewFramer(cl.bw, bufio.NewReaderSize(c, 64<<10))
@@ -401,7 +393,7 @@ func (d dialer) dialH2Client(ctx context.Context) (*h2Client, error) {
 	cl.fr.WriteWindowUpdate(0, h2ConnWindow-65535)
 	if err := cl.bw.Flush(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("send HTTP/2 preface to %s: %w", addr, err)
+		return nil, fmt.Errorf("send HTTP/2 preface to %s: %w", d.firstHop(), err)
 	}
 	c.SetDeadline(time.Time{})
 	return cl, nil

@@ -41,10 +41,7 @@ func runH3(args []string) error {
 		return fmt.Errorf("h3: %w", err)
 	}
 	d.tlsConf.NextProtos = []string{http3.NextProtoH3}
-	url := "https://" + d.target + *path
-	if d.proxy != "" {
-		url = "http://" + d.target + *path // a forwarded request: :scheme http, :authority the origin
-	}
+	url := d.getURL(*path)
 	if rated, err := rf.check(); rated || err != nil {
 		if err != nil {
 			return fmt.Errorf("h3: %w", err)
@@ -76,10 +73,7 @@ func runH3(args []string) error {
 func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.Time, reqTimeout time.Duration, c []counts) {
 	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	addr := d.target
-	if d.proxy != "" {
-		addr = d.proxy
-	}
+	addr := d.firstHop()
 	tr := &http3.Transport{}
 	for time.Now().Before(end) && ctx.Err() == nil {
 		dctx, dcancel := context.WithTimeout(ctx, d.timeout)
@@ -126,11 +120,7 @@ func (h *h3Slot) open(ctx context.Context, _ time.Time) error {
 }
 
 func (h *h3Slot) dial(ctx context.Context) error {
-	addr := h.d.target
-	if h.d.proxy != "" {
-		addr = h.d.proxy
-	}
-	qc, err := quic.DialAddr(ctx, addr, h.d.tlsConf, &quic.Config{})
+	qc, err := quic.DialAddr(ctx, h.d.firstHop(), h.d.tlsConf, &quic.Config{})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConnect, err)
 	}
