@@ -215,22 +215,14 @@ func runH2(args []string) error {
 			return &h2Slot{d: d, fields: fields, newConn: *newConn}
 		}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
-	defer cancel()
-
-	start := time.Now()
-	end := start.Add(*duration)
 	results := make([]counts, *conns**inflight)
-	var wg sync.WaitGroup
-	for i := range *conns {
+	elapsed := runWindow(*duration, 2**reqTimeout, *conns, func(ctx context.Context, end time.Time, i int) {
 		if *inflight > 1 {
-			wg.Go(func() { h2MultiWorker(ctx, d, *path, end, *reqTimeout, results[i**inflight:(i+1)**inflight]) })
-			continue
+			h2MultiWorker(ctx, d, *path, end, *reqTimeout, results[i**inflight:(i+1)**inflight])
+			return
 		}
-		wg.Go(func() { h2Worker(ctx, d, fields, *newConn, end, *reqTimeout, &results[i]) })
-	}
-	wg.Wait()
-	elapsed := min(time.Since(start), *duration)
+		h2Worker(ctx, d, fields, *newConn, end, *reqTimeout, &results[i])
+	})
 
 	res := httpResult(*conns, results, elapsed)
 	res.Handshakes, res.Resumed = d.handshakes.Load(), d.resumed.Load()

@@ -50,18 +50,10 @@ func runH3(args []string) error {
 			return &h3Slot{d: d, url: url, newConn: *newConn}
 		}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
-	defer cancel()
-
-	start := time.Now()
-	end := start.Add(*duration)
 	results := make([]counts, *conns**inflight)
-	var wg sync.WaitGroup
-	for i := range *conns {
-		wg.Go(func() { h3Worker(ctx, d, url, *newConn, end, *reqTimeout, results[i**inflight:(i+1)**inflight]) })
-	}
-	wg.Wait()
-	elapsed := min(time.Since(start), *duration)
+	elapsed := runWindow(*duration, 2**reqTimeout, *conns, func(ctx context.Context, end time.Time, i int) {
+		h3Worker(ctx, d, url, *newConn, end, *reqTimeout, results[i**inflight:(i+1)**inflight])
+	})
 
 	return printMarked(httpResult(*conns, results, elapsed))
 }

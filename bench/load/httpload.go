@@ -122,18 +122,10 @@ func runHTTP(args []string) error {
 			return &httpSlot{d: d, req: req, newConn: *newConn}
 		}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
-	defer cancel()
-
-	start := time.Now()
-	end := start.Add(*duration)
 	results := make([]counts, *conns)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Go(func() { httpWorker(ctx, d, req, *newConn, end, *reqTimeout, &results[i]) })
-	}
-	wg.Wait()
-	elapsed := min(time.Since(start), *duration)
+	elapsed := runWindow(*duration, 2**reqTimeout, *conns, func(ctx context.Context, end time.Time, i int) {
+		httpWorker(ctx, d, req, *newConn, end, *reqTimeout, &results[i])
+	})
 
 	res := httpResult(*conns, results, elapsed)
 	res.Handshakes, res.Resumed = d.handshakes.Load(), d.resumed.Load()
@@ -367,6 +359,23 @@ func readHead(br *bufio.Reader) (status int, n, length int64, closed bool, err e
 			return status, n, length, closed, errors.New("load: chunked response not supported")
 		}
 	}
+}
+
+// runWindow runs work(ctx, end, i) for each i under workers, each in a
+// goroutine of its own, over a measuring window of duration from now
+// that ends at end, their ctx ending grace after it. It returns the time
+// the window took, at most duration.
+func runWindow(duration, grace time.Duration, workers int, work func(ctx context.Context, end time.Time, i int)) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), duration+grace)
+	defer cancel()
+	start := time.Now()
+	end := start.Add(duration)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() { work(ctx, end, i) })
+	}
+	wg.Wait()
+	return min(time.Since(start), duration)
 }
 
 // earliest returns the earlier of a and b.

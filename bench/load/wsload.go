@@ -13,7 +13,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"time"
 )
 
@@ -93,21 +92,11 @@ func runWS(args []string) error {
 			return &wsSlot{w: wsWorker{d: d, upgrade: upgrade, frame: frame, size: *size, timeout: *reqTimeout}, newConn: *newConn}
 		}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
-	defer cancel()
-
-	start := time.Now()
-	end := start.Add(*duration)
 	results := make([]wsCounts, *conns)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Go(func() {
-			w := wsWorker{d: d, upgrade: upgrade, frame: frame, size: *size, end: end, timeout: *reqTimeout, c: &results[i]}
-			w.run(ctx, *newConn)
-		})
-	}
-	wg.Wait()
-	elapsed := min(time.Since(start), *duration)
+	elapsed := runWindow(*duration, 2**reqTimeout, *conns, func(ctx context.Context, end time.Time, i int) {
+		w := wsWorker{d: d, upgrade: upgrade, frame: frame, size: *size, end: end, timeout: *reqTimeout, c: &results[i]}
+		w.run(ctx, *newConn)
+	})
 
 	var total counts
 	res := WSResult{Conns: *conns, Handshakes: d.handshakes.Load(), Resumed: d.resumed.Load(), DurationUS: elapsed.Microseconds()}
