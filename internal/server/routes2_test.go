@@ -264,11 +264,19 @@ func wsThrough(t *testing.T, proxyURL, origin string) {
 		t.Fatal(err)
 	}
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
+	wsEchoVia(t, client, origin, proxyURL)
+}
+
+// wsEchoVia opens a WebSocket to origin (a wsEcho) with coder/websocket
+// through client, whose proxy via names, and checks that two messages
+// come back.
+func wsEchoVia(t *testing.T, client *http.Client, origin, via string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, origin, &websocket.DialOptions{HTTPClient: client})
 	if err != nil {
-		t.Fatalf("WebSocket through %s: %v", proxyURL, err)
+		t.Fatalf("WebSocket through %s: %v", via, err)
 	}
 	defer c.CloseNow()
 	for _, m := range []string{"one", strings.Repeat("x", 20000)} {
