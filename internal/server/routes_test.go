@@ -380,14 +380,7 @@ func TestRoutesHealth(t *testing.T) {
 // never reach the origin, and the keep-alive connection to the parent is
 // reused for another origin and another client connection.
 func TestRoutesHTTPParentForward(t *testing.T) {
-	seen := make(chan http.Header, 4)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen <- r.Header.Clone()
-		io.WriteString(w, "origin "+r.Method+" "+r.URL.Path)
-	})
-	o1, o2 := httptest.NewServer(h), httptest.NewServer(h)
-	t.Cleanup(o1.Close)
-	t.Cleanup(o2.Close)
+	seen, o1, o2 := headerOrigins(t, 4)
 
 	paddr, pAccess, pm := startHTTPParent(t)
 
