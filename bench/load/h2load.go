@@ -282,18 +282,10 @@ func h2Worker(ctx context.Context, d dialer, fields []hpack.HeaderField, newConn
 		}
 		cl.conn.SetDeadline(earliest(start.Add(reqTimeout), end))
 		status, n, err := cl.get(fields)
-		switch {
-		case err != nil && !time.Now().Before(end):
+		if err != nil && !time.Now().Before(end) {
 			return // cut by the end of the run
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.fail(&c.errs.Timeout, err)
-		case errors.Is(err, errWrite):
-			c.fail(&c.errs.Write, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.complete(start, status, n)
 		}
+		c.record(start, status, n, err)
 		if err != nil || newConn || cl.done() {
 			cl.conn.Close()
 			cl = nil

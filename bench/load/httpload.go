@@ -62,6 +62,22 @@ func (c *counts) complete(start time.Time, status int, n int64) {
 	}
 }
 
+// record counts the outcome of an exchange begun at start and not cut by
+// the end of the run: by err a timeout, a failed write or a failed read;
+// without one a complete response (see complete).
+func (c *counts) record(start time.Time, status int, n int64, err error) {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.fail(&c.errs.Timeout, err)
+	case errors.Is(err, errWrite):
+		c.fail(&c.errs.Write, err)
+	case err != nil:
+		c.fail(&c.errs.Read, err)
+	default:
+		c.complete(start, status, n)
+	}
+}
+
 // merge adds o into c.
 func (c *counts) merge(o *counts) {
 	c.requests += o.requests
@@ -207,18 +223,10 @@ func httpWorker(ctx context.Context, d dialer, req []byte, newConn bool, end tim
 		}
 		conn.SetDeadline(earliest(start.Add(reqTimeout), end))
 		status, n, closed, err := exchange(conn, br, cur)
-		switch {
-		case err != nil && time.Now().After(end):
+		if err != nil && time.Now().After(end) {
 			return // cut by the end of the run
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.fail(&c.errs.Timeout, err)
-		case errors.Is(err, errWrite):
-			c.fail(&c.errs.Write, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.complete(start, status, n)
 		}
+		c.record(start, status, n, err)
 		if err != nil || closed || newConn {
 			conn.Close()
 			conn = nil

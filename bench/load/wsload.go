@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"time"
 )
 
@@ -179,20 +178,10 @@ func (w *wsWorker) run(ctx context.Context, newConn bool) {
 			start = time.Now()
 		}
 		err := w.echo(conn, br)
-		switch {
-		case err != nil && time.Now().After(w.end):
+		if err != nil && time.Now().After(w.end) {
 			return // cut by the end of the run
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.fail(&c.errs.Timeout, err)
-		case errors.Is(err, errWrite):
-			c.fail(&c.errs.Write, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.requests++
-			c.bytes += int64(w.size)
-			c.latencies = append(c.latencies, time.Since(start))
 		}
+		c.record(start, 0, int64(w.size), err)
 		if err != nil || newConn {
 			conn.Close()
 			conn = nil
