@@ -463,14 +463,10 @@ func (e *env) wsRun(ctx context.Context, t testDef, r *running, conns int, d tim
 	if t.newConn {
 		argv = append(argv, "-newconn")
 	}
-	out, cpu, err := runTool(ctx, r.split.load, d+60*time.Second, argv, nil)
-	run.Raw = out
+	var w wsResult
+	cpu, err := runLoadJSON(ctx, r, d, argv, run, &w)
 	if err != nil {
 		return cpu, err
-	}
-	var w wsResult
-	if err := json.Unmarshal([]byte(lastLine(out)), &w); err != nil {
-		return cpu, fmt.Errorf("parse load ws output: %w", err)
 	}
 	run.DurationS = float64(w.DurationUS) / 1e6
 	run.Requests, run.Bytes = w.Messages, w.Bytes
@@ -500,6 +496,21 @@ func (e *env) wsRun(ctx context.Context, t testDef, r *running, conns int, d tim
 	return cpu, nil
 }
 
+// runLoadJSON runs the load tool with argv for a run of d, keeps its
+// output in run.Raw and decodes its last line, the JSON of its result,
+// into v. It returns the CPU seconds the tool used.
+func runLoadJSON(ctx context.Context, r *running, d time.Duration, argv []string, run *report.Run, v any) (float64, error) {
+	out, cpu, err := runTool(ctx, r.split.load, d+60*time.Second, argv, nil)
+	run.Raw = out
+	if err != nil {
+		return cpu, err
+	}
+	if err := json.Unmarshal([]byte(lastLine(out)), v); err != nil {
+		return cpu, fmt.Errorf("parse load %s output: %w", argv[1], err)
+	}
+	return cpu, nil
+}
+
 // udpResult mirrors the JSON line of "load udp".
 type udpResult struct {
 	Flows      int     `json:"flows"`
@@ -523,14 +534,10 @@ type udpResult struct {
 func (e *env) udpRun(ctx context.Context, t testDef, r *running, conns int, d time.Duration, run *report.Run) (float64, error) {
 	argv := append([]string{filepath.Join(e.bin, "load"), "udp"}, e.loadArgs(t, r)...)
 	argv = append(argv, "-target", e.target(t, r), "-size", strconv.Itoa(t.wsSize), "-conns", strconv.Itoa(conns), "-duration", d.String())
-	out, cpu, err := runTool(ctx, r.split.load, d+60*time.Second, argv, nil)
-	run.Raw = out
+	var u udpResult
+	cpu, err := runLoadJSON(ctx, r, d, argv, run, &u)
 	if err != nil {
 		return cpu, err
-	}
-	var u udpResult
-	if err := json.Unmarshal([]byte(lastLine(out)), &u); err != nil {
-		return cpu, fmt.Errorf("parse load udp output: %w", err)
 	}
 	judgeUDP(t, u, run)
 	return cpu, nil
@@ -581,14 +588,10 @@ func (e *env) bulkRun(ctx context.Context, t testDef, r *running, conns int, d t
 	argv := append([]string{filepath.Join(e.bin, "load"), "bulk"}, e.loadArgs(t, r)...)
 	argv = append(argv, "-target", e.target(t, r), "-stats", "http://"+e.origin.HTTP+"/_stats",
 		"-conns", strconv.Itoa(conns), "-duration", d.String())
-	out, cpu, err := runTool(ctx, r.split.load, d+60*time.Second, argv, nil)
-	run.Raw = out
+	var b bulkResult
+	cpu, err := runLoadJSON(ctx, r, d, argv, run, &b)
 	if err != nil {
 		return cpu, err
-	}
-	var b bulkResult
-	if err := json.Unmarshal([]byte(lastLine(out)), &b); err != nil {
-		return cpu, fmt.Errorf("parse load bulk output: %w", err)
 	}
 	run.DurationS = b.ElapsedS
 	run.Bytes = b.SinkBytes

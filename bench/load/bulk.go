@@ -131,7 +131,21 @@ func runBulk(args []string) error {
 // returns those that succeeded; failures go to errs. check, when not nil,
 // runs on every new tunnel and a failure closes it.
 func openParallel(ctx context.Context, d dialer, n, par int, errs *errorLog, check func(*tunnelConn) error) []*tunnelConn {
-	out := make([]*tunnelConn, n)
+	return dialParallel(ctx, n, par, errs, func(ctx context.Context) (*tunnelConn, error) {
+		t, err := d.dial(ctx)
+		if err == nil && check != nil {
+			if err = check(t); err != nil {
+				t.Close()
+			}
+		}
+		return t, err
+	})
+}
+
+// dialParallel opens n of what dial opens with at most par dials in
+// flight and returns those that succeeded; failures go to errs.
+func dialParallel[T comparable](ctx context.Context, n, par int, errs *errorLog, dial func(context.Context) (T, error)) []T {
+	out := make([]T, n)
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -142,24 +156,20 @@ func openParallel(ctx context.Context, d dialer, n, par int, errs *errorLog, che
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			t, err := d.dial(ctx)
-			if err == nil && check != nil {
-				if err = check(t); err != nil {
-					t.Close()
-				}
-			}
+			c, err := dial(ctx)
 			if err != nil {
 				errs.add(err)
 				return
 			}
-			out[i] = t
+			out[i] = c
 		})
 	}
 	wg.Wait()
+	var zero T
 	ok := out[:0]
-	for _, t := range out {
-		if t != nil {
-			ok = append(ok, t)
+	for _, c := range out {
+		if c != zero {
+			ok = append(ok, c)
 		}
 	}
 	return ok

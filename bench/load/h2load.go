@@ -39,27 +39,33 @@ var h2Transport = &http2.Transport{}
 // dialH2 opens a TLS connection offering only "h2" to the proxy (or to the
 // target without a proxy) and starts an HTTP/2 client connection on it.
 func (d dialer) dialH2(ctx context.Context) (*http2.ClientConn, net.Conn, error) {
-	if d.tlsConf == nil {
-		return nil, nil, errors.New("load: HTTP/2 needs -tls")
-	}
-	c, err := d.dialConn(ctx)
+	c, err := d.dialH2Conn(ctx)
 	if err != nil {
 		return nil, nil, err
-	}
-	addr := d.target
-	if d.proxy != "" {
-		addr = d.proxy
-	}
-	if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
-		c.Close()
-		return nil, nil, fmt.Errorf("%w: %s chose %q", errNoH2, addr, p)
 	}
 	cc, err := h2Transport.NewClientConn(c)
 	if err != nil {
 		c.Close()
-		return nil, nil, fmt.Errorf("HTTP/2 connection to %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("HTTP/2 connection to %s: %w", d.firstHop(), err)
 	}
 	return cc, c, nil
+}
+
+// dialH2Conn opens a TLS connection to the proxy (or to the target without
+// a proxy) and checks that the server chose "h2" with ALPN.
+func (d dialer) dialH2Conn(ctx context.Context) (net.Conn, error) {
+	if d.tlsConf == nil {
+		return nil, errors.New("load: HTTP/2 needs -tls")
+	}
+	c, err := d.dialConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
+		c.Close()
+		return nil, fmt.Errorf("%w: %s chose %q", errNoH2, d.firstHop(), p)
+	}
+	return c, nil
 }
 
 // h2Stream is a tunnel over one HTTP/2 stream of its own connection: a
@@ -209,35 +215,18 @@ func runH2(args []string) error {
 			return &h2Slot{d: d, fields: fields, newConn: *newConn}
 		}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
-	defer cancel()
-
-	start := time.Now()
-	end := start.Add(*duration)
 	results := make([]counts, *conns**inflight)
-	var wg sync.WaitGroup
-	for i := range *conns {
+	elapsed := runWindow(*duration, 2**reqTimeout, *conns, func(ctx context.Context, end time.Time, i int) {
 		if *inflight > 1 {
-			wg.Go(func() { h2MultiWorker(ctx, d, *path, end, *reqTimeout, results[i**inflight:(i+1)**inflight]) })
-			continue
+			h2MultiWorker(ctx, d, *path, end, *reqTimeout, results[i**inflight:(i+1)**inflight])
+			return
 		}
-		wg.Go(func() { h2Worker(ctx, d, fields, *newConn, end, *reqTimeout, &results[i]) })
-	}
-	wg.Wait()
-	elapsed := min(time.Since(start), *duration)
+		h2Worker(ctx, d, fields, *newConn, end, *reqTimeout, &results[i])
+	})
 
-	var total counts
-	for i := range results {
-		total.merge(&results[i])
-	}
-	res := HTTPResult{Conns: *conns, Handshakes: d.handshakes.Load(), Resumed: d.resumed.Load()}
+	res := httpResult(*conns, results, elapsed)
+	res.Handshakes, res.Resumed = d.handshakes.Load(), d.resumed.Load()
 	res.Curves, res.Cert = d.seen.result()
-	res.Requests, res.Bytes, res.Errors = total.requests, total.bytes, total.errs
-	res.DurationUS = elapsed.Microseconds()
-	res.LatencyP50US, res.LatencyP99US, res.LatencyMaxUS = total.percentiles()
-	if total.firstErr != nil {
-		res.FirstError = total.firstErr.Error()
-	}
 	return printMarked(res)
 }
 
@@ -293,23 +282,10 @@ func h2Worker(ctx context.Context, d dialer, fields []hpack.HeaderField, newConn
 		}
 		cl.conn.SetDeadline(earliest(start.Add(reqTimeout), end))
 		status, n, err := cl.get(fields)
-		switch {
-		case err != nil && !time.Now().Before(end):
+		if err != nil && !time.Now().Before(end) {
 			return // cut by the end of the run
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.fail(&c.errs.Timeout, err)
-		case errors.Is(err, errWrite):
-			c.fail(&c.errs.Write, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.requests++
-			c.bytes += n
-			c.latencies = append(c.latencies, time.Since(start))
-			if status > 399 {
-				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
-			}
 		}
+		c.record(start, status, n, err)
 		if err != nil || newConn || cl.done() {
 			cl.conn.Close()
 			cl = nil
@@ -324,10 +300,7 @@ func h2Worker(ctx context.Context, d dialer, fields []hpack.HeaderField, newConn
 func h2MultiWorker(ctx context.Context, d dialer, path string, end time.Time, reqTimeout time.Duration, c []counts) {
 	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	url := "https://" + d.target + path
-	if d.proxy != "" {
-		url = "http://" + d.target + path // a forwarded request: :scheme http, :authority the origin
-	}
+	url := d.getURL(path)
 	for time.Now().Before(end) && ctx.Err() == nil {
 		cc, conn, err := d.dialH2(ctx)
 		if err != nil {
@@ -340,7 +313,7 @@ func h2MultiWorker(ctx context.Context, d dialer, path string, end time.Time, re
 		var wg sync.WaitGroup
 		for i := range c {
 			wg.Go(func() {
-				if h2Requests(ctx, cc, url, d.authHeader, end, reqTimeout, &c[i]) {
+				if getRequests(ctx, cc, nil, "h2", url, d.authHeader, false, end, reqTimeout, &c[i]) {
 					conn.Close() // the others dial again with this one
 				}
 			})
@@ -348,59 +321,6 @@ func h2MultiWorker(ctx context.Context, d dialer, path string, end time.Time, re
 		wg.Wait()
 		conn.Close()
 	}
-}
-
-// h2Requests sends GETs for url on cc one after the other until end or an
-// error, counting into c. It reports whether a request failed.
-func h2Requests(ctx context.Context, cc *http2.ClientConn, url, authz string, end time.Time, reqTimeout time.Duration, c *counts) bool {
-	buf := make([]byte, 32<<10)
-	for time.Now().Before(end) && ctx.Err() == nil {
-		start := time.Now()
-		rctx, rcancel := context.WithDeadline(ctx, earliest(start.Add(reqTimeout), end))
-		status, n, err := h2RoundTrip(rctx, cc, url, authz, buf)
-		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
-		rcancel()
-		switch {
-		case err != nil && !time.Now().Before(end):
-			return false // cut by the end of the run
-		case err != nil && timedOut:
-			c.fail(&c.errs.Timeout, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.requests++
-			c.bytes += n
-			c.latencies = append(c.latencies, time.Since(start))
-			if status > 399 {
-				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
-			}
-		}
-		if err != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// h2RoundTrip sends one GET on cc and reads the response body to its end.
-func h2RoundTrip(ctx context.Context, cc *http2.ClientConn, url, authz string, buf []byte) (int, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	if authz != "" {
-		req.Header["Proxy-Authorization"] = []string{authz}
-	}
-	resp, err := cc.RoundTrip(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
-	if err != nil {
-		return resp.StatusCode, n, fmt.Errorf("h2: read the body: %w", err)
-	}
-	return resp.StatusCode, n, nil
 }
 
 // Receive windows "load h2" advertises, as x/net/http2's client does: 4
@@ -439,20 +359,9 @@ type h2Client struct {
 // to the target) and sends the client preface, SETTINGS and the
 // connection window.
 func (d dialer) dialH2Client(ctx context.Context) (*h2Client, error) {
-	if d.tlsConf == nil {
-		return nil, errors.New("load: HTTP/2 needs -tls")
-	}
-	c, err := d.dialConn(ctx)
+	c, err := d.dialH2Conn(ctx)
 	if err != nil {
 		return nil, err
-	}
-	addr := d.target
-	if d.proxy != "" {
-		addr = d.proxy
-	}
-	if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "h2" {
-		c.Close()
-		return nil, fmt.Errorf("%w: %s chose %q", errNoH2, addr, p)
 	}
 	cl := &h2Client{conn: c, bw: bufio.NewWriterSize(c, 4<<10), nextID: 1}
 	cl.fr = http2.NewFramer(cl.bw, bufio.NewReaderSize(c, 64<<10))
@@ -468,7 +377,7 @@ func (d dialer) dialH2Client(ctx context.Context) (*h2Client, error) {
 	cl.fr.WriteWindowUpdate(0, h2ConnWindow-65535)
 	if err := cl.bw.Flush(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("send HTTP/2 preface to %s: %w", addr, err)
+		return nil, fmt.Errorf("send HTTP/2 preface to %s: %w", d.firstHop(), err)
 	}
 	c.SetDeadline(time.Time{})
 	return cl, nil

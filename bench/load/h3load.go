@@ -5,8 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"time"
 
@@ -43,10 +41,7 @@ func runH3(args []string) error {
 		return fmt.Errorf("h3: %w", err)
 	}
 	d.tlsConf.NextProtos = []string{http3.NextProtoH3}
-	url := "https://" + d.target + *path
-	if d.proxy != "" {
-		url = "http://" + d.target + *path // a forwarded request: :scheme http, :authority the origin
-	}
+	url := d.getURL(*path)
 	if rated, err := rf.check(); rated || err != nil {
 		if err != nil {
 			return fmt.Errorf("h3: %w", err)
@@ -55,31 +50,12 @@ func runH3(args []string) error {
 			return &h3Slot{d: d, url: url, newConn: *newConn}
 		}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
-	defer cancel()
-
-	start := time.Now()
-	end := start.Add(*duration)
 	results := make([]counts, *conns**inflight)
-	var wg sync.WaitGroup
-	for i := range *conns {
-		wg.Go(func() { h3Worker(ctx, d, url, *newConn, end, *reqTimeout, results[i**inflight:(i+1)**inflight]) })
-	}
-	wg.Wait()
-	elapsed := min(time.Since(start), *duration)
+	elapsed := runWindow(*duration, 2**reqTimeout, *conns, func(ctx context.Context, end time.Time, i int) {
+		h3Worker(ctx, d, url, *newConn, end, *reqTimeout, results[i**inflight:(i+1)**inflight])
+	})
 
-	var total counts
-	for i := range results {
-		total.merge(&results[i])
-	}
-	res := HTTPResult{Conns: *conns}
-	res.Requests, res.Bytes, res.Errors = total.requests, total.bytes, total.errs
-	res.DurationUS = elapsed.Microseconds()
-	res.LatencyP50US, res.LatencyP99US, res.LatencyMaxUS = total.percentiles()
-	if total.firstErr != nil {
-		res.FirstError = total.firstErr.Error()
-	}
-	return printMarked(res)
+	return printMarked(httpResult(*conns, results, elapsed))
 }
 
 // h3Worker sends GETs for url on one QUIC connection, len(c) at a time
@@ -89,10 +65,7 @@ func runH3(args []string) error {
 func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.Time, reqTimeout time.Duration, c []counts) {
 	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	addr := d.target
-	if d.proxy != "" {
-		addr = d.proxy
-	}
+	addr := d.firstHop()
 	tr := &http3.Transport{}
 	for time.Now().Before(end) && ctx.Err() == nil {
 		dctx, dcancel := context.WithTimeout(ctx, d.timeout)
@@ -109,7 +82,7 @@ func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.
 		var wg sync.WaitGroup
 		for i := range c {
 			wg.Go(func() {
-				if h3Requests(ctx, cc, url, d.authHeader, newConn, end, reqTimeout, &c[i]) {
+				if getRequests(ctx, cc, func() bool { return cc.Context().Err() == nil }, "h3", url, d.authHeader, newConn, end, reqTimeout, &c[i]) {
 					qc.CloseWithError(0, "") // the others dial again with this one
 				}
 			})
@@ -117,60 +90,6 @@ func h3Worker(ctx context.Context, d dialer, url string, newConn bool, end time.
 		wg.Wait()
 		qc.CloseWithError(0, "")
 	}
-}
-
-// h3Requests sends GETs for url on cc one after the other until end or an
-// error (or after one with newConn), counting into c. It reports whether
-// a request failed, after which the connection is closed.
-func h3Requests(ctx context.Context, cc *http3.ClientConn, url, authz string, newConn bool, end time.Time, reqTimeout time.Duration, c *counts) (failed bool) {
-	buf := make([]byte, 32<<10)
-	for time.Now().Before(end) && ctx.Err() == nil && cc.Context().Err() == nil {
-		start := time.Now()
-		rctx, rcancel := context.WithDeadline(ctx, earliest(start.Add(reqTimeout), end))
-		status, n, err := h3Get(rctx, cc, url, authz, buf)
-		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
-		rcancel()
-		switch {
-		case err != nil && !time.Now().Before(end):
-			return false // cut by the end of the run
-		case err != nil && timedOut:
-			c.fail(&c.errs.Timeout, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.requests++
-			c.bytes += n
-			c.latencies = append(c.latencies, time.Since(start))
-			if status > 399 {
-				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
-			}
-		}
-		if err != nil || newConn {
-			return err != nil
-		}
-	}
-	return false
-}
-
-// h3Get sends one GET on cc and reads the response body to its end.
-func h3Get(ctx context.Context, cc *http3.ClientConn, url, authz string, buf []byte) (int, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	if authz != "" {
-		req.Header["Proxy-Authorization"] = []string{authz}
-	}
-	resp, err := cc.RoundTrip(req)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
-	if err != nil {
-		return resp.StatusCode, n, fmt.Errorf("h3: read the body: %w", err)
-	}
-	return resp.StatusCode, n, nil
 }
 
 // h3Slot is a connection of "load h3 -rate": one QUIC connection with one
@@ -193,11 +112,7 @@ func (h *h3Slot) open(ctx context.Context, _ time.Time) error {
 }
 
 func (h *h3Slot) dial(ctx context.Context) error {
-	addr := h.d.target
-	if h.d.proxy != "" {
-		addr = h.d.proxy
-	}
-	qc, err := quic.DialAddr(ctx, addr, h.d.tlsConf, &quic.Config{})
+	qc, err := quic.DialAddr(ctx, h.d.firstHop(), h.d.tlsConf, &quic.Config{})
 	if err != nil {
 		return fmt.Errorf("%w: %w", errConnect, err)
 	}
@@ -216,7 +131,7 @@ func (h *h3Slot) exchange(ctx context.Context, deadline time.Time) (int64, error
 	if h.buf == nil {
 		h.buf = make([]byte, 32<<10)
 	}
-	status, n, err := h3Get(ctx, h.cc, h.url, h.d.authHeader, h.buf)
+	status, n, err := getBody(ctx, h.cc, "h3", h.url, h.d.authHeader, h.buf)
 	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", errTimeout, err)
 	}

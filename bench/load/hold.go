@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -80,12 +79,12 @@ func runHold(args []string) error {
 		d.tlsConf.NextProtos = []string{http3.NextProtoH3}
 		url := "http://" + d.target + *path
 		open = func(n int, errs *errorLog) []io.Closer {
-			return holdParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) { return holdH3(ctx, d, url) })
+			return dialParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) { return holdH3(ctx, d, url) })
 		}
 	case *df.https:
 		req := httpRequest(d, *path, false)
 		open = func(n int, errs *errorLog) []io.Closer {
-			return holdParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) { return holdHTTPS(ctx, d, req) })
+			return dialParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) { return holdHTTPS(ctx, d, req) })
 		}
 	case *udp:
 		fd, err := newFlowDialer(d, *df.socks, *perConn, "/.well-known/masque/udp/{target_host}/{target_port}/")
@@ -94,7 +93,7 @@ func runHold(args []string) error {
 		}
 		defer fd.close()
 		open = func(n int, errs *errorLog) []io.Closer {
-			return holdParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) {
+			return dialParallel(ctx, n, *par, errs, func(ctx context.Context) (io.Closer, error) {
 				f, err := fd.open(ctx)
 				if err != nil {
 					return nil, err
@@ -185,38 +184,6 @@ func parseSteps(s string) ([]int, error) {
 	return out, nil
 }
 
-// holdParallel opens n of what dial opens with at most par dials in
-// flight and returns those that succeeded; failures go to errs.
-func holdParallel(ctx context.Context, n, par int, errs *errorLog, dial func(context.Context) (io.Closer, error)) []io.Closer {
-	out := make([]io.Closer, n)
-	sem := make(chan struct{}, par)
-	var wg sync.WaitGroup
-	for i := range n {
-		if ctx.Err() != nil {
-			errs.add(ctx.Err())
-			break
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			c, err := dial(ctx)
-			if err != nil {
-				errs.add(err)
-				return
-			}
-			out[i] = c
-		})
-	}
-	wg.Wait()
-	ok := out[:0]
-	for _, c := range out {
-		if c != nil {
-			ok = append(ok, c)
-		}
-	}
-	return ok
-}
-
 // quicCloser closes a held QUIC connection.
 type quicCloser struct{ *quic.Conn }
 
@@ -233,7 +200,7 @@ func holdH3(ctx context.Context, d dialer, url string) (io.Closer, error) {
 		return nil, fmt.Errorf("QUIC dial %s: %w", d.proxy, err)
 	}
 	cc := (&http3.Transport{}).NewClientConn(qc)
-	status, _, err := h3Get(ctx, cc, url, d.authHeader, make([]byte, 4<<10))
+	status, _, err := getBody(ctx, cc, "h3", url, d.authHeader, make([]byte, 4<<10))
 	if err == nil && status != 200 {
 		err = fmt.Errorf("status %d", status)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -47,6 +48,33 @@ func (c *counts) fail(n *int64, err error) {
 	*n++
 	if c.firstErr == nil {
 		c.firstErr = err
+	}
+}
+
+// complete counts a request whose response is complete: its n bytes,
+// its latency since start, and a status above 399 as an error.
+func (c *counts) complete(start time.Time, status int, n int64) {
+	c.requests++
+	c.bytes += n
+	c.latencies = append(c.latencies, time.Since(start))
+	if status > 399 {
+		c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
+	}
+}
+
+// record counts the outcome of an exchange begun at start and not cut by
+// the end of the run: by err a timeout, a failed write or a failed read;
+// without one a complete response (see complete).
+func (c *counts) record(start time.Time, status int, n int64, err error) {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		c.fail(&c.errs.Timeout, err)
+	case errors.Is(err, errWrite):
+		c.fail(&c.errs.Write, err)
+	case err != nil:
+		c.fail(&c.errs.Read, err)
+	default:
+		c.complete(start, status, n)
 	}
 }
 
@@ -110,32 +138,32 @@ func runHTTP(args []string) error {
 			return &httpSlot{d: d, req: req, newConn: *newConn}
 		}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
-	defer cancel()
-
-	start := time.Now()
-	end := start.Add(*duration)
 	results := make([]counts, *conns)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Go(func() { httpWorker(ctx, d, req, *newConn, end, *reqTimeout, &results[i]) })
-	}
-	wg.Wait()
-	elapsed := min(time.Since(start), *duration)
+	elapsed := runWindow(*duration, 2**reqTimeout, *conns, func(ctx context.Context, end time.Time, i int) {
+		httpWorker(ctx, d, req, *newConn, end, *reqTimeout, &results[i])
+	})
 
+	res := httpResult(*conns, results, elapsed)
+	res.Handshakes, res.Resumed = d.handshakes.Load(), d.resumed.Load()
+	res.Curves, res.Cert = d.seen.result()
+	return printMarked(res)
+}
+
+// httpResult sums the counts of a run of conns connections over elapsed
+// into its result, the TLS figures left for the caller.
+func httpResult(conns int, results []counts, elapsed time.Duration) HTTPResult {
 	var total counts
 	for i := range results {
 		total.merge(&results[i])
 	}
-	res := HTTPResult{Conns: *conns, Handshakes: d.handshakes.Load(), Resumed: d.resumed.Load()}
-	res.Curves, res.Cert = d.seen.result()
+	res := HTTPResult{Conns: conns}
 	res.Requests, res.Bytes, res.Errors = total.requests, total.bytes, total.errs
 	res.DurationUS = elapsed.Microseconds()
 	res.LatencyP50US, res.LatencyP99US, res.LatencyMaxUS = total.percentiles()
 	if total.firstErr != nil {
 		res.FirstError = total.firstErr.Error()
 	}
-	return printMarked(res)
+	return res
 }
 
 // httpRequest formats the request once: absolute form with
@@ -195,28 +223,68 @@ func httpWorker(ctx context.Context, d dialer, req []byte, newConn bool, end tim
 		}
 		conn.SetDeadline(earliest(start.Add(reqTimeout), end))
 		status, n, closed, err := exchange(conn, br, cur)
-		switch {
-		case err != nil && time.Now().After(end):
+		if err != nil && time.Now().After(end) {
 			return // cut by the end of the run
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.fail(&c.errs.Timeout, err)
-		case errors.Is(err, errWrite):
-			c.fail(&c.errs.Write, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.requests++
-			c.bytes += n
-			c.latencies = append(c.latencies, time.Since(start))
-			if status > 399 {
-				c.fail(&c.errs.Status, fmt.Errorf("status %d", status))
-			}
 		}
+		c.record(start, status, n, err)
 		if err != nil || closed || newConn {
 			conn.Close()
 			conn = nil
 		}
 	}
+}
+
+// getRequests sends GETs for url on rt (an HTTP/2 or HTTP/3 client
+// connection, proto naming which) one after the other until end or an
+// error (or after one with once), counting into c; alive, where not nil,
+// says whether rt's connection still takes requests. It reports whether
+// a request failed, after which the caller closes the connection.
+func getRequests(ctx context.Context, rt http.RoundTripper, alive func() bool, proto, url, authz string, once bool, end time.Time, reqTimeout time.Duration, c *counts) (failed bool) {
+	buf := make([]byte, 32<<10)
+	for time.Now().Before(end) && ctx.Err() == nil && (alive == nil || alive()) {
+		start := time.Now()
+		rctx, rcancel := context.WithDeadline(ctx, earliest(start.Add(reqTimeout), end))
+		status, n, err := getBody(rctx, rt, proto, url, authz, buf)
+		timedOut := errors.Is(rctx.Err(), context.DeadlineExceeded)
+		rcancel()
+		switch {
+		case err != nil && !time.Now().Before(end):
+			return false // cut by the end of the run
+		case err != nil && timedOut:
+			c.fail(&c.errs.Timeout, err)
+		case err != nil:
+			c.fail(&c.errs.Read, err)
+		default:
+			c.complete(start, status, n)
+		}
+		if err != nil || once {
+			return err != nil
+		}
+	}
+	return false
+}
+
+// getBody sends one GET for url on rt, with Proxy-Authorization authz
+// where not empty, and reads the response body to its end through buf.
+// proto names the protocol in the error of a body cut short.
+func getBody(ctx context.Context, rt http.RoundTripper, proto, url, authz string, buf []byte) (int, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	if authz != "" {
+		req.Header["Proxy-Authorization"] = []string{authz}
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.CopyBuffer(io.Discard, resp.Body, buf)
+	if err != nil {
+		return resp.StatusCode, n, fmt.Errorf("%s: read the body: %w", proto, err)
+	}
+	return resp.StatusCode, n, nil
 }
 
 // errWrite marks a failure to send a request.
@@ -299,6 +367,23 @@ func readHead(br *bufio.Reader) (status int, n, length int64, closed bool, err e
 			return status, n, length, closed, errors.New("load: chunked response not supported")
 		}
 	}
+}
+
+// runWindow runs work(ctx, end, i) for each i under workers, each in a
+// goroutine of its own, over a measuring window of duration from now
+// that ends at end, their ctx ending grace after it. It returns the time
+// the window took, at most duration.
+func runWindow(duration, grace time.Duration, workers int, work func(ctx context.Context, end time.Time, i int)) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), duration+grace)
+	defer cancel()
+	start := time.Now()
+	end := start.Add(duration)
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() { work(ctx, end, i) })
+	}
+	wg.Wait()
+	return min(time.Since(start), duration)
 }
 
 // earliest returns the earlier of a and b.

@@ -235,16 +235,32 @@ func (d dialer) dialHTTP(ctx context.Context) (net.Conn, string, error) {
 	return tc, auth, nil
 }
 
+// firstHop returns the address connections are opened to: the proxy, or
+// the target without a proxy.
+func (d dialer) firstHop() string {
+	if d.proxy != "" {
+		return d.proxy
+	}
+	return d.target
+}
+
+// getURL returns the URL of a GET for path on the target: a forwarded
+// request (:scheme http, :authority the origin) through a proxy, an https
+// one straight to the origin.
+func (d dialer) getURL(path string) string {
+	if d.proxy != "" {
+		return "http://" + d.target + path
+	}
+	return "https://" + d.target + path
+}
+
 // dialConn opens the connection to the proxy (or to the target without a
 // proxy), with its TLS handshake done when the dialer speaks TLS.
 func (d dialer) dialConn(ctx context.Context) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.timeout)
 	defer cancel()
 	var nd net.Dialer
-	addr := d.target
-	if d.proxy != "" {
-		addr = d.proxy
-	}
+	addr := d.firstHop()
 	c, err := nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)

@@ -383,17 +383,10 @@ func runUDP(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+2*d.timeout)
-	defer cancel()
-	start := time.Now()
-	end := start.Add(*duration)
 	results := make([]udpCounts, *flows)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Go(func() { udpWorker(ctx, fd, *size, end, *reqTimeout, &results[i]) })
-	}
-	wg.Wait()
-	elapsed := min(time.Since(start), *duration)
+	elapsed := runWindow(*duration, 2*d.timeout, *flows, func(ctx context.Context, end time.Time, i int) {
+		udpWorker(ctx, fd, *size, end, *reqTimeout, &results[i])
+	})
 	res := UDPResult{Flows: *flows, DurationUS: elapsed.Microseconds()}
 	var total counts
 	for i := range results {

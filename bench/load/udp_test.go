@@ -255,7 +255,7 @@ func TestHoldH3(t *testing.T) {
 	d.tlsConf = h3TLS.Clone()
 	d.tlsConf.NextProtos = []string{"h3"}
 	var errs errorLog
-	held := holdParallel(context.Background(), 5, 2, &errs, func(ctx context.Context) (io.Closer, error) {
+	held := dialParallel(context.Background(), 5, 2, &errs, func(ctx context.Context) (io.Closer, error) {
 		return holdH3(ctx, d, "http://"+d.target+"/1k")
 	})
 	for _, c := range held {

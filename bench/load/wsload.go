@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"sync"
 	"time"
 )
 
@@ -93,21 +91,11 @@ func runWS(args []string) error {
 			return &wsSlot{w: wsWorker{d: d, upgrade: upgrade, frame: frame, size: *size, timeout: *reqTimeout}, newConn: *newConn}
 		}))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *duration+2**reqTimeout)
-	defer cancel()
-
-	start := time.Now()
-	end := start.Add(*duration)
 	results := make([]wsCounts, *conns)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Go(func() {
-			w := wsWorker{d: d, upgrade: upgrade, frame: frame, size: *size, end: end, timeout: *reqTimeout, c: &results[i]}
-			w.run(ctx, *newConn)
-		})
-	}
-	wg.Wait()
-	elapsed := min(time.Since(start), *duration)
+	elapsed := runWindow(*duration, 2**reqTimeout, *conns, func(ctx context.Context, end time.Time, i int) {
+		w := wsWorker{d: d, upgrade: upgrade, frame: frame, size: *size, end: end, timeout: *reqTimeout, c: &results[i]}
+		w.run(ctx, *newConn)
+	})
 
 	var total counts
 	res := WSResult{Conns: *conns, Handshakes: d.handshakes.Load(), Resumed: d.resumed.Load(), DurationUS: elapsed.Microseconds()}
@@ -190,20 +178,10 @@ func (w *wsWorker) run(ctx context.Context, newConn bool) {
 			start = time.Now()
 		}
 		err := w.echo(conn, br)
-		switch {
-		case err != nil && time.Now().After(w.end):
+		if err != nil && time.Now().After(w.end) {
 			return // cut by the end of the run
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.fail(&c.errs.Timeout, err)
-		case errors.Is(err, errWrite):
-			c.fail(&c.errs.Write, err)
-		case err != nil:
-			c.fail(&c.errs.Read, err)
-		default:
-			c.requests++
-			c.bytes += int64(w.size)
-			c.latencies = append(c.latencies, time.Since(start))
 		}
+		c.record(start, 0, int64(w.size), err)
 		if err != nil || newConn {
 			conn.Close()
 			conn = nil

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -41,32 +40,7 @@ func TestSNICheck(t *testing.T) {
 		return c
 	}
 
-	good := tls.Client(open(), e.ClientConfig())
-	if err := good.Handshake(); err != nil {
-		t.Fatalf("TLS through the checked stream: %v", err)
-	}
-	io.WriteString(good, "ping")
-	buf := make([]byte, 4)
-	if _, err := io.ReadFull(good, buf); err != nil || string(buf) != "ping" {
-		t.Fatalf("echo through the checked stream: %q %v", buf, err)
-	}
-	good.Close()
-
-	before := e.Conns()
-	fronted := tls.Client(open(), &tls.Config{ServerName: "blocked.example", InsecureSkipVerify: true})
-	if err := fronted.Handshake(); err == nil {
-		t.Fatal("a fronted hello got through an HTTP/2 stream under match")
-	}
-	if n := e.Conns() - before; n != 0 {
-		t.Errorf("the origin got %d connections for a fronted stream, want none", n)
-	}
-	proxytest.WaitFor(t, "2 access log records", func() bool { return strings.Count(out.String(), "\n") >= 2 })
-	log := out.String()
-	for _, want := range []string{`"sni":"localhost"`, `"sni":"blocked.example"`, `"reason":"sni-mismatch"`, `"protocol":"h2"`} {
-		if !strings.Contains(log, want) {
-			t.Errorf("access log lacks %s:\n%s", want, log)
-		}
-	}
+	proxytest.CheckSNIMatch(t, e, open, &out, "h2", "an HTTP/2 stream")
 }
 
 // TestSNICheckTrickle sends a ClientHello in one-byte records, a few

@@ -68,25 +68,41 @@ func TestHTTPSListenerH2(t *testing.T) {
 	defer resp.Body.Close()
 
 	// Shutdown waits for the tunnel, which keeps working meanwhile.
+	shut := shutdownAsync(s)
+	time.Sleep(100 * time.Millisecond)
+	checkDrained(t, shut, pw, resp.Body, "HTTP/2")
+}
+
+// shutdownAsync starts s's Shutdown, given 5 s, and returns where its
+// result will be.
+func shutdownAsync(s *Server) <-chan error {
 	shut := make(chan error, 1)
 	go func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer scancel()
 		shut <- s.Shutdown(sctx)
 	}()
-	time.Sleep(100 * time.Millisecond)
+	return shut
+}
+
+// checkDrained checks that a shutdown under way (its result to come on
+// shut) waits for a tunnel of proto, written through pw and read from
+// body, while the tunnel goes on working, and returns once the client
+// ends it.
+func checkDrained(t *testing.T, shut <-chan error, pw io.WriteCloser, body io.Reader, proto string) {
+	t.Helper()
 	io.WriteString(pw, "during shutdown")
 	buf := make([]byte, len("during shutdown"))
-	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "during shutdown" {
+	if _, err := io.ReadFull(body, buf); err != nil || string(buf) != "during shutdown" {
 		t.Fatalf("tunnel during shutdown: %q, %v", buf, err)
 	}
 	select {
 	case err := <-shut:
-		t.Fatalf("Shutdown returned (%v) while an HTTP/2 tunnel was open", err)
+		t.Fatalf("Shutdown returned (%v) while an %s tunnel was open", err, proto)
 	default:
 	}
 	pw.Close()
-	if _, err := io.ReadAll(resp.Body); err != nil {
+	if _, err := io.ReadAll(body); err != nil {
 		t.Fatalf("tunnel end: %v", err)
 	}
 	select {

@@ -89,39 +89,13 @@ func TestHTTPSListenerH3(t *testing.T) {
 	}
 	defer resp.Body.Close()
 
-	shut := make(chan error, 1)
-	go func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		shut <- s.Shutdown(sctx)
-	}()
+	shut := shutdownAsync(s)
 	// GOAWAY: the client's next request is refused, the tunnel goes on.
 	proxytest.WaitFor(t, "the GOAWAY to refuse a new request", func() bool {
 		_, _, err := h3Get(t, cc, origin.URL+"/late", auth)
 		return err != nil
 	})
-	io.WriteString(pw, "during shutdown")
-	buf := make([]byte, len("during shutdown"))
-	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "during shutdown" {
-		t.Fatalf("tunnel during shutdown: %q, %v", buf, err)
-	}
-	select {
-	case err := <-shut:
-		t.Fatalf("Shutdown returned (%v) while an HTTP/3 tunnel was open", err)
-	default:
-	}
-	pw.Close()
-	if _, err := io.ReadAll(resp.Body); err != nil {
-		t.Fatalf("tunnel end: %v", err)
-	}
-	select {
-	case err := <-shut:
-		if err != nil {
-			t.Fatalf("Shutdown: %v, want the connection drained", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Shutdown did not return after the tunnel ended")
-	}
+	checkDrained(t, shut, pw, resp.Body, "HTTP/3")
 }
 
 // TestReloadH3 checks that a reload that turns http3 on for a listener it

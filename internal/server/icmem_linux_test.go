@@ -12,14 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 	xproxy "golang.org/x/net/proxy"
-	"golang.org/x/sys/unix"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
@@ -59,15 +57,8 @@ func TestIdleInterceptedMemory(t *testing.T) {
 		t.Skip("opens 1,000 TLS connections twice")
 	}
 	const warm, conns = 50, 1000
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < 4*(warm+conns)+1000 {
-		t.Skipf("needs %d open files, the limit is %d", 4*(warm+conns)+1000, lim.Cur)
-	}
-	if os.Getenv("ICEPT_MEMORY_PROFILE") != "" {
-		prev := runtime.MemProfileRate
-		runtime.MemProfileRate = 1
-		t.Cleanup(func() { runtime.MemProfileRate = prev })
-	}
+	requireOpenFiles(t, 4*(warm+conns)+1000)
+	sampleEveryAllocation(t, "ICEPT_MEMORY_PROFILE")
 	var spliced, tlsSpliced, intercepted, socksIntercepted, tlsIntercepted idleMem
 	t.Run(idleSpliced, func(t *testing.T) { spliced = measureIdleTLS(t, warm, conns, idleSpliced) })
 	t.Run(idleTLSSpliced, func(t *testing.T) { tlsSpliced = measureIdleTLS(t, warm, conns, idleTLSSpliced) })
@@ -326,18 +317,12 @@ func measureIdleTLS(t *testing.T, warm, conns int, kind string) idleMem {
 		fmt.Sprintf("ICEPT_MEMORY_N=%d", conns),
 		fmt.Sprintf("ICEPT_MEMORY_WARM=%d", warm),
 	)
-	profile := func(suffix string) {
-		t.Helper()
-		if path := os.Getenv("ICEPT_MEMORY_PROFILE"); path != "" {
-			proxytest.WriteProfiles(t, path+"."+kind+suffix, "heap")
-		}
-	}
 
 	child.Expect("warm")
 	goroutines, fds := runtime.NumGoroutine(), openFiles(t)
 	m0 := proxytest.SettledMem()
 	rss0 := proxytest.VMRSS()
-	profile(".base")
+	writeHeapProfile(t, "ICEPT_MEMORY_PROFILE", "."+kind+".base")
 	child.Send("go")
 	child.Expect("open")
 	// Memory settles once what the requests left behind is gone: the
@@ -356,7 +341,7 @@ func measureIdleTLS(t *testing.T, warm, conns int, kind string) idleMem {
 	}
 	m1 := proxytest.SettledMem()
 	rss1 := proxytest.VMRSS()
-	profile("")
+	writeHeapProfile(t, "ICEPT_MEMORY_PROFILE", "."+kind)
 	n := float64(conns)
 	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / n }
 	m := idleMem{live: per(m0.Live, m1.Live), heap: per(m0.Heap, m1.Heap), stacks: per(m0.Stacks, m1.Stacks)}
@@ -394,14 +379,7 @@ func TestIdleInterceptedHelper(t *testing.T) {
 	if os.Getenv("ICEPT_MEMORY_HELPER") != "1" {
 		t.Skip("run by TestIdleInterceptedMemory")
 	}
-	n, err := strconv.Atoi(os.Getenv("ICEPT_MEMORY_N"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	warm, err := strconv.Atoi(os.Getenv("ICEPT_MEMORY_WARM"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, warm := envInt(t, "ICEPT_MEMORY_N"), envInt(t, "ICEPT_MEMORY_WARM")
 	cert, err := tls.LoadX509KeyPair(os.Getenv("ICEPT_MEMORY_CERT"), os.Getenv("ICEPT_MEMORY_KEY"))
 	if err != nil {
 		t.Fatal(err)

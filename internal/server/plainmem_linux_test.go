@@ -7,11 +7,8 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/config"
@@ -36,15 +33,8 @@ func TestIdlePlainTunnelMemory(t *testing.T) {
 		t.Skip("opens 2,000 tunnels twice")
 	}
 	const warm, tunnels = 50, 2000
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < 2*(warm+tunnels)+1000 {
-		t.Skipf("needs %d open files, the limit is %d", 2*(warm+tunnels)+1000, lim.Cur)
-	}
-	if os.Getenv("PLAIN_MEMORY_PROFILE") != "" {
-		prev := runtime.MemProfileRate
-		runtime.MemProfileRate = 1
-		t.Cleanup(func() { runtime.MemProfileRate = prev })
-	}
+	requireOpenFiles(t, 2*(warm+tunnels)+1000)
+	sampleEveryAllocation(t, "PLAIN_MEMORY_PROFILE")
 	tests := []struct {
 		name      string
 		accessLog bool
@@ -128,18 +118,12 @@ func measureIdlePlain(t *testing.T, warm, tunnels int, withLog bool) (live, stac
 		}
 		return proxytest.SettledMem()
 	}
-	profile := func(suffix string) {
-		t.Helper()
-		if path := os.Getenv("PLAIN_MEMORY_PROFILE"); path != "" {
-			proxytest.WriteProfiles(t, path+suffix, "heap")
-		}
-	}
 
 	child.Expect("warm")
 	goroutines := runtime.NumGoroutine()
 	m0 := settle(goroutines)
 	rss0 := proxytest.VMRSS()
-	profile(".base")
+	writeHeapProfile(t, "PLAIN_MEMORY_PROFILE", ".base")
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	child.Send("go")
@@ -147,7 +131,7 @@ func measureIdlePlain(t *testing.T, warm, tunnels int, withLog bool) (live, stac
 	runtime.ReadMemStats(&ms1)
 	m1 := settle(goroutines)
 	rss1 := proxytest.VMRSS()
-	profile("")
+	writeHeapProfile(t, "PLAIN_MEMORY_PROFILE", "")
 	if g := runtime.NumGoroutine() - goroutines; g > tunnels/100 {
 		t.Errorf("%d goroutines more with %d idle tunnels; an idle tunnel on the engine has none", g, tunnels)
 	}
@@ -169,14 +153,7 @@ func TestIdlePlainTunnelHelper(t *testing.T) {
 	if os.Getenv("PLAIN_MEMORY_HELPER") != "1" {
 		t.Skip("run by TestIdlePlainTunnelMemory")
 	}
-	n, err := strconv.Atoi(os.Getenv("PLAIN_MEMORY_N"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	warm, err := strconv.Atoi(os.Getenv("PLAIN_MEMORY_WARM"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, warm := envInt(t, "PLAIN_MEMORY_N"), envInt(t, "PLAIN_MEMORY_WARM")
 	proxy := os.Getenv("PLAIN_MEMORY_PROXY")
 	echo := proxytest.NewEcho(t)
 	auth := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("alice:pw"))

@@ -50,6 +50,22 @@ func startHTTPParent(t *testing.T) (addr string, access *logBuffer, m *metrics.M
 	return addrs["phttp"], access, m
 }
 
+// headerOrigins starts two HTTP origins that answer "origin METHOD
+// PATH" and send the header of each request they get to seen, which
+// holds n.
+func headerOrigins(t *testing.T, n int) (seen chan http.Header, o1, o2 *httptest.Server) {
+	t.Helper()
+	seen = make(chan http.Header, n)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+		io.WriteString(w, "origin "+r.Method+" "+r.URL.Path)
+	})
+	o1, o2 = httptest.NewServer(h), httptest.NewServer(h)
+	t.Cleanup(o1.Close)
+	t.Cleanup(o2.Close)
+	return seen, o1, o2
+}
+
 // parentRecords returns the records of a parent's access log.
 func parentRecords(t *testing.T, access *logBuffer) []parentRecord {
 	t.Helper()
@@ -149,14 +165,7 @@ func TestRoutesRetry(t *testing.T) {
 // key. A GET whose first parent closes the connection before answering
 // is sent again through the next parent.
 func TestRoutesH2HTTPParent(t *testing.T) {
-	seen := make(chan http.Header, 8)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen <- r.Header.Clone()
-		io.WriteString(w, "origin "+r.Method+" "+r.URL.Path)
-	})
-	o1, o2 := httptest.NewServer(h), httptest.NewServer(h)
-	t.Cleanup(o1.Close)
-	t.Cleanup(o2.Close)
+	seen, o1, o2 := headerOrigins(t, 8)
 	paddr, pAccess, pm := startHTTPParent(t)
 	hangup := proxytest.NewOrigin(t, proxytest.Hangup())
 	tl, roots := proxyCerts(t)
@@ -264,11 +273,19 @@ func wsThrough(t *testing.T, proxyURL, origin string) {
 		t.Fatal(err)
 	}
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}, Timeout: 10 * time.Second}
+	wsEchoVia(t, client, origin, proxyURL)
+}
+
+// wsEchoVia opens a WebSocket to origin (a wsEcho) with coder/websocket
+// through client, whose proxy via names, and checks that two messages
+// come back.
+func wsEchoVia(t *testing.T, client *http.Client, origin, via string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, origin, &websocket.DialOptions{HTTPClient: client})
 	if err != nil {
-		t.Fatalf("WebSocket through %s: %v", proxyURL, err)
+		t.Fatalf("WebSocket through %s: %v", via, err)
 	}
 	defer c.CloseNow()
 	for _, m := range []string{"one", strings.Repeat("x", 20000)} {

@@ -380,32 +380,14 @@ func TestRoutesHealth(t *testing.T) {
 // never reach the origin, and the keep-alive connection to the parent is
 // reused for another origin and another client connection.
 func TestRoutesHTTPParentForward(t *testing.T) {
-	seen := make(chan http.Header, 4)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen <- r.Header.Clone()
-		io.WriteString(w, "origin "+r.Method+" "+r.URL.Path)
-	})
-	o1, o2 := httptest.NewServer(h), httptest.NewServer(h)
-	t.Cleanup(o1.Close)
-	t.Cleanup(o2.Close)
+	seen, o1, o2 := headerOrigins(t, 4)
 
-	pcfg := config.Default()
-	pcfg.Workers = 1
-	pcfg.AllowPrivate = []string{"127.0.0.0/8"}
-	pcfg.Auth.Users = []config.User{{Name: "parent", Password: "ppw"}}
-	pcfg.Listen = []config.Listener{{Name: "phttp", Address: "127.0.0.1:0", Protocol: "http"}}
-	pcfg.SetDefaults()
-	if err := pcfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	pm := metrics.New(metrics.Config{})
-	pAccess := &logBuffer{}
-	_, paddrs := startLogged(t, pcfg, nil, pAccess, WithMetrics(pm))
+	paddr, pAccess, pm := startHTTPParent(t)
 
 	addrs, access, _ := startRouted(t, func(c *config.Config) {
 		c.AllowPrivate = []string{"127.0.0.0/8"}
 		c.Auth.Users = []config.User{{Name: "alice", Password: "apw"}}
-		c.Parents = []config.Parent{{Name: "up", URL: "http://parent:ppw@" + paddrs["phttp"]}}
+		c.Parents = []config.Parent{{Name: "up", URL: "http://parent:ppw@" + paddr}}
 		c.Routes = []config.Route{{Name: "all", Via: config.Strings{"up"}}}
 	})
 	for i, u := range []string{o1.URL + "/one", o2.URL + "/two"} {
@@ -417,18 +399,8 @@ func TestRoutesHTTPParentForward(t *testing.T) {
 			t.Errorf("the origin got Proxy-Authorization %q", hdr.Get("Proxy-Authorization"))
 		}
 	}
-	var precs []struct {
-		User, Protocol, Target string
-	}
 	proxytest.WaitFor(t, "the parent's two records", func() bool { return strings.Count(pAccess.String(), "\n") >= 2 })
-	for line := range strings.SplitSeq(strings.TrimSpace(pAccess.String()), "\n") {
-		var r struct{ User, Protocol, Target string }
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatal(err)
-		}
-		precs = append(precs, r)
-	}
-	for i, r := range precs {
+	for i, r := range parentRecords(t, pAccess) {
 		want := []string{o1.URL + "/one", o2.URL + "/two"}[i]
 		if r.User != "parent" || r.Protocol != "http" || r.Target != want {
 			t.Errorf("parent record %d: %+v, want user parent, protocol http, target %s", i, r, want)
@@ -438,8 +410,8 @@ func TestRoutesHTTPParentForward(t *testing.T) {
 		t.Errorf("the parent accepted %v connections for two requests, want 1 (kept alive)", got)
 	}
 	for i := 1; i <= 2; i++ {
-		if r := lastRecord(t, access, i); r.Route != "all" || r.Parent != "up" || r.Upstream != paddrs["phttp"] {
-			t.Errorf("record %d: %+v, want route all, parent up, upstream %s", i, r, paddrs["phttp"])
+		if r := lastRecord(t, access, i); r.Route != "all" || r.Parent != "up" || r.Upstream != paddr {
+			t.Errorf("record %d: %+v, want route all, parent up, upstream %s", i, r, paddr)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -21,8 +20,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/rustle-proxy/rustle/internal/config"
 	"github.com/rustle-proxy/rustle/internal/tlsconf"
@@ -126,40 +123,8 @@ func TestHTTPSListener(t *testing.T) {
 	})
 
 	t.Run("websocket", func(t *testing.T) {
-		ws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			c, err := websocket.Accept(w, r, nil)
-			if err != nil {
-				return
-			}
-			defer c.CloseNow()
-			for {
-				typ, msg, err := c.Read(r.Context())
-				if err != nil {
-					return
-				}
-				c.Write(r.Context(), typ, msg)
-			}
-		}))
-		t.Cleanup(ws.Close)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		c, _, err := websocket.Dial(ctx, ws.URL, &websocket.DialOptions{HTTPClient: httpsClient(proxy, "alice", "pw", roots, nil)})
-		if err != nil {
-			t.Fatalf("WebSocket through the https proxy: %v", err)
-		}
-		defer c.CloseNow()
-		for _, m := range []string{"one", strings.Repeat("x", 20000)} {
-			if err := c.Write(ctx, websocket.MessageText, []byte(m)); err != nil {
-				t.Fatal(err)
-			}
-			_, got, err := c.Read(ctx)
-			if err != nil || string(got) != m {
-				t.Fatalf("echo: %v, %d bytes back for %d", err, len(got), len(m))
-			}
-		}
-		if err := c.Close(websocket.StatusNormalClosure, ""); err != nil {
-			t.Fatalf("close handshake: %v", err)
-		}
+		ws := wsEcho(t)
+		wsEchoVia(t, httpsClient(proxy, "alice", "pw", roots, nil), ws.URL, "the https proxy")
 	})
 }
 
