@@ -44,7 +44,10 @@ func TestIdlePlainTunnelMemory(t *testing.T) {
 		// engine's 128 and the gate's 80, the admission's 48, the
 		// engine's indexes), 460 with the access log's record (the
 		// tunnel's 16 bytes of tunnelMore, the record's 144 and its
-		// target's copy). When the tunnel kept the whole
+		// target's copy). When every authenticated tunnel kept a
+		// tunnelGive (96 bytes) naming its account for an extra
+		// upstream it did not hold: 405 and 565, the access-log row
+		// over its bound. When the tunnel kept the whole
 		// accesslog.Record (384 bytes, its strings) and the
 		// tunnelMore of a quota's tunnel (112): 810. When it kept a
 		// copy of the grant, and the session with its contexts:
