@@ -1,7 +1,6 @@
 package h2
 
 import (
-	"encoding/binary"
 	"net"
 	"os"
 	"sync"
@@ -81,19 +80,13 @@ type streamConn struct {
 	rdl           time.Time   // the read deadline; guarded by the connection's mu
 	timer         *time.Timer // waits for rdl
 
-	// The TLS record being read, owned by the reader: hdr holds the
-	// first hn bytes of its header, body is what is left of its body.
-	hdr  [5]byte
-	hn   int
-	body int
+	// bounds follows the TLS records being read; owned by the reader.
+	bounds tunnel.RecordBounds
 }
 
 func (sc *streamConn) Read(p []byte) (int, error) {
-	switch {
-	case sc.body > 0:
-		p = p[:min(len(p), sc.body)]
-	case len(p) > len(sc.hdr)-sc.hn:
-		p = p[:len(sc.hdr)-sc.hn]
+	if lim := sc.bounds.Limit(); len(p) > lim {
+		p = p[:lim]
 	}
 	s := sc.s
 	c := s.c
@@ -107,14 +100,7 @@ func (sc *streamConn) Read(p []byte) (int, error) {
 	}
 	n, err := streamReader{s}.readLocked(p)
 	c.mu.Unlock()
-	if sc.body > 0 {
-		sc.body -= n
-	} else if n > 0 {
-		sc.hn += copy(sc.hdr[sc.hn:], p[:n])
-		if sc.hn == len(sc.hdr) {
-			sc.hn, sc.body = 0, int(binary.BigEndian.Uint16(sc.hdr[3:]))
-		}
-	}
+	sc.bounds.Advance(p[:n])
 	return n, err
 }
 

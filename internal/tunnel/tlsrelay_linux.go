@@ -52,9 +52,6 @@ import (
 )
 
 const (
-	// recordHeaderLen is the length of a TLS record header: type (1),
-	// legacy version (2), length (2).
-	recordHeaderLen = 5
 	// recordTypeHandshake is the content type of a handshake record.
 	recordTypeHandshake = 22
 
@@ -78,42 +75,6 @@ type wouldBlockError struct{}
 func (wouldBlockError) Error() string   { return "tunnel: TLS socket has nothing to read" }
 func (wouldBlockError) Timeout() bool   { return false }
 func (wouldBlockError) Temporary() bool { return true }
-
-// recordBounds follows TLS record boundaries in a byte stream by parsing
-// the record headers that pass.
-type recordBounds struct {
-	hdr  [recordHeaderLen]byte // the next record's header, hdrN bytes of it so far
-	hdrN int
-	body int // bytes of the current record's body still to come
-}
-
-// limit returns how many bytes may be read now without going past the end
-// of the current record's header or body.
-func (b *recordBounds) limit() int {
-	if b.body > 0 {
-		return b.body
-	}
-	return recordHeaderLen - b.hdrN
-}
-
-// advance accounts for bytes p that were read from the stream.
-func (b *recordBounds) advance(p []byte) {
-	for len(p) > 0 {
-		if b.body > 0 {
-			k := min(b.body, len(p))
-			b.body -= k
-			p = p[k:]
-			continue
-		}
-		k := copy(b.hdr[b.hdrN:], p)
-		b.hdrN += k
-		p = p[k:]
-		if b.hdrN == recordHeaderLen {
-			b.body = int(b.hdr[3])<<8 | int(b.hdr[4])
-			b.hdrN = 0
-		}
-	}
-}
 
 // rawReader reads a socket without waiting, through its RawConn. Its
 // fields are owned by the one goroutine that reads the socket.
@@ -245,7 +206,7 @@ type recordConn struct {
 	rc syscall.RawConn // tc's; nil if it has none (then reads go to tc)
 
 	// The fields below are owned by the reading goroutine.
-	bounds recordBounds
+	bounds RecordBounds
 	hello  helloSplit // the connection's first record, as Read hands it out
 	// ahead holds bytes read from the socket that crypto/tls has not
 	// asked for yet, ahead[ar:aw]; nil when there are none: it is
@@ -584,12 +545,12 @@ func (c *recordConn) readFragment(p []byte) (int, error) {
 // read is Read past the first record.
 func (c *recordConn) read(p []byte) (int, error) {
 	room := p
-	if lim := c.bounds.limit(); len(p) > lim {
+	if lim := c.bounds.Limit(); len(p) > lim {
 		p = p[:lim]
 	}
 	if c.rc == nil {
 		n, err := c.tc.Read(p)
-		c.bounds.advance(p[:n])
+		c.bounds.Advance(p[:n])
 		return n, err
 	}
 	if c.ar == c.aw {
@@ -600,7 +561,7 @@ func (c *recordConn) read(p []byte) (int, error) {
 	atHeader := c.bounds.body == 0
 	n := copy(p, c.ahead[c.ar:c.aw])
 	c.ar += n
-	c.bounds.advance(p[:n])
+	c.bounds.Advance(p[:n])
 	if atHeader && c.bounds.body > 0 && c.ar < c.aw {
 		// The header is whole and its body was read ahead too: hand
 		// on as much of the body as fits, so that crypto/tls takes a
@@ -611,7 +572,7 @@ func (c *recordConn) read(p []byte) (int, error) {
 		}
 		k := copy(q, c.ahead[c.ar:c.aw])
 		c.ar += k
-		c.bounds.advance(q[:k])
+		c.bounds.Advance(q[:k])
 		n += k
 	}
 	if c.ar == c.aw {

@@ -669,10 +669,10 @@ func TestRecordConn(t *testing.T) {
 // (limit is always positive).
 func FuzzRecordBounds(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stream []byte, chunks []byte) {
-		var b recordBounds
+		var b RecordBounds
 		var reads []int
 		for pos, i := 0, 0; pos < len(stream); i++ {
-			lim := b.limit()
+			lim := b.Limit()
 			if lim <= 0 || lim > 0xffff {
 				t.Fatalf("limit %d at %d", lim, pos)
 			}
@@ -681,7 +681,7 @@ func FuzzRecordBounds(f *testing.F) {
 				want = 1 + int(chunks[i%len(chunks)])*97
 			}
 			n := min(lim, want, len(stream)-pos)
-			b.advance(stream[pos : pos+n])
+			b.Advance(stream[pos : pos+n])
 			reads = append(reads, n)
 			pos += n
 		}
