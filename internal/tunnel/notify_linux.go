@@ -155,16 +155,22 @@ func (n *Notice) fire(err error) {
 		go n.settle()
 		return
 	}
-	n.fired = true
-	if n.timer != nil {
-		n.timer.Stop()
-		n.timer = nil
-	}
+	n.endLocked()
 	n.mu.Unlock()
 	if n.id != 0 {
 		notices.remove(n)
 	}
 	go n.fn(err)
+}
+
+// endLocked marks the wait ended, fn to be called, and stops its
+// deadline. n.mu is held.
+func (n *Notice) endLocked() {
+	n.fired = true
+	if n.timer != nil {
+		n.timer.Stop()
+		n.timer = nil
+	}
 }
 
 // settle is fire for a connection over another TLS connection whose
@@ -185,11 +191,7 @@ func (n *Notice) settle() {
 			return
 		}
 	}
-	n.fired = true
-	if n.timer != nil {
-		n.timer.Stop()
-		n.timer = nil
-	}
+	n.endLocked()
 	n.mu.Unlock()
 	n.fn(err)
 }
