@@ -180,6 +180,17 @@ func (s *stream) forward() {
 		s.answerError(err, x, "")
 		return
 	}
+	if refused, reuse := x.RetryOverHTTP11(); refused {
+		// An answer only an HTTP/1.1 client connection can carry on
+		// (NTLM, Negotiate): the client is asked to retry over it.
+		s.release(x, reuse && !hasBody)
+		if hasBody {
+			s.dropBody()
+			<-bodyDone
+		}
+		s.resetStream(http2.ErrCodeHTTP11Required)
+		return
+	}
 	keep := x.KeepAlive()
 	complete := s.relayResponse(e)
 	if complete {
