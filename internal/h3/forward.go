@@ -101,6 +101,18 @@ func (rs *reqStream) forward(q *request) {
 		rs.answerFailure(err, x, "")
 		return
 	}
+	if refused, reuse := x.RetryOverHTTP11(); refused {
+		// An answer only an HTTP/1.1 client connection can carry on
+		// (NTLM, Negotiate): the client is asked to retry over it.
+		if done != nil {
+			upBytes += stopBody(done, x.Up.C, &rs.body).n
+		}
+		x.Release(reuse && done == nil)
+		rs.stream().CancelRead(quic.StreamErrorCode(errVersionFallback))
+		rs.stream().CancelWrite(quic.StreamErrorCode(errVersionFallback))
+		g.Finish(upBytes, 0)
+		return
+	}
 	// The client reset the stream: the upstream's reads end. The function
 	// runs in a goroutine of its own, maybe after forward has returned and
 	// the exchange has been reset: it holds the connection, not x (a
