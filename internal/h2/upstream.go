@@ -67,6 +67,12 @@ func (s *stream) answerError(err error, x *origin.Exchange, target string) {
 	if errors.Is(err, errStreamGone) || errors.Is(err, origin.ErrClientGone) || s.gone() {
 		return
 	}
+	if x != nil && x.HTTP11Required(err) {
+		// The origin reset its stream asking for HTTP/1.1: so is the
+		// client asked.
+		s.resetStream(http2.ErrCodeHTTP11Required)
+		return
+	}
 	var status int
 	var reason, text string
 	switch {

@@ -108,8 +108,7 @@ func (rs *reqStream) forward(q *request) {
 			upBytes += stopBody(done, x.Up.C, &rs.body).n
 		}
 		x.Release(reuse && done == nil)
-		rs.stream().CancelRead(quic.StreamErrorCode(errVersionFallback))
-		rs.stream().CancelWrite(quic.StreamErrorCode(errVersionFallback))
+		rs.refuseForHTTP11()
 		g.Finish(upBytes, 0)
 		return
 	}
@@ -145,6 +144,14 @@ func (rs *reqStream) forward(q *request) {
 		rs.stopReading()
 	}
 	g.Finish(upBytes, down)
+}
+
+// refuseForHTTP11 resets the stream with H3_VERSION_FALLBACK (RFC 9114
+// §8.1): the client is to retry the request over HTTP/1.1 (see
+// origin.Exchange.RetryOverHTTP11).
+func (rs *reqStream) refuseForHTTP11() {
+	rs.stream().CancelRead(quic.StreamErrorCode(errVersionFallback))
+	rs.stream().CancelWrite(quic.StreamErrorCode(errVersionFallback))
 }
 
 // noStop is the stop function of no AfterFunc.
@@ -406,6 +413,13 @@ func (rs *reqStream) relayBody(x *origin.Exchange) (int64, bool) {
 // the response was sent (see origin.Failure): x is the exchange of a
 // forwarded request, nil for a tunnel or a flow to target.
 func (rs *reqStream) answerFailure(err error, x *origin.Exchange, target string) {
+	if x != nil && x.HTTP11Required(err) {
+		// The origin reset its stream asking for HTTP/1.1: so is the
+		// client asked.
+		rs.refuseForHTTP11()
+		rs.g.Finish(0, 0)
+		return
+	}
 	var status int
 	var reason, text string
 	if x != nil {

@@ -1,9 +1,24 @@
 package origin
 
 import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
 	"github.com/rustle-proxy/rustle/internal/accesslog"
 	"github.com/rustle-proxy/rustle/internal/http1"
 )
+
+// ErrHTTP11Required is an origin spoken HTTP/2 to (it chose h2 by ALPN)
+// resetting the request's stream with HTTP_1_1_REQUIRED (RFC 9113 §7),
+// as IIS does for NTLM and Negotiate. Send retries such a request once
+// on a new connection that offers http/1.1 alone when it can be sent
+// again, and the Client offers that origin http/1.1 alone for a while
+// (see h1Only); an HTTP/2 or HTTP/3 front-end that meets it passes it on
+// to its client (see HTTP11Required), an HTTP/1.1 one answers it as
+// Failure says.
+var ErrHTTP11Required = errors.New("origin: the origin asked for HTTP/1.1 (HTTP_1_1_REQUIRED)")
 
 // maxSkippedBody bounds the response body RetryOverHTTP11 reads past to
 // keep the upstream: a 401's is a line or a small page.
@@ -32,8 +47,7 @@ func (x *Exchange) RetryOverHTTP11() (refused, reuse bool) {
 	if h.Status != 401 || !offersConnectionAuth(h) {
 		return false, false
 	}
-	x.g.SetReason(accesslog.ReasonHTTP11Required)
-	x.g.AnswerNothing()
+	x.noteHTTP11()
 	keep := x.KeepAlive()
 	for n := 0; ; {
 		data, last, err := x.NextBody()
@@ -47,6 +61,83 @@ func (x *Exchange) RetryOverHTTP11() (refused, reuse bool) {
 			return true, keep
 		}
 	}
+}
+
+// HTTP11Required is for a front-end whose client multiplexes its
+// requests on one connection (HTTP/2, HTTP/3): it reports whether err,
+// from Send or ReadResponse, is ErrHTTP11Required, which the front-end
+// passes on to its client by resetting the stream with its protocol's
+// word for it (HTTP_1_1_REQUIRED, H3_VERSION_FALLBACK) rather than
+// answering. The grant is then noted as RetryOverHTTP11 notes it.
+func (x *Exchange) HTTP11Required(err error) bool {
+	if !errors.Is(err, ErrHTTP11Required) {
+		return false
+	}
+	x.noteHTTP11()
+	return true
+}
+
+// noteHTTP11 notes the grant as answered nothing (status 0), with the
+// reason http-1.1-required, which its Finish logs.
+func (x *Exchange) noteHTTP11() {
+	x.g.SetReason(accesslog.ReasonHTTP11Required)
+	x.g.AnswerNothing()
+}
+
+// The origins that asked for HTTP/1.1 (see h1Only): at most
+// maxH1Only, each for h1OnlyFor since it last asked.
+const (
+	maxH1Only = 1024
+	h1OnlyFor = 10 * time.Minute
+)
+
+// h1Origins are the pool keys of the origins that reset a stream with
+// HTTP_1_1_REQUIRED lately, with when each did: their TLS handshakes
+// offer http/1.1 alone, and their HTTP/2 connections are not reused.
+type h1Origins struct {
+	n  atomic.Int32 // len(m), read without the lock: most Clients never have one
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+// note remembers key as an origin that asked for HTTP/1.1 now. Past
+// maxH1Only keys, the expired ones are dropped, or all when none is.
+func (o *h1Origins) note(key []byte, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = make(map[string]time.Time)
+	}
+	if _, ok := o.m[string(key)]; !ok && len(o.m) >= maxH1Only {
+		for k, at := range o.m {
+			if now.Sub(at) >= h1OnlyFor {
+				delete(o.m, k)
+			}
+		}
+		if len(o.m) >= maxH1Only {
+			clear(o.m)
+		}
+	}
+	o.m[string(key)] = now
+	o.n.Store(int32(len(o.m)))
+}
+
+// has reports whether key asked for HTTP/1.1 within h1OnlyFor of now.
+func (o *h1Origins) has(key []byte, now time.Time) bool {
+	if o.n.Load() == 0 {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	at, ok := o.m[string(key)]
+	return ok && now.Sub(at) < h1OnlyFor
+}
+
+// h1Only reports whether the request's origin is to be offered http/1.1
+// alone: a WebSocket handshake, or an origin that asked for HTTP/1.1
+// lately.
+func (x *Exchange) h1Only() bool {
+	return x.upgrade || x.c.h1.has(x.key, time.Now())
 }
 
 // offersConnectionAuth reports whether h's WWW-Authenticate fields offer

@@ -1,7 +1,9 @@
 package origin
 
 import (
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/rustle-proxy/rustle/internal/http1"
 )
@@ -48,5 +50,43 @@ func TestOffersConnectionAuth(t *testing.T) {
 				t.Errorf("offersConnectionAuth(%q) = %v, want %v", tt.fields, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestH1Origins checks the memory of the origins that asked for
+// HTTP/1.1: a key is remembered for h1OnlyFor since it last asked, and
+// the map never holds more than maxH1Only keys (the expired ones go
+// first, all of them when none has expired).
+func TestH1Origins(t *testing.T) {
+	t.Parallel()
+	var o h1Origins
+	now := time.Unix(1_000_000, 0)
+	key := func(i int) []byte { return []byte("tls host" + strconv.Itoa(i) + " 127.0.0.1:443") }
+	if o.has(key(0), now) {
+		t.Fatal("an empty memory has a key")
+	}
+	o.note(key(0), now)
+	if !o.has(key(0), now.Add(h1OnlyFor-time.Second)) || o.has(key(0), now.Add(h1OnlyFor)) || o.has(key(1), now) {
+		t.Error("a key is not remembered for h1OnlyFor exactly, or another is")
+	}
+	o.note(key(0), now.Add(time.Minute)) // asked again: remembered from then
+	if !o.has(key(0), now.Add(h1OnlyFor)) {
+		t.Error("a key that asked again is forgotten from its first time")
+	}
+	for i := 1; i < maxH1Only; i++ {
+		o.note(key(i), now.Add(h1OnlyFor))
+	}
+	if len(o.m) != maxH1Only || int(o.n.Load()) != maxH1Only {
+		t.Fatalf("%d keys (n %d), want %d", len(o.m), o.n.Load(), maxH1Only)
+	}
+	// Full: key 0, expired by then, makes room.
+	o.note(key(maxH1Only), now.Add(h1OnlyFor+2*time.Minute))
+	if len(o.m) != maxH1Only || o.has(key(0), now.Add(h1OnlyFor+2*time.Minute)) || !o.has(key(1), now.Add(h1OnlyFor+2*time.Minute)) {
+		t.Errorf("full with one expired: %d keys, key 0 kept %v, key 1 kept %v", len(o.m), o.m[string(key(0))], o.m[string(key(1))])
+	}
+	// Full, none expired: all go.
+	o.note(key(maxH1Only+1), now.Add(h1OnlyFor+3*time.Minute))
+	if len(o.m) != 1 || !o.has(key(maxH1Only+1), now.Add(h1OnlyFor+3*time.Minute)) {
+		t.Errorf("full with none expired: %d keys, want the new one alone", len(o.m))
 	}
 }

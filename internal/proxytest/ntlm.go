@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // NTLMOrigin is an HTTPS origin (net/http, HTTP/1.1 alone, as IIS
@@ -31,7 +33,8 @@ type NTLMOrigin struct {
 	// Addr is "localhost:PORT".
 	Addr string
 
-	conns atomic.Int32 // connections accepted
+	conns    atomic.Int32 // connections accepted
+	h2Resets atomic.Int32 // HTTP/2 streams reset (see StartNTLMOriginH2)
 }
 
 // ntlmConnKey is the context key of an NTLMOrigin connection's state.
@@ -44,22 +47,40 @@ type ntlmConn struct {
 }
 
 // StartNTLMOrigin starts an NTLMOrigin on 127.0.0.1 with TLS and cert,
-// closed when the test ends.
+// speaking HTTP/1.1 alone, closed when the test ends.
 func StartNTLMOrigin(t testing.TB, cert tls.Certificate) *NTLMOrigin {
 	t.Helper()
+	return startNTLMOrigin(t, cert, false)
+}
+
+// StartNTLMOriginH2 is StartNTLMOrigin for an origin that, as IIS does
+// for NTLM and Negotiate, chooses h2 when offered it and then resets
+// every request's stream with HTTP_1_1_REQUIRED (RFC 9113 §7): only
+// HTTP/1.1 serves. H2Resets counts the streams reset.
+func StartNTLMOriginH2(t testing.TB, cert tls.Certificate) *NTLMOrigin {
+	t.Helper()
+	return startNTLMOrigin(t, cert, true)
+}
+
+func startNTLMOrigin(t testing.TB, cert tls.Certificate, h2 bool) *NTLMOrigin {
+	t.Helper()
 	o := &NTLMOrigin{}
-	var p http.Protocols
-	p.SetHTTP1(true)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("proxytest: listen: %v", err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(o.serve), Protocols: &p, ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
+	srv := &http.Server{Handler: http.HandlerFunc(o.serve), ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}},
 		ErrorLog:  log.New(io.Discard, "", 0),
+		// Set, even empty, it keeps net/http from speaking h2.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
 			return context.WithValue(ctx, ntlmConnKey{}, &ntlmConn{n: o.conns.Add(1)})
 		}}
+	if h2 {
+		srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
+		srv.TLSNextProto["h2"] = func(_ *http.Server, c *tls.Conn, _ http.Handler) { o.resetH2(c) }
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -78,6 +99,49 @@ func StartNTLMOrigin(t testing.TB, cert tls.Certificate) *NTLMOrigin {
 
 // Conns returns how many connections the origin has accepted.
 func (o *NTLMOrigin) Conns() int { return int(o.conns.Load()) }
+
+// H2Resets returns how many HTTP/2 streams the origin reset with
+// HTTP_1_1_REQUIRED.
+func (o *NTLMOrigin) H2Resets() int { return int(o.h2Resets.Load()) }
+
+// resetH2 speaks HTTP/2 on c as StartNTLMOriginH2 says: the client's
+// preface and SETTINGS are taken, and each request's HEADERS answered
+// with RST_STREAM(HTTP_1_1_REQUIRED), until the client goes.
+func (o *NTLMOrigin) resetH2(c *tls.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(c, preface); err != nil || string(preface) != http2.ClientPreface {
+		return
+	}
+	fr := http2.NewFramer(c, c)
+	if fr.WriteSettings() != nil {
+		return
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() && fr.WriteSettingsAck() != nil {
+				return
+			}
+		case *http2.HeadersFrame:
+			o.h2Resets.Add(1)
+			if fr.WriteRSTStream(f.StreamID, http2.ErrCodeHTTP11Required) != nil {
+				return
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() && fr.WritePing(true, f.Data) != nil {
+				return
+			}
+		case *http2.GoAwayFrame:
+			return
+		}
+	}
+}
 
 // serve answers one request as the NTLMOrigin's documentation says.
 func (o *NTLMOrigin) serve(w http.ResponseWriter, r *http.Request) {

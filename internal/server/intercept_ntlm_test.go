@@ -18,7 +18,9 @@ import (
 
 // ntlmRig is a rustle whose plain listener intercepts the tunnels to
 // localhost, in front of an NTLMOrigin whose certificate only
-// intercept.upstream_ca verifies; its log is at debug level.
+// intercept.upstream_ca verifies (one that chooses h2 and resets its
+// streams with HTTP_1_1_REQUIRED when h2 is set); its log is at debug
+// level.
 type ntlmRig struct {
 	proxy  string // the plain listener's address
 	origin *proxytest.NTLMOrigin
@@ -27,11 +29,16 @@ type ntlmRig struct {
 	log    *logBuffer
 }
 
-func startNTLMRig(t *testing.T) *ntlmRig {
+func startNTLMRig(t *testing.T, h2 bool) *ntlmRig {
 	t.Helper()
 	dir := t.TempDir()
 	cert, _ := proxytest.SelfSigned(t)
-	r := &ntlmRig{origin: proxytest.StartNTLMOrigin(t, cert), access: &logBuffer{}, log: &logBuffer{}}
+	r := &ntlmRig{access: &logBuffer{}, log: &logBuffer{}}
+	if h2 {
+		r.origin = proxytest.StartNTLMOriginH2(t, cert)
+	} else {
+		r.origin = proxytest.StartNTLMOrigin(t, cert)
+	}
 	upstream := filepath.Join(dir, "origins.pem")
 	if err := os.WriteFile(upstream, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o644); err != nil {
 		t.Fatal(err)
@@ -68,7 +75,7 @@ func startNTLMRig(t *testing.T) *ntlmRig {
 // on it to 200. curl with --ntlm ends with 200 over HTTP/2 (it moves to
 // HTTP/1.1 itself) and over HTTP/1.1.
 func TestInterceptNTLMOverH2(t *testing.T) {
-	r := startNTLMRig(t)
+	r := startNTLMRig(t, false)
 	target := r.origin.Addr
 	t.Run("node", func(t *testing.T) {
 		node := proxytest.RequireTool(t, "node", "nodejs")
@@ -78,7 +85,7 @@ func TestInterceptNTLMOverH2(t *testing.T) {
 		}
 		mark, logMark := r.access.Len(), r.log.Len()
 		conns := r.origin.Conns()
-		out := runNode(t, node, script, r.ca, r.proxy, target, "/node",
+		out := runNode(t, node, script, r.ca, r.proxy, target, "GET", "/node",
 			proxytest.NTLMMessage(1), proxytest.NTLMMessage(3))
 		want := []string{
 			"h2: error ERR_HTTP2_STREAM_ERROR Stream closed with error code NGHTTP2_HTTP_1_1_REQUIRED",
@@ -173,12 +180,13 @@ func itoa(n int) string {
 // nodeNTLM runs, with Node's own modules, what a browser does with an
 // origin that asks for NTLM: through the HTTP proxy PROXY, a CONNECT to
 // TARGET, TLS offering h2 and http/1.1 (NODE_EXTRA_CA_CERTS trusted),
-// GET PATH over HTTP/2 with no credentials; it prints how that ended.
+// METHOD (GET, or POST with a body) PATH over HTTP/2 with no
+// credentials; it prints how that ended.
 // Then, as asked by an HTTP_1_1_REQUIRED, a CONNECT again, TLS offering
 // http/1.1 alone, and NTLM's handshake over that one connection (TYPE1,
 // then TYPE3: base64 messages): it prints both statuses.
 const nodeNTLM = `const http = require('http'), http2 = require('http2'), tls = require('tls');
-const [proxy, target, path, type1, type3] = process.argv.slice(2);
+const [proxy, target, method, path, type1, type3] = process.argv.slice(2);
 const [ph, pp] = proxy.split(':');
 const [host, port] = target.split(':');
 function tunnel(alpn) {
@@ -198,10 +206,10 @@ async function h2get() {
   if (s.alpnProtocol !== 'h2') return 'h2: ALPN ' + s.alpnProtocol;
   const client = http2.connect('https://' + target, { createConnection: () => s });
   return new Promise((resolve) => {
-    const req = client.request({ ':path': path });
+    const req = client.request({ ':method': method, ':path': path });
     req.on('response', (h) => { resolve('h2: status ' + h[':status'] + ' ' + (h['www-authenticate'] || '')); client.close(); });
     req.on('error', (e) => { resolve('h2: error ' + e.code + ' ' + e.message); client.close(); });
-    req.end();
+    req.end(method === 'POST' ? 'a body' : undefined);
   });
 }
 function h1get(agent, auth) {
@@ -230,3 +238,86 @@ function h1get(agent, auth) {
 })().catch((e) => { console.log('error ' + e.message); process.exit(1); });
 setTimeout(() => { console.log('timeout'); process.exit(1); }, 20000);
 `
+
+// TestInterceptOriginAsksHTTP11 checks an origin that chooses h2 and then
+// resets a request's stream with HTTP_1_1_REQUIRED (IIS, for NTLM and
+// Negotiate): an HTTP/1.1 client's request (curl --http1.1 --ntlm) is
+// sent again once on a new connection offering http/1.1 alone, and the
+// handshake ends 200; an HTTP/1.1 client's POST, which is not sent
+// again, is answered 502 saying why (reason http-1.1-required); an
+// HTTP/2 client's request that cannot be sent again (Node's POST) has
+// its stream reset with HTTP_1_1_REQUIRED in turn. Either way the origin is offered http/1.1 alone from then on: it
+// resets one stream in all.
+func TestInterceptOriginAsksHTTP11(t *testing.T) {
+	t.Run("curl http1.1", func(t *testing.T) {
+		curl := proxytest.RequireTool(t, "curl", "curl")
+		r := startNTLMRig(t, true)
+		for i := range 2 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			out, err := exec.CommandContext(ctx, curl, "-sS", "--http1.1", "--ntlm", "-u", "u:p", "--cacert", r.ca,
+				"-x", "http://"+r.proxy, "-w", "\nstatus %{http_code}\n", "https://"+r.origin.Addr+"/curl").CombinedOutput()
+			cancel()
+			if err != nil || !strings.Contains(string(out), "authenticated on connection") || !strings.Contains(string(out), "status 200") {
+				t.Fatalf("curl %d: %v\n%s", i, err, out)
+			}
+			if n := r.origin.H2Resets(); n != 1 {
+				t.Errorf("after curl %d: the origin reset %d HTTP/2 streams, want 1", i, n)
+			}
+		}
+	})
+	t.Run("curl http1.1 POST", func(t *testing.T) {
+		// A POST is not sent again: 502, and the next one goes over
+		// HTTP/1.1 (the origin's 401 relayed).
+		curl := proxytest.RequireTool(t, "curl", "curl")
+		r := startNTLMRig(t, true)
+		for i, want := range []string{"status 502", "status 401"} {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			out, err := exec.CommandContext(ctx, curl, "-sS", "--http1.1", "-d", "a body", "--cacert", r.ca,
+				"-x", "http://"+r.proxy, "-w", "\nstatus %{http_code}\n", "https://"+r.origin.Addr+"/post").CombinedOutput()
+			cancel()
+			if err != nil || !strings.Contains(string(out), want) {
+				t.Fatalf("curl POST %d: %v\n%s\nwant %s", i, err, out, want)
+			}
+			if i == 0 && !strings.Contains(string(out), "asked for HTTP/1.1 (HTTP_1_1_REQUIRED)") {
+				t.Errorf("curl POST %d: the 502 does not say why:\n%s", i, out)
+			}
+		}
+		if n := r.origin.H2Resets(); n != 1 {
+			t.Errorf("the origin reset %d HTTP/2 streams, want 1", n)
+		}
+		rec := waitJSONRecord(t, r.access, func(m map[string]any) bool {
+			return m["protocol"] == "http" && m["method"] == "POST" && m["status"] == float64(502)
+		})
+		if rec["reason"] != "http-1.1-required" {
+			t.Errorf("access log record of the first POST: %v, want reason http-1.1-required", rec)
+		}
+	})
+	t.Run("node h2 POST", func(t *testing.T) {
+		node := proxytest.RequireTool(t, "node", "nodejs")
+		r := startNTLMRig(t, true)
+		target := r.origin.Addr
+		script := filepath.Join(t.TempDir(), "ntlm.js")
+		if err := os.WriteFile(script, []byte(nodeNTLM), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := runNode(t, node, script, r.ca, r.proxy, target, "POST", "/post",
+			proxytest.NTLMMessage(1), proxytest.NTLMMessage(3))
+		want := []string{
+			"h2: error ERR_HTTP2_STREAM_ERROR Stream closed with error code NGHTTP2_HTTP_1_1_REQUIRED",
+			"h1 type-1: 401 NTLM",
+			"h1 type-3: 200 authenticated on connection 2",
+		}
+		if got := strings.Split(strings.TrimSpace(out), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("node said:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
+		}
+		if n := r.origin.H2Resets(); n != 1 {
+			t.Errorf("the origin reset %d HTTP/2 streams, want 1", n)
+		}
+		rec := waitJSONRecord(t, r.access, func(m map[string]any) bool {
+			return m["protocol"] == "h2" && m["target"] == "https://"+target+"/post"
+		})
+		if rec["status"] != float64(0) || rec["reason"] != "http-1.1-required" {
+			t.Errorf("access log record of the HTTP/2 POST: %v, want status 0, reason http-1.1-required", rec)
+		}
+	})
+}
