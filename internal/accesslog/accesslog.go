@@ -342,6 +342,16 @@ const (
 	// another host (Host, :authority) than the one the tunnel's
 	// certificate was minted for: 421.
 	ReasonMisdirected = "misdirected"
+	// ReasonHTTP11Required: the origin answered an HTTP/2 or HTTP/3
+	// client's request with a 401 offering NTLM or Negotiate, which
+	// authenticate the connection: rustle reset the stream with
+	// HTTP_1_1_REQUIRED (H3_VERSION_FALLBACK) rather than relay it, so
+	// that the client retries over HTTP/1.1, whose client connection
+	// keeps one upstream; or an origin spoken HTTP/2 to reset the
+	// request's stream so itself and the request could not be sent
+	// again over HTTP/1.1: status 0 (the stream reset so in turn), 502
+	// to an HTTP/1.1 client.
+	ReasonHTTP11Required = "http-1.1-required"
 	// ReasonNotRedirected: a connection to a transparent listener had no
 	// original destination (it was not redirected: the conntrack has
 	// none, or it names one of rustle's own listening addresses), and

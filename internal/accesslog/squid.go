@@ -104,6 +104,7 @@ var squidReasons = map[string]squidReason{
 	ReasonClientRejectedCert: {outcomeInvalid, false, "ERR_SECURE_ACCEPT_FAIL"},
 	ReasonOriginTLS:          {outcomeUpstream, false, "ERR_SECURE_CONNECT_FAIL"},
 	ReasonMisdirected:        {outcomeInvalid, false, "ERR_CONFLICT_HOST"},
+	ReasonHTTP11Required:     {outcomeUpstream, false, "ERR_PROTOCOL_UNKNOWN"},
 	ReasonNotRedirected:      {outcomeInvalid, false, "ERR_INVALID_REQ"},
 }
 

@@ -1,9 +1,15 @@
 package h2
 
 import (
+	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
+	"golang.org/x/net/http2"
+
+	"github.com/rustle-proxy/rustle/internal/dialer"
 	"github.com/rustle-proxy/rustle/internal/origin"
 	"github.com/rustle-proxy/rustle/internal/proxytest"
 )
@@ -96,4 +102,42 @@ func TestOriginFraming(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestConnectionAuthRetryOverHTTP11 checks that a 401 offering NTLM or
+// Negotiate, which authenticate the connection an HTTP/2 client's
+// streams are not bound to, is not relayed to a client of the https
+// listener forwarding plain http:// requests either: the stream is reset
+// with HTTP_1_1_REQUIRED, so that the client retries over HTTP/1.1, the
+// origin connection going back to the pool (the next request finds it);
+// with a request body too, which ends without a hang. Any other 401 is
+// relayed.
+func TestConnectionAuthRetryOverHTTP11(t *testing.T) {
+	ntlm := proxytest.Respond(401, "log in with NTLM\n", "WWW-Authenticate: Negotiate, NTLM")
+	o := proxytest.NewOrigin(t, proxytest.Sequence(ntlm,
+		proxytest.Respond(401, "log in\n", `WWW-Authenticate: Basic realm="intranet"`), ntlm))
+	pool := proxytest.NewPool(t, dialer.PoolConfig{})
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
+	cc := p.client(t)
+	wantReset := func(req *http.Request) {
+		t.Helper()
+		resp, err := cc.RoundTrip(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			t.Fatalf("%s %s: %d %q, want the stream reset with HTTP_1_1_REQUIRED", req.Method, req.URL, resp.StatusCode, body)
+		}
+		var se http2.StreamError
+		if !errors.As(err, &se) || se.Code != http2.ErrCodeHTTP11Required {
+			t.Fatalf("%s %s: %v, want the stream reset with HTTP_1_1_REQUIRED", req.Method, req.URL, err)
+		}
+	}
+	wantReset(newRequest(t, "GET", o.URL("/ntlm"), nil))
+	if resp, body := roundTrip(t, cc, newRequest(t, "GET", o.URL("/basic"), nil)); resp.StatusCode != 401 || body != "log in\n" {
+		t.Errorf("GET /basic: %d %q, want the origin's 401", resp.StatusCode, body)
+	}
+	if n := o.Conns(); n != 1 {
+		t.Errorf("origin connections: %d, want 1 (the one that asked for NTLM went back to the pool)", n)
+	}
+	wantReset(newRequest(t, "POST", o.URL("/ntlm"), strings.NewReader("a body")))
 }

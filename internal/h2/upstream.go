@@ -67,6 +67,12 @@ func (s *stream) answerError(err error, x *origin.Exchange, target string) {
 	if errors.Is(err, errStreamGone) || errors.Is(err, origin.ErrClientGone) || s.gone() {
 		return
 	}
+	if x != nil && x.HTTP11Required(err) {
+		// The origin reset its stream asking for HTTP/1.1: so is the
+		// client asked.
+		s.resetStream(http2.ErrCodeHTTP11Required)
+		return
+	}
 	var status int
 	var reason, text string
 	switch {
@@ -178,6 +184,17 @@ func (s *stream) forward() {
 		s.dropBody()
 		<-bodyDone
 		s.answerError(err, x, "")
+		return
+	}
+	if refused, reuse := x.RetryOverHTTP11(); refused {
+		// An answer only an HTTP/1.1 client connection can carry on
+		// (NTLM, Negotiate): the client is asked to retry over it.
+		s.release(x, reuse && !hasBody)
+		if hasBody {
+			s.dropBody()
+			<-bodyDone
+		}
+		s.resetStream(http2.ErrCodeHTTP11Required)
 		return
 	}
 	keep := x.KeepAlive()

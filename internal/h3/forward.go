@@ -101,6 +101,17 @@ func (rs *reqStream) forward(q *request) {
 		rs.answerFailure(err, x, "")
 		return
 	}
+	if refused, reuse := x.RetryOverHTTP11(); refused {
+		// An answer only an HTTP/1.1 client connection can carry on
+		// (NTLM, Negotiate): the client is asked to retry over it.
+		if done != nil {
+			upBytes += stopBody(done, x.Up.C, &rs.body).n
+		}
+		x.Release(reuse && done == nil)
+		rs.refuseForHTTP11()
+		g.Finish(upBytes, 0)
+		return
+	}
 	// The client reset the stream: the upstream's reads end. The function
 	// runs in a goroutine of its own, maybe after forward has returned and
 	// the exchange has been reset: it holds the connection, not x (a
@@ -133,6 +144,14 @@ func (rs *reqStream) forward(q *request) {
 		rs.stopReading()
 	}
 	g.Finish(upBytes, down)
+}
+
+// refuseForHTTP11 resets the stream with H3_VERSION_FALLBACK (RFC 9114
+// §8.1): the client is to retry the request over HTTP/1.1 (see
+// origin.Exchange.RetryOverHTTP11).
+func (rs *reqStream) refuseForHTTP11() {
+	rs.stream().CancelRead(quic.StreamErrorCode(errVersionFallback))
+	rs.stream().CancelWrite(quic.StreamErrorCode(errVersionFallback))
 }
 
 // noStop is the stop function of no AfterFunc.
@@ -394,6 +413,13 @@ func (rs *reqStream) relayBody(x *origin.Exchange) (int64, bool) {
 // the response was sent (see origin.Failure): x is the exchange of a
 // forwarded request, nil for a tunnel or a flow to target.
 func (rs *reqStream) answerFailure(err error, x *origin.Exchange, target string) {
+	if x != nil && x.HTTP11Required(err) {
+		// The origin reset its stream asking for HTTP/1.1: so is the
+		// client asked.
+		rs.refuseForHTTP11()
+		rs.g.Finish(0, 0)
+		return
+	}
 	var status int
 	var reason, text string
 	if x != nil {

@@ -51,6 +51,7 @@ const (
 	errRequestIncomplete        = 0x10d
 	errMessage                  = 0x10e
 	errConnect                  = 0x10f
+	errVersionFallback          = 0x110
 	errQPACKDecompressionFailed = 0x200
 	errDatagram                 = 0x33
 )

@@ -335,3 +335,46 @@ func TestUpstreamFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardConnectionAuth checks that a 401 offering NTLM or Negotiate,
+// which authenticate the connection an HTTP/3 client's requests are not
+// bound to, is not relayed: the stream is reset with H3_VERSION_FALLBACK
+// (RFC 9114 §8.1), so that the client retries over HTTP/1.1, the access
+// log says http-1.1-required with status 0, and the origin connection
+// goes back to the pool (the next request finds it). Any other 401 is
+// relayed.
+func TestForwardConnectionAuth(t *testing.T) {
+	o := proxytest.NewOrigin(t, proxytest.Sequence(
+		proxytest.Respond(401, "log in with NTLM\n", "WWW-Authenticate: Negotiate", "WWW-Authenticate: NTLM"),
+		proxytest.Respond(401, "log in\n", `WWW-Authenticate: Basic realm="intranet"`),
+	))
+	var access proxytest.LogBuffer
+	pool := proxytest.NewPool(t, dialer.PoolConfig{MaxIdlePerHost: 4, MaxIdle: 16, IdleTimeout: time.Minute})
+	p := startProxy(t, testConfig(), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool,
+		AccessLog: proxytest.JSONAccessLog(t, &access)}))
+	cc := p.client(t)
+	req, err := http.NewRequest(http.MethodGet, o.URL("/ntlm"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cc.RoundTrip(req)
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("GET /ntlm: %d %q, want the stream reset with H3_VERSION_FALLBACK", resp.StatusCode, body)
+	}
+	var he *http3.Error
+	if !errors.As(err, &he) || !he.Remote || he.ErrorCode != http3.ErrCodeVersionFallback {
+		t.Fatalf("GET /ntlm: %v (%T), want the stream reset with H3_VERSION_FALLBACK", err, err)
+	}
+	rec := proxytest.WaitJSONRecord(t, &access, func(m map[string]any) bool { return m["target"] == o.URL("/ntlm") })
+	if rec["status"] != float64(0) || rec["reason"] != "http-1.1-required" {
+		t.Errorf("access log record: %v, want status 0, reason http-1.1-required", rec)
+	}
+	if resp, body := get(t, cc, o.URL("/basic"), ""); resp.StatusCode != 401 || string(body) != "log in\n" {
+		t.Errorf("GET /basic: %d %q, want the origin's 401", resp.StatusCode, body)
+	}
+	if n := o.Conns(); n != 1 {
+		t.Errorf("origin connections: %d, want 1 (the one that asked for NTLM went back to the pool)", n)
+	}
+}

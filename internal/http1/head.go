@@ -182,6 +182,9 @@ var tchar = func() (t [256]bool) {
 	return t
 }()
 
+// IsTokenChar reports whether c may appear in a token (RFC 9110 §5.6.2).
+func IsTokenChar(c byte) bool { return tchar[c] }
+
 // fieldVChar reports whether c may appear inside a field value: VCHAR,
 // obs-text, SP and HTAB. CR, LF, NUL and other controls may not.
 var fieldVChar = func() (t [256]bool) {

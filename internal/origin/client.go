@@ -41,7 +41,8 @@ type Config struct {
 	// fails is a TLSError, answered 502 with the reason. Its NextProtos
 	// are replaced per connection: h2 and http/1.1 are offered, and an
 	// origin that picks h2 is spoken HTTP/2 to (see h2Conn); a WebSocket
-	// handshake offers http/1.1 alone. nil = plain HTTP.
+	// handshake, and an origin that asked for HTTP/1.1 lately (see
+	// ErrHTTP11Required), are offered http/1.1 alone. nil = plain HTTP.
 	TLS *tls.Config
 	// TLSHandshakeTimeout bounds the TLS handshake with an origin; 0 =
 	// no limit.
@@ -67,6 +68,8 @@ type Client struct {
 
 	tlsMu   sync.Mutex
 	tlsCfgs map[tlsKey]*tls.Config // the TLS configurations of the handshakes with origins (see tlsConfig)
+
+	h1 h1Origins // the origins that asked for HTTP/1.1 lately (see ErrHTTP11Required)
 }
 
 // New returns the Client of cfg. It fills no defaults (the configuration

@@ -32,7 +32,14 @@
 //     max_header_bytes, 1xx answers passed to the front-end;
 //   - the retry of an idempotent request whose pooled connection turns out
 //     dead, on a fresh one, and of one whose parent failed before a byte
-//     of the response, on the route's next parent;
+//     of the response, on the route's next parent; and of one whose
+//     origin, spoken HTTP/2 to, reset its stream with HTTP_1_1_REQUIRED,
+//     on a new connection offering http/1.1 alone, as that origin's are
+//     for a while (ErrHTTP11Required);
+//   - a 401 offering NTLM or Negotiate, which authenticate the
+//     connection, that an HTTP/2 or HTTP/3 front-end, whose client's
+//     requests are not bound to one upstream, turns into a reset asking
+//     for HTTP/1.1 ([Exchange.RetryOverHTTP11]);
 //   - a parent's 407 (it refused rustle's own credentials), which is a 502
 //     and a failure of the parent's health, never a 407 to the client;
 //   - pool or drop: a connection goes back to the pool only at a message

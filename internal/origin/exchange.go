@@ -266,7 +266,7 @@ func (x *Exchange) Target() string {
 func (x *Exchange) Send(r Request, body Body) (int64, error) {
 	canRetry := x.idempotent && body.Done
 	x.head = r.AppendHead(x.head[:0], x.parent)
-	fresh := false
+	fresh, h1Retried := false, false
 	for {
 		if err := x.get(r, fresh, canRetry); err != nil {
 			if canRetry {
@@ -302,6 +302,17 @@ func (x *Exchange) Send(r Request, body Body) (int64, error) {
 			return n, nil
 		}
 		x.Drop()
+		if errors.Is(err, ErrHTTP11Required) {
+			// The origin's HTTP/2 stream was reset asking for
+			// HTTP/1.1 (ReadResponse noted it): a request that can be
+			// sent again is, once, on a new connection, which offers
+			// http/1.1 alone.
+			if !canRetry || x.interim || h1Retried {
+				return n, err
+			}
+			h1Retried, fresh = true, true
+			continue
+		}
 		if !canRetry || x.interim || !deadConn(err) {
 			return n, err
 		}
@@ -422,11 +433,12 @@ func (x *Exchange) get(r Request, fresh, canRetry bool) error {
 	return nil
 }
 
-// fits reports whether the request may go on c: a WebSocket handshake
-// needs an HTTP/1.1 connection, not an origin's HTTP/2 one.
+// fits reports whether the request may go on c: a WebSocket handshake,
+// and a request to an origin that asked for HTTP/1.1 lately, need an
+// HTTP/1.1 connection, not an origin's HTTP/2 one.
 func (x *Exchange) fits(c net.Conn) bool {
 	_, h2 := c.(*h2Conn)
-	return !x.upgrade || !h2
+	return !h2 || !x.h1Only()
 }
 
 // ReadResponse reads the response head into Resp: the final one, each
@@ -455,6 +467,11 @@ func (x *Exchange) ReadResponse(r Request) error {
 		}
 		switch {
 		case err == http1.ErrIdle:
+			if h, ok := up.C.(*h2Conn); ok && h.http11Required() {
+				// Offered http/1.1 alone from now on.
+				x.c.h1.note(x.key, time.Now())
+				return ErrHTTP11Required
+			}
 			return errUpstreamClosed
 		case err == http1.ErrHeadTooLarge:
 			return ErrResponseTooLarge

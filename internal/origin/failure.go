@@ -14,7 +14,9 @@ import (
 // Failure says how a front-end answers an exchange that failed (err from
 // Begin, Send or ReadResponse) before any of its response reached the
 // client, as the package-level Failure does for the exchange's upstream,
-// and a parent's 407 (ErrParentAuth) with 502, parent-auth-failed.
+// and a parent's 407 (ErrParentAuth) with 502, parent-auth-failed, and
+// ErrHTTP11Required (a request that could not be sent again over
+// HTTP/1.1) with 502, http-1.1-required.
 //
 // A TLS origin (Config.TLS) spoken HTTP/1.1 to that closed without a
 // response is told, in the text, that an origin speaking HTTP/2 without
@@ -26,6 +28,9 @@ import (
 func (x *Exchange) Failure(err error) (status int, reason, text string) {
 	if errors.Is(err, ErrParentAuth) && x.parent != nil {
 		return 502, accesslog.ReasonParentAuth, "parent proxy " + x.parent.Name() + " refused rustle's credentials"
+	}
+	if errors.Is(err, ErrHTTP11Required) {
+		return 502, accesslog.ReasonHTTP11Required, "origin " + x.Target() + " asked for HTTP/1.1 (HTTP_1_1_REQUIRED) for a request rustle could not send again; it is spoken HTTP/1.1 to from now on: send the request again"
 	}
 	status, reason, text = Failure(err, x.Target())
 	if x.tlsName != "" && !x.upH2 && (errors.Is(err, errUpstreamClosed) || errors.Is(err, io.EOF)) {

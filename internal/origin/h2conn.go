@@ -189,6 +189,14 @@ func (h *h2Conn) serve() {
 	}
 }
 
+// http11Required reports whether the bridge ended because the origin
+// reset the request's stream with HTTP_1_1_REQUIRED.
+func (h *h2Conn) http11Required() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return errors.Is(h.err, ErrHTTP11Required)
+}
+
 // errH2Unusable is a kept or pooled HTTP/2 connection that takes no new
 // request (the origin sent GOAWAY, or it failed).
 var errH2Unusable = errors.New("origin: the origin's HTTP/2 connection takes no new request")
@@ -217,6 +225,10 @@ func (h *h2Conn) roundTrip(req *http.Request, bw *bufio.Writer, buf []byte) erro
 	req = req.WithContext(httptrace.WithClientTrace(h.ctx, trace))
 	resp, err := h.cc.RoundTrip(req)
 	if err != nil {
+		var se http2.StreamError
+		if errors.As(err, &se) && se.Code == http2.ErrCodeHTTP11Required {
+			err = ErrHTTP11Required
+		}
 		return fmt.Errorf("origin: HTTP/2 request to %s: %w", h.name, err)
 	}
 	defer resp.Body.Close()

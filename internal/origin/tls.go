@@ -57,7 +57,7 @@ func (e *TLSError) Why() string {
 // nothing, an h2Conn over it when it chose h2. On failure it closes c
 // and returns a *TLSError.
 func (x *Exchange) handshakeTLS(ctx context.Context, c net.Conn, name string) (net.Conn, error) {
-	tc := tls.Client(c, x.c.tlsConfig(name, x.upgrade))
+	tc := tls.Client(c, x.c.tlsConfig(name, x.h1Only()))
 	if t := x.c.cfg.TLSHandshakeTimeout; t > 0 {
 		c.SetDeadline(time.Now().Add(t))
 	}
