@@ -137,7 +137,9 @@ func (o *h1Origins) has(key []byte, now time.Time) bool {
 // alone: a WebSocket handshake, or an origin that asked for HTTP/1.1
 // lately.
 func (x *Exchange) h1Only() bool {
-	return x.upgrade || x.c.h1.has(x.key, time.Now())
+	// The count first: no clock reading per request while no origin
+	// asked.
+	return x.upgrade || (x.c.h1.n.Load() != 0 && x.c.h1.has(x.key, time.Now()))
 }
 
 // offersConnectionAuth reports whether h's WWW-Authenticate fields offer
