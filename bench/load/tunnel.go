@@ -21,7 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rustle-proxy/rustle/bench/internal/rawsys"
+	"github.com/rustle-proxy/rustle/internal/rawio"
 )
 
 // dialer opens connections to one target, through a proxy or straight.
@@ -265,7 +265,7 @@ func (d dialer) dialConn(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	c = rawsys.Wrap(c)
+	c = rawio.Wrap(c)
 	if d.tlsConf == nil {
 		return c, nil
 	}

@@ -58,7 +58,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rustle-proxy/rustle/bench/internal/rawsys"
+	"github.com/rustle-proxy/rustle/internal/rawio"
 
 	"github.com/quic-go/quic-go/http3"
 )
@@ -185,7 +185,7 @@ func withTLS(conf *tls.Config, handle func(net.Conn)) func(net.Conn) {
 }
 
 // acceptLoop serves every connection of ln in its own goroutine until ln is
-// closed, its reads and writes raw system calls (package rawsys). Running out of file descriptors pauses accepting briefly instead
+// closed, its reads and writes raw system calls (package rawio). Running out of file descriptors pauses accepting briefly instead
 // of ending the loop.
 func acceptLoop(ln net.Listener, handle func(net.Conn)) {
 	for {
@@ -200,7 +200,7 @@ func acceptLoop(ln net.Listener, handle func(net.Conn)) {
 			}
 			return
 		}
-		go handle(rawsys.Wrap(c))
+		go handle(rawio.Wrap(c))
 	}
 }
 

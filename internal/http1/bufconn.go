@@ -6,6 +6,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/rawio"
 )
 
 // Buffer sizes. A client connection starts with a small buffer that grows
@@ -43,6 +45,12 @@ type Conn struct {
 	// lowat is set once notSentLowat is armed on TCP; owned by whoever
 	// writes C.
 	lowat bool
+
+	// fd makes Read, Write and Vec.WriteConn raw system calls on TCP
+	// (package rawio); it is used only while it holds TCP itself. It is
+	// made for the first TCP connection attached, so that a Conn of a TLS
+	// connection carries none.
+	fd *rawio.FD
 }
 
 // notSentLowat bounds the bytes a socket holds queued but not yet sent
@@ -165,6 +173,13 @@ func keepsSlack(armed, want, slack time.Duration) bool {
 func (b *Conn) Attach(c net.Conn, pool *sync.Pool) {
 	b.C = c
 	b.TCP, _ = c.(*net.TCPConn)
+	switch {
+	case b.TCP != nil && b.fd == nil:
+		b.fd = new(rawio.FD)
+		fallthrough
+	case b.fd != nil:
+		b.fd.Reset(b.TCP)
+	}
 	b.rdl, b.wdl = 0, 0
 	b.lowat = false
 	b.TakeBuf(pool)
@@ -186,6 +201,25 @@ func (b *Conn) Release() {
 	}
 	b.Buf, b.bp, b.pool = nil, nil, nil
 	b.R, b.W = 0, 0
+}
+
+// Read reads C into p, as C.Read does; on a TCP connection with a raw,
+// non-blocking system call (package rawio). One goroutine reads at a
+// time.
+func (b *Conn) Read(p []byte) (int, error) {
+	if b.TCP != nil && b.fd != nil && b.fd.Holds(b.TCP) {
+		return b.fd.Read(p)
+	}
+	return b.C.Read(p)
+}
+
+// Write writes p to C, as C.Write does; on a TCP connection with raw,
+// non-blocking system calls. One goroutine writes at a time.
+func (b *Conn) Write(p []byte) (int, error) {
+	if b.TCP != nil && b.fd != nil && b.fd.Holds(b.TCP) {
+		return b.fd.Write(p)
+	}
+	return b.C.Write(p)
 }
 
 // Buffered returns the bytes read and not consumed.
@@ -218,7 +252,7 @@ func (b *Conn) Fill(limit int) error {
 			b.Buf = nb
 		}
 	}
-	n, err := b.C.Read(b.Buf[b.W:])
+	n, err := b.Read(b.Buf[b.W:])
 	b.W += n
 	if n > 0 {
 		return nil
@@ -323,7 +357,7 @@ func (b *Conn) ReadRest(n int64, timeout time.Duration) error {
 	}
 	for int64(b.W-b.R) < n {
 		b.ArmReadDeadline(MonoNow(), timeout)
-		m, err := b.C.Read(b.Buf[b.W:])
+		m, err := b.Read(b.Buf[b.W:])
 		b.W += m
 		switch {
 		case err == io.EOF && int64(b.W-b.R) < n:

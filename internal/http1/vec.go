@@ -56,3 +56,12 @@ func (v *Vec) Write(c net.Conn, a, b []byte) (int64, error) {
 	v.bufs = nil
 	return n, err
 }
+
+// WriteConn is Write to c.C; on a TCP connection with raw, non-blocking
+// system calls (package rawio). One goroutine writes c at a time.
+func (v *Vec) WriteConn(c *Conn, a, b []byte) (int64, error) {
+	if c.TCP == nil || c.fd == nil || !c.fd.Holds(c.TCP) {
+		return v.Write(c.C, a, b)
+	}
+	return c.fd.Writev(a, b)
+}

@@ -412,7 +412,7 @@ func (cn *conn) awaitFirst(sent bool) error {
 			return 0, http1.ErrIdle
 		}
 		if cn.drained && cn.park == nil {
-			return c.C.Read(cn.one[:])
+			return c.Read(cn.one[:])
 		}
 		if cn.drained {
 			if err := cn.park.WaitRead(); err != nil {
@@ -422,7 +422,7 @@ func (cn *conn) awaitFirst(sent bool) error {
 		if c.Buf == nil {
 			c.TakeBuf(&http1.ClientBufs)
 		}
-		return c.C.Read(c.Buf)
+		return c.Read(c.Buf)
 	}
 	var n int
 	var err error
@@ -916,7 +916,7 @@ func (cn *conn) Interim(x *origin.Exchange) (bool, error) {
 	x.Resp.DropConnectionListed()
 	cn.buildInterimHead()
 	cn.client.ArmWriteDeadline(http1.MonoNow(), cn.p.o.WriteTimeout)
-	if _, err := cn.client.C.Write(cn.out); err != nil {
+	if _, err := cn.client.Write(cn.out); err != nil {
 		return true, &clientError{err}
 	}
 	return true, nil
@@ -968,11 +968,10 @@ func (cn *conn) pace(dst *http1.Conn, n int) bool {
 // and returns how much of the body's content was written to the client.
 func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 	up := &cn.x.Up
-	client := cn.client.C
 	timeout := cn.p.o.WriteTimeout
 	switch mode {
 	case bodyNone:
-		_, err := client.Write(cn.out)
+		_, err := cn.client.Write(cn.out)
 		return 0, err
 	case bodyLength:
 		avail := up.Buffered()
@@ -983,7 +982,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 		if !cn.pace(&cn.client, int(n)) {
 			return 0, errQuotaSpent
 		}
-		w, err := cn.vec.Write(client, cn.out, avail[:n])
+		w, err := cn.vec.WriteConn(&cn.client, cn.out, avail[:n])
 		down := max(0, w-int64(len(cn.out)))
 		if err != nil {
 			return down, err
@@ -999,7 +998,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 		if !cn.pace(&cn.client, len(avail)) {
 			return 0, errQuotaSpent
 		}
-		w, err := cn.vec.Write(client, cn.out, avail)
+		w, err := cn.vec.WriteConn(&cn.client, cn.out, avail)
 		down := max(0, w-int64(len(cn.out)))
 		if err != nil {
 			return down, err
@@ -1018,7 +1017,7 @@ func (cn *conn) forwardResponseBody(mode int, dechunk bool) (int64, error) {
 				return down, errQuotaSpent
 			}
 			cn.client.ArmWriteDeadline(http1.MonoNow(), timeout)
-			k, err := client.Write(up.Buffered())
+			k, err := cn.client.Write(up.Buffered())
 			down += int64(k)
 			if err != nil {
 				return down, err
@@ -1104,7 +1103,7 @@ func (cn *conn) copyN(dst, src *http1.Conn, n int64) (int64, error) {
 			return moved, errQuotaSpent
 		}
 		dst.ArmWriteDeadline(http1.MonoNow(), timeout)
-		k, err := dst.C.Write(b)
+		k, err := dst.Write(b)
 		moved += int64(k)
 		if err != nil {
 			return moved, err
@@ -1163,7 +1162,7 @@ func (cn *conn) copyChunked(v *http1.Vec, dst, src *http1.Conn, cs *http1.Chunke
 				return moved, errQuotaSpent
 			}
 			dst.ArmWriteDeadline(http1.MonoNow(), timeout)
-			w, err := v.Write(dst.C, head, out)
+			w, err := v.WriteConn(dst, head, out)
 			if err != nil {
 				return moved + content(from, out, w-int64(len(head)), !dechunk), err
 			}

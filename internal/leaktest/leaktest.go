@@ -71,3 +71,16 @@ func Main(m *testing.M, wait time.Duration, substrs ...string) int {
 	}
 	return 0
 }
+
+// State returns the scheduling state a goroutine's stack (one of those
+// Stacks returns) begins with: "running", "runnable", "syscall", "IO
+// wait", "chan receive" and so on, without the time it has been so.
+func State(stack string) string {
+	head, _, _ := strings.Cut(stack, "\n")
+	i, j := strings.Index(head, "["), strings.Index(head, "]")
+	if i < 0 || j < i {
+		return ""
+	}
+	state, _, _ := strings.Cut(head[i+1:j], ",")
+	return state
+}

@@ -284,7 +284,7 @@ func (x *Exchange) Send(r Request, body Body) (int64, error) {
 			return 0, ErrClientGone
 		}
 		x.Up.ArmWriteDeadline(http1.MonoNow(), x.c.cfg.WriteTimeout)
-		w, err := x.vec.Write(x.Up.C, x.head, body.Buffered)
+		w, err := x.vec.WriteConn(&x.Up, x.head, body.Buffered)
 		n := max(0, w-int64(len(x.head)))
 		if x.g.Observing() {
 			x.sent = time.Now()

@@ -272,7 +272,13 @@ func TestRecordConnTLSNotifyNoPlaintext(t *testing.T) {
 		t.Helper()
 		for {
 			n.mu.Lock()
-			again, fired := n.id != 0 && !n.settling, n.fired
+			// n.id is written under the notifier's lock (add, and remove,
+			// which fire calls without n.mu), taken inside n.mu as settle
+			// does.
+			notices.mu.Lock()
+			registered := n.id != 0
+			notices.mu.Unlock()
+			again, fired := registered && !n.settling, n.fired
 			held := again && (nested.ahead != nil || under.ahead != nil)
 			n.mu.Unlock()
 			switch {

@@ -48,6 +48,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rustle-proxy/rustle/internal/rawio"
 	"golang.org/x/sys/unix"
 )
 
@@ -256,6 +257,11 @@ type recordConn struct {
 	outer        *tls.Conn
 	under        *recordConn
 	outerDrained bool
+
+	// wfd makes Write's system calls raw ones (package rawio), for the
+	// goroutine that writes; it holds no socket over another TLS
+	// connection or in engine mode.
+	wfd rawio.Writer
 }
 
 // RecordConn wraps c for tls.Server (or tls.Client) so that crypto/tls
@@ -282,6 +288,7 @@ func RecordConn(c *net.TCPConn) net.Conn {
 	if raw, err := c.SyscallConn(); err == nil {
 		rc.rc = raw
 		rc.fillFn = rc.fill
+		rc.wfd.Reset(c)
 	}
 	return rc
 }
@@ -299,6 +306,7 @@ func RecordConnRead(c *net.TCPConn, read []byte) net.Conn {
 	}
 	rc.rc = raw
 	rc.fillFn = rc.fill
+	rc.wfd.Reset(c)
 	if len(read) > 0 {
 		rc.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
 		rc.aw = copy(rc.ahead[:], read)
@@ -711,18 +719,21 @@ func (c *recordConn) fill(fd uintptr) bool {
 		c.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
 	}
 	for {
-		n, err := unix.Read(int(fd), c.ahead[:])
-		if err == unix.EINTR {
-			continue
+		// A raw system call (package rawio): the socket is
+		// non-blocking, and the runtime's monitor need not see it.
+		n, e := rawio.Read(fd, c.ahead[:])
+		var err error
+		if e != 0 {
+			err = e
 		}
 		if n <= 0 {
 			tlsBufPool.Put(c.ahead)
 			c.ahead = nil
-			if err == unix.EAGAIN && !c.nonBlock {
+			if e == unix.EAGAIN && !c.nonBlock {
 				return false // wait for readiness, holding no buffer
 			}
 		}
-		c.fillN, c.fillErr = max(n, 0), err
+		c.fillN, c.fillErr = n, err
 		return true
 	}
 }
@@ -753,6 +764,9 @@ func (c *recordConn) Write(p []byte) (int, error) {
 	}
 	if c.eng {
 		return c.engineWrite(p)
+	}
+	if c.wfd.Holds(c.tc) {
+		return c.wfd.Write(p)
 	}
 	return c.tc.Write(p)
 }
