@@ -389,7 +389,8 @@ func TestIdleInterceptedOuterKeyUpdate(t *testing.T) {
 // OpenSSL's s_client's: on the plain port it is the client inside the
 // tunnel (-proxy: its KeyUpdates are those of the intercepted TLS
 // session); on the https port it is the client's TLS session with the
-// proxy (the outer one), with the tunnel's TLS inside it. Each case sends a KeyUpdate that asks for none back, then one
+// proxy (the outer one), with the tunnel's TLS inside it, HTTP/1.1 and
+// h2. Each case sends a KeyUpdate that asks for none back, then one
 // that asks for one, whose answer says that the proxy has read both;
 // the next request is answered, and logged.
 func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
@@ -400,6 +401,7 @@ func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
 	}{
 		{"connect-inner", "http", "http/1.1"},
 		{"https-connect-outer", "https", "http/1.1"},
+		{"https-connect-outer-h2", "https", "h2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)
