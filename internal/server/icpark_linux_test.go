@@ -392,7 +392,8 @@ func TestIdleInterceptedOuterKeyUpdate(t *testing.T) {
 // proxy (the outer one), with the tunnel's TLS inside it, HTTP/1.1 and
 // h2. Each case sends a KeyUpdate that asks for none back, then one
 // that asks for one, whose answer says that the proxy has read both;
-// the next request is answered, and logged.
+// the next request is answered, and logged; then two more, once the
+// connection is parked, leave it parked too.
 func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
 	target, upstreamCA := pathOrigin(t)
 	proxyTLS, _ := proxyCerts(t)
@@ -487,15 +488,20 @@ func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
 				}
 			}
 
-			for i, path := range []string{"/1", "/2"} {
-				get(path)
-				answer(path)
+			keyUpdates := func(after string) {
+				t.Helper()
 				got := sc.Received("KeyUpdate")
 				sc.KeyUpdate(t, false)
 				sc.KeyUpdate(t, true)
 				sc.AwaitReceived(t, "KeyUpdate", got+1)
-				parked("KeyUpdates sent right after answer " + strconv.Itoa(i+1))
+				parked(after)
 			}
+			for i, path := range []string{"/1", "/2"} {
+				get(path)
+				answer(path)
+				keyUpdates("KeyUpdates sent right after answer " + strconv.Itoa(i+1))
+			}
+			keyUpdates("KeyUpdates sent to the parked connection")
 			get("/3")
 			answer("/3")
 
