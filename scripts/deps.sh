@@ -9,7 +9,9 @@ command -v wget >/dev/null 2>&1 || need+=(wget)
 # openssl s_client sends the TLS KeyUpdate that internal/tunnel's
 # TestAddTLSKeyUpdate relays and that TestRecordConnTLSNotifyNoPlaintext
 # and internal/server's TestIdleInterceptedOuterKeyUpdate (through
-# proxytest.SClient) send to a parked intercepted connection, and fronts
+# proxytest.SClient) send to a parked intercepted connection, and
+# TestIdleInterceptedKeyUpdateSoon to one about to park (inside the
+# tunnel through a CONNECT, -proxy, on the plain port), and fronts
 # another server name through a CONNECT (-proxy, -servername) in e2e's
 # TestSNICheck.
 command -v openssl >/dev/null 2>&1 || need+=(openssl)

@@ -89,13 +89,18 @@ type conn struct {
 	wg sync.WaitGroup // stream workers, pumps and writers
 
 	// Owned by the serving goroutine.
-	rd          reader
-	waitFrom    time.Time // when wait was last called: the idle timeout runs from it at the earliest
-	fr          *http2.Framer
-	hdec        *blockDecoder // decodes header blocks, with the connection's HPACK state
-	park        clientWaiter  // the wait for the client's socket, or stream; nil when there is none
-	bigFrame    bool          // fr read a frame over framerKeep since it was made
-	prefaced    bool          // the client preface was read before serving began
+	rd       reader
+	waitFrom time.Time // when wait was last called: the idle timeout runs from it at the earliest
+	fr       *http2.Framer
+	hdec     *blockDecoder // decodes header blocks, with the connection's HPACK state
+	park     clientWaiter  // the wait for the client's socket, or stream; nil when there is none
+	// looker is park where it reads the client's TLS connection without
+	// waiting (a socket's: tunnel.Looker), so that records with no
+	// plaintext (a KeyUpdate) leave an idle connection's reader to wait
+	// on or park (see wait, notify); nil otherwise.
+	looker      tunnel.Looker
+	bigFrame    bool // fr read a frame over framerKeep since it was made
+	prefaced    bool // the client preface was read before serving began
 	sawSettings bool
 	rejected    int // malformed requests logged (rejectStream)
 	// The client's budget of early resets (resetBudget): resets is what
@@ -142,6 +147,7 @@ type conn struct {
 	stop     func() bool // ends the shutdown on ctx's end
 	done     func()      // what ServeConnThen was given
 	resumeFn func(error) // c.resume, bound once
+	lookFn   func() bool // c.look, bound once
 }
 
 func newConn(s *Server, nc net.Conn, sess *gate.Session) *conn {
@@ -186,6 +192,7 @@ func (c *conn) serve(ctx context.Context, done func()) {
 		// came by an HTTP/2 CONNECT stream waits on the stream.
 		if w, ok := tunnel.TLSWaiter(tc); ok {
 			c.park, _ = w.(clientWaiter)
+			c.looker, _ = w.(tunnel.Looker)
 		}
 	} else if c.raw != nil {
 		if rc, err := c.raw.SyscallConn(); err == nil {
@@ -194,6 +201,7 @@ func (c *conn) serve(ctx context.Context, done func()) {
 	}
 	c.ctx, c.done = ctx, done
 	c.resumeFn = c.resume
+	c.lookFn = c.look
 	c.stop = context.AfterFunc(ctx, c.shutdown)
 	go c.run(true, false)
 }
@@ -320,7 +328,13 @@ func (c *conn) notify() int {
 	if quiet {
 		deadline = gate.Deadline(later(c.waitFrom, c.idleSince), c.cfg.IdleTimeout)
 	}
-	n, ok := c.park.Notify(deadline, c.resumeFn)
+	var n tunnel.Waker
+	var ok bool
+	if c.looker != nil {
+		n, ok = c.looker.NotifyLook(deadline, c.lookFn, c.resumeFn)
+	} else {
+		n, ok = c.park.Notify(deadline, c.resumeFn)
+	}
 	if !ok {
 		return notifyNone
 	}
@@ -662,18 +676,55 @@ func (c *conn) wait(handOff bool) error {
 		var err error
 		if handOff {
 			// On a worker: the record is read as the wait ends, one
-			// system call fewer than a peek and then a read.
+			// system call fewer than a peek and then a read; and, where
+			// it can be, its plaintext without waiting for more, so
+			// that records with none (a KeyUpdate) or one cut short
+			// leave the worker to wait on until its deadline (and
+			// then park), not in a read until the client sends.
 			err = c.park.WaitRead()
+			if err == nil && c.looker != nil && !c.look() {
+				err = tunnel.ErrNoPlaintext
+			}
 		} else {
 			err = c.park.Wait() // run's goroutine keeps its small stack
 		}
 		c.mu.Lock()
 		c.parked, c.handOff = false, false
+		if err == tunnel.ErrNoPlaintext {
+			if !c.woken {
+				continue // no frame yet: wait on
+			}
+			err = nil
+		}
 		if err = c.parkedLocked(err, handOff); err != errLookAgain {
 			c.mu.Unlock()
 			return err
 		}
 	}
+}
+
+// look reads what the client's socket brought into the reader's empty
+// buffer without waiting (looker's ReadNow), on the reader's goroutine
+// (wait's) or before resume (notify's NotifyLook): true when that gave
+// bytes, or an error or the end of the stream, which the next frame's
+// read then meets; false, the buffer given back, when the records held
+// no plaintext (a KeyUpdate) or one was cut short, which crypto/tls
+// keeps for the next read.
+func (c *conn) look() bool {
+	r := &c.rd
+	if r.buf == nil {
+		r.buf = bufPool.Get().(*[bufSize]byte)
+	}
+	n, err := c.looker.ReadNow(r.nc, r.buf[:])
+	if n == 0 && errors.Is(err, tunnel.ErrNoPlaintext) {
+		r.release()
+		return false
+	}
+	if n == 0 && err == nil {
+		err = io.ErrNoProgress
+	}
+	r.r, r.w, r.err = 0, n, err
+	return true
 }
 
 // errLookAgain is parkedLocked's answer when the reader parks again.

@@ -85,7 +85,12 @@ type conn struct {
 	// socket, or on the HTTP/2 stream its tunnel came by (see
 	// awaitRequest); nil until its first wait, or when it cannot.
 	park tunnel.Waiter
-	one  [1]byte // what awaitRequest reads
+	// looker is park where it can read the client's TLS connection
+	// without waiting (tunnel.Looker: on its socket), so that records
+	// with no plaintext in them (a KeyUpdate) leave the connection to
+	// park; nil otherwise.
+	looker tunnel.Looker
+	one    [1]byte // what awaitRequest reads
 	// The wait for an intercepted connection's next request
 	// (awaitRequest): when it ends (idleEnd) and when the upstream goes
 	// (upEnd), MonoNow readings (0: never); drained says that the wait
@@ -111,8 +116,9 @@ type conn struct {
 	// goes on without the goroutine that served it, and without the
 	// conn (intercept).
 	held bool
-	// resumeFn is resume, bound once.
+	// resumeFn is resume, lookFn look, bound once.
 	resumeFn func(error)
+	lookFn   func() bool
 	// A transparent connection's (see ServeTransparent): its original
 	// destination (invalid on a proxy port), that destination as
 	// host:port, and the access log's target of the current request.
@@ -182,7 +188,7 @@ func (cn *conn) lendWork() {
 
 func (cn *conn) reset() {
 	cn.p, cn.sess, cn.ctx, cn.pool = nil, nil, nil, nil
-	cn.icept, cn.park = nil, nil
+	cn.icept, cn.park, cn.looker = nil, nil, nil
 	cn.authSame = cn.authSame[:0]
 	cn.then, cn.stop, cn.held = nil, nil, false
 	cn.idleEnd, cn.upEnd, cn.drained = 0, 0, false
@@ -323,6 +329,7 @@ func (cn *conn) awaitRequest(wait time.Duration) error {
 		if tc, ok := c.C.(*tls.Conn); ok {
 			// Under the TLS connection, the interceptor's wrapper.
 			cn.park, _ = tunnel.TLSWaiter(tc)
+			cn.looker, _ = cn.park.(tunnel.Looker)
 		}
 	}
 	now := http1.MonoNow()
@@ -405,8 +412,17 @@ func (cn *conn) awaitSent() error { return cn.awaitFirst(true) }
 // one record is then whole in it, and ReadHead arms no deadline of its
 // own. Otherwise (no Parker) the read waits for the first byte alone,
 // holding no buffer meanwhile.
+//
+// A connection that may park (looker, then) reads without waiting
+// (tunnel.Looker.ReadNow) once the socket is readable: records with no
+// plaintext in them (a TLS 1.3 KeyUpdate, an empty record, of its TLS
+// or of the one it runs inside) or a record cut short leave it holding
+// no buffer, waiting on for sentSoon's deadline (a few times at most),
+// then parked (parkNow), as a connection whose client sent nothing is;
+// crypto/tls keeps a record cut short for the next read.
 func (cn *conn) awaitFirst(sent bool) error {
 	c := &cn.client
+	lookNow := cn.drained && cn.looker != nil && cn.then != nil
 	read := func() (int, error) {
 		if cn.ctx.Err() != nil {
 			return 0, http1.ErrIdle
@@ -422,17 +438,24 @@ func (cn *conn) awaitFirst(sent bool) error {
 		if c.Buf == nil {
 			c.TakeBuf(&http1.ClientBufs)
 		}
+		if lookNow {
+			return cn.looker.ReadNow(c.C, c.Buf)
+		}
 		return c.Read(c.Buf)
 	}
 	var n int
 	var err error
-	for {
+	for passes := 0; ; {
 		now := http1.MonoNow()
 		end := cn.idleEnd
 		if cn.upEnd > 0 {
 			end = cn.upEnd
 		}
 		if rdl := c.ReadDeadline(); !sent || rdl <= now || (end > 0 && rdl > end) {
+			if sent && passes > 0 {
+				// sentSoon's deadline passed with no request come.
+				return cn.parkLooked()
+			}
 			// Not sentSoon's deadline, sooner, to keep: awaitByte's.
 			sent = false
 			if end > 0 {
@@ -442,6 +465,15 @@ func (cn *conn) awaitFirst(sent bool) error {
 			}
 		}
 		n, err = read()
+		if n == 0 && lookNow && cn.ctx.Err() == nil && (errors.Is(err, tunnel.ErrNoPlaintext) || sent && timedOut(err)) {
+			// No request yet: the client's records held no plaintext,
+			// or one was cut short.
+			c.Release()
+			if passes++; sent && passes < lookPasses && !timedOut(err) {
+				continue
+			}
+			return cn.parkLooked()
+		}
 		if n == 0 && sent && timedOut(err) && cn.ctx.Err() == nil {
 			sent = false // sentSoon's deadline passed first: awaitByte's now
 			continue
@@ -472,6 +504,10 @@ func (cn *conn) awaitFirst(sent bool) error {
 	return http1.ErrIdle
 }
 
+// lookPasses bounds the reads of awaitFirst that find no request in
+// what the client's socket brought before its connection parks.
+const lookPasses = 4
+
 // errNoNotify is notify's answer where the platform has no wait without
 // a goroutine: the caller waits on its own.
 var errNoNotify = errors.New("httpproxy: no notify")
@@ -492,6 +528,23 @@ func (cn *conn) notify() error {
 	case ok:
 		return nil
 	}
+	return cn.parkNow()
+}
+
+// parkLooked parks a connection whose client's socket has been found to
+// bring no request (awaitFirst): errParked, or ErrIdle where it cannot
+// (it can: looker's ReadNow finds no plaintext only where it can).
+func (cn *conn) parkLooked() error {
+	if err := cn.parkNow(); err != errNoNotify {
+		return err
+	}
+	return http1.ErrIdle
+}
+
+// parkNow is notify with no look at the socket first: the wait's own
+// look (looker's NotifyLook, see look) reads what the socket brings, the
+// connection staying parked while that is no plaintext.
+func (cn *conn) parkNow() error {
 	end := cn.idleEnd
 	if cn.upEnd > 0 {
 		end = cn.upEnd
@@ -509,7 +562,13 @@ func (cn *conn) notify() error {
 	// the upstream kept for the next, which the conn holds meanwhile:
 	// it goes back to its pool until resume.
 	cn.lendWork()
-	n, ok := cn.park.Notify(deadline, cn.resumeFn)
+	var n tunnel.Waker
+	var ok bool
+	if cn.looker != nil {
+		n, ok = cn.looker.NotifyLook(deadline, cn.lookFn, cn.resumeFn)
+	} else {
+		n, ok = cn.park.Notify(deadline, cn.resumeFn)
+	}
 	if !ok {
 		cn.takeWork()
 		return errNoNotify
@@ -530,6 +589,12 @@ func (cn *conn) resume(err error) {
 	cn.mu.Unlock()
 	cn.takeWork()
 	switch {
+	case err == nil && cn.looker != nil:
+		// look has read the request's first bytes, or met the
+		// connection's end.
+		if cn.client.W == 0 {
+			err = http1.ErrIdle
+		}
 	case err == nil:
 		err = cn.awaitByte()
 	case errors.Is(err, os.ErrDeadlineExceeded) && cn.upEnd > 0 && cn.ctx.Err() == nil:
@@ -550,6 +615,9 @@ func (cn *conn) resume(err error) {
 	default:
 		err = http1.ErrIdle
 	}
+	if err == errParked { // parked again (awaitFirst)
+		return
+	}
 	// then was read before serving on: once parked again the conn is no
 	// longer this goroutine's.
 	r := cn.step(err)
@@ -559,6 +627,26 @@ func (cn *conn) resume(err error) {
 	if !cn.after(r) {
 		then()
 	}
+}
+
+// look is the parked connection's look at what its client's socket
+// brought (looker's NotifyLook), on the wait's goroutine, before resume:
+// it reads the client's TLS connection without waiting into a buffer,
+// and reports true when that gave bytes of the next request (left in
+// the buffer for resume) or met the connection's end or an error
+// (resume ends it); false, holding no buffer, when the records held no
+// plaintext (a KeyUpdate) or one was cut short: the connection stays
+// parked.
+func (cn *conn) look() bool {
+	c := &cn.client
+	c.TakeBuf(&http1.ClientBufs)
+	n, err := cn.looker.ReadNow(c.C, c.Buf)
+	if n > 0 {
+		c.W = n
+		return true
+	}
+	c.Release()
+	return !errors.Is(err, tunnel.ErrNoPlaintext)
 }
 
 // timedOut reports whether err is a deadline's.

@@ -86,6 +86,7 @@ func New(cfg Config) (*Proxy, error) {
 	p.conns.New = func() any {
 		cn := &conn{bodyErr: make(chan error, 1)}
 		cn.resumeFn = cn.resume
+		cn.lookFn = cn.look
 		return cn
 	}
 	return p, nil

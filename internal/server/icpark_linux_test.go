@@ -378,3 +378,147 @@ func TestIdleInterceptedOuterKeyUpdate(t *testing.T) {
 		})
 	}
 }
+
+// TestIdleInterceptedKeyUpdateSoon checks that an intercepted
+// connection whose client sends a TLS record with no application data
+// in it (a KeyUpdate) right after reading an answer, while the
+// connection still waits for its next request on its goroutine (before
+// it parks, httpproxy's parkAfter), parks all the same: no goroutine of
+// the proxy's is left waiting for the next record (nor the buffer it
+// would read it into) until the idle timeout. The KeyUpdates are
+// OpenSSL's s_client's: on the plain port it is the client inside the
+// tunnel (-proxy: its KeyUpdates are those of the intercepted TLS
+// session); on the https port it is the client's TLS session with the
+// proxy (the outer one), with the tunnel's TLS inside it, HTTP/1.1 and
+// h2. Each case sends a KeyUpdate that asks for none back, then one
+// that asks for one, whose answer says that the proxy has read both;
+// the next request is answered, and logged; then two more, once the
+// connection is parked, leave it parked too.
+func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
+	target, upstreamCA := pathOrigin(t)
+	proxyTLS, _ := proxyCerts(t)
+	for _, tc := range []struct {
+		name, protocol, alpn string
+	}{
+		{"connect-inner", "http", "http/1.1"},
+		{"https-connect-outer", "https", "http/1.1"},
+		{"https-connect-outer-h2", "https", "h2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)
+			cfg.Listen[0].Protocol = tc.protocol
+			if tc.protocol == "https" {
+				cfg.Listen[0].TLS = proxyTLS
+				cfg.Listen[0].ALPN = []string{"http/1.1"}
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("config: %v", err)
+			}
+			access := &logBuffer{}
+			s, addrs := startLogged(t, cfg, nil, access)
+
+			// sc sends the KeyUpdates; rw carries the requests.
+			var sc *proxytest.SClient
+			var rw io.ReadWriter
+			if tc.protocol == "https" {
+				sc = proxytest.StartSClient(t, addrs["plain"], "-alpn", "http/1.1")
+				tunnel := proxytest.ConnectOn(t, sc, target)
+				tunnel.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
+				roots := x509.NewCertPool()
+				roots.AddCert(ca)
+				cc := tls.Client(tunnel, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{tc.alpn}})
+				if err := cc.Handshake(); err != nil {
+					t.Fatalf("TLS inside the tunnel: %v", err)
+				}
+				if p := cc.ConnectionState().NegotiatedProtocol; p != tc.alpn {
+					t.Fatalf("ALPN inside the tunnel %q, want %q", p, tc.alpn)
+				}
+				rw = cc
+			} else {
+				sc = proxytest.StartSClient(t, target, "-proxy", addrs["plain"], "-servername", "localhost", "-alpn", tc.alpn)
+				sc.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
+				rw = sc
+			}
+			get := func(path string) {
+				t.Helper()
+				if _, err := io.WriteString(rw, "GET "+path+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
+					t.Fatalf("%s: write: %v", path, err)
+				}
+			}
+			br := bufio.NewReader(rw)
+			answer := func(path string) {
+				t.Helper()
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s: read the response: %v", path, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				if err != nil || resp.StatusCode != 200 || string(body) != path {
+					t.Fatalf("%s: %d %q, %v", path, resp.StatusCode, body, err)
+				}
+			}
+			if tc.alpn == "h2" {
+				h2c, err := proxytest.NewH2Client(rw.(net.Conn))
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Stream n+1 asks for /n.
+				get = func(path string) {
+					t.Helper()
+					n, _ := strconv.Atoi(path[1:])
+					if _, err := rw.Write(h2c.Get(uint32(2*n-1), target, path)); err != nil {
+						t.Fatalf("%s: write: %v", path, err)
+					}
+				}
+				answer = func(path string) {
+					t.Helper()
+					n, _ := strconv.Atoi(path[1:])
+					status, body, err := h2c.Answer(uint32(2*n - 1))
+					if err != nil || status != "200" || string(body) != path {
+						t.Fatalf("%s: %s %q, %v", path, status, body, err)
+					}
+				}
+			}
+			parked := func(after string) {
+				t.Helper()
+				err := leaktest.Check(proxytest.DefaultTimeout,
+					"rustle/internal/server.(*Server).serveConn", "rustle/internal/httpproxy.(*conn)", "rustle/internal/h2.(*conn)")
+				if err != nil {
+					t.Fatalf("after %s, a goroutine waits for the idle intercepted connection: %v", after, err)
+				}
+			}
+
+			keyUpdates := func(after string) {
+				t.Helper()
+				got := sc.Received("KeyUpdate")
+				sc.KeyUpdate(t, false)
+				sc.KeyUpdate(t, true)
+				sc.AwaitReceived(t, "KeyUpdate", got+1)
+				parked(after)
+			}
+			for i, path := range []string{"/1", "/2"} {
+				get(path)
+				answer(path)
+				keyUpdates("KeyUpdates sent right after answer " + strconv.Itoa(i+1))
+			}
+			keyUpdates("KeyUpdates sent to the parked connection")
+			get("/3")
+			answer("/3")
+
+			ctx, cancel := context.WithTimeout(context.Background(), proxytest.DefaultTimeout)
+			defer cancel()
+			if err := s.Shutdown(ctx); err != nil {
+				t.Fatalf("Shutdown: %v: the parked intercepted connection was not ended", err)
+			}
+			inner := 0
+			for _, r := range proxytest.JSONRecords[icRecord](t, access, 4) { // the tunnel's record and its 3 requests'
+				if r.Method == "GET" && strings.HasPrefix(r.Target, "https://"+target+"/") && r.Status == 200 && r.Intercepted {
+					inner++
+				}
+			}
+			if inner != 3 {
+				t.Fatalf("access log: %d intercepted requests, want 3:\n%s", inner, access.String())
+			}
+		})
+	}
+}

@@ -29,6 +29,11 @@ type Notice struct {
 	// fn is called only once a look (settle) found bytes for the
 	// reader; otherwise the wait goes on. nil for any other Parker.
 	outer *recordConn
+	// look, for a wait of NotifyLook, is the reader's look at what the
+	// socket brought, called as outer's settleOuter is (and in its
+	// stead: the reader's look reads through the outer connection);
+	// nil for one of Notify.
+	look  func() bool
 	mu    sync.Mutex
 	fired bool        // fn has been started, or is being; guarded by mu
 	timer *time.Timer // the deadline; nil when none; guarded by mu
@@ -78,7 +83,25 @@ const notifyFlags = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
 // reports false, calling nothing, on platforms without such a loop: the
 // caller waits with [Parker.Wait] instead.
 func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
-	n := &Notice{rc: p.rc, fn: fn}
+	return p.notify(deadline, nil, fn)
+}
+
+// NotifyLook is Notify for a reader that may find no bytes of its own in
+// what the socket brings (a TLS connection's, whose records may hold no
+// plaintext: see [Parker.ReadNow]): once the socket is readable look is
+// called, on a goroutine of its own, and fn (on that goroutine, with
+// nil) only if it reports true, the reader having found what to read
+// on; when it reports false the socket is registered again and the
+// wait goes on, its deadline too, with no goroutine. A deadline, Wake or
+// failure that comes while look runs is what fn gets once it returns.
+// look is called on one goroutine at a time, never once fn has been.
+func (p *Parker) NotifyLook(deadline time.Time, look func() bool, fn func(error)) (*Notice, bool) {
+	return p.notify(deadline, look, fn)
+}
+
+// notify is Notify, and NotifyLook with look.
+func (p *Parker) notify(deadline time.Time, look func() bool, fn func(error)) (*Notice, bool) {
+	n := &Notice{rc: p.rc, fn: fn, look: look}
 	if p.ahead != nil && p.ahead.held() {
 		n.fire(nil)
 		return n, true
@@ -134,7 +157,8 @@ func (n *Notice) Wake() {
 // fire starts fn with err unless it has been started: the socket leaves
 // the epoll set first (while it is open: Control holds it), so that it
 // can be registered again. For a connection over another TLS connection
-// (n.outer) the socket being readable (err nil) starts settle instead,
+// (n.outer), or one with a look, the socket being readable (err nil)
+// starts settle instead,
 // and what ends the wait while it looks is kept for fn until it is done.
 func (n *Notice) fire(err error) {
 	n.mu.Lock()
@@ -148,7 +172,7 @@ func (n *Notice) fire(err error) {
 		}
 		n.mu.Unlock()
 		return
-	case err == nil && n.outer != nil:
+	case err == nil && (n.outer != nil || n.look != nil):
 		n.settling = true
 		n.mu.Unlock()
 		notices.remove(n)
@@ -173,15 +197,21 @@ func (n *Notice) endLocked() {
 	}
 }
 
-// settle is fire for a connection over another TLS connection whose
-// socket is readable, on a goroutine of its own: it reads what the
-// socket has, and calls fn (on this goroutine) if that made plaintext
+// settle is fire for a connection over another TLS connection, or a
+// wait with a look (NotifyLook), whose socket is readable, on a
+// goroutine of its own: it reads what the socket has (the look, or
+// settleOuter), and calls fn (on this goroutine) if that made plaintext
 // for the reader, or an error or the stream's end for it to see, or if
 // the wait was ended meanwhile; otherwise (records with no application
 // data) it registers the socket again and returns, holding no buffer:
 // the wait goes on, its deadline too.
 func (n *Notice) settle() {
-	ready := n.outer.settleOuter()
+	var ready bool
+	if n.look != nil {
+		ready = n.look()
+	} else {
+		ready = n.outer.settleOuter()
+	}
 	n.mu.Lock()
 	n.settling = false
 	err := n.late

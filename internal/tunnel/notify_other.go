@@ -4,6 +4,7 @@ package tunnel
 
 import (
 	"errors"
+	"io"
 	"time"
 )
 
@@ -20,6 +21,14 @@ type Notice struct{}
 func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 	return nil, false
 }
+
+// NotifyLook reports false off Linux, calling nothing, as Notify does.
+func (p *Parker) NotifyLook(deadline time.Time, look func() bool, fn func(error)) (*Notice, bool) {
+	return nil, false
+}
+
+// ReadNow is r.Read off Linux, where no TLS connection has a Parker.
+func (p *Parker) ReadNow(r io.Reader, b []byte) (int, error) { return r.Read(b) }
 
 // Ready reports false off Linux, where callers wait with [Parker.Wait],
 // which returns at once when the socket is readable.

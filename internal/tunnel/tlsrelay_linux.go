@@ -220,6 +220,9 @@ type recordConn struct {
 	fillFn  func(uintptr) bool
 	fillN   int
 	fillErr error
+	// fillNowFn is c.fill as a RawConn.Control callback (readNow's),
+	// bound on first use.
+	fillNowFn func(uintptr)
 	// drained: in non-blocking mode, the last read from the socket
 	// returned fewer bytes than it asked for, so the socket was empty
 	// then: the next read answers errWouldBlock at once, and the caller's
@@ -423,6 +426,31 @@ func (p *Parker) WaitRead() error {
 		return os.NewSyscallError("read", p.err)
 	}
 	return nil
+}
+
+// ReadNow reads r, the TLS connection whose reads the Parker waits for
+// (over the connection given to [TLSParker] or [RecordParker]), into b
+// without waiting for its socket: once the Parker has seen the socket
+// readable, the records it brought may hold no plaintext for r's
+// reader (a TLS 1.3 KeyUpdate, which crypto/tls answers if asked to,
+// an empty application-data record, of r's connection or of the one it
+// runs inside, see [RecordConnTLS]) or be cut short, and then ReadNow
+// returns [ErrNoPlaintext] where r's Read would wait: crypto/tls has
+// taken those records, and keeps a record cut short for the next read;
+// no buffer of the Parker's connection is held, and the reader may wait
+// again (WaitRead, Notify). Otherwise it returns what r's Read returns:
+// plaintext, or an error or the end of the stream. The socket's read
+// deadline does not stop it. On a Parker of no TLS connection it is
+// r.Read.
+func (p *Parker) ReadNow(r io.Reader, b []byte) (int, error) {
+	if p.ahead == nil || p.ahead.rc == nil {
+		return r.Read(b)
+	}
+	n, err := p.ahead.readNow(r, b)
+	if n == 0 && errors.Is(err, errWouldBlock) {
+		return 0, ErrNoPlaintext
+	}
+	return n, err
 }
 
 // readAhead is the RawConn.Read callback of WaitRead: the connection's
@@ -664,53 +692,81 @@ func (c *recordConn) readOuter() error {
 // plaintext, a KeyUpdate or an empty application-data record, which
 // the outer connection has taken (it answers a KeyUpdate that asks for
 // one), or a record not whole yet, which it keeps: then no buffer is
-// held, and the reader may wait again. The socket's read deadline (past,
-// for a parked reader) does not stop it: it reads with Control, what the
-// socket has at once; crypto/tls keeps the outer connection usable after
-// its errWouldBlock, a temporary error.
+// held, and the reader may wait again (see readNow).
 func (c *recordConn) settleOuter() bool {
 	if c.pending() || !c.outerDrained {
 		return true
 	}
-	u := c.under
+	c.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
+	n, err := c.readNow(c.outer, c.ahead[:])
+	if n > 0 {
+		c.ar, c.aw = 0, n
+		return true
+	}
+	tlsBufPool.Put(c.ahead)
+	c.ahead = nil
+	return !errors.Is(err, errWouldBlock)
+}
+
+// readNow reads r into b without waiting for the socket: r is a TLS
+// connection that reads c (its reader's), or c's outer connection (see
+// settleOuter), and the socket's reads (c's, or for a connection over
+// another TLS connection the one under it) answer errWouldBlock rather
+// than wait while it reads. It returns what r's Read returns: bytes, an
+// error or the end of the stream (the socket's, read at once), or
+// errWouldBlock when the socket had, at once, only records that make
+// no plaintext for r's reader (a KeyUpdate, which crypto/tls answers
+// if asked to, an empty application-data record) or a record not
+// whole yet, which crypto/tls keeps for the next read: then no buffer
+// of c's is held, and the reader may wait on the socket again. The
+// socket's read deadline (past, for a parked reader) does not stop it:
+// the socket is read with Control, what it has at once; crypto/tls
+// keeps the connection usable after errWouldBlock, a temporary error.
+// It reads the socket at most a few times (while each read fills the
+// buffer: the socket may have more), then answers errWouldBlock.
+func (c *recordConn) readNow(r io.Reader, b []byte) (int, error) {
+	u := c
+	if c.under != nil {
+		u = c.under
+	}
 	defer func() { u.nonBlock, u.drained = false, false }()
 	for range 4 {
-		full := false
-		if !u.pending() {
+		filled, full := false, false
+		if !c.held() {
 			u.nonBlock = true
-			if err := u.rc.Control(func(fd uintptr) { u.fill(fd) }); err != nil {
-				return true // closed: the read says so
+			if u.fillNowFn == nil {
+				u.fillNowFn = func(fd uintptr) { u.fill(fd) }
+			}
+			if err := u.rc.Control(u.fillNowFn); err != nil {
+				return 0, c.opError(err) // closed
 			}
 			n, err := u.fillN, u.fillErr
 			u.fillN, u.fillErr = 0, nil
 			switch {
 			case err == unix.EAGAIN:
-				return false
+				return 0, errWouldBlock
+			case err != nil:
+				return 0, c.opError(os.NewSyscallError("read", err))
 			case n == 0:
-				return true // an error, or the end of the stream
+				return 0, io.EOF
 			}
-			u.ar, u.aw, full = 0, n, n == tlsBufSize
+			u.ar, u.aw = 0, n
+			filled, full = true, n == tlsBufSize
 		}
-		// Once the bytes read are taken, the outer connection's read
-		// answers errWouldBlock without reading the socket.
+		// Once the bytes read are taken, the socket's read answers
+		// errWouldBlock without a system call.
 		u.nonBlock, u.drained = true, true
-		c.ahead = tlsBufPool.Get().(*[tlsBufSize]byte)
-		n, err := c.outer.Read(c.ahead[:])
-		if n > 0 {
-			c.ar, c.aw = 0, n
-			return true
+		n, err := r.Read(b)
+		if n > 0 || !errors.Is(err, errWouldBlock) {
+			return n, err
 		}
-		tlsBufPool.Put(c.ahead)
-		c.ahead = nil
-		if !errors.Is(err, errWouldBlock) {
-			return true
+		if filled && !full {
+			return 0, errWouldBlock
 		}
-		if !full {
-			return false
-		}
-		// The socket may have more.
+		// The socket may have more, or was not read: bytes held above
+		// it were taken first.
 	}
-	return true
+	return 0, errWouldBlock
 }
 
 // fill is the RawConn.Read callback of readAhead.

@@ -2,9 +2,15 @@ package tunnel
 
 import (
 	"crypto/tls"
+	"errors"
+	"io"
 	"net"
 	"time"
 )
+
+// ErrNoPlaintext is what [Parker.ReadNow] returns when the records the
+// socket had at once made no plaintext for the reader.
+var ErrNoPlaintext = errors.New("tunnel: no plaintext in the records read")
 
 // Waiter is a reader's wait for the next bytes of a connection that
 // holds none of them meanwhile: a socket's [Parker] (see [TLSWaiter]),
@@ -26,6 +32,22 @@ type Waiter interface {
 // Waker ends a wait of [Waiter.Notify]: its function then gets
 // [ErrWoken]. It does not block, and may be called more than once.
 type Waker interface{ Wake() }
+
+// Looker is a Waiter of a TLS connection whose socket may bring records
+// that make no plaintext for its reader (a KeyUpdate, an empty record):
+// a reader that must not wait for more on its goroutine (one about to
+// park) reads with ReadNow, and parks with NotifyLook, which looks
+// itself before waking it. The Waiter of a TLS connection's socket
+// ([TLSWaiter]'s Parker) is one.
+type Looker interface {
+	Waiter
+	// ReadNow is [Parker.ReadNow]: r's read without waiting for the
+	// socket, ErrNoPlaintext when it would wait.
+	ReadNow(r io.Reader, b []byte) (int, error)
+	// NotifyLook is Notify whose fn is called, once the socket is
+	// readable, only if look reports true (see [Parker.NotifyLook]).
+	NotifyLook(deadline time.Time, look func() bool, fn func(error)) (Waker, bool)
+}
 
 // WaiterConn is a connection that provides the Waiter of its reads
 // itself (h2's intercepted CONNECT stream); false when it has none.
@@ -53,7 +75,7 @@ func TLSWaiter(c *tls.Conn) (Waiter, bool) {
 	if !ok {
 		return nil, false
 	}
-	return parkerWaiter{p}, true
+	return tlsWaiter{parkerWaiter{p}}, true
 }
 
 // ParkerWaiter returns p as a Waiter, which has p's Wait method too.
@@ -64,6 +86,17 @@ type parkerWaiter struct{ *Parker }
 
 func (p parkerWaiter) Notify(deadline time.Time, fn func(error)) (Waker, bool) {
 	n, ok := p.Parker.Notify(deadline, fn)
+	if !ok {
+		return nil, false
+	}
+	return n, true
+}
+
+// tlsWaiter is a TLS connection's Parker as a Looker.
+type tlsWaiter struct{ parkerWaiter }
+
+func (p tlsWaiter) NotifyLook(deadline time.Time, look func() bool, fn func(error)) (Waker, bool) {
+	n, ok := p.Parker.NotifyLook(deadline, look, fn)
 	if !ok {
 		return nil, false
 	}
