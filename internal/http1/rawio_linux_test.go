@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,35 +84,13 @@ func TestReadsAndWritesKeepTheProcessor(t *testing.T) {
 	// The calls and what the goroutine was doing in each sample taken
 	// while it was in one of them.
 	calls := []string{"http1.(*Conn).Fill(", "http1.(*Conn).Write(", "http1.(*Vec).WriteConn("}
-	states := map[string]map[string]int{}
-	samples := 0
-	deadline := time.Now().Add(20 * time.Second)
-	for samples < 150 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Microsecond)
-		for _, g := range leaktest.Stacks(calls...) {
-			for _, call := range calls {
-				if !strings.Contains(g, call) {
-					continue
-				}
-				if states[call] == nil {
-					states[call] = map[string]int{}
-				}
-				states[call][leaktest.State(g)]++
-				samples++
-			}
-		}
-	}
+	states, samples := leaktest.CallStates(calls, 150, time.Now().Add(20*time.Second))
 	stop.Store(true)
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	if samples < 30 {
-		t.Fatalf("only %d samples during the calls (%v): too few to tell", samples, states)
-	}
-	for _, call := range calls {
-		if n := states[call]["syscall"]; n > 0 {
-			t.Errorf("in %d of %d samples in %s the goroutine was in a system call the scheduler sees (states %v), want none", n, samples, call, states[call])
-		}
+	if err := leaktest.InSyscall(calls, states, samples, 30); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("states sampled: %v", states)
 }

@@ -56,6 +56,51 @@ func Stacks(substrs ...string) []string {
 	return left
 }
 
+// CallStates samples, every 200 µs, the goroutines whose stacks are
+// inside one of calls (substrings of a stack, "pkg.(*T).Method(") until
+// it has n samples or until passes, and returns how many samples saw
+// each scheduling state (see State), per call, and the samples in all.
+func CallStates(calls []string, n int, until time.Time) (states map[string]map[string]int, samples int) {
+	states = map[string]map[string]int{}
+	for samples < n && time.Now().Before(until) {
+		time.Sleep(200 * time.Microsecond)
+		for _, g := range Stacks(calls...) {
+			for _, call := range calls {
+				if !strings.Contains(g, call) {
+					continue
+				}
+				if states[call] == nil {
+					states[call] = map[string]int{}
+				}
+				states[call][State(g)]++
+				samples++
+			}
+		}
+	}
+	return states, samples
+}
+
+// InSyscall returns an error when states and samples, from CallStates,
+// are fewer than least, too few to tell, or saw a goroutine inside one
+// of calls "in a system call" the Go scheduler sees (a state in which
+// the runtime's monitor may hand its processor to another thread);
+// nil when every sample saw it otherwise.
+func InSyscall(calls []string, states map[string]map[string]int, samples, least int) error {
+	if samples < least {
+		return fmt.Errorf("only %d samples during the calls (%v): too few to tell", samples, states)
+	}
+	var bad []string
+	for _, call := range calls {
+		if n := states[call]["syscall"]; n > 0 {
+			bad = append(bad, fmt.Sprintf("in %d of %d samples in %s the goroutine was in a system call the scheduler sees (states %v)", n, samples, call, states[call]))
+		}
+	}
+	if bad != nil {
+		return fmt.Errorf("%s; want none", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
 // Main runs the tests and benchmarks of m and then, if they passed,
 // Check(wait, substrs...). It returns the exit code for os.Exit:
 //

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,23 +68,7 @@ func TestRecordConnKeepsTheProcessor(t *testing.T) {
 	}()
 
 	calls := []string{"tunnel.(*recordConn).Write(", "tunnel.(*recordConn).fill("}
-	states := map[string]map[string]int{}
-	samples := 0
-	for samples < 150 && time.Now().Before(deadline) {
-		time.Sleep(200 * time.Microsecond)
-		for _, g := range leaktest.Stacks(calls...) {
-			for _, call := range calls {
-				if !strings.Contains(g, call) {
-					continue
-				}
-				if states[call] == nil {
-					states[call] = map[string]int{}
-				}
-				states[call][leaktest.State(g)]++
-				samples++
-			}
-		}
-	}
+	states, samples := leaktest.CallStates(calls, 150, deadline)
 	stop.Store(true)
 	if err := <-errc; err != nil {
 		t.Fatal(err)
@@ -94,13 +77,8 @@ func TestRecordConnKeepsTheProcessor(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
-	if samples < 30 {
-		t.Fatalf("only %d samples during the calls (%v): too few to tell", samples, states)
-	}
-	for _, call := range calls {
-		if n := states[call]["syscall"]; n > 0 {
-			t.Errorf("in %d of %d samples in %s the goroutine was in a system call the scheduler sees (states %v), want none", n, samples, call, states[call])
-		}
+	if err := leaktest.InSyscall(calls, states, samples, 30); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("states sampled: %v", states)
 }
