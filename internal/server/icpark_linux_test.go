@@ -301,54 +301,8 @@ func TestIdleInterceptedOuterKeyUpdate(t *testing.T) {
 			if p := cc.ConnectionState().NegotiatedProtocol; p != alpn {
 				t.Fatalf("ALPN inside the tunnel %q, want %q", p, alpn)
 			}
-			get := func(path string) {
-				t.Helper()
-				if _, err := io.WriteString(cc, "GET "+path+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
-					t.Fatalf("%s: write: %v", path, err)
-				}
-			}
-			br := bufio.NewReader(cc)
-			answer := func(path string) {
-				t.Helper()
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					t.Fatalf("%s: read the response: %v", path, err)
-				}
-				body, err := io.ReadAll(resp.Body)
-				if err != nil || resp.StatusCode != 200 || string(body) != path {
-					t.Fatalf("%s: %d %q, %v", path, resp.StatusCode, body, err)
-				}
-			}
-			if h2 {
-				h2c, err := proxytest.NewH2Client(cc)
-				if err != nil {
-					t.Fatal(err)
-				}
-				// Stream n+1 asks for /n.
-				get = func(path string) {
-					t.Helper()
-					n, _ := strconv.Atoi(path[1:])
-					if _, err := cc.Write(h2c.Get(uint32(2*n-1), target, path)); err != nil {
-						t.Fatalf("%s: write: %v", path, err)
-					}
-				}
-				answer = func(path string) {
-					t.Helper()
-					n, _ := strconv.Atoi(path[1:])
-					status, body, err := h2c.Answer(uint32(2*n - 1))
-					if err != nil || status != "200" || string(body) != path {
-						t.Fatalf("%s: %s %q, %v", path, status, body, err)
-					}
-				}
-			}
-			parked := func(after string) {
-				t.Helper()
-				err := leaktest.Check(proxytest.DefaultTimeout,
-					"rustle/internal/server.(*Server).serveConn", "rustle/internal/httpproxy.(*conn)", "rustle/internal/h2.(*conn)")
-				if err != nil {
-					t.Fatalf("after %s, a goroutine waits for the idle intercepted connection: %v", after, err)
-				}
-			}
+			get, answer := innerExchange(t, cc, h2, target)
+			parked := func(after string) { t.Helper(); checkParked(t, after) }
 
 			get("/1")
 			answer("/1")
@@ -439,54 +393,8 @@ func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
 				sc.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
 				rw = sc
 			}
-			get := func(path string) {
-				t.Helper()
-				if _, err := io.WriteString(rw, "GET "+path+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
-					t.Fatalf("%s: write: %v", path, err)
-				}
-			}
-			br := bufio.NewReader(rw)
-			answer := func(path string) {
-				t.Helper()
-				resp, err := http.ReadResponse(br, nil)
-				if err != nil {
-					t.Fatalf("%s: read the response: %v", path, err)
-				}
-				body, err := io.ReadAll(resp.Body)
-				if err != nil || resp.StatusCode != 200 || string(body) != path {
-					t.Fatalf("%s: %d %q, %v", path, resp.StatusCode, body, err)
-				}
-			}
-			if tc.alpn == "h2" {
-				h2c, err := proxytest.NewH2Client(rw.(net.Conn))
-				if err != nil {
-					t.Fatal(err)
-				}
-				// Stream n+1 asks for /n.
-				get = func(path string) {
-					t.Helper()
-					n, _ := strconv.Atoi(path[1:])
-					if _, err := rw.Write(h2c.Get(uint32(2*n-1), target, path)); err != nil {
-						t.Fatalf("%s: write: %v", path, err)
-					}
-				}
-				answer = func(path string) {
-					t.Helper()
-					n, _ := strconv.Atoi(path[1:])
-					status, body, err := h2c.Answer(uint32(2*n - 1))
-					if err != nil || status != "200" || string(body) != path {
-						t.Fatalf("%s: %s %q, %v", path, status, body, err)
-					}
-				}
-			}
-			parked := func(after string) {
-				t.Helper()
-				err := leaktest.Check(proxytest.DefaultTimeout,
-					"rustle/internal/server.(*Server).serveConn", "rustle/internal/httpproxy.(*conn)", "rustle/internal/h2.(*conn)")
-				if err != nil {
-					t.Fatalf("after %s, a goroutine waits for the idle intercepted connection: %v", after, err)
-				}
-			}
+			get, answer := innerExchange(t, rw, tc.alpn == "h2", target)
+			parked := func(after string) { t.Helper(); checkParked(t, after) }
 
 			keyUpdates := func(after string) {
 				t.Helper()
@@ -520,5 +428,65 @@ func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
 				t.Fatalf("access log: %d intercepted requests, want 3:\n%s", inner, access.String())
 			}
 		})
+	}
+}
+
+// innerExchange returns get, which sends a GET of path on rw, the
+// client's connection inside an intercepted tunnel (HTTP/1.1, or h2
+// where h2 is set: stream 2n-1 asks for /n), and answer, which reads
+// its answer and fails t unless it is 200 with path for its body.
+func innerExchange(t *testing.T, rw io.ReadWriter, h2 bool, target string) (get, answer func(path string)) {
+	t.Helper()
+	if h2 {
+		h2c, err := proxytest.NewH2Client(rw.(net.Conn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		get = func(path string) {
+			t.Helper()
+			n, _ := strconv.Atoi(path[1:])
+			if _, err := rw.Write(h2c.Get(uint32(2*n-1), target, path)); err != nil {
+				t.Fatalf("%s: write: %v", path, err)
+			}
+		}
+		answer = func(path string) {
+			t.Helper()
+			n, _ := strconv.Atoi(path[1:])
+			status, body, err := h2c.Answer(uint32(2*n - 1))
+			if err != nil || status != "200" || string(body) != path {
+				t.Fatalf("%s: %s %q, %v", path, status, body, err)
+			}
+		}
+		return get, answer
+	}
+	get = func(path string) {
+		t.Helper()
+		if _, err := io.WriteString(rw, "GET "+path+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
+			t.Fatalf("%s: write: %v", path, err)
+		}
+	}
+	br := bufio.NewReader(rw)
+	answer = func(path string) {
+		t.Helper()
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: read the response: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != 200 || string(body) != path {
+			t.Fatalf("%s: %d %q, %v", path, resp.StatusCode, body, err)
+		}
+	}
+	return get, answer
+}
+
+// checkParked fails t, saying after what, unless no goroutine of the
+// proxy's is left waiting for an idle intercepted connection.
+func checkParked(t *testing.T, after string) {
+	t.Helper()
+	err := leaktest.Check(proxytest.DefaultTimeout,
+		"rustle/internal/server.(*Server).serveConn", "rustle/internal/httpproxy.(*conn)", "rustle/internal/h2.(*conn)")
+	if err != nil {
+		t.Fatalf("after %s, a goroutine waits for the idle intercepted connection: %v", after, err)
 	}
 }
