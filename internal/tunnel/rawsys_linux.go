@@ -28,42 +28,27 @@ package tunnel
 import (
 	"unsafe"
 
+	"github.com/rustle-proxy/rustle/internal/rawio"
 	"golang.org/x/sys/unix"
 )
 
-// Each call below converts its buffer's pointer in the RawSyscall
-// expression itself, as unsafe.Pointer's rule for system calls requires
-// (a buffer on a goroutine stack may move otherwise), which is why the
-// three are not one helper taking uintptrs.
-
 // readFD reads fd once, retrying on EINTR; n is 0 on error. fd must be
-// non-blocking.
+// non-blocking. It is rawio.Read, with the error as an error.
 func readFD(fd int, p []byte) (int, error) {
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-		switch e {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
-		}
+	n, e := rawio.Read(uintptr(fd), p)
+	if e != 0 {
 		return 0, e
 	}
+	return n, nil
 }
 
-// writeFD writes fd once, retrying on EINTR; n is 0 on error. fd must be
-// non-blocking.
+// writeFD is readFD for write(2): rawio.Write.
 func writeFD(fd int, p []byte) (int, error) {
-	for {
-		n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-		switch e {
-		case 0:
-			return int(n), nil
-		case unix.EINTR:
-			continue
-		}
+	n, e := rawio.Write(uintptr(fd), p)
+	if e != 0 {
 		return 0, e
 	}
+	return n, nil
 }
 
 // spliceFD splices up to n bytes from in to out once (one of them a
