@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// rawPair returns a loopback TCP connection wrapped by Wrap and its
-// peer, both closed at the end of the test.
-func rawPair(t *testing.T) (raw, peer net.Conn) {
+// loopback returns the two ends of a loopback TCP connection, both
+// closed at the end of the test.
+func loopback(t *testing.T) (*net.TCPConn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,11 +31,19 @@ func rawPair(t *testing.T) (raw, peer net.Conn) {
 		c.Close()
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close(); p.Close() })
+	return c.(*net.TCPConn), p
+}
+
+// rawPair returns a loopback TCP connection wrapped by Wrap and its
+// peer, both closed at the end of the test.
+func rawPair(t *testing.T) (raw, peer net.Conn) {
+	t.Helper()
+	c, p := loopback(t)
 	raw = Wrap(c)
 	if _, ok := raw.(*conn); !ok {
 		t.Fatalf("Wrap(%T) = %T, want *conn", c, raw)
 	}
-	t.Cleanup(func() { raw.Close(); p.Close() })
 	return raw, p
 }
 
@@ -93,26 +101,12 @@ func TestWrapKeepsDeadlines(t *testing.T) {
 // connection itself and its peer, all closed at the end of the test.
 func fdPair(t *testing.T) (*FD, *net.TCPConn, net.Conn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := ln.Accept()
-	if err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); p.Close() })
+	c, p := loopback(t)
 	f := new(FD)
-	if !f.Reset(c.(*net.TCPConn)) || !f.Holds(c.(*net.TCPConn)) {
+	if !f.Reset(c) || !f.Holds(c) {
 		t.Fatal("Reset took no socket")
 	}
-	return f, c.(*net.TCPConn), p
+	return f, c, p
 }
 
 func TestFDWritevMovesEveryByte(t *testing.T) {
