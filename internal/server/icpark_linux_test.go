@@ -343,12 +343,14 @@ func TestIdleInterceptedOuterKeyUpdate(t *testing.T) {
 // OpenSSL's s_client's: on the plain port it is the client inside the
 // tunnel (-proxy: its KeyUpdates are those of the intercepted TLS
 // session); on the https port it is the client's TLS session with the
-// proxy (the outer one), with the tunnel's TLS inside it, HTTP/1.1 and
-// h2; on the https port with an HTTP/2 CONNECT stream for the tunnel
-// (h2-stream), it is the client inside the tunnel again, its TCP
-// connection bridged into the stream (proxytest.Bridge), so that the
-// intercepted connection's wait is on the stream's DATA, not on a
-// socket. Each case sends a KeyUpdate that asks for none back, then one
+// proxy (the outer one), with the tunnel's TLS inside it; on the https
+// port with an HTTP/2 CONNECT stream for the tunnel (h2-stream), it is
+// the client inside the tunnel again, its TCP connection bridged into
+// the stream (proxytest.Bridge), so that the intercepted connection's
+// wait is on the stream's DATA, not on a socket. Each with HTTP/1.1 and
+// h2 inside the tunnel (where s_client is the client inside it, the
+// test writes the h2 frames to its input: none starts with one of its
+// command letters, see proxytest.SClient). Each case sends a KeyUpdate that asks for none back, then one
 // that asks for one, whose answer says that the proxy has read both;
 // the next request is answered, and logged; then two more, once the
 // connection is parked, leave it parked too.
@@ -359,9 +361,11 @@ func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
 		name, protocol, alpn string
 	}{
 		{"connect-inner", "http", "http/1.1"},
+		{"connect-inner-h2", "http", "h2"},
 		{"https-connect-outer", "https", "http/1.1"},
 		{"https-connect-outer-h2", "https", "h2"},
 		{"h2-stream-inner", "https", "http/1.1"},
+		{"h2-stream-inner-h2", "https", "h2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stream := strings.HasPrefix(tc.name, "h2-stream")
