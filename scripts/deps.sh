@@ -11,7 +11,9 @@ command -v wget >/dev/null 2>&1 || need+=(wget)
 # and internal/server's TestIdleInterceptedOuterKeyUpdate (through
 # proxytest.SClient) send to a parked intercepted connection, and
 # TestIdleInterceptedKeyUpdateSoon to one about to park (inside the
-# tunnel through a CONNECT, -proxy, on the plain port), and fronts
+# tunnel through a CONNECT, -proxy, on the plain port, or bridged into
+# an HTTP/2 CONNECT stream), internal/h2's TestHandOffKeyUpdate to an
+# HTTP/2 connection as its worker hands its wait off, and fronts
 # another server name through a CONNECT (-proxy, -servername) in e2e's
 # TestSNICheck.
 command -v openssl >/dev/null 2>&1 || need+=(openssl)

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -248,6 +249,9 @@ func (c *conn) run(first, ready bool) {
 			return
 		}
 		first = false
+		if hook := handOffHook.Load(); hook != nil {
+			(*hook)(c)
+		}
 		switch c.notify() {
 		case notifyWaiting:
 			return
@@ -262,6 +266,10 @@ func (c *conn) run(first, ready bool) {
 		}
 	}
 }
+
+// handOffHook, when set (by a test), is called by run between a
+// worker's last wait and notify; nil otherwise.
+var handOffHook atomic.Pointer[func(*conn)]
 
 // What notify did.
 const (
@@ -298,7 +306,8 @@ func (c *conn) waitThen() {
 
 // notify registers the wait for the client of an idle connection with
 // Parker.Notify, to resume on a fresh worker, unless the client has sent
-// meanwhile. It registers nothing (notifyNone) where the platform has no
+// meanwhile (with a looker, NotifyLook: the wait itself looks at what
+// came meanwhile, and resumes at once if it is a frame's bytes). It registers nothing (notifyNone) where the platform has no
 // such wait, and when the connection has sent GOAWAY (a connection
 // shutting down may be closed under it, which a Notice would see only at
 // its loop's next look for closed sockets, up to a second later) or is
@@ -315,15 +324,22 @@ func (c *conn) notify() int {
 		c.nc.SetReadDeadline(time.Time{}) // the bound of the last frame's reads
 		c.rd.deadline = time.Time{}
 	}
-	switch ok, err := c.park.Ready(); {
-	case ok && err != nil:
-		return notifyFailed
-	case ok:
-		return notifyReady
+	if c.looker == nil {
+		switch ok, err := c.park.Ready(); {
+		case ok && err != nil:
+			return notifyFailed
+		case ok:
+			return notifyReady
+		}
 	}
-	// With tunnels open no deadline brings a Notice's wait back: the
-	// end of the last stream must wake it (becameIdleLocked) to start
-	// the idle timeout. With no stream, none can end while it waits.
+	// A connection with a looker does not look at its socket here and
+	// then read on: what came since the worker's last look, a KeyUpdate
+	// say, would leave it in a blocking read. Its wait's registration is
+	// the last look (NotifyLook sees the socket readable at once, and
+	// reads it without waiting). With tunnels open no deadline brings a
+	// Notice's wait back: the end of the last stream must wake it
+	// (becameIdleLocked) to start the idle timeout. With no stream, none
+	// can end while it waits.
 	var deadline time.Time
 	if quiet {
 		deadline = gate.Deadline(later(c.waitFrom, c.idleSince), c.cfg.IdleTimeout)

@@ -1,6 +1,8 @@
 package h2
 
 import (
+	"errors"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -73,7 +75,10 @@ func (s *stream) wakeInterceptLocked() {
 // the client's bytes between two records, and a front-end idle between
 // requests may wait for the next with its Waiter (tunnel.WaiterConn:
 // Ready, WaitRead, Notify) while the bytes not yet read stay in the
-// stream's queue, which the Waiter sees.
+// stream's queue, which the Waiter sees. The Waiter is a tunnel.Looker:
+// records that make no plaintext (a KeyUpdate, an empty record) leave
+// a front-end about to park, or parked, with no goroutine and no buffer
+// (ReadNow, NotifyLook).
 type streamConn struct {
 	s             *stream
 	local, remote net.Addr
@@ -82,6 +87,9 @@ type streamConn struct {
 
 	// bounds follows the TLS records being read; owned by the reader.
 	bounds tunnel.RecordBounds
+	// now makes Read answer tunnel.ErrWouldBlock instead of waiting
+	// for the client's bytes (ReadNow); owned by the reader.
+	now bool
 }
 
 func (sc *streamConn) Read(p []byte) (int, error) {
@@ -92,6 +100,10 @@ func (sc *streamConn) Read(p []byte) (int, error) {
 	c := s.c
 	c.mu.Lock()
 	for s.in.n == 0 && !s.remoteDone && !s.reset {
+		if sc.now {
+			c.mu.Unlock()
+			return 0, tunnel.ErrWouldBlock
+		}
 		if !sc.rdl.IsZero() && !time.Now().Before(sc.rdl) {
 			c.mu.Unlock()
 			return 0, os.ErrDeadlineExceeded
@@ -194,16 +206,42 @@ func (sc *streamConn) WaitRead() error {
 // (clientWaiter).
 func (sc *streamConn) Wait() error { return sc.WaitRead() }
 
+// ReadNow is tunnel.Looker's: r, the TLS connection over the stream,
+// read without waiting for the client's bytes; tunnel.ErrNoPlaintext
+// when what the stream had queued made no plaintext for r's reader (a
+// KeyUpdate, which crypto/tls answers if asked to, an empty record) or
+// was a record cut short, which crypto/tls keeps for the next read.
+// Only the goroutine that reads the stream calls it.
+func (sc *streamConn) ReadNow(r io.Reader, b []byte) (int, error) {
+	sc.now = true
+	n, err := r.Read(b)
+	sc.now = false
+	if n == 0 && errors.Is(err, tunnel.ErrWouldBlock) {
+		return 0, tunnel.ErrNoPlaintext
+	}
+	return n, err
+}
+
 // Notify calls fn, on a goroutine of its own, once Ready (nil), with
-// os.ErrDeadlineExceeded once deadline has passed (zero: never), or
-// with tunnel.ErrWoken once woken; whichever comes first, and only
-// once. No goroutine waits meanwhile: the connection's reader ends the
-// wait as it delivers to the stream (wakeInterceptLocked), and a timer
-// waits for the deadline.
+// os.ErrDeadlineExceeded once deadline has passed (zero: never), or with
+// tunnel.ErrWoken once woken; whichever comes first, and only once. No
+// goroutine waits meanwhile: the connection's reader ends the wait as it
+// delivers to the stream (wakeInterceptLocked), and a timer waits for the
+// deadline.
 func (sc *streamConn) Notify(deadline time.Time, fn func(error)) (tunnel.Waker, bool) {
+	return sc.NotifyLook(deadline, nil, fn)
+}
+
+// NotifyLook is tunnel.Looker's: Notify, whose wait, once the client's
+// bytes come, calls look on a goroutine of its own, and fn (nil) only
+// if look reports true; when it reports false (it read records with no
+// plaintext, see ReadNow) the wait goes on, its deadline too, with no
+// goroutine. A deadline or Wake that comes while look runs is what fn
+// gets once it returns.
+func (sc *streamConn) NotifyLook(deadline time.Time, look func() bool, fn func(error)) (tunnel.Waker, bool) {
 	s := sc.s
 	c := s.c
-	n := &streamNotice{fn: fn}
+	n := &streamNotice{sc: sc, fn: fn, look: look}
 	c.mu.Lock()
 	if sc.readyLocked() {
 		c.mu.Unlock()
@@ -221,28 +259,92 @@ func (sc *streamConn) Notify(deadline time.Time, fn func(error)) (tunnel.Waker, 
 	return n, true
 }
 
-// streamNotice is one wait of streamConn.Notify.
+// streamNotice is one wait of streamConn.Notify or NotifyLook.
 type streamNotice struct {
+	sc    *streamConn
 	fn    func(error)
-	fired atomic.Bool // fn has been started, or is being
+	look  func() bool // NotifyLook's; nil for Notify's
+	fired atomic.Bool // fn has been started, or is being; set under mu
 	mu    sync.Mutex
 	timer *time.Timer // the deadline; nil when none; guarded by mu
+	// settling is set while look runs; late is what ended the wait
+	// meanwhile (Wake, the deadline), which fn gets once it is over.
+	// Guarded by mu.
+	settling bool
+	late     error
 }
 
 // Wake ends the wait if fn has not been called yet: fn gets
 // tunnel.ErrWoken.
 func (n *streamNotice) Wake() { n.fire(tunnel.ErrWoken) }
 
-// fire starts fn with err unless it has been started.
+// fire starts fn with err unless it has been started; for a wait with a
+// look whose client's bytes have come (err nil), settle instead.
 func (n *streamNotice) fire(err error) {
-	if !n.fired.CompareAndSwap(false, true) {
+	n.mu.Lock()
+	switch {
+	case n.fired.Load():
+		n.mu.Unlock()
+		return
+	case n.settling:
+		if n.late == nil {
+			n.late = err
+		}
+		n.mu.Unlock()
+		return
+	case err == nil && n.look != nil:
+		n.settling = true
+		n.mu.Unlock()
+		go n.settle()
 		return
 	}
-	n.mu.Lock()
+	n.endLocked()
+	n.mu.Unlock()
+	go n.fn(err)
+}
+
+// endLocked marks the wait ended, fn to be called, and stops its
+// deadline. n.mu is held.
+func (n *streamNotice) endLocked() {
+	n.fired.Store(true)
 	if n.timer != nil {
 		n.timer.Stop()
 		n.timer = nil
 	}
-	n.mu.Unlock()
-	go n.fn(err)
+}
+
+// settle is fire for a wait with a look whose client's bytes have come,
+// on a goroutine of its own: it calls fn (on this goroutine) once look
+// has found bytes for the reader, an error or the stream's end, or the
+// wait was ended meanwhile; otherwise it registers the wait on the
+// stream again and returns, the front-end staying parked with no
+// buffer. Bytes that came while look ran are looked at first.
+func (n *streamNotice) settle() {
+	s := n.sc.s
+	c := s.c
+	for {
+		ready := n.look()
+		c.mu.Lock()
+		n.mu.Lock()
+		err := n.late
+		if err == nil && !ready {
+			if n.sc.readyLocked() {
+				n.mu.Unlock()
+				c.mu.Unlock()
+				continue // more came while look ran
+			}
+			n.settling = false
+			s.icWait = n
+			c.idledLocked()
+			n.mu.Unlock()
+			c.mu.Unlock()
+			return
+		}
+		n.settling = false
+		n.endLocked()
+		n.mu.Unlock()
+		c.mu.Unlock()
+		n.fn(err)
+		return
+	}
 }

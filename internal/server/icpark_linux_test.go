@@ -343,27 +343,40 @@ func TestIdleInterceptedOuterKeyUpdate(t *testing.T) {
 // OpenSSL's s_client's: on the plain port it is the client inside the
 // tunnel (-proxy: its KeyUpdates are those of the intercepted TLS
 // session); on the https port it is the client's TLS session with the
-// proxy (the outer one), with the tunnel's TLS inside it, HTTP/1.1 and
-// h2. Each case sends a KeyUpdate that asks for none back, then one
+// proxy (the outer one), with the tunnel's TLS inside it; on the https
+// port with an HTTP/2 CONNECT stream for the tunnel (h2-stream), it is
+// the client inside the tunnel again, its TCP connection bridged into
+// the stream (proxytest.Bridge), so that the intercepted connection's
+// wait is on the stream's DATA, not on a socket. Each with HTTP/1.1 and
+// h2 inside the tunnel (where s_client is the client inside it, the
+// test writes the h2 frames to its input: none starts with one of its
+// command letters, see proxytest.SClient). Each case sends a KeyUpdate that asks for none back, then one
 // that asks for one, whose answer says that the proxy has read both;
 // the next request is answered, and logged; then two more, once the
 // connection is parked, leave it parked too.
 func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
 	target, upstreamCA := pathOrigin(t)
-	proxyTLS, _ := proxyCerts(t)
+	proxyTLS, proxyRoots := proxyCerts(t)
 	for _, tc := range []struct {
 		name, protocol, alpn string
 	}{
 		{"connect-inner", "http", "http/1.1"},
+		{"connect-inner-h2", "http", "h2"},
 		{"https-connect-outer", "https", "http/1.1"},
 		{"https-connect-outer-h2", "https", "h2"},
+		{"h2-stream-inner", "https", "http/1.1"},
+		{"h2-stream-inner-h2", "https", "h2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			stream := strings.HasPrefix(tc.name, "h2-stream")
 			cfg, ca := interceptLocalConfig(t, t.TempDir(), upstreamCA, 100*time.Millisecond)
 			cfg.Listen[0].Protocol = tc.protocol
 			if tc.protocol == "https" {
 				cfg.Listen[0].TLS = proxyTLS
 				cfg.Listen[0].ALPN = []string{"http/1.1"}
+				if stream {
+					cfg.Listen[0].ALPN = []string{"h2"}
+				}
 			}
 			if err := cfg.Validate(); err != nil {
 				t.Fatalf("config: %v", err)
@@ -374,7 +387,23 @@ func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
 			// sc sends the KeyUpdates; rw carries the requests.
 			var sc *proxytest.SClient
 			var rw io.ReadWriter
-			if tc.protocol == "https" {
+			switch {
+			case stream:
+				pc, err := tls.DialWithDialer(&net.Dialer{Timeout: proxytest.DefaultTimeout}, "tcp", addrs["plain"],
+					&tls.Config{RootCAs: proxyRoots, ServerName: "localhost", NextProtos: []string{"h2"}})
+				if err != nil {
+					t.Fatalf("TLS to the proxy: %v", err)
+				}
+				t.Cleanup(func() { pc.Close() })
+				h2cc, err := (&http2.Transport{}).NewClientConn(pc)
+				if err != nil {
+					t.Fatalf("HTTP/2 to the proxy: %v", err)
+				}
+				tunnel, _ := proxytest.H2Connect(t, h2cc, target)
+				sc = proxytest.StartSClient(t, proxytest.Bridge(t, tunnel), "-servername", "localhost", "-alpn", tc.alpn)
+				sc.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
+				rw = sc
+			case tc.protocol == "https":
 				sc = proxytest.StartSClient(t, addrs["plain"], "-alpn", "http/1.1")
 				tunnel := proxytest.ConnectOn(t, sc, target)
 				tunnel.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
@@ -388,7 +417,7 @@ func TestIdleInterceptedKeyUpdateSoon(t *testing.T) {
 					t.Fatalf("ALPN inside the tunnel %q, want %q", p, tc.alpn)
 				}
 				rw = cc
-			} else {
+			default:
 				sc = proxytest.StartSClient(t, target, "-proxy", addrs["plain"], "-servername", "localhost", "-alpn", tc.alpn)
 				sc.SetDeadline(time.Now().Add(4 * proxytest.DefaultTimeout))
 				rw = sc
@@ -485,7 +514,8 @@ func innerExchange(t *testing.T, rw io.ReadWriter, h2 bool, target string) (get,
 func checkParked(t *testing.T, after string) {
 	t.Helper()
 	err := leaktest.Check(proxytest.DefaultTimeout,
-		"rustle/internal/server.(*Server).serveConn", "rustle/internal/httpproxy.(*conn)", "rustle/internal/h2.(*conn)")
+		"rustle/internal/server.(*Server).serveConn", "rustle/internal/httpproxy.(*conn)", "rustle/internal/h2.(*conn)",
+		"rustle/internal/h2.(*stream)")
 	if err != nil {
 		t.Fatalf("after %s, a goroutine waits for the idle intercepted connection: %v", after, err)
 	}

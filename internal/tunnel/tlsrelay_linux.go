@@ -67,15 +67,8 @@ const (
 var tlsBufPool = sync.Pool{New: func() any { return new([tlsBufSize]byte) }}
 
 // errWouldBlock is what a RecordConn in non-blocking mode returns when its
-// socket has nothing to read. It is a temporary net.Error, which
-// crypto/tls returns to its caller without marking the connection broken.
-var errWouldBlock error = wouldBlockError{}
-
-type wouldBlockError struct{}
-
-func (wouldBlockError) Error() string   { return "tunnel: TLS socket has nothing to read" }
-func (wouldBlockError) Timeout() bool   { return false }
-func (wouldBlockError) Temporary() bool { return true }
+// socket has nothing to read (ErrWouldBlock).
+var errWouldBlock = ErrWouldBlock
 
 // rawReader reads a socket without waiting, through its RawConn. Its
 // fields are owned by the one goroutine that reads the socket.

@@ -12,6 +12,19 @@ import (
 // socket had at once made no plaintext for the reader.
 var ErrNoPlaintext = errors.New("tunnel: no plaintext in the records read")
 
+// ErrWouldBlock is what a connection's Read answers, in a read without
+// waiting (see [Looker]'s ReadNow), when it has no bytes at once. It is
+// a temporary net.Error, which crypto/tls returns to its caller without
+// marking its connection broken (it keeps a record cut short for the
+// next read).
+var ErrWouldBlock error = wouldBlockError{}
+
+type wouldBlockError struct{}
+
+func (wouldBlockError) Error() string   { return "tunnel: connection has nothing to read" }
+func (wouldBlockError) Timeout() bool   { return false }
+func (wouldBlockError) Temporary() bool { return true }
+
 // Waiter is a reader's wait for the next bytes of a connection that
 // holds none of them meanwhile: a socket's [Parker] (see [TLSWaiter]),
 // or the wait a connection with no socket of its own provides
