@@ -212,14 +212,15 @@ func runCertutil(t testing.TB, certutil string, args ...string) {
 //     stream with the same code; over HTTP/1.1 the origin answers 200.
 //
 // Chromium's net log must show the request sent on an HTTP/2 stream,
-// ended by ERR_HTTP_1_1_REQUIRED, then sent over HTTP/1.1 and answered
-// (ntlm: the origin's 401 and its body, which headless Chromium, with no
-// NTLM credentials and no prompt, does not render: the navigation ends
-// with ERR_INVALID_AUTH_CREDENTIALS; post: the script's result is in the
-// DOM); its last TLS connection through the tunnel on http/1.1; and the
+// ended by ERR_HTTP_1_1_REQUIRED (once, or more when Chromium takes
+// another HTTP/2 tunnel it had opened), then sent over HTTP/1.1 and
+// answered (ntlm: the origin's 401 and its body, which headless
+// Chromium, with no NTLM credentials and no prompt, does not render: the
+// navigation ends with ERR_INVALID_AUTH_CREDENTIALS; post: the script's
+// result is in the DOM); its last TLS connection through the tunnel on http/1.1; and the
 // access log since a mark an intercepted h2 request for the URL with
-// status 0 and reason http-1.1-required, then the same URL over HTTP/1.1
-// answered.
+// status 0 and reason http-1.1-required for each of those, then the same
+// URL over HTTP/1.1 answered.
 func TestInterceptChromiumHTTP11Required(t *testing.T) {
 	tools := needBrowser(t)
 	certutil := proxytest.RequireTool(t, "certutil", "libnss3-tools")
