@@ -199,8 +199,10 @@ func runCertutil(t testing.TB, certutil string, args ...string) {
 // TestInterceptChromiumHTTP11Required checks that rustle's
 // HTTP_1_1_REQUIRED towards an HTTP/2 client inside an interception
 // makes a real browser retry over HTTP/1.1. Headless Chromium, the
-// interception CA trusted through certutil's NSS database, goes through
-// rustle's plain port, rustle intercepting the tunnels to 127.0.0.1:
+// interception CA and the TLS listener's trusted through certutil's NSS
+// database, goes through rustle's plain port and its TLS port (where it
+// speaks h2 to rustle too, and its tunnels are CONNECT streams), rustle
+// intercepting the tunnels to 127.0.0.1:
 //
 //   - ntlm: it loads a page from a proxytest.NTLMOrigin, whose 401
 //     offering NTLM and Negotiate rustle does not hand an HTTP/2 client
@@ -230,26 +232,30 @@ func TestInterceptChromiumHTTP11Required(t *testing.T) {
 	ntlm := proxytest.StartNTLMOrigin(t, pair)
 	_, ntlmPort, _ := net.SplitHostPort(ntlm.Addr)
 
-	// The origin that resets its HTTP/2 streams, with CORS for the page's
-	// origin, and the page.
+	// An origin that resets its HTTP/2 streams, with CORS for the page's
+	// origin: one for each run, since rustle speaks HTTP/1.1 alone to it
+	// once it has reset a stream.
 	var resets atomic.Int32
-	resetting := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		w.Header().Set("Access-Control-Allow-Origin", "*")
-		w.Header().Set("Cache-Control", "no-store")
-		fmt.Fprintf(w, "%s %s body=%s", r.Proto, r.Method, body)
-	}))
-	resetting.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2", "http/1.1"}}
-	resetting.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){
-		"h2": func(_ *http.Server, c *tls.Conn, _ http.Handler) {
-			proxytest.ResetH2Streams(c, func() { resets.Add(1) })
-		},
+	startResetting := func() (postURL string) {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("Access-Control-Allow-Origin", "*")
+			w.Header().Set("Cache-Control", "no-store")
+			fmt.Fprintf(w, "%s %s body=%s", r.Proto, r.Method, body)
+		}))
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2", "http/1.1"}}
+		srv.Config.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){
+			"h2": func(_ *http.Server, c *tls.Conn, _ http.Handler) {
+				proxytest.ResetH2Streams(c, func() { resets.Add(1) })
+			},
+		}
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		return "https://127.0.0.1:" + port + "/post"
 	}
-	resetting.Config.ErrorLog = log.New(io.Discard, "", 0)
-	resetting.StartTLS()
-	t.Cleanup(resetting.Close)
-	_, resettingPort, _ := net.SplitHostPort(resetting.Listener.Addr().String())
-	postURL := "https://127.0.0.1:" + resettingPort + "/post"
+	// The page whose script POSTs to the URL in its query's post.
 	pages := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -267,7 +273,7 @@ fetch(%q, {method: 'POST', body: 'a body'}).then(r => r.text().then(t => {
 });
 </script>
 </body></html>
-`, postURL)
+`, r.URL.Query().Get("post"))
 	}))
 	pages.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
 	pages.EnableHTTP2 = true
@@ -279,6 +285,10 @@ fetch(%q, {method: 'POST', body: 'a body'}).then(r => r.text().then(t => {
 	caDir := filepath.Join(t.TempDir(), "ca")
 	if r := runRustle(t, "", "ca", caDir); r.code != 0 {
 		t.Fatalf("rustle ca: exit %d: %s", r.code, r.stderr)
+	}
+	certDir := t.TempDir()
+	if r := runRustle(t, "", "cert", certDir); r.code != 0 {
+		t.Fatalf("rustle cert: exit %d: %s", r.code, r.stderr)
 	}
 	logPath := filepath.Join(t.TempDir(), "access.log")
 	cfg := writeFile(t, "rustle.toml", fmt.Sprintf(`[access_log]
@@ -294,14 +304,17 @@ upstream_ca = %q
 [[intercept.rules]]
 hosts = ["127.0.0.1"]
 `, logPath, filepath.Join(caDir, "ca.pem"), filepath.Join(caDir, "ca-key.pem"), pki.caPath))
-	p := startRustle(t, "-c", cfg, "-L", "http://127.0.0.1:0")
+	httpsListen := fmt.Sprintf("https://127.0.0.1:0?cert=%s&key=%s",
+		url.QueryEscape(filepath.Join(certDir, "server.pem")), url.QueryEscape(filepath.Join(certDir, "server.key")))
+	p := startRustle(t, "-c", cfg, "-L", httpsListen, "-L", "http://127.0.0.1:0")
 	p.waitStarted(t)
-	if len(p.addrs) != 1 {
-		t.Fatalf("rustle listens on %q, want one http listener", p.addrs)
+	if len(p.addrs) != 2 {
+		t.Fatalf("rustle listens on %q, want an https and an http listener", p.addrs)
 	}
 
-	for _, tc := range []struct {
+	type testCase struct {
 		name     string
+		proxy    string // Chromium's proxy
 		page     string // what Chromium loads
 		url      string // the request told HTTP_1_1_REQUIRED
 		method   string
@@ -310,22 +323,30 @@ hosts = ["127.0.0.1"]
 		status   int      // of url over HTTP/1.1, in the access log
 		data     string   // the page's #data; "": the page is url, not rendered
 		h2Resets int32    // streams the resetting origin reset
-	}{
-		{
-			name: "ntlm", page: "https://127.0.0.1:" + ntlmPort + "/ntlm", url: "https://127.0.0.1:" + ntlmPort + "/ntlm", method: "GET",
+	}
+	var cases []testCase
+	for _, proxy := range []struct{ name, url string }{
+		{"plain-port", "http://" + p.addrs[1]},
+		{"tls-port", "https://" + p.addrs[0]},
+	} {
+		postURL := startResetting()
+		cases = append(cases, testCase{
+			name: proxy.name + "/ntlm", proxy: proxy.url,
+			page: "https://127.0.0.1:" + ntlmPort + "/ntlm", url: "https://127.0.0.1:" + ntlmPort + "/ntlm", method: "GET",
 			steps:  []string{"h2 GET /ntlm", "h2 error ERR_HTTP_1_1_REQUIRED", "GET /ntlm HTTP/1.1", "HTTP/1.1 401 Unauthorized"},
 			body:   "401 authenticate with NTLM\n",
 			status: http.StatusUnauthorized,
-		},
-		{
-			name: "post", page: "https://127.0.0.1:" + pagesPort + "/page", url: postURL, method: "POST",
+		}, testCase{
+			name: proxy.name + "/post", proxy: proxy.url,
+			page: "https://127.0.0.1:" + pagesPort + "/page?post=" + url.QueryEscape(postURL), url: postURL, method: "POST",
 			steps:    []string{"h2 POST /post", "h2 error ERR_HTTP_1_1_REQUIRED", "POST /post HTTP/1.1", "HTTP/1.1 200 OK"},
 			body:     "HTTP/1.1 POST body=a body",
 			status:   http.StatusOK,
 			data:     "200 HTTP/1.1 POST body=a body",
 			h2Resets: 1,
-		},
-	} {
+		})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			nssdb := filepath.Join(dir, "home", ".pki", "nssdb")
@@ -334,6 +355,7 @@ hosts = ["127.0.0.1"]
 			}
 			runCertutil(t, certutil, "-N", "-d", "sql:"+nssdb, "--empty-password")
 			runCertutil(t, certutil, "-A", "-d", "sql:"+nssdb, "-t", "C,,", "-n", "rustle-intercept", "-i", filepath.Join(caDir, "ca.pem"))
+			runCertutil(t, certutil, "-A", "-d", "sql:"+nssdb, "-t", "C,,", "-n", "rustle-listener", "-i", filepath.Join(certDir, "ca.pem"))
 
 			// The mark: the access log's size before Chromium's requests.
 			var mark int64
@@ -345,7 +367,7 @@ hosts = ["127.0.0.1"]
 			events := runDriver(t, tools, driveRun{
 				Name:        tc.name,
 				UserDataDir: filepath.Join(dir, "profile"),
-				Proxy:       &driveProxy{Server: "http://" + p.addrs[0], Bypass: bypassHostNames},
+				Proxy:       &driveProxy{Server: tc.proxy, Bypass: bypassHostNames},
 				Args: []string{"--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 					"--disable-background-networking", "--disable-component-update", "--disable-sync",
 					"--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
@@ -353,7 +375,7 @@ hosts = ["127.0.0.1"]
 				Pages: []string{tc.page},
 			}, dir)
 			if keep := os.Getenv("RUSTLE_E2E_NETLOG_DIR"); keep != "" {
-				keepNetLog(t, netLog, filepath.Join(keep, "http11-required-"+tc.name+".json"))
+				keepNetLog(t, netLog, filepath.Join(keep, "http11-required-"+strings.ReplaceAll(tc.name, "/", "-")+".json"))
 			}
 
 			var page *driveEvent
@@ -387,6 +409,7 @@ hosts = ["127.0.0.1"]
 				t.Logf("Chromium sent %s %d times over HTTP/2 before HTTP/1.1", tc.url, attempts)
 			}
 			nl := readNetLog(t, netLog)
+			t.Logf("Chromium negotiated %q with the proxy, %q through tunnels", nl.proxyALPN, nl.originALPN)
 			if len(nl.originALPN) < 2 || !slices.Contains(nl.originALPN, "h2") || nl.originALPN[len(nl.originALPN)-1] != "http/1.1" {
 				t.Errorf("Chromium %s negotiated %q on its TLS connections through tunnels, want h2, and http/1.1 last", nl.version, nl.originALPN)
 			}
