@@ -1063,3 +1063,99 @@ func spkiHash(c *x509.Certificate) string {
 	h := sha256.Sum256(c.RawSubjectPublicKeyInfo)
 	return base64.StdEncoding.EncodeToString(h[:])
 }
+
+// netLogRequest is what Chromium's net log says of the requests for one
+// URL.
+type netLogRequest struct {
+	// steps are, in order: "h2 METHOD PATH" for a request sent on an
+	// HTTP/2 stream, "h2 error NET_ERROR" for the stream's end in error,
+	// the request line ("GET /path HTTP/1.1") of one sent over HTTP/1.1,
+	// and the status line of each answer read ("HTTP/1.1 401
+	// Unauthorized"; Chromium writes HTTP/2 answers so too).
+	steps []string
+	body  string // the answer's bytes Chromium read, decoded
+}
+
+// readNetLogRequest reads from the net log at path what Chromium did with
+// its requests for url.
+func readNetLogRequest(t testing.TB, path, url string) netLogRequest {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("Chromium's net log: %v", err)
+	}
+	var raw struct {
+		Constants struct {
+			LogEventTypes map[string]int `json:"logEventTypes"`
+		} `json:"constants"`
+		Events []struct {
+			Type   int `json:"type"`
+			Phase  int `json:"phase"`
+			Source struct {
+				ID int `json:"id"`
+			} `json:"source"`
+			Params json.RawMessage `json:"params"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatalf("parse Chromium's net log %s: %v", path, err)
+	}
+	names := map[int]string{}
+	for name, n := range raw.Constants.LogEventTypes {
+		names[n] = name
+	}
+	var nr netLogRequest
+	sources := map[int]bool{} // the URL requests for url
+	for _, ev := range raw.Events {
+		var p struct {
+			URL      string   `json:"url"`
+			Line     string   `json:"line"`
+			Headers  []string `json:"headers"`
+			NetError any      `json:"net_error"`
+			Bytes    string   `json:"bytes"`
+		}
+		if len(ev.Params) > 0 {
+			if err := json.Unmarshal(ev.Params, &p); err != nil {
+				continue // params of other shapes
+			}
+		}
+		name := names[ev.Type]
+		if name == "REQUEST_ALIVE" && ev.Phase == 1 && p.URL == url {
+			sources[ev.Source.ID] = true
+		}
+		if !sources[ev.Source.ID] {
+			continue
+		}
+		step := ""
+		switch name {
+		case "HTTP_TRANSACTION_HTTP2_SEND_REQUEST_HEADERS":
+			pseudo := map[string]string{}
+			for _, h := range p.Headers {
+				if k, v, ok := strings.Cut(h, ": "); ok {
+					pseudo[k] = v
+				}
+			}
+			step = "h2 " + pseudo[":method"] + " " + pseudo[":path"]
+		case "HTTP2_STREAM_ERROR":
+			step = fmt.Sprint("h2 error ", p.NetError)
+		case "HTTP_TRANSACTION_SEND_REQUEST_HEADERS":
+			step = strings.TrimSpace(p.Line)
+		case "HTTP_TRANSACTION_READ_RESPONSE_HEADERS":
+			if len(p.Headers) > 0 {
+				step = p.Headers[0]
+			}
+		case "URL_REQUEST_JOB_FILTERED_BYTES_READ":
+			d, err := base64.StdEncoding.DecodeString(p.Bytes)
+			if err != nil {
+				t.Fatalf("net log bytes %q: %v", p.Bytes, err)
+			}
+			nr.body += string(d)
+		}
+		// Chromium writes a stream's error twice ("Closing session ...",
+		// then "Abandoned."): one step.
+		if step != "" && (len(nr.steps) == 0 || nr.steps[len(nr.steps)-1] != step) {
+			nr.steps = append(nr.steps, step)
+		}
+	}
+	return nr
+}

@@ -79,7 +79,9 @@ func startNTLMOrigin(t testing.TB, cert tls.Certificate, h2 bool) *NTLMOrigin {
 		}}
 	if h2 {
 		srv.TLSConfig.NextProtos = []string{"h2", "http/1.1"}
-		srv.TLSNextProto["h2"] = func(_ *http.Server, c *tls.Conn, _ http.Handler) { o.resetH2(c) }
+		srv.TLSNextProto["h2"] = func(_ *http.Server, c *tls.Conn, _ http.Handler) {
+			ResetH2Streams(c, func() { o.h2Resets.Add(1) })
+		}
 	}
 	done := make(chan struct{})
 	go func() {
@@ -104,10 +106,14 @@ func (o *NTLMOrigin) Conns() int { return int(o.conns.Load()) }
 // HTTP_1_1_REQUIRED.
 func (o *NTLMOrigin) H2Resets() int { return int(o.h2Resets.Load()) }
 
-// resetH2 speaks HTTP/2 on c as StartNTLMOriginH2 says: the client's
-// preface and SETTINGS are taken, and each request's HEADERS answered
-// with RST_STREAM(HTTP_1_1_REQUIRED), until the client goes.
-func (o *NTLMOrigin) resetH2(c *tls.Conn) {
+// ResetH2Streams speaks HTTP/2 on c, a server's connection whose client
+// chose h2, as IIS does for NTLM and Negotiate: the client's preface and
+// SETTINGS are taken, and each request's HEADERS answered with
+// RST_STREAM(HTTP_1_1_REQUIRED), reset called before each (nil: none),
+// until the client goes or a minute has passed. It closes c. Set as an
+// http.Server's TLSNextProto["h2"], it makes an origin that serves over
+// HTTP/1.1 alone though it chooses h2.
+func ResetH2Streams(c net.Conn, reset func()) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Minute))
 	preface := make([]byte, len(http2.ClientPreface))
@@ -129,7 +135,9 @@ func (o *NTLMOrigin) resetH2(c *tls.Conn) {
 				return
 			}
 		case *http2.HeadersFrame:
-			o.h2Resets.Add(1)
+			if reset != nil {
+				reset()
+			}
 			if fr.WriteRSTStream(f.StreamID, http2.ErrCodeHTTP11Required) != nil {
 				return
 			}
