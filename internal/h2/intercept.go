@@ -5,8 +5,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -41,7 +39,7 @@ func (s *stream) intercept() bool {
 // parkedLocked reports whether the stream is an intercepted tunnel
 // whose front-end waits for the client with no goroutine.
 func (s *stream) parkedLocked() bool {
-	return s.icWait != nil && !s.icWait.fired.Load()
+	return s.icWait != nil && !s.icWait.w.Fired()
 }
 
 // interceptEnded ends the stream's worker once the intercepted
@@ -57,7 +55,7 @@ func (s *stream) interceptEnded() {
 func (s *stream) wakeInterceptLocked() {
 	if n := s.icWait; n != nil {
 		s.icWait = nil
-		n.fire(nil)
+		n.w.Fire(nil)
 	}
 }
 
@@ -241,110 +239,59 @@ func (sc *streamConn) Notify(deadline time.Time, fn func(error)) (tunnel.Waker, 
 func (sc *streamConn) NotifyLook(deadline time.Time, look func() bool, fn func(error)) (tunnel.Waker, bool) {
 	s := sc.s
 	c := s.c
-	n := &streamNotice{sc: sc, fn: fn, look: look}
+	n := &streamNotice{sc: sc, look: look}
+	n.w.Init(n, look != nil, fn)
 	c.mu.Lock()
 	if sc.readyLocked() {
 		c.mu.Unlock()
-		n.fire(nil)
+		n.w.Fire(nil)
 		return n, true
 	}
 	s.icWait = n
 	c.idledLocked() // a reader waiting on its worker may leave the wait to none
-	if !deadline.IsZero() {
-		n.mu.Lock()
-		n.timer = time.AfterFunc(time.Until(deadline), func() { n.fire(os.ErrDeadlineExceeded) })
-		n.mu.Unlock()
-	}
+	n.w.SetDeadline(deadline)
 	c.mu.Unlock()
 	return n, true
 }
 
-// streamNotice is one wait of streamConn.Notify or NotifyLook.
+// streamNotice is one wait of streamConn.Notify or NotifyLook, its Wait
+// (locking the connection's mu before the Wait's own) owned by it: a
+// NotifyLook's looks with look, and waits on the stream again
+// (s.icWait) when look found nothing to read.
 type streamNotice struct {
-	sc    *streamConn
-	fn    func(error)
-	look  func() bool // NotifyLook's; nil for Notify's
-	fired atomic.Bool // fn has been started, or is being; set under mu
-	mu    sync.Mutex
-	timer *time.Timer // the deadline; nil when none; guarded by mu
-	// settling is set while look runs; late is what ended the wait
-	// meanwhile (Wake, the deadline), which fn gets once it is over.
-	// Guarded by mu.
-	settling bool
-	late     error
+	w    tunnel.Wait
+	sc   *streamConn
+	look func() bool // NotifyLook's; nil for Notify's
 }
 
 // Wake ends the wait if fn has not been called yet: fn gets
 // tunnel.ErrWoken.
-func (n *streamNotice) Wake() { n.fire(tunnel.ErrWoken) }
+func (n *streamNotice) Wake() { n.w.Wake() }
 
-// fire starts fn with err unless it has been started; for a wait with a
-// look whose client's bytes have come (err nil), settle instead.
-func (n *streamNotice) fire(err error) {
-	n.mu.Lock()
-	switch {
-	case n.fired.Load():
-		n.mu.Unlock()
-		return
-	case n.settling:
-		if n.late == nil {
-			n.late = err
-		}
-		n.mu.Unlock()
-		return
-	case err == nil && n.look != nil:
-		n.settling = true
-		n.mu.Unlock()
-		go n.settle()
-		return
+// Lock takes the connection's mu, which the Wait takes before its own.
+func (n *streamNotice) Lock() { n.sc.s.c.mu.Lock() }
+
+// Unlock releases the connection's mu.
+func (n *streamNotice) Unlock() { n.sc.s.c.mu.Unlock() }
+
+// Look is NotifyLook's look, once the client's bytes have come.
+func (n *streamNotice) Look() bool { return n.look() }
+
+// Leave does nothing: the reader takes the wait off the stream as it
+// fires it (wakeInterceptLocked); one that a deadline or Wake ended
+// stays as s.icWait, fired, which is not parked (parkedLocked).
+func (n *streamNotice) Leave() {}
+
+// Rearm waits on the stream again after a look that found nothing to
+// read, the front-end staying parked with no buffer; again when more
+// bytes came while look ran: they are looked at first. The
+// connection's mu is held.
+func (n *streamNotice) Rearm() (again bool, err error) {
+	if n.sc.readyLocked() {
+		return true, nil
 	}
-	n.endLocked()
-	n.mu.Unlock()
-	go n.fn(err)
-}
-
-// endLocked marks the wait ended, fn to be called, and stops its
-// deadline. n.mu is held.
-func (n *streamNotice) endLocked() {
-	n.fired.Store(true)
-	if n.timer != nil {
-		n.timer.Stop()
-		n.timer = nil
-	}
-}
-
-// settle is fire for a wait with a look whose client's bytes have come,
-// on a goroutine of its own: it calls fn (on this goroutine) once look
-// has found bytes for the reader, an error or the stream's end, or the
-// wait was ended meanwhile; otherwise it registers the wait on the
-// stream again and returns, the front-end staying parked with no
-// buffer. Bytes that came while look ran are looked at first.
-func (n *streamNotice) settle() {
 	s := n.sc.s
-	c := s.c
-	for {
-		ready := n.look()
-		c.mu.Lock()
-		n.mu.Lock()
-		err := n.late
-		if err == nil && !ready {
-			if n.sc.readyLocked() {
-				n.mu.Unlock()
-				c.mu.Unlock()
-				continue // more came while look ran
-			}
-			n.settling = false
-			s.icWait = n
-			c.idledLocked()
-			n.mu.Unlock()
-			c.mu.Unlock()
-			return
-		}
-		n.settling = false
-		n.endLocked()
-		n.mu.Unlock()
-		c.mu.Unlock()
-		n.fn(err)
-		return
-	}
+	s.icWait = n
+	s.c.idledLocked()
+	return false, nil
 }

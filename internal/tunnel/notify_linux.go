@@ -12,37 +12,57 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrWoken is what a [Notice]'s function gets when [Notice.Wake] ended
-// its wait.
-var ErrWoken = errors.New("tunnel: wait woken")
-
 // Notice is one wait of [Parker.Notify]: its function is called once, on
-// a goroutine of its own.
+// a goroutine of its own. Its state is w, a [Wait] whose owner is
+// noticeOwner.
 type Notice struct {
+	w  Wait
 	rc syscall.RawConn
 	id uint64 // its epoll data; 0 when not registered
-	fn func(error)
 	// outer, for a Parker of a connection over another TLS connection
 	// (RecordConnTLS), is that connection's recordConn: the socket being
 	// readable may bring records of the outer connection that hold no
 	// plaintext (a KeyUpdate, an empty application-data record), so
-	// fn is called only once a look (settle) found bytes for the
+	// fn is called only once a look (Wait.settle) found bytes for the
 	// reader; otherwise the wait goes on. nil for any other Parker.
 	outer *recordConn
 	// look, for a wait of NotifyLook, is the reader's look at what the
 	// socket brought, called as outer's settleOuter is (and in its
 	// stead: the reader's look reads through the outer connection);
 	// nil for one of Notify.
-	look  func() bool
-	mu    sync.Mutex
-	fired bool        // fn has been started, or is being; guarded by mu
-	timer *time.Timer // the deadline; nil when none; guarded by mu
-	// settling is set while settle looks at what the socket brought;
-	// late is what ended the wait meanwhile (Wake, the deadline, a
-	// failure), which fn gets once the look is over. Guarded by mu.
-	settling bool
-	late     error
+	look func() bool
 }
+
+// noticeOwner is a Notice as its Wait's [WaitOwner]: a Wait that looks
+// (a connection over another TLS connection, or NotifyLook's) looks
+// with look or settleOuter, and re-registers its socket in the epoll
+// set.
+type noticeOwner struct{ n *Notice }
+
+// Look is the reader's look, or else outer's settleOuter.
+func (o noticeOwner) Look() bool {
+	if o.n.look != nil {
+		return o.n.look()
+	}
+	return o.n.outer.settleOuter()
+}
+
+// Leave takes the socket out of the epoll set (while it is open:
+// Control holds it), so that it can be registered again.
+func (o noticeOwner) Leave() {
+	if o.n.id != 0 {
+		notices.remove(o.n)
+	}
+}
+
+// Rearm registers the socket again: the wait goes on.
+func (o noticeOwner) Rearm() (bool, error) { return false, notices.add(o.n) }
+
+// Lock does nothing: a Notice's Wait takes no lock before its own.
+func (noticeOwner) Lock() {}
+
+// Unlock does nothing, as Lock.
+func (noticeOwner) Unlock() {}
 
 // notifier is the process's one epoll loop for [Parker.Notify]: a
 // goroutine that runs while a wait is registered, parked in Go's
@@ -101,25 +121,21 @@ func (p *Parker) NotifyLook(deadline time.Time, look func() bool, fn func(error)
 
 // notify is Notify, and NotifyLook with look.
 func (p *Parker) notify(deadline time.Time, look func() bool, fn func(error)) (*Notice, bool) {
-	n := &Notice{rc: p.rc, fn: fn, look: look}
-	if p.ahead != nil && p.ahead.held() {
-		n.fire(nil)
-		return n, true
-	}
-	if p.ahead != nil && p.ahead.outer != nil {
+	n := &Notice{rc: p.rc, look: look}
+	held := p.ahead != nil && p.ahead.held()
+	if !held && p.ahead != nil && p.ahead.outer != nil {
 		n.outer = p.ahead
 	}
-	if err := notices.add(n); err != nil {
-		n.fire(err)
+	n.w.Init(noticeOwner{n}, n.outer != nil || look != nil, fn)
+	if held {
+		n.w.Fire(nil)
 		return n, true
 	}
-	if !deadline.IsZero() {
-		n.mu.Lock()
-		if !n.fired {
-			n.timer = time.AfterFunc(time.Until(deadline), func() { n.fire(os.ErrDeadlineExceeded) })
-		}
-		n.mu.Unlock()
+	if err := notices.add(n); err != nil {
+		n.w.Fire(err)
+		return n, true
 	}
+	n.w.SetDeadline(deadline)
 	return n, true
 }
 
@@ -150,81 +166,7 @@ func (p *Parker) peek(fd uintptr) { p.peeked = p.ready(fd) }
 
 // Wake ends the wait if fn has not been called yet: fn gets [ErrWoken].
 // It does not block, and may be called more than once.
-func (n *Notice) Wake() {
-	n.fire(ErrWoken)
-}
-
-// fire starts fn with err unless it has been started: the socket leaves
-// the epoll set first (while it is open: Control holds it), so that it
-// can be registered again. For a connection over another TLS connection
-// (n.outer), or one with a look, the socket being readable (err nil)
-// starts settle instead,
-// and what ends the wait while it looks is kept for fn until it is done.
-func (n *Notice) fire(err error) {
-	n.mu.Lock()
-	switch {
-	case n.fired:
-		n.mu.Unlock()
-		return
-	case n.settling:
-		if n.late == nil {
-			n.late = err
-		}
-		n.mu.Unlock()
-		return
-	case err == nil && (n.outer != nil || n.look != nil):
-		n.settling = true
-		n.mu.Unlock()
-		notices.remove(n)
-		go n.settle()
-		return
-	}
-	n.endLocked()
-	n.mu.Unlock()
-	if n.id != 0 {
-		notices.remove(n)
-	}
-	go n.fn(err)
-}
-
-// endLocked marks the wait ended, fn to be called, and stops its
-// deadline. n.mu is held.
-func (n *Notice) endLocked() {
-	n.fired = true
-	if n.timer != nil {
-		n.timer.Stop()
-		n.timer = nil
-	}
-}
-
-// settle is fire for a connection over another TLS connection, or a
-// wait with a look (NotifyLook), whose socket is readable, on a
-// goroutine of its own: it reads what the socket has (the look, or
-// settleOuter), and calls fn (on this goroutine) if that made plaintext
-// for the reader, or an error or the stream's end for it to see, or if
-// the wait was ended meanwhile; otherwise (records with no application
-// data) it registers the socket again and returns, holding no buffer:
-// the wait goes on, its deadline too.
-func (n *Notice) settle() {
-	var ready bool
-	if n.look != nil {
-		ready = n.look()
-	} else {
-		ready = n.outer.settleOuter()
-	}
-	n.mu.Lock()
-	n.settling = false
-	err := n.late
-	if err == nil && !ready {
-		if err = notices.add(n); err == nil {
-			n.mu.Unlock()
-			return
-		}
-	}
-	n.endLocked()
-	n.mu.Unlock()
-	n.fn(err)
-}
+func (n *Notice) Wake() { n.w.Wake() }
 
 // add registers n's socket in the epoll set, starting the loop when it
 // is not running.
@@ -331,7 +273,7 @@ func (l *notifier) loop() {
 			w := l.waits[id]
 			l.mu.Unlock()
 			if w != nil {
-				w.fire(nil)
+				w.w.Fire(nil)
 			}
 		}
 		swept := false
@@ -370,7 +312,7 @@ func (l *notifier) sweep() {
 	}
 	l.mu.Unlock()
 	for _, w := range closed {
-		w.fire(net.ErrClosed)
+		w.w.Fire(net.ErrClosed)
 	}
 }
 
@@ -385,6 +327,6 @@ func (l *notifier) failAll(err error) {
 	l.running = false
 	l.mu.Unlock()
 	for _, w := range waits {
-		w.fire(err)
+		w.w.Fire(err)
 	}
 }

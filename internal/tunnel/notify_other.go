@@ -3,14 +3,9 @@
 package tunnel
 
 import (
-	"errors"
 	"io"
 	"time"
 )
-
-// ErrWoken is what a [Notice]'s function gets when [Notice.Wake] ended
-// its wait.
-var ErrWoken = errors.New("tunnel: wait woken")
 
 // Notice is one wait of [Parker.Notify]; off Linux there are none.
 type Notice struct{}

@@ -266,21 +266,21 @@ func TestRecordConnTLSNotifyNoPlaintext(t *testing.T) {
 	}
 	// waitingAgain waits until n's socket is registered again after
 	// the wake the KeyUpdates brought; then no buffer may be held. The
-	// buffers are looked at under n.mu, with no look at the socket
-	// under way (none starts without n.mu).
+	// buffers are looked at under n.w.mu, with no look at the socket
+	// under way (none starts without n.w.mu).
 	waitingAgain := func(n *Notice) {
 		t.Helper()
 		for {
-			n.mu.Lock()
+			n.w.mu.Lock()
 			// n.id is written under the notifier's lock (add, and remove,
-			// which fire calls without n.mu), taken inside n.mu as settle
-			// does.
+			// which Fire calls without n.w.mu), taken inside n.w.mu as
+			// settle does.
 			notices.mu.Lock()
 			registered := n.id != 0
 			notices.mu.Unlock()
-			again, fired := registered && !n.settling, n.fired
+			again, fired := registered && !n.w.settling, n.w.fired.Load()
 			held := again && (nested.ahead != nil || under.ahead != nil)
-			n.mu.Unlock()
+			n.w.mu.Unlock()
 			switch {
 			case fired:
 				t.Fatal("the KeyUpdates ended the wait")
