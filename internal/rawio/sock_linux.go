@@ -13,7 +13,7 @@ import (
 // p and leaves them queued.
 func Peek(fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
-		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), syscall.MSG_PEEK, 0, 0)
+		n, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), syscall.MSG_PEEK, 0, 0)
 		if e == syscall.EINTR {
 			continue
 		}
@@ -28,7 +28,7 @@ func Peek(fd uintptr, p []byte) (int, syscall.Errno) {
 // SIOCINQ ioctl), with a system call the Go scheduler does not see.
 func Queued(fd uintptr) (int, syscall.Errno) {
 	var n int32
-	_, _, e := syscall.RawSyscall(syscall.SYS_IOCTL, fd, unix.SIOCINQ, uintptr(unsafe.Pointer(&n)))
+	_, _, e := syscall.RawSyscall(unix.SYS_IOCTL, fd, unix.SIOCINQ, uintptr(unsafe.Pointer(&n)))
 	if e != 0 {
 		return 0, e
 	}
@@ -40,6 +40,6 @@ func Queued(fd uintptr) (int, syscall.Errno) {
 // block (buffer sizes, flags).
 func SetsockoptInt(fd uintptr, level, opt, value int) syscall.Errno {
 	v := int32(value)
-	_, _, e := syscall.RawSyscall6(syscall.SYS_SETSOCKOPT, fd, uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&v)), unsafe.Sizeof(v), 0)
+	_, _, e := syscall.RawSyscall6(unix.SYS_SETSOCKOPT, fd, uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&v)), unsafe.Sizeof(v), 0)
 	return e
 }
