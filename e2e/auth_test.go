@@ -316,10 +316,7 @@ func TestListenerUsers(t *testing.T) {
 	t.Parallel()
 	o := newOrigin(t, "127.0.0.1", false)
 	echo := newEchoServer(t)
-	certDir := t.TempDir()
-	if r := runRustle(t, "", "cert", certDir); r.code != 0 {
-		t.Fatalf("rustle cert: exit %d: %s", r.code, r.stderr)
-	}
+	certDir := rustleFiles(t, "cert")
 	roots := x509.NewCertPool()
 	roots.AddCert(readCertPEM(t, filepath.Join(certDir, "ca.pem")))
 	config := func(users string) string {

@@ -66,10 +66,7 @@ const (
 func TestBrowser(t *testing.T) {
 	tools := needBrowser(t)
 
-	certDir := t.TempDir()
-	if r := runRustle(t, "", "cert", certDir); r.code != 0 {
-		t.Fatalf("rustle cert: exit %d: %s", r.code, r.stderr)
-	}
+	certDir := rustleFiles(t, "cert")
 	serverPEM := filepath.Join(certDir, "server.pem")
 	httpsListen := fmt.Sprintf("https://%s:%s@127.0.0.1:0?cert=%s&key=%s", browserUser, browserPass,
 		url.QueryEscape(serverPEM), url.QueryEscape(filepath.Join(certDir, "server.key")))
@@ -883,8 +880,17 @@ func keepNetLog(t testing.TB, src, dst string) {
 	t.Logf("net log kept in %s", dst)
 }
 
-// readNetLog reads the net log Chromium wrote with --log-net-log.
-func readNetLog(t testing.TB, path string) netLogSummary {
+// netLogEvent is one event of Chromium's net log, its type by name.
+type netLogEvent struct {
+	name   string
+	phase  int // 0 none, 1 begin, 2 end
+	source int // the id of the source (socket, request) it belongs to
+	params json.RawMessage
+}
+
+// parseNetLog reads the net log Chromium wrote with --log-net-log: its
+// events in order, and Chromium's version.
+func parseNetLog(t testing.TB, path string) (events []netLogEvent, version string) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -899,7 +905,7 @@ func readNetLog(t testing.TB, path string) netLogSummary {
 		} `json:"constants"`
 		Events []struct {
 			Type   int `json:"type"`
-			Phase  int `json:"phase"` // 0 none, 1 begin, 2 end
+			Phase  int `json:"phase"`
 			Source struct {
 				ID int `json:"id"`
 			} `json:"source"`
@@ -913,14 +919,25 @@ func readNetLog(t testing.TB, path string) netLogSummary {
 	for name, n := range raw.Constants.LogEventTypes {
 		names[n] = name
 	}
-	nl := netLogSummary{version: raw.Constants.ClientInfo.Version}
+	events = make([]netLogEvent, len(raw.Events))
+	for i, ev := range raw.Events {
+		events[i] = netLogEvent{name: names[ev.Type], phase: ev.Phase, source: ev.Source.ID, params: ev.Params}
+	}
+	return events, raw.Constants.ClientInfo.Version
+}
+
+// readNetLog reads the net log Chromium wrote with --log-net-log.
+func readNetLog(t testing.TB, path string) netLogSummary {
+	t.Helper()
+	events, version := parseNetLog(t, path)
+	nl := netLogSummary{version: version}
 	const phaseEnd = 2
 	// The sockets Chromium connected, and whether each has sent a CONNECT:
 	// a TLS handshake before that is with the proxy, one after it with the
 	// origin through the tunnel (the net log puts both on the socket).
 	tunneled := map[int]bool{}
-	for _, ev := range raw.Events {
-		if len(ev.Params) == 0 {
+	for _, ev := range events {
+		if len(ev.params) == 0 {
 			continue
 		}
 		var p struct {
@@ -929,27 +946,27 @@ func readNetLog(t testing.TB, path string) netLogSummary {
 			Line          string   `json:"line"`
 			Headers       []string `json:"headers"`
 		}
-		if err := json.Unmarshal(ev.Params, &p); err != nil {
+		if err := json.Unmarshal(ev.params, &p); err != nil {
 			continue // params of other shapes
 		}
-		switch names[ev.Type] {
+		switch ev.name {
 		case "TCP_CONNECT":
-			if ev.Phase == phaseEnd && p.RemoteAddress != "" {
+			if ev.phase == phaseEnd && p.RemoteAddress != "" {
 				nl.connects = append(nl.connects, p.RemoteAddress)
-				tunneled[ev.Source.ID] = false
+				tunneled[ev.source] = false
 			}
 		case "SSL_CONNECT":
-			if ev.Phase != phaseEnd {
+			if ev.phase != phaseEnd {
 				break
 			}
-			if t, ok := tunneled[ev.Source.ID]; ok && !t {
+			if t, ok := tunneled[ev.source]; ok && !t {
 				nl.proxyALPN = append(nl.proxyALPN, p.NextProto)
 			} else {
 				nl.originALPN = append(nl.originALPN, p.NextProto)
 			}
 		case "HTTP_TRANSACTION_SEND_TUNNEL_HEADERS":
-			if _, ok := tunneled[ev.Source.ID]; ok {
-				tunneled[ev.Source.ID] = true
+			if _, ok := tunneled[ev.source]; ok {
+				tunneled[ev.source] = true
 			}
 			fallthrough
 		case "HTTP_TRANSACTION_SEND_REQUEST_HEADERS":
@@ -1080,33 +1097,10 @@ type netLogRequest struct {
 // its requests for url.
 func readNetLogRequest(t testing.TB, path, url string) netLogRequest {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("Chromium's net log: %v", err)
-	}
-	var raw struct {
-		Constants struct {
-			LogEventTypes map[string]int `json:"logEventTypes"`
-		} `json:"constants"`
-		Events []struct {
-			Type   int `json:"type"`
-			Phase  int `json:"phase"`
-			Source struct {
-				ID int `json:"id"`
-			} `json:"source"`
-			Params json.RawMessage `json:"params"`
-		} `json:"events"`
-	}
-	if err := json.Unmarshal(b, &raw); err != nil {
-		t.Fatalf("parse Chromium's net log %s: %v", path, err)
-	}
-	names := map[int]string{}
-	for name, n := range raw.Constants.LogEventTypes {
-		names[n] = name
-	}
+	events, _ := parseNetLog(t, path)
 	var nr netLogRequest
 	sources := map[int]bool{} // the URL requests for url
-	for _, ev := range raw.Events {
+	for _, ev := range events {
 		var p struct {
 			URL      string   `json:"url"`
 			Line     string   `json:"line"`
@@ -1114,16 +1108,16 @@ func readNetLogRequest(t testing.TB, path, url string) netLogRequest {
 			NetError any      `json:"net_error"`
 			Bytes    string   `json:"bytes"`
 		}
-		if len(ev.Params) > 0 {
-			if err := json.Unmarshal(ev.Params, &p); err != nil {
+		if len(ev.params) > 0 {
+			if err := json.Unmarshal(ev.params, &p); err != nil {
 				continue // params of other shapes
 			}
 		}
-		name := names[ev.Type]
-		if name == "REQUEST_ALIVE" && ev.Phase == 1 && p.URL == url {
-			sources[ev.Source.ID] = true
+		name := ev.name
+		if name == "REQUEST_ALIVE" && ev.phase == 1 && p.URL == url {
+			sources[ev.source] = true
 		}
-		if !sources[ev.Source.ID] {
+		if !sources[ev.source] {
 			continue
 		}
 		step := ""

@@ -24,10 +24,7 @@ import (
 func TestHTTP3(t *testing.T) {
 	t.Parallel()
 	o := newOrigin(t, "127.0.0.1", false)
-	certDir := t.TempDir()
-	if r := runRustle(t, "", "cert", certDir); r.code != 0 {
-		t.Fatalf("rustle cert: exit %d: %s", r.code, r.stderr)
-	}
+	certDir := rustleFiles(t, "cert")
 	roots := x509.NewCertPool()
 	roots.AddCert(readCertPEM(t, filepath.Join(certDir, "ca.pem")))
 	p := startRustle(t, "-L", "https://alice:s3cret@127.0.0.1:0?cert="+filepath.Join(certDir, "server.pem")+

@@ -39,7 +39,7 @@ func TestInterceptChromium(t *testing.T) {
 
 	pki := newOriginPKI(t)
 	_, _, pair := pki.leaf(t, "origin")
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, originPort := startTLSOrigin(t, pair, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		switch r.URL.Path {
 		case "/page":
@@ -66,21 +66,9 @@ fetch('/data').then(r => r.text()).then(t => {
 			http.NotFound(w, r)
 		}
 	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
-	srv.EnableHTTP2 = true
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	_, originPort, _ := net.SplitHostPort(srv.Listener.Addr().String())
 
-	caDir := filepath.Join(t.TempDir(), "ca")
-	if r := runRustle(t, "", "ca", caDir); r.code != 0 {
-		t.Fatalf("rustle ca: exit %d: %s", r.code, r.stderr)
-	}
-	certDir := t.TempDir()
-	if r := runRustle(t, "", "cert", certDir); r.code != 0 {
-		t.Fatalf("rustle cert: exit %d: %s", r.code, r.stderr)
-	}
+	caDir := rustleFiles(t, "ca")
+	certDir := rustleFiles(t, "cert")
 	token := writeFile(t, "token", "chromium-s3cret\n")
 	logPath := filepath.Join(t.TempDir(), "access.log")
 	cfg := writeFile(t, "rustle.toml", fmt.Sprintf(`[access_log]
@@ -256,7 +244,7 @@ func TestInterceptChromiumHTTP11Required(t *testing.T) {
 		return "https://127.0.0.1:" + port + "/post"
 	}
 	// The page whose script POSTs to the URL in its query's post.
-	pages := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, pagesPort := startTLSOrigin(t, pair, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprintf(w, `<!doctype html>
@@ -275,21 +263,9 @@ fetch(%q, {method: 'POST', body: 'a body'}).then(r => r.text().then(t => {
 </body></html>
 `, r.URL.Query().Get("post"))
 	}))
-	pages.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
-	pages.EnableHTTP2 = true
-	pages.Config.ErrorLog = log.New(io.Discard, "", 0)
-	pages.StartTLS()
-	t.Cleanup(pages.Close)
-	_, pagesPort, _ := net.SplitHostPort(pages.Listener.Addr().String())
 
-	caDir := filepath.Join(t.TempDir(), "ca")
-	if r := runRustle(t, "", "ca", caDir); r.code != 0 {
-		t.Fatalf("rustle ca: exit %d: %s", r.code, r.stderr)
-	}
-	certDir := t.TempDir()
-	if r := runRustle(t, "", "cert", certDir); r.code != 0 {
-		t.Fatalf("rustle cert: exit %d: %s", r.code, r.stderr)
-	}
+	caDir := rustleFiles(t, "ca")
+	certDir := rustleFiles(t, "cert")
 	logPath := filepath.Join(t.TempDir(), "access.log")
 	cfg := writeFile(t, "rustle.toml", fmt.Sprintf(`[access_log]
 enabled = true

@@ -88,17 +88,26 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 // 127.0.0.1 with cert, answering with what it got, and returns its port.
 func goTLSOrigin(t testing.TB, cert tls.Certificate) string {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, port := startTLSOrigin(t, cert, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Server", "go-origin")
 		fmt.Fprintf(w, "go origin %s %s auth=%q\n", r.Proto, r.URL.RequestURI(), r.Header.Get("Authorization"))
 	}))
+	return port
+}
+
+// startTLSOrigin starts a Go HTTPS origin (HTTP/1.1 and HTTP/2) on
+// 127.0.0.1 with cert, serving h, closed when the test ends; port is its
+// port.
+func startTLSOrigin(t testing.TB, cert tls.Certificate, h http.Handler) (srv *httptest.Server, port string) {
+	t.Helper()
+	srv = httptest.NewUnstartedServer(h)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	srv.EnableHTTP2 = true
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	return port
+	_, port, _ = net.SplitHostPort(srv.Listener.Addr().String())
+	return srv, port
 }
 
 // startNginx runs Debian's nginx (one process, in the foreground) as an
@@ -182,10 +191,7 @@ func freePort(t testing.TB) string {
 // returns it with the CA's certificate path and the access log's path.
 func interceptRustle(t testing.TB, upstream, extra string) (p *proc, caPath, logPath string) {
 	t.Helper()
-	caDir := filepath.Join(t.TempDir(), "ca")
-	if r := runRustle(t, "", "ca", caDir); r.code != 0 {
-		t.Fatalf("rustle ca: exit %d: %s", r.code, r.stderr)
-	}
+	caDir := rustleFiles(t, "ca")
 	caPath = filepath.Join(caDir, "ca.pem")
 	token := writeFile(t, "token", "e2e-s3cret\n")
 	logPath = filepath.Join(t.TempDir(), "access.log")

@@ -334,6 +334,18 @@ func runRustle(t testing.TB, stdin string, args ...string) result {
 	return runCmd(t, stdin, rustleBin, args...)
 }
 
+// rustleFiles runs `rustle sub DIR` ("ca": a CA for interception;
+// "cert": a test CA and a server certificate) into a new directory of
+// the test's and returns it.
+func rustleFiles(t testing.TB, sub string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), sub)
+	if r := runRustle(t, "", sub, dir); r.code != 0 {
+		t.Fatalf("rustle %s: exit %d: %s", sub, r.code, r.stderr)
+	}
+	return dir
+}
+
 // needCurl returns the path of curl or skips the test.
 func needCurl(t testing.TB) string {
 	t.Helper()
