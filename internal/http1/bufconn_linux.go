@@ -6,6 +6,8 @@ import (
 	"net"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rustle-proxy/rustle/internal/rawio"
 )
 
 // SetNotSentLowat sets TCP_NOTSENT_LOWAT on c; 0 restores the system
@@ -16,7 +18,7 @@ func SetNotSentLowat(c *net.TCPConn, n int) {
 		return
 	}
 	rc.Control(func(fd uintptr) {
-		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, n)
+		rawio.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, n)
 	})
 }
 
@@ -36,15 +38,18 @@ func Readable(c *net.TCPConn) (int, error) {
 	err = rc.Read(func(fd uintptr) bool {
 		// While bytes flow, SIOCINQ alone answers; a peek tells an
 		// empty socket that must be waited for from one at its end.
-		if k, e := unix.IoctlGetInt(int(fd), unix.SIOCINQ); e == nil && k > 0 {
+		// Both calls are raw (rawio): an ordinary one, the first system
+		// call after the poller woke the goroutine, wakes the runtime's
+		// monitor, which then polls every 20 µs.
+		if k, e := rawio.Queued(fd); e == 0 && k > 0 {
 			n = k
 			return true
 		}
-		k, _, e := unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		k, e := rawio.Peek(fd, one[:])
 		switch {
-		case e == unix.EAGAIN || e == unix.EINTR:
+		case e == unix.EAGAIN:
 			return false
-		case e != nil:
+		case e != 0:
 			serr = e
 		case k == 0:
 			serr = io.EOF

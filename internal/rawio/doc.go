@@ -32,6 +32,10 @@
 // that a read or write allocates nothing), [Writer] its writing half for
 // a connection that reads its own way; [Read] and [Write] are the single
 // calls for a struct that already keeps a syscall.RawConn and its
-// callbacks. Elsewhere than on Linux FD makes the connection's ordinary
-// calls.
+// callbacks. [Peek], [Queued] and [SetsockoptInt] are the raw forms of
+// the looks and settings made on a socket between reads: every peek of
+// rustle's (a new connection's first bytes, a parked connection woken,
+// a pooled upstream connection checked before reuse) is Peek. Elsewhere
+// than on Linux FD makes the connection's ordinary calls, and Peek is
+// an ordinary call on other Unix systems.
 package rawio

@@ -10,10 +10,12 @@ import (
 )
 
 // Peek is Read for recv(2) with MSG_PEEK: it reads fd's queued bytes into
-// p and leaves them queued.
+// p and leaves them queued. It never waits (MSG_DONTWAIT, whatever the
+// socket's mode): an empty socket answers EAGAIN, and a raw call that
+// blocked would hold its thread where the scheduler cannot see it.
 func Peek(fd uintptr, p []byte) (int, syscall.Errno) {
 	for {
-		n, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), syscall.MSG_PEEK, 0, 0)
+		n, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)), syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
 		if e == syscall.EINTR {
 			continue
 		}

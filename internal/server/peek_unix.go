@@ -1,8 +1,12 @@
-//go:build unix && !linux
+//go:build unix
 
 package server
 
-import "golang.org/x/sys/unix"
+import (
+	"syscall"
+
+	"github.com/rustle-proxy/rustle/internal/rawio"
+)
 
 // peeker is peekByte's look at a socket's first byte.
 type peeker struct {
@@ -13,12 +17,18 @@ type peeker struct {
 
 // peek is the RawConn.Read callback of peekByte: recv with MSG_PEEK on
 // the non-blocking socket, which waits (by answering false) while the
-// socket is empty.
+// socket is empty. The call is raw (rawio.Peek): as the first system
+// call once the poller has woken a connection's goroutine, an ordinary
+// one woke the runtime's monitor (a futex wake-up, then its 20 µs
+// polling) on most new connections.
 func (p *peeker) peek(fd uintptr) bool {
-	for {
-		p.n, _, p.err = unix.Recvfrom(int(fd), p.b[:], unix.MSG_PEEK)
-		if p.err != unix.EINTR {
-			return p.err != unix.EAGAIN
-		}
+	n, e := rawio.Peek(fd, p.b[:])
+	if e == syscall.EAGAIN {
+		return false
 	}
+	p.n, p.err = n, nil
+	if e != 0 {
+		p.err = e
+	}
+	return true
 }

@@ -6,6 +6,8 @@ import (
 	"net"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rustle-proxy/rustle/internal/rawio"
 )
 
 // peek is what peekKind saw of a connection's first bytes.
@@ -45,11 +47,13 @@ func peekKind(c *net.TCPConn) (kind, n int, err error) {
 // for the socket to be readable again, while the bytes there do not tell
 // yet.
 func (p *peek) look(fd uintptr) bool {
-	for {
-		p.n, _, p.err = unix.Recvfrom(int(fd), p.b[:], unix.MSG_PEEK)
-		if p.err != unix.EINTR {
-			break
-		}
+	// A raw peek on Linux (rawio.Peek), as server's peekByte makes: the
+	// first system call of a new connection's goroutine, made ordinary,
+	// wakes the runtime's monitor.
+	n, e := rawio.Peek(fd, p.b[:])
+	p.n, p.err = n, nil
+	if e != 0 {
+		p.err = e
 	}
 	switch {
 	case p.err == unix.EAGAIN:

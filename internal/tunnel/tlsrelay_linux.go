@@ -46,7 +46,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/rustle-proxy/rustle/internal/rawio"
 	"golang.org/x/sys/unix"
@@ -154,27 +153,6 @@ func NewParker(rc syscall.RawConn) *Parker {
 	p := &Parker{rc: rc}
 	p.fn = p.ready
 	return p
-}
-
-func (p *Parker) ready(fd uintptr) bool {
-	for {
-		// recvfrom(2) without an address: unix.Recvfrom would allocate
-		// one on each call.
-		_, _, errno := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.one[0])), 1,
-			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		if errno == unix.EINTR {
-			continue
-		}
-		if errno == unix.EAGAIN {
-			return false
-		}
-		// Bytes or the end of the stream, which the next read takes,
-		// or an error, which wait returns.
-		if errno != 0 {
-			p.err = errno
-		}
-		return true
-	}
 }
 
 // Wait returns nil when the socket has bytes to read or its stream has
