@@ -284,9 +284,11 @@ var errNotReady = errors.New("campaign: proxy not accepting connections")
 // time it ran, user and system). It is exact where utime+stime come in
 // clock ticks (10 ms), which at a few thousand requests per second is
 // several per cent of a run's CPU; a thread that exited between two
-// readings is missed (proxyCPU then falls back on utime+stime).
-func cpuNS(root int) (uint64, error) {
-	var total uint64
+// readings is missed (proxyCPU then falls back on utime+stime). wait
+// sums the second field: the time those threads were runnable but
+// waited in a run queue for a CPU, which other work on the proxy's CPUs
+// causes (or the proxy's own threads, more than its CPUs can run).
+func cpuNS(root int) (total, wait uint64, err error) {
 	read := 0
 	for _, pid := range append([]int{root}, descendants(root)...) {
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
@@ -298,16 +300,17 @@ func cpuNS(root int) (uint64, error) {
 			if err != nil {
 				continue // a thread that just exited
 			}
-			ns, err := report.ParseSchedstat(string(b))
+			run, w, err := report.ParseSchedstat(string(b))
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
-			total += ns
+			total += run
+			wait += w
 			read++
 		}
 	}
 	if read == 0 {
-		return 0, fmt.Errorf("campaign: no schedstat of %d or its threads readable (a kernel without CONFIG_SCHED_INFO?)", root)
+		return 0, 0, fmt.Errorf("campaign: no schedstat of %d or its threads readable (a kernel without CONFIG_SCHED_INFO?)", root)
 	}
-	return total, nil
+	return total, wait, nil
 }

@@ -215,11 +215,12 @@ func (e *env) rateArgs(t testDef, r *running, rate int, d time.Duration) []strin
 // rateSample is what a fixed-rate run reads at each end of its window.
 type rateSample struct {
 	proxy, origin, tool treeUsage
-	// proxyNS is the proxy's CPU time in nanoseconds (schedstat), valid
-	// when nsOK.
-	proxyNS uint64
-	nsOK    bool
-	cores   map[int]report.CPUTimes
+	// proxyNS is the proxy's CPU time in nanoseconds (schedstat), and
+	// proxyWaitNS the time its threads waited for a CPU, valid when
+	// nsOK.
+	proxyNS, proxyWaitNS uint64
+	nsOK                 bool
+	cores                map[int]report.CPUTimes
 }
 
 // sampleRate reads the CPU time of the proxy r, the origin and the load
@@ -231,7 +232,7 @@ func (e *env) sampleRate(r *running, toolPID int) (rateSample, error) {
 		if s.proxy, err = usage(r.p.pid()); err != nil {
 			return s, fmt.Errorf("proxy gone: %w", err)
 		}
-		s.proxyNS, err = cpuNS(r.p.pid())
+		s.proxyNS, s.proxyWaitNS, err = cpuNS(r.p.pid())
 		s.nsOK = err == nil
 	}
 	s.origin, _ = usage(e.originPID)
@@ -328,6 +329,9 @@ func (e *env) measureRate(ctx context.Context, t testDef, r *running, rate int, 
 	if r.p != nil {
 		run.ProxyCPUSeconds, run.ProxyCPUFrom = proxyCPU(s0, s1, e.clkTck)
 		run.ProxyRSSKB = s1.proxy.rssKB
+		if s0.nsOK && s1.nsOK {
+			run.ProxyWaitMS = float64(delta(s0.proxyWaitNS, s1.proxyWaitNS)) / 1e6
+		}
 		if res.Completed > 0 {
 			run.Metrics[rateRowID(t.id, rate, "cpu")] = run.ProxyCPUSeconds * 1e6 / float64(res.Completed)
 		}

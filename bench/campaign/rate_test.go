@@ -5,13 +5,16 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rustle-proxy/rustle/bench/report"
+	"golang.org/x/sys/unix"
 )
 
 // TestRateTests checks the fixed-rate tests: at every rate of each, a CPU
@@ -163,7 +166,7 @@ func TestCPUNS(t *testing.T) {
 		}
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	before, err := cpuNS(os.Getpid())
+	before, _, err := cpuNS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +174,7 @@ func TestCPUNS(t *testing.T) {
 	// 50 ms of CPU, however busy the machine (at most 10 s).
 	for deadline := time.Now().Add(10 * time.Second); cpu()-ru0 < 50*time.Millisecond && time.Now().Before(deadline); {
 	}
-	after, err := cpuNS(os.Getpid())
+	after, _, err := cpuNS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,6 +182,60 @@ func TestCPUNS(t *testing.T) {
 	got := time.Duration(after - before)
 	if got < ru*8/10-5*time.Millisecond || got > ru*12/10+5*time.Millisecond {
 		t.Errorf("schedstat says %s of CPU, getrusage %s", got, ru)
+	}
+}
+
+// TestCPUNSWait reads the time this process's threads waited for a CPU:
+// two threads that spin on the same CPU at once each wait while the
+// other runs, so together they wait about as long as one of them ran.
+func TestCPUNSWait(t *testing.T) {
+	_, before, err := cpuNS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set unix.CPUSet
+	set.Set(0)
+	var spun, read sync.WaitGroup
+	start, release := make(chan struct{}), make(chan struct{})
+	ran := make([]time.Duration, 2)
+	read.Add(1)
+	for i := range ran {
+		spun.Add(1)
+		go func() {
+			// The locked thread ends with the goroutine, after release:
+			// its schedstat is read while it is still there.
+			runtime.LockOSThread()
+			defer func() { <-release }()
+			defer spun.Done()
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				t.Error(err)
+				return
+			}
+			<-start
+			var ts unix.Timespec
+			cpu := func() time.Duration {
+				unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+				return time.Duration(ts.Nano())
+			}
+			// 30 ms of this thread's CPU, however busy the machine
+			// (at most 10 s).
+			c0 := cpu()
+			for deadline := time.Now().Add(10 * time.Second); cpu()-c0 < 30*time.Millisecond && time.Now().Before(deadline); {
+			}
+			ran[i] = cpu() - c0
+		}()
+	}
+	close(start)
+	spun.Wait()
+	_, after, err := cpuNS(os.Getpid())
+	close(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each spinner waited at least while the other ran and it had not
+	// finished: at least the shorter run, less the scheduler's slack.
+	if got, least := time.Duration(after-before), min(ran[0], ran[1])/2; got < least {
+		t.Errorf("threads waited %s for a CPU, want at least %s (runs %s and %s on one CPU)", got, least, ran[0], ran[1])
 	}
 }
 

@@ -752,7 +752,11 @@ func (e *env) logRun(r report.Run, t testDef) {
 	}
 	busy := ""
 	if len(r.CoreBusy) == 2 {
-		busy = fmt.Sprintf(" [busy: proxy core %.0f%%, load core %.0f%%, other load %.0f%%]", r.CoreBusy[0], r.CoreBusy[1], r.OtherBusy)
+		wait := ""
+		if t.kind == kindRate && r.ProxyWaitMS > 0 {
+			wait = fmt.Sprintf(", proxy waited %.0f ms for a CPU", r.ProxyWaitMS)
+		}
+		busy = fmt.Sprintf(" [busy: proxy core %.0f%%, load core %.0f%%, other load %.0f%%%s]", r.CoreBusy[0], r.CoreBusy[1], r.OtherBusy, wait)
 		if t.kind == kindRate && r.CoreBusy[1] > report.LoadBoundBusy {
 			busy += fmt.Sprintf(" LOAD-BOUND (load core over %.0f%%: the latency is the load side's)", report.LoadBoundBusy)
 		}

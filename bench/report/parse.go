@@ -326,18 +326,22 @@ func BusyPercent(before, after CPUTimes) float64 {
 	return 100 * busy / total
 }
 
-// ParseSchedstat returns the first field of a /proc/PID/task/TID/schedstat
-// line: the time the thread ran on a CPU, in nanoseconds.
-func ParseSchedstat(s string) (uint64, error) {
+// ParseSchedstat returns the first two fields of a
+// /proc/PID/task/TID/schedstat line: the time the thread ran on a CPU
+// (run) and the time it spent runnable, waiting in a run queue for a CPU
+// (wait), both in nanoseconds from the scheduler's clock.
+func ParseSchedstat(s string) (run, wait uint64, err error) {
 	f := strings.Fields(s)
 	if len(f) != 3 {
-		return 0, fmt.Errorf("report: schedstat %q: want 3 fields", strings.TrimSpace(s))
+		return 0, 0, fmt.Errorf("report: schedstat %q: want 3 fields", strings.TrimSpace(s))
 	}
-	ns, err := strconv.ParseUint(f[0], 10, 64)
+	if run, err = strconv.ParseUint(f[0], 10, 64); err == nil {
+		wait, err = strconv.ParseUint(f[1], 10, 64)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("report: schedstat %q: %w", strings.TrimSpace(s), err)
+		return 0, 0, fmt.Errorf("report: schedstat %q: %w", strings.TrimSpace(s), err)
 	}
-	return ns, nil
+	return run, wait, nil
 }
 
 // GoBench is one result line of go test -bench: the benchmark's name as

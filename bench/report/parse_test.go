@@ -174,19 +174,21 @@ func TestParseSchedstat(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      string
-		want    uint64
+		run     uint64
+		wait    uint64
 		wantErr bool
 	}{
-		{"a thread", "2074640 2043274 24\n", 2074640, false},
-		{"two fields", "2074640 2043274\n", 0, true},
-		{"not a number", "x 1 2\n", 0, true},
-		{"empty", "", 0, true},
+		{"a thread", "2074640 2043274 24\n", 2074640, 2043274, false},
+		{"two fields", "2074640 2043274\n", 0, 0, true},
+		{"not a number", "x 1 2\n", 0, 0, true},
+		{"wait not a number", "1 x 2\n", 0, 0, true},
+		{"empty", "", 0, 0, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseSchedstat(tt.in)
-			if (err != nil) != tt.wantErr || got != tt.want {
-				t.Errorf("ParseSchedstat = %d, %v; want %d, error %v", got, err, tt.want, tt.wantErr)
+			run, wait, err := ParseSchedstat(tt.in)
+			if (err != nil) != tt.wantErr || run != tt.run || wait != tt.wait {
+				t.Errorf("ParseSchedstat = %d, %d, %v; want %d, %d, error %v", run, wait, err, tt.run, tt.wait, tt.wantErr)
 			}
 		})
 	}

@@ -163,6 +163,13 @@ type Run struct {
 	// ProxyRSSKB is VmRSS summed over the proxy's processes at the end of
 	// the run.
 	ProxyRSSKB int64 `json:"proxy_rss_kb,omitempty"`
+	// ProxyWaitMS is, in a fixed-rate run, the time the proxy's threads
+	// spent runnable but waiting in a run queue for a CPU over the
+	// window, in milliseconds (the second field of their schedstat): the
+	// delay other work on the proxy core added to the proxy's, whatever
+	// CoreBusy and OtherBusy say (see bench/README.md, "The fixed-rate
+	// rows"). Zero where schedstat was not read.
+	ProxyWaitMS float64 `json:"proxy_wait_ms,omitempty"`
 	// CoreBusy is the busy percentage of the proxy core and of the load
 	// core over the run, in that order.
 	CoreBusy []float64 `json:"core_busy_pct,omitempty"`
