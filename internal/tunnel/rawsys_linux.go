@@ -31,11 +31,13 @@ package tunnel
 // over the threads the monitor hands the processor to, and gets more.
 // Measured on 2026-12-07 (WebSocket over TLS, 64 connections, 5,000
 // messages a second, other work loading both cores of the benchmark VM to
-// a load average of 6.7 to 9.9, bench/README.md, "Latency tails at a
-// fixed rate"): p99 218 ms to 6.9 s with RawSyscall, 6 ms to 1.8 s with
-// ordinary calls, in alternating runs; on a core of its own the engine's
-// tail was ahead of gost's and Squid's. The campaign's proxy_wait_ms says
-// how long the proxy waited for a CPU in a run.
+// a load average of 5.0 to 9.9, bench/README.md, "Latency tails at a
+// fixed rate"): p99 12 ms to 6.9 s with RawSyscall, 6 ms to 1.8 s with
+// ordinary calls, in alternating runs (in 10 pairs, one the other way),
+// the ordinary calls costing 104 against 62 µs per message where both
+// kept up; on a core of its own the engine's tail was ahead of gost's and
+// Squid's. The campaign's proxy_wait_ms says how long the proxy waited
+// for a CPU in a run.
 
 import (
 	"unsafe"
