@@ -288,8 +288,10 @@ var errNotReady = errors.New("campaign: proxy not accepting connections")
 // sums the second field: the time those threads were runnable but
 // waited in a run queue for a CPU, which other work on the proxy's CPUs
 // causes (or the proxy's own threads, more than its CPUs can run).
-func cpuNS(root int) (total, wait uint64, err error) {
-	read := 0
+// threads holds both fields of every thread, by thread ID, for
+// busiestThread.
+func cpuNS(root int) (total, wait uint64, threads map[int]threadTimes, err error) {
+	threads = map[int]threadTimes{}
 	for _, pid := range append([]int{root}, descendants(root)...) {
 		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
@@ -302,15 +304,37 @@ func cpuNS(root int) (total, wait uint64, err error) {
 			}
 			run, w, err := report.ParseSchedstat(string(b))
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, nil, err
 			}
 			total += run
 			wait += w
-			read++
+			if tid, err := strconv.Atoi(task.Name()); err == nil {
+				threads[tid] = threadTimes{run: run, wait: w}
+			}
 		}
 	}
-	if read == 0 {
-		return 0, 0, fmt.Errorf("campaign: no schedstat of %d or its threads readable (a kernel without CONFIG_SCHED_INFO?)", root)
+	if len(threads) == 0 {
+		return 0, 0, nil, fmt.Errorf("campaign: no schedstat of %d or its threads readable (a kernel without CONFIG_SCHED_INFO?)", root)
 	}
-	return total, wait, nil
+	return total, wait, threads, nil
+}
+
+// threadTimes is one thread's schedstat: the nanoseconds it ran and
+// those it waited in a run queue for a CPU.
+type threadTimes struct{ run, wait uint64 }
+
+// busiestThread returns the thread that ran the most between two readings
+// of cpuNS (a thread born between them counts from zero): how long it
+// ran and how long it waited for a CPU, in nanoseconds. Its wait is the
+// sign of other work on the proxy core that report.Disturbed judges: a
+// proxy with more threads than CPUs also waits on itself, but mostly in
+// its other threads, which wait while the busiest one runs.
+func busiestThread(before, after map[int]threadTimes) (run, wait uint64) {
+	for tid, a := range after {
+		b := before[tid]
+		if r := delta(b.run, a.run); r > run {
+			run, wait = r, delta(b.wait, a.wait)
+		}
+	}
+	return run, wait
 }

@@ -220,7 +220,9 @@ type rateSample struct {
 	// nsOK.
 	proxyNS, proxyWaitNS uint64
 	nsOK                 bool
-	cores                map[int]report.CPUTimes
+	// threads are the proxy's threads' schedstat fields (cpuNS).
+	threads map[int]threadTimes
+	cores   map[int]report.CPUTimes
 }
 
 // sampleRate reads the CPU time of the proxy r, the origin and the load
@@ -232,7 +234,7 @@ func (e *env) sampleRate(r *running, toolPID int) (rateSample, error) {
 		if s.proxy, err = usage(r.p.pid()); err != nil {
 			return s, fmt.Errorf("proxy gone: %w", err)
 		}
-		s.proxyNS, s.proxyWaitNS, err = cpuNS(r.p.pid())
+		s.proxyNS, s.proxyWaitNS, s.threads, err = cpuNS(r.p.pid())
 		s.nsOK = err == nil
 	}
 	s.origin, _ = usage(e.originPID)
@@ -331,12 +333,38 @@ func (e *env) measureRate(ctx context.Context, t testDef, r *running, rate int, 
 		run.ProxyRSSKB = s1.proxy.rssKB
 		if s0.nsOK && s1.nsOK {
 			run.ProxyWaitMS = float64(delta(s0.proxyWaitNS, s1.proxyWaitNS)) / 1e6
+			tr, tw := busiestThread(s0.threads, s1.threads)
+			run.ThreadRunMS, run.ThreadWaitMS = float64(tr)/1e6, float64(tw)/1e6
 		}
 		if res.Completed > 0 {
 			run.Metrics[rateRowID(t.id, rate, "cpu")] = run.ProxyCPUSeconds * 1e6 / float64(res.Completed)
 		}
 	}
 	judgeRate(t, rate, res, &run)
+	run.Disturbed = report.Disturbed(run.ThreadRunMS, run.ThreadWaitMS, run.DurationS)
+	return run
+}
+
+// disturbedRetries is how many more runs a fixed-rate run disturbed by
+// other work on the proxy core (report.Run.Disturbed) gets: the campaign
+// makes it again, at most this many times, before it records the last
+// one, marked.
+const disturbedRetries = 2
+
+// retryDisturbed returns the run that measure makes, made again while it
+// is disturbed by other work on the proxy core, at most disturbedRetries
+// more times: each disturbed run given up is logged with why it is made
+// again, and not recorded. The run returned is the first undisturbed one,
+// or the last one, still marked Disturbed. It stops early when ctx is
+// done.
+func (e *env) retryDisturbed(ctx context.Context, t testDef, measure func() report.Run) report.Run {
+	run := measure()
+	for try := 1; try <= disturbedRetries && run.Disturbed && ctx.Err() == nil; try++ {
+		e.logRun(run, t)
+		fmt.Fprintf(e.out, "  %-15s %-9s %5d conns retry %d of %d: the proxy's busiest thread waited %.0f ms for a CPU in %.1f s, in which it ran %.0f ms (over %.0f %%: other work on its core)\n",
+			t.id, run.Proxy, run.Conns, try, disturbedRetries, run.ThreadWaitMS, run.DurationS, run.ThreadRunMS, report.DisturbedWait)
+		run = measure()
+	}
 	return run
 }
 

@@ -166,7 +166,7 @@ func TestCPUNS(t *testing.T) {
 		}
 		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	before, _, err := cpuNS(os.Getpid())
+	before, _, _, err := cpuNS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestCPUNS(t *testing.T) {
 	// 50 ms of CPU, however busy the machine (at most 10 s).
 	for deadline := time.Now().Add(10 * time.Second); cpu()-ru0 < 50*time.Millisecond && time.Now().Before(deadline); {
 	}
-	after, _, err := cpuNS(os.Getpid())
+	after, _, _, err := cpuNS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestCPUNS(t *testing.T) {
 // two threads that spin on the same CPU at once each wait while the
 // other runs, so together they wait about as long as one of them ran.
 func TestCPUNSWait(t *testing.T) {
-	_, before, err := cpuNS(os.Getpid())
+	_, before, _, err := cpuNS(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestCPUNSWait(t *testing.T) {
 	}
 	close(start)
 	spun.Wait()
-	_, after, err := cpuNS(os.Getpid())
+	_, after, _, err := cpuNS(os.Getpid())
 	close(release)
 	if err != nil {
 		t.Fatal(err)
@@ -323,5 +323,145 @@ func TestRateLoadBound(t *testing.T) {
 				t.Errorf("log line says load-bound %v, want %v: %s", got, tt.bound, log.String())
 			}
 		})
+	}
+}
+
+// TestRetryDisturbed checks that a fixed-rate run disturbed by other work
+// on the proxy core is made again, at most disturbedRetries more times,
+// each retry logged with why; that a run which stays disturbed is returned
+// marked, its log line saying so, and its latency marked in the report
+// and out of the ratio column while its CPU per message stands; and that
+// a clean run is made once and compared as before.
+func TestRetryDisturbed(t *testing.T) {
+	td := testByID(t, "rate-wss-64")
+	rate := td.levels[0]
+	window, ran := 3.0, 1000.0                // s, and ms the busiest thread ran
+	over := report.DisturbedWait/100*ran + 50 // ms, just over the rule
+	for _, tt := range []struct {
+		name      string
+		waits     []float64 // the busiest thread's wait in each run measure makes, in ms
+		runs      int       // the runs made
+		disturbed bool      // the run returned is marked
+	}{
+		{"clean", []float64{0, 0, 0}, 1, false},
+		{"at the threshold", []float64{over - 50, over, over}, 1, false},
+		{"disturbed once", []float64{over, 0, 0}, 2, false},
+		{"disturbed twice", []float64{2500, over, 10}, 3, false},
+		{"stays disturbed", []float64{2500, over, 2000, 0}, 3, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var log strings.Builder
+			e := &env{out: &log}
+			made := 0
+			measure := func() report.Run {
+				w := tt.waits[made]
+				made++
+				run := report.Run{Test: td.id, Proxy: "rustle", Conns: rate, Clean: true, CoreBusy: []float64{50, 60}, ThreadRunMS: ran, ThreadWaitMS: w,
+					Metrics: map[string]float64{rateRowID(td.id, rate, "cpu"): 20, rateRowID(td.id, rate, "p50"): w / 100,
+						rateRowID(td.id, rate, "p99"): w / 10, rateRowID(td.id, rate, "p999"): w / 5}}
+				// As measureRate would: the load tool's window, and the
+				// judgement of the wait in it.
+				run.DurationS = window
+				run.Disturbed = report.Disturbed(run.ThreadRunMS, run.ThreadWaitMS, run.DurationS)
+				return run
+			}
+			run := e.retryDisturbed(t.Context(), td, measure)
+			if made != tt.runs {
+				t.Errorf("made %d runs, want %d; log:\n%s", made, tt.runs, log.String())
+			}
+			if run.Disturbed != tt.disturbed || run.ThreadWaitMS != tt.waits[tt.runs-1] {
+				t.Errorf("returned the run with wait %v ms, disturbed %v; want the last one made (%v ms), disturbed %v", run.ThreadWaitMS, run.Disturbed, tt.waits[tt.runs-1], tt.disturbed)
+			}
+			if got := strings.Count(log.String(), "retry "); got != tt.runs-1 {
+				t.Errorf("%d retries logged, want %d; log:\n%s", got, tt.runs-1, log.String())
+			}
+			for i := 1; i < tt.runs; i++ {
+				want := fmt.Sprintf("retry %d of %d: the proxy's busiest thread waited %.0f ms for a CPU in 3.0 s, in which it ran 1000 ms", i, disturbedRetries, tt.waits[i-1])
+				if !strings.Contains(log.String(), want) {
+					t.Errorf("log lacks %q:\n%s", want, log.String())
+				}
+			}
+			log.Reset()
+			e.logRun(run, td)
+			if got := strings.Contains(log.String(), "DISTURBED"); got != tt.disturbed {
+				t.Errorf("log line says disturbed %v, want %v: %s", got, tt.disturbed, log.String())
+			}
+
+			c := report.Campaign{
+				Repeats: 1, DurationS: window,
+				Proxies: []report.Proxy{{Name: "rustle", Label: "rustle"}, {Name: "gost", Label: "gost"}},
+				Rows:    td.rows,
+				Runs: []report.Run{run, {Test: td.id, Proxy: "gost", Conns: rate, Clean: true, CoreBusy: []float64{70, 60}, DurationS: window,
+					Metrics: map[string]float64{rateRowID(td.id, rate, "cpu"): 30, rateRowID(td.id, rate, "p50"): 0.3,
+						rateRowID(td.id, rate, "p99"): 0.9, rateRowID(td.id, rate, "p999"): 1.5}}},
+			}
+			figs := report.Figures(c)
+			for _, what := range []string{"p50", "p99", "p999"} {
+				cell := figs[rateRowID(td.id, rate, what)]["rustle"]
+				if cell.Disturbed != tt.disturbed || strings.HasSuffix(cell.Text, report.MarkDisturbed) != tt.disturbed {
+					t.Errorf("%s: disturbed %v, text %q; want disturbed %v", what, cell.Disturbed, cell.Text, tt.disturbed)
+				}
+				ratio := report.RatioText(cell, figs[rateRowID(td.id, rate, what)]["gost"])
+				if (ratio == report.TextDisturbed) != tt.disturbed {
+					t.Errorf("%s: ratio cell %q", what, ratio)
+				}
+			}
+			if cpu := figs[rateRowID(td.id, rate, "cpu")]["rustle"]; cpu.Disturbed || !cpu.Comparable() || cpu.Text != "20.0" {
+				t.Errorf("CPU row: disturbed %v, comparable %v, text %q", cpu.Disturbed, cpu.Comparable(), cpu.Text)
+			}
+		})
+	}
+}
+
+// TestBusiestThread checks that the thread that ran the most between two
+// readings is the one judged, a thread born between them counting from
+// zero and one gone at the second reading not at all.
+func TestBusiestThread(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		before, after map[int]threadTimes
+		runNS, waitNS uint64
+	}{
+		{"none", nil, nil, 0, 0},
+		{"one thread", map[int]threadTimes{1: {100, 10}}, map[int]threadTimes{1: {900, 60}}, 800, 50},
+		{
+			// gost on a quiet core: the busiest thread waits little, a
+			// sibling waits on it.
+			"the busiest, not the one that waited most",
+			map[int]threadTimes{1: {1000, 100}, 2: {1000, 100}},
+			map[int]threadTimes{1: {1600, 177}, 2: {1100, 445}},
+			600, 77,
+		},
+		{"born in the window", map[int]threadTimes{1: {1000, 0}}, map[int]threadTimes{1: {1010, 5}, 7: {300, 200}}, 300, 200},
+		{"gone at the second reading", map[int]threadTimes{1: {0, 0}, 2: {0, 0}}, map[int]threadTimes{1: {20, 2}}, 20, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if run, wait := busiestThread(tt.before, tt.after); run != tt.runNS || wait != tt.waitNS {
+				t.Errorf("busiestThread = %d, %d ns; want %d, %d", run, wait, tt.runNS, tt.waitNS)
+			}
+		})
+	}
+}
+
+// TestCPUNSThreads checks that cpuNS reads every thread of this process
+// by its ID, the calling thread among them, and that the sum over them
+// is its total.
+func TestCPUNSThreads(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	total, wait, threads, err := cpuNS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := threads[unix.Gettid()]; !ok {
+		t.Errorf("thread %d missing from %v", unix.Gettid(), threads)
+	}
+	var run, w uint64
+	for _, tt := range threads {
+		run += tt.run
+		w += tt.wait
+	}
+	if run != total || w != wait {
+		t.Errorf("threads sum to %d run, %d wait; cpuNS said %d, %d", run, w, total, wait)
 	}
 }

@@ -106,11 +106,14 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			run := e.measure(ctx, t, r, conns, pl.duration)
+			run := e.retryDisturbed(ctx, t, func() report.Run {
+				run := e.measure(ctx, t, r, conns, pl.duration)
+				run.Repeat = rep
+				return run
+			})
 			if ctx.Err() != nil {
 				return ctx.Err() // an interrupted run is not recorded
 			}
-			run.Repeat = rep
 			e.logRun(run, t)
 			record(run)
 		}
@@ -759,6 +762,9 @@ func (e *env) logRun(r report.Run, t testDef) {
 		busy = fmt.Sprintf(" [busy: proxy core %.0f%%, load core %.0f%%, other load %.0f%%%s]", r.CoreBusy[0], r.CoreBusy[1], r.OtherBusy, wait)
 		if t.kind == kindRate && r.CoreBusy[1] > report.LoadBoundBusy {
 			busy += fmt.Sprintf(" LOAD-BOUND (load core over %.0f%%: the latency is the load side's)", report.LoadBoundBusy)
+		}
+		if t.kind == kindRate && r.Disturbed {
+			busy += fmt.Sprintf(" DISTURBED (its busiest thread waited %.0f ms for a CPU, over %.0f%% of the %.0f ms it ran: the latency is other work's on its core)", r.ThreadWaitMS, report.DisturbedWait, r.ThreadRunMS)
 		}
 	}
 	fmt.Fprintf(e.out, "  %-15s %-9s %5d conns %-7s %s %s%s\n", t.id, r.Proxy, r.Conns, kind, strings.Join(figs, ", "), state, busy)

@@ -23,11 +23,17 @@ type Cell struct {
 	// carries MarkLoadBound, and no ratio, comparison or count of the
 	// short version uses it (Comparable).
 	LoadBound bool
+	// Disturbed is true for the figure of a Row.LoadSensitive row read at
+	// a level where other work on the proxy core made the proxy wait for
+	// a CPU (Level.Disturbed): Text carries MarkDisturbed, and it is
+	// compared with nothing either.
+	Disturbed bool
 }
 
 // Comparable reports whether the cell's figure may be compared with
-// another: measured cleanly and not decided by the load side.
-func (c Cell) Comparable() bool { return c.OK && !c.LoadBound }
+// another: measured cleanly and decided neither by the load side nor by
+// other work on the proxy core.
+func (c Cell) Comparable() bool { return c.OK && !c.LoadBound && !c.Disturbed }
 
 // MarkLoadBound follows a load-bound figure in its cell and starts the
 // footnote that explains it; TextLoadBound is the ratio or comparison cell
@@ -36,6 +42,27 @@ const (
 	MarkLoadBound = "†"
 	TextLoadBound = "load-bound " + MarkLoadBound
 )
+
+// MarkDisturbed follows a figure disturbed by other work on the proxy
+// core and starts its footnote; TextDisturbed is the ratio or comparison
+// cell that such a figure leaves empty.
+const (
+	MarkDisturbed = "‡"
+	TextDisturbed = "disturbed " + MarkDisturbed
+)
+
+// uncompared returns the text of a ratio or comparison cell between a and
+// b when either figure is marked (TextLoadBound, then TextDisturbed), or
+// "" when neither is.
+func uncompared(a, b Cell) string {
+	switch {
+	case a.LoadBound || b.LoadBound:
+		return TextLoadBound
+	case a.Disturbed || b.Disturbed:
+		return TextDisturbed
+	}
+	return ""
+}
 
 // Cell texts other than figures.
 const (
@@ -111,19 +138,23 @@ func levelFigure(row Row, levels []Level) Cell {
 		cell.LoadBound = true
 		cell.Text += " " + MarkLoadBound
 	}
+	if row.LoadSensitive && l.Disturbed {
+		cell.Disturbed = true
+		cell.Text += " " + MarkDisturbed
+	}
 	return cell
 }
 
 // RatioText returns the ratio cell of the reference proxy against peer for
 // one row: "3.6× more", "11× less", "—" when either lacks the mode,
-// TextLoadBound when either figure is load-bound, or "n/a" when either has
-// no figure.
+// TextLoadBound when either figure is load-bound, TextDisturbed when either
+// is disturbed, or "n/a" when either has no figure.
 func RatioText(ref, peer Cell) string {
 	if ref.Text == TextUnsupported || peer.Text == TextUnsupported {
 		return TextUnsupported
 	}
-	if ref.LoadBound || peer.LoadBound {
-		return TextLoadBound
+	if u := uncompared(ref, peer); u != "" {
+		return u
 	}
 	if !ref.OK || !peer.OK {
 		return "n/a"

@@ -172,7 +172,7 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 		}
 		var rows [][]string
 		var notes []string
-		loadBound := false
+		loadBound, disturbed := false, false
 		for _, r := range c.Rows {
 			if r.Section != sec {
 				continue
@@ -181,6 +181,7 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 			for _, p := range c.Proxies {
 				line = append(line, figs[r.ID][p.Name].Text)
 				loadBound = loadBound || figs[r.ID][p.Name].LoadBound
+				disturbed = disturbed || figs[r.ID][p.Name].Disturbed
 			}
 			for _, p := range secPeers {
 				line = append(line, RatioText(figs[r.ID][Reference], figs[r.ID][p.Name]))
@@ -197,6 +198,9 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 		if loadBound {
 			fmt.Fprintf(bw, "\n%s\n", loadBoundNote)
 		}
+		if disturbed {
+			fmt.Fprintf(bw, "\n%s\n", disturbedNote)
+		}
 		for _, n := range notes {
 			fmt.Fprintf(bw, "\n%s\n", n)
 		}
@@ -208,6 +212,7 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 	if hasLevelRows(c.Rows) {
 		bw.WriteString(" A test at a fixed offered rate has a line per rate: the rate is its level (exchanges per second), measured on its own, never chosen.")
 		fmt.Fprintf(bw, " %s beside the load core's busy %% marks a rate where a run had the load core more than %.0f %% busy: its latency figures are load-bound.", MarkLoadBound, LoadBoundBusy)
+		fmt.Fprintf(bw, " %s beside the proxy core's busy %% marks a rate where, after the campaign's retries, a run's proxy still had its busiest thread wait for a CPU more than %.0f %% of the time it ran: its latency figures are disturbed by other work on the proxy core.", MarkDisturbed, DisturbedWait)
 	}
 	bw.WriteString("\n\n")
 	var rows [][]string
@@ -272,6 +277,10 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 // loadBoundNote is the footnote under a table with a load-bound figure.
 var loadBoundNote = fmt.Sprintf("%s Load-bound: in a run at this rate the load core (the load tool and the origin) was more than %.0f %% busy, so the load side's queue, not the proxy, decided these latency figures. They are left out of the ratio and comparison columns (%q) and of the short version's count. The CPU per exchange beside them stands: it is the proxy's own CPU time, which does not wait in the load core's queue.", MarkLoadBound, LoadBoundBusy, TextLoadBound)
 
+// disturbedNote is the footnote under a table with a figure disturbed by
+// other work on the proxy core.
+var disturbedNote = fmt.Sprintf("%s Disturbed: in a run at this rate the proxy's busiest thread waited in a run queue for a CPU more than %.0f %% of the time it ran (schedstat), and still did in the campaign's retries: other work on the proxy core, not the proxy, decided these latency figures. They are left out of the ratio and comparison columns (%q) and of the short version's count. The CPU per exchange beside them stands: it is the proxy's own CPU time, which does not count the wait.", MarkDisturbed, DisturbedWait, TextDisturbed)
+
 // hasLevelRows reports whether any row is read at a level of its own
 // (a fixed-rate row).
 func hasLevelRows(rows []Row) bool {
@@ -299,8 +308,12 @@ func rateLines(c Campaign, figs map[string]map[string]Cell, r Row, problems *[]s
 		if l.LoadBound {
 			lb += " " + MarkLoadBound
 		}
+		pb := fmt.Sprintf("%.0f %%", l.CoreBusy[0])
+		if l.Disturbed {
+			pb += " " + MarkDisturbed
+		}
 		out = append(out, []string{r.Test + " at " + rate, p.Label, rate + " " + mark, rate,
-			fmt.Sprintf("%.0f %%", l.CoreBusy[0]), lb, fmt.Sprintf("%.0f %%", l.OtherBusy)})
+			pb, lb, fmt.Sprintf("%.0f %%", l.OtherBusy)})
 	}
 	return out
 }
@@ -326,11 +339,15 @@ func shortVersion(c Campaign, figs map[string]map[string]Cell) []string {
 		if p.Name == Reference || p.Name == NoProxy {
 			continue
 		}
-		var both, better, worse, even, bound int
+		var both, better, worse, even, bound, disturbed int
 		for _, r := range c.Rows {
 			a, b := figs[r.ID][Reference], figs[r.ID][p.Name]
-			if a.OK && b.OK && (a.LoadBound || b.LoadBound) {
+			switch {
+			case !a.OK || !b.OK:
+			case a.LoadBound || b.LoadBound:
 				bound++
+			case a.Disturbed || b.Disturbed:
+				disturbed++
 			}
 			if !a.Comparable() || !b.Comparable() || !(a.Value > 0) || !(b.Value > 0) {
 				continue
@@ -357,6 +374,9 @@ func shortVersion(c Campaign, figs map[string]map[string]Cell) []string {
 			p.Label, better, both, worse, even, noise*100)
 		if bound > 0 {
 			line += fmt.Sprintf(" %d latency row(s) load-bound (%s) on either side are left out.", bound, MarkLoadBound)
+		}
+		if disturbed > 0 {
+			line += fmt.Sprintf(" %d latency row(s) disturbed by other work on the proxy core (%s) on either side are left out.", disturbed, MarkDisturbed)
 		}
 		out = append(out, line)
 	}
@@ -419,8 +439,8 @@ func againstText(r Row, baselines map[string]bool, figs map[string]map[string]Ce
 		return ""
 	}
 	cell, base := figs[r.ID][Reference], figs[r.Against][Reference]
-	if cell.LoadBound || base.LoadBound {
-		return TextLoadBound
+	if u := uncompared(cell, base); u != "" {
+		return u
 	}
 	if !cell.OK || !base.OK || !(base.Value > 0) {
 		return "n/a"

@@ -41,6 +41,9 @@ type Level struct {
 	// busy in any run at the level: a median over the runs may still come
 	// from that run, so one is enough.
 	LoadBound bool
+	// Disturbed is true when any run at the level was disturbed by other
+	// work on the proxy core (Run.Disturbed), for the same reason.
+	Disturbed bool
 }
 
 // Levels groups the measured runs of test against proxy by concurrency
@@ -76,6 +79,7 @@ func Levels(runs []Run, test, proxy string) []Level {
 			if len(r.CoreBusy) > 1 && r.CoreBusy[1] > LoadBoundBusy {
 				l.LoadBound = true
 			}
+			l.Disturbed = l.Disturbed || r.Disturbed
 		}
 		for k, vs := range metrics {
 			l.Values[k], _ = Median(vs)

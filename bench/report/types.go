@@ -17,6 +17,33 @@ const Reference = "rustle"
 // its load core at 80 % or less.
 const LoadBoundBusy = 90.0
 
+// DisturbedWait is the share of its run time, in percent, that the
+// proxy's busiest thread (the one that ran the most in a fixed-rate run's
+// window) may wait in a run queue for a CPU before the run counts as
+// disturbed by other work on the proxy core (Run.Disturbed), and
+// DisturbedFloor the share of the window, in percent, that wait must also
+// pass. Chosen from quick runs of rate-1k and rate-wss-64 on the 2-core
+// machine (bench/README.md, "Latency tails at a fixed rate"): on a quiet
+// core the busiest thread of rustle waited 3 to 13 % of its run time,
+// gost's 11 to 17 % (gost's other threads wait far more, on their own
+// sibling), Squid's (its only one) 9 to 12 %; with a busy loop pinned
+// to the proxy core rustle's and Squid's waited 89 to 99 %, gost's 241
+// to 345 %. The floor keeps a
+// thread that ran a few milliseconds from counting.
+const (
+	DisturbedWait  = 25.0
+	DisturbedFloor = 1.0
+)
+
+// Disturbed reports whether a fixed-rate run of windowS seconds was
+// disturbed by other work on the proxy core, given how long the proxy's
+// busiest thread ran (runMS) and waited for a CPU (waitMS) in it: the
+// wait was more than DisturbedWait % of the run and more than
+// DisturbedFloor % of the window.
+func Disturbed(runMS, waitMS, windowS float64) bool {
+	return waitMS > DisturbedWait/100*runMS && waitMS > DisturbedFloor/100*windowS*1000
+}
+
 // NoProxy is the name of the column where the client talks straight to the
 // origin: the ceiling any proxy can reach on the machine.
 const NoProxy = "none"
@@ -95,8 +122,10 @@ type Row struct {
 	// when its core is saturated: a latency row at a fixed offered rate.
 	// Its cell is marked load-bound (Cell.LoadBound) when a run at its
 	// level had the load core more than LoadBoundBusy % busy, and is then
-	// left out of every comparison. A CPU row is not: the proxy's own CPU
-	// time per exchange does not wait in the load core's queue.
+	// left out of every comparison, and likewise marked disturbed
+	// (Cell.Disturbed) when a run at its level was Run.Disturbed. A CPU
+	// row is not: the proxy's own CPU time per exchange does not wait in
+	// the load core's queue, nor in the proxy core's run queue.
 	LoadSensitive bool `json:"load_sensitive,omitempty"`
 	// Note is a footnote printed under the table, if any.
 	Note string `json:"note,omitempty"`
@@ -170,6 +199,17 @@ type Run struct {
 	// CoreBusy and OtherBusy say (see bench/README.md, "The fixed-rate
 	// rows"). Zero where schedstat was not read.
 	ProxyWaitMS float64 `json:"proxy_wait_ms,omitempty"`
+	// ThreadRunMS and ThreadWaitMS are, in a fixed-rate run, how long the
+	// proxy's busiest thread (the one that ran the most in the window)
+	// ran and waited in a run queue for a CPU, in milliseconds: what
+	// Disturbed judges.
+	ThreadRunMS  float64 `json:"thread_run_ms,omitempty"`
+	ThreadWaitMS float64 `json:"thread_wait_ms,omitempty"`
+	// Disturbed is true for a fixed-rate run disturbed by other work on
+	// the proxy core (the function Disturbed), after the campaign's
+	// retries: its latency figures are marked and compared with nothing;
+	// its CPU per exchange stands.
+	Disturbed bool `json:"disturbed,omitempty"`
 	// CoreBusy is the busy percentage of the proxy core and of the load
 	// core over the run, in that order.
 	CoreBusy []float64 `json:"core_busy_pct,omitempty"`
