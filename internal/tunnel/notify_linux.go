@@ -109,10 +109,12 @@ func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 // NotifyLook is Notify for a reader that may find no bytes of its own in
 // what the socket brings (a TLS connection's, whose records may hold no
 // plaintext: see [Parker.ReadNow]): once the socket is readable look is
-// called, on a goroutine of its own, and fn (on that goroutine, with
-// nil) only if it reports true, the reader having found what to read
-// on; when it reports false the socket is registered again and the
-// wait goes on, its deadline too, with no goroutine. A deadline, Wake or
+// called, on a goroutine of its own (a worker reused from wait to wait,
+// of any socket, whose stack has grown already: see Wait.ReuseWorker),
+// and fn (on that goroutine, with nil) only if it reports true, the
+// reader having found what to read on; when it reports false the
+// socket is registered again and the wait goes on, its deadline too,
+// with no goroutine. A deadline, Wake or
 // failure that comes while look runs is what fn gets once it returns.
 // look is called on one goroutine at a time, never once fn has been.
 func (p *Parker) NotifyLook(deadline time.Time, look func() bool, fn func(error)) (*Notice, bool) {
@@ -127,6 +129,9 @@ func (p *Parker) notify(deadline time.Time, look func() bool, fn func(error)) (*
 		n.outer = p.ahead
 	}
 	n.w.Init(noticeOwner{n}, n.outer != nil || look != nil, fn)
+	if look != nil {
+		n.w.ReuseWorker() // the reader serves on after its look
+	}
 	if held {
 		n.w.Fire(nil)
 		return n, true
