@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,7 +19,12 @@ import (
 type Notice struct {
 	w  Wait
 	rc syscall.RawConn
-	id uint64 // its epoll data; 0 when not registered
+	p  *Parker // whose socket it waits on
+	id uint64  // its epoll data; 0 when not registered
+	// evented is set by the loop before it fires the wait for its
+	// event: the one-shot registration is then disabled already, and
+	// Leave leaves it in the set for the next wait to re-enable.
+	evented atomic.Bool
 	// outer, for a Parker of a connection over another TLS connection
 	// (RecordConnTLS), is that connection's recordConn: the socket being
 	// readable may bring records of the outer connection that hold no
@@ -48,7 +54,8 @@ func (o noticeOwner) Look() bool {
 }
 
 // Leave takes the socket out of the epoll set (while it is open:
-// Control holds it), so that it can be registered again.
+// Control holds it), unless the wait's event has disabled it (see add),
+// so that it can be registered again.
 func (o noticeOwner) Leave() {
 	if o.n.id != 0 {
 		notices.remove(o.n)
@@ -76,6 +83,7 @@ type notifier struct {
 	next    uint64             // the last id given; guarded by mu
 	running bool               // the loop goroutine runs; guarded by mu
 	added   bool               // a wait was registered since the last sweep; guarded by mu
+	ctls    uint64             // epoll_ctl calls made (what the tests count); guarded by mu
 	err     error              // why the loop could not be set up; guarded by mu
 }
 
@@ -123,7 +131,7 @@ func (p *Parker) NotifyLook(deadline time.Time, look func() bool, fn func(error)
 
 // notify is Notify, and NotifyLook with look.
 func (p *Parker) notify(deadline time.Time, look func() bool, fn func(error)) (*Notice, bool) {
-	n := &Notice{rc: p.rc, look: look}
+	n := &Notice{rc: p.rc, p: p, look: look}
 	held := p.ahead != nil && p.ahead.held()
 	if !held && p.ahead != nil && p.ahead.outer != nil {
 		n.outer = p.ahead
@@ -174,7 +182,12 @@ func (p *Parker) peek(fd uintptr) { p.peeked = p.ready(fd) }
 func (n *Notice) Wake() { n.w.Wake() }
 
 // add registers n's socket in the epoll set, starting the loop when it
-// is not running.
+// is not running. A socket whose last wait ended with its event stays in
+// the set, disabled (one-shot), and is enabled again (EPOLL_CTL_MOD): a
+// connection parked again and again makes one epoll_ctl per wait, not
+// two (an add, then a delete as its event fires). Parker.inSet says
+// which; the other is tried when the kernel says it was wrong (another
+// Parker of the socket, a socket closed and its number reused).
 func (l *notifier) add(n *Notice) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -189,7 +202,20 @@ func (l *notifier) add(n *Notice) error {
 	ev := unix.EpollEvent{Events: notifyFlags, Fd: int32(id), Pad: int32(id >> 32)}
 	var addErr error
 	err := n.rc.Control(func(fd uintptr) {
-		addErr = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		op := unix.EPOLL_CTL_ADD
+		if n.p.inSet {
+			op = unix.EPOLL_CTL_MOD
+		}
+		addErr = unix.EpollCtl(l.epfd, op, int(fd), &ev)
+		l.ctls++
+		switch {
+		case op == unix.EPOLL_CTL_MOD && addErr == unix.ENOENT:
+			addErr = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+			l.ctls++
+		case op == unix.EPOLL_CTL_ADD && addErr == unix.EEXIST:
+			addErr = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+			l.ctls++
+		}
 	})
 	if err == nil && addErr != nil {
 		err = os.NewSyscallError("epoll_ctl", addErr)
@@ -198,6 +224,8 @@ func (l *notifier) add(n *Notice) error {
 		return fmt.Errorf("tunnel: wait for readiness: %w", err)
 	}
 	n.id = id
+	n.p.inSet = true
+	n.evented.Store(false)
 	if l.waits == nil {
 		l.waits = make(map[uint64]*Notice)
 	}
@@ -211,15 +239,27 @@ func (l *notifier) add(n *Notice) error {
 }
 
 // remove takes n's socket out of the epoll set, unless it is closed
-// (then it has left it), and forgets n; the loop ends at a sweep that
-// finds no wait (see loop).
+// (then it has left it) or n's event has fired (then it stays, disabled:
+// see add), and forgets n; the loop ends at a sweep that finds no wait
+// (see loop).
 func (l *notifier) remove(n *Notice) {
-	n.rc.Control(func(fd uintptr) {
-		unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
-	})
+	evented := n.evented.Load()
+	deleted := false
+	if !evented {
+		n.rc.Control(func(fd uintptr) {
+			unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+			deleted = true
+		})
+	}
 	l.mu.Lock()
 	delete(l.waits, n.id)
 	n.id = 0
+	if !evented {
+		n.p.inSet = false
+	}
+	if deleted {
+		l.ctls++
+	}
 	l.mu.Unlock()
 }
 
@@ -256,7 +296,17 @@ func (l *notifier) loop() {
 	events := make([]unix.EpollEvent, 64)
 	var n int
 	var werr error
+	// drained: the last look took every event there was, so the next
+	// wait starts in the poller, with no look that would find none
+	// (the poller watches the set edge-triggered: an event that comes
+	// after the look makes the set readable again, and brings the loop
+	// back).
+	drained := false
 	try := func(fd uintptr) bool {
+		if drained {
+			drained = false
+			return false
+		}
 		n, werr = pollEvents(int(fd), events)
 		return n != 0 || werr != nil
 	}
@@ -264,9 +314,11 @@ func (l *notifier) loop() {
 	l.epFile.SetReadDeadline(nextSweep)
 	for {
 		n, werr = 0, nil
-		if err := l.epRaw.Read(try); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		err := l.epRaw.Read(try)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			werr = err
 		}
+		drained = err == nil && n < len(events)
 		if werr != nil {
 			l.failAll(fmt.Errorf("tunnel: wait for readiness: %w", werr))
 			return
@@ -278,6 +330,7 @@ func (l *notifier) loop() {
 			w := l.waits[id]
 			l.mu.Unlock()
 			if w != nil {
+				w.evented.Store(true)
 				w.w.Fire(nil)
 			}
 		}
