@@ -137,12 +137,15 @@
 // 2a9f880 the look and resume ran on a fresh goroutine whose stack grew
 // two or three times (runtime.newstack 5.0 % of rustle's CPU, goroutine
 // exits 8 %), and the socket was added to the epoll set and deleted
-// again each time (two epoll_ctl) and the loop looked for events once
-// more before waiting (two epoll_pwait); now a reused worker runs them
+// again each time (two epoll_ctl); now a reused worker runs them
 // (tunnel.Wait.ReuseWorker: newstack 0.5 %, no goroutine started,
-// TestWakeReusesWorkers), the socket stays in the set, disabled, and is
-// enabled again (one epoll_ctl, tunnel's TestNotifyEpollCalls), and the
-// loop waits in the poller at once (one epoll_pwait). What is left of a
+// TestWakeReusesWorkers), and the socket stays in the set, disabled, and
+// is enabled again (one epoll_ctl, tunnel's TestNotifyEpollCalls). The
+// epoll loop still looks at its set before each wait in the poller:
+// RawConn.Read forgets a readiness reported between the last look and
+// the wait, so skipping that look could leave an event for the next
+// sweep, up to a second (the figures below were taken with the look
+// skipped, one epoll_pwait fewer per wake-up). What is left of a
 // wake-up is about a tenth of rustle's CPU in the profile (the loop
 // 3.7 %, notify 3.1 %, the quietWait wait's timers 3.4 %), the look's read
 // and record being work an unparked connection does too. With the

@@ -296,17 +296,12 @@ func (l *notifier) loop() {
 	events := make([]unix.EpollEvent, 64)
 	var n int
 	var werr error
-	// drained: the last look took every event there was, so the next
-	// wait starts in the poller, with no look that would find none
-	// (the poller watches the set edge-triggered: an event that comes
-	// after the look makes the set readable again, and brings the loop
-	// back).
-	drained := false
+	// Every wait starts with a look at the set, even after a look that
+	// took every event there was: RawConn.Read's first step forgets a
+	// readiness the poller reported meanwhile (runtime pollReset), so an
+	// event that came between the last look and this wait would have
+	// no edge left to bring the loop back until the next sweep.
 	try := func(fd uintptr) bool {
-		if drained {
-			drained = false
-			return false
-		}
 		n, werr = pollEvents(int(fd), events)
 		return n != 0 || werr != nil
 	}
@@ -318,7 +313,6 @@ func (l *notifier) loop() {
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			werr = err
 		}
-		drained = err == nil && n < len(events)
 		if werr != nil {
 			l.failAll(fmt.Errorf("tunnel: wait for readiness: %w", werr))
 			return
