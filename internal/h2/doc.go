@@ -122,6 +122,39 @@
 // stack once it has grown to it, and one with more than about 250 bytes
 // a 4 KiB stack).
 //
+// # Cost of a wake-up
+//
+// A client sending one request every 64 ms (bench/campaign's rate-h2-1k
+// at 1,000 a second over 64 connections) has its connection parked
+// (quietWait) and woken for each request; the HTTP/1.1 connections of
+// rate-https-1k keep their goroutine and are never parked. Per wake-up
+// (issue 32, measured 2026-12-07 with perf on bench/load h2 -rate 1000
+// against rustle on one core, load average 2 to 7): the worker's
+// quietWait deadline firing and its goroutine ending; notify (the read
+// deadline cleared, the socket registered, a timer for the idle
+// timeout); the epoll loop woken (the poller's epoll_pwait and one of
+// its own); then the look (a read of the record) and resume. Before
+// 2a9f880 the look and resume ran on a fresh goroutine whose stack grew
+// two or three times (runtime.newstack 5.0 % of rustle's CPU, goroutine
+// exits 8 %), and the socket was added to the epoll set and deleted
+// again each time (two epoll_ctl); now a reused worker runs them
+// (tunnel.Wait.ReuseWorker: newstack 0.5 %, no goroutine started,
+// TestWakeReusesWorkers), and the socket stays in the set, disabled, and
+// is enabled again (one epoll_ctl, tunnel's TestNotifyEpollCalls). The
+// epoll loop still looks at its set before each wait in the poller:
+// RawConn.Read forgets a readiness reported between the last look and
+// the wait, so skipping that look could leave an event for the next
+// sweep, up to a second (the figures below were taken with the look
+// skipped, one epoll_pwait fewer per wake-up). What is left of a
+// wake-up is about a tenth of rustle's CPU in the profile (the loop
+// 3.7 %, notify 3.1 %, the quietWait wait's timers 3.4 %), the look's read
+// and record being work an unparked connection does too. With the
+// machine quiet, rustle's CPU per request fell 10 % (perf stat
+// task-clock 0.125 to 0.112 ms, HTTPS 0.073: 1.73× to 1.53×); under
+// other load it moved more between runs of one build (±30 %) than
+// between builds. See bench/README.md ("The cost of an HTTP/2
+// wake-up") for the figures.
+//
 // Shutdown (the session's context) sends GOAWAY; streams in progress,
 // tunnels included, run on until they end or the server closes the
 // connection.

@@ -241,6 +241,9 @@ func (sc *streamConn) NotifyLook(deadline time.Time, look func() bool, fn func(e
 	c := s.c
 	n := &streamNotice{sc: sc, look: look}
 	n.w.Init(n, look != nil, fn)
+	if look != nil {
+		n.w.ReuseWorker() // the connection's reader serves on after its look
+	}
 	c.mu.Lock()
 	if sc.readyLocked() {
 		c.mu.Unlock()

@@ -3,6 +3,7 @@ package h2
 import (
 	"bytes"
 	"net"
+	"runtime"
 	"runtime/metrics"
 	"slices"
 	"strings"
@@ -88,6 +89,43 @@ func TestForwardReusesWorkers(t *testing.T) {
 	t.Logf("%d goroutines started for %d requests", created, n)
 	if created > n/10 {
 		t.Errorf("%d goroutines started for %d sequential requests, want at most %d", created, n, n/10)
+	}
+}
+
+// TestWakeReusesWorkers checks that a request that wakes a parked
+// connection (its client quiet for longer than quietWait, its reader's
+// wait left to tunnel.Parker's NotifyLook) starts no goroutine in rustle:
+// the reader resumes on a reused worker (tunnel.Wait.ReuseWorker), whose
+// stack has grown already, as its stream does (workers.go). A fresh
+// goroutine per wake-up grew its stack two or three times each (see
+// package doc's "Cost of a wake-up").
+func TestWakeReusesWorkers(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a connection parks with no goroutine on Linux only")
+	}
+	o := proxytest.NewOrigin(t, proxytest.Respond(200, strings.Repeat("x", 1024)))
+	pool := proxytest.NewPool(t, dialer.PoolConfig{})
+	p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
+	rc := p.raw(t)
+	next := uint32(1)
+	getParked := func(n int) {
+		t.Helper()
+		for range n {
+			getSequentially(t, rc, &next, o.URL("/1k"), 1)
+			// Parked: no goroutine of the connection waits for it.
+			if err := proxytest.CheckGoroutines(proxytest.DefaultTimeout, "h2.(*conn)"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	getParked(3) // warm: upstream pooled, workers made
+	const n = 10
+	before := goroutinesCreated(t)
+	getParked(n)
+	created := goroutinesCreated(t) - before
+	t.Logf("%d goroutines started for %d requests, each waking a parked connection", created, n)
+	if created > n/2 {
+		t.Errorf("%d goroutines started for %d requests waking a parked connection, want at most %d", created, n, n/2)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,7 +19,12 @@ import (
 type Notice struct {
 	w  Wait
 	rc syscall.RawConn
-	id uint64 // its epoll data; 0 when not registered
+	p  *Parker // whose socket it waits on
+	id uint64  // its epoll data; 0 when not registered
+	// evented is set by the loop before it fires the wait for its
+	// event: the one-shot registration is then disabled already, and
+	// Leave leaves it in the set for the next wait to re-enable.
+	evented atomic.Bool
 	// outer, for a Parker of a connection over another TLS connection
 	// (RecordConnTLS), is that connection's recordConn: the socket being
 	// readable may bring records of the outer connection that hold no
@@ -48,7 +54,8 @@ func (o noticeOwner) Look() bool {
 }
 
 // Leave takes the socket out of the epoll set (while it is open:
-// Control holds it), so that it can be registered again.
+// Control holds it), unless the wait's event has disabled it (see add),
+// so that it can be registered again.
 func (o noticeOwner) Leave() {
 	if o.n.id != 0 {
 		notices.remove(o.n)
@@ -76,6 +83,7 @@ type notifier struct {
 	next    uint64             // the last id given; guarded by mu
 	running bool               // the loop goroutine runs; guarded by mu
 	added   bool               // a wait was registered since the last sweep; guarded by mu
+	ctls    uint64             // epoll_ctl calls made (what the tests count); guarded by mu
 	err     error              // why the loop could not be set up; guarded by mu
 }
 
@@ -109,10 +117,12 @@ func (p *Parker) Notify(deadline time.Time, fn func(error)) (*Notice, bool) {
 // NotifyLook is Notify for a reader that may find no bytes of its own in
 // what the socket brings (a TLS connection's, whose records may hold no
 // plaintext: see [Parker.ReadNow]): once the socket is readable look is
-// called, on a goroutine of its own, and fn (on that goroutine, with
-// nil) only if it reports true, the reader having found what to read
-// on; when it reports false the socket is registered again and the
-// wait goes on, its deadline too, with no goroutine. A deadline, Wake or
+// called, on a goroutine of its own (a worker reused from wait to wait,
+// of any socket, whose stack has grown already: see Wait.ReuseWorker),
+// and fn (on that goroutine, with nil) only if it reports true, the
+// reader having found what to read on; when it reports false the
+// socket is registered again and the wait goes on, its deadline too,
+// with no goroutine. A deadline, Wake or
 // failure that comes while look runs is what fn gets once it returns.
 // look is called on one goroutine at a time, never once fn has been.
 func (p *Parker) NotifyLook(deadline time.Time, look func() bool, fn func(error)) (*Notice, bool) {
@@ -121,12 +131,15 @@ func (p *Parker) NotifyLook(deadline time.Time, look func() bool, fn func(error)
 
 // notify is Notify, and NotifyLook with look.
 func (p *Parker) notify(deadline time.Time, look func() bool, fn func(error)) (*Notice, bool) {
-	n := &Notice{rc: p.rc, look: look}
+	n := &Notice{rc: p.rc, p: p, look: look}
 	held := p.ahead != nil && p.ahead.held()
 	if !held && p.ahead != nil && p.ahead.outer != nil {
 		n.outer = p.ahead
 	}
 	n.w.Init(noticeOwner{n}, n.outer != nil || look != nil, fn)
+	if look != nil {
+		n.w.ReuseWorker() // the reader serves on after its look
+	}
 	if held {
 		n.w.Fire(nil)
 		return n, true
@@ -169,7 +182,12 @@ func (p *Parker) peek(fd uintptr) { p.peeked = p.ready(fd) }
 func (n *Notice) Wake() { n.w.Wake() }
 
 // add registers n's socket in the epoll set, starting the loop when it
-// is not running.
+// is not running. A socket whose last wait ended with its event stays in
+// the set, disabled (one-shot), and is enabled again (EPOLL_CTL_MOD): a
+// connection parked again and again makes one epoll_ctl per wait, not
+// two (an add, then a delete as its event fires). Parker.inSet says
+// which; the other is tried when the kernel says it was wrong (another
+// Parker of the socket, a socket closed and its number reused).
 func (l *notifier) add(n *Notice) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -184,7 +202,20 @@ func (l *notifier) add(n *Notice) error {
 	ev := unix.EpollEvent{Events: notifyFlags, Fd: int32(id), Pad: int32(id >> 32)}
 	var addErr error
 	err := n.rc.Control(func(fd uintptr) {
-		addErr = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		op := unix.EPOLL_CTL_ADD
+		if n.p.inSet {
+			op = unix.EPOLL_CTL_MOD
+		}
+		addErr = unix.EpollCtl(l.epfd, op, int(fd), &ev)
+		l.ctls++
+		switch {
+		case op == unix.EPOLL_CTL_MOD && addErr == unix.ENOENT:
+			addErr = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+			l.ctls++
+		case op == unix.EPOLL_CTL_ADD && addErr == unix.EEXIST:
+			addErr = unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, int(fd), &ev)
+			l.ctls++
+		}
 	})
 	if err == nil && addErr != nil {
 		err = os.NewSyscallError("epoll_ctl", addErr)
@@ -193,6 +224,8 @@ func (l *notifier) add(n *Notice) error {
 		return fmt.Errorf("tunnel: wait for readiness: %w", err)
 	}
 	n.id = id
+	n.p.inSet = true
+	n.evented.Store(false)
 	if l.waits == nil {
 		l.waits = make(map[uint64]*Notice)
 	}
@@ -206,15 +239,27 @@ func (l *notifier) add(n *Notice) error {
 }
 
 // remove takes n's socket out of the epoll set, unless it is closed
-// (then it has left it), and forgets n; the loop ends at a sweep that
-// finds no wait (see loop).
+// (then it has left it) or n's event has fired (then it stays, disabled:
+// see add), and forgets n; the loop ends at a sweep that finds no wait
+// (see loop).
 func (l *notifier) remove(n *Notice) {
-	n.rc.Control(func(fd uintptr) {
-		unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
-	})
+	evented := n.evented.Load()
+	deleted := false
+	if !evented {
+		n.rc.Control(func(fd uintptr) {
+			unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+			deleted = true
+		})
+	}
 	l.mu.Lock()
 	delete(l.waits, n.id)
 	n.id = 0
+	if !evented {
+		n.p.inSet = false
+	}
+	if deleted {
+		l.ctls++
+	}
 	l.mu.Unlock()
 }
 
@@ -251,6 +296,11 @@ func (l *notifier) loop() {
 	events := make([]unix.EpollEvent, 64)
 	var n int
 	var werr error
+	// Every wait starts with a look at the set, even after a look that
+	// took every event there was: RawConn.Read's first step forgets a
+	// readiness the poller reported meanwhile (runtime pollReset), so an
+	// event that came between the last look and this wait would have
+	// no edge left to bring the loop back until the next sweep.
 	try := func(fd uintptr) bool {
 		n, werr = pollEvents(int(fd), events)
 		return n != 0 || werr != nil
@@ -259,7 +309,8 @@ func (l *notifier) loop() {
 	l.epFile.SetReadDeadline(nextSweep)
 	for {
 		n, werr = 0, nil
-		if err := l.epRaw.Read(try); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		err := l.epRaw.Read(try)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			werr = err
 		}
 		if werr != nil {
@@ -273,6 +324,7 @@ func (l *notifier) loop() {
 			w := l.waits[id]
 			l.mu.Unlock()
 			if w != nil {
+				w.evented.Store(true)
 				w.w.Fire(nil)
 			}
 		}

@@ -145,6 +145,10 @@ type Parker struct {
 	// peekFn is p.peek, bound on Ready's first call; peeked its result.
 	peekFn func(uintptr)
 	peeked bool
+	// inSet says that the socket is in the epoll set of Notify's loop,
+	// disabled once its last wait's event fired (see notifier.add);
+	// guarded by that loop's mutex.
+	inSet bool
 }
 
 // NewParker returns a Parker for the socket behind rc. A Parker is used by

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rustle-proxy/rustle/internal/workpool"
 )
 
 // ErrWoken is what a [Notice]'s function gets when [Notice.Wake] ended
@@ -21,7 +23,8 @@ var ErrWoken = errors.New("tunnel: wait woken")
 // or what its owner fires it with (a failure). For a wait that looks
 // (Init's looks: a reader whose bytes may make nothing for it to read,
 // a TLS connection's, see [Looker]) the bytes having come start the
-// owner's Look on a goroutine of its own instead, and the function is
+// owner's Look on a goroutine of its own instead (a reused worker's,
+// after ReuseWorker), and the function is
 // called (nil, on that goroutine) only once Look finds something to
 // read; otherwise the owner registers the wait again (Rearm) and it
 // goes on, its deadline too. What ends the wait while Look runs is kept
@@ -43,6 +46,9 @@ type Wait struct {
 	mu   sync.Mutex
 	// looks: the bytes having come start owner.Look, not fn.
 	looks bool
+	// reuse: settle runs on a reused worker (settlers), not a fresh
+	// goroutine.
+	reuse bool
 	// settling is set while owner.Look runs. Guarded by mu.
 	settling bool
 	// fired is set (under mu) once fn has been started, or is being; it
@@ -82,6 +88,28 @@ type WaitOwner interface {
 func (w *Wait) Init(owner WaitOwner, looks bool, fn func(error)) {
 	w.owner, w.looks, w.fn = owner, looks, fn
 }
+
+// ReuseWorker makes a wait that looks run its owner's Look, and then its
+// function, on a reused worker goroutine (a pool of the process, see
+// package workpool) rather than on a fresh one: for a reader that
+// serves on once it has bytes (a connection's next request, TLS records
+// and header compression), whose fresh goroutine's stack would grow
+// again, two or three copies of it, after each wait. Such a function
+// should not leave the goroutine waiting for long (a connection's
+// reader parks again with a Notice, not on it): the worker's stack has
+// grown. It is called after Init, before w is registered.
+func (w *Wait) ReuseWorker() { w.reuse = true }
+
+// settlers runs the settle of the waits that reuse workers: a worker
+// that has run one waits settlerIdle for the next before it ends.
+var settlers = workpool.New((*Wait).settle, maxIdleSettlers, settlerIdle)
+
+const (
+	// maxIdleSettlers bounds the settlers waiting for a wait's end.
+	maxIdleSettlers = 256
+	// settlerIdle is how long a settler waits for the next wait's end.
+	settlerIdle = 2 * time.Second
+)
 
 // SetDeadline ends the wait with os.ErrDeadlineExceeded once deadline
 // has passed (zero: never), unless it has ended before. It is called
@@ -129,7 +157,11 @@ func (w *Wait) Fire(err error) {
 		w.settling = true
 		w.mu.Unlock()
 		w.owner.Leave()
-		go w.settle()
+		if w.reuse {
+			settlers.Start(w)
+		} else {
+			go w.settle()
+		}
 		return
 	}
 	w.endLocked()
@@ -149,7 +181,7 @@ func (w *Wait) endLocked() {
 }
 
 // settle is Fire for a wait that looks whose bytes have come, on a
-// goroutine of its own: it calls fn (on this goroutine) once the
+// goroutine of its own (a reused worker's, after ReuseWorker): it calls fn (on this goroutine) once the
 // owner's Look has found something for the reader, or the wait was
 // ended meanwhile, or registering it again failed; otherwise (Look found
 // nothing to read) the owner registers the wait again and it returns,
