@@ -68,19 +68,32 @@ func TestMarkdownAgainstColumn(t *testing.T) {
 				}
 			}
 			c.Runs = runs
-			var b bytes.Buffer
-			if err := Markdown(&b, c); err != nil {
-				t.Fatal(err)
-			}
-			out := b.String()
-			for _, want := range tt.wants {
-				if !strings.Contains(out, want) {
-					t.Errorf("report lacks %q; report:\n%s", want, out)
-				}
-			}
+			out := markdownHas(t, c, tt.wants, nil)
 			if strings.Count(out, "row ÷ baseline row") != 1 {
 				t.Errorf("the comparison column appears %d times, want once (its section only)", strings.Count(out, "row ÷ baseline row"))
 			}
 		})
 	}
+}
+
+// markdownHas renders c and fails t for each of wants the report lacks
+// and each of unwanted it has; it returns the report.
+func markdownHas(t *testing.T, c Campaign, wants, unwanted []string) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := Markdown(&b, c); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q; report:\n%s", want, out)
+		}
+	}
+	for _, no := range unwanted {
+		if strings.Contains(out, no) {
+			t.Errorf("report has %q; report:\n%s", no, out)
+		}
+	}
+	return out
 }

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 )
@@ -113,21 +112,7 @@ func TestDisturbed(t *testing.T) {
 					t.Errorf("%s/%s: disturbed %v, comparable %v, OK %v, load-bound %v; want disturbed %v", cc.row, cc.proxy, cell.Disturbed, cell.Comparable(), cell.OK, cell.LoadBound, cc.want)
 				}
 			}
-			var b bytes.Buffer
-			if err := Markdown(&b, c); err != nil {
-				t.Fatal(err)
-			}
-			out := b.String()
-			for _, want := range tt.wants {
-				if !strings.Contains(out, want) {
-					t.Errorf("report lacks %q; report:\n%s", want, out)
-				}
-			}
-			for _, no := range tt.unwanted {
-				if strings.Contains(out, no) {
-					t.Errorf("report has %q; report:\n%s", no, out)
-				}
-			}
+			out := markdownHas(t, c, tt.wants, tt.unwanted)
 			if n := strings.Count(out, "\n"+MarkDisturbed+" Disturbed:"); n != map[bool]int{true: 1}[tt.rustleDist || tt.gostDist] {
 				t.Errorf("disturbed footnote %d times", n)
 			}

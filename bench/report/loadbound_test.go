@@ -1,7 +1,6 @@
 package report
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -100,21 +99,7 @@ func TestLoadBound(t *testing.T) {
 					t.Errorf("%s/%s: load-bound %v, comparable %v, OK %v; want load-bound %v", cc.row, cc.proxy, cell.LoadBound, cell.Comparable(), cell.OK, cc.want)
 				}
 			}
-			var b bytes.Buffer
-			if err := Markdown(&b, c); err != nil {
-				t.Fatal(err)
-			}
-			out := b.String()
-			for _, want := range tt.wants {
-				if !strings.Contains(out, want) {
-					t.Errorf("report lacks %q; report:\n%s", want, out)
-				}
-			}
-			for _, no := range tt.unwanted {
-				if strings.Contains(out, no) {
-					t.Errorf("report has %q; report:\n%s", no, out)
-				}
-			}
+			out := markdownHas(t, c, tt.wants, tt.unwanted)
 			if n := strings.Count(out, "\n"+MarkLoadBound+" Load-bound:"); n != map[bool]int{true: 1}[tt.rustleBound || tt.gostBnd] {
 				t.Errorf("load-bound footnote %d times", n)
 			}
