@@ -18,8 +18,7 @@ import (
 // noticeOwner.
 type Notice struct {
 	w  Wait
-	rc syscall.RawConn
-	p  *Parker // whose socket it waits on
+	p  *Parker // whose socket (p.rc) it waits on
 	id uint64  // its epoll data; 0 when not registered
 	// evented is set by the loop before it fires the wait for its
 	// event: the one-shot registration is then disabled already, and
@@ -131,7 +130,7 @@ func (p *Parker) NotifyLook(deadline time.Time, look func() bool, fn func(error)
 
 // notify is Notify, and NotifyLook with look.
 func (p *Parker) notify(deadline time.Time, look func() bool, fn func(error)) (*Notice, bool) {
-	n := &Notice{rc: p.rc, p: p, look: look}
+	n := &Notice{p: p, look: look}
 	held := p.ahead != nil && p.ahead.held()
 	if !held && p.ahead != nil && p.ahead.outer != nil {
 		n.outer = p.ahead
@@ -201,7 +200,7 @@ func (l *notifier) add(n *Notice) error {
 	id := l.next
 	ev := unix.EpollEvent{Events: notifyFlags, Fd: int32(id), Pad: int32(id >> 32)}
 	var addErr error
-	err := n.rc.Control(func(fd uintptr) {
+	err := n.p.rc.Control(func(fd uintptr) {
 		op := unix.EPOLL_CTL_ADD
 		if n.p.inSet {
 			op = unix.EPOLL_CTL_MOD
@@ -246,7 +245,7 @@ func (l *notifier) remove(n *Notice) {
 	evented := n.evented.Load()
 	deleted := false
 	if !evented {
-		n.rc.Control(func(fd uintptr) {
+		n.p.rc.Control(func(fd uintptr) {
 			unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
 			deleted = true
 		})
@@ -358,7 +357,7 @@ func (l *notifier) sweep() {
 	var closed []*Notice
 	l.mu.Lock()
 	for _, w := range l.waits {
-		if w.rc.Control(func(uintptr) {}) != nil {
+		if w.p.rc.Control(func(uintptr) {}) != nil {
 			closed = append(closed, w)
 		}
 	}
