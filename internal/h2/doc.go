@@ -132,9 +132,9 @@
 // on once it would come more than quietWait/2 early (so that it does not
 // bring the worker back between two requests to find the client not
 // quiet long enough), such a connection keeps its worker: its system
-// calls per request are the HTTPS row's (10.2 against 10.1, no
-// epoll_ctl), and its CPU per request 1.05 to 1.25× HTTPS's where it was
-// 1.4 to 1.6× (TestSteadyClientKeepsItsWorker; bench/README.md, "The
+// calls per request are the HTTPS row's (10.2 against 10.0 to 10.1, no
+// epoll_ctl), and its CPU per request 0.96 to 1.25× HTTPS's where it was
+// 1.2 to 1.6× (TestSteadyClientKeepsItsWorker; bench/README.md, "The
 // cost of an HTTP/2 wake-up"). A client quiet for longer than that is
 // parked and woken as follows. Per wake-up
 // (issue 32, measured 2026-12-07 with perf on bench/load h2 -rate 1000
