@@ -61,8 +61,12 @@ const (
 	// requests back to back, is served on by the same worker with no
 	// epoll registration and goroutine started per request, as the
 	// HTTP/1.1 proxy's intercepted connections are (its parkAfter); one
-	// quiet for longer keeps no goroutine while it waits.
-	quietWait = 50 * time.Millisecond
+	// quiet for longer keeps no goroutine while it waits. At 100 ms a
+	// client sending a request every 64 ms (rate-h2-1k) keeps its
+	// worker: parking and waking its connection for every request cost
+	// a third more CPU per request (bench/README.md, "The cost of an
+	// HTTP/2 wake-up"); at 50 ms it did.
+	quietWait = 100 * time.Millisecond
 )
 
 var (
@@ -270,6 +274,11 @@ func (c *conn) run(first, ready bool) {
 // handOffHook, when set (by a test), is called by run between a
 // worker's last wait and notify; nil otherwise.
 var handOffHook atomic.Pointer[func(*conn)]
+
+// lookAgainHook, when set (by a test), is called by wait, with c.mu
+// held, each time the reader's deadline has brought it back to find
+// that it must park on (errLookAgain); nil otherwise.
+var lookAgainHook atomic.Pointer[func(*conn)]
 
 // What notify did.
 const (
@@ -716,6 +725,9 @@ func (c *conn) wait(handOff bool) error {
 			c.mu.Unlock()
 			return err
 		}
+		if hook := lookAgainHook.Load(); hook != nil {
+			(*hook)(c)
+		}
 	}
 }
 
@@ -851,7 +863,13 @@ func (c *conn) becameIdleLocked() {
 	case c.parkUntil.IsZero():
 		c.wakeLocked()
 	case c.parked && c.handOff && !c.woken:
-		if q := c.idleSince.Add(quietWait); q.Before(c.parkUntil) {
+		// The deadline is moved later too once it would end the wait
+		// more than quietWait/2 early (one the last request left, say):
+		// a client sending every 64 ms would otherwise have its worker
+		// woken by the deadline for nearly every request, to find the
+		// client not quiet long enough (parkedLocked) and wait again.
+		q := c.idleSince.Add(quietWait)
+		if q.Before(c.parkUntil) || c.parkUntil.Before(c.idleSince.Add(quietWait/2)) {
 			c.nc.SetReadDeadline(q)
 			c.rd.deadline, c.parkUntil = q, q
 		}

@@ -100,8 +100,8 @@
 // unread bytes), holding no read buffer, output buffer or frame buffer.
 // On Linux an idle tunnel holds no goroutine either: once a connection
 // serves only tunnels, or has no stream and its client has sent nothing
-// for quietWait (50 ms: a client sending its requests one after another
-// keeps its worker), its reader registers the wait for the client with
+// for quietWait (100 ms: a client sending its requests one after
+// another, or one every 64 ms, keeps its worker), its reader registers the wait for the client with
 // tunnel.Parker's Notify, whose one epoll loop serves every such wait of
 // the process (with the idle timeout as its deadline when no stream is
 // open), and its goroutine ends; a fresh one resumes when the
@@ -125,9 +125,18 @@
 // # Cost of a wake-up
 //
 // A client sending one request every 64 ms (bench/campaign's rate-h2-1k
-// at 1,000 a second over 64 connections) has its connection parked
-// (quietWait) and woken for each request; the HTTP/1.1 connections of
-// rate-https-1k keep their goroutine and are never parked. Per wake-up
+// at 1,000 a second over 64 connections) had its connection parked and
+// woken for each request while quietWait was 50 ms; the HTTP/1.1
+// connections of rate-https-1k keep their goroutine and are never
+// parked. With quietWait at 100 ms, and the quiet wait's deadline moved
+// on once it would come more than quietWait/2 early (so that it does not
+// bring the worker back between two requests to find the client not
+// quiet long enough), such a connection keeps its worker: its system
+// calls per request are the HTTPS row's (10.2 against 10.0 to 10.1, no
+// epoll_ctl), and its CPU per request 0.96 to 1.25× HTTPS's where it was
+// 1.2 to 1.6× (TestSteadyClientKeepsItsWorker; bench/README.md, "The
+// cost of an HTTP/2 wake-up"). A client quiet for longer than that is
+// parked and woken as follows. Per wake-up
 // (issue 32, measured 2026-12-07 with perf on bench/load h2 -rate 1000
 // against rustle on one core, load average 2 to 7): the worker's
 // quietWait deadline firing and its goroutine ending; notify (the read

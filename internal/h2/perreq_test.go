@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,5 +292,71 @@ func TestForwardAllocs(t *testing.T) {
 	}
 	if allocs > most {
 		t.Errorf("%.0f allocations per forwarded GET, want at most %.0f", allocs, most)
+	}
+}
+
+// TestSteadyClientKeepsItsWorker checks that a client sending one
+// request at a time, each well within quietWait of the last one's end, is
+// served on by the connection's worker: its connection is not parked and
+// woken for each request (a hand-off), nor is the worker brought back by
+// its quiet wait's deadline to find the client not quiet long enough and
+// wait again (a look again). With quietWait at 50 ms the connection of
+// the client sending every 70 ms was parked for every request; with the
+// deadline left where the first request of a run had put it, the worker
+// of the client sending every 20 ms was brought back every few requests.
+// A gap the machine stretched past what the worker may wait for (an
+// overloaded test machine) excuses one event.
+func TestSteadyClientKeepsItsWorker(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a connection parks with no goroutine on Linux only")
+	}
+	var handOffs, lookAgains atomic.Int64
+	handOff := func(*conn) { handOffs.Add(1) }
+	lookAgain := func(*conn) { lookAgains.Add(1) }
+	handOffHook.Store(&handOff)
+	lookAgainHook.Store(&lookAgain)
+	t.Cleanup(func() {
+		handOffHook.Store(nil)
+		lookAgainHook.Store(nil)
+	})
+	tests := []struct {
+		name string
+		gap  time.Duration // between a response's end and the next request
+		n    int
+		// late is the gap past which the worker may have been brought
+		// back: quietWait for a hand-off, quietWait/2 for a look again
+		// (the deadline is moved on once it would come sooner), less
+		// the response's and the request's way through the sockets.
+		late time.Duration
+	}{
+		{"every 20 ms", 20 * time.Millisecond, 12, 45 * time.Millisecond},
+		{"every 70 ms", 70 * time.Millisecond, 8, 95 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := proxytest.NewOrigin(t, proxytest.Respond(200, strings.Repeat("x", 1024)))
+			pool := proxytest.NewPool(t, dialer.PoolConfig{})
+			p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
+			rc := p.raw(t)
+			next := uint32(1)
+			getSequentially(t, rc, &next, o.URL("/1k"), 1) // warm: upstream pooled
+			handOffs.Store(0)
+			lookAgains.Store(0)
+			excused := 0
+			end := time.Now()
+			for range tt.n {
+				time.Sleep(tt.gap) // the client's pace
+				if time.Since(end) > tt.late {
+					excused++
+				}
+				getSequentially(t, rc, &next, o.URL("/1k"), 1)
+				end = time.Now()
+			}
+			h, l := handOffs.Load(), lookAgains.Load()
+			t.Logf("%d requests %v apart: %d hand-offs, %d looks again (%d gaps stretched past %v)", tt.n, tt.gap, h, l, excused, tt.late)
+			if h+l > int64(excused) {
+				t.Errorf("%d requests %v apart: the worker handed the connection off %d times and was brought back by its deadline %d times, want none (%d excused)", tt.n, tt.gap, h, l, excused)
+			}
+		})
 	}
 }
