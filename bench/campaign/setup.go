@@ -76,7 +76,11 @@ type env struct {
 
 	origin    originAddrs
 	originPID int
-	starts    int // proxy starts so far, names their directories
+	// fastestLoop is the fastest memory loop (report.Run.MemoryLoopMS)
+	// of the campaign so far, in milliseconds; zero before the first.
+	// Only the campaign's one goroutine that runs the tests uses it.
+	fastestLoop float64
+	starts      int // proxy starts so far, names their directories
 	// silentClosers holds the labels of proxies seen closing client
 	// connections after every response without "Connection: close".
 	silentClosers map[string]bool
