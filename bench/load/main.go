@@ -114,9 +114,9 @@
 //	load memloop [-mb 64 -reads 10000000]
 //
 // reads the words of a 64 MiB array at random, ten million times, and
-// prints how long that took (MemLoopResult): the campaign runs it on the
-// proxy's core before each fixed-rate run, to see whether the machine's
-// memory was slowed meanwhile (runMemLoop).
+// prints the CPU time and the wall time that took (MemLoopResult): the
+// campaign runs it on the proxy's core before each fixed-rate run, to see
+// whether the machine's memory is slow at the time (runMemLoop).
 //
 // -curves NAMES (with -tls) restricts the key exchanges the client
 // offers (Go's names: X25519, X25519MLKEM768, CurveP256, ...).

@@ -37,10 +37,9 @@ const (
 
 // SlowedFactor is how many times the campaign's fastest memory loop
 // (Run.MemoryLoopMS) a run's may take before the run is Slowed. On the
-// benchmark VMs the loop takes 66 to 75 ms (its C form; 89 in Go) while
-// the machine runs at its usual pace and 84 to 105 ms in the spells in
-// which the same proxy work took up to 1.8 times the CPU
-// (bench/README.md, "The cost of an HTTP/2 wake-up").
+// benchmark VMs the loop takes 87 to 97 ms while the machine runs at its
+// usual pace and 115 to 178 ms in the spells in which the same proxy work
+// took up to 1.8 times the CPU (bench/README.md, "A slow machine").
 const SlowedFactor = 1.15
 
 // Slowed reports whether a run whose memory loop took loopMS was made in
@@ -225,9 +224,10 @@ type Run struct {
 	// retries: its latency figures are marked and compared with nothing;
 	// its CPU per exchange stands.
 	Disturbed bool `json:"disturbed,omitempty"`
-	// MemoryLoopMS is, in a fixed-rate run, how long "load memloop" (10
-	// million random reads over 64 MiB) took on the proxy's core just
-	// before the run, in milliseconds; zero where it was not run.
+	// MemoryLoopMS is, in a fixed-rate run, the CPU time "load memloop"
+	// (10 million random reads over 64 MiB) took on the proxy's core just
+	// before the run, in milliseconds (other work on the core does not
+	// lengthen it, slower memory does); zero where it was not run.
 	MemoryLoopMS float64 `json:"memory_loop_ms,omitempty"`
 	// Slowed is true for a fixed-rate run whose MemoryLoopMS was more
 	// than SlowedFactor times the fastest of the campaign until then
