@@ -97,6 +97,9 @@ func run() error {
 	if *quietWait != 0 {
 		maxQuiet = max(0, *quietWait)
 	}
+	// A fixed-rate run whose memory loop is slow waits for it as a test
+	// waits for other load, within a budget of the same size.
+	memWait, memBudget := maxQuiet, quietBudget
 	if *repeats > 0 {
 		pl.repeats = *repeats
 	}
@@ -134,7 +137,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	e := &env{root: root, benchDir: filepath.Join(root, "bench"), out: os.Stdout, rustleBin: *rustleBin, gostBin: gostBin, silentClosers: map[string]bool{},
+	e := &env{root: root, benchDir: filepath.Join(root, "bench"), out: os.Stdout, rustleBin: *rustleBin, gostBin: gostBin, silentClosers: map[string]bool{}, memWait: memWait, memBudget: memBudget,
 		lacking: map[string]map[string]string{}, extraTuning: map[string][]string{}}
 	if err := e.pickCores(); err != nil {
 		return err

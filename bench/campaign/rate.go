@@ -257,6 +257,9 @@ func (e *env) measureRate(ctx context.Context, t testDef, r *running, rate int, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, d+2*rateReqTimeout+60*time.Second)
 	defer cancel()
+	if r.p != nil {
+		run.MemoryLoopMS = e.fastMemory(ctx, r.split.proxy)
+	}
 	argv := e.rateArgs(t, r, rate, d)
 	cmd := exec.CommandContext(ctx, "taskset", append([]string{"-c", cpuList(r.split.load)}, argv...)...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -342,7 +345,58 @@ func (e *env) measureRate(ctx context.Context, t testDef, r *running, rate int, 
 	}
 	judgeRate(t, rate, res, &run)
 	run.Disturbed = report.Disturbed(run.ThreadRunMS, run.ThreadWaitMS, run.DurationS)
+	run.Slowed = e.slowed(run.MemoryLoopMS)
 	return run
+}
+
+// memoryLoop returns how long "load memloop" took on cpus, in
+// milliseconds; 0 when it could not be run (the run is then not judged).
+func (e *env) memoryLoop(ctx context.Context, cpus []int) float64 {
+	out, err := exec.CommandContext(ctx, "taskset", "-c", cpuList(cpus), filepath.Join(e.bin, "load"), "memloop").Output()
+	if err != nil {
+		fmt.Fprintf(e.out, "  memory loop on CPU %s: %v (the run is not judged by it)\n", cpuList(cpus), err)
+		return 0
+	}
+	var res struct {
+		MS float64 `json:"memory_loop_ms"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || !(res.MS > 0) {
+		fmt.Fprintf(e.out, "  memory loop on CPU %s printed %q (the run is not judged by it)\n", cpuList(cpus), out)
+		return 0
+	}
+	return res.MS
+}
+
+// fastMemory runs the memory loop on cpus and returns its time; while
+// that is slow (slowed), it runs it again every two seconds, within
+// e.memWait and what is left of e.memBudget, and returns the last time:
+// the VM's slow spells last minutes, so a run made at once after a slow
+// loop would most often be slow too.
+func (e *env) fastMemory(ctx context.Context, cpus []int) float64 {
+	ms := e.memoryLoop(ctx, cpus)
+	if !report.Slowed(ms, e.fastestLoop) || e.memWait <= 0 || e.memBudget <= 0 {
+		return ms
+	}
+	start := time.Now()
+	deadline := start.Add(min(e.memWait, e.memBudget))
+	fmt.Fprintf(e.out, "  waiting up to %s for the machine's memory to be fast again (memory loop %.1f ms, the campaign's fastest %.1f ms)\n",
+		time.Until(deadline).Round(time.Second), ms, e.fastestLoop)
+	for report.Slowed(ms, e.fastestLoop) && time.Now().Before(deadline) && ctx.Err() == nil {
+		sleep(ctx, 2*time.Second)
+		ms = e.memoryLoop(ctx, cpus)
+	}
+	e.memBudget = max(0, e.memBudget-time.Since(start))
+	return ms
+}
+
+// slowed reports whether a run whose memory loop took loopMS was made in
+// a spell of slow memory (report.Slowed), against the fastest loop of the
+// campaign so far, this one included.
+func (e *env) slowed(loopMS float64) bool {
+	if loopMS > 0 && (e.fastestLoop == 0 || loopMS < e.fastestLoop) {
+		e.fastestLoop = loopMS
+	}
+	return report.Slowed(loopMS, e.fastestLoop)
 }
 
 // disturbedRetries is how many more runs a fixed-rate run disturbed by
@@ -359,10 +413,15 @@ const disturbedRetries = 2
 // done.
 func (e *env) retryDisturbed(ctx context.Context, t testDef, measure func() report.Run) report.Run {
 	run := measure()
-	for try := 1; try <= disturbedRetries && run.Disturbed && ctx.Err() == nil; try++ {
+	for try := 1; try <= disturbedRetries && (run.Disturbed || run.Slowed) && ctx.Err() == nil; try++ {
 		e.logRun(run, t)
-		fmt.Fprintf(e.out, "  %-15s %-9s %5d conns retry %d of %d: the proxy's busiest thread waited %.0f ms for a CPU in %.1f s, in which it ran %.0f ms (over %.0f %%: other work on its core)\n",
-			t.id, run.Proxy, run.Conns, try, disturbedRetries, run.ThreadWaitMS, run.DurationS, run.ThreadRunMS, report.DisturbedWait)
+		if run.Disturbed {
+			fmt.Fprintf(e.out, "  %-15s %-9s %5d conns retry %d of %d: the proxy's busiest thread waited %.0f ms for a CPU in %.1f s, in which it ran %.0f ms (over %.0f %%: other work on its core)\n",
+				t.id, run.Proxy, run.Conns, try, disturbedRetries, run.ThreadWaitMS, run.DurationS, run.ThreadRunMS, report.DisturbedWait)
+		} else {
+			fmt.Fprintf(e.out, "  %-15s %-9s %5d conns retry %d of %d: the memory loop took %.1f ms, the campaign's fastest %.1f ms (over %.2f×: the machine's memory was slow)\n",
+				t.id, run.Proxy, run.Conns, try, disturbedRetries, run.MemoryLoopMS, e.fastestLoop, report.SlowedFactor)
+		}
 		run = measure()
 	}
 	return run

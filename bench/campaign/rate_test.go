@@ -465,3 +465,58 @@ func TestCPUNSThreads(t *testing.T) {
 		t.Errorf("threads sum to %d run, %d wait; cpuNS said %d, %d", run, w, total, wait)
 	}
 }
+
+// TestRetrySlowed checks that a fixed-rate run whose memory loop took
+// more than report.SlowedFactor times the campaign's fastest so far is
+// made again, at most disturbedRetries more times, each retry logged with
+// the two times, and that the campaign's fastest loop follows the runs.
+func TestRetrySlowed(t *testing.T) {
+	td := testByID(t, "rate-https-1k")
+	rate := td.levels[0]
+	for _, tt := range []struct {
+		name    string
+		fastest float64   // the campaign's fastest loop before, ms
+		loops   []float64 // the loop of each run measure makes, ms
+		runs    int       // the runs made
+		slowed  bool      // the run returned is marked
+		after   float64   // the campaign's fastest loop after, ms
+	}{
+		{"first run", 0, []float64{120, 70, 70}, 1, false, 120},
+		{"usual pace", 70, []float64{78, 70, 70}, 1, false, 70},
+		{"faster than any before", 90, []float64{70, 70, 70}, 1, false, 70},
+		{"slow once", 70, []float64{100, 75, 70}, 2, false, 70},
+		{"stays slow", 70, []float64{100, 105, 99, 70}, 3, true, 70},
+		{"no loop", 70, []float64{0, 70, 70}, 1, false, 70},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var log strings.Builder
+			e := &env{out: &log, fastestLoop: tt.fastest}
+			made := 0
+			measure := func() report.Run {
+				l := tt.loops[made]
+				made++
+				run := report.Run{Test: td.id, Proxy: "rustle", Conns: rate, Clean: true, CoreBusy: []float64{50, 60}, MemoryLoopMS: l,
+					Metrics: map[string]float64{rateRowID(td.id, rate, "cpu"): l}}
+				run.Slowed = e.slowed(run.MemoryLoopMS) // as measureRate does
+				return run
+			}
+			run := e.retryDisturbed(t.Context(), td, measure)
+			if made != tt.runs || run.Slowed != tt.slowed || run.MemoryLoopMS != tt.loops[tt.runs-1] {
+				t.Errorf("made %d runs, returned loop %v ms slowed %v; want %d runs, the last one's (%v ms), slowed %v; log:\n%s",
+					made, run.MemoryLoopMS, run.Slowed, tt.runs, tt.loops[tt.runs-1], tt.slowed, log.String())
+			}
+			if e.fastestLoop != tt.after {
+				t.Errorf("fastest loop %v ms after, want %v", e.fastestLoop, tt.after)
+			}
+			for i := 1; i < tt.runs; i++ {
+				want := fmt.Sprintf("retry %d of %d: the memory loop took %.1f ms, the campaign's fastest %.1f ms", i, disturbedRetries, tt.loops[i-1], tt.after)
+				if !strings.Contains(log.String(), want) {
+					t.Errorf("log lacks %q:\n%s", want, log.String())
+				}
+			}
+			if got := strings.Count(log.String(), "SLOWED"); got != tt.runs-1 {
+				t.Errorf("%d runs logged SLOWED, want %d (the ones given up); log:\n%s", got, tt.runs-1, log.String())
+			}
+		})
+	}
+}

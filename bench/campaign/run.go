@@ -759,9 +759,15 @@ func (e *env) logRun(r report.Run, t testDef) {
 		if t.kind == kindRate && r.ProxyWaitMS > 0 {
 			wait = fmt.Sprintf(", proxy waited %.0f ms for a CPU", r.ProxyWaitMS)
 		}
+		if t.kind == kindRate && r.MemoryLoopMS > 0 {
+			wait += fmt.Sprintf(", memory loop %.1f ms", r.MemoryLoopMS)
+		}
 		busy = fmt.Sprintf(" [busy: proxy core %.0f%%, load core %.0f%%, other load %.0f%%%s]", r.CoreBusy[0], r.CoreBusy[1], r.OtherBusy, wait)
 		if t.kind == kindRate && r.CoreBusy[1] > report.LoadBoundBusy {
 			busy += fmt.Sprintf(" LOAD-BOUND (load core over %.0f%%: the latency is the load side's)", report.LoadBoundBusy)
+		}
+		if t.kind == kindRate && r.Slowed {
+			busy += fmt.Sprintf(" SLOWED (the memory loop took over %.2f× the campaign's fastest: the machine's memory was slow)", report.SlowedFactor)
 		}
 		if t.kind == kindRate && r.Disturbed {
 			busy += fmt.Sprintf(" DISTURBED (its busiest thread waited %.0f ms for a CPU, over %.0f%% of the %.0f ms it ran: the latency is other work's on its core)", r.ThreadWaitMS, report.DisturbedWait, r.ThreadRunMS)

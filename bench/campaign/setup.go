@@ -76,7 +76,15 @@ type env struct {
 
 	origin    originAddrs
 	originPID int
-	starts    int // proxy starts so far, names their directories
+	// fastestLoop is the fastest memory loop (report.Run.MemoryLoopMS)
+	// of the campaign so far, in milliseconds; zero before the first.
+	// Only the campaign's one goroutine that runs the tests uses it.
+	fastestLoop float64
+	// memWait bounds each wait for a slow memory loop to be fast again
+	// before a fixed-rate run, memBudget all of them together (what is
+	// left of it); zero: no wait. Used by the same goroutine.
+	memWait, memBudget time.Duration
+	starts             int // proxy starts so far, names their directories
 	// silentClosers holds the labels of proxies seen closing client
 	// connections after every response without "Connection: close".
 	silentClosers map[string]bool

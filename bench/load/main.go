@@ -111,6 +111,13 @@
 // and of the load side's own timer lag. At most 2,000,000 exchanges per
 // run.
 //
+//	load memloop [-mb 64 -reads 10000000]
+//
+// reads the words of a 64 MiB array at random, ten million times, and
+// prints the CPU time and the wall time that took (MemLoopResult): the
+// campaign runs it on the proxy's core before each fixed-rate run, to see
+// whether the machine's memory is slow at the time (runMemLoop).
+//
 // -curves NAMES (with -tls) restricts the key exchanges the client
 // offers (Go's names: X25519, X25519MLKEM768, CurveP256, ...).
 //
@@ -143,6 +150,8 @@ func main() {
 		err = runH3(os.Args[2:])
 	case "udp":
 		err = runUDP(os.Args[2:])
+	case "memloop":
+		err = runMemLoop(os.Args[2:])
 	default:
 		usage()
 	}
@@ -153,6 +162,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: load bulk|hold|http|ws|h2|h3|udp [flags]; load bulk -h for the flags")
+	fmt.Fprintln(os.Stderr, "usage: load bulk|hold|http|ws|h2|h3|udp|memloop [flags]; load bulk -h for the flags")
 	os.Exit(2)
 }

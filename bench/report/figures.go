@@ -51,6 +51,11 @@ const (
 	TextDisturbed = "disturbed " + MarkDisturbed
 )
 
+// MarkSlowed follows the proxy core's busy % in the core-load table where
+// a run at that rate was Slowed: its CPU per exchange was measured while
+// the machine's memory was slow.
+const MarkSlowed = "§"
+
 // uncompared returns the text of a ratio or comparison cell between a and
 // b when either figure is marked (TextLoadBound, then TextDisturbed), or
 // "" when neither is.

@@ -213,6 +213,7 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 		bw.WriteString(" A test at a fixed offered rate has a line per rate: the rate is its level (exchanges per second), measured on its own, never chosen.")
 		fmt.Fprintf(bw, " %s beside the load core's busy %% marks a rate where a run had the load core more than %.0f %% busy: its latency figures are load-bound.", MarkLoadBound, LoadBoundBusy)
 		fmt.Fprintf(bw, " %s beside the proxy core's busy %% marks a rate where, after the campaign's retries, a run's proxy still had its busiest thread wait for a CPU more than %.0f %% of the time it ran: its latency figures are disturbed by other work on the proxy core.", MarkDisturbed, DisturbedWait)
+		fmt.Fprintf(bw, " %s beside it marks a rate where, after the campaign's retries, the memory loop run on the proxy core before a run still took more than %.2f times the campaign's fastest until then: the machine's memory was slow, and that run's CPU per exchange was higher for it.", MarkSlowed, SlowedFactor)
 	}
 	bw.WriteString("\n\n")
 	var rows [][]string
@@ -311,6 +312,9 @@ func rateLines(c Campaign, figs map[string]map[string]Cell, r Row, problems *[]s
 		pb := fmt.Sprintf("%.0f %%", l.CoreBusy[0])
 		if l.Disturbed {
 			pb += " " + MarkDisturbed
+		}
+		if l.Slowed {
+			pb += " " + MarkSlowed
 		}
 		out = append(out, []string{r.Test + " at " + rate, p.Label, rate + " " + mark, rate,
 			pb, lb, fmt.Sprintf("%.0f %%", l.OtherBusy)})
@@ -603,6 +607,9 @@ func procedure(c Campaign) []string {
 	}
 	if hasLevelRows(c.Rows) {
 		out = append(out, "At a fixed offered rate: the Go load tool sends the same number of exchanges per second to every proxy (open loop), due at fixed times over the run, taken in order by a fixed set of connections opened before it; the latency of each runs from the time it was due, not from the time it was sent, so a proxy that holds a connection up makes every exchange due meanwhile late (no coordinated omission). The proxy's CPU is read from the first exchange due to the last one's end (its threads' schedstat, in nanoseconds; utime+stime, in clock ticks, where threads that exited during the run took more than schedstat still shows, as Tinyproxy's thread per connection does: runs.json's proxy_cpu_from says which) and divided by the exchanges completed. A run is clean when every exchange due completed without error within the run and a drain of one request timeout after it.")
+		if hasMemoryLoop(c.Runs) {
+			out = append(out, fmt.Sprintf("Before each fixed-rate run the load tool reads a 64 MiB array at random on the proxy's core and takes the CPU time that took (load memloop; runs.json's memory_loop_ms): on a VM whose host slows its memory for minutes at a time the same proxy work can take up to 1.8 times the CPU, and a run whose loop took more than %.2f times the fastest of the campaign until then is made again, up to twice, like a disturbed one (%s in the core-load table where it stayed slow).", SlowedFactor, MarkSlowed))
+		}
 	}
 	if len(c.CoreSplits) > 0 {
 		var where []string
@@ -672,4 +679,14 @@ func Table(w io.Writer, header []string, rows [][]string, numericFrom int) {
 	for _, r := range rows {
 		line(r)
 	}
+}
+
+// hasMemoryLoop reports whether any run has a memory loop's time.
+func hasMemoryLoop(runs []Run) bool {
+	for _, r := range runs {
+		if r.MemoryLoopMS > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -44,6 +44,9 @@ type Level struct {
 	// Disturbed is true when any run at the level was disturbed by other
 	// work on the proxy core (Run.Disturbed), for the same reason.
 	Disturbed bool
+	// Slowed is true when any run at the level was made while the
+	// machine's memory was slow (Run.Slowed).
+	Slowed bool
 }
 
 // Levels groups the measured runs of test against proxy by concurrency
@@ -80,6 +83,7 @@ func Levels(runs []Run, test, proxy string) []Level {
 				l.LoadBound = true
 			}
 			l.Disturbed = l.Disturbed || r.Disturbed
+			l.Slowed = l.Slowed || r.Slowed
 		}
 		for k, vs := range metrics {
 			l.Values[k], _ = Median(vs)

@@ -35,6 +35,20 @@ const (
 	DisturbedFloor = 1.0
 )
 
+// SlowedFactor is how many times the campaign's fastest memory loop
+// (Run.MemoryLoopMS) a run's may take before the run is Slowed. On the
+// benchmark VMs the loop takes 87 to 97 ms while the machine runs at its
+// usual pace and 115 to 178 ms in the spells in which the same proxy work
+// took up to 1.8 times the CPU (bench/README.md, "A slow machine").
+const SlowedFactor = 1.15
+
+// Slowed reports whether a run whose memory loop took loopMS was made in
+// a spell of slow memory, the fastest loop of the campaign until then
+// having taken fastestMS; false where either was not measured.
+func Slowed(loopMS, fastestMS float64) bool {
+	return loopMS > 0 && fastestMS > 0 && loopMS > SlowedFactor*fastestMS
+}
+
 // Disturbed reports whether a fixed-rate run of windowS seconds was
 // disturbed by other work on the proxy core, given how long the proxy's
 // busiest thread ran (runMS) and waited for a CPU (waitMS) in it: the
@@ -210,6 +224,16 @@ type Run struct {
 	// retries: its latency figures are marked and compared with nothing;
 	// its CPU per exchange stands.
 	Disturbed bool `json:"disturbed,omitempty"`
+	// MemoryLoopMS is, in a fixed-rate run, the CPU time "load memloop"
+	// (10 million random reads over 64 MiB) took on the proxy's core just
+	// before the run, in milliseconds (other work on the core does not
+	// lengthen it, slower memory does); zero where it was not run.
+	MemoryLoopMS float64 `json:"memory_loop_ms,omitempty"`
+	// Slowed is true for a fixed-rate run whose MemoryLoopMS was more
+	// than SlowedFactor times the fastest of the campaign until then
+	// (the function Slowed), after the campaign's retries: the machine's
+	// memory was slow, and the proxy's CPU per exchange with it.
+	Slowed bool `json:"slowed,omitempty"`
 	// CoreBusy is the busy percentage of the proxy core and of the load
 	// core over the run, in that order.
 	CoreBusy []float64 `json:"core_busy_pct,omitempty"`
