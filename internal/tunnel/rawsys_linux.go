@@ -37,7 +37,14 @@ package tunnel
 // the ordinary calls costing 104 against 62 µs per message where both
 // kept up; on a core of its own the engine's tail was ahead of gost's and
 // Squid's. The campaign's proxy_wait_ms says how long the proxy waited
-// for a CPU in a run.
+// for a CPU in a run. With the core to itself (2026-12-07, 12:50, the
+// campaign's rate-ws-64 and rate-wss-64 in quick mode, builds alternated
+// A B B A) the ordinary calls cost 1.3 to 1.45 times the CPU per message
+// (WebSocket at 5,000 msg/s: 99.5 and 112.8 µs against 72.0 and 77.6;
+// over TLS: 106.5 and 130.7 against 81.8 and 88.8), made the proxy wait
+// 0.6 to 1.3 s a run for its own core (its threads' hand-offs; 7 to 37
+// ms with RawSyscall), and gave no better p99 (1.14 to 1.59 ms against
+// 0.91 to 2.06): so the engine keeps RawSyscall.
 
 import (
 	"unsafe"
