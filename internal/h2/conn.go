@@ -868,7 +868,12 @@ func (c *conn) becameIdleLocked() {
 		// a client sending every 64 ms would otherwise have its worker
 		// woken by the deadline for nearly every request, to find the
 		// client not quiet long enough (parkedLocked) and wait again.
+		// An idle timeout shorter than quietWait bounds it, as in
+		// armParkLocked.
 		q := c.idleSince.Add(quietWait)
+		if d := gate.Deadline(c.idleSince, c.cfg.IdleTimeout); !d.IsZero() && d.Before(q) {
+			q = d
+		}
 		if q.Before(c.parkUntil) || c.parkUntil.Before(c.idleSince.Add(quietWait/2)) {
 			c.nc.SetReadDeadline(q)
 			c.rd.deadline, c.parkUntil = q, q
