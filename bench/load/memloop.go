@@ -24,13 +24,13 @@ type MemLoopResult struct {
 
 // runMemLoop runs "load memloop": it reads -reads words at random over a
 // -mb MiB array (filled first, outside the timing) and prints one JSON
-// line, MemLoopResult, with the CPU time and the wall time that took. The campaign runs it pinned to the proxy's core
-// before each fixed-rate run: on the VMs the benchmarks run on, the host
-// slows the guest's memory for minutes at a time, and the proxy's CPU
-// per request with it (up to 1.8×, the same work, system calls and
-// context switches; bench/README.md, "A slow machine"),
-// while a loop on registers alone does not move. The loop's time says
-// which runs fell in such a spell.
+// line, MemLoopResult, with the CPU time and the wall time that took.
+// The campaign runs it pinned to the proxy's core before each fixed-rate
+// run: on the VMs the benchmarks run on, the host slows the guest's
+// memory for minutes at a time, and the proxy's CPU per request with it
+// (up to 1.8×, the same work, system calls and context switches;
+// bench/README.md, "A slow machine"), while a loop on registers alone
+// does not move. The loop's time says which runs fell in such a spell.
 func runMemLoop(args []string) error { return memLoopTo(os.Stdout, args) }
 
 // memLoopTo is runMemLoop printing to w.

@@ -790,8 +790,8 @@ func (c *conn) armParkLocked(handOff bool) {
 	case c.quietLocked():
 		from := later(c.waitFrom, c.idleSince)
 		want = gate.Deadline(from, c.cfg.IdleTimeout)
-		if q := from.Add(quietWait); handOff && (want.IsZero() || q.Before(want)) {
-			want = q
+		if handOff {
+			want = c.quietUntil(from)
 		}
 	case !c.idleLocked():
 		want = gate.Deadline(now, c.cfg.IdleTimeout)
@@ -808,6 +808,16 @@ func (c *conn) armParkLocked(handOff bool) {
 		c.rd.deadline = want
 	}
 	c.parkUntil = c.rd.deadline
+}
+
+// quietUntil returns when a worker's wait for a client quiet since from
+// ends: quietWait later, or at the idle timeout if that comes first.
+func (c *conn) quietUntil(from time.Time) time.Time {
+	q := from.Add(quietWait)
+	if d := gate.Deadline(from, c.cfg.IdleTimeout); !d.IsZero() && d.Before(q) {
+		return d
+	}
+	return q
 }
 
 // parkedLocked tells what the end of a park with err means for wait:
@@ -868,12 +878,7 @@ func (c *conn) becameIdleLocked() {
 		// a client sending every 64 ms would otherwise have its worker
 		// woken by the deadline for nearly every request, to find the
 		// client not quiet long enough (parkedLocked) and wait again.
-		// An idle timeout shorter than quietWait bounds it, as in
-		// armParkLocked.
-		q := c.idleSince.Add(quietWait)
-		if d := gate.Deadline(c.idleSince, c.cfg.IdleTimeout); !d.IsZero() && d.Before(q) {
-			q = d
-		}
+		q := c.quietUntil(c.idleSince)
 		if q.Before(c.parkUntil) || c.parkUntil.Before(c.idleSince.Add(quietWait/2)) {
 			c.nc.SetReadDeadline(q)
 			c.rd.deadline, c.parkUntil = q, q
