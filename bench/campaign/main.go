@@ -24,12 +24,15 @@
 //	memory.svg      proxy memory against open tunnels
 //
 // Every process it starts is stopped by PID when a test ends, on exit and
-// on interrupt. See bench/README.md.
+// on interrupt. A campaign interrupted (or stopped with Ctrl-C, to run a
+// long one in parts) goes on where it stopped with -resume DIR, on the same
+// machine with the same versions. See bench/README.md.
 //
 // Usage:
 //
 //	go run ./bench/campaign [-quick] [-tests http-1k,connect-bulk] [-proxies rustle,squid]
 //	go run ./bench/campaign -report bench/results/DIR   # re-render a report
+//	go run ./bench/campaign -resume bench/results/DIR [-rustle BIN] [-gost BIN]  # go on with it
 //	go run ./bench/campaign -publish bench/results/DIR  # copy it to bench/RESULTS.md and bench/results-charts/
 //	go run ./bench/campaign -report bench/results-charts   # re-render the published copy
 package main
@@ -41,6 +44,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -74,6 +78,7 @@ func run() error {
 	reportDir := flag.String("report", "", "only re-render report.md and the charts from DIR/runs.json (DIR bench/results-charts: the published bench/RESULTS.md)")
 	publishDir := flag.String("publish", "", "only publish the campaign in DIR: its runs.json to bench/results-charts/, its report rendered again as bench/RESULTS.md with its charts beside the runs (tracked paths)")
 	quietWait := flag.Duration("quiet-wait", 0, "before each test, wait up to this long for other load on the cores to drop below 15 % (default 60s, quick 15s; negative: never wait)")
+	resumeDir := flag.String("resume", "", "go on with the campaign in DIR where it stopped (interrupted, or cut short with Ctrl-C to run in parts): its tests, proxies, seed, repeats and run length; the machine, the tool versions and every proxy's version must be the ones it ran with (checked), so give -rustle a binary of the same commit. Its runs are kept, the test it stopped in is made again")
 	flag.Parse()
 
 	switch {
@@ -83,6 +88,36 @@ func run() error {
 		return rerender(*reportDir)
 	case *publishDir != "":
 		return publish(*publishDir)
+	}
+
+	// prev is the campaign -resume goes on with: its settings replace the
+	// flags', which may not be given beside it.
+	var prev *report.Campaign
+	if *resumeDir != "" {
+		_, p, err := readRuns(*resumeDir)
+		if err != nil {
+			return err
+		}
+		if p.Resume == nil {
+			return fmt.Errorf("campaign: -resume %s: its runs.json has no resume state (a campaign from before -resume)", *resumeDir)
+		}
+		var clash []string
+		flag.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "tests", "proxies", "quick", "repeats", "duration", "seed", "out":
+				clash = append(clash, "-"+f.Name)
+			}
+		})
+		if len(clash) > 0 {
+			return fmt.Errorf("campaign: -resume takes the campaign's own settings; %s cannot be given with it", strings.Join(clash, ", "))
+		}
+		var names []string
+		for _, px := range p.Proxies {
+			names = append(names, px.Name)
+		}
+		*testsFlag, *proxiesFlag, *quick, *repeats, *seed, *outFlag = p.Resume.Tests, strings.Join(names, ","), p.Quick, p.Repeats, p.Seed, *resumeDir
+		*duration = time.Duration(p.DurationS * float64(time.Second))
+		prev = &p
 	}
 
 	pl := plan{repeats: 3, duration: 10 * time.Second, warmup: 3 * time.Second, settle: 2 * time.Second, quick: *quick}
@@ -196,7 +231,9 @@ func run() error {
 	c := report.Campaign{
 		Started: time.Now().UTC(), Seed: *seed, Quick: *quick, Repeats: pl.repeats, DurationS: pl.duration.Seconds(),
 		Machine: machine(), ProxyCore: e.proxyCore, LoadCore: e.loadCore, Notes: coreNotes,
+		Resume: &report.Resume{Tests: *testsFlag},
 	}
+	c.Parts = []report.Part{{Started: c.Started}}
 	coresRun := false
 	for _, t := range selected {
 		if t.proxyCores > 0 {
@@ -267,29 +304,54 @@ func run() error {
 		c.Order = append(c.Order, p.t.id+"/"+p.def.name)
 	}
 	fmt.Fprintf(e.out, "order (seed %d): %s\n", *seed, strings.Join(c.Order, " "))
-	fmt.Fprintf(e.out, "estimated time: %s\n", estimate(pl, pairs).Round(10*time.Second))
+	done := 0
+	if prev != nil {
+		st, err := continueFrom(&c, *prev, len(coreNotes))
+		if err != nil {
+			return fmt.Errorf("campaign: -resume %s: %w", *resumeDir, err)
+		}
+		done = c.Resume.PairsDone
+		e.fastestLoop = st.fastestLoop
+		for _, label := range st.silentClosers {
+			e.silentClosers[label] = true
+		}
+		maps.Copy(skipped, st.skipped)
+		fmt.Fprintf(e.out, "resuming: %d of %d test/proxy pairs done, %d run(s) kept\n", done, len(pairs), len(c.Runs))
+	}
+	fmt.Fprintf(e.out, "estimated time: %s\n", estimate(pl, pairs[done:]).Round(10*time.Second))
 
 	save := func() error {
 		c.Finished = time.Now().UTC()
+		c.Parts[len(c.Parts)-1].Finished = c.Finished
 		final := c
+		final.Parts = slices.Clone(c.Parts)
 		final.Notes = append([]string(nil), c.Notes...)
-		for label := range e.silentClosers {
+		closers := slices.Sorted(maps.Keys(e.silentClosers))
+		for _, label := range closers {
 			final.Notes = append(final.Notes, label+" closes the client connection after every response without a \"Connection: close\" header (no keep-alive to clients). wrk counts each such close as a read error and reconnects; up to one such read error per request is not held against "+label+" (runs.json: tolerated_read_errors), any other error is.")
 		}
 		final.Notes = append(final.Notes, resumptionNotes(c)...)
 		final.Notes = append(final.Notes, keyExchangeNotes(c)...)
+		final.Resume = &report.Resume{Tests: c.Resume.Tests, PairsDone: c.Resume.PairsDone, Notes: slices.Clone(c.Notes), SilentClosers: closers, Skipped: maps.Clone(skipped)}
 		return writeOutputs(out, final)
 	}
 	start := time.Now()
 	for i, p := range pairs {
+		if i < done {
+			continue
+		}
 		if ctx.Err() != nil {
 			break
 		}
+		// The pairs before this one ran to their end (or were skipped).
+		c.Resume.PairsDone = i
 		if _, ok := skipped[p.def.name]; ok {
+			c.Resume.PairsDone = i + 1
 			continue
 		}
 		portKey := p.def.name + "/" + p.t.listener
 		if _, ok := skipped[portKey]; ok {
+			c.Resume.PairsDone = i + 1
 			continue
 		}
 		if p.t.proxyCores > 1 {
@@ -320,12 +382,15 @@ func run() error {
 				}
 			}
 		}
+		if ctx.Err() == nil {
+			c.Resume.PairsDone = i + 1
+		}
 		if err := save(); err != nil {
 			return err
 		}
 	}
 	if ctx.Err() != nil {
-		c.Notes = append(c.Notes, "The campaign was interrupted: some tests did not run.")
+		c.Notes = append(c.Notes, interruptedNote)
 		fmt.Fprintln(e.out, "interrupted: writing what was measured")
 	}
 	if err := save(); err != nil {
@@ -334,9 +399,92 @@ func run() error {
 	fmt.Fprintf(e.out, "done in %s: %s\n", time.Since(start).Round(time.Second), filepath.Join(out, "report.md"))
 	printSummary(e, c)
 	if ctx.Err() != nil {
-		return errors.New("campaign: interrupted")
+		return fmt.Errorf("campaign: interrupted after %d of %d test/proxy pairs (go on with -resume %s)", c.Resume.PairsDone, len(pairs), out)
 	}
 	return nil
+}
+
+// interruptedNote is the note of a campaign cut short; -resume drops it.
+const interruptedNote = "The campaign was interrupted: some tests did not run."
+
+// resumed is what continueFrom gives back for the env of a campaign that
+// goes on: the campaign's fastest memory loop so far, the proxies seen
+// closing connections silently, and the proxies and ports skipped.
+type resumed struct {
+	fastestLoop   float64
+	silentClosers []string
+	skipped       map[string]string
+}
+
+// continueFrom makes c, a campaign just set up from prev's settings, the
+// continuation of prev: the same machine, tools, proxy versions and order
+// (else an error naming what differs), prev's start, parts, notes and the
+// runs of the pairs that ran to their end (those of a pair cut short are
+// dropped, to be made again). c's notes from coreNotes on are this part's
+// own and follow prev's.
+func continueFrom(c *report.Campaign, prev report.Campaign, coreNotes int) (resumed, error) {
+	var st resumed
+	if c.Machine != prev.Machine {
+		return st, fmt.Errorf("the campaign ran on %q, this is %q", prev.Machine, c.Machine)
+	}
+	if !slices.Equal(c.Tools, prev.Tools) {
+		return st, fmt.Errorf("the tools differ: the campaign ran with %q, these are %q", prev.Tools, c.Tools)
+	}
+	if len(c.Proxies) != len(prev.Proxies) {
+		return st, fmt.Errorf("%d proxies, the campaign had %d", len(c.Proxies), len(prev.Proxies))
+	}
+	for i, p := range c.Proxies {
+		q := prev.Proxies[i]
+		if p.Name != q.Name || p.Version != q.Version || p.Skipped != q.Skipped {
+			return st, fmt.Errorf("%s is %q (%s) now, the campaign ran %s %q (%s)", p.Name, p.Version, orNone(p.Skipped), q.Name, q.Version, orNone(q.Skipped))
+		}
+	}
+	if !slices.Equal(c.Order, prev.Order) {
+		return st, errors.New("the tests and proxies it selects are not in the campaign's order (a campaign binary with other tests?)")
+	}
+	done := prev.Resume.PairsDone
+	if done < 0 || done > len(prev.Order) {
+		return st, fmt.Errorf("it records %d pairs done of %d", done, len(prev.Order))
+	}
+	if done == len(prev.Order) {
+		return st, errors.New("every test/proxy pair has run: nothing is left to do")
+	}
+	finished := map[string]bool{}
+	for _, pair := range prev.Order[:done] {
+		finished[pair] = true
+	}
+	c.Runs = nil
+	for _, r := range prev.Runs {
+		if finished[r.Test+"/"+r.Proxy] {
+			c.Runs = append(c.Runs, r)
+			if r.MemoryLoopMS > 0 && (st.fastestLoop == 0 || r.MemoryLoopMS < st.fastestLoop) {
+				st.fastestLoop = r.MemoryLoopMS
+			}
+		}
+	}
+	part := c.Parts[len(c.Parts)-1]
+	c.Started = prev.Started
+	c.Parts = append(slices.Clone(prev.Parts), part)
+	own := c.Notes[min(coreNotes, len(c.Notes)):]
+	var notes []string
+	for _, n := range prev.Resume.Notes {
+		if n != interruptedNote {
+			notes = append(notes, n)
+		}
+	}
+	c.Notes = append(notes, own...)
+	c.Resume.PairsDone = done
+	st.silentClosers = slices.Clone(prev.Resume.SilentClosers)
+	st.skipped = maps.Clone(prev.Resume.Skipped)
+	return st, nil
+}
+
+// orNone is s, or "running" for an empty skip reason.
+func orNone(s string) string {
+	if s == "" {
+		return "running"
+	}
+	return "skipped: " + s
 }
 
 // pair is one test against one proxy: the unit of the shuffled order.

@@ -319,6 +319,14 @@ func prepareRustle(ctx context.Context, e *env) (string, error) {
 			return "", fmt.Errorf("go build -trimpath ./cmd/rustle failed: %s", firstLines(string(out), 3))
 		}
 		e.rustleBin = bin
+	} else if out, err := exec.CommandContext(ctx, e.rustleBin, "version").Output(); err == nil {
+		// A -rustle binary built with its VCS stamp (go build
+		// -buildvcs=true) names its own commit, which may not be the
+		// tree's.
+		if v := binaryVersion(string(out)); v != "" {
+			e.prepareDNSRows()
+			return "at " + v, nil
+		}
 	}
 	e.prepareDNSRows()
 	version := "from the tree"
@@ -326,6 +334,16 @@ func prepareRustle(ctx context.Context, e *env) (string, error) {
 		version = "at " + strings.TrimSpace(string(out))
 	}
 	return version, nil
+}
+
+// binaryVersion is the version in the output of "rustle version" when it
+// names a release or a commit, "" for a build without a VCS stamp ("dev").
+func binaryVersion(out string) string {
+	v, ok := strings.CutPrefix(strings.TrimSpace(out), "rustle ")
+	if !ok || v == "" || v == "dev" || strings.ContainsAny(v, " \n") {
+		return ""
+	}
+	return v
 }
 
 // prepareSquid finds Squid and checks that it was built with a TLS

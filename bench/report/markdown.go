@@ -75,7 +75,7 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 	if c.Quick {
 		bw.WriteString("> **Quick mode**: one repeat of a few seconds at one or two concurrency levels per test. These figures show that the harness runs; they are not a campaign's figures and are not for comparison.\n\n")
 	}
-	fmt.Fprintf(bw, "One campaign on one machine, %s. Raw runs: %s.", c.Started.UTC().Format("2006-01-02 15:04 MST"), runsPath)
+	fmt.Fprintf(bw, "One campaign on one machine, %s. Raw runs: %s.", when(c), runsPath)
 	if o.Rerender != "" {
 		fmt.Fprintf(bw, " Rendered again from them with `%s`.", o.Rerender)
 	}
@@ -573,6 +573,24 @@ func CPURanges(cpus []int) string {
 		i = j + 1
 	}
 	return strings.Join(parts, ",")
+}
+
+// when says when the campaign ran: its start, or the stretches of time of
+// a campaign run in parts (continued with -resume).
+func when(c Campaign) string {
+	if len(c.Parts) < 2 {
+		return c.Started.UTC().Format("2006-01-02 15:04 MST")
+	}
+	var spans []string
+	for _, p := range c.Parts {
+		a, b := p.Started.UTC(), p.Finished.UTC()
+		end := b.Format("15:04")
+		if b.YearDay() != a.YearDay() || b.Year() != a.Year() {
+			end = b.Format("2006-01-02 15:04")
+		}
+		spans = append(spans, a.Format("2006-01-02 15:04")+" to "+end+" UTC")
+	}
+	return fmt.Sprintf("run in %d parts (each went on with -resume where the one before stopped, with the same machine, tools, proxy versions and test order): %s", len(c.Parts), strings.Join(spans, "; "))
 }
 
 // conditions is the one-line summary under the title, as in the seed.

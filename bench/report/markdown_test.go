@@ -412,3 +412,33 @@ func TestMarkdownTopAndLinks(t *testing.T) {
 		t.Error("a report without options does not link its charts beside it")
 	}
 }
+
+// TestMarkdownParts checks that a campaign run in parts (-resume) says
+// when each part ran, and that one run at once keeps its start alone.
+func TestMarkdownParts(t *testing.T) {
+	at := func(day, h, m int) time.Time { return time.Date(2026, 12, day, h, m, 0, 0, time.UTC) }
+	tests := []struct {
+		name  string
+		parts []Part
+		want  string
+	}{
+		{"none recorded", nil, "One campaign on one machine, 2026-12-07 14:50 UTC. Raw runs:"},
+		{"one part", []Part{{at(7, 14, 50), at(7, 16, 25)}}, "One campaign on one machine, 2026-12-07 14:50 UTC. Raw runs:"},
+		{"three parts", []Part{{at(7, 14, 50), at(7, 16, 25)}, {at(7, 23, 10), at(8, 1, 5)}, {at(8, 9, 0), at(8, 10, 30)}},
+			"One campaign on one machine, run in 3 parts (each went on with -resume where the one before stopped, with the same machine, tools, proxy versions and test order): 2026-12-07 14:50 to 16:25 UTC; 2026-12-07 23:10 to 2026-12-08 01:05 UTC; 2026-12-08 09:00 to 10:30 UTC. Raw runs:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := testCampaign()
+			c.Started = at(7, 14, 50)
+			c.Parts = tt.parts
+			var b bytes.Buffer
+			if err := Markdown(&b, c); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), tt.want) {
+				t.Errorf("report lacks %q; its top:\n%s", tt.want, b.String()[:min(800, b.Len())])
+			}
+		})
+	}
+}

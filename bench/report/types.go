@@ -274,6 +274,40 @@ type Campaign struct {
 	// Notes are extra lines for the "What these numbers do not show"
 	// section, after the standard caveats.
 	Notes []string `json:"notes,omitempty"`
+	// Parts are the stretches of time the campaign ran in: one for a
+	// campaign run to its end at once, one more for every -resume. Empty
+	// in campaigns from before it was recorded.
+	Parts []Part `json:"parts,omitempty"`
+	// Resume is what -resume needs to go on with the campaign where it
+	// stopped; nil in campaigns from before it was recorded.
+	Resume *Resume `json:"resume,omitempty"`
+}
+
+// Part is one stretch of time a campaign ran in.
+type Part struct {
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+}
+
+// Resume is the state a campaign keeps so that -resume can continue it:
+// the selection it was started with, how far along the shuffled order it
+// got, and its own notes apart from the ones derived from its runs.
+type Resume struct {
+	// Tests is the -tests list the campaign was started with.
+	Tests string `json:"tests"`
+	// PairsDone is how many test/proxy pairs of Order ran to their end;
+	// runs of the pair after them are from an interrupted test and are
+	// made again.
+	PairsDone int `json:"pairs_done"`
+	// Notes are the campaign's notes without those derived from its runs
+	// when it was saved (which are derived again).
+	Notes []string `json:"notes,omitempty"`
+	// SilentClosers are the labels of the proxies seen closing client
+	// connections without "Connection: close" (a note each).
+	SilentClosers []string `json:"silent_closers,omitempty"`
+	// Skipped holds why a proxy (by name) or one of its ports
+	// (name/listener, name/listener/test) is no longer run.
+	Skipped map[string]string `json:"skipped,omitempty"`
 }
 
 // CoreSplit is where the processes of one test of the "More cores" table
