@@ -436,7 +436,7 @@ func continueFrom(c *report.Campaign, prev report.Campaign, coreNotes int) (resu
 	for i, p := range c.Proxies {
 		q := prev.Proxies[i]
 		if p.Name != q.Name || p.Version != q.Version || p.Skipped != q.Skipped {
-			return st, fmt.Errorf("%s is %q (%s) now, the campaign ran %s %q (%s)", p.Name, p.Version, orNone(p.Skipped), q.Name, q.Version, orNone(q.Skipped))
+			return st, fmt.Errorf("%s is %q (%s) now, the campaign ran %s %q (%s)", p.Name, p.Version, runState(p.Skipped), q.Name, q.Version, runState(q.Skipped))
 		}
 	}
 	if !slices.Equal(c.Order, prev.Order) {
@@ -479,8 +479,9 @@ func continueFrom(c *report.Campaign, prev report.Campaign, coreNotes int) (resu
 	return st, nil
 }
 
-// orNone is s, or "running" for an empty skip reason.
-func orNone(s string) string {
+// runState describes a proxy by its skip reason: "running" when it has
+// none.
+func runState(s string) string {
 	if s == "" {
 		return "running"
 	}

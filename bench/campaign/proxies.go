@@ -311,7 +311,8 @@ func preparePackaged(binary, pkg, versionFlag string) func(context.Context, *env
 
 // prepareRustle builds rustle from the tree, unless -rustle names a binary.
 func prepareRustle(ctx context.Context, e *env) (string, error) {
-	if e.rustleBin == "" {
+	given := e.rustleBin != ""
+	if !given {
 		bin := filepath.Join(e.bin, "rustle")
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/rustle")
 		cmd.Dir = e.root
@@ -319,16 +320,18 @@ func prepareRustle(ctx context.Context, e *env) (string, error) {
 			return "", fmt.Errorf("go build -trimpath ./cmd/rustle failed: %s", firstLines(string(out), 3))
 		}
 		e.rustleBin = bin
-	} else if out, err := exec.CommandContext(ctx, e.rustleBin, "version").Output(); err == nil {
+	}
+	e.prepareDNSRows()
+	if given {
 		// A -rustle binary built with its VCS stamp (go build
 		// -buildvcs=true) names its own commit, which may not be the
 		// tree's.
-		if v := binaryVersion(string(out)); v != "" {
-			e.prepareDNSRows()
-			return "at " + v, nil
+		if out, err := exec.CommandContext(ctx, e.rustleBin, "version").Output(); err == nil {
+			if v := binaryVersion(string(out)); v != "" {
+				return "at " + v, nil
+			}
 		}
 	}
-	e.prepareDNSRows()
 	version := "from the tree"
 	if out, err := exec.CommandContext(ctx, "git", "-C", e.root, "describe", "--always", "--dirty").Output(); err == nil {
 		version = "at " + strings.TrimSpace(string(out))
