@@ -67,6 +67,17 @@ const (
 	// a third more CPU per request (bench/README.md, "The cost of an
 	// HTTP/2 wake-up"); at 50 ms it did.
 	quietWait = 100 * time.Millisecond
+	// tunnelWait is how long a worker serving tunnels and no other
+	// stream, which has just read a frame over framerKeep, waits for
+	// the client's next bytes before it leaves the wait to no goroutine
+	// (run). A tunnel moving bulk data sends its next frame within
+	// microseconds: handing it off after every frame started a worker
+	// and made a new framer, whose read buffer is garbage, for each
+	// 16 KiB DATA frame, and the garbage collector took a fifth of an
+	// HTTP/2 CONNECT upload's CPU. A tunnel quiet for longer, or one
+	// sending small frames (a WebSocket's messages), keeps no goroutine
+	// and costs no timer, as before.
+	tunnelWait = time.Millisecond
 )
 
 var (
@@ -253,6 +264,9 @@ func (c *conn) run(first, ready bool) {
 			return
 		}
 		first = false
+		if c.bigFrame {
+			c.newFramer() // the framer's read buffer is not kept idle
+		}
 		if hook := handOffHook.Load(); hook != nil {
 			(*hook)(c)
 		}
@@ -439,9 +453,10 @@ func (c *conn) frames(ctx context.Context, first, ready, handOff bool) int {
 
 // idleLocked reports whether the connection serves tunnels and no
 // other stream: then its worker leaves the wait for the client to run's
-// goroutine. A connection with no stream at all (quietLocked) keeps its
-// worker for quietWait first: a client that sends one request at a
-// time would otherwise start a worker for each.
+// goroutine once the client has sent nothing for tunnelWait. A
+// connection with no stream at all (quietLocked) keeps its worker for
+// quietWait first: a client that sends one request at a time would
+// otherwise start a worker for each.
 func (c *conn) idleLocked() bool {
 	if len(c.streams) == 0 {
 		return false
@@ -658,7 +673,8 @@ func (c *conn) drainedLocked() bool {
 // socket error otherwise. Without a socket to wait on it returns nil at
 // once and the read blocks instead. With handOff set (the caller is a
 // worker of run) it returns errHandOff instead of waiting while the
-// connection is idle, and errWoken once it has become idle meanwhile.
+// connection is idle (tunnels only), after tunnelWait when it has just
+// read a big frame, and errWoken once it has become idle meanwhile.
 //
 // The idle timeout runs from the later of the call and the moment the
 // connection became idle (conn.idleSince). A reader parked while a
@@ -671,18 +687,20 @@ func (c *conn) drainedLocked() bool {
 // parked with no stream returns errHandOff once the client has sent
 // nothing for quietWait.
 func (c *conn) wait(handOff bool) error {
-	if c.bigFrame {
-		c.newFramer()
-	}
 	c.hdec.release()
 	c.rd.release()
 	c.waitFrom = time.Now()
 	c.mu.Lock()
+	if c.bigFrame && !(handOff && (c.idleLocked() || c.quietLocked())) {
+		// A wait that may last: the framer's read buffer is not kept.
+		// A worker's wait ends in a hand-off (run) that drops it.
+		c.newFramer()
+	}
 	if c.drainedLocked() {
 		c.mu.Unlock()
 		return errDone
 	}
-	if handOff && c.idleLocked() {
+	if handOff && !c.bigFrame && c.idleLocked() {
 		c.mu.Unlock()
 		return errHandOff
 	}
@@ -779,8 +797,9 @@ func (c *conn) armBlockingRead() {
 
 // armParkLocked sets the read deadline the reader parks with (see wait)
 // and notes it in parkUntil. A worker (handOff) parks a connection with
-// no stream until quietWait after it became quiet at the latest: then it
-// leaves the wait to no goroutine.
+// no stream until quietWait after it became quiet at the latest, and
+// one with tunnels only that has just read a big frame for tunnelWait:
+// then it leaves the wait to no goroutine.
 //
 //go:noinline
 func (c *conn) armParkLocked(handOff bool) {
@@ -795,6 +814,8 @@ func (c *conn) armParkLocked(handOff bool) {
 		}
 	case !c.idleLocked():
 		want = gate.Deadline(now, c.cfg.IdleTimeout)
+	case handOff:
+		want = c.waitFrom.Add(tunnelWait)
 	}
 	if d := c.rd.deadline; want.IsZero() {
 		if !d.IsZero() {
