@@ -691,9 +691,11 @@ func (c *conn) wait(handOff bool) error {
 	c.rd.release()
 	c.waitFrom = time.Now()
 	c.mu.Lock()
-	if c.bigFrame && !(handOff && (c.idleLocked() || c.quietLocked())) {
-		// A wait that may last: the framer's read buffer is not kept.
-		// A worker's wait ends in a hand-off (run) that drops it.
+	if c.bigFrame && !(handOff && c.idleLocked()) {
+		// The framer's read buffer is not kept through a wait that
+		// may last. A worker's wait for its tunnels' next frame lasts
+		// tunnelWait at most, and ends in a hand-off (run) that drops
+		// it.
 		c.newFramer()
 	}
 	if c.drainedLocked() {
