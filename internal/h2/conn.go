@@ -691,7 +691,8 @@ func (c *conn) wait(handOff bool) error {
 	c.rd.release()
 	c.waitFrom = time.Now()
 	c.mu.Lock()
-	if c.bigFrame && !(handOff && c.idleLocked()) {
+	idle := handOff && c.idleLocked() // a worker's, for tunnels only
+	if c.bigFrame && !idle {
 		// The framer's read buffer is not kept through a wait that
 		// may last. A worker's wait for its tunnels' next frame lasts
 		// tunnelWait at most, and ends in a hand-off (run) that drops
@@ -702,7 +703,7 @@ func (c *conn) wait(handOff bool) error {
 		c.mu.Unlock()
 		return errDone
 	}
-	if handOff && !c.bigFrame && c.idleLocked() {
+	if idle && !c.bigFrame {
 		c.mu.Unlock()
 		return errHandOff
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,100 +105,45 @@ func TestBulkTunnelKeepsItsWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
 	var sunk atomic.Int64
+	sinkDone := make(chan struct{})
 	go func() {
+		defer close(sinkDone)
 		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
-		n, _ := io.Copy(io.Discard, c)
-		sunk.Store(n)
-		c.Close()
-	}()
-
-	p := startProxy(t, testConfig(Config{}), nil)
-	rc := p.raw(t)
-	// The client's send windows, from the proxy's SETTINGS and
-	// WINDOW_UPDATE frames, read on a goroutine of their own.
-	var mu sync.Mutex
-	cond := sync.NewCond(&mu)
-	var wmu sync.Mutex // the framer's writes
-	conn, stream := int64(65535), int64(65535)
-	status := make(chan string, 1)
-	readDone := make(chan error, 1)
-	go func() {
+		defer c.Close()
+		buf := make([]byte, 64<<10)
 		for {
-			f, err := rc.fr.ReadFrame()
+			n, err := c.Read(buf)
+			sunk.Add(int64(n))
 			if err != nil {
-				mu.Lock()
-				conn, stream = -1, -1
-				cond.Broadcast()
-				mu.Unlock()
-				readDone <- err
 				return
 			}
-			mu.Lock()
-			switch f := f.(type) {
-			case *http2.SettingsFrame:
-				if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
-					stream += int64(v) - 65535
-				}
-				if !f.IsAck() {
-					wmu.Lock()
-					rc.fr.WriteSettingsAck()
-					wmu.Unlock()
-				}
-			case *http2.WindowUpdateFrame:
-				if f.StreamID == 0 {
-					conn += int64(f.Increment)
-				} else {
-					stream += int64(f.Increment)
-				}
-			case *http2.MetaHeadersFrame:
-				status <- f.PseudoValue("status")
-			}
-			cond.Broadcast()
-			mu.Unlock()
 		}
 	}()
-	wmu.Lock()
-	rc.headers(1, false, ":method", "CONNECT", ":authority", ln.Addr().String())
-	wmu.Unlock()
-	select {
-	case s := <-status:
-		if s != "200" {
-			t.Fatalf("CONNECT answered %s", s)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("CONNECT not answered")
-	}
+	t.Cleanup(func() {
+		ln.Close()
+		<-sinkDone
+	})
 
+	p := startProxy(t, testConfig(Config{}), nil)
+	// Go's client cuts the writes into DATA frames of the proxy's
+	// largest frame size, 16 KiB, as the flow-control windows allow.
+	tun, _ := proxytest.H2Connect(t, p.client(t), ln.Addr().String())
 	const frames, size = 512, 16 << 10
 	payload := bytes.Repeat([]byte("x"), size)
 	handOffs.Store(0)
 	for i := range frames {
-		mu.Lock()
-		for conn >= 0 && (conn < size || stream < size) {
-			cond.Wait()
-		}
-		if conn < 0 {
-			mu.Unlock()
-			t.Fatalf("frame %d: the connection ended: %v", i, <-readDone)
-		}
-		conn -= size
-		stream -= size
-		mu.Unlock()
-		wmu.Lock()
-		err := rc.fr.WriteData(1, i == frames-1, payload)
-		wmu.Unlock()
-		if err != nil {
-			t.Fatalf("frame %d: %v", i, err)
+		if _, err := tun.Write(payload); err != nil {
+			t.Fatalf("write %d: %v", i, err)
 		}
 	}
 	proxytest.WaitFor(t, "the origin to have every byte", func() bool { return sunk.Load() == frames*size })
+	tun.Close() // the sink's connection ends with the stream
 	n := handOffs.Load()
-	t.Logf("%d DATA frames of %d bytes: %d hand-offs", frames, size, n)
+	t.Logf("%d writes of %d bytes: %d hand-offs", frames, size, n)
 	if n > frames/8 {
 		t.Errorf("%d hand-offs for an upload of %d DATA frames sent back to back, want at most %d", n, frames, frames/8)
 	}
