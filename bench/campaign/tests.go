@@ -544,7 +544,7 @@ var tests = []testDef{
 		rows: []report.Row{
 			{ID: "ws-64", Section: secWS, Title: "WebSocket, 64-byte messages", Unit: "msg/s", Selects: true, Chart: "throughput"},
 			{ID: "ws-p99", Section: secWS, Title: "WebSocket round trip, 64-byte messages (p99)", Unit: "ms", Decimals: 1, LessIsBetter: true,
-				Note: "99th percentile of the time from sending a message to receiving its echo, over the runs at the kept level of the 64-byte test (closed loop: one message in flight per connection)."},
+				Note: "99th percentile of the time from sending a message to receiving its echo, over the runs at one level for every column (closed loop: one message in flight per connection)."},
 			{ID: "ws-cpu", Section: secWS, Title: "CPU cost per WebSocket message", Unit: "µs/msg", Decimals: 1, LessIsBetter: true, Unsupported: notNone,
 				Note: "proxy CPU (utime+stime of all its processes) over the 64-byte runs at the kept level divided by the messages echoed (a message and its echo count once)."},
 		},

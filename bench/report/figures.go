@@ -79,7 +79,7 @@ const (
 // Figures computes the cell of every row and proxy of c, keyed by row ID
 // and then proxy name. The level of a test is chosen once, on the row of
 // the test that Selects, and every other row of the test reads its value
-// at that level.
+// at that level, but for a OneLevel row, read at its CommonLevel.
 func Figures(c Campaign) map[string]map[string]Cell {
 	selector := map[string]Row{}
 	for _, r := range c.Rows {
@@ -94,7 +94,64 @@ func Figures(c Campaign) map[string]map[string]Cell {
 			out[row.ID][p.Name] = figure(c, row, selector[row.Test], p)
 		}
 	}
+	for _, row := range c.Rows {
+		if OneLevel(row) {
+			atOneLevel(out[row.ID], row, c.Proxies)
+		}
+	}
 	return out
+}
+
+// OneLevel reports whether row is a round-trip latency row of a
+// closed-loop test (unit "ms", no Level of its own, not the row that
+// selects its test's level). Such a row is read at one level for every
+// proxy (CommonLevel), not at each proxy's own kept level: in a closed
+// loop more connections in flight mean longer round trips, so a proxy
+// kept at 256 connections and a peer kept at 64 would have their
+// latency compared at four times the load.
+func OneLevel(row Row) bool {
+	return row.Unit == "ms" && row.Level == 0 && !row.Selects
+}
+
+// CommonLevel returns the level a OneLevel row is read at: the lowest of
+// the levels its proxies' figures were kept at, which every proxy
+// measured (each test runs the same levels for every proxy), and 0 when
+// no proxy has a figure.
+func CommonLevel(cells map[string]Cell) int {
+	lowest := 0
+	for _, cell := range cells {
+		if cell.OK && (lowest == 0 || cell.Level.Conns < lowest) {
+			lowest = cell.Level.Conns
+		}
+	}
+	return lowest
+}
+
+// atOneLevel reads every proxy's cell of the OneLevel row at its
+// CommonLevel.
+func atOneLevel(cells map[string]Cell, row Row, proxies []Proxy) {
+	at := CommonLevel(cells)
+	if at == 0 {
+		return
+	}
+	for _, p := range proxies {
+		cell := cells[p.Name]
+		if cell.Text == TextUnsupported || len(cell.Levels) == 0 {
+			continue
+		}
+		i := slices.IndexFunc(cell.Levels, func(l Level) bool { return l.Conns == at })
+		if i < 0 {
+			cells[p.Name] = Cell{Text: TextNotRun, Levels: cell.Levels}
+			continue
+		}
+		l := cell.Levels[i]
+		v, ok := l.Values[row.ID]
+		if !l.Clean || !ok || math.IsNaN(v) {
+			cells[p.Name] = Cell{Text: TextNoClean, Level: l, Levels: cell.Levels}
+			continue
+		}
+		cells[p.Name] = Cell{OK: true, Value: v, Text: FormatValue(v, row.Decimals), Level: l, Levels: cell.Levels}
+	}
 }
 
 // figure computes one cell.

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,67 @@ func TestMarkdownRateLines(t *testing.T) {
 	}
 	if strings.Contains(out, "| rate-1k at 5,000/s | gost |") {
 		t.Error("a line for gost at 5,000/s, where only its warm-up ran")
+	}
+}
+
+// TestOneLevelLatency: a closed-loop latency row is read at one level for
+// every column, the lowest of the levels the proxies were kept at, while
+// the test's other rows stay at each proxy's own; a proxy whose runs at
+// that level were not clean has no figure on the row.
+func TestOneLevelLatency(t *testing.T) {
+	const sec = "WebSocket over TLS"
+	c := Campaign{
+		Started: time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC), Seed: 3, Repeats: 1, DurationS: 3,
+		Proxies: []Proxy{
+			{Name: "rustle", Label: "rustle"},
+			{Name: "squid", Label: "Squid"},
+			{Name: "gost", Label: "gost"},
+		},
+		Rows: []Row{
+			{ID: "wss-64", Test: "wss-64", Section: sec, Title: "WebSocket, 64-byte messages", Unit: "msg/s", Selects: true},
+			{ID: "wss-p99", Test: "wss-64", Section: sec, Title: "WebSocket round trip, 64-byte messages (p99)", Unit: "ms", Decimals: 1, LessIsBetter: true},
+			{ID: "wss-cpu", Test: "wss-64", Section: sec, Title: "CPU cost per WebSocket message", Unit: "µs/msg", Decimals: 1, LessIsBetter: true},
+		},
+	}
+	add := func(proxy string, conns int, clean bool, msgs, p99, cpu float64) {
+		r := Run{Test: "wss-64", Proxy: proxy, Conns: conns, Clean: clean, CoreBusy: []float64{90, 90},
+			Metrics: map[string]float64{"wss-64": msgs, "wss-p99": p99, "wss-cpu": cpu}}
+		if !clean {
+			r.Problem = "3 connections failed"
+		}
+		c.Runs = append(c.Runs, r)
+	}
+	// As in the campaign of 2026-12-07: rustle kept at 256, Squid at 64.
+	add("rustle", 16, true, 20000, 1.1, 40)
+	add("rustle", 64, true, 25000, 4.1, 37)
+	add("rustle", 256, true, 26454, 16.5, 36.4)
+	add("squid", 16, true, 21000, 1.0, 38)
+	add("squid", 64, true, 28191, 3.9, 35.1)
+	add("squid", 256, true, 27000, 15, 36)
+	// gost kept at 256; its runs at 64 saw errors.
+	add("gost", 16, true, 20000, 1.2, 40)
+	add("gost", 64, false, 26000, 4.8, 36)
+	add("gost", 256, true, 26500, 17, 36.2)
+	f := Figures(c)
+	got := map[string]string{}
+	for row, m := range f {
+		for p, cell := range m {
+			got[row+"/"+p] = fmt.Sprintf("%s@%d", cell.Text, cell.Level.Conns)
+		}
+	}
+	want := map[string]string{
+		"wss-64/rustle": "26,454@256", "wss-64/squid": "28,191@64", "wss-64/gost": "26,500@256",
+		"wss-cpu/rustle": "36.4@256", "wss-cpu/squid": "35.1@64", "wss-cpu/gost": "36.2@256",
+		"wss-p99/rustle": "4.1@64", "wss-p99/squid": "3.9@64", "wss-p99/gost": TextNoClean + "@64",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Figures (-want +got):\n%s", diff)
+	}
+	var b bytes.Buffer
+	if err := Markdown(&b, c); err != nil {
+		t.Fatal(err)
+	}
+	if want := "| WebSocket round trip, 64-byte messages (p99), at 64 connections | ms | 4.1 | 3.9 | no clean run | 1.1× more | n/a |\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("report lacks %q; report:\n%s", want, b.String())
 	}
 }

@@ -177,7 +177,15 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 			if r.Section != sec {
 				continue
 			}
-			line := []string{r.Title, r.Unit}
+			title := r.Title
+			at := 0
+			if OneLevel(r) {
+				at = CommonLevel(figs[r.ID])
+			}
+			if at > 0 {
+				title += fmt.Sprintf(", at %s connections", FormatValue(float64(at), 0))
+			}
+			line := []string{title, r.Unit}
 			for _, p := range c.Proxies {
 				line = append(line, figs[r.ID][p.Name].Text)
 				loadBound = loadBound || figs[r.ID][p.Name].LoadBound
@@ -192,6 +200,9 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 			rows = append(rows, line)
 			if r.Note != "" {
 				notes = append(notes, r.Title+": "+r.Note)
+			}
+			if at > 0 {
+				notes = append(notes, fmt.Sprintf("%s: read at %s connections in flight for every column, the lowest of the levels kept for the proxies of this test, so that no column's latency comes from more connections than another's (in a closed loop more connections in flight mean longer round trips); the other rows of the test are at each proxy's own kept level (at_conns).", r.Title, FormatValue(float64(at), 0)))
 			}
 		}
 		Table(bw, hdr, rows, 2)
