@@ -85,6 +85,17 @@ func openQUIC(l *listener, log *slog.Logger) (*quicSocket, error) {
 	}
 	cur := l.cur
 	tlsConf := h3.TLSConfig(func() *tls.Config { return cur.Load().TLS.TLSConfig() })
+	q := &quicSocket{udp: udp}
+	q.hs.init(log)
+	// A connection admitted without a handshake slot waits for one
+	// before the handshake goes on (quicHandshakes.awaitSlot).
+	getConf := tlsConf.GetConfigForClient
+	tlsConf.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		if err := q.hs.awaitSlot(hi.Context()); err != nil {
+			return nil, err
+		}
+		return getConf(hi)
+	}
 	qc := l.H3.QUICConfig().Clone()
 	qc.GetConfigForClient = func(*quic.ClientInfo) (*quic.Config, error) {
 		if s := cur.Load().H3; s != nil {
@@ -92,8 +103,6 @@ func openQUIC(l *listener, log *slog.Logger) (*quicSocket, error) {
 		}
 		return nil, errors.New("server: http3 is off on this listener")
 	}
-	q := &quicSocket{udp: udp}
-	q.hs.init(log)
 	q.tr = &quic.Transport{
 		Conn:                udp,
 		VerifySourceAddress: func(a net.Addr) bool { return q.hs.retry(cur.Load(), a) },
@@ -163,6 +172,7 @@ func (q *quicSocket) close() {
 		q.ln.Close()
 		q.tr.Close()
 		q.udp.Close()
+		q.hs.stop()
 	})
 }
 

@@ -30,11 +30,15 @@ import (
 // limits.max_tls_handshakes, shared with the TCP side's TLS handshakes
 // (an eighth per address; a validated address past it may take one of
 // all while half are free). A connection refused there is sent
-// CONNECTION_REFUSED and holds nothing. An admitted one holds its slot
-// until its handshake completes or fails, and its admission until it
-// closes.
+// CONNECTION_REFUSED and holds nothing. A connection from a validated
+// address that finds no slot free is admitted all the same and waits
+// for one, as a TCP client does, before its handshake goes past the
+// ClientHello (awaitSlot); an unvalidated one is refused. An admitted
+// one holds its slot until its handshake completes or fails, and its
+// admission until it closes.
 //
-// Both run on quic-go's packet loop: they never wait.
+// retry and admit run on quic-go's packet loop: they never wait.
+// awaitSlot runs on the connection's own goroutine.
 type quicHandshakes struct {
 	log *slog.Logger
 
@@ -44,6 +48,12 @@ type quicHandshakes struct {
 	retries     int                // Retries sent since the last warning; guarded by mu
 	refused     map[string]int     // connections refused since the last warning, by reason; guarded by mu
 	lastWarn    time.Time          // guarded by mu
+	flush       *time.Timer        // logs what was counted after the last warning at the interval's end; guarded by mu
+	stopped     bool               // stop ran: no flush is armed any more; guarded by mu
+	flushes     sync.WaitGroup     // the flush running, which stop waits for
+
+	waits     context.Context    // ends the waits for a slot (awaitSlot) when stop runs
+	stopWaits context.CancelFunc // ends waits
 }
 
 // quicWarnEvery bounds the admission's warnings to one per interval.
@@ -56,6 +66,7 @@ func (h *quicHandshakes) init(log *slog.Logger) {
 	h.log = log
 	h.perIP = make(map[netip.Addr]int)
 	h.refused = make(map[string]int)
+	h.waits, h.stopWaits = context.WithCancel(context.Background())
 }
 
 // retry reports whether a new connection from the unvalidated address a
@@ -95,11 +106,13 @@ func (h *quicHandshakes) admit(ctx context.Context, l *listener, ci *quic.Client
 		return nil, errors.New("server: QUIC connection refused: " + adm.Reason())
 	}
 	slot := l.handshakes.tryAcquire(ip, ci.AddrVerified)
-	if slot == nil {
+	if slot == nil && !ci.AddrVerified {
 		l.Policy.Release(ip)
 		return nil, h.refuse("too many TLS handshakes in progress")
 	}
-	a := &quicAttempt{h: h, ip: ip, policy: l.Policy, slots: l.handshakes, slot: slot, unvalidated: !ci.AddrVerified}
+	// A validated address with no slot free waits for one in awaitSlot.
+	a := &quicAttempt{h: h, ip: ip, policy: l.Policy, slots: l.handshakes, slot: slot, unvalidated: !ci.AddrVerified,
+		wait: l.H3.QUICConfig().HandshakeIdleTimeout}
 	if a.unvalidated {
 		h.mu.Lock()
 		h.unvalidated++
@@ -117,6 +130,42 @@ func (h *quicHandshakes) admit(ctx context.Context, l *listener, ci *quic.Client
 	return context.WithValue(ctx, attemptKey{}, a), nil
 }
 
+// awaitSlot waits, on the goroutine of a connection's handshake when its
+// ClientHello has come (ctx is the connection's), for the handshake slot
+// that admit found taken, at most the handshake's idle timeout, as a TCP
+// client waits for one (handshakeSlots.acquire). It returns at once for
+// a connection that holds its slot, and an error, which fails the
+// handshake, when no slot came in time, the connection ended or the
+// socket closed.
+func (h *quicHandshakes) awaitSlot(ctx context.Context) error {
+	a, _ := ctx.Value(attemptKey{}).(*quicAttempt)
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	held := a.slot != nil
+	a.mu.Unlock()
+	if held {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(h.waits, cancel)
+	defer stop()
+	slot := a.slots.acquire(ctx, a.ip, a.wait)
+	if slot == nil {
+		return h.refuse("no TLS handshake slot free within the handshake timeout")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ended {
+		a.slots.release(slot)
+		return errors.New("server: QUIC handshake ended while it waited for a slot")
+	}
+	a.slot = slot
+	return nil
+}
+
 // refuse counts a refusal for the warning and returns its error.
 func (h *quicHandshakes) refuse(reason string) error {
 	h.mu.Lock()
@@ -127,13 +176,56 @@ func (h *quicHandshakes) refuse(reason string) error {
 }
 
 // warnLocked logs the Retries and refusals counted, at most every
-// quicWarnEvery.
+// quicWarnEvery; what it counts within an interval is logged when the
+// interval ends (flushed), or by stop.
 func (h *quicHandshakes) warnLocked() {
 	now := time.Now()
-	if now.Sub(h.lastWarn) < quicWarnEvery {
+	if wait := quicWarnEvery - now.Sub(h.lastWarn); wait > 0 {
+		if h.flush == nil && !h.stopped {
+			h.flushes.Add(1)
+			h.flush = time.AfterFunc(wait, h.flushed)
+		}
 		return
 	}
 	h.lastWarn = now
+	h.logLocked()
+}
+
+// flushed logs, at the end of an interval, what was counted after its
+// warning.
+func (h *quicHandshakes) flushed() {
+	defer h.flushes.Done()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.flush = nil
+	if h.stopped {
+		return // stop logs it
+	}
+	h.lastWarn = time.Now()
+	h.logLocked()
+}
+
+// stop logs what was counted since the last warning, and stops the
+// flush; the socket's connections are gone. It is idempotent.
+func (h *quicHandshakes) stop() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	h.stopped = true
+	h.stopWaits()
+	if h.flush != nil && h.flush.Stop() {
+		h.flushes.Done() // it will not run
+	}
+	h.flush = nil
+	h.logLocked()
+	h.mu.Unlock()
+	h.flushes.Wait()
+}
+
+// logLocked logs the Retries and refusals counted and resets the counts.
+func (h *quicHandshakes) logLocked() {
 	if h.retries > 0 {
 		h.log.Warn("QUIC address validation: Retry sent to new connections", "retries", h.retries,
 			"unvalidated_handshakes", h.unvalidated)
@@ -169,10 +261,11 @@ type quicAttempt struct {
 	ip          netip.Addr
 	policy      *gate.Policy // what admitted the connection, and takes its admission back
 	slots       *handshakeSlots
-	slot        *ipSlots
 	unvalidated bool
+	wait        time.Duration // how long awaitSlot waits for a slot
 
 	mu      sync.Mutex
+	slot    *ipSlots    // the handshake's slot; nil while awaitSlot waits for one; guarded by mu
 	stopCtx func() bool // stops expire at the context's end; set under mu
 	timer   *time.Timer // expire at the handshake's bound; set under mu
 	ended   bool        // the handshake's holdings given back; guarded by mu
@@ -190,7 +283,9 @@ func attemptOf(c *quic.Conn) *quicAttempt {
 func (a *quicAttempt) endLocked() {
 	a.ended = true
 	a.timer.Stop()
-	a.slots.release(a.slot)
+	if a.slot != nil {
+		a.slots.release(a.slot)
+	}
 	if a.unvalidated {
 		a.h.mu.Lock()
 		a.h.unvalidated--
