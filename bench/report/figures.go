@@ -139,18 +139,7 @@ func atOneLevel(cells map[string]Cell, row Row, proxies []Proxy) {
 		if cell.Text == TextUnsupported || len(cell.Levels) == 0 {
 			continue
 		}
-		i := slices.IndexFunc(cell.Levels, func(l Level) bool { return l.Conns == at })
-		if i < 0 {
-			cells[p.Name] = Cell{Text: TextNotRun, Levels: cell.Levels}
-			continue
-		}
-		l := cell.Levels[i]
-		v, ok := l.Values[row.ID]
-		if !l.Clean || !ok || math.IsNaN(v) {
-			cells[p.Name] = Cell{Text: TextNoClean, Level: l, Levels: cell.Levels}
-			continue
-		}
-		cells[p.Name] = Cell{OK: true, Value: v, Text: FormatValue(v, row.Decimals), Level: l, Levels: cell.Levels}
+		cells[p.Name] = levelFigure(row, cell.Levels, at)
 	}
 }
 
@@ -167,7 +156,7 @@ func figure(c Campaign, row, sel Row, p Proxy) Cell {
 		return Cell{Text: TextNotRun}
 	}
 	if row.Level != 0 {
-		return levelFigure(row, levels)
+		return levelFigure(row, levels, row.Level)
 	}
 	if sel.ID == "" {
 		sel = row
@@ -183,10 +172,10 @@ func figure(c Campaign, row, sel Row, p Proxy) Cell {
 	return Cell{OK: true, Value: v, Text: FormatValue(v, row.Decimals), Level: best, Levels: levels}
 }
 
-// levelFigure computes the cell of a row read at its own level
-// (Row.Level).
-func levelFigure(row Row, levels []Level) Cell {
-	i := slices.IndexFunc(levels, func(l Level) bool { return l.Conns == row.Level })
+// levelFigure computes the cell of a row read at the level at: its own
+// (Row.Level), or a OneLevel row's CommonLevel.
+func levelFigure(row Row, levels []Level, at int) Cell {
+	i := slices.IndexFunc(levels, func(l Level) bool { return l.Conns == at })
 	if i < 0 {
 		return Cell{Text: TextNotRun, Levels: levels}
 	}
