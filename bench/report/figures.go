@@ -79,7 +79,7 @@ const (
 // Figures computes the cell of every row and proxy of c, keyed by row ID
 // and then proxy name. The level of a test is chosen once, on the row of
 // the test that Selects, and every other row of the test reads its value
-// at that level, but for a OneLevel row, read at its CommonLevel.
+// at that level, but for a oneLevel row, read at its commonLevel.
 func Figures(c Campaign) map[string]map[string]Cell {
 	selector := map[string]Row{}
 	for _, r := range c.Rows {
@@ -95,29 +95,29 @@ func Figures(c Campaign) map[string]map[string]Cell {
 		}
 	}
 	for _, row := range c.Rows {
-		if OneLevel(row) {
+		if oneLevel(row) {
 			atOneLevel(out[row.ID], row, c.Proxies)
 		}
 	}
 	return out
 }
 
-// OneLevel reports whether row is a round-trip latency row of a
+// oneLevel reports whether row is a round-trip latency row of a
 // closed-loop test (unit "ms", no Level of its own, not the row that
 // selects its test's level). Such a row is read at one level for every
-// proxy (CommonLevel), not at each proxy's own kept level: in a closed
+// proxy (commonLevel), not at each proxy's own kept level: in a closed
 // loop more connections in flight mean longer round trips, so a proxy
 // kept at 256 connections and a peer kept at 64 would have their
 // latency compared at four times the load.
-func OneLevel(row Row) bool {
+func oneLevel(row Row) bool {
 	return row.Unit == "ms" && row.Level == 0 && !row.Selects
 }
 
-// CommonLevel returns the level a OneLevel row is read at: the lowest of
+// commonLevel returns the level a oneLevel row is read at: the lowest of
 // the levels its proxies' figures were kept at, which every proxy
 // measured (each test runs the same levels for every proxy), and 0 when
 // no proxy has a figure.
-func CommonLevel(cells map[string]Cell) int {
+func commonLevel(cells map[string]Cell) int {
 	lowest := 0
 	for _, cell := range cells {
 		if cell.OK && (lowest == 0 || cell.Level.Conns < lowest) {
@@ -127,10 +127,10 @@ func CommonLevel(cells map[string]Cell) int {
 	return lowest
 }
 
-// atOneLevel reads every proxy's cell of the OneLevel row at its
-// CommonLevel.
+// atOneLevel reads every proxy's cell of the oneLevel row at its
+// commonLevel.
 func atOneLevel(cells map[string]Cell, row Row, proxies []Proxy) {
-	at := CommonLevel(cells)
+	at := commonLevel(cells)
 	if at == 0 {
 		return
 	}
@@ -173,7 +173,7 @@ func figure(c Campaign, row, sel Row, p Proxy) Cell {
 }
 
 // levelFigure computes the cell of a row read at the level at: its own
-// (Row.Level), or a OneLevel row's CommonLevel.
+// (Row.Level), or a oneLevel row's commonLevel.
 func levelFigure(row Row, levels []Level, at int) Cell {
 	i := slices.IndexFunc(levels, func(l Level) bool { return l.Conns == at })
 	if i < 0 {

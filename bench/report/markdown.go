@@ -179,8 +179,8 @@ func MarkdownWith(w io.Writer, c Campaign, o Options) error {
 			}
 			title := r.Title
 			at := 0
-			if OneLevel(r) {
-				at = CommonLevel(figs[r.ID])
+			if oneLevel(r) {
+				at = commonLevel(figs[r.ID])
 			}
 			if at > 0 {
 				title += fmt.Sprintf(", at %s connections", FormatValue(float64(at), 0))

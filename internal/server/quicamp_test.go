@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -126,14 +127,9 @@ func TestQUICManyFromOneAddress(t *testing.T) {
 			for range tt.conns {
 				wg.Go(func() {
 					<-start
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					qc, err := quic.DialAddr(ctx, addrs[0], &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h3"}}, nil)
-					if err != nil {
+					if err := dialQUIC(addrs[0], roots, 20*time.Second); err != nil {
 						errs <- err
-						return
 					}
-					qc.CloseWithError(0, "")
 				})
 			}
 			close(start)
@@ -185,15 +181,7 @@ func TestQUICWaitForSlotBounded(t *testing.T) {
 		}
 		held = append(held, slot)
 	}
-	dial := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		qc, err := quic.DialAddr(ctx, addrs[0], &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h3"}}, nil)
-		if err == nil {
-			qc.CloseWithError(0, "")
-		}
-		return err
-	}
+	dial := func() error { return dialQUIC(addrs[0], roots, 10*time.Second) }
 	start := time.Now()
 	err := dial()
 	if err == nil {
@@ -216,4 +204,17 @@ func TestQUICWaitForSlotBounded(t *testing.T) {
 	if !strings.Contains(logs.String(), `reason="no TLS handshake slot free within the handshake timeout" refused=1`) {
 		t.Errorf("the failed wait is not in the admission's warnings; log:\n%s", logs.String())
 	}
+}
+
+// dialQUIC completes a QUIC handshake with the https listener at addr
+// (ALPN h3, its certificate checked against roots) within timeout, and
+// closes the connection.
+func dialQUIC(addr string, roots *x509.CertPool, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	qc, err := quic.DialAddr(ctx, addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"h3"}}, nil)
+	if err != nil {
+		return err
+	}
+	return qc.CloseWithError(0, "")
 }
