@@ -3,6 +3,7 @@
 package main
 
 import (
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -436,20 +437,19 @@ func TestQuickEstimateFitsTenMinutes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var pairs []pair
-		for _, td := range sel {
-			for _, p := range proxies {
-				if runs(td, p) && slices.Contains(strings.Split(defaultProxies, ","), p.name) {
-					pairs = append(pairs, pair{td, p})
-				}
-			}
-		}
+		pairs := orderPairs(sel, proxies, pl.repeats, rand.New(rand.NewPCG(1, 2)), defaultColumn)
 		// The quick campaign also waits at most 90 s for other load in all.
 		t.Logf("-quick -tests %s: %d pairs, estimate %s", list, len(pairs), estimate(pl, pairs))
 		if got := estimate(pl, pairs) + 90*time.Second; got > 9*time.Minute {
 			t.Errorf("-quick -tests %s: estimate %s with its waits, want under 9 minutes (10 with builds)", list, got)
 		}
 	}
+}
+
+// defaultColumn reports whether test td runs against proxy p in a
+// campaign of the default columns.
+func defaultColumn(td testDef, p *proxyDef) bool {
+	return runs(td, p) && slices.Contains(strings.Split(defaultProxies, ","), p.name)
 }
 
 // fill renders the template bench/<name> for a listener as the campaign
@@ -906,15 +906,10 @@ func TestQuickEstimateCores(t *testing.T) {
 	} {
 		fit := fitTests(sel, planCores(topo(0, tt.cpus)))
 		var ids []string
-		var pairs []pair
 		for _, td := range fit {
 			ids = append(ids, td.id)
-			for _, p := range proxies {
-				if runs(td, p) && slices.Contains(strings.Split(defaultProxies, ","), p.name) {
-					pairs = append(pairs, pair{td, p})
-				}
-			}
 		}
+		pairs := orderPairs(fit, proxies, pl.repeats, rand.New(rand.NewPCG(1, 2)), defaultColumn)
 		if !slices.Equal(ids, tt.wantTests) {
 			t.Errorf("%d CPUs: tests %v, want %v", tt.cpus, ids, tt.wantTests)
 		}

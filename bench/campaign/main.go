@@ -14,9 +14,10 @@
 //
 // It installs what is missing (wrk, squid, tinyproxy, dante-server, with
 // apt-get, as root, without letting the packages start their services), builds the
-// origin, the load tool and rustle, shuffles the test/proxy pairs with a
-// printed seed, restarts the proxy before each test, runs a warm-up and a
-// concurrency sweep with repeats, and writes under -out:
+// origin, the load tool and rustle, shuffles the tests with a printed
+// seed, runs each test's repeats in turns across the proxies (every proxy
+// once per turn), restarts the proxy for each repeat, runs a warm-up and
+// a concurrency sweep in it, and writes under -out:
 //
 //	runs.json       every run, raw, with the campaign's settings
 //	report.md       the tables, ratios, levels kept and core load
@@ -50,6 +51,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -290,18 +292,12 @@ func run() error {
 	e.originPID = originProc.pid()
 	fmt.Fprintf(e.out, "origin: http %s, sink %s, hold %s\n", e.origin.HTTP, e.origin.Sink, e.origin.Hold)
 
-	var pairs []pair
-	for _, t := range selected {
-		for _, d := range defs {
-			if runs(t, d) && e.lacks(d.name, t) == "" {
-				pairs = append(pairs, pair{t, d})
-			}
-		}
-	}
 	rng := rand.New(rand.NewPCG(uint64(*seed), uint64(*seed)>>1|1))
-	rng.Shuffle(len(pairs), func(i, j int) { pairs[i], pairs[j] = pairs[j], pairs[i] })
+	pairs := orderPairs(selected, defs, pl.repeats, rng, func(t testDef, d *proxyDef) bool {
+		return runs(t, d) && e.lacks(d.name, t) == ""
+	})
 	for _, p := range pairs {
-		c.Order = append(c.Order, p.t.id+"/"+p.def.name)
+		c.Order = append(c.Order, p.key())
 	}
 	fmt.Fprintf(e.out, "order (seed %d): %s\n", *seed, strings.Join(c.Order, " "))
 	done := 0
@@ -367,8 +363,8 @@ func run() error {
 			fmt.Fprintln(e.out, "WARNING: "+note)
 			c.Notes = append(c.Notes, note)
 		}
-		fmt.Fprintf(e.out, "[%d/%d %s] %s against %s\n", i+1, len(pairs), time.Since(start).Round(time.Second), p.t.id, p.def.label)
-		err := e.runTest(ctx, pl, p.t, p.def, func(r report.Run) { c.Runs = append(c.Runs, r) })
+		fmt.Fprintf(e.out, "[%d/%d %s] %s against %s%s\n", i+1, len(pairs), time.Since(start).Round(time.Second), p.t.id, p.def.label, p.round(pl))
+		err := e.runTest(ctx, pl, p, func(r report.Run) { c.Runs = append(c.Runs, r) })
 		if err != nil && ctx.Err() == nil {
 			// A proxy that cannot start or fails its check on a port is
 			// skipped on that port for the rest of the campaign, with the
@@ -455,7 +451,9 @@ func continueFrom(c *report.Campaign, prev report.Campaign, coreNotes int) (resu
 	}
 	c.Runs = nil
 	for _, r := range prev.Runs {
-		if finished[r.Test+"/"+r.Proxy] {
+		// A run belongs to the pair of its repeat, or, for a test whose
+		// repeats run as one pair, to the test's pair.
+		if finished[r.Test+"/"+r.Proxy] || finished[pair{rep: r.Repeat}.keyOf(r.Test, r.Proxy)] {
 			c.Runs = append(c.Runs, r)
 			if r.MemoryLoopMS > 0 && (st.fastestLoop == 0 || r.MemoryLoopMS < st.fastestLoop) {
 				st.fastestLoop = r.MemoryLoopMS
@@ -488,10 +486,86 @@ func runState(s string) string {
 	return "skipped: " + s
 }
 
-// pair is one test against one proxy: the unit of the shuffled order.
+// pair is one repeat of one test against one proxy, the unit of the
+// campaign's order: a fresh proxy, a warm-up and every level once.
 type pair struct {
 	t   testDef
 	def *proxyDef
+	// rep is the repeat the pair runs, from 1; 0 runs every repeat in
+	// one pair (the Go benchmarks, which run no proxy).
+	rep int
+}
+
+// key names p in the campaign's order (runs.json's order): "test/proxy"
+// for a pair of every repeat, "test/proxy#rep" for one repeat.
+func (p pair) key() string { return p.keyOf(p.t.id, p.def.name) }
+
+// keyOf is key for the pair of test and proxy with p's repeat.
+func (p pair) keyOf(test, proxy string) string {
+	if p.rep == 0 {
+		return test + "/" + proxy
+	}
+	return test + "/" + proxy + "#" + strconv.Itoa(p.rep)
+}
+
+// repeats returns the repeats p runs: pl.repeats for a pair of every
+// repeat, else 1.
+func (p pair) repeats(pl plan) int {
+	if p.rep == 0 {
+		return pl.repeats
+	}
+	return 1
+}
+
+// round describes p's repeat for the progress lines: "" for a pair of
+// every repeat or a campaign of one repeat.
+func (p pair) round(pl plan) string {
+	if p.rep == 0 || pl.repeats == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (repeat %d of %d)", p.rep, pl.repeats)
+}
+
+// orderPairs returns the campaign's order: the selected tests shuffled
+// with rng, and within a test its repeats in turn, each of them against
+// every proxy that runs the test (runs reports which) before the next
+// repeat starts, the proxies in a shuffled order and then in the reverse
+// order, alternately (A B C, C B A, A B C). A test's runs against every
+// proxy are so made close together in time and in the same turns, and
+// what slows a shared machine for minutes at a time (a neighbour's load,
+// a host that slows its memory) falls on each proxy's repeats alike
+// rather than on one proxy's, as it did when each pair ran all its
+// repeats at once and the pairs of all tests were shuffled together.
+// A Go benchmark test (no proxy) is one pair of every repeat.
+func orderPairs(selected []testDef, defs []*proxyDef, repeats int, rng *rand.Rand, runs func(testDef, *proxyDef) bool) []pair {
+	order := slices.Clone(selected)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	var pairs []pair
+	for _, t := range order {
+		var ds []*proxyDef
+		for _, d := range defs {
+			if runs(t, d) {
+				ds = append(ds, d)
+			}
+		}
+		if t.kind == kindGoBench {
+			for _, d := range ds {
+				pairs = append(pairs, pair{t: t, def: d})
+			}
+			continue
+		}
+		rng.Shuffle(len(ds), func(i, j int) { ds[i], ds[j] = ds[j], ds[i] })
+		for rep := 1; rep <= repeats; rep++ {
+			for k := range ds {
+				d := ds[k]
+				if rep%2 == 0 {
+					d = ds[len(ds)-1-k]
+				}
+				pairs = append(pairs, pair{t: t, def: d, rep: rep})
+			}
+		}
+	}
+	return pairs
 }
 
 // runs reports whether test t is run against proxy d: d has what t needs,
@@ -553,12 +627,12 @@ func estimate(pl plan, pairs []pair) time.Duration {
 				if p.t.tls() {
 					open = 5 * time.Second
 				}
-				total += time.Duration(pl.repeats) * (5*time.Second + time.Duration(len(p.t.steps)+1)*(pl.settle+open))
+				total += time.Duration(p.repeats(pl)) * (5*time.Second + time.Duration(len(p.t.steps)+1)*(pl.settle+open))
 			}
 		default:
 			// Start, check and stop: about 2 s for rustle, 5 s for Squid
 			// (measured in quick campaigns here).
-			n := len(pl.levels(p.t)) * pl.repeats
+			n := len(pl.levels(p.t)) * p.repeats(pl)
 			total += 3500*time.Millisecond + pl.warmup + time.Duration(n)*(pl.duration+time.Second)
 			if p.t.kind == kindRate {
 				// Each run and the warm-up: connections opened before

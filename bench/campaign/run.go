@@ -41,11 +41,17 @@ func (p plan) levels(t testDef) []int {
 	return t.levels
 }
 
-// runTest runs one test against one proxy: for throughput tests a fresh
-// proxy, a warm-up run, then every level repeats times; for the memory
-// test a fresh proxy per repeat. Every run is passed to record as soon as
-// it ends. An error means the proxy could not be started or checked.
-func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, record func(report.Run)) error {
+// runTest runs pair p, one test against one proxy, for p's repeat (or
+// every repeat): for throughput tests a fresh proxy, a warm-up run, then
+// every level once per repeat; for the memory test a fresh proxy per
+// repeat. Every run is passed to record as soon as it ends. An error
+// means the proxy could not be started or checked.
+func (e *env) runTest(ctx context.Context, pl plan, p pair, record func(report.Run)) error {
+	t, def := p.t, p.def
+	first, last := 1, pl.repeats
+	if p.rep != 0 {
+		first, last = p.rep, p.rep
+	}
 	if t.kind == kindGoBench {
 		return e.goBenchTest(ctx, pl, t, record) // no proxy
 	}
@@ -69,7 +75,7 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 		defer stop()
 	}
 	if t.kind == kindHold {
-		for rep := 1; rep <= pl.repeats; rep++ {
+		for rep := first; rep <= last; rep++ {
 			r, err := e.startProxy(ctx, def, t.listener, split)
 			if err != nil {
 				return err
@@ -99,9 +105,10 @@ func (e *env) runTest(ctx context.Context, pl plan, t testDef, def *proxyDef, re
 		return ctx.Err()
 	}
 	warm.Warmup = true
+	warm.Repeat = p.rep // the pair's, so that -resume finds it (0: every repeat's)
 	e.logRun(warm, t)
 	record(warm)
-	for rep := 1; rep <= pl.repeats; rep++ {
+	for rep := first; rep <= last; rep++ {
 		for _, conns := range levels {
 			if ctx.Err() != nil {
 				return ctx.Err()

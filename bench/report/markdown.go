@@ -621,12 +621,25 @@ func conditions(c Campaign) string {
 	return strings.Join(parts, " · ") + "."
 }
 
+// orderText says in what order the campaign ran its tests: a campaign
+// whose order names repeats ("test/proxy#2") ran each test's repeats in
+// turns across the proxies; an older one ran every repeat of a test
+// against a proxy at once, its test/proxy pairs shuffled together.
+func orderText(c Campaign) string {
+	for _, pair := range c.Order {
+		if strings.Contains(pair, "#") {
+			return fmt.Sprintf("Tests in an order shuffled with seed %d; a test's repeats run in turns, each turn against every proxy once (the proxies' order reversed every other turn), so that a slow stretch of a shared machine falls on every proxy's runs alike; the proxy is restarted for each repeat, which starts with a warm-up run that is recorded apart and never counted.", c.Seed)
+		}
+	}
+	return fmt.Sprintf("Test order shuffled with seed %d; the proxy is restarted before each test and each test starts with a warm-up run that is recorded apart and never counted.", c.Seed)
+}
+
 // procedure lists how the runs were made.
 func procedure(c Campaign) []string {
 	out := []string{
 		fmt.Sprintf("Each proxy pinned to CPU %d with taskset, one worker; wrk or the Go load tool and the origin pinned to CPU %d%s.", c.ProxyCore, c.LoadCore, map[bool]string{true: " (but in the More cores tests, below)"}[len(c.CoreSplits) > 0]),
 		"Authentication on for every proxy (HTTP Basic, Proxy-Authorization on every request; SOCKS5 username/password), unless its tuning below says otherwise.",
-		fmt.Sprintf("Test order shuffled with seed %d; the proxy is restarted before each test and each test starts with a warm-up run that is recorded apart and never counted.", c.Seed),
+		orderText(c),
 		fmt.Sprintf("A concurrency sweep per test: every level runs %d time(s) for %s; a level with any error, non-2xx response, short body or failed tunnel is not clean; the clean level with the best median is kept (at_conns).", c.Repeats, durationText(c.DurationS)),
 		"Throughput: requests completed per second as wrk counts them; tunnels: bytes the sink received over the measuring window, in Gbit/s.",
 		"CPU per request: utime+stime of all the proxy's processes (/proc/PID/stat) over the HTTP 1 KB runs at the kept level, divided by the requests completed; per WebSocket message the same over the 64-byte runs, divided by the messages echoed.",

@@ -445,3 +445,25 @@ func TestMarkdownParts(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderText checks the procedure's line on the order: repeats in
+// turns for a campaign whose order names repeats, the older wording for
+// one whose pairs ran all their repeats at once.
+func TestOrderText(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		order []string
+		want  string
+	}{
+		{"no order", nil, "the proxy is restarted before each test"},
+		{"pairs of every repeat", []string{"http-1k/rustle", "http-1k/squid"}, "the proxy is restarted before each test"},
+		{"repeats in turns", []string{"list-match/none", "http-1k/rustle#1", "http-1k/squid#1"}, "a test's repeats run in turns"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := orderText(Campaign{Seed: 7, Order: tt.order})
+			if !strings.Contains(got, tt.want) || !strings.Contains(got, "seed 7") {
+				t.Errorf("orderText = %q, want it to say %q and the seed", got, tt.want)
+			}
+		})
+	}
+}

@@ -266,7 +266,10 @@ type Campaign struct {
 	CoreSplits []CoreSplit `json:"core_splits,omitempty"`
 	// Tools lists the load tools and their versions, one per line.
 	Tools []string `json:"tools,omitempty"`
-	// Order is the shuffled order in which test/proxy pairs ran.
+	// Order is the order in which the test/proxy pairs ran: "test/proxy#N"
+	// for repeat N of a test against a proxy, "test/proxy" for every
+	// repeat at once (the Go benchmarks; every test in campaigns before
+	// repeats ran in turns).
 	Order   []string `json:"order,omitempty"`
 	Proxies []Proxy  `json:"proxies"`
 	Rows    []Row    `json:"rows"`
