@@ -339,18 +339,27 @@ func TestSteadyClientKeepsItsWorker(t *testing.T) {
 			p := startProxy(t, testConfig(Config{}), proxytest.NewPolicy(t, proxytest.PolicyConfig{Pool: pool}))
 			rc := p.raw(t)
 			next := uint32(1)
+			start := time.Now()
 			getSequentially(t, rc, &next, o.URL("/1k"), 1) // warm: upstream pooled
 			handOffs.Store(0)
 			lookAgains.Store(0)
 			excused := 0
-			end := time.Now()
+			// The worker's wait starts when it has written a response,
+			// after the client sent that request, and ends when it reads
+			// the next, before the client has the next answer: from the
+			// start of one exchange to the end of the next bounds the
+			// worker's gap from above however long a loaded machine held
+			// up the answers and requests on their way (tens of
+			// milliseconds in a CI run, which a gap counted from an
+			// answer's arrival to the next request's sending missed).
 			for range tt.n {
 				time.Sleep(tt.gap) // the client's pace
-				if time.Since(end) > tt.late {
+				next0 := time.Now()
+				getSequentially(t, rc, &next, o.URL("/1k"), 1)
+				if time.Since(start) > tt.late {
 					excused++
 				}
-				getSequentially(t, rc, &next, o.URL("/1k"), 1)
-				end = time.Now()
+				start = next0
 			}
 			h, l := handOffs.Load(), lookAgains.Load()
 			t.Logf("%d requests %v apart: %d hand-offs, %d looks again (%d gaps stretched past %v)", tt.n, tt.gap, h, l, excused, tt.late)
