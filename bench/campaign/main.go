@@ -453,7 +453,7 @@ func continueFrom(c *report.Campaign, prev report.Campaign, coreNotes int) (resu
 	for _, r := range prev.Runs {
 		// A run belongs to the pair of its repeat, or, for a test whose
 		// repeats run as one pair, to the test's pair.
-		if finished[r.Test+"/"+r.Proxy] || finished[pair{rep: r.Repeat}.keyOf(r.Test, r.Proxy)] {
+		if finished[pairKey(r.Test, r.Proxy, 0)] || finished[pairKey(r.Test, r.Proxy, r.Repeat)] {
 			c.Runs = append(c.Runs, r)
 			if r.MemoryLoopMS > 0 && (st.fastestLoop == 0 || r.MemoryLoopMS < st.fastestLoop) {
 				st.fastestLoop = r.MemoryLoopMS
@@ -496,25 +496,31 @@ type pair struct {
 	rep int
 }
 
-// key names p in the campaign's order (runs.json's order): "test/proxy"
-// for a pair of every repeat, "test/proxy#rep" for one repeat.
-func (p pair) key() string { return p.keyOf(p.t.id, p.def.name) }
+// key names p in the campaign's order (runs.json's order).
+func (p pair) key() string { return pairKey(p.t.id, p.def.name, p.rep) }
 
-// keyOf is key for the pair of test and proxy with p's repeat.
-func (p pair) keyOf(test, proxy string) string {
-	if p.rep == 0 {
+// pairKey names the pair of test and proxy with repeat rep: "test/proxy"
+// for a pair of every repeat (rep 0), "test/proxy#rep" for one repeat.
+func pairKey(test, proxy string, rep int) string {
+	if rep == 0 {
 		return test + "/" + proxy
 	}
-	return test + "/" + proxy + "#" + strconv.Itoa(p.rep)
+	return test + "/" + proxy + "#" + strconv.Itoa(rep)
 }
 
-// repeats returns the repeats p runs: pl.repeats for a pair of every
-// repeat, else 1.
-func (p pair) repeats(pl plan) int {
+// span returns the first and last repeat p runs: every repeat of pl for
+// a pair of every repeat, else p's own.
+func (p pair) span(pl plan) (first, last int) {
 	if p.rep == 0 {
-		return pl.repeats
+		return 1, pl.repeats
 	}
-	return 1
+	return p.rep, p.rep
+}
+
+// repeats returns how many repeats p runs.
+func (p pair) repeats(pl plan) int {
+	first, last := p.span(pl)
+	return last - first + 1
 }
 
 // round describes p's repeat for the progress lines: "" for a pair of

@@ -48,10 +48,7 @@ func (p plan) levels(t testDef) []int {
 // means the proxy could not be started or checked.
 func (e *env) runTest(ctx context.Context, pl plan, p pair, record func(report.Run)) error {
 	t, def := p.t, p.def
-	first, last := 1, pl.repeats
-	if p.rep != 0 {
-		first, last = p.rep, p.rep
-	}
+	first, last := p.span(pl)
 	if t.kind == kindGoBench {
 		return e.goBenchTest(ctx, pl, t, record) // no proxy
 	}
